@@ -1,0 +1,81 @@
+"""Workload formats: one module each, with ``NAME``, ``detect(first_line)`` and ``load(path)``.
+
+:func:`load_workload` detects the format from the file's first non-blank line (or a directory of
+AIPerf payload files) unless one is named, and passes format options (e.g. Mooncake's
+``block_size``) to its loader. Detection tries the formats in :data:`FORMATS` order.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import LLMReplayError, WorkloadError
+from ..workload import Workload
+from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
+
+FORMATS: dict[str, ModuleType] = {
+    module.NAME: module
+    for module in (llmservingsim, mooncake, trie, aiperf_payloads, aiperf_inputs, azure, synthetic)
+}
+
+
+def first_line(path: Path) -> str:
+    """The first non-blank line of a text file ('' for an empty file)."""
+    with open(path, encoding="utf-8") as stream:
+        for text in stream:
+            if text.strip():
+                return text
+    return ""
+
+
+def detect_format(path: str | Path) -> str:
+    """The name of the format of ``path``; a directory is a set of AIPerf payload files."""
+    path = Path(path)
+    if not path.exists():
+        raise WorkloadError("no such file or directory", path=path)
+    if path.is_dir():
+        return aiperf_payloads.NAME
+    try:
+        line = first_line(path)
+    except UnicodeDecodeError:
+        raise WorkloadError("not a text file (expected UTF-8 JSONL, JSON, CSV or YAML)", path=path) from None
+    if not line:
+        raise WorkloadError("the file is empty", path=path)
+    for name, module in FORMATS.items():
+        if module.detect(line):
+            return name
+    raise WorkloadError(
+        f"cannot tell the format from the first line {line.strip()[:80]!r}; name it with "
+        f"format= (one of {', '.join(FORMATS)})",
+        path=path,
+        line=1,
+    )
+
+
+def load_workload(path: str | Path, format: str | None = None, **options: Any) -> Workload:
+    """Load ``path`` into the canonical model, validating every record before returning.
+
+    ``format`` is one of :data:`FORMATS` (detected when ``None``); ``options`` go to the format's
+    loader (only ``block_size`` for Mooncake today) and an option the format does not take is an
+    error.
+    """
+    name = format or detect_format(path)
+    module = FORMATS.get(name)
+    if module is None:
+        raise LLMReplayError(f"unknown workload format {name!r}; expected one of {', '.join(FORMATS)}")
+    accepted = set(inspect.signature(module.load).parameters) - {"path"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        takes = f"takes {', '.join(sorted(accepted))}" if accepted else "takes no options"
+        raise LLMReplayError(f"format {name!r} {takes}; got {', '.join(unknown)}")
+    if not Path(path).exists():
+        raise WorkloadError("no such file or directory", path=path)
+    try:
+        return module.load(path, **options)
+    except UnicodeDecodeError:
+        raise WorkloadError("not a UTF-8 text file", path=path) from None
+    except IsADirectoryError:
+        raise WorkloadError(f"is a directory; format {name!r} reads a file", path=path) from None

@@ -1,0 +1,198 @@
+"""Strict, typed reading of JSON records, with errors that name the file, line and field.
+
+Shared by every JSON-based loader: integer fields reject strings, floats and booleans instead of
+coercing them; unknown keys are rejected (a misspelt optional key must not be silently ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Collection, Iterator
+
+from ..errors import WorkloadError
+
+
+def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, object)`` for every non-blank line of a JSONL file, streaming."""
+    with open(path, encoding="utf-8") as stream:
+        for number, text in enumerate(stream, start=1):
+            if not text.strip():
+                continue
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from None
+            if not isinstance(value, dict):
+                raise WorkloadError(f"expected a JSON object, got {type_name(value)}", path=path, line=number)
+            yield number, value
+
+
+def type_name(value: Any) -> str:
+    """The JSON name of a value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+class Fields:
+    """Checked access to one JSON object that stands at ``path:line`` (``prefix`` names nesting)."""
+
+    __slots__ = ("obj", "path", "line", "prefix")
+
+    def __init__(self, obj: dict[str, Any], path: Path | str | None, line: int | None, prefix: str = "") -> None:
+        self.obj = obj
+        self.path = path
+        self.line = line
+        self.prefix = prefix
+
+    def error(self, key: str | None, message: str) -> WorkloadError:
+        """A :class:`WorkloadError` located at this record's ``key``."""
+        name = f"{self.prefix}{key}" if key is not None else (self.prefix.rstrip(".") or None)
+        return WorkloadError(message, path=self.path, line=self.line, field=name)
+
+    def child(self, obj: Any, key: str) -> "Fields":
+        """The nested object ``obj`` found under ``key`` (e.g. ``sub_requests[2]``)."""
+        name = f"{self.prefix}{key}"
+        if not isinstance(obj, dict):
+            raise WorkloadError(f"expected an object, got {type_name(obj)}", path=self.path, line=self.line, field=name)
+        return Fields(obj, self.path, self.line, f"{name}.")
+
+    def reject_unknown(self, known: Collection[str]) -> None:
+        """Fail on any key outside ``known``."""
+        for key in self.obj:
+            if key not in known:
+                raise self.error(key, f"unknown field; expected one of {', '.join(sorted(known))}")
+
+    def has(self, key: str) -> bool:
+        return key in self.obj
+
+    def one_of(self, *keys: str, required: bool = True) -> str | None:
+        """The single key of ``keys`` that is present (alternative spellings of one field)."""
+        present = [k for k in keys if k in self.obj]
+        if len(present) > 1:
+            raise self.error(present[1], f"give only one of {' or '.join(keys)}")
+        if not present:
+            if required:
+                raise self.error(keys[0], f"required field missing{' (or ' + ', '.join(keys[1:]) + ')' if len(keys) > 1 else ''}")
+            return None
+        return present[0]
+
+    def int(self, key: str, *, minimum: int = 0, required: bool = True, default: int | None = None) -> int | None:
+        """An integer >= ``minimum``; strings, floats and booleans are errors."""
+        if key not in self.obj:
+            if required:
+                raise self.error(key, "required field missing")
+            return default
+        return check_int(self.obj[key], minimum, lambda m: self.error(key, m))
+
+    def number(self, key: str, *, minimum: float = 0.0, required: bool = True, default: float | None = None) -> float | None:
+        """A finite number (integer or float) >= ``minimum``; strings and booleans are errors."""
+        if key not in self.obj:
+            if required:
+                raise self.error(key, "required field missing")
+            return default
+        value = self.obj[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(key, f"must be a number, got {type_name(value)} {value!r}")
+        if not math.isfinite(value) or value < minimum:
+            raise self.error(key, f"must be a finite number >= {minimum:g}, got {value!r}")
+        return float(value)
+
+    def int_list(self, key: str, *, minimum: int = 0, required: bool = True) -> tuple[int, ...] | None:
+        """A list of integers >= ``minimum``; the failing element is named ``key[i]``."""
+        if key not in self.obj:
+            if required:
+                raise self.error(key, "required field missing")
+            return None
+        values = self.obj[key]
+        if not isinstance(values, list):
+            raise self.error(key, f"must be a list of integers, got {type_name(values)}")
+        for index, value in enumerate(values):
+            if type(value) is not int or value < minimum:
+                check_int(value, minimum, lambda m, i=index: self.error(f"{key}[{i}]", m))
+        return tuple(values)
+
+    def number_list(self, key: str, *, minimum: float = 0.0) -> tuple[float, ...]:
+        """A required list of finite numbers >= ``minimum``."""
+        values = self.obj.get(key)
+        if key not in self.obj:
+            raise self.error(key, "required field missing")
+        if not isinstance(values, list):
+            raise self.error(key, f"must be a list of numbers, got {type_name(values)}")
+        out = []
+        for index, value in enumerate(values):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+                raise self.error(f"{key}[{index}]", f"must be a finite number >= {minimum:g}, got {value!r}")
+            out.append(float(value))
+        return tuple(out)
+
+    def identifier(self, key: str, *, required: bool = True) -> str | None:
+        """A non-empty string or an integer, returned as a string (session ids)."""
+        if key not in self.obj:
+            if required:
+                raise self.error(key, "required field missing")
+            return None
+        value = self.obj[key]
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+            raise self.error(key, f"must be a non-empty string or an integer, got {type_name(value)} {value!r}")
+        return str(value)
+
+    def list(self, key: str, *, min_length: int = 0) -> list[Any]:
+        """A required list with at least ``min_length`` entries."""
+        if key not in self.obj:
+            raise self.error(key, "required field missing")
+        values = self.obj[key]
+        if not isinstance(values, list):
+            raise self.error(key, f"must be a list, got {type_name(values)}")
+        if len(values) < min_length:
+            raise self.error(key, f"must have at least {min_length} entr{'y' if min_length == 1 else 'ies'}, got {len(values)}")
+        return values
+
+
+def check_int(value: Any, minimum: int, fail: Any) -> int:
+    """Return ``value`` if it is an integer >= ``minimum``, else raise ``fail(message)``."""
+    if type(value) is not int:
+        raise fail(f"must be an integer, got {type_name(value)} {value!r}")
+    if value < minimum:
+        raise fail(f"must be >= {minimum}, got {value}")
+    return value
+
+
+def try_json(text: str) -> Any:
+    """``json.loads(text)``, or ``None`` when it is not JSON (for format detection)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def check_messages(record: Fields, key: str = "messages") -> list[dict[str, Any]]:
+    """A non-empty OpenAI chat message list: objects with a string ``role``."""
+    messages = record.list(key, min_length=1)
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise record.error(f"{key}[{index}]", f"must be a message object, got {type_name(message)}")
+        if not isinstance(message.get("role"), str):
+            raise record.error(f"{key}[{index}].role", "required: a string such as 'user', 'assistant', 'system' or 'tool'")
+    return messages
+
+
+def max_output_tokens(record: Fields) -> int | None:
+    """The response length a verbatim request body asks for (``max_completion_tokens`` or
+    ``max_tokens``), or ``None`` when it sets neither."""
+    key = record.one_of("max_completion_tokens", "max_tokens", required=False)
+    return record.int(key, minimum=1) if key else None

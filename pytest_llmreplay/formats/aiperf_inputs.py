@@ -1,0 +1,85 @@
+"""AIPerf ``inputs.json``: the request bodies an AIPerf run sent, written to its artifacts folder.
+
+    {
+      "data": [
+        {"session_id": "a5cd...", "payloads": [{"messages": [...], "max_tokens": 52, ...}, ...]}
+      ]
+    }
+
+Each entry is one session whose payloads are its turns, sent verbatim and in order (no timing:
+the workload is untimed). ``session_id`` is a required non-empty string, unique; ``payloads`` has
+at least one request body (an object). A turn's output length is the body's
+``max_completion_tokens`` or ``max_tokens`` when it sets one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+
+from ..errors import WorkloadError
+from ..workload import Payload, Session, Turn, Workload
+from ._fields import Fields, max_output_tokens, type_name
+
+NAME = "aiperf-inputs"
+_DATA_ARRAY = re.compile(r'\s*\{\s*"data"\s*:\s*\[')
+
+
+def detect(first_line: str) -> bool:
+    """Pretty-printed JSON (a lone ``{``) or a one-line ``{"data": [...]}``."""
+    return first_line.strip() == "{" or _DATA_ARRAY.match(first_line) is not None
+
+
+def load(path: str | Path) -> Workload:
+    """Load an AIPerf inputs.json file."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
+    if not isinstance(document, dict):
+        raise WorkloadError(f'expected an object {{"data": [...]}}, got {type_name(document)}', path=path, line=1)
+    top = Fields(document, path, 1)
+    top.reject_unknown({"data"})
+    entries = top.list("data", min_length=1)
+    lines = _entry_lines(text, len(entries))
+    sessions: list[Session] = []
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        record = Fields(document, path, lines[index]).child(entry, f"data[{index}]")
+        record.reject_unknown({"session_id", "payloads"})
+        session_id = record.identifier("session_id")
+        if session_id in seen:
+            raise record.error("session_id", f"duplicate session id {session_id!r} (first in data[{seen[session_id]}])")
+        seen[session_id] = index
+        payloads = record.list("payloads", min_length=1)
+        turns = tuple(_turn(record.child(body, f"payloads[{k}]")) for k, body in enumerate(payloads))
+        sessions.append(Session(session_id, 0.0, turns))
+    return Workload(tuple(sessions), format=NAME, source=str(path), timed=False)
+
+
+def _turn(body: Fields) -> Turn:
+    if not body.obj:
+        raise body.error(None, "must be a non-empty request body")
+    return Turn(None, max_output_tokens(body), Payload(body.obj))
+
+
+def _entry_lines(text: str, count: int) -> list[int | None]:
+    """The line on which each element of the top-level ``data`` array starts (for messages)."""
+    match = _DATA_ARRAY.match(text)
+    if match is None:
+        return [None] * count
+    decoder = json.JSONDecoder()
+    lines: list[int | None] = []
+    position = match.end()
+    for _ in range(count):
+        while text[position] in " \t\r\n,":
+            position += 1
+        lines.append(text.count("\n", 0, position) + 1)
+        _, position = decoder.raw_decode(text, position)
+    return lines
+
+

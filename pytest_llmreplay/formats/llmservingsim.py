@@ -1,0 +1,98 @@
+"""LLMServingSim JSONL: flat requests and agentic sessions, mixed in one file, told apart per line.
+
+Flat line (one request)::
+
+    {"input_toks": 10, "output_toks": 70, "arrival_time_ns": 46926808,
+     "input_tok_ids": [...], "output_tok_ids": [...]}
+
+Agentic line (one session; sub-requests run in order)::
+
+    {"session_id": "s0", "arrival_time_ns": 4059740, "sub_requests": [
+        {"input_toks": 1472, "output_toks": 133, "tool_duration_ns": 127348767},
+        {"input_toks": 1582, "output_toks": 125, "tool_duration_ns": 0}]}
+
+Rules (LLMServingSim's workload doc): the fields above are required (``*_tok_ids`` optional) and
+integers (a string or float is an error, not coerced); ``input_toks``/``output_toks`` >= 1 and
+``len(input_tok_ids) == input_toks`` (same for output); ``arrival_time_ns >= 0``; at least one
+sub-request; ``tool_duration_ns >= 0``, the wait after that sub-request completes before the next
+is sent (a non-zero value on the last sub-request means nothing: accepted with a warning); session
+ids unique. ``input_toks`` of a sub-request is its full prompt. Sessions are sorted by arrival.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..workload import Session, TokenIds, Turn, Workload, next_synthetic
+from ._fields import Fields, iter_json_lines, try_json
+
+NAME = "llmservingsim"
+REQUEST_FIELDS = frozenset({"input_toks", "output_toks", "input_tok_ids", "output_tok_ids"})
+FLAT_FIELDS = REQUEST_FIELDS | {"arrival_time_ns"}
+SESSION_FIELDS = frozenset({"session_id", "arrival_time_ns", "sub_requests"})
+SUB_REQUEST_FIELDS = REQUEST_FIELDS | {"tool_duration_ns"}
+NS = 1e-9
+
+
+def detect(first_line: str) -> bool:
+    """A JSON object line with ``input_toks`` (flat) or ``sub_requests`` (agentic)."""
+    first = try_json(first_line)
+    return isinstance(first, dict) and bool({"input_toks", "sub_requests"} & first.keys())
+
+
+def load(path: str | Path) -> Workload:
+    """Load an LLMServingSim workload; flat requests get the session id ``line<N>``."""
+    path = Path(path)
+    sessions: list[tuple[int, int, Session]] = []
+    first_line_of: dict[str, int] = {}
+    warnings: list[str] = []
+    for line, obj in iter_json_lines(path):
+        row = Fields(obj, path, line)
+        if "sub_requests" in obj:
+            session = _agentic(row, warnings)
+        else:
+            row.reject_unknown(FLAT_FIELDS)
+            turn = _turn(row, None, 0.0)
+            session = Session(f"line{line}", row.int("arrival_time_ns") * NS, (turn,))
+        if session.id in first_line_of:
+            raise row.error("session_id", f"duplicate session id {session.id!r} (first on line {first_line_of[session.id]})")
+        first_line_of[session.id] = line
+        sessions.append((row.obj["arrival_time_ns"], line, session))
+    sessions.sort(key=lambda item: item[:2])
+    return Workload(tuple(s for _, _, s in sessions), format=NAME, source=str(path), warnings=tuple(warnings))
+
+
+def _agentic(row: Fields, warnings: list[str]) -> Session:
+    row.reject_unknown(SESSION_FIELDS)
+    session_id = row.identifier("session_id")
+    arrival_ns = row.int("arrival_time_ns")
+    subs = row.list("sub_requests", min_length=1)
+    turns: list[Turn] = []
+    delay_s = 0.0
+    for index, sub_obj in enumerate(subs):
+        sub = row.child(sub_obj, f"sub_requests[{index}]")
+        sub.reject_unknown(SUB_REQUEST_FIELDS)
+        turns.append(_turn(sub, turns[-1] if turns else None, delay_s))
+        delay_s = sub.int("tool_duration_ns") * NS
+    if delay_s:
+        last = len(subs) - 1
+        warnings.append(
+            str(row.error(f"sub_requests[{last}].tool_duration_ns",
+                          f"{delay_s:g} s after the last sub-request is ignored (nothing follows it)"))
+        )
+    return Session(session_id, arrival_ns * NS, tuple(turns))
+
+
+def _turn(request: Fields, previous: Turn | None, delay_s: float) -> Turn:
+    input_tokens = request.int("input_toks", minimum=1)
+    output_tokens = request.int("output_toks", minimum=1)
+    input_ids = request.int_list("input_tok_ids", required=False)
+    output_ids = request.int_list("output_tok_ids", required=False)
+    for key, ids, count in (("input_tok_ids", input_ids, input_tokens), ("output_tok_ids", output_ids, output_tokens)):
+        if ids is not None and len(ids) != count:
+            counted = key.replace("_tok_ids", "_toks")
+            raise request.error(key, f"has {len(ids)} ids but {counted} is {count}; they must be equal")
+    prompt = TokenIds(input_ids) if input_ids is not None else next_synthetic(previous, input_tokens)
+    return Turn(input_tokens, output_tokens, prompt, delay_s, output_ids)
+
+

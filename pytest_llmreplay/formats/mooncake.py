@@ -1,0 +1,139 @@
+"""Mooncake hash-id traces (FAST'25 release; AIPerf's and Dynamo's ``mooncake_trace``).
+
+One request a line::
+
+    {"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2]}
+
+- ``timestamp`` or ``created_time``: arrival in milliseconds (optional, but all or none of the
+  session-starting rows have one);
+- ``input_length`` or ``input_tokens``, ``output_length`` or ``output_tokens``: integers >= 1;
+  ``input_length`` is the turn's full prompt (Dynamo's reading; AIPerf reads a later turn's
+  ``input_length`` as new tokens only, which ``hash_ids`` covering the whole prompt contradict);
+- ``hash_ids``: one id per ``block_size`` prompt tokens, the last block may be partial, so
+  ``len(hash_ids) == ceil(input_length / block_size)``; without it the prompt is synthetic, and a
+  session turn at least as long as the previous prompt + response extends it;
+- instead of ``input_length``, AIPerf's literal prompts: ``text_input`` (a string, sent as one
+  user message), ``messages`` (a chat history) or ``payload`` (a whole request body), all sent
+  verbatim (``output_length`` then optional);
+- ``session_id``: rows sharing it are the turns of one session, in file order; a later turn waits
+  ``delay`` (or ``delay_ms``) milliseconds after the previous one completes, or, without a delay,
+  the difference between its timestamp and the previous turn's. A delay on a session's first turn
+  is an error. Rows without ``session_id`` are independent requests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import WorkloadError
+from ..workload import HashBlocks, Payload, PromptSource, Session, Turn, Workload, next_synthetic
+from ._fields import Fields, check_messages, iter_json_lines, try_json, type_name
+
+NAME = "mooncake"
+DEFAULT_BLOCK_SIZE = 512
+KNOWN_FIELDS = frozenset(
+    {"timestamp", "created_time", "input_length", "input_tokens", "output_length", "output_tokens",
+     "hash_ids", "session_id", "delay", "delay_ms", "text_input", "messages", "payload"}
+)
+
+
+def detect(first_line: str) -> bool:
+    """A JSON object line with ``hash_ids`` or Mooncake's length names."""
+    first = try_json(first_line)
+    return isinstance(first, dict) and bool({"hash_ids", "input_length", "created_time"} & first.keys())
+
+
+@dataclass
+class _SessionRows:
+    line: int
+    arrival_ms: float | None
+    last_ms: float | None
+    turns: list[Turn] = field(default_factory=list)
+
+
+def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
+    """Load a Mooncake trace; ``block_size`` is the number of tokens a hash id stands for."""
+    if type(block_size) is not int or block_size < 1:
+        raise WorkloadError(f"block_size must be an integer >= 1, got {block_size!r}", path=path)
+    path = Path(path)
+    sessions: dict[str, _SessionRows] = {}
+    timed: bool | None = None
+    for line, obj in iter_json_lines(path):
+        row = Fields(obj, path, line)
+        row.reject_unknown(KNOWN_FIELDS)
+        output_key = row.one_of("output_length", "output_tokens", required=False)
+        output_tokens = row.int(output_key, minimum=1) if output_key else None
+        stamp_key = row.one_of("timestamp", "created_time", required=False)
+        stamp_ms = row.number(stamp_key) if stamp_key else None
+        delay_key = row.one_of("delay", "delay_ms", required=False)
+        delay_ms = row.number(delay_key) if delay_key else None
+        session_id = row.identifier("session_id", required=False)
+        previous = sessions.get(session_id) if session_id is not None else None
+        input_tokens, prompt = _prompt(row, previous.turns[-1] if previous else None, block_size)
+        if output_tokens is None and not isinstance(prompt, Payload):
+            raise row.error("output_length", "required field missing (or output_tokens)")
+        if previous is None:
+            if delay_key:
+                raise row.error(delay_key, "a delay is not allowed on a session's first turn (use timestamp for its arrival)")
+            if timed is None:
+                timed = stamp_ms is not None
+            elif timed != (stamp_ms is not None):
+                raise row.error(stamp_key or "timestamp", "either every session-starting row has a timestamp or none has")
+            key = session_id if session_id is not None else f"line{line}"
+            previous = sessions[key] = _SessionRows(line, stamp_ms, stamp_ms)
+            delay_s = 0.0
+        elif delay_ms is not None:
+            delay_s = delay_ms / 1000.0
+        elif stamp_ms is not None and previous.last_ms is not None:
+            if stamp_ms < previous.last_ms:
+                raise row.error(stamp_key, f"timestamps must not decrease within session {session_id!r}: {stamp_ms:g} < {previous.last_ms:g}")
+            delay_s = (stamp_ms - previous.last_ms) / 1000.0
+        else:
+            delay_s = 0.0
+        if stamp_ms is not None:
+            previous.last_ms = stamp_ms
+        previous.turns.append(Turn(input_tokens, output_tokens, prompt, delay_s))
+
+    ordered = sorted(sessions.items(), key=lambda item: ((item[1].arrival_ms or 0.0), item[1].line))
+    return Workload(
+        sessions=tuple(Session(key, (rows.arrival_ms or 0.0) / 1000.0, tuple(rows.turns)) for key, rows in ordered),
+        format=NAME,
+        source=str(path),
+        timed=bool(timed),
+    )
+
+
+def _prompt(row: Fields, previous: Turn | None, block_size: int) -> tuple[int | None, PromptSource]:
+    """The turn's input length and prompt source, from exactly one of the four input fields."""
+    key = row.one_of("input_length", "input_tokens", "text_input", "messages", "payload")
+    if key in ("text_input", "messages", "payload"):
+        if row.has("hash_ids"):
+            raise row.error("hash_ids", f"only allowed with input_length, not with {key}")
+        return None, Payload(_literal_body(row, key))
+    input_tokens = row.int(key, minimum=1)
+    hash_ids = row.int_list("hash_ids", required=False)
+    if hash_ids is None:
+        return input_tokens, next_synthetic(previous, input_tokens)
+    expected = -(-input_tokens // block_size)
+    if len(hash_ids) != expected:
+        raise row.error(
+            "hash_ids",
+            f"expected ceil({input_tokens} / {block_size}) = {expected} ids for input length {input_tokens} "
+            f"at block size {block_size}, got {len(hash_ids)} (pass block_size= if the trace uses another)",
+        )
+    return input_tokens, HashBlocks(hash_ids, block_size)
+
+
+def _literal_body(row: Fields, key: str) -> dict:
+    """The request body of a literal prompt: a string, a message list or a whole body."""
+    value = row.obj[key]
+    if key == "text_input":
+        if not isinstance(value, str) or not value:
+            raise row.error(key, f"must be a non-empty string, got {type_name(value)}")
+        return {"messages": [{"role": "user", "content": value}]}
+    if key == "messages":
+        return {"messages": check_messages(row, key)}
+    if not isinstance(value, dict) or not value:
+        raise row.error(key, f"must be a non-empty object (a request body), got {type_name(value)}")
+    return value

@@ -1,0 +1,83 @@
+"""Tokenizers: the protocol the project uses, the bundled default, and transformers loading.
+
+The default is the project's own 4,096-token byte-level BPE (``assets/tokenizer.json``, built
+offline by ``scripts/build_tokenizer.py``), loaded with the light ``tokenizers`` library.
+Anything else (a hub id or a local folder) loads through transformers' ``AutoTokenizer``,
+imported only then. Special tokens are never added: the ids are the prompt's own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from .errors import LLMReplayError
+
+BUNDLED_PATH = Path(__file__).resolve().parent / "assets" / "tokenizer.json"
+DEFAULT_NAMES = (None, "", "default", "llmreplay")
+
+
+class Tokenizer(Protocol):
+    """What prompts and metrics need of a tokenizer."""
+
+    name: str
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+class FastTokenizer:
+    """A ``tokenizers`` JSON file (the bundled default, or any ``tokenizer.json``)."""
+
+    def __init__(self, path: str | Path, name: str | None = None) -> None:
+        from tokenizers import Tokenizer as RawTokenizer
+
+        try:
+            self._raw = RawTokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises a bare Exception on a bad file
+            raise LLMReplayError(f"cannot load tokenizer file {path}: {exc}") from None
+        self.name = name or str(path)
+        self.vocab_size = self._raw.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self._raw.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._raw.decode(list(ids), skip_special_tokens=False)
+
+
+class TransformersTokenizer:
+    """A tokenizer loaded with ``transformers.AutoTokenizer`` (hub id or local folder)."""
+
+    def __init__(self, name_or_path: str) -> None:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - transformers is a dependency
+            raise LLMReplayError(f"loading tokenizer {name_or_path!r} needs transformers: {exc}") from None
+        try:
+            self._hf = AutoTokenizer.from_pretrained(name_or_path)
+        except (OSError, ValueError) as exc:
+            raise LLMReplayError(
+                f"cannot load tokenizer {name_or_path!r}: {exc}. Give a local folder with the "
+                "tokenizer files, a tokenizer.json, or a hub id available in the local cache"
+            ) from None
+        self.name = name_or_path
+        self.vocab_size = len(self._hf)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
+    """The bundled tokenizer for ``None``/``"default"``, a ``tokenizer.json`` file, or transformers."""
+    if name_or_path in DEFAULT_NAMES:
+        return FastTokenizer(BUNDLED_PATH, name="llmreplay-bpe-4k")
+    path = Path(str(name_or_path))
+    if path.is_file():
+        return FastTokenizer(path)
+    return TransformersTokenizer(str(name_or_path))

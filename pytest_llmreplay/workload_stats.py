@@ -1,0 +1,141 @@
+"""What a workload looks like before it is replayed: the figures ``llmreplay inspect`` prints.
+
+Reusable-prefix share (hash-id and token-id prompts): requests are taken in arrival order
+(sessions by arrival, turns in order) into an unbounded prefix cache of blocks identified by the
+chain of their ids, as vLLM's prefix cache does; a request's reusable tokens are those of its
+leading blocks already in the cache::
+
+    reusable_share = sum(reusable prompt tokens) / sum(prompt tokens of hash/token-id requests)
+
+Token-id prompts count full blocks of ``block_size`` tokens only; a hash-id prompt's last block
+may be partial. Session-history share (agent and chat traces): the part of growth turns' prompts
+that is the previous prompt + response, over all prompt tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+
+from .workload import HashBlocks, Synthetic, TokenIds, Workload
+
+DEFAULT_TOKEN_BLOCK = 16
+STATS = ("mean", "p50", "p90", "p99", "max")
+
+
+@dataclass(frozen=True)
+class WorkloadStats:
+    """Figures of one workload; ``None`` where a figure does not apply."""
+
+    format: str
+    sessions: int
+    requests: int
+    turns_per_session: dict[str, float]
+    input_tokens: dict[str, float] | None
+    output_tokens: dict[str, float] | None
+    unknown_lengths: int
+    timed: bool
+    span_s: float | None
+    request_rate: float | None
+    reusable_prefix_share: float | None
+    session_history_share: float | None
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(figure, value) pairs for a two-column table."""
+        rows = [
+            ("format", self.format),
+            ("sessions", f"{self.sessions:,}"),
+            ("requests", f"{self.requests:,}"),
+            ("turns per session", _stats_text(self.turns_per_session, ("mean", "min", "max"))),
+            ("input tokens", _stats_text(self.input_tokens, STATS)),
+            ("output tokens", _stats_text(self.output_tokens, STATS)),
+        ]
+        if self.unknown_lengths:
+            rows.append(("turns of unknown length", f"{self.unknown_lengths:,} (verbatim payloads)"))
+        if self.timed:
+            rows.append(("time span", f"{self.span_s:,.1f} s"))
+            rows.append(("request rate", f"{self.request_rate:,.2f} req/s" if self.request_rate is not None else "n/a"))
+        else:
+            rows.append(("time span", "untimed (replayed by concurrency)"))
+        if self.reusable_prefix_share is not None:
+            rows.append(("reusable prefix share", f"{self.reusable_prefix_share:.1%} (unbounded cache)"))
+        if self.session_history_share is not None:
+            rows.append(("session history share", f"{self.session_history_share:.1%}"))
+        return rows
+
+
+def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK) -> WorkloadStats:
+    """Compute :class:`WorkloadStats` for ``workload``."""
+    turns = [turn for _, _, turn in workload.turns()]
+    inputs = [t.input_tokens for t in turns if t.input_tokens is not None]
+    outputs = [t.output_tokens for t in turns if t.output_tokens is not None]
+    arrivals = [s.arrival_s for s in workload.sessions]
+    span = (max(arrivals) - min(arrivals)) if arrivals else 0.0
+    history = sum(
+        prev.input_tokens + prev.output_tokens
+        for session in workload.sessions
+        for prev, turn in zip(session.turns, session.turns[1:])
+        if isinstance(turn.prompt, Synthetic) and turn.prompt.extends_previous
+    )
+    return WorkloadStats(
+        format=workload.format,
+        sessions=len(workload.sessions),
+        requests=len(turns),
+        turns_per_session=_stats([len(s.turns) for s in workload.sessions], ("mean", "min", "max")),
+        input_tokens=_stats(inputs, STATS),
+        output_tokens=_stats(outputs, STATS),
+        unknown_lengths=len(turns) - len(inputs),
+        timed=workload.timed,
+        span_s=span if workload.timed else None,
+        request_rate=(len(turns) / span if span > 0 else None) if workload.timed else None,
+        reusable_prefix_share=reusable_prefix_share(workload, token_block_size=token_block_size),
+        session_history_share=history / sum(inputs) if history and inputs else None,
+    )
+
+
+def reusable_prefix_share(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK) -> float | None:
+    """Share of hash-id/token-id prompt tokens an unbounded prefix cache could serve (see above);
+    ``None`` when the workload has no such prompts."""
+    seen: set[int] = set()
+    reusable = total = 0
+    for _, _, turn in workload.turns():
+        prompt = turn.prompt
+        if isinstance(prompt, HashBlocks):
+            blocks: Iterable = prompt.hash_ids
+            size, length = prompt.block_size, turn.input_tokens
+        elif isinstance(prompt, TokenIds):
+            ids = prompt.ids
+            size, length = token_block_size, len(ids)
+            blocks = (ids[i : i + size] for i in range(0, len(ids) - size + 1, size))
+        else:
+            continue
+        total += length
+        chain, hit_blocks, missed = 0, 0, False
+        for block in blocks:
+            chain = hash((chain, block))
+            if not missed and chain in seen:
+                hit_blocks += 1
+            else:
+                missed = True
+                seen.add(chain)
+        reusable += min(hit_blocks * size, length)
+    return reusable / total if total else None
+
+
+def _stats(values: list[int], names: tuple[str, ...]) -> dict[str, float] | None:
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float)
+    table = {"mean": array.mean(), "min": array.min(), "max": array.max()}
+    for name in names:
+        if name.startswith("p"):
+            table[name] = float(np.percentile(array, int(name[1:])))
+    return {name: float(table[name]) for name in names}
+
+
+def _stats_text(stats: dict[str, float] | None, names: tuple[str, ...]) -> str:
+    if stats is None:
+        return "n/a"
+    return "  ".join(f"{name} {stats[name]:,.{1 if name == 'mean' else 0}f}" for name in names)
