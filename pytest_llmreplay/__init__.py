@@ -4,7 +4,7 @@ The public API, re-exported from the modules that own it.
 """
 
 from .errors import LLMReplayError, WorkloadError
-from .formats import FORMATS, detect_format, load_workload
+from .formats import FORMATS, detect_format, load_workload, write_workload
 from .formats.synthetic import SyntheticSpec, generate as generate_synthetic
 from .workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload
 
@@ -23,4 +23,5 @@ __all__ = [
     "detect_format",
     "generate_synthetic",
     "load_workload",
+    "write_workload",
 ]

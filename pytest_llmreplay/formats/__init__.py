@@ -79,3 +79,17 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
         raise WorkloadError("not a UTF-8 text file", path=path) from None
     except IsADirectoryError:
         raise WorkloadError(f"is a directory; format {name!r} reads a file", path=path) from None
+
+
+def write_workload(workload: Workload, path: str | Path, to: str, *, allow_loss: bool = False) -> list[str]:
+    """Write ``workload`` to ``path`` in format ``to``; returns notes on what was dropped.
+
+    Raises :class:`LLMReplayError` when ``to`` cannot express the workload, or would drop
+    something and ``allow_loss`` is false (the message lists what).
+    """
+    module = FORMATS.get(to)
+    writer = getattr(module, "write", None)
+    if writer is None:
+        writable = ", ".join(name for name, m in FORMATS.items() if hasattr(m, "write"))
+        raise LLMReplayError(f"cannot write format {to!r}; writable formats: {writable}")
+    return writer(workload, path, allow_loss=allow_loss)

@@ -22,6 +22,7 @@ from pathlib import Path
 from ..errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
 from ._fields import Fields, max_output_tokens, type_name
+from ._writing import Losses, payload_bodies
 
 NAME = "aiperf-inputs"
 _DATA_ARRAY = re.compile(r'\s*\{\s*"data"\s*:\s*\[')
@@ -83,3 +84,13 @@ def _entry_lines(text: str, count: int) -> list[int | None]:
     return lines
 
 
+
+
+def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
+    """Write ``{"data": [...]}`` (indent 2, as AIPerf does); only payload workloads convert."""
+    losses = Losses(NAME)
+    bodies = payload_bodies(workload, NAME, losses)
+    notes = losses.settle(allow_loss)
+    data = [{"session_id": s.id, "payloads": b} for s, b in zip(workload.sessions, bodies)]
+    Path(path).write_text(json.dumps({"data": data}, indent=2) + "\n", encoding="utf-8")
+    return notes

@@ -11,11 +11,13 @@ length is the body's ``max_completion_tokens`` or ``max_tokens`` when it sets on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from ..errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
 from ._fields import Fields, check_messages, iter_json_lines, max_output_tokens, try_json
+from ._writing import Losses, payload_bodies, write_json_lines
 
 NAME = "aiperf-payloads"
 
@@ -48,3 +50,21 @@ def _numbered_turns(path: Path):
         body = Fields(obj, path, line)
         check_messages(body)
         yield line, Turn(None, max_output_tokens(body), Payload(obj))
+
+
+def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
+    """One-turn sessions: a JSONL file, a body a line. Multi-turn sessions: ``path`` becomes a
+    directory with one ``<session id>.jsonl`` per session. Only payload workloads convert."""
+    losses = Losses(NAME)
+    bodies = payload_bodies(workload, NAME, losses)
+    notes = losses.settle(allow_loss)
+    path = Path(path)
+    if all(len(b) == 1 for b in bodies):
+        write_json_lines(path, (b[0] for b in bodies))
+        return notes
+    path.mkdir(parents=True, exist_ok=True)
+    width = len(str(len(bodies)))
+    for number, (session, session_bodies) in enumerate(zip(workload.sessions, bodies)):
+        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", session.id)
+        write_json_lines(path / f"{number:0{width}d}-{safe}.jsonl", session_bodies)
+    return notes + ["directory mode: files are numbered to keep the session order"]

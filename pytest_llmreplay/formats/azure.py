@@ -11,11 +11,12 @@ trace carries no prompt contents, so prompts are synthetic (no prefix sharing).
 from __future__ import annotations
 
 import csv
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from ..errors import WorkloadError
 from ..workload import Session, Synthetic, Turn, Workload
+from ._writing import Losses, cannot
 
 NAME = "azure"
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -76,3 +77,34 @@ def _count(text: str, name: str, path: Path, line: int) -> int:
     if not value.isdigit() or int(value) < 1:
         raise WorkloadError(f"must be an integer >= 1, got {text!r}", path=path, line=line, field=name)
     return int(value)
+
+
+def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
+    """Write one row a request; only one-turn sessions with known lengths can be expressed.
+
+    Time stamps count from 2023-11-16 00:00:00 (the loader only keeps differences). Prompt
+    contents (token ids, hash ids, prefix groups) and an untimed workload's arrivals are losses.
+    """
+    losses = Losses(NAME)
+    if not workload.timed and len(workload.sessions) > 1:
+        losses.add("untimed workload: every request is written at the same time stamp")
+    rows = []
+    for session in workload.sessions:
+        if len(session.turns) != 1:
+            raise cannot(NAME, session, None, f"{len(session.turns)} turns (Azure rows are single requests)")
+        turn = session.turns[0]
+        if turn.input_tokens is None or turn.output_tokens is None:
+            raise cannot(NAME, session, 0, "a verbatim payload without token counts")
+        if not (isinstance(turn.prompt, Synthetic) and turn.prompt.prefix_group is None):
+            losses.add("prompt contents (token ids, hash ids or prefix groups): only lengths are kept")
+        rows.append((session.arrival_s if workload.timed else 0.0, turn.input_tokens, turn.output_tokens))
+    notes = losses.settle(allow_loss)
+    base = datetime(2023, 11, 16)
+    with open(path, "w", encoding="utf-8", newline="") as stream:
+        out = csv.writer(stream, lineterminator="\n")
+        out.writerow(HEADER)
+        for arrival, context, generated in rows:
+            whole = int(arrival)
+            stamp = (base + timedelta(seconds=whole)).strftime("%Y-%m-%d %H:%M:%S")
+            out.writerow((f"{stamp}.{round((arrival - whole) * 1e7):07d}", context, generated))
+    return notes

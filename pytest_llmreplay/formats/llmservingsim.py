@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..workload import Session, TokenIds, Turn, Workload, next_synthetic
+from ..workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload, next_synthetic
 from ._fields import Fields, iter_json_lines, try_json
+from ._writing import Losses, cannot, write_json_lines
 
 NAME = "llmservingsim"
 REQUEST_FIELDS = frozenset({"input_toks", "output_toks", "input_tok_ids", "output_tok_ids"})
@@ -96,3 +97,44 @@ def _turn(request: Fields, previous: Turn | None, delay_s: float) -> Turn:
     return Turn(input_tokens, output_tokens, prompt, delay_s, output_ids)
 
 
+
+
+def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
+    """Write flat lines for one-turn sessions and agentic lines for the others.
+
+    Keeps lengths, token ids, arrivals and delays; hash ids, prefix groups and an untimed
+    workload's missing arrivals are losses; verbatim payloads cannot be expressed.
+    """
+    losses = Losses(NAME)
+    if not workload.timed and len(workload.sessions) > 1:
+        losses.add("untimed workload: every session is written to arrive at 0 ns")
+    rows = []
+    for session in workload.sessions:
+        requests = [_request_row(session, index, losses) for index in range(len(session.turns))]
+        arrival = round(session.arrival_s / NS) if workload.timed else 0
+        if len(requests) == 1:
+            rows.append({**requests[0], "arrival_time_ns": arrival})
+            continue
+        for request, following in zip(requests, session.turns[1:] + (None,)):
+            request["tool_duration_ns"] = round(following.delay_s / NS) if following else 0
+        rows.append({"session_id": session.id, "arrival_time_ns": arrival, "sub_requests": requests})
+    notes = losses.settle(allow_loss)
+    write_json_lines(Path(path), rows)
+    return notes
+
+
+def _request_row(session: Session, index: int, losses: Losses) -> dict:
+    turn = session.turns[index]
+    prompt = turn.prompt
+    if isinstance(prompt, Payload) or turn.input_tokens is None or turn.output_tokens is None:
+        raise cannot(NAME, session, index, "a verbatim payload without token counts")
+    row: dict = {"input_toks": turn.input_tokens, "output_toks": turn.output_tokens}
+    if isinstance(prompt, TokenIds):
+        row["input_tok_ids"] = list(prompt.ids)
+    elif isinstance(prompt, HashBlocks):
+        losses.add("hash ids (prompts become synthetic: no prefix sharing)")
+    elif isinstance(prompt, Synthetic) and prompt.prefix_group is not None:
+        losses.add("prefix groups (prompts become synthetic: no shared prefix)")
+    if turn.output_token_ids is not None:
+        row["output_tok_ids"] = list(turn.output_token_ids)
+    return row

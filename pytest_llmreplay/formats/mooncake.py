@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import WorkloadError
-from ..workload import HashBlocks, Payload, PromptSource, Session, Turn, Workload, next_synthetic
+from ..workload import HashBlocks, Payload, PromptSource, Session, TokenIds, Turn, Workload, next_synthetic
 from ._fields import Fields, check_messages, iter_json_lines, try_json, type_name
+from ._writing import Losses, tidy, write_json_lines
 
 NAME = "mooncake"
 DEFAULT_BLOCK_SIZE = 512
@@ -137,3 +138,48 @@ def _literal_body(row: Fields, key: str) -> dict:
     if not isinstance(value, dict) or not value:
         raise row.error(key, f"must be a non-empty object (a request body), got {type_name(value)}")
     return value
+
+
+def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
+    """Write one row a turn; multi-turn sessions get ``session_id`` and ``delay`` (ms).
+
+    Keeps lengths, hash ids, arrivals (``timestamp``, ms; none for an untimed workload), delays
+    and verbatim payloads (``payload``); token ids and prefix groups are losses. Hash ids of
+    another block size than 512 are kept and noted: load the file with that ``block_size``.
+    """
+    losses = Losses(NAME)
+    notes: list[str] = []
+    rows = []
+    for session in workload.sessions:
+        for index, turn in enumerate(session.turns):
+            row: dict = {}
+            if index == 0 and workload.timed:
+                row["timestamp"] = tidy(session.arrival_s * 1000.0, 6)
+            if len(session.turns) > 1:
+                row["session_id"] = session.id
+            if index and turn.delay_s:
+                row["delay"] = tidy(turn.delay_s * 1000.0, 6)
+            row.update(_prompt_fields(turn, losses, notes))
+            if turn.output_tokens is not None:
+                row["output_length"] = turn.output_tokens
+            if isinstance(turn.prompt, HashBlocks):
+                row["hash_ids"] = list(turn.prompt.hash_ids)
+            rows.append(row)
+    notes = losses.settle(allow_loss) + sorted(set(notes))
+    write_json_lines(Path(path), rows)
+    return notes
+
+
+def _prompt_fields(turn: Turn, losses: Losses, notes: list[str]) -> dict:
+    prompt = turn.prompt
+    if isinstance(prompt, Payload):
+        return {"payload": dict(prompt.body)}
+    if isinstance(prompt, HashBlocks):
+        if prompt.block_size != DEFAULT_BLOCK_SIZE:
+            notes.append(f"hash ids stand for blocks of {prompt.block_size} tokens: load with block_size={prompt.block_size}")
+        return {"input_length": turn.input_tokens}
+    if isinstance(prompt, TokenIds):
+        losses.add("token ids (prompts become synthetic)")
+    elif prompt.prefix_group is not None:
+        losses.add("prefix groups (prompts become synthetic: no shared prefix)")
+    return {"input_length": turn.input_tokens}

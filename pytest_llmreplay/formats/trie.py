@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..workload import Session, Synthetic, Turn, Workload
 from ._fields import Fields, iter_json_lines, try_json
+from ._writing import Losses, arrival_losses, cannot, tidy, write_json_lines
 
 NAME = "trie"
 LIST_FIELDS = ("assistant_response_length", "tool_call_output_length", "tool_call_latency")
@@ -59,3 +60,40 @@ def _session(row: Fields, line: int) -> Session:
         output_tokens = responses[k] if k < num_turns else final
         turns.append(Turn(input_tokens, output_tokens, Synthetic(extends_previous=True), latencies[k - 1]))
     return Session(f"trace{line}", 0.0, tuple(turns))
+
+
+def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
+    """Write one trace a session; every session must be an agent chain: a first turn with its
+    own prompt, then turns that extend the previous prompt + response. Arrival times and the
+    first prompt's token ids, hash ids or prefix group are losses."""
+    losses = Losses(NAME)
+    arrival_losses(workload, losses)
+    rows = [_trace_row(session, losses) for session in workload.sessions]
+    notes = losses.settle(allow_loss)
+    write_json_lines(Path(path), rows)
+    return notes
+
+
+def _trace_row(session: Session, losses: Losses) -> dict:
+    first, rest = session.turns[0], session.turns[1:]
+    if first.input_tokens is None or first.output_tokens is None:
+        raise cannot(NAME, session, 0, "a verbatim payload without token counts")
+    if not (isinstance(first.prompt, Synthetic) and first.prompt.prefix_group is None):
+        losses.add("the first prompt's contents (token ids, hash ids or prefix group): only its length is kept")
+    responses, tools, latencies = [], [], []
+    previous = first
+    for index, turn in enumerate(rest, start=1):
+        if not (isinstance(turn.prompt, Synthetic) and turn.prompt.extends_previous):
+            raise cannot(NAME, session, index, "a turn that does not extend the previous prompt + response")
+        responses.append(previous.output_tokens)
+        tools.append(turn.input_tokens - previous.input_tokens - previous.output_tokens)
+        latencies.append(tidy(turn.delay_s, 9))
+        previous = turn
+    return {
+        "num_turns": len(rest),
+        "input_prompt_length": first.input_tokens,
+        "assistant_response_length": responses,
+        "tool_call_output_length": tools,
+        "tool_call_latency": latencies,
+        "final_assistant_response_length": previous.output_tokens,
+    }
