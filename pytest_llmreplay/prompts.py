@@ -127,7 +127,8 @@ class PromptFactory:
         """Text that encodes to ``len(ids)`` tokens, and the ids it really encodes to.
 
         Decoded as is when that round-trips (always for word tokens with byte-level BPE);
-        otherwise repaired by re-encoding and cutting or padding with word tokens.
+        otherwise repaired: a shrinking head of the re-encoded ids is kept and the rest filled
+        with word tokens, until the text encodes to exactly ``len(ids)`` tokens.
         """
         vocab = self.tokenizer.vocab_size
         bad = next((t for t in ids if not 0 <= t < vocab), None)
@@ -138,15 +139,15 @@ class PromptFactory:
             )
         target = len(ids)
         current = list(ids)
-        for attempt in range(REPAIR_ATTEMPTS):
+        for attempt in range(1, REPAIR_ATTEMPTS + 1):
             text = self.tokenizer.decode(current)
             encoded = self.tokenizer.encode(text)
             if len(encoded) == target:
                 return text, encoded
-            if len(encoded) > target:
-                current = encoded[:target]
-            else:
-                current = encoded + self.stream(stable_hash("repair", self.seed, attempt), 0, target - len(encoded))
+            # keep a shrinking head of what re-encoded, pad with word tokens; the last try is
+            # all word tokens, which always round-trip with byte-level BPE
+            keep = min(len(encoded), target) * (REPAIR_ATTEMPTS - attempt) // REPAIR_ATTEMPTS
+            current = encoded[:keep] + self.stream(stable_hash("repair", self.seed, attempt), 0, target - keep)
         raise LLMReplayError(f"could not make text of exactly {target} tokens with tokenizer {self.tokenizer.name!r}")
 
 

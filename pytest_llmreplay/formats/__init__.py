@@ -22,13 +22,14 @@ FORMATS: dict[str, ModuleType] = {
 }
 
 
-def first_line(path: Path) -> str:
-    """The first non-blank line of a text file ('' for an empty file)."""
+def first_line(path: Path) -> tuple[int, str]:
+    """The number and text of the first line that is neither blank nor a ``#`` comment (YAML
+    specs start with one); ``(0, "")`` for a file without such a line."""
     with open(path, encoding="utf-8") as stream:
-        for text in stream:
-            if text.strip():
-                return text
-    return ""
+        for number, text in enumerate(stream, start=1):
+            if text.strip() and not text.lstrip().startswith("#"):
+                return number, text
+    return 0, ""
 
 
 def detect_format(path: str | Path) -> str:
@@ -39,11 +40,11 @@ def detect_format(path: str | Path) -> str:
     if path.is_dir():
         return aiperf_payloads.NAME
     try:
-        line = first_line(path)
+        number, line = first_line(path)
     except UnicodeDecodeError:
         raise WorkloadError("not a text file (expected UTF-8 JSONL, JSON, CSV or YAML)", path=path) from None
     if not line:
-        raise WorkloadError("the file is empty", path=path)
+        raise WorkloadError("the file is empty (or only blank and comment lines)", path=path)
     for name, module in FORMATS.items():
         if module.detect(line):
             return name
@@ -51,7 +52,7 @@ def detect_format(path: str | Path) -> str:
         f"cannot tell the format from the first line {line.strip()[:80]!r}; name it with "
         f"format= (one of {', '.join(FORMATS)})",
         path=path,
-        line=1,
+        line=number,
     )
 
 
