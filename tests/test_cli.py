@@ -1,0 +1,139 @@
+"""llmreplay validate / inspect / convert, through main() as a user runs them."""
+
+import json
+
+import pytest
+
+from pytest_llmreplay import load_workload
+from pytest_llmreplay.cli import main
+
+MOONCAKE = "mooncake/conversation_trace.jsonl"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SIMULATOR_OUTPUT = "example_single_run.csv"  # LLMServingSim's per-request results, not a workload
+
+
+def test_validate_every_shared_trace(capsys, shared_data):
+    files = sorted(str(p) for p in shared_data.glob("*/*") if p.suffix in {".jsonl", ".csv"} and p.name != SIMULATOR_OUTPUT)
+    code, out, err = run(capsys, "validate", *files)
+    assert code == 0, err
+    assert out.count("ok ") == len(files) == 9
+
+
+def test_validate_says_a_results_file_is_no_workload(capsys, shared_data):
+    code, _, err = run(capsys, "validate", str(shared_data / "llmservingsim" / SIMULATOR_OUTPUT))
+    assert code == 1
+    assert f"{SIMULATOR_OUTPUT}:1: cannot tell the format from the first line 'instance id,request id" in err
+
+
+def test_validate_reports_each_bad_file_and_exits_1(capsys, tmp_path, shared_data):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"input_toks": 3, "output_toks": 2, "arrival_time_ns": -1}\n')
+    code, out, err = run(capsys, "validate", str(bad), str(shared_data / "trie/office_work_8k_slice.jsonl"))
+    assert code == 1
+    assert f"error: {bad}:1: arrival_time_ns: must be >= 0, got -1" in err
+    assert "Traceback" not in err
+    assert "ok " in out
+
+
+def test_validate_prints_loader_warnings(capsys, tmp_path):
+    path = tmp_path / "w.jsonl"
+    path.write_text(json.dumps({"session_id": "s", "arrival_time_ns": 0, "sub_requests": [
+        {"input_toks": 5, "output_toks": 2, "tool_duration_ns": 7}]}) + "\n")
+    code, _, err = run(capsys, "validate", str(path))
+    assert code == 0
+    assert "warning:" in err and "sub_requests[0].tool_duration_ns" in err
+
+
+def test_inspect_mooncake_conversation_figures(capsys, shared_data):
+    code, out, _ = run(capsys, "inspect", str(shared_data / MOONCAKE))
+    assert code == 0
+    for figure in ("mooncake", "12,031", "mean 12,035.1", "p50 6,909", "3,537.0 s", "3.40 req/s", "37.4% (unbounded cache)"):
+        assert figure in out
+
+
+def test_inspect_block_size_option_reaches_the_loader(capsys, shared_data):
+    code, _, err = run(capsys, "inspect", "--block-size", "16", str(shared_data / MOONCAKE))
+    assert code == 1
+    assert "hash_ids: expected ceil(6758 / 16) = 423 ids" in err
+
+
+def test_inspect_untimed_agentic_trace(capsys, shared_data):
+    code, out, _ = run(capsys, "inspect", str(shared_data / "trie/office_work_8k_slice.jsonl"))
+    assert code == 0
+    assert "untimed" in out and "193" in out and "session history share" in out
+
+
+@pytest.mark.parametrize("name, to", [
+    ("trie/office_work_8k_slice.jsonl", "trie"),
+    ("mooncake/mooncake_tiny_arxiv_head16.jsonl", "mooncake"),
+    ("llmservingsim/example_trace.jsonl", "llmservingsim"),
+])
+def test_convert_to_the_same_format_is_byte_identical(capsys, tmp_path, shared_data, name, to):
+    out_path = tmp_path / "out"
+    code, _, err = run(capsys, "convert", str(shared_data / name), str(out_path), "--to", to)
+    assert code == 0, err
+    original = [json.loads(line) for line in (shared_data / name).read_text().splitlines()]
+    written = [json.loads(line) for line in out_path.read_text().splitlines()]
+    assert written == original
+
+
+def test_convert_trie_through_llmservingsim_and_back(capsys, tmp_path, shared_data):
+    source = shared_data / "trie/office_work_8k_slice.jsonl"
+    middle, back = tmp_path / "sim.jsonl", tmp_path / "back.jsonl"
+    code, _, err = run(capsys, "convert", str(source), str(middle), "--to", "llmservingsim")
+    assert code == 1 and "would lose: untimed workload" in err and "--allow-loss" in err
+    assert not middle.exists()
+    assert run(capsys, "convert", str(source), str(middle), "--to", "llmservingsim", "--allow-loss")[0] == 0
+    assert run(capsys, "convert", str(middle), str(back), "--to", "trie", "--allow-loss")[0] == 0
+    assert back.read_text() == source.read_text()
+
+
+def test_convert_azure_keeps_lengths_and_relative_times(capsys, tmp_path, shared_data):
+    source = shared_data / "azure/AzureLLMInferenceTrace_code.csv"
+    out_path = tmp_path / "a.csv"
+    assert run(capsys, "convert", str(source), str(out_path), "--to", "azure")[0] == 0
+    before, after = load_workload(source), load_workload(out_path)
+    assert [s.turns[0].input_tokens for s in after] == [s.turns[0].input_tokens for s in before]
+    assert [round(s.arrival_s, 6) for s in after] == [round(s.arrival_s, 6) for s in before]
+
+
+def test_convert_refuses_silent_loss_and_names_it(capsys, tmp_path, shared_data):
+    code, _, err = run(capsys, "convert", str(shared_data / MOONCAKE), str(tmp_path / "x.csv"), "--to", "azure")
+    assert code == 1
+    assert "converting to azure would lose: prompt contents" in err and "(12031x)" in err
+
+
+def test_convert_names_what_cannot_be_expressed(capsys, tmp_path, shared_data):
+    code, _, err = run(capsys, "convert", str(shared_data / "trie/office_work_8k_slice.jsonl"), str(tmp_path / "x.csv"), "--to", "azure", "--allow-loss")
+    assert code == 1
+    assert "azure cannot express session 'trace1': 25 turns" in err
+
+
+def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
+    source = tmp_path / "inputs.json"
+    data = {"data": [{"session_id": "a", "payloads": [{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+                                                       {"messages": [{"role": "user", "content": "more"}], "max_tokens": 7}]},
+                     {"session_id": "b", "payloads": [{"messages": [{"role": "user", "content": "x"}]}]}]}
+    source.write_text(json.dumps(data, indent=2))
+    folder = tmp_path / "sessions"
+    assert run(capsys, "convert", str(source), str(folder), "--to", "aiperf-payloads")[0] == 0
+    reloaded = load_workload(folder)
+    assert [len(s.turns) for s in reloaded] == [2, 1]
+    assert [t.prompt.body for s in reloaded for t in s.turns] == [p for e in data["data"] for p in e["payloads"]]
+    back = tmp_path / "back.json"
+    assert run(capsys, "convert", str(folder), str(back), "--to", "aiperf-inputs")[0] == 0
+    assert [e["payloads"] for e in json.loads(back.read_text())["data"]] == [e["payloads"] for e in data["data"]]
+
+
+def test_bad_usage_exits_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["convert", "a", "b", "--to", "synthetic"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'synthetic'" in capsys.readouterr().err
