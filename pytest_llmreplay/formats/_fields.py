@@ -29,23 +29,14 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, value
 
 
+_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (list, "a list"), (dict, "an object"))
+
+
 def type_name(value: Any) -> str:
-    """The JSON name of a value's type, for error messages."""
+    """The JSON name of a value's type, for error messages (bool before int: it is one)."""
     if value is None:
         return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a float"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
 
 
 class Fields:
