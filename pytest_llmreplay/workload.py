@@ -90,6 +90,16 @@ def next_synthetic(previous: Turn | None, input_tokens: int) -> Synthetic:
     return Synthetic()
 
 
+def request_name(line: int, taken: set[str]) -> str:
+    """The id of an independent request from ``line`` of its file: ``line<N>``, suffixed with
+    ``~2``, ``~3``... when the file itself names a session so."""
+    name, suffix = f"line{line}", 1
+    while name in taken:
+        suffix += 1
+        name = f"line{line}~{suffix}"
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class Session:
     """An ordered list of turns; turn n+1 may start ``delay_s`` after turn n completes."""

@@ -21,9 +21,10 @@ ids unique. ``input_toks`` of a sub-request is its full prompt. Sessions are sor
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from ..workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload, next_synthetic
+from ..workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload, next_synthetic, request_name
 from ._fields import Fields, iter_json_lines, try_json
 from ._writing import Losses, cannot, write_json_lines
 
@@ -51,15 +52,16 @@ def load(path: str | Path) -> Workload:
         row = Fields(obj, path, line)
         if "sub_requests" in obj:
             session = _agentic(row, warnings)
+            if session.id in first_line_of:
+                raise row.error("session_id", f"duplicate session id {session.id!r} (first on line {first_line_of[session.id]})")
+            first_line_of[session.id] = line
         else:
             row.reject_unknown(FLAT_FIELDS)
-            turn = _turn(row, None, 0.0)
-            session = Session(f"line{line}", row.int("arrival_time_ns") * NS, (turn,))
-        if session.id in first_line_of:
-            raise row.error("session_id", f"duplicate session id {session.id!r} (first on line {first_line_of[session.id]})")
-        first_line_of[session.id] = line
+            session = Session("", row.int("arrival_time_ns") * NS, (_turn(row, None, 0.0),))
         sessions.append((row.obj["arrival_time_ns"], line, session))
     sessions.sort(key=lambda item: item[:2])
+    taken = set(first_line_of)
+    sessions = [(a, line, s if s.id else replace(s, id=request_name(line, taken))) for a, line, s in sessions]
     return Workload(tuple(s for _, _, s in sessions), format=NAME, source=str(path), warnings=tuple(warnings))
 
 

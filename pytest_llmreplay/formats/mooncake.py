@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import WorkloadError
-from ..workload import HashBlocks, Payload, PromptSource, Session, TokenIds, Turn, Workload, next_synthetic
+from ..workload import HashBlocks, Payload, PromptSource, Session, TokenIds, Turn, Workload, next_synthetic, request_name
 from ._fields import Fields, check_messages, iter_json_lines, try_json, type_name
 from ._writing import Losses, tidy, write_json_lines
 
@@ -58,7 +58,8 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
     if type(block_size) is not int or block_size < 1:
         raise WorkloadError(f"block_size must be an integer >= 1, got {block_size!r}", path=path)
     path = Path(path)
-    sessions: dict[str, _SessionRows] = {}
+    sessions: dict[str, _SessionRows] = {}  # named by the file's session_id
+    independent: list[_SessionRows] = []  # rows without session_id
     timed: bool | None = None
     for line, obj in iter_json_lines(path):
         row = Fields(obj, path, line)
@@ -81,8 +82,11 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
                 timed = stamp_ms is not None
             elif timed != (stamp_ms is not None):
                 raise row.error(stamp_key or "timestamp", "either every session-starting row has a timestamp or none has")
-            key = session_id if session_id is not None else f"line{line}"
-            previous = sessions[key] = _SessionRows(line, stamp_ms, stamp_ms)
+            previous = _SessionRows(line, stamp_ms, stamp_ms)
+            if session_id is None:
+                independent.append(previous)
+            else:
+                sessions[session_id] = previous
             delay_s = 0.0
         elif delay_ms is not None:
             delay_s = delay_ms / 1000.0
@@ -96,7 +100,9 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
             previous.last_ms = stamp_ms
         previous.turns.append(Turn(input_tokens, output_tokens, prompt, delay_s))
 
-    ordered = sorted(sessions.items(), key=lambda item: ((item[1].arrival_ms or 0.0), item[1].line))
+    taken = set(sessions)
+    named = [*sessions.items(), *((request_name(rows.line, taken), rows) for rows in independent)]
+    ordered = sorted(named, key=lambda item: ((item[1].arrival_ms or 0.0), item[1].line))
     return Workload(
         sessions=tuple(Session(key, (rows.arrival_ms or 0.0) / 1000.0, tuple(rows.turns)) for key, rows in ordered),
         format=NAME,
