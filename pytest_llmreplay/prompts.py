@@ -83,9 +83,9 @@ class PromptFactory:
         grid = _mix(base[:, None] + np.arange(size, dtype=np.uint64)[None, :])
         blocks = words[(grid % np.uint64(n)).astype(np.int64)]
         if size >= 2:
-            hid = np.array(prompt.hash_ids, dtype=np.int64)
-            blocks[:, 0] = words[(hid // n) % n]
-            blocks[:, 1] = words[hid % n]
+            width = np.uint64(n)
+            blocks[:, 0] = words[((ids // width) % width).astype(np.int64)]
+            blocks[:, 1] = words[(ids % width).astype(np.int64)]
         return blocks.reshape(-1)[:input_tokens].tolist()
 
     def planned_response(self, session: Session, index: int) -> list[int]:

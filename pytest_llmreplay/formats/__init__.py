@@ -24,12 +24,18 @@ FORMATS: dict[str, ModuleType] = {
 
 def first_line(path: Path) -> tuple[int, str]:
     """The number and text of the first line that is neither blank nor a ``#`` comment (YAML
-    specs start with one); ``(0, "")`` for a file without such a line."""
+    specs start with one); ``(0, "")`` for a file without such a line. A lone ``{`` (pretty
+    JSON) is joined with the next such line, so that detectors see the first key."""
+    found: list[str] = []
+    number = 0
     with open(path, encoding="utf-8") as stream:
-        for number, text in enumerate(stream, start=1):
+        for index, text in enumerate(stream, start=1):
             if text.strip() and not text.lstrip().startswith("#"):
-                return number, text
-    return 0, ""
+                number = number or index
+                found.append(text.strip())
+                if found != ["{"]:
+                    break
+    return number, " ".join(found)
 
 
 def detect_format(path: str | Path) -> str:
@@ -75,11 +81,14 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     if not Path(path).exists():
         raise WorkloadError("no such file or directory", path=path)
     try:
-        return module.load(path, **options)
+        workload = module.load(path, **options)
     except UnicodeDecodeError:
         raise WorkloadError("not a UTF-8 text file", path=path) from None
     except IsADirectoryError:
         raise WorkloadError(f"is a directory; format {name!r} reads a file", path=path) from None
+    if not workload.sessions:
+        raise WorkloadError("holds no requests", path=path)
+    return workload
 
 
 def write_workload(workload: Workload, path: str | Path, to: str, *, allow_loss: bool = False) -> list[str]:

@@ -103,8 +103,8 @@ class Fields:
             raise self.error(key, f"must be a finite number >= {minimum:g}, got {value!r}")
         return float(value)
 
-    def int_list(self, key: str, *, minimum: int = 0, required: bool = True) -> tuple[int, ...] | None:
-        """A list of integers >= ``minimum``; the failing element is named ``key[i]``."""
+    def int_list(self, key: str, *, minimum: int = 0, maximum: int | None = None, required: bool = True) -> tuple[int, ...] | None:
+        """A list of integers in [``minimum``, ``maximum``]; the failing element is named ``key[i]``."""
         if key not in self.obj:
             if required:
                 raise self.error(key, "required field missing")
@@ -113,8 +113,8 @@ class Fields:
         if not isinstance(values, list):
             raise self.error(key, f"must be a list of integers, got {type_name(values)}")
         for index, value in enumerate(values):
-            if type(value) is not int or value < minimum:
-                check_int(value, minimum, lambda m, i=index: self.error(f"{key}[{i}]", m))
+            if type(value) is not int or value < minimum or (maximum is not None and value > maximum):
+                check_int(value, minimum, lambda m, i=index: self.error(f"{key}[{i}]", m), maximum)
         return tuple(values)
 
     def number_list(self, key: str, *, minimum: float = 0.0) -> tuple[float, ...]:
@@ -131,15 +131,17 @@ class Fields:
             out.append(float(value))
         return tuple(out)
 
-    def identifier(self, key: str, *, required: bool = True) -> str | None:
-        """A non-empty string or an integer, returned as a string (session ids)."""
+    def identifier(self, key: str, *, required: bool = True, allow_int: bool = True) -> str | None:
+        """A non-empty string (or an integer, when ``allow_int``), returned as a string."""
         if key not in self.obj:
             if required:
                 raise self.error(key, "required field missing")
             return None
         value = self.obj[key]
-        if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
-            raise self.error(key, f"must be a non-empty string or an integer, got {type_name(value)} {value!r}")
+        kinds = (str, int) if allow_int else (str,)
+        if isinstance(value, bool) or not isinstance(value, kinds) or value == "":
+            expected = "a non-empty string or an integer" if allow_int else "a non-empty string"
+            raise self.error(key, f"must be {expected}, got {type_name(value)} {value!r}")
         return str(value)
 
     def list(self, key: str, *, min_length: int = 0) -> list[Any]:
@@ -154,12 +156,15 @@ class Fields:
         return values
 
 
-def check_int(value: Any, minimum: int, fail: Any) -> int:
-    """Return ``value`` if it is an integer >= ``minimum``, else raise ``fail(message)``."""
+def check_int(value: Any, minimum: int, fail: Any, maximum: int | None = None) -> int:
+    """Return ``value`` if it is an integer in [``minimum``, ``maximum``], else raise
+    ``fail(message)``."""
     if type(value) is not int:
         raise fail(f"must be an integer, got {type_name(value)} {value!r}")
     if value < minimum:
         raise fail(f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise fail(f"must be <= {maximum}, got {value}")
     return value
 
 

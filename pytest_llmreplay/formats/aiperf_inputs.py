@@ -29,8 +29,8 @@ _DATA_ARRAY = re.compile(r'\s*\{\s*"data"\s*:\s*\[')
 
 
 def detect(first_line: str) -> bool:
-    """Pretty-printed JSON (a lone ``{``) or a one-line ``{"data": [...]}``."""
-    return first_line.strip() == "{" or _DATA_ARRAY.match(first_line) is not None
+    """A JSON object whose first key is ``"data"`` holding a list."""
+    return _DATA_ARRAY.match(first_line) is not None
 
 
 def load(path: str | Path) -> Workload:
@@ -52,7 +52,7 @@ def load(path: str | Path) -> Workload:
     for index, entry in enumerate(entries):
         record = Fields(document, path, lines[index]).child(entry, f"data[{index}]")
         record.reject_unknown({"session_id", "payloads"})
-        session_id = record.identifier("session_id")
+        session_id = record.identifier("session_id", allow_int=False)
         if session_id in seen:
             raise record.error("session_id", f"duplicate session id {session_id!r} (first in data[{seen[session_id]}])")
         seen[session_id] = index

@@ -20,6 +20,7 @@ from ._writing import Losses, cannot
 
 NAME = "azure"
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+EPOCH_ORDINAL = datetime(1970, 1, 1).toordinal()
 
 
 def detect(first_line: str) -> bool:
@@ -57,15 +58,16 @@ def load(path: str | Path) -> Workload:
 
 
 def _seconds(text: str, day_seconds: dict[str, float], path: Path, line: int) -> float:
-    """POSIX-like seconds of ``YYYY-MM-DD HH:MM:SS[.fraction]`` (dates parsed once each)."""
+    """Seconds since 1970-01-01 of ``YYYY-MM-DD HH:MM:SS[.fraction]``, read as UTC whatever the
+    machine's time zone (dates parsed once each)."""
     try:
         date, clock = text.split(" ", 1)
         base = day_seconds.get(date)
         if base is None:
-            base = day_seconds[date] = datetime.strptime(date, "%Y-%m-%d").timestamp()
+            base = day_seconds[date] = (datetime.strptime(date, "%Y-%m-%d").toordinal() - EPOCH_ORDINAL) * 86400.0
         hms, _, fraction = clock.partition(".")
         hours, minutes, seconds = (int(part) for part in hms.split(":"))
-        if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61) or (fraction and not fraction.isdigit()):
+        if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61) or (fraction and not (fraction.isascii() and fraction.isdigit())):
             raise ValueError
         return base + hours * 3600 + minutes * 60 + seconds + (float("0." + fraction) if fraction else 0.0)
     except ValueError:
@@ -74,7 +76,7 @@ def _seconds(text: str, day_seconds: dict[str, float], path: Path, line: int) ->
 
 def _count(text: str, name: str, path: Path, line: int) -> int:
     value = text.strip()
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise WorkloadError(f"must be an integer >= 1, got {text!r}", path=path, line=line, field=name)
     return int(value)
 

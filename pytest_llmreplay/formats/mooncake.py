@@ -33,6 +33,9 @@ from ._writing import Losses, tidy, write_json_lines
 
 NAME = "mooncake"
 DEFAULT_BLOCK_SIZE = 512
+DETECTING_FIELDS = frozenset(
+    {"hash_ids", "input_length", "input_tokens", "output_length", "output_tokens", "created_time", "text_input", "timestamp"}
+)
 KNOWN_FIELDS = frozenset(
     {"timestamp", "created_time", "input_length", "input_tokens", "output_length", "output_tokens",
      "hash_ids", "session_id", "delay", "delay_ms", "text_input", "messages", "payload"}
@@ -40,9 +43,9 @@ KNOWN_FIELDS = frozenset(
 
 
 def detect(first_line: str) -> bool:
-    """A JSON object line with ``hash_ids`` or Mooncake's length names."""
+    """A JSON object line with a field only Mooncake rows have."""
     first = try_json(first_line)
-    return isinstance(first, dict) and bool({"hash_ids", "input_length", "created_time"} & first.keys())
+    return isinstance(first, dict) and bool(DETECTING_FIELDS & first.keys())
 
 
 @dataclass
@@ -119,7 +122,7 @@ def _prompt(row: Fields, previous: Turn | None, block_size: int) -> tuple[int | 
             raise row.error("hash_ids", f"only allowed with input_length, not with {key}")
         return None, Payload(_literal_body(row, key))
     input_tokens = row.int(key, minimum=1)
-    hash_ids = row.int_list("hash_ids", required=False)
+    hash_ids = row.int_list("hash_ids", required=False, maximum=2**64 - 1)
     if hash_ids is None:
         return input_tokens, next_synthetic(previous, input_tokens)
     expected = -(-input_tokens // block_size)

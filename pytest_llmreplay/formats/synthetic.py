@@ -25,6 +25,7 @@ Without ``rate`` or ``interval`` the workload is untimed (replayed by concurrenc
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping, Union
@@ -33,7 +34,7 @@ import numpy as np
 
 from ..errors import WorkloadError
 from ..workload import Session, Synthetic, Turn, Workload
-from ._fields import try_json, type_name
+from ._fields import type_name
 
 NAME = "synthetic"
 DISTRIBUTIONS = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
@@ -86,11 +87,8 @@ class SyntheticSpec:
 
 
 def detect(first_line: str) -> bool:
-    """A YAML ``synthetic:`` mapping or a one-line JSON ``{"synthetic": ...}``."""
-    if first_line.strip().startswith("synthetic:"):
-        return True
-    first = try_json(first_line)
-    return isinstance(first, dict) and "synthetic" in first
+    """A YAML ``synthetic:`` mapping or a JSON object whose first key is ``"synthetic"``."""
+    return re.match(r'\s*(synthetic:|\{\s*"synthetic"\s*:)', first_line) is not None
 
 
 def load(path: str | Path) -> Workload:
