@@ -1,0 +1,183 @@
+"""load_workload: format detection, explicit format=, options, unusable paths, and every real
+trace in ../shared/data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_llmreplay import FORMATS, LLMReplayError, WorkloadError, detect_format, load_workload
+
+MOONCAKE = {"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}
+TRIE = {"num_turns": 0, "input_prompt_length": 10, "assistant_response_length": [], "tool_call_output_length": [],
+        "tool_call_latency": [], "final_assistant_response_length": 5}
+MESSAGES = [{"role": "user", "content": "hi"}]
+AIPERF_INPUTS = {"data": [{"session_id": "a", "payloads": [{"messages": MESSAGES}]}]}
+AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"
+FILE_FORMATS = [name for name in FORMATS if name != "aiperf-payloads"]
+
+# file text -> the format it is detected as
+DETECTED = {
+    "llmservingsim flat": (json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0}), "llmservingsim"),
+    "llmservingsim agentic": (json.dumps({"session_id": "s", "arrival_time_ns": 0, "sub_requests": [
+        {"input_toks": 3, "output_toks": 2, "tool_duration_ns": 0}]}), "llmservingsim"),
+    "mooncake hash ids": (json.dumps(MOONCAKE), "mooncake"),
+    "mooncake created_time": (json.dumps({"created_time": 5, "input_length": 9, "output_length": 2}), "mooncake"),
+    "mooncake input_tokens spelling": (json.dumps({"timestamp": 0, "input_tokens": 10, "output_tokens": 5}), "mooncake"),
+    "mooncake literal text": (json.dumps({"text_input": "What is ML?", "output_length": 5}), "mooncake"),
+    "trie": (json.dumps(TRIE), "trie"),
+    "aiperf payload": (json.dumps({"messages": MESSAGES, "max_tokens": 4}), "aiperf-payloads"),
+    "aiperf inputs pretty": (json.dumps(AIPERF_INPUTS, indent=2), "aiperf-inputs"),
+    "aiperf inputs one line": (json.dumps(AIPERF_INPUTS), "aiperf-inputs"),
+    "azure": (AZURE, "azure"),
+    "synthetic yaml": ("synthetic:\n  sessions: 3\n", "synthetic"),
+    "synthetic yaml after comments": ("# a small chat workload\n\n# (seeded)\nsynthetic:\n  sessions: 3\n", "synthetic"),
+    "synthetic json one line": (json.dumps({"synthetic": {"sessions": 3}}), "synthetic"),
+    "synthetic json pretty": (json.dumps({"synthetic": {"sessions": 3}}, indent=2), "synthetic"),
+    "leading blank lines": ("\n  \n" + json.dumps(MOONCAKE), "mooncake"),
+}
+
+
+def write(tmp_path: Path, text: str | bytes, name: str = "workload.jsonl") -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text if text.endswith("\n") or not text else text + "\n", encoding="utf-8")
+    return path
+
+
+def error_of(call, *args, **kwargs) -> WorkloadError:
+    with pytest.raises(WorkloadError) as info:
+        call(*args, **kwargs)
+    return info.value
+
+
+@pytest.mark.parametrize("text, expected", DETECTED.values(), ids=DETECTED.keys())
+def test_detected_and_loaded(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    assert detect_format(path) == expected
+    workload = load_workload(path)
+    assert workload.format == expected and workload.num_requests >= 1
+
+
+def test_a_directory_is_aiperf_payloads(tmp_path):
+    (tmp_path / "s1.jsonl").write_text(json.dumps({"messages": MESSAGES}) + "\n", encoding="utf-8")
+    assert detect_format(tmp_path) == "aiperf-payloads"
+    assert [s.id for s in load_workload(tmp_path).sessions] == ["s1"]
+
+
+def test_explicit_format_skips_detection(tmp_path):
+    path = write(tmp_path, json.dumps({"session_id": "a", "messages": MESSAGES}))
+    assert load_workload(path, format="mooncake").sessions[0].id == "a"
+    # and applies that format's rules: a Mooncake line is not an LLMServingSim line
+    error = error_of(load_workload, write(tmp_path, json.dumps(MOONCAKE), "m.jsonl"), format="llmservingsim")
+    assert str(error).startswith(f"{tmp_path / 'm.jsonl'}:1: timestamp: unknown field")
+
+
+def test_options_reach_the_loader(tmp_path):
+    path = write(tmp_path, json.dumps({**MOONCAKE, "input_length": 33, "hash_ids": [1, 2, 3]}))
+    (session,) = load_workload(path, block_size=16).sessions
+    assert session.turns[0].prompt.block_size == 16
+
+
+def test_undetectable_first_line(tmp_path):
+    path = write(tmp_path, "\n\nhello world\n{}\n", "notes.txt")
+    error = error_of(load_workload, path)
+    assert str(error).startswith(f"{path}:3: cannot tell the format from the first line 'hello world'; name it with format=")
+    assert ", ".join(FORMATS) in str(error)
+
+
+def test_unknown_format(tmp_path):
+    with pytest.raises(LLMReplayError) as info:
+        load_workload(write(tmp_path, json.dumps(MOONCAKE)), format="sharegpt")
+    assert str(info.value) == f"unknown workload format 'sharegpt'; expected one of {', '.join(FORMATS)}"
+
+
+@pytest.mark.parametrize("format, options, expected", [
+    ("trie", {"block_size": 16}, "format 'trie' takes no options; got block_size"),
+    ("mooncake", {"block_sizes": 16}, "format 'mooncake' takes block_size; got block_sizes"),
+    ("mooncake", {"seed": 1, "rate": 2}, "format 'mooncake' takes block_size; got rate, seed"),
+    (None, {"block_size": 16}, "format 'llmservingsim' takes no options; got block_size"),
+])
+def test_options_a_format_does_not_take(tmp_path, format, options, expected):
+    path = write(tmp_path, json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0}))
+    with pytest.raises(LLMReplayError) as info:
+        load_workload(path, format=format, **options)
+    assert str(info.value) == expected
+
+
+@pytest.mark.parametrize("format", [None, *FORMATS])
+def test_missing_file(tmp_path, format):
+    path = tmp_path / "nope.jsonl"
+    assert str(error_of(load_workload, path, format=format)) == f"{path}: no such file or directory"
+
+
+@pytest.mark.parametrize("text", ["", "\n\n   \n", "# only a comment\n"])
+def test_empty_file_detected(tmp_path, text):
+    path = write(tmp_path, text)
+    error = error_of(load_workload, path)
+    assert str(error).startswith(f"{path}: the file is empty")
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_empty_file_with_a_named_format_is_an_error(tmp_path, format):
+    """An empty workload cannot be replayed; naming the format must not turn the 'file is empty'
+    error into a silent empty workload."""
+    path = write(tmp_path, "", "empty.txt")
+    assert str(error_of(load_workload, path, format=format)).startswith(f"{path}")
+
+
+BINARY = bytes(range(256)) * 4
+
+
+def test_binary_file_detected(tmp_path):
+    path = write(tmp_path, BINARY, "model.bin")
+    assert str(error_of(load_workload, path)) == f"{path}: not a text file (expected UTF-8 JSONL, JSON, CSV or YAML)"
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_binary_file_with_a_named_format(tmp_path, format):
+    path = write(tmp_path, BINARY, "model.bin")
+    assert str(error_of(load_workload, path, format=format)) == f"{path}: not a UTF-8 text file"
+
+
+@pytest.mark.parametrize("format", FILE_FORMATS)
+def test_directory_for_a_file_format(tmp_path, format):
+    assert str(error_of(load_workload, tmp_path, format=format)) == f"{tmp_path}: is a directory; format {format!r} reads a file"
+
+
+# --- every real trace --------------------------------------------------------------------------
+
+# path under ../shared/data -> (format, sessions, requests, timed)
+SHARED_WORKLOADS = {
+    "azure/AzureLLMInferenceTrace_code.csv": ("azure", 8_819, 8_819, True),
+    "azure/AzureLLMInferenceTrace_conv.csv": ("azure", 19_366, 19_366, True),
+    "llmservingsim/example_trace.jsonl": ("llmservingsim", 10, 10, True),
+    "llmservingsim/sharegpt-llama-3.1-8b-300-sps10.jsonl": ("llmservingsim", 300, 300, True),
+    "llmservingsim/workload_me2_01_mixed.jsonl": ("llmservingsim", 608, 608, True),
+    "mooncake/conversation_trace.jsonl": ("mooncake", 12_031, 12_031, True),
+    "mooncake/mooncake_tiny_arxiv_head16.jsonl": ("mooncake", 16, 16, True),
+    "mooncake/synthetic_trace.jsonl": ("mooncake", 3_993, 3_993, True),
+    "trie/office_work_8k_slice.jsonl": ("trie", 8, 193, False),
+}
+# files in ../shared/data that are not workloads (see its README): results and measurements
+NOT_WORKLOADS = {"README.md", "llmservingsim/example_single_run.csv"}
+
+
+@pytest.mark.parametrize("relative, expected", SHARED_WORKLOADS.items(), ids=SHARED_WORKLOADS.keys())
+def test_every_shared_trace_loads(shared_data, relative, expected):
+    workload = load_workload(shared_data / relative)
+    assert (workload.format, len(workload), workload.num_requests, workload.timed) == expected
+    assert workload.warnings == ()
+    arrivals = [s.arrival_s for s in workload.sessions]
+    assert arrivals == sorted(arrivals) and min(arrivals) >= 0.0
+
+
+def test_the_table_covers_every_shared_file(shared_data):
+    files = {p.relative_to(shared_data).as_posix() for p in shared_data.rglob("*") if p.is_file()}
+    uncovered = {f for f in files - set(SHARED_WORKLOADS) - NOT_WORKLOADS if not f.startswith("llmservingsim/bench/")}
+    assert uncovered == set(), "add these shared files to SHARED_WORKLOADS (or NOT_WORKLOADS)"
+    assert set(SHARED_WORKLOADS) <= files

@@ -1,0 +1,163 @@
+"""describe(): workload figures on tiny hand-built workloads (hand-computed) and on real traces."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_llmreplay import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload, load_workload
+from pytest_llmreplay.workload_stats import describe, reusable_prefix_share
+
+
+def workload(*sessions: Session, timed: bool = True) -> Workload:
+    return Workload(tuple(sessions), format="test", timed=timed)
+
+
+def single(id: str, arrival: float, input_tokens: int | None, prompt, output_tokens: int | None = 1) -> Session:
+    return Session(id, arrival, (Turn(input_tokens, output_tokens, prompt),))
+
+
+def blocks(*ids: int, size: int = 4) -> HashBlocks:
+    return HashBlocks(ids, size)
+
+
+# Hash ids, block size 4, in arrival order:
+#   a  [1,2,3]  10 tokens: all new                          -> 0
+#   b  [1,2,5]  12 tokens: blocks 1,2 cached                -> 8
+#   c  [9,2]     8 tokens: block 2 under another prefix     -> 0
+#   d  [1,2,3]  10 tokens: all cached, last block partial   -> min(3*4, 10) = 10
+#   e  synthetic: not counted
+# share = 18 / 40; span 10 s; 5 requests -> 0.5 req/s
+HASHED = workload(
+    single("a", 0.0, 10, blocks(1, 2, 3)),
+    single("b", 2.0, 12, blocks(1, 2, 5)),
+    single("c", 5.0, 8, blocks(9, 2)),
+    single("d", 10.0, 10, blocks(1, 2, 3)),
+    single("e", 10.0, 1000, Synthetic()),
+)
+
+
+def test_reusable_share_of_hash_ids():
+    stats = describe(HASHED)
+    assert stats.reusable_prefix_share == pytest.approx(18 / 40)
+    assert (stats.sessions, stats.requests, stats.span_s) == (5, 5, 10.0)
+    assert stats.request_rate == pytest.approx(0.5)
+    assert stats.session_history_share is None
+
+
+def test_rows_of_a_timed_workload():
+    rows = dict(describe(HASHED).rows())
+    assert rows["requests"] == "5"
+    assert rows["time span"] == "10.0 s"
+    assert rows["request rate"] == "0.50 req/s"
+    assert rows["reusable prefix share"] == "45.0% (unbounded cache)"
+    assert "session history share" not in rows
+
+
+def test_reusable_share_of_token_ids():
+    # block size 4: only full blocks count
+    #   [0..9]             10 tokens: blocks [0-3] [4-7] new (2 leftover tokens never cached) -> 0
+    #   [0..7, 100..104]   13 tokens: [0-3] [4-7] cached, [100-103] new                     -> 8
+    #   [0, 1, 2]           3 tokens: no full block                                          -> 0
+    w = workload(
+        single("a", 0.0, 10, TokenIds(tuple(range(10)))),
+        single("b", 1.0, 13, TokenIds(tuple(range(8)) + (100, 101, 102, 103, 104))),
+        single("c", 2.0, 3, TokenIds((0, 1, 2))),
+    )
+    assert describe(w, token_block_size=4).reusable_prefix_share == pytest.approx(8 / 26)
+    # block size 2: b reuses [0,1]..[6,7] (8 tokens) and c now has a full cached block [0,1] (2)
+    assert reusable_prefix_share(w, token_block_size=2) == pytest.approx(10 / 26)
+    assert describe(w).reusable_prefix_share == 0.0  # default 16-token blocks: none is full
+
+
+def test_cache_follows_sessions_then_turns():
+    # the second turn of s reuses its first turn's blocks; t (later) reuses s's second turn
+    s = Session("s", 0.0, (Turn(4, 1, blocks(1)), Turn(8, 1, blocks(1, 2))))
+    t = Session("t", 1.0, (Turn(12, 1, blocks(1, 2, 3)),))
+    assert reusable_prefix_share(workload(s, t)) == pytest.approx((4 + 8) / 24)
+
+
+def test_no_hash_or_token_ids_no_share():
+    assert reusable_prefix_share(workload(single("a", 0.0, 5, Synthetic()))) is None
+
+
+# Session a grows twice: history (100 + 10) + (150 + 20) = 280 of 530 prompt tokens.
+GROWING = workload(
+    Session("a", 0.0, (Turn(100, 10, Synthetic()), Turn(150, 20, Synthetic(extends_previous=True)),
+                       Turn(200, 5, Synthetic(extends_previous=True)))),
+    Session("b", 0.0, (Turn(50, 5, Synthetic()), Turn(30, 5, Synthetic()))),
+    timed=False,
+)
+
+
+def test_session_history_share_and_lengths():
+    stats = describe(GROWING)
+    assert stats.session_history_share == pytest.approx(280 / 530)
+    assert stats.turns_per_session == {"mean": 2.5, "min": 2.0, "max": 3.0}
+    assert stats.input_tokens["mean"] == pytest.approx(106.0)
+    assert (stats.input_tokens["p50"], stats.input_tokens["max"]) == (100.0, 200.0)
+    assert stats.output_tokens["mean"] == pytest.approx(9.0)
+    assert stats.reusable_prefix_share is None
+
+
+def test_untimed_workload_has_no_span_or_rate():
+    stats = describe(GROWING)
+    assert (stats.timed, stats.span_s, stats.request_rate) == (False, None, None)
+    rows = dict(stats.rows())
+    assert rows["time span"] == "untimed (replayed by concurrency)"
+    assert "request rate" not in rows
+    assert rows["session history share"] == f"{280 / 530:.1%}"
+
+
+def test_zero_span_has_no_rate():
+    stats = describe(workload(single("a", 3.0, 5, Synthetic()), single("b", 3.0, 5, Synthetic())))
+    assert (stats.span_s, stats.request_rate) == (0.0, None)
+    assert dict(stats.rows())["request rate"] == "n/a"
+
+
+def test_payloads_have_unknown_lengths():
+    w = workload(single("a", 0.0, None, Payload({"messages": []}), output_tokens=None),
+                 single("b", 0.0, None, Payload({"messages": []}), output_tokens=7), timed=False)
+    stats = describe(w)
+    assert (stats.unknown_lengths, stats.input_tokens) == (2, None)
+    assert stats.output_tokens["mean"] == 7.0
+    rows = dict(stats.rows())
+    assert rows["turns of unknown length"] == "2 (verbatim payloads)"
+    assert rows["input tokens"] == "n/a"
+
+
+# --- real traces -------------------------------------------------------------------------------
+
+def test_conversation_trace_figures(shared_data):
+    stats = describe(load_workload(shared_data / "mooncake" / "conversation_trace.jsonl"))
+    assert (stats.format, stats.sessions, stats.requests) == ("mooncake", 12_031, 12_031)
+    assert stats.input_tokens["mean"] == pytest.approx(12_035, abs=1)
+    assert (stats.input_tokens["p50"], stats.input_tokens["max"]) == (6_909, 126_195)
+    assert stats.output_tokens["mean"] == pytest.approx(343, abs=1)
+    assert stats.span_s == pytest.approx(3_537, abs=1)
+    assert stats.request_rate == pytest.approx(3.4, abs=0.05)
+    assert f"{stats.reusable_prefix_share:.1%}" == "37.4%"
+    assert dict(stats.rows())["reusable prefix share"] == "37.4% (unbounded cache)"
+
+
+def test_synthetic_mooncake_trace_reuses_more(shared_data):
+    stats = describe(load_workload(shared_data / "mooncake" / "synthetic_trace.jsonl"))
+    assert stats.requests == 3_993
+    assert stats.input_tokens["mean"] == pytest.approx(15_325, abs=1)
+    assert stats.reusable_prefix_share == pytest.approx(0.65, abs=0.01)
+
+
+def test_trie_history_share_matches_the_schema(shared_data):
+    path = shared_data / "trie" / "office_work_8k_slice.jsonl"
+    history = total = 0
+    for record in map(json.loads, path.read_text().splitlines()):
+        prompt, responses = record["input_prompt_length"], record["assistant_response_length"]
+        total += prompt
+        for k in range(record["num_turns"]):
+            history += prompt + responses[k]  # the previous request's prompt + response
+            prompt += responses[k] + record["tool_call_output_length"][k]
+            total += prompt
+    stats = describe(load_workload(path))
+    assert (stats.requests, stats.timed) == (193, False)
+    assert stats.session_history_share == pytest.approx(history / total)
