@@ -1,10 +1,15 @@
-"""Repo-wide test settings: pytester for plugin-behaviour tests, and where shared data lives."""
+"""Repo-wide test settings: pytester for plugin-behaviour tests, no hub access, and where the
+shared data lives."""
 
+import os
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["pytester"]
+
+# The suite never downloads: transformers and huggingface_hub read this when first imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent
 SHARED_DATA = ROOT.parent / "shared" / "data"

@@ -1,0 +1,57 @@
+"""Tokenizer loading: the bundled default, a tokenizer.json file, a local transformers folder."""
+
+import pytest
+
+from pytest_llmreplay import LLMReplayError
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.tokenizer import BUNDLED_PATH, FastTokenizer, TransformersTokenizer, load_tokenizer
+
+TEXT = "Prefix caching keeps the KV blocks of a shared system prompt."
+
+
+@pytest.mark.parametrize("name", [None, "", "default", "llmreplay"])
+def test_default_names_give_the_bundled_tokenizer(name):
+    tokenizer = load_tokenizer(name)
+    assert isinstance(tokenizer, FastTokenizer)
+    assert (tokenizer.name, tokenizer.vocab_size) == ("llmreplay-bpe-4k", 4096)
+    assert tokenizer.decode(tokenizer.encode(TEXT)) == TEXT
+
+
+def test_no_special_tokens_are_added():
+    tokenizer = load_tokenizer()
+    assert tokenizer.encode("") == []
+    assert tokenizer.encode("<|im_start|>") == [1]  # the text's own special token, nothing more
+
+
+def test_a_tokenizer_json_file_loads_with_the_fast_library(tmp_path):
+    copy = tmp_path / "tokenizer.json"
+    copy.write_bytes(BUNDLED_PATH.read_bytes())
+    tokenizer = load_tokenizer(str(copy))
+    assert isinstance(tokenizer, FastTokenizer) and tokenizer.name == str(copy)
+    assert tokenizer.encode(TEXT) == load_tokenizer().encode(TEXT)
+
+
+def test_a_local_transformers_folder_loads_through_autotokenizer(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    PreTrainedTokenizerFast(tokenizer_file=str(BUNDLED_PATH), eos_token="<|endoftext|>").save_pretrained(tmp_path)
+    tokenizer = load_tokenizer(str(tmp_path))
+    assert isinstance(tokenizer, TransformersTokenizer)
+    bundled = load_tokenizer()
+    assert tokenizer.vocab_size == bundled.vocab_size
+    assert tokenizer.encode(TEXT) == bundled.encode(TEXT)
+    assert tokenizer.decode(tokenizer.encode(TEXT)) == TEXT
+    # generated prompts are the same with either wrapper of the same vocabulary
+    assert PromptFactory(tokenizer).stream(42, 0, 50) == PromptFactory(bundled).stream(42, 0, 50)
+
+
+def test_a_missing_tokenizer_is_one_clear_error(tmp_path):
+    with pytest.raises(LLMReplayError, match=r"cannot load tokenizer '.*nowhere'.*Give a local folder"):
+        load_tokenizer(str(tmp_path / "nowhere"))
+
+
+def test_a_broken_tokenizer_file_is_one_clear_error(tmp_path):
+    broken = tmp_path / "tokenizer.json"
+    broken.write_text("{}")
+    with pytest.raises(LLMReplayError, match=rf"cannot load tokenizer file {broken}"):
+        load_tokenizer(str(broken))
