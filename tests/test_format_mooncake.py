@@ -288,3 +288,18 @@ def test_real_trace_at_a_wrong_block_size_fails_on_line_1(shared_data):
     with pytest.raises(WorkloadError) as info:
         load_workload(path, block_size=256)
     assert str(info.value).startswith(f"{path}:1: hash_ids: expected ceil(6755 / 256) = 27 ids")
+
+
+def test_literal_payload_takes_its_output_length_from_the_body(tmp_path):
+    path = write_jsonl(tmp_path, [
+        {"payload": {"messages": [{"role": "user", "content": "x"}], "max_tokens": 9}},
+        {"text_input": "hi", "output_length": 4},
+        {"messages": [{"role": "user", "content": "y"}]},
+    ])
+    assert [t.output_tokens for _, _, t in load_workload(path).turns()] == [9, 4, None]
+
+
+def test_literal_payload_with_a_bad_max_tokens_names_it(tmp_path):
+    path = write_jsonl(tmp_path, [{"payload": {"prompt": "x", "max_tokens": "9"}}])
+    with pytest.raises(WorkloadError, match=r"trace\.jsonl:1: payload\.max_tokens: must be an integer, got a string '9'"):
+        load_workload(path)

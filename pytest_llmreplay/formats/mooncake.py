@@ -14,7 +14,8 @@ One request a line::
   session turn at least as long as the previous prompt + response extends it;
 - instead of ``input_length``, AIPerf's literal prompts: ``text_input`` (a string, sent as one
   user message), ``messages`` (a chat history) or ``payload`` (a whole request body), all sent
-  verbatim (``output_length`` then optional);
+  verbatim (``output_length`` then optional: the body's ``max_tokens`` or
+  ``max_completion_tokens`` stands in);
 - ``session_id``: rows sharing it are the turns of one session, in file order; a later turn waits
   ``delay`` (or ``delay_ms``) milliseconds after the previous one completes, or, without a delay,
   the difference between its timestamp and the previous turn's. A delay on a session's first turn
@@ -28,13 +29,13 @@ from pathlib import Path
 
 from ..errors import WorkloadError
 from ..workload import HashBlocks, Payload, PromptSource, Session, TokenIds, Turn, Workload, next_synthetic, request_name
-from ._fields import Fields, check_messages, iter_json_lines, try_json, type_name
+from ._fields import Fields, check_messages, iter_json_lines, max_output_tokens, try_json, type_name
 from ._writing import Losses, tidy, write_json_lines
 
 NAME = "mooncake"
 DEFAULT_BLOCK_SIZE = 512
 DETECTING_FIELDS = frozenset(
-    {"hash_ids", "input_length", "input_tokens", "output_length", "output_tokens", "created_time", "text_input", "timestamp"}
+    {"hash_ids", "input_length", "input_tokens", "output_length", "output_tokens", "created_time", "text_input", "payload", "timestamp"}
 )
 KNOWN_FIELDS = frozenset(
     {"timestamp", "created_time", "input_length", "input_tokens", "output_length", "output_tokens",
@@ -76,8 +77,10 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
         session_id = row.identifier("session_id", required=False)
         previous = sessions.get(session_id) if session_id is not None else None
         input_tokens, prompt = _prompt(row, previous.turns[-1] if previous else None, block_size)
-        if output_tokens is None and not isinstance(prompt, Payload):
-            raise row.error("output_length", "required field missing (or output_tokens)")
+        if output_tokens is None:
+            if not isinstance(prompt, Payload):
+                raise row.error("output_length", "required field missing (or output_tokens)")
+            output_tokens = max_output_tokens(row.child(dict(prompt.body), row_key(row)))
         if previous is None:
             if delay_key:
                 raise row.error(delay_key, "a delay is not allowed on a session's first turn (use timestamp for its arrival)")
@@ -133,6 +136,11 @@ def _prompt(row: Fields, previous: Turn | None, block_size: int) -> tuple[int | 
             f"at block size {block_size}, got {len(hash_ids)} (pass block_size= if the trace uses another)",
         )
     return input_tokens, HashBlocks(hash_ids, block_size)
+
+
+def row_key(row: Fields) -> str:
+    """The literal-prompt field of a row (``payload``, ``messages`` or ``text_input``)."""
+    return next(key for key in ("payload", "messages", "text_input") if row.has(key))
 
 
 def _literal_body(row: Fields, key: str) -> dict:
