@@ -184,15 +184,16 @@ def test_independent_row_does_not_replace_a_session_named_like_it(tmp_path):
 
 # --- literal prompts ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key, value, body", [
-    ("text_input", "What is ML?", {"messages": [{"role": "user", "content": "What is ML?"}]}),
-    ("messages", MESSAGES, {"messages": MESSAGES}),
-    ("payload", {"messages": MESSAGES, "max_tokens": 9, "model": "m"}, {"messages": MESSAGES, "max_tokens": 9, "model": "m"}),
+@pytest.mark.parametrize("key, value, body, stated_output", [
+    ("text_input", "What is ML?", {"messages": [{"role": "user", "content": "What is ML?"}]}, None),
+    ("messages", MESSAGES, {"messages": MESSAGES}, None),
+    ("payload", {"messages": MESSAGES, "max_tokens": 9, "model": "m"}, {"messages": MESSAGES, "max_tokens": 9, "model": "m"}, 9),
 ])
-def test_literal_prompts_are_sent_verbatim(tmp_path, key, value, body):
+def test_literal_prompts_are_sent_verbatim(tmp_path, key, value, body, stated_output):
+    """Without output_length, the output length is the body's max_tokens (None when unstated)."""
     workload = load(tmp_path, [{"timestamp": 0, key: value}, {"timestamp": 10, key: value, "output_length": 7}])
     first, second = (s.turns[0] for s in workload.sessions)
-    assert first.prompt == Payload(body) and first.input_tokens is None and first.output_tokens is None
+    assert first.prompt == Payload(body) and first.input_tokens is None and first.output_tokens == stated_output
     assert second.output_tokens == 7
 
 
