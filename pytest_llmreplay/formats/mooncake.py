@@ -80,7 +80,8 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
         if output_tokens is None:
             if not isinstance(prompt, Payload):
                 raise row.error("output_length", "required field missing (or output_tokens)")
-            output_tokens = max_output_tokens(row.child(dict(prompt.body), row_key(row)))
+            # only a ``payload`` body can state max_tokens: text_input/messages bodies are ours
+            output_tokens = max_output_tokens(row.child(prompt.body, "payload"))
         if previous is None:
             if delay_key:
                 raise row.error(delay_key, "a delay is not allowed on a session's first turn (use timestamp for its arrival)")
@@ -136,11 +137,6 @@ def _prompt(row: Fields, previous: Turn | None, block_size: int) -> tuple[int | 
             f"at block size {block_size}, got {len(hash_ids)} (pass block_size= if the trace uses another)",
         )
     return input_tokens, HashBlocks(hash_ids, block_size)
-
-
-def row_key(row: Fields) -> str:
-    """The literal-prompt field of a row (``payload``, ``messages`` or ``text_input``)."""
-    return next(key for key in ("payload", "messages", "text_input") if row.has(key))
 
 
 def _literal_body(row: Fields, key: str) -> dict:
