@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import LLMReplayError
 from .tokenizer import Tokenizer
-from .workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn
+from .workload import HashBlocks, Payload, Session, TokenIds, Turn
 
 _WORD = re.compile(r" ?[A-Za-z]{2,}")
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)

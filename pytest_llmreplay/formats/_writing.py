@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import LLMReplayError
-from ..workload import Session, Workload
+from ..workload import Payload, PromptSource, Session, Synthetic, Workload
 
 
 class Losses:
@@ -42,6 +42,26 @@ def cannot(target: str, session: Session, index: int | None, what: str) -> LLMRe
     return LLMReplayError(f"{target} cannot express {where}: {what}")
 
 
+def known_lengths(target: str, session: Session, index: int) -> tuple[int, int]:
+    """The input and output lengths of a turn, for targets that store lengths; a verbatim
+    payload without them cannot be expressed."""
+    turn = session.turns[index]
+    if isinstance(turn.prompt, Payload) or turn.input_tokens is None or turn.output_tokens is None:
+        raise cannot(target, session, index, "a verbatim payload without token counts")
+    return turn.input_tokens, turn.output_tokens
+
+
+def lengths_only(prompt: PromptSource) -> bool:
+    """Whether a prompt is fully described by its length (synthetic, no prefix group)."""
+    return isinstance(prompt, Synthetic) and prompt.prefix_group is None
+
+
+def untimed_losses(workload: Workload, losses: Losses) -> None:
+    """Record that an untimed workload's sessions all get time 0 in a target that needs times."""
+    if not workload.timed and len(workload.sessions) > 1:
+        losses.add("untimed workload: every session is written at time 0")
+
+
 def arrival_losses(workload: Workload, losses: Losses) -> None:
     """Record the loss of arrival times for a target that has none."""
     if workload.timed and any(s.arrival_s for s in workload.sessions):
@@ -65,8 +85,6 @@ def write_json_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 def payload_bodies(workload: Workload, target: str, losses: Losses) -> list[list[dict[str, Any]]]:
     """Every session's request bodies, for targets that hold only verbatim payloads; arrival
     times and delays are losses."""
-    from ..workload import Payload
-
     arrival_losses(workload, losses)
     sessions = []
     for session in workload.sessions:

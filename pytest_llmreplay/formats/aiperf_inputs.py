@@ -84,8 +84,6 @@ def _entry_lines(text: str, count: int) -> list[int | None]:
     return lines
 
 
-
-
 def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
     """Write ``{"data": [...]}`` (indent 2, as AIPerf does); only payload workloads convert."""
     losses = Losses(NAME)

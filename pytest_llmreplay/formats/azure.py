@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..errors import WorkloadError
 from ..workload import Session, Synthetic, Turn, Workload
-from ._writing import Losses, cannot
+from ._writing import Losses, cannot, known_lengths, lengths_only, untimed_losses
 
 NAME = "azure"
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -88,18 +88,15 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     contents (token ids, hash ids, prefix groups) and an untimed workload's arrivals are losses.
     """
     losses = Losses(NAME)
-    if not workload.timed and len(workload.sessions) > 1:
-        losses.add("untimed workload: every request is written at the same time stamp")
+    untimed_losses(workload, losses)
     rows = []
     for session in workload.sessions:
         if len(session.turns) != 1:
             raise cannot(NAME, session, None, f"{len(session.turns)} turns (Azure rows are single requests)")
-        turn = session.turns[0]
-        if turn.input_tokens is None or turn.output_tokens is None:
-            raise cannot(NAME, session, 0, "a verbatim payload without token counts")
-        if not (isinstance(turn.prompt, Synthetic) and turn.prompt.prefix_group is None):
+        input_tokens, output_tokens = known_lengths(NAME, session, 0)
+        if not lengths_only(session.turns[0].prompt):
             losses.add("prompt contents (token ids, hash ids or prefix groups): only lengths are kept")
-        rows.append((session.arrival_s if workload.timed else 0.0, turn.input_tokens, turn.output_tokens))
+        rows.append((session.arrival_s if workload.timed else 0.0, input_tokens, output_tokens))
     notes = losses.settle(allow_loss)
     base = datetime(2023, 11, 16)
     with open(path, "w", encoding="utf-8", newline="") as stream:

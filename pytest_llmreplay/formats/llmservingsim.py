@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from ..workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload, next_synthetic, request_name
+from ..workload import HashBlocks, Session, Synthetic, TokenIds, Turn, Workload, next_synthetic, request_name
 from ._fields import Fields, iter_json_lines, try_json
-from ._writing import Losses, cannot, write_json_lines
+from ._writing import Losses, known_lengths, untimed_losses, write_json_lines
 
 NAME = "llmservingsim"
 REQUEST_FIELDS = frozenset({"input_toks", "output_toks", "input_tok_ids", "output_tok_ids"})
@@ -99,8 +99,6 @@ def _turn(request: Fields, previous: Turn | None, delay_s: float) -> Turn:
     return Turn(input_tokens, output_tokens, prompt, delay_s, output_ids)
 
 
-
-
 def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
     """Write flat lines for one-turn sessions and agentic lines for the others.
 
@@ -108,8 +106,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     workload's missing arrivals are losses; verbatim payloads cannot be expressed.
     """
     losses = Losses(NAME)
-    if not workload.timed and len(workload.sessions) > 1:
-        losses.add("untimed workload: every session is written to arrive at 0 ns")
+    untimed_losses(workload, losses)
     rows = []
     for session in workload.sessions:
         requests = [_request_row(session, index, losses) for index in range(len(session.turns))]
@@ -126,11 +123,10 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
 
 
 def _request_row(session: Session, index: int, losses: Losses) -> dict:
+    input_tokens, output_tokens = known_lengths(NAME, session, index)
     turn = session.turns[index]
     prompt = turn.prompt
-    if isinstance(prompt, Payload) or turn.input_tokens is None or turn.output_tokens is None:
-        raise cannot(NAME, session, index, "a verbatim payload without token counts")
-    row: dict = {"input_toks": turn.input_tokens, "output_toks": turn.output_tokens}
+    row: dict = {"input_toks": input_tokens, "output_toks": output_tokens}
     if isinstance(prompt, TokenIds):
         row["input_tok_ids"] = list(prompt.ids)
     elif isinstance(prompt, HashBlocks):

@@ -175,7 +175,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
             row.update(_prompt_fields(turn, losses, notes))
             if turn.output_tokens is not None:
                 row["output_length"] = turn.output_tokens
-            if isinstance(turn.prompt, HashBlocks):
+            if isinstance(turn.prompt, HashBlocks):  # last, as in the Mooncake release
                 row["hash_ids"] = list(turn.prompt.hash_ids)
             rows.append(row)
     notes = losses.settle(allow_loss) + sorted(set(notes))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..workload import Session, Synthetic, Turn, Workload
 from ._fields import Fields, iter_json_lines, try_json
-from ._writing import Losses, arrival_losses, cannot, tidy, write_json_lines
+from ._writing import Losses, arrival_losses, cannot, known_lengths, lengths_only, tidy, write_json_lines
 
 NAME = "trie"
 LIST_FIELDS = ("assistant_response_length", "tool_call_output_length", "tool_call_latency")
@@ -75,10 +75,9 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
 
 
 def _trace_row(session: Session, losses: Losses) -> dict:
+    known_lengths(NAME, session, 0)
     first, rest = session.turns[0], session.turns[1:]
-    if first.input_tokens is None or first.output_tokens is None:
-        raise cannot(NAME, session, 0, "a verbatim payload without token counts")
-    if not (isinstance(first.prompt, Synthetic) and first.prompt.prefix_group is None):
+    if not lengths_only(first.prompt):
         losses.add("the first prompt's contents (token ids, hash ids or prefix group): only its length is kept")
     responses, tools, latencies = [], [], []
     previous = first
