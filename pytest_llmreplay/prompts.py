@@ -155,3 +155,90 @@ def _length(turn: Turn, session: Session, index: int) -> int:
     if turn.input_tokens is None:
         raise LLMReplayError(f"session {session.id!r} turn {index}: no input length")
     return turn.input_tokens
+
+
+class Conversation:
+    """The requests of one session, built turn by turn as the replay goes.
+
+    ``api`` is ``chat`` or ``completions``; ``prompt_format`` (completions only) is ``text`` or
+    ``ids``. A turn that extends the previous one (an agent loop) carries the previous prompt
+    plus the server's *actual* response, as a real agent does:
+
+    - chat: the previous messages + ``assistant: <response text>`` + ``user: <new tokens>``;
+    - completions, text: previous prompt text + response text + new text;
+    - completions, ids: previous prompt ids + the response's token ids when the server returned
+      them, else the planned response ids.
+
+    :meth:`history_source` says which (``server`` or ``planned``). Verbatim payloads are sent as
+    they are (their ``messages`` or ``prompt`` already hold the history).
+    """
+
+    def __init__(self, factory: PromptFactory, session: Session, api: str, prompt_format: str = "text") -> None:
+        self.factory = factory
+        self.session = session
+        self.api = api
+        self.prompt_format = prompt_format
+        self._planned: list[int] = []  # prompt ids of the previous turn, as planned
+        self._sent: list[int] = []  # prompt ids of the previous turn, as sent (ids format)
+        self._messages: list[dict[str, str]] = []
+        self._prompt_text = ""
+        self._response_text = ""
+        self._response_ids: list[int] | None = None
+        self._tokens = 0  # tokens of everything sent so far that the next turn repeats
+        self._response_tokens = 0
+
+    def history_source(self, index: int) -> str | None:
+        """``server`` or ``planned``: where the previous response in turn ``index``'s prompt
+        came from; None when the turn does not extend the previous one."""
+        if not self._extends(index):
+            return None
+        if self.api == "completions" and self.prompt_format == "ids" and self._response_ids is None:
+            return "planned"
+        return "server"
+
+    def _extends(self, index: int) -> bool:
+        prompt = self.session.turns[index].prompt
+        return index > 0 and not isinstance(prompt, Payload) and getattr(prompt, "extends_previous", False)
+
+    def request(self, index: int) -> tuple[str, dict, int | None]:
+        """(api, body, planned prompt tokens) of turn ``index``; ``body`` has the prompt and
+        ``max_tokens`` (the endpoint adds model and streaming). On chat the planned count is
+        the messages' content only: the server's chat template adds its own tokens."""
+        turn = self.session.turns[index]
+        if isinstance(turn.prompt, Payload):
+            body = dict(turn.prompt.body)
+            return ("chat" if "messages" in body else "completions"), body, turn.input_tokens
+        extends = self._extends(index)
+        planned_response = self.factory.planned_response(self.session, index - 1) if extends else []
+        planned_history = self._planned + planned_response if extends else []
+        ids = self.factory.turn_ids(self.session, index, planned_history)
+        new_ids = ids[len(planned_history):]
+        self._planned = ids
+        body: dict = {}
+        # what the server should count: the history as really sent and answered, plus new tokens
+        self._tokens = (self._tokens + self._response_tokens if extends else 0) + len(new_ids)
+        planned_tokens = self._tokens
+        if self.api == "chat":
+            text, _ = self.factory.text(new_ids)
+            history = self._messages + [{"role": "assistant", "content": self._response_text}] if extends else []
+            self._messages = history + [{"role": "user", "content": text}]
+            body["messages"] = list(self._messages)
+        elif self.prompt_format == "ids":
+            response = self._response_ids if self._response_ids is not None else planned_response
+            self._sent = (self._sent + response if extends else []) + new_ids
+            body["prompt"] = list(self._sent)
+            planned_tokens = self._tokens = len(self._sent)
+        else:
+            text, _ = self.factory.text(new_ids)
+            self._prompt_text = (self._prompt_text + self._response_text if extends else "") + text
+            body["prompt"] = self._prompt_text
+        if turn.output_tokens is not None:
+            body["max_tokens"] = turn.output_tokens
+        return self.api, body, planned_tokens
+
+    def respond(self, text: str, token_ids: Sequence[int] | None, tokens: int) -> None:
+        """Record the server's response to the last request (what the next turn extends):
+        its text, its token ids when the server returned them, and its token count."""
+        self._response_text = text
+        self._response_ids = list(token_ids) if token_ids is not None else None
+        self._response_tokens = len(self._response_ids) if self._response_ids is not None else tokens

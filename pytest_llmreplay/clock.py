@@ -1,0 +1,109 @@
+"""The only place that reads time or waits: a wall clock and a virtual clock.
+
+The replay driver and the endpoints take a :class:`Clock` and never call ``time.*`` or
+``asyncio.sleep`` themselves, so the same driver runs live (wall clock, real HTTP) and offline
+(virtual clock: time jumps to the next timer whenever nothing is ready to run, so an hour of
+simulated traffic replays in seconds and the same inputs give the same times).
+
+Contract of a clock:
+
+- ``now()``: seconds since an arbitrary origin, monotonic;
+- ``await sleep(seconds)`` / ``await sleep_until(t)``: return at ``now() >= t`` (at once if past);
+- ``run(coroutine)``: run the coroutine to completion on an event loop whose own ``time()`` is this
+  clock, so asyncio timeouts (``asyncio.wait(..., timeout=)``) agree with ``now()``;
+- ``pause(seconds)``: a blocking wait outside any event loop (waiting for a server to start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+from typing import Any, Coroutine, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+    async def sleep_until(self, t: float) -> None: ...
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T: ...
+
+    def pause(self, seconds: float) -> None: ...
+
+
+class WallClock:
+    """Real time: ``time.perf_counter`` and ``asyncio.sleep`` on a standard event loop."""
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(seconds, 0.0))
+
+    async def sleep_until(self, t: float) -> None:
+        await asyncio.sleep(max(t - time.perf_counter(), 0.0))
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run(main)
+
+    def pause(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0.0))
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    """A selector that, instead of blocking for ``timeout`` seconds, advances the virtual clock.
+
+    Real file descriptors (the loop's self-pipe) are still polled without waiting, so callbacks
+    scheduled from other threads are not lost; with no timer pending (``timeout is None``) it
+    blocks for real, as any event loop with nothing to do does.
+    """
+
+    def __init__(self, clock: "VirtualClock") -> None:
+        super().__init__()
+        self._clock = clock
+
+    def select(self, timeout: float | None = None):
+        ready = super().select(0)
+        if ready or timeout is None:
+            return ready or super().select(None)
+        if timeout > 0:
+            self._clock.advance(timeout)
+        return []
+
+
+class VirtualClock:
+    """Simulated time starting at ``start``: it moves only when every task is waiting on a timer,
+    and then straight to the earliest timer. Deterministic: no real time is read."""
+
+    def __init__(self, start: float = 0.0) -> None:
+        self._now = start
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(seconds, 0.0))
+
+    async def sleep_until(self, t: float) -> None:
+        await asyncio.sleep(max(t - self._now, 0.0))
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        loop = asyncio.SelectorEventLoop(_JumpingSelector(self))
+        loop.time = self.now  # type: ignore[method-assign]
+        loop._clock_resolution = 1e-9  # type: ignore[attr-defined]  # timers fire at their time, not a tick later
+        try:
+            return loop.run_until_complete(main)
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    def pause(self, seconds: float) -> None:
+        self.advance(max(seconds, 0.0))

@@ -1,0 +1,420 @@
+"""Endpoints: where requests go. The protocol, the HTTP endpoint, and launching a server command.
+
+An :class:`Endpoint` takes an :class:`EndpointRequest` and fills a :class:`Response` in place as
+chunks arrive (so a request cancelled half-way keeps what it measured). Every time it stamps
+comes from the clock it was opened with. Faults never raise out of :meth:`Endpoint.send`: a
+refused connection, an HTTP error, a timeout, a stream cut mid-way or a malformed event ends as
+``response.error`` (``kind: detail``).
+
+:class:`HTTPEndpoint` speaks the OpenAI API (``/v1/completions``, ``/v1/chat/completions``),
+streaming with ``stream_options.include_usage`` or not, on one shared httpx client whose
+transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a core in its
+connection pool at concurrency 64 (see bench/README.md).
+
+:class:`ServerProcess` starts a server command, waits until ``/health`` or ``/v1/models``
+answers, keeps its log, and stops its whole process group (TERM, then KILL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol, Sequence
+
+from ._sse import DONE, SSEDecoder, StreamError, error_message, read_chunk
+from .clock import Clock, WallClock
+from .errors import LLMReplayError
+
+APIS = ("chat", "completions")
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+# Prometheus gauges of requests in the engine: vLLM, SGLang
+BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs")
+
+
+@dataclass(slots=True)
+class EndpointRequest:
+    """One call: ``api`` is ``chat`` or ``completions``; ``body`` is the JSON body without the
+    endpoint's own fields (model, stream), which the endpoint adds unless the body has them."""
+
+    api: str
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Response:
+    """What came back, filled while it arrives. Times are ``clock.now()`` values.
+
+    ``chunk_times[i]`` is when the read holding token chunk ``i`` arrived and ``chunk_tokens[i]``
+    how many tokens it carried. ``prompt_tokens``/``cached_tokens``/``completion_tokens`` are the
+    server's ``usage`` (None when it gave none). ``error`` is ``kind: detail`` with kind one of
+    connect, timeout, http, stream, protocol, server, client.
+    """
+
+    sent_s: float | None = None
+    end_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    token_ids: list[int] | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def fail(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            self.error = f"{kind}: {detail}"
+
+    def take_usage(self, usage: Mapping[str, Any]) -> None:
+        """Read ``prompt_tokens``, ``completion_tokens`` and ``prompt_tokens_details.cached_tokens``."""
+        self.prompt_tokens = _int_or(usage.get("prompt_tokens"), self.prompt_tokens)
+        self.completion_tokens = _int_or(usage.get("completion_tokens"), self.completion_tokens)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            self.cached_tokens = _int_or(details.get("cached_tokens"), self.cached_tokens)
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+class Endpoint(Protocol):
+    """Where the replay driver sends requests. ``open`` before the first, ``close`` after."""
+
+    name: str
+    api: str
+
+    async def open(self, clock: Clock, concurrency: int | None) -> None:
+        """Get ready for up to ``concurrency`` requests at once (None: no bound)."""
+
+    async def send(self, request: EndpointRequest, response: Response) -> None: ...
+
+    async def idle_warning(self) -> str | None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class HTTPEndpoint:
+    """An OpenAI-compatible server at ``url`` (``http://host:port``, with or without ``/v1``).
+
+    ``model``: the model name to send (None: the first of ``/v1/models``). ``api_key_env``: the
+    name of the environment variable holding the API key (read when opened, sent as a bearer
+    token, never stored on this object or printed). ``headers``/``extra_body``: merged into every
+    request (e.g. ``{"ignore_eos": True}``). ``timeout_s``: the longest wait for any byte from
+    the server (connect, or between reads) before the request fails.
+    """
+
+    url: str
+    model: str | None = None
+    api: str = "chat"
+    stream: bool = True
+    api_key_env: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.api not in APIS:
+            raise LLMReplayError(f"api: expected one of {', '.join(APIS)}, got {self.api!r}")
+        if not self.url.startswith(("http://", "https://")):
+            raise LLMReplayError(f"endpoint URL: expected http://host:port, got {self.url!r}")
+        self.url = self.url.rstrip("/").removesuffix("/v1")
+        self._client: Any = None
+        self._clock: Clock = WallClock()
+
+    @property
+    def name(self) -> str:
+        return self.url
+
+    async def open(self, clock: Clock, concurrency: int | None) -> None:
+        import aiohttp
+        import httpx
+        from httpx_aiohttp import AiohttpTransport
+
+        self._clock = clock
+        headers = dict(self.headers)
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise LLMReplayError(f"API key: environment variable {self.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        # one connection per request in flight (+ a few for /metrics): a smaller pool would queue
+        # requests inside the client and count the wait as server latency
+        limit = 0 if concurrency is None else concurrency + 4  # aiohttp: 0 = no limit
+        transport = AiohttpTransport(client=lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0)))
+        self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s), transport=transport)
+        if self.model is None:
+            self.model = await self._first_model()
+
+    async def _first_model(self) -> str:
+        try:
+            reply = await self._client.get("/v1/models")
+            reply.raise_for_status()
+            return str(reply.json()["data"][0]["id"])
+        except Exception as exc:
+            raise LLMReplayError(f"{self.url}/v1/models: could not read a model name ({_describe(exc)}); pass the model name (--model)") from None
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def idle_warning(self) -> str | None:
+        """A warning when the server's ``/metrics`` shows requests running or waiting."""
+        try:
+            reply = await self._client.get("/metrics", timeout=5.0)
+        except Exception:
+            return None
+        if reply.status_code != 200:
+            return None
+        busy = busy_requests(reply.text)
+        if not busy:
+            return None
+        return f"{self.url} is not idle before the run ({busy:g} requests running or waiting on /metrics): cache and latency figures will be skewed"
+
+    def body(self, request: EndpointRequest) -> dict[str, Any]:
+        """The JSON sent: model and streaming settings, then ``extra_body``, then the request's."""
+        body: dict[str, Any] = {"model": self.model, "stream": self.stream}
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.extra_body)
+        body.update(request.body)
+        return body
+
+    async def send(self, request: EndpointRequest, response: Response) -> None:
+        body = self.body(request)
+        response.sent_s = self._clock.now()
+        try:
+            async with self._client.stream("POST", PATHS[request.api], json=body) as reply:
+                if reply.status_code >= 400:
+                    detail = (await reply.aread()).decode("utf-8", errors="replace")
+                    response.fail("http", f"HTTP {reply.status_code}: {_error_detail(detail)}")
+                elif body.get("stream"):
+                    await self._read_stream(reply, response)
+                else:
+                    await self._read_whole(reply, response)
+        except StreamError as exc:
+            response.fail(exc.kind, str(exc))
+        except Exception as exc:  # every transport fault becomes a failed record
+            response.fail(*_classify(exc, response))
+        finally:
+            response.end_s = self._clock.now()
+
+    async def _read_stream(self, reply: Any, response: Response) -> None:
+        decoder, done = SSEDecoder(), False
+        async for raw in reply.aiter_raw():
+            now = self._clock.now()
+            for data in decoder.feed(raw):
+                done = done or _take_event(data, now, response)
+        for data in decoder.close():
+            done = done or _take_event(data, self._clock.now(), response)
+        if not done:
+            response.fail("stream", f"stream ended before [DONE] after {sum(response.chunk_tokens)} tokens")
+
+    async def _read_whole(self, reply: Any, response: Response) -> None:
+        raw = await reply.aread()
+        now = self._clock.now()
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            raise StreamError("protocol", f"response is not JSON: {raw[:120]!r}") from None
+        message = error_message(obj)
+        if message is not None:
+            raise StreamError("server", message)
+        choice = (obj.get("choices") or [{}])[0]
+        message_obj = choice.get("message")
+        text = message_obj.get("content") if isinstance(message_obj, dict) else choice.get("text")
+        response.text_parts.append(text if isinstance(text, str) else "")
+        if isinstance(choice.get("token_ids"), list):
+            response.token_ids = [int(t) for t in choice["token_ids"]]
+        response.finish_reason = choice.get("finish_reason")
+        if isinstance(obj.get("usage"), dict):
+            response.take_usage(obj["usage"])
+        tokens = response.completion_tokens if response.completion_tokens is not None else len(response.token_ids or ())
+        response.chunk_times.append(now)
+        response.chunk_tokens.append(tokens)
+
+
+def _take_event(data: str, now: float, response: Response) -> bool:
+    """Add one event to the response; True at ``[DONE]``."""
+    if data.strip() == DONE:
+        return True
+    chunk = read_chunk(data)
+    if chunk.usage is not None:
+        response.take_usage(chunk.usage)
+    if chunk.finish_reason is not None:
+        response.finish_reason = chunk.finish_reason
+    if chunk.token_ids is not None:
+        response.token_ids = (response.token_ids or []) + chunk.token_ids
+    if chunk.text:
+        response.text_parts.append(chunk.text)
+    if chunk.tokens:
+        response.chunk_times.append(now)
+        response.chunk_tokens.append(chunk.tokens)
+    return False
+
+
+def _error_detail(body: str) -> str:
+    try:
+        message = error_message(json.loads(body))
+    except ValueError:
+        message = None
+    text = message if message is not None else body.strip()
+    return text[:200] or "(empty body)"
+
+
+def _classify(exc: BaseException, response: Response) -> tuple[str, str]:
+    """(kind, detail) of a transport exception; aiohttp's own error is the cause under httpx's."""
+    import httpx
+
+    cause = exc.__cause__ or exc
+    started = bool(response.chunk_times) or response.completion_tokens is not None
+    if isinstance(exc, httpx.TimeoutException) and "Timeout" in type(cause).__name__:
+        return "timeout", f"no data from the server for {_describe(cause)}"
+    if isinstance(exc, httpx.ReadError) or (started and isinstance(exc, httpx.TransportError)):
+        return "stream", f"connection lost mid-response after {sum(response.chunk_tokens)} tokens ({_describe(cause)})"
+    if isinstance(exc, httpx.TransportError):
+        return "connect", _describe(cause)
+    return "client", _describe(exc)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def busy_requests(metrics_text: str) -> float:
+    """Sum of the running/waiting request gauges (:data:`BUSY_GAUGES`) in Prometheus text."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in BUSY_GAUGES:
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+    return total
+
+
+class ServerProcess:
+    """A server started from a command line, for the length of a ``with`` block.
+
+    ``start()`` launches ``command`` in its own process group with stdout and stderr going to a
+    log file, then polls ``url`` + ``/health`` (or ``/v1/models`` when that is 404) until it
+    answers 200, the process exits (error with the log's last lines) or ``startup_timeout_s``
+    passes (error, process stopped). ``stop()`` sends SIGTERM to the group, waits up to
+    ``stop_timeout_s``, then SIGKILL. ``exit_message()`` says whether it died while in use.
+    """
+
+    def __init__(
+        self,
+        command: str | Sequence[str],
+        url: str,
+        *,
+        startup_timeout_s: float = 600.0,
+        stop_timeout_s: float = 15.0,
+        log_path: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.args = shlex.split(command) if isinstance(command, str) else list(command)
+        if not self.args:
+            raise LLMReplayError("server command: empty")
+        self.url = url.rstrip("/").removesuffix("/v1")
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
+        self.env = {**os.environ, **(env or {})}
+        self.clock = clock or WallClock()
+        self.process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            try:
+                self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            except OSError as exc:
+                raise LLMReplayError(f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}") from None
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
+        import httpx
+
+        deadline = self.clock.now() + self.startup_timeout_s
+        with httpx.Client(base_url=self.url, timeout=2.0) as client:
+            while True:
+                message = self.exit_message()
+                if message:
+                    raise LLMReplayError(message)
+                if _answers(client):
+                    return
+                if self.clock.now() >= deadline:
+                    raise LLMReplayError(
+                        f"server command {shlex.join(self.args)!r} was not ready at {self.url}/health within {self.startup_timeout_s:g} s; "
+                        f"last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                    )
+                self.clock.pause(0.25)
+
+    def exit_message(self) -> str | None:
+        """None while the process runs; else its exit status and the last lines of its log."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        return f"server command {shlex.join(self.args)!r} exited with status {self.process.returncode}; last lines of its log ({self.log_path}):\n{self.log_tail()}"
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def _answers(client: Any) -> bool:
+    for path in ("/health", "/v1/models"):
+        try:
+            reply = client.get(path)
+        except Exception:
+            return False
+        if reply.status_code == 200:
+            return True
+        if reply.status_code != 404:
+            return False
+    return False

@@ -1,0 +1,429 @@
+"""The replay driver: sends a workload's sessions to an endpoint as the trace says, on a clock.
+
+When sessions start (``mode``):
+
+- ``timestamps``: open loop, session *i* starts at ``arrival_s / speedup``;
+- ``concurrency``: ``concurrency`` sessions in flight, the next starting when one ends (the
+  trace's arrival times are ignored, its order and delays kept);
+- ``rate``: open loop at ``rate`` sessions/s, Poisson (seeded) or constant spacing;
+- ``auto``: ``timestamps`` for a timed workload, else ``concurrency``.
+
+Within a session the loop is always closed: turn *n+1* is scheduled when turn *n* completes plus
+its ``delay_s / speedup`` (tool time, think time). ``concurrency`` in the open-loop modes caps the
+sessions in flight (later ones wait, which shows as schedule lag).
+
+Limits: ``duration_s`` stops admitting sessions and turns at that time, waits ``grace_s`` for
+requests in flight, then cancels them (status ``cancelled``, not ``failed``).
+``max_requests``/``max_sessions`` take whole sessions in order until the count is reached (the
+session that reaches it runs to its end), cycling through the workload again when it is shorter.
+Warm-up: the first ``warmup_requests`` requests (by schedule) and every request scheduled in the
+first ``warmup_s`` seconds are recorded but flagged, and metrics leave them out.
+
+Session order (concurrency and rate modes): ``sequential``, ``shuffled`` (a seeded permutation
+per pass) or ``sampled`` (seeded draws with replacement), as AIPerf offers for inputs.json.
+
+Every request yields a :class:`RequestRecord`, whatever happened to it; a failed request ends its
+session (an agent cannot go on without the answer). Times in records are seconds from the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Iterator
+
+from .clock import Clock, WallClock
+from .endpoints import Endpoint, EndpointRequest, Response
+from .errors import LLMReplayError
+from .prompts import Conversation, PromptFactory
+from .workload import HashBlocks, Session, Synthetic, Workload
+
+MODES = ("auto", "timestamps", "concurrency", "rate")
+ARRIVALS = ("poisson", "constant")
+ORDERS = ("sequential", "shuffled", "sampled")
+PROMPT_FORMATS = ("text", "ids")
+LEAD_S = 0.05  # a session's first request is built this long before it is due
+CHAT_TEMPLATE_ALLOWANCE = (64, 16)  # tokens a chat template may add: fixed, per message
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """How to replay; see the module docstring. Durations in seconds."""
+
+    mode: str = "auto"
+    speedup: float = 1.0
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str = "poisson"
+    duration_s: float | None = None
+    grace_s: float = 30.0
+    max_requests: int | None = None
+    max_sessions: int | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    order: str = "sequential"
+    seed: int = 0
+    prompt_format: str = "text"
+    check_idle: bool = True
+
+    def resolved_mode(self, workload: Workload) -> str:
+        if self.mode != "auto":
+            return self.mode
+        return "timestamps" if workload.timed and self.rate is None and self.concurrency is None else ("rate" if self.rate else "concurrency")
+
+    def validate(self) -> None:
+        """Raise :class:`LLMReplayError` naming the first bad setting."""
+        _choice("mode", self.mode, MODES)
+        _choice("arrival", self.arrival, ARRIVALS)
+        _choice("order", self.order, ORDERS)
+        _choice("prompt_format", self.prompt_format, PROMPT_FORMATS)
+        for name in ("speedup", "rate", "duration_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise LLMReplayError(f"{name}: expected a number > 0, got {value!r}")
+        for name in ("concurrency", "max_requests", "max_sessions"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise LLMReplayError(f"{name}: expected an integer >= 1, got {value!r}")
+        for name in ("grace_s", "warmup_s", "warmup_requests"):
+            if getattr(self, name) < 0:
+                raise LLMReplayError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
+        if self.mode == "rate" and self.rate is None:
+            raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
+        if self.mode == "timestamps" and self.order != "sequential":
+            raise LLMReplayError("order: timestamps mode replays sessions in trace order; order applies to concurrency and rate modes")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise LLMReplayError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
+
+
+@dataclass
+class RequestRecord:
+    """Everything measured about one request. Times are seconds from the start of the run
+    (None: it never happened); ``cached_tokens`` is None when the server does not report it.
+
+    ``status``: ``ok``, ``failed`` (``error`` says why: ``kind: detail``) or ``cancelled`` (in
+    flight when the duration limit's grace ran out). ``history``: where the previous response
+    in this prompt came from (``server``/``planned``), None for turns that do not extend one.
+    """
+
+    session_id: str
+    session_index: int
+    turn_index: int
+    turns_in_session: int
+    status: str
+    scheduled_s: float
+    sent_s: float | None = None
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    end_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    planned_prompt_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    planned_output_tokens: int | None = None
+    output_tokens: int = 0
+    error: str | None = None
+    history: str | None = None
+    warmup: bool = False
+    queue_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReplayRun:
+    """The raw outcome of a replay: records (in schedule order), warnings, and the run's span."""
+
+    records: list[RequestRecord]
+    warnings: list[str]
+    settings: dict[str, Any]
+    workload: str
+    endpoint: str
+    duration_s: float
+    planned_requests: int
+
+
+def session_plan(workload: Workload, settings: ReplaySettings) -> list[Session]:
+    """The sessions to run, in admission order, after order and count limits.
+
+    Count limits take whole sessions until the count is reached, cycling when the workload is
+    shorter; without a limit each session runs once (``sampled`` draws ``len(workload)``).
+    """
+    sessions = list(workload.sessions)
+    if not sessions:
+        raise LLMReplayError("the workload holds no sessions")
+    rng = random.Random(settings.seed)
+    limited = settings.max_requests is not None or settings.max_sessions is not None
+
+    def stream() -> Iterator[Session]:
+        while True:
+            if settings.order == "sampled":
+                yield rng.choice(sessions)
+                continue
+            batch = sessions[:]
+            if settings.order == "shuffled":
+                rng.shuffle(batch)
+            yield from batch
+            if not limited:
+                return
+
+    plan: list[Session] = []
+    requests = 0
+    for session in stream():
+        if settings.max_sessions is not None and len(plan) >= settings.max_sessions:
+            break
+        if settings.max_requests is not None and requests >= settings.max_requests:
+            break
+        if not limited and settings.order == "sampled" and len(plan) >= len(sessions):
+            break
+        plan.append(session)
+        requests += len(session.turns)
+    return plan
+
+
+class Replay:
+    """One run of a workload against an endpoint. Use :func:`replay` unless you need the parts."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        endpoint: Endpoint,
+        prompts: PromptFactory,
+        settings: ReplaySettings = ReplaySettings(),
+        clock: Clock | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+    ) -> None:
+        settings.validate()
+        self.workload = workload
+        self.endpoint = endpoint
+        self.prompts = prompts
+        self.settings = settings
+        self.clock = clock or WallClock()
+        self.on_record = on_record
+        self.mode = settings.resolved_mode(workload)
+        self.plan = session_plan(workload, settings)
+        self.records: list[RequestRecord] = []
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
+        self._start = 0.0
+        self._deadline: float | None = None
+        self._slots: asyncio.Semaphore | None = None
+
+    def run(self) -> ReplayRun:
+        """Run to completion on the clock (its own event loop) and return the outcome."""
+        return self.clock.run(self.run_async())
+
+    async def run_async(self) -> ReplayRun:
+        concurrency = self.settings.concurrency or (1 if self.mode == "concurrency" else None)
+        await self.endpoint.open(self.clock, concurrency)
+        try:
+            if self.settings.check_idle:
+                busy = await self.endpoint.idle_warning()
+                if busy:
+                    self.warnings.append(busy)
+            self._prepare_prompts()
+            self._start = self.clock.now()
+            if self.settings.duration_s is not None:
+                self._deadline = self._start + self.settings.duration_s
+            await self._drive(concurrency)
+            duration = self.clock.now() - self._start
+        finally:
+            await self.endpoint.close()
+        self.records.sort(key=lambda r: (r.scheduled_s, r.session_index, r.turn_index))
+        self._mark_warmup()
+        return ReplayRun(
+            records=self.records,
+            warnings=self.warnings,
+            settings={**self.settings.as_dict(), "mode": self.mode, "api": self.endpoint.api},
+            workload=self.workload.source or self.workload.format,
+            endpoint=self.endpoint.name,
+            duration_s=duration,
+            planned_requests=sum(len(s.turns) for s in self.plan),
+        )
+
+    def _prepare_prompts(self) -> None:
+        """Compute the prompt factory's word table now, not in the first request's time."""
+        if any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for session in self.plan for turn in session.turns):
+            self.prompts.words
+
+    async def _drive(self, concurrency: int | None) -> None:
+        tasks: list[asyncio.Task] = []
+        if self.mode == "concurrency":
+            queue = iter(enumerate(self.plan))
+            tasks = [asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan)))]
+        else:
+            if self.settings.concurrency is not None:
+                self._slots = asyncio.Semaphore(self.settings.concurrency)
+            tasks.append(asyncio.ensure_future(self._dispatch(tasks)))
+        limit = None if self._deadline is None else self.settings.duration_s + self.settings.grace_s
+        await self._finish(tasks, limit)
+
+    async def _finish(self, tasks: list[asyncio.Task], limit: float | None) -> None:
+        """Wait for every task (the list grows while the dispatcher runs). At ``limit`` seconds
+        from the start, or when a task fails with an error, cancel the rest."""
+        while True:
+            pending = [t for t in tasks if not t.done()]
+            failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception()), None)
+            if not pending or failed is not None:
+                break
+            timeout = None if limit is None else max(self._start + limit - self.clock.now(), 0.0)
+            await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+            if limit is not None and self.clock.now() >= self._start + limit:
+                break
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if failed is not None:
+            raise failed.exception()
+
+    async def _worker(self, queue: Iterator[tuple[int, Session]]) -> None:
+        for index, session in queue:
+            now = self.clock.now()
+            if self._closed(now):
+                return
+            await self._session(index, session, now)
+
+    def _arrivals(self) -> Iterator[float]:
+        """Start offsets (seconds from the start) of the planned sessions."""
+        if self.mode == "timestamps":
+            for session in self.plan:
+                yield session.arrival_s / self.settings.speedup
+            return
+        rng = random.Random(self.settings.seed)
+        t = 0.0
+        for _ in self.plan:
+            yield t
+            t += rng.expovariate(self.settings.rate) if self.settings.arrival == "poisson" else 1.0 / self.settings.rate
+
+    async def _dispatch(self, tasks: list[asyncio.Task]) -> None:
+        for (index, session), offset in zip(enumerate(self.plan), self._arrivals()):
+            due = self._start + offset
+            if self._closed(due):
+                return
+            await self.clock.sleep_until(due - LEAD_S)
+            tasks.append(asyncio.ensure_future(self._session(index, session, due)))
+
+    def _closed(self, t: float) -> bool:
+        return self._deadline is not None and t >= self._deadline
+
+    async def _session(self, index: int, session: Session, due: float) -> None:
+        if self._slots is None:
+            await self._turns(index, session, due)
+            return
+        async with self._slots:
+            await self._turns(index, session, due)
+
+    async def _turns(self, index: int, session: Session, due: float) -> None:
+        conversation = Conversation(self.prompts, session, self.endpoint.api, self.settings.prompt_format)
+        scheduled = due
+        for turn_index, turn in enumerate(session.turns):
+            if turn_index:
+                scheduled = self.clock.now() + turn.delay_s / self.settings.speedup
+            if self._closed(scheduled):
+                return
+            try:
+                api, body, planned_prompt = conversation.request(turn_index)
+            except LLMReplayError as exc:
+                raise LLMReplayError(f"session {session.id!r} turn {turn_index}: {exc}") from None
+            record = RequestRecord(
+                session_id=session.id,
+                session_index=index,
+                turn_index=turn_index,
+                turns_in_session=len(session.turns),
+                status="ok",
+                scheduled_s=scheduled - self._start,
+                planned_prompt_tokens=planned_prompt,
+                planned_output_tokens=turn.output_tokens,
+                history=conversation.history_source(turn_index),
+            )
+            await self.clock.sleep_until(scheduled)
+            response = Response()
+            try:
+                await self.endpoint.send(EndpointRequest(api, body), response)
+            except asyncio.CancelledError:
+                record.status = "cancelled"
+                self._keep(record, response, api, body)
+                raise
+            except LLMReplayError:
+                raise
+            except Exception as exc:  # an endpoint bug must not lose the run's other records
+                response.fail("client", f"{type(exc).__name__}: {exc}")
+            self._keep(record, response, api, body)
+            if record.status != "ok":
+                return
+            conversation.respond(response.text, response.token_ids, record.output_tokens)
+
+    def _keep(self, record: RequestRecord, response: Response, api: str, body: dict) -> None:
+        """Copy the response into the record (times made relative), check counts, store it."""
+        rel = self._relative
+        record.sent_s, record.end_s = rel(response.sent_s), rel(response.end_s)
+        record.chunk_times = [t - self._start for t in response.chunk_times]
+        record.chunk_tokens = list(response.chunk_tokens)
+        if record.chunk_times:
+            record.first_token_s, record.last_token_s = record.chunk_times[0], record.chunk_times[-1]
+        record.prompt_tokens = response.prompt_tokens
+        record.cached_tokens = response.cached_tokens
+        counted = sum(response.chunk_tokens)
+        record.output_tokens = response.completion_tokens if response.completion_tokens is not None else counted
+        if response.completion_tokens is not None and counted and counted != response.completion_tokens:
+            record.notes.append(f"usage says {response.completion_tokens} output tokens, chunks carried {counted}")
+            self._warn_once("count", f"the server's usage.completion_tokens differs from the tokens counted in its stream (first: {record.notes[-1]}); metrics use the server's count")
+        if response.error is not None and record.status == "ok":
+            record.status = "failed"
+        record.error = response.error
+        if record.status == "ok" and record.prompt_tokens is not None and record.planned_prompt_tokens is not None:
+            self._check_prompt(record, api, body)
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def _relative(self, t: float | None) -> float | None:
+        return None if t is None else t - self._start
+
+    def _check_prompt(self, record: RequestRecord, api: str, body: dict) -> None:
+        """Warn once when the server's prompt_tokens cannot come from our tokenizer's count.
+
+        Completions: they must be equal. Chat: the template may add 0 to
+        ``64 + 16 * messages`` tokens (Llama-3's adds about 25 + 5 per message).
+        """
+        planned, server = record.planned_prompt_tokens, record.prompt_tokens
+        if api == "chat":
+            fixed, per_message = CHAT_TEMPLATE_ALLOWANCE
+            ok = 0 <= server - planned <= fixed + per_message * len(body.get("messages", ()))
+        else:
+            ok = server == planned
+        if not ok:
+            self._warn_once(
+                "tokenizer",
+                f"tokenizer mismatch: the server counted {server} prompt tokens where {self.prompts.tokenizer.name} planned {planned} "
+                f"(session {record.session_id!r} turn {record.turn_index}); prompt lengths and cache figures are off: "
+                "use the server model's tokenizer (--tokenizer / --llm-tokenizer)",
+            )
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.warnings.append(message)
+
+    def _mark_warmup(self) -> None:
+        for position, record in enumerate(self.records):
+            record.warmup = position < self.settings.warmup_requests or record.scheduled_s < self.settings.warmup_s
+
+
+def replay(
+    workload: Workload,
+    endpoint: Endpoint,
+    prompts: PromptFactory,
+    settings: ReplaySettings = ReplaySettings(),
+    clock: Clock | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> ReplayRun:
+    """Replay ``workload`` against ``endpoint`` and return every request's record."""
+    return Replay(workload, endpoint, prompts, settings, clock, on_record).run()

@@ -1,0 +1,240 @@
+"""A scriptable OpenAI-compatible mock server for the client's tests and benchmarks.
+
+It streams ``max_tokens`` tokens (token *i* is the bundled tokenizer's *i*-th word token, so
+the text re-encodes to exactly those ids) after ``ttft_s``, one every
+``itl_s``, ``tokens_per_chunk`` per event, then a usage-only chunk and ``[DONE]``. Prompt tokens
+are counted with the bundled tokenizer (chat: contents plus ``CHAT_OVERHEAD`` per message), and
+``cached_tokens`` is the longest block-aligned prefix (blocks of ``block_size`` token ids) this
+server has seen before, like a prefix cache that never evicts.
+
+A request can ask for a fault in its body: ``"mock": {"fault": F, "after": N}`` with F one of
+``http500``, ``http400``, ``stall`` (stop sending after N tokens and hang), ``cut`` (close the
+connection after N tokens), ``malformed`` (a non-JSON event after N tokens), ``error_event``
+(an error object after N tokens), ``no_done`` (end cleanly without ``[DONE]``). ``"mock":
+{"usage": false}`` leaves usage out; ``{"usage_tokens": K}`` reports K completion tokens.
+
+``python tests/mockserver.py --port P`` serves it (zero latency) for benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+CHAT_OVERHEAD = 3
+
+
+@dataclass
+class MockConfig:
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    tokens_per_chunk: int = 1
+    block_size: int = 16
+    busy: float = 0.0  # what /metrics reports as running requests
+    count_prompts: bool = True
+
+
+@dataclass
+class MockServer:
+    config: MockConfig = field(default_factory=MockConfig)
+    bodies: list[dict[str, Any]] = field(default_factory=list)
+    _seen_blocks: set[tuple[int, ...]] = field(default_factory=set)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        busy = self.config.busy
+        text = (
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{engine="0",model_name="mock-model"}} {busy}\n'
+            f'vllm:num_requests_waiting{{engine="0",model_name="mock-model"}} 0.0\n'
+        )
+        return web.Response(text=text)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, chat=False)
+
+    def prompt_ids(self, body: dict[str, Any], chat: bool) -> tuple[list[int], int]:
+        """(ids to hash for the cache, prompt token count)."""
+        if not self.config.count_prompts:
+            return [], 0
+        tokenizer = _vocabulary().tokenizer
+        if chat:
+            ids: list[int] = []
+            for message in body["messages"]:
+                ids += tokenizer.encode(message["content"])
+            return ids, len(ids) + CHAT_OVERHEAD * len(body["messages"])
+        prompt = body["prompt"]
+        ids = list(prompt) if isinstance(prompt, list) else tokenizer.encode(prompt)
+        return ids, len(ids)
+
+    def cached(self, ids: list[int]) -> int:
+        size, hit = self.config.block_size, 0
+        for end in range(size, len(ids) + 1, size):
+            key = tuple(ids[:end])
+            if key in self._seen_blocks:
+                hit = end
+            else:
+                self._seen_blocks.add(key)
+        return hit
+
+    async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        body = await request.json()
+        self.bodies.append(body)
+        mock = body.get("mock", {})
+        fault, after = mock.get("fault"), mock.get("after", 0)
+        if fault in ("http500", "http400"):
+            status = int(fault[4:])
+            return web.json_response({"error": {"message": f"mock {status}", "type": "MockError", "code": status}}, status=status)
+        ids, prompt_tokens = self.prompt_ids(body, chat)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": mock.get("usage_tokens", body.get("max_tokens", 16)),
+            "total_tokens": 0,
+            "prompt_tokens_details": {"cached_tokens": self.cached(ids)},
+        }
+        n = body.get("max_tokens", 16)
+        if not body.get("stream"):
+            await asyncio.sleep(self.config.ttft_s + self.config.itl_s * max(n - 1, 0))
+            text = _text(0, n)
+            choice = {"index": 0, "finish_reason": "length", **({"message": {"role": "assistant", "content": text}} if chat else {"text": text})}
+            return web.json_response({"id": "x", "choices": [choice], "usage": usage})
+        reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await reply.prepare(request)
+        await asyncio.sleep(self.config.ttft_s)
+        if chat:
+            await reply.write(_event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
+        sent, per = 0, self.config.tokens_per_chunk
+        while sent < n:
+            if fault and sent >= after:
+                return await self._fault(fault, request, reply)
+            count = min(per, n - sent)
+            text = _text(sent, sent + count)
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if sent + count == n else None}
+            choice.update({"delta": {"content": text}} if chat else {"text": text})
+            if body.get("return_token_ids"):
+                choice["token_ids"] = [_vocabulary().words[i % len(_vocabulary().words)] for i in range(sent, sent + count)]
+            await reply.write(_event({"choices": [choice]}))
+            sent += count
+            if self.config.itl_s and sent < n:
+                await asyncio.sleep(self.config.itl_s)
+        if fault:
+            return await self._fault(fault, request, reply)
+        if mock.get("usage", True) and body.get("stream_options", {}).get("include_usage"):
+            await reply.write(_event({"choices": [], "usage": usage}))
+        await reply.write(b"data: [DONE]\n\n")
+        await reply.write_eof()
+        return reply
+
+    async def _fault(self, fault: str, request: web.Request, reply: web.StreamResponse) -> web.StreamResponse:
+        if fault == "stall":
+            await asyncio.sleep(3600)
+        elif fault == "cut":
+            request.transport.close()
+        elif fault == "malformed":
+            await reply.write(b"data: {not json\n\n")
+            await reply.write(b"data: [DONE]\n\n")
+        elif fault == "error_event":
+            await reply.write(_event({"error": {"message": "engine crashed", "type": "InternalServerError", "code": 500}}))
+            await reply.write(b"data: [DONE]\n\n")
+        await reply.write_eof()
+        return reply
+
+
+@dataclass
+class _Vocabulary:
+    tokenizer: Any
+    words: list[int]
+    texts: list[str]
+
+
+_VOCABULARY: list[_Vocabulary] = []
+
+
+def _vocabulary() -> _Vocabulary:
+    """The bundled tokenizer and its word tokens (loaded once per process)."""
+    if not _VOCABULARY:
+        from pytest_llmreplay.prompts import PromptFactory
+        from pytest_llmreplay.tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(None)
+        words = PromptFactory(tokenizer).words.tolist()
+        _VOCABULARY.append(_Vocabulary(tokenizer, words, [tokenizer.decode([w]) for w in words]))
+    return _VOCABULARY[0]
+
+
+def _text(start: int, end: int) -> str:
+    texts = _vocabulary().texts
+    return "".join(texts[i % len(texts)] for i in range(start, end))
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+class ServerThread:
+    """Run a :class:`MockServer` on 127.0.0.1 in a background thread: ``url`` once started."""
+
+    def __init__(self, server: MockServer) -> None:
+        self.server = server
+        self.url = ""
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "ServerThread":
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        runner = web.AppRunner(self.server.app(), access_log=None)
+        self._loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        self._loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(runner.cleanup())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--count-prompts", action="store_true", help="tokenize prompts for usage and cache figures (slower)")
+    args = parser.parse_args()
+    server = MockServer(MockConfig(count_prompts=args.count_prompts))
+    web.run_app(server.app(), host="127.0.0.1", port=args.port, access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    main()
