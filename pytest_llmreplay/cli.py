@@ -3,6 +3,7 @@
     llmreplay validate FILE...            check files; exit 1 with the first error of each bad one
     llmreplay inspect FILE                a table of the workload's figures
     llmreplay convert IN OUT --to FORMAT  rewrite a workload in another format
+    llmreplay run FILE --endpoint URL     replay a workload; print tables, write --out DIR
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import LLMReplayError
@@ -66,6 +68,140 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from .endpoints import HTTPEndpoint, ServerProcess
+    from .metrics import Result
+    from .prompts import PromptFactory
+    from .replay import ReplaySettings, replay
+    from .report import render
+    from .tokenizer import load_tokenizer
+
+    workload = _load(args, args.file)
+    for warning in workload.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    settings = ReplaySettings(
+        mode=args.mode, speedup=args.speedup, concurrency=args.concurrency, rate=args.rate, arrival=args.arrival,
+        duration_s=args.duration, grace_s=args.grace, max_requests=args.max_requests, max_sessions=args.max_sessions,
+        warmup_requests=args.warmup_requests, warmup_s=args.warmup_seconds, order=args.order, seed=args.seed,
+        prompt_format=args.prompt_format, check_idle=not args.no_idle_check,
+    )
+    settings.validate()
+    extra_body = _json_object("--extra-body", args.extra_body)
+    if args.ignore_eos:
+        extra_body["ignore_eos"] = True
+    endpoint = HTTPEndpoint(
+        args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
+        headers=dict(_header(h) for h in args.header), extra_body=extra_body, timeout_s=args.timeout,
+    )
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
+    progress = ProgressLine(workload.num_requests if args.max_requests is None else args.max_requests)
+    server = ServerProcess(args.server_cmd, args.endpoint, startup_timeout_s=args.server_timeout) if args.server_cmd else None
+    try:
+        if server is not None:
+            server.start()
+        run = replay(workload, endpoint, prompts, settings, on_record=progress.update)
+    finally:
+        progress.close()
+        if server is not None:
+            died = server.exit_message()
+            server.stop()
+            if died:
+                print(f"warning: {died}", file=sys.stderr)
+    result = Result(run, gpus=args.gpus)
+    print(render(result))
+    if args.out:
+        out = Path(args.out)
+        print(f"wrote {result.write_json(out / 'result.json')} and {result.write_csv(out / 'requests.csv')}")
+    return 0 if result.ok else 1
+
+
+class ProgressLine:
+    """``done/total requests, failed, elapsed`` on stderr, redrawn at most every half second,
+    shown only once a run has lasted ``after_s`` seconds (short runs print nothing)."""
+
+    def __init__(self, total: int, after_s: float = 3.0) -> None:
+        from .clock import WallClock
+
+        self.clock = WallClock()
+        self.total, self.after_s = total, after_s
+        self.start = self.last = self.clock.now()
+        self.done = self.failed = 0
+        self.shown = False
+
+    def update(self, record: Any) -> None:
+        self.done += 1
+        self.failed += record.status == "failed"
+        now = self.clock.now()
+        if now - self.start >= self.after_s and now - self.last >= 0.5:
+            self.last, self.shown = now, True
+            print(f"\r{self.done:,}/{self.total:,} requests, {self.failed:,} failed, {now - self.start:.0f} s", end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr)
+
+
+def _json_object(option: str, text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    import json
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise LLMReplayError(f"{option}: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise LLMReplayError(f"{option}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise LLMReplayError(f"--header: expected NAME:VALUE, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    from .replay import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
+
+    run = commands.add_parser("run", parents=[common], help="replay a workload against an endpoint",
+                              description="Replay a workload against an OpenAI-compatible endpoint; print the metric tables.")
+    run.add_argument("file", metavar="FILE")
+    run.add_argument("--endpoint", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    run.add_argument("--out", metavar="DIR", help="write DIR/result.json (summary) and DIR/requests.csv (one row per request)")
+    target = run.add_argument_group("endpoint")
+    target.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    target.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
+    target.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="text", help="completions prompts as text or token ids (default text)")
+    target.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)")
+    target.add_argument("--header", action="append", default=[], metavar="NAME:VALUE", help="extra HTTP header (repeatable)")
+    target.add_argument("--extra-body", metavar="JSON", help='fields merged into every request body, e.g. \'{"min_tokens": 64}\'')
+    target.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (output lengths exactly as planned, vLLM/SGLang)")
+    target.add_argument("--no-stream", action="store_true", help="non-streaming requests (TTFT = latency)")
+    target.add_argument("--timeout", type=float, default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
+    target.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts: the served model's (default: the bundled one)")
+    target.add_argument("--server-cmd", metavar="CMD", help="start this server command first, wait for --endpoint to answer /health, stop it after")
+    target.add_argument("--server-timeout", type=float, default=600.0, metavar="S", help="how long the server command may take to get ready (default 600)")
+    target.add_argument("--no-idle-check", action="store_true", help="skip the check that the server's /metrics shows no requests in flight")
+    plan = run.add_argument_group("replay")
+    plan.add_argument("--mode", choices=MODES, default="auto", help="timestamps (open loop), concurrency, rate; auto: timestamps when the trace is timed")
+    plan.add_argument("--concurrency", type=int, metavar="N", help="sessions in flight (concurrency mode; a cap in the others)")
+    plan.add_argument("--speedup", type=float, default=1.0, metavar="X", help="divide trace arrival times and turn delays by X (default 1)")
+    plan.add_argument("--rate", type=float, metavar="R", help="sessions per second (rate mode)")
+    plan.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate mode spacing (default poisson)")
+    plan.add_argument("--duration", type=float, metavar="S", help="stop admitting after S seconds; cancel what is still in flight after --grace")
+    plan.add_argument("--grace", type=float, default=30.0, metavar="S", help="wait for requests in flight after --duration (default 30)")
+    plan.add_argument("--max-requests", type=int, metavar="N", help="take whole sessions until N requests (cycling the workload if needed)")
+    plan.add_argument("--max-sessions", type=int, metavar="N", help="run N sessions (cycling the workload if needed)")
+    plan.add_argument("--warmup-requests", type=int, default=0, metavar="N", help="leave the first N requests out of the metrics")
+    plan.add_argument("--warmup-seconds", type=float, default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
+    plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
+    plan.add_argument("--seed", type=int, default=0, help="seed of prompts, shuffling, sampling and Poisson arrivals (default 0)")
+    plan.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")
+    run.set_defaults(run=cmd_run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .formats import FORMATS
 
@@ -92,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--allow-loss", action="store_true",
                          help="convert even when the target drops something (arrival times, token ids, ...); what is dropped is printed")
     convert.set_defaults(run=cmd_convert)
+    _add_run_parser(commands, common)
     return parser
 
 

@@ -53,7 +53,7 @@ class Response:
     ``chunk_times[i]`` is when the read holding token chunk ``i`` arrived and ``chunk_tokens[i]``
     how many tokens it carried. ``prompt_tokens``/``cached_tokens``/``completion_tokens`` are the
     server's ``usage`` (None when it gave none). ``error`` is ``kind: detail`` with kind one of
-    connect, timeout, http, stream, protocol, server, client.
+    connect, closed, timeout, http, stream, protocol, server, client.
     """
 
     sent_s: float | None = None
@@ -285,6 +285,8 @@ def _classify(exc: BaseException, response: Response) -> tuple[str, str]:
         return "timeout", f"no data from the server for {_describe(cause)}"
     if isinstance(exc, httpx.ReadError) or (started and isinstance(exc, httpx.TransportError)):
         return "stream", f"connection lost mid-response after {sum(response.chunk_tokens)} tokens ({_describe(cause)})"
+    if "Disconnected" in type(cause).__name__:
+        return "closed", f"the server closed the connection without a response ({_describe(cause)})"
     if isinstance(exc, httpx.TransportError):
         return "connect", _describe(cause)
     return "client", _describe(exc)

@@ -249,9 +249,9 @@ class Replay:
         )
 
     def _prepare_prompts(self) -> None:
-        """Compute the prompt factory's word table now, not in the first request's time."""
+        """Compute the prompt factory's word tables now, not in the first request's time."""
         if any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for session in self.plan for turn in session.turns):
-            self.prompts.words
+            self.prompts.word_texts
 
     async def _drive(self, concurrency: int | None) -> None:
         tasks: list[asyncio.Task] = []

@@ -44,10 +44,10 @@ class MockConfig:
 class MockServer:
     config: MockConfig = field(default_factory=MockConfig)
     bodies: list[dict[str, Any]] = field(default_factory=list)
-    _seen_blocks: set[tuple[int, ...]] = field(default_factory=set)
+    _seen_blocks: set[int] = field(default_factory=set)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=1 << 30)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
@@ -92,12 +92,14 @@ class MockServer:
         return ids, len(ids)
 
     def cached(self, ids: list[int]) -> int:
-        size, hit = self.config.block_size, 0
+        """Tokens in the longest run of leading full blocks seen before (chained block hashes)."""
+        size, hit, key, missed = self.config.block_size, 0, 0, False
         for end in range(size, len(ids) + 1, size):
-            key = tuple(ids[:end])
-            if key in self._seen_blocks:
+            key = hash((key, tuple(ids[end - size:end])))
+            if key in self._seen_blocks and not missed:
                 hit = end
             else:
+                missed = True
                 self._seen_blocks.add(key)
         return hit
 

@@ -1,0 +1,330 @@
+"""Records -> per-request, per-session and workload metrics -> :class:`Result`.
+
+Metric names are the ones of DESIGN.md, used everywhere (reports, SLO keys, baselines). Only
+*measured* requests count: not warm-up, not cancelled. Latency metrics use the ``ok`` ones.
+
+Per request (seconds, tokens):
+
+- ``ttft`` = first token - sent; ``latency`` = end of response - sent;
+- ``tpot`` = (latency - ttft) / (output_tokens - 1), for output_tokens > 1;
+- ``itl``: for each chunk after the first, (chunk time - previous chunk time) / tokens in the
+  chunk, once per token (trie's rule; a server merging tokens per event does not inflate it);
+- ``queue`` (simulator only), ``prompt_tokens`` (server's count, else planned),
+  ``cached_tokens``, ``output_tokens``; ``schedule_lag`` = sent - scheduled (the client's own
+  health: when it grows, the client is the bottleneck and TTFT is inflated).
+
+Per complete session (every turn measured and ok):
+
+- ``session_latency`` = last response end - first request sent;
+- ``ttfat`` = first token of the last request - first request sent (time to first agent token);
+- ``decode_tps`` = Σ(output_i - 1) / Σ(last token_i - first token_i);
+- ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
+- ``eligible_cache_hit_rate`` = Σ cached_i / Σ eligible_i with eligible_0 = 0 and
+  eligible_i = prompt_{i-1} + output_{i-1} (what a perfect prefix cache could have kept);
+- ``output_tokens_per_session``.
+
+Workload, over the measured span T (first measured request sent to last one ended):
+
+- ``request_throughput``, ``output_throughput``, ``input_throughput``,
+  ``cached_input_throughput``, ``uncached_input_throughput``, each with ``overall`` (count / T),
+  ``steady_state`` (count after the first 20% of T / 0.8 T: the slope once the ramp-up is
+  over), ``last_30s`` (count in the last min(30 s, T) / that span) and ``per_gpu``
+  (steady_state / gpus). Requests count at their end, output tokens at their chunk's arrival
+  (scaled to the server's count), prompt tokens at the first token;
+- ``error_rate`` = failed / (ok + failed); ``goodput`` = requests meeting every per-request
+  threshold / (ok + failed); ``effective_concurrency`` = Σ (end - sent) / T.
+
+Statistics of a distribution: mean, min, p50, p90, p95, p99, max, std (numpy, linear
+interpolation, as vLLM's ``bench serve``) and count.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .replay import ReplayRun, RequestRecord
+
+STATS = ("mean", "min", "p50", "p90", "p95", "p99", "max", "std")
+RATES = ("overall", "steady_state", "last_30s", "per_gpu")
+REQUEST_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "prompt_tokens", "cached_tokens", "output_tokens", "schedule_lag")
+SESSION_METRICS = ("session_latency", "ttfat", "decode_tps", "cache_hit_rate", "eligible_cache_hit_rate", "output_tokens_per_session")
+STEADY_SKIP = 0.2
+LAST_WINDOW_S = 30.0
+# per-request metrics a goodput threshold may name
+GOODPUT_METRICS = ("ttft", "tpot", "latency", "itl")
+
+
+def stats(values: Iterable[float]) -> dict[str, float] | None:
+    """mean/min/p50/p90/p95/p99/max/std/count of ``values``; None when there are none."""
+    array = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
+    if not array.size:
+        return None
+    p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
+    return {
+        "mean": float(array.mean()), "min": float(array.min()), "p50": float(p50), "p90": float(p90),
+        "p95": float(p95), "p99": float(p99), "max": float(array.max()), "std": float(array.std()),
+        "count": int(array.size),
+    }
+
+
+def ttft(record: RequestRecord) -> float | None:
+    return None if record.first_token_s is None or record.sent_s is None else record.first_token_s - record.sent_s
+
+
+def latency(record: RequestRecord) -> float | None:
+    return None if record.end_s is None or record.sent_s is None else record.end_s - record.sent_s
+
+
+def tpot(record: RequestRecord) -> float | None:
+    """(latency - ttft) / (output_tokens - 1); None for one token or fewer."""
+    first, total = ttft(record), latency(record)
+    if first is None or total is None or record.output_tokens <= 1:
+        return None
+    return (total - first) / (record.output_tokens - 1)
+
+
+def itl(record: RequestRecord) -> list[float]:
+    """Per token of every chunk after the first: the chunk's gap / its tokens."""
+    times, tokens = record.chunk_times, record.chunk_tokens
+    gaps: list[float] = []
+    for i in range(1, len(times)):
+        gaps += [(times[i] - times[i - 1]) / tokens[i]] * tokens[i]
+    return gaps
+
+
+def prompt_tokens(record: RequestRecord) -> int | None:
+    """The server's count, else what we planned."""
+    return record.prompt_tokens if record.prompt_tokens is not None else record.planned_prompt_tokens
+
+
+def schedule_lag(record: RequestRecord) -> float | None:
+    return None if record.sent_s is None else record.sent_s - record.scheduled_s
+
+
+def request_values(record: RequestRecord) -> dict[str, Any]:
+    """The per-request metrics of one record (None where not defined)."""
+    return {
+        "ttft": ttft(record), "tpot": tpot(record), "latency": latency(record), "queue": record.queue_s,
+        "prompt_tokens": prompt_tokens(record), "cached_tokens": record.cached_tokens,
+        "output_tokens": record.output_tokens, "schedule_lag": schedule_lag(record),
+    }
+
+
+def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
+    """The per-session metrics of one complete session's records (in turn order)."""
+    first, last = turns[0], turns[-1]
+    decode_tokens = sum(r.output_tokens - 1 for r in turns if r.output_tokens > 1)
+    decode_time = sum(r.last_token_s - r.first_token_s for r in turns if r.output_tokens > 1 and r.first_token_s is not None)
+    prompts = [prompt_tokens(r) for r in turns]
+    reported = all(r.cached_tokens is not None for r in turns) and None not in prompts
+    cached = sum(r.cached_tokens or 0 for r in turns)
+    eligible = sum(prompts[i - 1] + turns[i - 1].output_tokens for i in range(1, len(turns))) if reported else 0
+    return {
+        "session_id": first.session_id,
+        "session_index": first.session_index,
+        "turns": len(turns),
+        "session_latency": last.end_s - first.sent_s,
+        "ttfat": None if last.first_token_s is None else last.first_token_s - first.sent_s,
+        "decode_tps": decode_tokens / decode_time if decode_time > 0 else None,
+        "cache_hit_rate": cached / sum(prompts) if reported and sum(prompts) else None,
+        "eligible_cache_hit_rate": cached / eligible if eligible else None,
+        "output_tokens_per_session": sum(r.output_tokens for r in turns),
+    }
+
+
+def rates(events: list[tuple[float, float]], start: float, end: float, gpus: int) -> dict[str, float]:
+    """overall / steady_state / last_30s / per_gpu rates of (time, amount) events in [start, end]."""
+    span = end - start
+    if span <= 0:
+        return {}
+    times = np.asarray([t for t, _ in events], dtype=float)
+    amounts = np.asarray([a for _, a in events], dtype=float)
+    steady_from = start + STEADY_SKIP * span
+    window = min(LAST_WINDOW_S, span)
+    steady = float(amounts[times >= steady_from].sum()) / (end - steady_from)
+    return {
+        "overall": float(amounts.sum()) / span,
+        "steady_state": steady,
+        "last_30s": float(amounts[times >= end - window].sum()) / window,
+        "per_gpu": steady / gpus,
+    }
+
+
+def _output_events(record: RequestRecord) -> list[tuple[float, float]]:
+    """Output tokens at their chunks' times, scaled so they add up to the server's count."""
+    counted = sum(record.chunk_tokens)
+    if not counted:
+        return [(record.end_s, float(record.output_tokens))] if record.end_s is not None else []
+    scale = record.output_tokens / counted
+    return [(t, n * scale) for t, n in zip(record.chunk_times, record.chunk_tokens)]
+
+
+@dataclass
+class Result:
+    """The outcome of a replay: records, the metrics computed from them, and writers.
+
+    ``gpus`` divides steady-state throughput into ``per_gpu``; ``goodput`` maps per-request
+    metrics (``ttft``, ``tpot``, ``latency``, ``itl`` = the request's worst gap) to the most
+    seconds a good request may take.
+    """
+
+    run: ReplayRun
+    gpus: int = 1
+    goodput: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return self.run.records
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.run.warnings
+
+    @cached_property
+    def measured(self) -> list[RequestRecord]:
+        """Records that count: not warm-up, not cancelled."""
+        return [r for r in self.run.records if not r.warmup and r.status != "cancelled"]
+
+    @cached_property
+    def ok(self) -> list[RequestRecord]:
+        return [r for r in self.measured if r.status == "ok"]
+
+    @cached_property
+    def session_rows(self) -> list[dict[str, Any]]:
+        """Per-session metrics of every complete session (all turns measured and ok)."""
+        by_session: dict[int, list[RequestRecord]] = {}
+        for record in self.run.records:
+            by_session.setdefault(record.session_index, []).append(record)
+        rows = []
+        for turns in by_session.values():
+            turns.sort(key=lambda r: r.turn_index)
+            complete = len(turns) == turns[0].turns_in_session and all(r.status == "ok" and not r.warmup for r in turns)
+            if complete:
+                rows.append(session_values(turns))
+        return rows
+
+    @cached_property
+    def span(self) -> tuple[float, float]:
+        """(first measured request sent, last measured request ended), seconds from the start."""
+        sent = [r.sent_s for r in self.measured if r.sent_s is not None]
+        ended = [r.end_s for r in self.measured if r.end_s is not None]
+        return (min(sent), max(ended)) if sent and ended else (0.0, 0.0)
+
+    @cached_property
+    def summary(self) -> dict[str, dict[str, float]]:
+        """metric -> stat -> value. Distributions have :data:`STATS` and ``count``; throughputs
+        have :data:`RATES`; single figures have ``value``. Metrics with no samples are absent."""
+        summary: dict[str, dict[str, float]] = {}
+        rows = [request_values(r) for r in self.ok]
+        for name in REQUEST_METRICS:
+            if name == "itl":
+                found = stats(gap for r in self.ok for gap in itl(r))
+            elif name == "schedule_lag":
+                found = stats(schedule_lag(r) for r in self.measured)
+            else:
+                found = stats(row[name] for row in rows)
+            if found:
+                summary[name] = found
+        for name in SESSION_METRICS:
+            found = stats(row[name] for row in self.session_rows)
+            if found:
+                summary[name] = found
+        summary.update(self._throughput())
+        counted = [r for r in self.measured if r.status in ("ok", "failed")]
+        failed = sum(r.status == "failed" for r in counted)
+        if counted:
+            summary["error_rate"] = {"value": failed / len(counted)}
+            if self.goodput:
+                summary["goodput"] = {"value": sum(self._good(r) for r in self.ok) / len(counted)}
+        start, end = self.span
+        if end > start:
+            busy = sum(latency(r) or 0.0 for r in self.measured)
+            summary["effective_concurrency"] = {"value": busy / (end - start)}
+        summary["requests"] = {
+            "ok": len(self.ok), "failed": failed,
+            "cancelled": sum(r.status == "cancelled" for r in self.run.records),
+            "warmup": sum(r.warmup for r in self.run.records),
+            "planned": self.run.planned_requests,
+            "sessions_complete": len(self.session_rows),
+        }
+        return summary
+
+    def _throughput(self) -> dict[str, dict[str, float]]:
+        start, end = self.span
+        ok = self.ok
+        events = {
+            "request_throughput": [(r.end_s, 1.0) for r in ok],
+            "output_throughput": [e for r in ok for e in _output_events(r)],
+            "input_throughput": [(r.first_token_s or r.end_s, float(prompt_tokens(r) or 0)) for r in ok],
+        }
+        if ok and all(r.cached_tokens is not None for r in ok):
+            events["cached_input_throughput"] = [(r.first_token_s or r.end_s, float(r.cached_tokens)) for r in ok]
+            events["uncached_input_throughput"] = [(r.first_token_s or r.end_s, float((prompt_tokens(r) or 0) - r.cached_tokens)) for r in ok]
+        out = {}
+        for name, found in events.items():
+            figures = rates(found, start, end, self.gpus)
+            if figures:
+                out[name] = figures
+        return out
+
+    def _good(self, record: RequestRecord) -> bool:
+        values = request_values(record)
+        gaps = itl(record)
+        values["itl"] = max(gaps) if gaps else None
+        for name, limit in self.goodput.items():
+            value = values.get(name)
+            if value is not None and value > limit:
+                return False
+        return True
+
+    def request_table(self):
+        """Every record with its per-request metrics, as a pandas DataFrame (one row each)."""
+        import pandas as pd
+
+        return pd.DataFrame([self._request_row(r) for r in self.run.records])
+
+    def session_table(self):
+        """Per-session metrics of complete sessions, as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.session_rows, columns=["session_id", "session_index", "turns", *SESSION_METRICS])
+
+    @staticmethod
+    def _request_row(record: RequestRecord) -> dict[str, Any]:
+        row = {k: v for k, v in asdict(record).items() if k not in ("chunk_times", "chunk_tokens", "notes")}
+        row.update(request_values(record))
+        row["chunks"] = len(record.chunk_times)
+        row["notes"] = "; ".join(record.notes)
+        return row
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``write_json`` writes: run facts, warnings and the summary."""
+        return {
+            "workload": self.run.workload,
+            "endpoint": self.run.endpoint,
+            "settings": self.run.settings,
+            "duration_s": self.run.duration_s,
+            "gpus": self.gpus,
+            "goodput_thresholds": dict(self.goodput),
+            "warnings": list(self.run.warnings),
+            "summary": self.summary,
+        }
+
+    def write_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+    def write_csv(self, path: str | Path) -> Path:
+        """One row per request: the record's fields and its metrics."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.request_table().to_csv(path, index=False)
+        return path

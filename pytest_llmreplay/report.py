@@ -1,0 +1,96 @@
+"""Terminal tables of a :class:`~pytest_llmreplay.metrics.Result`, in the layout trie users know.
+
+- **Per-trace metrics**: one row per statistic (mean, min, p50 ... max), one column per metric
+  (latency, TTFT, TTFAT, decode TPOT, ITL, output tokens per turn and per trace, cache hit rates);
+  columns without samples are left out. A trace is a session; a flat request is a one-turn one.
+- **Workload metrics**: throughputs (requests/s, prompt, cached and uncached prompt, completion
+  tokens/s) over the whole run, the last 30 s, and the steady state (after the first 20%), also
+  per GPU.
+- **Client** line: schedule lag p50/p99 and effective concurrency, so that an overloaded client
+  is seen instead of silently inflating TTFT; then errors and warnings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .metrics import Result
+
+ROWS = ("mean", "min", "p50", "p90", "p95", "p99", "max")
+# (summary metric, column header, factor from the summary's unit)
+TRACE_COLUMNS = (
+    ("latency", "Latency (s)", 1.0),
+    ("ttft", "TTFT (s)", 1.0),
+    ("ttfat", "TTFAT (s)", 1.0),
+    ("tpot", "Decode TPOT (ms/tok)", 1e3),
+    ("itl", "ITL (ms)", 1e3),
+    ("output_tokens", "Output tokens/turn", 1.0),
+    ("output_tokens_per_session", "Output tokens/trace", 1.0),
+    ("cache_hit_rate", "Cache hit rate (%)", 100.0),
+    ("eligible_cache_hit_rate", "Eligible cache hit rate (%)", 100.0),
+)
+WORKLOAD_ROWS = (
+    ("request_throughput", "requests/s"),
+    ("input_throughput", "total prompt tok/s"),
+    ("cached_input_throughput", "cached prompt tok/s"),
+    ("uncached_input_throughput", "uncached prompt tok/s"),
+    ("output_throughput", "completion tok/s"),
+)
+WORKLOAD_COLUMNS = (("overall", "Overall"), ("last_30s", "Last 30s Window"), ("steady_state", "Steady State"), ("per_gpu", "Steady State / GPU"))
+
+
+def trace_table(result: Result) -> str:
+    from tabulate import tabulate
+
+    summary = result.summary
+    columns = [(key, header, factor) for key, header, factor in TRACE_COLUMNS if key in summary]
+    if not columns:
+        return "Per-trace metrics: no request completed"
+    rows = [[stat] + [summary[key][stat] * factor for key, _, factor in columns] for stat in ROWS]
+    return "Per-trace metrics\n" + tabulate(rows, headers=["Metric"] + [h for _, h, _ in columns], floatfmt=".3f", tablefmt="simple")
+
+
+def workload_table(result: Result) -> str:
+    from tabulate import tabulate
+
+    summary = result.summary
+    counts = summary["requests"]
+    sessions = len({r.session_index for r in result.measured})
+    start, end = result.span
+    per_second = counts["sessions_complete"] / (end - start) if end > start else 0.0
+    title = f"Workload metrics\ncompleted={counts['ok']}/{counts['planned']} requests  traces={counts['sessions_complete']}/{sessions}  trace/s={per_second:.2f}"
+    columns = [(key, header) for key, header in WORKLOAD_COLUMNS if key != "per_gpu" or result.gpus > 1]
+    rows = [[label] + [summary[key].get(col) for col, _ in columns] for key, label in WORKLOAD_ROWS if key in summary]
+    if not rows:
+        return title
+    return title + "\n" + tabulate(rows, headers=["Metric"] + [h for _, h in columns], floatfmt=".2f", tablefmt="simple")
+
+
+def client_line(result: Result) -> str:
+    summary = result.summary
+    parts = []
+    lag = summary.get("schedule_lag")
+    if lag:
+        parts.append(f"schedule lag p50 {lag['p50'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms")
+    if "effective_concurrency" in summary:
+        parts.append(f"effective concurrency {summary['effective_concurrency']['value']:.1f}")
+    counts = summary["requests"]
+    parts.append(f"failed {counts['failed']}, cancelled {counts['cancelled']}, warm-up {counts['warmup']}")
+    return "Client: " + "; ".join(parts)
+
+
+def errors_block(result: Result, limit: int = 5) -> str:
+    """The most frequent error causes with their counts."""
+    causes: dict[str, int] = {}
+    for record in result.measured:
+        if record.status == "failed" and record.error:
+            causes[record.error] = causes.get(record.error, 0) + 1
+    lines = [f"  {count} x {cause}" for cause, count in sorted(causes.items(), key=lambda item: -item[1])[:limit]]
+    return "Errors:\n" + "\n".join(lines) if lines else ""
+
+
+def render(result: Result) -> str:
+    """Every table and line, ready to print."""
+    blocks: list[Any] = [trace_table(result), workload_table(result), client_line(result), errors_block(result)]
+    blocks += [f"warning: {w}" for w in result.warnings]
+    return "\n\n".join(b for b in blocks if b)
