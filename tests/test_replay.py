@@ -1,0 +1,327 @@
+"""The replay driver on the virtual clock: exact schedules for every mode, limit and fault.
+
+A fake in-process endpoint answers every request after ``ttft`` seconds and then one token every
+``itl`` seconds of *virtual* time, so every expected time below is computed by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmreplay.clock import VirtualClock
+from pytest_llmreplay.endpoints import EndpointRequest, Response
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.replay import ReplaySettings, replay, session_plan
+from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
+
+
+class FakeEndpoint:
+    """Answers after ``ttft`` then ``itl`` per token (virtual time); ``fail`` maps a request's
+    position to an error kind, ``raises`` to an exception; ``returns_ids`` adds token ids."""
+
+    name = "fake"
+
+    def __init__(self, ttft=0.1, itl=0.01, api="completions", fail=(), raises=(), returns_ids=False, prompt_extra=0, usage_extra=0, busy=None):
+        self.ttft, self.itl, self.api = ttft, itl, api
+        self.fail, self.raises, self.returns_ids = set(fail), set(raises), returns_ids
+        self.prompt_extra, self.usage_extra, self.busy = prompt_extra, usage_extra, busy
+        self.sent: list[tuple[float, EndpointRequest]] = []
+        self.concurrency = "unset"
+        self.in_flight = self.max_in_flight = 0
+
+    async def open(self, clock, concurrency):
+        self.clock, self.concurrency = clock, concurrency
+
+    async def close(self):
+        pass
+
+    async def idle_warning(self):
+        return self.busy
+
+    async def send(self, request, response: Response):
+        position = len(self.sent)
+        self.sent.append((self.clock.now(), request))
+        response.sent_s = self.clock.now()
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if position in self.raises:
+                raise RuntimeError("endpoint bug")
+            await self.clock.sleep(self.ttft)
+            if position in self.fail:
+                response.fail("http", "HTTP 503: overloaded")
+                return
+            tokens = request.body.get("max_tokens", 4)
+            for i in range(tokens):
+                if i:
+                    await self.clock.sleep(self.itl)
+                response.chunk_times.append(self.clock.now())
+                response.chunk_tokens.append(1)
+                response.text_parts.append(f" r{position}.{i}")
+            if self.returns_ids:
+                response.token_ids = [1000 + i for i in range(tokens)]
+            prompt = request.body.get("prompt", request.body.get("messages"))
+            response.prompt_tokens = (len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else 0) + self.prompt_extra
+            response.completion_tokens = tokens + self.usage_extra
+            response.cached_tokens = 0
+        finally:
+            self.in_flight -= 1
+            response.end_s = self.clock.now()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PromptFactory(load_tokenizer(None))
+
+
+def flat(*arrivals, output=4, input_tokens=20):
+    return Workload(tuple(Session(f"s{i}", a, (Turn(input_tokens, output, Synthetic()),)) for i, a in enumerate(arrivals)), "test")
+
+
+def agent(session_id="a", arrival=0.0, delays=(0.0, 2.0, 1.0), output=4):
+    turns = [Turn(20, output, Synthetic())]
+    for delay in delays[1:]:
+        previous = turns[-1].input_tokens + output
+        turns.append(Turn(previous + 10, output, Synthetic(extends_previous=True), delay_s=delay))
+    return Session(session_id, arrival, tuple(turns))
+
+
+def run(workload, endpoint, prompts, **settings):
+    return replay(workload, endpoint, prompts, ReplaySettings(**settings), clock=VirtualClock())
+
+
+def sent_times(endpoint):
+    return [round(t, 9) for t, _ in endpoint.sent]
+
+
+# request duration with the defaults: ttft 0.1 + 3 gaps of 0.01 for 4 tokens
+DURATION = 0.13
+
+
+def test_timestamps_mode_sends_at_arrival_divided_by_speedup(prompts):
+    endpoint = FakeEndpoint()
+    result = run(flat(0.0, 1.0, 2.5), endpoint, prompts, speedup=2.0, prompt_format="ids")
+    assert sent_times(endpoint) == [0.0, 0.5, 1.25]
+    assert [r.scheduled_s for r in result.records] == [0.0, 0.5, 1.25]
+    assert all(r.sent_s - r.scheduled_s == 0 for r in result.records)
+    assert result.settings["mode"] == "timestamps"
+    assert endpoint.concurrency is None  # open loop: the endpoint must not cap connections
+
+
+def test_agent_turns_wait_for_the_previous_turn_plus_its_delay(prompts):
+    endpoint = FakeEndpoint()
+    result = run(Workload((agent(delays=(0.0, 2.0, 1.0)),), "test"), endpoint, prompts, speedup=2.0, prompt_format="ids")
+    # turn 0 at 0, ends 0.13; turn 1 at 0.13 + 2.0/2; ends +0.13; turn 2 at that + 1.0/2
+    assert sent_times(endpoint) == [0.0, round(0.13 + 1.0, 9), round(0.13 + 1.0 + 0.13 + 0.5, 9)]
+    assert [r.turn_index for r in result.records] == [0, 1, 2]
+    assert all(r.status == "ok" for r in result.records)
+
+
+def test_virtual_clock_replays_an_hour_without_waiting(prompts):
+    endpoint = FakeEndpoint()
+    result = run(flat(0.0, 1800.0, 3600.0), endpoint, prompts, prompt_format="ids")
+    assert sent_times(endpoint) == [0.0, 1800.0, 3600.0]
+    assert result.duration_s == pytest.approx(3600.0 + DURATION)
+
+
+def test_concurrency_mode_ignores_arrivals_and_keeps_order(prompts):
+    endpoint = FakeEndpoint()
+    result = run(flat(50.0, 0.0, 7.0, 3.0, 1.0), endpoint, prompts, mode="concurrency", concurrency=2, prompt_format="ids")
+    assert sent_times(endpoint) == [0.0, 0.0, DURATION, DURATION, 2 * DURATION]
+    assert [r.session_id for r in sorted(result.records, key=lambda r: (r.sent_s, r.session_index))] == ["s0", "s1", "s2", "s3", "s4"]
+    assert endpoint.max_in_flight == 2 and endpoint.concurrency == 2
+
+
+def test_untimed_workload_defaults_to_one_session_at_a_time(prompts):
+    workload = Workload(flat(0, 0, 0).sessions, "test", timed=False)
+    endpoint = FakeEndpoint()
+    result = run(workload, endpoint, prompts, prompt_format="ids")
+    assert result.settings["mode"] == "concurrency"
+    assert sent_times(endpoint) == [0.0, DURATION, round(2 * DURATION, 9)]
+
+
+def test_constant_rate_spaces_sessions_evenly(prompts):
+    endpoint = FakeEndpoint()
+    run(flat(9, 9, 9, 9), endpoint, prompts, mode="rate", rate=10.0, arrival="constant", prompt_format="ids")
+    assert sent_times(endpoint) == [0.0, 0.1, 0.2, 0.3]
+
+
+def test_poisson_rate_is_seeded(prompts):
+    def times(seed):
+        endpoint = FakeEndpoint()
+        run(flat(*[0] * 200), endpoint, prompts, mode="rate", rate=100.0, seed=seed, prompt_format="ids")
+        return sent_times(endpoint)
+
+    first, again, other = times(1), times(1), times(2)
+    assert first == again and first != other
+    gaps = [b - a for a, b in zip(first, first[1:])]
+    assert len(set(round(g, 6) for g in gaps)) > 100  # not constant spacing
+    assert 0.007 < sum(gaps) / len(gaps) < 0.013  # mean gap near 1 / rate
+
+
+def test_concurrency_caps_open_loop_and_shows_as_schedule_lag(prompts):
+    endpoint = FakeEndpoint()
+    result = run(flat(0.0, 0.0, 0.0), endpoint, prompts, concurrency=1, mode="timestamps", prompt_format="ids")
+    assert sent_times(endpoint) == [0.0, DURATION, round(2 * DURATION, 9)]
+    assert [round(r.sent_s - r.scheduled_s, 9) for r in result.records] == [0.0, DURATION, round(2 * DURATION, 9)]
+
+
+def test_duration_limit_stops_admitting_then_cancels_after_grace(prompts):
+    endpoint = FakeEndpoint(ttft=0.1, itl=1.0)  # tokens at +0.1, +1.1, +2.1, +3.1
+    result = run(flat(0, 1, 2, 3, 4, 5, 6), endpoint, prompts, duration_s=4.5, grace_s=1.0, prompt_format="ids")
+    assert sent_times(endpoint) == [0.0, 1.0, 2.0, 3.0, 4.0]  # nothing admitted at or after 4.5
+    statuses = {r.session_id: r.status for r in result.records}
+    # ends at 3.1, 4.1, 5.1 (before 4.5 + 1.0) are ok; 6.1 and 7.1 are cut at 5.5
+    assert statuses == {"s0": "ok", "s1": "ok", "s2": "ok", "s3": "cancelled", "s4": "cancelled"}
+    cancelled = [r for r in result.records if r.status == "cancelled"]
+    # what arrived before the cut is kept: s3 got tokens at 3.1, 4.1, 5.1; s4 at 4.1, 5.1
+    assert [len(r.chunk_times) for r in cancelled] == [3, 2]
+    assert all(r.error is None and r.end_s == pytest.approx(5.5) for r in cancelled)
+    assert result.duration_s == pytest.approx(5.5)
+
+
+def test_duration_limit_does_not_start_a_turn_after_the_deadline(prompts):
+    endpoint = FakeEndpoint()
+    result = run(Workload((agent(delays=(0.0, 5.0, 0.0)),), "test"), endpoint, prompts, duration_s=2.0, prompt_format="ids")
+    assert [r.turn_index for r in result.records] == [0]
+
+
+def test_request_limit_takes_whole_sessions(prompts):
+    workload = Workload(tuple(agent(f"a{i}", arrival=i) for i in range(4)), "test")
+    endpoint = FakeEndpoint()
+    result = run(workload, endpoint, prompts, max_requests=4, prompt_format="ids")
+    assert sorted((r.session_id, r.turn_index) for r in result.records) == [(s, t) for s in ("a0", "a1") for t in range(3)]
+    assert result.planned_requests == 6
+
+
+def test_session_limit_cycles_a_short_workload(prompts):
+    plan = session_plan(flat(0, 1), ReplaySettings(max_sessions=5, mode="concurrency"))
+    assert [s.id for s in plan] == ["s0", "s1", "s0", "s1", "s0"]
+
+
+def test_shuffled_and_sampled_orders_are_seeded(prompts):
+    workload = flat(*range(20))
+    shuffled = [s.id for s in session_plan(workload, ReplaySettings(order="shuffled", seed=3, mode="concurrency"))]
+    assert sorted(shuffled) == sorted(s.id for s in workload) and shuffled != [s.id for s in workload]
+    assert shuffled == [s.id for s in session_plan(workload, ReplaySettings(order="shuffled", seed=3, mode="concurrency"))]
+    sampled = [s.id for s in session_plan(workload, ReplaySettings(order="sampled", seed=3, mode="concurrency"))]
+    assert len(sampled) == 20 and len(set(sampled)) < 20  # with replacement
+    assert sampled != [s.id for s in session_plan(workload, ReplaySettings(order="sampled", seed=4, mode="concurrency"))]
+
+
+def test_warmup_flags_first_requests_and_first_seconds(prompts):
+    result = run(flat(0, 1, 2, 3, 4), FakeEndpoint(), prompts, warmup_requests=1, prompt_format="ids")
+    assert [r.warmup for r in result.records] == [True, False, False, False, False]
+    result = run(flat(0, 1, 2, 3, 4), FakeEndpoint(), prompts, warmup_s=2.5, prompt_format="ids")
+    assert [r.warmup for r in result.records] == [True, True, True, False, False]
+
+
+def test_failed_request_is_recorded_and_ends_only_its_session(prompts):
+    workload = Workload((agent("a", 0.0), agent("b", 0.05)), "test")
+    endpoint = FakeEndpoint(fail={0})  # a's first turn fails
+    result = run(workload, endpoint, prompts, prompt_format="ids")
+    by_session = {}
+    for record in result.records:
+        by_session.setdefault(record.session_id, []).append(record)
+    assert [(r.turn_index, r.status, r.error) for r in by_session["a"]] == [(0, "failed", "http: HTTP 503: overloaded")]
+    assert [r.status for r in by_session["b"]] == ["ok", "ok", "ok"]
+
+
+def test_endpoint_exception_becomes_a_failed_record(prompts):
+    endpoint = FakeEndpoint(raises={1})
+    result = run(flat(0, 1, 2), endpoint, prompts, prompt_format="ids")
+    assert [r.status for r in result.records] == ["ok", "failed", "ok"]
+    assert result.records[1].error == "client: RuntimeError: endpoint bug"
+
+
+def test_bad_prompt_stops_the_run_with_the_session_named(prompts):
+    workload = Workload((Session("bad", 0.0, (Turn(2, 4, TokenIds((1, 10**9))),)),), "test")
+    with pytest.raises(LLMReplayError, match="session 'bad' turn 0: token id 1000000000 is outside"):
+        run(workload, FakeEndpoint(), prompts)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"mode": "fast"}, "mode: expected one of auto, timestamps, concurrency, rate, got 'fast'"),
+        ({"speedup": 0}, "speedup: expected a number > 0"),
+        ({"concurrency": 0}, "concurrency: expected an integer >= 1"),
+        ({"mode": "rate"}, "mode 'rate' needs a rate"),
+        ({"warmup_s": -1}, "warmup_s: expected a number >= 0"),
+        ({"order": "shuffled", "mode": "timestamps"}, "order: timestamps mode replays sessions in trace order"),
+        ({"prompt_format": "bytes"}, "prompt_format: expected one of text, ids"),
+    ],
+)
+def test_bad_settings_name_the_setting(settings, message, prompts):
+    with pytest.raises(LLMReplayError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run(flat(0), FakeEndpoint(), prompts, **settings)
+
+
+def test_busy_server_warning_is_kept(prompts):
+    result = run(flat(0), FakeEndpoint(busy="server busy"), prompts, prompt_format="ids")
+    assert result.warnings == ["server busy"]
+    assert run(flat(0), FakeEndpoint(busy="server busy"), prompts, prompt_format="ids", check_idle=False).warnings == []
+
+
+def test_completions_ids_history_uses_returned_ids_else_planned(prompts):
+    workload = Workload((agent(delays=(0.0, 0.0)),), "test")
+    with_ids = FakeEndpoint(returns_ids=True)
+    result = run(workload, with_ids, prompts, prompt_format="ids")
+    first, second = (request.body["prompt"] for _, request in with_ids.sent)
+    assert second[: len(first) + 4] == first + [1000, 1001, 1002, 1003]
+    assert len(second) == 20 + 4 + 10 and [r.history for r in result.records] == [None, "server"]
+    planned = FakeEndpoint()
+    result = run(workload, planned, prompts, prompt_format="ids")
+    first, second = (request.body["prompt"] for _, request in planned.sent)
+    assert second[: len(first) + 4] == first + prompts.planned_response(workload.sessions[0], 0)
+    assert [r.history for r in result.records] == [None, "planned"]
+
+
+def test_chat_history_carries_the_actual_response(prompts):
+    workload = Workload((agent(delays=(0.0, 0.0, 0.0)),), "test")
+    endpoint = FakeEndpoint(api="chat")
+    run(workload, endpoint, prompts)
+    messages = [request.body["messages"] for _, request in endpoint.sent]
+    assert [len(m) for m in messages] == [1, 3, 5]
+    assert messages[1][:2] == [messages[0][0], {"role": "assistant", "content": " r0.0 r0.1 r0.2 r0.3"}]
+    assert messages[2][3] == {"role": "assistant", "content": " r1.0 r1.1 r1.2 r1.3"}
+    assert len(prompts.tokenizer.encode(messages[1][2]["content"])) == 10  # only the new tokens
+
+
+def test_completions_text_history_appends_response_text(prompts):
+    workload = Workload((agent(delays=(0.0, 0.0)),), "test")
+    endpoint = FakeEndpoint()
+    run(workload, endpoint, prompts, prompt_format="text")
+    first, second = (request.body["prompt"] for _, request in endpoint.sent)
+    assert second.startswith(first + " r0.0 r0.1 r0.2 r0.3")
+
+
+def test_payload_is_sent_verbatim_on_its_own_api(prompts):
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    workload = Workload((Session("p", 0.0, (Turn(None, None, Payload(body)),)),), "test")
+    endpoint = FakeEndpoint(api="completions")
+    result = run(workload, endpoint, prompts)
+    assert endpoint.sent[0][1] == EndpointRequest("chat", body)
+    assert result.records[0].output_tokens == 3
+
+
+def test_tokenizer_mismatch_warns_once_with_both_figures(prompts):
+    endpoint = FakeEndpoint(prompt_extra=7)
+    result = run(flat(0, 1, 2), endpoint, prompts, prompt_format="ids")
+    mismatch = [w for w in result.warnings if "tokenizer mismatch" in w]
+    assert len(mismatch) == 1 and "counted 27 prompt tokens where llmreplay-bpe-4k planned 20" in mismatch[0]
+    assert not [w for w in run(flat(0), FakeEndpoint(), prompts, prompt_format="ids").warnings if "tokenizer" in w]
+
+
+def test_chat_allows_template_tokens_but_not_fewer_tokens(prompts):
+    assert run(flat(0), FakeEndpoint(api="chat", prompt_extra=25), prompts).warnings == []
+    assert "tokenizer mismatch" in run(flat(0), FakeEndpoint(api="chat", prompt_extra=-5), prompts).warnings[0]
+
+
+def test_usage_count_wins_over_chunks_and_the_difference_is_noted(prompts):
+    result = run(flat(0, 1), FakeEndpoint(usage_extra=2), prompts, prompt_format="ids")
+    assert [r.output_tokens for r in result.records] == [6, 6]
+    assert result.records[0].notes == ["usage says 6 output tokens, chunks carried 4"]
+    assert sum("differs from the tokens counted" in w for w in result.warnings) == 1
