@@ -13,7 +13,10 @@ connection after N tokens), ``malformed`` (a non-JSON event after N tokens), ``e
 (an error object after N tokens), ``no_done`` (end cleanly without ``[DONE]``). ``"mock":
 {"usage": false}`` leaves usage out; ``{"usage_tokens": K}`` reports K completion tokens.
 
-``python tests/mockserver.py --port P`` serves it (zero latency) for benchmarks.
+``python tests/mockserver.py --port P`` serves it (zero latency) for benchmarks. ``GET /mock/stats``
+reports the completion requests received and the ``time.time()`` of the first; ``DELETE`` resets them.
+``--envelope`` adds the ``id``/``object``/``created``/``model`` fields real servers put in every
+streamed chunk (AIPerf drops chunks without ``object``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import asyncio
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +42,7 @@ class MockConfig:
     block_size: int = 16
     busy: float = 0.0  # what /metrics reports as running requests
     count_prompts: bool = True
+    envelope: bool = False  # add id/object/created/model to streamed chunks, as real servers do (AIPerf needs "object")
 
 
 @dataclass
@@ -45,6 +50,8 @@ class MockServer:
     config: MockConfig = field(default_factory=MockConfig)
     bodies: list[dict[str, Any]] = field(default_factory=list)
     _seen_blocks: set[int] = field(default_factory=set)
+    completions_count: int = 0  # POSTs to /v1/(chat/)completions since start or the last DELETE /mock/stats
+    first_completion_time: float | None = None  # time.time() when the first of those arrived
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30)
@@ -53,7 +60,15 @@ class MockServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/mock/stats", self.stats)
+        app.router.add_delete("/mock/stats", self.stats)
         return app
+
+    async def stats(self, request: web.Request) -> web.Response:
+        """GET: completion requests received and the wall time of the first; DELETE: reset both."""
+        if request.method == "DELETE":
+            self.completions_count, self.first_completion_time = 0, None
+        return web.json_response({"requests": self.completions_count, "first_request_time": self.first_completion_time})
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
@@ -104,6 +119,9 @@ class MockServer:
         return hit
 
     async def _serve(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        if self.first_completion_time is None:
+            self.first_completion_time = time.time()
+        self.completions_count += 1
         body = await request.json()
         self.bodies.append(body)
         mock = body.get("mock", {})
@@ -127,8 +145,10 @@ class MockServer:
         reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await reply.prepare(request)
         await asyncio.sleep(self.config.ttft_s)
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        env = {"id": "x", "object": kind, "created": 0, "model": body.get("model")} if self.config.envelope else {}
         if chat:
-            await reply.write(_event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
+            await reply.write(_event({**env, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
         sent, per = 0, self.config.tokens_per_chunk
         while sent < n:
             if fault and sent >= after:
@@ -139,14 +159,14 @@ class MockServer:
             choice.update({"delta": {"content": text}} if chat else {"text": text})
             if body.get("return_token_ids"):
                 choice["token_ids"] = [_vocabulary().words[i % len(_vocabulary().words)] for i in range(sent, sent + count)]
-            await reply.write(_event({"choices": [choice]}))
+            await reply.write(_event({**env, "choices": [choice]}))
             sent += count
             if self.config.itl_s and sent < n:
                 await asyncio.sleep(self.config.itl_s)
         if fault:
             return await self._fault(fault, request, reply)
         if mock.get("usage", True) and body.get("stream_options", {}).get("include_usage"):
-            await reply.write(_event({"choices": [], "usage": usage}))
+            await reply.write(_event({**env, "choices": [], "usage": usage}))
         await reply.write(b"data: [DONE]\n\n")
         await reply.write_eof()
         return reply
@@ -226,6 +246,8 @@ class ServerThread:
         self.url = f"http://127.0.0.1:{port}"
         self._ready.set()
         self._loop.run_forever()
+        for task in asyncio.all_tasks(self._loop):  # stalled handlers must not hold up the exit
+            task.cancel()
         self._loop.run_until_complete(runner.cleanup())
 
 
@@ -233,8 +255,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--count-prompts", action="store_true", help="tokenize prompts for usage and cache figures (slower)")
+    parser.add_argument("--envelope", action="store_true", help="add id/object/created/model to streamed chunks (AIPerf needs them)")
     args = parser.parse_args()
-    server = MockServer(MockConfig(count_prompts=args.count_prompts))
+    server = MockServer(MockConfig(count_prompts=args.count_prompts, envelope=args.envelope))
     web.run_app(server.app(), host="127.0.0.1", port=args.port, access_log=None, print=None)
 
 

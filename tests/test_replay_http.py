@@ -1,0 +1,177 @@
+"""The replay driver against a local HTTP server (tests/mockserver.py), on the wall clock:
+every mode end to end, every fault as a failed record, and ``llmreplay run``."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from mockserver import MockConfig, MockServer, ServerThread
+
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.endpoints import HTTPEndpoint
+from pytest_llmreplay.metrics import Result
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.replay import ReplaySettings, replay
+from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workload import Payload, Session, Synthetic, Turn, Workload
+
+MOCK = str(Path(__file__).with_name("mockserver.py"))
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PromptFactory(load_tokenizer(None))
+
+
+@pytest.fixture
+def server():
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as thread:
+        yield thread
+
+
+def agent_session(session_id, arrival=0.0, turns=3, output=8):
+    items = [Turn(64, output, Synthetic())]
+    for _ in range(turns - 1):
+        items.append(Turn(items[-1].input_tokens + output + 32, output, Synthetic(extends_previous=True)))
+    return Session(session_id, arrival, tuple(items))
+
+
+def flat(n, spacing=0.01, output=8):
+    return Workload(tuple(Session(f"r{i}", i * spacing, (Turn(48, output, Synthetic()),)) for i in range(n)), "test")
+
+
+def go(workload, url, prompts, api="completions", **settings):
+    endpoint = HTTPEndpoint(url, api=api)
+    return Result(replay(workload, endpoint, prompts, ReplaySettings(**settings)))
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_agent_sessions_hit_the_prefix_cache(server, prompts, api):
+    workload = Workload((agent_session("a"), agent_session("b", 0.01)), "test")
+    result = go(workload, server.url, prompts, api=api)
+    assert [r.status for r in result.records] == ["ok"] * 6
+    assert all(r.output_tokens == 8 and r.prompt_tokens is not None for r in result.records)
+    first_turns = [r for r in result.records if r.turn_index == 0]
+    later = [r for r in result.records if r.turn_index > 0]
+    assert all(r.cached_tokens == 0 for r in first_turns)
+    assert all(r.cached_tokens > 0 for r in later)
+    # the mock caches whole 16-token blocks of everything it has seen: most of each history
+    assert result.summary["eligible_cache_hit_rate"]["min"] > 0.5
+    assert result.summary["requests"]["sessions_complete"] == 2
+
+
+def test_timestamps_mode_with_speedup(server, prompts):
+    result = go(flat(5, spacing=0.1), server.url, prompts, speedup=2.0)
+    assert [round(r.scheduled_s, 3) for r in result.records] == [0.0, 0.05, 0.1, 0.15, 0.2]
+    assert all(r.status == "ok" and r.sent_s >= r.scheduled_s for r in result.records)
+
+
+def test_concurrency_mode(server, prompts):
+    result = go(flat(12), server.url, prompts, mode="concurrency", concurrency=3)
+    assert len(result.records) == 12 and all(r.status == "ok" for r in result.records)
+    assert 0 < result.summary["effective_concurrency"]["value"] <= 3.0 + 1e-9
+
+
+@pytest.mark.parametrize("arrival", ["constant", "poisson"])
+def test_rate_mode(server, prompts, arrival):
+    result = go(flat(10), server.url, prompts, mode="rate", rate=100.0, arrival=arrival)
+    assert len(result.records) == 10 and all(r.status == "ok" for r in result.records)
+    if arrival == "constant":
+        assert [round(r.scheduled_s, 3) for r in result.records] == [i / 100 for i in range(10)]
+
+
+def test_duration_limit_cancels_a_stalled_request(server, prompts):
+    stall = Session("stall", 0.0, (Turn(None, None, Payload({"prompt": "x", "max_tokens": 8, "mock": {"fault": "stall", "after": 3}})),))
+    late = Session("late", 5.0, (Turn(48, 8, Synthetic()),))
+    result = go(Workload((stall, late), "test"), server.url, prompts, duration_s=0.2, grace_s=0.1)
+    assert [(r.session_id, r.status, len(r.chunk_times)) for r in result.records] == [("stall", "cancelled", 3)]
+    assert result.summary["requests"]["cancelled"] == 1 and "error_rate" not in result.summary
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        ("http500", "http: HTTP 500: mock 500"),
+        ("http400", "http: HTTP 400: mock 400"),
+        ("cut", "stream: connection lost mid-response after 2 tokens"),
+        ("malformed", "protocol: malformed SSE event, not JSON"),
+        ("error_event", "server: error in stream: engine crashed"),
+        ("no_done", "stream: stream ended before [DONE] after 2 tokens"),
+    ],
+)
+def test_faults_become_failed_records_and_the_run_goes_on(server, prompts, fault, kind):
+    body = {"prompt": "hello", "max_tokens": 8, "mock": {"fault": fault, "after": 2}}
+    sessions = (Session("bad", 0.0, (Turn(None, None, Payload(body)),)),) + flat(3).sessions
+    result = go(Workload(sessions, "test"), server.url, prompts)
+    bad = [r for r in result.records if r.session_id == "bad"]
+    assert bad[0].status == "failed" and bad[0].error.startswith(kind)
+    assert [r.status for r in result.records if r.session_id != "bad"] == ["ok"] * 3
+    assert result.summary["error_rate"]["value"] == pytest.approx(0.25)
+
+
+def test_timeout_and_refused_connection_are_failed_records(server, prompts):
+    body = {"prompt": "hello", "max_tokens": 8, "mock": {"fault": "stall", "after": 1}}
+    workload = Workload((Session("slow", 0.0, (Turn(None, None, Payload(body)),)),), "test")
+    run = replay(workload, HTTPEndpoint(server.url, api="completions", model="m", timeout_s=0.3), prompts)
+    assert run.records[0].status == "failed" and run.records[0].error.startswith("timeout: no data from the server")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    run = replay(flat(2), HTTPEndpoint(f"http://127.0.0.1:{port}", api="completions", model="m"), prompts, ReplaySettings(check_idle=False))
+    assert [r.status for r in run.records] == ["failed", "failed"]
+    assert all(r.error.startswith("connect: ") for r in run.records)
+
+
+def test_busy_server_is_reported_before_the_run(prompts):
+    with ServerThread(MockServer(MockConfig(busy=3))) as thread:
+        result = go(flat(1), thread.url, prompts)
+    assert result.warnings[0].startswith(f"{thread.url} is not idle before the run (3 requests running or waiting")
+
+
+def test_cli_run_prints_tables_and_writes_results(server, tmp_path, capsys):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"input_length": 40, "output_length": 6, "hash_ids": [i], "timestamp": i}) + "\n" for i in range(4)))
+    out = tmp_path / "out"
+    status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", "--api", "completions", "--speedup", "100", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0
+    assert "Per-trace metrics" in printed and "Workload metrics" in printed and "completed=4/4 requests" in printed
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["summary"]["requests"]["ok"] == 4 and saved["settings"]["speedup"] == 100.0
+    assert saved["summary"]["output_tokens"]["mean"] == 6
+    assert len((out / "requests.csv").read_text().splitlines()) == 5
+
+
+def test_cli_run_starts_and_stops_a_server_command(tmp_path, capsys):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = f"{sys.executable} {MOCK} --port {port}"
+    status = main(["run", str(workload), "--endpoint", f"http://127.0.0.1:{port}", "--block-size", "64", "--server-cmd", command, "--server-timeout", "30"])
+    assert status == 0 and "completed=1/1 requests" in capsys.readouterr().out
+    with socket.socket() as again:  # the server is gone: its port is free again
+        again.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--extra-body", "{not json"], "error: --extra-body: not JSON"),
+        (["--extra-body", "[1]"], "error: --extra-body: expected a JSON object, got list"),
+        (["--header", "novalue"], "error: --header: expected NAME:VALUE, got 'novalue'"),
+        (["--concurrency", "0"], "error: concurrency: expected an integer >= 1, got 0"),
+        (["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"], "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set"),
+    ],
+)
+def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, extra, message):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+    status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", *extra])
+    err = capsys.readouterr().err
+    assert status == 1 and err.startswith(message) and "Traceback" not in err
