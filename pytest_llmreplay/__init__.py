@@ -25,6 +25,17 @@ _EXPORTS = {
     "TokenIds": "workload",
     "Turn": "workload",
     "Workload": "workload",
+    "Endpoint": "endpoints",
+    "HTTPEndpoint": "endpoints",
+    "ServerProcess": "endpoints",
+    "PromptFactory": "prompts",
+    "ReplaySettings": "replay",
+    "RequestRecord": "replay",
+    "replay": "replay",
+    "Result": "metrics",
+    "VirtualClock": "clock",
+    "WallClock": "clock",
+    "load_tokenizer": "tokenizer",
 }
 
 __all__ = sorted(_EXPORTS)
