@@ -17,7 +17,8 @@ Per complete session (every turn measured and ok):
 
 - ``session_latency`` = last response end - first request sent;
 - ``ttfat`` = first token of the last request - first request sent (time to first agent token);
-- ``decode_tps`` = Σ(output_i - 1) / Σ(last token_i - first token_i);
+- ``decode_tps`` = Σ(output_i - 1) / Σ(last token_i - first token_i), over the turns whose
+  tokens arrived over time (a one-chunk answer has no measurable decode);
 - ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
 - ``eligible_cache_hit_rate`` = Σ cached_i / Σ eligible_i with eligible_0 = 0 and
   eligible_i = prompt_{i-1} + output_{i-1} (what a perfect prefix cache could have kept);
@@ -119,8 +120,9 @@ def request_values(record: RequestRecord) -> dict[str, Any]:
 def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     """The per-session metrics of one complete session's records (in turn order)."""
     first, last = turns[0], turns[-1]
-    decode_tokens = sum(r.output_tokens - 1 for r in turns if r.output_tokens > 1)
-    decode_time = sum(r.last_token_s - r.first_token_s for r in turns if r.output_tokens > 1 and r.first_token_s is not None)
+    decoding = [r for r in turns if r.output_tokens > 1 and r.first_token_s is not None and r.last_token_s > r.first_token_s]
+    decode_tokens = sum(r.output_tokens - 1 for r in decoding)
+    decode_time = sum(r.last_token_s - r.first_token_s for r in decoding)
     prompts = [prompt_tokens(r) for r in turns]
     reported = all(r.cached_tokens is not None for r in turns) and None not in prompts
     cached = sum(r.cached_tokens or 0 for r in turns)
@@ -136,6 +138,11 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
         "eligible_cache_hit_rate": cached / eligible if eligible else None,
         "output_tokens_per_session": sum(r.output_tokens for r in turns),
     }
+
+
+def prefill_done(record: RequestRecord) -> float | None:
+    """When the prompt was processed: the first token, else the end (non-streamed)."""
+    return record.first_token_s if record.first_token_s is not None else record.end_s
 
 
 def rates(events: list[tuple[float, float]], start: float, end: float, gpus: int) -> dict[str, float]:
@@ -261,11 +268,11 @@ class Result:
         events = {
             "request_throughput": [(r.end_s, 1.0) for r in ok],
             "output_throughput": [e for r in ok for e in _output_events(r)],
-            "input_throughput": [(r.first_token_s or r.end_s, float(prompt_tokens(r) or 0)) for r in ok],
+            "input_throughput": [(prefill_done(r), float(prompt_tokens(r) or 0)) for r in ok],
         }
         if ok and all(r.cached_tokens is not None for r in ok):
-            events["cached_input_throughput"] = [(r.first_token_s or r.end_s, float(r.cached_tokens)) for r in ok]
-            events["uncached_input_throughput"] = [(r.first_token_s or r.end_s, float((prompt_tokens(r) or 0) - r.cached_tokens)) for r in ok]
+            events["cached_input_throughput"] = [(prefill_done(r), float(r.cached_tokens)) for r in ok]
+            events["uncached_input_throughput"] = [(prefill_done(r), float((prompt_tokens(r) or 0) - r.cached_tokens)) for r in ok]
         out = {}
         for name, found in events.items():
             figures = rates(found, start, end, self.gpus)
