@@ -298,15 +298,18 @@ def _describe(exc: BaseException) -> str:
 
 
 def busy_requests(metrics_text: str) -> float:
-    """Sum of the running/waiting request gauges (:data:`BUSY_GAUGES`) in Prometheus text."""
+    """Sum of the running/waiting request gauges (:data:`BUSY_GAUGES`) in Prometheus text
+    (``name{labels} value [timestamp]``; one series per engine, so they add up)."""
     total = 0.0
     for line in metrics_text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in BUSY_GAUGES:
-            try:
-                total += float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
+        if name not in BUSY_GAUGES:
+            continue
+        rest = line[line.rfind("}") + 1:] if "{" in line else line[len(name):]
+        try:
+            total += float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
     return total
 
 
@@ -394,19 +397,31 @@ class ServerProcess:
         return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
 
     def stop(self) -> None:
+        """TERM the whole process group, wait, then KILL it: also when the command itself has
+        already exited, since its children (engine workers, a backgrounded server) may live on."""
         process = self.process
-        if process is None or process.poll() is not None:
+        if process is None:
             return
         for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(process.pid, sig)
             except ProcessLookupError:
                 return
-            try:
-                process.wait(timeout=wait)
+            if self._group_gone(wait):
                 return
-            except subprocess.TimeoutExpired:
-                continue
+
+    def _group_gone(self, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` for the leader to exit and the rest of its group to go."""
+        deadline = self.clock.now() + wait_s
+        while True:
+            if self.process.poll() is not None:
+                try:
+                    os.killpg(self.process.pid, 0)
+                except ProcessLookupError:
+                    return True
+            if self.clock.now() >= deadline:
+                return False
+            self.clock.pause(0.05)
 
 
 def _answers(client: Any) -> bool:
