@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DONE = "[DONE]"
+_loads = json.JSONDecoder().decode
 
 
 class SSEDecoder:
@@ -27,48 +28,42 @@ class SSEDecoder:
         self._data: list[str] = []
 
     def feed(self, raw: bytes) -> list[str]:
-        self._buffer += raw
+        buffer = self._buffer + raw
+        held = b""
+        if b"\r" in buffer:
+            if buffer.endswith(b"\r"):  # may be the first half of \r\n: wait for the next read
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buffer.split(b"\n")
+        self._buffer = lines.pop() + held  # the incomplete last line (and a held \r)
         events: list[str] = []
-        while True:
-            end = _line_end(self._buffer)
-            if end is None:
-                return events
-            line, rest = self._buffer[: end[0]], self._buffer[end[1]:]
-            if end[1] == len(self._buffer) and self._buffer.endswith(b"\r"):
-                return events  # a lone \r at the end may be the first half of \r\n
-            self._buffer = rest
-            self._take(line.decode("utf-8", errors="replace"), events)
+        for line in lines:
+            self._take(line, events)
+        return events
 
     def close(self) -> list[str]:
         """The data of an event the stream ended in without its closing blank line."""
         events: list[str] = []
-        if self._buffer:
-            self._take(self._buffer.rstrip(b"\r").decode("utf-8", errors="replace"), events)
-            self._buffer = b""
+        tail = self._buffer.rstrip(b"\r")
+        self._buffer = b""
+        if tail:
+            self._take(tail, events)
         if self._data:
             events.append("\n".join(self._data))
             self._data = []
         return events
 
-    def _take(self, line: str, events: list[str]) -> None:
+    def _take(self, line: bytes, events: list[str]) -> None:
         if not line:
             if self._data:
                 events.append("\n".join(self._data))
                 self._data = []
             return
-        field, _, value = line.partition(":")
-        if field == "data":
-            self._data.append(value[1:] if value.startswith(" ") else value)
-
-
-def _line_end(buffer: bytes) -> tuple[int, int] | None:
-    """(end of the first line, start of the next) or None when no line is complete."""
-    n, r = buffer.find(b"\n"), buffer.find(b"\r")
-    if r != -1 and (n == -1 or r < n):
-        return (r, r + 2) if buffer[r + 1 : r + 2] == b"\n" else (r, r + 1)
-    if n != -1:
-        return n, n + 1
-    return None
+        if line.startswith(b"data:"):
+            value = line[6:] if line.startswith(b"data: ") else line[5:]
+            self._data.append(value.decode("utf-8", errors="replace"))
+        elif line == b"data":  # a field name alone has an empty value
+            self._data.append("")
 
 
 class StreamError(Exception):
@@ -99,42 +94,49 @@ def read_chunk(data: str) -> Chunk:
     entries, else 1 (a server that merges tokens without saying so is corrected by ``usage``).
     """
     try:
-        obj = json.loads(data)
+        obj = _loads(data)
     except ValueError:
         raise StreamError("protocol", f"malformed SSE event, not JSON: {_clip(data)}") from None
-    if not isinstance(obj, dict):
+    if type(obj) is not dict:
         raise StreamError("protocol", f"malformed SSE event, not a JSON object: {_clip(data)}")
-    message = error_message(obj)
-    if message is not None:
-        raise StreamError("server", f"error in stream: {message}")
-    chunk = Chunk(usage=obj.get("usage") if isinstance(obj.get("usage"), dict) else None)
+    if "error" in obj or obj.get("object") == "error":
+        message = error_message(obj)
+        if message is not None:
+            raise StreamError("server", f"error in stream: {message}")
+    usage = obj.get("usage")
+    chunk = Chunk(usage=usage if type(usage) is dict else None)
     choices = obj.get("choices")
     if choices is None and chunk.usage is None:
         raise StreamError("protocol", f"malformed SSE event, no choices and no usage: {_clip(data)}")
     if not choices:
         return chunk
     choice = choices[0]
-    if not isinstance(choice, dict):
+    if type(choice) is not dict:
         raise StreamError("protocol", f"malformed SSE event, choices[0] is not an object: {_clip(data)}")
     chunk.finish_reason = choice.get("finish_reason")
     delta = choice.get("delta")
-    if isinstance(delta, dict):  # chat
-        pieces = [delta.get(k) for k in ("reasoning_content", "reasoning", "content")]
-        chunk.text = "".join(p for p in pieces if isinstance(p, str))
-        has_text_field = any(k in delta for k in ("content", "reasoning_content", "reasoning")) or bool(delta.get("tool_calls"))
-        role_only = "role" in delta and not chunk.text
+    if type(delta) is dict:  # chat
+        text = delta.get("content")
+        text = text if type(text) is str else ""
+        if "reasoning_content" in delta or "reasoning" in delta:
+            pieces = (delta.get("reasoning_content"), delta.get("reasoning"), text)
+            text = "".join(p for p in pieces if type(p) is str)
+        has_text_field = "content" in delta or "reasoning_content" in delta or "reasoning" in delta or bool(delta.get("tool_calls"))
+        role_only = not text and "role" in delta
     else:
         text = choice.get("text")
-        chunk.text = text if isinstance(text, str) else ""
+        text = text if type(text) is str else ""
         has_text_field, role_only = "text" in choice, False
+    chunk.text = text
     ids = choice.get("token_ids")
-    chunk.token_ids = [int(t) for t in ids] if isinstance(ids, list) else None
-    logprobs = _logprob_count(choice.get("logprobs"))
+    if type(ids) is list:
+        chunk.token_ids = [int(t) for t in ids]
+    logprobs = _logprob_count(choice["logprobs"]) if choice.get("logprobs") else 0
     if chunk.token_ids:
         chunk.tokens = len(chunk.token_ids)
     elif logprobs:
         chunk.tokens = logprobs
-    elif chunk.text or (has_text_field and not role_only and chunk.finish_reason is None):
+    elif text or (has_text_field and not role_only and chunk.finish_reason is None):
         chunk.tokens = 1
     return chunk
 

@@ -42,7 +42,7 @@ interpolation, as vLLM's ``bench serve``) and count.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -304,7 +304,7 @@ class Result:
 
     @staticmethod
     def _request_row(record: RequestRecord) -> dict[str, Any]:
-        row = {k: v for k, v in asdict(record).items() if k not in ("chunk_times", "chunk_tokens", "notes")}
+        row = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in ("chunk_times", "chunk_tokens", "notes")}
         row.update(request_values(record))
         row["chunks"] = len(record.chunk_times)
         row["notes"] = "; ".join(record.notes)
