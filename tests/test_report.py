@@ -4,45 +4,11 @@ from __future__ import annotations
 
 import re
 
+from records import make, rec
+
 from pytest_llmreplay.metrics import Result
-from pytest_llmreplay.replay import ReplayRun, RequestRecord
+from pytest_llmreplay.replay import RequestRecord
 from pytest_llmreplay.report import render
-
-
-def rec(
-    session: int,
-    turn: int = 0,
-    turns: int = 1,
-    *,
-    status: str = "ok",
-    sent: float | None = None,
-    scheduled: float | None = None,
-    chunks: tuple[tuple[float, int], ...] = (),
-    end: float | None = None,
-    output: int | None = None,
-    prompt: int | None = None,
-    cached: int | None = None,
-    warmup: bool = False,
-    error: str | None = None,
-    sid: str | None = None,
-) -> RequestRecord:
-    times = [t for t, _ in chunks]
-    tokens = [n for _, n in chunks]
-    return RequestRecord(
-        session_id=sid or f"s{session}", session_index=session, turn_index=turn, turns_in_session=turns,
-        status=status, scheduled_s=scheduled if scheduled is not None else (sent if sent is not None else 0.0),
-        sent_s=sent, first_token_s=times[0] if times else None, last_token_s=times[-1] if times else None,
-        end_s=end, chunk_times=times, chunk_tokens=tokens, prompt_tokens=prompt, cached_tokens=cached,
-        output_tokens=sum(tokens) if output is None else output, error=error, warmup=warmup,
-    )
-
-
-def make(records, gpus=1, warnings=(), planned=None) -> Result:
-    run = ReplayRun(
-        records=list(records), warnings=list(warnings), settings={}, workload="w", endpoint="e",
-        duration_s=100.0, planned_requests=len(records) if planned is None else planned,
-    )
-    return Result(run, gpus=gpus)
 
 
 def table(text: str, title: str) -> tuple[list[str], dict[str, dict[str, str]]]:
