@@ -185,7 +185,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     target.add_argument("--server-timeout", type=float, default=600.0, metavar="S", help="how long the server command may take to get ready (default 600)")
     target.add_argument("--no-idle-check", action="store_true", help="skip the check that the server's /metrics shows no requests in flight")
     plan = run.add_argument_group("replay")
-    plan.add_argument("--mode", choices=MODES, default="auto", help="timestamps (open loop), concurrency, rate; auto: timestamps when the trace is timed")
+    plan.add_argument("--mode", choices=MODES, default="auto", help="timestamps (open loop), concurrency, rate; auto: rate if --rate, concurrency if --concurrency or the trace is untimed, else timestamps")
     plan.add_argument("--concurrency", type=int, metavar="N", help="sessions in flight (concurrency mode; a cap in the others)")
     plan.add_argument("--speedup", type=float, default=1.0, metavar="X", help="divide trace arrival times and turn delays by X (default 1)")
     plan.add_argument("--rate", type=float, metavar="R", help="sessions per second (rate mode)")

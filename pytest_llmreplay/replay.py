@@ -6,7 +6,8 @@ When sessions start (``mode``):
 - ``concurrency``: ``concurrency`` sessions in flight, the next starting when one ends (the
   trace's arrival times are ignored, its order and delays kept);
 - ``rate``: open loop at ``rate`` sessions/s, Poisson (seeded) or constant spacing;
-- ``auto``: ``timestamps`` for a timed workload, else ``concurrency``.
+- ``auto``: ``rate`` when a rate is given, else ``concurrency`` when a concurrency is given or
+  the workload is untimed, else ``timestamps``.
 
 Within a session the loop is always closed: turn *n+1* is scheduled when turn *n* completes plus
 its ``delay_s / speedup`` (tool time, think time). ``concurrency`` in the open-loop modes caps the
@@ -70,7 +71,9 @@ class ReplaySettings:
     def resolved_mode(self, workload: Workload) -> str:
         if self.mode != "auto":
             return self.mode
-        return "timestamps" if workload.timed and self.rate is None and self.concurrency is None else ("rate" if self.rate else "concurrency")
+        if self.rate is not None:
+            return "rate"
+        return "concurrency" if self.concurrency is not None or not workload.timed else "timestamps"
 
     def validate(self) -> None:
         """Raise :class:`LLMReplayError` naming the first bad setting."""

@@ -325,3 +325,12 @@ def test_usage_count_wins_over_chunks_and_the_difference_is_noted(prompts):
     assert [r.output_tokens for r in result.records] == [6, 6]
     assert result.records[0].notes == ["usage says 6 output tokens, chunks carried 4"]
     assert sum("differs from the tokens counted" in w for w in result.warnings) == 1
+
+
+@pytest.mark.parametrize(
+    ("settings", "timed", "mode"),
+    [({}, True, "timestamps"), ({}, False, "concurrency"), ({"concurrency": 4}, True, "concurrency"), ({"rate": 5.0}, False, "rate"), ({"mode": "timestamps", "concurrency": 2}, True, "timestamps")],
+)
+def test_auto_mode_follows_what_was_given(settings, timed, mode):
+    workload = Workload(flat(0).sessions, "test", timed=timed)
+    assert ReplaySettings(**settings).resolved_mode(workload) == mode
