@@ -173,7 +173,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     target = run.add_argument_group("endpoint")
     target.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     target.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
-    target.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="text", help="completions prompts as text or token ids (default text)")
+    target.add_argument("--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)")
     target.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)")
     target.add_argument("--header", action="append", default=[], metavar="NAME:VALUE", help="extra HTTP header (repeatable)")
     target.add_argument("--extra-body", metavar="JSON", help='fields merged into every request body, e.g. \'{"min_tokens": 64}\'')

@@ -67,6 +67,7 @@ class Response:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+    queue_s: float | None = None  # time in the engine's queue, when the endpoint knows it (simulator)
 
     @property
     def text(self) -> str:

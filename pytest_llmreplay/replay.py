@@ -20,6 +20,9 @@ session that reaches it runs to its end), cycling through the workload again whe
 Warm-up: the first ``warmup_requests`` requests (by schedule) and every request scheduled in the
 first ``warmup_s`` seconds are recorded but flagged, and metrics leave them out.
 
+Prompts on completions endpoints are text, or token ids with ``prompt_format="ids"``; unset, the
+endpoint's ``preferred_prompt_format`` decides (ids for the in-process simulator), else text.
+
 Session order (concurrency and rate modes): ``sequential``, ``shuffled`` (a seeded permutation
 per pass) or ``sampled`` (seeded draws with replacement), as AIPerf offers for inputs.json.
 
@@ -31,6 +34,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
+import types
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterator
 
@@ -65,7 +70,7 @@ class ReplaySettings:
     warmup_s: float = 0.0
     order: str = "sequential"
     seed: int = 0
-    prompt_format: str = "text"
+    prompt_format: str | None = None
     check_idle: bool = True
 
     def resolved_mode(self, workload: Workload) -> str:
@@ -80,7 +85,8 @@ class ReplaySettings:
         _choice("mode", self.mode, MODES)
         _choice("arrival", self.arrival, ARRIVALS)
         _choice("order", self.order, ORDERS)
-        _choice("prompt_format", self.prompt_format, PROMPT_FORMATS)
+        if self.prompt_format is not None:
+            _choice("prompt_format", self.prompt_format, PROMPT_FORMATS)
         for name in ("speedup", "rate", "duration_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
@@ -211,6 +217,7 @@ class Replay:
         self.clock = clock or WallClock()
         self.on_record = on_record
         self.mode = settings.resolved_mode(workload)
+        self.prompt_format = settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text")
         self.plan = session_plan(workload, settings)
         self.records: list[RequestRecord] = []
         self.warnings: list[str] = []
@@ -244,7 +251,7 @@ class Replay:
         return ReplayRun(
             records=self.records,
             warnings=self.warnings,
-            settings={**self.settings.as_dict(), "mode": self.mode, "api": self.endpoint.api},
+            settings={**self.settings.as_dict(), "mode": self.mode, "api": self.endpoint.api, "prompt_format": self.prompt_format},
             workload=self.workload.source or self.workload.format,
             endpoint=self.endpoint.name,
             duration_s=duration,
@@ -324,7 +331,7 @@ class Replay:
             await self._turns(index, session, due)
 
     async def _turns(self, index: int, session: Session, due: float) -> None:
-        conversation = Conversation(self.prompts, session, self.endpoint.api, self.settings.prompt_format)
+        conversation = Conversation(self.prompts, session, self.endpoint.api, self.prompt_format)
         scheduled = due
         for turn_index, turn in enumerate(session.turns):
             if turn_index:
@@ -373,6 +380,7 @@ class Replay:
             record.first_token_s, record.last_token_s = record.chunk_times[0], record.chunk_times[-1]
         record.prompt_tokens = response.prompt_tokens
         record.cached_tokens = response.cached_tokens
+        record.queue_s = response.queue_s
         counted = sum(response.chunk_tokens)
         record.output_tokens = response.completion_tokens if response.completion_tokens is not None else counted
         if response.completion_tokens is not None and counted and counted != response.completion_tokens:
@@ -430,3 +438,15 @@ def replay(
 ) -> ReplayRun:
     """Replay ``workload`` against ``endpoint`` and return every request's record."""
     return Replay(workload, endpoint, prompts, settings, clock, on_record).run()
+
+
+class _CallableModule(types.ModuleType):
+    """Importing this module binds ``pytest_llmreplay.replay`` to it, shadowing the package's
+    re-export of the :func:`replay` function; calling the module calls the function, so
+    ``from pytest_llmreplay import replay; replay(...)`` works in either order of imports."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ReplayRun:
+        return replay(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

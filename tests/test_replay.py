@@ -334,3 +334,13 @@ def test_usage_count_wins_over_chunks_and_the_difference_is_noted(prompts):
 def test_auto_mode_follows_what_was_given(settings, timed, mode):
     workload = Workload(flat(0).sessions, "test", timed=timed)
     assert ReplaySettings(**settings).resolved_mode(workload) == mode
+
+
+def test_package_replay_is_callable_whichever_import_came_first(prompts):
+    import pytest_llmreplay
+    import pytest_llmreplay.replay  # binds the package attribute to the module
+
+    from pytest_llmreplay import replay as exported
+
+    run_ = exported(flat(0), FakeEndpoint(), prompts, ReplaySettings(prompt_format="ids"), VirtualClock())
+    assert [r.status for r in run_.records] == ["ok"] and pytest_llmreplay.replay is exported

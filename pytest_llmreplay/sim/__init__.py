@@ -1,0 +1,1 @@
+"""The simulated serving engine: scheduler, KV cache, iteration timing and bundled profiles."""

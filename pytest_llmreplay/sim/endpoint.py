@@ -1,0 +1,94 @@
+"""The simulated engine as an in-process :class:`~pytest_llmreplay.endpoints.Endpoint`.
+
+Requests go straight into an :class:`~.engine.Engine` running on the replay's clock: with the
+:class:`~pytest_llmreplay.clock.VirtualClock` there are no sockets and no waiting, an hour of
+trace replays in seconds, and the same inputs and seed give the same numbers.
+
+A request's prompt is its token ids (``prompt`` as a list), else its text (``prompt``, or chat
+``messages`` contents joined) encoded with the factory's tokenizer. It generates exactly
+``max_tokens`` tokens (default 16; ``ignore_eos`` semantics), seeded word tokens that it returns
+as ``token_ids`` and text, so agent histories grow exactly as the engine's cache saw them.
+Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
+``completion_tokens``; ``queue_s`` is admission time - arrival time. A request cancelled by the
+replay (duration limit) is aborted in the engine, releasing its blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+from ..clock import Clock
+from ..endpoints import EndpointRequest, Response
+from ..errors import LLMReplayError
+from ..prompts import PromptFactory, stable_hash
+from .engine import Engine
+from .timing import Profile
+
+DEFAULT_MAX_TOKENS = 16
+
+
+class SimEndpoint:
+    """The simulator of ``profile``, in process. ``preferred_prompt_format`` is ``ids``: the
+    replay then sends token ids, so nothing is decoded or re-encoded."""
+
+    api = "completions"
+    preferred_prompt_format = "ids"
+
+    def __init__(self, profile: Profile, prompts: PromptFactory, seed: int = 0) -> None:
+        self.profile = profile
+        self.prompts = prompts
+        self.seed = seed
+        self.engine: Engine | None = None
+        self._clock: Clock | None = None
+        self._sent = 0
+
+    @property
+    def name(self) -> str:
+        return f"sim:{self.profile.name}"
+
+    async def open(self, clock: Clock, concurrency: int | None) -> None:
+        self._clock = clock
+        self.engine = Engine(self.profile.engine, self.profile.timing, clock)
+        self.engine.start()
+
+    async def close(self) -> None:
+        if self.engine is not None:
+            await self.engine.stop()
+
+    async def idle_warning(self) -> str | None:
+        return None
+
+    def prompt_ids(self, body: dict[str, Any]) -> Sequence[int]:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and (not prompt or isinstance(prompt[0], int)):
+            return prompt  # token ids (the replay's own; a verbatim payload's are checked by the server)
+        if isinstance(prompt, str):
+            return self.prompts.tokenizer.encode(prompt)
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            return self.prompts.tokenizer.encode("".join(str(m.get("content", "")) for m in messages if isinstance(m, dict)))
+        raise LLMReplayError("simulator: a request needs 'prompt' (token ids or text) or 'messages'")
+
+    async def send(self, request: EndpointRequest, response: Response) -> None:
+        body = request.body
+        count = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
+        output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
+        self._sent += 1
+        response.sent_s = self._clock.now()
+        submitted = self.engine.submit(self.prompt_ids(body), output)
+        response.chunk_times, response.chunk_tokens = submitted.times, submitted.tokens
+        try:
+            await submitted.done
+        except asyncio.CancelledError:
+            self.engine.abort(submitted)
+            raise
+        finally:
+            response.end_s = self._clock.now()
+            response.prompt_tokens = submitted.prompt_len
+            response.cached_tokens = submitted.cached
+            response.completion_tokens = submitted.generated
+            response.token_ids = list(output[: submitted.generated])
+            response.text_parts = [self.prompts.text(response.token_ids)[0]] if response.token_ids else []
+            if submitted.scheduled_s is not None:
+                response.queue_s = submitted.scheduled_s - submitted.arrival_s

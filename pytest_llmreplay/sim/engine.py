@@ -1,0 +1,343 @@
+"""The simulated engine: vLLM-style continuous batching on a clock, stepping by events.
+
+Each iteration (vLLM v1's scheduler):
+
+1. running requests first, in admission order: a prefilling one gets a chunk of
+   ``min(tokens left, budget)`` of the ``max_num_batched_tokens`` budget (chunked prefill), a
+   decoding one gets 1 token; each must get the KV blocks it will fill, and when none are free
+   the newest running request is preempted (recompute: its blocks are released, it goes back to
+   the front of the queue and later prefills its prompt and what it had generated);
+2. then waiting requests are admitted FCFS while budget, ``max_num_seqs`` and free blocks allow,
+   starting from their longest cached prefix (all full blocks; a prompt fully cached recomputes
+   its last block, as vLLM recomputes its last token);
+3. the iteration lasts ``timing.iteration_s(batch)``; at its end every request whose prefill
+   completed emits its first token and every decoding one its next token. A request ends with
+   exactly ``output_len`` tokens (``ignore_eos`` semantics).
+
+Event stepping: when an iteration would be decode-only and nothing waiting can be admitted, the
+engine plans a *span* of k identical-shape iterations up to the next event (the first request to
+finish, or the last step before a block shortage) and computes their durations at once
+(``timing.decode_span_s``). An arrival during a span cuts it after the iteration in progress.
+So the Python work grows with arrivals, completions and admissions, not with tokens. Tokens of a
+span reach a request as one chunk at the span's end (``times``/``tokens``): TTFT is exact; ITL
+within a span is its mean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..clock import Clock
+from .kvcache import KVCache, block_hashes
+from .timing import Batch, TimingModel
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """vLLM's scheduler and cache settings."""
+
+    block_size: int = 16
+    num_gpu_blocks: int = 8192
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+
+
+class SimRequest:
+    """One request inside the engine. ``times``/``tokens``: when tokens came out and how many."""
+
+    __slots__ = (
+        "id", "prompt_ids", "output_ids", "prompt_len", "output_len", "arrival_s", "scheduled_s",
+        "blocks", "hashes", "registered", "computed", "generated", "target", "cached", "admitted", "preemptions",
+        "running", "times", "tokens", "done",
+    )
+
+    def __init__(self, rid: int, prompt_ids: Sequence[int], output_ids: Sequence[int], arrival_s: float, done: asyncio.Future) -> None:
+        self.id = rid
+        self.prompt_ids = prompt_ids
+        self.output_ids = output_ids
+        self.prompt_len = len(prompt_ids)
+        self.output_len = len(output_ids)
+        self.arrival_s = arrival_s
+        self.scheduled_s: float | None = None
+        self.blocks: list[int] = []
+        self.hashes: list[int] = []  # chained hashes of the full blocks of target tokens
+        self.registered = 0  # leading blocks named in the cache
+        self.computed = 0  # tokens whose KV is computed
+        self.generated = 0
+        self.target = self.prompt_len  # tokens to prefill: the prompt, plus the output so far after a preemption
+        self.cached: int | None = None  # prompt tokens hit at first admission
+        self.admitted = False
+        self.preemptions = 0
+        self.running = False
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+        self.done = done
+
+    def ids(self, count: int) -> Sequence[int]:
+        """The first ``count`` tokens of prompt + output."""
+        if count <= self.prompt_len:
+            return self.prompt_ids[:count]
+        return list(self.prompt_ids) + list(self.output_ids[: count - self.prompt_len])
+
+
+@dataclass
+class _Plan:
+    prefills: list[tuple[SimRequest, int]]
+    decodes: list[SimRequest]
+    ends: np.ndarray  # cumulative end of each planned iteration, from the plan's start
+
+
+class Engine:
+    """One simulated engine on ``clock``. ``submit`` a request, await its ``done`` future."""
+
+    def __init__(self, config: EngineConfig, timing: TimingModel, clock: Clock) -> None:
+        self.config = config
+        self.timing = timing
+        self.clock = clock
+        self.cache = KVCache(config.num_gpu_blocks, config.block_size)
+        self.waiting: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+        self.preemptions_total = 0
+        self._next_id = 0
+        self._wake: asyncio.Future | None = None
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def submit(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> SimRequest:
+        """Queue a request; it is admitted at the next iteration boundary."""
+        if not output_ids:
+            raise ValueError("a request must generate at least one token")
+        request = SimRequest(self._next_id, prompt_ids, output_ids, self.clock.now(), asyncio.get_running_loop().create_future())
+        self._next_id += 1
+        self.waiting.append(request)
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+        return request
+
+    def abort(self, request: SimRequest) -> None:
+        """Drop a request the client gave up on, releasing its blocks."""
+        if request.running:
+            self.running.remove(request)
+            request.running = False
+            self.cache.release(request.blocks)
+            request.blocks = []
+        elif request in self.waiting:
+            self.waiting.remove(request)
+
+    def load(self) -> int:
+        """Requests in the engine (running + waiting), for routers."""
+        return len(self.running) + len(self.waiting)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self.running and not self.waiting:
+                self._wake = loop.create_future()
+                await self._wake
+                continue
+            plan = self._schedule()
+            start = self.clock.now()
+            steps = len(plan.ends)
+            while True:
+                end = start + float(plan.ends[steps - 1])
+                self._wake = loop.create_future()
+                await asyncio.wait({self._wake}, timeout=max(end - self.clock.now(), 0.0))
+                if not self._wake.done() or steps == 1:
+                    if self.clock.now() >= end:
+                        break
+                    continue
+                # an arrival: finish the iteration in progress, then let it join
+                steps = min(int(np.searchsorted(plan.ends, self.clock.now() - start, side="right")) + 1, steps)
+            self._wake = None
+            self._apply(plan, steps, start)
+
+    # -- scheduling ---------------------------------------------------------------------------
+
+    def _schedule(self) -> _Plan:
+        budget = self.config.max_num_batched_tokens
+        prefills: list[tuple[SimRequest, int]] = []
+        decodes: list[SimRequest] = []
+        preempted_before = self.preemptions_total
+        for request in list(self.running):
+            if not request.running or budget <= 0:
+                continue
+            if request.computed < request.target:
+                chunk = min(request.target - request.computed, budget)
+                if self._grow(request, request.computed + chunk):
+                    prefills.append((request, chunk))
+                    budget -= chunk
+            elif self._grow(request, request.computed + 1):
+                decodes.append(request)
+                budget -= 1
+        preempted = self.preemptions_total > preempted_before
+        decodes = [r for r in decodes if r.running]  # a later request's growth may preempt an earlier one
+        prefills = [(r, c) for r, c in prefills if r.running]
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not preempted:
+            chunk = self._admit(self.waiting[0], budget)
+            if chunk is None:
+                break
+            prefills.append((self.waiting.popleft(), chunk))
+            budget -= chunk
+        if not prefills and decodes and (not self.waiting or len(self.running) >= self.config.max_num_seqs):
+            return self._decode_span(decodes)
+        batch = Batch(
+            prefill_tokens=sum(c for _, c in prefills),
+            prefill_context=sum(r.computed + c for r, c in prefills),
+            decode_seqs=len(decodes),
+            kv_tokens=sum(r.computed for r in decodes),
+            kv_usage=self.cache.usage,
+        )
+        return _Plan(prefills, decodes, np.array([self.timing.iteration_s(batch)]))
+
+    def _admit(self, request: SimRequest, budget: int) -> int | None:
+        """Take the longest cached prefix and blocks for the first chunk; the chunk, or None."""
+        size = self.config.block_size
+        if not request.hashes or len(request.hashes) < request.target // size:
+            request.hashes = block_hashes(request.ids(request.target), size)
+        hit = self.cache.match(request.hashes)
+        if len(hit) * size >= request.target:
+            hit = hit[:-1]
+        computed = len(hit) * size
+        chunk = min(request.target - computed, budget)
+        need = -(-(computed + chunk) // size) - len(hit)
+        reusable = sum(1 for block in hit if self.cache.ref[block] == 0)
+        if need > self.cache.free_blocks - reusable:
+            return None
+        self.cache.take_cached(hit)
+        request.blocks = hit + self.cache.allocate(need)
+        request.registered = len(hit)
+        request.computed = computed
+        if not request.admitted:
+            request.admitted = True
+            request.cached = computed
+            request.scheduled_s = self.clock.now()
+            self.cache.queries += request.prompt_len
+            self.cache.hits += computed
+        self.running.append(request)
+        request.running = True
+        return chunk
+
+    def _grow(self, request: SimRequest, tokens: int) -> bool:
+        """Give ``request`` blocks for ``tokens`` tokens, preempting the newest running requests
+        while none are free; False if ``request`` itself was preempted."""
+        need = -(-tokens // self.config.block_size) - len(request.blocks)
+        while need > 0:
+            blocks = self.cache.allocate(need)
+            if blocks is not None:
+                request.blocks += blocks
+                return True
+            victim = self.running[-1]
+            self._preempt(victim)
+            if victim is request:
+                return False
+        return True
+
+    def _preempt(self, request: SimRequest) -> None:
+        self.running.remove(request)
+        request.running = False
+        request.target = request.prompt_len + request.generated
+        self.cache.release(request.blocks)
+        request.blocks, request.computed, request.registered, request.hashes = [], 0, 0, []
+        request.preemptions += 1
+        self.preemptions_total += 1
+        self.waiting.appendleft(request)
+
+    def _decode_span(self, decodes: list[SimRequest]) -> _Plan:
+        """k decode-only iterations up to the first completion or block shortage."""
+        size = self.config.block_size
+        k = min(r.output_len - r.generated for r in decodes)
+
+        def blocks_needed(steps: int) -> int:
+            return sum(max(-(-(r.computed + steps) // size) - len(r.blocks), 0) for r in decodes)
+
+        free = self.cache.free_blocks
+        if blocks_needed(k) > free:
+            low, high = 1, k  # blocks_needed(1) <= free: _schedule gave each its next block
+            while low < high:
+                mid = (low + high + 1) // 2
+                low, high = (mid, high) if blocks_needed(mid) <= free else (low, mid - 1)
+            k = low
+        for request in decodes:
+            extra = -(-(request.computed + k) // size) - len(request.blocks)
+            if extra > 0:
+                request.blocks += self.cache.allocate(extra)
+        seqs = len(decodes)
+        usage_step = seqs / size / self.cache.num_blocks
+        durations = self.timing.decode_span_s(seqs, sum(r.computed for r in decodes), self.cache.usage, usage_step, k)
+        return _Plan([], decodes, np.cumsum(durations))
+
+    # -- applying -----------------------------------------------------------------------------
+
+    def _apply(self, plan: _Plan, steps: int, start: float) -> None:
+        now = start + float(plan.ends[steps - 1])
+        for request, chunk in plan.prefills:
+            request.computed += chunk
+            self.prompt_tokens_total += chunk
+            self._register(request)
+            if request.computed >= request.target:
+                self._emit(request, now, 1)
+        self.generation_tokens_total += steps * len(plan.decodes)
+        for request in plan.decodes:  # the hot loop: one pass per running request per span
+            request.computed += steps
+            request.generated += steps
+            request.times.append(now)
+            request.tokens.append(steps)
+            if request.generated >= request.output_len:
+                self._finish(request)
+
+    def _emit(self, request: SimRequest, now: float, count: int) -> None:
+        request.generated += count
+        self.generation_tokens_total += count
+        request.times.append(now)
+        request.tokens.append(count)
+        if request.generated >= request.output_len:
+            self._finish(request)
+
+    def _register(self, request: SimRequest) -> None:
+        """Name the request's newly full blocks (prompt and generated) in the cache."""
+        size = self.config.block_size
+        full = min(request.computed // size, len(request.blocks))
+        if full <= request.registered:
+            return
+        if len(request.hashes) < full:
+            parent = request.hashes[-1] if request.hashes else 0
+            request.hashes += block_hashes(request.ids(full * size), size, parent, len(request.hashes))
+        self.cache.register(request.blocks[request.registered:full], request.hashes[request.registered:full])
+        request.registered = full
+
+    def _finish(self, request: SimRequest) -> None:
+        self._register(request)
+        self.running.remove(request)
+        request.running = False
+        self.cache.release(request.blocks)
+        request.blocks = []
+        if not request.done.done():
+            request.done.set_result(None)
+
+    def stats(self) -> dict[str, Any]:
+        """Gauges and counters for ``/metrics`` (vLLM's names where they exist)."""
+        return {
+            "num_requests_running": len(self.running),
+            "num_requests_waiting": len(self.waiting),
+            "kv_cache_usage_perc": self.cache.usage,
+            "prefix_cache_queries_total": self.cache.queries,
+            "prefix_cache_hits_total": self.cache.hits,
+            "prompt_tokens_total": self.prompt_tokens_total,
+            "generation_tokens_total": self.generation_tokens_total,
+            "num_preemptions_total": self.preemptions_total,
+        }

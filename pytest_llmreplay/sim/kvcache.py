@@ -1,0 +1,98 @@
+"""The KV cache of one engine: a pool of blocks with prefix caching, as vLLM's (v1) block pool.
+
+- ``num_blocks`` blocks of ``block_size`` tokens. A request holds a list of blocks covering the
+  tokens whose KV is computed.
+- A *full* block is identified by a chained hash: ``hash_i = hash((hash_{i-1}, tokens of block
+  i))``, so equal hashes mean equal prefixes. Cached blocks are found by hash, shared between
+  requests by reference count, and kept after release (ref count 0) for reuse.
+- Free blocks (never used, or released) wait in an LRU queue; a request that needs a block takes
+  the least recently released one, evicting its hash if it had one. A request's blocks are
+  released tail first, so its last blocks are evicted before its prefix (vLLM's order).
+- ``usage`` = blocks held by requests / all blocks (vLLM's ``kv_cache_usage``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Sequence
+
+
+def block_hashes(ids: Sequence[int], block_size: int, parent: int = 0, start: int = 0) -> list[int]:
+    """Chained hashes of the full blocks of ``ids`` from block index ``start`` on; ``parent`` is
+    the hash of block ``start - 1`` (0 for the first block)."""
+    hashes = []
+    for begin in range(start * block_size, len(ids) - block_size + 1, block_size):
+        parent = hash((parent, tuple(ids[begin:begin + block_size])))
+        hashes.append(parent)
+    return hashes
+
+
+class KVCache:
+    """Block pool with prefix caching. Counters: ``queries``/``hits`` in tokens (vLLM's
+    ``prefix_cache_queries``/``prefix_cache_hits``)."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.ref = [0] * num_blocks
+        self.hash_of: list[int | None] = [None] * num_blocks
+        self.cached: dict[int, int] = {}  # hash -> block id
+        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self.queries = 0
+        self.hits = 0
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks a request could take now (unused, or cached with no holder)."""
+        return len(self.free)
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - len(self.free) / self.num_blocks
+
+    def match(self, hashes: Sequence[int]) -> list[int]:
+        """Block ids of the longest cached prefix of ``hashes`` (not yet taken)."""
+        found = []
+        for h in hashes:
+            block = self.cached.get(h)
+            if block is None:
+                break
+            found.append(block)
+        return found
+
+    def take_cached(self, blocks: Sequence[int]) -> None:
+        """Hold cached blocks (a prefix hit): one more reference each, out of the free queue."""
+        for block in blocks:
+            if self.ref[block] == 0:
+                del self.free[block]
+            self.ref[block] += 1
+
+    def allocate(self, count: int) -> list[int] | None:
+        """``count`` fresh blocks (evicting LRU cached ones), or None if fewer are free."""
+        if count > len(self.free):
+            return None
+        taken = []
+        for _ in range(count):
+            block, _ = self.free.popitem(last=False)
+            old = self.hash_of[block]
+            if old is not None:
+                if self.cached.get(old) == block:
+                    del self.cached[old]
+                self.hash_of[block] = None
+            self.ref[block] = 1
+            taken.append(block)
+        return taken
+
+    def register(self, blocks: Sequence[int], hashes: Sequence[int]) -> None:
+        """Name full blocks by their hashes so later requests can hit them (first one wins)."""
+        for block, h in zip(blocks, hashes):
+            if self.hash_of[block] is None and h not in self.cached:
+                self.hash_of[block] = h
+                self.cached[h] = block
+
+    def release(self, blocks: Sequence[int]) -> None:
+        """Drop one reference of each block; blocks nobody holds join the free queue, tail first."""
+        for block in reversed(blocks):
+            self.ref[block] -= 1
+            if self.ref[block] == 0:
+                self.free[block] = None
