@@ -1,0 +1,92 @@
+"""The simulator as an in-process endpoint, replayed on the virtual clock end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pytest_llmreplay.clock import VirtualClock
+from pytest_llmreplay.metrics import Result
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.replay import ReplaySettings, replay
+from pytest_llmreplay.sim.endpoint import SimEndpoint
+from pytest_llmreplay.sim.engine import EngineConfig
+from pytest_llmreplay.sim.timing import PolynomialTiming, Profile, load_profile
+from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workload import HashBlocks, Session, Synthetic, Turn, Workload
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PromptFactory(load_tokenizer(None))
+
+
+def agent(session_id, arrival, turns=3, output=32):
+    items = [Turn(600, output, Synthetic(), delay_s=0.0)]
+    for _ in range(turns - 1):
+        items.append(Turn(items[-1].input_tokens + output + 200, output, Synthetic(extends_previous=True), delay_s=2.0))
+    return Session(session_id, arrival, tuple(items))
+
+
+def offline(workload, prompts, profile="llama-3.1-8b-h100", **settings):
+    endpoint = SimEndpoint(load_profile(profile) if isinstance(profile, str) else profile, prompts)
+    return Result(replay(workload, endpoint, prompts, ReplaySettings(**settings), clock=VirtualClock()))
+
+
+def test_agent_sessions_hit_the_cache_with_their_own_history(prompts):
+    result = offline(Workload((agent("a", 0.0), agent("b", 0.5)), "test"), prompts)
+    records = result.records
+    assert [r.status for r in records] == ["ok"] * 6
+    assert all(r.output_tokens == 32 and r.history in (None, "server") for r in records)
+    later = [r for r in records if r.turn_index]
+    # each later prompt starts with the previous prompt and its response: all their full blocks hit
+    for record in later:
+        previous = next(p for p in records if p.session_id == record.session_id and p.turn_index == record.turn_index - 1)
+        assert record.cached_tokens == (previous.prompt_tokens + previous.output_tokens - 1) // 16 * 16
+    assert result.summary["eligible_cache_hit_rate"]["min"] > 0.95
+    assert all(r.queue_s is not None and r.queue_s >= 0 for r in records)
+
+
+def test_the_same_seed_gives_identical_numbers(prompts):
+    workload = Workload(tuple(agent(f"s{i}", i * 0.3) for i in range(12)), "test")
+    first, second = offline(workload, prompts), offline(workload, prompts)
+    assert [(r.sent_s, r.chunk_times, r.cached_tokens) for r in first.records] == [(r.sent_s, r.chunk_times, r.cached_tokens) for r in second.records]
+
+
+def test_an_hour_of_trace_replays_in_virtual_time(prompts):
+    sessions = tuple(Session(f"r{i}", i * 36.0, (Turn(1024, 64, HashBlocks((i % 7, 100 + i), 512)),)) for i in range(100))
+    result = offline(Workload(sessions, "test"), prompts)
+    assert result.run.duration_s > 3564  # the last request arrives at 3,564 s
+    assert len(result.ok) == 100
+    # hash ids 0-6 repeat: from the 8th request on, the first 512-token block is a cache hit
+    assert [r.cached_tokens for r in result.records[7:10]] == [512, 512, 512]
+
+
+def test_ttft_grows_with_load(prompts):
+    light = offline(Workload(tuple(agent(f"s{i}", i * 5.0, turns=1) for i in range(10)), "test"), prompts)
+    heavy = offline(Workload(tuple(agent(f"s{i}", i * 0.001, turns=1) for i in range(200)), "test"), prompts)
+    assert heavy.summary["ttft"]["p50"] > 5 * light.summary["ttft"]["p50"]
+
+
+def test_duration_limit_aborts_requests_in_the_engine(prompts):
+    profile = Profile(
+        name="slow", timing=PolynomialTiming(), engine=EngineConfig(block_size=16, num_gpu_blocks=1000, max_num_seqs=4),
+        model=None, hardware=None, sources=[],
+    )
+    sessions = tuple(Session(f"r{i}", 0.0, (Turn(100, 500, Synthetic()),)) for i in range(8))
+    endpoint = SimEndpoint(profile, prompts)
+    run = replay(Workload(sessions, "test"), endpoint, prompts, ReplaySettings(duration_s=1.0, grace_s=0.5), clock=VirtualClock())
+    assert {r.status for r in run.records} == {"cancelled"}
+    assert endpoint.engine.load() == 0 and endpoint.engine.cache.usage == 0.0
+
+
+def test_iteration_time_comes_from_the_profile(prompts):
+    workload = Workload((Session("one", 0.0, (Turn(1000, 2, Synthetic()),)),), "test")
+    result = offline(workload, prompts, profile="dynamo-mocker-polynomial")
+    record = result.records[0]
+    # one prefill iteration of 1,000 uncached tokens in Dynamo's fit (ms), then one decode step
+    prefill_ms = 4.209989e-07 * 1000**2 + 1.518344e-02 * 1000 + 16.50142
+    assert record.first_token_s - record.sent_s == pytest.approx(prefill_ms / 1e3)
+    usage = np.ceil(1001 / 64) / 16384  # blocks held while decoding, of 64 tokens each
+    decode_ms = max(1.0, -25.74 * usage**2 + 54.01 * usage + 5.74)
+    assert record.last_token_s - record.first_token_s == pytest.approx(decode_ms / 1e3, rel=1e-3)
