@@ -1,7 +1,7 @@
 """The example perf tests (the project's main job).
 
-Until the simulator and replay driver land, they check what a perf test needs from its inputs:
-each shipped workload loads and validates, and its prompts come out at exactly the planned token
+They check what a perf test needs from its inputs (test_simulated_slos.py replays them): each
+shipped workload loads and validates, and its prompts come out at exactly the planned token
 lengths, as text too, with the session's tokenizer, so the lengths a server sees are the trace's;
 generated prompts (hash blocks, synthetic) re-encode to the very same ids.
 """
