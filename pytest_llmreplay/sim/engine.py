@@ -291,14 +291,9 @@ class Engine:
             self._register(request)
             if request.computed >= request.target:
                 self._emit(request, now, 1)
-        self.generation_tokens_total += steps * len(plan.decodes)
-        for request in plan.decodes:  # the hot loop: one pass per running request per span
+        for request in plan.decodes:
             request.computed += steps
-            request.generated += steps
-            request.times.append(now)
-            request.tokens.append(steps)
-            if request.generated >= request.output_len:
-                self._finish(request)
+            self._emit(request, now, steps)
 
     def _emit(self, request: SimRequest, now: float, count: int) -> None:
         request.generated += count
