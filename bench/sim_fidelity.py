@@ -185,7 +185,7 @@ def simulate(workload, runs: int) -> dict[str, Any]:
         "virtual_duration": run.duration_s,
         "walls": walls,
         "deterministic": len(set(summaries)) == 1,
-        "engine": endpoint.engine.stats(),
+        "engine": endpoint.cluster.stats(),
         "peak_running": peak_overlap(admitted, np.array([r.end_s for r in ok])),
         "peak_waiting": peak_overlap(np.array([r.sent_s for r in ok]), admitted),
         "profile": profile,

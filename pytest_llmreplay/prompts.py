@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 
 from .errors import LLMReplayError
 from .tokenizer import Tokenizer
-from .workload import HashBlocks, Payload, Session, TokenIds, Turn
+from .workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn
 
 _WORD = re.compile(r" ?[A-Za-z]{2,}")
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -46,6 +47,19 @@ def _mix(values: np.ndarray) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         return z ^ (z >> np.uint64(31))
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedPrompt:
+    """Tokens described, not generated: ``segments`` are ``(key, count)``, each ``count`` tokens
+    that depend only on ``key``; the prompt is their concatenation. In-process endpoints (the
+    simulator) name cache blocks from the keys (``sim.kvcache.segment_block_hashes``) without
+    ever making the tokens."""
+
+    segments: tuple[tuple[Hashable, int], ...]
+
+    def __len__(self) -> int:
+        return sum(count for _, count in self.segments)
 
 
 class PromptFactory:
@@ -115,6 +129,25 @@ class PromptFactory:
         tail = max(length - len(head), 0)
         return head + self.stream(stable_hash("prompt", self.seed, session.id, index), 0, tail)
 
+    def keyed(self, session: Session, index: int) -> KeyedPrompt | None:
+        """Turn ``index``'s prompt as keyed segments, naming the same tokens as :meth:`turn_ids`
+        (hash blocks: one segment per hash id; synthetic: the prefix group's stream, then the
+        turn's own), or None for token ids and growth turns, which need real ids."""
+        turn = session.turns[index]
+        prompt = turn.prompt
+        if isinstance(prompt, HashBlocks):
+            length, size = _length(turn, session, index), prompt.block_size
+            return KeyedPrompt(tuple(
+                (("block", self.seed, h), min(size, length - i * size)) for i, h in enumerate(prompt.hash_ids) if i * size < length
+            ))
+        if isinstance(prompt, Synthetic) and not prompt.extends_previous:
+            length = _length(turn, session, index)
+            head = min(prompt.prefix_tokens, length) if prompt.prefix_group is not None else 0
+            segments = ((stable_hash("prefix", self.seed, prompt.prefix_group), head),) if head else ()
+            tail = ((stable_hash("prompt", self.seed, session.id, index), length - head),) if length > head else ()
+            return KeyedPrompt(segments + tail)
+        return None
+
     def session_ids(self, session: Session) -> list[list[int]]:
         """Every turn's prompt ids, growth turns extending the planned responses."""
         prompts: list[list[int]] = []
@@ -176,8 +209,9 @@ def _length(turn: Turn, session: Session, index: int) -> int:
 class Conversation:
     """The requests of one session, built turn by turn as the replay goes.
 
-    ``api`` is ``chat`` or ``completions``; ``prompt_format`` (completions only) is ``text`` or
-    ``ids``. A turn that extends the previous one (an agent loop) carries the previous prompt
+    ``api`` is ``chat`` or ``completions``; ``prompt_format`` (completions only) is ``text``,
+    ``ids`` or ``keyed`` (in-process endpoints only: a :class:`KeyedPrompt` for every turn that
+    neither extends the previous one nor is extended by the next, ids for the others). A turn that extends the previous one (an agent loop) carries the previous prompt
     plus the server's *actual* response, as a real agent does:
 
     - chat: the previous messages + ``assistant: <response text>`` + ``user: <new tokens>``;
@@ -208,7 +242,7 @@ class Conversation:
         came from; None when the turn does not extend the previous one."""
         if not self._extends(index):
             return None
-        if self.api == "completions" and self.prompt_format == "ids" and self._response_ids is None:
+        if self.api == "completions" and self.prompt_format in ("ids", "keyed") and self._response_ids is None:
             return "planned"
         return "server"
 
@@ -225,6 +259,10 @@ class Conversation:
             body = dict(turn.prompt.body)
             return ("chat" if "messages" in body else "completions"), body, turn.input_tokens
         extends = self._extends(index)
+        if self.prompt_format == "keyed" and not extends and not (index + 1 < len(self.session.turns) and self._extends(index + 1)):
+            keyed = self.factory.keyed(self.session, index)
+            if keyed is not None:
+                return self.api, {"prompt": keyed, "max_tokens": turn.output_tokens}, len(keyed)
         planned_response = self.factory.planned_response(self.session, index - 1) if extends else []
         planned_history = self._planned + planned_response if extends else []
         ids = self.factory.turn_ids(self.session, index, planned_history)
@@ -239,7 +277,7 @@ class Conversation:
             history = self._messages + [{"role": "assistant", "content": self._response_text}] if extends else []
             self._messages = history + [{"role": "user", "content": text}]
             body["messages"] = list(self._messages)
-        elif self.prompt_format == "ids":
+        elif self.prompt_format in ("ids", "keyed"):
             response = self._response_ids if self._response_ids is not None else planned_response
             self._sent = (self._sent + response if extends else []) + new_ids
             body["prompt"] = list(self._sent)

@@ -21,7 +21,9 @@ Warm-up: the first ``warmup_requests`` requests (by schedule) and every request 
 first ``warmup_s`` seconds are recorded but flagged, and metrics leave them out.
 
 Prompts on completions endpoints are text, or token ids with ``prompt_format="ids"``; unset, the
-endpoint's ``preferred_prompt_format`` decides (ids for the in-process simulator), else text.
+endpoint's ``preferred_prompt_format`` decides, else text. The in-process simulator prefers
+``keyed`` (:class:`~pytest_llmreplay.prompts.KeyedPrompt`: hash-id and synthetic prompts named by
+keys, not generated; ids for agent chains), which only in-process endpoints understand.
 
 Session order (concurrency and rate modes): ``sequential``, ``shuffled`` (a seeded permutation
 per pass) or ``sampled`` (seeded draws with replacement), as AIPerf offers for inputs.json.

@@ -77,7 +77,7 @@ def test_duration_limit_aborts_requests_in_the_engine(prompts):
     endpoint = SimEndpoint(profile, prompts)
     run = replay(Workload(sessions, "test"), endpoint, prompts, ReplaySettings(duration_s=1.0, grace_s=0.5), clock=VirtualClock())
     assert {r.status for r in run.records} == {"cancelled"}
-    assert endpoint.engine.load() == 0 and endpoint.engine.cache.usage == 0.0
+    assert endpoint.cluster.stats()["num_requests_running"] == 0 and endpoint.cluster.stats()["kv_cache_usage_perc"] == 0.0
 
 
 def test_iteration_time_comes_from_the_profile(prompts):

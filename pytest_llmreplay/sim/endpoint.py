@@ -1,16 +1,20 @@
 """The simulated engine as an in-process :class:`~pytest_llmreplay.endpoints.Endpoint`.
 
-Requests go straight into an :class:`~.engine.Engine` running on the replay's clock: with the
+Requests go straight into a :class:`~.cluster.Cluster` of engines (one by default) running on the
+replay's clock: with the
 :class:`~pytest_llmreplay.clock.VirtualClock` there are no sockets and no waiting, an hour of
 trace replays in seconds, and the same inputs and seed give the same numbers.
 
-A request's prompt is its token ids (``prompt`` as a list), else its text (``prompt``, or chat
-``messages`` contents joined) encoded with the factory's tokenizer. It generates exactly
-``max_tokens`` tokens (default 16; ``ignore_eos`` semantics), seeded word tokens that it returns
-as ``token_ids`` and text, so agent histories grow exactly as the engine's cache saw them.
+A request's prompt is a :class:`~pytest_llmreplay.prompts.KeyedPrompt` (the replay's preferred
+format: hash-id and synthetic prompts named by keys, no tokens made), token ids (``prompt`` as a
+list), else its text (``prompt``, or chat ``messages`` contents joined) encoded with the
+factory's tokenizer. It generates exactly ``max_tokens`` tokens (default 16; ``ignore_eos``
+semantics), seeded word tokens that it returns as ``token_ids`` and text, so agent histories grow
+exactly as the engine's cache saw them; a keyed prompt's output is keyed too and returns no
+tokens or text (no later turn extends it).
 Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
-``completion_tokens``; ``queue_s`` is admission time - arrival time. A request cancelled by the
-replay (duration limit) is aborted in the engine, releasing its blocks.
+``completion_tokens``; ``queue_s`` is admission time - arrival time (in the first engine). A
+request cancelled by the replay (duration limit) is aborted in its engine, releasing its blocks.
 """
 
 from __future__ import annotations
@@ -21,46 +25,58 @@ from typing import Any, Sequence
 from ..clock import Clock
 from ..endpoints import EndpointRequest, Response
 from ..errors import LLMReplayError
-from ..prompts import PromptFactory, stable_hash
-from .engine import Engine
+from ..prompts import KeyedPrompt, PromptFactory, stable_hash
+from .cluster import Cluster, ClusterConfig
 from .timing import Profile
 
 DEFAULT_MAX_TOKENS = 16
 
 
 class SimEndpoint:
-    """The simulator of ``profile``, in process. ``preferred_prompt_format`` is ``ids``: the
-    replay then sends token ids, so nothing is decoded or re-encoded."""
+    """The simulator of ``profile``, in process. ``preferred_prompt_format`` is ``keyed``: the
+    replay then sends keyed prompts or token ids, so nothing is decoded or re-encoded."""
 
     api = "completions"
-    preferred_prompt_format = "ids"
+    preferred_prompt_format = "keyed"
 
-    def __init__(self, profile: Profile, prompts: PromptFactory, seed: int = 0) -> None:
+    def __init__(self, profile: Profile, prompts: PromptFactory, seed: int = 0, cluster: ClusterConfig = ClusterConfig()) -> None:
+        cluster.validate()
         self.profile = profile
         self.prompts = prompts
         self.seed = seed
-        self.engine: Engine | None = None
+        self.cluster_config = cluster
+        self.cluster: Cluster | None = None
         self._clock: Clock | None = None
         self._sent = 0
 
     @property
     def name(self) -> str:
-        return f"sim:{self.profile.name}"
+        c = self.cluster_config
+        if c.prefill_engines:
+            return f"sim:{self.profile.name} ({c.prefill_engines} prefill + {c.engines} decode, {c.router})"
+        return f"sim:{self.profile.name}" + (f" (x{c.engines}, {c.router})" if c.engines > 1 else "")
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of all engines (the profile's per engine)."""
+        return self.profile.gpus * (self.cluster_config.engines + self.cluster_config.prefill_engines)
 
     async def open(self, clock: Clock, concurrency: int | None) -> None:
         self._clock = clock
-        self.engine = Engine(self.profile.engine, self.profile.timing, clock)
-        self.engine.start()
+        self.cluster = Cluster(self.profile, clock, self.cluster_config)
+        self.cluster.start()
 
     async def close(self) -> None:
-        if self.engine is not None:
-            await self.engine.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
 
     async def idle_warning(self) -> str | None:
         return None
 
-    def prompt_ids(self, body: dict[str, Any]) -> Sequence[int]:
+    def prompt_ids(self, body: dict[str, Any]) -> Sequence[int] | KeyedPrompt:
         prompt = body.get("prompt")
+        if isinstance(prompt, KeyedPrompt):
+            return prompt
         if isinstance(prompt, list) and (not prompt or isinstance(prompt[0], int)):
             return prompt  # token ids (the replay's own; a verbatim payload's are checked by the server)
         if isinstance(prompt, str):
@@ -73,22 +89,25 @@ class SimEndpoint:
     async def send(self, request: EndpointRequest, response: Response) -> None:
         body = request.body
         count = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
-        output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
+        prompt = self.prompt_ids(body)
+        key = stable_hash("sim-output", self.seed, self._sent)
+        keyed = isinstance(prompt, KeyedPrompt)
+        output = KeyedPrompt(((key, count),)) if keyed else self.prompts.stream(key, 0, count)
         self._sent += 1
         response.sent_s = self._clock.now()
-        submitted = self.engine.submit(self.prompt_ids(body), output)
+        submitted = self.cluster.submit(prompt, output)
         response.chunk_times, response.chunk_tokens = submitted.times, submitted.tokens
         try:
             await submitted.done
         except asyncio.CancelledError:
-            self.engine.abort(submitted)
+            self.cluster.abort(submitted)
             raise
         finally:
             response.end_s = self._clock.now()
             response.prompt_tokens = submitted.prompt_len
             response.cached_tokens = submitted.cached
             response.completion_tokens = submitted.generated
-            response.token_ids = list(output[: submitted.generated])
-            response.text_parts = [self.prompts.text(response.token_ids)[0]] if response.token_ids else []
-            if submitted.scheduled_s is not None:
-                response.queue_s = submitted.scheduled_s - submitted.arrival_s
+            if not keyed:
+                response.token_ids = list(output[: submitted.generated])
+                response.text_parts = [self.prompts.text(response.token_ids)[0]] if response.token_ids else []
+            response.queue_s = submitted.queue_s

@@ -28,13 +28,22 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Sequence, Union
 
 import numpy as np
 
 from ..clock import Clock
-from .kvcache import KVCache, block_hashes
+from ..prompts import KeyedPrompt
+from .kvcache import KVCache, block_hashes, segment_block_hashes
 from .timing import Batch, TimingModel
+
+Tokens = Union[Sequence[int], KeyedPrompt]
+_TIMER = object()  # what the engine's wake-up future holds when its iteration timer fired
+
+
+def _set(future: asyncio.Future, value: object) -> None:
+    if not future.done():
+        future.set_result(value)
 
 
 @dataclass(frozen=True)
@@ -48,24 +57,33 @@ class EngineConfig:
 
 
 class SimRequest:
-    """One request inside the engine. ``times``/``tokens``: when tokens came out and how many."""
+    """One request inside the engine. ``times``/``tokens``: when tokens came out and how many.
+
+    Its tokens are ``prompt`` then ``output``, both token ids, or both
+    :class:`~pytest_llmreplay.prompts.KeyedPrompt` (blocks are then named from the keys and no
+    token exists)."""
 
     __slots__ = (
-        "id", "prompt_ids", "output_ids", "prompt_len", "output_len", "arrival_s", "scheduled_s",
+        "id", "prompt", "output", "prompt_len", "output_len", "arrival_s", "scheduled_s", "transferred",
         "blocks", "hashes", "registered", "computed", "generated", "target", "cached", "admitted", "preemptions",
         "running", "times", "tokens", "done",
     )
 
-    def __init__(self, rid: int, prompt_ids: Sequence[int], output_ids: Sequence[int], arrival_s: float, done: asyncio.Future) -> None:
-        self.id = rid
-        self.prompt_ids = prompt_ids
-        self.output_ids = output_ids
-        self.prompt_len = len(prompt_ids)
-        self.output_len = len(output_ids)
-        self.arrival_s = arrival_s
+    def __init__(self, prompt: Tokens, output: Tokens) -> None:
+        if not len(output):
+            raise ValueError("a request must generate at least one token")
+        if isinstance(prompt, KeyedPrompt) != isinstance(output, KeyedPrompt):
+            raise ValueError("prompt and output must both be token ids or both be keyed")
+        self.id = -1  # set by the engine
+        self.prompt = prompt
+        self.output = output
+        self.prompt_len = len(prompt)
+        self.output_len = len(output)
+        self.arrival_s = 0.0
         self.scheduled_s: float | None = None
+        self.transferred = False  # the prompt's KV arrives from a prefill engine (disaggregated)
         self.blocks: list[int] = []
-        self.hashes: list[int] = []  # chained hashes of the full blocks of target tokens
+        self.hashes: list[int] = []  # chained hashes of the leading full blocks of prompt + output
         self.registered = 0  # leading blocks named in the cache
         self.computed = 0  # tokens whose KV is computed
         self.generated = 0
@@ -76,13 +94,29 @@ class SimRequest:
         self.running = False
         self.times: list[float] = []
         self.tokens: list[int] = []
-        self.done = done
+        self.done: asyncio.Future = asyncio.get_running_loop().create_future()
 
-    def ids(self, count: int) -> Sequence[int]:
-        """The first ``count`` tokens of prompt + output."""
-        if count <= self.prompt_len:
-            return self.prompt_ids[:count]
-        return list(self.prompt_ids) + list(self.output_ids[: count - self.prompt_len])
+    def continue_after_prefill(self) -> SimRequest:
+        """The decode half of this request in a disaggregated cluster: the prompt's KV arrives
+        complete, the first token is already out, and tokens go on into the same lists."""
+        rest = SimRequest(self.prompt, self.output)
+        rest.transferred = True
+        rest.generated = 1
+        rest.hashes = self.hashes
+        rest.times, rest.tokens = self.times, self.tokens
+        return rest
+
+    def block_hashes(self, full: int, size: int) -> list[int]:
+        """The chained hashes of the first ``full`` blocks (of ``size`` tokens) of prompt +
+        output, extending the ones already computed."""
+        if len(self.hashes) < full:
+            if isinstance(self.prompt, KeyedPrompt):  # all at once: cheap, and no tokens to wait for
+                self.hashes = segment_block_hashes(self.prompt.segments + self.output.segments, size, (self.prompt_len + self.output_len) // size)
+            else:
+                start = len(self.hashes)
+                ids = self.prompt[: full * size] if full * size <= self.prompt_len else list(self.prompt) + list(self.output[: full * size - self.prompt_len])
+                self.hashes += block_hashes(ids, size, self.hashes[-1] if start else 0, start)
+        return self.hashes[:full]
 
 
 @dataclass
@@ -118,11 +152,14 @@ class Engine:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    def submit(self, prompt_ids: Sequence[int], output_ids: Sequence[int]) -> SimRequest:
-        """Queue a request; it is admitted at the next iteration boundary."""
-        if not output_ids:
-            raise ValueError("a request must generate at least one token")
-        request = SimRequest(self._next_id, prompt_ids, output_ids, self.clock.now(), asyncio.get_running_loop().create_future())
+    def submit(self, prompt: Tokens, output: Tokens) -> SimRequest:
+        """Queue a request that generates exactly ``len(output)`` tokens (see :meth:`enqueue`)."""
+        return self.enqueue(SimRequest(prompt, output))
+
+    def enqueue(self, request: SimRequest) -> SimRequest:
+        """Queue ``request``; it is admitted at the next iteration boundary."""
+        request.id = self._next_id
+        request.arrival_s = self.clock.now()
         self._next_id += 1
         self.waiting.append(request)
         if self._wake is not None and not self._wake.done():
@@ -143,6 +180,11 @@ class Engine:
         """Requests in the engine (running + waiting), for routers."""
         return len(self.running) + len(self.waiting)
 
+    def active_blocks(self) -> int:
+        """Blocks held by running requests + blocks the waiting ones' prompts need (routers)."""
+        size = self.config.block_size
+        return self.cache.num_blocks - self.cache.free_blocks + sum(-(-r.target // size) for r in self.waiting)
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -156,8 +198,10 @@ class Engine:
             while True:
                 end = start + float(plan.ends[steps - 1])
                 self._wake = loop.create_future()
-                await asyncio.wait({self._wake}, timeout=max(end - self.clock.now(), 0.0))
-                if not self._wake.done() or steps == 1:
+                timer = loop.call_later(max(end - self.clock.now(), 0.0), _set, self._wake, _TIMER)
+                woken_by = await self._wake
+                timer.cancel()
+                if woken_by is _TIMER or steps == 1:
                     if self.clock.now() >= end:
                         break
                     continue
@@ -191,7 +235,11 @@ class Engine:
             chunk = self._admit(self.waiting[0], budget)
             if chunk is None:
                 break
-            prefills.append((self.waiting.popleft(), chunk))
+            request = self.waiting.popleft()
+            if request.transferred:
+                self._register(request)  # its KV arrived whole: decoding from the next iteration
+                continue
+            prefills.append((request, chunk))
             budget -= chunk
         if not prefills and decodes and (not self.waiting or len(self.running) >= self.config.max_num_seqs):
             return self._decode_span(decodes)
@@ -205,14 +253,13 @@ class Engine:
         return _Plan(prefills, decodes, np.array([self.timing.iteration_s(batch)]))
 
     def _admit(self, request: SimRequest, budget: int) -> int | None:
-        """Take the longest cached prefix and blocks for the first chunk; the chunk, or None."""
+        """Take the longest cached prefix and blocks for the first chunk; the chunk, or None.
+        A transferred request takes blocks for its whole prompt and no chunk (0)."""
         size = self.config.block_size
-        if not request.hashes or len(request.hashes) < request.target // size:
-            request.hashes = block_hashes(request.ids(request.target), size)
-        hit = self.cache.match(request.hashes)
-        if len(hit) * size >= request.target:
+        hit = self.cache.match(request.block_hashes(request.target // size, size))
+        if len(hit) * size >= request.target and not request.transferred:
             hit = hit[:-1]
-        computed = len(hit) * size
+        computed = request.target if request.transferred else len(hit) * size
         chunk = min(request.target - computed, budget)
         need = -(-(computed + chunk) // size) - len(hit)
         reusable = sum(1 for block in hit if self.cache.ref[block] == 0)
@@ -226,8 +273,9 @@ class Engine:
             request.admitted = True
             request.cached = computed
             request.scheduled_s = self.clock.now()
-            self.cache.queries += request.prompt_len
-            self.cache.hits += computed
+            if not request.transferred:
+                self.cache.queries += request.prompt_len
+                self.cache.hits += computed
         self.running.append(request)
         request.running = True
         return chunk
@@ -251,8 +299,9 @@ class Engine:
         self.running.remove(request)
         request.running = False
         request.target = request.prompt_len + request.generated
+        request.transferred = False  # what it had is recomputed here
         self.cache.release(request.blocks)
-        request.blocks, request.computed, request.registered, request.hashes = [], 0, 0, []
+        request.blocks, request.computed, request.registered = [], 0, 0
         request.preemptions += 1
         self.preemptions_total += 1
         self.waiting.appendleft(request)
@@ -309,10 +358,8 @@ class Engine:
         full = min(request.computed // size, len(request.blocks))
         if full <= request.registered:
             return
-        if len(request.hashes) < full:
-            parent = request.hashes[-1] if request.hashes else 0
-            request.hashes += block_hashes(request.ids(full * size), size, parent, len(request.hashes))
-        self.cache.register(request.blocks[request.registered:full], request.hashes[request.registered:full])
+        hashes = request.block_hashes(full, size)
+        self.cache.register(request.blocks[request.registered:full], hashes[request.registered:full])
         request.registered = full
 
     def _finish(self, request: SimRequest) -> None:

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from typing import Hashable, Sequence
 
 
 def block_hashes(ids: Sequence[int], block_size: int, parent: int = 0, start: int = 0) -> list[int]:
@@ -24,6 +24,30 @@ def block_hashes(ids: Sequence[int], block_size: int, parent: int = 0, start: in
     for begin in range(start * block_size, len(ids) - block_size + 1, block_size):
         parent = hash((parent, tuple(ids[begin:begin + block_size])))
         hashes.append(parent)
+    return hashes
+
+
+def segment_block_hashes(segments: Sequence[tuple[Hashable, int]], block_size: int, blocks: int) -> list[int]:
+    """Chained hashes of the first ``blocks`` full blocks of a prompt given as keyed segments.
+
+    ``segments`` are ``(key, count)``: ``count`` tokens that depend only on ``key`` (a prompt
+    that is the concatenation of the segments' tokens). The prefix ending at token ``e`` is
+    named by ``hash((c, key, o))``, where ``key`` is the segment holding token ``e - 1``, ``o``
+    its end offset in that segment, and ``c`` the chained hash of the segments before it
+    (``c_next = hash((c, key, count))``): equal segment prefixes give equal block hashes, and no
+    token is generated. Blocks past the segments' end are not named (an empty list for them).
+    """
+    hashes: list[int] = []
+    chain, begin = 0, 0
+    end = block_size
+    for key, count in segments:
+        while end <= begin + count and len(hashes) < blocks:
+            hashes.append(hash((chain, key, end - begin)))
+            end += block_size
+        chain = hash((chain, key, count))
+        begin += count
+        if len(hashes) >= blocks:
+            break
     return hashes
 
 

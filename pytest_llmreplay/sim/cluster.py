@@ -1,0 +1,212 @@
+"""Several simulated engines behind a router, aggregated or disaggregated (prefill / decode).
+
+Routers pick an engine for each request; ties always go to the lowest engine index, so a run is
+deterministic:
+
+- ``round_robin``: request ``n`` goes to engine ``n mod N`` (per pool);
+- ``least_loaded``: the engine with the fewest requests in it (running + waiting);
+- ``kv_aware``: Dynamo's KV router cost, lowest wins:
+  ``cost_i = overlap_weight * uncached_blocks_i + active_blocks_i``, where ``uncached_blocks_i``
+  is the prompt's full blocks minus its longest prefix cached on engine ``i`` (read from the
+  engine's cache, exact rather than from events), and ``active_blocks_i`` the blocks held by
+  requests running there plus the blocks its waiting requests' prompts need.
+
+Disaggregated serving (``prefill_engines > 0``): the request prefills on a prefill engine
+(routed among ``prefill_engines``) and emits its first token there; its prompt's KV then moves to
+a decode engine (routed among ``engines``), taking ``prompt_tokens * kv_bytes_per_token /
+(kv_transfer_gbps * 1e9)`` seconds, and decodes the remaining tokens there, its KV arriving
+whole (no prefill on the decode side). The first token's time is the prefill engine's; the
+second comes after the transfer and a decode iteration. A one-token request never leaves its
+prefill engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..clock import Clock
+from ..errors import LLMReplayError
+from .engine import Engine, SimRequest, Tokens
+from .timing import Profile
+
+ROUTERS = ("round_robin", "least_loaded", "kv_aware")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """How many engines and how requests reach them.
+
+    ``engines``: aggregated engines, or the decode pool when ``prefill_engines`` > 0.
+    ``kv_transfer_gbps``: prefill-to-decode link bandwidth in GB/s (default 50: one 400 Gb/s
+    RDMA NIC). ``kv_bytes_per_token``: None takes the profile's model's
+    (2 * layers * kv_heads * head_dim * dtype bytes); a profile without a model needs it given.
+    """
+
+    engines: int = 1
+    router: str = "round_robin"
+    prefill_engines: int = 0
+    kv_transfer_gbps: float = 50.0
+    kv_bytes_per_token: float | None = None
+    overlap_weight: float = 1.0
+
+    def validate(self) -> None:
+        """Raise :class:`LLMReplayError` naming the first bad setting."""
+        if self.router not in ROUTERS:
+            raise LLMReplayError(f"router: expected one of {', '.join(ROUTERS)}, got {self.router!r}")
+        if not isinstance(self.engines, int) or self.engines < 1:
+            raise LLMReplayError(f"engines: expected an integer >= 1, got {self.engines!r}")
+        if not isinstance(self.prefill_engines, int) or self.prefill_engines < 0:
+            raise LLMReplayError(f"prefill_engines: expected an integer >= 0, got {self.prefill_engines!r}")
+        for name in ("kv_transfer_gbps", "kv_bytes_per_token"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise LLMReplayError(f"{name}: expected a number > 0, got {value!r}")
+        if not self.overlap_weight >= 0:
+            raise LLMReplayError(f"overlap_weight: expected a number >= 0, got {self.overlap_weight!r}")
+
+
+class Job:
+    """A request's way through the cluster: one engine request, or a prefill then a decode one.
+    ``times``/``tokens`` gather the tokens of both; ``done`` resolves when the last is out."""
+
+    def __init__(self, first: SimRequest) -> None:
+        self.first = first
+        self.current = first
+        self.engine: Engine | None = None  # the engine ``current`` is in
+        self.done: asyncio.Future = first.done
+        self.pipeline: asyncio.Task | None = None  # the prefill -> transfer -> decode task
+
+    @property
+    def times(self) -> list[float]:
+        return self.first.times
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.first.tokens
+
+    @property
+    def prompt_len(self) -> int:
+        return self.first.prompt_len
+
+    @property
+    def cached(self) -> int | None:
+        return self.first.cached
+
+    @property
+    def generated(self) -> int:
+        return self.current.generated
+
+    @property
+    def queue_s(self) -> float | None:
+        """Admission into the first engine - arrival (None if never admitted)."""
+        return None if self.first.scheduled_s is None else self.first.scheduled_s - self.first.arrival_s
+
+
+class Pool:
+    """Engines of one role and the router that spreads requests over them."""
+
+    def __init__(self, engines: Sequence[Engine], router: str, overlap_weight: float) -> None:
+        self.engines = list(engines)
+        self.router = router
+        self.overlap_weight = overlap_weight
+        self._turn = 0
+
+    def pick(self, request: SimRequest) -> Engine:
+        if len(self.engines) == 1:
+            return self.engines[0]
+        if self.router == "round_robin":
+            engine = self.engines[self._turn % len(self.engines)]
+            self._turn += 1
+            return engine
+        if self.router == "least_loaded":
+            return min(self.engines, key=Engine.load)  # min keeps the first of equals
+        return min(self.engines, key=lambda engine: self._kv_cost(engine, request))
+
+    def _kv_cost(self, engine: Engine, request: SimRequest) -> float:
+        size = engine.config.block_size
+        full = request.prompt_len // size
+        cached = len(engine.cache.match(request.block_hashes(full, size)))
+        return self.overlap_weight * (full - cached) + engine.active_blocks()
+
+
+class Cluster:
+    """The engines of one profile on ``clock``; :meth:`submit` routes a request through them."""
+
+    def __init__(self, profile: Profile, clock: Clock, config: ClusterConfig = ClusterConfig()) -> None:
+        config.validate()
+        self.config = config
+        self.clock = clock
+
+        def engines(count: int) -> list[Engine]:
+            return [Engine(profile.engine, profile.timing, clock) for _ in range(count)]
+
+        self.decode = Pool(engines(config.engines), config.router, config.overlap_weight)
+        self.prefill = Pool(engines(config.prefill_engines), config.router, config.overlap_weight) if config.prefill_engines else None
+        self.transfer_s_per_token = 0.0
+        if self.prefill is not None:
+            per_token = config.kv_bytes_per_token or (profile.model.kv_bytes_per_token if profile.model else None)
+            if per_token is None:
+                raise LLMReplayError(f"profile {profile.name!r} has no model: give kv_bytes_per_token for disaggregated serving")
+            self.transfer_s_per_token = per_token / (config.kv_transfer_gbps * 1e9)
+        self._pipelines: set[asyncio.Task] = set()
+
+    @property
+    def engines(self) -> list[Engine]:
+        """Every engine, prefill pool first."""
+        return (self.prefill.engines if self.prefill else []) + self.decode.engines
+
+    def stats(self) -> dict[str, float]:
+        """The engines' :meth:`Engine.stats` summed (``kv_cache_usage_perc``: their mean)."""
+        every = [engine.stats() for engine in self.engines]
+        total = {name: sum(s[name] for s in every) for name in every[0]}
+        total["kv_cache_usage_perc"] /= len(every)
+        return total
+
+    def start(self) -> None:
+        for engine in self.engines:
+            engine.start()
+
+    async def stop(self) -> None:
+        for task in list(self._pipelines):
+            task.cancel()
+        await asyncio.gather(*self._pipelines, return_exceptions=True)
+        for engine in self.engines:
+            await engine.stop()
+
+    def submit(self, prompt: Tokens, output: Tokens) -> Job:
+        """Route a request that generates exactly ``len(output)`` tokens."""
+        job = Job(SimRequest(prompt, output))
+        if self.prefill is None or job.first.output_len == 1:
+            self._enqueue(job, self.prefill or self.decode, job.first)
+            return job
+        job.done = asyncio.get_running_loop().create_future()
+        job.pipeline = asyncio.ensure_future(self._disaggregated(job))
+        self._pipelines.add(job.pipeline)
+        job.pipeline.add_done_callback(self._pipelines.discard)
+        return job
+
+    @staticmethod
+    def _enqueue(job: Job, pool: Pool, request: SimRequest) -> None:
+        job.current, job.engine = request, pool.pick(request)
+        job.engine.enqueue(request)
+
+    async def _disaggregated(self, job: Job) -> None:
+        first = job.first
+        first.output_len = 1  # the prefill engine produces the first token only
+        self._enqueue(job, self.prefill, first)
+        await first.done
+        job.engine = None
+        await self.clock.sleep(first.prompt_len * self.transfer_s_per_token)
+        self._enqueue(job, self.decode, first.continue_after_prefill())
+        await job.current.done
+        if not job.done.done():
+            job.done.set_result(None)
+
+    def abort(self, job: Job) -> None:
+        """Drop a job the client gave up on, wherever it is."""
+        if job.pipeline is not None:
+            job.pipeline.cancel()
+        if job.engine is not None:
+            job.engine.abort(job.current)
