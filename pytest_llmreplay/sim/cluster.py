@@ -134,13 +134,13 @@ class Pool:
 class Cluster:
     """The engines of one profile on ``clock``; :meth:`submit` routes a request through them."""
 
-    def __init__(self, profile: Profile, clock: Clock, config: ClusterConfig = ClusterConfig()) -> None:
+    def __init__(self, profile: Profile, clock: Clock, config: ClusterConfig = ClusterConfig(), spans: bool = True) -> None:
         config.validate()
         self.config = config
         self.clock = clock
 
         def engines(count: int) -> list[Engine]:
-            return [Engine(profile.engine, profile.timing, clock) for _ in range(count)]
+            return [Engine(profile.engine, profile.timing, clock, spans) for _ in range(count)]
 
         self.decode = Pool(engines(config.engines), config.router, config.overlap_weight)
         self.prefill = Pool(engines(config.prefill_engines), config.router, config.overlap_weight) if config.prefill_engines else None
@@ -175,8 +175,24 @@ class Cluster:
         for engine in self.engines:
             await engine.stop()
 
+    @property
+    def capacity_tokens(self) -> int:
+        """Tokens one engine's KV cache holds: a longer prompt + output could never finish."""
+        config = self.decode.engines[0].config
+        return config.num_gpu_blocks * config.block_size
+
+    def refusal(self, prompt_tokens: int, output_tokens: int) -> str | None:
+        """Why a request cannot be served (as a server's 400 says), or None."""
+        if prompt_tokens + output_tokens > self.capacity_tokens:
+            return (
+                f"this request needs {prompt_tokens} prompt + {output_tokens} output tokens, more than "
+                f"the engine's KV cache of {self.capacity_tokens} tokens"
+            )
+        return None
+
     def submit(self, prompt: Tokens, output: Tokens) -> Job:
-        """Route a request that generates exactly ``len(output)`` tokens."""
+        """Route a request that generates exactly ``len(output)`` tokens (check
+        :meth:`refusal` first: a request larger than the cache would wait forever)."""
         job = Job(SimRequest(prompt, output))
         if self.prefill is None or job.first.output_len == 1:
             self._enqueue(job, self.prefill or self.decode, job.first)

@@ -14,6 +14,8 @@ exactly as the engine's cache saw them; a keyed prompt's output is keyed too and
 tokens or text (no later turn extends it).
 Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
 ``completion_tokens``; ``queue_s`` is admission time - arrival time (in the first engine). A
+request larger than an engine's KV cache fails at once with ``http: 400 ...``, as a server
+refuses a prompt over its limit (it would otherwise wait forever). A
 request cancelled by the replay (duration limit) is aborted in its engine, releasing its blocks.
 """
 
@@ -95,6 +97,11 @@ class SimEndpoint:
         output = KeyedPrompt(((key, count),)) if keyed else self.prompts.stream(key, 0, count)
         self._sent += 1
         response.sent_s = self._clock.now()
+        refusal = self.cluster.refusal(len(prompt), count)
+        if refusal is not None:
+            response.end_s = response.sent_s
+            response.fail("http", f"400 {refusal}")
+            return
         submitted = self.cluster.submit(prompt, output)
         response.chunk_times, response.chunk_tokens = submitted.times, submitted.tokens
         try:

@@ -20,7 +20,12 @@ finish, or the last step before a block shortage) and computes their durations a
 (``timing.decode_span_s``). An arrival during a span cuts it after the iteration in progress.
 So the Python work grows with arrivals, completions and admissions, not with tokens. Tokens of a
 span reach a request as one chunk at the span's end (``times``/``tokens``): TTFT is exact; ITL
-within a span is its mean.
+within a span is its mean. ``spans=False`` (the HTTP server, which must stream every token at its
+time) runs every iteration on its own; the times are the same.
+
+Disaggregated serving: a request marked ``transferred`` (its prompt's KV came from a prefill
+engine) takes blocks for its whole prompt at admission, computes nothing and decodes from the
+next iteration on.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
@@ -66,7 +71,7 @@ class SimRequest:
     __slots__ = (
         "id", "prompt", "output", "prompt_len", "output_len", "arrival_s", "scheduled_s", "transferred",
         "blocks", "hashes", "registered", "computed", "generated", "target", "cached", "admitted", "preemptions",
-        "running", "times", "tokens", "done",
+        "running", "times", "tokens", "done", "on_emit",
     )
 
     def __init__(self, prompt: Tokens, output: Tokens) -> None:
@@ -95,6 +100,7 @@ class SimRequest:
         self.times: list[float] = []
         self.tokens: list[int] = []
         self.done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.on_emit: Callable[[], None] | None = None  # called after each token chunk (the HTTP server streams on it)
 
     def continue_after_prefill(self) -> SimRequest:
         """The decode half of this request in a disaggregated cluster: the prompt's KV arrives
@@ -103,7 +109,7 @@ class SimRequest:
         rest.transferred = True
         rest.generated = 1
         rest.hashes = self.hashes
-        rest.times, rest.tokens = self.times, self.tokens
+        rest.times, rest.tokens, rest.on_emit = self.times, self.tokens, self.on_emit
         return rest
 
     def block_hashes(self, full: int, size: int) -> list[int]:
@@ -129,8 +135,9 @@ class _Plan:
 class Engine:
     """One simulated engine on ``clock``. ``submit`` a request, await its ``done`` future."""
 
-    def __init__(self, config: EngineConfig, timing: TimingModel, clock: Clock) -> None:
+    def __init__(self, config: EngineConfig, timing: TimingModel, clock: Clock, spans: bool = True) -> None:
         self.config = config
+        self.spans = spans
         self.timing = timing
         self.clock = clock
         self.cache = KVCache(config.num_gpu_blocks, config.block_size)
@@ -141,6 +148,7 @@ class Engine:
         self.preemptions_total = 0
         self._next_id = 0
         self._wake: asyncio.Future | None = None
+        self._start = 0.0  # when the iteration being scheduled starts
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -187,13 +195,15 @@ class Engine:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        start = self.clock.now()
         while True:
             if not self.running and not self.waiting:
                 self._wake = loop.create_future()
                 await self._wake
+                start = self.clock.now()
                 continue
+            self._start = start
             plan = self._schedule()
-            start = self.clock.now()
             steps = len(plan.ends)
             while True:
                 end = start + float(plan.ends[steps - 1])
@@ -209,6 +219,9 @@ class Engine:
                 steps = min(int(np.searchsorted(plan.ends, self.clock.now() - start, side="right")) + 1, steps)
             self._wake = None
             self._apply(plan, steps, start)
+            # back to back: the next iteration starts when this one ended in simulated time, even
+            # if the event loop woke late (wall clock), so lateness does not pile up
+            start += float(plan.ends[steps - 1])
 
     # -- scheduling ---------------------------------------------------------------------------
 
@@ -241,7 +254,7 @@ class Engine:
                 continue
             prefills.append((request, chunk))
             budget -= chunk
-        if not prefills and decodes and (not self.waiting or len(self.running) >= self.config.max_num_seqs):
+        if self.spans and not prefills and decodes and (not self.waiting or len(self.running) >= self.config.max_num_seqs):
             return self._decode_span(decodes)
         batch = Batch(
             prefill_tokens=sum(c for _, c in prefills),
@@ -272,7 +285,7 @@ class Engine:
         if not request.admitted:
             request.admitted = True
             request.cached = computed
-            request.scheduled_s = self.clock.now()
+            request.scheduled_s = max(self._start, request.arrival_s)
             if not request.transferred:
                 self.cache.queries += request.prompt_len
                 self.cache.hits += computed
@@ -351,6 +364,8 @@ class Engine:
         request.tokens.append(count)
         if request.generated >= request.output_len:
             self._finish(request)
+        if request.on_emit is not None:
+            request.on_emit()
 
     def _register(self, request: SimRequest) -> None:
         """Name the request's newly full blocks (prompt and generated) in the cache."""

@@ -1,0 +1,395 @@
+"""The simulator as an OpenAI-compatible HTTP server (``llmreplay sim --profile P --port N``).
+
+Routes: ``POST /v1/completions`` (``prompt``: text, or token ids), ``POST /v1/chat/completions``,
+``GET /v1/models``, ``/version``, ``/health``, ``/metrics``. The engines run in real time
+(:class:`~pytest_llmreplay.clock.WallClock`, one iteration at a time) and every token is streamed
+when its iteration ends.
+
+Requests:
+
+- ``max_tokens`` (chat also ``max_completion_tokens``; default 16), ``min_tokens`` (default 0),
+  ``ignore_eos``. The output has exactly ``max_tokens`` tokens unless the server runs with
+  ``eos_mean_tokens``: then a request without ``ignore_eos`` stops at a natural length drawn
+  per request (geometric with that mean: a constant chance of EOS per token), clamped to
+  ``[max(min_tokens, 1), max_tokens]``, with ``finish_reason`` ``stop`` when it stopped early.
+- ``stream`` with ``stream_options.include_usage``; ``return_token_ids`` adds each chunk's
+  ``token_ids`` (as vLLM does). ``usage`` has ``prompt_tokens_details.cached_tokens``: the prompt's
+  prefix found in the engine's cache at admission.
+- Chat prompts are each message as ``<|role|>\\n`` + content + ``\\n`` (encoded message by
+  message, so a conversation's earlier turns keep their token ids and hit the cache), then
+  ``<|assistant|>\\n``. Token-id prompts are taken as they are (any ids >= 0: the simulator has
+  no vocabulary limit); the text it writes comes from the project's tokenizer.
+- Refused with 400 and an OpenAI error object naming the field: a body that is not JSON, no
+  prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a request
+  larger than an engine's KV cache; 404 for another ``model``.
+
+``/metrics`` uses vLLM's metric names per engine (label ``engine``): running and waiting requests,
+KV cache usage, prefix cache queries and hits, prompt and generation tokens, preemptions; and
+``llmreplay:sim_emit_lag_seconds``, quantiles of (time a chunk was written - its simulated
+time) over the last 100,000 chunks of fault-free requests: the server's own timing error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import signal
+import time
+from collections import deque
+from typing import Any, Sequence
+
+import numpy as np
+from aiohttp import web
+
+from ..clock import WallClock
+from ..errors import LLMReplayError
+from ..prompts import PromptFactory, stable_hash
+from .cluster import Cluster, ClusterConfig, Job
+from .faults import Fault, FaultConfig
+from .timing import Profile
+
+DEFAULT_MAX_TOKENS = 16
+LAG_WINDOW = 100_000
+
+
+class BadRequest(Exception):
+    """A request the server refuses: ``status``, OpenAI error ``type`` and the ``param`` at fault."""
+
+    def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.param, self.status, self.kind = param, status, kind
+
+    def response(self) -> web.Response:
+        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.status}
+        return web.json_response({"error": error}, status=self.status)
+
+
+def _event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _integer(body: dict[str, Any], name: str, default: int, minimum: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise BadRequest(f"{name}: expected an integer >= {minimum}, got {value!r}", name)
+    return value
+
+
+class SimServer:
+    """The HTTP face of a :class:`~.cluster.Cluster` of ``profile``; ``app()`` for aiohttp."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        prompts: PromptFactory,
+        *,
+        model: str | None = None,
+        cluster: ClusterConfig = ClusterConfig(),
+        faults: FaultConfig = FaultConfig(),
+        eos_mean_tokens: float | None = None,
+        seed: int = 0,
+    ) -> None:
+        cluster.validate()
+        faults.validate()
+        if eos_mean_tokens is not None and not eos_mean_tokens >= 1:
+            raise LLMReplayError(f"eos_mean_tokens: expected a number >= 1, got {eos_mean_tokens!r}")
+        self.profile = profile
+        self.prompts = prompts
+        self.model = model or profile.name
+        self.cluster_config = cluster
+        self.faults = faults
+        self.eos_mean_tokens = eos_mean_tokens
+        self.seed = seed
+        self.clock = WallClock()
+        self.cluster: Cluster | None = None
+        self.emit_lags: deque[float] = deque(maxlen=LAG_WINDOW)
+        self._requests = 0
+        self._headers: dict[str, list[int]] = {}
+        self._created = int(time.time())
+
+    # -- application ---------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=1 << 30)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/metrics", self.metrics)
+        app.on_startup.append(self._start)
+        app.on_cleanup.append(self._stop)
+        return app
+
+    async def _start(self, app: web.Application) -> None:
+        _ = self.prompts.word_texts  # built once (tens of ms): not inside the first request's stream
+        self.cluster = Cluster(self.profile, self.clock, self.cluster_config, spans=False)
+        self.cluster.start()
+
+    async def _stop(self, app: web.Application) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()
+
+    # -- small routes ----------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def version(self, request: web.Request) -> web.Response:
+        from importlib.metadata import version
+
+        return web.json_response({"version": version("pytest-llmreplay"), "engine": "llmreplay-sim", "profile": self.profile.name})
+
+    async def models(self, request: web.Request) -> web.Response:
+        card = {
+            "id": self.model, "object": "model", "created": self._created, "owned_by": "llmreplay",
+            "root": self.model, "max_model_len": self.cluster.capacity_tokens,
+        }
+        return web.json_response({"object": "list", "data": [card]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
+
+    def metrics_text(self) -> str:
+        """Prometheus text: vLLM's names, one sample per engine, then the emit-lag quantiles."""
+        names = (
+            ("num_requests_running", "gauge", "Number of requests in model execution batches."),
+            ("num_requests_waiting", "gauge", "Number of requests waiting to be processed."),
+            ("kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage."),
+            ("prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens."),
+            ("prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens."),
+            ("prompt_tokens_total", "counter", "Number of prefill tokens processed."),
+            ("generation_tokens_total", "counter", "Number of generation tokens processed."),
+            ("num_preemptions_total", "counter", "Cumulative number of preemption from the engine."),
+        )
+        stats = [engine.stats() for engine in self.cluster.engines]
+        lines = []
+        for name, kind, help_text in names:
+            family = name.removesuffix("_total") if kind == "counter" else name
+            lines += [f"# HELP vllm:{family} {help_text}", f"# TYPE vllm:{family} {kind}"]
+            for index, values in enumerate(stats):
+                lines.append(f'vllm:{name}{{engine="{index}",model_name="{self.model}"}} {float(values[name])}')
+        lines += ["# HELP llmreplay:sim_emit_lag_seconds Chunk write time minus its simulated time.",
+                  "# TYPE llmreplay:sim_emit_lag_seconds summary"]
+        lags = np.fromiter(self.emit_lags, dtype=np.float64)
+        for q in (0.5, 0.9, 0.99, 1.0):
+            value = float(np.quantile(lags, q)) if len(lags) else math.nan
+            lines.append(f'llmreplay:sim_emit_lag_seconds{{quantile="{q}"}} {value}')
+        lines.append(f"llmreplay:sim_emit_lag_seconds_count {len(lags)}")
+        return "\n".join(lines) + "\n"
+
+    # -- generation ------------------------------------------------------------------------------
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        number = self._requests
+        self._requests += 1
+        try:
+            body, prompt, max_tokens, count = await self._parse(request, chat, number)
+        except BadRequest as exc:
+            return exc.response()
+        fault = self.faults.draw(number, count)
+        if fault is not None and fault.kind == "error":
+            return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response()
+        output = self.prompts.stream(stable_hash("sim-output", self.seed, number), 0, count)
+        job = self.cluster.submit(prompt, output)
+        finish = "length" if count == max_tokens else "stop"
+        reply = _Reply(self, request, body, chat, number, len(prompt), output, finish, fault)
+        try:
+            if body.get("stream"):
+                return await reply.stream(job)
+            return await reply.whole(job)
+        except (asyncio.CancelledError, ConnectionError):
+            self.cluster.abort(job)
+            raise
+
+    async def _parse(self, request: web.Request, chat: bool, number: int) -> tuple[dict[str, Any], list[int], int, int]:
+        """(body, prompt ids, max_tokens, tokens to generate), or :class:`BadRequest`."""
+        try:
+            body = await request.json()
+        except ValueError:
+            raise BadRequest("the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.model:
+            raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
+        if body.get("n", 1) != 1:
+            raise BadRequest(f"n: only 1 is supported, got {body.get('n')!r}", "n")
+        prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
+        limit_name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = _integer(body, limit_name, DEFAULT_MAX_TOKENS, 1)
+        min_tokens = _integer(body, "min_tokens", 0, 0)
+        if min_tokens > max_tokens:
+            raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
+        refusal = self.cluster.refusal(len(prompt), max_tokens)
+        if refusal is not None:
+            raise BadRequest(refusal, "prompt" if not chat else "messages")
+        return body, prompt, max_tokens, self._output_length(body, max_tokens, min_tokens, number)
+
+    def _output_length(self, body: dict[str, Any], max_tokens: int, min_tokens: int, number: int) -> int:
+        """``max_tokens``, or a natural length when EOS is simulated (module docstring)."""
+        if self.eos_mean_tokens is None or body.get("ignore_eos"):
+            return max_tokens
+        rng = random.Random(stable_hash("eos", self.seed, number))
+        p = 1.0 / self.eos_mean_tokens
+        natural = 1 if p >= 1 else 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p))
+        return min(max(natural, min_tokens, 1), max_tokens)
+
+    def _prompt_ids(self, prompt: Any) -> list[int]:
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str) and prompt:
+            return self.prompts.tokenizer.encode(prompt)
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            return prompt
+        if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+            raise BadRequest("prompt: batched prompts are not supported; send one prompt per request", "prompt")
+        raise BadRequest("prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt")
+
+    def _chat_ids(self, messages: Any) -> list[int]:
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("messages: expected a non-empty list of {role, content} objects", "messages")
+        ids: list[int] = []
+        for index, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise BadRequest(f"messages[{index}]: expected an object with a string 'role'", f"messages[{index}]")
+            ids += self._header(message["role"]) + self.prompts.tokenizer.encode(_content(message.get("content"), index)) + self._header("")
+        return ids + self._header("assistant")
+
+    def _header(self, role: str) -> list[int]:
+        """Template tokens: ``<|role|>\\n`` before a message, ``\\n`` after it (role "")."""
+        ids = self._headers.get(role)
+        if ids is None:
+            ids = self._headers[role] = self.prompts.tokenizer.encode(f"<|{role}|>\n" if role else "\n")
+        return ids
+
+    def text(self, ids: Sequence[int]) -> str:
+        table = self.prompts.word_texts
+        return "".join(table[t] for t in ids) if table is not None else self.prompts.tokenizer.decode(list(ids))
+
+
+def _content(content: Any, index: int) -> str:
+    """A message's text: a string, or the ``text`` of its ``{"type": "text"}`` parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
+        return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    if content is None:
+        return ""
+    raise BadRequest(f"messages[{index}].content: expected a string or a list of content parts", f"messages[{index}].content")
+
+
+class _Reply:
+    """One response, whole or streamed, with its injected fault."""
+
+    def __init__(
+        self, server: SimServer, request: web.Request, body: dict[str, Any], chat: bool, number: int,
+        prompt_tokens: int, output: list[int], finish: str, fault: Fault | None,
+    ) -> None:
+        self.server, self.request, self.body, self.chat = server, request, body, chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{number}"
+        self.prompt_tokens, self.output, self.finish, self.fault = prompt_tokens, output, finish, fault
+        self.envelope = {"id": self.id, "object": "chat.completion.chunk" if chat else "text_completion",
+                         "created": int(time.time()), "model": server.model}
+
+    def usage(self, job: Job) -> dict[str, Any]:
+        generated = job.generated
+        return {
+            "prompt_tokens": self.prompt_tokens, "completion_tokens": generated,
+            "total_tokens": self.prompt_tokens + generated,
+            "prompt_tokens_details": {"cached_tokens": job.cached or 0},
+        }
+
+    def choice(self, ids: Sequence[int], finish: str | None) -> dict[str, Any]:
+        text = self.server.text(ids)
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            choice["delta"] = {"content": text}
+        else:
+            choice.update(text=text, logprobs=None)
+        choice["finish_reason"] = finish
+        if self.body.get("return_token_ids"):
+            choice["token_ids"] = list(ids)
+        return choice
+
+    async def whole(self, job: Job) -> web.StreamResponse:
+        await job.done
+        if self.fault is not None:
+            await asyncio.sleep(self.server.faults.stall_s if self.fault.kind == "stall" else 0)
+            if self.fault.kind == "disconnect":
+                self.request.transport.close()
+                return web.Response(status=499)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": self.finish}
+        text = self.server.text(self.output)
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice.update(text=text, logprobs=None)
+        if self.body.get("return_token_ids"):
+            choice["token_ids"] = self.output
+        kind = "chat.completion" if self.chat else "text_completion"
+        return web.json_response({**self.envelope, "object": kind, "choices": [choice], "usage": self.usage(job)})
+
+    async def stream(self, job: Job) -> web.StreamResponse:
+        reply = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        woken = asyncio.Event()
+        job.first.on_emit = woken.set
+        await reply.prepare(self.request)
+        if self.chat:
+            await reply.write(_event({**self.envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
+        clock, lags, fault = self.server.clock, self.server.emit_lags, self.fault
+        chunks = sent = 0
+        while True:
+            await woken.wait()
+            woken.clear()
+            while chunks < len(job.times):
+                count = job.tokens[chunks]
+                if fault is not None and sent + count >= fault.after_tokens:
+                    if fault.kind == "disconnect":
+                        self.server.cluster.abort(job)
+                        self.request.transport.close()
+                        return reply
+                    await asyncio.sleep(self.server.faults.stall_s)
+                    fault = None
+                ids = self.output[sent:sent + count]
+                sent += count
+                last = sent >= len(self.output)
+                await reply.write(_event({**self.envelope, "choices": [self.choice(ids, self.finish if last else None)]}))
+                if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
+                    lags.append(clock.now() - job.times[chunks])
+                chunks += 1
+            if job.done.done() and chunks == len(job.times):
+                break
+        if (self.body.get("stream_options") or {}).get("include_usage"):
+            await reply.write(_event({**self.envelope, "choices": [], "usage": self.usage(job)}))
+        await reply.write(b"data: [DONE]\n\n")
+        await reply.write_eof()
+        return reply
+
+
+async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None) -> None:
+    """Serve until SIGINT/SIGTERM; ``ready(url)`` is called once listening (port 0: any free)."""
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    if ready is not None:
+        ready(f"http://{host}:{bound}")
+    stop = asyncio.get_running_loop().create_future()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
+    try:
+        await stop
+    finally:
+        await runner.cleanup()
