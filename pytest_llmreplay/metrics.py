@@ -45,7 +45,8 @@ import json
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from itertools import chain
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -61,16 +62,37 @@ LAST_WINDOW_S = 30.0
 GOODPUT_METRICS = ("ttft", "tpot", "latency", "itl")
 
 
-def stats(values: Iterable[float]) -> dict[str, float] | None:
-    """mean/min/p50/p90/p95/p99/max/std/count of ``values``; None when there are none."""
-    array = np.asarray([v for v in values if v is not None and not np.isnan(v)], dtype=float)
+def stats(values: Iterable[float | None], weights: Iterable[int] | None = None) -> dict[str, float] | None:
+    """mean/min/p50/p90/p95/p99/max/std/count of ``values``; None when there are none.
+
+    ``weights`` (integers >= 1) count each value that many times, exactly as if it were repeated
+    (ITL: a chunk's per-token gap once per token): percentiles are numpy's linear interpolation
+    on the repeated data, at positions ``h = (N - 1) q``, element ``k`` of the repeated sorted data
+    being the value whose cumulative weight first exceeds ``k``.
+    """
+    if isinstance(values, np.ndarray):
+        array = values.astype(float)
+    else:
+        array = np.array([np.nan if v is None else v for v in values], dtype=float)
+    counts = np.ones(array.size, dtype=np.int64) if weights is None else np.asarray(list(weights) if not isinstance(weights, np.ndarray) else weights, dtype=np.int64)
+    keep = ~np.isnan(array)
+    array, counts = array[keep], counts[keep]
     if not array.size:
         return None
-    p50, p90, p95, p99 = np.percentile(array, [50, 90, 95, 99])
+    order = np.argsort(array, kind="stable")
+    array, counts = array[order], counts[order]
+    cumulative = np.cumsum(counts)
+    total = int(cumulative[-1])
+    positions = (total - 1) * np.array([0.50, 0.90, 0.95, 0.99])
+    low, high = np.floor(positions).astype(np.int64), np.ceil(positions).astype(np.int64)
+    at_low = array[np.searchsorted(cumulative, low, side="right")]
+    at_high = array[np.searchsorted(cumulative, high, side="right")]
+    p50, p90, p95, p99 = at_low + (at_high - at_low) * (positions - low)
+    mean = float((array * counts).sum() / total)
     return {
-        "mean": float(array.mean()), "min": float(array.min()), "p50": float(p50), "p90": float(p90),
-        "p95": float(p95), "p99": float(p99), "max": float(array.max()), "std": float(array.std()),
-        "count": int(array.size),
+        "mean": mean, "min": float(array[0]), "p50": float(p50), "p90": float(p90),
+        "p95": float(p95), "p99": float(p99), "max": float(array[-1]),
+        "std": float(np.sqrt((counts * (array - mean) ** 2).sum() / total)), "count": total,
     }
 
 
@@ -90,13 +112,16 @@ def tpot(record: RequestRecord) -> float | None:
     return (total - first) / (record.output_tokens - 1)
 
 
+def itl_chunks(record: RequestRecord) -> list[tuple[float, int]]:
+    """(gap per token, tokens) of every chunk after the first: ITL's samples, each gap counted
+    once per token of its chunk (trie's rule)."""
+    times, tokens = record.chunk_times, record.chunk_tokens
+    return [((times[i] - times[i - 1]) / tokens[i], tokens[i]) for i in range(1, len(times)) if tokens[i] > 0]
+
+
 def itl(record: RequestRecord) -> list[float]:
     """Per token of every chunk after the first: the chunk's gap / its tokens."""
-    times, tokens = record.chunk_times, record.chunk_tokens
-    gaps: list[float] = []
-    for i in range(1, len(times)):
-        gaps += [(times[i] - times[i - 1]) / tokens[i]] * tokens[i]
-    return gaps
+    return [gap for gap, count in itl_chunks(record) for _ in range(count)]
 
 
 def prompt_tokens(record: RequestRecord) -> int | None:
@@ -145,13 +170,12 @@ def prefill_done(record: RequestRecord) -> float | None:
     return record.first_token_s if record.first_token_s is not None else record.end_s
 
 
-def rates(events: list[tuple[float, float]], start: float, end: float, gpus: int) -> dict[str, float]:
-    """overall / steady_state / last_30s / per_gpu rates of (time, amount) events in [start, end]."""
+def rates(times: np.ndarray, amounts: np.ndarray, start: float, end: float, gpus: int) -> dict[str, float]:
+    """overall / steady_state / last_30s / per_gpu rates of ``amounts`` arriving at ``times``
+    within [start, end]."""
     span = end - start
     if span <= 0:
         return {}
-    times = np.asarray([t for t, _ in events], dtype=float)
-    amounts = np.asarray([a for _, a in events], dtype=float)
     steady_from = start + STEADY_SKIP * span
     window = min(LAST_WINDOW_S, span)
     steady = float(amounts[times >= steady_from].sum()) / (end - steady_from)
@@ -163,13 +187,39 @@ def rates(events: list[tuple[float, float]], start: float, end: float, gpus: int
     }
 
 
-def _output_events(record: RequestRecord) -> list[tuple[float, float]]:
-    """Output tokens at their chunks' times, scaled so they add up to the server's count."""
-    counted = sum(record.chunk_tokens)
-    if not counted:
-        return [(record.end_s, float(record.output_tokens))] if record.end_s is not None else []
-    scale = record.output_tokens / counted
-    return [(t, n * scale) for t, n in zip(record.chunk_times, record.chunk_tokens)]
+class Chunks:
+    """Every token chunk of ``records`` in flat arrays (cheap for 100k requests): ``times``,
+    ``tokens`` and ``first`` (the chunk opens its record's stream)."""
+
+    def __init__(self, records: Sequence[RequestRecord]) -> None:
+        lengths = np.fromiter((len(r.chunk_times) for r in records), dtype=np.int64, count=len(records))
+        total = int(lengths.sum())
+        self.lengths = lengths
+        self.times = np.fromiter(chain.from_iterable(r.chunk_times for r in records), dtype=np.float64, count=total)
+        self.tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in records), dtype=np.int64, count=total)
+        self.first = np.zeros(total, dtype=bool)
+        self.first[np.cumsum(lengths)[:-1][lengths[1:] > 0] if len(lengths) else []] = True
+        if total:
+            self.first[0] = True
+        self.records = records
+
+    def itl(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gap per token, tokens) of every chunk after its stream's first (:func:`itl_chunks`)."""
+        later = ~self.first[1:] & (self.tokens[1:] > 0)
+        gaps = (self.times[1:] - self.times[:-1])[later] / self.tokens[1:][later]
+        return gaps, self.tokens[1:][later]
+
+    def output_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """Output tokens at their chunks' times, scaled per record so they add up to the
+        server's count; a record without chunks counts all at its end."""
+        owner = np.repeat(np.arange(len(self.records)), self.lengths)
+        counted = np.bincount(owner, weights=self.tokens, minlength=len(self.records))
+        outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.float64, count=len(self.records))
+        scale = np.divide(outputs, counted, out=np.zeros_like(outputs), where=counted > 0)
+        amounts = self.tokens * np.repeat(scale, self.lengths)
+        bare = [r for r, n in zip(self.records, counted) if not n and r.end_s is not None]
+        times = np.concatenate([self.times, [r.end_s for r in bare]])
+        return times, np.concatenate([amounts, [float(r.output_tokens) for r in bare]])
 
 
 @dataclass
@@ -197,6 +247,10 @@ class Result:
     def measured(self) -> list[RequestRecord]:
         """Records that count: not warm-up, not cancelled."""
         return [r for r in self.run.records if not r.warmup and r.status != "cancelled"]
+
+    @cached_property
+    def _chunks(self) -> Chunks:
+        return Chunks(self.ok)
 
     @cached_property
     def ok(self) -> list[RequestRecord]:
@@ -231,7 +285,7 @@ class Result:
         rows = [request_values(r) for r in self.ok]
         for name in REQUEST_METRICS:
             if name == "itl":
-                found = stats(gap for r in self.ok for gap in itl(r))
+                found = stats(*self._chunks.itl())
             elif name == "schedule_lag":
                 found = stats(schedule_lag(r) for r in self.measured)
             else:
@@ -265,25 +319,28 @@ class Result:
     def _throughput(self) -> dict[str, dict[str, float]]:
         start, end = self.span
         ok = self.ok
+        prefilled = np.array([prefill_done(r) for r in ok], dtype=float)
+        prompts = np.array([prompt_tokens(r) or 0 for r in ok], dtype=float)
         events = {
-            "request_throughput": [(r.end_s, 1.0) for r in ok],
-            "output_throughput": [e for r in ok for e in _output_events(r)],
-            "input_throughput": [(prefill_done(r), float(prompt_tokens(r) or 0)) for r in ok],
+            "request_throughput": (np.array([r.end_s for r in ok], dtype=float), np.ones(len(ok))),
+            "output_throughput": self._chunks.output_events(),
+            "input_throughput": (prefilled, prompts),
         }
         if ok and all(r.cached_tokens is not None for r in ok):
-            events["cached_input_throughput"] = [(prefill_done(r), float(r.cached_tokens)) for r in ok]
-            events["uncached_input_throughput"] = [(prefill_done(r), float((prompt_tokens(r) or 0) - r.cached_tokens)) for r in ok]
+            cached = np.array([r.cached_tokens for r in ok], dtype=float)
+            events["cached_input_throughput"] = (prefilled, cached)
+            events["uncached_input_throughput"] = (prefilled, prompts - cached)
         out = {}
-        for name, found in events.items():
-            figures = rates(found, start, end, self.gpus)
+        for name, (times, amounts) in events.items():
+            figures = rates(times, amounts, start, end, self.gpus)
             if figures:
                 out[name] = figures
         return out
 
     def _good(self, record: RequestRecord) -> bool:
         values = request_values(record)
-        gaps = itl(record)
-        values["itl"] = max(gaps) if gaps else None
+        gaps = itl_chunks(record)
+        values["itl"] = max(gap for gap, _ in gaps) if gaps else None
         for name, limit in self.goodput.items():
             value = values.get(name)
             if value is not None and value > limit:

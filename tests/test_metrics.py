@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from records import make, rec
 
-from pytest_llmreplay.metrics import Result, itl, latency, prompt_tokens, schedule_lag, tpot, ttft
+from pytest_llmreplay.metrics import Result, itl, latency, prompt_tokens, schedule_lag, stats, tpot, ttft
 from pytest_llmreplay.replay import RequestRecord
 
 STAT_KEYS = {"mean", "min", "p50", "p90", "p95", "p99", "max", "std", "count"}
@@ -501,3 +502,15 @@ def test_decode_tps_leaves_out_answers_that_arrived_in_one_chunk():
     whole = rec(0, 1, 2, sent=1.0, chunks=((2.0, 20),), end=2.0, prompt=40, cached=0)
     row = make([streamed, whole]).session_rows[0]
     assert row["decode_tps"] == approx(10.0)  # (3 - 1) tokens / (0.3 - 0.1) s, the 20 left out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_weighted_stats_equal_the_stats_of_the_repeated_values(seed):
+    rng = np.random.default_rng(seed)
+    values = rng.exponential(0.01, size=int(rng.integers(1, 40))).round(4)  # ties included
+    weights = rng.integers(1, 9, size=values.size)
+    repeated = stats(np.repeat(values, weights))
+    weighted = stats(values, weights)
+    assert weighted.keys() == repeated.keys()
+    for name, value in repeated.items():
+        assert weighted[name] == pytest.approx(value, rel=1e-12, abs=1e-15), name
