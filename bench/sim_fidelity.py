@@ -153,7 +153,7 @@ def simulate(workload, runs: int) -> dict[str, Any]:
         summaries.append(json.dumps(result.summary, sort_keys=True, default=str))
         last = (profile, endpoint, run, result)
     profile, endpoint, run, result = last
-    if run.settings.get("prompt_format") != "ids":
+    if run.settings.get("prompt_format") not in ("ids", "keyed"):  # keyed sends a trace's own ids as ids
         sys.exit(f"expected token-id prompts, the replay used {run.settings.get('prompt_format')!r}")
     ok = sorted(result.ok, key=lambda r: r.session_index)
     if len(ok) != len(run.records):

@@ -11,7 +11,10 @@ Contract of a clock:
 - ``await sleep(seconds)`` / ``await sleep_until(t)``: return at ``now() >= t`` (at once if past);
 - ``run(coroutine)``: run the coroutine to completion on an event loop whose own ``time()`` is this
   clock, so asyncio timeouts (``asyncio.wait(..., timeout=)``) agree with ``now()``;
-- ``pause(seconds)``: a blocking wait outside any event loop (waiting for a server to start).
+- ``pause(seconds)``: a blocking wait outside any event loop (waiting for a server to start);
+- ``await settle()``: let what else is ready at this instant run first (the virtual clock runs
+  every task that can still act at ``now()``; the wall clock yields once). The simulated engine
+  settles before each iteration, so a request sent at the instant an iteration starts joins it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import time
 from typing import Any, Coroutine, Protocol, TypeVar
 
 T = TypeVar("T")
+SETTLE_S = 1e-9  # the virtual clock's settle step: one loop resolution
 
 
 class Clock(Protocol):
@@ -30,6 +34,8 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None: ...
 
     async def sleep_until(self, t: float) -> None: ...
+
+    async def settle(self) -> None: ...
 
     def run(self, main: Coroutine[Any, Any, T]) -> T: ...
 
@@ -47,6 +53,9 @@ class WallClock:
 
     async def sleep_until(self, t: float) -> None:
         await asyncio.sleep(max(t - time.perf_counter(), 0.0))
+
+    async def settle(self) -> None:
+        await asyncio.sleep(0)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
@@ -94,6 +103,10 @@ class VirtualClock:
 
     async def sleep_until(self, t: float) -> None:
         await asyncio.sleep(max(t - self._now, 0.0))
+
+    async def settle(self) -> None:
+        """Wait :data:`SETTLE_S`: a timer that fires only once nothing else is ready."""
+        await asyncio.sleep(SETTLE_S)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         loop = asyncio.SelectorEventLoop(_JumpingSelector(self))

@@ -202,6 +202,8 @@ class Engine:
                 await self._wake
                 start = self.clock.now()
                 continue
+            self._wake = None
+            await self.clock.settle()  # requests sent at this very instant join this iteration
             self._start = start
             plan = self._schedule()
             steps = len(plan.ends)

@@ -1,0 +1,140 @@
+"""Offline simulator speed and memory, side by side with NVIDIA Dynamo 1.6.1's offline replay.
+
+Scenarios (the issue's), each run in a fresh process, ours and Dynamo's alternating:
+
+- ``trace``: ../shared/data/mooncake/conversation_trace.jsonl (12,031 requests, hash-id blocks of
+  512 tokens, timestamps in ms) on 8 engines, round robin, block size 512, every other engine
+  setting Dynamo's mocker default (num_gpu_blocks 16384, max_num_seqs 256,
+  max_num_batched_tokens 8192, prefix caching, chunked prefill, polynomial timing);
+- ``synthetic``: 10,000 requests of 1,000 prompt / 100 output tokens, concurrency 100, one
+  engine, all mocker defaults (block size 64);
+- ``synthetic100k``: the same with 100,000 requests, for memory.
+
+Ours: the bundled ``dynamo-mocker-polynomial`` profile (the mocker's timing fit and engine
+defaults; block size 512 for ``trace``). Timed: load the workload (or generate it), replay it on
+the virtual clock, compute the summary, the same work Dynamo's one call does (it reads the trace
+and reports). Peak RSS: the child process's ``ru_maxrss``, interpreter included for both.
+
+    .venv/bin/python bench/sim_speed.py --runs 3 [--dynamo-python /tmp/dynamo-work/venv/bin/python] [--scenarios trace synthetic synthetic100k]
+
+Dynamo's venv: ``python3.11 -m venv V && V/bin/pip install --no-deps ai-dynamo==1.6.1
+ai-dynamo-runtime==1.6.1 typing_extensions`` (the only dependency the replay imports).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
+SCENARIOS = ("trace", "synthetic", "synthetic100k")
+SYNTHETIC_REQUESTS = {"synthetic": 10_000, "synthetic100k": 100_000}
+
+DYNAMO_CHILD = r'''
+import json, resource, sys, time
+from dynamo.replay import run_synthetic_trace_replay, run_trace_replay
+scenario, trace = sys.argv[1], sys.argv[2]
+start = time.perf_counter()
+if scenario == "trace":
+    report = run_trace_replay(trace, trace_format="mooncake", trace_block_size=512, num_workers=8,
+                              router_mode="round_robin", extra_engine_args={"engine": {"block_size": 512}})
+else:
+    report = run_synthetic_trace_replay(1000, 100, int(sys.argv[3]), replay_concurrency=100, num_workers=1)
+wall = time.perf_counter() - start
+s = report.summary
+print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "completed": s["completed_requests"], "duration_s": s["duration_ms"] / 1000,
+    "ttft_mean_ms": s["mean_ttft_ms"], "ttft_p50_ms": s["median_ttft_ms"], "ttft_p99_ms": s["p99_ttft_ms"],
+    "tpot_mean_ms": s["mean_tpot_ms"], "tpot_p50_ms": s["median_tpot_ms"],
+    "output_tok_s": s["output_throughput_tok_s"], "cache_hit_ratio": s["prefix_cache_reused_ratio"]}))
+'''
+
+
+def ours(scenario: str) -> dict:
+    """One timed run of ours in this process (call it in a fresh one)."""
+    import dataclasses
+    import resource
+    import time
+
+    from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer, load_workload
+    from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
+    from pytest_llmreplay.replay import replay
+    from pytest_llmreplay.sim.cluster import ClusterConfig
+    from pytest_llmreplay.sim.endpoint import SimEndpoint
+    from pytest_llmreplay.sim.timing import load_profile
+
+    prompts = PromptFactory(load_tokenizer(None))
+    profile = load_profile("dynamo-mocker-polynomial")
+    start = time.perf_counter()
+    if scenario == "trace":
+        profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, block_size=512))
+        workload, cluster, settings = load_workload(TRACE), ClusterConfig(engines=8, router="round_robin"), ReplaySettings()
+    else:
+        spec = SyntheticSpec(sessions=SYNTHETIC_REQUESTS[scenario], input_tokens=1000, output_tokens=100, seed=1)
+        workload, cluster, settings = generate(spec), ClusterConfig(), ReplaySettings(concurrency=100)
+    endpoint = SimEndpoint(profile, prompts, cluster=cluster)
+    result = Result(replay(workload, endpoint, prompts, settings, clock=VirtualClock()))
+    summary = result.summary
+    wall = time.perf_counter() - start
+    engines = endpoint.cluster.stats()
+    return {
+        "wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "completed": len(result.ok), "duration_s": result.run.duration_s,
+        "ttft_mean_ms": summary["ttft"]["mean"] * 1000, "ttft_p50_ms": summary["ttft"]["p50"] * 1000,
+        "ttft_p99_ms": summary["ttft"]["p99"] * 1000, "tpot_mean_ms": summary["tpot"]["mean"] * 1000,
+        "tpot_p50_ms": summary["tpot"]["p50"] * 1000, "output_tok_s": summary["output_throughput"]["overall"],
+        "cache_hit_ratio": engines["prefix_cache_hits_total"] / engines["prefix_cache_queries_total"],
+    }
+
+
+def child(command: list[str]) -> dict:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"failed: {' '.join(command)}\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--dynamo-python", metavar="PATH", help="python of a venv with ai-dynamo 1.6.1 (omit: ours only)")
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--child", choices=SCENARIOS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(ours(args.child)))
+        return
+    print(f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; runs: {args.runs} each, fresh processes, alternating.\n")
+    for scenario in args.scenarios:
+        runs: dict[str, list[dict]] = {"llmreplay": [], "Dynamo 1.6.1": []}
+        for _ in range(args.runs):
+            runs["llmreplay"].append(child([sys.executable, __file__, "--child", scenario]))
+            if args.dynamo_python:
+                count = str(SYNTHETIC_REQUESTS.get(scenario, 0))
+                runs["Dynamo 1.6.1"].append(child([args.dynamo_python, "-c", DYNAMO_CHILD, scenario, str(TRACE), count]))
+        report(scenario, {name: found for name, found in runs.items() if found})
+
+
+def report(scenario: str, runs: dict[str, list[dict]]) -> None:
+    names = list(runs)
+    median = {name: {key: statistics.median(r[key] for r in found) for key in found[0]} for name, found in runs.items()}
+    print(f"### {scenario}\n")
+    print("| figure | " + " | ".join(names) + (" | ours/Dynamo |" if len(names) == 2 else " |"))
+    print("|---|" + "---:|" * (len(names) + (len(names) == 2)))
+    for key in median[names[0]]:
+        cells = [f"{median[name][key]:,.4g}" for name in names]
+        ratio = f" | {median[names[0]][key] / median[names[1]][key]:.2f}x" if len(names) == 2 and median[names[1]][key] else (" | " if len(names) == 2 else "")
+        print(f"| {key} (median) | " + " | ".join(cells) + ratio + " |")
+    for name, found in runs.items():
+        print(f"\n{name} wall s per run: " + ", ".join(f"{r['wall_s']:.3f}" for r in found))
+    print()
+
+
+if __name__ == "__main__":
+    main()
