@@ -5,6 +5,7 @@
     llmreplay convert IN OUT --to FORMAT  rewrite a workload in another format
     llmreplay run FILE --endpoint URL     replay a workload; print tables, write --out DIR
     llmreplay sim --profile P --port N    serve the simulated engine over HTTP (OpenAI API)
+    llmreplay calibrate --endpoint URL    measure a live server, write a simulator profile
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
@@ -272,6 +273,66 @@ def _add_sim_parser(commands: Any) -> None:
     sim.set_defaults(run=cmd_sim)
 
 
+def _points(option: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise LLMReplayError(f"{option}: expected comma-separated integers, got {text!r}") from None
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .endpoints import HTTPEndpoint
+    from .prompts import PromptFactory
+    from .sim.calibrate import CalibrationPlan, calibrate, write_profile
+    from .tokenizer import load_tokenizer
+
+    engine = {key: getattr(args, key) for key in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens") if getattr(args, key) is not None}
+    plan = CalibrationPlan(
+        prefill_tokens=_points("--prefill-tokens", args.prefill_tokens), decode_seqs=_points("--decode-seqs", args.decode_seqs),
+        decode_prompt_tokens=args.decode_prompt_tokens, decode_output_tokens=args.decode_output_tokens,
+        repeats=args.repeats, budget_s=args.budget, engine=engine,
+    )
+    try:
+        plan.validate()
+    except LLMReplayError as exc:
+        fields, sep, why = str(exc).partition(": ")
+        raise LLMReplayError("--" + fields.replace("_", "-").replace("budget-s", "budget") + sep + why) from None
+    endpoint = HTTPEndpoint(args.endpoint, model=args.model, api="completions", api_key_env=args.api_key_env,
+                            extra_body={"ignore_eos": True}, timeout_s=args.timeout)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
+    name = args.name or Path(args.out).stem
+    profile = calibrate(endpoint, prompts, plan, name, progress=lambda line: print(line, flush=True))
+    write_profile(profile, args.out)
+    print(f"wrote {args.out}: use it with --llm-sim-profile {args.out} or llmreplay sim --profile {args.out}")
+    return 0
+
+
+def _add_calibrate_parser(commands: Any) -> None:
+    calibrate = commands.add_parser("calibrate", help="measure a live server and write a simulator profile",
+                                    description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile.")
+    calibrate.add_argument("--endpoint", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    calibrate.add_argument("--out", required=True, metavar="FILE", help="the profile JSON to write")
+    calibrate.add_argument("--name", help="the profile's name (default: the file's stem)")
+    calibrate.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    calibrate.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
+    calibrate.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one; lengths are read from the server's usage)")
+    calibrate.add_argument("--timeout", type=float, default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
+    calibrate.add_argument("--seed", type=int, default=0, help="seed of the prompts (default 0)")
+    sweep = calibrate.add_argument_group("sweep")
+    sweep.add_argument("--prefill-tokens", default="128,512,1024,2048,4096", metavar="L,L,...", help="prompt lengths to time (default 128,512,1024,2048,4096)")
+    sweep.add_argument("--decode-seqs", default="1,4,16,64", metavar="B,B,...", help="decode batch sizes to time (default 1,4,16,64)")
+    sweep.add_argument("--decode-prompt-tokens", type=int, default=64, metavar="N", help="prompt length of the decode requests (default 64)")
+    sweep.add_argument("--decode-output-tokens", type=int, default=64, metavar="N", help="output length of the decode requests (default 64)")
+    sweep.add_argument("--repeats", type=int, default=3, metavar="N", help="repeats per point; the median is kept (default 3)")
+    sweep.add_argument("--budget", type=float, default=300.0, metavar="S", help="stop the sweep after S seconds, keeping the points measured (default 300)")
+    engine = calibrate.add_argument_group("engine settings (not visible from outside unless the server exports vllm:cache_config_info)")
+    engine.add_argument("--block-size", type=int, metavar="N", help="KV block size (default: exported, else 16)")
+    engine.add_argument("--num-gpu-blocks", type=int, metavar="N", help="KV blocks per engine (default: exported, else required)")
+    engine.add_argument("--max-num-seqs", type=int, metavar="N", help="running requests at most (default 256)")
+    engine.add_argument("--max-num-batched-tokens", type=int, metavar="N", help="tokens per iteration at most (default 8192)")
+    calibrate.set_defaults(run=cmd_calibrate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .formats import FORMATS
 
@@ -300,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.set_defaults(run=cmd_convert)
     _add_run_parser(commands, common)
     _add_sim_parser(commands)
+    _add_calibrate_parser(commands)
     return parser
 
 

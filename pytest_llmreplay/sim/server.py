@@ -24,7 +24,8 @@ Requests:
   larger than an engine's KV cache; 404 for another ``model``.
 
 ``/metrics`` uses vLLM's metric names per engine (label ``engine``): running and waiting requests,
-KV cache usage, prefix cache queries and hits, prompt and generation tokens, preemptions; and
+KV cache usage, prefix cache queries and hits, prompt and generation tokens, preemptions, and
+``vllm:cache_config_info`` (block size, GPU blocks per engine); and
 ``llmreplay:sim_emit_lag_seconds``, quantiles of (time a chunk was written - its simulated
 time) over the last 100,000 chunks of fault-free requests: the server's own timing error.
 """
@@ -173,6 +174,10 @@ class SimServer:
             lines += [f"# HELP vllm:{family} {help_text}", f"# TYPE vllm:{family} {kind}"]
             for index, values in enumerate(stats):
                 lines.append(f'vllm:{name}{{engine="{index}",model_name="{self.model}"}} {float(values[name])}')
+        config = self.profile.engine
+        lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig", "# TYPE vllm:cache_config_info gauge",
+                  f'vllm:cache_config_info{{block_size="{config.block_size}",enable_prefix_caching="True",'
+                  f'num_gpu_blocks="{config.num_gpu_blocks}"}} 1.0']
         lines += ["# HELP llmreplay:sim_emit_lag_seconds Chunk write time minus its simulated time.",
                   "# TYPE llmreplay:sim_emit_lag_seconds summary"]
         lags = np.fromiter(self.emit_lags, dtype=np.float64)

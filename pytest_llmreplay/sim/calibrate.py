@@ -1,0 +1,177 @@
+"""``llmreplay calibrate``: measure a live server with a short, bounded sweep; write a profile.
+
+The sweep, through the replay driver and :class:`~pytest_llmreplay.endpoints.HTTPEndpoint`
+(streaming completions, ``ignore_eos``, fresh prompts so nothing hits the prefix cache):
+
+- prefill: for each length ``L`` in ``prefill_tokens``, ``repeats`` single requests one at a
+  time with ``max_tokens`` 1; the point is (median of the server's ``prompt_tokens``, median TTFT);
+- decode: for each batch size ``B`` in ``decode_seqs``, ``B`` requests at once, each
+  ``decode_prompt_tokens`` in and ``decode_output_tokens`` out; the point is (B, median ITL of
+  all their tokens), repeated ``repeats`` times and the median taken.
+
+The points become a ``table`` timing profile (interpolated, clamped; see
+:class:`~.timing.TableTiming`). The engine settings cannot be seen from outside except where the
+server exports vLLM's ``vllm:cache_config_info`` (block size, GPU blocks) on ``/metrics``; the
+rest come from the options (vLLM's defaults otherwise) and the profile's notes say which.
+``budget_s`` bounds the whole sweep: points not reached by then are left out (at least one of
+each kind is required).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from ..clock import WallClock
+from ..endpoints import HTTPEndpoint
+from ..errors import LLMReplayError
+from ..metrics import itl, ttft
+from ..prompts import PromptFactory
+from ..replay import ReplaySettings, replay
+from ..workload import Session, Synthetic, Turn, Workload
+from .timing import parse_profile
+
+VLLM_DEFAULTS = {"block_size": 16, "max_num_seqs": 256, "max_num_batched_tokens": 8192}
+
+
+@dataclass(frozen=True)
+class CalibrationPlan:
+    """What the sweep measures; ``engine`` overrides what the server does not tell."""
+
+    prefill_tokens: tuple[int, ...] = (128, 512, 1024, 2048, 4096)
+    decode_seqs: tuple[int, ...] = (1, 4, 16, 64)
+    decode_prompt_tokens: int = 64
+    decode_output_tokens: int = 64
+    repeats: int = 3
+    budget_s: float = 300.0
+    engine: dict[str, int] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        for name in ("prefill_tokens", "decode_seqs"):
+            points = getattr(self, name)
+            if not points or any(not isinstance(p, int) or p < 1 for p in points) or list(points) != sorted(set(points)):
+                raise LLMReplayError(f"{name}: expected increasing integers >= 1, got {list(points)}")
+        for name in ("decode_prompt_tokens", "repeats"):
+            if getattr(self, name) < 1:
+                raise LLMReplayError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
+        if self.decode_output_tokens < 8:
+            raise LLMReplayError(f"decode_output_tokens: expected at least 8 (ITL needs tokens), got {self.decode_output_tokens}")
+        if not self.budget_s > 0:
+            raise LLMReplayError(f"budget_s: expected seconds > 0, got {self.budget_s}")
+
+
+def calibrate(
+    endpoint: HTTPEndpoint, prompts: PromptFactory, plan: CalibrationPlan, name: str,
+    progress: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Run the sweep against ``endpoint``; the profile as a JSON-ready dict (checked by
+    :func:`~.timing.parse_profile`)."""
+    plan.validate()
+    engine, engine_notes = _engine_settings(endpoint, plan)  # before the sweep: it may be missing
+    deadline = time.monotonic() + plan.budget_s
+    run_index = 0
+
+    def records(count: int, input_tokens: int, output_tokens: int, concurrency: int) -> list:
+        nonlocal run_index
+        run_index += 1
+        sessions = tuple(
+            Session(f"calibrate-{run_index}-{i}", 0.0, (Turn(input_tokens, output_tokens, Synthetic()),)) for i in range(count)
+        )
+        settings = ReplaySettings(concurrency=concurrency, seed=run_index, check_idle=False)
+        run = replay(Workload(sessions, "calibrate"), endpoint, prompts, settings, clock=WallClock())
+        failed = [r for r in run.records if r.status != "ok"]
+        if failed:
+            raise LLMReplayError(f"calibrate: a request to {endpoint.url} failed: {failed[0].error}")
+        return run.records
+
+    prefill: list[tuple[float, float]] = []
+    for length in plan.prefill_tokens:
+        if time.monotonic() > deadline and prefill:
+            progress(f"budget spent: prefill stops before {length} tokens")
+            break
+        done = records(plan.repeats, length, 1, 1)
+        point = (statistics.median(r.prompt_tokens or length for r in done), statistics.median(ttft(r) * 1000 for r in done))
+        prefill.append(point)
+        progress(f"prefill {point[0]:.0f} tokens: {point[1]:.2f} ms")
+    decode: list[tuple[int, float]] = []
+    for seqs in plan.decode_seqs:
+        if time.monotonic() > deadline and decode:
+            progress(f"budget spent: decode stops before batch {seqs}")
+            break
+        medians = []
+        for _ in range(plan.repeats):
+            done = records(seqs, plan.decode_prompt_tokens, plan.decode_output_tokens, seqs)
+            medians.append(statistics.median(gap for r in done for gap in itl(r)) * 1000)
+        decode.append((seqs, statistics.median(medians)))
+        progress(f"decode batch {seqs}: {decode[-1][1]:.3f} ms per step")
+    prefill = _increasing(prefill)
+    profile = {
+        "name": name,
+        "description": f"Calibrated against {endpoint.url} (model {endpoint.model or 'served'}) on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
+        "engine": engine,
+        "timing": {
+            "kind": "table",
+            "prefill": {"tokens": [p[0] for p in prefill], "ms": [round(p[1], 4) for p in prefill]},
+            "decode": {"seqs": [d[0] for d in decode], "ms": [round(d[1], 4) for d in decode]},
+        },
+        "sources": [
+            f"llmreplay calibrate: prefill = median TTFT of {plan.repeats} single requests (max_tokens 1) per length; "
+            f"decode = median ITL of B requests of {plan.decode_prompt_tokens} in / {plan.decode_output_tokens} out "
+            f"at once (ignore_eos), median of {plan.repeats} repeats"
+        ],
+        "notes": engine_notes + ["TTFT includes the client's and the network's share (loopback: about a millisecond)."],
+    }
+    parse_profile(profile, origin="calibrated profile")  # the file must load
+    return profile
+
+
+def _increasing(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Keep the first point of each prompt length, in increasing order (the table needs it)."""
+    kept: list[tuple[float, float]] = []
+    for tokens, ms in sorted(points):
+        if not kept or tokens > kept[-1][0]:
+            kept.append((tokens, ms))
+    return kept
+
+
+def _engine_settings(endpoint: HTTPEndpoint, plan: CalibrationPlan) -> tuple[dict[str, int], list[str]]:
+    """Engine figures: options first, then vLLM's cache_config_info, then vLLM's defaults."""
+    exported = _cache_config(endpoint)
+    engine: dict[str, int] = {}
+    notes = []
+    for key in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens"):
+        if key in plan.engine:
+            engine[key], origin = plan.engine[key], "given"
+        elif key in exported:
+            engine[key], origin = exported[key], "the server's vllm:cache_config_info"
+        elif key in VLLM_DEFAULTS:
+            engine[key], origin = VLLM_DEFAULTS[key], "vLLM's default (not visible from outside: check it)"
+        else:
+            raise LLMReplayError("calibrate: the server does not export vllm:cache_config_info; give --num-gpu-blocks")
+        notes.append(f"engine.{key} = {engine[key]}: {origin}")
+    return engine, notes
+
+
+def _cache_config(endpoint: HTTPEndpoint) -> dict[str, int]:
+    """``block_size`` and ``num_gpu_blocks`` from ``vllm:cache_config_info`` labels, if any."""
+    import httpx
+
+    try:
+        text = httpx.get(f"{endpoint.url}/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return {}
+    line = next((line for line in text.splitlines() if line.startswith("vllm:cache_config_info{")), None)
+    if line is None:
+        return {}
+    labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+    return {key: int(labels[key]) for key in ("block_size", "num_gpu_blocks") if labels.get(key, "").isdigit()}
+
+
+def write_profile(profile: dict[str, Any], path: str | Path) -> None:
+    Path(path).write_text(json.dumps(profile, indent=2) + "\n")

@@ -1,0 +1,86 @@
+"""``llmreplay calibrate`` against the simulator's own server: the sweep must find the timing the
+server was built with, and refuse what it cannot know."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from mockserver import MockServer, ServerThread
+
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.endpoints import HTTPEndpoint
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.sim.calibrate import CalibrationPlan, calibrate
+from pytest_llmreplay.sim.server import SimServer
+from pytest_llmreplay.sim.timing import Batch, load_profile
+from pytest_llmreplay.tokenizer import load_tokenizer
+
+PROFILE = "llama-3.1-8b-h100"
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PromptFactory(load_tokenizer(None))
+
+
+@pytest.fixture(scope="module")
+def sim_url(prompts):
+    with ServerThread(SimServer(load_profile(PROFILE), prompts)) as thread:
+        yield thread.url
+
+
+def test_the_sweep_recovers_the_servers_timing(sim_url, prompts):
+    profile = load_profile(PROFILE)
+    plan = CalibrationPlan(prefill_tokens=(256, 2048), decode_seqs=(1, 8), decode_output_tokens=16, repeats=1, budget_s=60)
+    found = calibrate(HTTPEndpoint(sim_url, api="completions", extra_body={"ignore_eos": True}), prompts, plan, "mine")
+    timing = found["timing"]
+    assert found["name"] == "mine" and timing["kind"] == "table"
+    # the prompts' lengths as the server counted them: exactly the planned ones (the same tokenizer)
+    assert timing["prefill"]["tokens"] == [256, 2048]
+    for tokens, ms in zip(timing["prefill"]["tokens"], timing["prefill"]["ms"]):
+        # TTFT of a lone request = one prefill iteration, plus the client's and the event loop's share
+        expected = profile.timing.iteration_s(Batch(tokens, tokens, 0, 0, 0.0)) * 1000
+        assert expected <= ms <= expected * 1.25 + 5
+    assert timing["decode"]["seqs"] == [1, 8]
+    for seqs, ms in zip(timing["decode"]["seqs"], timing["decode"]["ms"]):
+        expected = profile.timing.iteration_s(Batch(0, 0, seqs, seqs * 72, 0.0)) * 1000
+        assert ms == pytest.approx(expected, rel=0.1, abs=1.0)
+    # block size and GPU blocks come from the server's vllm:cache_config_info, the rest are vLLM's defaults
+    assert found["engine"] == {"block_size": 16, "num_gpu_blocks": profile.engine.num_gpu_blocks, "max_num_seqs": 256, "max_num_batched_tokens": 8192}
+    assert any("cache_config_info" in note for note in found["notes"])
+
+
+def test_the_command_writes_a_profile_the_simulator_loads(sim_url, tmp_path, capsys):
+    out = tmp_path / "calibrated.json"
+    code = main(["calibrate", "--endpoint", sim_url, "--out", str(out), "--prefill-tokens", "128,512", "--decode-seqs", "1,2",
+                 "--decode-output-tokens", "8", "--repeats", "1", "--max-num-seqs", "64"])
+    assert code == 0
+    profile = load_profile(out)
+    assert profile.name == "calibrated" and profile.engine.max_num_seqs == 64
+    assert json.loads(out.read_text())["timing"]["prefill"]["tokens"] == [128, 512]
+    printed = capsys.readouterr().out
+    assert "prefill 128 tokens" in printed and f"wrote {out}" in printed
+
+
+def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):
+    with ServerThread(MockServer()) as thread:
+        endpoint = HTTPEndpoint(thread.url, api="completions")
+        with pytest.raises(LLMReplayError, match="num-gpu-blocks"):
+            calibrate(endpoint, prompts, CalibrationPlan(prefill_tokens=(16,), decode_seqs=(1,), decode_output_tokens=8, repeats=1), "x")
+        # given, the sweep runs (the mock answers at once)
+        plan = CalibrationPlan(prefill_tokens=(16, 32), decode_seqs=(1,), decode_output_tokens=8, repeats=1, engine={"num_gpu_blocks": 1000})
+        assert calibrate(endpoint, prompts, plan, "x")["engine"]["num_gpu_blocks"] == 1000
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prefill-tokens", "512,128"], "--prefill-tokens: expected increasing integers >= 1"),
+    (["--decode-seqs", "1,x"], "--decode-seqs: expected comma-separated integers"),
+    (["--decode-output-tokens", "2"], "--decode-output-tokens: expected at least 8"),
+    (["--budget", "0"], "--budget: expected seconds > 0"),
+])
+def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
+    assert main(["calibrate", "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "p.json"), *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and err.count("\n") == 1 and "Traceback" not in err
