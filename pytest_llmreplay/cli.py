@@ -207,6 +207,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 
 def cmd_sim(args: argparse.Namespace) -> int:
     import asyncio
+    import dataclasses
 
     from .prompts import PromptFactory
     from .sim.cluster import ClusterConfig
@@ -220,6 +221,9 @@ def cmd_sim(args: argparse.Namespace) -> int:
     faults = FaultConfig(error_rate=args.fault_error_rate, stall_rate=args.fault_stall_rate, stall_s=args.fault_stall_s,
                          disconnect_rate=args.fault_disconnect_rate, seed=args.seed)
     profile = load_profile(args.profile)
+    overrides = _engine_overrides(args)
+    if overrides:
+        profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, **overrides))
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
     try:
         server = SimServer(profile, prompts, model=args.model, cluster=cluster, faults=faults,
@@ -259,6 +263,7 @@ def _add_sim_parser(commands: Any) -> None:
     sim.add_argument("--seed", type=int, default=0, help="seed of output tokens, natural lengths and faults (default 0)")
     sim.add_argument("--eos-mean-tokens", type=float, metavar="N",
                      help="simulate EOS: requests without ignore_eos stop after a geometric number of tokens with mean N (default: always max_tokens)")
+    _add_engine_options(sim.add_argument_group("engine settings (override the profile's)"), *(["the profile's"] * 4))
     group = sim.add_argument_group("cluster")
     group.add_argument("--engines", type=int, default=1, metavar="N", help="engines (the decode pool with --prefill-engines; default 1)")
     group.add_argument("--router", choices=ROUTERS, default="round_robin", help="how requests are spread over engines (default round_robin)")
@@ -286,7 +291,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .sim.calibrate import CalibrationPlan, calibrate, write_profile
     from .tokenizer import load_tokenizer
 
-    engine = {key: getattr(args, key) for key in ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens") if getattr(args, key) is not None}
+    engine = _engine_overrides(args)
     plan = CalibrationPlan(
         prefill_tokens=_points("--prefill-tokens", args.prefill_tokens), decode_seqs=_points("--decode-seqs", args.decode_seqs),
         decode_prompt_tokens=args.decode_prompt_tokens, decode_output_tokens=args.decode_output_tokens,
@@ -307,6 +312,25 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+ENGINE_OPTIONS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
+
+
+def _add_engine_options(group: Any, *defaults: str) -> None:
+    """--block-size, --num-gpu-blocks, --max-num-seqs, --max-num-batched-tokens (vLLM's names)."""
+    helps = ("KV block size", "KV blocks per engine", "running requests at most", "tokens per iteration at most")
+    for key, text, default in zip(ENGINE_OPTIONS, helps, defaults):
+        group.add_argument("--" + key.replace("_", "-"), type=int, metavar="N", help=f"{text} (default: {default})")
+
+
+def _engine_overrides(args: argparse.Namespace) -> dict[str, int]:
+    """The engine options given on the command line, each an integer >= 1."""
+    given = {key: getattr(args, key) for key in ENGINE_OPTIONS if getattr(args, key) is not None}
+    for key, value in given.items():
+        if value < 1:
+            raise LLMReplayError(f"--{key.replace('_', '-')}: expected an integer >= 1, got {value}")
+    return given
+
+
 def _add_calibrate_parser(commands: Any) -> None:
     calibrate = commands.add_parser("calibrate", help="measure a live server and write a simulator profile",
                                     description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile.")
@@ -325,11 +349,8 @@ def _add_calibrate_parser(commands: Any) -> None:
     sweep.add_argument("--decode-output-tokens", type=int, default=64, metavar="N", help="output length of the decode requests (default 64)")
     sweep.add_argument("--repeats", type=int, default=3, metavar="N", help="repeats per point; the median is kept (default 3)")
     sweep.add_argument("--budget", type=float, default=300.0, metavar="S", help="stop the sweep after S seconds, keeping the points measured (default 300)")
-    engine = calibrate.add_argument_group("engine settings (not visible from outside unless the server exports vllm:cache_config_info)")
-    engine.add_argument("--block-size", type=int, metavar="N", help="KV block size (default: exported, else 16)")
-    engine.add_argument("--num-gpu-blocks", type=int, metavar="N", help="KV blocks per engine (default: exported, else required)")
-    engine.add_argument("--max-num-seqs", type=int, metavar="N", help="running requests at most (default 256)")
-    engine.add_argument("--max-num-batched-tokens", type=int, metavar="N", help="tokens per iteration at most (default 8192)")
+    _add_engine_options(calibrate.add_argument_group("engine settings (not visible from outside unless the server exports vllm:cache_config_info)"),
+                        "exported, else 16", "exported, else required", "256", "8192")
     calibrate.set_defaults(run=cmd_calibrate)
 
 

@@ -110,6 +110,7 @@ class SimServer:
         self.emit_lags: deque[float] = deque(maxlen=LAG_WINDOW)
         self._requests = 0
         self._headers: dict[str, list[int]] = {}
+        self._json_texts: dict[int, str] = {}
         self._created = int(time.time())
 
     # -- application ---------------------------------------------------------------------------
@@ -282,6 +283,15 @@ class SimServer:
         table = self.prompts.word_texts
         return "".join(table[t] for t in ids) if table is not None else self.prompts.tokenizer.decode(list(ids))
 
+    def json_text(self, ids: Sequence[int]) -> str:
+        """``json.dumps(self.text(ids))``; one token's is cached (the streaming case)."""
+        if len(ids) != 1:
+            return json.dumps(self.text(ids))
+        cached = self._json_texts.get(ids[0])
+        if cached is None:
+            cached = self._json_texts[ids[0]] = json.dumps(self.text(ids))
+        return cached
+
 
 def _content(content: Any, index: int) -> str:
     """A message's text: a string, or the ``text`` of its ``{"type": "text"}`` parts."""
@@ -306,6 +316,8 @@ class _Reply:
         self.prompt_tokens, self.output, self.finish, self.fault = prompt_tokens, output, finish, fault
         self.envelope = {"id": self.id, "object": "chat.completion.chunk" if chat else "text_completion",
                          "created": int(time.time()), "model": server.model}
+        self.head = _event({**self.envelope, "choices": []})[:-len(b']}\n\n')] + b'{"index":0,'
+        self.return_ids = bool(body.get("return_token_ids"))
 
     def usage(self, job: Job) -> dict[str, Any]:
         generated = job.generated
@@ -315,17 +327,13 @@ class _Reply:
             "prompt_tokens_details": {"cached_tokens": job.cached or 0},
         }
 
-    def choice(self, ids: Sequence[int], finish: str | None) -> dict[str, Any]:
-        text = self.server.text(ids)
-        choice: dict[str, Any] = {"index": 0}
-        if self.chat:
-            choice["delta"] = {"content": text}
-        else:
-            choice.update(text=text, logprobs=None)
-        choice["finish_reason"] = finish
-        if self.body.get("return_token_ids"):
-            choice["token_ids"] = list(ids)
-        return choice
+    def frame(self, ids: Sequence[int], finish: str | None) -> bytes:
+        """One SSE event carrying ``ids`` (built from cached pieces: no JSON encoder per token)."""
+        text = self.server.json_text(ids)
+        body = f'"delta":{{"content":{text}}}' if self.chat else f'"text":{text},"logprobs":null'
+        reason = "null" if finish is None else f'"{finish}"'
+        extra = f',"token_ids":{json.dumps(list(ids))}' if self.return_ids else ""
+        return self.head + f'{body},"finish_reason":{reason}{extra}}}]}}\n\n'.encode()
 
     async def whole(self, job: Job) -> web.StreamResponse:
         await job.done
@@ -357,8 +365,9 @@ class _Reply:
         while True:
             await woken.wait()
             woken.clear()
-            while chunks < len(job.times):
-                count = job.tokens[chunks]
+            if chunks < len(job.times):  # what came out since the last write goes as one event (vLLM merges so under load)
+                end = len(job.times)
+                count = sum(job.tokens[chunks:end])
                 if fault is not None and sent + count >= fault.after_tokens:
                     if fault.kind == "disconnect":
                         self.server.cluster.abort(job)
@@ -366,13 +375,15 @@ class _Reply:
                         return reply
                     await asyncio.sleep(self.server.faults.stall_s)
                     fault = None
+                    end = len(job.times)
+                    count = sum(job.tokens[chunks:end])
                 ids = self.output[sent:sent + count]
                 sent += count
-                last = sent >= len(self.output)
-                await reply.write(_event({**self.envelope, "choices": [self.choice(ids, self.finish if last else None)]}))
+                await reply.write(self.frame(ids, self.finish if sent >= len(self.output) else None))
                 if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
-                    lags.append(clock.now() - job.times[chunks])
-                chunks += 1
+                    now = clock.now()
+                    lags.extend(now - t for t in job.times[chunks:end])
+                chunks = end
             if job.done.done() and chunks == len(job.times):
                 break
         if (self.body.get("stream_options") or {}).get("include_usage"):
