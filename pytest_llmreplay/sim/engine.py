@@ -348,16 +348,20 @@ class Engine:
     # -- applying -----------------------------------------------------------------------------
 
     def _apply(self, plan: _Plan, steps: int, start: float) -> None:
+        """The planned iteration(s) ended: requests aborted meanwhile get nothing."""
         now = start + float(plan.ends[steps - 1])
         for request, chunk in plan.prefills:
+            if not request.running:
+                continue
             request.computed += chunk
             self.prompt_tokens_total += chunk
             self._register(request)
             if request.computed >= request.target:
                 self._emit(request, now, 1)
         for request in plan.decodes:
-            request.computed += steps
-            self._emit(request, now, steps)
+            if request.running:
+                request.computed += steps
+                self._emit(request, now, steps)
 
     def _emit(self, request: SimRequest, now: float, count: int) -> None:
         request.generated += count
