@@ -220,7 +220,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
                             kv_transfer_gbps=args.kv_transfer_gbps, kv_bytes_per_token=args.kv_bytes_per_token)
     faults = FaultConfig(error_rate=args.fault_error_rate, stall_rate=args.fault_stall_rate, stall_s=args.fault_stall_s,
                          disconnect_rate=args.fault_disconnect_rate, seed=args.seed)
-    profile = load_profile(args.profile)
+    try:
+        profile = load_profile(args.profile)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--profile: {exc}") from None
     overrides = _engine_overrides(args)
     if overrides:
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, **overrides))

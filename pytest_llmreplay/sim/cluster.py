@@ -67,6 +67,16 @@ class ClusterConfig:
             raise LLMReplayError(f"overlap_weight: expected a number >= 0, got {self.overlap_weight!r}")
 
 
+def transfer_s_per_token(profile: Profile, config: ClusterConfig) -> float:
+    """Seconds to move one token's KV from a prefill to a decode engine (0 when aggregated)."""
+    if not config.prefill_engines:
+        return 0.0
+    per_token = config.kv_bytes_per_token or (profile.model.kv_bytes_per_token if profile.model else None)
+    if per_token is None:
+        raise LLMReplayError(f"kv_bytes_per_token: profile {profile.name!r} has no model to derive it from; give it for disaggregated serving")
+    return per_token / (config.kv_transfer_gbps * 1e9)
+
+
 class Job:
     """A request's way through the cluster: one engine request, or a prefill then a decode one.
     ``times``/``tokens`` gather the tokens of both; ``done`` resolves when the last is out."""
@@ -144,12 +154,7 @@ class Cluster:
 
         self.decode = Pool(engines(config.engines), config.router, config.overlap_weight)
         self.prefill = Pool(engines(config.prefill_engines), config.router, config.overlap_weight) if config.prefill_engines else None
-        self.transfer_s_per_token = 0.0
-        if self.prefill is not None:
-            per_token = config.kv_bytes_per_token or (profile.model.kv_bytes_per_token if profile.model else None)
-            if per_token is None:
-                raise LLMReplayError(f"profile {profile.name!r} has no model: give kv_bytes_per_token for disaggregated serving")
-            self.transfer_s_per_token = per_token / (config.kv_transfer_gbps * 1e9)
+        self.transfer_s_per_token = transfer_s_per_token(profile, config)
         self._pipelines: set[asyncio.Task] = set()
 
     @property

@@ -47,7 +47,7 @@ from aiohttp import web
 from ..clock import WallClock
 from ..errors import LLMReplayError
 from ..prompts import PromptFactory, stable_hash
-from .cluster import Cluster, ClusterConfig, Job
+from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .timing import Profile
 
@@ -95,6 +95,7 @@ class SimServer:
         seed: int = 0,
     ) -> None:
         cluster.validate()
+        transfer_s_per_token(profile, cluster)  # fails now, not when the server starts
         faults.validate()
         if eos_mean_tokens is not None and not eos_mean_tokens >= 1:
             raise LLMReplayError(f"eos_mean_tokens: expected a number >= 1, got {eos_mean_tokens!r}")
@@ -109,6 +110,7 @@ class SimServer:
         self.cluster: Cluster | None = None
         self.emit_lags: deque[float] = deque(maxlen=LAG_WINDOW)
         self._requests = 0
+        self._handlers: set[asyncio.Task] = set()
         self._headers: dict[str, list[int]] = {}
         self._json_texts: dict[int, str] = {}
         self._created = int(time.time())
@@ -124,8 +126,14 @@ class SimServer:
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
         app.on_startup.append(self._start)
+        app.on_shutdown.append(self._end_streams)
         app.on_cleanup.append(self._stop)
         return app
+
+    async def _end_streams(self, app: web.Application) -> None:
+        """On shutdown, end the requests in flight (their clients see the stream cut)."""
+        for task in list(self._handlers):
+            task.cancel()
 
     async def _start(self, app: web.Application) -> None:
         _ = self.prompts.word_texts  # built once (tens of ms): not inside the first request's stream
@@ -210,13 +218,17 @@ class SimServer:
         job = self.cluster.submit(prompt, output)
         finish = "length" if count == max_tokens else "stop"
         reply = _Reply(self, request, body, chat, number, len(prompt), output, finish, fault)
+        handler = asyncio.current_task()
+        self._handlers.add(handler)
         try:
             if body.get("stream"):
                 return await reply.stream(job)
             return await reply.whole(job)
-        except (asyncio.CancelledError, ConnectionError):
+        except BaseException:  # the client went away, or the server stops: free the engine
             self.cluster.abort(job)
             raise
+        finally:
+            self._handlers.discard(handler)
 
     async def _parse(self, request: web.Request, chat: bool, number: int) -> tuple[dict[str, Any], list[int], int, int]:
         """(body, prompt ids, max_tokens, tokens to generate), or :class:`BadRequest`."""
@@ -357,45 +369,53 @@ class _Reply:
         reply = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         woken = asyncio.Event()
         job.first.on_emit = woken.set
-        await reply.prepare(self.request)
+        try:
+            await reply.prepare(self.request)
+            await self._stream(job, reply, woken)
+        except ConnectionError:  # the client went away: not the server's error, no traceback
+            self.server.cluster.abort(job)
+        return reply
+
+    async def _stream(self, job: Job, reply: web.StreamResponse, woken: asyncio.Event) -> None:
+        """Write each engine chunk when it comes out; what piled up since the last write goes as
+        one event (vLLM merges so under load). A fault strikes right after its drawn token."""
         if self.chat:
             await reply.write(_event({**self.envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
-        clock, lags, fault = self.server.clock, self.server.emit_lags, self.fault
+        clock, lags, fault, total = self.server.clock, self.server.emit_lags, self.fault, len(self.output)
         chunks = sent = 0
-        while True:
+        while not (job.done.done() and chunks == len(job.times)):
             await woken.wait()
             woken.clear()
-            if chunks < len(job.times):  # what came out since the last write goes as one event (vLLM merges so under load)
+            end = len(job.times)
+            ready = sum(job.tokens[chunks:end])
+            if fault is not None and sent + ready >= fault.after_tokens:
+                head = fault.after_tokens - sent
+                await reply.write(self.frame(self.output[sent:sent + head], None))
+                sent, ready = sent + head, ready - head
+                if fault.kind == "disconnect":
+                    self.server.cluster.abort(job)
+                    self.request.transport.close()
+                    return
+                await asyncio.sleep(self.server.faults.stall_s)
+                fault = None
+                ready += sum(job.tokens[end:len(job.times)])  # what came out during the stall
                 end = len(job.times)
-                count = sum(job.tokens[chunks:end])
-                if fault is not None and sent + count >= fault.after_tokens:
-                    if fault.kind == "disconnect":
-                        self.server.cluster.abort(job)
-                        self.request.transport.close()
-                        return reply
-                    await asyncio.sleep(self.server.faults.stall_s)
-                    fault = None
-                    end = len(job.times)
-                    count = sum(job.tokens[chunks:end])
-                ids = self.output[sent:sent + count]
-                sent += count
-                await reply.write(self.frame(ids, self.finish if sent >= len(self.output) else None))
+            if ready:
+                sent += ready
+                await reply.write(self.frame(self.output[sent - ready:sent], self.finish if sent >= total else None))
                 if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
                     now = clock.now()
                     lags.extend(now - t for t in job.times[chunks:end])
-                chunks = end
-            if job.done.done() and chunks == len(job.times):
-                break
+            chunks = end
         if (self.body.get("stream_options") or {}).get("include_usage"):
             await reply.write(_event({**self.envelope, "choices": [], "usage": self.usage(job)}))
         await reply.write(b"data: [DONE]\n\n")
         await reply.write_eof()
-        return reply
 
 
 async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None) -> None:
     """Serve until SIGINT/SIGTERM; ``ready(url)`` is called once listening (port 0: any free)."""
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
