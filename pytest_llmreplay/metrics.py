@@ -198,9 +198,7 @@ class Chunks:
         self.times = np.fromiter(chain.from_iterable(r.chunk_times for r in records), dtype=np.float64, count=total)
         self.tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in records), dtype=np.int64, count=total)
         self.first = np.zeros(total, dtype=bool)
-        self.first[np.cumsum(lengths)[:-1][lengths[1:] > 0] if len(lengths) else []] = True
-        if total:
-            self.first[0] = True
+        self.first[(np.cumsum(lengths) - lengths)[lengths > 0]] = True  # each record's first chunk
         self.records = records
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:

@@ -514,3 +514,20 @@ def test_weighted_stats_equal_the_stats_of_the_repeated_values(seed):
     assert weighted.keys() == repeated.keys()
     for name, value in repeated.items():
         assert weighted[name] == pytest.approx(value, rel=1e-12, abs=1e-15), name
+
+
+def test_itl_and_output_events_keep_records_apart_when_one_has_no_chunks():
+    """A non-streamed record (no chunks) between two streamed ones: ITL never spans two records,
+    and its tokens count at its end."""
+    records = [
+        rec(0, sent=0.0, chunks=((1.0, 1), (1.5, 1)), end=1.5),
+        rec(1, sent=0.0, end=2.0, output=10),
+        rec(2, sent=0.0, chunks=((3.0, 1), (3.2, 2), (3.6, 1)), end=3.6),
+    ]
+    result = make(records)
+    # gaps: 0.5 (record 0); 0.1, 0.1 (record 2's 2-token chunk), 0.4
+    assert result.summary["itl"]["count"] == 4
+    assert result.summary["itl"]["mean"] == approx((0.5 + 0.1 + 0.1 + 0.4) / 4)
+    assert result.summary["itl"]["max"] == approx(0.5)
+    times, amounts = result._chunks.output_events()
+    assert sorted(zip(times.tolist(), amounts.tolist())) == [(1.0, 1.0), (1.5, 1.0), (2.0, 10.0), (3.0, 1.0), (3.2, 2.0), (3.6, 1.0)]
