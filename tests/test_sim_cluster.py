@@ -15,7 +15,6 @@ import pytest
 
 from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.metrics import Result
 from pytest_llmreplay.prompts import PromptFactory
 from pytest_llmreplay.replay import ReplaySettings, replay
 from pytest_llmreplay.sim.cluster import Cluster, ClusterConfig
