@@ -345,6 +345,14 @@ class Result:
                 return False
         return True
 
+    def assert_slo(self, slos: Mapping[str, str], **more: str) -> None:
+        """Check thresholds such as ``{"ttft.p99": "< 2s", "error_rate": "== 0"}`` (see
+        :mod:`~pytest_llmreplay.slo`); raise ``SLOBreach`` (an ``AssertionError``) with every
+        breached one in a table. Keyword form: ``assert_slo({}, error_rate="== 0")``."""
+        from .slo import assert_slos
+
+        assert_slos(self.summary, {**slos, **more}, extra_metrics=self.summary)
+
     def request_table(self):
         """Every record with its per-request metrics, as a pandas DataFrame (one row each)."""
         import pandas as pd

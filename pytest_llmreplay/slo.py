@@ -1,0 +1,205 @@
+"""SLO thresholds: parse ``"ttft.p99": "< 2s"`` safely (no ``eval``) and check them against a summary.
+
+A key is ``<metric>.<stat>`` (``ttft.p99``, ``output_throughput.steady_state``) or a single-figure
+metric alone (``error_rate``, ``goodput``, ``effective_concurrency``). A threshold is an operator
+(``<``, ``<=``, ``>``, ``>=``, ``==``), a number and an optional unit:
+
+- time: ``us``, ``ms``, ``s`` (metrics in seconds: ``ttft``, ``itl``, ``tpot``, ``latency``,
+  ``queue``, ``schedule_lag``, ``session_latency``, ``ttfat``);
+- share: ``%`` (``cache_hit_rate``, ``eligible_cache_hit_rate``, ``error_rate``, ``goodput``);
+- rate: ``tok/s`` (token throughputs, ``decode_tps``), ``req/s`` (``request_throughput``);
+- no unit: the metric's own unit (seconds, a fraction 0..1, tokens, tokens/s), so ``"< 2"`` on
+  ``ttft`` is 2 s; a share over 1 without ``%`` is refused (``>= 80`` means ``>= 80%``?).
+
+The margin of a check is its headroom in the threshold's unit: threshold - measured for ``<``
+and ``<=``, measured - threshold for ``>`` and ``>=``, -|measured - threshold| for ``==``;
+negative when breached. A metric the run did not measure (no complete session for ``ttfat``)
+is a breach: an SLO that cannot be checked does not pass.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
+
+from .errors import LLMReplayError
+from .metrics import RATES, REQUEST_METRICS, SESSION_METRICS, STATS
+
+TIME_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "schedule_lag", "session_latency", "ttfat")
+SHARE_METRICS = ("cache_hit_rate", "eligible_cache_hit_rate", "error_rate", "goodput")
+TOKEN_RATE_METRICS = ("output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput", "decode_tps")
+THROUGHPUT_METRICS = ("request_throughput", "output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput")
+SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
+DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
+KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS
+
+# unit -> (family, factor to the metric's own unit)
+UNITS = {
+    "us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0),
+    "%": ("share", 0.01),
+    "tok/s": ("token_rate", 1.0), "req/s": ("request_rate", 1.0),
+}
+OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
+}
+THRESHOLD = re.compile(r"^\s*(<=|>=|==|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(us|ms|s|%|tok/s|req/s)?\s*$")
+
+
+def unit_family(metric: str) -> str | None:
+    """The unit family of a built-in metric (None: a plugin's metric, any unit goes)."""
+    if metric in TIME_METRICS:
+        return "time"
+    if metric in SHARE_METRICS:
+        return "share"
+    if metric in TOKEN_RATE_METRICS:
+        return "token_rate"
+    if metric == "request_throughput":
+        return "request_rate"
+    return "count" if metric in KNOWN_METRICS else None
+
+
+def stats_of(metric: str) -> tuple[str, ...]:
+    """The statistics a built-in metric has in a summary."""
+    if metric in SINGLE_METRICS:
+        return ("value",)
+    if metric in THROUGHPUT_METRICS:
+        return RATES
+    return STATS + ("count",)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """One threshold: ``metric.stat op value``; ``value`` in the metric's own unit, ``unit`` as
+    written (for display)."""
+
+    key: str
+    metric: str
+    stat: str
+    op: str
+    value: float
+    unit: str | None
+    text: str
+
+    @property
+    def factor(self) -> float:
+        return UNITS[self.unit][1] if self.unit else 1.0
+
+    def show(self, value: float) -> str:
+        """``value`` (metric's own unit) in the threshold's unit."""
+        if self.unit == "%":
+            return f"{value * 100:.4g}%"
+        return f"{value / self.factor:.4g}" + (f" {self.unit}" if self.unit else "")
+
+    def check(self, summary: Mapping[str, Mapping[str, float]]) -> "Check":
+        measured = summary.get(self.metric, {}).get(self.stat)
+        if measured is None or (isinstance(measured, float) and math.isnan(measured)):
+            return Check(self, None, None, False)
+        if self.op in ("<", "<="):
+            margin = self.value - measured
+        elif self.op in (">", ">="):
+            margin = measured - self.value
+        else:
+            margin = -abs(measured - self.value)
+        return Check(self, float(measured), margin, OPERATORS[self.op](measured, self.value))
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one SLO on one run; ``measured``/``margin`` None when not measured."""
+
+    slo: SLO
+    measured: float | None
+    margin: float | None
+    passed: bool
+
+    def row(self) -> list[str]:
+        slo = self.slo
+        if self.measured is None:
+            return [slo.key, slo.text, "not measured", "", "BREACH"]
+        if self.margin == 0:
+            return [slo.key, slo.text, slo.show(self.measured), "0", "ok" if self.passed else "BREACH"]
+        margin = slo.show(self.margin) if slo.unit != "%" else f"{self.margin * 100:+.4g} pts"
+        if slo.unit != "%" and self.margin > 0:
+            margin = "+" + margin
+        if slo.value:
+            margin += f" ({self.margin / abs(slo.value) * 100:+.1f}%)"
+        return [slo.key, slo.text, slo.show(self.measured), margin, "ok" if self.passed else "BREACH"]
+
+
+def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SLO:
+    """One SLO from its key and threshold text; :class:`LLMReplayError` naming the key when bad.
+
+    ``extra_metrics``: metric names added by plugins (any statistic and unit accepted)."""
+    if not isinstance(key, str) or not key:
+        raise LLMReplayError(f"SLO key {key!r}: expected a string such as 'ttft.p99'")
+    metric, _, stat = key.partition(".")
+    extra = set(extra_metrics) - set(KNOWN_METRICS) - {"requests"}
+    if metric not in KNOWN_METRICS and metric not in extra:
+        raise LLMReplayError(f"SLO {key!r}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}")
+    if metric not in extra:
+        allowed = stats_of(metric)
+        if not stat:
+            if allowed != ("value",):
+                raise LLMReplayError(f"SLO {key!r}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})")
+            stat = "value"
+        elif stat not in allowed:
+            raise LLMReplayError(f"SLO {key!r}: {metric} has no statistic {stat!r}; expected one of {', '.join(allowed)}")
+    elif not stat:
+        stat = "value"
+    if isinstance(threshold, bool) or not isinstance(threshold, str):
+        raise LLMReplayError(f"SLO {key!r}: expected a threshold string such as '< 2s' or '>= 80%', got {threshold!r}")
+    match = THRESHOLD.match(threshold)
+    if not match:
+        raise LLMReplayError(f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'")
+    op, number, unit = match.groups()
+    family = unit_family(metric)
+    if unit and family is not None and UNITS[unit][0] != family:
+        raise LLMReplayError(f"SLO {key!r}: unit {unit!r} does not fit {metric} (a {family.replace('_', ' ')} metric)")
+    value = float(number) * (UNITS[unit][1] if unit else 1.0)
+    if family == "share" and not unit and value > 1:
+        raise LLMReplayError(f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
+    return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))
+
+
+def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()) -> list[SLO]:
+    """Every SLO of a mapping (key -> threshold), in order."""
+    if slos is None:
+        return []
+    if not isinstance(slos, Mapping):
+        raise LLMReplayError(f"slo: expected a mapping of metric keys to thresholds, got {type(slos).__name__}")
+    extra = tuple(extra_metrics)
+    return [parse_slo(key, value, extra) for key, value in slos.items()]
+
+
+def check_slos(summary: Mapping[str, Mapping[str, float]], slos: Iterable[SLO]) -> list[Check]:
+    return [slo.check(summary) for slo in slos]
+
+
+def breach_table(checks: list[Check]) -> str:
+    """Every check in one table (metric, threshold, measured, margin, status), headed by how many
+    were breached."""
+    from tabulate import tabulate
+
+    failed = sum(not c.passed for c in checks)
+    head = f"SLO breached: {failed} of {len(checks)}" if failed else f"SLOs met: {len(checks)} of {len(checks)}"
+    return head + "\n" + tabulate([c.row() for c in checks], headers=["metric", "threshold", "measured", "margin", "status"], tablefmt="simple")
+
+
+class SLOBreach(AssertionError):
+    """Raised by :meth:`~pytest_llmreplay.metrics.Result.assert_slo`; the message is the table."""
+
+    def __init__(self, checks: list[Check]) -> None:
+        self.checks = checks
+        super().__init__(breach_table(checks))
+
+
+def assert_slos(summary: Mapping[str, Mapping[str, float]], slos: Mapping[str, Any] | Iterable[SLO], extra_metrics: Iterable[str] = ()) -> list[Check]:
+    """Check every SLO; raise :class:`SLOBreach` listing all of them when any is breached."""
+    parsed = parse_slos(slos, extra_metrics) if isinstance(slos, Mapping) else list(slos)
+    checks = check_slos(summary, parsed)
+    if not all(c.passed for c in checks):
+        raise SLOBreach(checks)
+    return checks
