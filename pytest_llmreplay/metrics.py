@@ -58,6 +58,7 @@ REQUEST_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "prompt_tokens", "
 SESSION_METRICS = ("session_latency", "ttfat", "decode_tps", "cache_hit_rate", "eligible_cache_hit_rate", "output_tokens_per_session")
 STEADY_SKIP = 0.2
 LAST_WINDOW_S = 30.0
+WINDOWS = 10  # windows of the steady span that repeat a throughput measurement
 # per-request metrics a goodput threshold may name
 GOODPUT_METRICS = ("ttft", "tpot", "latency", "itl")
 
@@ -314,8 +315,10 @@ class Result:
         }
         return summary
 
-    def _throughput(self) -> dict[str, dict[str, float]]:
-        start, end = self.span
+    @cached_property
+    def throughput_events(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """throughput metric -> (times, amounts): requests at their end, output tokens at their
+        chunks, prompt (and cached, uncached) tokens at the first token."""
         ok = self.ok
         prefilled = np.array([prefill_done(r) for r in ok], dtype=float)
         prompts = np.array([prompt_tokens(r) or 0 for r in ok], dtype=float)
@@ -328,12 +331,28 @@ class Result:
             cached = np.array([r.cached_tokens for r in ok], dtype=float)
             events["cached_input_throughput"] = (prefilled, cached)
             events["uncached_input_throughput"] = (prefilled, prompts - cached)
+        return events
+
+    def _throughput(self) -> dict[str, dict[str, float]]:
+        start, end = self.span
         out = {}
-        for name, (times, amounts) in events.items():
+        for name, (times, amounts) in self.throughput_events.items():
             figures = rates(times, amounts, start, end, self.gpus)
             if figures:
                 out[name] = figures
         return out
+
+    def window_rates(self, name: str, windows: int = WINDOWS) -> np.ndarray:
+        """The rate of throughput metric ``name`` in each of ``windows`` equal windows of the
+        steady span (after the first 20% of the run): repeated measurements of
+        ``steady_state``, whose mean they equal, for a statistical comparison."""
+        start, end = self.span
+        if end <= start or name not in self.throughput_events:
+            return np.array([])
+        times, amounts = self.throughput_events[name]
+        edges = np.linspace(start + STEADY_SKIP * (end - start), end, windows + 1)
+        totals, _ = np.histogram(times, bins=edges, weights=amounts)
+        return totals / (edges[1] - edges[0])
 
     def _good(self, record: RequestRecord) -> bool:
         values = request_values(record)

@@ -1,20 +1,30 @@
-"""The pytest plugin: options with ini twins, fixtures, and the report header.
+"""The pytest plugin: options with ini twins, fixtures, the ``llmreplay`` marker, spec files,
+per-test verdicts, the terminal summary and report files.
 
-Imports nothing heavy at load time (formats, numpy and tokenizers are imported by the fixtures
-that need them), so pytest runs that do not use the plugin pay nothing for it.
+Imports nothing heavy at load time (numpy, formats, the simulator and tokenizers are imported
+when a test first needs them), so pytest runs that do not use the plugin pay nothing for it.
 
 Options (group ``llmreplay``; each has an ini key of the same name with ``_`` for ``-``):
+see :data:`OPTIONS`. Where replays go (:mod:`~pytest_llmreplay.target`): ``--llm-endpoint``
+(a live server; with ``--llm-server-cmd`` the plugin starts it once for the session, waits until
+healthy, stops it at the end), else ``--llm-offline`` (the simulator in virtual time), else the
+simulator served over HTTP on a free loopback port, one per process (xdist worker).
 
-- ``--llm-tokenizer NAME|PATH``: tokenizer for generated prompts (default: the bundled one);
-- ``--llm-seed N``: seed of generated prompts (default 0).
+Fixtures: ``llm_endpoint`` (the session's :class:`~pytest_llmreplay.target.Target`),
+``llm_replay`` (``llm_replay("workloads/x.jsonl", concurrency=8, slo={...}) -> Result``),
+``llm_result`` (the replay of the test's ``llmreplay`` marker), ``llm_workload``,
+``llm_tokenizer``, ``llm_prompts``. Every replay of a test goes through the gate
+(:mod:`~pytest_llmreplay.gate`) when the test body ends: SLOs, baseline, reports, verdict.
 
-Fixtures: ``llm_tokenizer`` (session), ``llm_prompts`` (a :class:`PromptFactory`, session),
-``llm_workload`` (a callable: ``llm_workload("workloads/x.jsonl", format=None, **options)``
-loads a workload relative to the rootdir, validated, cached per session).
+Under pytest-xdist each worker has its own simulator; replays against a live endpoint take a
+file lock so that only one runs at a time across workers (concurrent perf tests distort each
+other); the controller starts ``--llm-server-cmd`` and writes the session's reports from the
+workers' per-test files and report sections.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,17 +32,44 @@ import pytest
 
 from .errors import LLMReplayError
 
+# flag, ini key (= dest), ini type, default, help
 OPTIONS = (
-    ("--llm-tokenizer", "llm_tokenizer", "tokenizer for generated prompts: a hub id, a local folder or a tokenizer.json (default: the bundled one)", None),
-    ("--llm-seed", "llm_seed", "seed of generated prompt tokens (default: 0)", "0"),
+    ("--llm-endpoint", "llm_endpoint", "string", None, "URL of a live OpenAI-compatible server (absent: the built-in simulator)"),
+    ("--llm-model", "llm_model", "string", None, "model name to send (default: the first of /v1/models)"),
+    ("--llm-api", "llm_api", "string", "chat", "API to call: chat or completions (default chat)"),
+    ("--llm-api-key-env", "llm_api_key_env", "string", None, "name of the environment variable holding the API key"),
+    ("--llm-server-cmd", "llm_server_cmd", "string", None, "command that starts the server at --llm-endpoint for the session (stopped at the end)"),
+    ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
+    ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
+    ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id, a local folder or a tokenizer.json (default: the bundled one)"),
+    ("--llm-seed", "llm_seed", "string", "0", "seed of generated prompt tokens (default 0)"),
+    ("--llm-baseline-dir", "llm_baseline_dir", "string", ".llmreplay", "where results are stored per commit, relative to the rootdir (default .llmreplay)"),
+    ("--llm-save", "llm_save", "bool", False, "store each perf test's result as a baseline of the current commit"),
+    ("--llm-compare", "llm_compare", "string", None, "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)"),
+    ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
+    ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
 )
+RUNS = pytest.StashKey[list]()
+OUTCOMES = pytest.StashKey[list]()
+SESSION = pytest.StashKey["LLMSession"]()
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from . import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("llmreplay", "LLM serving performance tests (pytest-llmreplay)")
-    for flag, ini, help_text, default in OPTIONS:
-        group.addoption(flag, dest=ini, default=None, help=help_text)
-        parser.addini(ini, help=help_text, default=default)
+    for flag, ini, kind, default, help_text in OPTIONS:
+        if kind == "bool":
+            group.addoption(flag, dest=ini, action="store_true", default=None, help=help_text)
+        elif flag == "--llm-compare":
+            group.addoption(flag, dest=ini, nargs="?", const="auto", default=None, metavar="REF", help=help_text)
+        else:
+            group.addoption(flag, dest=ini, default=None, help=help_text)
+        parser.addini(ini, help=help_text, type="bool" if kind == "bool" else "string", default=default)
 
 
 def option(config: pytest.Config, name: str) -> Any:
@@ -49,28 +86,253 @@ def seed_option(config: pytest.Config) -> int:
         raise pytest.UsageError(f"--llm-seed / llm_seed: expected an integer, got {raw!r}") from None
 
 
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+class LLMSession:
+    """The options of one pytest process, and what it starts lazily: tokenizer, target, gate."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seed = seed_option(config)
+        self.endpoint_url = option(config, "llm_endpoint") or None
+        self.api = option(config, "llm_api")
+        self.server_cmd = option(config, "llm_server_cmd") or None
+        offline_flag = config.getoption("llm_offline")
+        if offline_flag and config.getoption("llm_endpoint"):
+            raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
+        self.offline = bool(option(config, "llm_offline")) and not self.endpoint_url
+        from .endpoints import APIS
+
+        if self.api not in APIS:
+            raise pytest.UsageError(f"--llm-api / llm_api: expected one of {', '.join(APIS)}, got {self.api!r}")
+        if self.endpoint_url and not self.endpoint_url.startswith(("http://", "https://")):
+            raise pytest.UsageError(f"--llm-endpoint / llm_endpoint: expected http://host:port, got {self.endpoint_url!r}")
+        if self.server_cmd and not self.endpoint_url:
+            raise pytest.UsageError("--llm-server-cmd needs --llm-endpoint: the URL the started server listens on")
+        self.compare_ref = option(config, "llm_compare") or None
+        report = option(config, "llm_report")
+        self.report_dir = Path(config.rootpath, report) if report else None
+        self.baseline_dir = Path(config.rootpath, option(config, "llm_baseline_dir"))
+        self.server: Any = None
+        self._prompts: Any = None
+        self._target: Any = None
+        self._gate: Any = None
+        self.sections: list[tuple[str, str]] = []
+
+    @property
+    def kind(self) -> str:
+        return "live" if self.endpoint_url else "offline" if self.offline else "sim-server"
+
+    def describe(self) -> str:
+        if self.kind == "live":
+            started = " (started by --llm-server-cmd)" if self.server_cmd else ""
+            return f"endpoint {self.endpoint_url}{started}"
+        profile = option(self.config, "llm_sim_profile")
+        return f"simulator {profile} ({'offline, virtual time' if self.offline else 'over HTTP, wall clock'})"
+
+    @property
+    def prompts(self) -> Any:
+        if self._prompts is None:
+            from .prompts import PromptFactory
+            from .tokenizer import load_tokenizer
+
+            try:
+                tokenizer = load_tokenizer(option(self.config, "llm_tokenizer"))
+            except LLMReplayError as exc:
+                raise LLMReplayError(f"--llm-tokenizer: {exc}") from None
+            self._prompts = PromptFactory(tokenizer, seed=self.seed)
+        return self._prompts
+
+    @property
+    def target(self) -> Any:
+        """The session's :class:`~pytest_llmreplay.target.Target`, made (and started) once."""
+        if self._target is None:
+            self._target = self._make_target()
+        return self._target
+
+    def _make_target(self) -> Any:
+        from .target import Target, live_fingerprint, sim_fingerprint, start_sim_server
+
+        if self.kind == "live":
+            model = option(self.config, "llm_model") or None
+            key_env = option(self.config, "llm_api_key_env") or None
+            fingerprint = live_fingerprint(self.endpoint_url, model, key_env)
+            target = Target("live", self.endpoint_url, model=fingerprint["model"], api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint)
+        else:
+            from .sim.timing import load_profile
+
+            name = option(self.config, "llm_sim_profile")
+            try:
+                profile = load_profile(name)
+            except LLMReplayError as exc:
+                raise LLMReplayError(f"--llm-sim-profile: {exc}") from None
+            target = Target(self.kind, profile=profile, api=self.api, prompts=self.prompts, fingerprint=sim_fingerprint(profile, self.kind))
+            if self.kind == "sim-server":
+                target.server = start_sim_server(name, option(self.config, "llm_tokenizer"))
+                target.url = target.server.url
+        self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
+        return target
+
+    @property
+    def gate(self) -> Any:
+        if self._gate is None:
+            from .gate import Gate
+
+            self._gate = Gate(
+                rootdir=self.config.rootpath, fingerprint=self.target.fingerprint, baseline_dir=self.baseline_dir,
+                save=bool(option(self.config, "llm_save")), compare_ref=self.compare_ref,
+                fail_on_regression=bool(option(self.config, "llm_fail_on_regression")), report_dir=self.report_dir,
+            )
+        return self._gate
+
+    def extra_metric_names(self) -> tuple[str, ...]:
+        return tuple(name for found in self.config.hook.pytest_llmreplay_metrics() for name in found)
+
+    def replay(self, spec: Any) -> Any:
+        """Replay a :class:`~pytest_llmreplay.spec.PerfSpec` on the target; the Result, with
+        plugins' metrics added to its summary."""
+        from .formats import load_workload
+        from .metrics import Result
+        from .replay import replay
+
+        workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
+        target = self.target
+        with live_lock(target):
+            run = replay(workload, target.endpoint(), self.prompts, spec.settings, clock=target.clock())
+        result = Result(run, gpus=target.gpus)
+        for found in self.config.hook.pytest_llmreplay_metrics():
+            for name, compute in found.items():
+                result.summary[name] = dict(compute(result))
+        return result
+
+    def close(self) -> None:
+        if self._target is not None:
+            self._target.close()
+
+    # hooks (this object is registered as a plugin): gather every test's tables, print them
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.sections += [(report.nodeid, text) for name, text in report.sections if name == "llmreplay"]
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.sections:
+            terminalreporter.write_sep("=", "llmreplay")
+            for _, text in self.sections:
+                terminalreporter.write_line(text + "\n")
+
+
+class live_lock:
+    """Hold an exclusive file lock per live URL while replaying, across xdist workers (and any
+    other pytest process on this machine); a no-op for the simulator."""
+
+    def __init__(self, target: Any) -> None:
+        self.path = None
+        if target.kind == "live":
+            import hashlib
+            import tempfile
+
+            self.path = Path(tempfile.gettempdir()) / f"llmreplay-{hashlib.sha256(target.url.encode()).hexdigest()[:16]}.lock"
+
+    def __enter__(self) -> None:
+        if self.path is not None:
+            import fcntl
+
+            self.file = open(self.path, "a")
+            fcntl.flock(self.file, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path is not None:
+            self.file.close()  # closing releases the lock
+
+
+def session_of(config: pytest.Config) -> LLMSession:
+    return config.stash[SESSION]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "llmreplay(workload, slo=None, regression=None, format=None, format_options=None, **replay_settings): replay a workload and check SLOs (see pytest_llmreplay.spec)")
+    session = LLMSession(config)
+    config.stash[SESSION] = session
+    config.pluginmanager.register(session, "llmreplay-session")
+    for found in config.hook.pytest_llmreplay_formats():
+        from .formats import register_format
+
+        for module in found:
+            try:
+                register_format(module)
+            except LLMReplayError as exc:
+                raise pytest.UsageError(f"pytest_llmreplay_formats: {exc}") from None
+    if session.report_dir is not None and not is_worker(config):
+        for stale in (session.report_dir / "tests").glob("*.*"):
+            stale.unlink()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    state = session_of(session.config)
+    if state.server_cmd and not is_worker(session.config):
+        from .endpoints import ServerProcess
+
+        state.server = ServerProcess(state.server_cmd, state.endpoint_url)
+        try:
+            state.server.start()
+        except LLMReplayError as exc:
+            state.server = None
+            raise pytest.UsageError(f"--llm-server-cmd: {exc}") from None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session_of(session.config)
+    state.close()
+    if state.server is not None:
+        died = state.server.exit_message()
+        state.server.stop()
+        if died:
+            state.sections.append(("llmreplay server", f"warning: {died}"))
+    if state.report_dir is not None and not is_worker(session.config):
+        from .report_files import write_session_reports
+
+        written = write_session_reports(state.report_dir)
+        if written:
+            state.sections.append(("llmreplay reports", "wrote " + ", ".join(str(p) for p in written)))
+
+
 def pytest_report_header(config: pytest.Config) -> str:
+    state = session_of(config)
     tokenizer = option(config, "llm_tokenizer") or "bundled (llmreplay-bpe-4k)"
-    return f"llmreplay: tokenizer {tokenizer}, seed {seed_option(config)}"
+    save = "save" if option(config, "llm_save") else "no save"
+    compare = f"compare with {state.compare_ref}" if state.compare_ref else "no compare"
+    return f"llmreplay: {state.describe()}; baselines {state.baseline_dir} ({save}, {compare}); tokenizer {tokenizer}, seed {state.seed}"
+
+
+# ------------------------------------------------------------------------ fixtures
+
+
+def _fail_on_user_error(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except LLMReplayError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def llm_tokenizer(pytestconfig: pytest.Config):
     """The tokenizer of ``--llm-tokenizer`` (the bundled one by default), loaded once."""
-    from .tokenizer import load_tokenizer
-
-    try:
-        return load_tokenizer(option(pytestconfig, "llm_tokenizer"))
-    except LLMReplayError as exc:
-        pytest.fail(f"--llm-tokenizer: {exc}", pytrace=False)
+    return _fail_on_user_error(lambda: session_of(pytestconfig).prompts.tokenizer)
 
 
 @pytest.fixture(scope="session")
-def llm_prompts(llm_tokenizer, pytestconfig: pytest.Config):
+def llm_prompts(pytestconfig: pytest.Config):
     """A :class:`~pytest_llmreplay.prompts.PromptFactory` for the session's tokenizer and seed."""
-    from .prompts import PromptFactory
+    return _fail_on_user_error(lambda: session_of(pytestconfig).prompts)
 
-    return PromptFactory(llm_tokenizer, seed=seed_option(pytestconfig))
+
+@pytest.fixture(scope="session")
+def llm_endpoint(pytestconfig: pytest.Config):
+    """The session's :class:`~pytest_llmreplay.target.Target`: the simulator (started once per
+    process) or the live server; ``.name``, ``.kind``, ``.url``, ``.fingerprint``."""
+    return _fail_on_user_error(lambda: session_of(pytestconfig).target)
 
 
 @pytest.fixture(scope="session")
@@ -85,10 +347,150 @@ def llm_workload(pytestconfig: pytest.Config) -> Callable[..., Any]:
         resolved = Path(path) if Path(path).is_absolute() else pytestconfig.rootpath / path
         key = (str(resolved), format, tuple(sorted(options.items())))
         if key not in cache:
-            try:
-                cache[key] = load_workload(resolved, format=format, **options)
-            except LLMReplayError as exc:
-                pytest.fail(str(exc), pytrace=False)
+            cache[key] = _fail_on_user_error(lambda: load_workload(resolved, format=format, **options))
         return cache[key]
 
     return load
+
+
+def _perf_run(state: LLMSession, test: str, data: dict[str, Any], base: Path) -> Any:
+    """Check a spec mapping, replay it, and return (PerfRun, Result)."""
+    from .baseline import workload_digest
+    from .gate import PerfRun
+    from .spec import parse_spec
+
+    spec = parse_spec(data, base, state.extra_metric_names())
+    result = state.replay(spec)
+    workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": workload_digest(spec.workload)}
+    return PerfRun(test, result, workload, spec.slo, spec.regression), result
+
+
+@pytest.fixture
+def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Callable[..., Any]:
+    """``llm_replay(workload, *, name=None, format=None, format_options=None, slo=None,
+    regression=None, **replay_settings) -> Result``. Each call is one measured run of the test:
+    checked against ``slo``, compared and stored (baseline key: the test id, plus ``name`` or
+    the call's number after the first) when the test body ends."""
+    state = session_of(pytestconfig)
+    runs = request.node.stash.setdefault(RUNS, [])
+
+    def run(workload: str | Path, *, name: str | None = None, **spec: Any) -> Any:
+        test = request.node.nodeid + (f"::{name}" if name else f"::{len(runs) + 1}" if runs else "")
+        perf, result = _fail_on_user_error(lambda: _perf_run(state, test, {"workload": workload, **spec}, pytestconfig.rootpath))
+        runs.append(perf)
+        return result
+
+    return run
+
+
+@pytest.fixture
+def llm_result(request: pytest.FixtureRequest, llm_replay: Callable[..., Any]) -> Any:
+    """The :class:`~pytest_llmreplay.metrics.Result` of the test's ``llmreplay`` marker."""
+    marker = request.node.get_closest_marker("llmreplay")
+    if marker is None:
+        pytest.fail("llm_result: the test has no @pytest.mark.llmreplay(workload=...) marker", pytrace=False)
+    if marker.args:
+        pytest.fail("@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)", pytrace=False)
+    return llm_replay(**marker.kwargs)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test carrying the marker replays its workload even if it does not ask for llm_result."""
+    for item in items:
+        if item.get_closest_marker("llmreplay") is not None and isinstance(item, pytest.Function) and "llm_result" not in item.fixturenames:
+            item.fixturenames.append("llm_result")
+
+
+# ------------------------------------------------------------------------ verdicts
+
+
+def finish_runs(item: pytest.Item) -> str | None:
+    """Put the item's runs through the gate; the failure text, if any."""
+    runs = item.stash.get(RUNS, [])
+    if not runs:
+        return None
+    gate = session_of(item.config).gate
+    outcomes = item.stash.setdefault(OUTCOMES, [])
+    failures = []
+    for run in runs:
+        outcome = gate.finish(run)
+        outcomes.append(outcome)
+        item.user_properties.extend(sorted((f"{key}{'' if run.test == item.nodeid else ' ' + run.test.rsplit('::', 1)[1]}", value) for key, value in outcome.figures.items()))
+        if outcome.failure:
+            failures.append(outcome.failure if len(runs) == 1 else f"{run.test}\n{outcome.failure}")
+    runs.clear()
+    return "\n\n".join(failures) or None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    try:
+        value = yield
+    except BaseException:
+        finish_runs(item)  # measured data is kept; the body's own failure stands
+        raise
+    failure = finish_runs(item)
+    if failure:
+        pytest.fail(failure, pytrace=False)
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if call.when == "call":
+        for outcome in item.stash.get(OUTCOMES, []):
+            report.sections.append(("llmreplay", outcome.text))
+    return report
+
+
+# ------------------------------------------------------------------------ spec files
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    from .spec import SPEC_SUFFIXES
+
+    if file_path.name.endswith(SPEC_SUFFIXES):
+        return SpecFile.from_parent(parent, path=file_path)
+    return None
+
+
+class SpecFile(pytest.File):
+    """A ``*.llmreplay.yaml|yml|toml`` file: one perf test (see :mod:`~pytest_llmreplay.spec`)."""
+
+    def collect(self):
+        from .spec import parse_spec, read_spec_file
+
+        state = session_of(self.config)
+        try:
+            data = read_spec_file(self.path)
+            parse_spec(data, self.path.parent, state.extra_metric_names())
+        except LLMReplayError as exc:
+            raise self.CollectError(f"{self.path}: {exc}") from None
+        yield SpecItem.from_parent(self, name=self.path.name.split(".llmreplay.")[0], data=data)
+
+
+class SpecItem(pytest.Item):
+    def __init__(self, *, data: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.data = data
+
+    def runtest(self) -> None:
+        state = session_of(self.config)
+        run, _ = _perf_run(state, self.nodeid, self.data, self.path.parent)
+        self.stash.setdefault(RUNS, []).append(run)
+        failure = finish_runs(self)
+        if failure:
+            raise SpecFailure(failure)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, (SpecFailure, LLMReplayError)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"llmreplay spec {self.name}"
+
+
+class SpecFailure(AssertionError):
+    """A spec test's breached SLOs or called regressions (the message is the tables)."""

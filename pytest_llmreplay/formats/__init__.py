@@ -22,6 +22,18 @@ FORMATS: dict[str, ModuleType] = {
 }
 
 
+def register_format(module: Any) -> None:
+    """Add a plugin's format (``NAME``, ``detect(first_line)``, ``load(path, **options)``) after
+    the built-in ones; registering the same module again is a no-op, another module under a
+    taken name is an error."""
+    name = getattr(module, "NAME", None)
+    if not isinstance(name, str) or not callable(getattr(module, "detect", None)) or not callable(getattr(module, "load", None)):
+        raise LLMReplayError(f"{getattr(module, '__name__', module)!r}: a format needs NAME (a string), detect(first_line) and load(path)")
+    if FORMATS.get(name, module) is not module:
+        raise LLMReplayError(f"format name {name!r} is already taken by {FORMATS[name].__name__}")
+    FORMATS[name] = module
+
+
 def first_line(path: Path) -> tuple[int, str]:
     """The number and text of the first line that is neither blank nor a ``#`` comment (YAML
     specs start with one); ``(0, "")`` for a file without such a line. A lone ``{`` (pretty

@@ -1,0 +1,385 @@
+"""Results stored per commit, and the statistical comparison of two of them.
+
+**Stored result** (one JSON file, also what ``--llm-report`` and ``llmreplay run --out`` write):
+``schema``, ``test`` (pytest node id or a name), ``commit``/``dirty``/``branch`` (git, None outside
+a repository), ``time`` (UTC ISO 8601), ``fingerprint`` (the endpoint: kind, model, server
+version, sim profile, hardware, plus fields from plugins), ``workload`` (path, format, digest of
+its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary`), ``slo``
+(checks), and ``samples``: the per-request ``ttft``, ``tpot``, ``latency``; the per-session
+``ttfat``, ``cache_hit_rate``, ``eligible_cache_hit_rate``; and for throughputs the rates of the
+steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits.
+
+**Store**: ``DIR/<test>/<commit12>-<UTC time>-<pid>-<random>.json``, written to a temporary file
+then hard-linked into place, which fails rather than replacing an existing file: concurrent
+``pytest -n 8`` workers never clobber each other, and a stored result is never overwritten.
+
+**Comparison** of metric ``m.stat`` (e.g. ``ttft.p50``): change = stat(current) / stat(baseline)
+- 1, with a 95% bootstrap confidence interval (both sample sets resampled with replacement,
+:data:`BOOTSTRAP_RESAMPLES` times, seeded: the same two results give the same verdict). A
+**regression** is called only when the change is worse than the metric's tolerance (higher for
+times and error rate, lower for cache hit rates and throughputs) *and* significant: the whole
+interval is on the worse side of zero. An improvement is the mirror image. Results whose
+fingerprints, workloads or settings differ are not compared by the gate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .errors import LLMReplayError
+
+SCHEMA = 1
+BOOTSTRAP_RESAMPLES = 1000
+CONFIDENCE = 0.95
+SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
+SAMPLED_SESSION_METRICS = ("ttfat", "cache_hit_rate", "eligible_cache_hit_rate")
+WINDOWED_METRICS = ("output_throughput", "request_throughput")
+LOWER_IS_WORSE = ("cache_hit_rate", "eligible_cache_hit_rate", "output_throughput", "request_throughput", "goodput", "decode_tps")
+# what the gate compares when a test names nothing, with the change each may make unnoticed
+DEFAULT_TOLERANCES = {
+    "ttft.p50": 0.05, "ttft.p90": 0.10, "tpot.p50": 0.05, "latency.p50": 0.05, "ttfat.p50": 0.05,
+    "cache_hit_rate.mean": 0.02, "output_throughput.steady_state": 0.05,
+}
+HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
+
+
+# ------------------------------------------------------------------------ recording
+
+
+def _compact(values: Iterable[float | None]) -> list[float]:
+    return [float(f"{v:.6g}") for v in values if v is not None and not math.isnan(v)]
+
+
+def samples(result: Any) -> dict[str, list[float]]:
+    """The per-request, per-session and per-window samples a comparison needs (see module doc)."""
+    from .metrics import request_values
+
+    rows = [request_values(r) for r in result.ok]
+    found = {name: _compact(row[name] for row in rows) for name in SAMPLED_REQUEST_METRICS}
+    found.update({name: _compact(row[name] for row in result.session_rows) for name in SAMPLED_SESSION_METRICS})
+    found.update({name: _compact(result.window_rates(name)) for name in WINDOWED_METRICS})
+    return {name: values for name, values in found.items() if values}
+
+
+def git_state(cwd: str | Path) -> dict[str, Any]:
+    """commit, dirty (tracked files changed) and branch of the repository at ``cwd``; Nones outside one."""
+    cwd = Path(cwd)
+    commit = _git(cwd, "rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None, "branch": None}
+    status = _git(cwd, "status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status), "branch": _git(cwd, "rev-parse", "--abbrev-ref", "HEAD")}
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    """git's stripped output, None when git is missing or the command fails."""
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def workload_digest(path: str | Path) -> str:
+    """sha256 (first 16 hex digits) of a workload file's bytes, or of a directory's files in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    path = Path(path)
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if file.is_file():
+            digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def make_record(result: Any, *, test: str, fingerprint: Mapping[str, Any], workload: Mapping[str, Any], git: Mapping[str, Any], slo_checks: Iterable[Any] = ()) -> dict[str, Any]:
+    """The stored form of ``result`` (see the module docstring)."""
+    return {
+        "schema": SCHEMA,
+        "test": test,
+        **{key: git.get(key) for key in ("commit", "dirty", "branch")},
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "fingerprint": dict(fingerprint),
+        "workload": dict(workload),
+        "settings": result.run.settings,
+        "duration_s": result.run.duration_s,
+        "gpus": result.gpus,
+        "warnings": list(result.warnings),
+        "summary": result.summary,
+        "slo": [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in slo_checks],
+        "samples": samples(result),
+    }
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """A stored result; :class:`LLMReplayError` naming the file when it is not one."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LLMReplayError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LLMReplayError(f"{path}: not a stored llmreplay result ({exc})") from None
+    missing = [key for key in ("schema", "summary", "samples", "fingerprint") if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise LLMReplayError(f"{path}: not a stored llmreplay result (missing {', '.join(missing)}); pass a baseline file or a report's JSON")
+    if record["schema"] != SCHEMA:
+        raise LLMReplayError(f"{path}: stored with schema {record['schema']}, this version reads {SCHEMA}")
+    return record
+
+
+def write_new(path: Path, record: Mapping[str, Any]) -> Path:
+    """Write ``record`` to ``path`` atomically, never replacing a file (FileExistsError)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    temporary.write_text(json.dumps(record, separators=(",", ":"), default=str) + "\n", encoding="utf-8")
+    try:
+        os.link(temporary, path)
+    finally:
+        temporary.unlink()
+    return path
+
+
+# ------------------------------------------------------------------------ the store
+
+
+def test_folder(test: str) -> str:
+    """A file-system-safe folder name for a test id, readable and unique (a digest suffix)."""
+    import hashlib
+
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", test).strip("_.")[:80] or "test"
+    return f"{readable}-{hashlib.sha256(test.encode()).hexdigest()[:8]}"
+
+
+@dataclass
+class BaselineStore:
+    """Stored results under ``root`` (default ``.llmreplay/``), one folder per test."""
+
+    root: Path
+
+    def save(self, record: Mapping[str, Any]) -> Path:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        commit = (record.get("commit") or "nogit")[:12]
+        name = f"{commit}-{stamp}-{os.getpid()}-{secrets.token_hex(3)}.json"
+        return write_new(self.root / test_folder(record["test"]) / name, record)
+
+    def stored(self, test: str, commit: str) -> list[Path]:
+        """Files of ``test`` at ``commit``, oldest first (names sort by time)."""
+        folder = self.root / test_folder(test)
+        return sorted(folder.glob(f"{commit[:12]}-*.json")) if folder.is_dir() else []
+
+    def latest(self, test: str, commits: Iterable[str]) -> Path | None:
+        """The newest stored result of ``test`` at the first of ``commits`` that has one."""
+        for commit in commits:
+            found = self.stored(test, commit)
+            if found:
+                return found[-1]
+        return None
+
+
+def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]:
+    """(what the reference is, in words; commits to search newest first) for ``--llm-compare``.
+
+    ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch (``origin/HEAD``,
+    else ``main``, else ``master``; HEAD itself when none exists), then its first-parent
+    ancestors. Otherwise ``ref`` is any commit, tag or branch git can resolve."""
+    cwd = Path(cwd)
+    if _git(cwd, "rev-parse", "HEAD") is None:
+        raise LLMReplayError(f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit")
+    if ref in (None, "", "auto"):
+        base = None
+        for candidate in ("origin/HEAD", "main", "master"):
+            if _git(cwd, "rev-parse", "--verify", "--quiet", candidate) is not None:
+                base = _git(cwd, "merge-base", "HEAD", candidate)
+                if base:
+                    label = f"merge-base with {candidate} ({base[:12]})"
+                    break
+        if not base:
+            base, label = _git(cwd, "rev-parse", "HEAD"), "HEAD"
+    else:
+        base = _git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if base is None:
+            raise LLMReplayError(f"--llm-compare: git cannot resolve {ref!r} to a commit")
+        label = f"{ref} ({base[:12]})"
+    history = (_git(cwd, "rev-list", "--first-parent", f"--max-count={HISTORY_DEPTH}", base) or base).split()
+    return label, history
+
+
+# ------------------------------------------------------------------------ comparison
+
+
+def parse_tolerance(key: str, value: Any) -> float | None:
+    """``"10%"`` or ``0.1`` -> 0.1; ``"off"``/None -> None (not compared)."""
+    if value is None or value == "off":
+        return None
+    text = str(value).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(%?)", text)
+    if not match or isinstance(value, bool):
+        raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off', got {value!r}")
+    number = float(match.group(1))
+    return number / 100 if match.group(2) else number
+
+
+def tolerances(overrides: Mapping[str, Any] | None) -> dict[str, float]:
+    """The default tolerances with ``overrides`` (key -> '10%' | 0.1 | 'off') applied; each key
+    must name a compared metric (one with samples) and a statistic."""
+    merged = dict(DEFAULT_TOLERANCES)
+    if overrides is None:
+        return merged
+    if not isinstance(overrides, Mapping):
+        raise LLMReplayError(f"regression: expected a mapping of metric keys to allowed changes, got {type(overrides).__name__}")
+    for key, value in overrides.items():
+        metric, _, stat = str(key).partition(".")
+        if metric not in SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS:
+            raise LLMReplayError(f"regression {key!r}: only {', '.join(SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS)} are compared")
+        allowed = ("steady_state",) if metric in WINDOWED_METRICS else ("mean", "p50", "p90", "p95", "p99")
+        if stat not in allowed:
+            raise LLMReplayError(f"regression {key!r}: compare {metric} by one of {', '.join(allowed)}")
+        tolerance = parse_tolerance(str(key), value)
+        if tolerance is None:
+            merged.pop(str(key), None)
+        else:
+            merged[str(key)] = tolerance
+    return merged
+
+
+def _statistic(stat: str, draws: np.ndarray) -> np.ndarray:
+    """``stat`` along the last axis (``steady_state``: the mean of the window rates)."""
+    if stat in ("mean", "steady_state"):
+        return draws.mean(axis=-1)
+    return np.percentile(draws, float(stat[1:]), axis=-1)
+
+
+def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed: int = 0) -> tuple[float, float, float]:
+    """(change, low, high): stat(current)/stat(baseline) - 1 and its bootstrap interval."""
+    point = float(_statistic(stat, current) / _statistic(stat, baseline) - 1)
+    rng = np.random.default_rng(seed)
+    ratios = []
+    chunk = max(1, min(BOOTSTRAP_RESAMPLES, 2_000_000 // max(len(baseline), len(current))))
+    for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
+        n = min(chunk, BOOTSTRAP_RESAMPLES - start)
+        b = _statistic(stat, baseline[rng.integers(0, len(baseline), (n, len(baseline)))])
+        c = _statistic(stat, current[rng.integers(0, len(current), (n, len(current)))])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios.append(c / b - 1)
+    ratios = np.concatenate(ratios)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.nanpercentile(ratios, [tail, 100 - tail])
+    return point, float(low), float(high)
+
+
+@dataclass
+class Row:
+    """One metric's comparison; ``verdict``: regression, improved, ok, noise (beyond tolerance,
+    not significant) or skipped (``note`` says why)."""
+
+    key: str
+    baseline: float | None
+    current: float | None
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tolerance: float | None = None
+    verdict: str = "skipped"
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    """The rows of a comparison, or why none was made (``mismatch``)."""
+
+    baseline_label: str
+    rows: list[Row] = field(default_factory=list)
+    mismatch: str | None = None
+    header: str | None = None
+    baseline_samples: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [row for row in self.rows if row.verdict == "regression"]
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """``key: a-value vs b-value`` for each key whose values differ."""
+    return [f"{key}: {a.get(key)!r} vs {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+
+
+def mismatch(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """Why two stored results must not be gated against each other, or None."""
+    for part, what in (("fingerprint", "endpoint fingerprint"), ("workload", "workload"), ("settings", "replay settings")):
+        found = differences(baseline.get(part) or {}, current.get(part) or {})
+        if found:
+            return f"{what} differs ({'; '.join(found[:3])})"
+    return None
+
+
+def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: Mapping[str, float] | None = None, *, label: str = "baseline", across_endpoints: bool = False, seed: int = 0) -> Comparison:
+    """Compare two stored results metric by metric (see the module docstring).
+
+    ``across_endpoints``: compare even when the fingerprints differ (``llmreplay compare``: vLLM
+    against SGLang on one workload); the comparison's ``header`` says so. A different workload or
+    different settings are never compared."""
+    tolerance = DEFAULT_TOLERANCES if tolerance is None else tolerance
+    found = mismatch(baseline, current)
+    header = None
+    if found and across_endpoints and found.startswith("endpoint fingerprint"):
+        header = f"different endpoints: {found.removeprefix('endpoint fingerprint differs ')}"
+        found = mismatch({**baseline, "fingerprint": {}}, {**current, "fingerprint": {}})
+    if found:
+        return Comparison(label, mismatch=f"not compared: {found}")
+    comparison = Comparison(label, header=header, baseline_samples=dict(baseline["samples"]))
+    for key, allowed in tolerance.items():
+        metric, _, stat = key.partition(".")
+        base = np.asarray(baseline["samples"].get(metric, []), dtype=float)
+        cur = np.asarray(current["samples"].get(metric, []), dtype=float)
+        row = Row(key, baseline["summary"].get(metric, {}).get(stat), current["summary"].get(metric, {}).get(stat), tolerance=allowed)
+        comparison.rows.append(row)
+        if len(base) < 2 or len(cur) < 2:
+            row.note = "too few samples" if len(base) or len(cur) else "not measured"
+            continue
+        if float(_statistic(stat, base)) == 0:
+            row.note = "baseline is 0"
+            continue
+        row.change, row.low, row.high = bootstrap_change(base, cur, stat, seed)
+        worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
+        change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
+        if change > allowed:
+            row.verdict = "regression" if near > 0 else "noise"
+        elif change < -allowed and far < 0:
+            row.verdict = "improved"
+        else:
+            row.verdict = "ok"
+    return comparison
+
+
+def comparison_table(comparison: Comparison) -> str:
+    """The comparison as a titled table: metric, baseline, current, change [95% CI], allowed, verdict."""
+    from tabulate import tabulate
+
+    title = f"Compared with {comparison.baseline_label}"
+    if comparison.header:
+        title += f"\n{comparison.header}"
+    if comparison.mismatch:
+        return f"{title}: {comparison.mismatch}"
+    rows = []
+    for row in comparison.rows:
+        change = "" if row.change is None else f"{row.change * 100:+.1f}% [{row.low * 100:+.1f}%, {row.high * 100:+.1f}%]"
+        rows.append([row.key, _figure(row.baseline), _figure(row.current), change, f"{row.tolerance * 100:g}%", row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")])
+    count = len(comparison.regressions)
+    title += f": {count} regression{'s' if count != 1 else ''}"
+    return title + "\n" + tabulate(rows, headers=["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"], tablefmt="simple")
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"

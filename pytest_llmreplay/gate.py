@@ -1,0 +1,137 @@
+"""What happens to a test's replay once it is measured: SLO checks, the baseline comparison, the
+stored result, the report files, and the verdict.
+
+Order (nothing measured is lost): check every SLO; compare with the reference's stored result
+(``--llm-compare``); save this result (``--llm-save``); write its report files
+(``--llm-report``); then fail the test if an SLO is breached, or a regression was called and
+``--llm-fail-on-regression`` is on. The outcome's ``text`` (tables) goes into the test's report
+section, ``figures`` into its JUnit properties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from .baseline import BaselineStore, Comparison, compare, comparison_table, git_state, make_record, read_record, reference_history, test_folder, tolerances
+from .slo import breach_table, check_slos, parse_slos
+
+KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value")
+
+
+@dataclass
+class PerfRun:
+    """One measured replay of a test: its baseline key (``test``), workload facts, and checks."""
+
+    test: str
+    result: Any
+    workload: Mapping[str, Any]
+    slo: Mapping[str, str] = field(default_factory=dict)
+    regression: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    text: str
+    figures: dict[str, float]
+    failure: str | None
+    comparison: Comparison | None = None
+    saved: Path | None = None
+
+
+@dataclass
+class Gate:
+    """The session's settings for what follows a replay (see the module docstring)."""
+
+    rootdir: Path
+    fingerprint: Mapping[str, Any]
+    baseline_dir: Path
+    save: bool = False
+    compare_ref: str | None = None
+    fail_on_regression: bool = False
+    report_dir: Path | None = None
+    _git: dict[str, Any] | None = None
+    _history: tuple[str, list[str]] | None = None
+
+    @property
+    def git(self) -> dict[str, Any]:
+        if self._git is None:
+            self._git = git_state(self.rootdir)
+        return self._git
+
+    @property
+    def history(self) -> tuple[str, list[str]]:
+        if self._history is None:
+            self._history = reference_history(self.rootdir, self.compare_ref)
+        return self._history
+
+    def finish(self, run: PerfRun) -> Outcome:
+        from .report import render
+
+        checks = check_slos(run.result.summary, parse_slos(run.slo, extra_metrics=run.result.summary))
+        record = make_record(run.result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git, slo_checks=checks)
+        blocks = [f"llmreplay: {run.test}", render(run.result)]
+        if checks:
+            blocks.append(breach_table(checks))
+        comparison = self._compare(run, record) if self.compare_ref is not None else None
+        if comparison is not None:
+            blocks.append(comparison_table(comparison) if isinstance(comparison, Comparison) else comparison)
+        store = BaselineStore(self.baseline_dir)
+        saved = store.save(record) if self.save else None
+        if saved is not None:
+            blocks.append(f"saved baseline {saved}")
+        if self.report_dir is not None:
+            self._write_report(run, record, comparison if isinstance(comparison, Comparison) else None)
+        failures = []
+        if not all(c.passed for c in checks):
+            failures.append(breach_table(checks))
+        if self.fail_on_regression and isinstance(comparison, Comparison) and comparison.regressions:
+            failures.append(comparison_table(comparison))
+        return Outcome("\n\n".join(blocks), key_figures(run.result.summary, comparison), "\n\n".join(failures) or None,
+                       comparison if isinstance(comparison, Comparison) else None, saved)
+
+    def _compare(self, run: PerfRun, record: Mapping[str, Any]) -> Comparison | str:
+        label, commits = self.history
+        found = BaselineStore(self.baseline_dir).latest(run.test, commits)
+        if found is None:
+            return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
+        baseline = read_record(found)
+        stored_at = f"{label}, stored {found.name[:12]} {baseline.get('time')}"
+        return compare(baseline, record, tolerances(run.regression), label=stored_at)
+
+    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None) -> None:
+        from .baseline import write_new
+
+        folder = self.report_dir / "tests"
+        name = test_folder(run.test)
+        stored = dict(record)
+        if comparison is not None:
+            stored["comparison"] = comparison_as_dict(comparison)
+        for old in (folder / f"{name}.json", folder / f"{name}.csv"):
+            old.unlink(missing_ok=True)  # this session's rerun of the test replaces it
+        write_new(folder / f"{name}.json", stored)
+        run.result.write_csv(folder / f"{name}.csv")
+
+
+def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
+    return {
+        "baseline": comparison.baseline_label, "mismatch": comparison.mismatch, "header": comparison.header,
+        "rows": [vars(row) for row in comparison.rows], "baseline_samples": comparison.baseline_samples,
+    }
+
+
+def key_figures(summary: Mapping[str, Mapping[str, float]], comparison: Comparison | str | None) -> dict[str, float]:
+    """``llmreplay.<metric>.<stat>`` -> value for the headline metrics, and each compared
+    metric's change (``llmreplay.change.<key>``): what CI dashboards read from JUnit XML."""
+    figures = {}
+    for key in KEY_FIGURES:
+        metric, stat = key.split(".")
+        value = summary.get(metric, {}).get(stat)
+        if value is not None:
+            figures[f"llmreplay.{key.removesuffix('.value')}"] = round(float(value), 6)
+    if isinstance(comparison, Comparison):
+        for row in comparison.rows:
+            if row.change is not None:
+                figures[f"llmreplay.change.{row.key}"] = round(row.change, 6)
+    return figures

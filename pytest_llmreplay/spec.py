@@ -1,0 +1,115 @@
+"""A declarative perf test: what the ``llmreplay`` marker and ``*.llmreplay.yaml|toml`` files say.
+
+Keys (the same in both)::
+
+    workload: workloads/trace.jsonl   # relative to the spec file (marker: to the rootdir)
+    format: mooncake                  # optional, detected when absent
+    format_options: {block_size: 16}  # optional, passed to the format's loader
+    concurrency: 8                    # any replay setting: mode, speedup, concurrency, rate,
+                                      # arrival, duration_s, grace_s, max_requests, max_sessions,
+                                      # warmup_requests, warmup_s, order, seed, prompt_format
+    slo: {"ttft.p99": "< 2s", "error_rate": "== 0"}
+    regression: {"ttft.p50": "10%", "ttft.p90": "off"}   # allowed change per compared metric
+    description: free text            # optional, shown nowhere but read by people
+
+Everything is checked before anything is sent; a problem is one :class:`LLMReplayError` naming
+the key (the caller adds the file). YAML is read with ``yaml.safe_load`` and TOML with
+``tomllib``: no code runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from .errors import LLMReplayError
+from .replay import ReplaySettings
+
+SETTING_TYPES = {
+    f.name: ("number" if "float" in str(f.type) else "integer" if "int" in str(f.type) else "boolean" if "bool" in str(f.type) else "string")
+    for f in fields(ReplaySettings)
+}
+SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "description")
+SPEC_SUFFIXES = (".llmreplay.yaml", ".llmreplay.yml", ".llmreplay.toml")
+
+
+@dataclass
+class PerfSpec:
+    """A checked spec: the workload's resolved path and options, replay settings, SLOs, tolerances."""
+
+    workload: Path
+    format: str | None = None
+    format_options: dict[str, Any] = field(default_factory=dict)
+    settings: ReplaySettings = field(default_factory=ReplaySettings)
+    slo: dict[str, str] = field(default_factory=dict)
+    regression: dict[str, Any] = field(default_factory=dict)
+
+
+def _typed(key: str, value: Any) -> Any:
+    kind = SETTING_TYPES[key]
+    ok = {
+        "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "string": isinstance(value, str),
+    }[kind]
+    if not ok and value is not None:
+        raise LLMReplayError(f"{key}: expected {'an' if kind == 'integer' else 'a'} {kind}, got {value!r}")
+    return value
+
+
+def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> PerfSpec:
+    """A :class:`PerfSpec` from a mapping; relative workload paths start at ``base``."""
+    from .baseline import tolerances
+    from .slo import parse_slos
+
+    if not isinstance(data, Mapping):
+        raise LLMReplayError(f"expected a mapping of keys (workload, slo, ...), got {type(data).__name__}")
+    unknown = [key for key in data if key not in SPEC_KEYS and key not in SETTING_TYPES]
+    if unknown:
+        raise LLMReplayError(f"{unknown[0]}: unknown key; expected one of {', '.join(SPEC_KEYS + tuple(SETTING_TYPES))}")
+    workload = data.get("workload")
+    if not isinstance(workload, (str, Path)) or not str(workload):
+        raise LLMReplayError(f"workload: expected the path of a workload file, got {workload!r}")
+    path = Path(workload) if Path(workload).is_absolute() else base / workload
+    if not path.exists():
+        raise LLMReplayError(f"workload: {path}: no such file or directory")
+    for key in ("format", "description"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise LLMReplayError(f"{key}: expected a string, got {data[key]!r}")
+    for key in ("format_options", "slo", "regression"):
+        if data.get(key) is not None and not isinstance(data[key], Mapping):
+            raise LLMReplayError(f"{key}: expected a mapping, got {data[key]!r}")
+    settings = ReplaySettings(**{key: _typed(key, value) for key, value in data.items() if key in SETTING_TYPES})
+    settings.validate()
+    slo = dict(data.get("slo") or {})
+    parse_slos(slo, extra_metrics)
+    regression = dict(data.get("regression") or {})
+    tolerances(regression)
+    return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression)
+
+
+def read_spec_file(path: Path) -> Any:
+    """The mapping in a ``.llmreplay.yaml``/``.yml`` (safe YAML) or ``.llmreplay.toml`` file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LLMReplayError(f"cannot read: {exc}") from None
+    if path.name.endswith(".toml"):
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            raise LLMReplayError("TOML spec files need Python >= 3.11 (tomllib); use .llmreplay.yaml") from None
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise LLMReplayError(f"not valid TOML: {exc}") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise LLMReplayError(f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None

@@ -1,0 +1,130 @@
+"""Where a test's replays go, and what identifies it: the endpoint a pytest session measures.
+
+Three kinds, chosen by the plugin's options:
+
+- ``offline``: the simulator in process, on the virtual clock (``--llm-offline``): no sockets,
+  deterministic, an hour of trace in seconds;
+- ``sim-server``: ``llmreplay sim`` started as a subprocess on a free loopback port (the default
+  when no endpoint is given): the HTTP path, streaming and wall-clock timing of a live run;
+- ``live``: a server at ``--llm-endpoint`` (started by ``--llm-server-cmd`` or already running).
+
+:meth:`Target.endpoint` makes a fresh endpoint for each replay; :attr:`Target.fingerprint` is
+what baselines are keyed on (kind, model, server version, sim profile, hardware), read once.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .clock import Clock, VirtualClock, WallClock
+from .endpoints import HTTPEndpoint, ServerProcess
+from .errors import LLMReplayError
+
+KINDS = ("offline", "sim-server", "live")
+DEFAULT_PROFILE = "llama-3.1-8b-h100"
+
+
+@dataclass
+class Target:
+    """An endpoint to replay against. ``profile``: the simulator's (offline and sim-server);
+    ``url``: the HTTP address (sim-server and live)."""
+
+    kind: str
+    url: str | None = None
+    profile: Any = None
+    model: str | None = None
+    api: str = "chat"
+    api_key_env: str | None = None
+    prompts: Any = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    server: ServerProcess | None = None
+
+    @property
+    def name(self) -> str:
+        if self.kind == "offline":
+            return f"sim:{self.profile.name} (offline, virtual time)"
+        if self.kind == "sim-server":
+            return f"sim:{self.profile.name} at {self.url}"
+        return self.url
+
+    @property
+    def gpus(self) -> int:
+        return self.profile.gpus if self.profile is not None else 1
+
+    def endpoint(self) -> Any:
+        """A new endpoint object for one replay."""
+        if self.kind == "offline":
+            from .sim.endpoint import SimEndpoint
+
+            return SimEndpoint(self.profile, self.prompts)
+        return HTTPEndpoint(self.url, model=self.model, api=self.api, api_key_env=self.api_key_env)
+
+    def clock(self) -> Clock:
+        return VirtualClock() if self.kind == "offline" else WallClock()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def sim_fingerprint(profile: Any, kind: str) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    hardware = profile.hardware
+    return {
+        "kind": kind,
+        "model": profile.model.name if profile.model is not None else profile.name,
+        "server_version": f"pytest-llmreplay {version('pytest-llmreplay')}",
+        "sim_profile": profile.name,
+        "hardware": f"{hardware.gpus} x {hardware.name}" if hardware is not None else None,
+    }
+
+
+def start_sim_server(profile_name: str, tokenizer: str | None, startup_timeout_s: float = 60.0) -> ServerProcess:
+    """``llmreplay sim`` for ``profile_name`` on a free loopback port, started and healthy."""
+    url = f"http://127.0.0.1:{free_port()}"
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", url.rsplit(":", 1)[1]]
+    if tokenizer:
+        command += ["--tokenizer", tokenizer]
+    server = ServerProcess(command, url, startup_timeout_s=startup_timeout_s)
+    server.start()
+    return server
+
+
+def live_fingerprint(url: str, model: str | None, api_key_env: str | None = None) -> dict[str, Any]:
+    """kind, model and server version of a live server: ``GET /version`` (vLLM, SGLang, our
+    simulator), else the model list's ``owned_by``; the model is the first served one unless named."""
+    import os
+
+    import httpx
+
+    headers = {"Authorization": f"Bearer {os.environ[api_key_env]}"} if api_key_env and os.environ.get(api_key_env) else {}
+    base = url.rstrip("/").removesuffix("/v1")
+    version = None
+    try:
+        with httpx.Client(base_url=base, timeout=10.0, headers=headers) as client:
+            reply = client.get("/version")
+            if reply.status_code == 200:
+                version = str(reply.json().get("version"))
+            listing = client.get("/v1/models")
+            listing.raise_for_status()
+            served = listing.json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise LLMReplayError(f"--llm-endpoint {url}: cannot read /v1/models ({type(exc).__name__}: {exc})") from None
+    if not served:
+        raise LLMReplayError(f"--llm-endpoint {url}: /v1/models lists no model")
+    chosen = next((m for m in served if m.get("id") == model), served[0]) if model else served[0]
+    if version is None:
+        version = str(chosen.get("owned_by") or "unknown")
+    return {"kind": "live", "model": model or chosen.get("id"), "server_version": version, "sim_profile": None, "hardware": None}
