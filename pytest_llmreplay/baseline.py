@@ -317,10 +317,10 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
 
 def mismatch(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
     """Why two stored results must not be gated against each other, or None."""
-    for part, what in (("fingerprint", "endpoint fingerprint"), ("workload", "workload"), ("settings", "replay settings")):
+    for part, what in (("fingerprint", "endpoint fingerprint differs"), ("workload", "workload differs"), ("settings", "replay settings differ")):
         found = differences(baseline.get(part) or {}, current.get(part) or {})
         if found:
-            return f"{what} differs ({'; '.join(found[:3])})"
+            return f"{what} ({'; '.join(found[:3])})"
     return None
 
 

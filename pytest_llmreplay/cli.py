@@ -114,8 +114,56 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render(result))
     if args.out:
         out = Path(args.out)
-        print(f"wrote {result.write_json(out / 'result.json')} and {result.write_csv(out / 'requests.csv')}")
+        stored = _write_stored(result, args, out / "result.json")
+        print(f"wrote {stored} and {result.write_csv(out / 'requests.csv')}")
     return 0 if result.ok else 1
+
+
+def _write_stored(result: Any, args: argparse.Namespace, path: Path) -> Path:
+    """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read)."""
+    from .baseline import git_state, make_record, workload_digest, write_new
+    from .target import live_fingerprint
+
+    try:
+        fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
+    except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
+        fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
+    workload = {"path": args.file, "format": args.format, "digest": workload_digest(args.file)}
+    record = make_record(result, test=f"llmreplay run {Path(args.file).name}", fingerprint=fingerprint, workload=workload, git=git_state(Path.cwd()))
+    path.unlink(missing_ok=True)  # --out names a folder for this run's files
+    return write_new(path, record)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .baseline import compare, comparison_table, read_record, tolerances
+
+    baseline, current = read_record(args.baseline), read_record(args.current)
+    overrides = {}
+    for text in args.regression:
+        key, sep, value = text.partition("=")
+        if not sep:
+            raise LLMReplayError(f"--regression: expected KEY=ALLOWED such as ttft.p50=10%, got {text!r}")
+        overrides[key.strip()] = value.strip()
+    for name, record in (("A", baseline), ("B", current)):
+        where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
+        print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
+    comparison = compare(baseline, current, tolerances(overrides), label=f"A ({args.baseline})", across_endpoints=True)
+    print(comparison_table(comparison))
+    if comparison.mismatch:
+        return 2
+    return 1 if comparison.regressions else 0
+
+
+def _add_compare_parser(commands: Any) -> None:
+    compare = commands.add_parser("compare", help="compare two stored results (baselines, reports, run --out)",
+                                  description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
+                                              "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
+                                              "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable.")
+    compare.add_argument("baseline", metavar="A", help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json")
+    compare.add_argument("current", metavar="B", help="the result to judge against A")
+    compare.add_argument("--regression", action="append", default=[], metavar="KEY=ALLOWED",
+                         help="allowed change of a compared metric, e.g. ttft.p50=10%% or ttft.p90=off (repeatable)")
+    compare.set_defaults(run=cmd_compare)
 
 
 class ProgressLine:
@@ -172,7 +220,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                               description="Replay a workload against an OpenAI-compatible endpoint; print the metric tables.")
     run.add_argument("file", metavar="FILE")
     run.add_argument("--endpoint", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
-    run.add_argument("--out", metavar="DIR", help="write DIR/result.json (summary) and DIR/requests.csv (one row per request)")
+    run.add_argument("--out", metavar="DIR", help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)")
     target = run.add_argument_group("endpoint")
     target.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     target.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
@@ -386,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(commands, common)
     _add_sim_parser(commands)
     _add_calibrate_parser(commands)
+    _add_compare_parser(commands)
     return parser
 
 

@@ -33,7 +33,10 @@ class PerfRun:
 
 @dataclass
 class Outcome:
+    """``text``: every table of the run; ``baseline_text``: its comparison and where it was saved."""
+
     text: str
+    baseline_text: str
     figures: dict[str, float]
     failure: str | None
     comparison: Comparison | None = None
@@ -75,12 +78,12 @@ class Gate:
         if checks:
             blocks.append(breach_table(checks))
         comparison = self._compare(run, record) if self.compare_ref is not None else None
+        baseline_blocks = []
         if comparison is not None:
-            blocks.append(comparison_table(comparison) if isinstance(comparison, Comparison) else comparison)
-        store = BaselineStore(self.baseline_dir)
-        saved = store.save(record) if self.save else None
+            baseline_blocks.append(comparison_table(comparison) if isinstance(comparison, Comparison) else comparison)
+        saved = BaselineStore(self.baseline_dir).save(record) if self.save else None
         if saved is not None:
-            blocks.append(f"saved baseline {saved}")
+            baseline_blocks.append(f"saved baseline {saved}")
         if self.report_dir is not None:
             self._write_report(run, record, comparison if isinstance(comparison, Comparison) else None)
         failures = []
@@ -88,8 +91,9 @@ class Gate:
             failures.append(breach_table(checks))
         if self.fail_on_regression and isinstance(comparison, Comparison) and comparison.regressions:
             failures.append(comparison_table(comparison))
-        return Outcome("\n\n".join(blocks), key_figures(run.result.summary, comparison), "\n\n".join(failures) or None,
-                       comparison if isinstance(comparison, Comparison) else None, saved)
+        baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
+        return Outcome("\n\n".join(blocks), baseline_text, key_figures(run.result.summary, comparison),
+                       "\n\n".join(failures) or None, comparison if isinstance(comparison, Comparison) else None, saved)
 
     def _compare(self, run: PerfRun, record: Mapping[str, Any]) -> Comparison | str:
         label, commits = self.history

@@ -119,7 +119,8 @@ class LLMSession:
         self._prompts: Any = None
         self._target: Any = None
         self._gate: Any = None
-        self.sections: list[tuple[str, str]] = []
+        self.reports: list[tuple[str, str, dict[str, float], dict[str, str]]] = []
+        self.notes: list[tuple[str, str]] = []
 
     @property
     def kind(self) -> str:
@@ -211,16 +212,44 @@ class LLMSession:
         if self._target is not None:
             self._target.close()
 
-    # hooks (this object is registered as a plugin): gather every test's tables, print them
+    # hooks (this object is registered as a plugin): gather every test's figures and tables
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "call":
-            self.sections += [(report.nodeid, text) for name, text in report.sections if name == "llmreplay"]
+        if report.when != "call":
+            return
+        figures = {name: value for name, value in report.user_properties if str(name).startswith("llmreplay.")}
+        texts: dict[str, str] = {}
+        for name, text in report.sections:
+            if name.startswith("llmreplay"):
+                texts[name] = f"{texts[name]}\n\n{text}" if name in texts else text
+        if figures or texts:
+            self.reports.append((report.nodeid, report.outcome, figures, texts))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.sections:
-            terminalreporter.write_sep("=", "llmreplay")
-            for _, text in self.sections:
-                terminalreporter.write_line(text + "\n")
+        """An overview row per perf test, then the baseline comparisons; with -v every table."""
+        if not self.reports:
+            return
+        from tabulate import tabulate
+
+        terminalreporter.write_sep("=", "llmreplay")
+        rows = [[nodeid, outcome] + [_figure(figures.get(f"llmreplay.{key}"), factor) for _, key, factor in SUMMARY_COLUMNS] for nodeid, outcome, figures, _ in self.reports]
+        terminalreporter.write_line(tabulate(rows, headers=["test", "outcome"] + [h for h, _, _ in SUMMARY_COLUMNS], tablefmt="simple"))
+        verbose = self.config.getoption("verbose") > 0
+        for _, _, _, texts in self.reports:
+            for name in ("llmreplay", "llmreplay baseline") if verbose else ("llmreplay baseline",):
+                if texts.get(name):
+                    terminalreporter.write_line("\n" + texts[name])
+        for name, text in self.notes:
+            terminalreporter.write_line(f"\n{name}: {text}")
+
+
+SUMMARY_COLUMNS = (
+    ("TTFT p50 (ms)", "ttft.p50", 1e3), ("TTFT p99 (ms)", "ttft.p99", 1e3), ("TPOT p50 (ms)", "tpot.p50", 1e3),
+    ("TTFAT p90 (s)", "ttfat.p90", 1.0), ("cache hit (%)", "cache_hit_rate.mean", 100.0), ("output tok/s", "output_throughput.steady_state", 1.0),
+)
+
+
+def _figure(value: Any, factor: float) -> str:
+    return "-" if value is None else f"{float(value) * factor:.4g}"
 
 
 class live_lock:
@@ -289,13 +318,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         died = state.server.exit_message()
         state.server.stop()
         if died:
-            state.sections.append(("llmreplay server", f"warning: {died}"))
+            state.notes.append(("llmreplay server", f"warning: {died}"))
     if state.report_dir is not None and not is_worker(session.config):
         from .report_files import write_session_reports
 
         written = write_session_reports(state.report_dir)
         if written:
-            state.sections.append(("llmreplay reports", "wrote " + ", ".join(str(p) for p in written)))
+            state.notes.append(("llmreplay reports", "wrote " + ", ".join(str(p) for p in written)))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -441,6 +470,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if call.when == "call":
         for outcome in item.stash.get(OUTCOMES, []):
             report.sections.append(("llmreplay", outcome.text))
+            if outcome.baseline_text:
+                report.sections.append(("llmreplay baseline", outcome.baseline_text))
     return report
 
 

@@ -89,6 +89,20 @@ def test_later_turns_extend_the_previous_prompt():
             assert (turn.prompt, turn.delay_s) == (Synthetic(extends_previous=True), 1.5)
 
 
+def test_first_turn_can_have_its_own_length():
+    # an agent: a long opening prompt (40% of it shared with the group), then 100 new tokens a turn
+    spec = SyntheticSpec(sessions=3, first_input_tokens=5000, input_tokens=100, output_tokens=20, turns=3, shared_prefix_ratio=0.4)
+    for session in generate_synthetic(spec):
+        lengths = [t.input_tokens for t in session.turns]
+        assert lengths == [5000, 5000 + 20 + 100, 5000 + 2 * (20 + 100)]
+        assert session.turns[0].prompt.prefix_tokens == 2000  # floor(0.4 * 5000)
+
+
+def test_first_input_tokens_is_checked_like_a_length():
+    with pytest.raises(WorkloadError, match=r"synthetic.first_input_tokens.dist: 'dist' must be one of"):
+        generate_synthetic(SyntheticSpec(first_input_tokens={"dist": "zipf"}))
+
+
 # --- distributions -----------------------------------------------------------------------------
 
 def sample_inputs(length, n: int = 4000) -> np.ndarray:
@@ -257,7 +271,7 @@ def test_bad_parameter_in_a_file_names_the_file(tmp_path, params, field, expecte
 
 
 @pytest.mark.parametrize("text, field, expected", [
-    ("synthetic:\n  sesions: 10\n", "synthetic.sesions", "unknown parameter; expected one of delay, input_tokens"),
+    ("synthetic:\n  sesions: 10\n", "synthetic.sesions", "unknown parameter; expected one of delay, first_input_tokens, input_tokens"),
     ("synthetic:\n  sessions: 10\nseed: 3\n", None, "expected one top-level key 'synthetic' holding a mapping"),
     ("synthetic: 10\n", None, "expected one top-level key 'synthetic' holding a mapping"),
     ("synthetic:\n", None, "expected one top-level key 'synthetic'"),

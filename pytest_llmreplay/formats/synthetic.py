@@ -5,6 +5,7 @@ In code, ``generate(SyntheticSpec(...))``; as a file, a YAML or JSON spec under 
     synthetic:
       sessions: 200                 # sessions to generate (= requests when turns is 1)
       input_tokens: {dist: normal, mean: 1024, std: 256}
+      first_input_tokens: 8000      # optional: turn 1's length, when it differs (agents)
       output_tokens: 128
       rate: 8                       # Poisson arrivals, sessions/s (or interval: seconds apart)
       turns: {dist: uniform, min: 1, max: 4}
@@ -17,7 +18,7 @@ A length is an integer or a distribution: ``{dist: fixed, value}``, ``{dist: uni
 (inclusive), ``{dist: normal, mean, std}`` or ``{dist: lognormal, mean, std}`` (mean and std of
 the lengths themselves), each with optional ``min``/``max`` clamps; lengths are rounded and at
 least 1. ``delay`` takes the same forms in seconds (>= 0, not rounded). Turn 1 of a session has
-``input_tokens`` tokens, its first ``floor(shared_prefix_ratio * input)`` from the session's
+``first_input_tokens`` tokens (default: drawn from ``input_tokens``), its first ``floor(shared_prefix_ratio * input)`` from the session's
 prefix group (groups drawn uniformly); turn k > 1 extends turn k-1 by ``input_tokens`` new tokens.
 Without ``rate`` or ``interval`` the workload is untimed (replayed by concurrency).
 """
@@ -76,6 +77,7 @@ class SyntheticSpec:
 
     sessions: int = 100
     input_tokens: Length = 512
+    first_input_tokens: Length | None = None
     output_tokens: Length = 128
     rate: float | None = None
     interval: float | None = None
@@ -126,6 +128,7 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
         for value, name in ((spec.input_tokens, "input_tokens"), (spec.output_tokens, "output_tokens"), (spec.turns, "turns"), (spec.delay, "delay"))
     )
 
+    first_d = parse_distribution(spec.first_input_tokens, "first_input_tokens", where) if spec.first_input_tokens is not None else None
     rng = np.random.default_rng(seed)
     turn_counts = turns_d.sample(rng, sessions, integer=True)
     if rate is not None:
@@ -137,6 +140,7 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     new_tokens = inputs_d.sample(rng, total, integer=True).tolist()
     out_tokens = outputs_d.sample(rng, total, integer=True).tolist()
     delays = delay_d.sample(rng, total, integer=False).tolist()
+    firsts = first_d.sample(rng, sessions, integer=True).tolist() if first_d is not None else None
 
     out: list[Session] = []
     k = 0
@@ -144,8 +148,9 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
         turns: list[Turn] = []
         for t in range(int(turn_counts[index])):
             if t == 0:
-                prompt = Synthetic(int(group_of[index]), int(ratio * new_tokens[k])) if ratio > 0 else Synthetic()
-                turns.append(Turn(new_tokens[k], out_tokens[k], prompt))
+                length = firsts[index] if firsts is not None else new_tokens[k]
+                prompt = Synthetic(int(group_of[index]), int(ratio * length)) if ratio > 0 else Synthetic()
+                turns.append(Turn(length, out_tokens[k], prompt))
             else:
                 previous = turns[-1]
                 grown = previous.input_tokens + previous.output_tokens + new_tokens[k]
