@@ -32,6 +32,7 @@ import secrets
 import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -154,7 +155,7 @@ def write_new(path: Path, record: Mapping[str, Any]) -> Path:
 # ------------------------------------------------------------------------ the store
 
 
-def test_folder(test: str) -> str:
+def result_folder(test: str) -> str:
     """A file-system-safe folder name for a test id, readable and unique (a digest suffix)."""
     import hashlib
 
@@ -172,11 +173,11 @@ class BaselineStore:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         commit = (record.get("commit") or "nogit")[:12]
         name = f"{commit}-{stamp}-{os.getpid()}-{secrets.token_hex(3)}.json"
-        return write_new(self.root / test_folder(record["test"]) / name, record)
+        return write_new(self.root / result_folder(record["test"]) / name, record)
 
     def stored(self, test: str, commit: str) -> list[Path]:
         """Files of ``test`` at ``commit``, oldest first (names sort by time)."""
-        folder = self.root / test_folder(test)
+        folder = self.root / result_folder(test)
         return sorted(folder.glob(f"{commit[:12]}-*.json")) if folder.is_dir() else []
 
     def latest(self, test: str, commits: Iterable[str]) -> Path | None:
@@ -220,15 +221,22 @@ def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]
 
 
 def parse_tolerance(key: str, value: Any) -> float | None:
-    """``"10%"`` or ``0.1`` -> 0.1; ``"off"``/None -> None (not compared)."""
+    """``"10%"`` or ``0.1`` -> 0.1; ``"off"``/None -> None (not compared). A bare number over 1
+    is refused (``10`` would be 1,000%: write ``"10%"``)."""
     if value is None or value == "off":
         return None
-    text = str(value).strip()
-    match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(%?)", text)
-    if not match or isinstance(value, bool):
-        raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off', got {value!r}")
-    number = float(match.group(1))
-    return number / 100 if match.group(2) else number
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", str(value)) if isinstance(value, str) else None
+        if not match:
+            raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off', got {value!r}")
+        if match.group(2):
+            return float(Decimal(match.group(1)) / 100)
+        number = float(match.group(1))
+    if not 0 <= number <= 1 or math.isnan(number):
+        raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off' (a fraction from 0 to 1), got {value!r}")
+    return number
 
 
 def tolerances(overrides: Mapping[str, Any] | None) -> dict[str, float]:
@@ -281,8 +289,8 @@ def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed:
 
 @dataclass
 class Row:
-    """One metric's comparison; ``verdict``: regression, improved, ok, noise (beyond tolerance,
-    not significant) or skipped (``note`` says why)."""
+    """One metric's comparison; ``verdict``: regression, improved, ok (within tolerance), noise
+    (beyond tolerance either way, but the interval crosses zero) or skipped (``note`` says why)."""
 
     key: str
     baseline: float | None
@@ -356,8 +364,8 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
         if change > allowed:
             row.verdict = "regression" if near > 0 else "noise"
-        elif change < -allowed and far < 0:
-            row.verdict = "improved"
+        elif change < -allowed:
+            row.verdict = "improved" if far < 0 else "noise"
         else:
             row.verdict = "ok"
     return comparison

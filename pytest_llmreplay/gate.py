@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .baseline import BaselineStore, Comparison, compare, comparison_table, git_state, make_record, read_record, reference_history, test_folder, tolerances
+from .baseline import BaselineStore, Comparison, compare, comparison_table, git_state, make_record, read_record, reference_history, result_folder, tolerances
 from .slo import breach_table, check_slos, parse_slos
 
 KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value")
@@ -108,7 +108,7 @@ class Gate:
         from .baseline import write_new
 
         folder = self.report_dir / "tests"
-        name = test_folder(run.test)
+        name = result_folder(run.test)
         stored = dict(record)
         if comparison is not None:
             stored["comparison"] = comparison_as_dict(comparison)

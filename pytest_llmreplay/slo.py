@@ -23,6 +23,7 @@ import math
 import operator
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from .errors import LLMReplayError
@@ -155,10 +156,12 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     if not match:
         raise LLMReplayError(f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'")
     op, number, unit = match.groups()
-    family = unit_family(metric)
+    family = "count" if stat == "count" and metric in KNOWN_METRICS else unit_family(metric)
     if unit and family is not None and UNITS[unit][0] != family:
-        raise LLMReplayError(f"SLO {key!r}: unit {unit!r} does not fit {metric} (a {family.replace('_', ' ')} metric)")
-    value = float(number) * (UNITS[unit][1] if unit else 1.0)
+        fitting = [u for u, (f, _) in UNITS.items() if f == family]
+        expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"
+        raise LLMReplayError(f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}")
+    value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
     if family == "share" and not unit and value > 1:
         raise LLMReplayError(f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
     return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))

@@ -1,0 +1,821 @@
+"""Stored results and their comparison: samples from a hand-built Result, the never-overwriting
+store (threads and processes at once), reading records back, git state and the reference's
+history in a scratch repository, tolerances, and the bootstrap verdicts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from records import make, rec
+
+from pytest_llmreplay import baseline
+from pytest_llmreplay.baseline import BaselineStore, compare, comparison_table, parse_tolerance, read_record, reference_history, samples, tolerances, write_new
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.metrics import WINDOWS
+from pytest_llmreplay.slo import check_slos, parse_slos
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def approx(value):
+    return pytest.approx(value, rel=1e-9, abs=1e-12)
+
+
+# ---------------------------------------------------------------- samples
+
+
+def small_run():
+    # session 0, two turns; session 1, one turn. Span 0 -> 10: steady span 2 -> 10 in ten 0.8 s windows.
+    return make([
+        # ttft 1/3, latency 1.0, tpot (1 - 1/3) / 3 = 2/9; prompt 100, cached 0, output 4
+        rec(0, 0, 2, sent=0.0, chunks=((1 / 3, 1), (1.0, 3)), end=1.0, prompt=100, cached=0),
+        # ttft 0.5, latency 0.5, one token: no tpot; prompt 300, cached 90
+        rec(0, 1, 2, sent=2.0, chunks=((2.5, 1),), end=2.5, prompt=300, cached=90),
+        # ttft 0.2, latency 7.0; prompt 50, cached 0
+        rec(1, sent=3.0, chunks=((3.2, 1),), end=10.0, prompt=50, cached=0),
+    ])
+
+
+def test_samples_by_hand():
+    found = samples(small_run())
+    assert found == {
+        "ttft": [0.333333, 0.5, 0.2],  # 1/3 to 6 significant digits; 3.2 - 3.0 = 0.2000000000000002
+        "tpot": [0.222222],  # 2/9; the one-token answers have none
+        "latency": [1.0, 0.5, 7.0],
+        # session 0: first token of its last turn 2.5 - first sent 0.0; session 1: its ttft
+        "ttfat": [2.5, 0.2],
+        "cache_hit_rate": [0.225, 0.0],  # 90 / 400; 0 / 50
+        "eligible_cache_hit_rate": [0.865385],  # 90 / (100 + 4); session 1 had nothing eligible
+        # output tokens in the steady span: 1 at 2.5 (window 0), 1 at 3.2 (window 1), each 1 / 0.8
+        "output_throughput": [1.25, 1.25, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        # requests end at 2.5 (window 0) and 10.0 (window 9, its right edge included)
+        "request_throughput": [1.25, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.25],
+    }
+
+
+def test_window_rates_average_to_the_steady_state():
+    result = small_run()
+    found = samples(result)
+    for name in baseline.WINDOWED_METRICS:
+        assert np.mean(found[name]) == approx(result.summary[name]["steady_state"])  # 2 / 8 = 0.25
+
+
+def test_window_rates_average_to_the_steady_state_on_a_busier_run():
+    rng = np.random.default_rng(7)
+    records = []
+    for i, sent in enumerate(np.sort(rng.uniform(0, 100, 300))):
+        first = sent + rng.uniform(0.05, 0.5)
+        gaps = np.cumsum(rng.uniform(0.01, 0.05, int(rng.integers(2, 20))))
+        chunks = ((float(first), 1),) + tuple((float(first + g), 1) for g in gaps)
+        records.append(rec(i, sent=float(sent), chunks=chunks, end=chunks[-1][0]))
+    result = make(records)
+    found = samples(result)
+    assert len(found["output_throughput"]) == len(found["request_throughput"]) == WINDOWS == 10
+    for name in baseline.WINDOWED_METRICS:
+        assert np.mean(found[name]) == pytest.approx(result.summary[name]["steady_state"], rel=1e-5)
+
+
+def test_samples_round_to_six_significant_digits():
+    # latency 1234.56789 -> 1234.57; ttft 0.000123456789 -> 0.000123457
+    result = make([rec(0, sent=0.0, chunks=((0.000123456789, 1),), end=1234.56789)])
+    found = samples(result)
+    assert found["latency"] == [1234.57]
+    assert found["ttft"] == [0.000123457]
+
+
+def test_samples_leave_out_metrics_without_values():
+    # one-token answers, no cached counts, every request failed but one
+    result = make([
+        rec(0, sent=0.0, chunks=((0.5, 1),), end=1.0),
+        rec(1, status="failed", sent=0.5, end=2.0, error="server: 500"),
+    ])
+    found = samples(result)
+    assert set(found) == {"ttft", "latency", "ttfat", "output_throughput", "request_throughput"}
+    assert found["ttft"] == [0.5]  # the failed one has no sample
+    assert samples(make([])) == {}
+
+
+# ---------------------------------------------------------------- records, write_new, the store
+
+
+def record(test="tests/test_perf.py::test_chat", commit="a" * 40, **more):
+    return {
+        "schema": baseline.SCHEMA, "test": test, "commit": commit, "dirty": False, "branch": "main",
+        "fingerprint": {"kind": "sim", "model": "m"}, "workload": {"path": "w.jsonl", "digest": "d"},
+        "settings": {"concurrency": 4}, "summary": {"ttft": {"p50": 0.5}}, "samples": {"ttft": [0.4, 0.5, 0.6]},
+        **more,
+    }
+
+
+def test_make_record_round_trips_through_the_store(tmp_path):
+    result = small_run()
+    checks = check_slos(result.summary, parse_slos({"ttft.p50": "< 1s", "error_rate": "> 0"}))
+    made = baseline.make_record(
+        result, test="t::x", fingerprint={"kind": "sim"}, workload={"digest": "abc"},
+        git={"commit": "f" * 40, "dirty": True, "branch": "dev"}, slo_checks=checks,
+    )
+    assert made["schema"] == baseline.SCHEMA
+    assert (made["commit"], made["dirty"], made["branch"]) == ("f" * 40, True, "dev")
+    assert made["slo"] == [
+        {"key": "ttft.p50", "threshold": "< 1s", "measured": 1 / 3, "passed": True},  # ttfts 1/3, 0.5, 0.2
+        {"key": "error_rate", "threshold": "> 0", "measured": 0.0, "passed": False},
+    ]
+    assert made["samples"] == samples(result)
+    path = BaselineStore(tmp_path).save(made)
+    assert read_record(path) == json.loads(json.dumps(made))
+
+
+def test_a_saved_record_compares_cleanly_with_its_in_memory_twin(tmp_path):
+    # the gate compares a record read back from disk with one made in memory: the JSON round trip
+    # must not make them look like different endpoints, workloads or settings
+    result = small_run()
+    made = baseline.make_record(result, test="t", fingerprint={"kind": "sim", "hardware": None}, workload={"digest": "abc"}, git={})
+    made["settings"] = {"concurrency": 4, "speedup": 1.0, "rate": None, "order": "sequential"}
+    again = read_record(BaselineStore(tmp_path).save(made))
+    comparison = compare(again, made, {"ttft.p50": 0.05, "latency.p50": 0.05})
+    assert comparison.mismatch is None
+    assert [row.verdict for row in comparison.rows] == ["ok", "ok"]
+
+
+def test_write_new_writes_json(tmp_path):
+    path = write_new(tmp_path / "deep" / "er" / "r.json", record())
+    assert path == tmp_path / "deep" / "er" / "r.json"
+    assert json.loads(path.read_text()) == record()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["r.json"]  # no temporary file left
+
+
+def test_write_new_never_overwrites(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    with pytest.raises(FileExistsError):
+        write_new(path, record())
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # the temporary file is gone too
+
+
+def test_result_folder_is_safe_and_unique():
+    a = baseline.result_folder("tests/test_x.py::test_chat[a/b]")
+    b = baseline.result_folder("tests/test_x.py::test_chat[a b]")
+    assert a.startswith("tests_test_x.py_test_chat_a_b-") and b.startswith("tests_test_x.py_test_chat_a_b-")
+    assert a != b  # same readable part, different digests
+    assert "/" not in a and " " not in b
+    assert baseline.result_folder("///").startswith("test-")
+    assert len(baseline.result_folder("x" * 500)) == 80 + 9
+
+
+def test_save_puts_the_commit_in_the_name(tmp_path):
+    store = BaselineStore(tmp_path)
+    path = store.save(record(commit="0123456789abcdef" * 2))
+    assert path.parent == tmp_path / baseline.result_folder(record()["test"])
+    assert path.name.startswith("0123456789ab-")
+    assert path.name.endswith(".json")
+    nogit = store.save(record(commit=None))
+    assert nogit.name.startswith("nogit-")
+    assert store.stored(record()["test"], "nogit") == [nogit]
+
+
+def assert_all_distinct_and_readable(paths, folder, count):
+    assert len(paths) == count
+    assert len(set(paths)) == count
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in paths)  # nothing else, no .tmp
+    for path in paths:
+        assert read_record(path)["test"] == record()["test"]
+
+
+def test_save_from_many_threads_at_once(tmp_path):
+    store = BaselineStore(tmp_path)
+    threads, per_thread = 16, 8
+    start = threading.Barrier(threads)
+    saved, errors = [], []
+
+    def work():
+        start.wait()
+        try:
+            for _ in range(per_thread):
+                saved.append(store.save(record()))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    folder = tmp_path / baseline.result_folder(record()["test"])
+    assert_all_distinct_and_readable(saved, folder, threads * per_thread)
+
+
+SAVE_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from pytest_llmreplay.baseline import BaselineStore
+root, go, rec = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+while not go.exists():
+    time.sleep(0.001)
+store = BaselineStore(root)
+for _ in range(10):
+    print(store.save(rec))
+"""
+
+
+def test_save_from_many_processes_at_once(tmp_path):
+    go = tmp_path / "go"
+    root = tmp_path / "store"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SAVE_SCRIPT, str(root), str(go), json.dumps(record())], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    go.touch()  # all start saving together
+    saved = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        saved += [Path(line) for line in out.split()]
+    assert_all_distinct_and_readable(saved, root / baseline.result_folder(record()["test"]), 80)
+
+
+def put(store, test, commit, stamp, pid=1, token="aa"):
+    """A stored file with a chosen time stamp in its name."""
+    return write_new(store.root / baseline.result_folder(test) / f"{commit[:12]}-{stamp}-{pid}-{token}.json", record(test=test, commit=commit))
+
+
+def test_stored_oldest_first_and_only_that_commit_and_test(tmp_path):
+    store = BaselineStore(tmp_path)
+    c1, c2 = "1" * 40, "2" * 40
+    middle = put(store, "t", c1, "20240102T000000000000Z", pid=9)
+    newest = put(store, "t", c1, "20240103T000000000000Z", pid=1)
+    oldest = put(store, "t", c1, "20231231T235959999999Z", pid=100)
+    put(store, "t", c2, "20250101T000000000000Z")
+    put(store, "other", c1, "20250101T000000000000Z")
+    assert store.stored("t", c1) == [oldest, middle, newest]
+    assert store.stored("t", c1[:12]) == [oldest, middle, newest]
+    assert store.stored("t", "3" * 40) == []
+    assert store.stored("never saved", c1) == []
+
+
+def test_latest_is_the_newest_at_the_first_commit_that_has_one(tmp_path):
+    store = BaselineStore(tmp_path)
+    c1, c2, c3 = "1" * 40, "2" * 40, "3" * 40
+    put(store, "t", c2, "20240101T000000000000Z")
+    newest_c2 = put(store, "t", c2, "20240105T000000000000Z")
+    put(store, "t", c1, "20250101T000000000000Z")  # newer in time, but an older commit
+    assert store.latest("t", [c3, c2, c1]) == newest_c2
+    assert store.latest("t", [c3]) is None
+    assert store.latest("t", []) is None
+
+
+def test_saved_files_sort_in_saving_order(tmp_path):
+    store = BaselineStore(tmp_path)
+    paths = [store.save(record(summary={"n": i})) for i in range(5)]
+    assert store.stored(record()["test"], "a" * 40) == paths
+    assert store.latest(record()["test"], ["a" * 40]) == paths[-1]
+
+
+# ---------------------------------------------------------------- read_record
+
+
+def test_read_record_round_trip(tmp_path):
+    path = write_new(tmp_path / "r.json", record())
+    assert read_record(path) == record()
+
+
+def test_read_record_missing_file(tmp_path):
+    with pytest.raises(LLMReplayError, match="no such file") as info:
+        read_record(tmp_path / "absent.json")
+    assert "absent.json" in str(info.value)
+
+
+@pytest.mark.parametrize("content", ["{not json", "", "\xff\xfe garbage"])
+def test_read_record_not_json(tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_bytes(content.encode("latin-1"))
+    with pytest.raises(LLMReplayError, match="not a stored llmreplay result") as info:
+        read_record(path)
+    assert "bad.json" in str(info.value)
+
+
+def test_read_record_directory(tmp_path):
+    with pytest.raises(LLMReplayError, match="not a stored llmreplay result"):
+        read_record(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "content, missing",
+    [
+        ([1, 2], "schema, summary, samples, fingerprint"),
+        (None, "schema, summary, samples, fingerprint"),
+        ({"summary": {}}, "schema, samples, fingerprint"),
+        # what Result.write_json writes: a summary, but no schema, samples or fingerprint
+        ({"workload": "w", "settings": {}, "summary": {}}, "schema, samples, fingerprint"),
+        ({"schema": 1, "summary": {}, "fingerprint": {}}, "samples"),
+    ],
+)
+def test_read_record_json_that_is_not_a_record(tmp_path, content, missing):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(LLMReplayError) as info:
+        read_record(path)
+    message = str(info.value)
+    assert "other.json" in message and f"missing {missing}" in message
+
+
+def test_read_record_another_schema(tmp_path):
+    path = write_new(tmp_path / "r.json", {**record(), "schema": 99})
+    with pytest.raises(LLMReplayError, match=f"stored with schema 99, this version reads {baseline.SCHEMA}"):
+        read_record(path)
+
+
+# ---------------------------------------------------------------- git
+
+
+@pytest.fixture
+def git_env(tmp_path, monkeypatch):
+    """Git that works anywhere: an author, no user or system config, no repository above tmp_path."""
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@example.com")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "test@example.com")
+    empty = tmp_path / "gitconfig"
+    empty.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(empty))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def git(cwd, *args):
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def commit(repo, message, file="f.txt"):
+    with open(repo / file, "a") as handle:
+        handle.write(message + "\n")
+    git(repo, "add", file)
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def repo(git_env):
+    """main: c1 - c2 - c3; feature (checked out) from c2: f1 - f2; tag v1 on c1."""
+    path = git_env / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    ids = {"c1": commit(path, "c1"), "c2": commit(path, "c2")}
+    git(path, "tag", "v1", ids["c1"])
+    git(path, "checkout", "-q", "-b", "feature")
+    ids["f1"] = commit(path, "f1")
+    ids["f2"] = commit(path, "f2")
+    git(path, "checkout", "-q", "main")
+    ids["c3"] = commit(path, "c3")
+    git(path, "checkout", "-q", "feature")
+    return path, ids
+
+
+def test_git_state_clean_branch(repo):
+    path, ids = repo
+    assert baseline.git_state(path) == {"commit": ids["f2"], "dirty": False, "branch": "feature"}
+    assert len(ids["f2"]) == 40
+
+
+def test_git_state_from_a_subfolder(repo):
+    path, ids = repo
+    (path / "sub").mkdir()
+    assert baseline.git_state(path / "sub")["commit"] == ids["f2"]
+
+
+def test_git_state_dirty_only_for_tracked_changes(repo):
+    path, _ = repo
+    (path / "untracked.txt").write_text("new")
+    assert baseline.git_state(path)["dirty"] is False
+    (path / "f.txt").write_text("changed")
+    assert baseline.git_state(path)["dirty"] is True
+
+
+def test_git_state_detached_head(repo):
+    path, ids = repo
+    git(path, "checkout", "-q", ids["c1"])
+    assert baseline.git_state(path) == {"commit": ids["c1"], "dirty": False, "branch": "HEAD"}
+
+
+def test_git_state_outside_a_repository(git_env):
+    plain = git_env / "plain"
+    plain.mkdir()
+    assert baseline.git_state(plain) == {"commit": None, "dirty": None, "branch": None}
+
+
+def test_auto_reference_is_the_merge_base_with_main(repo):
+    path, ids = repo
+    for ref in (None, "", "auto"):
+        label, history = reference_history(path, ref)
+        assert label == f"merge-base with main ({ids['c2'][:12]})"
+        assert history == [ids["c2"], ids["c1"]]  # newest first; not feature's own commits, not c3
+
+
+def test_auto_reference_on_main_is_head(repo):
+    path, ids = repo
+    git(path, "checkout", "-q", "main")
+    label, history = reference_history(path, "auto")
+    assert label == f"merge-base with main ({ids['c3'][:12]})"
+    assert history == [ids["c3"], ids["c2"], ids["c1"]]
+
+
+def test_auto_reference_falls_back_to_master(git_env):
+    path = git_env / "old"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "master")
+    c1 = commit(path, "c1")
+    git(path, "checkout", "-q", "-b", "topic")
+    commit(path, "t1")
+    label, history = reference_history(path, None)
+    assert label == f"merge-base with master ({c1[:12]})"
+    assert history == [c1]
+
+
+def test_auto_reference_without_a_default_branch_is_head(git_env):
+    path = git_env / "trunk"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "trunk")
+    c1 = commit(path, "c1")
+    c2 = commit(path, "c2")
+    assert reference_history(path, "auto") == ("HEAD", [c2, c1])
+
+
+def test_auto_reference_prefers_origin_head(repo, git_env):
+    source, ids = repo
+    git(source, "checkout", "-q", "main")  # a clone's origin/HEAD is the source's checked-out branch
+    clone = git_env / "clone"
+    git(git_env, "clone", "-q", str(source), str(clone))  # origin/HEAD -> origin/main (c3)
+    git(clone, "checkout", "-q", "feature")  # f2, from origin/feature
+    label, history = reference_history(clone, "auto")
+    assert label == f"merge-base with origin/HEAD ({ids['c2'][:12]})"
+    assert history == [ids["c2"], ids["c1"]]
+
+
+@pytest.mark.parametrize(
+    "ref, expected",
+    [
+        ("main", ["c3", "c2", "c1"]),
+        ("v1", ["c1"]),
+        ("HEAD~1", ["f1", "c2", "c1"]),
+        ("feature", ["f2", "f1", "c2", "c1"]),
+    ],
+)
+def test_named_reference(repo, ref, expected):
+    path, ids = repo
+    label, history = reference_history(path, ref)
+    assert history == [ids[name] for name in expected]
+    assert label == f"{ref} ({ids[expected[0]][:12]})"
+
+
+def test_named_reference_by_commit_id(repo):
+    path, ids = repo
+    label, history = reference_history(path, ids["c2"][:10])
+    assert history == [ids["c2"], ids["c1"]]
+    assert label.endswith(f"({ids['c2'][:12]})")
+
+
+def test_history_follows_first_parents_only(git_env):
+    # main: c1 - c2 - merge(side: s1 from c1)
+    path = git_env / "merged"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    c1 = commit(path, "c1")
+    git(path, "checkout", "-q", "-b", "side")
+    s1 = commit(path, "s1", file="side.txt")
+    git(path, "checkout", "-q", "main")
+    c2 = commit(path, "c2")
+    git(path, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    merge = git(path, "rev-parse", "HEAD")
+    _, history = reference_history(path, "main")
+    assert history == [merge, c2, c1]
+    assert s1 not in history
+
+
+@pytest.mark.parametrize("ref", ["no-such-branch", "v2", "HEAD~10", "HEAD:f.txt", "0" * 40])
+def test_unresolvable_reference(repo, ref):
+    path, _ = repo
+    with pytest.raises(LLMReplayError, match="cannot resolve") as info:
+        reference_history(path, ref)
+    assert repr(ref) in str(info.value)
+
+
+def test_reference_outside_a_repository(git_env):
+    plain = git_env / "plain"
+    plain.mkdir()
+    with pytest.raises(LLMReplayError, match="not in a git repository"):
+        reference_history(plain, "auto")
+
+
+def test_reference_in_a_repository_without_commits(git_env):
+    empty = git_env / "empty"
+    empty.mkdir()
+    git(empty, "init", "-q", "-b", "main")
+    with pytest.raises(LLMReplayError, match="not in a git repository with a commit"):
+        reference_history(empty, "main")
+
+
+# ---------------------------------------------------------------- tolerances
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [("10%", 0.1), ("2.5%", 0.025), (" 7 % ", 0.07), ("0%", 0.0), (".5%", 0.005), (0.1, 0.1), ("0.1", 0.1), (0, 0.0), (1, 1.0)],
+)
+def test_parse_tolerance(value, expected):
+    assert parse_tolerance("ttft.p50", value) == approx(expected)
+
+
+@pytest.mark.parametrize("value", ["off", None])
+def test_parse_tolerance_off(value):
+    assert parse_tolerance("ttft.p50", value) is None
+
+
+@pytest.mark.parametrize("value", ["-5%", -0.1, "ten", "10 pct", "%", "", True, False, [0.1], float("nan"), "Off"])
+def test_parse_tolerance_refuses(value):
+    with pytest.raises(LLMReplayError) as info:
+        parse_tolerance("ttft.p50", value)
+    message = str(info.value)
+    assert "'ttft.p50'" in message and "expected an allowed change such as '10%'" in message
+
+
+def test_tolerances_default():
+    merged = tolerances(None)
+    assert merged == baseline.DEFAULT_TOLERANCES
+    merged["ttft.p50"] = 1.0
+    assert baseline.DEFAULT_TOLERANCES["ttft.p50"] == 0.05  # a copy, not the defaults themselves
+
+
+def test_tolerances_overrides():
+    merged = tolerances({
+        "ttft.p50": "10%",  # changed
+        "ttft.p99": 0.2,  # added
+        "cache_hit_rate.mean": "off",  # removed
+        "eligible_cache_hit_rate.p90": "3%",
+        "request_throughput.steady_state": "5%",
+        "latency.p95": "off",  # not there: nothing to remove
+    })
+    expected = dict(baseline.DEFAULT_TOLERANCES)
+    del expected["cache_hit_rate.mean"]
+    expected.update({"ttft.p50": 0.1, "ttft.p99": 0.2, "eligible_cache_hit_rate.p90": 0.03, "request_throughput.steady_state": 0.05})
+    assert merged == approx(expected)
+    assert list(tolerances({"ttft.p50": "off"})) == [k for k in baseline.DEFAULT_TOLERANCES if k != "ttft.p50"]
+
+
+@pytest.mark.parametrize(
+    "key, needle",
+    [
+        ("itl.p50", "only ttft, tpot, latency"),  # ITL has no samples stored
+        ("error_rate.value", "only ttft"),
+        ("ttfb.p50", "only ttft"),
+        ("ttft", "compare ttft by one of mean, p50, p90, p95, p99"),
+        ("ttft.max", "compare ttft by one of"),
+        ("ttft.steady_state", "compare ttft by one of"),
+        ("output_throughput.p50", "compare output_throughput by one of steady_state"),
+        ("request_throughput.overall", "compare request_throughput by one of steady_state"),
+    ],
+)
+def test_tolerances_refuse_bad_keys(key, needle):
+    with pytest.raises(LLMReplayError) as info:
+        tolerances({key: "10%"})
+    message = str(info.value)
+    assert repr(key) in message and needle in message
+
+
+def test_tolerances_refuse_a_bad_value_naming_the_key():
+    with pytest.raises(LLMReplayError, match="'ttft.p90'"):
+        tolerances({"ttft.p50": "5%", "ttft.p90": "lots"})
+
+
+@pytest.mark.parametrize("overrides", [["ttft.p50"], "ttft.p50: 5%", 5])
+def test_tolerances_want_a_mapping(overrides):
+    with pytest.raises(LLMReplayError, match="regression: expected a mapping"):
+        tolerances(overrides)
+
+
+# ---------------------------------------------------------------- compare
+
+
+def lognormal(n=500, median=0.2, seed=1):
+    return np.random.default_rng(seed).lognormal(np.log(median), 0.5, n)
+
+
+def stored(samples_, fingerprint=None, workload=None, settings=None):
+    """A stored record with these samples and a summary computed from them."""
+    summary = {}
+    for name, values in samples_.items():
+        values = np.asarray(values, dtype=float)
+        if name in baseline.WINDOWED_METRICS:
+            summary[name] = {"steady_state": float(values.mean())}
+        else:
+            summary[name] = {"mean": float(values.mean()), **{f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 95, 99)}}
+    return {
+        "schema": baseline.SCHEMA,
+        "fingerprint": {"kind": "sim", "model": "m", "version": "1"} if fingerprint is None else fingerprint,
+        "workload": {"path": "w.jsonl", "digest": "abc"} if workload is None else workload,
+        "settings": {"concurrency": 8} if settings is None else settings,
+        "summary": summary,
+        "samples": {name: [float(v) for v in values] for name, values in samples_.items()},
+    }
+
+
+def full_samples(ttft_scale=1.0, cache_scale=1.0, throughput_scale=1.0):
+    rng = np.random.default_rng(3)
+    return {
+        "ttft": lognormal() * ttft_scale,
+        "tpot": lognormal(median=0.02, seed=2),
+        "latency": lognormal(median=2.0, seed=4),
+        "ttfat": lognormal(median=5.0, seed=5),
+        "cache_hit_rate": rng.uniform(0.3, 0.6, 200) * cache_scale,
+        "output_throughput": (1000 + rng.normal(0, 10, 10)) * throughput_scale,
+    }
+
+
+def rows(comparison):
+    return {row.key: row for row in comparison.rows}
+
+
+def test_identical_samples_are_all_ok():
+    record_ = stored(full_samples())
+    comparison = compare(record_, record_)
+    assert comparison.mismatch is None and comparison.header is None
+    assert [row.key for row in comparison.rows] == list(baseline.DEFAULT_TOLERANCES)
+    for row in comparison.rows:
+        assert row.verdict == "ok", row
+        assert row.change == 0.0
+        assert row.low <= 0.0 <= row.high
+        assert row.baseline == row.current
+        assert row.tolerance == baseline.DEFAULT_TOLERANCES[row.key]
+    assert comparison.regressions == []
+
+
+def test_twenty_percent_slower_ttft_is_a_regression():
+    # every ttft sample 1.2 times its baseline: every percentile and the mean move by exactly +20%
+    comparison = compare(stored(full_samples()), stored(full_samples(ttft_scale=1.2)))
+    found = rows(comparison)
+    for key in ("ttft.p50", "ttft.p90"):
+        row = found[key]
+        assert row.verdict == "regression", row
+        assert row.change == approx(0.2)
+        assert 0 < row.low < 0.2 < row.high
+        assert row.current == approx(row.baseline * 1.2)
+    assert [row.key for row in comparison.regressions] == ["ttft.p50", "ttft.p90"]
+    for key in ("tpot.p50", "latency.p50", "ttfat.p50", "cache_hit_rate.mean", "output_throughput.steady_state"):
+        assert found[key].verdict == "ok"
+
+
+def test_twenty_percent_faster_ttft_is_an_improvement():
+    found = rows(compare(stored(full_samples()), stored(full_samples(ttft_scale=1 / 1.2))))
+    row = found["ttft.p50"]
+    assert row.verdict == "improved"
+    assert row.change == approx(1 / 1.2 - 1)  # -16.7%
+    assert row.high < 0
+
+
+def test_higher_cache_hit_rate_and_throughput_are_improvements():
+    # lower is worse for these: 20% up is better
+    comparison = compare(stored(full_samples()), stored(full_samples(cache_scale=1.2, throughput_scale=1.2)))
+    found = rows(comparison)
+    for key in ("cache_hit_rate.mean", "output_throughput.steady_state"):
+        row = found[key]
+        assert row.verdict == "improved", row
+        assert row.change == approx(0.2)
+        assert row.low > 0
+    assert comparison.regressions == []
+
+
+def test_lower_cache_hit_rate_and_throughput_are_regressions():
+    comparison = compare(stored(full_samples()), stored(full_samples(cache_scale=0.8, throughput_scale=0.8)))
+    found = rows(comparison)
+    for key in ("cache_hit_rate.mean", "output_throughput.steady_state"):
+        assert found[key].verdict == "regression"
+        assert found[key].change == approx(-0.2)
+        assert found[key].high < 0
+    assert [row.key for row in comparison.regressions] == ["cache_hit_rate.mean", "output_throughput.steady_state"]
+
+
+def test_a_shift_beyond_tolerance_on_tiny_noisy_samples_is_noise():
+    # p50 of [1, 3] is 2, of [1.2, 3.6] 2.4: +20%, but resampling two values gives p50s from 1.2/3
+    # to 3.6/1: the interval spans zero
+    comparison = compare(stored({"ttft": [1.0, 3.0]}), stored({"ttft": [1.2, 3.6]}), {"ttft.p50": 0.05})
+    (row,) = comparison.rows
+    assert row.change == approx(0.2)
+    assert row.low < 0 < row.high
+    assert row.verdict == "noise"
+    assert comparison.regressions == []
+
+
+def test_a_change_within_tolerance_is_ok():
+    # +1% on 500 samples with 5% allowed
+    (row,) = compare(stored({"ttft": lognormal()}), stored({"ttft": lognormal() * 1.01}), {"ttft.p50": 0.05}).rows
+    assert row.change == approx(0.01)
+    assert row.verdict == "ok"
+
+
+def test_a_significant_change_within_a_wide_tolerance_is_ok():
+    # +20% is clear, but 30% is allowed
+    (row,) = compare(stored({"ttft": lognormal()}), stored({"ttft": lognormal() * 1.2}), {"ttft.p50": 0.3}).rows
+    assert row.low > 0
+    assert row.verdict == "ok"
+
+
+def test_rows_without_enough_samples_are_skipped():
+    base = stored({"ttft": [0.1, 0.2, 0.3], "tpot": [0.01], "latency": [0.0, 0.0, 0.0]})
+    cur = stored({"ttft": [0.1, 0.2, 0.3], "tpot": [0.01, 0.02], "latency": [1.0, 2.0]})
+    found = rows(compare(base, cur, {"ttft.p50": 0.05, "tpot.p50": 0.05, "ttfat.p50": 0.05, "latency.p50": 0.05}))
+    assert found["ttft.p50"].verdict == "ok"
+    assert (found["tpot.p50"].verdict, found["tpot.p50"].note) == ("skipped", "too few samples")
+    assert (found["ttfat.p50"].verdict, found["ttfat.p50"].note) == ("skipped", "not measured")
+    assert found["ttfat.p50"].baseline is None and found["ttfat.p50"].current is None
+    assert (found["latency.p50"].verdict, found["latency.p50"].note) == ("skipped", "baseline is 0")
+    assert found["tpot.p50"].change is None
+
+
+def test_same_inputs_same_intervals():
+    base, cur = stored(full_samples()), stored(full_samples(ttft_scale=1.1))
+    first, second = compare(base, cur), compare(base, cur)
+    assert first.rows == second.rows
+    other_seed = compare(base, cur, seed=1)
+    assert [r.change for r in other_seed.rows] == [r.change for r in first.rows]  # the point does not depend on it
+    assert [(r.low, r.high) for r in other_seed.rows] != [(r.low, r.high) for r in first.rows]
+
+
+@pytest.mark.parametrize(
+    "part, changed, field, words",
+    [
+        ("fingerprint", {"kind": "sim", "model": "other", "version": "1"}, "model", "endpoint fingerprint differs"),
+        ("fingerprint", {"kind": "sim", "model": "m", "version": "2"}, "version", "endpoint fingerprint differs"),
+        ("workload", {"path": "w.jsonl", "digest": "def"}, "digest", "workload differs"),
+        ("settings", {"concurrency": 16}, "concurrency", "replay settings"),
+        ("settings", {"concurrency": 8, "seed": 3}, "seed", "replay settings"),
+    ],
+)
+def test_a_mismatch_is_not_compared(part, changed, field, words):
+    base = stored(full_samples())
+    cur = {**stored(full_samples(ttft_scale=2.0)), part: changed}
+    comparison = compare(base, cur)
+    assert comparison.rows == []
+    assert comparison.regressions == []
+    assert comparison.mismatch.startswith("not compared: ")
+    assert words in comparison.mismatch
+    assert field in comparison.mismatch
+    assert comparison_table(comparison).endswith(comparison.mismatch)
+
+
+def test_across_endpoints_compares_different_fingerprints_and_says_so():
+    base = stored(full_samples(), fingerprint={"kind": "vllm", "model": "m"})
+    cur = stored(full_samples(ttft_scale=1.2), fingerprint={"kind": "sglang", "model": "m"})
+    assert compare(base, cur).mismatch is not None  # the gate does not
+    comparison = compare(base, cur, across_endpoints=True)
+    assert comparison.mismatch is None
+    assert comparison.header.startswith("different endpoints")
+    assert "kind" in comparison.header and "'vllm'" in comparison.header and "'sglang'" in comparison.header
+    assert rows(comparison)["ttft.p50"].verdict == "regression"
+    assert comparison.header in comparison_table(comparison)
+
+
+def test_across_endpoints_still_refuses_another_workload():
+    base = stored(full_samples(), fingerprint={"kind": "vllm"})
+    cur = stored(full_samples(), fingerprint={"kind": "sglang"}, workload={"path": "w.jsonl", "digest": "zzz"})
+    comparison = compare(base, cur, across_endpoints=True)
+    assert comparison.rows == []
+    assert "workload differs" in comparison.mismatch and "digest" in comparison.mismatch
+    same_endpoint = compare(stored(full_samples()), stored(full_samples(), settings={"concurrency": 1}), across_endpoints=True)
+    assert same_endpoint.rows == [] and "settings" in same_endpoint.mismatch
+
+
+def test_comparison_table_text():
+    base = stored({**full_samples(), "ttfat": [1.0, 3.0]})
+    cur = stored({**full_samples(ttft_scale=1.2, cache_scale=1.2), "ttfat": [1.2, 3.6], "latency": lognormal(median=2.0, seed=4) * 1.01})
+    comparison = compare(base, cur, label="main (abc123)")
+    found = rows(comparison)
+    assert [found[k].verdict for k in ("ttft.p50", "cache_hit_rate.mean", "ttfat.p50", "latency.p50")] == ["regression", "improved", "noise", "ok"]
+    text = comparison_table(comparison)
+    title, header, _, *body = text.splitlines()
+    assert title == "Compared with main (abc123): 2 regressions"
+    assert header.split()[:3] == ["metric", "baseline", "current"]
+    assert len(body) == len(baseline.DEFAULT_TOLERANCES)
+    for key in baseline.DEFAULT_TOLERANCES:
+        assert key in text
+    for word in ("REGRESSION", "improved", "noise", "ok"):
+        assert word in text
+    ttft = next(line for line in body if line.startswith("ttft.p50"))
+    assert "+20.0% [+" in ttft and "5%" in ttft and ttft.rstrip().endswith("REGRESSION")
+
+
+def test_comparison_table_singular_and_skipped_notes():
+    comparison = compare(stored({"ttft": lognormal()}), stored({"ttft": lognormal() * 1.2}), {"ttft.p50": 0.05, "tpot.p50": 0.1})
+    text = comparison_table(comparison)
+    assert text.splitlines()[0] == "Compared with baseline: 1 regression"
+    assert "skipped (not measured)" in text
+    assert "10%" in text
