@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .baseline import BaselineStore, Comparison, compare, comparison_table, git_state, make_record, read_record, reference_history, result_folder, tolerances
+from .baseline import BaselineStore, Comparison, compare, comparison_table, git_state, make_record, read_record, result_folder, tolerances
+from .errors import LLMReplayError
 from .slo import breach_table, check_slos, parse_slos
 
 KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value")
@@ -51,23 +52,16 @@ class Gate:
     fingerprint: Mapping[str, Any]
     baseline_dir: Path
     save: bool = False
-    compare_ref: str | None = None
     fail_on_regression: bool = False
     report_dir: Path | None = None
+    history: tuple[str, list[str]] | None = None  # the --llm-compare reference: (label, commits)
     _git: dict[str, Any] | None = None
-    _history: tuple[str, list[str]] | None = None
 
     @property
     def git(self) -> dict[str, Any]:
         if self._git is None:
             self._git = git_state(self.rootdir)
         return self._git
-
-    @property
-    def history(self) -> tuple[str, list[str]]:
-        if self._history is None:
-            self._history = reference_history(self.rootdir, self.compare_ref)
-        return self._history
 
     def finish(self, run: PerfRun) -> Outcome:
         from .report import render
@@ -77,7 +71,7 @@ class Gate:
         blocks = [f"llmreplay: {run.test}", render(run.result)]
         if checks:
             blocks.append(breach_table(checks))
-        comparison = self._compare(run, record) if self.compare_ref is not None else None
+        comparison = self._compare(run, record) if self.history is not None else None
         baseline_blocks = []
         if comparison is not None:
             baseline_blocks.append(comparison_table(comparison) if isinstance(comparison, Comparison) else comparison)
@@ -100,7 +94,10 @@ class Gate:
         found = BaselineStore(self.baseline_dir).latest(run.test, commits)
         if found is None:
             return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
-        baseline = read_record(found)
+        try:
+            baseline = read_record(found)
+        except LLMReplayError as exc:
+            return f"Compared with {label}: cannot read the stored result ({exc})"
         stored_at = f"{label}, stored {found.name[:12]} {baseline.get('time')}"
         return compare(baseline, record, tolerances(run.regression), label=stored_at)
 

@@ -49,6 +49,8 @@ OPTIONS = (
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
 )
+METAVARS = {"--llm-endpoint": "URL", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD",
+            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "DIR", "--llm-report": "DIR"}
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
 SESSION = pytest.StashKey["LLMSession"]()
@@ -68,7 +70,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         elif flag == "--llm-compare":
             group.addoption(flag, dest=ini, nargs="?", const="auto", default=None, metavar="REF", help=help_text)
         else:
-            group.addoption(flag, dest=ini, default=None, help=help_text)
+            group.addoption(flag, dest=ini, default=None, metavar=METAVARS.get(flag), help=help_text)
         parser.addini(ini, help=help_text, type="bool" if kind == "bool" else "string", default=default)
 
 
@@ -99,9 +101,10 @@ class LLMSession:
         self.endpoint_url = option(config, "llm_endpoint") or None
         self.api = option(config, "llm_api")
         self.server_cmd = option(config, "llm_server_cmd") or None
-        offline_flag = config.getoption("llm_offline")
-        if offline_flag and config.getoption("llm_endpoint"):
-            raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
+        if config.getoption("llm_offline"):  # on the command line it beats an ini endpoint
+            if config.getoption("llm_endpoint"):
+                raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
+            self.endpoint_url = self.server_cmd = None
         self.offline = bool(option(config, "llm_offline")) and not self.endpoint_url
         from .endpoints import APIS
 
@@ -112,6 +115,14 @@ class LLMSession:
         if self.server_cmd and not self.endpoint_url:
             raise pytest.UsageError("--llm-server-cmd needs --llm-endpoint: the URL the started server listens on")
         self.compare_ref = option(config, "llm_compare") or None
+        self.history: tuple[str, list[str]] | None = None
+        if self.compare_ref is not None:
+            from .baseline import reference_history
+
+            try:
+                self.history = reference_history(config.rootpath, self.compare_ref)
+            except LLMReplayError as exc:
+                raise pytest.UsageError(str(exc)) from None
         report = option(config, "llm_report")
         self.report_dir = Path(config.rootpath, report) if report else None
         self.baseline_dir = Path(config.rootpath, option(config, "llm_baseline_dir"))
@@ -183,8 +194,9 @@ class LLMSession:
 
             self._gate = Gate(
                 rootdir=self.config.rootpath, fingerprint=self.target.fingerprint, baseline_dir=self.baseline_dir,
-                save=bool(option(self.config, "llm_save")), compare_ref=self.compare_ref,
+                save=bool(option(self.config, "llm_save")),
                 fail_on_regression=bool(option(self.config, "llm_fail_on_regression")), report_dir=self.report_dir,
+                history=self.history,
             )
         return self._gate
 
@@ -205,6 +217,8 @@ class LLMSession:
         result = Result(run, gpus=target.gpus)
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
+                if name in result.summary:
+                    raise LLMReplayError(f"pytest_llmreplay_metrics: {name!r} is already a metric of the summary; name yours differently")
                 result.summary[name] = dict(compute(result))
         return result
 
@@ -294,8 +308,9 @@ def pytest_configure(config: pytest.Config) -> None:
             except LLMReplayError as exc:
                 raise pytest.UsageError(f"pytest_llmreplay_formats: {exc}") from None
     if session.report_dir is not None and not is_worker(config):
-        for stale in (session.report_dir / "tests").glob("*.*"):
-            stale.unlink()
+        from .report_files import clear_reports
+
+        clear_reports(session.report_dir)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -331,7 +346,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     state = session_of(config)
     tokenizer = option(config, "llm_tokenizer") or "bundled (llmreplay-bpe-4k)"
     save = "save" if option(config, "llm_save") else "no save"
-    compare = f"compare with {state.compare_ref}" if state.compare_ref else "no compare"
+    compare = f"compare with {state.history[0]}" if state.history else "no compare"
     return f"llmreplay: {state.describe()}; baselines {state.baseline_dir} ({save}, {compare}); tokenizer {tokenizer}, seed {state.seed}"
 
 
@@ -405,6 +420,8 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> C
 
     def run(workload: str | Path, *, name: str | None = None, **spec: Any) -> Any:
         test = request.node.nodeid + (f"::{name}" if name else f"::{len(runs) + 1}" if runs else "")
+        if any(r.test == test for r in runs):
+            pytest.fail(f"llm_replay: name {name!r} is already used by another run of this test", pytrace=False)
         perf, result = _fail_on_user_error(lambda: _perf_run(state, test, {"workload": workload, **spec}, pytestconfig.rootpath))
         runs.append(perf)
         return result
@@ -442,7 +459,11 @@ def finish_runs(item: pytest.Item) -> str | None:
     outcomes = item.stash.setdefault(OUTCOMES, [])
     failures = []
     for run in runs:
-        outcome = gate.finish(run)
+        try:
+            outcome = gate.finish(run)
+        except LLMReplayError as exc:
+            failures.append(f"{run.test}: {exc}")
+            continue
         outcomes.append(outcome)
         item.user_properties.extend(sorted((f"{key}{'' if run.test == item.nodeid else ' ' + run.test.rsplit('::', 1)[1]}", value) for key, value in outcome.figures.items()))
         if outcome.failure:

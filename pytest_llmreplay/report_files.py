@@ -151,6 +151,12 @@ def html_page(results: list[Mapping[str, Any]]) -> str:
     return f"<!doctype html><html><head><meta charset=\"utf-8\"><title>llmreplay report</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"
 
 
+def clear_reports(report_dir: Path) -> None:
+    """Remove what an earlier session wrote, so the folder only ever describes one session."""
+    for stale in [*(report_dir / "tests").glob("*.*"), report_dir / "summary.md", report_dir / "index.html"]:
+        stale.unlink(missing_ok=True)
+
+
 def write_session_reports(report_dir: Path) -> list[Path]:
     """summary.md and index.html from the tests' JSON files (none when no perf test ran);
     the Markdown is appended to ``$GITHUB_STEP_SUMMARY`` when set."""

@@ -1,0 +1,400 @@
+"""Baselines through the plugin (pytester, each project a git repository): ``--llm-save``
+stores a result per commit, ``--llm-compare`` finds and compares one, ``--llm-fail-on-regression``
+turns a called regression into a failure; the comparison in reports and JUnit XML; the
+fingerprint hook.
+
+A regression is made with two simulator profile files of the same ``name`` (so the endpoint
+fingerprints match) whose timing models differ: the second one is three times slower."""
+
+import json
+import os
+import re
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import pytest_llmreplay
+
+WORKLOAD = """\
+synthetic:
+  sessions: 8
+  input_tokens: {dist: uniform, min: 64, max: 256}
+  output_tokens: {dist: uniform, min: 8, max: 32}
+  rate: 4
+  seed: 7
+"""
+PERF_TEST = """
+import pytest
+
+@pytest.mark.llmreplay(workload="wl.yaml", slo={"error_rate": "== 0"})
+def test_chat(llm_result):
+    pass
+"""
+TEST_ID = "test_perf.py::test_chat"
+GIT_ENV = {"GIT_AUTHOR_NAME": "Perf Tester", "GIT_AUTHOR_EMAIL": "perf@example.com",
+           "GIT_COMMITTER_NAME": "Perf Tester", "GIT_COMMITTER_EMAIL": "perf@example.com"}
+PROFILE_NAME = "mocker-under-test"
+
+
+def git(path: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=path, env={**os.environ, **GIT_ENV},
+                          capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+def write_profiles(path: Path) -> None:
+    """fast.json and slow.json: the bundled polynomial profile under one name, the second with
+    every coefficient tripled."""
+    bundled = Path(pytest_llmreplay.__file__).parent / "sim" / "profiles" / "dynamo-mocker-polynomial.json"
+    profile = json.loads(bundled.read_text())
+    profile["name"] = PROFILE_NAME
+    (path / "fast.json").write_text(json.dumps(profile))
+    timing = profile["timing"]
+    assert timing["kind"] == "polynomial"
+    for key in ("prefill_coefficients", "decode_coefficients"):
+        timing[key] = [3 * c for c in timing[key]]
+    (path / "slow.json").write_text(json.dumps(profile))
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    """A git repository on branch main with one commit: a perf test, its workload, two profiles."""
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("wl.yaml").write_text(WORKLOAD)
+    pytester.makepyfile(test_perf=PERF_TEST)
+    write_profiles(pytester.path)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "perf tests")
+    return pytester
+
+
+def head(path: Path) -> str:
+    return git(path, "rev-parse", "HEAD")
+
+
+def stored(path: Path, test: str = TEST_ID, store: str = ".llmreplay") -> list[Path]:
+    """The stored results of ``test``, oldest first; all in one folder of the store."""
+    found = sorted(p for p in (path / store).glob("*/*.json") if json.loads(p.read_text())["test"] == test)
+    assert len({p.parent for p in found}) <= 1, f"results of {test} in several folders"
+    return sorted(found, key=lambda p: p.name.split("-", 1)[1])
+
+
+def report_of(path: Path, test: str = TEST_ID, folder: str = "rep") -> dict:
+    """The JSON report file of ``test`` under ``folder/tests``."""
+    found = [r for r in (json.loads(p.read_text()) for p in (path / folder / "tests").glob("*.json")) if r["test"] == test]
+    assert len(found) == 1, f"{len(found)} report files of {test}"
+    return found[0]
+
+
+def no_traceback(result) -> None:
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text
+    assert "pytest_llmreplay/" not in text
+    assert "LLMReplayError" not in text
+
+
+# ------------------------------------------------------------------------ saving
+
+
+def test_save_stores_the_result_with_commit_branch_fingerprint_and_samples(project):
+    result = project.runpytest("--llm-offline", "--llm-save")
+    result.assert_outcomes(passed=1)
+    files = stored(project.path)
+    assert len(files) == 1
+    commit = head(project.path)
+    assert files[0].name.startswith(commit[:12] + "-")
+    record = json.loads(files[0].read_text())
+    assert record["test"] == TEST_ID
+    assert (record["commit"], record["dirty"], record["branch"]) == (commit, False, "main")
+    assert record["fingerprint"]["kind"] == "offline"
+    assert record["fingerprint"]["sim_profile"] == "llama-3.1-8b-h100"
+    assert record["fingerprint"]["model"] == "meta-llama/Llama-3.1-8B"
+    assert record["fingerprint"]["hardware"] == "1 x NVIDIA H100 SXM5 80GB"
+    assert record["workload"]["path"] == "wl.yaml"
+    assert len(record["samples"]["ttft"]) == len(record["samples"]["latency"]) == 8
+    assert record["summary"]["requests"]["ok"] == 8
+    assert [c["key"] for c in record["slo"]] == ["error_rate"] and record["slo"][0]["passed"] is True
+    result.stdout.fnmatch_lines(["*= llmreplay =*", f"llmreplay: {TEST_ID}", f"saved baseline {files[0]}"])
+
+
+def test_failing_tests_keep_what_they_measured(project):
+    project.makepyfile(test_fail="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1us"})
+        def test_breach(llm_result):
+            pass
+
+        def test_body_fails(llm_replay):
+            llm_replay("wl.yaml")
+            assert 1 == 2, "the body's own failure"
+    """)
+    result = project.runpytest("--llm-offline", "--llm-save", "--llm-report", "rep", "test_fail.py")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*AssertionError: the body's own failure"])
+    for test in ("test_fail.py::test_breach", "test_fail.py::test_body_fails"):
+        assert len(stored(project.path, test)) == 1, test
+        assert report_of(project.path, test)["test"] == test
+    record = json.loads(stored(project.path, "test_fail.py::test_breach")[0].read_text())
+    assert record["slo"][0]["passed"] is False
+
+
+def test_save_with_changed_tracked_files_is_marked_dirty(project):
+    project.path.joinpath("wl.yaml").write_text(WORKLOAD + "# edited\n")
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    record = json.loads(stored(project.path)[0].read_text())
+    assert record["commit"] == head(project.path) and record["dirty"] is True
+
+
+def test_save_outside_a_git_repository(project):
+    subprocess.run(["rm", "-rf", str(project.path / ".git")], check=True)
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    files = stored(project.path)
+    assert len(files) == 1 and files[0].name.startswith("nogit-")
+    record = json.loads(files[0].read_text())
+    assert (record["commit"], record["dirty"], record["branch"]) == (None, None, None)
+
+
+def test_baseline_dir_option_moves_the_store(project):
+    project.runpytest("--llm-offline", "--llm-save", "--llm-baseline-dir", "perf-results").assert_outcomes(passed=1)
+    assert not (project.path / ".llmreplay").exists()
+    assert len(stored(project.path, store="perf-results")) == 1
+
+
+# ------------------------------------------------------------------------ comparing
+
+
+def test_compare_with_the_saved_result_finds_no_regression(project):
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    commit = head(project.path)[:12]
+    result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        f"llmreplay: {TEST_ID}",
+        f"Compared with merge-base with main ({commit}), stored {commit} *: 0 regressions",
+        "metric*baseline*current*change [[]95% CI[]]*allowed*verdict",
+        "ttft.p50 * +0.0% [[]*[]]*5%*ok",
+        "tpot.p50 * +0.0% [[]*[]]*5%*ok",
+    ])
+    assert "REGRESSION" not in result.stdout.str()
+    assert len(stored(project.path)) == 1  # comparing stores nothing
+
+
+def test_slower_server_is_a_regression_that_fails_only_when_asked(project):
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    commit = head(project.path)[:12]
+
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
+        "metric*baseline*current*change [[]95% CI[]]*allowed*verdict",
+        "ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
+        "tpot.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
+    ])
+
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression", "-rf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ test_chat _*",
+        f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
+        "metric*baseline*current*change [[]95% CI[]]*allowed*verdict",
+        "ttft.p50 *REGRESSION",
+    ])
+    result.stdout.fnmatch_lines([f"FAILED {TEST_ID} - *Compared with*"])
+    no_traceback(result)
+    assert "def test_chat" not in result.stdout.str()
+
+
+def test_ini_fail_on_regression(project):
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    project.makeini("[pytest]\nllm_offline = true\nllm_sim_profile = slow.json\nllm_compare = main\nllm_fail_on_regression = true\n")
+    result = project.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"Compared with main ({head(project.path)[:12]}), stored *: * regressions"])
+
+
+def test_regression_tolerances_of_the_marker(project):
+    project.makepyfile(test_perf="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", regression={
+            "ttft.p50": "off", "ttft.p90": "off", "tpot.p50": "500%", "latency.p50": "500%", "ttfat.p50": "off", "latency.p99": "1000%"})
+        def test_chat(llm_result):
+            pass
+    """)
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "Compared with * 0 regressions",
+        "tpot.p50 * +*%*500%*ok",
+        "latency.p50 * +*%*500%*ok",
+        "latency.p99 * +*%*1000%*ok",
+    ])
+    out = result.stdout.str()
+    assert not re.search(r"^(ttft\.p50|ttft\.p90|ttfat\.p50) ", out, re.M)  # "off": not compared
+
+
+def test_different_endpoint_is_not_compared_and_does_not_fail(project):
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "Compared with merge-base with main (*), stored *: not compared: endpoint fingerprint differs (*"
+        f"sim_profile: 'llama-3.1-8b-h100' vs '{PROFILE_NAME}')",
+    ])
+    assert "REGRESSION" not in result.stdout.str()
+
+
+def test_different_replay_settings_are_not_compared(project):
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    project.makepyfile(test_perf=PERF_TEST.replace('slo=', 'concurrency=2, slo='))
+    result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["Compared with *: not compared: replay settings differ (*concurrency: None vs 2*)"])
+
+
+def test_compare_without_a_stored_result_says_so(project):
+    result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)
+    commit = head(project.path)[:12]
+    result.stdout.fnmatch_lines([
+        f"Compared with merge-base with main ({commit}): no stored result of this test there or in its 0 ancestors (save one with --llm-save)",
+    ])
+
+
+def test_compare_with_a_named_ref(project):
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    on_main = head(project.path)[:12]
+    git(project.path, "checkout", "-q", "-b", "feature")
+    project.path.joinpath("notes.txt").write_text("a change on the branch\n")
+    git(project.path, "add", "notes.txt")
+    git(project.path, "commit", "-q", "-m", "branch work")
+    on_feature = head(project.path)[:12]
+
+    result = project.runpytest("--llm-offline", "--llm-compare=main", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"Compared with main ({on_main}), stored {on_main} *: 0 regressions"])
+
+    # HEAD has no result of its own: its first-parent ancestors are searched
+    result = project.runpytest("--llm-offline", "--llm-compare=HEAD", "--llm-save")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"Compared with HEAD ({on_feature}), stored {on_main} *: 0 regressions"])
+
+    # a result stored at the branch's own commit is now the newest on its history
+    result = project.runpytest("--llm-offline", "--llm-compare=feature")
+    result.stdout.fnmatch_lines([f"Compared with feature ({on_feature}), stored {on_feature} *: 0 regressions"])
+    assert len(stored(project.path)) == 2
+
+
+@pytest.mark.parametrize("case", ["unknown ref", "no repository"])
+def test_compare_that_cannot_find_a_reference_fails_with_one_line(project, case):
+    if case == "unknown ref":
+        args, message = ["--llm-compare=no-such-branch"], "--llm-compare: git cannot resolve 'no-such-branch' to a commit"
+    else:
+        subprocess.run(["rm", "-rf", str(project.path / ".git")], check=True)
+        args, message = ["--llm-compare"], f"--llm-compare: {project.path} is not in a git repository with a commit; baselines are kept per commit"
+    result = project.runpytest("--llm-offline", *args)
+    assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.USAGE_ERROR)
+    assert message in result.stdout.str() + result.stderr.str()
+    no_traceback(result)
+
+
+# ------------------------------------------------------------------------ two replays in one test
+
+
+def test_each_replay_of_a_test_has_its_own_baseline(project):
+    project.makepyfile(test_two="""
+        def test_two(llm_replay):
+            llm_replay("wl.yaml", concurrency=1)
+            llm_replay("wl.yaml", concurrency=4)
+            llm_replay("wl.yaml", name="warm", max_requests=4)
+    """)
+    result = project.runpytest("--llm-offline", "--llm-save", "test_two.py")
+    result.assert_outcomes(passed=1)
+    keys = ("test_two.py::test_two", "test_two.py::test_two::2", "test_two.py::test_two::warm")
+    for key in keys:
+        files = stored(project.path, key)
+        assert len(files) == 1, key
+        record = json.loads(files[0].read_text())
+        assert record["test"] == key
+    assert json.loads(stored(project.path, keys[1])[0].read_text())["settings"]["concurrency"] == 4
+    result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression", "test_two.py")
+    result.assert_outcomes(passed=1)
+    for key in keys:  # each compared with its own stored result: same settings, no regression
+        result.stdout.fnmatch_lines([f"llmreplay: {key}", "Compared with merge-base with main (*), stored *: 0 regressions"])
+
+
+# ------------------------------------------------------------------------ reports and JUnit
+
+
+def test_reports_show_the_comparison_and_the_baseline_cdf(project):
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-report", "rep", "--junitxml=out.xml")
+    result.assert_outcomes(passed=1)
+    record = report_of(project.path)
+    assert record["comparison"]["baseline"].startswith("merge-base with main (")
+    assert {row["key"]: row["verdict"] for row in record["comparison"]["rows"]}["ttft.p50"] == "regression"
+    assert len(record["comparison"]["baseline_samples"]["ttft"]) == 8
+    summary = (project.path / "rep" / "summary.md").read_text()
+    assert re.search(rf"^\| {re.escape(TEST_ID)} .*\| 1/1 +\| REGRESSION: ttft\.p50, .*\|$", summary, re.M), summary
+    assert "**Compared with merge-base with main (" in summary
+    page = (project.path / "rep" / "index.html").read_text()
+    assert "stroke-dasharray" in page  # the baseline's CDF, dashed
+    assert ">baseline</text>" in page and ">this run</text>" in page
+    properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "out.xml").iter("property")}
+    assert properties["llmreplay.change.ttft.p50"] > 0.5  # three times slower
+    assert properties["llmreplay.change.tpot.p50"] > 0.5
+
+
+def test_report_of_a_fingerprint_mismatch(project):
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-compare", "--llm-report", "rep").assert_outcomes(passed=1)
+    summary = (project.path / "rep" / "summary.md").read_text()
+    assert re.search(rf"^\| {re.escape(TEST_ID)} .*\| not compared +\|$", summary, re.M), summary
+    assert "stroke-dasharray" not in (project.path / "rep" / "index.html").read_text()
+
+
+# ------------------------------------------------------------------------ the fingerprint hook
+
+
+FINGERPRINT_CONFTEST = """
+import os
+
+def pytest_llmreplay_fingerprint(config, fingerprint):
+    fingerprint["gpu_driver"] = os.environ["PERF_TEST_DRIVER"]
+"""
+
+
+def test_fingerprint_hook_fields_are_stored_and_gate_the_comparison(project, monkeypatch):
+    project.makeconftest(FINGERPRINT_CONFTEST)
+    project.makepyfile(test_driver="""
+        import os
+
+        def test_driver(llm_endpoint):
+            assert llm_endpoint.fingerprint["gpu_driver"] == os.environ["PERF_TEST_DRIVER"]
+    """)
+    monkeypatch.setenv("PERF_TEST_DRIVER", "550.54")
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=2)
+    record = json.loads(stored(project.path)[0].read_text())
+    assert record["fingerprint"]["gpu_driver"] == "550.54"
+    assert record["fingerprint"]["kind"] == "offline"
+
+    result = project.runpytest("--llm-offline", "--llm-compare")
+    result.stdout.fnmatch_lines(["Compared with *: 0 regressions"])
+
+    monkeypatch.setenv("PERF_TEST_DRIVER", "560.35.03")
+    result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["Compared with *: not compared: endpoint fingerprint differs (gpu_driver: '550.54' vs '560.35.03')"])
+
+
+def test_report_header_names_the_compare_reference(project):
+    result = project.runpytest("--llm-offline", "--llm-compare", "-k", "nothing")
+    result.stdout.fnmatch_lines([f"llmreplay: *(no save, compare with merge-base with main ({head(project.path)[:12]}))*"])

@@ -1,0 +1,778 @@
+"""The plugin's perf-test features as a user meets them (pytester): options and their ini twins,
+the ``llmreplay`` marker, ``llm_replay`` in code, spec files, the endpoint fixtures, report
+files, pytest-xdist and the hooks. Baselines and comparisons: ``test_plugin_baselines.py``.
+
+Most runs use ``--llm-offline`` (the simulator in virtual time: deterministic and fast) and a
+workload of a few sessions."""
+
+import json
+import re
+import socket
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+# 8 single-turn sessions, Poisson arrivals: a replay of it takes well under a second offline
+WORKLOAD = """\
+synthetic:
+  sessions: 8
+  input_tokens: {dist: uniform, min: 64, max: 256}
+  output_tokens: {dist: uniform, min: 8, max: 32}
+  rate: 4
+  seed: 7
+"""
+# 3 short requests replayed by concurrency: for the runs that go over HTTP in wall-clock time
+TINY_WORKLOAD = """\
+synthetic:
+  sessions: 3
+  input_tokens: 32
+  output_tokens: 4
+  seed: 1
+"""
+FLAGS = (
+    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-server-cmd",
+    "--llm-sim-profile", "--llm-offline", "--llm-tokenizer", "--llm-seed", "--llm-baseline-dir",
+    "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-report",
+)
+HEADER_END = "tokenizer bundled (llmreplay-bpe-4k), seed 0"
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("wl.yaml").write_text(WORKLOAD)
+    pytester.path.joinpath("tiny.yaml").write_text(TINY_WORKLOAD)
+    return pytester
+
+
+def report_files(folder) -> dict:
+    """test id -> (JSON, CSV) of each test's report files in ``folder/tests``; checks that the
+    folder holds nothing else and that each test has one pair."""
+    found = {}
+    for path in sorted((folder / "tests").glob("*.json")):
+        test = json.loads(path.read_text())["test"]
+        assert test not in found, f"two report files for {test}"
+        found[test] = (path, path.with_suffix(".csv"))
+        assert test.rsplit("::", 1)[-1].split("[")[0] in path.stem, "the file name shows the test"
+    assert sorted((folder / "tests").iterdir()) == sorted(p for pair in found.values() for p in pair)
+    return found
+
+
+def no_traceback(result) -> None:
+    """The output shows the user's message, not Python internals."""
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text
+    assert "pytest_llmreplay/" not in text and "pytest_llmreplay\\" not in text
+    assert "LLMReplayError" not in text
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def refuses_connections(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(2)
+        return probe.connect_ex(("127.0.0.1", port)) != 0
+
+
+# ------------------------------------------------------------------------ options
+
+
+def test_every_option_and_its_ini_twin_are_in_the_help(project):
+    from pytest_llmreplay.plugin import OPTIONS
+
+    assert tuple(flag for flag, *_ in OPTIONS) == FLAGS
+    result = project.runpytest("--help")
+    assert result.ret == 0
+    out = result.stdout.str()
+    assert "LLM serving performance tests (pytest-llmreplay):" in out
+    for flag, ini, kind, _, help_text in OPTIONS:
+        assert re.search(rf"^  {flag}(=| |$)", out, re.M), f"{flag} missing from --help"
+        assert re.search(rf"^  {ini} \({kind}\):", out, re.M), f"ini key {ini} missing from --help"
+        # the first words of the help text, as argparse wraps it
+        assert " ".join(help_text.split()[:4]) in " ".join(out.split()), f"help of {flag}"
+    result.stdout.fnmatch_lines(["  --llm-compare=[[]REF[]]*compare with the stored result of REF*"])
+
+
+def test_report_header_names_the_simulator_baselines_and_tokenizer(project):
+    project.makepyfile("def test_nothing(): pass")
+    result = project.runpytest("--llm-offline", "--llm-save", "--llm-baseline-dir", "perf/store")
+    result.stdout.fnmatch_lines([
+        f"llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines {project.path / 'perf' / 'store'} (save, no compare); {HEADER_END}",
+    ])
+    result.assert_outcomes(passed=1)
+
+
+def test_report_header_of_a_default_session(project):
+    project.makepyfile("def test_nothing(): pass")
+    result = project.runpytest()
+    result.stdout.fnmatch_lines([
+        f"llmreplay: simulator llama-3.1-8b-h100 (over HTTP, wall clock); baselines {project.path / '.llmreplay'} (no save, no compare); {HEADER_END}",
+    ])
+    # a session whose tests measure nothing starts no simulator and prints no llmreplay section
+    assert "= llmreplay =" not in result.stdout.str()
+
+
+def test_ini_llm_offline_selects_the_offline_simulator(project):
+    project.makeini("[pytest]\nllm_offline = true\n")
+    project.makepyfile("""
+        def test_kind(llm_endpoint):
+            assert llm_endpoint.kind == "offline"
+    """)
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); *"])
+
+
+def test_ini_llm_sim_profile_picks_the_profile(project):
+    project.makeini("[pytest]\nllm_offline = true\nllm_sim_profile = dynamo-mocker-polynomial\n")
+    project.makepyfile("""
+        def test_profile(llm_endpoint):
+            assert llm_endpoint.fingerprint["sim_profile"] == "dynamo-mocker-polynomial"
+            assert llm_endpoint.name == "sim:dynamo-mocker-polynomial (offline, virtual time)"
+    """)
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: simulator dynamo-mocker-polynomial (offline, virtual time); *"])
+
+
+def test_ini_llm_save_and_llm_report(project):
+    project.makeini("[pytest]\nllm_offline = true\nllm_save = true\nllm_report = out/perf\n")
+    project.makepyfile(test_saved="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml")
+        def test_stored(): pass
+    """)
+    result = project.runpytest()
+    result.assert_outcomes(passed=1)
+    stored = list((project.path / ".llmreplay").glob("*/*.json"))
+    assert len(stored) == 1
+    assert json.loads(stored[0].read_text())["test"] == "test_saved.py::test_stored"
+    result.stdout.fnmatch_lines([f"saved baseline {stored[0]}"])
+    report = project.path / "out" / "perf"
+    assert (report / "summary.md").is_file() and (report / "index.html").is_file()
+    assert list(report_files(report)) == ["test_saved.py::test_stored"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--llm-api", "grpc"], "--llm-api / llm_api: expected one of chat, completions, got 'grpc'"),
+    (["--llm-endpoint", "localhost:8000"], "--llm-endpoint / llm_endpoint: expected http://host:port, got 'localhost:8000'"),
+    (["--llm-server-cmd", "vllm serve x"], "--llm-server-cmd needs --llm-endpoint: the URL the started server listens on"),
+    (["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"], "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL"),
+])
+def test_usage_errors(project, args, message):
+    project.makepyfile("def test_x(): pass")
+    result = project.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+    assert "test_x" not in result.stdout.str()
+
+
+def test_ini_api_is_checked_like_the_option(project):
+    project.makeini("[pytest]\nllm_api = grpc\n")
+    project.makepyfile("def test_x(): pass")
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --llm-api / llm_api: expected one of chat, completions, got 'grpc'"])
+
+
+def test_command_line_offline_wins_over_an_ini_endpoint(project):
+    # the ini file names a server; `pytest --llm-offline` asks for the offline simulator instead
+    project.makeini("[pytest]\nllm_endpoint = http://127.0.0.1:9\n")
+    project.makepyfile("""
+        def test_kind(llm_endpoint):
+            assert llm_endpoint.kind == "offline"
+    """)
+    result = project.runpytest("--llm-offline")
+    if result.ret == pytest.ExitCode.USAGE_ERROR:  # refusing the combination is as good
+        result.stderr.fnmatch_lines(["ERROR: *--llm-offline*llm_endpoint*"])
+        return
+    result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); *"])
+    result.assert_outcomes(passed=1)
+
+
+def test_command_line_endpoint_wins_over_ini_offline(project):
+    project.makeini("[pytest]\nllm_offline = true\n")
+    project.makepyfile("def test_nothing(): pass")
+    result = project.runpytest("--llm-endpoint", "http://127.0.0.1:9")
+    result.assert_outcomes(passed=1)  # nothing is sent until a test measures
+    result.stdout.fnmatch_lines(["llmreplay: endpoint http://127.0.0.1:9; baselines *"])
+
+
+def test_server_command_that_dies_is_a_usage_error_with_its_log(project):
+    project.makepyfile("def test_x(): pass")
+    port = free_port()
+    command = "sh -c 'echo no GPU found >&2; exit 3'"
+    result = project.runpytest("--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --llm-server-cmd: server command \"{command}\" exited with status 3; last lines of its log (*server.log):", "no GPU found"])
+
+
+# ------------------------------------------------------------------------ the marker
+
+
+def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
+    project.makepyfile(test_marker="""
+        import pytest
+        from pytest_llmreplay.metrics import Result
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 2s", "error_rate": "== 0"})
+        def test_fast(llm_result):
+            assert isinstance(llm_result, Result)
+            assert llm_result.summary["requests"]["ok"] == 8
+            assert llm_result.summary["ttft"]["p99"] < 2
+    """)
+    result = project.runpytest("--llm-offline", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "*= llmreplay =*",
+        "test*outcome*TTFT p50 (ms)*TTFT p99 (ms)*TPOT p50 (ms)*TTFAT p90 (s)*cache hit (%)*output tok/s",
+        "test_marker.py::test_fast*passed*",
+        "llmreplay: test_marker.py::test_fast",
+        "completed=8/8 requests*",
+        "SLOs met: 2 of 2",
+        "metric*threshold*measured*margin*status",
+        "ttft.p99*< 2s*s*+*s (+*%)*ok",
+        "error_rate*== 0*0*0*ok",
+    ])
+
+
+def test_marker_without_asking_for_llm_result_still_replays(project):
+    project.makepyfile(test_marker="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1us"})
+        def test_body_ignores_the_result():
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["SLO breached: 1 of 1"])
+
+
+def test_breached_slos_fail_with_one_table_of_all_of_them(project):
+    project.makepyfile(test_marker="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", concurrency=2,
+                               slo={"ttft.p99": "< 1us", "error_rate": "== 0", "tpot.p50": "< 1ms", "output_throughput.steady_state": "> 1000000 tok/s"})
+        def test_slow(llm_result):
+            pass
+    """)
+    result = project.runpytest("--llm-offline", "-rf")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ test_slow _*",
+        "SLO breached: 3 of 4",
+        "metric*threshold*measured*margin*status",
+        "ttft.p99*< 1us*us*-*us (-*%)*BREACH",
+        "error_rate*== 0*0*0*ok",
+        "tpot.p50*< 1ms*ms*-*ms (-*%)*BREACH",
+        "output_throughput.steady_state*> 1000000 tok/s*tok/s*-*tok/s (-*%)*BREACH",
+        "*- llmreplay -*",
+        "llmreplay: test_marker.py::test_slow",
+    ])
+    result.stdout.fnmatch_lines(["FAILED test_marker.py::test_slow - *SLO breached: 3 of 4"])
+    no_traceback(result)
+    assert "def test_slow" not in result.stdout.str()
+
+
+def test_positional_marker_arguments_are_refused(project):
+    project.makepyfile(test_marker="""
+        import pytest
+
+        @pytest.mark.llmreplay("wl.yaml")
+        def test_positional(llm_result):
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)"])
+    assert "passed" not in result.stdout.str().splitlines()[-1]
+    no_traceback(result)
+
+
+def test_llm_result_without_a_marker_says_how_to_add_one(project):
+    project.makepyfile("def test_unmarked(llm_result): pass")
+    result = project.runpytest("--llm-offline")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["llm_result: the test has no @pytest.mark.llmreplay(workload=...) marker"])
+
+
+@pytest.mark.parametrize(("slo", "message"), [
+    ('{"ttft.p100": "< 2s"}', "SLO 'ttft.p100': ttft has no statistic 'p100'; expected one of *"),
+    ('{"tfft.p99": "< 2s"}', "SLO 'tfft.p99': unknown metric 'tfft'; expected one of *"),
+    ('{"ttft.p99": "fast"}', "SLO 'ttft.p99': cannot read threshold 'fast'; *"),
+    ('{"ttft.p99": "< 2 req/s"}', "SLO 'ttft.p99': unit 'req/s' does not fit ttft* (a time metric)*"),
+])
+def test_bad_slo_in_the_marker_names_the_key(project, slo, message):
+    project.makepyfile(test_marker=f"""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={slo})
+        def test_bad_slo(llm_result):
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines([message])
+    no_traceback(result)
+    # checked before anything is replayed
+    assert "llmreplay: test_marker.py::test_bad_slo" not in result.stdout.str()
+
+
+def test_bad_replay_setting_in_the_marker_names_it(project):
+    project.makepyfile(test_marker="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", concurrency=0)
+        def test_bad_setting(llm_result):
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["concurrency: expected an integer >= 1, got 0"])
+    no_traceback(result)
+
+
+# ------------------------------------------------------------------------ llm_replay in code
+
+
+def test_llm_replay_returns_a_result_checked_when_the_body_ends(project):
+    project.makepyfile(test_code="""
+        from pytest_llmreplay.metrics import Result
+
+        def test_code(llm_replay):
+            result = llm_replay("wl.yaml", concurrency=4, slo={"error_rate": "== 0"})
+            assert isinstance(result, Result)
+            assert result.summary["requests"]["ok"] == 8
+            assert result.summary["error_rate"]["value"] == 0
+            result.assert_slo({"ttft.p99": "< 10s"}, error_rate="== 0")
+    """)
+    result = project.runpytest("--llm-offline", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "SLOs met: 1 of 1"])
+
+
+def test_assert_slo_failing_shows_the_table_and_keeps_the_measurement(project):
+    project.makepyfile(test_code="""
+        def test_code(llm_replay):
+            result = llm_replay("wl.yaml")
+            result.assert_slo({"ttft.p50": "< 1us", "error_rate": "== 0"})
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*SLOBreach: SLO breached: 1 of 2",
+        "*metric*threshold*measured*margin*status",
+        "*ttft.p50*< 1us*BREACH",
+        "*error_rate*== 0*ok",
+        "*- llmreplay -*",
+        "llmreplay: test_code.py::test_code",
+    ])
+
+
+def test_llm_replay_with_a_bad_workload_fails_with_one_line(project):
+    project.makepyfile(test_code="""
+        def test_code(llm_replay):
+            llm_replay("missing.jsonl")
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"workload: {project.path / 'missing.jsonl'}: no such file or directory"])
+    no_traceback(result)
+
+
+def test_two_replays_in_one_test_have_their_own_keys(project):
+    project.makepyfile(test_code="""
+        def test_two(llm_replay):
+            llm_replay("wl.yaml", concurrency=1)
+            llm_replay("wl.yaml", concurrency=4, slo={"ttft.p99": "< 1us"})
+            llm_replay("wl.yaml", name="warm", max_requests=4)
+    """)
+    result = project.runpytest("--llm-offline", "-v", "--junitxml=junit.xml")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "test_code.py::test_two::2",  # only the second one is breached: the failure names it
+        "SLO breached: 1 of 1",
+    ])
+    result.stdout.fnmatch_lines([
+        "llmreplay: test_code.py::test_two",
+        "llmreplay: test_code.py::test_two::2",
+        "llmreplay: test_code.py::test_two::warm",
+    ])
+    names = {p.get("name") for p in ET.parse(project.path / "junit.xml").iter("property")}
+    assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= names
+
+
+# ------------------------------------------------------------------------ spec files
+
+
+def test_yaml_and_toml_spec_files_are_test_items(project):
+    project.path.joinpath("chat_smoke.llmreplay.yaml").write_text(
+        "description: the chat smoke test\nworkload: wl.yaml\nconcurrency: 2\nslo:\n  ttft.p99: < 2s\n  error_rate: == 0\n")
+    project.path.joinpath("chat_toml.llmreplay.toml").write_text(
+        'workload = "wl.yaml"\nmax_requests = 4\n\n[slo]\n"ttft.p99" = "< 2s"\n')
+    project.path.joinpath("sub").mkdir()
+    project.path.joinpath("sub", "nested.llmreplay.yml").write_text("workload: ../wl.yaml\n")  # relative to the spec file
+    result = project.runpytest("--llm-offline", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines([
+        "chat_smoke.llmreplay.yaml::chat_smoke PASSED*",
+        "chat_toml.llmreplay.toml::chat_toml PASSED*",
+        "sub/nested.llmreplay.yml::nested PASSED*",
+    ], consecutive=False)
+    result.stdout.fnmatch_lines(["llmreplay: chat_toml.llmreplay.toml::chat_toml", "completed=4/4 requests*", "SLOs met: 1 of 1"])
+
+
+def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
+    project.path.joinpath("slow.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  ttft.p99: < 1us\n  error_rate: == 0\n")
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*_ llmreplay spec slow _*",
+        "SLO breached: 1 of 2",
+        "metric*threshold*measured*margin*status",
+        "ttft.p99*< 1us*BREACH",
+        "error_rate*== 0*ok",
+    ])
+    no_traceback(result)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("workload: wl.yaml\nconcurency: 8\n", "concurency: unknown key; expected one of workload, format, *"),
+    ("workload: wl.yaml\nslo:\n  ttft.p99: quick\n", "SLO 'ttft.p99': cannot read threshold 'quick'; *"),
+    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2 tok/s\n", "SLO 'ttft.p99': unit 'tok/s' does not fit ttft* (a time metric)*"),
+    ("workload: nowhere.jsonl\n", "workload: {dir}/nowhere.jsonl: no such file or directory"),
+    ("workload: wl.yaml\nslo: [ttft\n", "line 3: not valid YAML: *"),
+    ('workload: wl.yaml\nconcurrency: "eight"\n', "concurrency: expected an integer, got 'eight'"),
+    ("workload: wl.yaml\nregression:\n  ttft.p50: lots\n", "regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off', got 'lots'"),
+    ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
+])
+def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, message):
+    path = project.path / "broken.llmreplay.yaml"
+    path.write_text(text)
+    result = project.runpytest("--llm-offline")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR collecting broken.llmreplay.yaml*", f"{path}: {message.format(dir=project.path)}"])
+    no_traceback(result)
+
+
+def test_bad_toml_spec_file_is_a_collection_error(project):
+    path = project.path / "broken.llmreplay.toml"
+    path.write_text('workload = "wl.yaml"\nconcurrency = \n')
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"{path}: not valid TOML: *"])
+    no_traceback(result)
+
+
+# ------------------------------------------------------------------------ endpoint fixtures
+
+
+def test_llm_endpoint_offline(project):
+    project.makepyfile("""
+        def test_kind(llm_endpoint):
+            assert llm_endpoint.kind == "offline"
+            assert llm_endpoint.url is None
+            assert llm_endpoint.fingerprint["kind"] == "offline"
+            assert llm_endpoint.fingerprint["sim_profile"] == "llama-3.1-8b-h100"
+            assert llm_endpoint.fingerprint["hardware"] == "1 x NVIDIA H100 SXM5 80GB"
+    """)
+    project.runpytest("--llm-offline").assert_outcomes(passed=1)
+
+
+def test_llm_endpoint_default_is_the_simulator_over_http(project):
+    project.makepyfile("""
+        from pathlib import Path
+
+        def test_sim_server(llm_endpoint, llm_replay):
+            assert llm_endpoint.kind == "sim-server"
+            assert llm_endpoint.url.startswith("http://127.0.0.1:")
+            assert llm_endpoint.name == f"sim:llama-3.1-8b-h100 at {llm_endpoint.url}"
+            assert llm_endpoint.fingerprint["kind"] == "sim-server"
+            Path("url.txt").write_text(llm_endpoint.url)
+            result = llm_replay("tiny.yaml", concurrency=3, slo={"error_rate": "== 0"})
+            assert result.summary["requests"]["ok"] == 3
+    """)
+    result = project.runpytest("-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (over HTTP, wall clock); *", "completed=3/3 requests*"])
+    port = int(project.path.joinpath("url.txt").read_text().rsplit(":", 1)[1])
+    assert refuses_connections(port), "the simulator server outlived the session"
+
+
+def test_llm_endpoint_live_with_a_server_the_plugin_starts(project):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    project.makepyfile(f"""
+        def test_live(llm_endpoint, llm_replay):
+            assert llm_endpoint.kind == "live"
+            assert llm_endpoint.url == "{url}"
+            assert llm_endpoint.name == "{url}"
+            assert llm_endpoint.fingerprint["kind"] == "live"
+            assert llm_endpoint.fingerprint["model"] == llm_endpoint.model
+            result = llm_replay("tiny.yaml", concurrency=3, slo={{"error_rate": "== 0"}})
+            assert result.summary["requests"]["ok"] == 3
+    """)
+    command = f"{sys.executable} -m pytest_llmreplay.cli sim --port {port}"
+    result = project.runpytest("-v", "--llm-endpoint", url, "--llm-server-cmd", command)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd); baselines *", "completed=3/3 requests*"])
+    assert refuses_connections(port), "the --llm-server-cmd server outlived the session"
+
+
+def test_unreachable_endpoint_fails_with_one_line(project):
+    url = f"http://127.0.0.1:{free_port()}"
+    project.makepyfile("def test_kind(llm_endpoint): pass")
+    result = project.runpytest("--llm-endpoint", url)
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"--llm-endpoint {url}: cannot read /v1/models (ConnectError: *)"])
+    no_traceback(result)
+
+
+def test_bad_sim_profile_fails_with_one_clear_line(project):
+    project.makepyfile("def test_kind(llm_endpoint): pass")
+    project.path.joinpath("spec.llmreplay.yaml").write_text("workload: wl.yaml\n")
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "no-such-gpu", "-rfE")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(errors=1, failed=1)
+    result.stdout.fnmatch_lines(["--llm-sim-profile: unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*"])
+    assert result.stdout.str().count("--llm-sim-profile: unknown profile 'no-such-gpu'") >= 2  # both tests say it
+    no_traceback(result)
+
+
+def test_sim_profile_file_that_does_not_exist(project):
+    project.makepyfile("def test_kind(llm_endpoint): pass")
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "profiles/fast.json")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["--llm-sim-profile: profile file not found: profiles/fast.json"])
+    no_traceback(result)
+
+
+# ------------------------------------------------------------------------ reports
+
+
+MARKED_TESTS = """
+import pytest
+
+@pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 2s"})
+def test_chat(llm_result):
+    pass
+
+@pytest.mark.llmreplay(workload="wl.yaml", concurrency=2, slo={"ttft.p99": "< 1us"})
+def test_breach(llm_result):
+    pass
+"""
+
+
+def test_report_dir_has_every_test_and_the_session_summary(project):
+    project.makepyfile(test_rep=MARKED_TESTS)
+    result = project.runpytest("--llm-offline", "--llm-report", "reports")
+    result.assert_outcomes(passed=1, failed=1)
+    folder = project.path / "reports"
+    files = report_files(folder)
+    assert sorted(files) == ["test_rep.py::test_breach", "test_rep.py::test_chat"]
+    for test, (json_file, csv_file) in files.items():
+        record = json.loads(json_file.read_text())
+        assert record["test"] == test
+        assert record["fingerprint"]["kind"] == "offline"
+        assert len(record["samples"]["ttft"]) == 8
+        csv_lines = csv_file.read_text().splitlines()
+        assert len(csv_lines) == 1 + 8  # a header and one row per request
+    summary = (folder / "summary.md").read_text()
+    assert summary.startswith("## llmreplay: 2 perf tests\n")
+    assert re.search(r"^\| test_rep\.py::test_chat +\| 8/8 .*\| 1/1 +\| - +\|$", summary, re.M), summary
+    assert re.search(r"^\| test_rep\.py::test_breach +\| 8/8 .*\| 0/1 +\| - +\|$", summary, re.M), summary
+    assert "### test_rep.py::test_breach" in summary and "BREACH" in summary
+    page = (folder / "index.html").read_text()
+    assert page.startswith("<!doctype html>")
+    assert page.count("<svg") >= 2 * 3  # TTFT, TPOT and latency CDFs of both tests
+    assert "<title>TTFT</title>" in page and "stroke-dasharray" not in page  # no baseline line
+    result.stdout.fnmatch_lines([f"llmreplay reports: wrote {folder / 'summary.md'}, {folder / 'index.html'}"])
+
+
+def test_report_dir_drops_files_of_tests_not_run_again(project):
+    project.makepyfile(test_rep=MARKED_TESTS)
+    project.runpytest("--llm-offline", "--llm-report", "reports")
+    result = project.runpytest("--llm-offline", "--llm-report", "reports", "-k", "chat")
+    result.assert_outcomes(passed=1, deselected=1)
+    assert list(report_files(project.path / "reports")) == ["test_rep.py::test_chat"]
+    assert (project.path / "reports" / "summary.md").read_text().startswith("## llmreplay: 1 perf test\n")
+
+
+def test_report_dir_of_a_session_without_perf_tests_describes_no_old_run(project):
+    project.makepyfile(test_rep=MARKED_TESTS + "\ndef test_plain():\n    pass\n")
+    project.runpytest("--llm-offline", "--llm-report", "reports").assert_outcomes(passed=2, failed=1)
+    result = project.runpytest("--llm-offline", "--llm-report", "reports", "-k", "plain")
+    result.assert_outcomes(passed=1, deselected=2)
+    folder = project.path / "reports"
+    assert list((folder / "tests").iterdir()) == []
+    for page in ("summary.md", "index.html"):  # gone, or rewritten: never the previous session's tests
+        assert not (folder / page).exists() or "test_rep.py::test_chat" not in (folder / page).read_text(), page
+
+
+def test_github_step_summary_gets_the_markdown_appended(project, monkeypatch):
+    step_summary = project.path / "step_summary.md"
+    step_summary.write_text("# earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    project.makepyfile(test_rep=MARKED_TESTS)
+    project.runpytest("--llm-offline", "--llm-report", "reports").assert_outcomes(passed=1, failed=1)
+    written = (project.path / "reports" / "summary.md").read_text()
+    assert step_summary.read_text() == "# earlier step\n" + written
+    assert "test_rep.py::test_chat" in written
+
+
+def test_junit_xml_carries_the_key_figures(project):
+    project.makepyfile(test_rep=MARKED_TESTS)
+    project.runpytest("--llm-offline", "--junitxml=out.xml").assert_outcomes(passed=1, failed=1)
+    cases = {case.get("name"): case for case in ET.parse(project.path / "out.xml").iter("testcase")}
+    assert set(cases) == {"test_chat", "test_breach"}
+    for case in cases.values():
+        properties = {p.get("name"): p.get("value") for p in case.iter("property")}
+        assert {"llmreplay.ttft.p50", "llmreplay.ttft.p99", "llmreplay.tpot.p50", "llmreplay.error_rate",
+                "llmreplay.output_throughput.steady_state", "llmreplay.request_throughput.steady_state"} <= set(properties)
+        assert float(properties["llmreplay.error_rate"]) == 0
+        assert 0 < float(properties["llmreplay.ttft.p50"]) <= float(properties["llmreplay.ttft.p99"]) < 2
+        assert not any(name.startswith("llmreplay.change.") for name in properties)  # nothing compared
+
+
+# ------------------------------------------------------------------------ pytest-xdist
+
+
+def test_xdist_workers_measure_and_the_controller_reports_every_test(project, monkeypatch):
+    step_summary = project.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    project.makepyfile(test_many="""
+        import pytest
+
+        @pytest.mark.parametrize("concurrency", [1, 2, 3, 4])
+        def test_marked(llm_replay, concurrency):
+            llm_replay("wl.yaml", concurrency=concurrency, slo={"ttft.p99": "< 5s"})
+    """)
+    project.path.joinpath("spec.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  error_rate: == 0\n")
+    result = project.runpytest_subprocess("-n", "2", "--llm-offline", "--llm-report", "rep", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=5)
+    tests = [f"test_many.py::test_marked[{c}]" for c in (1, 2, 3, 4)] + ["spec.llmreplay.yaml::spec"]
+    out = result.stdout.str()
+    summary_section = out.split("= llmreplay =", 1)[1]
+    for test in tests:  # the overview: one row per test, from the workers' reports
+        assert re.search(rf"^{re.escape(test)} +passed +[0-9.]+ ", summary_section, re.M), test
+    assert sorted(report_files(project.path / "rep")) == sorted(tests)
+    summary = (project.path / "rep" / "summary.md").read_text()
+    assert summary.startswith("## llmreplay: 5 perf tests\n")
+    for test in tests:
+        assert f"| {test} " in summary, test
+    assert step_summary.read_text() == summary  # by the controller alone, once
+    result.stdout.fnmatch_lines([f"llmreplay reports: wrote {project.path / 'rep' / 'summary.md'}, {project.path / 'rep' / 'index.html'}"])
+
+
+# ------------------------------------------------------------------------ hooks
+
+
+METRIC_CONFTEST = """
+def pytest_llmreplay_metrics():
+    return {"ttft_spread": lambda result: {"value": result.summary["ttft"]["p99"] / result.summary["ttft"]["p50"]}}
+"""
+
+
+def test_metrics_hook_adds_a_metric_to_the_summary_and_slos(project):
+    project.makeconftest(METRIC_CONFTEST)
+    project.makepyfile(test_metric="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft_spread": "< 1000"})
+        def test_spread_ok(llm_result):
+            spread = llm_result.summary["ttft_spread"]["value"]
+            assert spread == llm_result.summary["ttft"]["p99"] / llm_result.summary["ttft"]["p50"]
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft_spread.value": "> 1000"})
+        def test_spread_breached(llm_result):
+            pass
+    """)
+    project.path.joinpath("spread.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  ttft_spread: < 1000\n")
+    result = project.runpytest("--llm-offline", "-v", "--llm-report", "rep")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["SLO breached: 1 of 1", "metric*threshold*measured*margin*status", "ttft_spread.value*> 1000*-*BREACH"])
+    result.stdout.fnmatch_lines(["llmreplay: test_metric.py::test_spread_ok", "*", "SLOs met: 1 of 1", "*", "ttft_spread*< 1000*ok"], consecutive=False)
+    record = json.loads(report_files(project.path / "rep")["spread.llmreplay.yaml::spread"][0].read_text())
+    assert record["summary"]["ttft_spread"]["value"] > 1
+    assert record["slo"][0]["key"] == "ttft_spread" and record["slo"][0]["passed"] is True
+
+
+def test_unknown_metric_is_refused_without_the_hook(project):
+    project.path.joinpath("spread.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  ttft_spread: < 1000\n")
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"{project.path / 'spread.llmreplay.yaml'}: SLO 'ttft_spread': unknown metric 'ttft_spread'; *"])
+
+
+FORMAT_MODULE = '''
+"""A made-up one-request-per-line format: PERFTESTFMT <input tokens> <output tokens>."""
+
+from pytest_llmreplay import Session, Synthetic, Turn, Workload
+
+NAME = "perftestfmt-{suffix}"
+
+
+def detect(first_line):
+    return first_line.startswith("PERFTESTFMT ")
+
+
+def load(path, scale=1):
+    sessions = []
+    for number, line in enumerate(open(path, encoding="utf-8"), start=1):
+        _, inp, out = line.split()
+        sessions.append(Session(f"line{{number}}", 0.25 * number, (Turn(int(inp) * scale, int(out), Synthetic()),)))
+    return Workload(tuple(sessions), NAME, source=str(path))
+'''
+
+
+def test_formats_hook_adds_a_workload_format(project):
+    suffix = project.path.name
+    project.path.joinpath("perftestfmt_module.py").write_text(FORMAT_MODULE.format(suffix=suffix))
+    project.makeconftest("""
+        import perftestfmt_module
+
+        def pytest_llmreplay_formats():
+            return [perftestfmt_module]
+    """)
+    project.path.joinpath("trace.ptf").write_text("PERFTESTFMT 40 4\nPERFTESTFMT 80 6\nPERFTESTFMT 120 8\n")
+    project.makepyfile(test_fmt=f"""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="trace.ptf", slo={{"error_rate": "== 0"}})
+        def test_detected(llm_result):
+            assert llm_result.summary["requests"]["ok"] == 3
+
+        @pytest.mark.llmreplay(workload="trace.ptf", format="perftestfmt-{suffix}", format_options={{"scale": 2}})
+        def test_named(llm_result, llm_workload):
+            workload = llm_workload("trace.ptf", scale=2)
+            assert workload.format == "perftestfmt-{suffix}"
+            assert [t.input_tokens for _, _, t in workload.turns()] == [80, 160, 240]
+            assert llm_result.summary["requests"]["ok"] == 3
+    """)
+    result = project.runpytest_subprocess("--llm-offline", "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["llmreplay: test_fmt.py::test_detected", "completed=3/3 requests*"])
+
+
+def test_formats_hook_with_a_taken_name_is_a_usage_error(project):
+    project.path.joinpath("clash_module.py").write_text(
+        "NAME = 'mooncake'\ndef detect(first_line): return False\ndef load(path): raise NotImplementedError\n")
+    project.makeconftest("""
+        import clash_module
+
+        def pytest_llmreplay_formats():
+            return [clash_module]
+    """)
+    project.makepyfile("def test_x(): pass")
+    result = project.runpytest_subprocess("--llm-offline", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: pytest_llmreplay_formats: format name 'mooncake' is already taken by pytest_llmreplay.formats.mooncake"])
