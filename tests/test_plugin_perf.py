@@ -776,3 +776,29 @@ def test_formats_hook_with_a_taken_name_is_a_usage_error(project):
     result = project.runpytest_subprocess("--llm-offline", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: pytest_llmreplay_formats: format name 'mooncake' is already taken by pytest_llmreplay.formats.mooncake"])
+
+
+def test_a_plugin_metric_may_not_replace_a_built_in_one(project):
+    project.makeconftest("""
+        def pytest_llmreplay_metrics():
+            return {"ttft": lambda result: {"p99": 0.0}}
+    """)
+    project.makepyfile("""
+        def test_perf(llm_replay):
+            llm_replay("wl.yaml")
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*pytest_llmreplay_metrics: 'ttft' is already a metric of the summary; name yours differently*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_two_runs_of_a_test_may_not_share_a_name(project):
+    project.makepyfile("""
+        def test_perf(llm_replay):
+            llm_replay("wl.yaml", name="chat")
+            llm_replay("wl.yaml", name="chat", concurrency=2)
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*llm_replay: name 'chat' is already used by another run of this test*"])

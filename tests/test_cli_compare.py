@@ -1,0 +1,73 @@
+"""``llmreplay compare A B``: two stored results, the same table as the plugin's gate, exit
+status 0 (no regression), 1 (a regression), 2 (not comparable)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pytest_llmreplay.cli import main
+
+
+def record(ttft_scale=1.0, model="m", workload="abc", seed=0):
+    rng = np.random.default_rng(seed)
+    ttft = (rng.lognormal(np.log(0.1), 0.2, 400) * ttft_scale).round(6).tolist()
+    return {
+        "schema": 1, "test": "t", "commit": None, "dirty": None, "time": "2026-11-22T00:00:00+00:00",
+        "fingerprint": {"kind": "live", "model": model}, "workload": {"digest": workload}, "settings": {"concurrency": 8},
+        "summary": {"ttft": {"p50": float(np.percentile(ttft, 50)), "p90": float(np.percentile(ttft, 90))}},
+        "samples": {"ttft": ttft},
+    }
+
+
+@pytest.fixture
+def write(tmp_path):
+    def put(name, data):
+        path = tmp_path / name
+        path.write_text(json.dumps(data))
+        return str(path)
+
+    return put
+
+
+def test_same_distribution_is_no_regression(write, capsys):
+    status = main(["compare", write("a.json", record(seed=1)), write("b.json", record(seed=2))])
+    printed = capsys.readouterr().out
+    assert status == 0
+    assert "0 regressions" in printed and "ttft.p50" in printed and "REGRESSION" not in printed
+
+
+def test_a_slower_ttft_is_a_regression_with_exit_1(write, capsys):
+    status = main(["compare", write("a.json", record(seed=1)), write("b.json", record(1.3, seed=2))])
+    printed = capsys.readouterr().out
+    assert status == 1
+    assert "ttft.p50" in printed and "REGRESSION" in printed
+
+
+def test_allowed_change_from_the_command_line(write, capsys):
+    status = main(["compare", write("a.json", record(seed=1)), write("b.json", record(1.3, seed=2)),
+                   "--regression", "ttft.p50=50%", "--regression", "ttft.p90=off"])
+    printed = capsys.readouterr().out
+    assert status == 0 and "ttft.p90" not in printed and "50%" in printed
+
+
+def test_two_endpoints_are_compared_and_the_header_says_so(write, capsys):
+    status = main(["compare", write("a.json", record(model="vllm")), write("b.json", record(model="sglang", seed=3))])
+    printed = capsys.readouterr().out
+    assert status == 0
+    assert "different endpoints: (model: 'vllm' vs 'sglang')" in printed
+
+
+def test_different_workloads_are_not_compared(write, capsys):
+    status = main(["compare", write("a.json", record()), write("b.json", record(workload="other"))])
+    assert status == 2
+    assert "not compared: workload differs (digest: 'abc' vs 'other')" in capsys.readouterr().out
+
+
+def test_bad_files_and_options_are_one_line_errors(write, tmp_path, capsys):
+    assert main(["compare", str(tmp_path / "missing.json"), write("b.json", record())]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'missing.json'}: no such file"
+    assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "ttft.p50"]) == 1
+    assert "--regression: expected KEY=ALLOWED such as ttft.p50=10%, got 'ttft.p50'" in capsys.readouterr().err
+    assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "queue.p50=5%"]) == 1
+    assert "regression 'queue.p50': only ttft, tpot, latency" in capsys.readouterr().err
