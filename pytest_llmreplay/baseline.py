@@ -7,15 +7,21 @@ version, sim profile, hardware, plus fields from plugins), ``workload`` (path, f
 its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary`), ``slo``
 (checks), and ``samples``: the per-request ``ttft``, ``tpot``, ``latency``; the per-session
 ``ttfat``, ``cache_hit_rate``, ``eligible_cache_hit_rate``; and for throughputs the rates of the
-steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits.
+steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits, with
+``sample_keys`` naming each value's request (session * 2^20 + turn), session or window.
 
 **Store**: ``DIR/<test>/<commit12>-<UTC time>-<pid>-<random>.json``, written to a temporary file
 then hard-linked into place, which fails rather than replacing an existing file: concurrent
 ``pytest -n 8`` workers never clobber each other, and a stored result is never overwritten.
 
 **Comparison** of metric ``m.stat`` (e.g. ``ttft.p50``): change = stat(current) / stat(baseline)
-- 1, with a 95% bootstrap confidence interval (both sample sets resampled with replacement,
-:data:`BOOTSTRAP_RESAMPLES` times, seeded: the same two results give the same verdict). A
+- 1, with a 95% bootstrap confidence interval (:data:`BOOTSTRAP_RESAMPLES` resamples with
+replacement, seeded: the same two results give the same verdict). When both results hold the same
+requests, sessions and windows (equal ``sample_keys``: the same workload and settings, every
+request ok) the resampling is paired, the same indices drawn from both, so the spread between
+requests cancels and the interval measures the change between the runs; otherwise each side is
+resampled on its own. Noise that shifts a whole run (a slower runner) is not in either interval:
+the tolerance guards against it, and several runs per side pool it (``bench/README.md``). A
 **regression** is called only when the change is worse than the metric's tolerance (higher for
 times and error rate, lower for cache hit rates and throughputs) *and* significant: the whole
 interval is on the worse side of zero. An improvement is the mirror image. Results whose
@@ -62,15 +68,37 @@ def _compact(values: Iterable[float | None]) -> list[float]:
     return [float(f"{v:.6g}") for v in values if v is not None and not math.isnan(v)]
 
 
-def samples(result: Any) -> dict[str, list[float]]:
-    """The per-request, per-session and per-window samples a comparison needs (see module doc)."""
+KEY_TURNS = 1 << 20  # a request's key: session index * KEY_TURNS + turn index
+
+
+def _keyed_samples(result: Any) -> dict[str, tuple[list[int], list[float]]]:
+    """metric -> (keys, values) in workload order: requests by (session, turn), sessions by
+    index, windows in time order; a key names the same request, session or window in any run of
+    the same workload and settings, which is what lets a comparison pair them."""
     from .metrics import request_values
 
-    rows = [request_values(r) for r in result.ok]
-    found = {name: _compact(row[name] for row in rows) for name in SAMPLED_REQUEST_METRICS}
-    found.update({name: _compact(row[name] for row in result.session_rows) for name in SAMPLED_SESSION_METRICS})
-    found.update({name: _compact(result.window_rates(name)) for name in WINDOWED_METRICS})
-    return {name: values for name, values in found.items() if values}
+    requests = sorted(result.ok, key=lambda r: (r.session_index, r.turn_index))
+    request_rows = [(r.session_index * KEY_TURNS + r.turn_index, request_values(r)) for r in requests]
+    session_rows = sorted(((row["session_index"], row) for row in result.session_rows), key=lambda pair: pair[0])
+    found = {}
+    for names, rows in ((SAMPLED_REQUEST_METRICS, request_rows), (SAMPLED_SESSION_METRICS, session_rows)):
+        for name in names:
+            kept = [(key, row[name]) for key, row in rows if row[name] is not None and not math.isnan(row[name])]
+            found[name] = ([key for key, _ in kept], _compact(value for _, value in kept))
+    for name in WINDOWED_METRICS:
+        rates = _compact(result.window_rates(name))
+        found[name] = (list(range(len(rates))), rates)
+    return {name: pair for name, pair in found.items() if pair[1]}
+
+
+def samples(result: Any) -> dict[str, list[float]]:
+    """The per-request, per-session and per-window samples a comparison needs (see module doc)."""
+    return {name: values for name, (_, values) in _keyed_samples(result).items()}
+
+
+def sample_keys(result: Any) -> dict[str, list[int]]:
+    """The key of each of :func:`samples`' values (see :func:`_keyed_samples`)."""
+    return {name: keys for name, (keys, _) in _keyed_samples(result).items()}
 
 
 def git_state(cwd: str | Path) -> dict[str, Any]:
@@ -120,6 +148,7 @@ def make_record(result: Any, *, test: str, fingerprint: Mapping[str, Any], workl
         "summary": result.summary,
         "slo": [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in slo_checks],
         "samples": samples(result),
+        "sample_keys": sample_keys(result),
     }
 
 
@@ -269,16 +298,21 @@ def _statistic(stat: str, draws: np.ndarray) -> np.ndarray:
     return np.percentile(draws, float(stat[1:]), axis=-1)
 
 
-def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed: int = 0) -> tuple[float, float, float]:
-    """(change, low, high): stat(current)/stat(baseline) - 1 and its bootstrap interval."""
+def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed: int = 0, paired: bool = False) -> tuple[float, float, float]:
+    """(change, low, high): stat(current)/stat(baseline) - 1 and its bootstrap interval.
+
+    ``paired`` (value i is the same request, session or window in both): the same indices are
+    drawn from both, so differences between requests cancel and only the change between the runs
+    is left; otherwise each side is resampled on its own."""
     point = float(_statistic(stat, current) / _statistic(stat, baseline) - 1)
     rng = np.random.default_rng(seed)
     ratios = []
     chunk = max(1, min(BOOTSTRAP_RESAMPLES, 2_000_000 // max(len(baseline), len(current))))
     for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
         n = min(chunk, BOOTSTRAP_RESAMPLES - start)
-        b = _statistic(stat, baseline[rng.integers(0, len(baseline), (n, len(baseline)))])
-        c = _statistic(stat, current[rng.integers(0, len(current), (n, len(current)))])
+        drawn = rng.integers(0, len(baseline), (n, len(baseline)))
+        b = _statistic(stat, baseline[drawn])
+        c = _statistic(stat, current[drawn if paired else rng.integers(0, len(current), (n, len(current)))])
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(c / b - 1)
     ratios = np.concatenate(ratios)
@@ -301,6 +335,7 @@ class Row:
     tolerance: float | None = None
     verdict: str = "skipped"
     note: str = ""
+    paired: bool = False
 
 
 @dataclass
@@ -359,7 +394,10 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         if float(_statistic(stat, base)) == 0:
             row.note = "baseline is 0"
             continue
-        row.change, row.low, row.high = bootstrap_change(base, cur, stat, seed)
+        keys = (baseline.get("sample_keys") or {}).get(metric)
+        paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
+        row.change, row.low, row.high = bootstrap_change(base, cur, stat, seed, paired)
+        row.paired = paired
         worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
         change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
         if change > allowed:

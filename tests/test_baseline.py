@@ -819,3 +819,34 @@ def test_comparison_table_singular_and_skipped_notes():
     assert text.splitlines()[0] == "Compared with baseline: 1 regression"
     assert "skipped (not measured)" in text
     assert "10%" in text
+
+
+def test_the_same_requests_in_both_runs_are_compared_in_pairs():
+    # requests differ widely (TTFT 0.1 s to 3 s), and each one is 3% slower in the second run:
+    # resampled in pairs the spread between requests cancels and the +3% is significant; without
+    # keys each side is resampled on its own and the spread hides it
+    rng = np.random.default_rng(4)
+    before = rng.lognormal(np.log(0.5), 0.8, 300)
+    after = before * 1.03
+    keys = {"ttft": list(range(300))}
+
+    def stored(values, **more):
+        return record(samples={"ttft": values.tolist()}, summary={"ttft": {"p50": float(np.median(values))}}, **more)
+
+    tolerance = {"ttft.p50": 0.01}
+    paired = compare(stored(before, sample_keys=keys), stored(after, sample_keys=keys), tolerance).rows[0]
+    assert paired.paired and paired.verdict == "regression"
+    assert paired.change == pytest.approx(0.03, abs=1e-4) and 0.02 < paired.low <= paired.high < 0.04
+    unpaired = compare(stored(before), stored(after), tolerance).rows[0]
+    assert not unpaired.paired and unpaired.verdict == "noise" and unpaired.low < 0 < unpaired.high
+    other = compare(stored(before, sample_keys=keys), stored(after, sample_keys={"ttft": list(range(1, 301))}), tolerance).rows[0]
+    assert not other.paired  # different requests (a failed one left out): not paired
+
+
+def test_sample_keys_name_each_value_in_workload_order():
+    result = small_run()
+    values, keys = baseline.samples(result), baseline.sample_keys(result)
+    assert set(values) == set(keys) and all(len(values[name]) == len(keys[name]) for name in values)
+    expected = sorted(r.session_index * baseline.KEY_TURNS + r.turn_index for r in result.ok if r.first_token_s is not None)
+    assert keys["ttft"] == expected
+    assert keys["output_throughput"] == list(range(len(values["output_throughput"])))
