@@ -17,14 +17,8 @@ import pytest
 
 import pytest_llmreplay
 
-WORKLOAD = """\
-synthetic:
-  sessions: 8
-  input_tokens: {dist: uniform, min: 64, max: 256}
-  output_tokens: {dist: uniform, min: 8, max: 32}
-  rate: 4
-  seed: 7
-"""
+from test_plugin_perf import WORKLOAD  # 8 small sessions: a replay takes well under a second offline
+
 PERF_TEST = """
 import pytest
 
