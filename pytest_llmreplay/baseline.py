@@ -91,14 +91,20 @@ def _keyed_samples(result: Any) -> dict[str, tuple[list[int], list[float]]]:
     return {name: pair for name, pair in found.items() if pair[1]}
 
 
+def _split(keyed: Mapping[str, tuple[list[int], list[float]]]) -> dict[str, dict[str, list]]:
+    """``samples`` (metric -> values) and ``sample_keys`` (metric -> keys), as stored."""
+    return {"samples": {name: values for name, (_, values) in keyed.items()},
+            "sample_keys": {name: keys for name, (keys, _) in keyed.items()}}
+
+
 def samples(result: Any) -> dict[str, list[float]]:
     """The per-request, per-session and per-window samples a comparison needs (see module doc)."""
-    return {name: values for name, (_, values) in _keyed_samples(result).items()}
+    return _split(_keyed_samples(result))["samples"]
 
 
 def sample_keys(result: Any) -> dict[str, list[int]]:
     """The key of each of :func:`samples`' values (see :func:`_keyed_samples`)."""
-    return {name: keys for name, (keys, _) in _keyed_samples(result).items()}
+    return _split(_keyed_samples(result))["sample_keys"]
 
 
 def git_state(cwd: str | Path) -> dict[str, Any]:
@@ -147,8 +153,7 @@ def make_record(result: Any, *, test: str, fingerprint: Mapping[str, Any], workl
         "warnings": list(result.warnings),
         "summary": result.summary,
         "slo": [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in slo_checks],
-        "samples": samples(result),
-        "sample_keys": sample_keys(result),
+        **_split(_keyed_samples(result)),
     }
 
 
@@ -420,11 +425,15 @@ def comparison_table(comparison: Comparison) -> str:
         return f"{title}: {comparison.mismatch}"
     rows = []
     for row in comparison.rows:
-        change = "" if row.change is None else f"{row.change * 100:+.1f}% [{row.low * 100:+.1f}%, {row.high * 100:+.1f}%]"
-        rows.append([row.key, _figure(row.baseline), _figure(row.current), change, f"{row.tolerance * 100:g}%", row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")])
+        rows.append([row.key, _figure(row.baseline), _figure(row.current), change_cell(row.change, row.low, row.high), f"{row.tolerance * 100:g}%", row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")])
     count = len(comparison.regressions)
     title += f": {count} regression{'s' if count != 1 else ''}"
     return title + "\n" + tabulate(rows, headers=["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"], tablefmt="simple")
+
+
+def change_cell(change: float | None, low: float | None, high: float | None) -> str:
+    """``+10.2% [+7.1%, +13.4%]``: a change and its interval; empty when not computed."""
+    return "" if change is None else f"{change * 100:+.1f}% [{low * 100:+.1f}%, {high * 100:+.1f}%]"
 
 
 def _figure(value: float | None) -> str:

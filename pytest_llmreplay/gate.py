@@ -40,8 +40,6 @@ class Outcome:
     baseline_text: str
     figures: dict[str, float]
     failure: str | None
-    comparison: Comparison | None = None
-    saved: Path | None = None
 
 
 @dataclass
@@ -68,26 +66,23 @@ class Gate:
 
         checks = check_slos(run.result.summary, parse_slos(run.slo, extra_metrics=run.result.summary))
         record = make_record(run.result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git, slo_checks=checks)
-        blocks = [f"llmreplay: {run.test}", render(run.result)]
-        if checks:
-            blocks.append(breach_table(checks))
-        comparison = self._compare(run, record) if self.history is not None else None
-        baseline_blocks = []
-        if comparison is not None:
-            baseline_blocks.append(comparison_table(comparison) if isinstance(comparison, Comparison) else comparison)
-        saved = BaselineStore(self.baseline_dir).save(record) if self.save else None
-        if saved is not None:
-            baseline_blocks.append(f"saved baseline {saved}")
+        slo_table = breach_table(checks) if checks else None
+        blocks = [f"llmreplay: {run.test}", render(run.result)] + ([slo_table] if slo_table else [])
+        found = self._compare(run, record) if self.history is not None else None
+        comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
+        compared_text = comparison_table(comparison) if comparison else found
+        baseline_blocks = [compared_text] if compared_text else []
+        if self.save:
+            baseline_blocks.append(f"saved baseline {BaselineStore(self.baseline_dir).save(record)}")
         if self.report_dir is not None:
-            self._write_report(run, record, comparison if isinstance(comparison, Comparison) else None)
+            self._write_report(run, record, comparison)
         failures = []
         if not all(c.passed for c in checks):
-            failures.append(breach_table(checks))
-        if self.fail_on_regression and isinstance(comparison, Comparison) and comparison.regressions:
-            failures.append(comparison_table(comparison))
+            failures.append(slo_table)
+        if self.fail_on_regression and comparison is not None and comparison.regressions:
+            failures.append(compared_text)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
-        return Outcome("\n\n".join(blocks), baseline_text, key_figures(run.result.summary, comparison),
-                       "\n\n".join(failures) or None, comparison if isinstance(comparison, Comparison) else None, saved)
+        return Outcome("\n\n".join(blocks), baseline_text, key_figures(run.result.summary, comparison), "\n\n".join(failures) or None)
 
     def _compare(self, run: PerfRun, record: Mapping[str, Any]) -> Comparison | str:
         label, commits = self.history
@@ -122,7 +117,7 @@ def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def key_figures(summary: Mapping[str, Mapping[str, float]], comparison: Comparison | str | None) -> dict[str, float]:
+def key_figures(summary: Mapping[str, Mapping[str, float]], comparison: Comparison | None) -> dict[str, float]:
     """``llmreplay.<metric>.<stat>`` -> value for the headline metrics, and each compared
     metric's change (``llmreplay.change.<key>``): what CI dashboards read from JUnit XML."""
     figures = {}
@@ -131,7 +126,7 @@ def key_figures(summary: Mapping[str, Mapping[str, float]], comparison: Comparis
         value = summary.get(metric, {}).get(stat)
         if value is not None:
             figures[f"llmreplay.{key.removesuffix('.value')}"] = round(float(value), 6)
-    if isinstance(comparison, Comparison):
+    if comparison is not None:
         for row in comparison.rows:
             if row.change is not None:
                 figures[f"llmreplay.change.{row.key}"] = round(row.change, 6)

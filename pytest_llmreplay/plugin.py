@@ -397,13 +397,11 @@ def llm_workload(pytestconfig: pytest.Config) -> Callable[..., Any]:
     return load
 
 
-def _perf_run(state: LLMSession, test: str, data: dict[str, Any], base: Path) -> Any:
-    """Check a spec mapping, replay it, and return (PerfRun, Result)."""
+def _perf_run(state: LLMSession, test: str, spec: Any) -> Any:
+    """Replay a checked :class:`~pytest_llmreplay.spec.PerfSpec`; return (PerfRun, Result)."""
     from .baseline import workload_digest
     from .gate import PerfRun
-    from .spec import parse_spec
 
-    spec = parse_spec(data, base, state.extra_metric_names())
     result = state.replay(spec)
     workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": workload_digest(spec.workload)}
     return PerfRun(test, result, workload, spec.slo, spec.regression), result
@@ -422,7 +420,10 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> C
         test = request.node.nodeid + (f"::{name}" if name else f"::{len(runs) + 1}" if runs else "")
         if any(r.test == test for r in runs):
             pytest.fail(f"llm_replay: name {name!r} is already used by another run of this test", pytrace=False)
-        perf, result = _fail_on_user_error(lambda: _perf_run(state, test, {"workload": workload, **spec}, pytestconfig.rootpath))
+        from .spec import parse_spec
+
+        checked = _fail_on_user_error(lambda: parse_spec({"workload": workload, **spec}, pytestconfig.rootpath, state.extra_metric_names()))
+        perf, result = _fail_on_user_error(lambda: _perf_run(state, test, checked))
         runs.append(perf)
         return result
 
@@ -515,21 +516,22 @@ class SpecFile(pytest.File):
 
         state = session_of(self.config)
         try:
-            data = read_spec_file(self.path)
-            parse_spec(data, self.path.parent, state.extra_metric_names())
+            spec = parse_spec(read_spec_file(self.path), self.path.parent, state.extra_metric_names())
         except LLMReplayError as exc:
             raise self.CollectError(f"{self.path}: {exc}") from None
-        yield SpecItem.from_parent(self, name=self.path.name.split(".llmreplay.")[0], data=data)
+        yield SpecItem.from_parent(self, name=self.path.name.split(".llmreplay.")[0], spec=spec)
 
 
 class SpecItem(pytest.Item):
-    def __init__(self, *, data: dict[str, Any], **kwargs: Any) -> None:
+    """A spec file's test: its :class:`~pytest_llmreplay.spec.PerfSpec`, checked at collection."""
+
+    def __init__(self, *, spec: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.data = data
+        self.spec = spec
 
     def runtest(self) -> None:
         state = session_of(self.config)
-        run, _ = _perf_run(state, self.nodeid, self.data, self.path.parent)
+        run, _ = _perf_run(state, self.nodeid, self.spec)
         self.stash.setdefault(RUNS, []).append(run)
         failure = finish_runs(self)
         if failure:

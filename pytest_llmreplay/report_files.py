@@ -77,7 +77,9 @@ def detail_tables(record: Mapping[str, Any], tablefmt: str) -> list[tuple[str, s
         if comparison.get("mismatch"):
             found.append((title, comparison["mismatch"]))
         else:
-            rows = [[r["key"], _num(r["baseline"]), _num(r["current"]), "" if r["change"] is None else f"{r['change'] * 100:+.1f}% [{r['low'] * 100:+.1f}%, {r['high'] * 100:+.1f}%]", f"{r['tolerance'] * 100:g}%", r["verdict"]] for r in comparison["rows"]]
+            from .baseline import change_cell
+
+            rows = [[r["key"], _num(r["baseline"]), _num(r["current"]), change_cell(r["change"], r["low"], r["high"]), f"{r['tolerance'] * 100:g}%", r["verdict"]] for r in comparison["rows"]]
             found.append((title, tabulate(rows, headers=["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"], tablefmt=tablefmt)))
     return found
 
