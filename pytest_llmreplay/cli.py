@@ -72,7 +72,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .endpoints import HTTPEndpoint, ServerProcess
+    from .endpoints import HTTPEndpoint, ServerProcess, extra_body
     from .metrics import Result
     from .prompts import PromptFactory
     from .replay import ReplaySettings, replay
@@ -89,12 +89,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         prompt_format=args.prompt_format, check_idle=not args.no_idle_check,
     )
     settings.validate()
-    extra_body = _json_object("--extra-body", args.extra_body)
-    if args.ignore_eos:
-        extra_body["ignore_eos"] = True
     endpoint = HTTPEndpoint(
         args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
-        headers=dict(_header(h) for h in args.header), extra_body=extra_body, timeout_s=args.timeout,
+        headers=dict(_header(h) for h in args.header), extra_body=extra_body("--extra-body", args.extra_body, args.ignore_eos), timeout_s=args.timeout,
     )
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
     progress = ProgressLine(workload.num_requests if args.max_requests is None else args.max_requests)
@@ -190,20 +187,6 @@ class ProgressLine:
     def close(self) -> None:
         if self.shown:
             print(file=sys.stderr)
-
-
-def _json_object(option: str, text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    import json
-
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise LLMReplayError(f"{option}: not JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise LLMReplayError(f"{option}: expected a JSON object, got {type(value).__name__}")
-    return value
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -86,6 +86,22 @@ class Response:
             self.cached_tokens = _int_or(details.get("cached_tokens"), self.cached_tokens)
 
 
+def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
+    """The fields merged into every request body: the JSON object ``text`` (given as ``option``,
+    named in the error when it is not one), plus ``ignore_eos: true`` when asked."""
+    fields: dict[str, Any] = {}
+    if text:
+        try:
+            fields = json.loads(text)
+        except ValueError as exc:
+            raise LLMReplayError(f"{option}: not JSON ({exc})") from None
+        if not isinstance(fields, dict):
+            raise LLMReplayError(f"{option}: expected a JSON object, got {type(fields).__name__}")
+    if ignore_eos:
+        fields["ignore_eos"] = True
+    return fields
+
+
 def _int_or(value: Any, default: int | None) -> int | None:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 

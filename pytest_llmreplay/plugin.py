@@ -24,6 +24,7 @@ workers' per-test files and report sections.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -38,6 +39,8 @@ OPTIONS = (
     ("--llm-model", "llm_model", "string", None, "model name to send (default: the first of /v1/models)"),
     ("--llm-api", "llm_api", "string", "chat", "API to call: chat or completions (default chat)"),
     ("--llm-api-key-env", "llm_api_key_env", "string", None, "name of the environment variable holding the API key"),
+    ("--llm-ignore-eos", "llm_ignore_eos", "bool", False, "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, the simulator)"),
+    ("--llm-extra-body", "llm_extra_body", "string", None, 'JSON object merged into every request body, e.g. \'{"min_tokens": 16}\''),
     ("--llm-server-cmd", "llm_server_cmd", "string", None, "command that starts the server at --llm-endpoint for the session (stopped at the end)"),
     ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
     ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
@@ -49,7 +52,7 @@ OPTIONS = (
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
 )
-METAVARS = {"--llm-endpoint": "URL", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD",
+METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD",
             "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "DIR", "--llm-report": "DIR"}
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
@@ -114,6 +117,12 @@ class LLMSession:
             raise pytest.UsageError(f"--llm-endpoint / llm_endpoint: expected http://host:port, got {self.endpoint_url!r}")
         if self.server_cmd and not self.endpoint_url:
             raise pytest.UsageError("--llm-server-cmd needs --llm-endpoint: the URL the started server listens on")
+        from .endpoints import extra_body
+
+        try:
+            self.extra_body = extra_body("--llm-extra-body / llm_extra_body", option(config, "llm_extra_body"), bool(option(config, "llm_ignore_eos")))
+        except LLMReplayError as exc:
+            raise pytest.UsageError(str(exc)) from None
         self.compare_ref = option(config, "llm_compare") or None
         self.history: tuple[str, list[str]] | None = None
         if self.compare_ref is not None:
@@ -140,7 +149,8 @@ class LLMSession:
     def describe(self) -> str:
         if self.kind == "live":
             started = " (started by --llm-server-cmd)" if self.server_cmd else ""
-            return f"endpoint {self.endpoint_url}{started}"
+            extra = f", every request adds {json.dumps(self.extra_body)}" if self.extra_body else ""
+            return f"endpoint {self.endpoint_url}{started}{extra}"
         profile = option(self.config, "llm_sim_profile")
         return f"simulator {profile} ({'offline, virtual time' if self.offline else 'over HTTP, wall clock'})"
 
@@ -171,7 +181,8 @@ class LLMSession:
             model = option(self.config, "llm_model") or None
             key_env = option(self.config, "llm_api_key_env") or None
             fingerprint = live_fingerprint(self.endpoint_url, model, key_env)
-            target = Target("live", self.endpoint_url, model=fingerprint["model"], api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint)
+            target = Target("live", self.endpoint_url, model=fingerprint["model"], api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint,
+                            extra_body=self.extra_body)
         else:
             from .sim.timing import load_profile
 
@@ -180,10 +191,13 @@ class LLMSession:
                 profile = load_profile(name)
             except LLMReplayError as exc:
                 raise LLMReplayError(f"--llm-sim-profile: {exc}") from None
-            target = Target(self.kind, profile=profile, api=self.api, prompts=self.prompts, fingerprint=sim_fingerprint(profile, self.kind))
+            target = Target(self.kind, profile=profile, api=self.api, prompts=self.prompts, fingerprint=sim_fingerprint(profile, self.kind),
+                            extra_body=self.extra_body)
             if self.kind == "sim-server":
                 target.server = start_sim_server(name, option(self.config, "llm_tokenizer"))
                 target.url = target.server.url
+        if self.extra_body:  # what every request also asks changes what is measured
+            target.fingerprint["extra_body"] = self.extra_body
         self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
         return target
 
@@ -203,9 +217,10 @@ class LLMSession:
     def extra_metric_names(self) -> tuple[str, ...]:
         return tuple(name for found in self.config.hook.pytest_llmreplay_metrics() for name in found)
 
-    def replay(self, spec: Any) -> Any:
+    def replay(self, spec: Any, salt: str) -> Any:
         """Replay a :class:`~pytest_llmreplay.spec.PerfSpec` on the target; the Result, with
-        plugins' metrics added to its summary."""
+        plugins' metrics added to its summary. Generated prompts are salted with ``salt`` (the
+        workload's digest): see :meth:`~pytest_llmreplay.prompts.PromptFactory.salted`."""
         from .formats import load_workload
         from .metrics import Result
         from .replay import replay
@@ -213,7 +228,7 @@ class LLMSession:
         workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
         target = self.target
         with live_lock(target):
-            run = replay(workload, target.endpoint(), self.prompts, spec.settings, clock=target.clock())
+            run = replay(workload, target.endpoint(), self.prompts.salted(salt), spec.settings, clock=target.clock())
         result = Result(run, gpus=target.gpus)
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
@@ -368,7 +383,8 @@ def llm_tokenizer(pytestconfig: pytest.Config):
 
 @pytest.fixture(scope="session")
 def llm_prompts(pytestconfig: pytest.Config):
-    """A :class:`~pytest_llmreplay.prompts.PromptFactory` for the session's tokenizer and seed."""
+    """A :class:`~pytest_llmreplay.prompts.PromptFactory` for the session's tokenizer and seed
+    (each replay salts it with its workload's digest: ``llm_prompts.salted(digest)``)."""
     return _fail_on_user_error(lambda: session_of(pytestconfig).prompts)
 
 
@@ -402,8 +418,9 @@ def _perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     from .baseline import workload_digest
     from .gate import PerfRun
 
-    result = state.replay(spec)
-    workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": workload_digest(spec.workload)}
+    digest = workload_digest(spec.workload)
+    result = state.replay(spec, salt=digest)
+    workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
     return PerfRun(test, result, workload, spec.slo, spec.regression), result
 
 

@@ -69,6 +69,16 @@ class PromptFactory:
         self.tokenizer = tokenizer
         self.seed = seed
 
+    def salted(self, salt: str) -> "PromptFactory":
+        """A factory for the same tokenizer whose seed is ``stable_hash(seed, salt)``: with a
+        workload's digest as the salt, two workloads never share generated tokens (session
+        ``s0`` of one and of another, or hash id 0 of two traces), so on a real engine one test
+        cannot warm the prefix cache for the next. The word list is computed once, here, and
+        shared."""
+        factory = PromptFactory(self.tokenizer, seed=stable_hash(self.seed, salt))
+        factory.words = self.words
+        return factory
+
     @cached_property
     def words(self) -> np.ndarray:
         """The word-token ids generated prompts are made of (computed once per factory)."""

@@ -30,7 +30,8 @@ DEFAULT_PROFILE = "llama-3.1-8b-h100"
 @dataclass
 class Target:
     """An endpoint to replay against. ``profile``: the simulator's (offline and sim-server);
-    ``url``: the HTTP address (sim-server and live)."""
+    ``url``: the HTTP address (sim-server and live); ``extra_body``: fields merged into every
+    HTTP request body (the offline simulator always produces the planned output length)."""
 
     kind: str
     url: str | None = None
@@ -41,6 +42,7 @@ class Target:
     prompts: Any = None
     fingerprint: dict[str, Any] = field(default_factory=dict)
     server: ServerProcess | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -60,7 +62,7 @@ class Target:
             from .sim.endpoint import SimEndpoint
 
             return SimEndpoint(self.profile, self.prompts)
-        return HTTPEndpoint(self.url, model=self.model, api=self.api, api_key_env=self.api_key_env)
+        return HTTPEndpoint(self.url, model=self.model, api=self.api, api_key_env=self.api_key_env, extra_body=self.extra_body)
 
     def clock(self) -> Clock:
         return VirtualClock() if self.kind == "offline" else WallClock()

@@ -31,7 +31,7 @@ synthetic:
   seed: 1
 """
 FLAGS = (
-    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-server-cmd",
+    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd",
     "--llm-sim-profile", "--llm-offline", "--llm-tokenizer", "--llm-seed", "--llm-baseline-dir",
     "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-report",
 )
@@ -164,6 +164,8 @@ def test_ini_llm_save_and_llm_report(project):
     (["--llm-endpoint", "localhost:8000"], "--llm-endpoint / llm_endpoint: expected http://host:port, got 'localhost:8000'"),
     (["--llm-server-cmd", "vllm serve x"], "--llm-server-cmd needs --llm-endpoint: the URL the started server listens on"),
     (["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"], "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL"),
+    (["--llm-extra-body", '{"min_tokens": 2'], "--llm-extra-body / llm_extra_body: not JSON (*)"),
+    (["--llm-extra-body", "3"], "--llm-extra-body / llm_extra_body: expected a JSON object, got int"),
 ])
 def test_usage_errors(project, args, message):
     project.makepyfile("def test_x(): pass")
@@ -508,6 +510,23 @@ def test_llm_endpoint_default_is_the_simulator_over_http(project):
     assert refuses_connections(port), "the simulator server outlived the session"
 
 
+def test_two_workloads_with_the_same_session_ids_share_no_prompt_tokens(project):
+    """On one server for the whole session, the first test must not warm the prefix cache for
+    the second: each replay salts generated prompts with its workload's digest."""
+    project.path.joinpath("other.yaml").write_text(TINY_WORKLOAD.replace("seed: 1", "seed: 2"))
+    project.makepyfile("""
+        def test_first(llm_replay):
+            assert llm_replay("tiny.yaml", concurrency=1).summary["cache_hit_rate"]["mean"] == 0
+
+        def test_second(llm_replay):
+            assert llm_replay("other.yaml", concurrency=1).summary["cache_hit_rate"]["mean"] == 0
+
+        def test_first_again(llm_replay):
+            assert llm_replay("tiny.yaml", concurrency=1).summary["cache_hit_rate"]["mean"] > 0
+    """)
+    project.runpytest().assert_outcomes(passed=3)
+
+
 def test_llm_endpoint_live_with_a_server_the_plugin_starts(project):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -526,6 +545,31 @@ def test_llm_endpoint_live_with_a_server_the_plugin_starts(project):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd); baselines *", "completed=3/3 requests*"])
     assert refuses_connections(port), "the --llm-server-cmd server outlived the session"
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_ignore_eos_and_extra_body_reach_every_request(project, ignore_eos):
+    """The server stops a request at a simulated EOS (after 1 token on average) unless the
+    request says ``ignore_eos``; ``min_tokens`` from the extra body is honoured either way."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    project.makepyfile(f"""
+        def test_live(llm_endpoint, llm_replay):
+            assert llm_endpoint.fingerprint["extra_body"] == {{"min_tokens": 2{', "ignore_eos": True' if ignore_eos else ''}}}
+            records = llm_replay("tiny.yaml", concurrency=3).records
+            planned = [r.planned_output_tokens for r in records]
+            assert min(planned) > 2
+            if {ignore_eos}:
+                assert [r.output_tokens for r in records] == planned
+            else:
+                assert all(2 <= r.output_tokens for r in records) and sum(r.output_tokens for r in records) < sum(planned)
+    """)
+    command = f"{sys.executable} -m pytest_llmreplay.cli sim --port {port} --eos-mean-tokens 1"
+    flags = ["--llm-ignore-eos"] if ignore_eos else []
+    result = project.runpytest("--llm-endpoint", url, "--llm-server-cmd", command, "--llm-extra-body", '{"min_tokens": 2}', *flags)
+    result.assert_outcomes(passed=1)
+    adds = '{"min_tokens": 2, "ignore_eos": true}' if ignore_eos else '{"min_tokens": 2}'
+    result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd), every request adds {adds}; baselines *"])
 
 
 def test_unreachable_endpoint_fails_with_one_line(project):

@@ -102,6 +102,17 @@ def test_plain_synthetic_exact_length_and_per_session(factory):
     assert synthetic_ids(factory, 50, "a") == a
 
 
+def test_salted_factories_share_no_tokens_but_are_deterministic(factory):
+    session = Session("s0", 0.0, (Turn(200, 8, prompt=Synthetic(prefix_group=0, prefix_tokens=64)), Turn(100, 8, prompt=Synthetic())))
+    block = HashBlocks((0, 1), block_size=16)
+    one, again, other = factory.salted("digest-a"), factory.salted("digest-a"), factory.salted("digest-b")
+    assert one.words is factory.words  # shared, not recomputed
+    for index in (0, 1):
+        assert one.turn_ids(session, index) == again.turn_ids(session, index)
+        assert len({tuple(f.turn_ids(session, index)[:16]) for f in (factory, one, other)}) == 3
+    assert one.hash_blocks(block, 32) == again.hash_blocks(block, 32) != other.hash_blocks(block, 32)
+
+
 def test_prefix_group_shares_exactly_prefix_tokens(factory):
     a = synthetic_ids(factory, 30, "a", prefix_group=3, prefix_tokens=10)
     b = synthetic_ids(factory, 40, "b", prefix_group=3, prefix_tokens=10)
