@@ -606,9 +606,24 @@ def test_stalls_delay_streams_that_still_complete(prompts):
 # -- the openai SDK --------------------------------------------------------------------------------
 
 
-def test_openai_sdk_chat_and_completions(sim, prompts):
-    openai = pytest.importorskip("openai")
-    client = openai.OpenAI(base_url=sim.url + "/v1", api_key="x", max_retries=0, timeout=10)
+@pytest.fixture(params=["in-process", "llmreplay sim"])
+def sdk_url(request, sim) -> Iterator[str]:
+    """The module's server thread, or ``llmreplay sim`` as a process with the same model name
+    and block size (and the bundled profile's timing)."""
+    if request.param == "in-process":
+        yield sim.url
+        return
+    process, url = _sim_process("--model", "tiny-test", "--block-size", str(BLOCK))
+    try:
+        yield url
+    finally:
+        _stop(process, timeout=10)
+
+
+def test_openai_sdk_chat_and_completions(sdk_url, prompts):
+    import openai
+
+    client = openai.OpenAI(base_url=sdk_url + "/v1", api_key="x", max_retries=0, timeout=10)
     assert [m.id for m in client.models.list()] == ["tiny-test"]
     messages = [{"role": "system", "content": "Be brief. " * 8}, {"role": "user", "content": TEXT * 2}]
 
