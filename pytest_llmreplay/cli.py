@@ -164,15 +164,21 @@ def _add_compare_parser(commands: Any) -> None:
 
 
 class ProgressLine:
-    """``done/total requests, failed, elapsed`` on stderr, redrawn at most every half second,
-    shown only once a run has lasted ``after_s`` seconds (short runs print nothing)."""
+    """``done/total requests, failed, elapsed`` on stderr, shown only once a run has lasted
+    ``after_s`` seconds (short runs print nothing). On a terminal one line is redrawn in place
+    at most every half second; elsewhere (a CI log, a file) a plain line is written at most
+    every ``log_every_s`` seconds, so logs hold no carriage returns."""
 
-    def __init__(self, total: int, after_s: float = 3.0) -> None:
+    def __init__(self, total: int, after_s: float = 3.0, log_every_s: float = 10.0, stream: Any = None) -> None:
         from .clock import WallClock
 
         self.clock = WallClock()
+        self.stream = stream or sys.stderr
+        self.interactive = self.stream.isatty()
         self.total, self.after_s = total, after_s
-        self.start = self.last = self.clock.now()
+        self.every_s = 0.5 if self.interactive else log_every_s
+        self.start = self.clock.now()
+        self.last = self.start - self.every_s
         self.done = self.failed = 0
         self.shown = False
 
@@ -180,13 +186,14 @@ class ProgressLine:
         self.done += 1
         self.failed += record.status == "failed"
         now = self.clock.now()
-        if now - self.start >= self.after_s and now - self.last >= 0.5:
+        if now - self.start >= self.after_s and now - self.last >= self.every_s:
             self.last, self.shown = now, True
-            print(f"\r{self.done:,}/{self.total:,} requests, {self.failed:,} failed, {now - self.start:.0f} s", end="", file=sys.stderr, flush=True)
+            line = f"{self.done:,}/{self.total:,} requests, {self.failed:,} failed, {now - self.start:.0f} s"
+            print(f"\r{line}" if self.interactive else line, end="" if self.interactive else "\n", file=self.stream, flush=True)
 
     def close(self) -> None:
-        if self.shown:
-            print(file=sys.stderr)
+        if self.shown and self.interactive:
+            print(file=self.stream)
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -1,5 +1,6 @@
 """llmreplay validate / inspect / convert, through main() as a user runs them."""
 
+import io
 import json
 
 import pytest
@@ -137,3 +138,32 @@ def test_bad_usage_exits_2(capsys):
         main(["convert", "a", "b", "--to", "synthetic"])
     assert exc.value.code == 2
     assert "invalid choice: 'synthetic'" in capsys.readouterr().err
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool) -> None:
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_progress_line_redraws_on_a_terminal_and_writes_plain_lines_to_a_log(tty, monkeypatch):
+    from types import SimpleNamespace
+
+    from pytest_llmreplay.cli import ProgressLine
+    from pytest_llmreplay.clock import WallClock
+
+    stream, now = _Stream(tty), [0.0]
+    monkeypatch.setattr(WallClock, "now", lambda self: now[0])
+    progress = ProgressLine(4, after_s=1.0, log_every_s=5.0, stream=stream)
+    for t, status in ((0.5, "ok"), (2.0, "failed"), (3.0, "ok"), (8.0, "ok")):
+        now[0] = t
+        progress.update(SimpleNamespace(status=status))
+    progress.close()
+    if tty:  # every update after 1 s, at least 0.5 s apart, redrawn in place
+        assert stream.getvalue() == "\r2/4 requests, 1 failed, 2 s\r3/4 requests, 1 failed, 3 s\r4/4 requests, 1 failed, 8 s\n"
+    else:  # plain lines at least 5 s apart
+        assert stream.getvalue() == "2/4 requests, 1 failed, 2 s\n4/4 requests, 1 failed, 8 s\n"
