@@ -72,6 +72,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from .baseline import workload_digest
     from .endpoints import HTTPEndpoint, ServerProcess, extra_body
     from .metrics import Result
     from .prompts import PromptFactory
@@ -93,7 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
         headers=dict(_header(h) for h in args.header), extra_body=extra_body("--extra-body", args.extra_body, args.ignore_eos), timeout_s=args.timeout,
     )
-    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
+    # salted with the workload's digest, as the plugin does: two workloads share no prompt tokens
+    digest = workload_digest(args.file)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed).salted(digest)
     progress = ProgressLine(workload.num_requests if args.max_requests is None else args.max_requests)
     server = ServerProcess(args.server_cmd, args.endpoint, startup_timeout_s=args.server_timeout) if args.server_cmd else None
     try:
@@ -111,21 +114,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(render(result))
     if args.out:
         out = Path(args.out)
-        stored = _write_stored(result, args, out / "result.json")
+        stored = _write_stored(result, args, digest, out / "result.json")
         print(f"wrote {stored} and {result.write_csv(out / 'requests.csv')}")
     return 0 if result.ok else 1
 
 
-def _write_stored(result: Any, args: argparse.Namespace, path: Path) -> Path:
+def _write_stored(result: Any, args: argparse.Namespace, digest: str, path: Path) -> Path:
     """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read)."""
-    from .baseline import git_state, make_record, workload_digest, write_new
+    from .baseline import git_state, make_record, write_new
     from .target import live_fingerprint
 
     try:
         fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
     except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
         fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
-    workload = {"path": args.file, "format": args.format, "digest": workload_digest(args.file)}
+    workload = {"path": args.file, "format": args.format, "digest": digest}
     record = make_record(result, test=f"llmreplay run {Path(args.file).name}", fingerprint=fingerprint, workload=workload, git=git_state(Path.cwd()))
     path.unlink(missing_ok=True)  # --out names a folder for this run's files
     return write_new(path, record)
@@ -238,7 +241,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     plan.add_argument("--warmup-requests", type=int, default=0, metavar="N", help="leave the first N requests out of the metrics")
     plan.add_argument("--warmup-seconds", type=float, default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
     plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
-    plan.add_argument("--seed", type=int, default=0, help="seed of prompts, shuffling, sampling and Poisson arrivals (default 0)")
+    plan.add_argument("--seed", type=int, default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
     plan.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")
     run.set_defaults(run=cmd_run)
 

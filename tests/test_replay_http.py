@@ -175,3 +175,21 @@ def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, extra
     status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", *extra])
     err = capsys.readouterr().err
     assert status == 1 and err.startswith(message) and "Traceback" not in err
+
+
+def test_cli_runs_of_two_workloads_share_no_prompt_tokens(tmp_path, capsys):
+    """Prompts are salted with the workload file's digest: on one simulator, a run of another
+    workload with the same session ids finds nothing cached; the same workload again does."""
+    from test_sim_server import serving
+
+    spec = "synthetic:\n  sessions: 3\n  input_tokens: 64\n  output_tokens: 2\n  seed: {}\n"
+    first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
+    first.write_text(spec.format(1))
+    second.write_text(spec.format(2))
+    with serving(PromptFactory(load_tokenizer(None))) as sim:
+        def cache_hit_rate(workload: Path, out: str) -> float:
+            assert main(["run", str(workload), "--endpoint", sim.url, "--concurrency", "1", "--out", str(tmp_path / out)]) == 0
+            return json.loads((tmp_path / out / "result.json").read_text())["summary"]["cache_hit_rate"]["mean"]
+
+        assert cache_hit_rate(first, "a") == 0 and cache_hit_rate(second, "b") == 0
+        assert cache_hit_rate(first, "again") > 0
