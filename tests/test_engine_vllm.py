@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,14 +73,26 @@ def test_impossible_slo(llm_result):
 """
 
 
-def vllm_server_command(port: int, scratch: Path) -> str:
-    """``--llm-server-cmd`` for vLLM serving the tiny model as ``tiny`` on 127.0.0.1:``port``,
-    from the setup script (which installs vLLM and builds the model on first use)."""
-    setup = [sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--json", "--port", str(port), "--scratch", str(scratch)]
-    done = subprocess.run(setup, capture_output=True, text=True, timeout=SETUP_TIMEOUT_S)
+def setup_vllm_cpu(*options: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """Run the setup script (which installs vLLM and builds the model on first use); its JSON."""
+    setup = [sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--json", *options]
+    done = subprocess.run(setup, capture_output=True, text=True, timeout=SETUP_TIMEOUT_S, env=env)
     if done.returncode != 0:
         pytest.fail(f"scripts/setup_vllm_cpu.py failed (exit {done.returncode}):\n{done.stderr[-3000:]}", pytrace=False)
-    return json.loads(done.stdout.strip().splitlines()[-1])["command"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def engine_home() -> str:
+    """The folder vLLM and the model are cached in, resolved once per module: before pytester
+    points ``HOME`` at a temporary folder, where the script would install everything again."""
+    return str(Path(setup_vllm_cpu()["python"]).parents[2])
+
+
+def vllm_server_command(engine_home: str, port: int, scratch: Path) -> str:
+    """``--llm-server-cmd`` for vLLM serving the tiny model as ``tiny`` on 127.0.0.1:``port``."""
+    env = {**os.environ, "LLMREPLAY_ENGINE_HOME": engine_home}
+    return setup_vllm_cpu("--port", str(port), "--scratch", str(scratch), env=env)["command"]
 
 
 def mooncake_slice(shared_data: Path) -> list[dict]:
@@ -141,14 +155,15 @@ def project(pytester, monkeypatch, shared_data):
     return pytester
 
 
-def test_vllm_cpu_replays_save_and_compare(project, shared_data, tmp_path_factory):
+def vllm_options(engine_home: str, scratch: Path, *api: str) -> list[str]:
+    """The options that make the plugin start vLLM on a free port and replay against it."""
     port = free_port()
-    options = [
-        "--llm-endpoint", f"http://127.0.0.1:{port}",
-        "--llm-server-cmd", vllm_server_command(port, tmp_path_factory.mktemp("vllm")),
-        "--llm-api", "completions", "--llm-ignore-eos", "--llm-extra-body", '{"return_token_ids": true}',
-        "-p", "no:cacheprovider", "-v",
-    ]
+    return ["--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", vllm_server_command(engine_home, port, scratch),
+            "--llm-ignore-eos", *api, "-p", "no:cacheprovider", "-v"]
+
+
+def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tmp_path_factory):
+    options = vllm_options(engine_home, tmp_path_factory.mktemp("vllm"), "--llm-api", "completions", "--llm-extra-body", '{"return_token_ids": true}')
     first = project.runpytest_subprocess(*options, "--llm-save", "--llm-report", "first", timeout=RUN_TIMEOUT_S)
     text = first.stdout.str()
     first.assert_outcomes(passed=2, failed=1)
@@ -157,7 +172,7 @@ def test_vllm_cpu_replays_save_and_compare(project, shared_data, tmp_path_factor
 
     # the impossible SLO: one readable table naming the metric, its threshold and what was measured
     failure = text[text.index("test_impossible_slo _"):]
-    assert "ttft.p50" in failure and "< 1us" in failure and "FAIL" in failure
+    assert "SLO breached: 1 of 2" in failure and re.search(r"ttft\.p50 +< 1us +\S+ us .* BREACH", failure)
 
     report = project.path / "first"
     for test in ("test_agent", "test_mooncake_slice", "test_impossible_slo"):
@@ -197,3 +212,23 @@ def test_vllm_cpu_replays_save_and_compare(project, shared_data, tmp_path_factor
         assert row["key"] == "cache_hit_rate.mean" and row["baseline"] == row["current"], (test, row)
         # no change; the burst's prompts share nothing, and a change from 0 has no ratio
         assert (row["verdict"], row["change"]) == (("skipped", None) if test == "test_impossible_slo" else ("ok", 0.0)), (test, row)
+
+
+def test_vllm_cpu_chat_agent_hits_its_history(engine_home, project, tmp_path_factory):
+    """The chat API: each turn sends the history as messages, with vLLM's own response text as
+    the assistant's; vLLM renders them with the model's chat template and re-tokenizes, so the
+    hit covers the history up to where the re-tokenized response text differs from the tokens
+    generated (random weights emit byte tokens that do not round-trip), not always all of it."""
+    result = project.runpytest_subprocess(*vllm_options(engine_home, tmp_path_factory.mktemp("vllm"), "--llm-api", "chat"),
+                                          "-k", "test_agent", "--llm-report", "chat", timeout=RUN_TIMEOUT_S)
+    result.assert_outcomes(passed=1, deselected=2)
+    agent = requests_of(project.path / "chat", "test_agent")
+    assert {r["status"] for r in agent} == {"ok"} and all(int(r["output_tokens"]) == 24 for r in agent)
+    by_turn = {(r["session_id"], int(r["turn_index"])): r for r in agent}
+    for (session, turn), row in by_turn.items():
+        cached, prompt = int(row["cached_tokens"]), int(row["prompt_tokens"])
+        assert prompt > int(row["planned_prompt_tokens"])  # the chat template's tokens come on top
+        if turn == 0:
+            assert cached == 0, (session, turn)
+        else:  # at least the previous turn's whole prompt, block-aligned
+            assert cached >= vllm_prefix_hit(int(by_turn[session, turn - 1]["prompt_tokens"]), prompt), (session, turn, cached)
