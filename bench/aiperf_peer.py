@@ -103,10 +103,6 @@ TOKENIZER = ROOT / "pytest_llmreplay" / "assets" / "tokenizer.json"
 LLMREPLAY = Path(sys.executable).with_name("llmreplay")
 SETUP_VLLM = ROOT / "scripts" / "setup_vllm_cpu.py"
 HEALTH_TIMEOUT = 300  # s; vLLM's CPU build takes 20-60 s on 2 cores
-CHATML = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
 # AIPerf's warning panels and log lines about token counts (console and logs/aiperf.log)
 MISMATCH = re.compile(r"Token Count Discrepancy|Sequence Length Mismatch|inconsistent with output sequence length|WARNING.*(token|mismatch|discrepanc)", re.I)
 METRICS = (  # (label, AIPerf export key and stat, our summary key and stat, factor to our unit)
@@ -151,14 +147,12 @@ def aiperf_binary(venv: Path) -> Path:
 
 
 def write_tokenizer_folder(folder: Path) -> Path:
-    """Our bundled byte-level BPE as a transformers folder (PreTrainedTokenizerFast, ChatML template)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copy(TOKENIZER, folder / "tokenizer.json")
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-        "unk_token": None, "model_max_length": 1_000_000, "clean_up_tokenization_spaces": False, "chat_template": CHATML,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
+    """Our bundled byte-level BPE as a transformers folder (PreTrainedTokenizerFast, ChatML
+    template), written by the tiny model's recipe: the folder vLLM's model has too."""
+    sys.path.insert(0, str(ROOT / "fixtures" / "tiny_model"))
+    from build_tiny_model import write_tokenizer
+
+    write_tokenizer(TOKENIZER, folder)
     return folder
 
 
