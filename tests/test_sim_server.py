@@ -363,17 +363,20 @@ def test_metrics_names_labels_and_counters(sim):
     assert metric(sim.url, "num_requests_running") == 0 and metric(sim.url, "num_requests_waiting") == 0
     assert metric(sim.url, "kv_cache_usage_perc") == 0.0
 
-    lag = {labels.get("quantile"): value for n, labels, value in scrape(sim.url) if n.startswith("llmreplay:sim_emit_lag_seconds")}
-    assert set(lag) == {"0.5", "0.9", "0.99", "1.0", None}
-    assert lag[None] >= 9  # the streamed request's chunks were measured
-    assert all(np.isfinite(lag[q]) for q in ("0.5", "0.9", "0.99", "1.0"))
-    assert lag["0.5"] <= lag["0.9"] <= lag["0.99"] <= lag["1.0"]
+    samples = scrape(sim.url)
+    lag = {labels.get("quantile"): value for n, labels, value in samples if n.startswith("llmreplay:sim_emit_lag_seconds")}
+    error = {labels.get("quantile"): value for n, labels, value in samples if n.startswith("llmreplay:sim_emit_error_seconds")}
+    assert set(lag) == {"0.0", "0.01", "0.5", "0.99", "1.0", None} and set(error) == {"0.5", "0.9", "0.99", "1.0", None}
+    assert lag[None] == error[None] >= 9  # the streamed request's chunks were measured
+    assert lag["0.0"] <= lag["0.01"] <= lag["0.5"] <= lag["0.99"] <= lag["1.0"]
+    assert 0 <= error["0.5"] <= error["0.9"] <= error["0.99"] <= error["1.0"] == max(-lag["0.0"], lag["1.0"])
 
 
 def test_emit_lag_is_nan_before_any_stream(prompts):
     with serving(prompts) as thread:
-        lag = {labels.get("quantile"): value for n, labels, value in scrape(thread.url) if n.startswith("llmreplay:")}
-        assert lag[None] == 0 and all(np.isnan(lag[q]) for q in ("0.5", "0.9", "0.99", "1.0"))
+        samples = [(n, labels.get("quantile"), value) for n, labels, value in scrape(thread.url) if n.startswith("llmreplay:")]
+        assert {n for n, _, _ in samples} >= {"llmreplay:sim_emit_lag_seconds", "llmreplay:sim_emit_error_seconds_count"}
+        assert all(value == 0 if q is None else np.isnan(value) for _, q, value in samples)
 
 
 # -- output lengths: max_tokens, min_tokens, ignore_eos --------------------------------------------

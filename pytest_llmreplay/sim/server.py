@@ -27,7 +27,10 @@ Requests:
 KV cache usage, prefix cache queries and hits, prompt and generation tokens, preemptions, and
 ``vllm:cache_config_info`` (block size, GPU blocks per engine); and
 ``llmreplay:sim_emit_lag_seconds``, quantiles of (time a chunk was written - its simulated
-time) over the last 100,000 chunks of fault-free requests: the server's own timing error.
+time) over the last 100,000 chunks of fault-free requests, and ``llmreplay:sim_emit_error_seconds``,
+quantiles of its absolute value: the server's own timing error. An iteration's chunks are written
+from just before to just after its simulated end (see the engine's ``lead``), so lags are of both
+signs.
 """
 
 from __future__ import annotations
@@ -112,7 +115,8 @@ class SimServer:
         self._requests = 0
         self._handlers: set[asyncio.Task] = set()
         self._headers: dict[str, list[int]] = {}
-        self._json_texts: dict[int, str] = {}
+        self._json_texts: dict[int, bytes] = {}
+        self._to_build: list[_Reply] = []  # streams whose next event is built once the engine waits
         self._created = int(time.time())
 
     # -- application ---------------------------------------------------------------------------
@@ -187,13 +191,17 @@ class SimServer:
         lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig", "# TYPE vllm:cache_config_info gauge",
                   f'vllm:cache_config_info{{block_size="{config.block_size}",enable_prefix_caching="True",'
                   f'num_gpu_blocks="{config.num_gpu_blocks}"}} 1.0']
-        lines += ["# HELP llmreplay:sim_emit_lag_seconds Chunk write time minus its simulated time.",
-                  "# TYPE llmreplay:sim_emit_lag_seconds summary"]
         lags = np.fromiter(self.emit_lags, dtype=np.float64)
-        for q in (0.5, 0.9, 0.99, 1.0):
-            value = float(np.quantile(lags, q)) if len(lags) else math.nan
-            lines.append(f'llmreplay:sim_emit_lag_seconds{{quantile="{q}"}} {value}')
-        lines.append(f"llmreplay:sim_emit_lag_seconds_count {len(lags)}")
+        summaries = (
+            ("emit_lag_seconds", "Chunk write time minus its simulated time (negative: written early).", lags, (0.0, 0.01, 0.5, 0.99, 1.0)),
+            ("emit_error_seconds", "Absolute difference of a chunk's write time and its simulated time.", np.abs(lags), (0.5, 0.9, 0.99, 1.0)),
+        )
+        for name, help_text, values, quantiles in summaries:
+            lines += [f"# HELP llmreplay:sim_{name} {help_text}", f"# TYPE llmreplay:sim_{name} summary"]
+            for q in quantiles:
+                value = float(np.quantile(values, q)) if len(values) else math.nan
+                lines.append(f'llmreplay:sim_{name}{{quantile="{q}"}} {value}')
+            lines.append(f"llmreplay:sim_{name}_count {len(values)}")
         return "\n".join(lines) + "\n"
 
     # -- generation ------------------------------------------------------------------------------
@@ -291,17 +299,29 @@ class SimServer:
             ids = self._headers[role] = self.prompts.tokenizer.encode(f"<|{role}|>\n" if role else "\n")
         return ids
 
+    def build_ahead(self, reply: _Reply) -> None:
+        """Have ``reply`` build its next event once the current iteration's writes are done (one
+        loop callback for all streams): the writes at the iteration's end stay short."""
+        if not self._to_build:
+            asyncio.get_running_loop().call_soon(self._build_all)
+        self._to_build.append(reply)
+
+    def _build_all(self) -> None:
+        replies, self._to_build = self._to_build, []
+        for reply in replies:
+            reply.build_ahead()
+
     def text(self, ids: Sequence[int]) -> str:
         table = self.prompts.word_texts
         return "".join(table[t] for t in ids) if table is not None else self.prompts.tokenizer.decode(list(ids))
 
-    def json_text(self, ids: Sequence[int]) -> str:
-        """``json.dumps(self.text(ids))``; one token's is cached (the streaming case)."""
+    def json_text(self, ids: Sequence[int]) -> bytes:
+        """``json.dumps(self.text(ids))`` as UTF-8; one token's is cached (the streaming case)."""
         if len(ids) != 1:
-            return json.dumps(self.text(ids))
+            return json.dumps(self.text(ids)).encode()
         cached = self._json_texts.get(ids[0])
         if cached is None:
-            cached = self._json_texts[ids[0]] = json.dumps(self.text(ids))
+            cached = self._json_texts[ids[0]] = json.dumps(self.text(ids)).encode()
         return cached
 
 
@@ -328,8 +348,16 @@ class _Reply:
         self.prompt_tokens, self.output, self.finish, self.fault = prompt_tokens, output, finish, fault
         self.envelope = {"id": self.id, "object": "chat.completion.chunk" if chat else "text_completion",
                          "created": int(time.time()), "model": server.model}
-        self.head = _event({**self.envelope, "choices": []})[:-len(b']}\n\n')] + b'{"index":0,'
+        head = _event({**self.envelope, "choices": []})[:-len(b']}\n\n')] + b'{"index":0,'
+        self.head = head + (b'"delta":{"content":' if chat else b'"text":')
+        after_text = b'}' if chat else b',"logprobs":null'
+        self.middle = {None: after_text + b',"finish_reason":null', finish: after_text + b',"finish_reason":"%b"' % finish.encode()}
         self.return_ids = bool(body.get("return_token_ids"))
+        self.wire = bytes  # how an event goes on the wire: chunked once the response is prepared
+        self.pending_fault = fault  # not struck yet
+        self.chunks = self.sent = self.held = 0  # engine chunks consumed, tokens written, tokens held by a stall
+        self.stalled = False
+        self.ahead: bytes | None = None  # the event of the token ``output[sent]`` alone, built ahead of time
 
     def usage(self, job: Job) -> dict[str, Any]:
         generated = job.generated
@@ -340,12 +368,10 @@ class _Reply:
         }
 
     def frame(self, ids: Sequence[int], finish: str | None) -> bytes:
-        """One SSE event carrying ``ids`` (built from cached pieces: no JSON encoder per token)."""
-        text = self.server.json_text(ids)
-        body = f'"delta":{{"content":{text}}}' if self.chat else f'"text":{text},"logprobs":null'
-        reason = "null" if finish is None else f'"{finish}"'
-        extra = f',"token_ids":{json.dumps(list(ids))}' if self.return_ids else ""
-        return self.head + f'{body},"finish_reason":{reason}{extra}}}]}}\n\n'.encode()
+        """One SSE event carrying ``ids``, as it goes on the wire (built from cached pieces: no
+        JSON encoder per token)."""
+        extra = b',"token_ids":%b' % json.dumps(list(ids)).encode() if self.return_ids else b""
+        return self.wire(b"%b%b%b%b}]}\n\n" % (self.head, self.server.json_text(ids), self.middle[finish], extra))
 
     async def whole(self, job: Job) -> web.StreamResponse:
         await job.done
@@ -366,51 +392,94 @@ class _Reply:
         return web.json_response({**self.envelope, "object": kind, "choices": [choice], "usage": self.usage(job)})
 
     async def stream(self, job: Job) -> web.StreamResponse:
+        """Stream ``job``: the headers (and chat's role event) now, then every chunk written by
+        :meth:`_flush` from inside the engine's iteration, then usage and ``[DONE]``."""
         reply = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        woken = asyncio.Event()
-        job.first.on_emit = woken.set
+        self.job, self.times, self.tokens = job, job.times, job.tokens
+        self.ended = asyncio.get_running_loop().create_future()
         try:
             await reply.prepare(self.request)
-            await self._stream(job, reply, woken)
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            await reply.write(_event({**self.envelope, "choices": [role]}) if self.chat else b"")  # b"": the headers only
+            self.transport = self.request.transport
+            if reply.headers.get("Transfer-Encoding") == "chunked":
+                self.wire = _chunk
+            self._flush()  # what came out before the headers were sent
+            job.first.on_emit = self._flush
+            if not await self.ended:
+                return reply  # cut by a fault
+            if (self.body.get("stream_options") or {}).get("include_usage"):
+                await reply.write(_event({**self.envelope, "choices": [], "usage": self.usage(job)}))
+            await reply.write(b"data: [DONE]\n\n")
+            await reply.write_eof()
         except ConnectionError:  # the client went away: not the server's error, no traceback
             self.server.cluster.abort(job)
         return reply
 
-    async def _stream(self, job: Job, reply: web.StreamResponse, woken: asyncio.Event) -> None:
-        """Write each engine chunk when it comes out; what piled up since the last write goes as
-        one event (vLLM merges so under load). A fault strikes right after its drawn token."""
-        if self.chat:
-            await reply.write(_event({**self.envelope, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
-        clock, lags, fault, total = self.server.clock, self.server.emit_lags, self.fault, len(self.output)
-        chunks = sent = 0
-        while not (job.done.done() and chunks == len(job.times)):
-            await woken.wait()
-            woken.clear()
-            end = len(job.times)
-            ready = sum(job.tokens[chunks:end])
-            if fault is not None and sent + ready >= fault.after_tokens:
-                head = fault.after_tokens - sent
-                await reply.write(self.frame(self.output[sent:sent + head], None))
-                sent, ready = sent + head, ready - head
-                if fault.kind == "disconnect":
-                    self.server.cluster.abort(job)
-                    self.request.transport.close()
-                    return
-                await asyncio.sleep(self.server.faults.stall_s)
-                fault = None
-                ready += sum(job.tokens[end:len(job.times)])  # what came out during the stall
-                end = len(job.times)
-            if ready:
-                sent += ready
-                await reply.write(self.frame(self.output[sent - ready:sent], self.finish if sent >= total else None))
-                if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
-                    now = clock.now()
-                    lags.extend(now - t for t in job.times[chunks:end])
-            chunks = end
-        if (self.body.get("stream_options") or {}).get("include_usage"):
-            await reply.write(_event({**self.envelope, "choices": [], "usage": self.usage(job)}))
-        await reply.write(b"data: [DONE]\n\n")
-        await reply.write_eof()
+    def _flush(self) -> None:
+        """Write what the engine produced since the last call as one event: one per iteration
+        while the server keeps up (under load vLLM also merges what piled up).
+
+        Synchronous, called by the engine right after each of this request's chunks: 1,000
+        streams cost 1,000 socket writes per iteration and no task switch. A fault strikes right
+        after its drawn token: a disconnect closes the connection, a stall holds the stream for
+        ``stall_s`` and what piled up meanwhile goes as one event. ``ended`` resolves True after
+        the last token, False on a disconnect, with ConnectionResetError if the client left."""
+        start, times = self.chunks, self.times
+        end = len(times)
+        if (end == start and not self.held) or self.stalled or self.ended.done():
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.ended.set_exception(ConnectionResetError("the client closed the connection"))
+            return
+        ready = self.held + (self.tokens[start] if end == start + 1 else sum(self.tokens[start:end]))
+        self.chunks, self.held, sent, fault = end, 0, self.sent, self.pending_fault
+        if fault is not None and sent + ready >= fault.after_tokens:
+            head = fault.after_tokens - sent
+            transport.write(self.frame(self.output[sent:sent + head], None))
+            self.sent, self.pending_fault, self.ahead = sent + head, None, None
+            if fault.kind == "disconnect":
+                self.server.cluster.abort(self.job)
+                transport.close()
+                self.ended.set_result(False)
+                return
+            self.stalled, self.held = True, ready - head
+            asyncio.get_running_loop().call_later(self.server.faults.stall_s, self._resume)
+            return
+        self.sent = sent = sent + ready
+        last = sent >= len(self.output)
+        ahead, self.ahead = self.ahead, None
+        transport.write(ahead if ready == 1 and ahead is not None else self.frame(self.output[sent - ready:sent], self.finish if last else None))
+        if not last:
+            self.server.build_ahead(self)
+        if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
+            now = self.server.clock.now()
+            if end == start + 1:
+                self.server.emit_lags.append(now - times[start])
+            else:
+                self.server.emit_lags.extend(now - t for t in times[start:end])
+        if last:
+            self.ended.set_result(True)
+
+    def build_ahead(self) -> None:
+        """Build the event of the next token alone (the usual next chunk), while the engine waits
+        for the iteration's end: :meth:`_flush` then only writes it."""
+        sent = self.sent
+        if sent < len(self.output) and not self.ended.done():
+            self.ahead = self.frame(self.output[sent:sent + 1], self.finish if sent + 1 >= len(self.output) else None)
+
+    def _resume(self) -> None:
+        """A stall is over: write what piled up, or end a stream whose last token went before it."""
+        self.stalled = False
+        if self.sent >= len(self.output) and not self.ended.done():
+            self.ended.set_result(True)
+        self._flush()
+
+
+def _chunk(data: bytes) -> bytes:
+    """``data`` as one HTTP/1.1 chunk (the response's ``Transfer-Encoding: chunked``)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None) -> None:
