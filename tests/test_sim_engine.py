@@ -143,3 +143,35 @@ def test_same_inputs_give_identical_times():
     runs = [[(r.times, r.tokens, r.cached, r.preemptions) for r in simulate(config, arrivals)[1]] for _ in range(2)]
     assert runs[0] == runs[1]
     assert all(sum(tokens) == output for (times, tokens, _, _), (_, _, output) in zip(runs[0], arrivals))
+
+
+def test_a_slow_hand_out_goes_out_early_and_leaves_the_simulated_times_alone():
+    """A hand-out that takes clock time (the HTTP server writing streams) starts half its
+    duration before the iteration's end; token times and the next iteration's start do not move."""
+
+    def run(hand_out_s):
+        clock = VirtualClock()
+        handed = []
+
+        def on_emit():
+            handed.append(round(clock.now(), 6))
+            clock.advance(hand_out_s)  # writing this stream takes this long
+
+        async def main():
+            engine = Engine(EngineConfig(block_size=4, num_gpu_blocks=100), OneSecond(), clock, spans=False)
+            engine.start()
+            requests = [engine.submit(list(range(n, n + 4)), [1] * 5) for n in (0, 10)]
+            for request in requests:
+                request.on_emit = on_emit
+            for request in requests:
+                await request.done
+            await engine.stop()
+            return [r.times for r in requests]
+
+        return clock.run(main()), handed[::2]  # when the first stream of each iteration was written
+
+    instant_times, instant_handed = run(0.0)
+    times, handed = run(0.01)  # 20 ms per iteration's hand-out: a 10 ms lead from the second on
+    assert times == instant_times == [[1.0, 2.0, 3.0, 4.0, 5.0]] * 2
+    assert instant_handed == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert handed == [1.0, 1.99, 2.99, 3.99, 4.99]
