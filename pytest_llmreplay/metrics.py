@@ -20,8 +20,10 @@ Per complete session (every turn measured and ok):
 - ``decode_tps`` = Σ(output_i - 1) / Σ(last token_i - first token_i), over the turns whose
   tokens arrived over time (a one-chunk answer has no measurable decode);
 - ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
-- ``eligible_cache_hit_rate`` = Σ cached_i / Σ eligible_i with eligible_0 = 0 and
-  eligible_i = prompt_{i-1} + output_{i-1} (what a perfect prefix cache could have kept);
+- ``eligible_cache_hit_rate`` = Σ min(cached_i, eligible_i) / Σ eligible_i with eligible_0 = 0
+  and eligible_i = prompt_{i-1} + output_{i-1}: the share of the session's own history (what a
+  perfect prefix cache could have kept) that was hit, from 0 to 1. Hits beyond the history (a
+  system prompt shared with other sessions, on any turn) count in ``cache_hit_rate`` only;
 - ``output_tokens_per_session``.
 
 Workload, over the measured span T (first measured request sent to last one ended):
@@ -152,7 +154,9 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     prompts = [prompt_tokens(r) for r in turns]
     reported = all(r.cached_tokens is not None for r in turns) and None not in prompts
     cached = sum(r.cached_tokens or 0 for r in turns)
-    eligible = sum(prompts[i - 1] + turns[i - 1].output_tokens for i in range(1, len(turns))) if reported else 0
+    histories = [prompts[i - 1] + turns[i - 1].output_tokens for i in range(1, len(turns))] if reported else []
+    eligible = sum(histories)
+    history_hits = sum(min(turn.cached_tokens, history) for turn, history in zip(turns[1:], histories))
     return {
         "session_id": first.session_id,
         "session_index": first.session_index,
@@ -161,7 +165,7 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
         "ttfat": None if last.first_token_s is None else last.first_token_s - first.sent_s,
         "decode_tps": decode_tokens / decode_time if decode_time > 0 else None,
         "cache_hit_rate": cached / sum(prompts) if reported and sum(prompts) else None,
-        "eligible_cache_hit_rate": cached / eligible if eligible else None,
+        "eligible_cache_hit_rate": history_hits / eligible if eligible else None,
         "output_tokens_per_session": sum(r.output_tokens for r in turns),
     }
 

@@ -174,6 +174,18 @@ def test_session_with_planned_prompts_when_server_gives_none():
     assert row["eligible_cache_hit_rate"] == approx(52 / 104)  # 52 / (100 + 4)
 
 
+def test_eligible_rate_counts_only_hits_on_the_sessions_own_history():
+    # a system prompt of 64 tokens shared with other sessions hits on turn 0 too; turn 1's prompt
+    # (history 100 + 10 = 110) hits 128: 18 tokens beyond its history came from another session
+    turns = [
+        rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 9)), end=1.2, prompt=100, cached=64),
+        rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, prompt=200, cached=128),
+    ]
+    row = make(turns).session_rows[0]
+    assert row["cache_hit_rate"] == approx(192 / 300)
+    assert row["eligible_cache_hit_rate"] == approx(1.0)  # min(128, 110) / 110, not 192 / 110
+
+
 def test_session_without_cached_tokens_has_no_cache_rates():
     turns = [
         rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 3)), end=1.2, prompt=100, cached=0),
