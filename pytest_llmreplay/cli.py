@@ -268,6 +268,10 @@ def cmd_sim(args: argparse.Namespace) -> int:
     overrides = _engine_overrides(args)
     if overrides:
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, **overrides))
+    if args.timing_jitter is not None:
+        if not 0 <= args.timing_jitter <= 1:
+            raise LLMReplayError(f"--timing-jitter: expected a coefficient of variation from 0 to 1, got {args.timing_jitter:g}")
+        profile = dataclasses.replace(profile, jitter=args.timing_jitter)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
     try:
         server = SimServer(profile, prompts, model=args.model, cluster=cluster, faults=faults,
@@ -307,7 +311,10 @@ def _add_sim_parser(commands: Any) -> None:
     sim.add_argument("--seed", type=int, default=0, help="seed of output tokens, natural lengths and faults (default 0)")
     sim.add_argument("--eos-mean-tokens", type=float, metavar="N",
                      help="simulate EOS: requests without ignore_eos stop after a geometric number of tokens with mean N (default: always max_tokens)")
-    _add_engine_options(sim.add_argument_group("engine settings (override the profile's)"), *(["the profile's"] * 4))
+    group = sim.add_argument_group("engine settings (override the profile's)")
+    _add_engine_options(group, *(["the profile's"] * 4))
+    group.add_argument("--timing-jitter", type=float, metavar="CV",
+                       help="coefficient of variation of iteration times, 0 to 1 (default: the profile's timing.jitter, else 0)")
     group = sim.add_argument_group("cluster")
     group.add_argument("--engines", type=int, default=1, metavar="N", help="engines (the decode pool with --prefill-engines; default 1)")
     group.add_argument("--router", choices=ROUTERS, default="round_robin", help="how requests are spread over engines (default round_robin)")

@@ -45,7 +45,7 @@ OPTIONS = (
     ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
     ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
     ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id, a local folder or a tokenizer.json (default: the bundled one)"),
-    ("--llm-seed", "llm_seed", "string", "0", "seed of generated prompt tokens (default 0)"),
+    ("--llm-seed", "llm_seed", "string", "0", "seed of generated prompt tokens and of the simulator's outputs and timing jitter (default 0)"),
     ("--llm-baseline-dir", "llm_baseline_dir", "string", ".llmreplay", "where results are stored per commit, relative to the rootdir (default .llmreplay)"),
     ("--llm-save", "llm_save", "bool", False, "store each perf test's result as a baseline of the current commit"),
     ("--llm-compare", "llm_compare", "string", None, "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)"),
@@ -194,7 +194,7 @@ class LLMSession:
             target = Target(self.kind, profile=profile, api=self.api, prompts=self.prompts, fingerprint=sim_fingerprint(profile, self.kind),
                             extra_body=self.extra_body)
             if self.kind == "sim-server":
-                target.server = start_sim_server(name, option(self.config, "llm_tokenizer"))
+                target.server = start_sim_server(name, option(self.config, "llm_tokenizer"), self.seed)
                 target.url = target.server.url
         if self.extra_body:  # what every request also asks changes what is measured
             target.fingerprint["extra_body"] = self.extra_body

@@ -61,7 +61,7 @@ class Target:
         if self.kind == "offline":
             from .sim.endpoint import SimEndpoint
 
-            return SimEndpoint(self.profile, self.prompts)
+            return SimEndpoint(self.profile, self.prompts, seed=self.prompts.seed)
         return HTTPEndpoint(self.url, model=self.model, api=self.api, api_key_env=self.api_key_env, extra_body=self.extra_body)
 
     def clock(self) -> Clock:
@@ -93,10 +93,11 @@ def sim_fingerprint(profile: Any, kind: str) -> dict[str, Any]:
     }
 
 
-def start_sim_server(profile_name: str, tokenizer: str | None, startup_timeout_s: float = 60.0) -> ServerProcess:
-    """``llmreplay sim`` for ``profile_name`` on a free loopback port, started and healthy."""
+def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, startup_timeout_s: float = 60.0) -> ServerProcess:
+    """``llmreplay sim`` for ``profile_name`` with ``seed`` (outputs, timing jitter) on a free
+    loopback port, started and healthy."""
     url = f"http://127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", url.rsplit(":", 1)[1]]
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", url.rsplit(":", 1)[1], "--seed", str(seed)]
     if tokenizer:
         command += ["--tokenizer", tokenizer]
     server = ServerProcess(command, url, startup_timeout_s=startup_timeout_s)

@@ -392,3 +392,16 @@ def test_fingerprint_hook_fields_are_stored_and_gate_the_comparison(project, mon
 def test_report_header_names_the_compare_reference(project):
     result = project.runpytest("--llm-offline", "--llm-compare", "-k", "nothing")
     result.stdout.fnmatch_lines([f"llmreplay: *(no save, compare with merge-base with main ({head(project.path)[:12]}))*"])
+
+
+def test_a_jittered_profile_repeats_with_its_seed_and_varies_with_another(project):
+    profile = json.loads((project.path / "fast.json").read_text())
+    profile["timing"]["jitter"] = 0.2
+    (project.path / "jittery.json").write_text(json.dumps(profile))
+    project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "1", "--llm-save").assert_outcomes(passed=1)
+    same = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "1", "--llm-compare")
+    same.stdout.fnmatch_lines(["tpot.p50 * +0.0% [[]*[]]*5%*ok"])
+    other = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "2", "--llm-compare")
+    other.assert_outcomes(passed=1)
+    tpot = re.search(r"^tpot\.p50 .*$", other.stdout.str(), re.M)
+    assert tpot is not None and "+0.0%" not in tpot.group(0) and "-0.0%" not in tpot.group(0), other.stdout.str()

@@ -819,6 +819,7 @@ BAD_OPTIONS = [
     (("--engines", "0"), "--engines"),
     (("--num-gpu-blocks", "0"), "--num-gpu-blocks"),
     (("--eos-mean-tokens", "0.5"), "--eos-mean-tokens"),
+    (("--timing-jitter", "1.5"), "--timing-jitter"),
     (("--profile", "nope"), "--profile"),
     (("--profile", "dynamo-mocker-polynomial", "--prefill-engines", "1"), "--kv-bytes-per-token"),
 ]

@@ -16,12 +16,15 @@ from pytest_llmreplay.sim.timing import (
     GIB,
     Batch,
     HardwareSpec,
+    JitteredTiming,
     ModelSpec,
     PolynomialTiming,
+    Profile,
     RooflineTiming,
     TableTiming,
     available_profiles,
     derive_num_gpu_blocks,
+    engine_timing,
     load_profile,
     parse_profile,
     profiles_dir,
@@ -350,6 +353,8 @@ def test_missing_field_names_file_and_field(tmp_path):
         ("engine", "block_size", 16.5, "engine.block_size: must be a whole number"),
         ("timing", "mfu", 1.5, "timing.mfu: must be <= 1"),
         ("timing", "overhead_ms", -1, "timing.overhead_ms: must be >= 0"),
+        ("timing", "jitter", 1.5, "timing.jitter: must be <= 1"),
+        ("timing", "jitter", -0.1, "timing.jitter: must be >= 0"),
         ("model", "heads", "32", "model.heads: must be a number, got '32'"),
         ("model", "layer", 32, "model.layer: unknown field"),
         ("timing", "kind", "magic", "timing.kind: must be one of roofline, polynomial, table, got 'magic'"),
@@ -390,3 +395,36 @@ def test_batch_is_immutable():
     batch = decode(1, 2)
     with pytest.raises(AttributeError):
         batch.decode_seqs = 3  # type: ignore[misc]
+
+
+# -- jitter ----------------------------------------------------------------------------------------
+
+
+def test_jitter_has_mean_one_and_the_asked_coefficient_of_variation():
+    base = PolynomialTiming()
+    jittered = JitteredTiming(base, 0.2, seed=7)
+    span = jittered.decode_span_s(8, 800, 0.25, 0.0, 200_000) / base.decode_span_s(8, 800, 0.25, 0.0, 200_000)
+    assert span.mean() == pytest.approx(1.0, abs=0.003)  # 0.2 / sqrt(200,000) = 0.00045 standard error
+    assert span.std() / span.mean() == pytest.approx(0.2, rel=0.02)
+    assert (span > 0).all()
+    single = [jittered.iteration_s(decode(8, 800, 0.25)) / base.iteration_s(decode(8, 800, 0.25)) for _ in range(20_000)]
+    assert np.mean(single) == pytest.approx(1.0, abs=0.01) and np.std(single) == pytest.approx(0.2, rel=0.05)
+    assert jittered.iteration_s(prefill(0)) == 0.0  # an empty batch still takes no time
+
+
+def test_jitter_is_seeded_per_engine():
+    profile = Profile("p", PolynomialTiming(), EngineConfig(), jitter=0.1)
+    draws = [engine_timing(profile, seed).decode_span_s(4, 40, 0.1, 0.0, 5) for seed in (1, 1, 2)]
+    np.testing.assert_array_equal(draws[0], draws[1])
+    assert not np.array_equal(draws[0], draws[2])
+    assert engine_timing(Profile("p", profile.timing, EngineConfig()), 1) is profile.timing  # no jitter: the model as it is
+
+
+def test_jitter_in_a_profile_file(tmp_path):
+    data = bundled("llama-3.1-8b-h100")
+    path = tmp_path / "jittery.json"
+    path.write_text(json.dumps(data))
+    assert load_profile(str(path)).jitter == 0.0
+    data["timing"]["jitter"] = 0.05
+    path.write_text(json.dumps(data))
+    assert load_profile(str(path)).jitter == 0.05

@@ -28,8 +28,9 @@ from typing import Sequence
 
 from ..clock import Clock
 from ..errors import LLMReplayError
+from ..prompts import stable_hash
 from .engine import Engine, SimRequest, Tokens
-from .timing import Profile
+from .timing import Profile, engine_timing
 
 ROUTERS = ("round_robin", "least_loaded", "kv_aware")
 
@@ -144,16 +145,16 @@ class Pool:
 class Cluster:
     """The engines of one profile on ``clock``; :meth:`submit` routes a request through them."""
 
-    def __init__(self, profile: Profile, clock: Clock, config: ClusterConfig = ClusterConfig(), spans: bool = True) -> None:
+    def __init__(self, profile: Profile, clock: Clock, config: ClusterConfig = ClusterConfig(), spans: bool = True, seed: int = 0) -> None:
         config.validate()
         self.config = config
         self.clock = clock
 
-        def engines(count: int) -> list[Engine]:
-            return [Engine(profile.engine, profile.timing, clock, spans) for _ in range(count)]
+        def engines(role: str, count: int) -> list[Engine]:
+            return [Engine(profile.engine, engine_timing(profile, stable_hash("sim-timing", seed, role, i)), clock, spans) for i in range(count)]
 
-        self.decode = Pool(engines(config.engines), config.router, config.overlap_weight)
-        self.prefill = Pool(engines(config.prefill_engines), config.router, config.overlap_weight) if config.prefill_engines else None
+        self.decode = Pool(engines("decode", config.engines), config.router, config.overlap_weight)
+        self.prefill = Pool(engines("prefill", config.prefill_engines), config.router, config.overlap_weight) if config.prefill_engines else None
         self.transfer_s_per_token = transfer_s_per_token(profile, config)
         self._pipelines: set[asyncio.Task] = set()
 

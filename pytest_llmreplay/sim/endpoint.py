@@ -65,7 +65,7 @@ class SimEndpoint:
 
     async def open(self, clock: Clock, concurrency: int | None) -> None:
         self._clock = clock
-        self.cluster = Cluster(self.profile, clock, self.cluster_config)
+        self.cluster = Cluster(self.profile, clock, self.cluster_config, seed=self.seed)
         self.cluster.start()
 
     async def close(self) -> None:

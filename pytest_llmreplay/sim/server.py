@@ -141,7 +141,7 @@ class SimServer:
 
     async def _start(self, app: web.Application) -> None:
         _ = self.prompts.word_texts  # built once (tens of ms): not inside the first request's stream
-        self.cluster = Cluster(self.profile, self.clock, self.cluster_config, spans=False)
+        self.cluster = Cluster(self.profile, self.clock, self.cluster_config, spans=False, seed=self.seed)
         self.cluster.start()
 
     async def _stop(self, app: web.Application) -> None:

@@ -78,6 +78,16 @@ cache (:func:`derive_num_gpu_blocks`)::
 
 with ``reserve`` = ``activation_reserve_gib`` GiB per GPU (peak activations of the profiling
 forward pass, CUDA graphs, non-torch memory such as the CUDA context).
+
+**jitter** (any model; ``timing.jitter`` = ``cv``, default 0): real iterations of the same batch
+vary (host scheduling, kernels picked per shape, the network). With ``cv`` > 0 every iteration's
+time is the model's times a factor ``exp(sigma * z - sigma^2 / 2)``, ``z`` standard normal and
+``sigma^2 = ln(1 + cv^2)``: log-normal with mean 1 and coefficient of variation ``cv``, so mean
+times stay the model's. Draws come from a seeded generator per engine (:class:`JitteredTiming`):
+offline, the same seed gives the same numbers, another seed other numbers with the same means, as
+two runs on a real server differ (what a regression gate has to tell from a regression). It
+does not desynchronise requests that share every iteration (equal lengths, admitted together):
+their tokens still come out together.
 """
 
 from __future__ import annotations
@@ -133,6 +143,34 @@ def _span(seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: 
         raise ValueError(f"steps must be >= 0, got {steps}")
     i = np.arange(steps, dtype=np.float64)
     return kv_tokens + seqs * i, kv_usage + usage_step * i
+
+
+class JitteredTiming:
+    """``base``'s iteration times, each times a log-normal factor of mean 1 and coefficient of
+    variation ``cv`` (module docstring), drawn from ``numpy.random.default_rng(seed)``."""
+
+    def __init__(self, base: TimingModel, cv: float, seed: Any) -> None:
+        if not cv > 0:
+            raise ValueError(f"cv must be > 0, got {cv}")
+        self.base = base
+        self.cv = cv
+        self._sigma = math.sqrt(math.log1p(cv * cv))
+        self._rng = np.random.default_rng(seed)
+
+    def _factors(self, count: int) -> np.ndarray:
+        return np.exp(self._sigma * self._rng.standard_normal(count) - self._sigma * self._sigma / 2)
+
+    def iteration_s(self, batch: Batch) -> float:
+        return self.base.iteration_s(batch) * float(self._factors(1)[0])
+
+    def decode_span_s(self, seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> np.ndarray:
+        return self.base.decode_span_s(seqs, kv_tokens, kv_usage, usage_step, steps) * self._factors(steps)
+
+
+def engine_timing(profile: "Profile", seed: Any) -> TimingModel:
+    """The timing model of one engine of ``profile``: its own jitter generator seeded by ``seed``
+    (a replay's seed and the engine's index), or the profile's model as it is without jitter."""
+    return JitteredTiming(profile.timing, profile.jitter, seed) if profile.jitter else profile.timing
 
 
 # ---------------------------------------------------------------------------- specs
@@ -367,6 +405,7 @@ class Profile:
     engine: EngineConfig
     model: ModelSpec | None = None
     hardware: HardwareSpec | None = None
+    jitter: float = 0.0  # coefficient of variation of iteration times (module docstring)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     description: str = ""
@@ -533,10 +572,11 @@ _MODEL = (
 _HARDWARE = ("name", "peak_flops", "memory_bandwidth", "memory_bytes", "gpus", "tensor_parallel")
 _ENGINE = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "activation_reserve_gib")
 _TIMING = {
-    "roofline": ("kind", "mfu", "mbu", "overhead_ms"),
-    "polynomial": ("kind", "prefill_coefficients", "decode_coefficients", "decode_floor_ms"),
-    "table": ("kind", "prefill", "decode"),
+    "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter"),
+    "polynomial": ("kind", "prefill_coefficients", "decode_coefficients", "decode_floor_ms", "jitter"),
+    "table": ("kind", "prefill", "decode", "jitter"),
 }
+MAX_JITTER = 1.0  # a coefficient of variation above this is a typo, not a server
 
 
 def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
@@ -694,6 +734,7 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
         engine=_engine(f, engine_data, model, hardware),
         model=model,
         hardware=hardware,
+        jitter=f.number(data["timing"], "timing", "jitter", 0.0, maximum=MAX_JITTER, inclusive=True),
         sources=f.strings(data, "sources"),
         notes=f.strings(data, "notes"),
         description=description,
@@ -702,6 +743,6 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
 
 
 __all__ = [
-    "Batch", "TimingModel", "ModelSpec", "HardwareSpec", "RooflineTiming", "PolynomialTiming", "TableTiming",
+    "Batch", "TimingModel", "ModelSpec", "HardwareSpec", "RooflineTiming", "PolynomialTiming", "TableTiming", "JitteredTiming", "engine_timing",
     "Profile", "load_profile", "parse_profile", "available_profiles", "derive_num_gpu_blocks", "profiles_dir",
 ]
