@@ -10,6 +10,10 @@ Scenarios (the issue's), each run in a fresh process, ours and Dynamo's alternat
   engine, all mocker defaults (block size 64);
 - ``synthetic100k``: the same with 100,000 requests, for memory.
 
+A third column for the synthetic scenarios, ``floor``: the same run of ours with an endpoint that
+answers every request at once (1 ms of virtual time, no engine), i.e. what the replay driver,
+the workload generator and the summary cost on their own.
+
 Ours: the bundled ``dynamo-mocker-polynomial`` profile (the mocker's timing fit and engine
 defaults; block size 512 for ``trace``). Timed: load the workload (or generate it), replay it on
 the virtual clock, compute the summary, the same work Dynamo's one call does (it reads the trace
@@ -56,8 +60,35 @@ print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_S
 '''
 
 
-def ours(scenario: str) -> dict:
-    """One timed run of ours in this process (call it in a fresh one)."""
+class InstantEndpoint:
+    """Answers every request 1 ms (virtual) after it is sent, in two chunks: no engine at all."""
+
+    api = "completions"
+    preferred_prompt_format = "keyed"
+    name = "instant"
+    gpus = 1
+
+    async def open(self, clock, concurrency) -> None:
+        self.clock = clock
+
+    async def close(self) -> None:
+        pass
+
+    async def idle_warning(self) -> None:
+        return None
+
+    async def send(self, request, response) -> None:
+        count = int(request.body["max_tokens"])
+        response.sent_s = self.clock.now()
+        await self.clock.sleep(0.001)
+        response.end_s = self.clock.now()
+        response.chunk_times, response.chunk_tokens = [response.sent_s + 0.0005, response.end_s], [1, count - 1]
+        response.prompt_tokens, response.cached_tokens, response.completion_tokens = len(request.body["prompt"]), 0, count
+
+
+def ours(scenario: str, floor: bool = False) -> dict:
+    """One timed run of ours in this process (call it in a fresh one); ``floor``: with
+    :class:`InstantEndpoint` instead of the simulator."""
     import dataclasses
     import resource
     import time
@@ -78,11 +109,11 @@ def ours(scenario: str) -> dict:
     else:
         spec = SyntheticSpec(sessions=SYNTHETIC_REQUESTS[scenario], input_tokens=1000, output_tokens=100, seed=1)
         workload, cluster, settings = generate(spec), ClusterConfig(), ReplaySettings(concurrency=100)
-    endpoint = SimEndpoint(profile, prompts, cluster=cluster)
+    endpoint = InstantEndpoint() if floor else SimEndpoint(profile, prompts, cluster=cluster)
     result = Result(replay(workload, endpoint, prompts, settings, clock=VirtualClock()))
     summary = result.summary
     wall = time.perf_counter() - start
-    engines = endpoint.cluster.stats()
+    engines = {"prefix_cache_hits_total": 0, "prefix_cache_queries_total": 1} if floor else endpoint.cluster.stats()
     return {
         "wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "completed": len(result.ok), "duration_s": result.run.duration_s,
@@ -106,31 +137,37 @@ def main() -> None:
     parser.add_argument("--dynamo-python", metavar="PATH", help="python of a venv with ai-dynamo 1.6.1 (omit: ours only)")
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--child", choices=SCENARIOS, help=argparse.SUPPRESS)
+    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(ours(args.child)))
+        print(json.dumps(ours(args.child, args.floor)))
         return
     print(f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; runs: {args.runs} each, fresh processes, alternating.\n")
     for scenario in args.scenarios:
-        runs: dict[str, list[dict]] = {"llmreplay": [], "Dynamo 1.6.1": []}
+        runs: dict[str, list[dict]] = {"llmreplay": [], "Dynamo 1.6.1": [], "floor": []}
         for _ in range(args.runs):
             runs["llmreplay"].append(child([sys.executable, __file__, "--child", scenario]))
             if args.dynamo_python:
                 count = str(SYNTHETIC_REQUESTS.get(scenario, 0))
                 runs["Dynamo 1.6.1"].append(child([args.dynamo_python, "-c", DYNAMO_CHILD, scenario, str(TRACE), count]))
+            if scenario in SYNTHETIC_REQUESTS:
+                runs["floor"].append(child([sys.executable, __file__, "--child", scenario, "--floor"]))
         report(scenario, {name: found for name, found in runs.items() if found})
 
 
 def report(scenario: str, runs: dict[str, list[dict]]) -> None:
+    """Medians per tool, and each of ours divided by Dynamo's when Dynamo ran."""
     names = list(runs)
     median = {name: {key: statistics.median(r[key] for r in found) for key in found[0]} for name, found in runs.items()}
+    peer = "Dynamo 1.6.1" if "Dynamo 1.6.1" in runs else None
+    ratios = [name for name in names if peer and name != peer]
     print(f"### {scenario}\n")
-    print("| figure | " + " | ".join(names) + (" | ours/Dynamo |" if len(names) == 2 else " |"))
-    print("|---|" + "---:|" * (len(names) + (len(names) == 2)))
+    print("| figure | " + " | ".join(names) + "".join(f" | {name}/Dynamo" for name in ratios) + " |")
+    print("|---|" + "---:|" * (len(names) + len(ratios)))
     for key in median[names[0]]:
         cells = [f"{median[name][key]:,.4g}" for name in names]
-        ratio = f" | {median[names[0]][key] / median[names[1]][key]:.2f}x" if len(names) == 2 and median[names[1]][key] else (" | " if len(names) == 2 else "")
-        print(f"| {key} (median) | " + " | ".join(cells) + ratio + " |")
+        cells += [f"{median[name][key] / median[peer][key]:.2f}x" if median[peer][key] else "" for name in ratios]
+        print(f"| {key} (median) | " + " | ".join(cells) + " |")
     for name, found in runs.items():
         print(f"\n{name} wall s per run: " + ", ".join(f"{r['wall_s']:.3f}" for r in found))
     print()
