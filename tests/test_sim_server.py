@@ -721,6 +721,24 @@ def test_a_disaggregated_cluster_streams_every_token(prompts):
         assert metric(thread.url, "num_requests_running", None) == 0 and metric(thread.url, "kv_cache_usage_perc", None) == 0.0
 
 
+def test_a_disaggregated_stream_whose_prefill_ends_before_its_headers_go_out(prompts, monkeypatch):
+    """The decode half of a request takes the stream's writer when the prefill ends: a writer
+    attached only after the headers were sent would leave that stream without tokens."""
+    from aiohttp import web
+
+    prepare = web.StreamResponse.prepare
+
+    async def slow_prepare(self, request):
+        await asyncio.sleep(0.3)  # the prefill (and the KV transfer) end meanwhile
+        return await prepare(self, request)
+
+    monkeypatch.setattr(web.StreamResponse, "prepare", slow_prepare)
+    with serving(prompts, load_profile("llama-3.1-8b-h100"), cluster=ClusterConfig(engines=1, prefill_engines=1)) as thread:
+        items = stream(thread.url, "/v1/completions", {"prompt": ids(151_000, 64), "max_tokens": 200, "return_token_ids": True})
+        assert len(streamed_ids(items)) == 200 and items[-1] == "[DONE]"
+        assert metric(thread.url, "generation_tokens_total", "1") > 0  # the decode engine made tokens after the prefill
+
+
 # -- llmreplay sim as a process --------------------------------------------------------------------
 
 

@@ -358,6 +358,7 @@ class _Reply:
         self.chunks = self.sent = self.held = 0  # engine chunks consumed, tokens written, tokens held by a stall
         self.stalled = False
         self.ahead: bytes | None = None  # the event of the token ``output[sent]`` alone, built ahead of time
+        self.transport: Any = None  # the connection, once the response's headers are sent
 
     def usage(self, job: Job) -> dict[str, Any]:
         generated = job.generated
@@ -397,15 +398,17 @@ class _Reply:
         reply = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         self.job, self.times, self.tokens = job, job.times, job.tokens
         self.ended = asyncio.get_running_loop().create_future()
+        job.first.on_emit = self._flush  # now: a disaggregated job's decode half copies it when the prefill ends
         try:
             await reply.prepare(self.request)
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
             await reply.write(_event({**self.envelope, "choices": [role]}) if self.chat else b"")  # b"": the headers only
-            self.transport = self.request.transport
             if reply.headers.get("Transfer-Encoding") == "chunked":
                 self.wire = _chunk
+            if self.request.transport is None:
+                raise ConnectionResetError("the client closed the connection")
+            self.transport = self.request.transport
             self._flush()  # what came out before the headers were sent
-            job.first.on_emit = self._flush
             if not await self.ended:
                 return reply  # cut by a fault
             if (self.body.get("stream_options") or {}).get("include_usage"):
@@ -427,10 +430,10 @@ class _Reply:
         the last token, False on a disconnect, with ConnectionResetError if the client left."""
         start, times = self.chunks, self.times
         end = len(times)
-        if (end == start and not self.held) or self.stalled or self.ended.done():
-            return
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if (end == start and not self.held) or self.stalled or transport is None or self.ended.done():
+            return  # nothing new, held by a stall, headers not sent yet, or over
+        if transport.is_closing():
             self.ended.set_exception(ConnectionResetError("the client closed the connection"))
             return
         ready = self.held + (self.tokens[start] if end == start + 1 else sum(self.tokens[start:end]))
