@@ -254,7 +254,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from .sim.cluster import ClusterConfig
     from .sim.faults import FaultConfig
     from .sim.server import SimServer, serve
-    from .sim.timing import load_profile
+    from .sim.timing import MAX_JITTER, load_profile
     from .tokenizer import load_tokenizer
 
     cluster = ClusterConfig(engines=args.engines, router=args.router, prefill_engines=args.prefill_engines,
@@ -269,8 +269,8 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if overrides:
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, **overrides))
     if args.timing_jitter is not None:
-        if not 0 <= args.timing_jitter <= 1:
-            raise LLMReplayError(f"--timing-jitter: expected a coefficient of variation from 0 to 1, got {args.timing_jitter:g}")
+        if not 0 <= args.timing_jitter <= MAX_JITTER:
+            raise LLMReplayError(f"--timing-jitter: expected a coefficient of variation from 0 to {MAX_JITTER:g}, got {args.timing_jitter:g}")
         profile = dataclasses.replace(profile, jitter=args.timing_jitter)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
     try:

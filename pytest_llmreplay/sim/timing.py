@@ -153,7 +153,6 @@ class JitteredTiming:
         if not cv > 0:
             raise ValueError(f"cv must be > 0, got {cv}")
         self.base = base
-        self.cv = cv
         self._sigma = math.sqrt(math.log1p(cv * cv))
         self._rng = np.random.default_rng(seed)
 
