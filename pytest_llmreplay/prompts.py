@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Hashable, Sequence
 
@@ -54,12 +54,17 @@ class KeyedPrompt:
     """Tokens described, not generated: ``segments`` are ``(key, count)``, each ``count`` tokens
     that depend only on ``key``; the prompt is their concatenation. In-process endpoints (the
     simulator) name cache blocks from the keys (``sim.kvcache.segment_block_hashes``) without
-    ever making the tokens."""
+    ever making the tokens. Keys are hashable values compared within one process (the
+    simulator hashes them with ``hash()``), so plain tuples do: nothing needs a digest."""
 
     segments: tuple[tuple[Hashable, int], ...]
+    length: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "length", sum(count for _, count in self.segments))
 
     def __len__(self) -> int:
-        return sum(count for _, count in self.segments)
+        return self.length
 
 
 class PromptFactory:
@@ -153,8 +158,8 @@ class PromptFactory:
         if isinstance(prompt, Synthetic) and not prompt.extends_previous:
             length = _length(turn, session, index)
             head = min(prompt.prefix_tokens, length) if prompt.prefix_group is not None else 0
-            segments = ((stable_hash("prefix", self.seed, prompt.prefix_group), head),) if head else ()
-            tail = ((stable_hash("prompt", self.seed, session.id, index), length - head),) if length > head else ()
+            segments = ((("prefix", self.seed, prompt.prefix_group), head),) if head else ()
+            tail = ((("prompt", self.seed, session.id, index), length - head),) if length > head else ()
             return KeyedPrompt(segments + tail)
         return None
 

@@ -92,9 +92,11 @@ class SimEndpoint:
         body = request.body
         count = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
         prompt = self.prompt_ids(body)
-        key = stable_hash("sim-output", self.seed, self._sent)
         keyed = isinstance(prompt, KeyedPrompt)
-        output = KeyedPrompt(((key, count),)) if keyed else self.prompts.stream(key, 0, count)
+        if keyed:
+            output = KeyedPrompt(((("sim-output", self.seed, self._sent), count),))
+        else:
+            output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
         self._sent += 1
         response.sent_s = self._clock.now()
         refusal = self.cluster.refusal(len(prompt), count)
