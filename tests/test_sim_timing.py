@@ -89,6 +89,26 @@ def test_roofline_efficiencies_overhead_and_tensor_parallel():
     assert tiny_roofline(hardware=two).iteration_s(prefill(1000)) == approx(2.000004 / 2)
 
 
+def test_tensor_parallel_all_reduces_two_per_layer_on_the_critical_path():
+    # 4 GPUs, 10 GB/s bus bandwidth, 20 us per all-reduce; TINY has 2 layers, hidden 8, 1-byte weights.
+    # One all-reduce of T tokens: 20e-6 + T * 8 B * 2 * 3/4 / 1e10; four of them (2 per layer).
+    four = HardwareSpec("toy", peak_flops=1e12, memory_bandwidth=1e11, memory_bytes=1e10, gpus=4, tensor_parallel=4,
+                        interconnect_bandwidth=1e10, allreduce_latency_us=20.0)
+    timing = tiny_roofline(hardware=four)
+
+    def comm(tokens):
+        return 4 * (20e-6 + tokens * 8 * 1.5 / 1e10)
+
+    assert timing.iteration_s(prefill(1000)) == approx(2.000004 / 4 + comm(1000))
+    assert timing.breakdown(prefill(1000))["comm_s"] == approx(comm(1000))
+    assert timing.iteration_s(decode(3, 300)) == approx(max(6e9 / 4e12, (1e9 + 4 * 303) / 4e11) + comm(3))
+    # a decode span costs the same all-reduces per step as one iteration does
+    span = timing.decode_span_s(3, 300, 0.0, 0.0, 4)
+    assert span[2] == approx(timing.iteration_s(decode(3, 306)))
+    # one GPU, or no bandwidth given to the Python API: nothing to all-reduce
+    assert tiny_roofline().breakdown(prefill(1000))["comm_s"] == 0.0
+
+
 def test_roofline_mixed_batch_and_cached_context():
     timing = tiny_roofline()
     # a 200-token chunk over 1000 tokens of context (800 cached) with 3 sequences decoding over 300 KV tokens
@@ -221,7 +241,7 @@ def test_every_bundled_profile_loads_with_sources_and_sane_numbers():
     names = available_profiles()
     assert {
         "llama-3.1-8b-h100", "llama-3.1-8b-h200", "llama-3.1-8b-rtx-pro-6000", "llama-3.1-8b-rtx-4090",
-        "qwen3-30b-a3b-h100", "qwen3-30b-a3b-h200", "dynamo-mocker-polynomial",
+        "qwen3-30b-a3b-h100", "qwen3-30b-a3b-h200", "qwen3-30b-a3b-rtx-pro-6000", "dynamo-mocker-polynomial",
     } <= set(names)
     for name in names:
         profile = load_profile(name)
@@ -251,6 +271,7 @@ def test_profiles_order_as_their_hardware_does():
 
     # decode is bandwidth-bound: H200 (4.8 TB/s) < H100 (3.35) < RTX PRO 6000 (1.6) < RTX 4090 (1.0)
     assert decode_one("llama-3.1-8b-h200") < decode_one("llama-3.1-8b-h100") < decode_one("llama-3.1-8b-rtx-pro-6000") < decode_one("llama-3.1-8b-rtx-4090")
+    assert decode_one("qwen3-30b-a3b-h200") < decode_one("qwen3-30b-a3b-h100") < decode_one("qwen3-30b-a3b-rtx-pro-6000")
     # 3.3B active parameters decode faster than 8B dense on the same GPU...
     assert decode_one("qwen3-30b-a3b-h100") < decode_one("llama-3.1-8b-h100")
     # ...until the batch touches most experts: at 64 sequences the MoE reads far more weights
@@ -364,6 +385,16 @@ def test_bad_fields_are_named(tmp_path, section, key, value, expected):
     data = bundled("llama-3.1-8b-h100")
     data[section][key] = value
     assert expected in error_for(tmp_path, data)
+
+
+def test_tensor_parallel_needs_the_interconnect(tmp_path):
+    data = bundled("llama-3.1-8b-h100")
+    data["hardware"].update(gpus=2, tensor_parallel=2)
+    assert "hardware.interconnect_bandwidth: missing (tensor_parallel 2 all-reduces every layer" in error_for(tmp_path, data)
+    data["hardware"]["interconnect_bandwidth"] = 0
+    assert "hardware.interconnect_bandwidth: must be > 0, got 0" in error_for(tmp_path, data)
+    data["hardware"].update(interconnect_bandwidth=3e11, allreduce_latency_us=-1)
+    assert "hardware.allreduce_latency_us: must be >= 0" in error_for(tmp_path, data)
 
 
 def test_a_model_that_does_not_fit_is_refused(tmp_path):

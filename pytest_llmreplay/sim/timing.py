@@ -33,9 +33,16 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   experts, each expert untouched by T uniformly routed tokens with probability (1 - k/E)^T (one
   token reads exactly A; a large batch reads all N). KV: decode reads K, prefill attention reads
   its context C, every computed token writes its own (T). Activations are not counted.
-- time = max(FLOPs / (F * tp * mfu), Bytes / (B * tp * mbu)) + overhead, with ``mfu`` and
-  ``mbu`` the achievable shares of peak compute and bandwidth and ``overhead`` a fixed host cost
-  per iteration. No tensor-parallel communication term: tp > 1 is optimistic.
+- Tensor parallel (Megatron-style, as vLLM shards a model): every layer ends its attention and
+  its MLP (or MoE) with an all-reduce of the T tokens' activations, 2 * L all-reduces of
+  S = T * h * b bytes per iteration. One all-reduce takes ``lat + S * 2 * (tp - 1) / tp / BW``,
+  NCCL's own definition of bus bandwidth (nccl-tests: busbw = algbw * 2 * (n - 1) / n), with
+  ``BW`` = ``interconnect_bandwidth`` (the all-reduce bus bandwidth, bytes/s) and ``lat`` =
+  ``allreduce_latency_us`` (a small all-reduce's time). Comm = 2 * L * (lat + S * 2 * (tp - 1)
+  / tp / BW) for tp > 1, else 0; it is on the critical path (each layer waits for it).
+- time = max(FLOPs / (F * tp * mfu), Bytes / (B * tp * mbu)) + comm + overhead, with ``mfu``
+  and ``mbu`` the achievable shares of peak compute and bandwidth and ``overhead`` a fixed host
+  cost per iteration.
 
 Defaults (public knowledge, not fitted to any measurement in this project): ``mfu`` 0.5 (Meta's
 Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al. 2022,
@@ -242,6 +249,8 @@ class HardwareSpec:
     memory_bytes: float  # per GPU, as the framework sees it
     gpus: int = 1
     tensor_parallel: int = 1
+    interconnect_bandwidth: float = 0.0  # BW, all-reduce bus bandwidth, bytes/s (0: comm not modelled)
+    allreduce_latency_us: float = 0.0  # lat, one small all-reduce
 
 
 # ---------------------------------------------------------------------------- models
@@ -271,6 +280,10 @@ class RooflineTiming:
         self._compute_rate = hardware.peak_flops * tp * mfu
         self._memory_rate = hardware.memory_bandwidth * tp * mbu
         self._overhead_s = overhead_ms / 1000
+        communicates = tp > 1 and hardware.interconnect_bandwidth > 0
+        self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if communicates else 0.0
+        ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if communicates else 0.0
+        self._comm_token = 2 * model.layers * model.hidden_size * model.dtype_bytes * ring  # seconds per token
 
     def _parts(self, p: Any, c: Any, d: Any, k: Any) -> tuple[Any, Any]:
         """(compute_s, memory_s); scalars or numpy arrays alike."""
@@ -281,26 +294,31 @@ class RooflineTiming:
         memory = weights + self._kv_bytes * (k + c + tokens)
         return flops / self._compute_rate, memory / self._memory_rate
 
+    def _comm(self, tokens: Any) -> Any:
+        """The tensor-parallel all-reduces of one iteration of ``tokens`` tokens (module doc)."""
+        return self._comm_fixed + self._comm_token * tokens
+
     def breakdown(self, batch: Batch) -> dict[str, Any]:
-        """compute_s, memory_s, the bound that wins and total_s of one iteration."""
+        """compute_s, memory_s, comm_s, the bound that wins and total_s of one iteration."""
         compute, memory = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
         return {
-            "compute_s": compute, "memory_s": memory, "overhead_s": self._overhead_s,
-            "bound": "compute" if compute >= memory else "memory", "total_s": self.iteration_s(batch),
+            "compute_s": compute, "memory_s": memory, "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs),
+            "overhead_s": self._overhead_s, "bound": "compute" if compute >= memory else "memory", "total_s": self.iteration_s(batch),
         }
 
     def iteration_s(self, batch: Batch) -> float:
-        if batch.prefill_tokens + batch.decode_seqs <= 0:
+        tokens = batch.prefill_tokens + batch.decode_seqs
+        if tokens <= 0:
             return 0.0
         compute, memory = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
-        return max(compute, memory) + self._overhead_s
+        return max(compute, memory) + self._comm(tokens) + self._overhead_s
 
     def decode_span_s(self, seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> np.ndarray:
         kv, _ = _span(seqs, kv_tokens, kv_usage, usage_step, steps)
         if seqs <= 0:
             return np.zeros(steps)
         compute, memory = self._parts(0, 0, seqs, kv)
-        return np.maximum(compute, memory) + self._overhead_s
+        return np.maximum(compute, memory) + self._comm(seqs) + self._overhead_s
 
 
 def _poly(coefficients: Sequence[float], x: Any) -> Any:
@@ -568,7 +586,7 @@ _MODEL = (
     "name", "parameters", "active_parameters", "layers", "hidden_size", "heads", "kv_heads", "head_dim",
     "dtype_bytes", "kv_dtype_bytes", "vocab_size", "tie_word_embeddings", "experts", "experts_per_token",
 )
-_HARDWARE = ("name", "peak_flops", "memory_bandwidth", "memory_bytes", "gpus", "tensor_parallel")
+_HARDWARE = ("name", "peak_flops", "memory_bandwidth", "memory_bytes", "gpus", "tensor_parallel", "interconnect_bandwidth", "allreduce_latency_us")
 _ENGINE = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "activation_reserve_gib")
 _TIMING = {
     "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter"),
@@ -615,13 +633,22 @@ def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
 def _hardware(f: _Fields, data: Mapping[str, Any]) -> HardwareSpec:
     p = "hardware"
     gpus = f.number(data, p, "gpus", 1, integer=True)
+    tp = f.number(data, p, "tensor_parallel", 1, integer=True, maximum=gpus)
+    if tp > 1 and "interconnect_bandwidth" not in data:
+        f.fail(
+            f"{p}.interconnect_bandwidth",
+            f"missing (tensor_parallel {tp} all-reduces every layer: give the all-reduce bus bandwidth in bytes/s, "
+            "NCCL's busbw, and allreduce_latency_us)",
+        )
     return HardwareSpec(
         name=f.string(data, p, "name"),
         peak_flops=f.number(data, p, "peak_flops"),
         memory_bandwidth=f.number(data, p, "memory_bandwidth"),
         memory_bytes=f.number(data, p, "memory_bytes"),
         gpus=gpus,
-        tensor_parallel=f.number(data, p, "tensor_parallel", 1, integer=True, maximum=gpus),
+        tensor_parallel=tp,
+        interconnect_bandwidth=f.number(data, p, "interconnect_bandwidth", 0.0, inclusive=tp == 1),
+        allreduce_latency_us=f.number(data, p, "allreduce_latency_us", 0.0, inclusive=True),
     )
 
 
