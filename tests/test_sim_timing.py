@@ -241,7 +241,8 @@ def test_every_bundled_profile_loads_with_sources_and_sane_numbers():
     names = available_profiles()
     assert {
         "llama-3.1-8b-h100", "llama-3.1-8b-h200", "llama-3.1-8b-rtx-pro-6000", "llama-3.1-8b-rtx-4090",
-        "qwen3-30b-a3b-h100", "qwen3-30b-a3b-h200", "qwen3-30b-a3b-rtx-pro-6000", "dynamo-mocker-polynomial",
+        "qwen3-30b-a3b-h100", "qwen3-30b-a3b-h200", "qwen3-30b-a3b-rtx-pro-6000", "qwen3-30b-a3b-rtx-4090",
+        "dynamo-mocker-polynomial",
     } <= set(names)
     for name in names:
         profile = load_profile(name)
@@ -272,6 +273,13 @@ def test_profiles_order_as_their_hardware_does():
     # decode is bandwidth-bound: H200 (4.8 TB/s) < H100 (3.35) < RTX PRO 6000 (1.6) < RTX 4090 (1.0)
     assert decode_one("llama-3.1-8b-h200") < decode_one("llama-3.1-8b-h100") < decode_one("llama-3.1-8b-rtx-pro-6000") < decode_one("llama-3.1-8b-rtx-4090")
     assert decode_one("qwen3-30b-a3b-h200") < decode_one("qwen3-30b-a3b-h100") < decode_one("qwen3-30b-a3b-rtx-pro-6000")
+    # four 4090s in tensor parallel have 1.3x the FLOP/s of one RTX PRO 6000, but their prefill
+    # all-reduces over PCIe without peer-to-peer cost more than the compute
+    four = load_profile("qwen3-30b-a3b-rtx-4090")
+    assert four.gpus == 4 and four.hardware.tensor_parallel == 4
+    parts = four.timing.breakdown(prefill(2048))
+    assert parts["comm_s"] > parts["compute_s"]
+    assert four.timing.iteration_s(prefill(2048)) > load_profile("qwen3-30b-a3b-rtx-pro-6000").timing.iteration_s(prefill(2048))
     # 3.3B active parameters decode faster than 8B dense on the same GPU...
     assert decode_one("qwen3-30b-a3b-h100") < decode_one("llama-3.1-8b-h100")
     # ...until the batch touches most experts: at 64 sequences the MoE reads far more weights
