@@ -261,9 +261,17 @@ class Replay:
         )
 
     def _prepare_prompts(self) -> None:
-        """Compute the prompt factory's word tables now, not in the first request's time."""
-        if any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for session in self.plan for turn in session.turns):
+        """Compute the prompt factory's word tables now, not in the first request's time, for
+        the generated tokens the requests will carry (synthetic and hash-block turns): text (chat,
+        or the text format) needs the word texts, ids only the word list. Keyed prompts carry no
+        tokens, except in agent chains (a turn extending the previous one), which go as ids."""
+        turns = [(index, turn) for session in self.plan for index, turn in enumerate(session.turns)]
+        if not any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for _, turn in turns):
+            return
+        if self.endpoint.api == "chat" or self.prompt_format == "text":
             self.prompts.word_texts
+        elif self.prompt_format == "ids" or any(index and getattr(turn.prompt, "extends_previous", False) for index, turn in turns):
+            self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
         tasks: list[asyncio.Task] = []
