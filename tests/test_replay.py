@@ -344,3 +344,29 @@ def test_package_replay_is_callable_whichever_import_came_first(prompts):
 
     run_ = exported(flat(0), FakeEndpoint(), prompts, ReplaySettings(prompt_format="ids"), VirtualClock())
     assert [r.status for r in run_.records] == ["ok"] and pytest_llmreplay.replay is exported
+
+
+@pytest.mark.parametrize(
+    ("api", "prompt_format", "workload", "tables"),
+    [
+        ("completions", "text", flat(0), {"words", "word_texts"}),
+        ("chat", "ids", flat(0), {"words", "word_texts"}),
+        ("completions", "ids", flat(0), {"words"}),
+        ("completions", "keyed", Workload((agent(),), "test"), {"words"}),  # an agent chain goes as ids
+        ("completions", "keyed", flat(0, 1), set()),  # keyed prompts carry no token
+    ],
+)
+def test_word_tables_are_built_before_the_first_request_only_for_the_tokens_sent(api, prompt_format, workload, tables):
+    factory = PromptFactory(load_tokenizer(None))
+    built_at_first_send = []
+
+    class Watching(FakeEndpoint):
+        preferred_prompt_format = prompt_format  # keyed: only an in-process endpoint asks for it
+
+        async def send(self, request, response):
+            if not self.sent:
+                built_at_first_send.append({name for name in ("words", "word_texts") if name in vars(factory)})
+            await super().send(request, response)
+
+    run(workload, Watching(api=api), factory, concurrency=1)
+    assert built_at_first_send == [tables]
