@@ -146,17 +146,26 @@ def request_values(record: RequestRecord) -> dict[str, Any]:
 
 
 def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
-    """The per-session metrics of one complete session's records (in turn order)."""
+    """The per-session metrics of one complete session's records (in turn order), in one pass."""
     first, last = turns[0], turns[-1]
-    decoding = [r for r in turns if r.output_tokens > 1 and r.first_token_s is not None and r.last_token_s > r.first_token_s]
-    decode_tokens = sum(r.output_tokens - 1 for r in decoding)
-    decode_time = sum(r.last_token_s - r.first_token_s for r in decoding)
-    prompts = [prompt_tokens(r) for r in turns]
-    reported = all(r.cached_tokens is not None for r in turns) and None not in prompts
-    cached = sum(r.cached_tokens or 0 for r in turns)
-    histories = [prompts[i - 1] + turns[i - 1].output_tokens for i in range(1, len(turns))] if reported else []
-    eligible = sum(histories)
-    history_hits = sum(min(turn.cached_tokens, history) for turn, history in zip(turns[1:], histories))
+    decode_tokens = decode_time = 0.0
+    cached = prompts = eligible = history_hits = outputs = 0
+    reported = True  # every turn has the server's cached count and a prompt count
+    history = None  # prompt + output of the previous turn: what this turn could find cached
+    for turn in turns:
+        outputs += turn.output_tokens
+        if turn.output_tokens > 1 and turn.first_token_s is not None and turn.last_token_s > turn.first_token_s:
+            decode_tokens += turn.output_tokens - 1
+            decode_time += turn.last_token_s - turn.first_token_s
+        prompt = prompt_tokens(turn)
+        reported = reported and turn.cached_tokens is not None and prompt is not None
+        if reported:
+            cached += turn.cached_tokens
+            prompts += prompt
+            if history is not None:
+                eligible += history
+                history_hits += min(turn.cached_tokens, history)
+            history = prompt + turn.output_tokens
     return {
         "session_id": first.session_id,
         "session_index": first.session_index,
@@ -164,9 +173,9 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
         "session_latency": last.end_s - first.sent_s,
         "ttfat": None if last.first_token_s is None else last.first_token_s - first.sent_s,
         "decode_tps": decode_tokens / decode_time if decode_time > 0 else None,
-        "cache_hit_rate": cached / sum(prompts) if reported and sum(prompts) else None,
-        "eligible_cache_hit_rate": history_hits / eligible if eligible else None,
-        "output_tokens_per_session": sum(r.output_tokens for r in turns),
+        "cache_hit_rate": cached / prompts if reported and prompts else None,
+        "eligible_cache_hit_rate": history_hits / eligible if reported and eligible else None,
+        "output_tokens_per_session": outputs,
     }
 
 
