@@ -198,9 +198,8 @@ class SimServer:
         )
         for name, help_text, values, quantiles in summaries:
             lines += [f"# HELP llmreplay:sim_{name} {help_text}", f"# TYPE llmreplay:sim_{name} summary"]
-            for q in quantiles:
-                value = float(np.quantile(values, q)) if len(values) else math.nan
-                lines.append(f'llmreplay:sim_{name}{{quantile="{q}"}} {value}')
+            found = np.quantile(values, quantiles) if len(values) else [math.nan] * len(quantiles)  # one partition for all
+            lines += [f'llmreplay:sim_{name}{{quantile="{q}"}} {float(value)}' for q, value in zip(quantiles, found)]
             lines.append(f"llmreplay:sim_{name}_count {len(values)}")
         return "\n".join(lines) + "\n"
 
