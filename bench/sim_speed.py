@@ -6,8 +6,8 @@ Scenarios (the issue's), each run in a fresh process, ours and Dynamo's alternat
   512 tokens, timestamps in ms) on 8 engines, round robin, block size 512, every other engine
   setting Dynamo's mocker default (num_gpu_blocks 16384, max_num_seqs 256,
   max_num_batched_tokens 8192, prefix caching, chunked prefill, polynomial timing);
-- ``synthetic``: 10,000 requests of 1,000 prompt / 100 output tokens, concurrency 100, one
-  engine, all mocker defaults (block size 64);
+- ``synthetic``: 10,000 requests of 1,000 prompt / 100 output tokens, concurrency 100 (the
+  issue's; ``--concurrency N`` for another), one engine, all mocker defaults (block size 64);
 - ``synthetic100k``: the same with 100,000 requests, for memory.
 
 A third column for the synthetic scenarios, ``floor``: the same run of ours with an endpoint that
@@ -19,7 +19,7 @@ defaults; block size 512 for ``trace``). Timed: load the workload (or generate i
 the virtual clock, compute the summary, the same work Dynamo's one call does (it reads the trace
 and reports). Peak RSS: the child process's ``ru_maxrss``, interpreter included for both.
 
-    .venv/bin/python bench/sim_speed.py --runs 3 [--dynamo-python /tmp/dynamo-work/venv/bin/python] [--scenarios trace synthetic synthetic100k]
+    .venv/bin/python bench/sim_speed.py --runs 3 [--dynamo-python /tmp/dynamo-work/venv/bin/python] [--scenarios trace synthetic synthetic100k] [--concurrency 100]
 
 Dynamo's venv: ``python3.11 -m venv V && V/bin/pip install --no-deps ai-dynamo==1.6.1
 ai-dynamo-runtime==1.6.1 typing_extensions`` (the only dependency the replay imports).
@@ -49,7 +49,7 @@ if scenario == "trace":
     report = run_trace_replay(trace, trace_format="mooncake", trace_block_size=512, num_workers=8,
                               router_mode="round_robin", extra_engine_args={"engine": {"block_size": 512}})
 else:
-    report = run_synthetic_trace_replay(1000, 100, int(sys.argv[3]), replay_concurrency=100, num_workers=1)
+    report = run_synthetic_trace_replay(1000, 100, int(sys.argv[3]), replay_concurrency=int(sys.argv[4]), num_workers=1)
 wall = time.perf_counter() - start
 s = report.summary
 print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -86,9 +86,9 @@ class InstantEndpoint:
         response.prompt_tokens, response.cached_tokens, response.completion_tokens = len(request.body["prompt"]), 0, count
 
 
-def ours(scenario: str, floor: bool = False) -> dict:
+def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
     """One timed run of ours in this process (call it in a fresh one); ``floor``: with
-    :class:`InstantEndpoint` instead of the simulator."""
+    :class:`InstantEndpoint` instead of the simulator; ``concurrency``: the synthetic scenarios'."""
     import dataclasses
     import resource
     import time
@@ -108,7 +108,7 @@ def ours(scenario: str, floor: bool = False) -> dict:
         workload, cluster, settings = load_workload(TRACE), ClusterConfig(engines=8, router="round_robin"), ReplaySettings()
     else:
         spec = SyntheticSpec(sessions=SYNTHETIC_REQUESTS[scenario], input_tokens=1000, output_tokens=100, seed=1)
-        workload, cluster, settings = generate(spec), ClusterConfig(), ReplaySettings(concurrency=100)
+        workload, cluster, settings = generate(spec), ClusterConfig(), ReplaySettings(concurrency=concurrency)
     endpoint = InstantEndpoint() if floor else SimEndpoint(profile, prompts, cluster=cluster)
     result = Result(replay(workload, endpoint, prompts, settings, clock=VirtualClock()))
     summary = result.summary
@@ -137,21 +137,23 @@ def main() -> None:
     parser.add_argument("--dynamo-python", metavar="PATH", help="python of a venv with ai-dynamo 1.6.1 (omit: ours only)")
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--child", choices=SCENARIOS, help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=100, help="sessions in flight in the synthetic scenarios (default 100)")
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(ours(args.child, args.floor)))
+        print(json.dumps(ours(args.child, args.floor, args.concurrency)))
         return
+    ours_child = [sys.executable, __file__, "--concurrency", str(args.concurrency), "--child"]
     print(f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; runs: {args.runs} each, fresh processes, alternating.\n")
     for scenario in args.scenarios:
         runs: dict[str, list[dict]] = {"llmreplay": [], "Dynamo 1.6.1": [], "floor": []}
         for _ in range(args.runs):
-            runs["llmreplay"].append(child([sys.executable, __file__, "--child", scenario]))
+            runs["llmreplay"].append(child([*ours_child, scenario]))
             if args.dynamo_python:
                 count = str(SYNTHETIC_REQUESTS.get(scenario, 0))
-                runs["Dynamo 1.6.1"].append(child([args.dynamo_python, "-c", DYNAMO_CHILD, scenario, str(TRACE), count]))
+                runs["Dynamo 1.6.1"].append(child([args.dynamo_python, "-c", DYNAMO_CHILD, scenario, str(TRACE), count, str(args.concurrency)]))
             if scenario in SYNTHETIC_REQUESTS:
-                runs["floor"].append(child([sys.executable, __file__, "--child", scenario, "--floor"]))
+                runs["floor"].append(child([*ours_child, scenario, "--floor"]))
         report(scenario, {name: found for name, found in runs.items() if found})
 
 
