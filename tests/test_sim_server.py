@@ -31,6 +31,7 @@ from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.prompts import PromptFactory
 from pytest_llmreplay.sim.cluster import ClusterConfig
 from pytest_llmreplay.sim.engine import EngineConfig
+from pytest_llmreplay.sim import lag_window
 from pytest_llmreplay.sim.faults import FaultConfig
 from pytest_llmreplay.sim.server import SimServer
 from pytest_llmreplay.sim.timing import Profile, load_profile
@@ -377,6 +378,43 @@ def test_emit_lag_is_nan_before_any_stream(prompts):
         samples = [(n, labels.get("quantile"), value) for n, labels, value in scrape(thread.url) if n.startswith("llmreplay:")]
         assert {n for n, _, _ in samples} >= {"llmreplay:sim_emit_lag_seconds", "llmreplay:sim_emit_error_seconds_count"}
         assert all(value == 0 if q is None else np.isnan(value) for _, q, value in samples)
+
+
+def test_lag_window_keeps_exactly_the_last_values_across_flushes_and_wraps(monkeypatch):
+    monkeypatch.setattr(lag_window, "FLUSH", 7)  # flush often: every path of the ring is taken
+    window = lag_window.LagWindow(10)
+    added: list[float] = []
+    for step in range(1, 40):
+        batch = [float(step * 100 + i) for i in range(step % 4)]  # 0-3 values per hand-out
+        if len(batch) == 1:
+            window.add(batch[0])
+        else:
+            window.extend(batch)
+        window.trim()
+        added += batch
+        assert sorted(window.values()) == sorted(added[-10:])
+    window.extend([float(i) for i in range(25)])  # more than the window at once
+    assert sorted(window.values()) == [float(i) for i in range(15, 25)]
+
+
+def test_lag_window_quantiles_are_numpys_and_computed_off_the_event_loop(monkeypatch):
+    values = np.random.default_rng(3).normal(0.0, 0.002, 1000)
+    window = lag_window.LagWindow(600)
+    window.extend(list(values))
+    threads = []
+    real_quantile = np.quantile
+
+    def spying_quantile(*args, **kwargs):
+        threads.append(threading.current_thread())
+        return real_quantile(*args, **kwargs)
+
+    monkeypatch.setattr(lag_window.np, "quantile", spying_quantile)
+    lags, errors, count = asyncio.run(window.summaries((0.0, 0.5, 1.0), (0.5, 0.99)))
+    last = values[-600:]
+    assert count == 600
+    np.testing.assert_array_equal(lags, real_quantile(last, (0.0, 0.5, 1.0)))
+    np.testing.assert_array_equal(errors, real_quantile(np.abs(last), (0.5, 0.99)))
+    assert threads and threading.main_thread() not in threads
 
 
 # -- output lengths: max_tokens, min_tokens, ignore_eos --------------------------------------------

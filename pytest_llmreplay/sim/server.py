@@ -41,10 +41,8 @@ import math
 import random
 import signal
 import time
-from collections import deque
 from typing import Any, Sequence
 
-import numpy as np
 from aiohttp import web
 
 from ..clock import WallClock
@@ -52,6 +50,7 @@ from ..errors import LLMReplayError
 from ..prompts import PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
+from .lag_window import LagWindow
 from .timing import Profile
 
 DEFAULT_MAX_TOKENS = 16
@@ -111,7 +110,7 @@ class SimServer:
         self.seed = seed
         self.clock = WallClock()
         self.cluster: Cluster | None = None
-        self.emit_lags: deque[float] = deque(maxlen=LAG_WINDOW)
+        self.emit_lags = LagWindow(LAG_WINDOW)
         self._requests = 0
         self._handlers: set[asyncio.Task] = set()
         self._headers: dict[str, list[int]] = {}
@@ -166,9 +165,9 @@ class SimServer:
         return web.json_response({"object": "list", "data": [card]})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
+        return web.Response(text=await self.metrics_text(), content_type="text/plain", charset="utf-8")
 
-    def metrics_text(self) -> str:
+    async def metrics_text(self) -> str:
         """Prometheus text: vLLM's names, one sample per engine, then the emit-lag quantiles."""
         names = (
             ("num_requests_running", "gauge", "Number of requests in model execution batches."),
@@ -191,16 +190,16 @@ class SimServer:
         lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig", "# TYPE vllm:cache_config_info gauge",
                   f'vllm:cache_config_info{{block_size="{config.block_size}",enable_prefix_caching="True",'
                   f'num_gpu_blocks="{config.num_gpu_blocks}"}} 1.0']
-        lags = np.fromiter(self.emit_lags, dtype=np.float64)
+        lag_quantiles, error_quantiles = (0.0, 0.01, 0.5, 0.99, 1.0), (0.5, 0.9, 0.99, 1.0)
+        lags, errors, count = await self.emit_lags.summaries(lag_quantiles, error_quantiles)
         summaries = (
-            ("emit_lag_seconds", "Chunk write time minus its simulated time (negative: written early).", lags, (0.0, 0.01, 0.5, 0.99, 1.0)),
-            ("emit_error_seconds", "Absolute difference of a chunk's write time and its simulated time.", np.abs(lags), (0.5, 0.9, 0.99, 1.0)),
+            ("emit_lag_seconds", "Chunk write time minus its simulated time (negative: written early).", lag_quantiles, lags),
+            ("emit_error_seconds", "Absolute difference of a chunk's write time and its simulated time.", error_quantiles, errors),
         )
-        for name, help_text, values, quantiles in summaries:
+        for name, help_text, quantiles, found in summaries:
             lines += [f"# HELP llmreplay:sim_{name} {help_text}", f"# TYPE llmreplay:sim_{name} summary"]
-            found = np.quantile(values, quantiles) if len(values) else [math.nan] * len(quantiles)  # one partition for all
             lines += [f'llmreplay:sim_{name}{{quantile="{q}"}} {float(value)}' for q, value in zip(quantiles, found)]
-            lines.append(f"llmreplay:sim_{name}_count {len(values)}")
+            lines.append(f"llmreplay:sim_{name}_count {count}")
         return "\n".join(lines) + "\n"
 
     # -- generation ------------------------------------------------------------------------------
@@ -309,6 +308,7 @@ class SimServer:
         replies, self._to_build = self._to_build, []
         for reply in replies:
             reply.build_ahead()
+        self.emit_lags.trim()
 
     def text(self, ids: Sequence[int]) -> str:
         table = self.prompts.word_texts
@@ -458,10 +458,11 @@ class _Reply:
         if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
             now = self.server.clock.now()
             if end == start + 1:
-                self.server.emit_lags.append(now - times[start])
+                self.server.emit_lags.add(now - times[start])
             else:
-                self.server.emit_lags.extend(now - t for t in times[start:end])
+                self.server.emit_lags.extend([now - t for t in times[start:end]])
         if last:
+            self.server.emit_lags.trim()  # a stream's end builds nothing ahead (_build_all trims the others')
             self.ended.set_result(True)
 
     def build_ahead(self) -> None:
