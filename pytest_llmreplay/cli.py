@@ -253,7 +253,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from .prompts import PromptFactory
     from .sim.cluster import ClusterConfig
     from .sim.faults import FaultConfig
-    from .sim.server import SimServer, serve
+    from .sim.server import SimServer, ready_line, serve
     from .sim.timing import MAX_JITTER, load_profile
     from .tokenizer import load_tokenizer
 
@@ -281,7 +281,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         raise LLMReplayError(re.sub(r"[a-z_]+", lambda m: _SIM_OPTIONS.get(m.group(0), m.group(0)), fields) + sep + why) from None
 
     def ready(url: str) -> None:
-        print(f"llmreplay sim: {profile.name} serving model {server.model!r} on {url} (Ctrl-C stops)", flush=True)
+        print(ready_line(profile.name, server.model, url), flush=True)
 
     try:
         asyncio.run(serve(server, args.host, args.port, ready))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -147,7 +148,7 @@ class HTTPEndpoint:
             raise LLMReplayError(f"api: expected one of {', '.join(APIS)}, got {self.api!r}")
         if not self.url.startswith(("http://", "https://")):
             raise LLMReplayError(f"endpoint URL: expected http://host:port, got {self.url!r}")
-        self.url = self.url.rstrip("/").removesuffix("/v1")
+        self.url = _base_url(self.url)
         self._client: Any = None
         self._clock: Clock = WallClock()
 
@@ -338,13 +339,18 @@ class ServerProcess:
     answers 200, the process exits (error with the log's last lines) or ``startup_timeout_s``
     passes (error, process stopped). ``stop()`` sends SIGTERM to the group, waits up to
     ``stop_timeout_s``, then SIGKILL. ``exit_message()`` says whether it died while in use.
+
+    ``url`` None: the command picks its own port (binding port 0 leaves no window in which
+    another process can take it) and prints a line matching ``announce``, whose first group is
+    its URL; ``url`` is then that, read from what the command wrote to the log since ``start()``.
     """
 
     def __init__(
         self,
         command: str | Sequence[str],
-        url: str,
+        url: str | None,
         *,
+        announce: re.Pattern[str] | None = None,
         startup_timeout_s: float = 600.0,
         stop_timeout_s: float = 15.0,
         log_path: str | Path | None = None,
@@ -354,7 +360,11 @@ class ServerProcess:
         self.args = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.args:
             raise LLMReplayError("server command: empty")
-        self.url = url.rstrip("/").removesuffix("/v1")
+        if url is None and announce is None:
+            raise ValueError("a server without a url must announce it")
+        self.url = _base_url(url) if url else None
+        self.announce = announce
+        self._log_start = 0  # log offset where this start's output begins
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
@@ -372,6 +382,7 @@ class ServerProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             try:
                 self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
             except OSError as exc:
@@ -386,19 +397,32 @@ class ServerProcess:
         import httpx
 
         deadline = self.clock.now() + self.startup_timeout_s
-        with httpx.Client(base_url=self.url, timeout=2.0) as client:
+        with httpx.Client(timeout=2.0) as client:
             while True:
                 message = self.exit_message()
                 if message:
                     raise LLMReplayError(message)
-                if _answers(client):
+                if self.url is None:
+                    self.url = self._announced_url()
+                if self.url is not None and _answers(client, self.url):
                     return
                 if self.clock.now() >= deadline:
+                    where = f"at {self.url}/health" if self.url else "(it never printed the URL it listens on)"
                     raise LLMReplayError(
-                        f"server command {shlex.join(self.args)!r} was not ready at {self.url}/health within {self.startup_timeout_s:g} s; "
+                        f"server command {shlex.join(self.args)!r} was not ready {where} within {self.startup_timeout_s:g} s; "
                         f"last lines of its log ({self.log_path}):\n{self.log_tail()}"
                     )
                 self.clock.pause(0.25)
+
+    def _announced_url(self) -> str | None:
+        """The URL the command printed (``announce``'s first group) since this start, or None."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                found = self.announce.search(log.read().decode(errors="replace"))
+        except OSError:
+            return None
+        return _base_url(found.group(1)) if found else None
 
     def exit_message(self) -> str | None:
         """None while the process runs; else its exit status and the last lines of its log."""
@@ -441,10 +465,14 @@ class ServerProcess:
             self.clock.pause(0.05)
 
 
-def _answers(client: Any) -> bool:
+def _base_url(url: str) -> str:
+    return url.rstrip("/").removesuffix("/v1")
+
+
+def _answers(client: Any, url: str) -> bool:
     for path in ("/health", "/v1/models"):
         try:
-            reply = client.get(path)
+            reply = client.get(url + path)
         except Exception:
             return False
         if reply.status_code == 200:

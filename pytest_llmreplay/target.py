@@ -14,7 +14,6 @@ what baselines are keyed on (kind, model, server version, sim profile, hardware)
 
 from __future__ import annotations
 
-import socket
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,13 +72,6 @@ class Target:
             self.server = None
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def sim_fingerprint(profile: Any, kind: str) -> dict[str, Any]:
     from importlib.metadata import version
 
@@ -94,13 +86,16 @@ def sim_fingerprint(profile: Any, kind: str) -> dict[str, Any]:
 
 
 def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, startup_timeout_s: float = 60.0) -> ServerProcess:
-    """``llmreplay sim`` for ``profile_name`` with ``seed`` (outputs, timing jitter) on a free
-    loopback port, started and healthy."""
-    url = f"http://127.0.0.1:{free_port()}"
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", url.rsplit(":", 1)[1], "--seed", str(seed)]
+    """``llmreplay sim`` for ``profile_name`` with ``seed`` (outputs, timing jitter), started and
+    healthy on a loopback port it binds itself (``--port 0``, then its ready line gives the URL):
+    picking a free port here and passing it on would leave a window in which another server
+    (another xdist worker's) could take it and answer our health check."""
+    from .sim.server import READY
+
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", "0", "--seed", str(seed)]
     if tokenizer:
         command += ["--tokenizer", tokenizer]
-    server = ServerProcess(command, url, startup_timeout_s=startup_timeout_s)
+    server = ServerProcess(command, None, announce=READY, startup_timeout_s=startup_timeout_s)
     server.start()
     return server
 

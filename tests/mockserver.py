@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -215,6 +216,14 @@ def _text(start: int, end: int) -> str:
 
 def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, read, closed): for tests that need a dead address or
+    start a server on a port of their choosing."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class ServerThread:

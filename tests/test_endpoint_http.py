@@ -4,6 +4,7 @@ key, idle check), busy_requests on Prometheus text, and ServerProcess with real 
 import asyncio
 import os
 import signal
+import re
 import socket
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary  # noqa: E402
+from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port  # noqa: E402
 
 from pytest_llmreplay.clock import WallClock  # noqa: E402
 from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, ServerProcess, busy_requests  # noqa: E402
@@ -29,13 +30,6 @@ BODIES = {
     "chat": {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8},
     "completions": {"prompt": PROMPT, "max_tokens": 8},
 }
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound, read, closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def exchange(endpoint: HTTPEndpoint, *requests: tuple[str, dict[str, Any]]) -> list[Response]:
@@ -494,7 +488,7 @@ def server_process(tmp_path):
     def make(command, url: str | None = None, **options: Any) -> ServerProcess:
         options.setdefault("log_path", tmp_path / "server.log")
         options.setdefault("startup_timeout_s", 5)  # a regression fails fast instead of waiting 600 s
-        server = ServerProcess(command, url or f"http://127.0.0.1:{free_port()}", **options)
+        server = ServerProcess(command, url if "announce" in options else url or f"http://127.0.0.1:{free_port()}", **options)
         made.append(server)
         return server
 
@@ -623,6 +617,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
 """
+
+
+ANNOUNCE = re.compile(r"^listening on (http://\S+)$", re.MULTILINE)
+
+
+def test_server_that_picks_its_own_port_is_found_from_the_line_it_prints(server_process, mock):
+    # the command prints where it listens (here: the mock's address) after a while, as a server bound to port 0 does
+    server = server_process(python(f"import time; time.sleep(0.3); print('listening on {mock.url}/v1', flush=True); time.sleep(60)"), announce=ANNOUNCE)
+    assert server.url is None
+    with server:
+        assert server.url == mock.url
+
+
+def test_an_announcement_left_in_the_log_by_an_earlier_start_is_not_taken(server_process, mock, tmp_path):
+    log = tmp_path / "reused.log"
+    log.write_text(f"listening on {mock.url}\n")  # a previous run's line, pointing at a live server
+    server = server_process(python("import time; time.sleep(60)"), announce=ANNOUNCE, log_path=log, startup_timeout_s=1, stop_timeout_s=1)
+    with pytest.raises(LLMReplayError, match="never printed the URL it listens on") as info:
+        server.start()
+    assert "within 1 s" in str(info.value)
+    assert server.url is None
 
 
 def test_server_without_health_is_ready_when_v1_models_answers(server_process):

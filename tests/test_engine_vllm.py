@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmreplay.target import free_port
+from mockserver import free_port
 from test_plugin_baselines import GIT_ENV, git, stored
 
 pytestmark = pytest.mark.engine

@@ -33,8 +33,9 @@ from pytest_llmreplay.sim.cluster import ClusterConfig
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim import lag_window
 from pytest_llmreplay.sim.faults import FaultConfig
-from pytest_llmreplay.sim.server import SimServer
+from pytest_llmreplay.sim.server import READY, SimServer
 from pytest_llmreplay.sim.timing import Profile, load_profile
+from pytest_llmreplay.target import start_sim_server
 from pytest_llmreplay.tokenizer import load_tokenizer
 
 BLOCK = 16
@@ -813,10 +814,22 @@ def test_llmreplay_sim_serves_until_sigterm():
             process.wait()
 
 
+def test_the_plugins_sim_server_binds_its_own_port_and_is_found_from_its_ready_line():
+    servers = [start_sim_server("llama-3.1-8b-h100", None, seed) for seed in (0, 1)]
+    try:
+        for server in servers:
+            assert server.args[server.args.index("--port") + 1] == "0"  # no port picked here for another process to take
+            assert HTTP.get(server.url + "/version").json()["profile"] == "llama-3.1-8b-h100"
+        assert servers[0].url != servers[1].url
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def _sim_process(*argv: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(_cli("--port", "0", *argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = _first_line(process)
-    match = re.search(r" on (http://127\.0\.0\.1:\d+) ", line)
+    match = READY.search(line)  # what the plugin reads to find a server it started with --port 0
     assert match, line
     assert re.match(r"llmreplay sim: \S+ serving model '[^']+' on http://127\.0\.0\.1:\d+ \(Ctrl-C stops\)$", line), line
     return process, match.group(1)

@@ -39,6 +39,7 @@ import asyncio
 import json
 import math
 import random
+import re
 import signal
 import time
 from typing import Any, Sequence
@@ -55,6 +56,13 @@ from .timing import Profile
 
 DEFAULT_MAX_TOKENS = 16
 LAG_WINDOW = 100_000
+READY = re.compile(r"^llmreplay sim: .* on (http://\S+) \(Ctrl-C stops\)$", re.MULTILINE)  # reads ready_line's URL back
+
+
+def ready_line(profile: str, model: str, url: str) -> str:
+    """What ``llmreplay sim`` prints once it listens (with ``--port 0``, the only way to learn
+    its port; :data:`READY` reads the URL back)."""
+    return f"llmreplay sim: {profile} serving model {model!r} on {url} (Ctrl-C stops)"
 
 
 class BadRequest(Exception):
