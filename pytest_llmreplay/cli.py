@@ -249,6 +249,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
 def cmd_sim(args: argparse.Namespace) -> int:
     import asyncio
     import dataclasses
+    import socket
 
     from .prompts import PromptFactory
     from .sim.cluster import ClusterConfig
@@ -283,8 +284,12 @@ def cmd_sim(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(ready_line(profile.name, server.model, url), flush=True)
 
+    if not 0 <= args.port <= 65535:
+        raise LLMReplayError(f"--port: expected a port from 0 to 65535, got {args.port}")
     try:
         asyncio.run(serve(server, args.host, args.port, ready))
+    except socket.gaierror as exc:
+        raise LLMReplayError(f"--host {args.host}: not an address to listen on ({exc.strerror or exc})") from None
     except OSError as exc:
         raise LLMReplayError(f"--port {args.port}: cannot listen on {args.host}: {exc.strerror or exc}") from None
     return 0
@@ -374,11 +379,16 @@ def _add_engine_options(group: Any, *defaults: str) -> None:
 
 
 def _engine_overrides(args: argparse.Namespace) -> dict[str, int]:
-    """The engine options given on the command line, each an integer >= 1."""
+    """The engine options given on the command line, each an integer >= 1 (``--num-gpu-blocks``
+    at most :data:`~.sim.engine.MAX_GPU_BLOCKS`)."""
+    from .sim.engine import MAX_GPU_BLOCKS
+
     given = {key: getattr(args, key) for key in ENGINE_OPTIONS if getattr(args, key) is not None}
     for key, value in given.items():
         if value < 1:
             raise LLMReplayError(f"--{key.replace('_', '-')}: expected an integer >= 1, got {value}")
+        if key == "num_gpu_blocks" and value > MAX_GPU_BLOCKS:
+            raise LLMReplayError(f"--num-gpu-blocks: expected at most {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {value:,}")
     return given
 
 

@@ -247,7 +247,7 @@ class ServerThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        runner = web.AppRunner(self.server.app(), access_log=None)
+        runner = web.AppRunner(self.server.app(), **getattr(self.server, "runner_options", {"access_log": None}))
         self._loop.run_until_complete(runner.setup())
         site = web.TCPSite(runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())

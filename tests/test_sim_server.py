@@ -478,7 +478,15 @@ REFUSED = [
     ("/v1/completions", {"prompt": TEXT, "max_tokens": True}, 400, "max_tokens"),
     ("/v1/completions", {"prompt": TEXT, "min_tokens": -1}, 400, "min_tokens"),
     ("/v1/completions", {"prompt": TEXT, "max_tokens": 4, "min_tokens": 5}, 400, "min_tokens"),
-    ("/v1/completions", {"prompt": list(range(CAPACITY - 8)), "max_tokens": 16}, 400, "prompt"),
+    ("/v1/completions", {"prompt": list(range(CAPACITY - 8)), "max_tokens": 16}, 400, "max_tokens"),  # fits with fewer output tokens
+    ("/v1/completions", {"prompt": list(range(CAPACITY)), "max_tokens": 1}, 400, "prompt"),  # fits with none
+    ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, 400, None),  # nested deeper than the JSON parser goes
+    ("/v1/completions", {"prompt": TEXT, "n": True}, 400, "n"),
+    ("/v1/completions", {"prompt": TEXT, "stream": "false"}, 400, "stream"),
+    ("/v1/completions", {"prompt": TEXT, "ignore_eos": "false"}, 400, "ignore_eos"),
+    ("/v1/completions", {"prompt": TEXT, "return_token_ids": 1}, 400, "return_token_ids"),
+    ("/v1/completions", {"prompt": TEXT, "stream": True, "stream_options": "x"}, 400, "stream_options"),
+    ("/v1/completions", {"prompt": TEXT, "stream": True, "stream_options": {"include_usage": "no"}}, 400, "stream_options.include_usage"),
     ("/v1/completions", {"model": "gpt-4", "prompt": TEXT}, 404, "model"),
     ("/v1/chat/completions", {"max_tokens": 4}, 400, "messages"),
     ("/v1/chat/completions", {"messages": [], "max_tokens": 4}, 400, "messages"),
@@ -578,6 +586,17 @@ def test_a_client_that_goes_away_mid_stream_is_dropped_from_the_engine(prompts):
         assert metric(thread.url, "generation_tokens_total") < 200  # it stopped generating (200 tokens take 1 s)
         reply = post(thread.url, "/v1/completions", {"prompt": ids(105_100, 10), "max_tokens": 3}).json()
         assert reply["usage"]["completion_tokens"] == 3
+
+
+def test_a_client_that_gives_up_on_a_whole_response_is_dropped_from_the_engine(prompts):
+    with serving(prompts, tiny_profile(0.005)) as thread:
+        with pytest.raises(httpx.ReadTimeout):  # 200 tokens take 1 s; the client waits 0.2 s
+            httpx.post(thread.url + "/v1/completions", json={"prompt": ids(106_000, 40), "max_tokens": 200}, timeout=0.2)
+        deadline = time.perf_counter() + 2.0
+        while metric(thread.url, "num_requests_running") and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        assert metric(thread.url, "num_requests_running") == 0 and metric(thread.url, "kv_cache_usage_perc") == 0.0
+        assert metric(thread.url, "generation_tokens_total") < 200  # it stopped generating
 
 
 def test_a_request_aborted_during_its_last_iteration_does_not_stop_the_engine():
@@ -891,6 +910,11 @@ BAD_OPTIONS = [
     (("--timing-jitter", "1.5"), "--timing-jitter"),
     (("--profile", "nope"), "--profile"),
     (("--profile", "dynamo-mocker-polynomial", "--prefill-engines", "1"), "--kv-bytes-per-token"),
+    (("--profile", "dynamo-mocker-polynomial", "--prefill-engines", "1", "--kv-bytes-per-token", "inf"), "--kv-bytes-per-token"),
+    (("--num-gpu-blocks", str(10**12)), "--num-gpu-blocks"),
+    (("--eos-mean-tokens", "inf"), "--eos-mean-tokens"),
+    (("--port", "70000"), "--port"),
+    (("--host", "999.1.1.1"), "--host"),
 ]
 
 

@@ -387,12 +387,22 @@ def test_missing_field_names_file_and_field(tmp_path):
         ("model", "heads", "32", "model.heads: must be a number, got '32'"),
         ("model", "layer", 32, "model.layer: unknown field"),
         ("timing", "kind", "magic", "timing.kind: must be one of roofline, polynomial, table, got 'magic'"),
+        ("timing", "kind", ["roofline"], "timing.kind: must be one of roofline, polynomial, table, got ['roofline']"),
+        ("engine", "num_gpu_blocks", 10**12, "engine.num_gpu_blocks: must be <= 10,000,000 (the simulator keeps per-block state in memory)"),
+        ("engine", "num_gpu_blocks", 10**400, "engine.num_gpu_blocks: must be <= 10,000,000"),
     ],
 )
 def test_bad_fields_are_named(tmp_path, section, key, value, expected):
     data = bundled("llama-3.1-8b-h100")
     data[section][key] = value
     assert expected in error_for(tmp_path, data)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, 10**400])
+def test_polynomial_coefficients_must_be_finite(tmp_path, bad):
+    data = bundled("dynamo-mocker-polynomial")
+    data["timing"]["prefill_coefficients"] = [bad, 0, 1]
+    assert "timing.prefill_coefficients: must be finite numbers" in error_for(tmp_path, data)
 
 
 def test_tensor_parallel_needs_the_interconnect(tmp_path):

@@ -23,6 +23,7 @@ prefill engine.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -62,8 +63,8 @@ class ClusterConfig:
             raise LLMReplayError(f"prefill_engines: expected an integer >= 0, got {self.prefill_engines!r}")
         for name in ("kv_transfer_gbps", "kv_bytes_per_token"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise LLMReplayError(f"{name}: expected a number > 0, got {value!r}")
+            if value is not None and not 0 < value < math.inf:
+                raise LLMReplayError(f"{name}: expected a finite number > 0, got {value!r}")
         if not self.overlap_weight >= 0:
             raise LLMReplayError(f"overlap_weight: expected a number >= 0, got {self.overlap_weight!r}")
 

@@ -61,6 +61,9 @@ def _set(future: asyncio.Future, value: object) -> None:
         future.set_result(value)
 
 
+MAX_GPU_BLOCKS = 10_000_000  # the cache keeps ~150 bytes of Python state per block: 1.5 GB here; a GPU holds far fewer
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """vLLM's scheduler and cache settings."""

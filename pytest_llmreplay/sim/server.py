@@ -20,8 +20,13 @@ Requests:
   ``<|assistant|>\\n``. Token-id prompts are taken as they are (any ids >= 0: the simulator has
   no vocabulary limit); the text it writes comes from the project's tokenizer.
 - Refused with 400 and an OpenAI error object naming the field: a body that is not JSON, no
-  prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a request
-  larger than an engine's KV cache; 404 for another ``model``.
+  prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a flag
+  (``stream``, ``ignore_eos``, ``return_token_ids``, ``stream_options.include_usage``) that is
+  not true or false, ``stream_options`` that is not an object, a request larger than an
+  engine's KV cache (naming the prompt when it would not fit with one output token, else
+  ``max_tokens``); 404 for another ``model``.
+- A client that goes away (closes the connection, or times out waiting for a whole response)
+  has its request dropped from the engine: it stops generating and frees its blocks.
 
 ``/metrics`` uses vLLM's metric names per engine (label ``engine``): running and waiting requests,
 KV cache usage, prefix cache queries and hits, prompt and generation tokens, preemptions, and
@@ -90,8 +95,25 @@ def _integer(body: dict[str, Any], name: str, default: int, minimum: int) -> int
     return value
 
 
+def _check_flag(body: dict[str, Any], name: str, field: str | None = None) -> None:
+    """A boolean field is absent, true or false: a string such as "false" is refused, not taken as true."""
+    value = body.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest(f"{field or name}: expected true or false, got {value!r}", field or name)
+
+
+def _label_value(text: str) -> str:
+    """``text`` escaped for a Prometheus label value (backslash, double quote, newline)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 class SimServer:
-    """The HTTP face of a :class:`~.cluster.Cluster` of ``profile``; ``app()`` for aiohttp."""
+    """The HTTP face of a :class:`~.cluster.Cluster` of ``profile``; ``app()`` for aiohttp, served
+    by a runner with ``runner_options``."""
+
+    # cancel the handler of a client that went away, so that a non-streaming request it gave up
+    # on stops generating and frees its engine slot (aiohttp >= 3.9 lets such a handler run on)
+    runner_options = {"access_log": None, "handler_cancellation": True}
 
     def __init__(
         self,
@@ -107,8 +129,8 @@ class SimServer:
         cluster.validate()
         transfer_s_per_token(profile, cluster)  # fails now, not when the server starts
         faults.validate()
-        if eos_mean_tokens is not None and not eos_mean_tokens >= 1:
-            raise LLMReplayError(f"eos_mean_tokens: expected a number >= 1, got {eos_mean_tokens!r}")
+        if eos_mean_tokens is not None and not 1 <= eos_mean_tokens < math.inf:
+            raise LLMReplayError(f"eos_mean_tokens: expected a finite number >= 1, got {eos_mean_tokens!r}")
         self.profile = profile
         self.prompts = prompts
         self.model = model or profile.name
@@ -193,7 +215,7 @@ class SimServer:
             family = name.removesuffix("_total") if kind == "counter" else name
             lines += [f"# HELP vllm:{family} {help_text}", f"# TYPE vllm:{family} {kind}"]
             for index, values in enumerate(stats):
-                lines.append(f'vllm:{name}{{engine="{index}",model_name="{self.model}"}} {float(values[name])}')
+                lines.append(f'vllm:{name}{{engine="{index}",model_name="{_label_value(self.model)}"}} {float(values[name])}')
         config = self.profile.engine
         lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig", "# TYPE vllm:cache_config_info gauge",
                   f'vllm:cache_config_info{{block_size="{config.block_size}",enable_prefix_caching="True",'
@@ -248,15 +270,21 @@ class SimServer:
         """(body, prompt ids, max_tokens, tokens to generate), or :class:`BadRequest`."""
         try:
             body = await request.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             raise BadRequest("the request body is not valid JSON") from None
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         model = body.get("model")
         if model is not None and model != self.model:
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
-        if body.get("n", 1) != 1:
+        if _integer(body, "n", 1, 1) != 1:
             raise BadRequest(f"n: only 1 is supported, got {body.get('n')!r}", "n")
+        for name in ("stream", "ignore_eos", "return_token_ids"):
+            _check_flag(body, name)
+        options = body.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            raise BadRequest(f"stream_options: expected an object, got {options!r}", "stream_options")
+        _check_flag(options or {}, "include_usage", "stream_options.include_usage")
         prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
         limit_name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = _integer(body, limit_name, DEFAULT_MAX_TOKENS, 1)
@@ -264,8 +292,9 @@ class SimServer:
         if min_tokens > max_tokens:
             raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
         refusal = self.cluster.refusal(len(prompt), max_tokens)
-        if refusal is not None:
-            raise BadRequest(refusal, "prompt" if not chat else "messages")
+        if refusal is not None:  # blame the prompt when it could not fit with even one output token
+            too_long = len(prompt) >= self.cluster.capacity_tokens
+            raise BadRequest(refusal, ("messages" if chat else "prompt") if too_long else limit_name)
         return body, prompt, max_tokens, self._output_length(body, max_tokens, min_tokens, number)
 
     def _output_length(self, body: dict[str, Any], max_tokens: int, min_tokens: int, number: int) -> int:
@@ -495,7 +524,7 @@ def _chunk(data: bytes) -> bytes:
 
 async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None) -> None:
     """Serve until SIGINT/SIGTERM; ``ready(url)`` is called once listening (port 0: any free)."""
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False, shutdown_timeout=1.0)
+    runner = web.AppRunner(server.app(), **server.runner_options, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()

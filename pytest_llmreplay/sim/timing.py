@@ -528,7 +528,7 @@ class _Fields:
                 self.fail(name, "missing")
             return default
         value = data[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
             self.fail(name, f"must be a number, got {value!r}")
         if integer and value != int(value):
             self.fail(name, f"must be a whole number, got {value!r}")
@@ -578,6 +578,12 @@ class _Fields:
         value = data.get(key, list(default))
         if not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             self.fail(f"{prefix}.{key}", f"must be [a, b, c] of a*x^2 + b*x + c, got {value!r}")
+        try:
+            finite = all(math.isfinite(v) for v in value)
+        except OverflowError:  # an integer too large for a float
+            finite = False
+        if not finite:
+            self.fail(f"{prefix}.{key}", f"must be finite numbers, got {value!r}")
         return tuple(float(v) for v in value)
 
 
@@ -653,7 +659,7 @@ def _hardware(f: _Fields, data: Mapping[str, Any]) -> HardwareSpec:
 
 
 def _engine(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardware: HardwareSpec | None) -> EngineConfig:
-    from .engine import EngineConfig  # engine.py imports this module
+    from .engine import MAX_GPU_BLOCKS, EngineConfig  # engine.py imports this module
 
     p = "engine"
     block_size = f.number(data, p, "block_size", integer=True)
@@ -671,6 +677,9 @@ def _engine(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardwa
                 f"no memory left for the KV cache: {model.weight_bytes / hardware.tensor_parallel / 1e9:.1f} GB of weights "
                 f"+ {reserve:g} GiB reserve exceed {utilization:g} x {hardware.memory_bytes / 1e9:.1f} GB per GPU",
             )
+    if blocks > MAX_GPU_BLOCKS:
+        how = "" if "num_gpu_blocks" in data else " (derived from the model and hardware)"
+        f.fail(f"{p}.num_gpu_blocks", f"must be <= {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {blocks:,}{how}")
     return EngineConfig(
         block_size=block_size,
         num_gpu_blocks=blocks,
@@ -708,7 +717,7 @@ def _table(f: _Fields, data: Mapping[str, Any]) -> TableTiming:
 
 def _timing(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardware: HardwareSpec | None) -> TimingModel:
     kind = data.get("kind") if isinstance(data, Mapping) else None
-    if kind not in _TIMING:
+    if not isinstance(kind, str) or kind not in _TIMING:
         f.fail("timing.kind", "missing" if kind is None else f"must be one of {', '.join(TIMING_KINDS)}, got {kind!r}")
     section = f.section({"timing": data}, "timing", _TIMING[kind])
     assert section is not None
