@@ -287,7 +287,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise LLMReplayError(f"--port: expected a port from 0 to 65535, got {args.port}")
     try:
-        asyncio.run(serve(server, args.host, args.port, ready))
+        asyncio.run(serve(server, args.host, args.port, ready, args.parent_pid))
     except socket.gaierror as exc:
         raise LLMReplayError(f"--host {args.host}: not an address to listen on ({exc.strerror or exc})") from None
     except OSError as exc:
@@ -311,6 +311,7 @@ def _add_sim_parser(commands: Any) -> None:
                      help="a bundled profile name or a profile JSON file (default llama-3.1-8b-h100)")
     sim.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     sim.add_argument("--port", type=int, default=8000, metavar="N", help="port (default 8000; 0 picks a free one and prints it)")
+    sim.add_argument("--parent-pid", type=int, metavar="PID", help="stop when process PID is no longer this one's parent (it died): the pytest plugin passes its own")
     sim.add_argument("--model", metavar="NAME", help="served model name (default: the profile's name)")
     sim.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompt text and output text (default: the bundled one)")
     sim.add_argument("--seed", type=int, default=0, help="seed of output tokens, natural lengths and faults (default 0)")

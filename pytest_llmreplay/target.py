@@ -14,6 +14,7 @@ what baselines are keyed on (kind, model, server version, sim profile, hardware)
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,7 +93,7 @@ def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, st
     (another xdist worker's) could take it and answer our health check."""
     from .sim.server import READY
 
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", "0", "--seed", str(seed)]
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", "0", "--seed", str(seed), "--parent-pid", str(os.getpid())]
     if tokenizer:
         command += ["--tokenizer", tokenizer]
     server = ServerProcess(command, None, announce=READY, startup_timeout_s=startup_timeout_s)

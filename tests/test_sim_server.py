@@ -374,6 +374,12 @@ def test_metrics_names_labels_and_counters(sim):
     assert 0 <= error["0.5"] <= error["0.9"] <= error["0.99"] <= error["1.0"] == max(-lag["0.0"], lag["1.0"])
 
 
+def test_a_model_name_with_quotes_is_escaped_in_metrics_labels(prompts):
+    with serving(prompts, model='my "model"\\v2') as thread:
+        scrape(thread.url)  # every line is still a Prometheus sample
+        assert 'vllm:num_requests_running{engine="0",model_name="my \\"model\\"\\\\v2"} 0.0' in HTTP.get(thread.url + "/metrics").text
+
+
 def test_emit_lag_is_nan_before_any_stream(prompts):
     with serving(prompts) as thread:
         samples = [(n, labels.get("quantile"), value) for n, labels, value in scrape(thread.url) if n.startswith("llmreplay:")]
@@ -843,6 +849,39 @@ def test_the_plugins_sim_server_binds_its_own_port_and_is_found_from_its_ready_l
     finally:
         for server in servers:
             server.stop()
+
+
+def test_the_plugins_sim_server_does_not_outlive_a_killed_test_run(tmp_path):
+    """A run killed by SIGKILL (or SIGTERM, which pytest does not catch) runs no teardown: the
+    server it started must notice its parent is gone and exit."""
+    pid_file = tmp_path / "server.pid"
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from pytest_llmreplay.target import start_sim_server\n"
+        "server = start_sim_server('llama-3.1-8b-h100', None)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(server.process.pid)); time.sleep(60)"
+    )])
+    try:
+        deadline = time.perf_counter() + 30
+        while not (pid_file.exists() and pid_file.read_text()) and time.perf_counter() < deadline:
+            time.sleep(0.05)
+        server_pid = int(pid_file.read_text())
+        parent.kill()
+        parent.wait()
+        deadline = time.perf_counter() + 10
+        while _alive(server_pid) and time.perf_counter() < deadline:
+            time.sleep(0.05)
+        assert not _alive(server_pid), "the simulator server outlived the killed run"
+    finally:
+        parent.kill()
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
 
 
 def _sim_process(*argv: str) -> tuple[subprocess.Popen, str]:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import re
 import signal
@@ -522,8 +523,13 @@ def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%b\r\n" % (len(data), data)
 
 
-async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None) -> None:
-    """Serve until SIGINT/SIGTERM; ``ready(url)`` is called once listening (port 0: any free)."""
+PARENT_POLL_S = 0.5  # how often a server started with a parent_pid checks that its parent lives
+
+
+async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None, parent_pid: int | None = None) -> None:
+    """Serve until SIGINT/SIGTERM, or until process ``parent_pid`` is no longer this one's parent
+    (it died: a test run killed by SIGTERM or SIGKILL runs no teardown, and the server must not
+    outlive it); ``ready(url)`` is called once listening (port 0: any free)."""
     runner = web.AppRunner(server.app(), **server.runner_options, handle_signals=False, shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -534,7 +540,16 @@ async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, re
     stop = asyncio.get_running_loop().create_future()
     for signum in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
+    if parent_pid is not None:
+        asyncio.ensure_future(_stop_when_orphaned(parent_pid, stop))
     try:
         await stop
     finally:
         await runner.cleanup()
+
+
+async def _stop_when_orphaned(parent_pid: int, stop: asyncio.Future) -> None:
+    while os.getppid() == parent_pid:
+        await asyncio.sleep(PARENT_POLL_S)
+    if not stop.done():
+        stop.set_result(None)
