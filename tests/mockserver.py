@@ -226,6 +226,23 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def gone(pid: int) -> bool:
+    """True when the process no longer exists or is a zombie waiting for a parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def wait_until_gone(pid: int, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for :func:`gone`; its last answer."""
+    deadline = time.monotonic() + timeout_s
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return gone(pid)
+
+
 class ServerThread:
     """Run a :class:`MockServer` on 127.0.0.1 in a background thread: ``url`` once started."""
 

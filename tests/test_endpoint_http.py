@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port  # noqa: E402
+from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port, gone, wait_until_gone  # noqa: E402
 
 from pytest_llmreplay.clock import WallClock  # noqa: E402
 from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, ServerProcess, busy_requests  # noqa: E402
@@ -470,15 +470,6 @@ def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-def gone(pid: int) -> bool:
-    """True when the process no longer exists or is a zombie waiting for a parent to reap it."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
-
-
 @pytest.fixture
 def server_process(tmp_path):
     """Make ServerProcess objects logging to tmp_path; at teardown, SIGKILL whatever process group a
@@ -503,13 +494,6 @@ def server_process(tmp_path):
         server.process.wait(5)
         if server.process.stdout is not None:
             server.process.stdout.close()
-
-
-def wait_until_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return gone(pid)
 
 
 def test_server_process_starts_answers_and_stops(server_process):

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import httpx
 import numpy as np
 import pytest
-from mockserver import ServerThread
+from mockserver import ServerThread, wait_until_gone
 
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.prompts import PromptFactory
@@ -867,21 +867,9 @@ def test_the_plugins_sim_server_does_not_outlive_a_killed_test_run(tmp_path):
         server_pid = int(pid_file.read_text())
         parent.kill()
         parent.wait()
-        deadline = time.perf_counter() + 10
-        while _alive(server_pid) and time.perf_counter() < deadline:
-            time.sleep(0.05)
-        assert not _alive(server_pid), "the simulator server outlived the killed run"
+        assert wait_until_gone(server_pid, 10), "the simulator server outlived the killed run"
     finally:
         parent.kill()
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 def _sim_process(*argv: str) -> tuple[subprocess.Popen, str]:
