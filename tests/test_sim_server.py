@@ -660,6 +660,10 @@ def test_stalls_delay_streams_that_still_complete(prompts):
             assert elapsed >= 0.3
             assert len(streamed_ids(items)) == 6 and items[-2]["usage"]["completion_tokens"] == 6 and items[-1] == "[DONE]"
             assert finish_reasons(items)[-1] == "length"
+        for path, body in (("/v1/completions", {"prompt": ids(120_200, 30)}), ("/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}]})):
+            # one token: the stall strikes after the last one, which must still carry the finish_reason
+            items = stream(thread.url, path, {**body, "max_tokens": 1})
+            assert finish_reasons(items) == ["length"] and items[-1] == "[DONE]"
         started = time.perf_counter()
         whole = post(thread.url, "/v1/completions", {"prompt": ids(120_500, 30), "max_tokens": 6})
         assert time.perf_counter() - started >= 0.3

@@ -477,8 +477,8 @@ class _Reply:
         self.chunks, self.held, sent, fault = end, 0, self.sent, self.pending_fault
         if fault is not None and sent + ready >= fault.after_tokens:
             head = fault.after_tokens - sent
-            transport.write(self.frame(self.output[sent:sent + head], None))
             self.sent, self.pending_fault, self.ahead = sent + head, None, None
+            transport.write(self.frame(self.output[sent:self.sent], self.finish if self.sent >= len(self.output) else None))
             if fault.kind == "disconnect":
                 self.server.cluster.abort(self.job)
                 transport.close()
