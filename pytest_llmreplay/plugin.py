@@ -123,6 +123,13 @@ class LLMSession:
             self.extra_body = extra_body("--llm-extra-body / llm_extra_body", option(config, "llm_extra_body"), bool(option(config, "llm_ignore_eos")))
         except LLMReplayError as exc:
             raise pytest.UsageError(str(exc)) from None
+        if self.kind != "live":  # a name typo fails once, at start-up (the file is read when first used)
+            from .sim.profile_files import profile_path
+
+            try:
+                profile_path(option(config, "llm_sim_profile"))
+            except LLMReplayError as exc:
+                raise pytest.UsageError(f"--llm-sim-profile / llm_sim_profile: {exc}") from None
         self.compare_ref = option(config, "llm_compare") or None
         self.history: tuple[str, list[str]] | None = None
         if self.compare_ref is not None:
@@ -372,7 +379,8 @@ def _fail_on_user_error(call: Callable[[], Any]) -> Any:
     try:
         return call()
     except LLMReplayError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        message = str(exc)
+    pytest.fail(message, pytrace=False)  # outside the except: the error is printed once, not chained
 
 
 @pytest.fixture(scope="session")

@@ -581,22 +581,34 @@ def test_unreachable_endpoint_fails_with_one_line(project):
     no_traceback(result)
 
 
-def test_bad_sim_profile_fails_with_one_clear_line(project):
+@pytest.mark.parametrize(("profile", "message"), [
+    ("no-such-gpu", "unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*"),
+    ("profiles/fast.json", "profile file not found: profiles/fast.json"),
+])
+def test_sim_profile_that_does_not_exist_is_a_usage_error(project, profile, message):
+    project.makepyfile("def test_kind(llm_endpoint): pass")
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", profile)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --llm-sim-profile / llm_sim_profile: {message}"])
+    assert "test_kind" not in result.stdout.str()
+
+
+def test_sim_profile_is_not_checked_against_a_live_endpoint(project):
+    project.makeini("[pytest]\nllm_sim_profile = no-such-gpu\n")
+    project.makepyfile("def test_nothing(): pass")
+    project.runpytest("--llm-endpoint", "http://127.0.0.1:9").assert_outcomes(passed=1)
+
+
+def test_invalid_sim_profile_file_fails_each_test_with_one_clear_line(project):
     project.makepyfile("def test_kind(llm_endpoint): pass")
     project.path.joinpath("spec.llmreplay.yaml").write_text("workload: wl.yaml\n")
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "no-such-gpu", "-rfE")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    project.path.joinpath("fast.json").write_text('{"speed": 1}')
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "-rfE")
     result.assert_outcomes(errors=1, failed=1)
-    result.stdout.fnmatch_lines(["--llm-sim-profile: unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*"])
-    assert result.stdout.str().count("--llm-sim-profile: unknown profile 'no-such-gpu'") >= 2  # both tests say it
-    no_traceback(result)
-
-
-def test_sim_profile_file_that_does_not_exist(project):
-    project.makepyfile("def test_kind(llm_endpoint): pass")
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "profiles/fast.json")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["--llm-sim-profile: profile file not found: profiles/fast.json"])
+    line = "--llm-sim-profile: fast.json: speed: unknown field (expected one of: *)"
+    result.stdout.fnmatch_lines([line])
+    assert result.stdout.str().count("--llm-sim-profile: fast.json: speed: unknown field") == 2  # once per test
+    assert "During handling" not in result.stdout.str()
     no_traceback(result)
 
 

@@ -22,13 +22,12 @@ from pytest_llmreplay.sim.timing import (
     Profile,
     RooflineTiming,
     TableTiming,
-    available_profiles,
     derive_num_gpu_blocks,
     engine_timing,
     load_profile,
     parse_profile,
-    profiles_dir,
 )
+from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
 
 BENCH_META = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "llmservingsim" / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_meta.json"
 

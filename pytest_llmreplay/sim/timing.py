@@ -102,13 +102,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, NoReturn, Protocol, Sequence
 
 import numpy as np
 
 from ..errors import LLMReplayError
+from .profile_files import profile_path
 
 if TYPE_CHECKING:
     from .engine import EngineConfig
@@ -453,31 +453,9 @@ def derive_num_gpu_blocks(
     return math.floor(free / (block_size * model.kv_bytes_per_token / tp))
 
 
-def profiles_dir() -> Path:
-    return Path(str(resources.files(__package__) / "profiles"))
-
-
-def available_profiles() -> list[str]:
-    """Names of the bundled profiles (file stems in ``sim/profiles/``), sorted."""
-    return sorted(p.stem for p in profiles_dir().glob("*.json"))
-
-
 def load_profile(name_or_path: str | Path) -> Profile:
     """A bundled profile by name (file stem in ``sim/profiles/``) or a profile ``.json`` file."""
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    looks_like_path = isinstance(name_or_path, Path) or text.endswith(".json") or "/" in text or "\\" in text
-    if not looks_like_path or not path.is_file():
-        bundled = profiles_dir() / f"{text}.json"
-        if not looks_like_path and bundled.is_file():
-            path = bundled
-        elif looks_like_path:
-            raise LLMReplayError(f"profile file not found: {text}")
-        else:
-            raise LLMReplayError(
-                f"unknown profile {text!r}; available: {', '.join(available_profiles())} "
-                f"(or give the path of a profile .json file)"
-            )
+    path = profile_path(name_or_path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -779,5 +757,5 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
 
 __all__ = [
     "Batch", "TimingModel", "ModelSpec", "HardwareSpec", "RooflineTiming", "PolynomialTiming", "TableTiming", "JitteredTiming", "engine_timing",
-    "Profile", "load_profile", "parse_profile", "available_profiles", "derive_num_gpu_blocks", "profiles_dir",
+    "Profile", "load_profile", "parse_profile", "derive_num_gpu_blocks",
 ]
