@@ -15,6 +15,7 @@ input, 2 for bad usage (argparse).
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -348,6 +349,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .sim.calibrate import CalibrationPlan, calibrate, write_profile
     from .tokenizer import load_tokenizer
 
+    if not 0 < args.timeout < math.inf:
+        raise LLMReplayError(f"--timeout: expected seconds > 0, got {args.timeout}")
     engine = _engine_overrides(args)
     plan = CalibrationPlan(
         prefill_tokens=_points("--prefill-tokens", args.prefill_tokens), decode_seqs=_points("--decode-seqs", args.decode_seqs),

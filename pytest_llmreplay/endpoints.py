@@ -174,13 +174,21 @@ class HTTPEndpoint:
         transport = AiohttpTransport(client=lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0)))
         self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s), transport=transport)
         if self.model is None:
-            self.model = await self._first_model()
+            try:
+                self.model = await self._first_model()
+            except BaseException:
+                await self.close()  # open failed: the driver will not close what it never got
+                raise
 
     async def _first_model(self) -> str:
+        import httpx
+
         try:
             reply = await self._client.get("/v1/models")
             reply.raise_for_status()
             return str(reply.json()["data"][0]["id"])
+        except httpx.TransportError as exc:
+            raise LLMReplayError(f"{self.url}: no answer to GET /v1/models ({_describe(exc)}); is the server running?") from None
         except Exception as exc:
             raise LLMReplayError(f"{self.url}/v1/models: could not read a model name ({_describe(exc)}); pass the model name (--model)") from None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from mockserver import MockServer, ServerThread
+from mockserver import MockServer, ServerThread, free_port
 
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.endpoints import HTTPEndpoint
@@ -72,6 +72,8 @@ def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):
         # given, the sweep runs (the mock answers at once)
         plan = CalibrationPlan(prefill_tokens=(16, 32), decode_seqs=(1,), decode_output_tokens=8, repeats=1, engine={"num_gpu_blocks": 1000})
         assert calibrate(endpoint, prompts, plan, "x")["engine"]["num_gpu_blocks"] == 1000
+    # per prefill length one unmeasured warm-up request, then the repeats; then the decode batch
+    assert thread.server.completions_count == 2 * (1 + 1) + 1
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -79,8 +81,21 @@ def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):
     (["--decode-seqs", "1,x"], "--decode-seqs: expected comma-separated integers"),
     (["--decode-output-tokens", "2"], "--decode-output-tokens: expected at least 8"),
     (["--budget", "0"], "--budget: expected seconds > 0"),
+    (["--timeout", "0"], "--timeout: expected seconds > 0"),
+    (["--timeout", "-1"], "--timeout: expected seconds > 0"),
 ])
 def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
     assert main(["calibrate", "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "p.json"), *argv]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [[], ["--num-gpu-blocks", "100"], ["--num-gpu-blocks", "100", "--model", "m"]])
+def test_a_server_that_is_not_there_is_named_as_such(argv, tmp_path, capsys):
+    """Not "does not export vllm:cache_config_info", not "pass --model", no unclosed session."""
+    url = f"http://127.0.0.1:{free_port()}"
+    assert main(["calibrate", "--endpoint", url, "--out", str(tmp_path / "p.json"), "--timeout", "5", *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: calibrate: {url}: no answer to GET /metrics (") and err.count("\n") == 1, err
+    assert "is the server running?" in err
+

@@ -4,7 +4,9 @@ The sweep, through the replay driver and :class:`~pytest_llmreplay.endpoints.HTT
 (streaming completions, ``ignore_eos``, fresh prompts so nothing hits the prefix cache):
 
 - prefill: for each length ``L`` in ``prefill_tokens``, ``repeats`` single requests one at a
-  time with ``max_tokens`` 1; the point is (median of the server's ``prompt_tokens``, median TTFT);
+  time with ``max_tokens`` 1, after one warm-up request of the same shape that is not measured
+  (it opens the connection and pays the server's first-request costs); the point is (median of
+  the server's ``prompt_tokens``, median TTFT);
 - decode: for each batch size ``B`` in ``decode_seqs``, ``B`` requests at once, each
   ``decode_prompt_tokens`` in and ``decode_output_tokens`` out; the point is (B, median ITL of
   all their tokens), repeated ``repeats`` times and the median taken.
@@ -77,25 +79,26 @@ def calibrate(
     deadline = time.monotonic() + plan.budget_s
     run_index = 0
 
-    def records(count: int, input_tokens: int, output_tokens: int, concurrency: int) -> list:
+    def records(count: int, input_tokens: int, output_tokens: int, concurrency: int, warmup: int = 0) -> list:
+        """The ``count`` measured records of one run, after ``warmup`` unmeasured requests."""
         nonlocal run_index
         run_index += 1
         sessions = tuple(
-            Session(f"calibrate-{run_index}-{i}", 0.0, (Turn(input_tokens, output_tokens, Synthetic()),)) for i in range(count)
+            Session(f"calibrate-{run_index}-{i}", 0.0, (Turn(input_tokens, output_tokens, Synthetic()),)) for i in range(warmup + count)
         )
-        settings = ReplaySettings(concurrency=concurrency, seed=run_index, check_idle=False)
+        settings = ReplaySettings(concurrency=concurrency, seed=run_index, check_idle=False, warmup_requests=warmup)
         run = replay(Workload(sessions, "calibrate"), endpoint, prompts, settings, clock=WallClock())
         failed = [r for r in run.records if r.status != "ok"]
         if failed:
             raise LLMReplayError(f"calibrate: a request to {endpoint.url} failed: {failed[0].error}")
-        return run.records
+        return [r for r in run.records if not r.warmup]
 
     prefill: list[tuple[float, float]] = []
     for length in plan.prefill_tokens:
         if time.monotonic() > deadline and prefill:
             progress(f"budget spent: prefill stops before {length} tokens")
             break
-        done = records(plan.repeats, length, 1, 1)
+        done = records(plan.repeats, length, 1, 1, warmup=1)
         point = (statistics.median(r.prompt_tokens or length for r in done), statistics.median(ttft(r) * 1000 for r in done))
         prefill.append(point)
         progress(f"prefill {point[0]:.0f} tokens: {point[1]:.2f} ms")
@@ -121,7 +124,7 @@ def calibrate(
             "decode": {"seqs": [d[0] for d in decode], "ms": [round(d[1], 4) for d in decode]},
         },
         "sources": [
-            f"llmreplay calibrate: prefill = median TTFT of {plan.repeats} single requests (max_tokens 1) per length; "
+            f"llmreplay calibrate: prefill = median TTFT of {plan.repeats} single requests (max_tokens 1) per length, after one unmeasured warm-up; "
             f"decode = median ITL of B requests of {plan.decode_prompt_tokens} in / {plan.decode_output_tokens} out "
             f"at once (ignore_eos), median of {plan.repeats} repeats"
         ],
@@ -159,11 +162,14 @@ def _engine_settings(endpoint: HTTPEndpoint, plan: CalibrationPlan) -> tuple[dic
 
 
 def _cache_config(endpoint: HTTPEndpoint) -> dict[str, int]:
-    """``block_size`` and ``num_gpu_blocks`` from ``vllm:cache_config_info`` labels, if any."""
+    """``block_size`` and ``num_gpu_blocks`` from ``vllm:cache_config_info`` labels, if any;
+    :class:`LLMReplayError` when the server does not answer at all."""
     import httpx
 
     try:
-        text = httpx.get(f"{endpoint.url}/metrics", timeout=10).text
+        text = httpx.get(f"{endpoint.url}/metrics", timeout=min(endpoint.timeout_s, 10.0)).text
+    except httpx.TransportError as exc:
+        raise LLMReplayError(f"calibrate: {endpoint.url}: no answer to GET /metrics ({type(exc).__name__}: {exc}); is the server running?") from None
     except httpx.HTTPError:
         return {}
     line = next((line for line in text.splitlines() if line.startswith("vllm:cache_config_info{")), None)
