@@ -299,7 +299,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 _SIM_OPTIONS = {
     "engines": "--engines", "router": "--router", "prefill_engines": "--prefill-engines", "kv_transfer_gbps": "--kv-transfer-gbps", "kv_bytes_per_token": "--kv-bytes-per-token",
     "error_rate": "--fault-error-rate", "stall_rate": "--fault-stall-rate", "stall_s": "--fault-stall-s",
-    "disconnect_rate": "--fault-disconnect-rate", "eos_mean_tokens": "--eos-mean-tokens",
+    "disconnect_rate": "--fault-disconnect-rate", "eos_mean_tokens": "--eos-mean-tokens", "model": "--model",
 }
 
 

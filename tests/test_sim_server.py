@@ -498,6 +498,7 @@ REFUSED = [
     ("/v1/chat/completions", {"messages": [], "max_tokens": 4}, 400, "messages"),
     ("/v1/chat/completions", {"messages": ["hi"], "max_tokens": 4}, 400, "messages[0]"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}], "max_tokens": 4}, 400, "messages[0].content"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}], "max_tokens": 4}, 400, "messages[0].content"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi " * CAPACITY}], "max_tokens": 4}, 400, "messages"),
     ("/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
@@ -946,6 +947,9 @@ BAD_OPTIONS = [
     (("--eos-mean-tokens", "inf"), "--eos-mean-tokens"),
     (("--port", "70000"), "--port"),
     (("--host", "999.1.1.1"), "--host"),
+    (("--fault-stall-rate", "0.1", "--fault-stall-s", "inf"), "--fault-stall-s"),
+    (("--model", ""), "--model"),
+    (("--model", "  "), "--model"),
 ]
 
 

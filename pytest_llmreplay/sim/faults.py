@@ -10,6 +10,7 @@ order give the same faults.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 
@@ -41,8 +42,8 @@ class FaultConfig:
                 raise LLMReplayError(f"{name}: expected a share between 0 and 1, got {value!r}")
         if self.error_rate + self.stall_rate + self.disconnect_rate > 1.0:
             raise LLMReplayError("error_rate + stall_rate + disconnect_rate: expected at most 1 in all")
-        if not self.stall_s >= 0:
-            raise LLMReplayError(f"stall_s: expected seconds >= 0, got {self.stall_s!r}")
+        if not 0 <= self.stall_s < math.inf:
+            raise LLMReplayError(f"stall_s: expected a finite number of seconds >= 0, got {self.stall_s!r}")
 
     @property
     def active(self) -> bool:

@@ -132,9 +132,11 @@ class SimServer:
         faults.validate()
         if eos_mean_tokens is not None and not 1 <= eos_mean_tokens < math.inf:
             raise LLMReplayError(f"eos_mean_tokens: expected a finite number >= 1, got {eos_mean_tokens!r}")
+        if model is not None and not model.strip():
+            raise LLMReplayError(f"model: expected a served model name, got {model!r} (leave it out for the profile's name)")
         self.profile = profile
         self.prompts = prompts
-        self.model = model or profile.name
+        self.model = profile.name if model is None else model
         self.cluster_config = cluster
         self.faults = faults
         self.eos_mean_tokens = eos_mean_tokens
@@ -367,7 +369,11 @@ def _content(content: Any, index: int) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+        texts = [p.get("text") for p in content if p.get("type") == "text"]
+        for text in texts:
+            if not isinstance(text, str):
+                raise BadRequest(f"messages[{index}].content: a text part's text must be a string, got {text!r}", f"messages[{index}].content")
+        return "".join(texts)
     if content is None:
         return ""
     raise BadRequest(f"messages[{index}].content: expected a string or a list of content parts", f"messages[{index}].content")
