@@ -31,7 +31,7 @@ DEFAULT_PROFILE = "llama-3.1-8b-h100"
 class Target:
     """An endpoint to replay against. ``profile``: the simulator's (offline and sim-server);
     ``url``: the HTTP address (sim-server and live); ``extra_body``: fields merged into every
-    HTTP request body (the offline simulator always produces the planned output length)."""
+    request body (offline too: the in-process simulator checks them as its server does)."""
 
     kind: str
     url: str | None = None
@@ -61,7 +61,7 @@ class Target:
         if self.kind == "offline":
             from .sim.endpoint import SimEndpoint
 
-            return SimEndpoint(self.profile, self.prompts, seed=self.prompts.seed)
+            return SimEndpoint(self.profile, self.prompts, seed=self.prompts.seed, extra_body=self.extra_body)
         return HTTPEndpoint(self.url, model=self.model, api=self.api, api_key_env=self.api_key_env, extra_body=self.extra_body)
 
     def clock(self) -> Clock:

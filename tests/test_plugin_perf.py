@@ -572,6 +572,15 @@ def test_ignore_eos_and_extra_body_reach_every_request(project, ignore_eos):
     result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd), every request adds {adds}; baselines *"])
 
 
+def test_offline_simulator_checks_the_extra_body_as_its_server_does(project):
+    project.makepyfile("""
+        def test_offline(llm_replay):
+            records = llm_replay("tiny.yaml", concurrency=3).records
+            assert {r.error for r in records} == {"http: 400 n: only 1 is supported, got 2"}
+    """)
+    project.runpytest("--llm-offline", "--llm-extra-body", '{"n": 2}').assert_outcomes(passed=1)
+
+
 def test_unreachable_endpoint_fails_with_one_line(project):
     url = f"http://127.0.0.1:{free_port()}"
     project.makepyfile("def test_kind(llm_endpoint): pass")

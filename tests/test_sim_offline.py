@@ -110,3 +110,23 @@ def test_iteration_time_comes_from_the_profile(prompts):
     usage = np.ceil(1001 / 64) / 16384  # blocks held while decoding, of 64 tokens each
     decode_ms = max(1.0, -25.74 * usage**2 + 54.01 * usage + 5.74)
     assert record.last_token_s - record.first_token_s == pytest.approx(decode_ms / 1e3, rel=1e-3)
+
+
+@pytest.mark.parametrize(("extra", "error"), [
+    ({"n": 2}, "http: 400 n: only 1 is supported, got 2"),
+    ({"ignore_eos": "yes"}, "http: 400 ignore_eos: expected true or false, got 'yes'"),
+    ({"min_tokens": 10**6}, "http: 400 min_tokens: 1000000 is more than max_tokens *"),
+    ({"max_tokens": 5}, None),  # the request's own max_tokens wins, as over HTTP
+    ({"min_tokens": 2, "ignore_eos": True}, None),
+])
+def test_extra_body_is_checked_as_the_server_checks_it(prompts, extra, error):
+    """``--llm-offline --llm-extra-body`` must not pass what the simulator server refuses."""
+    import fnmatch
+
+    workload = Workload((Session("s", 0.0, (Turn(64, 8, Synthetic()),)),), "test")
+    endpoint = SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts, extra_body=extra)
+    [record] = replay(workload, endpoint, prompts, ReplaySettings(), clock=VirtualClock()).records
+    if error is None:
+        assert record.status == "ok" and record.output_tokens == 8
+    else:
+        assert record.status == "failed" and fnmatch.fnmatch(record.error, error), record.error

@@ -8,8 +8,10 @@ trace replays in seconds, and the same inputs and seed give the same numbers.
 A request's prompt is a :class:`~pytest_llmreplay.prompts.KeyedPrompt` (the replay's preferred
 format: hash-id and synthetic prompts named by keys, no tokens made), token ids (``prompt`` as a
 list), else its text (``prompt``, or chat ``messages`` contents joined) encoded with the
-factory's tokenizer. It generates exactly ``max_tokens`` tokens (default 16; ``ignore_eos``
-semantics), seeded word tokens that it returns as ``token_ids`` and text, so agent histories grow
+factory's tokenizer. ``extra_body`` fields are merged under every request's, as the HTTP
+client merges them, and the body's fields are checked as the HTTP server checks them
+(:mod:`.request_fields`: a body the server refuses fails here with ``http: 400 ...`` too). It
+generates exactly ``max_tokens`` tokens (default 16; ``ignore_eos`` semantics), seeded word tokens that it returns as ``token_ids`` and text, so agent histories grow
 exactly as the engine's cache saw them; a keyed prompt's output is keyed too and returns no
 tokens or text (no later turn extends it).
 Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
@@ -22,16 +24,15 @@ request cancelled by the replay (duration limit) is aborted in its engine, relea
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..clock import Clock
 from ..endpoints import EndpointRequest, Response
 from ..errors import LLMReplayError
 from ..prompts import KeyedPrompt, PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig
+from .request_fields import BadRequest, check_fields
 from .timing import Profile
-
-DEFAULT_MAX_TOKENS = 16
 
 
 class SimEndpoint:
@@ -41,9 +42,13 @@ class SimEndpoint:
     api = "completions"
     preferred_prompt_format = "keyed"
 
-    def __init__(self, profile: Profile, prompts: PromptFactory, seed: int = 0, cluster: ClusterConfig = ClusterConfig()) -> None:
+    def __init__(
+        self, profile: Profile, prompts: PromptFactory, seed: int = 0, cluster: ClusterConfig = ClusterConfig(),
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
         cluster.validate()
         self.profile = profile
+        self.extra_body = dict(extra_body or {})
         self.prompts = prompts
         self.seed = seed
         self.cluster_config = cluster
@@ -89,8 +94,14 @@ class SimEndpoint:
         raise LLMReplayError("simulator: a request needs 'prompt' (token ids or text) or 'messages'")
 
     async def send(self, request: EndpointRequest, response: Response) -> None:
-        body = request.body
-        count = int(body.get("max_tokens") or body.get("max_completion_tokens") or DEFAULT_MAX_TOKENS)
+        body = {**self.extra_body, **request.body} if self.extra_body else request.body
+        response.sent_s = self._clock.now()
+        try:
+            count = check_fields(body, "messages" in body).max_tokens
+        except BadRequest as exc:
+            response.end_s = response.sent_s
+            response.fail("http", f"{exc.status} {exc}")
+            return
         prompt = self.prompt_ids(body)
         keyed = isinstance(prompt, KeyedPrompt)
         if keyed:
@@ -98,7 +109,6 @@ class SimEndpoint:
         else:
             output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
         self._sent += 1
-        response.sent_s = self._clock.now()
         refusal = self.cluster.refusal(len(prompt), count)
         if refusal is not None:
             response.end_s = response.sent_s

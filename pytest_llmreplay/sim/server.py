@@ -58,9 +58,9 @@ from ..prompts import PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
+from .request_fields import BadRequest, check_fields
 from .timing import Profile
 
-DEFAULT_MAX_TOKENS = 16
 LAG_WINDOW = 100_000
 READY = re.compile(r"^llmreplay sim: .* on (http://\S+) \(Ctrl-C stops\)$", re.MULTILINE)  # reads ready_line's URL back
 
@@ -71,36 +71,8 @@ def ready_line(profile: str, model: str, url: str) -> str:
     return f"llmreplay sim: {profile} serving model {model!r} on {url} (Ctrl-C stops)"
 
 
-class BadRequest(Exception):
-    """A request the server refuses: ``status``, OpenAI error ``type`` and the ``param`` at fault."""
-
-    def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "BadRequestError") -> None:
-        super().__init__(message)
-        self.param, self.status, self.kind = param, status, kind
-
-    def response(self) -> web.Response:
-        error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.status}
-        return web.json_response({"error": error}, status=self.status)
-
-
 def _event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
-
-
-def _integer(body: dict[str, Any], name: str, default: int, minimum: int) -> int:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise BadRequest(f"{name}: expected an integer >= {minimum}, got {value!r}", name)
-    return value
-
-
-def _check_flag(body: dict[str, Any], name: str, field: str | None = None) -> None:
-    """A boolean field is absent, true or false: a string such as "false" is refused, not taken as true."""
-    value = body.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise BadRequest(f"{field or name}: expected true or false, got {value!r}", field or name)
 
 
 def _label_value(text: str) -> str:
@@ -280,20 +252,8 @@ class SimServer:
         model = body.get("model")
         if model is not None and model != self.model:
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
-        if _integer(body, "n", 1, 1) != 1:
-            raise BadRequest(f"n: only 1 is supported, got {body.get('n')!r}", "n")
-        for name in ("stream", "ignore_eos", "return_token_ids"):
-            _check_flag(body, name)
-        options = body.get("stream_options")
-        if options is not None and not isinstance(options, dict):
-            raise BadRequest(f"stream_options: expected an object, got {options!r}", "stream_options")
-        _check_flag(options or {}, "include_usage", "stream_options.include_usage")
+        max_tokens, min_tokens, limit_name = check_fields(body, chat)
         prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
-        limit_name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-        max_tokens = _integer(body, limit_name, DEFAULT_MAX_TOKENS, 1)
-        min_tokens = _integer(body, "min_tokens", 0, 0)
-        if min_tokens > max_tokens:
-            raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
         refusal = self.cluster.refusal(len(prompt), max_tokens)
         if refusal is not None:  # blame the prompt when it could not fit with even one output token
             too_long = len(prompt) >= self.cluster.capacity_tokens
