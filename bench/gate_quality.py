@@ -80,7 +80,6 @@ import numpy as np
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
 from pytest_llmreplay import baseline
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.metrics import request_values, session_values
 from pytest_llmreplay.replay import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.timing import Batch, TimingModel, load_profile

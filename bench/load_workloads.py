@@ -47,7 +47,7 @@ def median_seconds(action, runs: int) -> float:
 
 
 def main(runs: int) -> None:
-    print(f"| trace | lines | load_workload (ms) | bare parse (ms) | ratio |\n|---|---:|---:|---:|---:|")
+    print("| trace | lines | load_workload (ms) | bare parse (ms) | ratio |\n|---|---:|---:|---:|---:|")
     for name in TRACES:
         path = DATA / name
         lines = bare_parse(path)

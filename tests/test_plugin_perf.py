@@ -166,6 +166,8 @@ def test_ini_llm_save_and_llm_report(project):
     (["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"], "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL"),
     (["--llm-extra-body", '{"min_tokens": 2'], "--llm-extra-body / llm_extra_body: not JSON (*)"),
     (["--llm-extra-body", "3"], "--llm-extra-body / llm_extra_body: expected a JSON object, got int"),
+    (["--llm-offline", "--llm-sim-profile", "no-such-gpu"], "--llm-sim-profile / llm_sim_profile: unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*"),
+    (["--llm-sim-profile", "profiles/fast.json"], "--llm-sim-profile / llm_sim_profile: profile file not found: profiles/fast.json"),
 ])
 def test_usage_errors(project, args, message):
     project.makepyfile("def test_x(): pass")
@@ -588,18 +590,6 @@ def test_unreachable_endpoint_fails_with_one_line(project):
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"--llm-endpoint {url}: cannot read /v1/models (ConnectError: *)"])
     no_traceback(result)
-
-
-@pytest.mark.parametrize(("profile", "message"), [
-    ("no-such-gpu", "unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*"),
-    ("profiles/fast.json", "profile file not found: profiles/fast.json"),
-])
-def test_sim_profile_that_does_not_exist_is_a_usage_error(project, profile, message):
-    project.makepyfile("def test_kind(llm_endpoint): pass")
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", profile)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: --llm-sim-profile / llm_sim_profile: {message}"])
-    assert "test_kind" not in result.stdout.str()
 
 
 def test_sim_profile_is_not_checked_against_a_live_endpoint(project):
