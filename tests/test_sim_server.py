@@ -20,7 +20,7 @@ import threading
 import time
 from contextlib import contextmanager
 from importlib.metadata import version
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -635,6 +635,41 @@ def test_a_request_aborted_during_its_last_iteration_does_not_stop_the_engine():
     assert after.done.done(), f"the engine stopped serving after the abort (its task raised {crash!r})"
     assert after.generated == 3 and not job.done.done()
     assert stats["num_requests_running"] == 0 and stats["num_requests_waiting"] == 0 and stats["kv_cache_usage_perc"] == 0.0
+
+
+class _SlowTokenizer:
+    """The bundled tokenizer, taking ``delay_s`` more to encode a prompt (a text of 100
+    characters or more; the prompt factory's word list is built from short ones)."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+        self.name, self.vocab_size = inner.name, inner.vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        if len(text) >= 100:
+            time.sleep(self.delay_s)
+        return self.inner.encode(text)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.inner.decode(ids)
+
+
+def test_the_servers_own_tokenizing_is_not_model_time(prompts):
+    """An idle engine's iteration starts when the request was received, not once the server
+    has tokenized it: the first token is simulated one iteration (0.2 s) after receipt, and goes
+    out as soon as the tokenizing (0.12 s) is done, not 0.12 s + 0.2 s after receipt."""
+    slow = PromptFactory(_SlowTokenizer(prompts.tokenizer, 0.12))
+    with serving(slow, tiny_profile(0.2)) as thread:
+        jobs: list[Any] = []
+        submit = thread.server.cluster.submit
+        thread.server.cluster.submit = lambda *args: jobs.append(submit(*args)) or jobs[-1]
+        for attempt in range(2):  # the second: the engine went idle after an iteration
+            started = time.perf_counter()
+            items = stream(thread.url, "/v1/completions", {"prompt": TEXT * 2 + str(attempt), "max_tokens": 1})
+            assert finish_reasons(items) == ["length"]
+            first = jobs[-1].first
+            assert first.arrival_s - started < 0.06  # received, not tokenized (+0.12 s)
+            assert first.times[0] - first.arrival_s == pytest.approx(0.2, abs=1e-6)
 
 
 def test_a_disconnect_comes_after_the_drawn_token(prompts):

@@ -197,28 +197,29 @@ class Cluster:
             )
         return None
 
-    def submit(self, prompt: Tokens, output: Tokens) -> Job:
+    def submit(self, prompt: Tokens, output: Tokens, received_s: float | None = None) -> Job:
         """Route a request that generates exactly ``len(output)`` tokens (check
-        :meth:`refusal` first: a request larger than the cache would wait forever)."""
+        :meth:`refusal` first: a request larger than the cache would wait forever);
+        ``received_s``: when the server received it (:meth:`Engine.enqueue`)."""
         job = Job(SimRequest(prompt, output))
         if self.prefill is None or job.first.output_len == 1:
-            self._enqueue(job, self.prefill or self.decode, job.first)
+            self._enqueue(job, self.prefill or self.decode, job.first, received_s)
             return job
         job.done = asyncio.get_running_loop().create_future()
-        job.pipeline = asyncio.ensure_future(self._disaggregated(job))
+        job.pipeline = asyncio.ensure_future(self._disaggregated(job, received_s))
         self._pipelines.add(job.pipeline)
         job.pipeline.add_done_callback(self._pipelines.discard)
         return job
 
     @staticmethod
-    def _enqueue(job: Job, pool: Pool, request: SimRequest) -> None:
+    def _enqueue(job: Job, pool: Pool, request: SimRequest, received_s: float | None = None) -> None:
         job.current, job.engine = request, pool.pick(request)
-        job.engine.enqueue(request)
+        job.engine.enqueue(request, received_s)
 
-    async def _disaggregated(self, job: Job) -> None:
+    async def _disaggregated(self, job: Job, received_s: float | None) -> None:
         first = job.first
         first.output_len = 1  # the prefill engine produces the first token only
-        self._enqueue(job, self.prefill, first)
+        self._enqueue(job, self.prefill, first, received_s)
         await first.done
         job.engine = None
         await self.clock.sleep(first.prompt_len * self.transfer_s_per_token)

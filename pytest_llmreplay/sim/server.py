@@ -216,6 +216,7 @@ class SimServer:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        received = self.clock.now()  # the engine's arrival: parsing and tokenizing are not model time
         number = self._requests
         self._requests += 1
         try:
@@ -226,7 +227,7 @@ class SimServer:
         if fault is not None and fault.kind == "error":
             return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response()
         output = self.prompts.stream(stable_hash("sim-output", self.seed, number), 0, count)
-        job = self.cluster.submit(prompt, output)
+        job = self.cluster.submit(prompt, output, received)
         finish = "length" if count == max_tokens else "stop"
         reply = _Reply(self, request, body, chat, number, len(prompt), output, finish, fault)
         handler = asyncio.current_task()
