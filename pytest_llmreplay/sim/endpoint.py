@@ -11,8 +11,9 @@ list), else its text (``prompt``, or chat ``messages`` contents joined) encoded 
 factory's tokenizer. ``extra_body`` fields are merged under every request's, as the HTTP
 client merges them, and the body's fields are checked as the HTTP server checks them
 (:mod:`.request_fields`: a body the server refuses fails here with ``http: 400 ...`` too). It
-generates exactly ``max_tokens`` tokens (default 16; ``ignore_eos`` semantics), seeded word tokens that it returns as ``token_ids`` and text, so agent histories grow
-exactly as the engine's cache saw them; a keyed prompt's output is keyed too and returns no
+generates exactly ``max_tokens`` tokens (default 16; ``ignore_eos`` semantics), seeded word
+tokens that it returns as ``token_ids`` and text, so agent histories grow exactly as the
+engine's cache saw them; a keyed prompt's output is keyed too and returns no
 tokens or text (no later turn extends it).
 Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
 ``completion_tokens``; ``queue_s`` is admission time - arrival time (in the first engine). A
