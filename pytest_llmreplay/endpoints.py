@@ -188,9 +188,9 @@ class HTTPEndpoint:
             reply.raise_for_status()
             return str(reply.json()["data"][0]["id"])
         except httpx.TransportError as exc:
-            raise LLMReplayError(f"{self.url}: no answer to GET /v1/models ({_describe(exc)}); is the server running?") from None
+            raise LLMReplayError(f"{self.url}: no answer to GET /v1/models ({describe_error(exc)}); is the server running?") from None
         except Exception as exc:
-            raise LLMReplayError(f"{self.url}/v1/models: could not read a model name ({_describe(exc)}); pass the model name (--model)") from None
+            raise LLMReplayError(f"{self.url}/v1/models: could not read a model name ({describe_error(exc)}); pass the model name (--model)") from None
 
     async def close(self) -> None:
         if self._client is not None:
@@ -308,17 +308,18 @@ def _classify(exc: BaseException, response: Response) -> tuple[str, str]:
     cause = exc.__cause__ or exc
     started = bool(response.chunk_times) or response.completion_tokens is not None
     if isinstance(exc, httpx.TimeoutException) and "Timeout" in type(cause).__name__:
-        return "timeout", f"no data from the server for {_describe(cause)}"
+        return "timeout", f"no data from the server for {describe_error(cause)}"
     if isinstance(exc, httpx.ReadError) or (started and isinstance(exc, httpx.TransportError)):
-        return "stream", f"connection lost mid-response after {sum(response.chunk_tokens)} tokens ({_describe(cause)})"
+        return "stream", f"connection lost mid-response after {sum(response.chunk_tokens)} tokens ({describe_error(cause)})"
     if "Disconnected" in type(cause).__name__:
-        return "closed", f"the server closed the connection without a response ({_describe(cause)})"
+        return "closed", f"the server closed the connection without a response ({describe_error(cause)})"
     if isinstance(exc, httpx.TransportError):
-        return "connect", _describe(cause)
-    return "client", _describe(exc)
+        return "connect", describe_error(cause)
+    return "client", describe_error(exc)
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """``Type: message``, or just ``Type`` when the message is empty (httpx timeouts)."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

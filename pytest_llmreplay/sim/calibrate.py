@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..clock import WallClock
-from ..endpoints import HTTPEndpoint
+from ..endpoints import HTTPEndpoint, describe_error
 from ..errors import LLMReplayError
 from ..metrics import itl, ttft
 from ..prompts import PromptFactory
@@ -169,7 +169,7 @@ def _cache_config(endpoint: HTTPEndpoint) -> dict[str, int]:
     try:
         text = httpx.get(f"{endpoint.url}/metrics", timeout=min(endpoint.timeout_s, 10.0)).text
     except httpx.TransportError as exc:
-        raise LLMReplayError(f"calibrate: {endpoint.url}: no answer to GET /metrics ({type(exc).__name__}: {exc}); is the server running?") from None
+        raise LLMReplayError(f"calibrate: {endpoint.url}: no answer to GET /metrics ({describe_error(exc)}); is the server running?") from None
     except httpx.HTTPError:
         return {}
     line = next((line for line in text.splitlines() if line.startswith("vllm:cache_config_info{")), None)
