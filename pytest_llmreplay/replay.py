@@ -265,12 +265,13 @@ class Replay:
         the generated tokens the requests will carry (synthetic and hash-block turns): text (chat,
         or the text format) needs the word texts, ids only the word list. Keyed prompts carry no
         tokens, except in agent chains (a turn extending the previous one), which go as ids."""
-        turns = [(index, turn) for session in self.plan for index, turn in enumerate(session.turns)]
-        if not any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for _, turn in turns):
+        if not any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for session in self.plan for turn in session.turns):
             return
         if self.endpoint.api == "chat" or self.prompt_format == "text":
             self.prompts.word_texts
-        elif self.prompt_format == "ids" or any(index and getattr(turn.prompt, "extends_previous", False) for index, turn in turns):
+        elif self.prompt_format == "ids" or any(
+            getattr(turn.prompt, "extends_previous", False) for session in self.plan for turn in session.turns[1:]
+        ):
             self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
@@ -363,7 +364,8 @@ class Replay:
                 planned_output_tokens=turn.output_tokens,
                 history=conversation.history_source(turn_index),
             )
-            await self.clock.sleep_until(scheduled)
+            if scheduled > self.clock.now():  # due already (a closed loop's next request): no yield to pay for
+                await self.clock.sleep_until(scheduled)
             response = Response()
             try:
                 await self.endpoint.send(EndpointRequest(api, body), response)
