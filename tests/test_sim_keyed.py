@@ -66,8 +66,8 @@ def test_a_different_key_in_the_middle_changes_every_hash_from_its_block_on():
 def test_blocks_straddling_segment_boundaries_follow_the_documented_naming():
     # block size 6 over (a, 4) + (b, 8): block 0 = a[0:4] + b[0:2], block 1 = b[2:8]
     hashes = segment_block_hashes((("a", 4), ("b", 8)), 6, 2)
-    chain = hash((0, "a", 4))  # the chained hash of the segments before b
-    assert hashes == [hash((chain, "b", 2)), hash((chain, "b", 8))]
+    chain = hash((0, hash("a"), 4))  # the chained hash of the segments before b
+    assert hashes == [hash((chain, hash("b"), 2)), hash((chain, hash("b"), 8))]
     # a prompt that shares all of a and only b's first token still differs in block 0
     other = segment_block_hashes((("a", 4), ("b", 1), ("c", 7)), 6, 2)
     assert same_at(hashes, other) == [False, False]

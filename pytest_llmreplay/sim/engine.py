@@ -272,7 +272,7 @@ class Engine:
                 if self._grow(request, request.computed + chunk):
                     prefills.append((request, chunk))
                     budget -= chunk
-            elif self._grow(request, request.computed + 1):
+            elif request.computed < len(request.blocks) * self.config.block_size or self._grow(request, request.computed + 1):
                 decodes.append(request)
                 budget -= 1
         preempted = self.preemptions_total > preempted_before
@@ -357,9 +357,10 @@ class Engine:
         """k decode-only iterations up to the first completion or block shortage."""
         size = self.config.block_size
         k = min(r.output_len - r.generated for r in decodes)
+        rooms = [len(r.blocks) * size - r.computed for r in decodes]  # tokens each fits in the blocks it holds
 
         def blocks_needed(steps: int) -> int:
-            return sum(max(-(-(r.computed + steps) // size) - len(r.blocks), 0) for r in decodes)
+            return sum(-((room - steps) // size) for room in rooms if room < steps)
 
         free = self.cache.free_blocks
         if blocks_needed(k) > free:
@@ -368,10 +369,9 @@ class Engine:
                 mid = (low + high + 1) // 2
                 low, high = (mid, high) if blocks_needed(mid) <= free else (low, mid - 1)
             k = low
-        for request in decodes:
-            extra = -(-(request.computed + k) // size) - len(request.blocks)
-            if extra > 0:
-                request.blocks += self.cache.allocate(extra)
+        for request, room in zip(decodes, rooms):
+            if room < k:
+                request.blocks += self.cache.allocate(-((room - k) // size))
         seqs = len(decodes)
         usage_step = seqs / size / self.cache.num_blocks
         durations = self.timing.decode_span_s(seqs, sum(r.computed for r in decodes), self.cache.usage, usage_step, k)
@@ -390,16 +390,26 @@ class Engine:
             self._register(request)
             if request.computed >= request.target:
                 self._emit(request, now, 1)
-        for request in plan.decodes:
-            if request.running:
-                request.computed += steps
-                self._emit(request, now, steps)
+        decodes = [request for request in plan.decodes if request.running]
+        for request in decodes:  # the hot loop of a long decode span: inline, no call per request
+            request.computed += steps
+            request.generated += steps
+            request.times.append(now)
+            request.tokens.append(steps)
+        self.generation_tokens_total += steps * len(decodes)
+        for request in decodes:
+            if request.generated >= request.output_len or request.on_emit is not None:
+                self._emitted(request)
 
     def _emit(self, request: SimRequest, now: float, count: int) -> None:
         request.generated += count
         self.generation_tokens_total += count
         request.times.append(now)
         request.tokens.append(count)
+        self._emitted(request)
+
+    def _emitted(self, request: SimRequest) -> None:
+        """After a token chunk went into ``request``'s lists: finish it if done, tell its stream."""
         if request.generated >= request.output_len:
             self._finish(request)
         if request.on_emit is not None:

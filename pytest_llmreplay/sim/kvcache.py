@@ -32,19 +32,21 @@ def segment_block_hashes(segments: Sequence[tuple[Hashable, int]], block_size: i
 
     ``segments`` are ``(key, count)``: ``count`` tokens that depend only on ``key`` (a prompt
     that is the concatenation of the segments' tokens). The prefix ending at token ``e`` is
-    named by ``hash((c, key, o))``, where ``key`` is the segment holding token ``e - 1``, ``o``
-    its end offset in that segment, and ``c`` the chained hash of the segments before it
-    (``c_next = hash((c, key, count))``): equal segment prefixes give equal block hashes, and no
-    token is generated. Blocks past the segments' end are not named (an empty list for them).
+    named by ``hash((c, hash(key), o))``, where ``key`` is the segment holding token ``e - 1``,
+    ``o`` its end offset in that segment, and ``c`` the chained hash of the segments before it
+    (``c_next = hash((c, hash(key), count))``): equal segment prefixes give equal block hashes,
+    and no token is generated. Blocks past the segments' end are not named (an empty list for
+    them). ``hash(key)`` is taken once per segment (a tuple does not cache its hash).
     """
     hashes: list[int] = []
     chain, begin = 0, 0
     end = block_size
     for key, count in segments:
+        named = hash(key)
         while end <= begin + count and len(hashes) < blocks:
-            hashes.append(hash((chain, key, end - begin)))
+            hashes.append(hash((chain, named, end - begin)))
             end += block_size
-        chain = hash((chain, key, count))
+        chain = hash((chain, named, count))
         begin += count
         if len(hashes) >= blocks:
             break
@@ -93,30 +95,32 @@ class KVCache:
 
     def allocate(self, count: int) -> list[int] | None:
         """``count`` fresh blocks (evicting LRU cached ones), or None if fewer are free."""
-        if count > len(self.free):
+        free = self.free
+        if count > len(free):
             return None
-        taken = []
-        for _ in range(count):
-            block, _ = self.free.popitem(last=False)
-            old = self.hash_of[block]
+        taken = [free.popitem(last=False)[0] for _ in range(count)]
+        hash_of, ref = self.hash_of, self.ref
+        for block in taken:
+            old = hash_of[block]
             if old is not None:
                 if self.cached.get(old) == block:
                     del self.cached[old]
-                self.hash_of[block] = None
-            self.ref[block] = 1
-            taken.append(block)
+                hash_of[block] = None
+            ref[block] = 1
         return taken
 
     def register(self, blocks: Sequence[int], hashes: Sequence[int]) -> None:
         """Name full blocks by their hashes so later requests can hit them (first one wins)."""
+        hash_of, cached = self.hash_of, self.cached
         for block, h in zip(blocks, hashes):
-            if self.hash_of[block] is None and h not in self.cached:
-                self.hash_of[block] = h
-                self.cached[h] = block
+            if hash_of[block] is None and h not in cached:
+                hash_of[block] = h
+                cached[h] = block
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference of each block; blocks nobody holds join the free queue, tail first."""
+        ref, free = self.ref, self.free
         for block in reversed(blocks):
-            self.ref[block] -= 1
-            if self.ref[block] == 0:
-                self.free[block] = None
+            ref[block] -= 1
+            if not ref[block]:
+                free[block] = None
