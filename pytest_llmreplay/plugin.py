@@ -44,7 +44,7 @@ OPTIONS = (
     ("--llm-server-cmd", "llm_server_cmd", "string", None, "command that starts the server at --llm-endpoint for the session (stopped at the end)"),
     ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
     ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
-    ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id, a local folder or a tokenizer.json (default: the bundled one)"),
+    ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id (from the local Hugging Face cache when it is there), a local folder or a tokenizer.json (default: the bundled one)"),
     ("--llm-seed", "llm_seed", "string", "0", "seed of generated prompt tokens and of the simulator's outputs and timing jitter (default 0)"),
     ("--llm-baseline-dir", "llm_baseline_dir", "string", ".llmreplay", "where results are stored per commit, relative to the rootdir (default .llmreplay)"),
     ("--llm-save", "llm_save", "bool", False, "store each perf test's result as a baseline of the current commit"),

@@ -3,7 +3,10 @@
 The default is the project's own 4,096-token byte-level BPE (``assets/tokenizer.json``, built
 offline by ``scripts/build_tokenizer.py``), loaded with the light ``tokenizers`` library.
 Anything else (a hub id or a local folder) loads through transformers' ``AutoTokenizer``,
-imported only then. Special tokens are never added: the ids are the prompt's own.
+imported only then: from local files first (a folder, or a hub id already in the Hugging Face
+cache, which then never contacts the hub: without network the hub client retries for about 45
+s before it falls back to the cache), and only when that fails from the hub. Special tokens are
+never added: the ids are the prompt's own.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ class TransformersTokenizer:
         except ImportError as exc:  # pragma: no cover - transformers is a dependency
             raise LLMReplayError(f"loading tokenizer {name_or_path!r} needs transformers: {exc}") from None
         try:
-            self._hf = AutoTokenizer.from_pretrained(name_or_path)
+            try:
+                self._hf = AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+            except (OSError, ValueError):  # not on disk: the hub's answer (or its error) is the one to give
+                self._hf = AutoTokenizer.from_pretrained(name_or_path)
         except (OSError, ValueError) as exc:
             raise LLMReplayError(
                 f"cannot load tokenizer {name_or_path!r}: {exc}. Give a local folder with the "

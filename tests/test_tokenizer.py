@@ -55,3 +55,48 @@ def test_a_broken_tokenizer_file_is_one_clear_error(tmp_path):
     broken.write_text("{}")
     with pytest.raises(LLMReplayError, match=rf"cannot load tokenizer file {broken}"):
         load_tokenizer(str(broken))
+
+
+def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tmp_path):
+    """A CI runner with the tokenizer cached and no network must not wait on the hub (its
+    client retries for about 45 s): the hub here is a loopback server that counts requests."""
+    import http.server
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from transformers import PreTrainedTokenizerFast
+
+    revision = "0" * 40
+    repo = tmp_path / "hub" / "models--local--tiny"
+    snapshot = repo / "snapshots" / revision
+    PreTrainedTokenizerFast(tokenizer_file=str(BUNDLED_PATH), eos_token="<|endoftext|>").save_pretrained(snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    (repo / ".no_exist" / revision).mkdir(parents=True)
+    (repo / ".no_exist" / revision / "config.json").touch()  # how the cache records a file the repo lacks
+
+    asked: list[str] = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            asked.append(self.path)
+            self.send_error(503)
+
+        do_GET = do_HEAD
+
+        def log_message(self, *args):
+            pass
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_address[1]}", "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    code = f"from pytest_llmreplay.tokenizer import load_tokenizer; t = load_tokenizer('local/tiny'); print(t.vocab_size, t.encode({TEXT!r}))"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        hub.shutdown()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split(" ", 1) == ["4096", f"{load_tokenizer().encode(TEXT)}\n"]
+    assert asked == []
