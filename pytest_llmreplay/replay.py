@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterator
 
 from .clock import Clock, WallClock
-from .endpoints import Endpoint, EndpointRequest, Response
+from .endpoints import Endpoint, EndpointRequest, Response, describe_error
 from .errors import LLMReplayError
 from .prompts import Conversation, PromptFactory
 from .workload import HashBlocks, Session, Synthetic, Workload
@@ -376,7 +376,7 @@ class Replay:
             except LLMReplayError:
                 raise
             except Exception as exc:  # an endpoint bug must not lose the run's other records
-                response.fail("client", f"{type(exc).__name__}: {exc}")
+                response.fail("client", describe_error(exc))
             self._keep(record, response, api, body)
             if record.status != "ok":
                 return

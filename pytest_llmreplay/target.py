@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import Clock, VirtualClock, WallClock
-from .endpoints import HTTPEndpoint, ServerProcess
+from .endpoints import HTTPEndpoint, ServerProcess, describe_error
 from .errors import LLMReplayError
 
 KINDS = ("offline", "sim-server", "live")
@@ -120,7 +120,7 @@ def live_fingerprint(url: str, model: str | None, api_key_env: str | None = None
             listing.raise_for_status()
             served = listing.json()["data"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise LLMReplayError(f"--llm-endpoint {url}: cannot read /v1/models ({type(exc).__name__}: {exc})") from None
+        raise LLMReplayError(f"--llm-endpoint {url}: cannot read /v1/models ({describe_error(exc)})") from None
     if not served:
         raise LLMReplayError(f"--llm-endpoint {url}: /v1/models lists no model")
     chosen = next((m for m in served if m.get("id") == model), served[0]) if model else served[0]

@@ -23,9 +23,9 @@ class FakeEndpoint:
 
     name = "fake"
 
-    def __init__(self, ttft=0.1, itl=0.01, api="completions", fail=(), raises=(), returns_ids=False, prompt_extra=0, usage_extra=0, busy=None):
+    def __init__(self, ttft=0.1, itl=0.01, api="completions", fail=(), raises=None, returns_ids=False, prompt_extra=0, usage_extra=0, busy=None):
         self.ttft, self.itl, self.api = ttft, itl, api
-        self.fail, self.raises, self.returns_ids = set(fail), set(raises), returns_ids
+        self.fail, self.raises, self.returns_ids = set(fail), dict(raises or {}), returns_ids  # raises: position -> exception
         self.prompt_extra, self.usage_extra, self.busy = prompt_extra, usage_extra, busy
         self.sent: list[tuple[float, EndpointRequest]] = []
         self.concurrency = "unset"
@@ -48,7 +48,7 @@ class FakeEndpoint:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             if position in self.raises:
-                raise RuntimeError("endpoint bug")
+                raise self.raises[position]
             await self.clock.sleep(self.ttft)
             if position in self.fail:
                 response.fail("http", "HTTP 503: overloaded")
@@ -230,10 +230,10 @@ def test_failed_request_is_recorded_and_ends_only_its_session(prompts):
 
 
 def test_endpoint_exception_becomes_a_failed_record(prompts):
-    endpoint = FakeEndpoint(raises={1})
+    endpoint = FakeEndpoint(raises={1: RuntimeError("endpoint bug"), 2: TimeoutError()})
     result = run(flat(0, 1, 2), endpoint, prompts, prompt_format="ids")
-    assert [r.status for r in result.records] == ["ok", "failed", "ok"]
-    assert result.records[1].error == "client: RuntimeError: endpoint bug"
+    assert [r.status for r in result.records] == ["ok", "failed", "failed"]
+    assert [r.error for r in result.records[1:]] == ["client: RuntimeError: endpoint bug", "client: TimeoutError"]  # no dangling ': '
 
 
 def test_bad_prompt_stops_the_run_with_the_session_named(prompts):
