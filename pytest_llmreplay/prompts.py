@@ -215,6 +215,13 @@ class PromptFactory:
         raise LLMReplayError(f"could not make text of exactly {target} tokens with tokenizer {self.tokenizer.name!r}")
 
 
+def extends_previous(session: Session, index: int) -> bool:
+    """Whether turn ``index`` carries the previous turn's prompt and response (an agent loop);
+    a verbatim payload never does (its body already holds its history)."""
+    prompt = session.turns[index].prompt
+    return index > 0 and not isinstance(prompt, Payload) and getattr(prompt, "extends_previous", False)
+
+
 def _length(turn: Turn, session: Session, index: int) -> int:
     if turn.input_tokens is None:
         raise LLMReplayError(f"session {session.id!r} turn {index}: no input length")
@@ -255,15 +262,11 @@ class Conversation:
     def history_source(self, index: int) -> str | None:
         """``server`` or ``planned``: where the previous response in turn ``index``'s prompt
         came from; None when the turn does not extend the previous one."""
-        if not self._extends(index):
+        if not extends_previous(self.session, index):
             return None
         if self.api == "completions" and self.prompt_format in ("ids", "keyed") and self._response_ids is None:
             return "planned"
         return "server"
-
-    def _extends(self, index: int) -> bool:
-        prompt = self.session.turns[index].prompt
-        return index > 0 and not isinstance(prompt, Payload) and getattr(prompt, "extends_previous", False)
 
     def request(self, index: int) -> tuple[str, dict, int | None]:
         """(api, body, planned prompt tokens) of turn ``index``; ``body`` has the prompt and
@@ -273,8 +276,8 @@ class Conversation:
         if isinstance(turn.prompt, Payload):
             body = dict(turn.prompt.body)
             return ("chat" if "messages" in body else "completions"), body, turn.input_tokens
-        extends = self._extends(index)
-        if self.prompt_format == "keyed" and not extends and not (index + 1 < len(self.session.turns) and self._extends(index + 1)):
+        extends = extends_previous(self.session, index)
+        if self.prompt_format == "keyed" and not extends and not (index + 1 < len(self.session.turns) and extends_previous(self.session, index + 1)):
             keyed = self.factory.keyed(self.session, index)
             if keyed is not None:
                 return self.api, {"prompt": keyed, "max_tokens": turn.output_tokens}, len(keyed)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterator
 from .clock import Clock, WallClock
 from .endpoints import Endpoint, EndpointRequest, Response, describe_error
 from .errors import LLMReplayError
-from .prompts import Conversation, PromptFactory
+from .prompts import Conversation, PromptFactory, extends_previous
 from .workload import HashBlocks, Session, Synthetic, Workload
 
 MODES = ("auto", "timestamps", "concurrency", "rate")
@@ -269,9 +269,7 @@ class Replay:
             return
         if self.endpoint.api == "chat" or self.prompt_format == "text":
             self.prompts.word_texts
-        elif self.prompt_format == "ids" or any(
-            getattr(turn.prompt, "extends_previous", False) for session in self.plan for turn in session.turns[1:]
-        ):
+        elif self.prompt_format == "ids" or any(extends_previous(session, index) for session in self.plan for index in range(1, len(session.turns))):
             self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
