@@ -382,6 +382,7 @@ class Engine:
     def _apply(self, plan: _Plan, steps: int, start: float) -> None:
         """The planned iteration(s) ended: requests aborted meanwhile get nothing."""
         now = start + float(plan.ends[steps - 1])
+        firsts = []  # prefills that completed: their first token is out
         for request, chunk in plan.prefills:
             if not request.running:
                 continue
@@ -389,31 +390,26 @@ class Engine:
             self.prompt_tokens_total += chunk
             self._register(request)
             if request.computed >= request.target:
-                self._emit(request, now, 1)
+                firsts.append(request)
+        self._hand_out(firsts, now, 1)
         decodes = [request for request in plan.decodes if request.running]
-        for request in decodes:  # the hot loop of a long decode span: inline, no call per request
-            request.computed += steps
-            request.generated += steps
-            request.times.append(now)
-            request.tokens.append(steps)
-        self.generation_tokens_total += steps * len(decodes)
         for request in decodes:
-            if request.generated >= request.output_len or request.on_emit is not None:
-                self._emitted(request)
+            request.computed += steps
+        self._hand_out(decodes, now, steps)
 
-    def _emit(self, request: SimRequest, now: float, count: int) -> None:
-        request.generated += count
-        self.generation_tokens_total += count
-        request.times.append(now)
-        request.tokens.append(count)
-        self._emitted(request)
-
-    def _emitted(self, request: SimRequest) -> None:
-        """After a token chunk went into ``request``'s lists: finish it if done, tell its stream."""
-        if request.generated >= request.output_len:
-            self._finish(request)
-        if request.on_emit is not None:
-            request.on_emit()
+    def _hand_out(self, requests: list[SimRequest], now: float, count: int) -> None:
+        """``count`` tokens to each of ``requests`` at ``now``; finish those done, tell their
+        streams. One inline loop, no call per request: a long decode span's hot path."""
+        for request in requests:
+            request.generated += count
+            request.times.append(now)
+            request.tokens.append(count)
+        self.generation_tokens_total += count * len(requests)
+        for request in requests:
+            if request.generated >= request.output_len:
+                self._finish(request)
+            if request.on_emit is not None:
+                request.on_emit()
 
     def _register(self, request: SimRequest) -> None:
         """Name the request's newly full blocks (prompt and generated) in the cache."""
