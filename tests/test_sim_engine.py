@@ -100,6 +100,34 @@ def test_lru_eviction_takes_released_tail_blocks_first():
     assert cache.match(block_hashes(list(range(8)), 4)) == [a[0]]  # the head block still hits
 
 
+def test_cache_names_stay_one_to_one_through_random_allocations_registrations_and_releases():
+    """``hash_of[b] == h`` exactly when ``cached[h] == b``: allocate relies on it to evict."""
+    import random
+
+    rng = random.Random(7)
+    cache = KVCache(num_blocks=16, block_size=2)
+    held: list[list[int]] = []
+    for _ in range(2000):
+        action = rng.random()
+        if action < 0.45:
+            prompt = [rng.randrange(3) for _ in range(2 * rng.randint(1, 4))]
+            hashes = block_hashes(prompt, 2)
+            hit = cache.match(hashes) if rng.random() < 0.7 else []  # else: a twin computed concurrently
+            cache.take_cached(hit)
+            fresh = cache.allocate(len(hashes) - len(hit))
+            if fresh is None:
+                cache.release(hit)
+                continue
+            blocks = hit + fresh
+            cache.register(blocks, hashes)
+            held.append(blocks)
+        elif held:
+            cache.release(held.pop(rng.randrange(len(held))))
+        named = {b: h for b, h in enumerate(cache.hash_of) if h is not None}
+        assert {b: h for h, b in cache.cached.items()} == named
+        assert len(cache.free) == sum(r == 0 for r in cache.ref)
+
+
 def test_engine_eviction_keeps_the_prefix_of_a_finished_request():
     config = EngineConfig(block_size=4, num_gpu_blocks=4)
     a_prompt = list(range(8))

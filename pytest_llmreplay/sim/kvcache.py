@@ -40,22 +40,22 @@ def segment_block_hashes(segments: Sequence[tuple[Hashable, int]], block_size: i
     """
     hashes: list[int] = []
     chain, begin = 0, 0
-    end = block_size
     for key, count in segments:
         named = hash(key)
-        while end <= begin + count and len(hashes) < blocks:
-            hashes.append(hash((chain, named, end - begin)))
-            end += block_size
-        chain = hash((chain, named, count))
-        begin += count
+        first = (len(hashes) + 1) * block_size - begin  # end offset of the next block, in this segment
+        last = min(count, (blocks - len(hashes)) * block_size + first - block_size)
+        hashes += [hash((chain, named, offset)) for offset in range(first, last + 1, block_size)]
         if len(hashes) >= blocks:
             break
+        chain = hash((chain, named, count))
+        begin += count
     return hashes
 
 
 class KVCache:
     """Block pool with prefix caching. Counters: ``queries``/``hits`` in tokens (vLLM's
-    ``prefix_cache_queries``/``prefix_cache_hits``)."""
+    ``prefix_cache_queries``/``prefix_cache_hits``). Names are one to one: ``hash_of[b] == h``
+    exactly when ``cached[h] == b``."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -99,12 +99,11 @@ class KVCache:
         if count > len(free):
             return None
         taken = [free.popitem(last=False)[0] for _ in range(count)]
-        hash_of, ref = self.hash_of, self.ref
+        hash_of, ref, cached = self.hash_of, self.ref, self.cached
         for block in taken:
             old = hash_of[block]
-            if old is not None:
-                if self.cached.get(old) == block:
-                    del self.cached[old]
+            if old is not None:  # named: cached[old] is this block (register's first one wins)
+                del cached[old]
                 hash_of[block] = None
             ref[block] = 1
         return taken
