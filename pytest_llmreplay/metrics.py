@@ -48,6 +48,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from itertools import chain
+from operator import attrgetter
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -276,7 +277,7 @@ class Result:
             by_session.setdefault(record.session_index, []).append(record)
         rows = []
         for turns in by_session.values():
-            turns.sort(key=lambda r: r.turn_index)
+            turns.sort(key=attrgetter("turn_index"))
             complete = len(turns) == turns[0].turns_in_session and all(r.status == "ok" and not r.warmup for r in turns)
             if complete:
                 rows.append(session_values(turns))

@@ -39,6 +39,7 @@ import random
 import sys
 import types
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any, Callable, Iterator
 
 from .clock import Clock, WallClock
@@ -248,7 +249,7 @@ class Replay:
             duration = self.clock.now() - self._start
         finally:
             await self.endpoint.close()
-        self.records.sort(key=lambda r: (r.scheduled_s, r.session_index, r.turn_index))
+        self.records.sort(key=attrgetter("scheduled_s", "session_index", "turn_index"))
         self._mark_warmup()
         return ReplayRun(
             records=self.records,
