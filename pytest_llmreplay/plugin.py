@@ -91,6 +91,17 @@ def seed_option(config: pytest.Config) -> int:
         raise pytest.UsageError(f"--llm-seed / llm_seed: expected an integer, got {raw!r}") from None
 
 
+def check_bool_options(config: pytest.Config) -> None:
+    """Read every true/false ini key now, so a bad value stops the session before anything is
+    measured, with the key named (pytest checks it only when read, and does not name it)."""
+    for flag, ini, kind, _, _ in OPTIONS:
+        if kind == "bool":
+            try:
+                option(config, ini)
+            except (ValueError, pytest.UsageError) as exc:
+                raise pytest.UsageError(f"{flag} / {ini}: expected true or false (also yes/no, on/off, 1/0): {exc}") from None
+
+
 def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
@@ -100,6 +111,7 @@ class LLMSession:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        check_bool_options(config)
         self.seed = seed_option(config)
         self.endpoint_url = option(config, "llm_endpoint") or None
         self.api = option(config, "llm_api")
@@ -142,6 +154,15 @@ class LLMSession:
         report = option(config, "llm_report")
         self.report_dir = Path(config.rootpath, report) if report else None
         self.baseline_dir = Path(config.rootpath, option(config, "llm_baseline_dir"))
+        if self.baseline_dir.exists() and not self.baseline_dir.is_dir():
+            raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {self.baseline_dir} is a file; expected a folder for the stored results")
+        if option(config, "llm_save") and not is_worker(config):
+            try:
+                self.baseline_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: cannot make {self.baseline_dir}: {exc.strerror or exc}") from None
+            if not os.access(self.baseline_dir, os.W_OK):
+                raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {self.baseline_dir} is not writable; --llm-save stores results there")
         self.server: Any = None
         self._prompts: Any = None
         self._target: Any = None
@@ -330,9 +351,12 @@ def pytest_configure(config: pytest.Config) -> None:
             except LLMReplayError as exc:
                 raise pytest.UsageError(f"pytest_llmreplay_formats: {exc}") from None
     if session.report_dir is not None and not is_worker(config):
-        from .report_files import clear_reports
+        from .report_files import claim_report_dir
 
-        clear_reports(session.report_dir)
+        try:
+            claim_report_dir(session.report_dir)
+        except LLMReplayError as exc:
+            raise pytest.UsageError(f"--llm-report / llm_report: {exc}") from None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

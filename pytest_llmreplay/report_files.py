@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from .errors import LLMReplayError
+
 # (column header, metric, stat, factor, format)
 OVERVIEW = (
     ("TTFT p50 (ms)", "ttft", "p50", 1e3, "{:.1f}"),
@@ -153,10 +155,32 @@ def html_page(results: list[Mapping[str, Any]]) -> str:
     return f"<!doctype html><html><head><meta charset=\"utf-8\"><title>llmreplay report</title><style>{style}</style></head><body>{''.join(body)}</body></html>\n"
 
 
-def clear_reports(report_dir: Path) -> None:
-    """Remove what an earlier session wrote, so the folder only ever describes one session."""
-    for stale in [*(report_dir / "tests").glob("*.*"), report_dir / "summary.md", report_dir / "index.html"]:
-        stale.unlink(missing_ok=True)
+OWNER_MARK = ".llmreplay-report"  # in a report folder: this plugin made it, and may clear it
+
+
+def claim_report_dir(report_dir: Path) -> None:
+    """Make ``report_dir`` this session's, emptied of what an earlier session wrote, so it only
+    ever describes one session; raise :class:`LLMReplayError` for a folder that cannot be.
+
+    Only a folder this plugin made (it holds :data:`OWNER_MARK`), an empty one or a new one is
+    taken; only the files this module and the gate write are removed (``tests/*.json``,
+    ``tests/*.csv``, ``summary.md``, ``index.html``). A folder holding anything else is
+    refused: its ``summary.md`` or ``index.html`` may be someone else's.
+    """
+    if report_dir.exists() and not report_dir.is_dir():
+        raise LLMReplayError(f"{report_dir} is a file; expected a folder for the reports")
+    if report_dir.is_dir() and any(report_dir.iterdir()) and not (report_dir / OWNER_MARK).is_file():
+        raise LLMReplayError(
+            f"{report_dir} already holds files that pytest-llmreplay did not write; name a new or empty folder "
+            f"(the plugin empties its report folder at each session, and only one it made, marked by {OWNER_MARK})"
+        )
+    try:
+        (report_dir / "tests").mkdir(parents=True, exist_ok=True)
+        (report_dir / OWNER_MARK).write_text("This folder holds pytest-llmreplay's reports; each session replaces them.\n", encoding="utf-8")
+        for stale in [*(report_dir / "tests").glob("*.json"), *(report_dir / "tests").glob("*.csv"), report_dir / "summary.md", report_dir / "index.html"]:
+            stale.unlink(missing_ok=True)
+    except OSError as exc:
+        raise LLMReplayError(f"cannot write reports to {report_dir}: {exc.strerror or exc}") from None
 
 
 def write_session_reports(report_dir: Path) -> list[Path]:

@@ -63,3 +63,49 @@ def test_unloadable_tokenizer_fails_clearly(project, tmp_path):
     result = project.runpytest(f"--llm-tokenizer={broken}")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"*--llm-tokenizer: cannot load tokenizer file {broken}*"])
+
+
+# ------------------------------------------------------------------------ folders and ini values checked at start
+
+
+def test_report_dir_holding_other_files_is_refused_and_left_alone(project):
+    project.makepyfile("def test_x(): pass")
+    project.path.joinpath("index.html").write_text("<h1>site</h1>")
+    project.path.joinpath("summary.md").write_text("notes")
+    result = project.runpytest("--llm-report", ".")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--llm-report / llm_report: * already holds files that pytest-llmreplay did not write; name a new or empty folder*"])
+    assert project.path.joinpath("index.html").read_text() == "<h1>site</h1>"
+    assert project.path.joinpath("summary.md").read_text() == "notes"
+    assert project.path.joinpath("test_report_dir_holding_other_files_is_refused_and_left_alone.py").exists()
+
+
+def test_report_dir_made_by_the_plugin_is_emptied_of_its_own_files_only(project):
+    project.makepyfile("def test_x(): pass")
+    project.runpytest("--llm-report", "rep").assert_outcomes(passed=1)
+    folder = project.path / "rep"
+    (folder / "tests" / "old.json").write_text("{}")
+    (folder / "summary.md").write_text("old")
+    (folder / "mine.txt").write_text("kept")
+    project.runpytest("--llm-report", "rep").assert_outcomes(passed=1)
+    assert sorted(p.name for p in folder.rglob("*")) == [".llmreplay-report", "mine.txt", "tests"]
+
+
+@pytest.mark.parametrize("option", ["--llm-report", "--llm-baseline-dir"])
+def test_a_file_where_a_folder_is_expected_is_a_usage_error(project, option):
+    project.makepyfile("def test_x(): pass")
+    project.path.joinpath("afile").write_text("x")
+    result = project.runpytest(option, "afile", "--llm-save")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option} / {option[2:].replace('-', '_')}: *afile is a file; expected a folder*"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize("key", ["llm_save", "llm_offline", "llm_fail_on_regression", "llm_ignore_eos"])
+def test_a_bad_true_false_ini_value_names_its_key_before_anything_runs(project, key):
+    project.makepyfile("def test_x(): raise AssertionError('must not run')")
+    result = project.runpytest("-o", f"{key}=perhaps")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    flag = "--" + key.replace("_", "-")
+    result.stderr.fnmatch_lines([f"*{flag} / {key}: expected true or false*perhaps*"])
+    assert "must not run" not in result.stdout.str()
