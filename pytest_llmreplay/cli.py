@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -91,6 +92,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         prompt_format=args.prompt_format, check_idle=not args.no_idle_check,
     )
     settings.validate()
+    if args.out:
+        _make_out_dir(Path(args.out))
     endpoint = HTTPEndpoint(
         args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
         headers=dict(_header(h) for h in args.header), extra_body=extra_body("--extra-body", args.extra_body, args.ignore_eos), timeout_s=args.timeout,
@@ -118,6 +121,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         stored = _write_stored(result, args, digest, out / "result.json")
         print(f"wrote {stored} and {result.write_csv(out / 'requests.csv')}")
     return 0 if result.ok else 1
+
+
+def _make_out_dir(out: Path) -> None:
+    """Make ``--out`` DIR before anything is sent, so a bad one cannot lose a finished run."""
+    if out.exists() and not out.is_dir():
+        raise LLMReplayError(f"--out: {out} is a file; expected a folder for result.json and requests.csv")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LLMReplayError(f"--out: cannot make {out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK):
+        raise LLMReplayError(f"--out: {out} is not writable")
 
 
 def _write_stored(result: Any, args: argparse.Namespace, digest: str, path: Path) -> Path:
@@ -202,9 +217,39 @@ class ProgressLine:
 
 def _header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
-    if not sep or not name.strip():
-        raise LLMReplayError(f"--header: expected NAME:VALUE, got {text!r}")
+    if not sep or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name.strip()):
+        raise LLMReplayError(f"--header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got {text!r}")
     return name.strip(), value.strip()
+
+
+def _integer(low: int) -> Any:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _number(positive: bool) -> Any:
+    """An argparse type: a finite number > 0 (``positive``) or >= 0."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"expected a finite number {'>' if positive else '>='} 0, got {text!r}")
+        return value
+
+    return parse
 
 
 def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -224,26 +269,26 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     target.add_argument("--extra-body", metavar="JSON", help='fields merged into every request body, e.g. \'{"min_tokens": 64}\'')
     target.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (output lengths exactly as planned, vLLM/SGLang)")
     target.add_argument("--no-stream", action="store_true", help="non-streaming requests (TTFT = latency)")
-    target.add_argument("--timeout", type=float, default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
+    target.add_argument("--timeout", type=_number(True), default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
     target.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts: the served model's (default: the bundled one)")
     target.add_argument("--server-cmd", metavar="CMD", help="start this server command first, wait for --endpoint to answer /health, stop it after")
-    target.add_argument("--server-timeout", type=float, default=600.0, metavar="S", help="how long the server command may take to get ready (default 600)")
+    target.add_argument("--server-timeout", type=_number(True), default=600.0, metavar="S", help="how long the server command may take to get ready (default 600)")
     target.add_argument("--no-idle-check", action="store_true", help="skip the check that the server's /metrics shows no requests in flight")
     plan = run.add_argument_group("replay")
     plan.add_argument("--mode", choices=MODES, default="auto", help="timestamps (open loop), concurrency, rate; auto: rate if --rate, concurrency if --concurrency or the trace is untimed, else timestamps")
-    plan.add_argument("--concurrency", type=int, metavar="N", help="sessions in flight (concurrency mode; a cap in the others)")
-    plan.add_argument("--speedup", type=float, default=1.0, metavar="X", help="divide trace arrival times and turn delays by X (default 1)")
-    plan.add_argument("--rate", type=float, metavar="R", help="sessions per second (rate mode)")
+    plan.add_argument("--concurrency", type=_integer(1), metavar="N", help="sessions in flight (concurrency mode; a cap in the others)")
+    plan.add_argument("--speedup", type=_number(True), default=1.0, metavar="X", help="divide trace arrival times and turn delays by X (default 1)")
+    plan.add_argument("--rate", type=_number(True), metavar="R", help="sessions per second (rate mode)")
     plan.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate mode spacing (default poisson)")
-    plan.add_argument("--duration", type=float, metavar="S", help="stop admitting after S seconds; cancel what is still in flight after --grace")
-    plan.add_argument("--grace", type=float, default=30.0, metavar="S", help="wait for requests in flight after --duration (default 30)")
-    plan.add_argument("--max-requests", type=int, metavar="N", help="take whole sessions until N requests (cycling the workload if needed)")
-    plan.add_argument("--max-sessions", type=int, metavar="N", help="run N sessions (cycling the workload if needed)")
-    plan.add_argument("--warmup-requests", type=int, default=0, metavar="N", help="leave the first N requests out of the metrics")
-    plan.add_argument("--warmup-seconds", type=float, default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
+    plan.add_argument("--duration", type=_number(True), metavar="S", help="stop admitting after S seconds; cancel what is still in flight after --grace")
+    plan.add_argument("--grace", type=_number(False), default=30.0, metavar="S", help="wait for requests in flight after --duration (default 30)")
+    plan.add_argument("--max-requests", type=_integer(1), metavar="N", help="take whole sessions until N requests (cycling the workload if needed)")
+    plan.add_argument("--max-sessions", type=_integer(1), metavar="N", help="run N sessions (cycling the workload if needed)")
+    plan.add_argument("--warmup-requests", type=_integer(0), default=0, metavar="N", help="leave the first N requests out of the metrics")
+    plan.add_argument("--warmup-seconds", type=_number(False), default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
     plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
-    plan.add_argument("--seed", type=int, default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
-    plan.add_argument("--gpus", type=int, default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")
+    plan.add_argument("--seed", type=_integer(0), default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
+    plan.add_argument("--gpus", type=_integer(1), default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")
     run.set_defaults(run=cmd_run)
 
 
@@ -426,7 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
     writable = sorted(name for name, module in FORMATS.items() if hasattr(module, "write"))
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--format", choices=names, help="the input's format (default: detected from its first line)")
-    common.add_argument("--block-size", type=int, metavar="N", help="tokens per Mooncake hash id (default 512)")
+    common.add_argument("--block-size", type=_integer(1), metavar="N", help="tokens per Mooncake hash id (default 512)")
 
     parser = argparse.ArgumentParser(prog="llmreplay", description="Replay LLM serving workloads; check and convert them.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -435,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(run=cmd_validate)
     inspect = commands.add_parser("inspect", parents=[common], help="print a workload's figures")
     inspect.add_argument("file", metavar="FILE")
-    inspect.add_argument("--token-block-size", type=int, default=16, metavar="N",
+    inspect.add_argument("--token-block-size", type=_integer(1), default=16, metavar="N",
                          help="block size for the reusable-prefix share of token-id prompts (default 16, vLLM's)")
     inspect.set_defaults(run=cmd_inspect)
     convert = commands.add_parser("convert", parents=[common], help="rewrite a workload in another format")

@@ -53,6 +53,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .errors import LLMReplayError
 from .replay import ReplayRun, RequestRecord
 
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "max", "std")
@@ -247,6 +248,10 @@ class Result:
     run: ReplayRun
     gpus: int = 1
     goodput: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise LLMReplayError(f"gpus: expected an integer >= 1, got {self.gpus!r}")
 
     @property
     def records(self) -> list[RequestRecord]:

@@ -86,4 +86,11 @@ def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:
     path = Path(str(name_or_path))
     if path.is_file():
         return FastTokenizer(path)
+    if not path.exists() and _names_a_path(str(name_or_path)):
+        raise LLMReplayError(f"tokenizer {name_or_path!r}: no such file or folder")
     return TransformersTokenizer(str(name_or_path))
+
+
+def _names_a_path(name: str) -> bool:
+    """True for what cannot be a hub id (``org/name``): absolute, ``./``, ``../``, ``~`` or a ``.json`` file."""
+    return name.startswith(("/", "./", "../", "~", ".\\", "..\\")) or name.endswith(".json") or Path(name).is_absolute()

@@ -78,6 +78,14 @@ def test_request_metrics_in_the_summary():
     assert "cached_tokens" not in s  # no server reported it
 
 
+@pytest.mark.parametrize("gpus", [0, -1, 1.5, True])
+def test_gpus_must_be_a_whole_number_of_at_least_one(gpus):
+    from pytest_llmreplay import LLMReplayError
+
+    with pytest.raises(LLMReplayError, match=rf"^gpus: expected an integer >= 1, got {gpus!r}$"):
+        make([rec(0, sent=0.0, chunks=((0.1, 1), (0.2, 1)), end=0.2)], gpus=gpus)
+
+
 def test_stats_on_five_values_by_hand():
     # TTFTs 0.3, 1.0, 0.1, 0.4, 0.2 (unsorted), each request lasting 0.1 s after its first token
     ttfts = [0.3, 1.0, 0.1, 0.4, 0.2]

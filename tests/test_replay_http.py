@@ -164,17 +164,39 @@ def test_cli_run_starts_and_stops_a_server_command(tmp_path, capsys):
     [
         (["--extra-body", "{not json"], "error: --extra-body: not JSON"),
         (["--extra-body", "[1]"], "error: --extra-body: expected a JSON object, got list"),
-        (["--header", "novalue"], "error: --header: expected NAME:VALUE, got 'novalue'"),
-        (["--concurrency", "0"], "error: concurrency: expected an integer >= 1, got 0"),
+        (["--header", "novalue"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'novalue'"),
+        (["--header", "Bad Name:v"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'Bad Name:v'"),
+        (["--out", "afile"], "error: --out: afile is a file; expected a folder for result.json and requests.csv"),
+        (["--tokenizer", "/nonexistent/tok.json"], "error: tokenizer '/nonexistent/tok.json': no such file or folder"),
         (["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"], "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set"),
     ],
 )
-def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, extra, message):
+def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monkeypatch, extra, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
     workload = tmp_path / "w.jsonl"
     workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
     status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", *extra])
     err = capsys.readouterr().err
     assert status == 1 and err.startswith(message) and "Traceback" not in err
+    assert server.server.completions_count == 0  # refused before anything was sent
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--gpus", "0", "an integer >= 1"), ("--concurrency", "0", "an integer >= 1"), ("--max-sessions", "-2", "an integer >= 1"),
+        ("--warmup-requests", "-1", "an integer >= 0"), ("--seed", "-1", "an integer >= 0"), ("--seed", "x", "an integer >= 0"),
+        ("--timeout", "0", "a finite number > 0"), ("--server-timeout", "-1", "a finite number > 0"), ("--speedup", "inf", "a finite number > 0"),
+        ("--rate", "nan", "a finite number > 0"), ("--duration", "0", "a finite number > 0"), ("--grace", "-1", "a finite number >= 0"),
+        ("--block-size", "0", "an integer >= 1"),
+    ],
+)
+def test_cli_run_bad_numbers_are_usage_errors_naming_the_option(tmp_path, capsys, option, value, expected):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(tmp_path / "w.jsonl"), "--endpoint", "http://127.0.0.1:9", option, value])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: argument {option}: expected {expected}, got {value!r}"
 
 
 def test_cli_runs_of_two_workloads_share_no_prompt_tokens(tmp_path, capsys):

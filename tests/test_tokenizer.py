@@ -1,5 +1,7 @@
 """Tokenizer loading: the bundled default, a tokenizer.json file, a local transformers folder."""
 
+import re
+
 import pytest
 
 from pytest_llmreplay import LLMReplayError
@@ -45,9 +47,16 @@ def test_a_local_transformers_folder_loads_through_autotokenizer(tmp_path):
     assert PromptFactory(tokenizer).stream(42, 0, 50) == PromptFactory(bundled).stream(42, 0, 50)
 
 
-def test_a_missing_tokenizer_is_one_clear_error(tmp_path):
-    with pytest.raises(LLMReplayError, match=r"cannot load tokenizer '.*nowhere'.*Give a local folder"):
-        load_tokenizer(str(tmp_path / "nowhere"))
+@pytest.mark.parametrize("name", ["{tmp}/nowhere", "{tmp}/nowhere/tokenizer.json", "./nowhere", "nowhere.json"])
+def test_a_missing_tokenizer_path_says_so_without_asking_the_hub(tmp_path, name):
+    name = name.format(tmp=tmp_path)
+    with pytest.raises(LLMReplayError, match=rf"^tokenizer '{re.escape(name)}': no such file or folder$"):
+        load_tokenizer(name)
+
+
+def test_a_name_that_is_neither_a_path_nor_a_hub_id_is_one_clear_error():
+    with pytest.raises(LLMReplayError, match=r"cannot load tokenizer 'not a hub id!'.*Give a local folder"):
+        load_tokenizer("not a hub id!")
 
 
 def test_a_broken_tokenizer_file_is_one_clear_error(tmp_path):
