@@ -9,7 +9,8 @@
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
-input, 2 for bad usage (argparse).
+input, 2 for bad usage (argparse). ``run`` stopped by SIGINT/SIGTERM still reports what it
+measured and exits 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import math
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -78,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .endpoints import HTTPEndpoint, ServerProcess, extra_body
     from .metrics import Result
     from .prompts import PromptFactory
-    from .replay import ReplaySettings, replay
+    from .replay import Replay, ReplaySettings
     from .report import render
     from .tokenizer import load_tokenizer
 
@@ -106,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             server.start()
-        run = replay(workload, endpoint, prompts, settings, on_record=progress.update)
+        run = Replay(workload, endpoint, prompts, settings, on_record=progress.update, stop_on_signals=True).run()
     finally:
         progress.close()
         if server is not None:
@@ -120,6 +122,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         stored = _write_stored(result, args, digest, out / "result.json")
         print(f"wrote {stored} and {result.write_csv(out / 'requests.csv')}")
+    if run.interrupted:
+        return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
     return 0 if result.ok else 1
 
 
@@ -504,6 +508,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LLMReplayError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # before a run started, or a second Ctrl-C during one
+        print("interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":  # pragma: no cover

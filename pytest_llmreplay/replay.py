@@ -30,12 +30,18 @@ per pass) or ``sampled`` (seeded draws with replacement), as AIPerf offers for i
 
 Every request yields a :class:`RequestRecord`, whatever happened to it; a failed request ends its
 session (an agent cannot go on without the answer). Times in records are seconds from the start.
+
+Interrupts: with ``stop_on_signals`` (the command line's), SIGINT (Ctrl-C) or SIGTERM stops the
+run as the duration limit does, at once: what is in flight is cancelled, nothing more is sent,
+and the run returns every record so far, with ``interrupted`` naming the signal. A second signal
+has its default effect.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import signal
 import sys
 import types
 from dataclasses import dataclass, field, fields
@@ -160,6 +166,7 @@ class ReplayRun:
     endpoint: str
     duration_s: float
     planned_requests: int
+    interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
 
 
 def session_plan(workload: Workload, settings: ReplaySettings) -> list[Session]:
@@ -211,6 +218,7 @@ class Replay:
         settings: ReplaySettings = ReplaySettings(),
         clock: Clock | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
+        stop_on_signals: bool = False,
     ) -> None:
         settings.validate()
         self.workload = workload
@@ -228,6 +236,9 @@ class Replay:
         self._start = 0.0
         self._deadline: float | None = None
         self._slots: asyncio.Semaphore | None = None
+        self.stop_on_signals = stop_on_signals
+        self._tasks: list[asyncio.Task] = []  # the dispatcher or workers, and the sessions they started
+        self.interrupted: str | None = None
 
     def run(self) -> ReplayRun:
         """Run to completion on the clock (its own event loop) and return the outcome."""
@@ -235,6 +246,7 @@ class Replay:
 
     async def run_async(self) -> ReplayRun:
         concurrency = self.settings.concurrency or (1 if self.mode == "concurrency" else None)
+        handled = self._handle_signals() if self.stop_on_signals else []
         await self.endpoint.open(self.clock, concurrency)
         try:
             if self.settings.check_idle:
@@ -248,6 +260,8 @@ class Replay:
             await self._drive(concurrency)
             duration = self.clock.now() - self._start
         finally:
+            for signum in handled:
+                asyncio.get_running_loop().remove_signal_handler(signum)
             await self.endpoint.close()
         self.records.sort(key=attrgetter("scheduled_s", "session_index", "turn_index"))
         self._mark_warmup()
@@ -259,7 +273,30 @@ class Replay:
             endpoint=self.endpoint.name,
             duration_s=duration,
             planned_requests=sum(len(s.turns) for s in self.plan),
+            interrupted=self.interrupted,
         )
+
+    def _handle_signals(self) -> list[int]:
+        """Stop on SIGINT/SIGTERM (module docstring); the signals handled (none off the main
+        thread, or where the loop cannot handle signals)."""
+        loop = asyncio.get_running_loop()
+        handled = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signum, self._interrupt, signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            handled.append(signum)
+        return handled
+
+    def _interrupt(self, signum: int) -> None:
+        loop = asyncio.get_running_loop()
+        for handled in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(handled)  # a second signal has its default effect
+        self.interrupted = signal.Signals(signum).name
+        self.warnings.append(f"interrupted by {self.interrupted} at {self.clock.now() - self._start:.1f} s: requests in flight were cancelled and nothing more was sent")
+        for task in self._tasks:
+            task.cancel()
 
     def _prepare_prompts(self) -> None:
         """Compute the prompt factory's word tables now, not in the first request's time, for
@@ -274,10 +311,10 @@ class Replay:
             self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
-        tasks: list[asyncio.Task] = []
+        tasks = self._tasks
         if self.mode == "concurrency":
             queue = iter(enumerate(self.plan))
-            tasks = [asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan)))]
+            tasks.extend(asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan))))
         else:
             if self.settings.concurrency is not None:
                 self._slots = asyncio.Semaphore(self.settings.concurrency)

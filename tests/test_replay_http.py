@@ -4,8 +4,11 @@ every mode end to end, every fault as a failed record, and ``llmreplay run``."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -157,6 +160,25 @@ def test_cli_run_starts_and_stops_a_server_command(tmp_path, capsys):
     assert status == 0 and "completed=1/1 requests" in capsys.readouterr().out
     with socket.socket() as again:  # the server is gone: its port is free again
         again.bind(("127.0.0.1", port))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, signum):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"input_toks": 40, "output_toks": 4, "arrival_time_ns": i * 200_000_000}) + "\n" for i in range(40)))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions", "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while server.server.completions_count < 3 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signum, stderr
+    assert f"warning: interrupted by {signum.name} at " in stdout and "Traceback" not in stderr
+    counts = json.loads((out / "result.json").read_text())["summary"]["requests"]
+    assert 3 <= counts["ok"] < 40 and counts["planned"] == 40
+    assert len((out / "requests.csv").read_text().splitlines()) == 1 + counts["ok"] + counts["cancelled"]
 
 
 @pytest.mark.parametrize(
