@@ -16,7 +16,14 @@ Times are seconds (float). ``Session.arrival_s`` is the offset from the start of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Union
+
+from .errors import WorkloadError
+
+MAX_TOKENS = 10_000_000  # per prompt or response: no model's context is longer (Llama 4 Scout's is 10M)
+MAX_TIME_S = 10_000_000.0  # an arrival or delay (116 days): a larger one is an absolute time or a unit mix-up
+MAX_REQUESTS = 10_000_000  # in one workload: about 10 GB of Python objects
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +146,26 @@ class Workload:
         for session in self.sessions:
             for index, turn in enumerate(session.turns):
                 yield session, index, turn
+
+
+def check_limits(workload: Workload, path: str | Path | None = None) -> None:
+    """Raise :class:`WorkloadError` for sizes no replay can honour: more than
+    :data:`MAX_REQUESTS` requests, a prompt or response over :data:`MAX_TOKENS` tokens (its
+    prompt could not be made), an arrival or delay over :data:`MAX_TIME_S` (the replay would
+    wait for months). Names the session and turn (a flat trace's session is ``line<N>``)."""
+    if workload.num_requests > MAX_REQUESTS:
+        raise WorkloadError(f"{workload.num_requests:,} requests is over the limit of {MAX_REQUESTS:,}", path=path)
+    for session in workload.sessions:
+        if session.arrival_s > MAX_TIME_S:
+            raise WorkloadError(_time_message(session.arrival_s), path=path, field=f"session {session.id!r}: arrival")
+        for index, turn in enumerate(session.turns):
+            for name, tokens in (("input tokens", turn.input_tokens), ("output tokens", turn.output_tokens)):
+                if tokens is not None and tokens > MAX_TOKENS:
+                    raise WorkloadError(f"{tokens:,} is over the limit of {MAX_TOKENS:,} (no model's context is longer)", path=path,
+                                        field=f"session {session.id!r} turn {index}: {name}")
+            if turn.delay_s > MAX_TIME_S:
+                raise WorkloadError(_time_message(turn.delay_s), path=path, field=f"session {session.id!r} turn {index}: delay")
+
+
+def _time_message(seconds: float) -> str:
+    return f"{seconds:.4g} s is over the limit of {MAX_TIME_S:,.0f} s (116 days): times must count from the trace's start, in the format's unit"

@@ -4,6 +4,7 @@ trace in ../shared/data."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,38 @@ def test_the_table_covers_every_shared_file(shared_data):
     uncovered = {f for f in files - set(SHARED_WORKLOADS) - NOT_WORKLOADS if not f.startswith("llmservingsim/bench/")}
     assert uncovered == set(), "add these shared files to SHARED_WORKLOADS (or NOT_WORKLOADS)"
     assert set(SHARED_WORKLOADS) <= files
+
+
+# --- sizes no replay can honour: refused at load, naming where -----------------------------------
+
+HUGE = [
+    ("llmservingsim", json.dumps({"input_toks": 10**26, "output_toks": 5, "arrival_time_ns": 0}),
+     "session 'line1' turn 0: input tokens: 100,000,000,000,000,000,000,000,000 is over the limit of 10,000,000"),
+    ("llmservingsim", json.dumps({"input_toks": 10, "output_toks": 5, "arrival_time_ns": 10**23}),
+     "session 'line1': arrival: 1e+14 s is over the limit of 10,000,000 s (116 days): times must count from the trace's start"),
+    ("trie", json.dumps({**TRIE, "num_turns": 1, "assistant_response_length": [3], "tool_call_output_length": [4], "tool_call_latency": [1e308]}),
+     "turn 1: delay: 1e+308 s is over the limit of 10,000,000 s"),
+    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,99999999999999,10\n",
+     "turn 0: input tokens: 99,999,999,999,999 is over the limit"),
+]
+
+
+@pytest.mark.parametrize(("format", "text", "message"), HUGE, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(HUGE)])
+def test_sizes_no_replay_can_honour_are_refused_at_load(tmp_path, format, text, message):
+    path = tmp_path / ("w.csv" if format == "azure" else "w.jsonl")
+    path.write_text(text + "\n")
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(path, format=format)
+    assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("sessions: 100000000000", "synthetic.sessions: must be at most 10,000,000, got 100,000,000,000"),
+    ("sessions: 2\n  turns: 100000000", "synthetic.turns: 200,000,000 requests in all is over the limit of 10,000,000"),
+    ("sessions: 2\n  input_tokens: 100000000000000", "synthetic.input_tokens: draws 100,000,000,000,000 tokens, over the limit of 10,000,000"),
+])
+def test_synthetic_specs_too_large_to_generate_are_refused_before_generating(tmp_path, spec, message):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"synthetic:\n  {spec}\n")
+    with pytest.raises(WorkloadError, match="^" + re.escape(f"{path}: {message}")):
+        load_workload(path)

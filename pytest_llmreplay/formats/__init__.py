@@ -13,7 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import LLMReplayError, WorkloadError
-from ..workload import Workload
+from ..workload import Workload, check_limits
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 
 FORMATS: dict[str, ModuleType] = {
@@ -100,6 +100,8 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
         raise WorkloadError(f"is a directory; format {name!r} reads a file", path=path) from None
     if not workload.sessions:
         raise WorkloadError("holds no requests", path=path)
+    if name != "synthetic":  # the generator checks its own, naming the spec's fields
+        check_limits(workload, path)
     return workload
 
 

@@ -34,7 +34,7 @@ from typing import Any, Mapping, Union
 import numpy as np
 
 from ..errors import WorkloadError
-from ..workload import Session, Synthetic, Turn, Workload
+from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
 from ._fields import type_name
 
 NAME = "synthetic"
@@ -130,7 +130,11 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
 
     first_d = parse_distribution(spec.first_input_tokens, "first_input_tokens", where) if spec.first_input_tokens is not None else None
     rng = np.random.default_rng(seed)
+    if sessions > MAX_REQUESTS:
+        raise WorkloadError(f"must be at most {MAX_REQUESTS:,}, got {sessions:,}", field="synthetic.sessions", **where)
     turn_counts = turns_d.sample(rng, sessions, integer=True)
+    if int(turn_counts.sum()) > MAX_REQUESTS:
+        raise WorkloadError(f"{int(turn_counts.sum()):,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", **where)
     if rate is not None:
         arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, sessions - 1))))
     else:
@@ -141,6 +145,9 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     out_tokens = outputs_d.sample(rng, total, integer=True).tolist()
     delays = delay_d.sample(rng, total, integer=False).tolist()
     firsts = first_d.sample(rng, sessions, integer=True).tolist() if first_d is not None else None
+    for name, lengths in (("input_tokens", new_tokens), ("output_tokens", out_tokens), ("first_input_tokens", firsts or [0])):
+        if max(lengths, default=0) > MAX_TOKENS:
+            raise WorkloadError(f"draws {max(lengths):,} tokens, over the limit of {MAX_TOKENS:,} (no model's context is longer)", field=f"synthetic.{name}", **where)
 
     out: list[Session] = []
     k = 0
@@ -158,7 +165,9 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
             k += 1
         out.append(Session(f"session{index}", float(arrivals[index]), tuple(turns)))
     timed = rate is not None or interval is not None
-    return Workload(tuple(out), format=NAME, source=str(source) if source else None, timed=timed)
+    workload = Workload(tuple(out), format=NAME, source=str(source) if source else None, timed=timed)
+    check_limits(workload, source)  # turns that grow past the limit, arrivals at a tiny rate
+    return workload
 
 
 def parse_distribution(value: Length, name: str, where: Mapping[str, Any]) -> Distribution:
