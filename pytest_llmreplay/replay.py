@@ -16,7 +16,10 @@ sessions in flight (later ones wait, which shows as schedule lag).
 Limits: ``duration_s`` stops admitting sessions and turns at that time, waits ``grace_s`` for
 requests in flight, then cancels them (status ``cancelled``, not ``failed``).
 ``max_requests``/``max_sessions`` take whole sessions in order until the count is reached (the
-session that reaches it runs to its end), cycling through the workload again when it is shorter.
+session that reaches it runs to its end), cycling through the workload again when it is shorter
+(in timestamps mode each pass arrives later by the trace's span plus one mean gap). Settings that
+contradict the mode they resolve to (a rate outside rate mode, an order in timestamps mode,
+timestamps mode on an untimed trace) are errors, not ignored.
 Warm-up: the first ``warmup_requests`` requests (by schedule) and every request scheduled in the
 first ``warmup_s`` seconds are recorded but flagged, and metrics leave them out.
 
@@ -44,7 +47,7 @@ import random
 import signal
 import sys
 import types
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 from typing import Any, Callable, Iterator
 
@@ -109,8 +112,19 @@ class ReplaySettings:
                 raise LLMReplayError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
         if self.mode == "rate" and self.rate is None:
             raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
-        if self.mode == "timestamps" and self.order != "sequential":
-            raise LLMReplayError("order: timestamps mode replays sessions in trace order; order applies to concurrency and rate modes")
+
+    def check_for(self, workload: Workload) -> None:
+        """Raise :class:`LLMReplayError` for settings that contradict the mode they resolve to
+        on ``workload`` (a rate outside rate mode, an order in timestamps mode, timestamps mode
+        on a trace without times)."""
+        mode = self.resolved_mode(workload)
+        if self.rate is not None and mode != "rate":
+            raise LLMReplayError(f"rate: applies to rate mode; mode is {mode!r}")
+        if mode == "timestamps" and self.order != "sequential":
+            raise LLMReplayError(f"order: timestamps mode{' (picked by auto: the trace is timed)' if self.mode == 'auto' else ''} replays sessions "
+                                 "in trace order; order applies to concurrency and rate modes")
+        if mode == "timestamps" and not workload.timed:
+            raise LLMReplayError(f"mode: timestamps needs arrival times, and format {workload.format!r} has none; use concurrency or rate mode")
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -169,19 +183,32 @@ class ReplayRun:
     interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
 
 
+def _cycle_period(sessions: list[Session]) -> float:
+    """How much later each pass of a cycled timed trace arrives (:func:`session_plan`)."""
+    first, last = min(s.arrival_s for s in sessions), max(s.arrival_s for s in sessions)
+    if last <= first:
+        raise LLMReplayError("max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once has no pace to repeat; use concurrency or rate mode")
+    return (last - first) * len(sessions) / (len(sessions) - 1)
+
+
 def session_plan(workload: Workload, settings: ReplaySettings) -> list[Session]:
     """The sessions to run, in admission order, after order and count limits.
 
     Count limits take whole sessions until the count is reached, cycling when the workload is
-    shorter; without a limit each session runs once (``sampled`` draws ``len(workload)``).
+    shorter; without a limit each session runs once (``sampled`` draws ``len(workload)``). In
+    timestamps mode pass *p* of a cycle arrives ``p * period`` later, ``period`` = the trace's
+    span of arrivals * n / (n - 1) for n sessions (the span plus one mean gap), so the passes
+    follow each other at the trace's own pace.
     """
     sessions = list(workload.sessions)
     if not sessions:
         raise LLMReplayError("the workload holds no sessions")
     rng = random.Random(settings.seed)
     limited = settings.max_requests is not None or settings.max_sessions is not None
+    period = _cycle_period(sessions) if limited and settings.resolved_mode(workload) == "timestamps" else 0.0
 
     def stream() -> Iterator[Session]:
+        passes = 0
         while True:
             if settings.order == "sampled":
                 yield rng.choice(sessions)
@@ -189,7 +216,10 @@ def session_plan(workload: Workload, settings: ReplaySettings) -> list[Session]:
             batch = sessions[:]
             if settings.order == "shuffled":
                 rng.shuffle(batch)
+            if passes:
+                batch = [replace(s, arrival_s=s.arrival_s + passes * period) for s in batch]
             yield from batch
+            passes += 1
             if not limited:
                 return
 
@@ -221,6 +251,7 @@ class Replay:
         stop_on_signals: bool = False,
     ) -> None:
         settings.validate()
+        settings.check_for(workload)
         self.workload = workload
         self.endpoint = endpoint
         self.prompts = prompts

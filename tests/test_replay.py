@@ -6,6 +6,8 @@ A fake in-process endpoint answers every request after ``ttft`` seconds and then
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_llmreplay.clock import VirtualClock
@@ -199,6 +201,30 @@ def test_request_limit_takes_whole_sessions(prompts):
 def test_session_limit_cycles_a_short_workload(prompts):
     plan = session_plan(flat(0, 1), ReplaySettings(max_sessions=5, mode="concurrency"))
     assert [s.id for s in plan] == ["s0", "s1", "s0", "s1", "s0"]
+
+
+def test_timestamps_cycles_follow_each_other_at_the_traces_pace(prompts):
+    endpoint = FakeEndpoint()
+    run(flat(1.0, 2.0, 4.0), endpoint, prompts, max_sessions=7, prompt_format="ids")
+    # period = span 3 s * 3 / 2 = 4.5 s: the span plus one mean gap
+    assert sent_times(endpoint) == [1.0, 2.0, 4.0, 5.5, 6.5, 8.5, 10.0]
+
+
+def test_cycling_a_timed_trace_that_arrives_all_at_once_is_refused(prompts):
+    with pytest.raises(LLMReplayError, match="^max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once"):
+        run(flat(0.0, 0.0), FakeEndpoint(), prompts, max_sessions=3)
+
+
+@pytest.mark.parametrize(("workload", "settings", "message"), [
+    (flat(0, 1), {"order": "shuffled"}, "order: timestamps mode (picked by auto: the trace is timed) replays sessions in trace order"),
+    (flat(0, 1), {"mode": "timestamps", "order": "sampled"}, "order: timestamps mode replays sessions in trace order"),
+    (flat(0, 1), {"mode": "timestamps", "rate": 5.0}, "rate: applies to rate mode; mode is 'timestamps'"),
+    (flat(0, 1), {"mode": "concurrency", "rate": 5.0}, "rate: applies to rate mode; mode is 'concurrency'"),
+    (Workload(flat(0, 0).sessions, "trie", timed=False), {"mode": "timestamps"}, "mode: timestamps needs arrival times, and format 'trie' has none"),
+])
+def test_settings_that_contradict_their_mode_are_refused(prompts, workload, settings, message):
+    with pytest.raises(LLMReplayError, match="^" + re.escape(message)):
+        run(workload, FakeEndpoint(), prompts, **settings)
 
 
 def test_shuffled_and_sampled_orders_are_seeded(prompts):

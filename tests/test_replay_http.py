@@ -177,7 +177,7 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
     assert process.returncode == 128 + signum, stderr
     assert f"warning: interrupted by {signum.name} at " in stdout and "Traceback" not in stderr
     counts = json.loads((out / "result.json").read_text())["summary"]["requests"]
-    assert 3 <= counts["ok"] < 40 and counts["planned"] == 40
+    assert counts["ok"] + counts["cancelled"] >= 3 and 1 <= counts["ok"] < 40 and counts["planned"] == 40
     assert len((out / "requests.csv").read_text().splitlines()) == 1 + counts["ok"] + counts["cancelled"]
 
 
