@@ -502,6 +502,10 @@ REFUSED = [
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi " * CAPACITY}], "max_tokens": 4}, 400, "messages"),
     ("/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
+    ("/v1/completions", rb'{"prompt": "\ud800", "max_tokens": 2}', 400, "prompt"),  # an unpaired surrogate: not Unicode text
+    ("/v1/completions", rb'{"prompt": "a\udc00", "max_tokens": 2, "stream": true}', 400, "prompt"),
+    ("/v1/chat/completions", rb'{"messages": [{"role": "user", "content": "x\udc00y"}], "max_tokens": 2}', 400, "messages[0].content"),
+    ("/v1/chat/completions", rb'{"messages": [{"role": "\ud800", "content": "hi"}], "max_tokens": 2}', 400, "messages[0].role"),
 ]
 
 

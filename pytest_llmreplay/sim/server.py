@@ -274,7 +274,7 @@ class SimServer:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str) and prompt:
-            return self.prompts.tokenizer.encode(prompt)
+            return self._encode(prompt, "prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
             return prompt
         if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
@@ -288,8 +288,22 @@ class SimServer:
         for index, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise BadRequest(f"messages[{index}]: expected an object with a string 'role'", f"messages[{index}]")
-            ids += self._header(message["role"]) + self.prompts.tokenizer.encode(_content(message.get("content"), index)) + self._header("")
+            content = self._encode(_content(message.get("content"), index), f"messages[{index}].content")
+            ids += self._header(self._checked_text(message["role"], f"messages[{index}].role")) + content + self._header("")
         return ids + self._header("assistant")
+
+    def _encode(self, text: str, field: str) -> list[int]:
+        return self.prompts.tokenizer.encode(self._checked_text(text, field))
+
+    @staticmethod
+    def _checked_text(text: str, field: str) -> str:
+        """``text``, unless it holds an unpaired surrogate (JSON's ``"\\ud800"``): not Unicode
+        text, so no tokenizer takes it; a 400 naming ``field``, as vLLM answers."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(f"{field}: the text holds an unpaired surrogate (U+D800 to U+DFFF), which is not valid Unicode", field) from None
+        return text
 
     def _header(self, role: str) -> list[int]:
         """Template tokens: ``<|role|>\\n`` before a message, ``\\n`` after it (role "")."""
