@@ -342,6 +342,8 @@ class Replay:
             self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
+        if self.interrupted:  # a signal came while the endpoint was opening: send nothing
+            return
         tasks = self._tasks
         if self.mode == "concurrency":
             queue = iter(enumerate(self.plan))
