@@ -174,6 +174,19 @@ def read_record(path: str | Path) -> dict[str, Any]:
     return record
 
 
+def make_folder(path: Path, contents: str) -> None:
+    """Make the folder ``path`` (and its parents) for ``contents`` before anything is measured;
+    :class:`LLMReplayError` when a file is there, it cannot be made, or it is not writable."""
+    if path.exists() and not path.is_dir():
+        raise LLMReplayError(f"{path} is a file; expected a folder for {contents}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LLMReplayError(f"cannot make {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK):
+        raise LLMReplayError(f"{path} is not writable")
+
+
 def write_new(path: Path, record: Mapping[str, Any]) -> Path:
     """Write ``record`` to ``path`` atomically, never replacing a file (FileExistsError)."""
     path.parent.mkdir(parents=True, exist_ok=True)

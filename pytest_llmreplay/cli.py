@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import signal
 import sys
@@ -76,7 +75,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .baseline import workload_digest
+    from .baseline import make_folder, workload_digest
     from .endpoints import HTTPEndpoint, ServerProcess, extra_body
     from .metrics import Result
     from .prompts import PromptFactory
@@ -95,7 +94,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     settings.validate()
     if args.out:
-        _make_out_dir(Path(args.out))
+        try:
+            make_folder(Path(args.out), "result.json and requests.csv")
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"--out: {exc}") from None
     endpoint = HTTPEndpoint(
         args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
         headers=dict(_header(h) for h in args.header), extra_body=extra_body("--extra-body", args.extra_body, args.ignore_eos), timeout_s=args.timeout,
@@ -125,18 +127,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run.interrupted:
         return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
     return 0 if result.ok else 1
-
-
-def _make_out_dir(out: Path) -> None:
-    """Make ``--out`` DIR before anything is sent, so a bad one cannot lose a finished run."""
-    if out.exists() and not out.is_dir():
-        raise LLMReplayError(f"--out: {out} is a file; expected a folder for result.json and requests.csv")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LLMReplayError(f"--out: cannot make {out}: {exc.strerror or exc}") from None
-    if not os.access(out, os.W_OK):
-        raise LLMReplayError(f"--out: {out} is not writable")
 
 
 def _write_stored(result: Any, args: argparse.Namespace, digest: str, path: Path) -> Path:

@@ -154,15 +154,13 @@ class LLMSession:
         report = option(config, "llm_report")
         self.report_dir = Path(config.rootpath, report) if report else None
         self.baseline_dir = Path(config.rootpath, option(config, "llm_baseline_dir"))
-        if self.baseline_dir.exists() and not self.baseline_dir.is_dir():
-            raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {self.baseline_dir} is a file; expected a folder for the stored results")
-        if option(config, "llm_save") and not is_worker(config):
+        if (self.baseline_dir.exists() and not self.baseline_dir.is_dir()) or (option(config, "llm_save") and not is_worker(config)):
+            from .baseline import make_folder
+
             try:
-                self.baseline_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: cannot make {self.baseline_dir}: {exc.strerror or exc}") from None
-            if not os.access(self.baseline_dir, os.W_OK):
-                raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {self.baseline_dir} is not writable; --llm-save stores results there")
+                make_folder(self.baseline_dir, "the stored results")
+            except LLMReplayError as exc:
+                raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {exc}") from None
         self.server: Any = None
         self._prompts: Any = None
         self._target: Any = None

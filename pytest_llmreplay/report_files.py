@@ -167,15 +167,16 @@ def claim_report_dir(report_dir: Path) -> None:
     ``tests/*.csv``, ``summary.md``, ``index.html``). A folder holding anything else is
     refused: its ``summary.md`` or ``index.html`` may be someone else's.
     """
-    if report_dir.exists() and not report_dir.is_dir():
-        raise LLMReplayError(f"{report_dir} is a file; expected a folder for the reports")
-    if report_dir.is_dir() and any(report_dir.iterdir()) and not (report_dir / OWNER_MARK).is_file():
+    from .baseline import make_folder
+
+    make_folder(report_dir, "the reports")
+    if any(report_dir.iterdir()) and not (report_dir / OWNER_MARK).is_file():
         raise LLMReplayError(
             f"{report_dir} already holds files that pytest-llmreplay did not write; name a new or empty folder "
             f"(the plugin empties its report folder at each session, and only one it made, marked by {OWNER_MARK})"
         )
     try:
-        (report_dir / "tests").mkdir(parents=True, exist_ok=True)
+        (report_dir / "tests").mkdir(exist_ok=True)
         (report_dir / OWNER_MARK).write_text("This folder holds pytest-llmreplay's reports; each session replaces them.\n", encoding="utf-8")
         for stale in [*(report_dir / "tests").glob("*.json"), *(report_dir / "tests").glob("*.csv"), report_dir / "summary.md", report_dir / "index.html"]:
             stale.unlink(missing_ok=True)

@@ -133,14 +133,14 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     if sessions > MAX_REQUESTS:
         raise WorkloadError(f"must be at most {MAX_REQUESTS:,}, got {sessions:,}", field="synthetic.sessions", **where)
     turn_counts = turns_d.sample(rng, sessions, integer=True)
-    if int(turn_counts.sum()) > MAX_REQUESTS:
-        raise WorkloadError(f"{int(turn_counts.sum()):,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", **where)
+    total = int(turn_counts.sum())
+    if total > MAX_REQUESTS:
+        raise WorkloadError(f"{total:,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", **where)
     if rate is not None:
         arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, sessions - 1))))
     else:
         arrivals = np.arange(sessions) * (interval or 0.0)
     group_of = rng.integers(0, groups, sessions)
-    total = int(turn_counts.sum())
     new_tokens = inputs_d.sample(rng, total, integer=True).tolist()
     out_tokens = outputs_d.sample(rng, total, integer=True).tolist()
     delays = delay_d.sample(rng, total, integer=False).tolist()
