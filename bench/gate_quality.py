@@ -80,9 +80,10 @@ import numpy as np
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
 from pytest_llmreplay import baseline
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.replay import replay
+from pytest_llmreplay.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
-from pytest_llmreplay.sim.timing import Batch, TimingModel, load_profile
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.timing import Batch, TimingModel
 
 PROFILE = "llama-3.1-8b-h100"
 SPEC = SyntheticSpec(

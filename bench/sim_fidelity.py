@@ -48,9 +48,11 @@ from typing import Any
 import numpy as np
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer, load_workload
-from pytest_llmreplay.replay import replay
+from pytest_llmreplay.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
-from pytest_llmreplay.sim.timing import Batch, RooflineTiming, load_profile
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.roofline import RooflineTiming
+from pytest_llmreplay.sim.timing import Batch
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "llmservingsim"
 TRACE = DATA / "sharegpt-llama-3.1-8b-300-sps10.jsonl"

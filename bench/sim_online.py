@@ -31,9 +31,9 @@ import httpx
 
 from pytest_llmreplay import HTTPEndpoint, PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.replay import replay
+from pytest_llmreplay.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
-from pytest_llmreplay.sim.timing import load_profile
+from pytest_llmreplay.sim.profile import load_profile
 
 LLMREPLAY = Path(sys.executable).with_name("llmreplay")
 SAMPLE_S = 0.5  # how often /metrics is read for the running gauge (a read blocks the server ~0.3 ms: quantiles in a thread)

@@ -95,10 +95,10 @@ def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
 
     from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer, load_workload
     from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-    from pytest_llmreplay.replay import replay
+    from pytest_llmreplay.driver import replay
     from pytest_llmreplay.sim.cluster import ClusterConfig
     from pytest_llmreplay.sim.endpoint import SimEndpoint
-    from pytest_llmreplay.sim.timing import load_profile
+    from pytest_llmreplay.sim.profile import load_profile
 
     prompts = PromptFactory(load_tokenizer(None))
     profile = load_profile("dynamo-mocker-polynomial")

@@ -79,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .endpoints import HTTPEndpoint, ServerProcess, extra_body
     from .metrics import Result
     from .prompts import PromptFactory
-    from .replay import Replay, ReplaySettings
+    from .driver import Replay, ReplaySettings
     from .report import render
     from .tokenizer import load_tokenizer
 
@@ -247,7 +247,7 @@ def _number(positive: bool) -> Any:
 
 
 def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
-    from .replay import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
+    from .driver import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
 
     run = commands.add_parser("run", parents=[common], help="replay a workload against an endpoint",
                               description="Replay a workload against an OpenAI-compatible endpoint; print the metric tables.")
@@ -295,7 +295,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from .sim.cluster import ClusterConfig
     from .sim.faults import FaultConfig
     from .sim.server import SimServer, ready_line, serve
-    from .sim.timing import MAX_JITTER, load_profile
+    from .sim.profile import MAX_JITTER, load_profile
     from .tokenizer import load_tokenizer
 
     cluster = ClusterConfig(engines=args.engines, router=args.router, prefill_engines=args.prefill_engines,

@@ -54,7 +54,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import LLMReplayError
-from .replay import ReplayRun, RequestRecord
+from .driver import ReplayRun, RequestRecord
 
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "max", "std")
 RATES = ("overall", "steady_state", "last_30s", "per_gpu")

@@ -210,7 +210,7 @@ class LLMSession:
             target = Target("live", self.endpoint_url, model=fingerprint["model"], api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint,
                             extra_body=self.extra_body)
         else:
-            from .sim.timing import load_profile
+            from .sim.profile import load_profile
 
             name = option(self.config, "llm_sim_profile")
             try:
@@ -249,7 +249,7 @@ class LLMSession:
         workload's digest): see :meth:`~pytest_llmreplay.prompts.PromptFactory.salted`."""
         from .formats import load_workload
         from .metrics import Result
-        from .replay import replay
+        from .driver import replay
 
         workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
         target = self.target

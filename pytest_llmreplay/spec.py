@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import LLMReplayError
-from .replay import ReplaySettings
+from .driver import ReplaySettings
 
 SETTING_TYPES = {
     f.name: ("number" if "float" in str(f.type) else "integer" if "int" in str(f.type) else "boolean" if "bool" in str(f.type) else "string")

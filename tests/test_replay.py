@@ -14,7 +14,7 @@ from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.endpoints import EndpointRequest, Response
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.replay import ReplaySettings, replay, session_plan
+from pytest_llmreplay.driver import ReplaySettings, replay, session_plan
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
 
@@ -362,14 +362,15 @@ def test_auto_mode_follows_what_was_given(settings, timed, mode):
     assert ReplaySettings(**settings).resolved_mode(workload) == mode
 
 
-def test_package_replay_is_callable_whichever_import_came_first(prompts):
+def test_package_replay_is_the_function_whichever_import_came_first(prompts):
     import pytest_llmreplay
-    import pytest_llmreplay.replay  # binds the package attribute to the module
+    import pytest_llmreplay.driver  # importing the driver module binds nothing named replay
 
     from pytest_llmreplay import replay as exported
 
+    assert exported is replay and pytest_llmreplay.replay is replay
     run_ = exported(flat(0), FakeEndpoint(), prompts, ReplaySettings(prompt_format="ids"), VirtualClock())
-    assert [r.status for r in run_.records] == ["ok"] and pytest_llmreplay.replay is exported
+    assert [r.status for r in run_.records] == ["ok"]
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from pytest_llmreplay.cli import main
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.metrics import Result
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.replay import ReplaySettings, replay
+from pytest_llmreplay.driver import ReplaySettings, replay
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workload import Payload, Session, Synthetic, Turn, Workload
 

@@ -14,7 +14,8 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.prompts import PromptFactory
 from pytest_llmreplay.sim.calibrate import CalibrationPlan, calibrate
 from pytest_llmreplay.sim.server import SimServer
-from pytest_llmreplay.sim.timing import Batch, load_profile
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.timing import Batch
 from pytest_llmreplay.tokenizer import load_tokenizer
 
 PROFILE = "llama-3.1-8b-h100"

@@ -16,11 +16,11 @@ import pytest
 from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.replay import ReplaySettings, replay
+from pytest_llmreplay.driver import ReplaySettings, replay
 from pytest_llmreplay.sim.cluster import Cluster, ClusterConfig
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
-from pytest_llmreplay.sim.timing import Profile, load_profile
+from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workload import HashBlocks, Session, Synthetic, Turn, Workload
 

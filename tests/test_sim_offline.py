@@ -10,10 +10,11 @@ import pytest
 from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.metrics import Result
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.replay import ReplaySettings, replay
+from pytest_llmreplay.driver import ReplaySettings, replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
-from pytest_llmreplay.sim.timing import PolynomialTiming, Profile, load_profile
+from pytest_llmreplay.sim.polynomial import PolynomialTiming
+from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workload import HashBlocks, Session, Synthetic, Turn, Workload
 

@@ -34,7 +34,7 @@ from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim import lag_window
 from pytest_llmreplay.sim.faults import FaultConfig
 from pytest_llmreplay.sim.server import READY, SimServer
-from pytest_llmreplay.sim.timing import Profile, load_profile
+from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.target import start_sim_server
 from pytest_llmreplay.tokenizer import load_tokenizer
 
@@ -771,7 +771,7 @@ def test_openai_sdk_chat_and_completions(sdk_url, prompts):
 def test_replay_an_agentic_workload_against_the_server(sim, prompts):
     from pytest_llmreplay.endpoints import HTTPEndpoint
     from pytest_llmreplay.metrics import Result
-    from pytest_llmreplay.replay import ReplaySettings, replay
+    from pytest_llmreplay.driver import ReplaySettings, replay
 
     workload = generate(SyntheticSpec(sessions=6, input_tokens=48, output_tokens=6, turns=3, seed=3))
     assert workload.num_requests == 18

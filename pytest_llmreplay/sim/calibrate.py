@@ -35,9 +35,9 @@ from ..endpoints import HTTPEndpoint, describe_error
 from ..errors import LLMReplayError
 from ..metrics import itl, ttft
 from ..prompts import PromptFactory
-from ..replay import ReplaySettings, replay
+from ..driver import ReplaySettings, replay
 from ..workload import Session, Synthetic, Turn, Workload
-from .timing import parse_profile
+from .profile import parse_profile
 
 VLLM_DEFAULTS = {"block_size": 16, "max_num_seqs": 256, "max_num_batched_tokens": 8192}
 

@@ -31,7 +31,7 @@ from ..clock import Clock
 from ..errors import LLMReplayError
 from ..prompts import stable_hash
 from .engine import Engine, SimRequest, Tokens
-from .timing import Profile, engine_timing
+from .profile import Profile, engine_timing
 
 ROUTERS = ("round_robin", "least_loaded", "kv_aware")
 

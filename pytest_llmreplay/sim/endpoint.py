@@ -33,7 +33,7 @@ from ..errors import LLMReplayError
 from ..prompts import KeyedPrompt, PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig
 from .request_fields import BadRequest, check_fields
-from .timing import Profile
+from .profile import Profile
 
 
 class SimEndpoint:

@@ -59,7 +59,7 @@ from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
 from .request_fields import BadRequest, check_fields
-from .timing import Profile
+from .profile import Profile
 
 LAG_WINDOW = 100_000
 READY = re.compile(r"^llmreplay sim: .* on (http://\S+) \(Ctrl-C stops\)$", re.MULTILINE)  # reads ready_line's URL back

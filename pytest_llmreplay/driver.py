@@ -45,8 +45,6 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-import sys
-import types
 from dataclasses import dataclass, field, fields, replace
 from operator import attrgetter
 from typing import Any, Callable, Iterator
@@ -520,14 +518,3 @@ def replay(
     """Replay ``workload`` against ``endpoint`` and return every request's record."""
     return Replay(workload, endpoint, prompts, settings, clock, on_record).run()
 
-
-class _CallableModule(types.ModuleType):
-    """Importing this module binds ``pytest_llmreplay.replay`` to it, shadowing the package's
-    re-export of the :func:`replay` function; calling the module calls the function, so
-    ``from pytest_llmreplay import replay; replay(...)`` works in either order of imports."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> ReplayRun:
-        return replay(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

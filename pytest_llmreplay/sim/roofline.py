@@ -1,0 +1,199 @@
+"""The roofline timing model: one iteration's time from public model and hardware specs.
+
+Notation as in :mod:`.timing`.
+
+**roofline** (:class:`RooflineTiming`, from public specs only). Model: ``N`` parameters (``A``
+active per token; ``A = N`` for a dense model), ``L`` layers, hidden size ``h``, ``H`` query heads
+of size ``d``, ``Hkv`` KV heads, vocabulary ``V``, ``b`` bytes per weight and ``bkv`` per KV
+element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak dense bf16 FLOP/s
+``F``, memory bandwidth ``B``; ``tp`` GPUs in tensor parallel.
+
+- FLOPs = 2 * A_mm * T + 2 * V * h * S + 4 * L * H * d * (P * C - P^2 / 2 + K), where
+  A_mm = A - V * h * (2 untied, 1 tied) are the parameters multiplied per token (the embedding is
+  a lookup; the LM head runs once per sequence, as vLLM computes logits only at each scheduled
+  request's last token: S = D + 1 if P > 0 else D, one row for the prefill part since Batch does
+  not say how many requests are prefilling).
+  Attention: 4 FLOPs (QK^T and AV) per query-key pair per head dim. A prefill chunk of c tokens
+  whose context is x tokens (cached + earlier chunks + the chunk) makes c * (x - c/2) causal
+  pairs; with only the sums P and C known, P * C - P^2 / 2 is exact for one prefilling request
+  and an upper bound for several (it counts Σ_{i≠j} c_i (x_j - c_j/2) ≥ 0 pairs too many).
+  Decode: K pairs.
+- Bytes = b * (N_dense_read + N_exp * (1 - (1 - k/E)^T)) + bkv_tok * (K + C + T), where
+  bkv_tok = 2 * L * Hkv * d * bkv (K and V of one token, all layers). Weights: every dense
+  matrix except the input embedding table (only T rows are gathered: N_dense_read = N - N_exp -
+  V * h if untied); the experts a batch touches: N_exp = (N - A) / (1 - k/E) parameters in all
+  experts, each expert untouched by T uniformly routed tokens with probability (1 - k/E)^T (one
+  token reads exactly A; a large batch reads all N). KV: decode reads K, prefill attention reads
+  its context C, every computed token writes its own (T). Activations are not counted.
+- Tensor parallel (Megatron-style, as vLLM shards a model): every layer ends its attention and
+  its MLP (or MoE) with an all-reduce of the T tokens' activations, 2 * L all-reduces of
+  S = T * h * b bytes per iteration. One all-reduce takes ``lat + S * 2 * (tp - 1) / tp / BW``,
+  NCCL's own definition of bus bandwidth (nccl-tests: busbw = algbw * 2 * (n - 1) / n), with
+  ``BW`` = ``interconnect_bandwidth`` (the all-reduce bus bandwidth, bytes/s) and ``lat`` =
+  ``allreduce_latency_us`` (a small all-reduce's time). Comm = 2 * L * (lat + S * 2 * (tp - 1)
+  / tp / BW) for tp > 1, else 0; it is on the critical path (each layer waits for it).
+- time = max(FLOPs / (F * tp * mfu), Bytes / (B * tp * mbu)) + comm + overhead, with ``mfu``
+  and ``mbu`` the achievable shares of peak compute and bandwidth and ``overhead`` a fixed host
+  cost per iteration.
+
+Defaults (public knowledge, not fitted to any measurement in this project): ``mfu`` 0.5 (Meta's
+Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al. 2022,
+"Efficiently Scaling Transformer Inference", reach up to 76% MFU on large prefill batches);
+``mbu`` 0.7 (Databricks/MosaicML's "LLM Inference Performance Engineering: Best Practices",
+2023, which defines MBU, measured well-tuned stacks at small batch in the 50-60%+ range; vLLM and
+TensorRT-LLM are commonly quoted at 70-85%); ``overhead_ms`` 1.0 (vLLM v0.6 and V1 overlap the
+CPU work of scheduling and output processing with GPU execution; 1 ms stands for the residue:
+launch gaps, sampling, synchronisation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .timing import Batch, decode_span_points
+
+DEFAULT_MFU = 0.5
+DEFAULT_MBU = 0.7
+DEFAULT_OVERHEAD_MS = 1.0
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the roofline needs to know of a model (public config figures)."""
+
+    name: str
+    parameters: float  # N, all weights
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: float = 2.0
+    active_parameters: float | None = None  # A, per token (MoE); None: = parameters
+    kv_dtype_bytes: float | None = None  # None: = dtype_bytes
+    vocab_size: int = 0  # 0: unknown; embedding and LM head then count as ordinary weights
+    tie_word_embeddings: bool = False
+    experts: int = 0  # E; 0: dense
+    experts_per_token: int = 0  # k
+
+    @property
+    def active(self) -> float:
+        return self.parameters if self.active_parameters is None else self.active_parameters
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """2 * L * Hkv * d * bkv: K and V of one token over all layers."""
+        kv_dtype = self.dtype_bytes if self.kv_dtype_bytes is None else self.kv_dtype_bytes
+        return 2 * self.layers * self.kv_heads * self.head_dim * kv_dtype
+
+    @property
+    def weight_bytes(self) -> float:
+        """N * b: resident weights."""
+        return self.parameters * self.dtype_bytes
+
+    @property
+    def embedding_parameters(self) -> float:
+        return float(self.vocab_size * self.hidden_size)
+
+    @property
+    def matmul_parameters(self) -> float:
+        """A_mm = A - V * h * (2 untied, 1 tied): multiplied per token."""
+        return self.active - self.embedding_parameters * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def expert_parameters(self) -> float:
+        """N_exp = (N - A) / (1 - k/E): parameters of all experts together."""
+        if not self.experts:
+            return 0.0
+        return (self.parameters - self.active) / (1 - self.experts_per_token / self.experts)
+
+    @property
+    def dense_read_parameters(self) -> float:
+        """N - N_exp - V * h (untied): weights every iteration reads besides the experts."""
+        untied = 0.0 if self.tie_word_embeddings else self.embedding_parameters
+        return self.parameters - self.expert_parameters - untied
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One GPU's public peak figures, and how many serve one engine."""
+
+    name: str
+    peak_flops: float  # F, dense bf16 tensor FLOP/s per GPU
+    memory_bandwidth: float  # B, bytes/s per GPU
+    memory_bytes: float  # per GPU, as the framework sees it
+    gpus: int = 1
+    tensor_parallel: int = 1
+    interconnect_bandwidth: float = 0.0  # BW, all-reduce bus bandwidth, bytes/s (0: comm not modelled)
+    allreduce_latency_us: float = 0.0  # lat, one small all-reduce
+
+
+class RooflineTiming:
+    """max(compute, memory) per iteration from public model and hardware specs (module doc)."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        hardware: HardwareSpec,
+        mfu: float = DEFAULT_MFU,
+        mbu: float = DEFAULT_MBU,
+        overhead_ms: float = DEFAULT_OVERHEAD_MS,
+    ) -> None:
+        self.model, self.hardware = model, hardware
+        self.mfu, self.mbu, self.overhead_ms = mfu, mbu, overhead_ms
+        tp = hardware.tensor_parallel
+        self._flops_token = 2 * model.matmul_parameters  # 2 * A_mm
+        self._flops_seq = 2.0 * model.vocab_size * model.hidden_size  # 2 * V * h
+        self._flops_pair = 4.0 * model.layers * model.heads * model.head_dim  # 4 * L * H * d
+        self._kv_bytes = model.kv_bytes_per_token
+        self._dense_bytes = model.dense_read_parameters * model.dtype_bytes
+        self._expert_bytes = model.expert_parameters * model.dtype_bytes
+        self._expert_miss = 1 - model.experts_per_token / model.experts if model.experts else 0.0
+        self._compute_rate = hardware.peak_flops * tp * mfu
+        self._memory_rate = hardware.memory_bandwidth * tp * mbu
+        self._overhead_s = overhead_ms / 1000
+        communicates = tp > 1 and hardware.interconnect_bandwidth > 0
+        self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if communicates else 0.0
+        ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if communicates else 0.0
+        self._comm_token = 2 * model.layers * model.hidden_size * model.dtype_bytes * ring  # seconds per token
+
+    def _parts(self, p: Any, c: Any, d: Any, k: Any) -> tuple[Any, Any]:
+        """(compute_s, memory_s); scalars or numpy arrays alike."""
+        tokens = p + d
+        seqs = d + (p > 0)
+        flops = self._flops_token * tokens + self._flops_seq * seqs + self._flops_pair * (p * c - 0.5 * p * p + k)
+        weights = self._dense_bytes + self._expert_bytes * (1 - self._expert_miss**tokens)
+        memory = weights + self._kv_bytes * (k + c + tokens)
+        return flops / self._compute_rate, memory / self._memory_rate
+
+    def _comm(self, tokens: Any) -> Any:
+        """The tensor-parallel all-reduces of one iteration of ``tokens`` tokens (module doc)."""
+        return self._comm_fixed + self._comm_token * tokens
+
+    def breakdown(self, batch: Batch) -> dict[str, Any]:
+        """compute_s, memory_s, comm_s, the bound that wins and total_s of one iteration."""
+        compute, memory = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
+        return {
+            "compute_s": compute, "memory_s": memory, "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs),
+            "overhead_s": self._overhead_s, "bound": "compute" if compute >= memory else "memory", "total_s": self.iteration_s(batch),
+        }
+
+    def iteration_s(self, batch: Batch) -> float:
+        tokens = batch.prefill_tokens + batch.decode_seqs
+        if tokens <= 0:
+            return 0.0
+        compute, memory = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
+        return max(compute, memory) + self._comm(tokens) + self._overhead_s
+
+    def decode_span_s(self, seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> np.ndarray:
+        kv, _ = decode_span_points(seqs, kv_tokens, kv_usage, usage_step, steps)
+        if seqs <= 0:
+            return np.zeros(steps)
+        compute, memory = self._parts(0, 0, seqs, kv)
+        return np.maximum(compute, memory) + self._comm(seqs) + self._overhead_s
+
+
+__all__ = ["ModelSpec", "HardwareSpec", "RooflineTiming", "DEFAULT_MFU", "DEFAULT_MBU", "DEFAULT_OVERHEAD_MS"]
