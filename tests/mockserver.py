@@ -219,8 +219,9 @@ def _event(obj: dict[str, Any]) -> bytes:
 
 
 def free_port() -> int:
-    """A port nothing listens on (bound, read, closed): for tests that need a dead address or
-    start a server on a port of their choosing."""
+    """A port free at the time of the call (bound, read, closed), for a test that starts a server on
+    a port of its choosing; another process may take it meanwhile, so a test that needs an address
+    that refuses connections uses the ``refused_url`` fixture (conftest.py) instead."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -175,8 +175,8 @@ def test_given_model_is_sent_as_is(mock):
     assert mock.server.bodies[0]["prompt"] == PROMPT
 
 
-def test_a_server_that_is_not_there_fails_open_with_one_line_and_no_open_client():
-    url = f"http://127.0.0.1:{free_port()}"
+def test_a_server_that_is_not_there_fails_open_with_one_line_and_no_open_client(refused_url):
+    url = refused_url
     endpoint = HTTPEndpoint(url)
     with pytest.raises(LLMReplayError, match=rf"^{re.escape(url)}: no answer to GET /v1/models \(.*\); is the server running\?$"):
         asyncio.run(endpoint.open(WallClock(), 4))
@@ -254,8 +254,8 @@ def test_stalled_stream_times_out():
     assert 0.5 <= response.end_s - response.chunk_times[-1] < 3
 
 
-def test_refused_connection_is_a_connect_error():
-    response = send(f"http://127.0.0.1:{free_port()}", "chat", BODIES["chat"])
+def test_refused_connection_is_a_connect_error(refused_url):
+    response = send(refused_url, "chat", BODIES["chat"])
     assert response.error.startswith("connect: ")
     assert response.chunk_tokens == []
     assert response.sent_s <= response.end_s
@@ -419,8 +419,8 @@ def test_no_idle_warning_when_idle(mock):
     assert idle_warning(mock.url) is None
 
 
-def test_no_idle_warning_when_metrics_cannot_be_read():
-    assert idle_warning(f"http://127.0.0.1:{free_port()}") is None
+def test_no_idle_warning_when_metrics_cannot_be_read(refused_url):
+    assert idle_warning(refused_url) is None
 
 
 METRICS = """\

@@ -583,8 +583,8 @@ def test_offline_simulator_checks_the_extra_body_as_its_server_does(project):
     project.runpytest("--llm-offline", "--llm-extra-body", '{"n": 2}').assert_outcomes(passed=1)
 
 
-def test_unreachable_endpoint_fails_with_one_line(project):
-    url = f"http://127.0.0.1:{free_port()}"
+def test_unreachable_endpoint_fails_with_one_line(project, refused_url):
+    url = refused_url
     project.makepyfile("def test_kind(llm_endpoint): pass")
     result = project.runpytest("--llm-endpoint", url)
     result.assert_outcomes(errors=1)

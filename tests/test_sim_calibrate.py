@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from mockserver import MockServer, ServerThread, free_port
+from mockserver import MockServer, ServerThread
 
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.endpoints import HTTPEndpoint
@@ -92,9 +92,9 @@ def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv", [[], ["--num-gpu-blocks", "100"], ["--num-gpu-blocks", "100", "--model", "m"]])
-def test_a_server_that_is_not_there_is_named_as_such(argv, tmp_path, capsys):
+def test_a_server_that_is_not_there_is_named_as_such(argv, tmp_path, capsys, refused_url):
     """Not "does not export vllm:cache_config_info", not "pass --model", no unclosed session."""
-    url = f"http://127.0.0.1:{free_port()}"
+    url = refused_url
     assert main(["calibrate", "--endpoint", url, "--out", str(tmp_path / "p.json"), "--timeout", "5", *argv]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: calibrate: {url}: no answer to GET /metrics (") and err.count("\n") == 1, err
