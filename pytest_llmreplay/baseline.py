@@ -45,6 +45,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import LLMReplayError
+from .units import format_value
 
 SCHEMA = 1
 BOOTSTRAP_RESAMPLES = 1000
@@ -58,6 +59,7 @@ DEFAULT_TOLERANCES = {
     "ttft.p50": 0.05, "ttft.p90": 0.10, "tpot.p50": 0.05, "latency.p50": 0.05, "ttfat.p50": 0.05,
     "cache_hit_rate.mean": 0.02, "output_throughput.steady_state": 0.05,
 }
+COMPARISON_HEADERS = ["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"]
 HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
 
 
@@ -436,12 +438,10 @@ def comparison_table(comparison: Comparison) -> str:
         title += f"\n{comparison.header}"
     if comparison.mismatch:
         return f"{title}: {comparison.mismatch}"
-    rows = []
-    for row in comparison.rows:
-        rows.append([row.key, _figure(row.baseline), _figure(row.current), change_cell(row.change, row.low, row.high), f"{row.tolerance * 100:g}%", row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")])
+    rows = [comparison_cells(row) for row in comparison.rows]
     count = len(comparison.regressions)
     title += f": {count} regression{'s' if count != 1 else ''}"
-    return title + "\n" + tabulate(rows, headers=["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"], tablefmt="simple")
+    return title + "\n" + tabulate(rows, headers=COMPARISON_HEADERS, tablefmt="simple")
 
 
 def change_cell(change: float | None, low: float | None, high: float | None) -> str:
@@ -449,5 +449,11 @@ def change_cell(change: float | None, low: float | None, high: float | None) -> 
     return "" if change is None else f"{change * 100:+.1f}% [{low * 100:+.1f}%, {high * 100:+.1f}%]"
 
 
-def _figure(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
+def comparison_cells(row: Row) -> list[str]:
+    """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
+    metric's unit (:func:`~pytest_llmreplay.units.format_value`), the change, the allowed change
+    and the verdict."""
+    metric = row.key.partition(".")[0]
+    verdict = row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")
+    tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
+    return [row.key, format_value(metric, row.baseline), format_value(metric, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]

@@ -28,21 +28,14 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .errors import LLMReplayError
 from .metrics import RATES, REQUEST_METRICS, SESSION_METRICS, STATS
+from .units import UNITS, display_unit, format_value, significant
+from .units import unit_family as _unit_family
 
-TIME_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "schedule_lag", "session_latency", "ttfat")
-SHARE_METRICS = ("cache_hit_rate", "eligible_cache_hit_rate", "error_rate", "goodput")
-TOKEN_RATE_METRICS = ("output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput", "decode_tps")
 THROUGHPUT_METRICS = ("request_throughput", "output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput")
 SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
 DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
 KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS
 
-# unit -> (family, factor to the metric's own unit)
-UNITS = {
-    "us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0),
-    "%": ("share", 0.01),
-    "tok/s": ("token_rate", 1.0), "req/s": ("request_rate", 1.0),
-}
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
 }
@@ -50,16 +43,9 @@ THRESHOLD = re.compile(r"^\s*(<=|>=|==|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-
 
 
 def unit_family(metric: str) -> str | None:
-    """The unit family of a built-in metric (None: a plugin's metric, any unit goes)."""
-    if metric in TIME_METRICS:
-        return "time"
-    if metric in SHARE_METRICS:
-        return "share"
-    if metric in TOKEN_RATE_METRICS:
-        return "token_rate"
-    if metric == "request_throughput":
-        return "request_rate"
-    return "count" if metric in KNOWN_METRICS else None
+    """The unit family of a built-in metric (``count`` when it has no unit; None: a plugin's
+    metric, any unit goes)."""
+    return _unit_family(metric) or ("count" if metric in KNOWN_METRICS else None)
 
 
 def stats_of(metric: str) -> tuple[str, ...]:
@@ -89,10 +75,15 @@ class SLO:
         return UNITS[self.unit][1] if self.unit else 1.0
 
     def show(self, value: float) -> str:
-        """``value`` (metric's own unit) in the threshold's unit."""
-        if self.unit == "%":
-            return f"{value * 100:.4g}%"
-        return f"{value / self.factor:.4g}" + (f" {self.unit}" if self.unit else "")
+        """``value`` (metric's own unit) in the threshold's unit (:func:`~pytest_llmreplay.units.format_value`)."""
+        return format_value(self.metric, value, self.unit)
+
+    def show_margin(self, margin: float) -> str:
+        """A signed margin in the threshold's unit; a share's in percentage points."""
+        sign = "+" if margin > 0 else "-" if margin < 0 else ""
+        if (self.unit or display_unit(self.metric, margin)) == "%":
+            return f"{sign}{significant(abs(margin) * 100)} pts"
+        return sign + self.show(abs(margin))
 
     def check(self, summary: Mapping[str, Mapping[str, float]]) -> "Check":
         measured = summary.get(self.metric, {}).get(self.stat)
@@ -120,13 +111,10 @@ class Check:
         slo = self.slo
         if self.measured is None:
             return [slo.key, slo.text, "not measured", "", "BREACH"]
-        if self.margin == 0:
-            return [slo.key, slo.text, slo.show(self.measured), "0", "ok" if self.passed else "BREACH"]
-        margin = slo.show(self.margin) if slo.unit != "%" else f"{self.margin * 100:+.4g} pts"
-        if slo.unit != "%" and self.margin > 0:
-            margin = "+" + margin
-        if slo.value:
-            margin += f" ({self.margin / abs(slo.value) * 100:+.1f}%)"
+        margin = "0" if self.margin == 0 else slo.show_margin(self.margin)
+        if self.margin and slo.value:
+            relative = self.margin / abs(slo.value) * 100
+            margin += f" ({relative:+.1f}%)" if abs(relative) < 1000 else f" ({'+' if relative > 0 else '-'}{significant(abs(relative), 3)}%)"
         return [slo.key, slo.text, slo.show(self.measured), margin, "ok" if self.passed else "BREACH"]
 
 

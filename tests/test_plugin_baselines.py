@@ -340,8 +340,9 @@ def test_reports_show_the_comparison_and_the_baseline_cdf(project):
     assert re.search(rf"^\| {re.escape(TEST_ID)} .*\| 1/1 +\| REGRESSION: ttft\.p50, .*\|$", summary, re.M), summary
     assert "**Compared with merge-base with main (" in summary
     page = (project.path / "rep" / "index.html").read_text()
-    assert "stroke-dasharray" in page  # the baseline's CDF, dashed
-    assert ">baseline</text>" in page and ">this run</text>" in page
+    assert '<g id="test-test_perf-py-test_chat-ttft-baseline">' in page  # the baseline's CDF
+    assert re.search(r'<g id="test-test_perf-py-test_chat-ttft-baseline">\s*<path [^>]*style="[^"]*stroke-dasharray', page)  # dashed
+    assert ">baseline</text>" in page and ">this run</text>" in page  # the legend
     properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "out.xml").iter("property")}
     assert properties["llmreplay.change.ttft.p50"] > 0.5  # three times slower
     assert properties["llmreplay.change.tpot.p50"] > 0.5
@@ -352,7 +353,7 @@ def test_report_of_a_fingerprint_mismatch(project):
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-compare", "--llm-report", "rep").assert_outcomes(passed=1)
     summary = (project.path / "rep" / "summary.md").read_text()
     assert re.search(rf"^\| {re.escape(TEST_ID)} .*\| not compared +\|$", summary, re.M), summary
-    assert "stroke-dasharray" not in (project.path / "rep" / "index.html").read_text()
+    assert "-baseline" not in (project.path / "rep" / "index.html").read_text()
 
 
 # ------------------------------------------------------------------------ the fingerprint hook

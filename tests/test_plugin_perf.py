@@ -648,8 +648,11 @@ def test_report_dir_has_every_test_and_the_session_summary(project):
     assert "### test_rep.py::test_breach" in summary and "BREACH" in summary
     page = (folder / "index.html").read_text()
     assert page.startswith("<!doctype html>")
-    assert page.count("<svg") >= 2 * 3  # TTFT, TPOT and latency CDFs of both tests
-    assert "<title>TTFT</title>" in page and "stroke-dasharray" not in page  # no baseline line
+    for test in ("test_rep-py-test_chat", "test_rep-py-test_breach"):  # TTFT, TPOT and latency CDFs of both tests
+        for metric in ("ttft", "tpot", "latency"):
+            assert f'<svg id="test-{test}-{metric}"' in page and f'<g id="test-{test}-{metric}-this-run">' in page
+    assert "<title>TTFT: CDF of requests</title>" in page and "-baseline" not in page  # no baseline curve
+    assert '<g id="test-test_rep-py-test_breach-ttft-slo-0">' in page  # the threshold line
     result.stdout.fnmatch_lines([f"llmreplay reports: wrote {folder / 'summary.md'}, {folder / 'index.html'}"])
 
 

@@ -393,7 +393,7 @@ def test_percent_margin_is_in_points():
 
 def test_bare_threshold_margin_has_no_unit():
     c = check("prompt_tokens.mean", "< 4000", {"prompt_tokens": {"mean": 3000.0}})
-    assert c.row() == ["prompt_tokens.mean", "< 4000", "3000", "+1000 (+25.0%)", "ok"]
+    assert c.row() == ["prompt_tokens.mean", "< 4000", "3,000", "+1,000 (+25.0%)", "ok"]
 
 
 @pytest.mark.parametrize(
@@ -425,12 +425,12 @@ def test_equality_margin_is_minus_the_distance():
 def test_error_rate_equal_to_zero():
     met = check("error_rate", "== 0", {"error_rate": {"value": 0.0}})
     assert met.passed and met.margin == 0
-    assert met.row() == ["error_rate", "== 0", "0", "0", "ok"]
-    # 1 failed of 10: 0.1 away from 0; no relative figure against a threshold of 0
+    assert met.row() == ["error_rate", "== 0", "0%", "0", "ok"]
+    # 1 failed of 10: 10 points away from 0; no relative figure against a threshold of 0
     breached = check("error_rate", "== 0", {"error_rate": {"value": 0.1}})
     assert not breached.passed
     assert breached.margin == approx(-0.1)
-    assert breached.row() == ["error_rate", "== 0", "0.1", "-0.1", "BREACH"]
+    assert breached.row() == ["error_rate", "== 0", "10%", "-10 pts", "BREACH"]
 
 
 def test_count_statistic_is_checked_as_a_number():

@@ -1,0 +1,140 @@
+"""``index.html`` of ``--llm-report DIR``: one self-contained page (inline CSS and SVG, no script).
+
+At the top, the summary table (:data:`~pytest_llmreplay.report_rows.OVERVIEW_HEADERS`), each test
+linking to its section. Then one section per test, made of :data:`SECTIONS` in order: each is a
+function from the stored result to HTML (empty when it has nothing to say):
+
+- :func:`headline_section`: PASS/FAIL, the SLO closest to failing and the comparison's verdict,
+  then the commit and the endpoint;
+- :func:`slo_section`: the SLO table, values and margins in the threshold's unit;
+- :func:`comparison_section`: the comparison with the baseline;
+- :func:`cdf_section`: CDF plots of TTFT, TPOT, request latency and TTFAT with percentiles and
+  SLO thresholds marked, the baseline's curve dashed.
+
+A new view of a stored result (a trend over commits, a load curve) is one more such function,
+drawn with :func:`~pytest_llmreplay.report_plots.new_axes` in the same style, added to
+:data:`SECTIONS`.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+from .baseline import COMPARISON_HEADERS
+from .report_rows import OVERVIEW_HEADERS, SLO_HEADERS, comparison_rows, endpoint_text, headline, overview_row, slo_rows, stored_checks
+from .slo import Check
+
+# (metric, plot title, what one sample is)
+CDF_METRICS = (("ttft", "TTFT", "requests"), ("tpot", "TPOT", "requests"), ("latency", "Request latency", "requests"), ("ttfat", "TTFAT", "sessions"))
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}h3{font-size:1em}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}td:last-child{white-space:normal;text-align:left}
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
+.headline{font-size:1.05em;padding:.5em .8em;border-left:5px solid #888;background:#f7f7f7}
+.headline.pass{border-color:#2e7d32}.headline.fail{border-color:#c62828}
+.status{font-weight:bold}.pass .status,.ok{color:#2e7d32}.fail .status,.breach,.regression{color:#c62828;font-weight:bold}
+.facts{color:#555;font-size:.9em}.plots{display:flex;flex-wrap:wrap;gap:8px}.plots svg{border:1px solid #eee;max-width:100%;height:auto}
+"""
+
+
+def anchor(test: str) -> str:
+    """The id of a test's section: its id with every run of other characters turned into ``-``."""
+    return "test-" + re.sub(r"[^A-Za-z0-9_]+", "-", test).strip("-")
+
+
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cell_class: Callable[[str, str], str] = lambda header, cell: "",
+               links: Sequence[str] | None = None) -> str:
+    """A table of escaped text cells; ``cell_class(header, cell)`` gives a cell its class;
+    ``links[i]``: where row i's first cell links to."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = []
+    for index, row in enumerate(rows):
+        cells = []
+        for column, (header, cell) in enumerate(zip(headers, row)):
+            css = cell_class(header, cell)
+            text = html.escape(cell)
+            if column == 0 and links is not None:
+                text = f'<a href="{html.escape(links[index])}">{text}</a>'
+            cells.append(f"<td{f' class={css!r}' if css else ''}>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def verdict_class(header: str, cell: str) -> str:
+    """Colour BREACH, REGRESSION and ok cells."""
+    if cell == "BREACH" or cell.startswith("REGRESSION"):
+        return "breach"
+    return "ok" if cell in ("ok", "no regression") else ""
+
+
+def headline_section(record: Mapping[str, Any]) -> str:
+    line = headline(record)
+    rest = html.escape(" · ".join(part for part in (line.slos, line.closest, f"vs baseline: {line.verdict}") if part))
+    commit = record.get("commit")
+    facts = [f"commit {html.escape(str(commit)[:12]) if commit else 'none (not a git checkout)'}{' (dirty)' if record.get('dirty') else ''}",
+             f"endpoint: {html.escape(endpoint_text(record.get('fingerprint')))}"]
+    workload = record.get("workload") or {}
+    if workload.get("path"):
+        facts.append(f"workload {html.escape(str(workload['path']))}")
+    if record.get("time"):
+        facts.append(f"measured {html.escape(str(record['time']))}")
+    return (f'<p class="headline {line.status.lower().replace(" ", "-")}"><span class="status">{html.escape(line.status)}</span> · {rest}</p>'
+            f'<p class="facts">{" · ".join(facts)}</p>')
+
+
+def slo_section(record: Mapping[str, Any]) -> str:
+    rows = slo_rows(record)
+    return f"<h3>SLOs</h3>{html_table(SLO_HEADERS, rows, verdict_class)}" if rows else ""
+
+
+def comparison_section(record: Mapping[str, Any]) -> str:
+    comparison = record.get("comparison")
+    if not comparison:
+        return ""
+    title = f"<h3>Compared with {html.escape(comparison['baseline'])}</h3>"
+    if comparison.get("header"):
+        title += f"<p>{html.escape(comparison['header'])}</p>"
+    if comparison.get("mismatch"):
+        return f"{title}<p>{html.escape(comparison['mismatch'])}</p>"
+    return title + html_table(COMPARISON_HEADERS, comparison_rows(comparison), lambda header, cell: "regression" if cell == "REGRESSION" else "")
+
+
+def cdf_section(record: Mapping[str, Any]) -> str:
+    from .report_plots import Threshold, cdf_svg
+
+    baseline = (record.get("comparison") or {}).get("baseline_samples") or {}
+    checks = [c for c in stored_checks(record) if isinstance(c, Check)]
+    plots = []
+    for metric, label, of in CDF_METRICS:
+        samples = record["samples"].get(metric) or []
+        if not samples:
+            continue
+        summary = record["summary"].get(metric, {})
+        percentiles = {name: summary[name] for name in ("p50", "p90", "p99") if summary.get(name) is not None}
+        thresholds = [Threshold(f"{c.slo.key} {c.slo.text}", c.slo.value, c.passed) for c in checks if c.slo.metric == metric and c.slo.stat != "count"]
+        plot_id = f"{anchor(record['test'])}-{metric}"
+        plots.append(cdf_svg(plot_id, metric, label, of, samples, baseline.get(metric) or (), percentiles, thresholds))
+    return f'<h3>Distributions</h3><div class="plots">{"".join(plots)}</div>' if plots else ""
+
+
+SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (headline_section, slo_section, comparison_section, cdf_section)
+
+
+def overview_table(results: Sequence[Mapping[str, Any]]) -> str:
+    """The summary table, each test's name a link to its section."""
+    return html_table(OVERVIEW_HEADERS, [overview_row(r) for r in results], verdict_class, links=[f"#{anchor(r['test'])}" for r in results])
+
+
+def html_page(results: Sequence[Mapping[str, Any]]) -> str:
+    """The whole page (see the module docstring)."""
+    count = len(results)
+    body = [f"<h1>llmreplay: {count} perf test{'s' if count != 1 else ''}</h1>", overview_table(results)]
+    for record in results:
+        body.append(f'<section id="{anchor(record["test"])}"><h2>{html.escape(record["test"])}</h2>')
+        body += [section(record) for section in SECTIONS]
+        body.append("</section>")
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>llmreplay report</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
