@@ -28,14 +28,16 @@ from .slo import Check
 
 # (metric, plot title, what one sample is)
 CDF_METRICS = (("ttft", "TTFT", "requests"), ("tpot", "TPOT", "requests"), ("latency", "Request latency", "requests"), ("ttfat", "TTFAT", "sessions"))
+NUMBER_UNIT = re.compile(r"(\d) (us|ms|s|tok/s|req/s|pts)\b")  # kept on one line in a table cell
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-top:1px solid #ddd;padding-top:1em}h3{font-size:1em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}td:last-child{white-space:normal;text-align:left}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right;white-space:nowrap}td:last-child,th:last-child{white-space:normal;text-align:left}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 .headline{font-size:1.05em;padding:.5em .8em;border-left:5px solid #888;background:#f7f7f7}
 .headline.pass{border-color:#2e7d32}.headline.fail{border-color:#c62828}
 .status{font-weight:bold}.pass .status,.ok{color:#2e7d32}.fail .status,.breach,.regression{color:#c62828;font-weight:bold}
+.overview{font-size:.92em;max-width:100%}.overview td,.overview th{white-space:normal}.overview td:first-child{overflow-wrap:anywhere;min-width:12em}
 .facts{color:#555;font-size:.9em}.plots{display:flex;flex-wrap:wrap;gap:8px}.plots svg{border:1px solid #eee;max-width:100%;height:auto}
 """
 
@@ -46,21 +48,21 @@ def anchor(test: str) -> str:
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cell_class: Callable[[str, str], str] = lambda header, cell: "",
-               links: Sequence[str] | None = None) -> str:
+               links: Sequence[str] | None = None, table_class: str = "") -> str:
     """A table of escaped text cells; ``cell_class(header, cell)`` gives a cell its class;
-    ``links[i]``: where row i's first cell links to."""
+    ``links[i]``: where row i's first cell links to; ``table_class``: the table's class."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = []
     for index, row in enumerate(rows):
         cells = []
         for column, (header, cell) in enumerate(zip(headers, row)):
             css = cell_class(header, cell)
-            text = html.escape(cell)
+            text = NUMBER_UNIT.sub("\\1&nbsp;\\2", html.escape(cell))
             if column == 0 and links is not None:
                 text = f'<a href="{html.escape(links[index])}">{text}</a>'
             cells.append(f"<td{f' class={css!r}' if css else ''}>{text}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f"<table{f' class={table_class!r}' if table_class else ''}><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
 def verdict_class(header: str, cell: str) -> str:
@@ -125,7 +127,7 @@ SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (headline_section, sl
 
 def overview_table(results: Sequence[Mapping[str, Any]]) -> str:
     """The summary table, each test's name a link to its section."""
-    return html_table(OVERVIEW_HEADERS, [overview_row(r) for r in results], verdict_class, links=[f"#{anchor(r['test'])}" for r in results])
+    return html_table(OVERVIEW_HEADERS, [overview_row(r) for r in results], verdict_class, links=[f"#{anchor(r['test'])}" for r in results], table_class="overview")
 
 
 def html_page(results: Sequence[Mapping[str, Any]]) -> str:
