@@ -1,0 +1,130 @@
+"""Values for readers (units.py), and what the reports say about a stored result (report_rows.py):
+the headline, the SLO rows (those of a marker and those checked in code alike), the comparison in
+its metrics' units."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_llmreplay.baseline import Comparison, Row, comparison_table
+from pytest_llmreplay.report_files import markdown
+from pytest_llmreplay.report_rows import endpoint_text, headline, overview_row, slo_rows
+from pytest_llmreplay.units import display_unit, format_value, significant
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.1288, "0.1288"), (128.8, "128.8"), (21790.4, "21,790"), (0.04004, "0.04004"), (95.0, "95"), (40.6, "40.6"),
+    (9.99996, "10"), (-2.173, "-2.173"), (0.0, "0"), (1234567.0, "1,234,567"),
+])
+def test_significant_has_four_digits_no_exponent(value, text):
+    assert significant(value) == text
+
+
+@pytest.mark.parametrize("metric, value, text", [
+    ("ttft", 0.1288, "128.8 ms"),          # under 10 s: ms
+    ("ttfat", 9.5, "9,500 ms"),
+    ("latency", 21.79, "21.79 s"),          # 10 s and over: s
+    ("cache_hit_rate", 0.6785, "67.85%"),
+    ("error_rate", 0.0, "0%"),
+    ("output_throughput", 21790.4, "21,790 tok/s"),
+    ("request_throughput", 3.25, "3.25 req/s"),
+    ("output_tokens", 48.0, "48"),          # a count: bare
+    ("my_plugin_metric", 0.5, "0.5"),       # a plugin's metric: bare
+    ("ttft", None, "-"),
+    ("ttft", float("nan"), "-"),
+])
+def test_format_value_in_the_display_unit(metric, value, text):
+    assert format_value(metric, value) == text
+
+
+def test_format_value_in_a_given_unit():
+    assert format_value("ttft", 0.1288, "s") == "0.1288 s"
+    assert format_value("itl", 0.0004, "us") == "400 us"
+    assert format_value("cache_hit_rate", 0.95, "%") == "95%"
+    assert display_unit("ttft", 10.0) == "s" and display_unit("ttft", 9.99) == "ms"
+
+
+def test_terminal_comparison_table_is_in_the_metrics_units():
+    comparison = Comparison("main", rows=[
+        Row("ttft.p50", 0.03245, 0.04219, 0.30, 0.29, 0.31, 0.05, "regression"),
+        Row("cache_hit_rate.mean", 0.6785, 0.6785, 0.0, 0.0, 0.0, 0.02, "ok"),
+        Row("output_throughput.steady_state", 336.5, 290.6, -0.136, -0.14, -0.13, 0.05, "regression"),
+    ])
+    lines = comparison_table(comparison).split("\n")
+    assert lines[0] == "Compared with main: 2 regressions"
+    assert lines[3].split() == ["ttft.p50", "32.45", "ms", "42.19", "ms", "+30.0%", "[+29.0%,", "+31.0%]", "5%", "REGRESSION"]
+    assert lines[4].split()[:3] == ["cache_hit_rate.mean", "67.85%", "67.85%"]
+    assert lines[5].split()[:5] == ["output_throughput.steady_state", "336.5", "tok/s", "290.6", "tok/s"]
+
+
+def record(slo: list[dict], comparison: dict | None = None) -> dict:
+    """A stored result with the figures the rows read."""
+    return {
+        "test": "t.py::test_x", "commit": "abc", "fingerprint": {"kind": "offline", "model": "m", "hardware": {"gpu": "H100", "count": 1}},
+        "summary": {"requests": {"ok": 8, "planned": 8}, "ttft": {"p50": 0.04004, "p99": 0.1288}, "tpot": {"p50": 0.0075},
+                    "ttfat": {"p90": 12.5}, "cache_hit_rate": {"mean": 0.4}, "output_throughput": {"steady_state": 21790.4},
+                    "error_rate": {"value": 0.0}},
+        "slo": slo, "comparison": comparison, "samples": {},
+    }
+
+
+MARKER_SLOS = [
+    {"key": "ttft.p99", "threshold": "< 500ms", "measured": 0.1288, "passed": True},
+    {"key": "tpot.p50", "threshold": "< 10ms", "measured": 0.0075, "passed": True},
+    {"key": "error_rate", "threshold": "== 0", "measured": 0.0, "passed": True},
+]
+
+
+def test_slo_rows_are_in_the_thresholds_units_with_the_margin():
+    assert slo_rows(record(MARKER_SLOS)) == [
+        ["ttft.p99", "< 500ms", "128.8 ms", "+371.2 ms (+74.2%)", "ok"],
+        ["tpot.p50", "< 10ms", "7.5 ms", "+2.5 ms (+25.0%)", "ok"],
+        ["error_rate", "== 0", "0%", "0", "ok"],
+    ]
+
+
+def test_headline_of_a_passing_test_names_the_closest_slo():
+    # ttft.p99 has 74.2% headroom, tpot.p50 25%: tpot is the closest; "== 0" has no headroom
+    line = headline(record(MARKER_SLOS))
+    assert line.status == "PASS"
+    assert line.text() == "PASS · 3/3 SLOs met · closest: tpot.p50 7.5 ms vs < 10ms, margin +2.5 ms (+25.0%) · vs baseline: -"
+
+
+def test_headline_of_a_failing_test_names_the_worst_breach_and_the_regressions():
+    slos = MARKER_SLOS + [
+        {"key": "ttfat.p90", "threshold": "< 10s", "measured": 12.5, "passed": False},       # 25% over
+        {"key": "cache_hit_rate.mean", "threshold": ">= 80%", "measured": 0.4, "passed": False},  # 50% under
+    ]
+    comparison = {"baseline": "main", "mismatch": None, "rows": [{"key": "ttft.p50", "verdict": "regression"}, {"key": "tpot.p50", "verdict": "ok"}]}
+    line = headline(record(slos, comparison))
+    assert line.status == "FAIL" and line.slos == "2 of 5 SLOs breached"
+    assert line.closest == "worst: cache_hit_rate.mean 40% vs >= 80%, margin -40 pts (-50.0%)"
+    assert line.verdict == "REGRESSION: ttft.p50"
+
+
+def test_headline_without_slos_and_with_only_equalities():
+    assert headline(record([])).text() == "NO SLOS · no SLOs · vs baseline: -"
+    only_equal = headline(record([MARKER_SLOS[2]]))
+    assert (only_equal.status, only_equal.closest) == ("PASS", None)
+
+
+def test_slos_checked_in_code_are_rendered_like_the_markers():
+    # result.assert_slo(...) in a test body: its checks are stored in the same list
+    code_checked = [{"key": "ttft.p50", "threshold": "< 20ms", "measured": 0.04004, "passed": False}]
+    stored = record(code_checked)
+    assert overview_row(stored)[-2] == "0/1"
+    assert slo_rows(stored) == [["ttft.p50", "< 20ms", "40.04 ms", "-20.04 ms (-100.2%)", "BREACH"]]
+    assert headline(stored).text().startswith("FAIL · 1 of 1 SLOs breached · worst: ttft.p50 40.04 ms vs < 20ms")
+    text = markdown([stored])
+    assert "| ttft.p50 | < 20ms      | 40.04 ms" in text and "**FAIL · 1 of 1 SLOs breached" in text
+
+
+def test_an_slo_entry_that_cannot_be_read_back_is_shown_as_stored():
+    odd = [{"key": "ttft.p99", "threshold": "under a second", "measured": 0.5, "passed": True}]
+    assert slo_rows(record(odd)) == [["ttft.p99", "under a second", "0.5", "", "ok"]]
+
+
+def test_overview_row_and_endpoint_are_readable():
+    assert overview_row(record(MARKER_SLOS)) == ["t.py::test_x", "8/8", "40.04 ms", "128.8 ms", "7.5 ms", "12.5 s", "40%", "21,790 tok/s", "3/3", "-"]
+    assert endpoint_text(record([])["fingerprint"]) == "kind offline, model m, hardware.gpu H100, hardware.count 1"
+    assert endpoint_text(None) == "unknown"
