@@ -257,7 +257,10 @@ def _one_line(exc: BaseException) -> str:
 
 
 class GitError(LLMReplayError):
-    """A git command failed; the message is git's last line of stderr, credentials redacted."""
+    """A git command failed; the message is git's last lines of stderr (hints left out),
+    credentials redacted; ``refused``: a push the remote refused because the ref moved."""
+
+    refused = False
 
 
 @dataclass
@@ -292,8 +295,11 @@ class GitStore(Store):
         except subprocess.TimeoutExpired:
             raise GitError(f"git {args[0]} took over {GIT_TIMEOUT_S:g} s") from None
         if done.returncode != 0:
-            lines = [line for line in done.stderr.decode(errors="replace").splitlines() if line.strip()]
-            raise GitError(redact(" / ".join(lines[-2:]) or f"git {args[0]} exited with {done.returncode}"))
+            stderr = done.stderr.decode(errors="replace")
+            lines = [line.strip() for line in stderr.splitlines() if line.strip() and not line.startswith("hint:")]
+            error = GitError(redact(" / ".join(lines[-3:]) or f"git {args[0]} exited with {done.returncode}"))
+            error.refused = _refused(stderr)
+            raise error
         return done.stdout
 
     def _make_cache(self) -> None:
@@ -365,8 +371,8 @@ class GitStore(Store):
             try:
                 self.git("push", "-q", "--no-verify", self.url, f"{commit}:{self.ref}")
             except GitError as exc:
-                if attempt == PUSH_ATTEMPTS - 1 or not _refused(str(exc)):
-                    raise GitError(f"push refused after {attempt + 1} attempts: {exc}" if _refused(str(exc)) else str(exc)) from None
+                if attempt == PUSH_ATTEMPTS - 1 or not exc.refused:
+                    raise GitError(f"push refused {attempt + 1} times, others kept pushing first: {exc}" if exc.refused else str(exc)) from None
                 time.sleep(min(PUSH_BACKOFF_CAP_S, PUSH_BACKOFF_S * 2**attempt) * rng.uniform(0.5, 1.5))
                 continue
             self.tip = commit
@@ -414,7 +420,7 @@ class GitStore(Store):
 
 def _refused(stderr: str) -> bool:
     """Whether a push failed because the ref moved (another job pushed first): worth a retry."""
-    return any(sign in stderr for sign in ("[rejected]", "non-fast-forward", "fetch first", "failed to update ref", "cannot lock ref", "failed to lock", "[remote rejected]"))
+    return any(sign in stderr for sign in ("[rejected]", "non-fast-forward", "fetch first", "failed to update ref", "cannot lock ref", "failed to lock", "incorrect old value", "stale info"))
 
 
 def _git_env(rootdir: Path) -> dict[str, str]:
@@ -486,7 +492,7 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     if scheme not in fsspec.available_protocols():
         raise LLMReplayError(f"{redact(text)}: unknown scheme {scheme!r}; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX, gs://, az://, file://, memory://")
     try:
-        fs, root = fsspec.core.url_to_fs(text)
+        fs, root = fsspec.core.url_to_fs(text, skip_instance_cache=True)  # credentials and endpoint: read now, from the environment
     except ImportError:
         raise LLMReplayError(f"{redact(text)}: {scheme}:// needs its back-end: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'") from None
     except Exception as exc:  # noqa: BLE001 - any back-end's complaint about the URL is one line
