@@ -184,9 +184,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = _open_store("--store", args.store, writing=False)
-        (baseline, where), (current, _) = _stored_side(store, args.test, args.baseline), _stored_side(store, args.test, args.current)
+        (baseline, source), (current, _) = _stored_side(store, args.test, args.baseline), _stored_side(store, args.test, args.current)
     else:
-        baseline, current, where = read_record(args.baseline), read_record(args.current), args.baseline
+        baseline, current, source = read_record(args.baseline), read_record(args.current), args.baseline
     overrides = {}
     for text in args.regression:
         key, sep, value = text.partition("=")
@@ -196,7 +196,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, record in (("A", baseline), ("B", current)):
         where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
         print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
-    comparison = compare(baseline, current, tolerances(overrides), label=f"A ({where})", across_endpoints=True)
+    comparison = compare(baseline, current, tolerances(overrides), label=f"A ({source})", across_endpoints=True)
     print(comparison_table(comparison))
     if comparison.mismatch:
         return 2
