@@ -10,9 +10,7 @@ its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary
 steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits, with
 ``sample_keys`` naming each value's request (session * 2^20 + turn), session or window.
 
-**Store**: ``DIR/<test>/<commit12>-<UTC time>-<pid>-<random>.json``, written to a temporary file
-then hard-linked into place, which fails rather than replacing an existing file: concurrent
-``pytest -n 8`` workers never clobber each other, and a stored result is never overwritten.
+Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_llmreplay.store`'s job.
 
 **Comparison** of metric ``m.stat`` (e.g. ``ttft.p50``): change = stat(current) / stat(baseline)
 - 1, with a 95% bootstrap confidence interval (:data:`BOOTSTRAP_RESAMPLES` resamples with
@@ -32,9 +30,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import secrets
 import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -163,79 +159,27 @@ def read_record(path: str | Path) -> dict[str, Any]:
     """A stored result; :class:`LLMReplayError` naming the file when it is not one."""
     path = Path(path)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise LLMReplayError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         raise LLMReplayError(f"{path}: not a stored llmreplay result ({exc})") from None
+    return parse_record(text, str(path))
+
+
+def parse_record(text: str, where: str) -> dict[str, Any]:
+    """The stored result in ``text`` (read from ``where``, a file or a store's URL); an
+    :class:`LLMReplayError` naming ``where`` when it is not one."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LLMReplayError(f"{where}: not a stored llmreplay result ({exc})") from None
     missing = [key for key in ("schema", "summary", "samples", "fingerprint") if not isinstance(record, dict) or key not in record]
     if missing:
-        raise LLMReplayError(f"{path}: not a stored llmreplay result (missing {', '.join(missing)}); pass a baseline file or a report's JSON")
+        raise LLMReplayError(f"{where}: not a stored llmreplay result (missing {', '.join(missing)}); pass a baseline file or a report's JSON")
     if record["schema"] != SCHEMA:
-        raise LLMReplayError(f"{path}: stored with schema {record['schema']}, this version reads {SCHEMA}")
+        raise LLMReplayError(f"{where}: stored with schema {record['schema']}, this version reads {SCHEMA}")
     return record
-
-
-def make_folder(path: Path, contents: str) -> None:
-    """Make the folder ``path`` (and its parents) for ``contents`` before anything is measured;
-    :class:`LLMReplayError` when a file is there, it cannot be made, or it is not writable."""
-    if path.exists() and not path.is_dir():
-        raise LLMReplayError(f"{path} is a file; expected a folder for {contents}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise LLMReplayError(f"cannot make {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK):
-        raise LLMReplayError(f"{path} is not writable")
-
-
-def write_new(path: Path, record: Mapping[str, Any]) -> Path:
-    """Write ``record`` to ``path`` atomically, never replacing a file (FileExistsError)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    temporary.write_text(json.dumps(record, separators=(",", ":"), default=str) + "\n", encoding="utf-8")
-    try:
-        os.link(temporary, path)
-    finally:
-        temporary.unlink()
-    return path
-
-
-# ------------------------------------------------------------------------ the store
-
-
-def result_folder(test: str) -> str:
-    """A file-system-safe folder name for a test id, readable and unique (a digest suffix)."""
-    import hashlib
-
-    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", test).strip("_.")[:80] or "test"
-    return f"{readable}-{hashlib.sha256(test.encode()).hexdigest()[:8]}"
-
-
-@dataclass
-class BaselineStore:
-    """Stored results under ``root`` (default ``.llmreplay/``), one folder per test."""
-
-    root: Path
-
-    def save(self, record: Mapping[str, Any]) -> Path:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        commit = (record.get("commit") or "nogit")[:12]
-        name = f"{commit}-{stamp}-{os.getpid()}-{secrets.token_hex(3)}.json"
-        return write_new(self.root / result_folder(record["test"]) / name, record)
-
-    def stored(self, test: str, commit: str) -> list[Path]:
-        """Files of ``test`` at ``commit``, oldest first (names sort by time)."""
-        folder = self.root / result_folder(test)
-        return sorted(folder.glob(f"{commit[:12]}-*.json")) if folder.is_dir() else []
-
-    def latest(self, test: str, commits: Iterable[str]) -> Path | None:
-        """The newest stored result of ``test`` at the first of ``commits`` that has one."""
-        for commit in commits:
-            found = self.stored(test, commit)
-            if found:
-                return found[-1]
-        return None
 
 
 def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]:

@@ -75,7 +75,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .baseline import make_folder, workload_digest
+    from .baseline import workload_digest
     from .endpoints import HTTPEndpoint, ServerProcess, extra_body
     from .metrics import Result
     from .prompts import PromptFactory
@@ -94,10 +94,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     settings.validate()
     if args.out:
+        from .store import make_folder
+
         try:
             make_folder(Path(args.out), "result.json and requests.csv")
         except LLMReplayError as exc:
             raise LLMReplayError(f"--out: {exc}") from None
+    store = _open_store("--save-to", args.save_to, writing=True) if args.save_to else None
     endpoint = HTTPEndpoint(
         args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
         headers=dict(_header(h) for h in args.header), extra_body=extra_body("--extra-body", args.extra_body, args.ignore_eos), timeout_s=args.timeout,
@@ -120,18 +123,27 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus)
     print(render(result))
+    record = _record(result, args, digest) if args.out or store else None
     if args.out:
+        from .store import write_new
+
         out = Path(args.out)
-        stored = _write_stored(result, args, digest, out / "result.json")
-        print(f"wrote {stored} and {result.write_csv(out / 'requests.csv')}")
+        (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
+        print(f"wrote {write_new(out / 'result.json', record)} and {result.write_csv(out / 'requests.csv')}")
+    if store is not None:
+        try:
+            print(f"saved {store.save(record)}")
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"--save-to: {exc}") from None
     if run.interrupted:
         return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
     return 0 if result.ok else 1
 
 
-def _write_stored(result: Any, args: argparse.Namespace, digest: str, path: Path) -> Path:
-    """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read)."""
-    from .baseline import git_state, make_record, write_new
+def _record(result: Any, args: argparse.Namespace, digest: str) -> dict[str, Any]:
+    """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
+    its test name is ``llmreplay run <workload file name>``."""
+    from .baseline import git_state, make_record
     from .target import live_fingerprint
 
     try:
@@ -139,15 +151,42 @@ def _write_stored(result: Any, args: argparse.Namespace, digest: str, path: Path
     except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
         fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
     workload = {"path": args.file, "format": args.format, "digest": digest}
-    record = make_record(result, test=f"llmreplay run {Path(args.file).name}", fingerprint=fingerprint, workload=workload, git=git_state(Path.cwd()))
-    path.unlink(missing_ok=True)  # --out names a folder for this run's files
-    return write_new(path, record)
+    return make_record(result, test=f"llmreplay run {Path(args.file).name}", fingerprint=fingerprint, workload=workload, git=git_state(Path.cwd()))
+
+
+def _open_store(option: str, text: str, writing: bool) -> Any:
+    """The store ``text`` names, checked (see :mod:`~pytest_llmreplay.store`); errors name ``option``."""
+    from .store import open_store
+
+    try:
+        store = open_store(text, Path.cwd())
+        store.check(writing)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"{option}: {exc}") from None
+    return store
+
+
+def _stored_side(store: Any, test: str, ref: str) -> tuple[dict[str, Any], str]:
+    """(record, where) of ``test``'s newest result at ``ref`` (a commit id, or a name git resolves here)."""
+    from .baseline import _git
+
+    commit = _git(Path.cwd(), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") or ref
+    found = store.latest(test, [commit])
+    if found is None:
+        raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}")
+    return store.read(found), f"{store.label}/{found}"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .baseline import compare, comparison_table, read_record, tolerances
 
-    baseline, current = read_record(args.baseline), read_record(args.current)
+    if args.store:
+        if not args.test:
+            raise LLMReplayError("--store needs --test: the stored test whose results to compare")
+        store = _open_store("--store", args.store, writing=False)
+        (baseline, source), (current, _) = _stored_side(store, args.test, args.baseline), _stored_side(store, args.test, args.current)
+    else:
+        baseline, current, source = read_record(args.baseline), read_record(args.current), args.baseline
     overrides = {}
     for text in args.regression:
         key, sep, value = text.partition("=")
@@ -157,7 +196,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, record in (("A", baseline), ("B", current)):
         where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
         print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
-    comparison = compare(baseline, current, tolerances(overrides), label=f"A ({args.baseline})", across_endpoints=True)
+    comparison = compare(baseline, current, tolerances(overrides), label=f"A ({source})", across_endpoints=True)
     print(comparison_table(comparison))
     if comparison.mismatch:
         return 2
@@ -169,8 +208,11 @@ def _add_compare_parser(commands: Any) -> None:
                                   description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
                                               "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
                                               "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable.")
-    compare.add_argument("baseline", metavar="A", help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json")
-    compare.add_argument("current", metavar="B", help="the result to judge against A")
+    compare.add_argument("baseline", metavar="A", help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json; with --store, a commit")
+    compare.add_argument("current", metavar="B", help="the result to judge against A (with --store, a commit)")
+    compare.add_argument("--store", metavar="STORE", help="read A and B from a store (a folder, git:REMOTE#REF or a URL such as s3://BUCKET/PREFIX): "
+                                                          "the newest result of --test at each commit (an id, or a branch or tag git resolves here)")
+    compare.add_argument("--test", metavar="TEST", help="with --store: the test id, as stored (a pytest node id, or 'llmreplay run FILE')")
     compare.add_argument("--regression", action="append", default=[], metavar="KEY=ALLOWED",
                          help="allowed change of a compared metric, e.g. ttft.p50=10%% or ttft.p90=off (repeatable)")
     compare.set_defaults(run=cmd_compare)
@@ -253,6 +295,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                               description="Replay a workload against an OpenAI-compatible endpoint; print the metric tables.")
     run.add_argument("file", metavar="FILE")
     run.add_argument("--endpoint", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    run.add_argument("--save-to", metavar="STORE", help="also store the result (as llmreplay run <workload file name>, this commit) in STORE: a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX (checked before the run)")
     run.add_argument("--out", metavar="DIR", help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)")
     target = run.add_argument_group("endpoint")
     target.add_argument("--model", help="model name to send (default: the first of /v1/models)")

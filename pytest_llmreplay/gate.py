@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .baseline import BaselineStore, Comparison, compare, comparison_table, git_state, make_record, read_record, result_folder, tolerances
+from .baseline import Comparison, compare, comparison_table, git_state, make_record, tolerances
 from .errors import LLMReplayError
+from .store import Store, result_folder, write_new
 from .slo import breach_table, check_slos, parse_slos
 
 KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value")
@@ -48,7 +49,7 @@ class Gate:
 
     rootdir: Path
     fingerprint: Mapping[str, Any]
-    baseline_dir: Path
+    store: Store
     save: bool = False
     fail_on_regression: bool = False
     report_dir: Path | None = None
@@ -72,11 +73,15 @@ class Gate:
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
         baseline_blocks = [compared_text] if compared_text else []
+        failures = []
         if self.save:
-            baseline_blocks.append(f"saved baseline {BaselineStore(self.baseline_dir).save(record)}")
+            try:
+                baseline_blocks.append(f"saved baseline {self.store.save(record)}")
+            except LLMReplayError as exc:  # the comparison and the report are still kept
+                baseline_blocks.append(f"not saved: {exc}")
+                failures.append(f"--llm-save: {exc}")
         if self.report_dir is not None:
             self._write_report(run, record, comparison)
-        failures = []
         if not all(c.passed for c in checks):
             failures.append(slo_table)
         if self.fail_on_regression and comparison is not None and comparison.regressions:
@@ -86,19 +91,17 @@ class Gate:
 
     def _compare(self, run: PerfRun, record: Mapping[str, Any]) -> Comparison | str:
         label, commits = self.history
-        found = BaselineStore(self.baseline_dir).latest(run.test, commits)
-        if found is None:
-            return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
         try:
-            baseline = read_record(found)
+            found = self.store.latest(run.test, commits)
+            if found is None:
+                return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
+            baseline = self.store.read(found)
         except LLMReplayError as exc:
             return f"Compared with {label}: cannot read the stored result ({exc})"
-        stored_at = f"{label}, stored {found.name[:12]} {baseline.get('time')}"
+        stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
         return compare(baseline, record, tolerances(run.regression), label=stored_at)
 
     def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None) -> None:
-        from .baseline import write_new
-
         folder = self.report_dir / "tests"
         name = result_folder(run.test)
         stored = dict(record)

@@ -46,14 +46,14 @@ OPTIONS = (
     ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
     ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id (from the local Hugging Face cache when it is there), a local folder or a tokenizer.json (default: the bundled one)"),
     ("--llm-seed", "llm_seed", "string", "0", "seed of generated prompt tokens and of the simulator's outputs and timing jitter (default 0)"),
-    ("--llm-baseline-dir", "llm_baseline_dir", "string", ".llmreplay", "where results are stored per commit, relative to the rootdir (default .llmreplay)"),
+    ("--llm-baseline-dir", "llm_baseline_dir", "string", ".llmreplay", "where results are stored per commit: a folder relative to the rootdir (default .llmreplay), git:REMOTE#REF, or a URL (s3://BUCKET/PREFIX, gs://, az://, file://)"),
     ("--llm-save", "llm_save", "bool", False, "store each perf test's result as a baseline of the current commit"),
     ("--llm-compare", "llm_compare", "string", None, "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)"),
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
 )
 METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD",
-            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "DIR", "--llm-report": "DIR"}
+            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR"}
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
 SESSION = pytest.StashKey["LLMSession"]()
@@ -153,14 +153,15 @@ class LLMSession:
                 raise pytest.UsageError(str(exc)) from None
         report = option(config, "llm_report")
         self.report_dir = Path(config.rootpath, report) if report else None
-        self.baseline_dir = Path(config.rootpath, option(config, "llm_baseline_dir"))
-        if (self.baseline_dir.exists() and not self.baseline_dir.is_dir()) or (option(config, "llm_save") and not is_worker(config)):
-            from .baseline import make_folder
+        from .store import FolderStore, open_store
 
-            try:
-                make_folder(self.baseline_dir, "the stored results")
-            except LLMReplayError as exc:
-                raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {exc}") from None
+        save = bool(option(config, "llm_save"))
+        try:  # a store that cannot be used fails here, before anything is measured
+            self.store = open_store(option(config, "llm_baseline_dir"), config.rootpath)
+            if save or self.history is not None or isinstance(self.store, FolderStore):
+                self.store.check(writing=save and not is_worker(config))
+        except LLMReplayError as exc:
+            raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {exc}") from None
         self.server: Any = None
         self._prompts: Any = None
         self._target: Any = None
@@ -233,7 +234,7 @@ class LLMSession:
             from .gate import Gate
 
             self._gate = Gate(
-                rootdir=self.config.rootpath, fingerprint=self.target.fingerprint, baseline_dir=self.baseline_dir,
+                rootdir=self.config.rootpath, fingerprint=self.target.fingerprint, store=self.store,
                 save=bool(option(self.config, "llm_save")),
                 fail_on_regression=bool(option(self.config, "llm_fail_on_regression")), report_dir=self.report_dir,
                 history=self.history,
@@ -391,7 +392,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     tokenizer = option(config, "llm_tokenizer") or "bundled (llmreplay-bpe-4k)"
     save = "save" if option(config, "llm_save") else "no save"
     compare = f"compare with {state.history[0]}" if state.history else "no compare"
-    return f"llmreplay: {state.describe()}; baselines {state.baseline_dir} ({save}, {compare}); tokenizer {tokenizer}, seed {state.seed}"
+    return f"llmreplay: {state.describe()}; baselines {state.store.label} ({save}, {compare}); tokenizer {tokenizer}, seed {state.seed}"
 
 
 # ------------------------------------------------------------------------ fixtures

@@ -63,7 +63,7 @@ def claim_report_dir(report_dir: Path) -> None:
     ``tests/*.csv``, ``summary.md``, ``index.html``). A folder holding anything else is
     refused: its ``summary.md`` or ``index.html`` may be someone else's.
     """
-    from .baseline import make_folder
+    from .store import make_folder
 
     make_folder(report_dir, "the reports")
     if any(report_dir.iterdir()) and not (report_dir / OWNER_MARK).is_file():

@@ -1,0 +1,71 @@
+"""``llmreplay run --save-to STORE`` and ``llmreplay compare --store STORE --test TEST A B``:
+runs stored per commit in any store, compared by commit; a bad store is one line before the run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mockserver import MockConfig, MockServer, ServerThread
+from test_store import git
+
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.store import open_store
+
+TEST = "llmreplay run w.jsonl"
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git repository (the cwd) holding a small workload, on its first commit."""
+    monkeypatch.chdir(tmp_path)
+    git(tmp_path, "init", "-q", "-b", "main")
+    (tmp_path / "w.jsonl").write_text("".join(json.dumps({"input_length": 40, "output_length": 6, "hash_ids": [i], "timestamp": i}) + "\n" for i in range(6)))
+    git(tmp_path, "add", "w.jsonl")
+    git(tmp_path, "commit", "-q", "-m", "workload")
+    return tmp_path
+
+
+def run(url: str, *more: str) -> int:
+    return main(["run", "w.jsonl", "--endpoint", url, "--block-size", "64", "--api", "completions", "--speedup", "100", *more])
+
+
+def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
+    store = f"file://{tmp_path}/results"
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        assert run(server.url, "--save-to", store) == 0
+        first = git(repo, "rev-parse", "HEAD")
+        git(repo, "commit", "-q", "--allow-empty", "-m", "next")
+        assert run(server.url, "--save-to", store) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(f"saved {tmp_path}/results/llmreplay_run_w.jsonl-") == 2
+    assert len(open_store(store, repo).stored(TEST, first)) == 1
+
+    status = main(["compare", "--store", store, "--test", TEST, "main~1", "main"])
+    printed = capsys.readouterr().out
+    assert status in (0, 1)  # the verdict is the gate's; what matters here is that both were found
+    assert f"A: {TEST}, commit {first[:12]}" in printed
+    assert f"B: {TEST}, commit {git(repo, 'rev-parse', 'HEAD')[:12]}" in printed
+    assert f"Compared with A ({tmp_path}/results/llmreplay_run_w.jsonl-" in printed
+
+
+def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
+    status = main(["compare", "--store", str(tmp_path / "empty"), "--test", TEST, "main", "main"])
+    assert status == 1
+    head = git(repo, "rev-parse", "HEAD")[:12]
+    assert capsys.readouterr().err == f"error: --store: no stored result of {TEST!r} at main ({head}) in {tmp_path}/empty\n"
+
+
+def test_compare_store_needs_a_test(repo, capsys):
+    assert main(["compare", "--store", "x", "a", "b"]) == 1
+    assert capsys.readouterr().err == "error: --store needs --test: the stored test whose results to compare\n"
+
+
+def test_a_bad_save_to_store_fails_before_the_run(repo, capsys, refused_url):
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        status = run(server.url, "--save-to", f"git:{refused_url}/r.git#refs/results")
+    captured = capsys.readouterr()
+    assert status == 1
+    assert captured.err.startswith(f"error: --save-to: git:{refused_url}/r.git#refs/results: cannot fetch refs/results (")
+    assert "Workload metrics" not in captured.out  # nothing was replayed

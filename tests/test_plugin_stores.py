@@ -1,0 +1,97 @@
+"""Stores through the plugin (pytester): two CI jobs, each a fresh clone of one bare repository,
+share results on a git ref (job 1 saves, job 2 compares a newer commit against it); a store
+that cannot be used fails at start-up, before anything is measured, in one line naming the
+option; a corrupt stored result is one line naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test_plugin_baselines import TEST_ID, git, no_traceback, project  # noqa: F401 - project is a fixture
+
+from pytest_llmreplay.store import open_store
+
+STORE = "git:origin#refs/llmreplay/results"
+
+
+@pytest.fixture
+def ci(project, monkeypatch, tmp_path_factory):
+    """The project pushed to a bare repository (the forge); returns a function that makes a fresh
+    clone of it (a CI job's checkout) and runs pytest there."""
+    forge = tmp_path_factory.mktemp("forge") / "perf.git"
+    git(project.path, "init", "-q", "--bare", "-b", "main", str(forge))
+    git(project.path, "remote", "add", "origin", str(forge))
+    git(project.path, "push", "-q", "origin", "main")
+
+    def job(name: str) -> Path:
+        checkout = forge.parent / name
+        git(forge.parent, "clone", "-q", str(forge), name)
+        return checkout
+
+    def run(checkout: Path, *args: str):
+        monkeypatch.chdir(checkout)
+        return project.runpytest("--llm-offline", *args)
+
+    return job, run
+
+
+def test_two_ci_jobs_share_results_on_a_git_ref(ci):
+    job, run = ci
+    first = job("job1")
+    result = run(first, "--llm-save", f"--llm-baseline-dir={STORE}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"saved baseline {STORE} test_perf.py_test_chat-*/*.json"])
+    saved_by_job1 = git(first, "rev-parse", "HEAD")[:12]
+
+    second = job("job2")  # a fresh checkout: nothing on disk from job 1
+    assert not (second / ".llmreplay").exists()
+    (second / "notes.txt").write_text("a change under test\n")
+    git(second, "add", "notes.txt")
+    git(second, "commit", "-q", "-m", "change")
+    result = run(second, "--llm-compare", "--llm-fail-on-regression", f"--llm-baseline-dir={STORE}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"Compared with merge-base with origin/HEAD ({saved_by_job1}), stored {saved_by_job1} *: 0 regressions"])
+    no_traceback(result)
+    # neither job's checkout was touched beyond its own .llmreplay folder
+    for checkout in (first, second):
+        assert git(checkout, "status", "--porcelain") == "?? .llmreplay/"
+
+
+def test_a_corrupt_stored_result_is_one_line_naming_it(ci):
+    job, run = ci
+    first = job("job1")
+    run(first, "--llm-save", f"--llm-baseline-dir={STORE}").assert_outcomes(passed=1)
+    store = open_store(STORE, first)
+    store.check(writing=True)
+    (saved,) = store.stored(TEST_ID, git(first, "rev-parse", "HEAD"))
+    corrupt = saved.rsplit("-", 3)[0] + "-99991231T000000000000Z-1-000000.json"  # sorts after it: the newest
+    store.add(corrupt, b'{"schema": 1, "half a result')
+    result = run(job("job2"), "--llm-compare", f"--llm-baseline-dir={STORE}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"Compared with *: cannot read the stored result ({STORE}/{corrupt}: not a stored llmreplay result (*)"])
+    no_traceback(result)
+
+
+@pytest.mark.parametrize(("store", "needle"), [
+    ("nosuch://results/x", "nosuch://results/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL such as s3://*"),
+    ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of *"),
+    ("s3://KEY:SECRET@results/x", "s3://***@results/x: a password in the URL; give credentials in the environment*"),
+])
+def test_a_bad_store_fails_at_start_up(project, store, needle):
+    result = project.runpytest("--llm-offline", "--llm-save", f"--llm-baseline-dir={store}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --llm-baseline-dir / llm_baseline_dir: {needle}"])
+    assert "SECRET" not in result.stdout.str() + result.stderr.str()
+    no_traceback(result)
+
+
+def test_an_unreachable_store_fails_before_the_replay(project, refused_url):
+    store = f"git:{refused_url}/perf.git#refs/llmreplay/results"
+    project.makeini(f"[pytest]\nllm_baseline_dir = {store}\n")
+    result = project.runpytest("--llm-offline", "--llm-compare")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: --llm-baseline-dir / llm_baseline_dir: {store}: cannot fetch refs/llmreplay/results (*"])
+    assert "llmreplay: test_perf.py::test_chat" not in result.stdout.str()  # nothing was replayed
+    no_traceback(result)

@@ -1,0 +1,439 @@
+"""Where results live (pytest_llmreplay.store): the folder store's never-overwriting writes
+(threads and processes at once) and lookups; fsspec URLs (memory://, and S3 against moto's
+standalone server started on loopback); git refs shared by clones of one bare repository, eight
+processes pushing at once; and the one-line errors for a bad store."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pytest_llmreplay import baseline
+from pytest_llmreplay.baseline import read_record
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.store import FolderStore, FsspecStore, GitStore, open_store, redact, result_folder, write_new
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def record(test="tests/test_perf.py::test_chat", commit="a" * 40, **more):
+    return {
+        "schema": baseline.SCHEMA, "test": test, "commit": commit, "dirty": False, "branch": "main",
+        "fingerprint": {"kind": "sim", "model": "m"}, "workload": {"path": "w.jsonl", "digest": "d"},
+        "settings": {"concurrency": 4}, "summary": {"ttft": {"p50": 0.5}}, "samples": {"ttft": [0.4, 0.5, 0.6]},
+        **more,
+    }
+
+
+def key(path: Path) -> str:
+    """A folder store file's key: <test folder>/<name>."""
+    return f"{path.parent.name}/{path.name}"
+
+
+# ---------------------------------------------------------------- the folder store
+
+
+def test_write_new_writes_json(tmp_path):
+    path = write_new(tmp_path / "deep" / "er" / "r.json", record())
+    assert path == tmp_path / "deep" / "er" / "r.json"
+    assert json.loads(path.read_text()) == record()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["r.json"]  # no temporary file left
+
+
+def test_write_new_never_overwrites(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text("old")
+    with pytest.raises(FileExistsError):
+        write_new(path, record())
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # the temporary file is gone too
+
+
+def test_result_folder_is_safe_and_unique():
+    a = result_folder("tests/test_x.py::test_chat[a/b]")
+    b = result_folder("tests/test_x.py::test_chat[a b]")
+    assert a.startswith("tests_test_x.py_test_chat_a_b-") and b.startswith("tests_test_x.py_test_chat_a_b-")
+    assert a != b  # same readable part, different digests
+    assert "/" not in a and " " not in b
+    assert result_folder("///").startswith("test-")
+    assert len(result_folder("x" * 500)) == 80 + 9
+
+
+def test_save_puts_the_commit_in_the_name(tmp_path):
+    store = FolderStore(tmp_path)
+    path = Path(store.save(record(commit="0123456789abcdef" * 2)))
+    assert path.parent == tmp_path / result_folder(record()["test"])
+    assert path.name.startswith("0123456789ab-")
+    assert path.name.endswith(".json")
+    nogit = Path(store.save(record(commit=None)))
+    assert nogit.name.startswith("nogit-")
+    assert store.stored(record()["test"], "nogit") == [key(nogit)]
+
+
+def assert_all_distinct_and_readable(paths, folder, count):
+    assert len(paths) == count
+    assert len(set(paths)) == count
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in paths)  # nothing else, no .tmp
+    for path in paths:
+        assert read_record(path)["test"] == record()["test"]
+
+
+def test_save_from_many_threads_at_once(tmp_path):
+    store = FolderStore(tmp_path)
+    threads, per_thread = 16, 8
+    start = threading.Barrier(threads)
+    saved, errors = [], []
+
+    def work():
+        start.wait()
+        try:
+            for _ in range(per_thread):
+                saved.append(Path(store.save(record())))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    folder = tmp_path / result_folder(record()["test"])
+    assert_all_distinct_and_readable(saved, folder, threads * per_thread)
+
+
+SAVE_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from pytest_llmreplay.store import FolderStore
+root, go, rec = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+while not go.exists():
+    time.sleep(0.001)
+store = FolderStore(root)
+for _ in range(10):
+    print(store.save(rec))
+"""
+
+
+def test_save_from_many_processes_at_once(tmp_path):
+    go = tmp_path / "go"
+    root = tmp_path / "store"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SAVE_SCRIPT, str(root), str(go), json.dumps(record())], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    go.touch()  # all start saving together
+    saved = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        saved += [Path(line) for line in out.split()]
+    assert_all_distinct_and_readable(saved, root / result_folder(record()["test"]), 80)
+
+
+def put(store, test, commit, stamp, pid=1, token="aa"):
+    """A stored file with a chosen time stamp in its name."""
+    return write_new(store.root / result_folder(test) / f"{commit[:12]}-{stamp}-{pid}-{token}.json", record(test=test, commit=commit))
+
+
+def test_stored_oldest_first_and_only_that_commit_and_test(tmp_path):
+    store = FolderStore(tmp_path)
+    c1, c2 = "1" * 40, "2" * 40
+    middle = put(store, "t", c1, "20240102T000000000000Z", pid=9)
+    newest = put(store, "t", c1, "20240103T000000000000Z", pid=1)
+    oldest = put(store, "t", c1, "20231231T235959999999Z", pid=100)
+    put(store, "t", c2, "20250101T000000000000Z")
+    put(store, "other", c1, "20250101T000000000000Z")
+    assert store.stored("t", c1) == [key(oldest), key(middle), key(newest)]
+    assert store.stored("t", c1[:12]) == [key(oldest), key(middle), key(newest)]
+    assert store.stored("t", "3" * 40) == []
+    assert store.stored("never saved", c1) == []
+
+
+def test_latest_is_the_newest_at_the_first_commit_that_has_one(tmp_path):
+    store = FolderStore(tmp_path)
+    c1, c2, c3 = "1" * 40, "2" * 40, "3" * 40
+    put(store, "t", c2, "20240101T000000000000Z")
+    newest_c2 = put(store, "t", c2, "20240105T000000000000Z")
+    put(store, "t", c1, "20250101T000000000000Z")  # newer in time, but an older commit
+    assert store.latest("t", [c3, c2, c1]) == key(newest_c2)
+    assert store.latest("t", [c3]) is None
+    assert store.latest("t", []) is None
+
+
+def test_saved_files_sort_in_saving_order(tmp_path):
+    store = FolderStore(tmp_path)
+    paths = [key(Path(store.save(record(summary={"n": i})))) for i in range(5)]
+    assert store.stored(record()["test"], "a" * 40) == paths
+    assert store.latest(record()["test"], ["a" * 40]) == paths[-1]
+    assert store.read(paths[-1])["summary"] == {"n": 4}
+
+
+def test_a_corrupt_stored_file_is_one_line_naming_it(tmp_path):
+    store = FolderStore(tmp_path)
+    saved = Path(store.save(record()))
+    saved.chmod(0o644)
+    os.unlink(saved)
+    saved.write_text("{half a rec")
+    with pytest.raises(LLMReplayError) as info:
+        store.read(key(saved))
+    assert str(info.value).startswith(f"{tmp_path}/{key(saved)}: not a stored llmreplay result")
+    assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------- choosing a store
+
+
+def test_open_store_kinds(tmp_path):
+    assert open_store(".llmreplay", tmp_path) == FolderStore(tmp_path / ".llmreplay")
+    assert open_store(str(tmp_path / "abs"), "/elsewhere") == FolderStore(tmp_path / "abs")
+    assert open_store(f"file://{tmp_path}/f", "/elsewhere") == FolderStore(tmp_path / "f")
+    assert isinstance(open_store("memory://llmreplay-kinds", tmp_path), FsspecStore)
+    found = open_store(f"git:{tmp_path}/remote.git#refs/llmreplay/results", tmp_path)
+    assert isinstance(found, GitStore)
+    assert (found.url, found.ref) == (f"{tmp_path}/remote.git", "refs/llmreplay/results")
+    assert open_store(f"git:{tmp_path}/remote.git", tmp_path).ref == "refs/heads/llmreplay-results"
+    assert open_store(f"git:{tmp_path}/remote.git#mine", tmp_path).ref == "refs/heads/mine"
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("nosuch://bucket/x", "nosuch://bucket/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL"),
+    ("s3://AKIAKEY:s3cr3t@bucket/x", "s3://***@bucket/x: a password in the URL; give credentials in the environment"),
+    ("git:#refs/x", "git:#refs/x: expected git:REMOTE#REF"),
+    ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of"),
+])
+def test_open_store_refuses_in_one_line(tmp_path, text, needle):
+    with pytest.raises(LLMReplayError) as info:
+        open_store(text, tmp_path)
+    assert str(info.value).startswith(needle)
+    assert "s3cr3t" not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_redact_hides_users_passwords_and_query_strings():
+    assert redact("push to https://x-access-token:ghs_abc@github.com/o/r.git failed") == "push to https://***@github.com/o/r.git failed"
+    assert redact("az://container/p?sv=2024&sig=SECRET and more") == "az://container/p?*** and more"
+    assert redact("/a/plain/path and git@github.com:o/r") == "/a/plain/path and git@github.com:o/r"
+
+
+def test_a_folder_store_that_is_a_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for writing in (False, True):
+        with pytest.raises(LLMReplayError, match="afile is a file; expected a folder for the stored results"):
+            open_store("afile", tmp_path).check(writing)
+
+
+# ---------------------------------------------------------------- fsspec: memory:// and S3
+
+
+def exercise(store) -> None:
+    """Save, find, read back, and refuse to overwrite, as the gate uses a store."""
+    store.check(writing=True)
+    assert store.stored(record()["test"], "a" * 40) == []
+    first = store.save(record(summary={"n": 1}))
+    second = store.save(record(summary={"n": 2}))
+    store.save(record(commit="b" * 40))
+    keys = store.stored(record()["test"], "a" * 40)
+    assert len(keys) == 2 and first.endswith(keys[0]) and second.endswith(keys[1])
+    assert store.latest(record()["test"], ["c" * 40, "a" * 40, "b" * 40]) == keys[1]
+    assert store.read(keys[1])["summary"] == {"n": 2}
+    with pytest.raises(FileExistsError):
+        store.add(keys[0], b"{}")
+    assert store.read(keys[0])["summary"] == {"n": 1}
+
+
+def test_memory_store(tmp_path):
+    exercise(open_store(f"memory://llmreplay-{tmp_path.name}/results", tmp_path))
+
+
+def test_file_store_is_the_folder_store(tmp_path):
+    store = open_store(f"file://{tmp_path}/results", "/elsewhere")
+    exercise(store)
+    assert len(list((tmp_path / "results").glob("*/*.json"))) == 3
+
+
+def test_a_corrupt_object_is_one_line_naming_it(tmp_path):
+    store = open_store(f"memory://llmreplay-{tmp_path.name}", tmp_path)
+    store.add("t-00000000/aaaaaaaaaaaa-x.json", b"\xff\xfe not json")
+    with pytest.raises(LLMReplayError) as info:
+        store.read("t-00000000/aaaaaaaaaaaa-x.json")
+    assert str(info.value).startswith(f"memory://llmreplay-{tmp_path.name}/t-00000000/aaaaaaaaaaaa-x.json: not a stored llmreplay result")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def s3_env(monkeypatch, tmp_path):
+    """moto's standalone S3 server on a loopback port (a process, started and stopped here), a
+    bucket ``results`` in it, and the AWS variables that point s3fs at it."""
+    port = free_port()
+    log = open(tmp_path / "moto.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto server did not start: {(tmp_path / 'moto.log').read_text()[-2000:]}")
+                time.sleep(0.1)
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket="results")
+        yield env
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+
+
+def test_s3_store_against_a_real_s3_server(s3_env, tmp_path):
+    store = open_store("s3://results/ci/perf", tmp_path)
+    exercise(store)
+    import boto3
+
+    listed = boto3.client("s3").list_objects_v2(Bucket="results", Prefix="ci/perf/")["Contents"]
+    assert len(listed) == 3
+    body = b"".join(boto3.client("s3").get_object(Bucket="results", Key=item["Key"])["Body"].read() for item in listed)
+    assert b"testing-secret" not in body and b"testing-key-id" not in body
+
+
+def test_s3_store_without_its_bucket(s3_env, tmp_path):
+    with pytest.raises(LLMReplayError, match=r"^s3://nobucket/x: no such bucket or container$"):
+        open_store("s3://nobucket/x", tmp_path).check(writing=True)
+
+
+def test_s3_store_that_cannot_be_reached(monkeypatch, tmp_path, refused_url):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", refused_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    with pytest.raises(LLMReplayError) as info:
+        open_store("s3://results/ci", tmp_path).check(writing=False)
+    assert str(info.value).startswith("s3://results/ci: cannot reach the store (Could not connect to the endpoint URL")
+    assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------- git
+
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+def git(cwd, *args) -> str:
+    done = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=cwd, capture_output=True, text=True, check=True, env={**os.environ, **GIT_ENV})
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def remote(tmp_path) -> Path:
+    """A bare repository with one commit on main: what CI clones."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    git(tmp_path, "clone", "-q", str(bare), "seed")
+    (tmp_path / "seed" / "f.txt").write_text("x")
+    git(tmp_path / "seed", "add", "f.txt")
+    git(tmp_path / "seed", "commit", "-q", "-m", "first")
+    git(tmp_path / "seed", "push", "-q", "origin", "HEAD:main")
+    return bare
+
+
+def clone(remote: Path, name: str) -> Path:
+    git(remote.parent, "clone", "-q", str(remote), name)
+    return remote.parent / name
+
+
+def test_git_store_saves_on_the_ref_and_another_clone_reads_it(remote):
+    job1, job2 = clone(remote, "job1"), clone(remote, "job2")
+    store = open_store("git:origin#refs/llmreplay/results", job1)
+    store.check(writing=True)
+    assert store.tip is None  # the ref does not exist yet
+    head_before = git(job1, "rev-parse", "HEAD")
+    saved = store.save(record())
+    assert saved.startswith("git:origin#refs/llmreplay/results ")
+    # the user's clone is untouched: same HEAD, clean status, no ref added
+    assert git(job1, "rev-parse", "HEAD") == head_before
+    assert git(job1, "status", "--porcelain", "--untracked-files=no") == ""
+    assert "llmreplay" not in git(job1, "for-each-ref")
+    files = git(remote, "ls-tree", "-r", "--name-only", "refs/llmreplay/results").split()
+    assert files == [saved.split(" ", 1)[1]]
+    other = open_store("git:origin#refs/llmreplay/results", job2)
+    other.check(writing=False)
+    found = other.latest(record()["test"], ["a" * 40])
+    assert other.read(found) == record()
+    assert not list((store.work / "outbox").glob("*/*.json"))  # pushed: the outbox is empty
+
+
+PUSH_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+from pytest_llmreplay.store import open_store
+clone, go, rec = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+store = open_store("git:origin#refs/llmreplay/results", clone)
+store.check(writing=True)
+while not go.exists():
+    time.sleep(0.001)
+print(store.save(rec))
+"""
+
+
+def test_eight_jobs_pushing_at_once_lose_nothing(remote, tmp_path):
+    go = tmp_path / "go"
+    jobs = [clone(remote, f"job{i}") for i in range(8)]
+    procs = [subprocess.Popen([sys.executable, "-c", PUSH_SCRIPT, str(job), str(go), json.dumps(record(commit=f"{i}" * 40))], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, job in enumerate(jobs)]
+    go.touch()
+    saved = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        saved.append(out.strip().split(" ", 1)[1])
+    on_ref = git(remote, "ls-tree", "-r", "--name-only", "refs/llmreplay/results").split()
+    assert sorted(on_ref) == sorted(saved) and len(set(saved)) == 8
+    # one linear history: every job's commit built on the one before
+    assert git(remote, "rev-list", "--count", "--merges", "refs/llmreplay/results") == "0"
+    assert git(remote, "rev-list", "--count", "refs/llmreplay/results") == "8"
+
+
+def test_a_failed_push_keeps_the_result_and_the_next_save_sends_it(remote, tmp_path):
+    job = clone(remote, "job")
+    store = open_store("git:origin#refs/llmreplay/results", job)
+    store.check(writing=True)
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'results are read-only today' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    with pytest.raises(LLMReplayError) as info:
+        store.save(record(summary={"n": 1}))
+    message = str(info.value)
+    assert message.startswith("git:origin#refs/llmreplay/results: could not push the result (")
+    kept = Path(message.split("it is kept in ", 1)[1].split(" and goes up", 1)[0])
+    assert json.loads(kept.read_text())["summary"] == {"n": 1}
+    hook.unlink()
+    store.save(record(summary={"n": 2}))
+    on_ref = git(remote, "ls-tree", "-r", "--name-only", "refs/llmreplay/results").split()
+    assert len(on_ref) == 2 and key(kept) in on_ref
+    assert not kept.exists()
+
+
+def test_git_store_that_cannot_be_reached(tmp_path, refused_url):
+    store = open_store(f"git:{refused_url.replace('http://', 'http://user:tok@')}/r.git#refs/x", tmp_path)
+    with pytest.raises(LLMReplayError) as info:
+        store.check(writing=False)
+    assert str(info.value).startswith("git:http://***@127.0.0.1:")
+    assert "cannot fetch refs/x" in str(info.value) and "tok" not in str(info.value)
