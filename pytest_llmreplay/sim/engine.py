@@ -387,10 +387,11 @@ class Engine:
             if not request.running:
                 continue
             request.computed += chunk
-            self.prompt_tokens_total += chunk
             self._register(request)
             if request.computed >= request.target:
                 firsts.append(request)
+                if not request.generated:  # vLLM counts a request's whole prompt, cached or not, once
+                    self.prompt_tokens_total += request.prompt_len
         self._hand_out(firsts, now, 1)
         decodes = [request for request in plan.decodes if request.running]
         for request in decodes:
