@@ -4,6 +4,7 @@
     llmreplay inspect FILE                a table of the workload's figures
     llmreplay convert IN OUT --to FORMAT  rewrite a workload in another format
     llmreplay run FILE --endpoint URL     replay a workload; print tables, write --out DIR
+                   (or --sim PROFILE: the simulator in process, virtual time)
     llmreplay sim --profile P --port N    serve the simulated engine over HTTP (OpenAI API)
     llmreplay calibrate --endpoint URL    measure a live server, write a simulator profile
 
@@ -101,19 +102,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         except LLMReplayError as exc:
             raise LLMReplayError(f"--out: {exc}") from None
     store = _open_store("--save-to", args.save_to, writing=True) if args.save_to else None
-    endpoint = HTTPEndpoint(
-        args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
-        headers=dict(_header(h) for h in args.header), extra_body=extra_body("--extra-body", args.extra_body, args.ignore_eos), timeout_s=args.timeout,
-    )
+    body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
     # salted with the workload's digest, as the plugin does: two workloads share no prompt tokens
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed).salted(digest)
+    sim = _sim_target(args, prompts, body) if args.sim else None
+    if sim is not None:  # the plugin's --llm-offline: the simulator in process, on the virtual clock
+        endpoint, clock = sim.endpoint(), sim.clock()
+    else:
+        endpoint, clock = HTTPEndpoint(
+            args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
+            headers=dict(_header(h) for h in args.header), extra_body=body, timeout_s=args.timeout,
+        ), None
     progress = ProgressLine(workload.num_requests if args.max_requests is None else args.max_requests)
     server = ServerProcess(args.server_cmd, args.endpoint, startup_timeout_s=args.server_timeout) if args.server_cmd else None
     try:
         if server is not None:
             server.start()
-        run = Replay(workload, endpoint, prompts, settings, on_record=progress.update, stop_on_signals=True).run()
+        run = Replay(workload, endpoint, prompts, settings, clock=clock, on_record=progress.update, stop_on_signals=True).run()
     finally:
         progress.close()
         if server is not None:
@@ -123,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus)
     print(render(result))
-    record = _record(result, args, digest) if args.out or store else None
+    record = _record(result, args, digest, sim.fingerprint if sim is not None else None) if args.out or store else None
     if args.out:
         from .store import write_new
 
@@ -140,16 +146,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _record(result: Any, args: argparse.Namespace, digest: str) -> dict[str, Any]:
+def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) -> Any:
+    """``--sim PROFILE``: the plugin's offline :class:`~pytest_llmreplay.target.Target`."""
+    from .sim.profile import load_profile
+    from .target import Target, sim_fingerprint
+
+    if args.server_cmd:
+        raise LLMReplayError("--server-cmd: starts a server for --endpoint; --sim runs the simulator in process (leave one out)")
+    try:
+        profile = load_profile(args.sim)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--sim: {exc}") from None
+    fingerprint = sim_fingerprint(profile, "offline")
+    if body:  # what every request also asks changes what is measured (as the plugin records it)
+        fingerprint["extra_body"] = body
+    return Target("offline", profile=profile, prompts=prompts, fingerprint=fingerprint, extra_body=body)
+
+
+def _record(result: Any, args: argparse.Namespace, digest: str, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
-    its test name is ``llmreplay run <workload file name>``."""
+    its test name is ``llmreplay run <workload file name>``; ``fingerprint``: the simulator's
+    (``--sim``), else read from the live server."""
     from .baseline import git_state, make_record
     from .target import live_fingerprint
 
-    try:
-        fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
-    except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
-        fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
+    if fingerprint is None:
+        try:
+            fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
+        except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
+            fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
     workload = {"path": args.file, "format": args.format, "digest": digest}
     return make_record(result, test=f"llmreplay run {Path(args.file).name}", fingerprint=fingerprint, workload=workload, git=git_state(Path.cwd()))
 
@@ -294,7 +319,9 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run = commands.add_parser("run", parents=[common], help="replay a workload against an endpoint",
                               description="Replay a workload against an OpenAI-compatible endpoint; print the metric tables.")
     run.add_argument("file", metavar="FILE")
-    run.add_argument("--endpoint", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    where = run.add_mutually_exclusive_group(required=True)
+    where.add_argument("--endpoint", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    where.add_argument("--sim", metavar="PROFILE|FILE", help="no server: the simulator of this profile in process, in virtual time (as the plugin's --llm-offline)")
     run.add_argument("--save-to", metavar="STORE", help="also store the result (as llmreplay run <workload file name>, this commit) in STORE: a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX (checked before the run)")
     run.add_argument("--out", metavar="DIR", help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)")
     target = run.add_argument_group("endpoint")

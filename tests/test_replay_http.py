@@ -237,3 +237,35 @@ def test_cli_runs_of_two_workloads_share_no_prompt_tokens(tmp_path, capsys):
 
         assert cache_hit_rate(first, "a") == 0 and cache_hit_rate(second, "b") == 0
         assert cache_hit_rate(first, "again") > 0
+
+
+def test_cli_run_sim_replays_in_process_in_virtual_time(tmp_path, capsys):
+    """``--sim PROFILE``: no server; the trace's half hour replays in virtual time, so two runs
+    measure the very same numbers, and the stored result names the simulator."""
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"input_length": 600, "output_length": 8, "hash_ids": [i % 3, 10 + i], "timestamp": 300_000 * i}) + "\n" for i in range(7)))
+    for out in ("a", "b"):
+        assert main(["run", str(workload), "--sim", "llama-3.1-8b-h100", "--block-size", "512", "--out", str(tmp_path / out)]) == 0
+        assert "completed=7/7 requests" in capsys.readouterr().out
+    first, second = (json.loads((tmp_path / out / "result.json").read_text()) for out in ("a", "b"))
+    assert first["fingerprint"]["kind"] == "offline" and first["fingerprint"]["sim_profile"] == "llama-3.1-8b-h100"
+    assert first["summary"]["ttft"] == second["summary"]["ttft"] and first["summary"]["ttft"]["p50"] > 0
+    assert first["summary"]["cache_hit_rate"]["mean"] > 0  # shared hash ids hit the simulated cache
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--sim", "llama-3.1-8b-h100", "--endpoint", "http://127.0.0.1:9"], "argument --endpoint: not allowed with argument --sim"),
+    ([], "one of the arguments --endpoint --sim is required"),
+])
+def test_cli_run_takes_exactly_one_of_endpoint_and_sim(tmp_path, capsys, argv, expected):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", str(tmp_path / "w.jsonl"), *argv])
+    assert exc.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: {expected}"
+
+
+def test_cli_run_sim_names_a_bad_profile(tmp_path, capsys):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+    assert main(["run", str(workload), "--sim", "no-such-profile"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: --sim: ") and "no-such-profile" in line

@@ -173,33 +173,51 @@ def test_same_inputs_give_identical_times():
     assert all(sum(tokens) == output for (times, tokens, _, _), (_, _, output) in zip(runs[0], arrivals))
 
 
+def _hand_outs(hand_out_s):
+    """Two requests of 5 tokens, one iteration a second; writing a stream's tokens takes
+    ``hand_out_s(iteration)`` of clock time. (token times, when each iteration's first stream was written)."""
+    clock = VirtualClock()
+    handed = []
+
+    def on_emit():
+        handed.append(round(clock.now(), 6))
+        clock.advance(hand_out_s((len(handed) - 1) // 2))
+
+    async def main():
+        engine = Engine(EngineConfig(block_size=4, num_gpu_blocks=100), OneSecond(), clock, spans=False)
+        engine.start()
+        requests = [engine.submit(list(range(n, n + 4)), [1] * 5) for n in (0, 10)]
+        for request in requests:
+            request.on_emit = on_emit
+        for request in requests:
+            await request.done
+        await engine.stop()
+        return [r.times for r in requests]
+
+    return clock.run(main()), handed[::2]
+
+
 def test_a_slow_hand_out_goes_out_early_and_leaves_the_simulated_times_alone():
     """A hand-out that takes clock time (the HTTP server writing streams) starts half its
     duration before the iteration's end; token times and the next iteration's start do not move."""
-
-    def run(hand_out_s):
-        clock = VirtualClock()
-        handed = []
-
-        def on_emit():
-            handed.append(round(clock.now(), 6))
-            clock.advance(hand_out_s)  # writing this stream takes this long
-
-        async def main():
-            engine = Engine(EngineConfig(block_size=4, num_gpu_blocks=100), OneSecond(), clock, spans=False)
-            engine.start()
-            requests = [engine.submit(list(range(n, n + 4)), [1] * 5) for n in (0, 10)]
-            for request in requests:
-                request.on_emit = on_emit
-            for request in requests:
-                await request.done
-            await engine.stop()
-            return [r.times for r in requests]
-
-        return clock.run(main()), handed[::2]  # when the first stream of each iteration was written
-
-    instant_times, instant_handed = run(0.0)
-    times, handed = run(0.01)  # 20 ms per iteration's hand-out: a 10 ms lead from the second on
+    instant_times, instant_handed = _hand_outs(lambda _: 0.0)
+    times, handed = _hand_outs(lambda _: 0.01)  # 20 ms per iteration's hand-out: a 10 ms lead from the second on
     assert times == instant_times == [[1.0, 2.0, 3.0, 4.0, 5.0]] * 2
     assert instant_handed == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert handed == [1.0, 1.99, 2.99, 3.99, 4.99]
+
+
+def test_one_stretched_hand_out_does_not_send_later_tokens_early():
+    """The lead follows the median hand-out, not the last: the third iteration's 400 ms hand-out
+    (a stall on a shared machine) leaves the next ones 10 ms early, not 200 ms."""
+    times, handed = _hand_outs(lambda iteration: 0.2 if iteration == 2 else 0.01)
+    assert times == [[1.0, 2.0, 3.0, 4.0, 5.0]] * 2
+    assert handed == [1.0, 1.99, 2.99, 3.99, 4.99]
+
+
+def test_the_early_start_is_bounded():
+    """However slow hand-outs are, tokens go out at most MAX_LEAD_S (+ MAX_LATE_S) early."""
+    from pytest_llmreplay.sim.engine import MAX_LEAD_S
+
+    _, handed = _hand_outs(lambda _: 0.3)  # 600 ms per hand-out, in a 1 s iteration
+    assert handed[:3] == [1.0, round(2.0 - MAX_LEAD_S, 6), round(3.0 - MAX_LEAD_S, 6)]

@@ -131,3 +131,15 @@ def test_extra_body_is_checked_as_the_server_checks_it(prompts, extra, error):
         assert record.status == "ok" and record.output_tokens == 8
     else:
         assert record.status == "failed" and fnmatch.fnmatch(record.error, error), record.error
+
+
+def test_the_models_context_bounds_requests_as_vllm_bounds_them(prompts):
+    """Llama-3.1-8B's context is 131,072 tokens (its KV cache on an H100 holds 440,112): a turn
+    past it fails with vLLM's message, an output that overflows it is cut to what it leaves."""
+    turns = (Turn(131_000, 200, Synthetic()), Turn(131_073, 8, Synthetic()), Turn(1_000, 8, Synthetic()))
+    workload = Workload(tuple(Session(f"s{i}", float(i), (turn,)) for i, turn in enumerate(turns)), "test")
+    cut, too_long, fine = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
+    assert cut.status == "ok" and cut.output_tokens == 72
+    assert too_long.status == "failed"
+    assert too_long.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains 131073 input tokens")
+    assert fine.status == "ok" and fine.output_tokens == 8

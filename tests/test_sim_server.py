@@ -10,6 +10,7 @@ zero (faults) or need other settings start their own.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import selectors
@@ -35,6 +36,7 @@ from pytest_llmreplay.sim import lag_window
 from pytest_llmreplay.sim.faults import FaultConfig
 from pytest_llmreplay.sim.server import READY, SimServer
 from pytest_llmreplay.sim.profile import Profile, load_profile
+from pytest_llmreplay.sim.roofline import ModelSpec
 from pytest_llmreplay.target import start_sim_server
 from pytest_llmreplay.tokenizer import load_tokenizer
 
@@ -434,20 +436,18 @@ def test_without_eos_simulation_every_request_gives_max_tokens(sim):
 
 
 def test_eos_mean_tokens_stops_early_but_respects_min_tokens_and_ignore_eos(prompts):
-    with serving(prompts, eos_mean_tokens=4) as thread:
-        def lengths(replies):
-            return [(r["usage"]["completion_tokens"], r["choices"][0]["finish_reason"]) for r in replies]
+    def lengths(replies):
+        return [(r["usage"]["completion_tokens"], r["choices"][0]["finish_reason"]) for r in replies]
 
-        free = lengths(post_all(thread.url, "/v1/completions", [{"prompt": TEXT, "max_tokens": 64} for _ in range(20)]))
+    def one_by_one(url, bodies):  # in order: request n draws the natural length of number n
+        return lengths([post(url, "/v1/completions", body).json() for body in bodies])
+
+    with serving(prompts, eos_mean_tokens=4) as thread:
+        free = one_by_one(thread.url, [{"prompt": TEXT, "max_tokens": 64} for _ in range(20)])
         assert all(1 <= n <= 64 for n, _ in free)
         assert all(reason == ("stop" if n < 64 else "length") for n, reason in free)
         assert sum(reason == "stop" for _, reason in free) >= 10
         assert np.mean([n for n, _ in free]) < 16  # geometric with mean 4
-
-        floor = lengths(post_all(thread.url, "/v1/completions", [{"prompt": TEXT, "max_tokens": 64, "min_tokens": 10} for _ in range(20)]))
-        assert all(10 <= n <= 64 for n, _ in floor)
-        assert any(n == 10 for n, _ in floor)  # natural lengths below 10 are raised to it
-        assert all(reason == ("stop" if n < 64 else "length") for n, reason in floor)
 
         forced = lengths(post_all(thread.url, "/v1/chat/completions", [
             {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 64, "ignore_eos": True} for _ in range(8)
@@ -464,6 +464,12 @@ def test_eos_mean_tokens_stops_early_but_respects_min_tokens_and_ignore_eos(prom
         assert generated == items[-2]["usage"]["completion_tokens"]
         assert finish_reasons(items)[-1] == ("stop" if generated < 64 else "length")
         assert items[-1] == "[DONE]"
+
+    # vLLM masks EOS for the first min_tokens tokens and the chance of EOS is the same at every
+    # later one: the natural length comes after min_tokens (a fresh server: the same draws)
+    with serving(prompts, eos_mean_tokens=4) as thread:
+        floor = one_by_one(thread.url, [{"prompt": TEXT, "max_tokens": 64, "min_tokens": 10} for _ in range(20)])
+    assert floor == [(min(10 + n, 64), "stop" if 10 + n < 64 else "length") for n, _ in free]
 
 
 # -- refused requests ------------------------------------------------------------------------------
@@ -484,8 +490,8 @@ REFUSED = [
     ("/v1/completions", {"prompt": TEXT, "max_tokens": True}, 400, "max_tokens"),
     ("/v1/completions", {"prompt": TEXT, "min_tokens": -1}, 400, "min_tokens"),
     ("/v1/completions", {"prompt": TEXT, "max_tokens": 4, "min_tokens": 5}, 400, "min_tokens"),
-    ("/v1/completions", {"prompt": list(range(CAPACITY - 8)), "max_tokens": 16}, 400, "max_tokens"),  # fits with fewer output tokens
-    ("/v1/completions", {"prompt": list(range(CAPACITY)), "max_tokens": 1}, 400, "prompt"),  # fits with none
+    ("/v1/completions", {"prompt": list(range(CAPACITY + 1)), "max_tokens": 1}, 400, "prompt"),  # longer than the context
+    ("/v1/completions", {"prompt": list(range(CAPACITY)), "max_tokens": 1}, 400, "prompt"),  # leaves no room for output
     ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, 400, None),  # nested deeper than the JSON parser goes
     ("/v1/completions", {"prompt": TEXT, "n": True}, 400, "n"),
     ("/v1/completions", {"prompt": TEXT, "stream": "false"}, 400, "stream"),
@@ -523,8 +529,10 @@ def test_refused_requests_get_an_openai_error_object(sim, path, body, status, pa
 
 
 def test_refusal_messages_say_why(sim):
-    too_long = post(sim.url, "/v1/completions", {"prompt": list(range(CAPACITY - 8)), "max_tokens": 16}).json()["error"]["message"]
-    assert f"{CAPACITY - 8} prompt + 16 output tokens" in too_long and f"KV cache of {CAPACITY} tokens" in too_long
+    too_long = post(sim.url, "/v1/completions", {"prompt": list(range(CAPACITY + 1)), "max_tokens": 16}).json()["error"]["message"]
+    assert too_long.startswith(f"This model's maximum context length is {CAPACITY} tokens. However, your prompt contains {CAPACITY + 1} input tokens")
+    no_room = post(sim.url, "/v1/completions", {"prompt": list(range(CAPACITY)), "max_tokens": 16}).json()["error"]["message"]
+    assert no_room.startswith(f"The decoder prompt (length {CAPACITY}) plus the number of requested output tokens (at least 1)")
     batched = post(sim.url, "/v1/completions", {"prompt": ["a", "b"]}).json()["error"]["message"]
     assert "batched prompts are not supported" in batched
     unknown = post(sim.url, "/v1/completions", {"model": "gpt-4", "prompt": "a"}).json()["error"]["message"]
@@ -532,6 +540,72 @@ def test_refusal_messages_say_why(sim):
     # the largest request that fits is served
     fits = post(sim.url, "/v1/completions", {"prompt": ids(90_000, CAPACITY - 1), "max_tokens": 1}).json()
     assert fits["usage"]["prompt_tokens"] == CAPACITY - 1 and fits["usage"]["completion_tokens"] == 1
+
+
+# -- the model's context and vocabulary, as vLLM applies them --------------------------------------
+
+CONTEXT = 256  # the context of context_profile's model: far below its KV cache (CAPACITY)
+VOCAB = 5000  # its vocabulary: past the bundled tokenizer's 4,096 ids
+
+
+def context_profile() -> Profile:
+    model = ModelSpec("tiny-model", 1e6, layers=2, hidden_size=64, heads=2, kv_heads=2, head_dim=32,
+                      vocab_size=VOCAB, max_position_embeddings=CONTEXT)
+    return dataclasses.replace(tiny_profile(), model=model)
+
+
+@pytest.fixture(scope="module")
+def context_sim(prompts) -> Iterator[ServerThread]:
+    with serving(prompts, context_profile()) as thread:
+        yield thread
+
+
+def test_models_reports_the_models_context_and_the_kv_cache_caps_it(context_sim):
+    assert HTTP.get(context_sim.url + "/v1/models").json()["data"][0]["max_model_len"] == CONTEXT
+    small_cache = dataclasses.replace(context_profile(), engine=EngineConfig(block_size=16, num_gpu_blocks=8))
+    assert small_cache.max_model_len == 128  # vLLM would not start with the model's 256: its largest that fits
+    assert load_profile("llama-3.1-8b-h100").max_model_len == 131_072  # not its 440,112-token KV cache
+
+
+def test_a_prompt_past_the_context_is_refused_with_vllms_message(context_sim):
+    for length, start in ((CONTEXT + 1, "This model's maximum context length is 256 tokens. However, your prompt contains 257 input tokens"),
+                          (CONTEXT, "The decoder prompt (length 256) plus the number of requested output tokens (at least 1) is longer")):
+        reply = post(context_sim.url, "/v1/completions", {"prompt": ids(200, length), "max_tokens": 1})
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "prompt"
+        assert reply.json()["error"]["message"].startswith(start)
+    chat = post(context_sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT * 40}]})
+    assert chat.status_code == 400 and chat.json()["error"]["param"] == "messages"
+
+
+def test_max_tokens_past_the_context_is_cut_to_what_it_leaves(context_sim):
+    reply = post(context_sim.url, "/v1/completions", {"prompt": ids(1000, CONTEXT - 10), "max_tokens": 100}).json()
+    assert (reply["usage"]["completion_tokens"], reply["choices"][0]["finish_reason"]) == (10, "length")
+
+
+def test_default_max_tokens_is_16_for_completions_and_the_context_left_for_chat(context_sim):
+    completion = post(context_sim.url, "/v1/completions", {"prompt": ids(1500, 20)}).json()
+    assert completion["usage"]["completion_tokens"] == 16
+    explicit_null = post(context_sim.url, "/v1/completions", {"prompt": ids(1600, 20), "max_tokens": None}).json()
+    assert explicit_null["usage"]["completion_tokens"] == CONTEXT - 20
+    chat = post(context_sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}]}).json()
+    assert chat["usage"]["completion_tokens"] == CONTEXT - chat["usage"]["prompt_tokens"]
+    assert chat["choices"][0]["finish_reason"] == "length"
+
+
+def test_token_ids_past_the_vocabulary_are_refused(context_sim):
+    ok = post(context_sim.url, "/v1/completions", {"prompt": [1, VOCAB - 1], "max_tokens": 1})
+    assert ok.status_code == 200
+    reply = post(context_sim.url, "/v1/completions", {"prompt": [1, VOCAB, 2], "max_tokens": 1})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == "prompt" and f"Token id {VOCAB} is out of vocabulary" in reply.json()["error"]["message"]
+
+
+def test_prompt_tokens_total_counts_the_whole_prompt_cached_or_not(context_sim):
+    before = metric(context_sim.url, "prompt_tokens_total")
+    body = {"prompt": ids(3000, 64), "max_tokens": 1}
+    first, second = post(context_sim.url, "/v1/completions", body).json(), post(context_sim.url, "/v1/completions", body).json()
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 48  # its last block recomputed
+    assert metric(context_sim.url, "prompt_tokens_total") - before == 64 + 64
 
 
 # -- fault injection -------------------------------------------------------------------------------
@@ -752,7 +826,7 @@ def test_openai_sdk_chat_and_completions(sdk_url, prompts):
     full = usage.prompt_tokens // BLOCK - (usage.prompt_tokens % BLOCK == 0)
     assert usage.prompt_tokens_details.cached_tokens == full * BLOCK > 0
 
-    completions = list(client.completions.create(model="tiny-test", prompt=ids(130_000, 50), max_tokens=4, stream=True, stream_options={"include_usage": True}))
+    completions = list(client.completions.create(model="tiny-test", prompt=ids(124_000, 50), max_tokens=4, stream=True, stream_options={"include_usage": True}))
     text = "".join(c.choices[0].text for c in completions if c.choices)
     assert len(prompts.tokenizer.encode(text)) == 4 and completions[-1].usage.prompt_tokens == 50
     assert [c.choices[0].finish_reason for c in completions if c.choices][-1] == "length"
@@ -797,7 +871,7 @@ def test_replay_an_agentic_workload_against_the_server(sim, prompts):
 
 def test_a_round_robin_cluster_of_two_engines(prompts):
     with serving(prompts, cluster=ClusterConfig(engines=2, router="round_robin")) as thread:
-        replies = [post(thread.url, "/v1/completions", {"prompt": ids(140_000 + 100 * i, 20), "max_tokens": 3}).json() for i in range(4)]
+        replies = [post(thread.url, "/v1/completions", {"prompt": ids(121_000 + 100 * i, 20), "max_tokens": 3}).json() for i in range(4)]
         assert [r["usage"]["completion_tokens"] for r in replies] == [3] * 4
         engines = {labels["engine"] for n, labels, _ in scrape(thread.url) if n.startswith("vllm:") and "engine" in labels}
         assert engines == {"0", "1"}
@@ -811,7 +885,7 @@ def test_a_round_robin_cluster_of_two_engines(prompts):
 def test_a_disaggregated_cluster_streams_every_token(prompts):
     profile = load_profile("llama-3.1-8b-h100")
     with serving(prompts, profile, cluster=ClusterConfig(engines=1, prefill_engines=1)) as thread:
-        items = stream(thread.url, "/v1/completions", {"prompt": ids(150_000, 64), "max_tokens": 5, "return_token_ids": True, "stream_options": {"include_usage": True}})
+        items = stream(thread.url, "/v1/completions", {"prompt": ids(122_000, 64), "max_tokens": 5, "return_token_ids": True, "stream_options": {"include_usage": True}})
         assert len(streamed_ids(items)) == 5
         reasons = finish_reasons(items)
         assert reasons == [None] * (len(reasons) - 1) + ["length"]
@@ -819,7 +893,7 @@ def test_a_disaggregated_cluster_streams_every_token(prompts):
         assert items[-1] == "[DONE]"
         chat = post(thread.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 4}).json()
         assert chat["usage"]["completion_tokens"] == 4
-        one = post(thread.url, "/v1/completions", {"prompt": ids(150_100, 10), "max_tokens": 1}).json()
+        one = post(thread.url, "/v1/completions", {"prompt": ids(122_100, 10), "max_tokens": 1}).json()
         assert one["usage"]["completion_tokens"] == 1
         # engine 0 prefills and makes each first token; engine 1 decodes the rest, computing no prompt
         assert metric(thread.url, "generation_tokens_total", "0") == 3
@@ -842,7 +916,7 @@ def test_a_disaggregated_stream_whose_prefill_ends_before_its_headers_go_out(pro
 
     monkeypatch.setattr(web.StreamResponse, "prepare", slow_prepare)
     with serving(prompts, load_profile("llama-3.1-8b-h100"), cluster=ClusterConfig(engines=1, prefill_engines=1)) as thread:
-        items = stream(thread.url, "/v1/completions", {"prompt": ids(151_000, 64), "max_tokens": 200, "return_token_ids": True})
+        items = stream(thread.url, "/v1/completions", {"prompt": ids(123_000, 64), "max_tokens": 200, "return_token_ids": True})
         assert len(streamed_ids(items)) == 200 and items[-1] == "[DONE]"
         assert metric(thread.url, "generation_tokens_total", "1") > 0  # the decode engine made tokens after the prefill
 

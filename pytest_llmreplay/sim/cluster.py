@@ -182,24 +182,9 @@ class Cluster:
         for engine in self.engines:
             await engine.stop()
 
-    @property
-    def capacity_tokens(self) -> int:
-        """Tokens one engine's KV cache holds: a longer prompt + output could never finish."""
-        config = self.decode.engines[0].config
-        return config.num_gpu_blocks * config.block_size
-
-    def refusal(self, prompt_tokens: int, output_tokens: int) -> str | None:
-        """Why a request cannot be served (as a server's 400 says), or None."""
-        if prompt_tokens + output_tokens > self.capacity_tokens:
-            return (
-                f"this request needs {prompt_tokens} prompt + {output_tokens} output tokens, more than "
-                f"the engine's KV cache of {self.capacity_tokens} tokens"
-            )
-        return None
-
     def submit(self, prompt: Tokens, output: Tokens, received_s: float | None = None) -> Job:
-        """Route a request that generates exactly ``len(output)`` tokens (check
-        :meth:`refusal` first: a request larger than the cache would wait forever);
+        """Route a request that generates exactly ``len(output)`` tokens (fit it to the profile's
+        ``max_model_len`` first: a request larger than the cache would wait forever);
         ``received_s``: when the server received it (:meth:`Engine.enqueue`)."""
         job = Job(SimRequest(prompt, output))
         if self.prefill is None or job.first.output_len == 1:

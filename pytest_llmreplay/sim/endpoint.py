@@ -11,14 +11,16 @@ list), else its text (``prompt``, or chat ``messages`` contents joined) encoded 
 factory's tokenizer. ``extra_body`` fields are merged under every request's, as the HTTP
 client merges them, and the body's fields are checked as the HTTP server checks them
 (:mod:`.request_fields`: a body the server refuses fails here with ``http: 400 ...`` too). It
-generates exactly ``max_tokens`` tokens (default 16; ``ignore_eos`` semantics), seeded word
+generates exactly ``max_tokens`` tokens (``ignore_eos`` semantics; fitted to the profile's
+``max_model_len`` as the server fits it: default 16 for completions, the context left for chat,
+cut to the context left), seeded word
 tokens that it returns as ``token_ids`` and text, so agent histories grow exactly as the
 engine's cache saw them; a keyed prompt's output is keyed too and returns no
 tokens or text (no later turn extends it).
 Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
 ``completion_tokens``; ``queue_s`` is admission time - arrival time (in the first engine). A
-request larger than an engine's KV cache fails at once with ``http: 400 ...``, as a server
-refuses a prompt over its limit (it would otherwise wait forever). A
+prompt that leaves no room in ``max_model_len`` fails at once with ``http: 400 ...``, as vLLM
+refuses it. A
 request cancelled by the replay (duration limit) is aborted in its engine, releasing its blocks.
 """
 
@@ -32,7 +34,7 @@ from ..endpoints import EndpointRequest, Response
 from ..errors import LLMReplayError
 from ..prompts import KeyedPrompt, PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig
-from .request_fields import BadRequest, check_fields
+from .request_fields import BadRequest, check_fields, output_limits
 from .profile import Profile
 
 
@@ -97,24 +99,21 @@ class SimEndpoint:
     async def send(self, request: EndpointRequest, response: Response) -> None:
         body = {**self.extra_body, **request.body} if self.extra_body else request.body
         response.sent_s = self._clock.now()
+        chat = "messages" in body
         try:
-            count = check_fields(body, "messages" in body).max_tokens
+            limits = check_fields(body, chat)
+            prompt = self.prompt_ids(body)
+            count, _ = output_limits(limits, len(prompt), self.profile.max_model_len, "messages" if chat else "prompt")
         except BadRequest as exc:
             response.end_s = response.sent_s
             response.fail("http", f"{exc.status} {exc}")
             return
-        prompt = self.prompt_ids(body)
         keyed = isinstance(prompt, KeyedPrompt)
         if keyed:
             output = KeyedPrompt(((("sim-output", self.seed, self._sent), count),))
         else:
             output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
         self._sent += 1
-        refusal = self.cluster.refusal(len(prompt), count)
-        if refusal is not None:
-            response.end_s = response.sent_s
-            response.fail("http", f"400 {refusal}")
-            return
         submitted = self.cluster.submit(prompt, output)
         response.chunk_times, response.chunk_tokens = submitted.times, submitted.tokens
         try:

@@ -24,13 +24,21 @@ within a span is its mean. ``spans=False`` (the HTTP server, which must stream e
 time) runs every iteration on its own; the times are the same.
 
 Handing tokens out takes clock time on a wall clock (the HTTP server writes one event per stream
-from ``on_emit``: about 5 ms for 1,000 streams). So an iteration's tokens are handed out ``lead``
-before its simulated end, ``lead`` = half the time the previous hand-out took, and the timer is
-set a further ``late`` early, ``late`` = the moving average of how late it fired (an event loop
-polls in whole milliseconds: about 1 ms): the writes then straddle the simulated instant instead
-of all trailing it. The next iteration is still scheduled at the simulated end, so arrivals join
-exactly as without the lead. On the virtual clock a hand-out takes no time, timers fire on time,
-and both are 0.
+from ``on_emit``: about 5 ms for 1,000 streams). So an iteration's tokens are handed out early,
+the timer set ``lead + late`` before its simulated end, both measured online on the machine it
+runs on (:class:`WakeTiming`), so that the writes straddle the simulated instant instead of all
+trailing it::
+
+    lead = min(0.5 * median(hand-out seconds per request) * requests to hand out, MAX_LEAD_S)
+    late = min(max(median(timer lateness), 0), MAX_LATE_S)
+
+over the last ``TIMING_WINDOW`` iterations (lower medians; lateness: how long after the time asked the timer's
+wake-up ran; an event loop polls in whole milliseconds, about 1 ms). Medians, not means: the
+hand-out that a garbage collection or the other process stretched, or the wake-up that waited
+behind a burst of requests, is rare and must not send every later iteration's tokens early.
+The next iteration is still scheduled at the simulated end, so arrivals join exactly as
+without the lead. On the virtual clock a hand-out takes no time, timers fire on time, and both
+are exactly 0.
 
 An idle engine starts its next iteration at the arrival of the request that woke it, and a
 request's arrival is when its server received it (``received_s``), not after the server parsed
@@ -60,7 +68,33 @@ from .timing import Batch, TimingModel
 
 Tokens = Union[Sequence[int], KeyedPrompt]
 _TIMER = object()  # what the engine's wake-up future holds when its iteration timer fired
-LATE_SMOOTHING = 0.1  # weight of the newest lateness in its moving average
+TIMING_WINDOW = 31  # iterations whose wake-up lateness and hand-out time set the next lead (medians)
+MAX_LATE_S = 0.005  # bounds of the early start (module docstring): a stalled machine must not
+MAX_LEAD_S = 0.025  # make every later token go out far too early
+
+
+class WakeTiming:
+    """How early an iteration's hand-out starts on a wall clock (module docstring): medians of
+    the last ``TIMING_WINDOW`` timer latenesses and hand-out times per request, bounded."""
+
+    def __init__(self) -> None:
+        self.lateness: deque[float] = deque(maxlen=TIMING_WINDOW)
+        self.per_request: deque[float] = deque(maxlen=TIMING_WINDOW)
+
+    def early_s(self, requests: int) -> float:
+        """lead + late for a hand-out to ``requests`` requests."""
+        late = min(max(_median(self.lateness), 0.0), MAX_LATE_S)
+        return late + min(0.5 * _median(self.per_request) * requests, MAX_LEAD_S)
+
+    def handed_out(self, seconds: float, requests: int) -> None:
+        if requests:
+            self.per_request.append(seconds / requests)
+
+
+def _median(values: deque[float]) -> float:
+    """The (lower) median of ``values``, 0 when empty: of two values the smaller, so that one
+    outlier never moves it."""
+    return sorted(values)[(len(values) - 1) // 2] if values else 0.0
 
 
 def _set(future: asyncio.Future, value: object) -> None:
@@ -169,8 +203,7 @@ class Engine:
         self._next_id = 0
         self._wake: asyncio.Future | None = None
         self._start = 0.0  # when the iteration being scheduled starts
-        self._lead = 0.0  # half the clock time the last hand-out of tokens took (module docstring)
-        self._late = 0.0  # how late the iteration timer fires, smoothed (module docstring)
+        self.wake_timing = WakeTiming()  # how early hand-outs start (module docstring)
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
@@ -233,10 +266,12 @@ class Engine:
             self._start = start
             plan = self._schedule()
             steps = len(plan.ends)
+            early = self.wake_timing.early_s(len(plan.prefills) + len(plan.decodes))
             while True:
-                due = start + float(plan.ends[steps - 1]) - self._lead - self._late
+                due = start + float(plan.ends[steps - 1]) - early
                 self._wake = loop.create_future()
-                timer = loop.call_later(max(due - self.clock.now(), 0.0), _set, self._wake, _TIMER)
+                asked = self.clock.now()
+                timer = loop.call_later(max(due - asked, 0.0), _set, self._wake, _TIMER)
                 woken_by = await self._wake
                 timer.cancel()
                 if woken_by is _TIMER or steps == 1:
@@ -248,9 +283,9 @@ class Engine:
             self._wake = None
             applied = self.clock.now()
             if woken_by is _TIMER:
-                self._late += LATE_SMOOTHING * (applied - due - self._late)
-            self._apply(plan, steps, start)
-            self._lead = 0.5 * (self.clock.now() - applied)
+                self.wake_timing.lateness.append(applied - max(due, asked))
+            handed = self._apply(plan, steps, start)
+            self.wake_timing.handed_out(self.clock.now() - applied, handed)
             # back to back: the next iteration starts when this one ended in simulated time, even
             # if the event loop woke late (wall clock), so lateness does not pile up
             start += float(plan.ends[steps - 1])
@@ -379,23 +414,26 @@ class Engine:
 
     # -- applying -----------------------------------------------------------------------------
 
-    def _apply(self, plan: _Plan, steps: int, start: float) -> None:
-        """The planned iteration(s) ended: requests aborted meanwhile get nothing."""
+    def _apply(self, plan: _Plan, steps: int, start: float) -> int:
+        """The planned iteration(s) ended: requests aborted meanwhile get nothing. Returns how
+        many requests got tokens."""
         now = start + float(plan.ends[steps - 1])
         firsts = []  # prefills that completed: their first token is out
         for request, chunk in plan.prefills:
             if not request.running:
                 continue
             request.computed += chunk
-            self.prompt_tokens_total += chunk
             self._register(request)
             if request.computed >= request.target:
                 firsts.append(request)
+                if not request.generated:  # vLLM counts a request's whole prompt, cached or not, once
+                    self.prompt_tokens_total += request.prompt_len
         self._hand_out(firsts, now, 1)
         decodes = [request for request in plan.decodes if request.running]
         for request in decodes:
             request.computed += steps
         self._hand_out(decodes, now, steps)
+        return len(firsts) + len(decodes)
 
     def _hand_out(self, requests: list[SimRequest], now: float, count: int) -> None:
         """``count`` tokens to each of ``requests`` at ``now``; finish those done, tell their

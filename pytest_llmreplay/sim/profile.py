@@ -51,6 +51,17 @@ class Profile:
     path: str | None = None
 
     @property
+    def max_model_len(self) -> int:
+        """The longest prompt + output served (``/v1/models``' ``max_model_len``): the model's
+        context ``max_position_embeddings``, capped at what one engine's KV cache holds
+        (``num_gpu_blocks * block_size``: where vLLM would refuse to start, or with
+        ``--max-model-len auto`` take the largest length that fits); the KV cache alone when the
+        profile gives no context length."""
+        kv_tokens = self.engine.num_gpu_blocks * self.engine.block_size
+        context = self.model.max_position_embeddings if self.model is not None else 0
+        return min(context, kv_tokens) if context else kv_tokens
+
+    @property
     def gpus(self) -> int:
         """GPUs behind one engine (for per-GPU throughput)."""
         return self.hardware.gpus if self.hardware is not None else 1
@@ -191,6 +202,7 @@ _TOP = ("name", "description", "model", "hardware", "engine", "timing", "sources
 _MODEL = (
     "name", "parameters", "active_parameters", "layers", "hidden_size", "heads", "kv_heads", "head_dim",
     "dtype_bytes", "kv_dtype_bytes", "vocab_size", "tie_word_embeddings", "experts", "experts_per_token",
+    "max_position_embeddings",
 )
 _HARDWARE = ("name", "peak_flops", "memory_bandwidth", "memory_bytes", "gpus", "tensor_parallel", "interconnect_bandwidth", "allreduce_latency_us")
 _ENGINE = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "activation_reserve_gib")
@@ -230,6 +242,7 @@ def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
         tie_word_embeddings=tie,
         experts=experts,
         experts_per_token=per_token,
+        max_position_embeddings=f.number(data, p, "max_position_embeddings", 0, integer=True, inclusive=True),
     )
     if spec.matmul_parameters <= 0 or spec.dense_read_parameters <= 0:
         f.fail(f"{p}.vocab_size", "embedding and LM head (vocab_size * hidden_size) exceed the parameters")

@@ -9,15 +9,23 @@ the field at fault, so a body the server refuses is refused by the offline simul
   or absent (a string such as ``"false"`` is refused, not taken as true);
 - ``stream_options``: an object or absent;
 - the output limit: ``max_tokens``, or for chat ``max_completion_tokens`` when given: an integer
-  >= 1, default :data:`DEFAULT_MAX_TOKENS`;
-- ``min_tokens``: an integer from 0 to the limit, default 0.
+  >= 1;
+- ``min_tokens``: an integer >= 0, default 0.
+
+Once the prompt is tokenized, :func:`output_limits` fits them to the model's context
+``max_model_len`` as vLLM (0.32) does: a prompt of more than ``max_model_len`` tokens, or of exactly
+that many (no room for one output token), is refused with vLLM's message; the output limit is
+``min(max_tokens, max_model_len - prompt)``, so a ``max_tokens`` past the context is cut to what is
+left, not refused; without ``max_tokens`` it is the context left for chat, and 16
+(:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`) for completions (vLLM's ``CompletionRequest`` default; an
+explicit ``null`` is the context left there too); then ``min_tokens`` must not exceed the limit.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple
 
-DEFAULT_MAX_TOKENS = 16
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default
 FLAGS = ("stream", "ignore_eos", "return_token_ids")
 
 
@@ -37,7 +45,7 @@ class BadRequest(Exception):
 
 
 class Limits(NamedTuple):
-    max_tokens: int
+    max_tokens: int | None  # None: not given (the default depends on the prompt: output_limits)
     min_tokens: int
     limit_name: str  # the field that set max_tokens: max_tokens or max_completion_tokens
 
@@ -57,13 +65,40 @@ def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
             raise BadRequest(f"stream_options: expected an object, got {options!r}", "stream_options")
         _check_flag(options, "include_usage", "stream_options.include_usage")
     limit_name = "max_completion_tokens" if chat and get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _integer(body, limit_name, DEFAULT_MAX_TOKENS, 1)
-    if get("min_tokens") is None:
-        return Limits(max_tokens, 0, limit_name)
-    min_tokens = _integer(body, "min_tokens", 0, 0)
-    if min_tokens > max_tokens:
+    if get(limit_name) is not None:
+        max_tokens: int | None = _integer(body, limit_name, 0, 1)
+    else:  # completions: absent is 16, an explicit null the context left (vLLM)
+        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS if not chat and limit_name not in body else None
+    min_tokens = 0 if get("min_tokens") is None else _integer(body, "min_tokens", 0, 0)
+    if max_tokens is not None and min_tokens > max_tokens:
         raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
     return Limits(max_tokens, min_tokens, limit_name)
+
+
+def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int, prompt_field: str) -> tuple[int, int]:
+    """(max_tokens, min_tokens) of a request whose prompt has ``prompt_tokens`` tokens, fitted to
+    the context ``max_model_len`` (module docstring), or :class:`BadRequest` naming
+    ``prompt_field`` (prompt too long) or ``min_tokens`` (more than the context leaves)."""
+    if prompt_tokens > max_model_len:
+        raise BadRequest(
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"{prompt_tokens} input tokens, which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt.", prompt_field,
+        )
+    if prompt_tokens == max_model_len:
+        raise BadRequest(
+            f"The decoder prompt (length {prompt_tokens}) plus the number of requested output tokens (at least 1) "
+            f"is longer than the maximum model length of {max_model_len}. Make sure that `max_model_len` is no "
+            "smaller than the number of text tokens (prompt + requested output tokens).", prompt_field,
+        )
+    left = max_model_len - prompt_tokens
+    max_tokens = left if limits.max_tokens is None else min(limits.max_tokens, left)
+    if limits.min_tokens > max_tokens:
+        raise BadRequest(
+            f"min_tokens: {limits.min_tokens} is more than the {max_tokens} output tokens the context leaves "
+            f"({prompt_tokens} prompt tokens of max_model_len {max_model_len})", "min_tokens",
+        )
+    return max_tokens, limits.min_tokens
 
 
 def _integer(body: Mapping[str, Any], name: str, default: int, minimum: int) -> int:

@@ -78,6 +78,7 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     experts: int = 0  # E; 0: dense
     experts_per_token: int = 0  # k
+    max_position_embeddings: int = 0  # the context length (config.json; vLLM's default max_model_len); 0: unknown
 
     @property
     def active(self) -> float:

@@ -7,24 +7,30 @@ when its iteration ends.
 
 Requests:
 
-- ``max_tokens`` (chat also ``max_completion_tokens``; default 16), ``min_tokens`` (default 0),
-  ``ignore_eos``. The output has exactly ``max_tokens`` tokens unless the server runs with
-  ``eos_mean_tokens``: then a request without ``ignore_eos`` stops at a natural length drawn
-  per request (geometric with that mean: a constant chance of EOS per token), clamped to
-  ``[max(min_tokens, 1), max_tokens]``, with ``finish_reason`` ``stop`` when it stopped early.
+- ``max_tokens`` (chat also ``max_completion_tokens``), ``min_tokens`` (default 0),
+  ``ignore_eos``, fitted to the profile's ``max_model_len`` as vLLM does
+  (:mod:`.request_fields`: default 16 for completions, the context left for chat; a limit past
+  the context is cut to it). The output has exactly ``max_tokens`` tokens unless the server runs
+  with ``eos_mean_tokens``: then a request without ``ignore_eos`` has the length
+  ``min(min_tokens + natural, max_tokens)``, ``natural`` drawn per request (geometric with that
+  mean: a constant chance of EOS per token, the EOS token counted), with ``finish_reason``
+  ``stop`` when it stopped early. ``min_tokens`` adds to the natural length because vLLM masks
+  EOS for the first ``min_tokens`` tokens and the chance of EOS is the same at every later one.
 - ``stream`` with ``stream_options.include_usage``; ``return_token_ids`` adds each chunk's
   ``token_ids`` (as vLLM does). ``usage`` has ``prompt_tokens_details.cached_tokens``: the prompt's
   prefix found in the engine's cache at admission.
 - Chat prompts are each message as ``<|role|>\\n`` + content + ``\\n`` (encoded message by
   message, so a conversation's earlier turns keep their token ids and hit the cache), then
-  ``<|assistant|>\\n``. Token-id prompts are taken as they are (any ids >= 0: the simulator has
-  no vocabulary limit); the text it writes comes from the project's tokenizer.
+  ``<|assistant|>\\n``. Token-id prompts are taken as they are; an id past both the profile's
+  model's ``vocab_size`` and the tokenizer's is refused as vLLM refuses it (no limit when the
+  profile gives no ``vocab_size``); the text it writes comes from the project's tokenizer.
 - Refused with 400 and an OpenAI error object naming the field: a body that is not JSON, no
   prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a flag
   (``stream``, ``ignore_eos``, ``return_token_ids``, ``stream_options.include_usage``) that is
-  not true or false, ``stream_options`` that is not an object, a request larger than an
-  engine's KV cache (naming the prompt when it would not fit with one output token, else
-  ``max_tokens``); 404 for another ``model``.
+  not true or false, ``stream_options`` that is not an object, a prompt that leaves no room
+  in ``max_model_len`` (naming the prompt, with vLLM's message); 404 for another ``model``.
+- ``/v1/models`` reports the profile's ``max_model_len``: the model's context, capped at an
+  engine's KV cache.
 - A client that goes away (closes the connection, or times out waiting for a whole response)
   has its request dropped from the engine: it stops generating and frees its blocks.
 
@@ -58,7 +64,7 @@ from ..prompts import PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
-from .request_fields import BadRequest, check_fields
+from .request_fields import BadRequest, check_fields, output_limits
 from .profile import Profile
 
 LAG_WINDOW = 100_000
@@ -109,6 +115,10 @@ class SimServer:
         self.profile = profile
         self.prompts = prompts
         self.model = profile.name if model is None else model
+        # token ids past both the model's and the tokenizer's vocabulary are refused, as vLLM does;
+        # 0 (no limit) when the profile gives no vocab_size
+        model_vocab = profile.model.vocab_size if profile.model is not None else 0
+        self.vocab_size = max(model_vocab, prompts.tokenizer.vocab_size) if model_vocab else 0
         self.cluster_config = cluster
         self.faults = faults
         self.eos_mean_tokens = eos_mean_tokens
@@ -165,7 +175,7 @@ class SimServer:
     async def models(self, request: web.Request) -> web.Response:
         card = {
             "id": self.model, "object": "model", "created": self._created, "owned_by": "llmreplay",
-            "root": self.model, "max_model_len": self.cluster.capacity_tokens,
+            "root": self.model, "max_model_len": self.profile.max_model_len,
         }
         return web.json_response({"object": "list", "data": [card]})
 
@@ -253,22 +263,20 @@ class SimServer:
         model = body.get("model")
         if model is not None and model != self.model:
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
-        max_tokens, min_tokens, limit_name = check_fields(body, chat)
+        limits = check_fields(body, chat)
         prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
-        refusal = self.cluster.refusal(len(prompt), max_tokens)
-        if refusal is not None:  # blame the prompt when it could not fit with even one output token
-            too_long = len(prompt) >= self.cluster.capacity_tokens
-            raise BadRequest(refusal, ("messages" if chat else "prompt") if too_long else limit_name)
+        max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len, "messages" if chat else "prompt")
         return body, prompt, max_tokens, self._output_length(body, max_tokens, min_tokens, number)
 
     def _output_length(self, body: dict[str, Any], max_tokens: int, min_tokens: int, number: int) -> int:
-        """``max_tokens``, or a natural length when EOS is simulated (module docstring)."""
+        """``max_tokens``, or ``min(min_tokens + natural, max_tokens)`` when EOS is simulated
+        (module docstring)."""
         if self.eos_mean_tokens is None or body.get("ignore_eos"):
             return max_tokens
         rng = random.Random(stable_hash("eos", self.seed, number))
         p = 1.0 / self.eos_mean_tokens
         natural = 1 if p >= 1 else 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p))
-        return min(max(natural, min_tokens, 1), max_tokens)
+        return min(min_tokens + natural, max_tokens)
 
     def _prompt_ids(self, prompt: Any) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -276,6 +284,8 @@ class SimServer:
         if isinstance(prompt, str) and prompt:
             return self._encode(prompt, "prompt")
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+            if self.vocab_size and max(prompt) >= self.vocab_size:
+                raise BadRequest(f"prompt: Token id {max(prompt)} is out of vocabulary (ids 0 to {self.vocab_size - 1})", "prompt")
             return prompt
         if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
             raise BadRequest("prompt: batched prompts are not supported; send one prompt per request", "prompt")
