@@ -117,6 +117,37 @@ def test_convert_names_what_cannot_be_expressed(capsys, tmp_path, shared_data):
     assert "azure cannot express session 'trace1': 25 turns" in err
 
 
+def test_convert_refuses_to_overwrite_its_input_however_spelt(capsys, tmp_path, shared_data):
+    source = tmp_path / "trace.jsonl"
+    source.write_bytes((shared_data / "trie/office_work_8k_slice.jsonl").read_bytes())
+    original = source.read_bytes()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.jsonl").symlink_to(source)
+    for target in (source, tmp_path / "sub" / ".." / "trace.jsonl", tmp_path / "link.jsonl"):
+        code, out, err = run(capsys, "convert", str(source), str(target), "--to", "llmservingsim", "--allow-loss")
+        assert code == 1 and out == ""
+        assert err == f"error: {target}: is the input workload {source} itself; write to another path (the input would be overwritten)\n"
+    assert source.read_bytes() == original
+
+
+def test_convert_into_a_folder_of_its_input_payloads_is_refused(capsys, tmp_path):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    code, _, err = run(capsys, "convert", str(folder), str(folder / "a.jsonl"), "--to", "aiperf-payloads")
+    assert code == 1 and "is the input workload" in err
+    assert (folder / "a.jsonl").read_text().startswith('{"messages"')
+
+
+def test_convert_to_a_missing_folder_or_a_directory_is_one_line_naming_out(capsys, tmp_path, shared_data):
+    source = str(shared_data / "trie/office_work_8k_slice.jsonl")
+    missing = tmp_path / "nowhere" / "x.jsonl"
+    code, _, err = run(capsys, "convert", source, str(missing), "--to", "trie")
+    assert (code, err) == (1, f"error: {missing}: the folder {missing.parent} does not exist\n")
+    code, _, err = run(capsys, "convert", source, str(tmp_path), "--to", "trie")
+    assert (code, err) == (1, f"error: {tmp_path}: is a directory; format 'trie' writes a file here\n")
+
+
 def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
     source = tmp_path / "inputs.json"
     data = {"data": [{"session_id": "a", "payloads": [{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},

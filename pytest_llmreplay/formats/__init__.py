@@ -109,11 +109,32 @@ def write_workload(workload: Workload, path: str | Path, to: str, *, allow_loss:
     """Write ``workload`` to ``path`` in format ``to``; returns notes on what was dropped.
 
     Raises :class:`LLMReplayError` when ``to`` cannot express the workload, or would drop
-    something and ``allow_loss`` is false (the message lists what).
+    something and ``allow_loss`` is false (the message lists what), and, naming ``path``, when
+    ``path`` is the workload's own file (or lies in its folder of payload files), its folder does
+    not exist, or it cannot be written.
     """
     module = FORMATS.get(to)
     writer = getattr(module, "write", None)
     if writer is None:
         writable = ", ".join(name for name, m in FORMATS.items() if hasattr(m, "write"))
         raise LLMReplayError(f"cannot write format {to!r}; writable formats: {writable}")
-    return writer(workload, path, allow_loss=allow_loss)
+    path = Path(path)
+    if workload.source is not None and _overwrites(Path(workload.source), path):
+        raise LLMReplayError(f"{path}: is the input workload {workload.source} itself; write to another path (the input would be overwritten)")
+    if not path.parent.is_dir():
+        raise LLMReplayError(f"{path}: the folder {path.parent} does not exist")
+    try:
+        return writer(workload, path, allow_loss=allow_loss)
+    except IsADirectoryError:
+        raise LLMReplayError(f"{path}: is a directory; format {to!r} writes a file here") from None
+    except OSError as exc:
+        raise LLMReplayError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _overwrites(source: Path, target: Path) -> bool:
+    """Whether writing ``target`` replaces ``source`` or a file inside it (a folder of payload
+    files), whatever the spelling of either path (relative, ``..``, symbolic links)."""
+    if not source.exists():
+        return False
+    source, target = source.resolve(), target.resolve()
+    return target == source or (source.is_dir() and source in target.parents)
