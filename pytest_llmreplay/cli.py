@@ -298,7 +298,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--save-to", metavar="STORE", help="also store the result (as llmreplay run <workload file name>, this commit) in STORE: a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX (checked before the run)")
     run.add_argument("--out", metavar="DIR", help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)")
     target = run.add_argument_group("endpoint")
-    target.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    target.add_argument("--model", help="model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)")
     target.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
     target.add_argument("--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)")
     target.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)")

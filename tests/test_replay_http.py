@@ -237,3 +237,24 @@ def test_cli_runs_of_two_workloads_share_no_prompt_tokens(tmp_path, capsys):
 
         assert cache_hit_rate(first, "a") == 0 and cache_hit_rate(second, "b") == 0
         assert cache_hit_rate(first, "again") > 0
+
+
+SUPPORT_CHAT = str(Path(__file__).parents[1] / "workloads" / "aiperf_inputs_support_chat.json")  # its payloads name "served-model"
+
+
+def test_cli_run_sends_verbatim_payloads_under_the_model_the_user_names(tmp_path, capsys):
+    """The simulator serves "tiny-test": the payloads' own model gets a 404; ``--model`` or an
+    extra body's ``model`` (which beats ``--model``) replaces it in every payload."""
+    from test_sim_server import serving
+
+    with serving(PromptFactory(load_tokenizer(None))) as sim:
+        def requests(out: str, *options: str) -> dict:
+            main(["run", SUPPORT_CHAT, "--endpoint", sim.url, "--max-requests", "4", "--concurrency", "4", "--out", str(tmp_path / out), *options])
+            return json.loads((tmp_path / out / "result.json").read_text())["summary"]["requests"]
+
+        own = requests("own")
+        assert own["ok"] == 0 and own["failed"] > 0
+        assert "The model `served-model` does not exist." in capsys.readouterr().out
+        assert requests("model", "--model", "tiny-test")["ok"] == 4
+        assert requests("extra", "--extra-body", '{"model": "tiny-test"}')["ok"] == 4
+        assert requests("both", "--model", "served-model", "--extra-body", '{"model": "tiny-test"}')["ok"] == 4
