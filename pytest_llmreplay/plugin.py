@@ -191,7 +191,7 @@ class LLMSession:
                 tokenizer = load_tokenizer(option(self.config, "llm_tokenizer"))
             except LLMReplayError as exc:
                 raise LLMReplayError(f"--llm-tokenizer: {exc}") from None
-            self._prompts = PromptFactory(tokenizer, seed=self.seed)
+            self._prompts = PromptFactory(tokenizer, seed=self.seed, tokenizer_option="--llm-tokenizer")
         return self._prompts
 
     @property

@@ -164,6 +164,46 @@ def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
     assert [e["payloads"] for e in json.loads(back.read_text())["data"]] == [e["payloads"] for e in data["data"]]
 
 
+def test_validate_block_size_applies_to_the_files_that_take_one(capsys, tmp_path, shared_data):
+    mooncake = tmp_path / "m16.jsonl"  # hash ids of 16 tokens: wrong at the default 512
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n")
+    trie = shared_data / "trie/office_work_8k_slice.jsonl"
+    code, out, err = run(capsys, "validate", "--block-size", "16", str(mooncake), str(trie))
+    assert code == 0, err
+    assert out.count("ok ") == 2
+    assert err == f"warning: {trie}: --block-size does not apply to format 'trie' (only to hash-id traces: mooncake); ignored\n"
+
+
+def test_errors_name_the_options_of_the_command_line(capsys, tmp_path):
+    odd = tmp_path / "odd.txt"
+    odd.write_text("x,y\n")
+    assert run(capsys, "validate", str(odd))[2].endswith("; name it with --format (one of llmservingsim, mooncake, trie, aiperf-payloads, aiperf-inputs, azure, synthetic)\n")
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n")
+    assert run(capsys, "inspect", str(mooncake))[2].endswith("got 3 (pass --block-size if the trace uses another)\n")
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text(json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0, "input_tok_ids": [1, 2, 9000]}) + "\n")
+    code, _, err = run(capsys, "run", str(ids), "--endpoint", "http://127.0.0.1:9", "--model", "m", "--no-idle-check")
+    assert code == 1 and err.endswith("use the tokenizer the trace was made with (--tokenizer)\n")
+
+
+def test_every_replay_setting_of_run_is_an_option_named_after_it():
+    """Errors from the replay settings name the field (``duration_s: ...``); the command line
+    spells each as the option that sets it, found by its destination."""
+    from dataclasses import fields
+
+    from pytest_llmreplay.cli import build_parser, spelled
+    from pytest_llmreplay.driver import ReplaySettings
+
+    names = build_parser().parse_args(["run", "w.jsonl", "--endpoint", "http://h"]).option_names
+    cli_only = {"check_idle"}  # set by --no-idle-check
+    assert {f.name for f in fields(ReplaySettings)} - cli_only <= set(names)
+    assert spelled("duration_s: expected a number > 0, got 0", names) == "--duration: expected a number > 0, got 0"
+    assert spelled("warmup_s: expected a number >= 0", names) == "--warmup-seconds: expected a number >= 0"
+    assert spelled("grace_s: x; see format= and block_size=16, not http://h/?seed=1 or synthetic.rate: 2", names) == (
+        "--grace: x; see --format and --block-size 16, not http://h/?seed=1 or synthetic.rate: 2")
+
+
 def test_bad_usage_exits_2(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["convert", "a", "b", "--to", "synthetic"])

@@ -191,13 +191,18 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
         (["--out", "afile"], "error: --out: afile is a file; expected a folder for result.json and requests.csv"),
         (["--tokenizer", "/nonexistent/tok.json"], "error: tokenizer '/nonexistent/tok.json': no such file or folder"),
         (["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"], "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set"),
+        (["--mode", "rate"], "error: --rate: mode 'rate' needs a rate (sessions per second)"),
+        (["--mode", "timestamps", "--order", "shuffled"], "error: --order: timestamps mode replays sessions in trace order"),
+        (["--warmup-requests", "1"], "error: --warmup-requests: 1 is not fewer than the 1 requests this run sends at most; nothing would be measured"),
+        (["--max-requests", "3", "--warmup-requests", "3", "--mode", "concurrency"], "error: --warmup-requests: 3 is not fewer than the 3 requests"),
+        (["--max-requests", "3"], "error: --max-requests/--max-sessions: cycling a timed trace whose sessions all arrive at once"),
     ],
 )
 def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monkeypatch, extra, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("x")
     workload = tmp_path / "w.jsonl"
-    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1], "timestamp": 0}) + "\n")
     status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", *extra])
     err = capsys.readouterr().err
     assert status == 1 and err.startswith(message) and "Traceback" not in err
