@@ -10,7 +10,7 @@
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
-input, 2 for bad usage (argparse). ``run`` stopped by SIGINT/SIGTERM still reports what it
+input (``compare``: 3, its 1 and 2 being verdicts), 2 for bad usage (argparse). ``run`` stopped by SIGINT/SIGTERM still reports what it
 measured and exits 128 + the signal's number.
 """
 
@@ -28,11 +28,17 @@ from .errors import LLMReplayError
 
 
 def _load(args: argparse.Namespace, path: str):
-    from .formats import load_workload
+    """``path`` loaded with ``--format`` and ``--block-size``; the block size goes only to formats
+    that take one (``validate --block-size 16 *.jsonl`` checks a mix), with a warning for the others."""
+    from .formats import detect_format, load_workload, loader_options
 
     options: dict[str, Any] = {}
     if args.block_size is not None:
-        options["block_size"] = args.block_size
+        name = args.format or detect_format(path)
+        if "block_size" in loader_options(name):
+            options["block_size"] = args.block_size
+        else:
+            print(f"warning: {path}: --block-size does not apply to format {name!r} (only to hash-id traces: mooncake); ignored", file=sys.stderr)
     return load_workload(path, format=args.format, **options)
 
 
@@ -42,7 +48,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         try:
             workload = _load(args, path)
         except LLMReplayError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {spelled(str(exc), args.option_names)}", file=sys.stderr)
             failed += 1
             continue
         for warning in workload.warnings:
@@ -70,7 +76,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
     workload = _load(args, args.input)
     notes = write_workload(workload, args.output, args.to, allow_loss=args.allow_loss)
     for note in notes:
-        print(f"note: dropped or changed: {note}", file=sys.stderr)
+        print(f"note: dropped or changed: {spelled(note, args.option_names)}", file=sys.stderr)
     print(f"wrote {args.output}: {args.to}, {len(workload.sessions):,} sessions, {workload.num_requests:,} requests")
     return 0
 
@@ -89,8 +95,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     settings = ReplaySettings(
         mode=args.mode, speedup=args.speedup, concurrency=args.concurrency, rate=args.rate, arrival=args.arrival,
-        duration_s=args.duration, grace_s=args.grace, max_requests=args.max_requests, max_sessions=args.max_sessions,
-        warmup_requests=args.warmup_requests, warmup_s=args.warmup_seconds, order=args.order, seed=args.seed,
+        duration_s=args.duration_s, grace_s=args.grace_s, max_requests=args.max_requests, max_sessions=args.max_sessions,
+        warmup_requests=args.warmup_requests, warmup_s=args.warmup_s, order=args.order, seed=args.seed,
         prompt_format=args.prompt_format, check_idle=not args.no_idle_check,
     )
     settings.validate()
@@ -105,7 +111,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
     # salted with the workload's digest, as the plugin does: two workloads share no prompt tokens
     digest = workload_digest(args.file)
-    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed).salted(digest)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
     sim = _sim_target(args, prompts, body) if args.sim else None
     if sim is not None:  # the plugin's --llm-offline: the simulator in process, on the virtual clock
         endpoint, clock = sim.endpoint(), sim.clock()
@@ -228,11 +234,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if comparison.regressions else 0
 
 
+COMPARE_BAD_INPUT = 3  # compare's 1 and 2 say what the comparison found
+
+
 def _add_compare_parser(commands: Any) -> None:
     compare = commands.add_parser("compare", help="compare two stored results (baselines, reports, run --out)",
                                   description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
                                               "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
-                                              "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable.")
+                                              "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable, 3 bad input.")
     compare.add_argument("baseline", metavar="A", help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json; with --store, a commit")
     compare.add_argument("current", metavar="B", help="the result to judge against A (with --store, a commit)")
     compare.add_argument("--store", metavar="STORE", help="read A and B from a store (a folder, git:REMOTE#REF or a URL such as s3://BUCKET/PREFIX): "
@@ -240,7 +249,7 @@ def _add_compare_parser(commands: Any) -> None:
     compare.add_argument("--test", metavar="TEST", help="with --store: the test id, as stored (a pytest node id, or 'llmreplay run FILE')")
     compare.add_argument("--regression", action="append", default=[], metavar="KEY=ALLOWED",
                          help="allowed change of a compared metric, e.g. ttft.p50=10%% or ttft.p90=off (repeatable)")
-    compare.set_defaults(run=cmd_compare)
+    compare.set_defaults(run=cmd_compare, bad_input_status=COMPARE_BAD_INPUT)
 
 
 class ProgressLine:
@@ -325,7 +334,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     run.add_argument("--save-to", metavar="STORE", help="also store the result (as llmreplay run <workload file name>, this commit) in STORE: a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX (checked before the run)")
     run.add_argument("--out", metavar="DIR", help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)")
     target = run.add_argument_group("endpoint")
-    target.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    target.add_argument("--model", help="model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)")
     target.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
     target.add_argument("--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)")
     target.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)")
@@ -344,12 +353,12 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     plan.add_argument("--speedup", type=_number(True), default=1.0, metavar="X", help="divide trace arrival times and turn delays by X (default 1)")
     plan.add_argument("--rate", type=_number(True), metavar="R", help="sessions per second (rate mode)")
     plan.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate mode spacing (default poisson)")
-    plan.add_argument("--duration", type=_number(True), metavar="S", help="stop admitting after S seconds; cancel what is still in flight after --grace")
-    plan.add_argument("--grace", type=_number(False), default=30.0, metavar="S", help="wait for requests in flight after --duration (default 30)")
+    plan.add_argument("--duration", dest="duration_s", type=_number(True), metavar="S", help="stop admitting after S seconds; cancel what is still in flight after --grace")
+    plan.add_argument("--grace", dest="grace_s", type=_number(False), default=30.0, metavar="S", help="wait for requests in flight after --duration (default 30)")
     plan.add_argument("--max-requests", type=_integer(1), metavar="N", help="take whole sessions until N requests (cycling the workload if needed)")
     plan.add_argument("--max-sessions", type=_integer(1), metavar="N", help="run N sessions (cycling the workload if needed)")
     plan.add_argument("--warmup-requests", type=_integer(0), default=0, metavar="N", help="leave the first N requests out of the metrics")
-    plan.add_argument("--warmup-seconds", type=_number(False), default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
+    plan.add_argument("--warmup-seconds", dest="warmup_s", type=_number(False), default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
     plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
     plan.add_argument("--seed", type=_integer(0), default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
     plan.add_argument("--gpus", type=_integer(1), default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")
@@ -558,7 +567,37 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_parser(commands)
     _add_calibrate_parser(commands)
     _add_compare_parser(commands)
+    for command in commands.choices.values():
+        command.set_defaults(option_names=option_names(command))
     return parser
+
+
+def option_names(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """Each setting ``parser`` takes, by the library's name for it (the option's destination,
+    e.g. ``duration_s``), with its long option (``--duration``)."""
+    return {action.dest: max(action.option_strings, key=len) for action in parser._actions if action.option_strings}
+
+
+_SETTING_AT_START = re.compile(r"[a-z][a-z0-9_]*(?:/[a-z][a-z0-9_]*)*(?=: )")
+_SETTING_HINT = re.compile(r"(?<![\w./?&=-])([a-z][a-z0-9_]*)=(\w?)")
+
+
+def spelled(text: str, names: dict[str, str]) -> str:
+    """``text`` with the library's names of settings (the keys of ``names``) spelled as the
+    options of the command the user typed: a leading ``duration_s: ...`` becomes
+    ``--duration: ...`` (``max_requests/max_sessions: ...``, ``--max-requests/--max-sessions: ...``), and a hint ``name it with format=`` or ``load with block_size=16``
+    becomes ``name it with --format`` or ``load with --block-size 16``. Other words are kept."""
+    head = _SETTING_AT_START.match(text)
+    if head and all(name in names for name in head.group(0).split("/")):
+        text = "/".join(names[name] for name in head.group(0).split("/")) + text[head.end():]
+
+    def option(match: re.Match[str]) -> str:
+        name, value = match.groups()
+        if name not in names:
+            return match.group(0)
+        return f"{names[name]} {value}" if value else names[name]
+
+    return _SETTING_HINT.sub(option, text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -566,8 +605,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.run(args)
     except LLMReplayError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        print(f"error: {spelled(str(exc), args.option_names)}", file=sys.stderr)
+        return getattr(args, "bad_input_status", 1)
     except KeyboardInterrupt:  # before a run started, or a second Ctrl-C during one
         print("interrupted", file=sys.stderr)
         return 128 + signal.SIGINT

@@ -259,6 +259,10 @@ class Replay:
         self.mode = settings.resolved_mode(workload)
         self.prompt_format = settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text")
         self.plan = session_plan(workload, settings)
+        sent = sum(len(session.turns) for session in self.plan)
+        if settings.warmup_requests and settings.warmup_requests >= sent:
+            raise LLMReplayError(f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {sent:,} requests this run "
+                                 "sends at most; nothing would be measured")
         self.records: list[RequestRecord] = []
         self.warnings: list[str] = []
         self._warned: set[str] = set()
@@ -494,7 +498,7 @@ class Replay:
                 "tokenizer",
                 f"tokenizer mismatch: the server counted {server} prompt tokens where {self.prompts.tokenizer.name} planned {planned} "
                 f"(session {record.session_id!r} turn {record.turn_index}); prompt lengths and cache figures are off: "
-                "use the server model's tokenizer (--tokenizer / --llm-tokenizer)",
+                + self.prompts.use_another_tokenizer("the server model's tokenizer"),
             )
 
     def _warn_once(self, key: str, message: str) -> None:

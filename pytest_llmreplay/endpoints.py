@@ -127,7 +127,9 @@ class Endpoint(Protocol):
 class HTTPEndpoint:
     """An OpenAI-compatible server at ``url`` (``http://host:port``, with or without ``/v1``).
 
-    ``model``: the model name to send (None: the first of ``/v1/models``). ``api_key_env``: the
+    ``model``: the model name to send (None: a verbatim payload's own ``"model"``, else the first
+    of ``/v1/models``); a name given here, or as ``extra_body["model"]`` (which wins), replaces a
+    payload's, so a recorded workload reaches a server serving another name. ``api_key_env``: the
     name of the environment variable holding the API key (read when opened, sent as a bearer
     token, never stored on this object or printed). ``headers``/``extra_body``: merged into every
     request (e.g. ``{"ignore_eos": True}``). ``timeout_s``: the longest wait for any byte from
@@ -149,6 +151,7 @@ class HTTPEndpoint:
         if not self.url.startswith(("http://", "https://")):
             raise LLMReplayError(f"endpoint URL: expected http://host:port, got {self.url!r}")
         self.url = _base_url(self.url)
+        self._named_model = self.extra_body.get("model", self.model)  # what the user asked for, if anything
         self._client: Any = None
         self._clock: Clock = WallClock()
 
@@ -211,12 +214,15 @@ class HTTPEndpoint:
         return f"{self.url} is not idle before the run ({busy:g} requests running or waiting on /metrics): cache and latency figures will be skewed"
 
     def body(self, request: EndpointRequest) -> dict[str, Any]:
-        """The JSON sent: model and streaming settings, then ``extra_body``, then the request's."""
+        """The JSON sent: model and streaming settings, then ``extra_body``, then the request's;
+        a model the user named (``model`` or ``extra_body``) replaces a verbatim payload's."""
         body: dict[str, Any] = {"model": self.model, "stream": self.stream}
         if self.stream:
             body["stream_options"] = {"include_usage": True}
         body.update(self.extra_body)
         body.update(request.body)
+        if self._named_model is not None:
+            body["model"] = self._named_model
         return body
 
     async def send(self, request: EndpointRequest, response: Response) -> None:

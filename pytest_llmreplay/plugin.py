@@ -36,7 +36,7 @@ from .errors import LLMReplayError
 # flag, ini key (= dest), ini type, default, help
 OPTIONS = (
     ("--llm-endpoint", "llm_endpoint", "string", None, "URL of a live OpenAI-compatible server (absent: the built-in simulator)"),
-    ("--llm-model", "llm_model", "string", None, "model name to send (default: the first of /v1/models)"),
+    ("--llm-model", "llm_model", "string", None, "model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)"),
     ("--llm-api", "llm_api", "string", "chat", "API to call: chat or completions (default chat)"),
     ("--llm-api-key-env", "llm_api_key_env", "string", None, "name of the environment variable holding the API key"),
     ("--llm-ignore-eos", "llm_ignore_eos", "bool", False, "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, the simulator)"),
@@ -191,7 +191,7 @@ class LLMSession:
                 tokenizer = load_tokenizer(option(self.config, "llm_tokenizer"))
             except LLMReplayError as exc:
                 raise LLMReplayError(f"--llm-tokenizer: {exc}") from None
-            self._prompts = PromptFactory(tokenizer, seed=self.seed)
+            self._prompts = PromptFactory(tokenizer, seed=self.seed, tokenizer_option="--llm-tokenizer")
         return self._prompts
 
     @property
@@ -208,7 +208,7 @@ class LLMSession:
             model = option(self.config, "llm_model") or None
             key_env = option(self.config, "llm_api_key_env") or None
             fingerprint = live_fingerprint(self.endpoint_url, model, key_env)
-            target = Target("live", self.endpoint_url, model=fingerprint["model"], api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint,
+            target = Target("live", self.endpoint_url, model=fingerprint["model"], model_named=model is not None, api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint,
                             extra_body=self.extra_body)
         else:
             from .sim.profile import load_profile

@@ -68,11 +68,18 @@ class KeyedPrompt:
 
 
 class PromptFactory:
-    """Deterministic prompt tokens for turns, for one tokenizer and seed."""
+    """Deterministic prompt tokens for turns, for one tokenizer and seed. ``tokenizer_option``:
+    how the user chose the tokenizer (``--tokenizer``, ``--llm-tokenizer``), named in the hint of
+    a message that says another tokenizer is needed."""
 
-    def __init__(self, tokenizer: Tokenizer, seed: int = 0) -> None:
+    def __init__(self, tokenizer: Tokenizer, seed: int = 0, tokenizer_option: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.seed = seed
+        self.tokenizer_option = tokenizer_option
+
+    def use_another_tokenizer(self, which: str) -> str:
+        """The hint that ends such a message: ``use <which> (--option)``."""
+        return f"use {which}" + (f" ({self.tokenizer_option})" if self.tokenizer_option else "")
 
     def salted(self, salt: str) -> "PromptFactory":
         """A factory for the same tokenizer whose seed is ``stable_hash(seed, salt)``: with a
@@ -80,7 +87,7 @@ class PromptFactory:
         ``s0`` of one and of another, or hash id 0 of two traces), so on a real engine one test
         cannot warm the prefix cache for the next. The word list is computed once, here, and
         shared."""
-        factory = PromptFactory(self.tokenizer, seed=stable_hash(self.seed, salt))
+        factory = PromptFactory(self.tokenizer, seed=stable_hash(self.seed, salt), tokenizer_option=self.tokenizer_option)
         factory.words = self.words
         return factory
 
@@ -199,7 +206,7 @@ class PromptFactory:
         if bad is not None:
             raise LLMReplayError(
                 f"token id {bad} is outside tokenizer {self.tokenizer.name!r} (vocabulary {vocab}); "
-                "use the tokenizer the trace was made with (--llm-tokenizer)"
+                + self.use_another_tokenizer("the tokenizer the trace was made with")
             )
         target = len(ids)
         current = list(ids)

@@ -31,12 +31,15 @@ DEFAULT_PROFILE = "llama-3.1-8b-h100"
 class Target:
     """An endpoint to replay against. ``profile``: the simulator's (offline and sim-server);
     ``url``: the HTTP address (sim-server and live); ``extra_body``: fields merged into every
-    request body (offline too: the in-process simulator checks them as its server does)."""
+    request body (offline too: the in-process simulator checks them as its server does).
+    ``model``: the served model; ``model_named``: the user named it (``--llm-model``), so it
+    replaces a verbatim payload's own, which is sent otherwise."""
 
     kind: str
     url: str | None = None
     profile: Any = None
     model: str | None = None
+    model_named: bool = False
     api: str = "chat"
     api_key_env: str | None = None
     prompts: Any = None
@@ -62,7 +65,7 @@ class Target:
             from .sim.endpoint import SimEndpoint
 
             return SimEndpoint(self.profile, self.prompts, seed=self.prompts.seed, extra_body=self.extra_body)
-        return HTTPEndpoint(self.url, model=self.model, api=self.api, api_key_env=self.api_key_env, extra_body=self.extra_body)
+        return HTTPEndpoint(self.url, model=self.model if self.model_named else None, api=self.api, api_key_env=self.api_key_env, extra_body=self.extra_body)
 
     def clock(self) -> Clock:
         return VirtualClock() if self.kind == "offline" else WallClock()

@@ -10,6 +10,13 @@ leading blocks already in the cache::
 Token-id prompts count full blocks of ``block_size`` tokens only; a hash-id prompt's last block
 may be partial. Session-history share (agent and chat traces): the part of growth turns' prompts
 that is the previous prompt + response, over all prompt tokens.
+
+Time span and request rate (timed workloads): over the requests' arrivals, not the sessions'
+starts. A turn arrives at its session's arrival plus the delays of the turns up to it (the
+response times between are not known before a replay, so a later turn's arrival is its
+earliest)::
+
+    request_rate = requests / (last request arrival - first request arrival)
 """
 
 from __future__ import annotations
@@ -71,7 +78,7 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
     turns = [turn for _, _, turn in workload.turns()]
     inputs = [t.input_tokens for t in turns if t.input_tokens is not None]
     outputs = [t.output_tokens for t in turns if t.output_tokens is not None]
-    arrivals = [s.arrival_s for s in workload.sessions]
+    arrivals = list(request_arrivals(workload))
     span = (max(arrivals) - min(arrivals)) if arrivals else 0.0
     history = sum(
         prev.input_tokens + prev.output_tokens
@@ -93,6 +100,15 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
         reusable_prefix_share=reusable_prefix_share(workload, token_block_size=token_block_size),
         session_history_share=history / sum(inputs) if history and inputs else None,
     )
+
+
+def request_arrivals(workload: Workload) -> Iterable[float]:
+    """Each request's earliest arrival: its session's arrival plus the delays up to its turn."""
+    for session in workload.sessions:
+        arrival = session.arrival_s
+        for turn in session.turns:
+            arrival += turn.delay_s
+            yield arrival
 
 
 def reusable_prefix_share(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK) -> float | None:

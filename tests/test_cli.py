@@ -117,6 +117,37 @@ def test_convert_names_what_cannot_be_expressed(capsys, tmp_path, shared_data):
     assert "azure cannot express session 'trace1': 25 turns" in err
 
 
+def test_convert_refuses_to_overwrite_its_input_however_spelt(capsys, tmp_path, shared_data):
+    source = tmp_path / "trace.jsonl"
+    source.write_bytes((shared_data / "trie/office_work_8k_slice.jsonl").read_bytes())
+    original = source.read_bytes()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.jsonl").symlink_to(source)
+    for target in (source, tmp_path / "sub" / ".." / "trace.jsonl", tmp_path / "link.jsonl"):
+        code, out, err = run(capsys, "convert", str(source), str(target), "--to", "llmservingsim", "--allow-loss")
+        assert code == 1 and out == ""
+        assert err == f"error: {target}: is the input workload {source} itself; write to another path (the input would be overwritten)\n"
+    assert source.read_bytes() == original
+
+
+def test_convert_into_a_folder_of_its_input_payloads_is_refused(capsys, tmp_path):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    code, _, err = run(capsys, "convert", str(folder), str(folder / "a.jsonl"), "--to", "aiperf-payloads")
+    assert code == 1 and "is the input workload" in err
+    assert (folder / "a.jsonl").read_text().startswith('{"messages"')
+
+
+def test_convert_to_a_missing_folder_or_a_directory_is_one_line_naming_out(capsys, tmp_path, shared_data):
+    source = str(shared_data / "trie/office_work_8k_slice.jsonl")
+    missing = tmp_path / "nowhere" / "x.jsonl"
+    code, _, err = run(capsys, "convert", source, str(missing), "--to", "trie")
+    assert (code, err) == (1, f"error: {missing}: the folder {missing.parent} does not exist\n")
+    code, _, err = run(capsys, "convert", source, str(tmp_path), "--to", "trie")
+    assert (code, err) == (1, f"error: {tmp_path}: is a directory; format 'trie' writes a file here\n")
+
+
 def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
     source = tmp_path / "inputs.json"
     data = {"data": [{"session_id": "a", "payloads": [{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
@@ -131,6 +162,46 @@ def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
     back = tmp_path / "back.json"
     assert run(capsys, "convert", str(folder), str(back), "--to", "aiperf-inputs")[0] == 0
     assert [e["payloads"] for e in json.loads(back.read_text())["data"]] == [e["payloads"] for e in data["data"]]
+
+
+def test_validate_block_size_applies_to_the_files_that_take_one(capsys, tmp_path, shared_data):
+    mooncake = tmp_path / "m16.jsonl"  # hash ids of 16 tokens: wrong at the default 512
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n")
+    trie = shared_data / "trie/office_work_8k_slice.jsonl"
+    code, out, err = run(capsys, "validate", "--block-size", "16", str(mooncake), str(trie))
+    assert code == 0, err
+    assert out.count("ok ") == 2
+    assert err == f"warning: {trie}: --block-size does not apply to format 'trie' (only to hash-id traces: mooncake); ignored\n"
+
+
+def test_errors_name_the_options_of_the_command_line(capsys, tmp_path):
+    odd = tmp_path / "odd.txt"
+    odd.write_text("x,y\n")
+    assert run(capsys, "validate", str(odd))[2].endswith("; name it with --format (one of llmservingsim, mooncake, trie, aiperf-payloads, aiperf-inputs, azure, synthetic)\n")
+    mooncake = tmp_path / "m.jsonl"
+    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n")
+    assert run(capsys, "inspect", str(mooncake))[2].endswith("got 3 (pass --block-size if the trace uses another)\n")
+    ids = tmp_path / "ids.jsonl"
+    ids.write_text(json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0, "input_tok_ids": [1, 2, 9000]}) + "\n")
+    code, _, err = run(capsys, "run", str(ids), "--endpoint", "http://127.0.0.1:9", "--model", "m", "--no-idle-check")
+    assert code == 1 and err.endswith("use the tokenizer the trace was made with (--tokenizer)\n")
+
+
+def test_every_replay_setting_of_run_is_an_option_named_after_it():
+    """Errors from the replay settings name the field (``duration_s: ...``); the command line
+    spells each as the option that sets it, found by its destination."""
+    from dataclasses import fields
+
+    from pytest_llmreplay.cli import build_parser, spelled
+    from pytest_llmreplay.driver import ReplaySettings
+
+    names = build_parser().parse_args(["run", "w.jsonl", "--endpoint", "http://h"]).option_names
+    cli_only = {"check_idle"}  # set by --no-idle-check
+    assert {f.name for f in fields(ReplaySettings)} - cli_only <= set(names)
+    assert spelled("duration_s: expected a number > 0, got 0", names) == "--duration: expected a number > 0, got 0"
+    assert spelled("warmup_s: expected a number >= 0", names) == "--warmup-seconds: expected a number >= 0"
+    assert spelled("grace_s: x; see format= and block_size=16, not http://h/?seed=1 or synthetic.rate: 2", names) == (
+        "--grace: x; see --format and --block-size 16, not http://h/?seed=1 or synthetic.rate: 2")
 
 
 def test_bad_usage_exits_2(capsys):

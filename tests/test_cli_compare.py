@@ -64,10 +64,11 @@ def test_different_workloads_are_not_compared(write, capsys):
     assert "not compared: workload differs (digest: 'abc' vs 'other')" in capsys.readouterr().out
 
 
-def test_bad_files_and_options_are_one_line_errors(write, tmp_path, capsys):
-    assert main(["compare", str(tmp_path / "missing.json"), write("b.json", record())]) == 1
+def test_bad_files_and_options_are_one_line_errors_with_status_3(write, tmp_path, capsys):
+    """3, not 1: a script must tell bad input from a regression."""
+    assert main(["compare", str(tmp_path / "missing.json"), write("b.json", record())]) == 3
     assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'missing.json'}: no such file"
-    assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "ttft.p50"]) == 1
+    assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "ttft.p50"]) == 3
     assert "--regression: expected KEY=ALLOWED such as ttft.p50=10%, got 'ttft.p50'" in capsys.readouterr().err
-    assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "queue.p50=5%"]) == 1
+    assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "queue.p50=5%"]) == 3
     assert "regression 'queue.p50': only ttft, tpot, latency" in capsys.readouterr().err

@@ -52,13 +52,13 @@ def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
 
 def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
     status = main(["compare", "--store", str(tmp_path / "empty"), "--test", TEST, "main", "main"])
-    assert status == 1
+    assert status == 3  # compare's status for bad input
     head = git(repo, "rev-parse", "HEAD")[:12]
     assert capsys.readouterr().err == f"error: --store: no stored result of {TEST!r} at main ({head}) in {tmp_path}/empty\n"
 
 
 def test_compare_store_needs_a_test(repo, capsys):
-    assert main(["compare", "--store", "x", "a", "b"]) == 1
+    assert main(["compare", "--store", "x", "a", "b"]) == 3
     assert capsys.readouterr().err == "error: --store needs --test: the stored test whose results to compare\n"
 
 

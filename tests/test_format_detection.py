@@ -131,18 +131,69 @@ def test_empty_file_with_a_named_format_is_an_error(tmp_path, format):
     assert str(error_of(load_workload, path, format=format)).startswith(f"{path}")
 
 
-BINARY = bytes(range(256)) * 4
+BINARY = b"\x1f\x8b\x08\x00" + bytes(range(128, 256)) * 4  # a gzip header, then no text at all
+NOT_UTF8 = "not UTF-8: byte 0x8b at column 2 (expected UTF-8 JSONL, JSON, CSV or YAML)"
 
 
 def test_binary_file_detected(tmp_path):
     path = write(tmp_path, BINARY, "model.bin")
-    assert str(error_of(load_workload, path)) == f"{path}: not a text file (expected UTF-8 JSONL, JSON, CSV or YAML)"
+    assert str(error_of(load_workload, path)) == f"{path}:1: {NOT_UTF8}"
 
 
 @pytest.mark.parametrize("format", FORMATS)
 def test_binary_file_with_a_named_format(tmp_path, format):
     path = write(tmp_path, BINARY, "model.bin")
-    assert str(error_of(load_workload, path, format=format)) == f"{path}: not a UTF-8 text file"
+    assert str(error_of(load_workload, path, format=format)) == f"{path}:1: {NOT_UTF8}"
+
+
+LATER_LINES = {  # a file whose line 3 holds a byte that is not UTF-8, by format
+    "mooncake": (json.dumps(MOONCAKE) + "\n") * 2 + '{"timestamp": 1, "input_length": 600, "output_length": 20, "hash_ids": [1], "x": "\udcff"}\n',
+    "aiperf-inputs": '{"data": [\n  {"session_id": "a",\n   "payloads": [{"messages": [{"role": "user", "content": "\udcff"}]}]}]}\n',
+    "azure": AZURE + "2023-11-16 18:17:04.1,48\udcff,10\n",
+    "synthetic": "synthetic:\n  sessions: 2\n  # caf\udcff\n  input_tokens: 10\n  output_tokens: 5\n",
+}
+
+
+@pytest.mark.parametrize("format", LATER_LINES)
+@pytest.mark.parametrize("named", [False, True])
+def test_a_byte_that_is_not_utf8_is_named_by_line_and_column(tmp_path, format, named):
+    text = LATER_LINES[format]
+    path = write(tmp_path, text.encode("utf-8", "surrogateescape"), "w.txt")
+    column = text.splitlines()[2].index("\udcff") + 1
+    message = str(error_of(load_workload, path, format=format if named else None))
+    assert message == f"{path}:3: not UTF-8: byte 0xff at column {column} (expected UTF-8 JSONL, JSON, CSV or YAML)"
+
+
+@pytest.mark.parametrize("format", ["mooncake", "aiperf-inputs", "azure", "synthetic"])
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path, format):
+    text = {"mooncake": json.dumps(MOONCAKE) + "\n", "aiperf-inputs": json.dumps(AIPERF_INPUTS), "azure": AZURE,
+            "synthetic": "synthetic:\n  sessions: 2\n  input_tokens: 10\n  output_tokens: 5\n"}[format]
+    path = write(tmp_path, b"\xef\xbb\xbf" + text.encode(), "w.txt")
+    assert detect_format(path) == format
+    assert load_workload(path).sessions == load_workload(write(tmp_path, text, "plain.txt")).sessions
+
+
+def test_a_lone_brace_is_called_pretty_printed_json(tmp_path):
+    pretty = write(tmp_path, json.dumps(MOONCAKE, indent=2) + "\n", "pretty.jsonl")
+    assert str(error_of(load_workload, pretty)) == (
+        f"{pretty}:1: cannot tell the format: the file starts with a lone '{{' (pretty-printed JSON?); JSONL formats need "
+        'one object a line, and the one JSON document read is an AIPerf inputs.json, {"data": [...]}')
+    for path in (pretty, write(tmp_path, json.dumps(MOONCAKE) + "\n" + json.dumps(MOONCAKE, indent=2), "later.jsonl")):
+        line = 1 if path == pretty else 2
+        assert str(error_of(load_workload, path, format="mooncake")) == (
+            f"{path}:{line}: a lone '{{': JSONL needs each object on one line (is this pretty-printed JSON?)")
+
+
+@pytest.mark.parametrize(("format", "text", "line", "key"), [
+    ("mooncake", json.dumps(MOONCAKE) + '\n{"timestamp": 1, "input_length": 60, "timestamp": 2, "output_length": 2}\n', 2, "timestamp"),
+    ("aiperf-payloads", '{"messages": [{"role": "user", "content": "hi", "role": "system"}]}\n', 1, "role"),
+    ("llmservingsim", '{"session_id": "s", "arrival_time_ns": 0, "sub_requests": [{"input_toks": 3, "output_toks": 2, "output_toks": 9}]}\n', 1, "output_toks"),
+    ("aiperf-inputs", '{"data": [\n  {"session_id": "a", "payloads": [{"messages": []}]},\n  {"session_id": "b", "session_id": "c", "payloads": []}\n]}\n', 3, "session_id"),
+    ("aiperf-inputs", '{"data": [{"session_id": "a", "payloads": [{"messages": []}]}], "data": []}\n', 1, "data"),
+])
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path, format, text, line, key):
+    path = write(tmp_path, text, "w.txt")
+    assert str(error_of(load_workload, path, format=format)) == f"{path}:{line}: duplicate key {key!r}"
 
 
 @pytest.mark.parametrize("format", FILE_FORMATS)

@@ -10,6 +10,7 @@ import re
 import socket
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -598,6 +599,24 @@ def test_sim_profile_is_not_checked_against_a_live_endpoint(project):
     project.runpytest("--llm-endpoint", "http://127.0.0.1:9").assert_outcomes(passed=1)
 
 
+def test_llm_model_replaces_the_model_of_verbatim_payloads(project):
+    """The bundled AIPerf inputs name "served-model"; the simulator serves "tiny-test"."""
+    from test_sim_server import serving
+
+    from pytest_llmreplay.prompts import PromptFactory
+    from pytest_llmreplay.tokenizer import load_tokenizer
+
+    workload = Path(__file__).parents[1] / "workloads" / "aiperf_inputs_support_chat.json"
+    project.makepyfile(f"""
+        def test_payloads(llm_replay):
+            summary = llm_replay({str(workload)!r}, max_requests=4, concurrency=4).summary
+            assert summary["requests"]["ok"] == 4, summary["requests"]
+    """)
+    with serving(PromptFactory(load_tokenizer(None))) as sim:
+        project.runpytest("--llm-endpoint", sim.url, "--llm-model", "tiny-test").assert_outcomes(passed=1)
+        project.runpytest("--llm-endpoint", sim.url).assert_outcomes(failed=1)
+
+
 def test_invalid_sim_profile_file_fails_each_test_with_one_clear_line(project):
     project.makepyfile("def test_kind(llm_endpoint): pass")
     project.path.joinpath("spec.llmreplay.yaml").write_text("workload: wl.yaml\n")
@@ -860,3 +879,4 @@ def test_two_runs_of_a_test_may_not_share_a_name(project):
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*llm_replay: name 'chat' is already used by another run of this test*"])
+

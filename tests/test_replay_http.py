@@ -191,13 +191,18 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
         (["--out", "afile"], "error: --out: afile is a file; expected a folder for result.json and requests.csv"),
         (["--tokenizer", "/nonexistent/tok.json"], "error: tokenizer '/nonexistent/tok.json': no such file or folder"),
         (["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"], "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set"),
+        (["--mode", "rate"], "error: --rate: mode 'rate' needs a rate (sessions per second)"),
+        (["--mode", "timestamps", "--order", "shuffled"], "error: --order: timestamps mode replays sessions in trace order"),
+        (["--warmup-requests", "1"], "error: --warmup-requests: 1 is not fewer than the 1 requests this run sends at most; nothing would be measured"),
+        (["--max-requests", "3", "--warmup-requests", "3", "--mode", "concurrency"], "error: --warmup-requests: 3 is not fewer than the 3 requests"),
+        (["--max-requests", "3"], "error: --max-requests/--max-sessions: cycling a timed trace whose sessions all arrive at once"),
     ],
 )
 def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monkeypatch, extra, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("x")
     workload = tmp_path / "w.jsonl"
-    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1], "timestamp": 0}) + "\n")
     status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", *extra])
     err = capsys.readouterr().err
     assert status == 1 and err.startswith(message) and "Traceback" not in err
@@ -269,3 +274,23 @@ def test_cli_run_sim_names_a_bad_profile(tmp_path, capsys):
     assert main(["run", str(workload), "--sim", "no-such-profile"]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: --sim: ") and "no-such-profile" in line
+
+SUPPORT_CHAT = str(Path(__file__).parents[1] / "workloads" / "aiperf_inputs_support_chat.json")  # its payloads name "served-model"
+
+
+def test_cli_run_sends_verbatim_payloads_under_the_model_the_user_names(tmp_path, capsys):
+    """The simulator serves "tiny-test": the payloads' own model gets a 404; ``--model`` or an
+    extra body's ``model`` (which beats ``--model``) replaces it in every payload."""
+    from test_sim_server import serving
+
+    with serving(PromptFactory(load_tokenizer(None))) as sim:
+        def requests(out: str, *options: str) -> dict:
+            main(["run", SUPPORT_CHAT, "--endpoint", sim.url, "--max-requests", "4", "--concurrency", "4", "--out", str(tmp_path / out), *options])
+            return json.loads((tmp_path / out / "result.json").read_text())["summary"]["requests"]
+
+        own = requests("own")
+        assert own["ok"] == 0 and own["failed"] > 0
+        assert "The model `served-model` does not exist." in capsys.readouterr().out
+        assert requests("model", "--model", "tiny-test")["ok"] == 4
+        assert requests("extra", "--extra-body", '{"model": "tiny-test"}')["ok"] == 4
+        assert requests("both", "--model", "served-model", "--extra-body", '{"model": "tiny-test"}')["ok"] == 4

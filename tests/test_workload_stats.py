@@ -116,6 +116,20 @@ def test_zero_span_has_no_rate():
     assert dict(stats.rows())["request rate"] == "n/a"
 
 
+def test_request_rate_is_over_the_span_of_request_arrivals():
+    """An agent session at 0 s whose turns follow after delays of 9 s and 20 s, and a request at
+    1 s: the 4 requests arrive from 0 s to 29 s (at the earliest: responses take time too), so
+    4 / 29 req/s, not 4 requests over the 1 s between session starts."""
+    def agent(id: str, arrival: float) -> Session:
+        return Session(id, arrival, (Turn(5, 1, Synthetic()), Turn(5, 1, Synthetic(), delay_s=9.0), Turn(5, 1, Synthetic(), delay_s=20.0)))
+
+    stats = describe(workload(agent("a", 0.0), Session("b", 1.0, (Turn(5, 1, Synthetic()),))))
+    assert (stats.requests, stats.span_s) == (4, 29.0)
+    assert stats.request_rate == pytest.approx(4 / 29)
+    stats = describe(workload(agent("a", 0.0), agent("b", 1.0)))
+    assert (stats.span_s, stats.request_rate) == (30.0, pytest.approx(6 / 30))
+
+
 def test_payloads_have_unknown_lengths():
     w = workload(single("a", 0.0, None, Payload({"messages": []}), output_tokens=None),
                  single("b", 0.0, None, Payload({"messages": []}), output_tokens=7), timed=False)

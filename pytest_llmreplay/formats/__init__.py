@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import LLMReplayError, WorkloadError
 from ..workload import Workload, check_limits
+from ._text import text_lines
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 
 FORMATS: dict[str, ModuleType] = {
@@ -37,17 +38,16 @@ def register_format(module: Any) -> None:
 def first_line(path: Path) -> tuple[int, str]:
     """The number and text of the first line that is neither blank nor a ``#`` comment (YAML
     specs start with one); ``(0, "")`` for a file without such a line. A lone ``{`` (pretty
-    JSON) is joined with the next such line, so that detectors see the first key."""
+    JSON) is joined with the next such line by a newline, so that detectors see the first key."""
     found: list[str] = []
     number = 0
-    with open(path, encoding="utf-8") as stream:
-        for index, text in enumerate(stream, start=1):
-            if text.strip() and not text.lstrip().startswith("#"):
-                number = number or index
-                found.append(text.strip())
-                if found != ["{"]:
-                    break
-    return number, " ".join(found)
+    for index, text in text_lines(path):
+        if text.strip() and not text.lstrip().startswith("#"):
+            number = number or index
+            found.append(text.strip())
+            if found != ["{"]:
+                break
+    return number, "\n".join(found)
 
 
 def detect_format(path: str | Path) -> str:
@@ -57,15 +57,19 @@ def detect_format(path: str | Path) -> str:
         raise WorkloadError("no such file or directory", path=path)
     if path.is_dir():
         return aiperf_payloads.NAME
-    try:
-        number, line = first_line(path)
-    except UnicodeDecodeError:
-        raise WorkloadError("not a text file (expected UTF-8 JSONL, JSON, CSV or YAML)", path=path) from None
+    number, line = first_line(path)
     if not line:
         raise WorkloadError("the file is empty (or only blank and comment lines)", path=path)
     for name, module in FORMATS.items():
         if module.detect(line):
             return name
+    if line.startswith("{\n"):  # a lone "{" joined with the next line: pretty-printed JSON
+        raise WorkloadError(
+            "cannot tell the format: the file starts with a lone '{' (pretty-printed JSON?); JSONL formats need "
+            'one object a line, and the one JSON document read is an AIPerf inputs.json, {"data": [...]}',
+            path=path,
+            line=number,
+        )
     raise WorkloadError(
         f"cannot tell the format from the first line {line.strip()[:80]!r}; name it with "
         f"format= (one of {', '.join(FORMATS)})",
@@ -82,10 +86,7 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     error.
     """
     name = format or detect_format(path)
-    module = FORMATS.get(name)
-    if module is None:
-        raise LLMReplayError(f"unknown workload format {name!r}; expected one of {', '.join(FORMATS)}")
-    accepted = set(inspect.signature(module.load).parameters) - {"path"}
+    accepted = loader_options(name)
     unknown = sorted(set(options) - accepted)
     if unknown:
         takes = f"takes {', '.join(sorted(accepted))}" if accepted else "takes no options"
@@ -93,9 +94,7 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     if not Path(path).exists():
         raise WorkloadError("no such file or directory", path=path)
     try:
-        workload = module.load(path, **options)
-    except UnicodeDecodeError:
-        raise WorkloadError("not a UTF-8 text file", path=path) from None
+        workload = FORMATS[name].load(path, **options)
     except IsADirectoryError:
         raise WorkloadError(f"is a directory; format {name!r} reads a file", path=path) from None
     if not workload.sessions:
@@ -105,15 +104,44 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     return workload
 
 
+def loader_options(name: str) -> set[str]:
+    """The options format ``name``'s loader takes (``{"block_size"}`` for Mooncake)."""
+    module = FORMATS.get(name)
+    if module is None:
+        raise LLMReplayError(f"unknown workload format {name!r}; expected one of {', '.join(FORMATS)}")
+    return set(inspect.signature(module.load).parameters) - {"path"}
+
+
 def write_workload(workload: Workload, path: str | Path, to: str, *, allow_loss: bool = False) -> list[str]:
     """Write ``workload`` to ``path`` in format ``to``; returns notes on what was dropped.
 
     Raises :class:`LLMReplayError` when ``to`` cannot express the workload, or would drop
-    something and ``allow_loss`` is false (the message lists what).
+    something and ``allow_loss`` is false (the message lists what), and, naming ``path``, when
+    ``path`` is the workload's own file (or lies in its folder of payload files), its folder does
+    not exist, or it cannot be written.
     """
     module = FORMATS.get(to)
     writer = getattr(module, "write", None)
     if writer is None:
         writable = ", ".join(name for name, m in FORMATS.items() if hasattr(m, "write"))
         raise LLMReplayError(f"cannot write format {to!r}; writable formats: {writable}")
-    return writer(workload, path, allow_loss=allow_loss)
+    path = Path(path)
+    if workload.source is not None and _overwrites(Path(workload.source), path):
+        raise LLMReplayError(f"{path}: is the input workload {workload.source} itself; write to another path (the input would be overwritten)")
+    if not path.parent.is_dir():
+        raise LLMReplayError(f"{path}: the folder {path.parent} does not exist")
+    try:
+        return writer(workload, path, allow_loss=allow_loss)
+    except IsADirectoryError:
+        raise LLMReplayError(f"{path}: is a directory; format {to!r} writes a file here") from None
+    except OSError as exc:
+        raise LLMReplayError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def _overwrites(source: Path, target: Path) -> bool:
+    """Whether writing ``target`` replaces ``source`` or a file inside it (a folder of payload
+    files), whatever the spelling of either path (relative, ``..``, symbolic links)."""
+    if not source.exists():
+        return False
+    source, target = source.resolve(), target.resolve()
+    return target == source or (source.is_dir() and source in target.parents)

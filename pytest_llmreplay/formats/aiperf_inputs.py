@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import islice
 from pathlib import Path
+from typing import Iterator
 
 
 from ..errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
-from ._fields import Fields, max_output_tokens, type_name
+from ._fields import DuplicateKey, Fields, max_output_tokens, type_name, unique_keys
+from ._text import read_text
 from ._writing import Losses, payload_bodies
 
 NAME = "aiperf-inputs"
@@ -36,9 +39,11 @@ def detect(first_line: str) -> bool:
 def load(path: str | Path) -> Workload:
     """Load an AIPerf inputs.json file."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path)
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise WorkloadError(f"duplicate key {exc.key!r}", path=path, line=_duplicate_line(text)) from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
     if not isinstance(document, dict):
@@ -70,18 +75,36 @@ def _turn(body: Fields) -> Turn:
 
 def _entry_lines(text: str, count: int) -> list[int | None]:
     """The line on which each element of the top-level ``data`` array starts (for messages)."""
+    lines: list[int | None] = list(islice(_entry_starts(text, json.JSONDecoder()), count))
+    return lines + [None] * (count - len(lines))
+
+
+def _entry_starts(text: str, decoder: json.JSONDecoder) -> Iterator[int]:
+    """Yield the line on which each element of the top-level ``data`` array starts, then decode
+    it with ``decoder`` (whose errors propagate); nothing when ``data`` does not come first."""
     match = _DATA_ARRAY.match(text)
     if match is None:
-        return [None] * count
-    decoder = json.JSONDecoder()
-    lines: list[int | None] = []
+        return
     position = match.end()
-    for _ in range(count):
-        while text[position] in " \t\r\n,":
+    while True:
+        while position < len(text) and text[position] in " \t\r\n,":
             position += 1
-        lines.append(text.count("\n", 0, position) + 1)
+        if position >= len(text) or text[position] == "]":
+            return
+        yield text.count("\n", 0, position) + 1
         _, position = decoder.raw_decode(text, position)
-    return lines
+
+
+def _duplicate_line(text: str) -> int:
+    """The line on which the ``data`` entry holding a repeated key starts (1 when the repeat
+    is outside the entries)."""
+    line = 1
+    try:
+        for line in _entry_starts(text, json.JSONDecoder(object_pairs_hook=unique_keys)):
+            pass
+    except DuplicateKey:
+        return line
+    return 1
 
 
 def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..errors import WorkloadError
 from ..workload import Session, Synthetic, Turn, Workload
+from ._text import text_lines
 from ._writing import Losses, cannot, known_lengths, lengths_only, untimed_losses
 
 NAME = "azure"
@@ -33,21 +34,20 @@ def load(path: str | Path) -> Workload:
     path = Path(path)
     rows: list[tuple[float, int, int, int]] = []
     day_seconds: dict[str, float] = {}
-    with open(path, encoding="utf-8", newline="") as stream:
-        reader = csv.reader(stream)
-        header = next(reader, None)
-        if header is None or tuple(c.strip() for c in header) != HEADER:
-            raise WorkloadError(f"expected the header {','.join(HEADER)}, got {','.join(header or [])!r}", path=path, line=1)
-        for record in reader:
-            line = reader.line_num
-            if not record or not "".join(record).strip():
-                continue
-            if len(record) != 3:
-                raise WorkloadError(f"expected 3 columns ({','.join(HEADER)}), got {len(record)}", path=path, line=line)
-            stamp = _seconds(record[0].strip(), day_seconds, path, line)
-            context = _count(record[1], "ContextTokens", path, line)
-            generated = _count(record[2], "GeneratedTokens", path, line)
-            rows.append((stamp, line, context, generated))
+    reader = csv.reader(text for _, text in text_lines(path))
+    header = next(reader, None)
+    if header is None or tuple(c.strip() for c in header) != HEADER:
+        raise WorkloadError(f"expected the header {','.join(HEADER)}, got {','.join(header or [])!r}", path=path, line=1)
+    for record in reader:
+        line = reader.line_num
+        if not record or not "".join(record).strip():
+            continue
+        if len(record) != 3:
+            raise WorkloadError(f"expected 3 columns ({','.join(HEADER)}), got {len(record)}", path=path, line=line)
+        stamp = _seconds(record[0].strip(), day_seconds, path, line)
+        context = _count(record[1], "ContextTokens", path, line)
+        generated = _count(record[2], "GeneratedTokens", path, line)
+        rows.append((stamp, line, context, generated))
     rows.sort()
     start = rows[0][0] if rows else 0.0
     sessions = tuple(

@@ -36,6 +36,7 @@ import numpy as np
 from ..errors import WorkloadError
 from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
 from ._fields import type_name
+from ._text import read_text
 
 NAME = "synthetic"
 DISTRIBUTIONS = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
@@ -99,7 +100,7 @@ def load(path: str | Path) -> Workload:
     import yaml  # lazy: only spec files need it
 
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        document = yaml.safe_load(read_text(path))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise WorkloadError(f"invalid YAML/JSON: {getattr(exc, 'problem', exc)}", path=path, line=mark.line + 1 if mark else None) from None
