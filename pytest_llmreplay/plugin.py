@@ -251,12 +251,13 @@ class LLMSession:
         from .formats import load_workload
         from .metrics import Result
         from .driver import replay
+        from .slo import parse_slos, per_request_limits
 
         workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
         target = self.target
         with live_lock(target):
             run = replay(workload, target.endpoint(), self.prompts.salted(salt), spec.settings, clock=target.clock())
-        result = Result(run, gpus=target.gpus)
+        result = Result(run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names())))
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
                 if name in result.summary:
