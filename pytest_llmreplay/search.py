@@ -127,7 +127,7 @@ class CapacityPlan:
             if value is not None and self.by == "concurrency" and value != int(value):
                 raise LLMReplayError(f"capacity.{name}: a concurrency is a whole number, got {value!r}")
         if self.min is not None and self.max is not None and self.min >= self.max:
-            raise LLMReplayError(f"capacity.min: expected less than capacity.max ({self.max:g}), got {self.min:g}")
+            raise LLMReplayError(f"capacity.min: expected less than the max ({self.max:g}), got {self.min:g}")
         if isinstance(self.resolution, bool) or not isinstance(self.resolution, (int, float)) or not 0 < self.resolution < 1:
             raise LLMReplayError(f"capacity.resolution: expected a share between 0 and 1 such as '5%' or 0.05, got {self.resolution!r}")
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 2:
@@ -138,13 +138,15 @@ class CapacityPlan:
 
 
 def parse_resolution(value: Any) -> Any:
-    """``"5%"`` -> 0.05; a number is a fraction; anything else is returned for validate to name."""
-    if isinstance(value, str) and value.strip().endswith("%"):
-        try:
-            return float(value.strip()[:-1]) / 100
-        except ValueError:
-            return value
-    return value
+    """``"5%"`` -> 0.05, ``"0.05"`` -> 0.05; a number is a fraction; anything else is returned
+    as it is, for :meth:`CapacityPlan.validate` to name."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return value
 
 
 def parse_capacity(data: Any) -> CapacityPlan:

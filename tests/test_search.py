@@ -171,7 +171,7 @@ def test_the_stop_rule_only_stops_points_whose_statistic_breaches():
     [
         ({"by": "load", "slo": SLO}, "capacity.by: expected one of rate, concurrency, got 'load'"),
         ({"slo": SLO}, "capacity.by: missing"),
-        ({"by": "rate", "slo": SLO, "min": 8, "max": 4}, "capacity.min: expected less than capacity.max (4), got 8"),
+        ({"by": "rate", "slo": SLO, "min": 8, "max": 4}, "capacity.min: expected less than the max (4), got 8"),
         ({"by": "rate", "slo": SLO, "resolution": 0}, "capacity.resolution: expected a share between 0 and 1"),
         ({"by": "rate", "slo": SLO, "resolution": "0%"}, "capacity.resolution: expected a share between 0 and 1"),
         ({"by": "rate", "slo": {"cache_hit_rate.mean": "> 50%"}}, "capacity.slo 'cache_hit_rate.mean': cannot be evaluated per request"),
