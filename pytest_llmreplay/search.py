@@ -44,7 +44,9 @@ of a ``rate`` search without ``max`` is never stopped (its throughput is the bra
 from __future__ import annotations
 
 import math
+import pickle
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -429,14 +431,21 @@ class Search:
             ends = [(plan.min, "low", self.settings_at(plan.min) if plan.min else replace(self.base, mode="concurrency", concurrency=1), True),
                     (plan.max, "high", self.settings_at(plan.max) if plan.max else saturating, plan.max is not None)]
         jobs = [self.job(settings, stop) for _, _, settings, stop in ends]
-        if self.workers > 1:
-            with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs))) as pool:
-                futures = [pool.submit(run_point, job) for job in jobs]
-                runs = [future.result() for future in futures]
-        else:
+        runs = self.in_parallel(jobs) if self.workers > 1 else None
+        if runs is None:
             runs = [run_point(job) for job in jobs]
         low, high = (self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(ends, runs))
         return low, high
+
+    def in_parallel(self, jobs: list[PointJob]) -> list[ReplayRun] | None:
+        """The jobs' runs from worker processes; None when they cannot go there (a target or
+        workload that does not pickle, a pool that cannot start): the caller runs them here,
+        with the same results, only slower."""
+        try:
+            with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs))) as pool:
+                return list(pool.map(run_point, jobs))
+        except (pickle.PicklingError, AttributeError, TypeError, BrokenProcessPool, OSError):
+            return None
 
     def run(self) -> Capacity:
         plan = self.plan
