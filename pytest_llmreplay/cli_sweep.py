@@ -71,7 +71,8 @@ def plan_from(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace, load: Callable[[argparse.Namespace, str], Any]) -> int:
-    from .baseline import git_state, make_folder, make_record, workload_digest, write_new
+    from .baseline import git_state, make_record, workload_digest
+    from .store import make_folder, write_new
     from .driver import ReplaySettings
     from .prompts import PromptFactory
     from .search import find_capacity
