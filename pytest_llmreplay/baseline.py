@@ -22,7 +22,9 @@ resampled on its own. Noise that shifts a whole run (a slower runner) is not in 
 the tolerance guards against it, and several runs per side pool it (``bench/README.md``). A
 **regression** is called only when the change is worse than the metric's tolerance (higher for
 times and error rate, lower for cache hit rates and throughputs) *and* significant: the whole
-interval is on the worse side of zero. An improvement is the mirror image. Results whose
+interval is on the worse side of zero. An improvement is the mirror image. A capacity (the
+highest load meeting SLOs, :mod:`~pytest_llmreplay.search`) has no samples: its interval comes
+from the two searches' brackets (:func:`_capacity_change`); lower is worse. Results whose
 fingerprints, workloads or settings differ are not compared by the gate.
 """
 
@@ -49,7 +51,7 @@ CONFIDENCE = 0.95
 SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
 SAMPLED_SESSION_METRICS = ("ttfat", "cache_hit_rate", "eligible_cache_hit_rate")
 WINDOWED_METRICS = ("output_throughput", "request_throughput")
-LOWER_IS_WORSE = ("cache_hit_rate", "eligible_cache_hit_rate", "output_throughput", "request_throughput", "goodput", "decode_tps")
+LOWER_IS_WORSE = ("cache_hit_rate", "eligible_cache_hit_rate", "output_throughput", "request_throughput", "goodput", "decode_tps", "capacity")
 # what the gate compares when a test names nothing, with the change each may make unnoticed
 DEFAULT_TOLERANCES = {
     "ttft.p50": 0.05, "ttft.p90": 0.10, "tpot.p50": 0.05, "latency.p50": 0.05, "ttfat.p50": 0.05,
@@ -232,20 +234,22 @@ def parse_tolerance(key: str, value: Any) -> float | None:
     return number
 
 
-def tolerances(overrides: Mapping[str, Any] | None) -> dict[str, float]:
-    """The default tolerances with ``overrides`` (key -> '10%' | 0.1 | 'off') applied; each key
-    must name a compared metric (one with samples) and a statistic."""
-    merged = dict(DEFAULT_TOLERANCES)
+def tolerances(overrides: Mapping[str, Any] | None, defaults: Mapping[str, float] = DEFAULT_TOLERANCES) -> dict[str, float]:
+    """``defaults`` with ``overrides`` (key -> '10%' | 0.1 | 'off') applied; each key must name
+    a compared metric (one with samples, or ``capacity``) and a statistic."""
+    merged = dict(defaults)
     if overrides is None:
         return merged
     if not isinstance(overrides, Mapping):
         raise LLMReplayError(f"regression: expected a mapping of metric keys to allowed changes, got {type(overrides).__name__}")
     for key, value in overrides.items():
         metric, _, stat = str(key).partition(".")
-        if metric not in SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS:
+        if metric == "capacity" and stat not in ("rate", "concurrency"):
+            raise LLMReplayError(f"regression {key!r}: compare capacity by rate or concurrency")
+        if metric != "capacity" and metric not in SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS:
             raise LLMReplayError(f"regression {key!r}: only {', '.join(SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS)} are compared")
         allowed = ("steady_state",) if metric in WINDOWED_METRICS else ("mean", "p50", "p90", "p95", "p99")
-        if stat not in allowed:
+        if metric != "capacity" and stat not in allowed:
             raise LLMReplayError(f"regression {key!r}: compare {metric} by one of {', '.join(allowed)}")
         tolerance = parse_tolerance(str(key), value)
         if tolerance is None:
@@ -352,6 +356,9 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         cur = np.asarray(current["samples"].get(metric, []), dtype=float)
         row = Row(key, baseline["summary"].get(metric, {}).get(stat), current["summary"].get(metric, {}).get(stat), tolerance=allowed)
         comparison.rows.append(row)
+        if metric == "capacity":
+            _capacity_change(row, baseline["summary"].get(metric, {}), current["summary"].get(metric, {}))
+            continue
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
             continue
@@ -362,15 +369,37 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
         row.change, row.low, row.high = bootstrap_change(base, cur, stat, seed, paired)
         row.paired = paired
-        worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
-        change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
-        if change > allowed:
-            row.verdict = "regression" if near > 0 else "noise"
-        elif change < -allowed:
-            row.verdict = "improved" if far < 0 else "noise"
-        else:
-            row.verdict = "ok"
+        _verdict(row, metric)
     return comparison
+
+
+def _verdict(row: Row, metric: str) -> None:
+    """Regression, improved, noise or ok from the row's change, interval and tolerance."""
+    worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
+    change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
+    if change > row.tolerance:
+        row.verdict = "regression" if near > 0 else "noise"
+    elif change < -row.tolerance:
+        row.verdict = "improved" if far < 0 else "noise"
+    else:
+        row.verdict = "ok"
+
+
+def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[str, float]) -> None:
+    """A capacity's change, with the search's own uncertainty: each side is known only to lie
+    in its bracket [low, high], so the interval of current / baseline - 1 runs from
+    low_current / high_baseline - 1 to high_current / low_baseline - 1; a regression needs the
+    whole of it below zero (the brackets do not overlap) and the change beyond the tolerance."""
+    if row.baseline is None or row.current is None:
+        row.note = "not measured"
+        return
+    if not baseline.get("low"):
+        row.note = "baseline is 0"
+        return
+    row.change = row.current / row.baseline - 1
+    row.low = current["low"] / baseline["high"] - 1
+    row.high = current["high"] / baseline["low"] - 1
+    _verdict(row, "capacity")
 
 
 def comparison_table(comparison: Comparison) -> str:

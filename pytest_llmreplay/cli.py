@@ -7,6 +7,7 @@
                    (or --sim PROFILE: the simulator in process, virtual time)
     llmreplay sim --profile P --port N    serve the simulated engine over HTTP (OpenAI API)
     llmreplay calibrate --endpoint URL    measure a live server, write a simulator profile
+    llmreplay sweep FILE --sim P --slo K  capacity at SLO: the highest load meeting the SLOs (cli_sweep.py)
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
@@ -567,6 +568,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sim_parser(commands)
     _add_calibrate_parser(commands)
     _add_compare_parser(commands)
+    from .cli_sweep import add_sweep_parser
+
+    add_sweep_parser(commands, common, _load, _number, _integer)
     for command in commands.choices.values():
         command.set_defaults(option_names=option_names(command))
     return parser

@@ -37,7 +37,8 @@ session (an agent cannot go on without the answer). Times in records are seconds
 Interrupts: with ``stop_on_signals`` (the command line's), SIGINT (Ctrl-C) or SIGTERM stops the
 run as the duration limit does, at once: what is in flight is cancelled, nothing more is sent,
 and the run returns every record so far, with ``interrupted`` naming the signal. A second signal
-has its default effect.
+has its default effect. :meth:`Replay.stop` ends a run the same way from code (an ``on_record``
+callback that has seen enough), with ``stopped`` giving the reason.
 """
 
 from __future__ import annotations
@@ -179,6 +180,7 @@ class ReplayRun:
     duration_s: float
     planned_requests: int
     interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
+    stopped: str | None = None  # why Replay.stop ended the run early
 
 
 def _cycle_period(sessions: list[Session]) -> float:
@@ -272,6 +274,7 @@ class Replay:
         self.stop_on_signals = stop_on_signals
         self._tasks: list[asyncio.Task] = []  # the dispatcher or workers, and the sessions they started
         self.interrupted: str | None = None
+        self.stopped: str | None = None
 
     def run(self) -> ReplayRun:
         """Run to completion on the clock (its own event loop) and return the outcome."""
@@ -307,6 +310,7 @@ class Replay:
             duration_s=duration,
             planned_requests=sum(len(s.turns) for s in self.plan),
             interrupted=self.interrupted,
+            stopped=self.stopped,
         )
 
     def _handle_signals(self) -> list[int]:
@@ -327,7 +331,17 @@ class Replay:
         for handled in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(handled)  # a second signal has its default effect
         self.interrupted = signal.Signals(signum).name
-        self.warnings.append(f"interrupted by {self.interrupted} at {self.clock.now() - self._start:.1f} s: requests in flight were cancelled and nothing more was sent")
+        self._cancel(f"interrupted by {self.interrupted}")
+
+    def stop(self, reason: str) -> None:
+        """End the run now, as a signal does: requests in flight are cancelled, nothing more is
+        sent, and the run returns its records with ``stopped`` = ``reason``. Later calls do nothing."""
+        if self.stopped is None and self.interrupted is None:
+            self.stopped = reason
+            self._cancel(f"stopped ({reason})")
+
+    def _cancel(self, why: str) -> None:
+        self.warnings.append(f"{why} at {self.clock.now() - self._start:.1f} s: requests in flight were cancelled and nothing more was sent")
         for task in self._tasks:
             task.cancel()
 
@@ -344,7 +358,7 @@ class Replay:
             self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
-        if self.interrupted:  # a signal came while the endpoint was opening: send nothing
+        if self.interrupted or self.stopped:  # a signal came while the endpoint was opening: send nothing
             return
         tasks = self._tasks
         if self.mode == "concurrency":

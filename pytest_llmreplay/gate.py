@@ -5,7 +5,10 @@ Order (nothing measured is lost): check every SLO; compare with the reference's 
 (``--llm-compare``); save this result (``--llm-save``); write its report files
 (``--llm-report``); then fail the test if an SLO is breached, or a regression was called and
 ``--llm-fail-on-regression`` is on. The outcome's ``text`` (tables) goes into the test's report
-section, ``figures`` into its JUnit properties.
+section, ``figures`` into its JUnit properties. A capacity test's result
+(:class:`~pytest_llmreplay.search.CapacityResult`) also stores its search (``capacity``: plan,
+bracket, every point's figures), shows the points' table, and is compared on its capacity alone
+unless its ``regression`` names more.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .baseline import Comparison, compare, comparison_table, git_state, make_record, tolerances
+from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, make_record, tolerances
 from .errors import LLMReplayError
 from .store import Store, result_folder, write_new
 from .slo import breach_table, check_slos, parse_slos
 
-KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value")
+KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value",
+               "goodput.value", "goodput.rate", "capacity.rate", "capacity.concurrency")
+
+CAPACITY_TOLERANCE = 0.05  # the change of a capacity a test allows when its regression names none
 
 
 @dataclass
@@ -67,8 +73,11 @@ class Gate:
 
         checks = check_slos(run.result.summary, parse_slos(run.slo, extra_metrics=run.result.summary))
         record = make_record(run.result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git, slo_checks=checks)
+        capacity = getattr(run.result, "capacity", None)
+        if capacity is not None:
+            record["capacity"] = capacity.as_dict()
         slo_table = breach_table(checks) if checks else None
-        blocks = [f"llmreplay: {run.test}", render(run.result)] + ([slo_table] if slo_table else [])
+        blocks = [f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)] + ([slo_table] if slo_table else [])
         found = self._compare(run, record) if self.history is not None else None
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
@@ -99,7 +108,9 @@ class Gate:
         except LLMReplayError as exc:
             return f"Compared with {label}: cannot read the stored result ({exc})"
         stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
-        return compare(baseline, record, tolerances(run.regression), label=stored_at)
+        capacity = getattr(run.result, "capacity", None)
+        defaults = {f"capacity.{capacity.plan.by}": CAPACITY_TOLERANCE} if capacity is not None else DEFAULT_TOLERANCES
+        return compare(baseline, record, tolerances(run.regression, defaults), label=stored_at)
 
     def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None) -> None:
         folder = self.report_dir / "tests"

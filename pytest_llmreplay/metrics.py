@@ -34,8 +34,10 @@ Workload, over the measured span T (first measured request sent to last one ende
   over), ``last_30s`` (count in the last min(30 s, T) / that span) and ``per_gpu``
   (steady_state / gpus). Requests count at their end, output tokens at their chunk's arrival
   (scaled to the server's count), prompt tokens at the first token;
-- ``error_rate`` = failed / (ok + failed); ``goodput`` = requests meeting every per-request
-  threshold / (ok + failed); ``effective_concurrency`` = Σ (end - sent) / T.
+- ``error_rate`` = failed / (ok + failed); ``goodput``: ``value`` = requests meeting every
+  per-request threshold / (ok + failed) (the share of good requests), ``rate`` = those good
+  requests / T (DistServe's goodput, requests per second); ``effective_concurrency`` =
+  Σ (end - sent) / T.
 
 Statistics of a distribution: mean, min, p50, p90, p95, p99, max, std (numpy, linear
 interpolation, as vLLM's ``bench serve``) and count.
@@ -319,9 +321,10 @@ class Result:
         failed = sum(r.status == "failed" for r in counted)
         if counted:
             summary["error_rate"] = {"value": failed / len(counted)}
-            if self.goodput:
-                summary["goodput"] = {"value": sum(self._good(r) for r in self.ok) / len(counted)}
         start, end = self.span
+        if counted and self.goodput:
+            good = sum(self._good(r) for r in self.ok)
+            summary["goodput"] = {"value": good / len(counted), "rate": good / (end - start) if end > start else 0.0}
         if end > start:
             busy = sum(latency(r) or 0.0 for r in self.measured)
             summary["effective_concurrency"] = {"value": busy / (end - start)}

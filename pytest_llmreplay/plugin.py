@@ -251,12 +251,18 @@ class LLMSession:
         from .formats import load_workload
         from .metrics import Result
         from .driver import replay
+        from .slo import parse_slos, per_request_limits
 
         workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
         target = self.target
         with live_lock(target):
-            run = replay(workload, target.endpoint(), self.prompts.salted(salt), spec.settings, clock=target.clock())
-        result = Result(run, gpus=target.gpus)
+            if spec.capacity is not None:  # a search: the result is the point at capacity
+                from .search import find_capacity
+
+                result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings).result
+            else:
+                run = replay(workload, target.endpoint(), self.prompts.salted(salt), spec.settings, clock=target.clock())
+                result = Result(run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names())))
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
                 if name in result.summary:
@@ -337,7 +343,7 @@ def session_of(config: pytest.Config) -> LLMSession:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "llmreplay(workload, slo=None, regression=None, format=None, format_options=None, **replay_settings): replay a workload and check SLOs (see pytest_llmreplay.spec)")
+    config.addinivalue_line("markers", "llmreplay(workload, slo=None, regression=None, capacity=None, format=None, format_options=None, **replay_settings): replay a workload and check SLOs (see pytest_llmreplay.spec)")
     session = LLMSession(config)
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "llmreplay-session")

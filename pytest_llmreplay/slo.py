@@ -1,7 +1,10 @@
 """SLO thresholds: parse ``"ttft.p99": "< 2s"`` safely (no ``eval``) and check them against a summary.
 
 A key is ``<metric>.<stat>`` (``ttft.p99``, ``output_throughput.steady_state``) or a single-figure
-metric alone (``error_rate``, ``goodput``, ``effective_concurrency``). A threshold is an operator
+metric alone (``error_rate``, ``goodput``, ``effective_concurrency``). ``goodput`` with a
+``req/s`` threshold (or ``goodput.rate``) is the rate of good requests, alone (or ``.value``) the
+share; ``capacity.rate`` (req/s) and ``capacity.concurrency`` are what a capacity search found
+(:mod:`~pytest_llmreplay.search`). A threshold is an operator
 (``<``, ``<=``, ``>``, ``>=``, ``==``), a number and an optional unit:
 
 - time: ``us``, ``ms``, ``s`` (metrics in seconds: ``ttft``, ``itl``, ``tpot``, ``latency``,
@@ -34,7 +37,9 @@ from .units import unit_family as _unit_family
 THROUGHPUT_METRICS = ("request_throughput", "output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput")
 SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
 DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
-KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS
+KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity",)
+# (metric, stat) whose unit family is not the metric's own
+STAT_FAMILIES = {("goodput", "rate"): "request_rate", ("capacity", "rate"): "request_rate", ("capacity", "concurrency"): "count"}
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
@@ -50,6 +55,10 @@ def unit_family(metric: str) -> str | None:
 
 def stats_of(metric: str) -> tuple[str, ...]:
     """The statistics a built-in metric has in a summary."""
+    if metric == "goodput":
+        return ("value", "rate")
+    if metric == "capacity":
+        return ("rate", "concurrency")
     if metric in SINGLE_METRICS:
         return ("value",)
     if metric in THROUGHPUT_METRICS:
@@ -128,10 +137,13 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     extra = set(extra_metrics) - set(KNOWN_METRICS) - {"requests"}
     if metric not in KNOWN_METRICS and metric not in extra:
         raise LLMReplayError(f"SLO {key!r}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}")
+    match = THRESHOLD.match(threshold) if isinstance(threshold, str) else None
+    if metric == "goodput" and not stat and match and match.group(3) == "req/s":
+        stat = "rate"
     if metric not in extra:
         allowed = stats_of(metric)
         if not stat:
-            if allowed != ("value",):
+            if allowed[0] != "value":
                 raise LLMReplayError(f"SLO {key!r}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})")
             stat = "value"
         elif stat not in allowed:
@@ -140,11 +152,10 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
         stat = "value"
     if isinstance(threshold, bool) or not isinstance(threshold, str):
         raise LLMReplayError(f"SLO {key!r}: expected a threshold string such as '< 2s' or '>= 80%', got {threshold!r}")
-    match = THRESHOLD.match(threshold)
     if not match:
         raise LLMReplayError(f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'")
     op, number, unit = match.groups()
-    family = "count" if stat == "count" and metric in KNOWN_METRICS else unit_family(metric)
+    family = "count" if stat == "count" and metric in KNOWN_METRICS else STAT_FAMILIES.get((metric, stat), unit_family(metric))
     if unit and family is not None and UNITS[unit][0] != family:
         fitting = [u for u, (f, _) in UNITS.items() if f == family]
         expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"
@@ -163,6 +174,20 @@ def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()
         raise LLMReplayError(f"slo: expected a mapping of metric keys to thresholds, got {type(slos).__name__}")
     extra = tuple(extra_metrics)
     return [parse_slo(key, value, extra) for key, value in slos.items()]
+
+
+def per_request_limits(slos: Iterable[SLO]) -> dict[str, float]:
+    """Goodput's per-request limits from a test's SLOs (DistServe): every upper bound (``<``,
+    ``<=``) on a per-request metric (``ttft``, ``tpot``, ``latency``, ``itl``), whatever its
+    statistic, is a limit each good request's own value must meet (``ttft.p99 < 1s``: a good
+    request's TTFT is at most 1 s; ``itl``: its worst gap); the tightest bound per metric wins."""
+    from .metrics import GOODPUT_METRICS
+
+    limits: dict[str, float] = {}
+    for slo in slos:
+        if slo.metric in GOODPUT_METRICS and slo.op in ("<", "<="):
+            limits[slo.metric] = min(slo.value, limits.get(slo.metric, slo.value))
+    return limits
 
 
 def check_slos(summary: Mapping[str, Mapping[str, float]], slos: Iterable[SLO]) -> list[Check]:

@@ -10,6 +10,10 @@ Keys (the same in both)::
                                       # warmup_requests, warmup_s, order, seed, prompt_format
     slo: {"ttft.p99": "< 2s", "error_rate": "== 0"}
     regression: {"ttft.p50": "10%", "ttft.p90": "off"}   # allowed change per compared metric
+    capacity: {by: rate, slo: {"ttft.p99": "< 1s"}, min: 1, max: 64, resolution: 5%}
+                                      # optional: search the highest load meeting capacity.slo
+                                      # (pytest_llmreplay.search) instead of one replay; the
+                                      # search sets mode, rate, concurrency and arrival itself
     description: free text            # optional, shown nowhere but read by people
 
 Everything is checked before anything is sent; a problem is one :class:`LLMReplayError` naming
@@ -30,7 +34,7 @@ SETTING_TYPES = {
     f.name: ("number" if "float" in str(f.type) else "integer" if "int" in str(f.type) else "boolean" if "bool" in str(f.type) else "string")
     for f in fields(ReplaySettings)
 }
-SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "description")
+SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "description", "capacity")
 SPEC_SUFFIXES = (".llmreplay.yaml", ".llmreplay.yml", ".llmreplay.toml")
 
 
@@ -44,6 +48,7 @@ class PerfSpec:
     settings: ReplaySettings = field(default_factory=ReplaySettings)
     slo: dict[str, str] = field(default_factory=dict)
     regression: dict[str, Any] = field(default_factory=dict)
+    capacity: Any = None  # a search.CapacityPlan, or None: one replay
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -83,11 +88,21 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
             raise LLMReplayError(f"{key}: expected a mapping, got {data[key]!r}")
     settings = ReplaySettings(**{key: _typed(key, value) for key, value in data.items() if key in SETTING_TYPES})
     settings.validate()
+    capacity = None
+    if data.get("capacity") is not None:
+        from .search import VARIED_SETTINGS, parse_capacity
+
+        capacity = parse_capacity(data["capacity"])
+        varied = [key for key in VARIED_SETTINGS if key in data]
+        if varied:
+            raise LLMReplayError(f"{varied[0]}: the capacity search sets it at each point; leave it out")
     slo = dict(data.get("slo") or {})
-    parse_slos(slo, extra_metrics)
+    from .search import check_test_slos
+
+    check_test_slos(parse_slos(slo, extra_metrics), capacity)
     regression = dict(data.get("regression") or {})
     tolerances(regression)
-    return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression)
+    return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity)
 
 
 def read_spec_file(path: Path) -> Any:

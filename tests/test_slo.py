@@ -591,3 +591,51 @@ def test_result_goodput_exactly_at_a_percent_threshold_meets_it():
     r = make(records, goodput={"ttft": 0.5})
     assert r.summary["goodput"]["value"] == 0.95
     r.assert_slo({"goodput": ">= 95%"})
+
+
+# ---------------------------------------------------------------- goodput rate, capacity, per-request limits
+
+
+@pytest.mark.parametrize(
+    "key, threshold, stat, value",
+    [
+        ("goodput", ">= 5 req/s", "rate", 5.0),  # req/s on goodput: the rate of good requests
+        ("goodput.rate", ">= 5", "rate", 5.0),
+        ("goodput", ">= 90%", "value", 0.9),  # a share, as before
+        ("capacity.rate", ">= 8 req/s", "rate", 8.0),
+        ("capacity.concurrency", ">= 64", "concurrency", 64.0),
+    ],
+)
+def test_goodput_rate_and_capacity_keys(key, threshold, stat, value):
+    slo = parse_slo(key, threshold)
+    assert (slo.stat, slo.value) == (stat, approx(value))
+
+
+@pytest.mark.parametrize(
+    "key, threshold, message",
+    [
+        ("capacity", ">= 8 req/s", "name a statistic, e.g. 'capacity.rate'"),
+        ("capacity.rate", ">= 8 tok/s", "unit 'tok/s' does not fit capacity.rate (a request rate metric)"),
+        ("capacity.concurrency", ">= 8 req/s", "unit 'req/s' does not fit capacity.concurrency (a count metric)"),
+        ("goodput.rate", ">= 50%", "unit '%' does not fit goodput.rate (a request rate metric)"),
+    ],
+)
+def test_goodput_rate_and_capacity_keys_refused(key, threshold, message):
+    assert message in refused(key, threshold)
+
+
+def test_per_request_limits_are_the_tightest_upper_bound_of_each_per_request_metric():
+    from pytest_llmreplay.slo import per_request_limits
+
+    slos = parse_slos({"ttft.p99": "< 1s", "ttft.p50": "<= 300ms", "tpot.p90": "< 50ms", "itl.max": "< 0.2",
+                       "latency.p99": "> 1s", "ttfat.p90": "< 5s", "error_rate": "== 0"})
+    # latency has only a lower bound and ttfat is per session: neither limits a request
+    assert per_request_limits(slos) == {"ttft": approx(0.3), "tpot": approx(0.05), "itl": approx(0.2)}
+
+
+def test_result_goodput_rate_is_good_requests_over_the_measured_span():
+    # 4 requests sent at 0, 1, 2, 3 s, each 0.5 s long; the last has ttft 0.45 s > the 0.4 s limit:
+    # span = 0 .. 3.5 s, good = 3, rate = 3 / 3.5
+    records = [rec(i, sent=float(i), chunks=((i + (0.45 if i == 3 else 0.1), 1),), end=i + 0.5) for i in range(4)]
+    r = make(records, goodput={"ttft": 0.4})
+    assert r.summary["goodput"] == {"value": 0.75, "rate": approx(3 / 3.5)}

@@ -1,0 +1,88 @@
+"""Capacity search speed on the offline simulator, against the same grid run exhaustively.
+
+Workload: ../shared/data/llmservingsim/sharegpt-llama-3.1-8b-300-sps10.jsonl (300 ShareGPT
+requests), profile llama-3.1-8b-h100, SLOs ttft.p99 < 1s and tpot.p99 < 50ms.
+
+- ``search``: :func:`~pytest_llmreplay.search.find_capacity` with budget 10 and resolution 0.1%
+  (so it spends all 10 points), timed from the loaded workload to the capacity, with the
+  bracketing step in 2 worker processes and in this one process; median of ``--runs``.
+- ``grid``: every load of a grid with the spacing the search resolved to (its final bracket's
+  width; concurrency: 1), from the low to the high end of its bracketing step, each run to its
+  end: what a sweep without bisection (vLLM's ``bench sweep``, GuideLLM's) runs to say as much;
+  run once. Its answer (the highest load before the first that fails) is checked to lie within
+  one grid step of the search's.
+
+    .venv/bin/python bench/sweep_speed.py --runs 5 [--by rate concurrency]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from pytest_llmreplay.formats import load_workload
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.search import CapacityPlan, Search, find_capacity, run_point
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.target import Target
+from pytest_llmreplay.tokenizer import load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT.parent / "shared" / "data" / "llmservingsim" / "sharegpt-llama-3.1-8b-300-sps10.jsonl"
+SLO = {"ttft.p99": "< 1s", "tpot.p99": "< 50ms"}
+
+
+def grid(workload, target, prompts, plan, found) -> tuple[float, int, float | None]:
+    """(seconds, points, the grid's capacity) of the exhaustive grid matching ``found``."""
+    low_end = min(p.load for p in found.points if p.role == "low")
+    high_end = max(p.load for p in found.points if p.role == "high")
+    step = 1.0 if plan.by == "concurrency" else found.high - found.low
+    loads = []
+    load = low_end
+    while load <= high_end + 1e-9:
+        loads.append(load)
+        load += step
+    search = Search(workload, target, prompts, plan, workers=1)
+    start = time.perf_counter()
+    best = None
+    failed = False
+    for load in loads:
+        settings = search.settings_at(load)
+        passed = search.keep(load, "grid", settings, run_point(search.job(settings, stop=False))).passed
+        failed = failed or not passed
+        if not failed:
+            best = load
+    return time.perf_counter() - start, len(loads), best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--by", nargs="+", default=["rate", "concurrency"])
+    args = parser.parse_args()
+    workload = load_workload(TRACE)
+    prompts = PromptFactory(load_tokenizer(None), seed=0)
+    target = Target("offline", profile=load_profile("llama-3.1-8b-h100"), prompts=prompts)
+    print("| by | workers | points | search s (median) | min-max s | capacity | bracket | grid points | grid s | grid capacity | within one step |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    for by in args.by:
+        plan = CapacityPlan(by=by, slo=SLO, budget=10, resolution=0.001)
+        times = {1: [], 2: []}
+        for _ in range(args.runs):
+            for workers in (2, 1):  # alternating, so that load from other users hits both alike
+                start = time.perf_counter()
+                found = find_capacity(workload, target, prompts, plan, workers=workers)
+                times[workers].append(time.perf_counter() - start)
+        grid_s, grid_points, grid_capacity = grid(workload, target, prompts, plan, found)
+        step = 1.0 if by == "concurrency" else found.high - found.low
+        within = grid_capacity is not None and abs(grid_capacity - found.value) <= step + 1e-9
+        for workers in (2, 1):
+            spent = times[workers]
+            print(f"| {by} | {workers} | {len(found.points)} | {statistics.median(spent):.2f} | {min(spent):.2f}-{max(spent):.2f} | {found.value:.4g} | "
+                  f"[{found.low:.4g}, {found.high:.4g}] | {grid_points} | {grid_s:.1f} | {grid_capacity:.4g} | {within} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""``llmreplay sweep``: capacity at SLO from the command line (:mod:`~pytest_llmreplay.search`).
+
+    llmreplay sweep FILE (--endpoint URL | --sim PROFILE) --slo 'ttft.p99<1s' [--slo ...]
+                    [--by rate|concurrency] [--min X] [--max X] [--resolution 5%] [--budget N]
+                    [--arrival poisson|constant|trace] [--out DIR]
+
+A line per point on stderr as it finishes; then a table of the points (by load) and the capacity
+with its bracket on stdout. ``--out DIR`` writes what ``llmreplay run --out`` writes, for the
+point at capacity (``result.json``, a stored result with the search under ``capacity``, which
+``llmreplay compare`` and the gate read; ``requests.csv``), and ``points.csv``, a row per point
+(the load curve). Exit status 0 when some load meets the SLOs, 1 when none does.
+
+``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
+traffic), through :func:`sim_target`. cli.py registers the command with
+:func:`add_sweep_parser`, passing its own argument helpers (this module does not import cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import LLMReplayError
+
+SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
+
+
+def slo_option(text: str) -> tuple[str, str]:
+    """``'ttft.p99<1s'`` -> (``ttft.p99``, ``<1s``)."""
+    match = SLO_OPTION.match(text)
+    if not match:
+        raise LLMReplayError(f"--slo: expected METRIC.STAT OP VALUE such as 'ttft.p99<1s', got {text!r}")
+    return match.group(1), match.group(2)
+
+
+def sim_target(profile_name: str, prompts: Any) -> Any:
+    """The offline simulator of ``profile_name`` as a :class:`~.target.Target` (virtual clock)."""
+    from .sim.profile import load_profile
+    from .target import Target, sim_fingerprint
+
+    try:
+        profile = load_profile(profile_name)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--sim: {exc}") from None
+    return Target("offline", profile=profile, prompts=prompts, fingerprint=sim_fingerprint(profile, "offline"))
+
+
+def live_target(args: argparse.Namespace, prompts: Any) -> Any:
+    from .target import Target, live_fingerprint
+
+    if not args.endpoint.startswith(("http://", "https://")):
+        raise LLMReplayError(f"--endpoint: expected http://host:port, got {args.endpoint!r}")
+    fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
+    return Target("live", args.endpoint, model=fingerprint["model"], api=args.api, api_key_env=args.api_key_env, prompts=prompts, fingerprint=fingerprint)
+
+
+def plan_from(args: argparse.Namespace) -> Any:
+    """The search plan of the options; a bad one names the option (``--min``, not ``capacity.min``)."""
+    from .search import CapacityPlan, parse_resolution
+
+    plan = CapacityPlan(by=args.by, slo=dict(slo_option(text) for text in args.slo), min=args.min, max=args.max,
+                        resolution=parse_resolution(args.resolution), budget=args.budget, arrival=args.arrival, early_stop=not args.no_early_stop)
+    try:
+        plan.validate()
+    except LLMReplayError as exc:
+        raise LLMReplayError(re.sub(r"^capacity\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None
+    return plan
+
+
+def cmd_sweep(args: argparse.Namespace, load: Callable[[argparse.Namespace, str], Any]) -> int:
+    from .baseline import git_state, make_record, workload_digest
+    from .store import make_folder, write_new
+    from .driver import ReplaySettings
+    from .prompts import PromptFactory
+    from .search import find_capacity
+    from .tokenizer import load_tokenizer
+
+    plan = plan_from(args)
+    workload = load(args, args.file)
+    for warning in workload.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    settings = ReplaySettings(seed=args.seed, max_requests=args.max_requests, warmup_requests=args.warmup_requests)
+    settings.validate()
+    if args.out:
+        try:
+            make_folder(Path(args.out), "result.json, requests.csv and points.csv")
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"--out: {exc}") from None
+    digest = workload_digest(args.file)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed).salted(digest)
+    target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
+    found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers)
+    print(found.table())
+    if args.out:
+        out = Path(args.out)
+        result = found.result
+        record = make_record(result, test=f"llmreplay sweep {Path(args.file).name}", fingerprint=target.fingerprint,
+                             workload={"path": args.file, "format": args.format, "digest": digest}, git=git_state(Path.cwd()))
+        record["capacity"] = found.as_dict()
+        written = []
+        for name in ("result.json", "requests.csv", "points.csv"):
+            (out / name).unlink(missing_ok=True)  # --out names a folder for this sweep's files
+        written.append(write_new(out / "result.json", record))
+        written.append(result.write_csv(out / "requests.csv"))
+        written.append(write_points(found, out / "points.csv"))
+        print("wrote " + ", ".join(str(path) for path in written))
+    return 0 if found.value > 0 else 1
+
+
+def write_points(found: Any, path: Path) -> Path:
+    """A row per point in run order: load, role, verdict, why it stopped, each SLO's measured
+    value (``slo:<key>``) and the point's throughput, goodput and latency figures."""
+    import csv
+
+    rows = []
+    for point in found.points:
+        figures = point.figures()
+        settings, measured = figures.pop("settings"), figures.pop("slo")
+        rows.append({**figures, **{f"slo:{key}": value for key, value in measured.items()}, "mode": settings["mode"]})
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def add_sweep_parser(commands: Any, common: argparse.ArgumentParser, load: Callable[[argparse.Namespace, str], Any],
+                     number: Callable[[bool], Any], integer: Callable[[int], Any]) -> None:
+    """Register ``sweep``; ``load``, ``number`` and ``integer`` are cli.py's workload loader and
+    argparse types."""
+    from .search import ARRIVALS, BY, DEFAULT_BUDGET
+
+    sweep = commands.add_parser("sweep", parents=[common], help="find the highest load that meets SLOs (capacity at SLO)",
+                                description="Search the highest request rate or concurrency at which every SLO holds: a synchronous and a saturating run, "
+                                            "then bisection to --resolution or --budget runs. Exit status 0 when a load meets the SLOs, 1 when none does.")
+    sweep.add_argument("file", metavar="FILE")
+    where = sweep.add_mutually_exclusive_group(required=True)
+    where.add_argument("--endpoint", metavar="URL", help="a live OpenAI-compatible server; points run one at a time")
+    where.add_argument("--sim", metavar="PROFILE", help="the simulator in process, in virtual time: a bundled profile name or a profile JSON file")
+    sweep.add_argument("--slo", action="append", required=True, metavar="KEY<VALUE",
+                       help="an SLO every point must meet, e.g. 'ttft.p99<1s' or 'tpot.p90<=50ms' (repeatable): upper bounds on ttft, tpot, latency, itl; error_rate; goodput share")
+    sweep.add_argument("--by", choices=BY, default="rate", help="the load: sessions per second (open loop) or sessions in flight (closed loop); default rate")
+    sweep.add_argument("--min", type=number(True), metavar="X", help="lowest load (default: the synchronous run's)")
+    sweep.add_argument("--max", type=number(True), metavar="X", help="highest load (default: the saturating run's)")
+    sweep.add_argument("--resolution", default="5%", metavar="R", help="stop when the bracket is within R of its top, e.g. 5%% or 0.05 (default 5%%)")
+    sweep.add_argument("--budget", type=integer(2), default=DEFAULT_BUDGET, metavar="N", help=f"run at most N points (default {DEFAULT_BUDGET})")
+    sweep.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate points: Poisson, constant spacing, or the trace's own arrivals scaled (default poisson)")
+    sweep.add_argument("--no-early-stop", action="store_true", help="run every point to its end, even once its SLOs are lost")
+    sweep.add_argument("--workers", type=integer(1), default=2, metavar="N", help="processes for the bracketing step's two runs with --sim (default 2)")
+    sweep.add_argument("--out", metavar="DIR", help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out) and DIR/points.csv")
+    sweep.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    sweep.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
+    sweep.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
+    sweep.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one)")
+    sweep.add_argument("--seed", type=integer(0), default=0, help="seed of prompts and Poisson arrivals (default 0)")
+    sweep.add_argument("--max-requests", type=integer(1), metavar="N", help="each point takes whole sessions until N requests (cycling the workload if needed)")
+    sweep.add_argument("--warmup-requests", type=integer(0), default=0, metavar="N", help="leave each point's first N requests out of its metrics")
+    sweep.set_defaults(run=lambda args: cmd_sweep(args, load))

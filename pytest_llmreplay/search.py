@@ -1,0 +1,483 @@
+"""Capacity at SLO: the highest load an endpoint carries while every request-level SLO holds.
+
+**Load** (``by``):
+
+- ``rate``: sessions per second, open loop. ``arrival`` ``poisson`` (seeded) or ``constant``
+  spacing at that rate, or ``trace``: the workload's own arrivals scaled, speedup = rate / the
+  trace's rate ((n - 1) / span of its arrival times, n sessions);
+- ``concurrency``: sessions in flight, closed loop (whole numbers).
+
+**A point** is one ordinary replay at one load (its :class:`~pytest_llmreplay.metrics.Result`
+is kept). It *passes* when every SLO of the plan holds on its summary (``ttft.p99 < 1s`` on the
+point's TTFT p99) and it was not stopped early. Goodput's per-request limits are the plan's
+(:func:`~pytest_llmreplay.slo.per_request_limits`).
+
+**Algorithm** (:func:`find_capacity`):
+
+1. Bracketing, two points (in parallel processes when the target is the offline simulator: its
+   points cannot disturb each other): the low end and the high end.
+   ``concurrency``: ``min`` (default 1, the synchronous run) and ``max`` (default every planned
+   session at once, the saturating run). ``rate``: ``min`` and ``max`` when given; else, as
+   GuideLLM starts its sweep, the synchronous run (concurrency 1) and the saturating run (every
+   session at once), whose achieved session rates (sessions done / run time) are the ends: the
+   synchronous one is a load carried within the SLOs (closed loop), the saturating one the most
+   the endpoint completes, beyond which an open loop's queue grows without bound.
+   If the low end fails, no load meets the SLOs: capacity 0, bracket [0, low]. If the high end
+   passes, capacity is at least the high end: bracket [high, high], ``reason`` says so.
+2. Bisection: while high - low > ``resolution`` * high (concurrency: and high - low > 1) and
+   fewer than ``budget`` points have run: a point at mid = (low + high) / 2 (concurrency: rounded
+   down); pass: low = mid, fail: high = mid.
+3. Capacity = low, the highest load that passed; its uncertainty is the bracket [low, high].
+
+**Early stop** (:class:`StopRule`, on by default): a point stops once its SLOs can no longer be
+met whatever its remaining requests do, as GuideLLM stops an over-saturated benchmark. With N
+the requests planned (an upper bound on those measured) and b the requests seen so far that
+breach a limit: an upper bound on a percentile ``pq`` (``max``: q = 1) of ``ttft``, ``tpot`` or
+``latency`` is lost once b >= N - floor((N - 1) q) (the value at position floor((N - 1) q) of the
+sorted N is then a breaching one, and linear interpolation cannot pull the percentile under the
+limit); ``error_rate < x`` (``<=``, ``==``) once failed / N is over what it allows; ``goodput >=
+x`` (share) once (N - not good) / N < x. An overloaded open-loop point's queue, and so its TTFT,
+grows, which is how it hits the first rule early. A stopped point has failed; the saturating run
+of a ``rate`` search without ``max`` is never stopped (its throughput is the bracket's end).
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from .driver import Replay, ReplayRun, ReplaySettings, RequestRecord, session_plan
+from .errors import LLMReplayError
+from .metrics import Result, latency, tpot, ttft
+from .prompts import PromptFactory
+from .slo import OPERATORS, SLO, Check, check_slos, parse_slos, per_request_limits
+from .workload import Workload
+
+BY = ("rate", "concurrency")
+ARRIVALS = ("poisson", "constant", "trace")
+DEFAULT_RESOLUTION = 0.05
+DEFAULT_BUDGET = 12
+PLAN_KEYS = ("by", "slo", "min", "max", "resolution", "budget", "arrival", "early_stop")
+# settings the search sets itself at each point
+VARIED_SETTINGS = ("mode", "rate", "concurrency", "arrival")
+# per-request metrics the SLOs of a plan may bound, and the shares checked per point
+REQUEST_VALUE = {"ttft": ttft, "tpot": tpot, "latency": latency}
+PLAN_METRICS = ("ttft", "tpot", "latency", "itl", "error_rate", "goodput")
+
+
+class Target(Protocol):
+    """Where points go: a fresh endpoint and clock per replay (:class:`~.target.Target`).
+    ``kind == "offline"`` (the simulator in virtual time) lets points run in parallel processes,
+    which needs the target, workload and prompts to pickle."""
+
+    kind: str
+    gpus: int
+
+    def endpoint(self) -> Any: ...
+
+    def clock(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """What to search: ``by`` rate or concurrency, the SLOs each point must meet, the load's
+    bounds (None: found by the bracketing step), the resolution (a fraction of the load), the
+    most points to run, the arrival pattern of rate points, and whether points stop early."""
+
+    by: str
+    slo: Mapping[str, str]
+    min: float | None = None
+    max: float | None = None
+    resolution: float = DEFAULT_RESOLUTION
+    budget: int = DEFAULT_BUDGET
+    arrival: str = "poisson"
+    early_stop: bool = True
+
+    @cached_property
+    def slos(self) -> list[SLO]:
+        return parse_slos(self.slo)
+
+    def validate(self) -> None:
+        """:class:`LLMReplayError` naming the first bad key (``capacity.<key>: ...``)."""
+        if self.by not in BY:
+            raise LLMReplayError(f"capacity.by: expected one of {', '.join(BY)}, got {self.by!r}")
+        if self.arrival not in ARRIVALS:
+            raise LLMReplayError(f"capacity.arrival: expected one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
+        if self.arrival != "poisson" and self.by != "rate":
+            raise LLMReplayError(f"capacity.arrival: applies to a search by rate; this one is by {self.by}")
+        if not isinstance(self.slo, Mapping) or not self.slo:
+            raise LLMReplayError("capacity.slo: expected the SLOs each load must meet, e.g. {'ttft.p99': '< 1s'}")
+        try:
+            slos = self.slos
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"capacity.slo: {exc}") from None
+        for slo in slos:
+            per_request = slo.metric in ("ttft", "tpot", "latency", "itl") and slo.op in ("<", "<=")
+            share = slo.metric in ("error_rate", "goodput") and slo.stat == "value"
+            if not (per_request or share):
+                raise LLMReplayError(f"capacity.slo {slo.key!r}: cannot be evaluated per request; expected an upper bound (< or <=) on ttft, tpot, "
+                                     "latency or itl, or an error_rate or goodput share")
+        for name in ("min", "max"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf):
+                raise LLMReplayError(f"capacity.{name}: expected a number > 0, got {value!r}")
+            if value is not None and self.by == "concurrency" and value != int(value):
+                raise LLMReplayError(f"capacity.{name}: a concurrency is a whole number, got {value!r}")
+        if self.min is not None and self.max is not None and self.min >= self.max:
+            raise LLMReplayError(f"capacity.min: expected less than the max ({self.max:g}), got {self.min:g}")
+        if isinstance(self.resolution, bool) or not isinstance(self.resolution, (int, float)) or not 0 < self.resolution < 1:
+            raise LLMReplayError(f"capacity.resolution: expected a share between 0 and 1 such as '5%' or 0.05, got {self.resolution!r}")
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 2:
+            raise LLMReplayError(f"capacity.budget: expected a whole number of runs >= 2 (the bracketing step runs two), got {self.budget!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {key: (dict(self.slo) if key == "slo" else getattr(self, key)) for key in PLAN_KEYS}
+
+
+def parse_resolution(value: Any) -> Any:
+    """``"5%"`` -> 0.05, ``"0.05"`` -> 0.05; a number is a fraction; anything else is returned
+    as it is, for :meth:`CapacityPlan.validate` to name."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return value
+
+
+def parse_capacity(data: Any) -> CapacityPlan:
+    """A checked plan from the marker's or spec file's ``capacity`` mapping."""
+    if not isinstance(data, Mapping):
+        raise LLMReplayError(f"capacity: expected a mapping such as {{by: rate, slo: {{ttft.p99: '< 1s'}}}}, got {data!r}")
+    unknown = [key for key in data if key not in PLAN_KEYS]
+    if unknown:
+        raise LLMReplayError(f"capacity.{unknown[0]}: unknown key; expected one of {', '.join(PLAN_KEYS)}")
+    if "by" not in data:
+        raise LLMReplayError(f"capacity.by: missing; expected one of {', '.join(BY)}")
+    options = dict(data)
+    if "resolution" in options:
+        options["resolution"] = parse_resolution(options["resolution"])
+    if "early_stop" in options and not isinstance(options["early_stop"], bool):
+        raise LLMReplayError(f"capacity.early_stop: expected true or false, got {options['early_stop']!r}")
+    plan = CapacityPlan(**options)
+    plan.validate()
+    return plan
+
+
+def check_test_slos(slos: Sequence[SLO], plan: CapacityPlan | None) -> None:
+    """A test's ``capacity.*`` SLOs need a search by the same load."""
+    for slo in slos:
+        if slo.metric == "capacity" and plan is None:
+            raise LLMReplayError(f"slo {slo.key!r}: needs the capacity key (what to search: by, slo, min, max, resolution)")
+        if slo.metric == "capacity" and slo.stat != plan.by:
+            raise LLMReplayError(f"slo {slo.key!r}: the capacity search is by {plan.by}; write capacity.{plan.by}")
+
+
+@dataclass
+class StopRule:
+    """Stops a point once its SLOs are lost (see the module docstring); ``planned`` = N.
+    Records scheduled in the first ``warmup_s`` are not counted; the first ``warmup_requests``
+    (by schedule, not known until the end) are allowed for: each count must exceed its limit
+    by that many."""
+
+    slos: Sequence[SLO]
+    planned: int
+    limits: Mapping[str, float]
+    warmup_s: float = 0.0
+    warmup_requests: int = 0
+    failed: int = 0
+    not_good: int = 0
+    breaches: dict[str, int] = field(default_factory=dict)
+
+    def reason(self, record: RequestRecord) -> str | None:
+        """Count ``record``; why the point is lost, or None while it may still pass."""
+        if record.status == "cancelled" or record.scheduled_s < self.warmup_s:
+            return None
+        slack = self.warmup_requests
+        self.failed += record.status == "failed"
+        values = {name: compute(record) for name, compute in REQUEST_VALUE.items()} if record.status == "ok" else {}
+        self.not_good += record.status == "failed" or any(values.get(name) is not None and values[name] > limit for name, limit in self.limits.items())
+        n = self.planned
+        for slo in self.slos:
+            if slo.metric in REQUEST_VALUE and (slo.stat == "max" or slo.stat.startswith("p")):
+                value = values.get(slo.metric)
+                if value is not None and not (value < slo.value if slo.op == "<" else value <= slo.value):
+                    self.breaches[slo.key] = self.breaches.get(slo.key, 0) + 1
+                q = 1.0 if slo.stat == "max" else float(slo.stat[1:]) / 100
+                if self.breaches.get(slo.key, 0) >= n - math.floor((n - 1) * q) + slack:
+                    return f"{slo.key} {slo.text} is lost: {self.breaches[slo.key]} of at most {n} requests over it"
+            elif slo.metric == "error_rate" and not _holds(slo, (self.failed - slack) / n):
+                return f"error_rate {slo.text} is lost: {self.failed} of at most {n} requests failed"
+            elif slo.metric == "goodput" and slo.op in (">", ">=") and not _holds(slo, (n - self.not_good + slack) / n):
+                return f"goodput {slo.text} is lost: {self.not_good} of at most {n} requests are not good"
+        return None
+
+
+def _holds(slo: SLO, value: float) -> bool:
+    return OPERATORS[slo.op](value, slo.value)
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """One point to run (picklable: it may go to another process)."""
+
+    workload: Workload
+    target: Any
+    prompts: PromptFactory
+    settings: ReplaySettings
+    rule: StopRule | None
+
+
+def run_point(job: PointJob) -> ReplayRun:
+    """Replay one point, stopping it when its rule says the SLOs are lost."""
+    replay = Replay(job.workload, job.target.endpoint(), job.prompts, job.settings, clock=job.target.clock())
+    rule = job.rule
+    if rule is not None:
+
+        def observe(record: RequestRecord) -> None:
+            why = rule.reason(record)
+            if why is not None:
+                replay.stop(why)
+
+        replay.on_record = observe
+    return replay.run()
+
+
+@dataclass
+class Point:
+    """One replay of the search: its load, role (``low``, ``high``, ``bisect``), result, checks."""
+
+    load: float
+    role: str
+    settings: ReplaySettings
+    result: Result
+    checks: list[Check]
+
+    @property
+    def stopped(self) -> str | None:
+        return self.result.run.stopped
+
+    @property
+    def passed(self) -> bool:
+        return self.stopped is None and all(c.passed for c in self.checks)
+
+    def figures(self) -> dict[str, Any]:
+        """What is kept of the point in the stored result (and drawn in a load curve): the load,
+        the verdict, each SLO's measured value, throughput, goodput, error rate and counts."""
+        summary = self.result.summary
+        goodput = summary.get("goodput", {})
+        return {
+            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped,
+            "settings": {key: getattr(self.settings, key) for key in ("mode", "rate", "concurrency", "arrival", "speedup")},
+            "slo": {c.slo.key: c.measured for c in self.checks},
+            "request_throughput": summary.get("request_throughput", {}).get("overall"),
+            "output_throughput": summary.get("output_throughput", {}).get("overall"),
+            "goodput": goodput.get("value"), "goodput_rate": goodput.get("rate"),
+            "error_rate": summary.get("error_rate", {}).get("value"),
+            "ttft_p50": summary.get("ttft", {}).get("p50"), "ttft_p99": summary.get("ttft", {}).get("p99"),
+            "tpot_p50": summary.get("tpot", {}).get("p50"), "tpot_p99": summary.get("tpot", {}).get("p99"),
+            "requests_ok": summary["requests"]["ok"], "requests_planned": summary["requests"]["planned"],
+        }
+
+    def line(self, index: int, budget: int, by: str) -> str:
+        """The progress line of a finished point."""
+        unit = " req/s" if by == "rate" else ""
+        measured = "  ".join(f"{c.slo.key} {'-' if c.measured is None else c.slo.show(c.measured)}" for c in self.checks)
+        figures = self.figures()
+        goodput = "" if figures["goodput_rate"] is None else f"  goodput {figures['goodput_rate']:.4g} req/s ({figures['goodput'] * 100:.0f}%)"
+        verdict = "pass" if self.passed else "FAIL"
+        stopped = f"  (stopped early: {self.stopped})" if self.stopped else ""
+        return f"point {index}/{budget} {self.role:>6} {by} {self.load:.4g}{unit}: {verdict}  {measured}{goodput}{stopped}"
+
+
+class CapacityResult(Result):
+    """The stored face of a search: the point at capacity (the highest that passed, else the
+    lowest run), with the search's settings (so two commits' searches compare) and
+    ``summary["capacity"]`` = {by: capacity, ``low``, ``high`` (the bracket), ``runs``}."""
+
+    def __init__(self, run: ReplayRun, gpus: int, goodput: Mapping[str, float], capacity: "Capacity") -> None:
+        super().__init__(run, gpus, goodput)
+        self.capacity = capacity
+        self.summary["capacity"] = capacity.figures()
+
+
+@dataclass
+class Capacity:
+    """The outcome of a search: every point in run order, the bracket [low, high] (high None:
+    no load failed), and why the search ended."""
+
+    plan: CapacityPlan
+    base: ReplaySettings
+    points: list[Point]
+    low: float
+    high: float | None
+    reason: str
+
+    @property
+    def value(self) -> float:
+        return self.low
+
+    def figures(self) -> dict[str, float]:
+        high = self.low if self.high is None else self.high
+        return {self.plan.by: self.low, "low": self.low, "high": high, "runs": float(len(self.points))}
+
+    @cached_property
+    def at_capacity(self) -> Point:
+        passed = [p for p in self.points if p.passed]
+        return max(passed, key=lambda p: p.load) if passed else min(self.points, key=lambda p: p.load)
+
+    @cached_property
+    def result(self) -> CapacityResult:
+        point = self.at_capacity.result
+        settings = {**self.base.as_dict(), "capacity": self.plan.as_dict()}
+        return CapacityResult(replace(point.run, settings=settings), point.gpus, point.goodput, self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The search as stored beside the result: plan, capacity, bracket, reason, points."""
+        return {"plan": self.plan.as_dict(), **self.figures(), "reason": self.reason, "points": [p.figures() for p in self.points]}
+
+    def table(self) -> str:
+        """A row per point in load order, then the capacity and its bracket."""
+        from tabulate import tabulate
+
+        keys = [slo.key for slo in self.plan.slos]
+        rows = []
+        for point in sorted(self.points, key=lambda p: p.load):
+            f = point.figures()
+            measured = {c.slo.key: ("-" if c.measured is None else c.slo.show(c.measured)) for c in point.checks}
+            rows.append([f"{point.load:.4g}", "pass" if point.passed else "FAIL" + (" (stopped)" if point.stopped else "")] + [measured[k] for k in keys]
+                        + [_fmt(f["request_throughput"]), _fmt(f["goodput_rate"]), "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%"])
+        unit = " req/s" if self.plan.by == "rate" else ""
+        headers = [self.plan.by + unit, "verdict"] + keys + ["req/s", "goodput req/s", "good"]
+        return f"Capacity search by {self.plan.by}\n" + tabulate(rows, headers=headers, tablefmt="simple") + "\n" + self.headline()
+
+    def headline(self) -> str:
+        unit = " req/s" if self.plan.by == "rate" else ""
+        bracket = f"[{self.low:.4g}, {self.high:.4g}]" if self.high is not None else f"[{self.low:.4g}, -]"
+        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket {bracket}, {len(self.points)} runs; {self.reason}"
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def trace_rate(workload: Workload) -> float:
+    """Sessions per second of a timed trace: (n - 1) / span of its arrivals."""
+    arrivals = [s.arrival_s for s in workload.sessions]
+    span = max(arrivals) - min(arrivals)
+    if len(arrivals) < 2 or span <= 0:
+        raise LLMReplayError("capacity.arrival: trace needs a workload whose sessions arrive over time; use poisson or constant")
+    return (len(arrivals) - 1) / span
+
+
+class Search:
+    """One capacity search (see the module docstring); :func:`find_capacity` runs it."""
+
+    def __init__(self, workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan,
+                 settings: ReplaySettings = ReplaySettings(), progress: Callable[[str], None] | None = None, workers: int = 2) -> None:
+        plan.validate()
+        settings.validate()
+        for name in ("rate", "concurrency"):
+            if getattr(settings, name) is not None:
+                raise LLMReplayError(f"{name}: the capacity search sets it at each point; leave it out")
+        if settings.mode != "auto":
+            raise LLMReplayError("mode: the capacity search sets it at each point; leave it out")
+        self.workload, self.target, self.prompts, self.plan, self.base = workload, target, prompts, plan, settings
+        self.progress = progress
+        self.workers = workers if target.kind == "offline" else 1
+        self.sessions = len(session_plan(workload, replace(settings, mode="concurrency")))
+        self.native_rate = trace_rate(workload) if plan.arrival == "trace" else None
+        self.limits = per_request_limits(plan.slos)
+        self.points: list[Point] = []
+
+    def settings_at(self, load: float) -> ReplaySettings:
+        if self.plan.by == "concurrency":
+            return replace(self.base, mode="concurrency", concurrency=int(load))
+        if self.plan.arrival == "trace":
+            return replace(self.base, mode="timestamps", speedup=load / self.native_rate)
+        return replace(self.base, mode="rate", rate=load, arrival=self.plan.arrival)
+
+    def job(self, settings: ReplaySettings, stop: bool) -> PointJob:
+        rule = None
+        if stop and self.plan.early_stop:
+            planned = sum(len(s.turns) for s in session_plan(self.workload, settings))
+            rule = StopRule(self.plan.slos, planned, self.limits, settings.warmup_s, settings.warmup_requests)
+        return PointJob(self.workload, self.target, self.prompts, settings, rule)
+
+    def keep(self, load: float | None, role: str, settings: ReplaySettings, run: ReplayRun) -> Point:
+        result = Result(run, gpus=self.target.gpus, goodput=self.limits)
+        if load is None:  # a bracketing run's load is the session rate it achieved
+            load = self.sessions / run.duration_s if run.duration_s > 0 else 0.0
+        point = Point(load, role, settings, result, check_slos(result.summary, self.plan.slos))
+        self.points.append(point)
+        if self.progress is not None:
+            self.progress(point.line(len(self.points), self.plan.budget, self.plan.by))
+        return point
+
+    def bracket(self) -> tuple[Point, Point]:
+        """The low and the high end, in parallel processes when the target allows."""
+        plan = self.plan
+        if plan.by == "concurrency":
+            ends = [(plan.min or 1, "low", self.settings_at(plan.min or 1), True),
+                    (plan.max or self.sessions, "high", self.settings_at(plan.max or self.sessions), True)]
+        else:
+            saturating = replace(self.base, mode="concurrency", concurrency=self.sessions)
+            ends = [(plan.min, "low", self.settings_at(plan.min) if plan.min else replace(self.base, mode="concurrency", concurrency=1), True),
+                    (plan.max, "high", self.settings_at(plan.max) if plan.max else saturating, plan.max is not None)]
+        jobs = [self.job(settings, stop) for _, _, settings, stop in ends]
+        runs = self.in_parallel(jobs) if self.workers > 1 else None
+        if runs is None:
+            runs = [run_point(job) for job in jobs]
+        low, high = (self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(ends, runs))
+        return low, high
+
+    def in_parallel(self, jobs: list[PointJob]) -> list[ReplayRun] | None:
+        """The jobs' runs from worker processes; None when they cannot go there (a target or
+        workload that does not pickle, a pool that cannot start): the caller runs them here,
+        with the same results, only slower."""
+        try:
+            with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs))) as pool:
+                return list(pool.map(run_point, jobs))
+        except (pickle.PicklingError, AttributeError, TypeError, BrokenProcessPool, OSError):
+            return None
+
+    def run(self) -> Capacity:
+        plan = self.plan
+        low_point, high_point = self.bracket()
+        if not low_point.passed:
+            return self.done(0.0, low_point.load, "no load meets the SLOs: the lowest one fails")
+        if high_point.passed:
+            return self.done(high_point.load, None, "the highest load meets the SLOs: capacity is at least that")
+        low, high = low_point.load, high_point.load
+        if high <= low:
+            return self.done(low, high, "the bracket is empty: the saturating run carried no more than the low end")
+        while not self.resolved(low, high):
+            if len(self.points) >= plan.budget:
+                return self.done(low, high, f"budget of {plan.budget} runs spent before the {plan.resolution * 100:g}% resolution")
+            mid = (low + high) // 2 if plan.by == "concurrency" else (low + high) / 2
+            settings = self.settings_at(mid)
+            point = self.keep(mid, "bisect", settings, run_point(self.job(settings, True)))
+            low, high = (mid, high) if point.passed else (low, mid)
+        return self.done(low, high, f"bracket within the {plan.resolution * 100:g}% resolution")
+
+    def resolved(self, low: float, high: float) -> bool:
+        if self.plan.by == "concurrency" and high - low <= 1:
+            return True
+        return high - low <= self.plan.resolution * high
+
+    def done(self, low: float, high: float | None, reason: str) -> Capacity:
+        return Capacity(self.plan, self.base, self.points, low, high, reason)
+
+
+def find_capacity(workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan, settings: ReplaySettings = ReplaySettings(),
+                  progress: Callable[[str], None] | None = None, workers: int = 2) -> Capacity:
+    """Search the highest load of ``workload`` on ``target`` meeting ``plan``'s SLOs (module
+    docstring); ``settings``: every other replay setting of each point; ``progress``: gets a line
+    per point as it finishes; ``workers``: processes for the bracketing step (offline only)."""
+    return Search(workload, target, prompts, plan, settings, progress, workers).run()

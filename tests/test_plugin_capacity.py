@@ -1,0 +1,174 @@
+"""Goodput and capacity at SLO in pytest (pytester): goodput's per-request limits come from the
+test's ``slo``; the ``capacity`` key searches the load; the SLO keys, the stored result and the
+gate on capacity. The search itself: ``test_search.py``."""
+
+import json
+
+import pytest
+
+# 8 single-turn sessions, Poisson arrivals at 4/s (as test_plugin_perf.py's)
+WORKLOAD = """\
+synthetic:
+  sessions: 8
+  input_tokens: {dist: uniform, min: 64, max: 256}
+  output_tokens: {dist: uniform, min: 8, max: 32}
+  rate: 4
+  seed: 7
+"""
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("wl.yaml").write_text(WORKLOAD)
+    return pytester
+
+
+def test_goodput_under_pytest_takes_its_per_request_limits_from_the_slo(project):
+    # latency.p50 < 150ms: a good request is one whose own latency is at most 150 ms; the body
+    # counts them from the request table, and the summary's share and rate must agree
+    project.makepyfile(test_goodput="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"latency.p50": "< 150ms", "goodput": "> 0%", "goodput.rate": "> 0 req/s"})
+        def test_good(llm_result):
+            table = llm_result.request_table()
+            good = int((table["latency"] <= 0.15).sum())
+            assert 0 < good < len(table), "the limit must split the requests for this test to mean anything"
+            start, end = llm_result.span
+            assert llm_result.summary["goodput"]["value"] == good / len(table)
+            assert llm_result.summary["goodput"]["rate"] == pytest.approx(good / (end - start))
+    """)
+    result = project.runpytest("--llm-offline", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["SLOs met: 3 of 3", "goodput*> 0%*%*ok", "goodput.rate*> 0 req/s*req/s*ok"])
+
+
+def test_goodput_in_req_per_s_is_the_rate_of_good_requests(project):
+    project.makepyfile(test_goodput="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1s", "goodput": ">= 1000 req/s"})
+        def test_rate(llm_result):
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["SLO breached: 1 of 2", "goodput*>= 1000 req/s*req/s*BREACH"])
+
+
+# 40 sessions: on the bundled polynomial profile a search by concurrency for ttft.p90 < 500ms
+# finds 18, and 6 on the same profile three times slower (test_plugin_baselines' slow.json)
+CAP_WORKLOAD = """\
+synthetic:
+  sessions: 40
+  input_tokens: {dist: uniform, min: 256, max: 2048}
+  output_tokens: {dist: uniform, min: 32, max: 256}
+  rate: 10
+  seed: 3
+"""
+CAP_TEST = """
+import json
+
+import pytest
+
+@pytest.mark.llmreplay(workload="cap.yaml", capacity={"by": "concurrency", "slo": {"ttft.p90": "< 500ms"}, "resolution": "5%%"},
+                       slo={"capacity.concurrency": ">= %(least)s", "goodput": ">= 90%%"})
+def test_capacity(llm_result):
+    found = llm_result.capacity
+    assert llm_result.summary["capacity"]["concurrency"] == found.value
+    assert found.at_capacity.passed and found.at_capacity.load == found.value
+    assert len(found.points) >= 3
+"""
+
+
+@pytest.fixture
+def capacity_project(pytester, monkeypatch):
+    from test_plugin_baselines import GIT_ENV, git, write_profiles
+
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("cap.yaml").write_text(CAP_WORKLOAD)
+    pytester.makepyfile(test_cap=CAP_TEST % {"least": 2})
+    write_profiles(pytester.path)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "capacity test")
+    return pytester
+
+
+def test_capacity_marker_searches_and_checks_the_capacity_slo(capacity_project):
+    result = capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([
+        "Capacity search by concurrency",
+        "*concurrency*verdict*ttft.p90*req/s*goodput req/s*good",
+        "capacity (concurrency): 18, bracket [[]18, 19[]], * runs; bracket within the 5% resolution",
+        "SLOs met: 2 of 2",
+        "capacity.concurrency*>= 2*18*ok",
+    ])
+
+
+def test_capacity_below_the_slo_fails_with_the_table(capacity_project):
+    capacity_project.makepyfile(test_cap=CAP_TEST % {"least": 64})
+    result = capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["SLO breached: 1 of 2", "capacity.concurrency*>= 64*18*-46*BREACH"])
+
+
+def test_capacity_is_stored_with_every_point_and_gated_on_its_bracket(capacity_project):
+    from test_plugin_baselines import stored
+
+    capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    (path,) = stored(capacity_project.path, test="test_cap.py::test_capacity")
+    record = json.loads(path.read_text())
+    assert record["summary"]["capacity"] == {"concurrency": 18, "low": 18, "high": 19, "runs": len(record["capacity"]["points"])}
+    assert record["capacity"]["plan"]["by"] == "concurrency" and record["settings"]["capacity"]["resolution"] == 0.05
+    loads = {p["load"]: p for p in record["capacity"]["points"]}
+    assert loads[18]["passed"] and not loads[19]["passed"] and loads[18]["slo"]["ttft.p90"] < 0.5 <= loads[19]["slo"]["ttft.p90"]
+
+    same = capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-compare", "--llm-fail-on-regression")
+    same.assert_outcomes(passed=1)
+    same.stdout.fnmatch_lines(["Compared with *: 0 regressions", "capacity.concurrency*18*18*+0.0% [[]-5.3%, +5.6%[]]*5%*ok"])
+    assert "ttft.p50" not in same.stdout.str()  # a capacity test compares its capacity, not the latency at it
+
+    # three times slower: 6 in [6, 7] against 18 in [18, 19]: -66.7% [-68.4%, -61.1%], a regression
+    slower = capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    slower.assert_outcomes(failed=1)
+    slower.stdout.fnmatch_lines(["Compared with *: 1 regression", "capacity.concurrency*18*6*-66.7% [[]-68.4%, -61.1%[]]*5%*REGRESSION"])
+
+
+@pytest.mark.parametrize(
+    "marker, message",
+    [
+        ('capacity={"slo": {"ttft.p90": "< 1s"}}', "capacity.by: missing; expected one of rate, concurrency"),
+        ('capacity={"by": "rate", "slo": {"ttft.p90": "< 1s"}, "min": 8, "max": 2}', "capacity.min: expected less than the max (2), got 8"),
+        ('capacity={"by": "rate", "slo": {"ttft.p90": "< 1s"}, "resolution": 0}', "capacity.resolution: expected a share between 0 and 1"),
+        ('capacity={"by": "rate", "slo": {"cache_hit_rate.mean": "> 50%"}}', "capacity.slo 'cache_hit_rate.mean': cannot be evaluated per request"),
+        ('capacity={"by": "rate", "slo": {"ttft.p90": "< 1s"}}, concurrency=4', "concurrency: the capacity search sets it at each point; leave it out"),
+        ('slo={"capacity.rate": ">= 8 req/s"}', "slo 'capacity.rate': needs the capacity key"),
+        ('capacity={"by": "concurrency", "slo": {"ttft.p90": "< 1s"}}, slo={"capacity.rate": ">= 8 req/s"}', "slo 'capacity.rate': the capacity search is by concurrency; write capacity.concurrency"),
+    ],
+)
+def test_bad_capacity_keys_are_one_line_naming_the_key(project, marker, message):
+    project.makepyfile(test_bad=f"""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", {marker})
+        def test_it(llm_result):
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)  # llm_result (the marker's replay) fails in set-up
+    result.stdout.fnmatch_lines([message + "*"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_capacity_in_a_spec_file(project):
+    project.path.joinpath("cap.yaml").write_text(CAP_WORKLOAD)
+    project.path.joinpath("search.llmreplay.yaml").write_text(
+        "workload: cap.yaml\ncapacity: {by: rate, slo: {ttft.p90: '< 150ms'}, min: 1, max: 100, resolution: 10%}\nslo: {capacity.rate: '>= 1 req/s'}\n")
+    result = project.runpytest("--llm-offline", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["Capacity search by rate", "capacity (rate): * req/s, bracket [[]*[]], * runs; bracket within the 10% resolution"])

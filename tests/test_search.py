@@ -1,0 +1,196 @@
+"""Capacity at SLO (``pytest_llmreplay.search``) on the offline simulator: the bracket holds the
+answer an exhaustive grid finds, a faster profile carries more, an SLO no load meets, the
+budget, the early stop (its rule checked against the final statistic), and bad plans."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from records import rec
+
+from pytest_llmreplay.driver import ReplaySettings
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.formats import load_workload
+from pytest_llmreplay.metrics import stats
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.search import CapacityPlan, Search, StopRule, find_capacity, parse_capacity, run_point
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.slo import parse_slos
+from pytest_llmreplay.target import Target
+from pytest_llmreplay.tokenizer import load_tokenizer
+
+# 60 one-turn sessions: a point replays in a few hundredths of a second offline
+WORKLOAD = """\
+synthetic:
+  sessions: 60
+  input_tokens: {dist: uniform, min: 256, max: 2048}
+  output_tokens: {dist: uniform, min: 32, max: 256}
+  rate: 10
+  seed: 3
+"""
+SLO = {"ttft.p90": "< 150ms", "tpot.p90": "< 30ms"}
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wl") / "wl.yaml"
+    path.write_text(WORKLOAD)
+    return load_workload(path)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PromptFactory(load_tokenizer(None), seed=0)
+
+
+def target(prompts, profile="llama-3.1-8b-h100"):
+    return Target("offline", profile=load_profile(profile), prompts=prompts)
+
+
+def passes(workload, prompts, plan, load, profile="llama-3.1-8b-h100"):
+    """Does one point at ``load`` meet the plan's SLOs (run to its end, no early stop)?"""
+    search = Search(workload, target(prompts, profile), prompts, plan, workers=1)
+    settings = search.settings_at(load)
+    return search.keep(load, "grid", settings, run_point(search.job(settings, stop=False))).passed
+
+
+@pytest.mark.parametrize("by, grid", [("concurrency", range(1, 61)), ("rate", [0.5 * k for k in range(1, 81)])])
+def test_capacity_lies_within_one_resolution_step_of_an_exhaustive_grid(workload, prompts, by, grid):
+    plan = CapacityPlan(by=by, slo=SLO, min=1 if by == "concurrency" else 0.5, max=60 if by == "concurrency" else 40)
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    assert found.high is not None and found.low < found.high, found.reason
+    # the grid's answer: the highest load that passes with every lower grid load passing too
+    best = None
+    for load in grid:
+        if not passes(workload, prompts, plan, load):
+            break
+        best = load
+    assert best is not None
+    step = max(plan.resolution * found.high, 1 if by == "concurrency" else 0)
+    assert found.low <= best + step and best <= found.high + step
+    assert abs(found.low - best) <= step + (1 if by == "concurrency" else 0.5)  # the grid's own spacing
+    # the bracket's ends are what the search says: low passed, high failed
+    by_load = {p.load: p for p in found.points}
+    assert by_load[found.low].passed and not by_load[found.high].passed
+
+
+@pytest.mark.parametrize("by", ["concurrency", "rate"])
+def test_a_faster_profile_has_more_capacity(workload, prompts, by):
+    plan = CapacityPlan(by=by, slo={"ttft.p90": "< 1s", "tpot.p90": "< 60ms"})
+    slow = find_capacity(workload, target(prompts, "llama-3.1-8b-rtx-4090"), prompts, plan, workers=1)
+    fast = find_capacity(workload, target(prompts, "llama-3.1-8b-h100"), prompts, plan, workers=1)
+    assert 0 < slow.value < fast.value
+
+
+def test_an_slo_no_load_meets_gives_capacity_zero(workload, prompts):
+    plan = CapacityPlan(by="rate", slo={"ttft.p99": "< 1us"})
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    assert found.value == 0 and found.reason.startswith("no load meets the SLOs")
+    assert len(found.points) == 2  # the bracketing step only
+    assert found.result.summary["capacity"]["rate"] == 0
+
+
+def test_an_slo_every_load_meets_gives_the_highest_load(workload, prompts):
+    plan = CapacityPlan(by="concurrency", slo={"ttft.p99": "< 1000s"})
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    assert (found.value, found.high) == (60, None)  # every session at once
+    assert found.reason.startswith("the highest load meets the SLOs")
+
+
+def test_the_budget_bounds_the_runs(workload, prompts):
+    plan = CapacityPlan(by="rate", slo=SLO, resolution=0.001, budget=4)
+    lines = []
+    found = find_capacity(workload, target(prompts), prompts, plan, progress=lines.append, workers=1)
+    assert len(found.points) == 4 and "budget of 4 runs spent" in found.reason
+    assert found.low < found.high
+    # a progress line per point, as each finished
+    assert [line.split(":")[0] for line in lines] == [f"point {i}/4 {p.role:>6} rate {p.load:.4g} req/s" for i, p in enumerate(found.points, 1)]
+
+
+def test_parallel_bracketing_finds_what_the_serial_search_finds(workload, prompts):
+    plan = CapacityPlan(by="concurrency", slo=SLO)
+    serial = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    parallel = find_capacity(workload, target(prompts), prompts, plan, workers=2)
+    assert [(p.load, p.passed) for p in parallel.points] == [(p.load, p.passed) for p in serial.points]
+    assert parallel.result.summary["capacity"] == serial.result.summary["capacity"]
+
+
+def test_trace_arrivals_scale_the_workloads_own_times(workload, prompts):
+    plan = CapacityPlan(by="rate", slo=SLO, arrival="trace", min=1, max=40)
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    point = found.points[-1]
+    assert point.settings.mode == "timestamps"
+    first, last = workload.sessions[0].arrival_s, workload.sessions[-1].arrival_s
+    assert point.settings.speedup == pytest.approx(point.load / (59 / (last - first)))
+    assert 1 < found.value < 40
+
+
+def test_a_hopeless_point_stops_early_and_fails(workload, prompts):
+    plan = CapacityPlan(by="concurrency", slo={"ttft.p90": "< 150ms"}, max=60)
+    search = Search(workload, target(prompts), prompts, plan, workers=1)
+    settings = search.settings_at(60)
+    stopped = search.keep(60, "high", settings, run_point(search.job(settings, stop=True)))
+    full = search.keep(60, "high", settings, run_point(search.job(settings, stop=False)))
+    assert not full.passed and full.stopped is None
+    assert not stopped.passed and stopped.stopped.startswith("ttft.p90 < 150ms is lost")
+    # p90 of at most 60 is lost at the 60 - floor(59 * 0.9) = 7th request over 150 ms: the run
+    # stopped there, cancelling what was in flight
+    slow = [r for r in stopped.result.ok if r.first_token_s - r.sent_s >= 0.15]
+    assert len(slow) == 7 and "7 of at most 60" in stopped.stopped
+    counts = stopped.result.summary["requests"]
+    assert counts["ok"] < 60 and counts["cancelled"] > 0
+    assert any("stopped (ttft.p90 < 150ms is lost" in w for w in stopped.result.warnings)
+
+
+def test_the_stop_rule_only_stops_points_whose_statistic_breaches():
+    # random TTFTs, a rule per percentile: whenever the rule says lost while records arrive,
+    # the statistic of all of them breaches; with a single value over the limit p99 of 100
+    # may still pass, so the rule must wait for the second
+    rng = random.Random(5)
+    for trial in range(200):
+        n = rng.randint(2, 120)
+        values = [rng.choice([0.1, 0.5, 2.0, rng.uniform(0, 3)]) for _ in range(n)]
+        stat = rng.choice(["p50", "p90", "p95", "p99", "max"])
+        slos = parse_slos({f"ttft.{stat}": "< 1s"})
+        rule = StopRule(slos, n, {})
+        lost = None
+        for i, value in enumerate(values):
+            lost = lost or rule.reason(rec(i, sent=0.0, chunks=((value, 1),), end=value))
+        final = stats(values)[stat]
+        if lost:
+            assert final >= 1.0, (trial, values, stat)
+    rule = StopRule(parse_slos({"ttft.p99": "< 1s"}), 100, {})
+    assert rule.reason(rec(0, sent=0.0, chunks=((5.0, 1),), end=5.0)) is None
+    assert "2 of at most 100" in rule.reason(rec(1, sent=0.0, chunks=((5.0, 1),), end=5.0))
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"by": "load", "slo": SLO}, "capacity.by: expected one of rate, concurrency, got 'load'"),
+        ({"slo": SLO}, "capacity.by: missing"),
+        ({"by": "rate", "slo": SLO, "min": 8, "max": 4}, "capacity.min: expected less than the max (4), got 8"),
+        ({"by": "rate", "slo": SLO, "resolution": 0}, "capacity.resolution: expected a share between 0 and 1"),
+        ({"by": "rate", "slo": SLO, "resolution": "0%"}, "capacity.resolution: expected a share between 0 and 1"),
+        ({"by": "rate", "slo": {"cache_hit_rate.mean": "> 50%"}}, "capacity.slo 'cache_hit_rate.mean': cannot be evaluated per request"),
+        ({"by": "rate", "slo": {"ttft.p99": "> 1s"}}, "capacity.slo 'ttft.p99': cannot be evaluated per request"),
+        ({"by": "rate", "slo": {}}, "capacity.slo: expected the SLOs each load must meet"),
+        ({"by": "rate", "slo": {"ttft.p99": "< 1 req/s"}}, "capacity.slo: SLO 'ttft.p99': unit 'req/s' does not fit"),
+        ({"by": "concurrency", "slo": SLO, "max": 8.5}, "capacity.max: a concurrency is a whole number"),
+        ({"by": "concurrency", "slo": SLO, "arrival": "trace"}, "capacity.arrival: applies to a search by rate"),
+        ({"by": "rate", "slo": SLO, "budget": 1}, "capacity.budget: expected a whole number of runs >= 2"),
+        ({"by": "rate", "slo": SLO, "step": 1}, "capacity.step: unknown key"),
+    ],
+)
+def test_bad_plans_are_one_line_naming_the_key(data, message):
+    with pytest.raises(LLMReplayError) as info:
+        parse_capacity(data)
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_resolution_in_percent_and_settings_the_search_sets(workload, prompts):
+    assert parse_capacity({"by": "rate", "slo": SLO, "resolution": "2.5%"}).resolution == pytest.approx(0.025)
+    with pytest.raises(LLMReplayError, match="^concurrency: the capacity search sets it at each point"):
+        Search(workload, target(prompts), prompts, CapacityPlan(by="rate", slo=SLO), ReplaySettings(concurrency=4))
