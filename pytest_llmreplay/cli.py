@@ -155,19 +155,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) -> Any:
     """``--sim PROFILE``: the plugin's offline :class:`~pytest_llmreplay.target.Target`."""
-    from .sim.profile import load_profile
-    from .target import Target, sim_fingerprint
+    from .target import offline_target
 
     if args.server_cmd:
         raise LLMReplayError("--server-cmd: starts a server for --endpoint; --sim runs the simulator in process (leave one out)")
     try:
-        profile = load_profile(args.sim)
+        return offline_target(args.sim, prompts, body)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--sim: {exc}") from None
-    fingerprint = sim_fingerprint(profile, "offline")
-    if body:  # what every request also asks changes what is measured (as the plugin records it)
-        fingerprint["extra_body"] = body
-    return Target("offline", profile=profile, prompts=prompts, fingerprint=fingerprint, extra_body=body)
 
 
 def _record(result: Any, args: argparse.Namespace, digest: str, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:

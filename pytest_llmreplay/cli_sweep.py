@@ -37,15 +37,13 @@ def slo_option(text: str) -> tuple[str, str]:
 
 
 def sim_target(profile_name: str, prompts: Any) -> Any:
-    """The offline simulator of ``profile_name`` as a :class:`~.target.Target` (virtual clock)."""
-    from .sim.profile import load_profile
-    from .target import Target, sim_fingerprint
+    """``--sim PROFILE``: the offline simulator as a :class:`~.target.Target` (virtual clock)."""
+    from .target import offline_target
 
     try:
-        profile = load_profile(profile_name)
+        return offline_target(profile_name, prompts)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--sim: {exc}") from None
-    return Target("offline", profile=profile, prompts=prompts, fingerprint=sim_fingerprint(profile, "offline"))
 
 
 def live_target(args: argparse.Namespace, prompts: Any) -> Any:
@@ -90,7 +88,7 @@ def cmd_sweep(args: argparse.Namespace, load: Callable[[argparse.Namespace, str]
         except LLMReplayError as exc:
             raise LLMReplayError(f"--out: {exc}") from None
     digest = workload_digest(args.file)
-    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed).salted(digest)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
     target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
     found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers)
     print(found.table())

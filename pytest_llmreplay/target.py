@@ -89,6 +89,20 @@ def sim_fingerprint(profile: Any, kind: str) -> dict[str, Any]:
     }
 
 
+def offline_target(profile_name: str, prompts: Any, extra_body: dict[str, Any] | None = None) -> Target:
+    """The simulator of ``profile_name`` (a bundled name or a profile file) in process, on the
+    virtual clock, as ``--llm-offline`` runs it; ``extra_body`` joins the fingerprint, since what
+    every request also asks changes what is measured. A bad profile raises its own error; the
+    caller names its option."""
+    from .sim.profile import load_profile
+
+    profile = load_profile(profile_name)
+    fingerprint = sim_fingerprint(profile, "offline")
+    if extra_body:
+        fingerprint["extra_body"] = extra_body
+    return Target("offline", profile=profile, prompts=prompts, fingerprint=fingerprint, extra_body=extra_body or {})
+
+
 def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, startup_timeout_s: float = 60.0) -> ServerProcess:
     """``llmreplay sim`` for ``profile_name`` with ``seed`` (outputs, timing jitter), started and
     healthy on a loopback port it binds itself (``--port 0``, then its ready line gives the URL):
