@@ -286,7 +286,7 @@ def test_breached_slos_fail_with_one_table_of_all_of_them(project):
     assert "def test_slow" not in result.stdout.str()
 
 
-def test_positional_marker_arguments_are_refused(project):
+def test_positional_marker_arguments_are_a_collection_error(project):
     project.makepyfile(test_marker="""
         import pytest
 
@@ -295,9 +295,40 @@ def test_positional_marker_arguments_are_refused(project):
             pass
     """)
     result = project.runpytest("--llm-offline")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)"])
-    assert "passed" not in result.stdout.str().splitlines()[-1]
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR collecting test_marker.py*", "In test_positional: @pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)"])
+    no_traceback(result)
+
+
+def test_marker_without_workload_is_a_collection_error_naming_the_key(project):
+    project.makepyfile(test_marker="""
+        import pytest
+
+        @pytest.mark.llmreplay(slo={"error_rate": "== 0"})
+        def test_no_workload():
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR collecting test_marker.py*", "In test_no_workload: @pytest.mark.llmreplay: missing key workload= (*)"])
+    no_traceback(result)
+    assert "TypeError" not in result.stdout.str()
+
+
+def test_marker_added_after_collection_without_workload_fails_with_one_line(project):
+    project.makeconftest("""
+        import pytest
+
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                item.add_marker(pytest.mark.llmreplay(concurrency=2))
+    """)
+    project.makepyfile("def test_late(llm_result): pass")
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)  # in the llm_result fixture's setup
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_late*", "@pytest.mark.llmreplay: missing key workload= (*)"])
     no_traceback(result)
 
 
@@ -457,6 +488,13 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
     ('workload: wl.yaml\nconcurrency: "eight"\n', "concurrency: expected an integer, got 'eight'"),
     ("workload: wl.yaml\nregression:\n  ttft.p50: lots\n", "regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off', got 'lots'"),
     ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
+    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2s\nconcurrency: 2\nslo:\n  error_rate: == 0\n",
+     "line 5: not valid YAML: duplicate key 'slo' (first on line 2)"),
+    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2s\n  ttft.p99: < 1s\n", "line 4: not valid YAML: duplicate key 'ttft.p99' (first on line 3)"),
+    ("workload: wl.yaml\nformat: moonkake\n", "format: unknown workload format 'moonkake'; expected one of *mooncake*"),
+    ("workload: wl.yaml\nformat: mooncake\nformat_options: {blocksize: 16}\n", "format_options: format 'mooncake' takes block_size; got blocksize"),
+    ("workload: wl.yaml\nformat: mooncake\nformat_options: {block_size: 0}\n", "format_options: block_size must be an integer >= 1, got 0"),
+    ("workload: wl.yaml\nformat_options: {block_size: 16}\n", "format_options: format 'synthetic' takes no options; got block_size"),
 ])
 def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, message):
     path = project.path / "broken.llmreplay.yaml"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import LLMReplayError, WorkloadError
 from ..workload import Workload, check_limits
@@ -74,6 +74,28 @@ def detect_format(path: str | Path) -> str:
     )
 
 
+def format_module(name: str) -> ModuleType:
+    """The module of format ``name``; :class:`LLMReplayError` listing the known ones if none."""
+    module = FORMATS.get(name)
+    if module is None:
+        raise LLMReplayError(f"unknown workload format {name!r}; expected one of {', '.join(FORMATS)}")
+    return module
+
+
+def check_format_options(module: ModuleType, options: Mapping[str, Any]) -> None:
+    """Check a format's options without reading a file: each must be a keyword of its
+    ``load``, and pass its ``check_options(**options)`` when the format has one (the pytest
+    plugin calls this when it collects a spec file)."""
+    accepted = set(inspect.signature(module.load).parameters) - {"path"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        takes = f"takes {', '.join(sorted(accepted))}" if accepted else "takes no options"
+        raise LLMReplayError(f"format {module.NAME!r} {takes}; got {', '.join(unknown)}")
+    check = getattr(module, "check_options", None)
+    if check is not None:
+        check(**options)
+
+
 def load_workload(path: str | Path, format: str | None = None, **options: Any) -> Workload:
     """Load ``path`` into the canonical model, validating every record before returning.
 
@@ -82,14 +104,8 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     error.
     """
     name = format or detect_format(path)
-    module = FORMATS.get(name)
-    if module is None:
-        raise LLMReplayError(f"unknown workload format {name!r}; expected one of {', '.join(FORMATS)}")
-    accepted = set(inspect.signature(module.load).parameters) - {"path"}
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        takes = f"takes {', '.join(sorted(accepted))}" if accepted else "takes no options"
-        raise LLMReplayError(f"format {name!r} {takes}; got {', '.join(unknown)}")
+    module = format_module(name)
+    check_format_options(module, options)
     if not Path(path).exists():
         raise WorkloadError("no such file or directory", path=path)
     try:
