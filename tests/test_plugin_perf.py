@@ -410,6 +410,49 @@ def test_assert_slo_failing_shows_the_table_and_keeps_the_measurement(project):
         "*- llmreplay -*",
         "llmreplay: test_code.py::test_code",
     ])
+    text = result.stdout.str()
+    # the test's own line and the table; no frame of the library, nor its arguments (the summary)
+    result.stdout.fnmatch_lines([">       result.assert_slo(*)", "E       *SLOBreach: SLO breached: 1 of 2"])
+    assert "pytest_llmreplay/" not in text and "summary = {" not in text and "def assert_slo" not in text
+
+
+def test_assert_slo_with_a_bad_threshold_is_one_error_at_the_test_line(project):
+    project.makepyfile(test_code="""
+        def test_code(llm_replay):
+            result = llm_replay("wl.yaml")
+            result.assert_slo({"ttft.p50": "< 2 tok/s"})
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ">       result.assert_slo({\"ttft.p50\": \"< 2 tok/s\"})",
+        "E       *LLMReplayError: SLO 'ttft.p50': unit 'tok/s' does not fit ttft.p50 (a time metric); *",
+        "test_code.py:3: LLMReplayError",
+    ])
+    text = result.stdout.str()
+    assert "Traceback" not in text and "pytest_llmreplay/" not in text and "def parse_slo" not in text
+
+
+def test_code_level_slo_checks_are_stored_with_the_runs_own(project):
+    project.makepyfile(test_code="""
+        import pytest
+        from pytest_llmreplay.slo import SLOBreach
+
+        def test_code(llm_replay):
+            result = llm_replay("wl.yaml", slo={"error_rate": "== 0"})
+            result.assert_slo({"ttft.p99": "< 10s"})
+            with pytest.raises(SLOBreach):
+                result.assert_slo({}, **{"ttft.p50": "< 1us"})
+    """)
+    result = project.runpytest("--llm-offline", "-v", "--llm-report=rep", "--llm-save")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "*", "SLO breached: 1 of 3"], consecutive=False)
+    stored = [json.loads(p.read_text()) for p in (project.path / ".llmreplay").rglob("*.json")]
+    reported = json.loads(report_files(project.path / "rep")["test_code.py::test_code"][0].read_text())
+    for record in (reported, *stored):
+        assert [(c["key"], c["threshold"], c["passed"]) for c in record["slo"]] == [
+            ("error_rate", "== 0", True), ("ttft.p99", "< 10s", True), ("ttft.p50", "< 1us", False)]
+    assert len(stored) == 1
 
 
 def test_llm_replay_with_a_bad_workload_fails_with_one_line(project):
