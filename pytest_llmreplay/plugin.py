@@ -281,13 +281,15 @@ class LLMSession:
             self.reports.append((report.nodeid, report.outcome, figures, texts))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """An overview row per perf test, then the baseline comparisons; with -v every table."""
+        """An overview row per measured run (a test's second ``llm_replay`` call or a named one
+        is a row of its own), then the baseline comparisons; with -v every table."""
         if not self.reports:
             return
         from tabulate import tabulate
 
         terminalreporter.write_sep("=", "llmreplay")
-        rows = [[nodeid, outcome] + [_figure(figures.get(f"llmreplay.{key}"), factor) for _, key, factor in SUMMARY_COLUMNS] for nodeid, outcome, figures, _ in self.reports]
+        rows = [[run, outcome] + [_figure(figures.get(f"llmreplay.{key}"), factor) for _, key, factor in SUMMARY_COLUMNS]
+                for nodeid, outcome, test_figures, _ in self.reports for run, figures in _figures_by_run(nodeid, test_figures).items()]
         terminalreporter.write_line(tabulate(rows, headers=["test", "outcome"] + [h for h, _, _ in SUMMARY_COLUMNS], tablefmt="simple"))
         verbose = self.config.getoption("verbose") > 0
         for _, _, _, texts in self.reports:
@@ -302,6 +304,17 @@ SUMMARY_COLUMNS = (
     ("TTFT p50 (ms)", "ttft.p50", 1e3), ("TTFT p99 (ms)", "ttft.p99", 1e3), ("TPOT p50 (ms)", "tpot.p50", 1e3),
     ("TTFAT p90 (s)", "ttfat.p90", 1.0), ("cache hit (%)", "cache_hit_rate.mean", 100.0), ("output tok/s", "output_throughput.steady_state", 1.0),
 )
+
+
+def _figures_by_run(nodeid: str, figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A test's key figures split by run, in order: ``llmreplay.<key>`` is the test's first
+    unnamed run (id ``nodeid``), ``llmreplay.<key> <run>`` its run ``nodeid::<run>`` (see
+    :func:`finish_runs`)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for name, value in figures.items():
+        key, _, run = name.partition(" ")
+        runs.setdefault(f"{nodeid}::{run}" if run else nodeid, {})[key] = value
+    return runs
 
 
 def _figure(value: Any, factor: float) -> str:

@@ -484,8 +484,26 @@ def test_two_replays_in_one_test_have_their_own_keys(project):
         "llmreplay: test_code.py::test_two::2",
         "llmreplay: test_code.py::test_two::warm",
     ])
-    names = {p.get("name") for p in ET.parse(project.path / "junit.xml").iter("property")}
-    assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= names
+    properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")}
+    assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= properties.keys()
+    # the terminal summary: a row per run, each with its own figures
+    overview = result.stdout.str().split("= llmreplay =", 1)[1]
+    for run, suffix in (("test_code.py::test_two", ""), ("test_code.py::test_two::2", " 2"), ("test_code.py::test_two::warm", " warm")):
+        row = re.search(rf"^{re.escape(run)} +failed +(\S+) +(\S+) ", overview, re.M)
+        assert row, run
+        assert row.group(1) == f"{properties['llmreplay.ttft.p50' + suffix] * 1e3:.4g}", run
+        assert row.group(2) == f"{properties['llmreplay.ttft.p99' + suffix] * 1e3:.4g}", run
+
+
+def test_a_named_first_run_has_its_summary_row(project):
+    project.makepyfile(test_code="""
+        def test_named(llm_replay):
+            llm_replay("wl.yaml", name="cold")
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(passed=1)
+    overview = result.stdout.str().split("= llmreplay =", 1)[1]
+    assert re.search(r"^test_code.py::test_named::cold +passed +[0-9.]+ ", overview, re.M)
 
 
 # ------------------------------------------------------------------------ spec files
