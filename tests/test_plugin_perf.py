@@ -13,6 +13,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from pytest_llmreplay.sim.profile_files import profile_path
+
 # 8 single-turn sessions, Poisson arrivals: a replay of it takes well under a second offline
 WORKLOAD = """\
 synthetic:
@@ -215,6 +217,40 @@ def test_server_command_that_dies_is_a_usage_error_with_its_log(project):
     result = project.runpytest("--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --llm-server-cmd: server command \"{command}\" exited with status 3; last lines of its log (*server.log):", "no GPU found"])
+
+
+def test_a_path_value_in_the_space_form_that_moves_the_rootdir_is_warned_about(project, tmp_path_factory):
+    """pytest picks the rootdir before it knows the plugin's options: the value of
+    ``--llm-report DIR`` is taken for a test path, the rootdir moves up, the ini file is lost."""
+    project.makeini("[pytest]\nllm_seed = 3\n")
+    project.makepyfile("def test_x(): pass")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    profile = elsewhere / "p.json"
+    profile.write_text(profile_path("llama-3.1-8b-h100").read_text())
+    result = project.runpytest("--llm-offline", "--llm-report", str(elsewhere / "rep"), "--llm-sim-profile", str(profile))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"rootdir: {project.path.parent}"])  # moved, and the ini (seed 3) is lost
+    result.stdout.fnmatch_lines([
+        f"*PytestConfigWarning: --llm-sim-profile {profile}: pytest took {profile} for a test path when it chose the rootdir, "
+        f"which is now {project.path.parent} (no configfile); write --llm-sim-profile={profile}"])
+    assert "--llm-report" not in result.stdout.str()  # DIR did not exist yet: not taken for a path
+
+    result = project.runpytest("--llm-offline", f"--llm-report={elsewhere / 'rep'}", f"--llm-sim-profile={profile}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: *, seed 3", f"rootdir: {project.path}"])
+    assert "PytestConfigWarning" not in result.stdout.str()
+
+    result = project.runpytest("--llm-offline", "--llm-report", str(elsewhere / "rep"))  # it exists now
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: --llm-report {elsewhere / 'rep'}: pytest took *; write --llm-report={elsewhere / 'rep'}"])
+
+
+def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(project):
+    project.makepyfile("def test_x(): pass")
+    project.path.joinpath("rep").mkdir()
+    result = project.runpytest("--llm-offline", "--llm-report", "rep")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"rootdir: {project.path}"])
+    assert "PytestConfigWarning" not in result.stdout.str()
 
 
 # ------------------------------------------------------------------------ the marker
