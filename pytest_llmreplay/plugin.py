@@ -7,7 +7,8 @@ when a test first needs them), so pytest runs that do not use the plugin pay not
 Options (group ``llmreplay``; each has an ini key of the same name with ``_`` for ``-``):
 see :data:`OPTIONS`. Where replays go (:mod:`~pytest_llmreplay.target`): ``--llm-endpoint``
 (a live server; with ``--llm-server-cmd`` the plugin starts it once for the session, waits until
-healthy, stops it at the end), else ``--llm-offline`` (the simulator in virtual time), else the
+healthy (up to ``--llm-server-timeout``, saying so every 10 s), stops it at the end, and a
+watchdog stops it if pytest dies first), else ``--llm-offline`` (the simulator in virtual time), else the
 simulator served over HTTP on a free loopback port, one per process (xdist worker).
 
 Fixtures: ``llm_endpoint`` (the session's :class:`~pytest_llmreplay.target.Target`),
@@ -42,6 +43,7 @@ OPTIONS = (
     ("--llm-ignore-eos", "llm_ignore_eos", "bool", False, "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, the simulator)"),
     ("--llm-extra-body", "llm_extra_body", "string", None, 'JSON object merged into every request body, e.g. \'{"min_tokens": 16}\''),
     ("--llm-server-cmd", "llm_server_cmd", "string", None, "command that starts the server at --llm-endpoint for the session (stopped at the end)"),
+    ("--llm-server-timeout", "llm_server_timeout", "string", "600", "seconds --llm-server-cmd's server may take to become healthy (default 600)"),
     ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
     ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
     ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id (from the local Hugging Face cache when it is there), a local folder or a tokenizer.json (default: the bundled one)"),
@@ -52,7 +54,7 @@ OPTIONS = (
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
 )
-METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD",
+METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD", "--llm-server-timeout": "S",
             "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR"}
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
@@ -91,6 +93,17 @@ def seed_option(config: pytest.Config) -> int:
         raise pytest.UsageError(f"--llm-seed / llm_seed: expected an integer, got {raw!r}") from None
 
 
+def server_timeout_option(config: pytest.Config) -> float:
+    raw = option(config, "llm_server_timeout")
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise pytest.UsageError(f"--llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got {raw!r}")
+    return value
+
+
 def check_bool_options(config: pytest.Config) -> None:
     """Read every true/false ini key now, so a bad value stops the session before anything is
     measured, with the key named (pytest checks it only when read, and does not name it)."""
@@ -116,6 +129,7 @@ class LLMSession:
         self.endpoint_url = option(config, "llm_endpoint") or None
         self.api = option(config, "llm_api")
         self.server_cmd = option(config, "llm_server_cmd") or None
+        self.server_timeout_s = server_timeout_option(config)
         if config.getoption("llm_offline"):  # on the command line it beats an ini endpoint
             if config.getoption("llm_endpoint"):
                 raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
@@ -406,7 +420,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if state.server_cmd and not is_worker(session.config):
         from .endpoints import ServerProcess
 
-        state.server = ServerProcess(state.server_cmd, state.endpoint_url)
+        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        state.server = ServerProcess(state.server_cmd, state.endpoint_url, startup_timeout_s=state.server_timeout_s, timeout_option="--llm-server-timeout",
+                                     progress=terminal.write_line if terminal is not None else None)
         try:
             state.server.start()
         except LLMReplayError as exc:

@@ -6,13 +6,18 @@ Most runs use ``--llm-offline`` (the simulator in virtual time: deterministic an
 workload of a few sessions."""
 
 import json
+import os
 import re
+import signal
 import socket
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 import pytest
 
+from mockserver import gone, wait_until_gone
 from pytest_llmreplay.sim.profile_files import profile_path
 
 # 8 single-turn sessions, Poisson arrivals: a replay of it takes well under a second offline
@@ -33,7 +38,7 @@ synthetic:
   seed: 1
 """
 FLAGS = (
-    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd",
+    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd", "--llm-server-timeout",
     "--llm-sim-profile", "--llm-offline", "--llm-tokenizer", "--llm-seed", "--llm-baseline-dir",
     "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-report",
 )
@@ -251,6 +256,91 @@ def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(p
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"rootdir: {project.path}"])
     assert "PytestConfigWarning" not in result.stdout.str()
+
+
+SERVER_WITH_A_CHILD = """\
+import http.server, os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # an engine worker, say
+with open("server.pids.tmp", "w") as pids:
+    pids.write(f"{os.getpid()} {child.pid}")
+os.replace("server.pids.tmp", "server.pids")
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def wait_for_file(path, run: subprocess.Popen) -> None:
+    """Wait for ``path`` to appear while the pytest run ``run`` lives (it fails the test if the
+    run ends first); a minute at most, for a loaded machine."""
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert run.poll() is None, f"the pytest run ended (status {run.returncode}) before {path.name} appeared"
+        assert time.monotonic() < deadline, f"{path.name} did not appear"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_server_started_by_the_plugin_dies_with_a_killed_run(project, sig):
+    """A run killed by SIGTERM or SIGKILL runs no teardown: the server (and its children) must
+    not live on under init, holding the port and the GPU."""
+    project.path.joinpath("server.py").write_text(SERVER_WITH_A_CHILD)
+    project.makepyfile(test_wait="""
+        import time
+        from pathlib import Path
+
+        def test_wait():
+            Path("running").touch()
+            time.sleep(600)
+    """)
+    port = free_port()
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--llm-endpoint=http://127.0.0.1:{port}",
+                            f"--llm-server-cmd={sys.executable} server.py {port}"], cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        wait_for_file(project.path / "running", run)
+        pids = [int(pid) for pid in project.path.joinpath("server.pids").read_text().split()]
+        assert not any(gone(pid) for pid in pids)
+        run.send_signal(sig)
+        run.wait(30)
+        for pid in pids:
+            assert wait_until_gone(pid, 30), f"process {pid} of the server outlived the pytest run killed by {sig.name}"
+        assert refuses_connections(port)
+    finally:
+        run.kill()
+        run.wait()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_server_that_never_becomes_healthy_times_out_with_one_line(project):
+    project.makepyfile("def test_x(): pass")
+    port = free_port()
+    command = f"{sys.executable} -c 'import time; time.sleep(60)'"
+    result = project.runpytest_subprocess(f"--llm-endpoint=http://127.0.0.1:{port}", f"--llm-server-cmd={command}", "--llm-server-timeout=1.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines([f"waiting for {command} at http://127.0.0.1:{port} to become healthy: 0 s of 1.5 s"])
+    result.stderr.fnmatch_lines([
+        f"ERROR: --llm-server-cmd: server command \"{command}\" was not ready at http://127.0.0.1:{port}/health within 1.5 s "
+        "(raise --llm-server-timeout if it needs longer); last lines of its log (*server.log):", "(empty log)"])
+    no_traceback(result)
+
+
+def test_ini_server_timeout_is_read_and_checked(project):
+    project.makeini("[pytest]\nllm_server_timeout = soon\n")
+    project.makepyfile("def test_x(): pass")
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got 'soon'"])
 
 
 # ------------------------------------------------------------------------ the marker
