@@ -415,7 +415,9 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--llm-report / llm_report: {exc}") from None
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session):
+    yield  # the terminal's header first, so that the waiting lines follow it
     state = session_of(session.config)
     if state.server_cmd and not is_worker(session.config):
         from .endpoints import ServerProcess
