@@ -517,7 +517,8 @@ def test_llm_replay_returns_a_result_checked_when_the_body_ends(project):
     """)
     result = project.runpytest("--llm-offline", "-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "SLOs met: 1 of 1"])
+    # the run's own SLO, then the body's assert_slo checks
+    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "SLOs met: 3 of 3", "error_rate*== 0*ok", "ttft.p99*< 10s*ok", "error_rate*== 0*ok"])
 
 
 def test_assert_slo_failing_shows_the_table_and_keeps_the_measurement(project):
