@@ -5,8 +5,9 @@ Order (nothing measured is lost): check every SLO; compare with the reference's 
 (``--llm-compare``); save this result (``--llm-save``); write its report files
 (``--llm-report``); then fail the test if an SLO is breached, or a regression was called and
 ``--llm-fail-on-regression`` is on. The checks the test body made with ``Result.assert_slo`` are
-stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The outcome's ``text`` (tables) goes into the test's report
-section, ``figures`` into its JUnit properties.
+stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
+outcome's ``text`` (tables) goes into the test's report section, ``figures`` into its JUnit
+properties.
 """
 
 from __future__ import annotations
