@@ -122,7 +122,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             headers=dict(_header(h) for h in args.header), extra_body=body, timeout_s=args.timeout,
         ), None
     progress = ProgressLine(workload.num_requests if args.max_requests is None else args.max_requests)
-    server = ServerProcess(args.server_cmd, args.endpoint, startup_timeout_s=args.server_timeout) if args.server_cmd else None
+    server = ServerProcess(args.server_cmd, args.endpoint, startup_timeout_s=args.server_timeout, timeout_option="--server-timeout",
+                           progress=lambda line: print(line, file=sys.stderr)) if args.server_cmd else None
     try:
         if server is not None:
             server.start()

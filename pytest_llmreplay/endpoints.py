@@ -12,7 +12,8 @@ transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a cor
 connection pool at concurrency 64 (see bench/README.md).
 
 :class:`ServerProcess` starts a server command, waits until ``/health`` or ``/v1/models``
-answers, keeps its log, and stops its whole process group (TERM, then KILL).
+answers (saying so while it waits), keeps its log, and stops its whole process group (TERM, then
+KILL), also when this process dies first (a watchdog process does it then).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import re
 import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from . import watchdog
 from ._sse import DONE, SSEDecoder, StreamError, error_message, read_chunk
 from .clock import Clock, WallClock
 from .errors import LLMReplayError
@@ -352,8 +355,13 @@ class ServerProcess:
     ``start()`` launches ``command`` in its own process group with stdout and stderr going to a
     log file, then polls ``url`` + ``/health`` (or ``/v1/models`` when that is 404) until it
     answers 200, the process exits (error with the log's last lines) or ``startup_timeout_s``
-    passes (error, process stopped). ``stop()`` sends SIGTERM to the group, waits up to
-    ``stop_timeout_s``, then SIGKILL. ``exit_message()`` says whether it died while in use.
+    passes (error naming ``timeout_option``, the option that sets it; process stopped). While it
+    waits, ``progress(line)`` is called at once and then every ``progress_every_s``. ``stop()``
+    sends SIGTERM to the group, waits up to ``stop_timeout_s``, then SIGKILL. ``exit_message()``
+    says whether it died while in use.
+
+    ``die_with_parent``: a :mod:`~pytest_llmreplay.watchdog` process stops the group the same
+    way if this process dies without calling ``stop()`` (SIGTERM, SIGKILL, a crash).
 
     ``url`` None: the command picks its own port (binding port 0 leaves no window in which
     another process can take it) and prints a line matching ``announce``, whose first group is
@@ -371,6 +379,10 @@ class ServerProcess:
         log_path: str | Path | None = None,
         env: Mapping[str, str] | None = None,
         clock: Clock | None = None,
+        die_with_parent: bool = True,
+        progress: Callable[[str], None] | None = None,
+        progress_every_s: float = 10.0,
+        timeout_option: str | None = None,
     ) -> None:
         self.args = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.args:
@@ -385,7 +397,12 @@ class ServerProcess:
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
         self.env = {**os.environ, **(env or {})}
         self.clock = clock or WallClock()
+        self.die_with_parent = die_with_parent
+        self.progress = progress
+        self.progress_every_s = progress_every_s
+        self.timeout_option = timeout_option
         self.process: subprocess.Popen | None = None
+        self._watchdog: subprocess.Popen | None = None
 
     def __enter__(self) -> "ServerProcess":
         self.start()
@@ -403,6 +420,9 @@ class ServerProcess:
             except OSError as exc:
                 raise LLMReplayError(f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}") from None
         try:
+            if self.die_with_parent:
+                self._watchdog = subprocess.Popen([sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(self.stop_timeout_s)],
+                                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
             self._wait_ready()
         except BaseException:
             self.stop()
@@ -411,7 +431,7 @@ class ServerProcess:
     def _wait_ready(self) -> None:
         import httpx
 
-        deadline = self.clock.now() + self.startup_timeout_s
+        started = next_report = self.clock.now()
         with httpx.Client(timeout=2.0) as client:
             while True:
                 message = self.exit_message()
@@ -421,12 +441,18 @@ class ServerProcess:
                     self.url = self._announced_url()
                 if self.url is not None and _answers(client, self.url):
                     return
-                if self.clock.now() >= deadline:
+                elapsed = self.clock.now() - started
+                if elapsed >= self.startup_timeout_s:
                     where = f"at {self.url}/health" if self.url else "(it never printed the URL it listens on)"
+                    longer = f" (raise {self.timeout_option} if it needs longer)" if self.timeout_option else ""
                     raise LLMReplayError(
-                        f"server command {shlex.join(self.args)!r} was not ready {where} within {self.startup_timeout_s:g} s; "
+                        f"server command {shlex.join(self.args)!r} was not ready {where} within {self.startup_timeout_s:g} s{longer}; "
                         f"last lines of its log ({self.log_path}):\n{self.log_tail()}"
                     )
+                if self.progress is not None and self.clock.now() >= next_report:
+                    where = f"at {self.url}" if self.url else "(at the URL it will print)"
+                    self.progress(f"waiting for {shlex.join(self.args)} {where} to become healthy: {elapsed:.0f} s of {self.startup_timeout_s:g} s")
+                    next_report += self.progress_every_s
                 self.clock.pause(0.25)
 
     def _announced_url(self) -> str | None:
@@ -454,17 +480,24 @@ class ServerProcess:
 
     def stop(self) -> None:
         """TERM the whole process group, wait, then KILL it: also when the command itself has
-        already exited, since its children (engine workers, a backgrounded server) may live on."""
+        already exited, since its children (engine workers, a backgrounded server) may live on.
+        Then end the watchdog, which has nothing left to watch."""
         process = self.process
         if process is None:
             return
-        for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                return
-            if self._group_gone(wait):
-                return
+        try:
+            for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    return
+                if self._group_gone(wait):
+                    return
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.kill()
+                self._watchdog.wait()
+                self._watchdog = None
 
     def _group_gone(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` for the leader to exit and the rest of its group to go."""

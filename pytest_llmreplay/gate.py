@@ -4,8 +4,10 @@ stored result, the report files, and the verdict.
 Order (nothing measured is lost): check every SLO; compare with the reference's stored result
 (``--llm-compare``); save this result (``--llm-save``); write its report files
 (``--llm-report``); then fail the test if an SLO is breached, or a regression was called and
-``--llm-fail-on-regression`` is on. The outcome's ``text`` (tables) goes into the test's report
-section, ``figures`` into its JUnit properties. A capacity test's result
+``--llm-fail-on-regression`` is on. The checks the test body made with ``Result.assert_slo`` are
+stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
+outcome's ``text`` (tables) goes into the test's report section, ``figures`` into its JUnit
+properties. A capacity test's result
 (:class:`~pytest_llmreplay.search.CapacityResult`) also stores its search (``capacity``: plan,
 bracket, every point's figures), shows the points' table, and is compared on its capacity alone
 unless its ``regression`` names more.
@@ -72,12 +74,13 @@ class Gate:
         from .report import render
 
         checks = check_slos(run.result.summary, parse_slos(run.slo, extra_metrics=run.result.summary))
-        record = make_record(run.result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git, slo_checks=checks)
+        every_check = checks + run.result.slo_checks  # the spec's, then the test body's assert_slo calls
+        record = make_record(run.result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git, slo_checks=every_check)
         capacity = getattr(run.result, "capacity", None)
         if capacity is not None:
             record["capacity"] = capacity.as_dict()
         slo_table = breach_table(checks) if checks else None
-        blocks = [f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)] + ([slo_table] if slo_table else [])
+        blocks = [f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)] + ([breach_table(every_check)] if every_check else [])
         found = self._compare(run, record) if self.history is not None else None
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found

@@ -250,6 +250,7 @@ class Result:
     run: ReplayRun
     gpus: int = 1
     goodput: Mapping[str, float] = field(default_factory=dict)
+    slo_checks: list[Any] = field(default_factory=list, init=False, repr=False)  # every assert_slo check, in order
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -389,10 +390,20 @@ class Result:
     def assert_slo(self, slos: Mapping[str, str], **more: str) -> None:
         """Check thresholds such as ``{"ttft.p99": "< 2s", "error_rate": "== 0"}`` (see
         :mod:`~pytest_llmreplay.slo`); raise ``SLOBreach`` (an ``AssertionError``) with every
-        breached one in a table. Keyword form: ``assert_slo({}, error_rate="== 0")``."""
-        from .slo import assert_slos
+        breached one in a table. Keyword form: ``assert_slo({}, error_rate="== 0")``.
 
-        assert_slos(self.summary, {**slos, **more}, extra_metrics=self.summary)
+        A bad threshold raises ``LLMReplayError`` naming the key, before anything is checked.
+        Every check, met or not, is appended to :attr:`slo_checks`: the pytest plugin stores
+        them with the run's own SLOs (report files, baseline). Under pytest the failure shows
+        the test's line and the table; the library's frames are hidden."""
+        __tracebackhide__ = True
+        from .slo import SLOBreach, assert_slos
+
+        try:
+            self.slo_checks.extend(assert_slos(self.summary, {**slos, **more}, extra_metrics=self.summary))
+        except SLOBreach as breach:
+            self.slo_checks.extend(breach.checks)
+            raise
 
     def request_table(self):
         """Every record with its per-request metrics, as a pandas DataFrame (one row each)."""

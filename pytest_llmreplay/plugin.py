@@ -7,7 +7,8 @@ when a test first needs them), so pytest runs that do not use the plugin pay not
 Options (group ``llmreplay``; each has an ini key of the same name with ``_`` for ``-``):
 see :data:`OPTIONS`. Where replays go (:mod:`~pytest_llmreplay.target`): ``--llm-endpoint``
 (a live server; with ``--llm-server-cmd`` the plugin starts it once for the session, waits until
-healthy, stops it at the end), else ``--llm-offline`` (the simulator in virtual time), else the
+healthy (up to ``--llm-server-timeout``, saying so every 10 s), stops it at the end, and a
+watchdog stops it if pytest dies first), else ``--llm-offline`` (the simulator in virtual time), else the
 simulator served over HTTP on a free loopback port, one per process (xdist worker).
 
 Fixtures: ``llm_endpoint`` (the session's :class:`~pytest_llmreplay.target.Target`),
@@ -42,6 +43,7 @@ OPTIONS = (
     ("--llm-ignore-eos", "llm_ignore_eos", "bool", False, "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, the simulator)"),
     ("--llm-extra-body", "llm_extra_body", "string", None, 'JSON object merged into every request body, e.g. \'{"min_tokens": 16}\''),
     ("--llm-server-cmd", "llm_server_cmd", "string", None, "command that starts the server at --llm-endpoint for the session (stopped at the end)"),
+    ("--llm-server-timeout", "llm_server_timeout", "string", "600", "seconds --llm-server-cmd's server may take to become healthy (default 600)"),
     ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
     ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
     ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id (from the local Hugging Face cache when it is there), a local folder or a tokenizer.json (default: the bundled one)"),
@@ -52,7 +54,7 @@ OPTIONS = (
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
 )
-METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD",
+METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD", "--llm-server-timeout": "S",
             "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR"}
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
@@ -91,6 +93,17 @@ def seed_option(config: pytest.Config) -> int:
         raise pytest.UsageError(f"--llm-seed / llm_seed: expected an integer, got {raw!r}") from None
 
 
+def server_timeout_option(config: pytest.Config) -> float:
+    raw = option(config, "llm_server_timeout")
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise pytest.UsageError(f"--llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got {raw!r}")
+    return value
+
+
 def check_bool_options(config: pytest.Config) -> None:
     """Read every true/false ini key now, so a bad value stops the session before anything is
     measured, with the key named (pytest checks it only when read, and does not name it)."""
@@ -116,6 +129,7 @@ class LLMSession:
         self.endpoint_url = option(config, "llm_endpoint") or None
         self.api = option(config, "llm_api")
         self.server_cmd = option(config, "llm_server_cmd") or None
+        self.server_timeout_s = server_timeout_option(config)
         if config.getoption("llm_offline"):  # on the command line it beats an ini endpoint
             if config.getoption("llm_endpoint"):
                 raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
@@ -287,13 +301,15 @@ class LLMSession:
             self.reports.append((report.nodeid, report.outcome, figures, texts))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """An overview row per perf test, then the baseline comparisons; with -v every table."""
+        """An overview row per measured run (a test's second ``llm_replay`` call or a named one
+        is a row of its own), then the baseline comparisons; with -v every table."""
         if not self.reports:
             return
         from tabulate import tabulate
 
         terminalreporter.write_sep("=", "llmreplay")
-        rows = [[nodeid, outcome] + [_figure(figures.get(f"llmreplay.{key}"), factor) for _, key, factor in SUMMARY_COLUMNS] for nodeid, outcome, figures, _ in self.reports]
+        rows = [[run, outcome] + [_figure(figures.get(f"llmreplay.{key}"), factor) for _, key, factor in SUMMARY_COLUMNS]
+                for nodeid, outcome, test_figures, _ in self.reports for run, figures in _figures_by_run(nodeid, test_figures).items()]
         terminalreporter.write_line(tabulate(rows, headers=["test", "outcome"] + [h for h, _, _ in SUMMARY_COLUMNS], tablefmt="simple"))
         verbose = self.config.getoption("verbose") > 0
         for _, _, _, texts in self.reports:
@@ -308,6 +324,17 @@ SUMMARY_COLUMNS = (
     ("TTFT p50 (ms)", "ttft.p50", 1e3), ("TTFT p99 (ms)", "ttft.p99", 1e3), ("TPOT p50 (ms)", "tpot.p50", 1e3),
     ("TTFAT p90 (s)", "ttfat.p90", 1.0), ("cache hit (%)", "cache_hit_rate.mean", 100.0), ("output tok/s", "output_throughput.steady_state", 1.0),
 )
+
+
+def _figures_by_run(nodeid: str, figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A test's key figures split by run, in order: ``llmreplay.<key>`` is the test's first
+    unnamed run (id ``nodeid``), ``llmreplay.<key> <run>`` its run ``nodeid::<run>`` (see
+    :func:`finish_runs`)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for name, value in figures.items():
+        key, _, run = name.partition(" ")
+        runs.setdefault(f"{nodeid}::{run}" if run else nodeid, {})[key] = value
+    return runs
 
 
 def _figure(value: Any, factor: float) -> str:
@@ -342,7 +369,37 @@ def session_of(config: pytest.Config) -> LLMSession:
     return config.stash[SESSION]
 
 
+def warn_if_a_value_moved_the_rootdir(config: pytest.Config) -> None:
+    """pytest chooses the rootdir and configfile before it knows this plugin's options, so the
+    value of ``--llm-report /abs/dir`` (space form, not ``=``) is taken for a test path there: when
+    that path lies outside the common folder of the invocation dir and the test paths, the rootdir
+    moves up to a common ancestor and the project's ini file may be lost. Warn, naming the
+    option and its ``=`` form."""
+    invocation = config.invocation_params.dir
+    places = [invocation] + [_existing_dir(invocation, arg.split("::")[0]) for arg in config.args]
+    base = Path(os.path.commonpath([str(p) for p in places if p is not None]))
+    flags = {flag for flag, _, kind, _, _ in OPTIONS if kind != "bool"}
+    args = [str(arg) for arg in config.invocation_params.args]
+    for flag, value in zip(args, args[1:]):
+        folder = _existing_dir(invocation, value) if flag in flags else None
+        if folder is not None and not folder.is_relative_to(base):
+            found = f"configfile {config.inipath}" if config.inipath else "no configfile"
+            config.issue_config_time_warning(pytest.PytestConfigWarning(
+                f"{flag} {value}: pytest took {value} for a test path when it chose the rootdir, which is now {config.rootpath} "
+                f"({found}); write {flag}={value}"), stacklevel=2)
+
+
+def _existing_dir(base: Path, arg: str) -> Path | None:
+    """The folder pytest's rootdir search takes from ``arg``: itself, or a file's parent; None
+    when there is no such path."""
+    path = Path(base, arg).resolve()
+    if not path.exists():
+        return None
+    return path if path.is_dir() else path.parent
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    warn_if_a_value_moved_the_rootdir(config)
     config.addinivalue_line("markers", "llmreplay(workload, slo=None, regression=None, capacity=None, format=None, format_options=None, **replay_settings): replay a workload and check SLOs (see pytest_llmreplay.spec)")
     session = LLMSession(config)
     config.stash[SESSION] = session
@@ -364,12 +421,16 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--llm-report / llm_report: {exc}") from None
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session):
+    yield  # the terminal's header first, so that the waiting lines follow it
     state = session_of(session.config)
     if state.server_cmd and not is_worker(session.config):
         from .endpoints import ServerProcess
 
-        state.server = ServerProcess(state.server_cmd, state.endpoint_url)
+        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        state.server = ServerProcess(state.server_cmd, state.endpoint_url, startup_timeout_s=state.server_timeout_s, timeout_option="--llm-server-timeout",
+                                     progress=terminal.write_line if terminal is not None else None)
         try:
             state.server.start()
         except LLMReplayError as exc:
@@ -487,12 +548,28 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> C
 @pytest.fixture
 def llm_result(request: pytest.FixtureRequest, llm_replay: Callable[..., Any]) -> Any:
     """The :class:`~pytest_llmreplay.metrics.Result` of the test's ``llmreplay`` marker."""
+    from .spec import marker_settings
+
     marker = request.node.get_closest_marker("llmreplay")
     if marker is None:
         pytest.fail("llm_result: the test has no @pytest.mark.llmreplay(workload=...) marker", pytrace=False)
-    if marker.args:
-        pytest.fail("@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)", pytrace=False)
-    return llm_replay(**marker.kwargs)
+    return llm_replay(**_fail_on_user_error(lambda: marker_settings(marker.args, marker.kwargs)))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A malformed ``llmreplay`` marker is a collection error of its test's module, as a bad
+    ``parametrize`` is (a marker added after collection is checked by ``llm_result``)."""
+    marker = metafunc.definition.get_closest_marker("llmreplay")
+    if marker is not None:
+        from .spec import marker_settings
+
+        try:
+            marker_settings(marker.args, marker.kwargs)
+        except LLMReplayError as exc:
+            message = str(exc)
+        else:
+            return
+        pytest.fail(f"In {metafunc.definition.name}: {message}", pytrace=False)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -131,6 +131,7 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     """One SLO from its key and threshold text; :class:`LLMReplayError` naming the key when bad.
 
     ``extra_metrics``: metric names added by plugins (any statistic and unit accepted)."""
+    __tracebackhide__ = True
     if not isinstance(key, str) or not key:
         raise LLMReplayError(f"SLO key {key!r}: expected a string such as 'ttft.p99'")
     metric, _, stat = key.partition(".")
@@ -168,12 +169,16 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
 
 def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()) -> list[SLO]:
     """Every SLO of a mapping (key -> threshold), in order."""
+    __tracebackhide__ = True  # a bad threshold in a test's assert_slo shows the test's line
     if slos is None:
         return []
     if not isinstance(slos, Mapping):
         raise LLMReplayError(f"slo: expected a mapping of metric keys to thresholds, got {type(slos).__name__}")
     extra = tuple(extra_metrics)
-    return [parse_slo(key, value, extra) for key, value in slos.items()]
+    parsed = []
+    for key, value in slos.items():  # a loop, not a comprehension: its frame would show (Python < 3.12)
+        parsed.append(parse_slo(key, value, extra))
+    return parsed
 
 
 def per_request_limits(slos: Iterable[SLO]) -> dict[str, float]:
@@ -214,6 +219,7 @@ class SLOBreach(AssertionError):
 
 def assert_slos(summary: Mapping[str, Mapping[str, float]], slos: Mapping[str, Any] | Iterable[SLO], extra_metrics: Iterable[str] = ()) -> list[Check]:
     """Check every SLO; raise :class:`SLOBreach` listing all of them when any is breached."""
+    __tracebackhide__ = True
     parsed = parse_slos(slos, extra_metrics) if isinstance(slos, Mapping) else list(slos)
     checks = check_slos(summary, parsed)
     if not all(c.passed for c in checks):

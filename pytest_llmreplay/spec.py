@@ -17,15 +17,15 @@ Keys (the same in both)::
     description: free text            # optional, shown nowhere but read by people
 
 Everything is checked before anything is sent; a problem is one :class:`LLMReplayError` naming
-the key (the caller adds the file). YAML is read with ``yaml.safe_load`` and TOML with
-``tomllib``: no code runs.
+the key (the caller adds the file). YAML is read with ``yaml``'s safe loader (a key given twice
+in one mapping is an error naming its line) and TOML with ``tomllib``: no code runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Hashable, Mapping
 
 from .errors import LLMReplayError
 from .driver import ReplaySettings
@@ -64,6 +64,16 @@ def _typed(key: str, value: Any) -> Any:
     return value
 
 
+def marker_settings(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of an ``@pytest.mark.llmreplay(...)``: every one by name, ``workload=``
+    among them (the rest is checked by :func:`parse_spec` when the test runs)."""
+    if args:
+        raise LLMReplayError("@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)")
+    if "workload" not in kwargs:
+        raise LLMReplayError("@pytest.mark.llmreplay: missing key workload= (the workload file to replay, relative to the rootdir)")
+    return dict(kwargs)
+
+
 def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> PerfSpec:
     """A :class:`PerfSpec` from a mapping; relative workload paths start at ``base``."""
     from .baseline import tolerances
@@ -86,6 +96,7 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
     for key in ("format_options", "slo", "regression"):
         if data.get(key) is not None and not isinstance(data[key], Mapping):
             raise LLMReplayError(f"{key}: expected a mapping, got {data[key]!r}")
+    _check_format(data.get("format"), dict(data.get("format_options") or {}), path)
     settings = ReplaySettings(**{key: _typed(key, value) for key, value in data.items() if key in SETTING_TYPES})
     settings.validate()
     capacity = None
@@ -103,6 +114,23 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
     regression = dict(data.get("regression") or {})
     tolerances(regression)
     return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity)
+
+
+def _check_format(name: str | None, options: dict[str, Any], workload: Path) -> None:
+    """A named format must exist and take ``options``; without a name, options are checked
+    against the detected format (its first line is read), else nothing is read here."""
+    from .formats import check_format_options, detect_format, format_module
+
+    if name is None and not options:
+        return
+    try:
+        module = format_module(name if name is not None else detect_format(workload))
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"{'format' if name is not None else 'workload'}: {exc}") from None
+    try:
+        check_format_options(module, options)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"format_options: {exc}") from None
 
 
 def read_spec_file(path: Path) -> Any:
@@ -123,8 +151,30 @@ def read_spec_file(path: Path) -> Any:
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise LLMReplayError(f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+
+
+def _unique_key_loader() -> type:
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (safe_load keeps the
+    last silently, so ``slo:`` written twice would drop the first block's thresholds)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    if not isinstance(key, Hashable):
+                        continue  # the safe loader refuses it, with its own message
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark)
+                    seen[key] = line
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader

@@ -113,7 +113,8 @@ def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, st
     command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", "0", "--seed", str(seed), "--parent-pid", str(os.getpid())]
     if tokenizer:
         command += ["--tokenizer", tokenizer]
-    server = ServerProcess(command, None, announce=READY, startup_timeout_s=startup_timeout_s)
+    # no watchdog: the simulator stops by itself when its parent dies (--parent-pid)
+    server = ServerProcess(command, None, announce=READY, startup_timeout_s=startup_timeout_s, die_with_parent=False)
     server.start()
     return server
 

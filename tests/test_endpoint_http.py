@@ -4,6 +4,7 @@ key, idle check), busy_requests on Prometheus text, and ServerProcess with real 
 import asyncio
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -20,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port, gone, wait_until_gone  # noqa: E402
 
-from pytest_llmreplay.clock import WallClock  # noqa: E402
+from pytest_llmreplay.clock import VirtualClock, WallClock  # noqa: E402
 from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, ServerProcess, busy_requests  # noqa: E402
 from pytest_llmreplay.errors import LLMReplayError  # noqa: E402
 
@@ -529,6 +530,18 @@ def test_server_command_that_never_listens_times_out_and_is_stopped(server_proce
     assert "within 1 s" in str(info.value)
     assert server.process.poll() is not None
     assert server.process.returncode == -signal.SIGTERM
+
+
+def test_waiting_for_a_server_says_so_every_progress_interval(server_process, refused_url):
+    # on the virtual clock each poll advances 0.25 s: reports at 0, 10 and 20 s, the timeout at 30 s
+    lines: list[str] = []
+    server = server_process(python("import time; time.sleep(60)"), refused_url, startup_timeout_s=30, stop_timeout_s=2, clock=VirtualClock(),
+                            progress=lines.append, timeout_option="--startup")
+    with pytest.raises(LLMReplayError, match=r"within 30 s \(raise --startup if it needs longer\); last lines of its log") as info:
+        server.start()
+    command = shlex.join(server.args)
+    assert lines == [f"waiting for {command} at {refused_url} to become healthy: {elapsed} s of 30 s" for elapsed in (0, 10, 20)]
+    assert info.value.args[0].count("\n") == 1  # the message, then the (empty) log's one line
 
 
 IGNORE_TERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True)\nwhile True: time.sleep(0.05)"

@@ -6,13 +6,20 @@ Most runs use ``--llm-offline`` (the simulator in virtual time: deterministic an
 workload of a few sessions."""
 
 import json
+import os
 import re
+import signal
 import socket
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from mockserver import gone, wait_until_gone
+from pytest_llmreplay.sim.profile_files import profile_path
 
 # 8 single-turn sessions, Poisson arrivals: a replay of it takes well under a second offline
 WORKLOAD = """\
@@ -32,7 +39,7 @@ synthetic:
   seed: 1
 """
 FLAGS = (
-    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd",
+    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd", "--llm-server-timeout",
     "--llm-sim-profile", "--llm-offline", "--llm-tokenizer", "--llm-seed", "--llm-baseline-dir",
     "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-report",
 )
@@ -218,6 +225,125 @@ def test_server_command_that_dies_is_a_usage_error_with_its_log(project):
     result.stderr.fnmatch_lines([f"ERROR: --llm-server-cmd: server command \"{command}\" exited with status 3; last lines of its log (*server.log):", "no GPU found"])
 
 
+def test_a_path_value_in_the_space_form_that_moves_the_rootdir_is_warned_about(project, tmp_path_factory):
+    """pytest picks the rootdir before it knows the plugin's options: the value of
+    ``--llm-report DIR`` is taken for a test path, the rootdir moves up, the ini file is lost."""
+    project.makeini("[pytest]\nllm_seed = 3\n")
+    project.makepyfile("def test_x(): pass")
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    profile = elsewhere / "p.json"
+    profile.write_text(profile_path("llama-3.1-8b-h100").read_text())
+    result = project.runpytest("--llm-offline", "--llm-report", str(elsewhere / "rep"), "--llm-sim-profile", str(profile))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"rootdir: {project.path.parent}"])  # moved, and the ini (seed 3) is lost
+    result.stdout.fnmatch_lines([
+        f"*PytestConfigWarning: --llm-sim-profile {profile}: pytest took {profile} for a test path when it chose the rootdir, "
+        f"which is now {project.path.parent} (no configfile); write --llm-sim-profile={profile}"])
+    assert "--llm-report" not in result.stdout.str()  # DIR did not exist yet: not taken for a path
+
+    result = project.runpytest("--llm-offline", f"--llm-report={elsewhere / 'rep'}", f"--llm-sim-profile={profile}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: *, seed 3", f"rootdir: {project.path}"])
+    assert "PytestConfigWarning" not in result.stdout.str()
+
+    result = project.runpytest("--llm-offline", "--llm-report", str(elsewhere / "rep"))  # it exists now
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: --llm-report {elsewhere / 'rep'}: pytest took *; write --llm-report={elsewhere / 'rep'}"])
+
+
+def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(project):
+    project.makepyfile("def test_x(): pass")
+    project.path.joinpath("rep").mkdir()
+    result = project.runpytest("--llm-offline", "--llm-report", "rep")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"rootdir: {project.path}"])
+    assert "PytestConfigWarning" not in result.stdout.str()
+
+
+SERVER_WITH_A_CHILD = """\
+import http.server, os, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # an engine worker, say
+with open("server.pids.tmp", "w") as pids:
+    pids.write(f"{os.getpid()} {child.pid}")
+os.replace("server.pids.tmp", "server.pids")
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def wait_for_file(path, run: subprocess.Popen) -> None:
+    """Wait for ``path`` to appear while the pytest run ``run`` lives (it fails the test if the
+    run ends first); a minute at most, for a loaded machine."""
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert run.poll() is None, f"the pytest run ended (status {run.returncode}) before {path.name} appeared"
+        assert time.monotonic() < deadline, f"{path.name} did not appear"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+def test_server_started_by_the_plugin_dies_with_a_killed_run(project, sig):
+    """A run killed by SIGTERM or SIGKILL runs no teardown: the server (and its children) must
+    not live on under init, holding the port and the GPU."""
+    project.path.joinpath("server.py").write_text(SERVER_WITH_A_CHILD)
+    project.makepyfile(test_wait="""
+        import time
+        from pathlib import Path
+
+        def test_wait():
+            Path("running").touch()
+            time.sleep(600)
+    """)
+    port = free_port()
+    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--llm-endpoint=http://127.0.0.1:{port}",
+                            f"--llm-server-cmd={sys.executable} server.py {port}"], cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        wait_for_file(project.path / "running", run)
+        pids = [int(pid) for pid in project.path.joinpath("server.pids").read_text().split()]
+        assert not any(gone(pid) for pid in pids)
+        run.send_signal(sig)
+        run.wait(30)
+        for pid in pids:
+            assert wait_until_gone(pid, 30), f"process {pid} of the server outlived the pytest run killed by {sig.name}"
+        assert refuses_connections(port)
+    finally:
+        run.kill()
+        run.wait()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_server_that_never_becomes_healthy_times_out_with_one_line(project):
+    project.makepyfile("def test_x(): pass")
+    port = free_port()
+    command = f"{sys.executable} -c 'import time; time.sleep(60)'"
+    result = project.runpytest_subprocess(f"--llm-endpoint=http://127.0.0.1:{port}", f"--llm-server-cmd={command}", "--llm-server-timeout=1.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stdout.fnmatch_lines([f"waiting for {command} at http://127.0.0.1:{port} to become healthy: 0 s of 1.5 s"])
+    result.stderr.fnmatch_lines([
+        f"ERROR: --llm-server-cmd: server command \"{command}\" was not ready at http://127.0.0.1:{port}/health within 1.5 s "
+        "(raise --llm-server-timeout if it needs longer); last lines of its log (*server.log):", "(empty log)"])
+    no_traceback(result)
+
+
+def test_ini_server_timeout_is_read_and_checked(project):
+    project.makeini("[pytest]\nllm_server_timeout = soon\n")
+    project.makepyfile("def test_x(): pass")
+    result = project.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: --llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got 'soon'"])
+
+
 # ------------------------------------------------------------------------ the marker
 
 
@@ -287,7 +413,7 @@ def test_breached_slos_fail_with_one_table_of_all_of_them(project):
     assert "def test_slow" not in result.stdout.str()
 
 
-def test_positional_marker_arguments_are_refused(project):
+def test_positional_marker_arguments_are_a_collection_error(project):
     project.makepyfile(test_marker="""
         import pytest
 
@@ -296,9 +422,40 @@ def test_positional_marker_arguments_are_refused(project):
             pass
     """)
     result = project.runpytest("--llm-offline")
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)"])
-    assert "passed" not in result.stdout.str().splitlines()[-1]
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR collecting test_marker.py*", "In test_positional: @pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)"])
+    no_traceback(result)
+
+
+def test_marker_without_workload_is_a_collection_error_naming_the_key(project):
+    project.makepyfile(test_marker="""
+        import pytest
+
+        @pytest.mark.llmreplay(slo={"error_rate": "== 0"})
+        def test_no_workload():
+            pass
+    """)
+    result = project.runpytest("--llm-offline")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*ERROR collecting test_marker.py*", "In test_no_workload: @pytest.mark.llmreplay: missing key workload= (*)"])
+    no_traceback(result)
+    assert "TypeError" not in result.stdout.str()
+
+
+def test_marker_added_after_collection_without_workload_fails_with_one_line(project):
+    project.makeconftest("""
+        import pytest
+
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                item.add_marker(pytest.mark.llmreplay(concurrency=2))
+    """)
+    project.makepyfile("def test_late(llm_result): pass")
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)  # in the llm_result fixture's setup
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_late*", "@pytest.mark.llmreplay: missing key workload= (*)"])
     no_traceback(result)
 
 
@@ -361,7 +518,8 @@ def test_llm_replay_returns_a_result_checked_when_the_body_ends(project):
     """)
     result = project.runpytest("--llm-offline", "-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "SLOs met: 1 of 1"])
+    # the run's own SLO, then the body's assert_slo checks
+    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "SLOs met: 3 of 3", "error_rate*== 0*ok", "ttft.p99*< 10s*ok", "error_rate*== 0*ok"])
 
 
 def test_assert_slo_failing_shows_the_table_and_keeps_the_measurement(project):
@@ -380,6 +538,49 @@ def test_assert_slo_failing_shows_the_table_and_keeps_the_measurement(project):
         "*- llmreplay -*",
         "llmreplay: test_code.py::test_code",
     ])
+    text = result.stdout.str()
+    # the test's own line and the table; no frame of the library, nor its arguments (the summary)
+    result.stdout.fnmatch_lines([">       result.assert_slo(*)", "E       *SLOBreach: SLO breached: 1 of 2"])
+    assert "pytest_llmreplay/" not in text and "summary = {" not in text and "def assert_slo" not in text
+
+
+def test_assert_slo_with_a_bad_threshold_is_one_error_at_the_test_line(project):
+    project.makepyfile(test_code="""
+        def test_code(llm_replay):
+            result = llm_replay("wl.yaml")
+            result.assert_slo({"ttft.p50": "< 2 tok/s"})
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        ">       result.assert_slo({\"ttft.p50\": \"< 2 tok/s\"})",
+        "E       *LLMReplayError: SLO 'ttft.p50': unit 'tok/s' does not fit ttft.p50 (a time metric); *",
+        "test_code.py:3: LLMReplayError",
+    ])
+    text = result.stdout.str()
+    assert "Traceback" not in text and "pytest_llmreplay/" not in text and "def parse_slo" not in text
+
+
+def test_code_level_slo_checks_are_stored_with_the_runs_own(project):
+    project.makepyfile(test_code="""
+        import pytest
+        from pytest_llmreplay.slo import SLOBreach
+
+        def test_code(llm_replay):
+            result = llm_replay("wl.yaml", slo={"error_rate": "== 0"})
+            result.assert_slo({"ttft.p99": "< 10s"})
+            with pytest.raises(SLOBreach):
+                result.assert_slo({}, **{"ttft.p50": "< 1us"})
+    """)
+    result = project.runpytest("--llm-offline", "-v", "--llm-report=rep", "--llm-save")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "*", "SLO breached: 1 of 3"], consecutive=False)
+    stored = [json.loads(p.read_text()) for p in (project.path / ".llmreplay").rglob("*.json")]
+    reported = json.loads(report_files(project.path / "rep")["test_code.py::test_code"][0].read_text())
+    for record in (reported, *stored):
+        assert [(c["key"], c["threshold"], c["passed"]) for c in record["slo"]] == [
+            ("error_rate", "== 0", True), ("ttft.p99", "< 10s", True), ("ttft.p50", "< 1us", False)]
+    assert len(stored) == 1
 
 
 def test_llm_replay_with_a_bad_workload_fails_with_one_line(project):
@@ -411,8 +612,26 @@ def test_two_replays_in_one_test_have_their_own_keys(project):
         "llmreplay: test_code.py::test_two::2",
         "llmreplay: test_code.py::test_two::warm",
     ])
-    names = {p.get("name") for p in ET.parse(project.path / "junit.xml").iter("property")}
-    assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= names
+    properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")}
+    assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= properties.keys()
+    # the terminal summary: a row per run, each with its own figures
+    overview = result.stdout.str().split("= llmreplay =", 1)[1]
+    for run, suffix in (("test_code.py::test_two", ""), ("test_code.py::test_two::2", " 2"), ("test_code.py::test_two::warm", " warm")):
+        row = re.search(rf"^{re.escape(run)} +failed +(\S+) +(\S+) ", overview, re.M)
+        assert row, run
+        assert row.group(1) == f"{properties['llmreplay.ttft.p50' + suffix] * 1e3:.4g}", run
+        assert row.group(2) == f"{properties['llmreplay.ttft.p99' + suffix] * 1e3:.4g}", run
+
+
+def test_a_named_first_run_has_its_summary_row(project):
+    project.makepyfile(test_code="""
+        def test_named(llm_replay):
+            llm_replay("wl.yaml", name="cold")
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(passed=1)
+    overview = result.stdout.str().split("= llmreplay =", 1)[1]
+    assert re.search(r"^test_code.py::test_named::cold +passed +[0-9.]+ ", overview, re.M)
 
 
 # ------------------------------------------------------------------------ spec files
@@ -458,6 +677,13 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
     ('workload: wl.yaml\nconcurrency: "eight"\n', "concurrency: expected an integer, got 'eight'"),
     ("workload: wl.yaml\nregression:\n  ttft.p50: lots\n", "regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off', got 'lots'"),
     ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
+    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2s\nconcurrency: 2\nslo:\n  error_rate: == 0\n",
+     "line 5: not valid YAML: duplicate key 'slo' (first on line 2)"),
+    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2s\n  ttft.p99: < 1s\n", "line 4: not valid YAML: duplicate key 'ttft.p99' (first on line 3)"),
+    ("workload: wl.yaml\nformat: moonkake\n", "format: unknown workload format 'moonkake'; expected one of *mooncake*"),
+    ("workload: wl.yaml\nformat: mooncake\nformat_options: {blocksize: 16}\n", "format_options: format 'mooncake' takes block_size; got blocksize"),
+    ("workload: wl.yaml\nformat: mooncake\nformat_options: {block_size: 0}\n", "format_options: block_size must be an integer >= 1, got 0"),
+    ("workload: wl.yaml\nformat_options: {block_size: 16}\n", "format_options: format 'synthetic' takes no options; got block_size"),
 ])
 def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, message):
     path = project.path / "broken.llmreplay.yaml"

@@ -566,6 +566,16 @@ def test_result_assert_slo_raises_with_every_breach():
     assert str(info.value).startswith("SLO breached: 2 of 3")
 
 
+def test_result_assert_slo_keeps_every_check_met_or_not():
+    r = result()
+    r.assert_slo({"ttft.max": "<= 750ms"})
+    with pytest.raises(SLOBreach):
+        r.assert_slo({"ttft.mean": "< 300ms", "error_rate": "== 0"})
+    with pytest.raises(LLMReplayError):
+        r.assert_slo({"ttft.p50": "< 2 tok/s"})  # refused before checking: nothing kept
+    assert [(c.slo.key, c.passed) for c in r.slo_checks] == [("ttft.max", True), ("ttft.mean", False), ("error_rate", True)]
+
+
 def test_result_assert_slo_unmeasured_metric_breaches():
     # one-token answers: no tpot anywhere in the summary
     with pytest.raises(SLOBreach) as info:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Mapping
 
 from ..errors import LLMReplayError, WorkloadError
 from ..workload import Workload, check_limits
@@ -78,6 +78,38 @@ def detect_format(path: str | Path) -> str:
     )
 
 
+def format_module(name: str) -> ModuleType:
+    """The module of format ``name``; :class:`LLMReplayError` listing the known ones if none."""
+    module = FORMATS.get(name)
+    if module is None:
+        raise LLMReplayError(f"unknown workload format {name!r}; expected one of {', '.join(FORMATS)}")
+    return module
+
+
+def loader_options(name: str) -> set[str]:
+    """The options format ``name``'s loader takes (``{"block_size"}`` for Mooncake)."""
+    return _loader_keywords(format_module(name))
+
+
+def _loader_keywords(module: ModuleType) -> set[str]:
+    return set(inspect.signature(module.load).parameters) - {"path"}
+
+
+def check_format_options(module: ModuleType, options: Mapping[str, Any], *, values: bool = True) -> None:
+    """Check a format's options without reading a file: each must be a keyword of its
+    ``load``, and (``values``) pass its ``check_options(**options)`` when the format has one:
+    the pytest plugin checks both when it collects a spec file; :func:`load_workload` only
+    the names, as the loader checks the values itself, naming the file."""
+    accepted = _loader_keywords(module)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        takes = f"takes {', '.join(sorted(accepted))}" if accepted else "takes no options"
+        raise LLMReplayError(f"format {module.NAME!r} {takes}; got {', '.join(unknown)}")
+    check = getattr(module, "check_options", None)
+    if values and check is not None:
+        check(**options)
+
+
 def load_workload(path: str | Path, format: str | None = None, **options: Any) -> Workload:
     """Load ``path`` into the canonical model, validating every record before returning.
 
@@ -86,11 +118,8 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     error.
     """
     name = format or detect_format(path)
-    accepted = loader_options(name)
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        takes = f"takes {', '.join(sorted(accepted))}" if accepted else "takes no options"
-        raise LLMReplayError(f"format {name!r} {takes}; got {', '.join(unknown)}")
+    module = format_module(name)
+    check_format_options(module, options, values=False)
     if not Path(path).exists():
         raise WorkloadError("no such file or directory", path=path)
     try:
@@ -102,14 +131,6 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     if name != "synthetic":  # the generator checks its own, naming the spec's fields
         check_limits(workload, path)
     return workload
-
-
-def loader_options(name: str) -> set[str]:
-    """The options format ``name``'s loader takes (``{"block_size"}`` for Mooncake)."""
-    module = FORMATS.get(name)
-    if module is None:
-        raise LLMReplayError(f"unknown workload format {name!r}; expected one of {', '.join(FORMATS)}")
-    return set(inspect.signature(module.load).parameters) - {"path"}
 
 
 def write_workload(workload: Workload, path: str | Path, to: str, *, allow_loss: bool = False) -> list[str]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import WorkloadError
+from ..errors import LLMReplayError, WorkloadError
 from ..workload import HashBlocks, Payload, PromptSource, Session, TokenIds, Turn, Workload, next_synthetic, request_name
 from ._fields import Fields, check_messages, iter_json_lines, max_output_tokens, try_json, type_name
 from ._writing import Losses, tidy, write_json_lines
@@ -57,10 +57,18 @@ class _SessionRows:
     turns: list[Turn] = field(default_factory=list)
 
 
+def check_options(*, block_size: object = DEFAULT_BLOCK_SIZE) -> None:
+    """The loader's options, checked before any file is read."""
+    if type(block_size) is not int or block_size < 1:
+        raise LLMReplayError(f"block_size must be an integer >= 1, got {block_size!r}")
+
+
 def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
     """Load a Mooncake trace; ``block_size`` is the number of tokens a hash id stands for."""
-    if type(block_size) is not int or block_size < 1:
-        raise WorkloadError(f"block_size must be an integer >= 1, got {block_size!r}", path=path)
+    try:
+        check_options(block_size=block_size)
+    except LLMReplayError as exc:
+        raise WorkloadError(str(exc), path=path) from None
     path = Path(path)
     sessions: dict[str, _SessionRows] = {}  # named by the file's session_id
     independent: list[_SessionRows] = []  # rows without session_id
