@@ -11,8 +11,10 @@
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
-input (``compare``: 3, its 1 and 2 being verdicts), 2 for bad usage (argparse). ``run`` stopped by SIGINT/SIGTERM still reports what it
-measured and exits 128 + the signal's number.
+input (``compare`` and ``run``: 3, see :data:`COMPARE_BAD_INPUT` and :data:`RUN_STATUS`), 2 for bad
+usage (argparse). ``run`` exits 1 when more requests failed than ``--max-error-rate`` allows
+(default none) and 4 when no request succeeded; stopped by SIGINT/SIGTERM it still reports what
+it measured and exits 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .errors import LLMReplayError
+
+# llmreplay run's exit statuses (README: "exit status"); 2 is argparse's (bad usage), a signal's
+# is 128 + its number; bad input is 3, as compare's
+RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": 3, "nothing_succeeded": 4}
 
 
 def _load(args: argparse.Namespace, path: str):
@@ -151,7 +157,20 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise LLMReplayError(f"--save-to: {exc}") from None
     if run.interrupted:
         return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
-    return 0 if result.ok else 1
+    return _run_status(result.summary["requests"], args.max_error_rate)
+
+
+def _run_status(counts: dict[str, int], max_error_rate: float) -> int:
+    """:data:`RUN_STATUS` of a finished run from its measured request counts: nothing succeeded,
+    else failed / (ok + failed) beyond ``max_error_rate``, else ok; a line on stderr says why."""
+    ok, failed = counts["ok"], counts["failed"]
+    if not ok:
+        print(f"error: no request succeeded ({failed} failed, {counts['cancelled']} cancelled, {counts['warmup']} warm-up)", file=sys.stderr)
+        return RUN_STATUS["nothing_succeeded"]
+    if failed / (ok + failed) > max_error_rate:
+        print(f"error: {failed} of {ok + failed} requests failed ({failed / (ok + failed):.1%}), more than --max-error-rate {max_error_rate:.1%} allows", file=sys.stderr)
+        return RUN_STATUS["requests_failed"]
+    return RUN_STATUS["ok"]
 
 
 def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) -> Any:
@@ -319,6 +338,20 @@ def _number(positive: bool) -> Any:
     return parse
 
 
+def _share(text: str) -> float:
+    """An argparse type: a share from 0 to 1, a fraction (0.05) or a percentage (5%), read as
+    the SLO ``error_rate <= text`` is."""
+    from .slo import parse_slo
+
+    try:
+        value = parse_slo("error_rate", f"<= {text}").value
+    except LLMReplayError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1 such as 0.05 or 5%, got {text!r}")
+    return value
+
+
 def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     from .driver import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
 
@@ -329,6 +362,8 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     where.add_argument("--endpoint", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     where.add_argument("--sim", metavar="PROFILE|FILE", help="no server: the simulator of this profile in process, in virtual time (as the plugin's --llm-offline)")
     run.add_argument("--save-to", metavar="STORE", help="also store the result (as llmreplay run <workload file name>, this commit) in STORE: a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX (checked before the run)")
+    run.add_argument("--max-error-rate", type=_share, default=0.0, metavar="SHARE",
+                     help="exit 0 although up to SHARE of the measured requests failed, e.g. 0.05 or 5%% (default 0: any failure exits 1)")
     run.add_argument("--out", metavar="DIR", help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)")
     target = run.add_argument_group("endpoint")
     target.add_argument("--model", help="model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)")
@@ -359,7 +394,7 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
     plan.add_argument("--seed", type=_integer(0), default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
     plan.add_argument("--gpus", type=_integer(1), default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")
-    run.set_defaults(run=cmd_run)
+    run.set_defaults(run=cmd_run, bad_input_status=RUN_STATUS["bad_input"])
 
 
 def cmd_sim(args: argparse.Namespace) -> int:

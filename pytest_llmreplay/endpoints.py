@@ -4,7 +4,9 @@ An :class:`Endpoint` takes an :class:`EndpointRequest` and fills a :class:`Respo
 chunks arrive (so a request cancelled half-way keeps what it measured). Every time it stamps
 comes from the clock it was opened with. Faults never raise out of :meth:`Endpoint.send`: a
 refused connection, an HTTP error, a timeout, a stream cut mid-way or a malformed event ends as
-``response.error`` (``kind: detail``).
+``response.error`` (``kind: detail``). A failure part-way through a response says how far it
+got in the words of :func:`progress` (``before the first token``, ``after 423 tokens``;
+:data:`TOKENS_SO_FAR` reads the count back), so that reports can group such causes.
 
 :class:`HTTPEndpoint` speaks the OpenAI API (``/v1/completions``, ``/v1/chat/completions``),
 streaming with ``stream_options.include_usage`` or not, on one shared httpx client whose
@@ -39,6 +41,7 @@ APIS = ("chat", "completions")
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # Prometheus gauges of requests in the engine: vLLM, SGLang
 BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs")
+TOKENS_SO_FAR = re.compile(r"\bafter (\d+) tokens?\b")  # reads progress()'s count back
 
 
 @dataclass(slots=True)
@@ -243,7 +246,7 @@ class HTTPEndpoint:
         except StreamError as exc:
             response.fail(exc.kind, str(exc))
         except Exception as exc:  # every transport fault becomes a failed record
-            response.fail(*_classify(exc, response))
+            response.fail(*_classify(exc, response, self.timeout_s))
         finally:
             response.end_s = self._clock.now()
 
@@ -256,7 +259,7 @@ class HTTPEndpoint:
         for data in decoder.close():
             done = done or _take_event(data, self._clock.now(), response)
         if not done:
-            response.fail("stream", f"stream ended before [DONE] after {sum(response.chunk_tokens)} tokens")
+            response.fail("stream", f"stream ended before [DONE] {progress(response)}")
 
     async def _read_whole(self, reply: Any, response: Response) -> None:
         raw = await reply.aread()
@@ -310,16 +313,28 @@ def _error_detail(body: str) -> str:
     return text[:200] or "(empty body)"
 
 
-def _classify(exc: BaseException, response: Response) -> tuple[str, str]:
-    """(kind, detail) of a transport exception; aiohttp's own error is the cause under httpx's."""
+def progress(response: Response) -> str:
+    """How far a response got: ``before the first token``, or ``after N tokens`` (streamed)."""
+    if not response.chunk_times and response.completion_tokens is None:
+        return "before the first token"
+    tokens = sum(response.chunk_tokens)
+    return f"after {tokens} token{'' if tokens == 1 else 's'}"
+
+
+def _classify(exc: BaseException, response: Response, timeout_s: float) -> tuple[str, str]:
+    """(kind, detail) of a transport exception; aiohttp's own error is the cause under httpx's
+    (whose mapping calls a refused connection a ConnectTimeout: a timeout is one only when
+    aiohttp's error is a timeout too)."""
     import httpx
 
     cause = exc.__cause__ or exc
     started = bool(response.chunk_times) or response.completion_tokens is not None
     if isinstance(exc, httpx.TimeoutException) and "Timeout" in type(cause).__name__:
-        return "timeout", f"no data from the server for {describe_error(cause)}"
+        if "Connection" in type(cause).__name__:  # aiohttp's ConnectionTimeoutError
+            return "timeout", f"no connection to the server within {timeout_s:g} s"
+        return "timeout", f"no data from the server for {timeout_s:g} s {progress(response)}"
     if isinstance(exc, httpx.ReadError) or (started and isinstance(exc, httpx.TransportError)):
-        return "stream", f"connection lost mid-response after {sum(response.chunk_tokens)} tokens ({describe_error(cause)})"
+        return "stream", f"connection lost mid-response {progress(response)}"
     if "Disconnected" in type(cause).__name__:
         return "closed", f"the server closed the connection without a response ({describe_error(cause)})"
     if isinstance(exc, httpx.TransportError):

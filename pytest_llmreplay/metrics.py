@@ -41,6 +41,10 @@ Workload, over the measured span T (first measured request sent to last one ende
 
 Statistics of a distribution: mean, min, p50, p90, p95, p99, max, std (numpy, linear
 interpolation, as vLLM's ``bench serve``) and count.
+
+Error causes (:func:`error_causes`): the failed requests' errors, one line per cause with its
+count; causes that differ only in how many tokens had arrived (``connection lost mid-response
+after 423 tokens``, ``... after 21 tokens``) are one cause with the range (``after 21-423 tokens``).
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ import numpy as np
 
 from .errors import LLMReplayError
 from .driver import ReplayRun, RequestRecord
+from .endpoints import TOKENS_SO_FAR
 
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "max", "std")
 RATES = ("overall", "steady_state", "last_30s", "per_gpu")
@@ -183,6 +188,39 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class ErrorCause:
+    """``count`` failed requests whose error reads ``text`` (token counts as a range)."""
+
+    text: str
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.text}: {self.count} request{'' if self.count == 1 else 's'}"
+
+
+def error_causes(records: Iterable[RequestRecord]) -> list[ErrorCause]:
+    """The causes of the failed ``records``, most frequent first (then by text). Errors equal
+    but for the token count of ``after N tokens`` are one cause, written ``(after LOW-HIGH
+    tokens)`` (``(after N tokens)`` when all are equal)."""
+    counts: dict[str, list[int]] = {}
+    for record in records:
+        if record.status != "failed" or not record.error:
+            continue
+        key, found = record.error, TOKENS_SO_FAR.search(record.error)
+        if found is not None:  # the token count's place, filled with the range below
+            key = key[:found.start()].rstrip() + "\0" + key[found.end():]
+        counts.setdefault(key, []).append(int(found.group(1)) if found is not None else 0)
+    causes = []
+    for key, tokens in counts.items():
+        if "\0" in key:
+            low, high = min(tokens), max(tokens)
+            span = f"{low}" if low == high else f"{low}-{high}"
+            key = key.replace("\0", f" (after {span} token{'' if span == '1' else 's'})")
+        causes.append(ErrorCause(key, len(tokens)))
+    return sorted(causes, key=lambda cause: (-cause.count, cause.text))
+
+
 def prefill_done(record: RequestRecord) -> float | None:
     """When the prompt was processed: the first token, else the end (non-streamed)."""
     return record.first_token_s if record.first_token_s is not None else record.end_s
@@ -276,6 +314,11 @@ class Result:
     @cached_property
     def ok(self) -> list[RequestRecord]:
         return [r for r in self.measured if r.status == "ok"]
+
+    @cached_property
+    def error_causes(self) -> list[ErrorCause]:
+        """The measured failed requests' causes, grouped (:func:`error_causes`)."""
+        return error_causes(self.measured)
 
     @cached_property
     def session_rows(self) -> list[dict[str, Any]]:

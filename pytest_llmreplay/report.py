@@ -7,7 +7,8 @@
   tokens/s) over the whole run, the last 30 s, and the steady state (after the first 20%), also
   per GPU.
 - **Client** line: schedule lag p50/p99 and effective concurrency, so that an overloaded client
-  is seen instead of silently inflating TTFT; then errors and warnings.
+  is seen instead of silently inflating TTFT; then error causes (grouped, most frequent first)
+  and warnings.
 """
 
 from __future__ import annotations
@@ -80,13 +81,17 @@ def client_line(result: Result) -> str:
 
 
 def errors_block(result: Result, limit: int = 5) -> str:
-    """The most frequent error causes with their counts."""
-    causes: dict[str, int] = {}
-    for record in result.measured:
-        if record.status == "failed" and record.error:
-            causes[record.error] = causes.get(record.error, 0) + 1
-    lines = [f"  {count} x {cause}" for cause, count in sorted(causes.items(), key=lambda item: -item[1])[:limit]]
-    return "Errors:\n" + "\n".join(lines) if lines else ""
+    """The ``limit`` most frequent error causes, grouped (:func:`~.metrics.error_causes`), each
+    with its count; then how many requests the other causes failed."""
+    causes = result.error_causes
+    if not causes:
+        return ""
+    lines = [f"  {cause}" for cause in causes[:limit]]
+    rest = causes[limit:]
+    if rest:
+        others = sum(cause.count for cause in rest)
+        lines.append(f"  {len(rest)} other cause{'' if len(rest) == 1 else 's'}: {others} request{'' if others == 1 else 's'} (each request's error is in the per-request CSV)")
+    return "Errors:\n" + "\n".join(lines)
 
 
 def render(result: Result) -> str:

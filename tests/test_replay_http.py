@@ -205,7 +205,7 @@ def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monke
     workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1], "timestamp": 0}) + "\n")
     status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", *extra])
     err = capsys.readouterr().err
-    assert status == 1 and err.startswith(message) and "Traceback" not in err
+    assert status == 2 and err.startswith(message) and "Traceback" not in err  # run's status for bad input
     assert server.server.completions_count == 0  # refused before anything was sent
 
 

@@ -173,18 +173,34 @@ def test_errors_block_groups_identical_messages():
     # a failed warm-up request is not reported
     records.append(rec(20, status="failed", sent=0.2, end=0.3, error="warm: up", warmup=True))
     text = render(make(records))
-    assert "Errors:\n  3 x server: 503 overloaded\n  2 x timeout: read timed out\n  1 x stream: connection lost" in text
+    assert "Errors:\n  server: 503 overloaded: 3 requests\n  timeout: read timed out: 2 requests\n  stream: connection lost: 1 request" in text
     assert "warm: up" not in text
 
 
-def test_errors_block_shows_the_five_most_frequent():
-    records = [rec(i, status="failed", sent=1.0 + i, end=1.5 + i, error=f"server: cause {i}") for i in range(6)]
+def test_errors_block_groups_token_counts_into_a_range():
+    errors = ["stream: connection lost mid-response after 423 tokens", "stream: connection lost mid-response after 21 tokens",
+              "stream: connection lost mid-response after 97 tokens", "timeout: no data from the server for 2 s after 1 token",
+              "timeout: no data from the server for 2 s before the first token", "timeout: no data from the server for 2 s before the first token",
+              "stream: stream ended before [DONE] after 5 tokens"]
+    records = [rec(i, status="failed", sent=1.0 + i, end=1.5 + i, error=e) for i, e in enumerate(errors)]
+    block = render(make(records)).split("Errors:\n")[1].split("\n\n")[0].split("\n")
+    assert block == [
+        "  stream: connection lost mid-response (after 21-423 tokens): 3 requests",
+        "  timeout: no data from the server for 2 s before the first token: 2 requests",
+        "  stream: stream ended before [DONE] (after 5 tokens): 1 request",
+        "  timeout: no data from the server for 2 s (after 1 token): 1 request",
+    ]
+
+
+def test_errors_block_shows_the_five_most_frequent_and_counts_the_rest():
+    records = [rec(i, status="failed", sent=1.0 + i, end=1.5 + i, error=f"server: cause {i}") for i in range(7)]
     records.append(rec(9, status="failed", sent=9.0, end=9.5, error="server: cause 5"))
     text = render(make(records))
     block = text[text.index("Errors:"):].split("\n\n")[0].split("\n")
     assert block[0] == "Errors:"
-    assert block[1] == "  2 x server: cause 5"
-    assert len(block) == 6  # title + 5 causes
+    assert block[1] == "  server: cause 5: 2 requests"
+    assert block[2:6] == [f"  server: cause {i}: 1 request" for i in range(4)]
+    assert block[6] == "  2 other causes: 2 requests (each request's error is in the per-request CSV)"
 
 
 def test_no_errors_block_without_failures():
@@ -207,7 +223,7 @@ def test_nothing_completed_renders():
     assert "Per-trace metrics: no request completed" in text
     # traces counts sessions with a measured request: the cancelled one is not among them
     assert "completed=0/5 requests  traces=0/2  trace/s=0.00" in text
-    assert "Errors:\n  2 x server: 503 overloaded" in text
+    assert "Errors:\n  server: 503 overloaded: 2 requests" in text
     assert "failed 2, cancelled 1, warm-up 0" in text
 
 
