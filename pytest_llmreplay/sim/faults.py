@@ -1,11 +1,13 @@
 """Seeded fault injection for the simulated HTTP server, so users can test their error SLOs.
 
-Each request ``n`` (in arrival order) draws ``u = uniform(0, 1)`` from a generator seeded with
+The server numbers the completion requests it receives ``n = 0, 1, 2, ...`` in arrival order
+(refused ones included). Request ``n`` draws ``u = uniform(0, 1)`` from a generator seeded with
 ``(seed, n)`` and gets at most one fault: ``u < error_rate`` -> HTTP 500 before any token;
-then the next ``stall_rate`` of the unit interval -> the stream stops for ``stall_s`` seconds
-after a token drawn in ``[1, max_tokens - 1]``, then goes on; then the next
-``disconnect_rate`` -> the connection is closed after such a token. The same seed and arrival
-order give the same faults.
+then the next ``stall_rate`` of the unit interval -> the response stops for ``stall_s`` seconds
+after a token drawn in ``[1, max(output - 1, 1)]``, then goes on (a whole response comes
+``stall_s`` late); then the next ``disconnect_rate`` -> the connection is closed after such a
+token. So each rate is the share of requests that get that fault: over N requests its count is
+Binomial(N, rate). The same seed and arrival order give the same faults.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ class FaultConfig:
         return self.error_rate > 0 or self.stall_rate > 0 or self.disconnect_rate > 0
 
     def draw(self, request_number: int, max_tokens: int) -> Fault | None:
-        """The fault of request ``request_number`` (generating ``max_tokens``), or None."""
+        """The fault of request ``request_number`` (generating ``max_tokens`` tokens), or None."""
         if not self.active:
             return None
         rng = random.Random(stable_hash("fault", self.seed, request_number))
