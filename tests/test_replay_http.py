@@ -120,7 +120,7 @@ def test_timeout_and_refused_connection_are_failed_records(server, prompts):
     body = {"prompt": "hello", "max_tokens": 8, "mock": {"fault": "stall", "after": 1}}
     workload = Workload((Session("slow", 0.0, (Turn(None, None, Payload(body)),)),), "test")
     run = replay(workload, HTTPEndpoint(server.url, api="completions", model="m", timeout_s=0.3), prompts)
-    assert run.records[0].status == "failed" and run.records[0].error.startswith("timeout: no data from the server")
+    assert run.records[0].status == "failed" and run.records[0].error == "timeout: no data from the server for 0.3 s after 1 token"
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -97,6 +97,20 @@ def test_max_error_rate_takes_a_share(capsys, tmp_path, value):
     assert capsys.readouterr().err.splitlines()[-1] == expected
 
 
+def test_a_connect_timeout_is_told_from_a_silent_server():
+    """aiohttp's connect timeout, as httpx-aiohttp raises it (a ConnectTimeout, as it also calls
+    a refused connection), reads as no connection, not as silence."""
+    import aiohttp
+    import httpx
+    from httpx_aiohttp.transport import map_aiohttp_exceptions
+
+    from pytest_llmreplay.endpoints import Response, _classify
+
+    with pytest.raises(httpx.ConnectTimeout) as raised, map_aiohttp_exceptions():
+        raise aiohttp.ConnectionTimeoutError("Connection timeout to host http://127.0.0.1:9")
+    assert _classify(raised.value, Response(), 2.5) == ("timeout", "no connection to the server within 2.5 s")
+
+
 # ------------------------------------------------------------------------ grouped error lines
 
 MIXED_FAULTS = [
