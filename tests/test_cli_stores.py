@@ -10,7 +10,7 @@ import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 from test_store import git
 
-from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli import RUN_STATUS, main
 from pytest_llmreplay.store import open_store
 
 TEST = "llmreplay run w.jsonl"
@@ -66,6 +66,6 @@ def test_a_bad_save_to_store_fails_before_the_run(repo, capsys, refused_url):
     with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
         status = run(server.url, "--save-to", f"git:{refused_url}/r.git#refs/results")
     captured = capsys.readouterr()
-    assert status == 1
+    assert status == RUN_STATUS["bad_input"]
     assert captured.err.startswith(f"error: --save-to: git:{refused_url}/r.git#refs/results: cannot fetch refs/results (")
     assert "Workload metrics" not in captured.out  # nothing was replayed
