@@ -6,7 +6,7 @@ import json
 import pytest
 
 from pytest_llmreplay import load_workload
-from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli import RUN_STATUS, main
 
 MOONCAKE = "mooncake/conversation_trace.jsonl"
 
@@ -184,7 +184,7 @@ def test_errors_name_the_options_of_the_command_line(capsys, tmp_path):
     ids = tmp_path / "ids.jsonl"
     ids.write_text(json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0, "input_tok_ids": [1, 2, 9000]}) + "\n")
     code, _, err = run(capsys, "run", str(ids), "--endpoint", "http://127.0.0.1:9", "--model", "m", "--no-idle-check")
-    assert code == 1 and err.endswith("use the tokenizer the trace was made with (--tokenizer)\n")
+    assert code == RUN_STATUS["bad_input"] and err.endswith("use the tokenizer the trace was made with (--tokenizer)\n")
 
 
 def test_every_replay_setting_of_run_is_an_option_named_after_it():

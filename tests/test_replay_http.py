@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 
-from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli import RUN_STATUS, main
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.metrics import Result
 from pytest_llmreplay.prompts import PromptFactory
@@ -205,7 +205,7 @@ def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monke
     workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1], "timestamp": 0}) + "\n")
     status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", *extra])
     err = capsys.readouterr().err
-    assert status == 2 and err.startswith(message) and "Traceback" not in err  # run's status for bad input
+    assert status == RUN_STATUS["bad_input"] and err.startswith(message) and "Traceback" not in err
     assert server.server.completions_count == 0  # refused before anything was sent
 
 
@@ -271,7 +271,7 @@ def test_cli_run_takes_exactly_one_of_endpoint_and_sim(tmp_path, capsys, argv, e
 def test_cli_run_sim_names_a_bad_profile(tmp_path, capsys):
     workload = tmp_path / "w.jsonl"
     workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
-    assert main(["run", str(workload), "--sim", "no-such-profile"]) == 1
+    assert main(["run", str(workload), "--sim", "no-such-profile"]) == RUN_STATUS["bad_input"]
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: --sim: ") and "no-such-profile" in line
 
