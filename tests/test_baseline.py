@@ -1,13 +1,11 @@
-"""Stored results and their comparison: samples from a hand-built Result, the never-overwriting
-store (threads and processes at once), reading records back, git state and the reference's
-history in a scratch repository, tolerances, and the bootstrap verdicts."""
+"""Stored results and their comparison: samples from a hand-built Result, reading records back,
+git state and the reference's history in a scratch repository, tolerances, and the bootstrap
+verdicts (the never-overwriting stores are tested in test_store.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
