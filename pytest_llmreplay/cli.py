@@ -502,6 +502,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not 0 < args.timeout < math.inf:
         raise LLMReplayError(f"--timeout: expected seconds > 0, got {args.timeout}")
     engine = _engine_overrides(args)
+    if args.from_run:
+        from .cli_calibrate import cmd_calibrate_run
+
+        return cmd_calibrate_run(args, engine)
+    if not args.endpoint:
+        raise LLMReplayError("--endpoint: missing (give --endpoint URL for a live sweep, or --from-run RUN to fit a recorded run)")
     plan = CalibrationPlan(
         prefill_tokens=_points("--prefill-tokens", args.prefill_tokens), decode_seqs=_points("--decode-seqs", args.decode_seqs),
         decode_prompt_tokens=args.decode_prompt_tokens, decode_output_tokens=args.decode_output_tokens,
@@ -547,9 +553,12 @@ def _engine_overrides(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _add_calibrate_parser(commands: Any) -> None:
-    calibrate = commands.add_parser("calibrate", help="measure a live server and write a simulator profile",
-                                    description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile.")
-    calibrate.add_argument("--endpoint", required=True, metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    from .cli_calibrate import add_from_run_options
+
+    calibrate = commands.add_parser("calibrate", help="measure a live server, or fit a recorded run, and write a simulator profile",
+                                    description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile; "
+                                                "or (--from-run) fit a roofline profile's efficiencies to a recorded run of a real server.")
+    calibrate.add_argument("--endpoint", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
     calibrate.add_argument("--out", required=True, metavar="FILE", help="the profile JSON to write")
     calibrate.add_argument("--name", help="the profile's name (default: the file's stem)")
     calibrate.add_argument("--model", help="model name to send (default: the first of /v1/models)")
@@ -566,6 +575,7 @@ def _add_calibrate_parser(commands: Any) -> None:
     sweep.add_argument("--budget", type=float, default=300.0, metavar="S", help="stop the sweep after S seconds, keeping the points measured (default 300)")
     _add_engine_options(calibrate.add_argument_group("engine settings (not visible from outside unless the server exports vllm:cache_config_info)"),
                         "exported, else 16", "exported, else required", "256", "8192")
+    add_from_run_options(calibrate)
     calibrate.set_defaults(run=cmd_calibrate)
 
 

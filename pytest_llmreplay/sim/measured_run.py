@@ -1,0 +1,164 @@
+"""A recorded run of a real server, read as per-request TTFT, TPOT and latency (for calibration).
+
+Three files are understood (by their suffix):
+
+- ``*.jsonl``: one request a line as vLLM's own per-request timestamps are recorded in
+  LLMServingSim's benchmark (``*_vllm_requests.jsonl``): ``output_toks``, ``queued_ts``,
+  ``scheduled_ts``, ``first_token_ts``, ``last_token_ts`` (seconds). Line ``n`` is the
+  workload's request ``n`` (session ``n``, turn 0). TTFT = first - queued; TPOT = (last - first)
+  / (output - 1); latency = last - queued (as vLLM's own metrics count them: from the request's
+  arrival in the engine).
+- ``requests.csv`` (``llmreplay run --out``): the ``ok`` rows, keyed by ``session_index`` and
+  ``turn_index``, with their ``ttft``, ``tpot``, ``latency`` columns (seconds; ``tpot`` empty for a
+  one-token output).
+- ``result.json`` (``llmreplay run --out``, a stored result): its per-request ``samples`` of
+  ``ttft``, ``tpot``, ``latency`` and their ``sample_keys``.
+
+A request's key is ``session_index * KEY_TURNS + turn_index`` (:data:`~..baseline.KEY_TURNS`),
+the key stored results use, so a run pairs with a replay of the same workload request by request.
+A file that cannot be used is one :class:`LLMReplayError` line naming the file and what is wrong:
+a missing column, times out of order, fewer than :data:`MIN_REQUESTS` requests.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..baseline import KEY_TURNS
+from ..errors import LLMReplayError
+
+MIN_REQUESTS = 10  # fewer cannot give a percentile worth fitting, nor two halves
+METRICS = ("ttft", "tpot", "latency")
+VLLM_FIELDS = ("output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """Per-request metrics in seconds, sorted by ``keys``; ``tpot`` is NaN for one-token outputs."""
+
+    path: str
+    keys: np.ndarray
+    ttft: np.ndarray
+    tpot: np.ndarray
+    latency: np.ndarray
+
+    def metric(self, name: str) -> np.ndarray:
+        return getattr(self, name)
+
+    def subset(self, mask: np.ndarray) -> "MeasuredRun":
+        return MeasuredRun(self.path, self.keys[mask], self.ttft[mask], self.tpot[mask], self.latency[mask])
+
+
+def read_run(path: str | Path) -> MeasuredRun:
+    """The run in ``path`` (module doc); at least :data:`MIN_REQUESTS` usable requests."""
+    path = Path(path)
+    if not path.is_file():
+        raise LLMReplayError(f"{path}: run file not found")
+    readers = {".jsonl": _vllm_jsonl, ".csv": _requests_csv, ".json": _result_json}
+    reader = readers.get(path.suffix)
+    if reader is None:
+        raise LLMReplayError(f"{path}: expected a vLLM per-request .jsonl, a requests.csv or a result.json (llmreplay run --out)")
+    try:
+        rows = reader(path)
+    except OSError as exc:
+        raise LLMReplayError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(rows) < MIN_REQUESTS:
+        raise LLMReplayError(f"{path}: {len(rows)} usable requests, at least {MIN_REQUESTS} are needed to calibrate")
+    rows.sort(key=lambda row: row[0])
+    if len({row[0] for row in rows}) != len(rows):
+        raise LLMReplayError(f"{path}: a request appears twice (same session and turn)")
+    columns = np.array(rows, dtype=np.float64)
+    return MeasuredRun(str(path), columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3])
+
+
+def _number(value: Any, where: str, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise LLMReplayError(f"{where}: {name}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _vllm_jsonl(path: Path) -> list[tuple[float, ...]]:
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LLMReplayError(f"{where}: not valid JSON: {exc.msg}") from None
+        if not isinstance(row, dict):
+            raise LLMReplayError(f"{where}: expected an object with {', '.join(VLLM_FIELDS)}")
+        missing = [name for name in VLLM_FIELDS if name not in row]
+        if missing:
+            raise LLMReplayError(f"{where}: missing {', '.join(missing)} (a vLLM per-request record needs {', '.join(VLLM_FIELDS)})")
+        output, queued, scheduled, first, last = (_number(row[name], where, name) for name in VLLM_FIELDS)
+        if not queued <= scheduled <= first <= last:
+            raise LLMReplayError(f"{where}: times out of order (expected queued_ts <= scheduled_ts <= first_token_ts <= last_token_ts)")
+        if output < 1:
+            raise LLMReplayError(f"{where}: output_toks: expected >= 1, got {output:g}")
+        tpot = (last - first) / (output - 1) if output > 1 else math.nan
+        rows.append((len(rows) * KEY_TURNS, first - queued, tpot, last - queued))
+    return rows
+
+
+def _requests_csv(path: Path) -> list[tuple[float, ...]]:
+    needed = ("session_index", "turn_index", "status", *METRICS)
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [name for name in needed if name not in (reader.fieldnames or [])]
+        if missing:
+            raise LLMReplayError(f"{path}: missing column {', '.join(missing)} (expected llmreplay run --out's requests.csv)")
+        rows = []
+        for number, row in enumerate(reader, 2):
+            if row["status"] != "ok":
+                continue
+            where = f"{path}:{number}"
+            try:
+                key = int(row["session_index"]) * KEY_TURNS + int(row["turn_index"])
+                ttft, latency = float(row["ttft"]), float(row["latency"])
+                tpot = float(row["tpot"]) if row["tpot"] else math.nan
+            except ValueError:
+                raise LLMReplayError(f"{where}: session_index, turn_index, ttft, tpot, latency: expected numbers") from None
+            if not 0 <= ttft <= latency:
+                raise LLMReplayError(f"{where}: times out of order (expected 0 <= ttft <= latency)")
+            rows.append((key, ttft, tpot, latency))
+    return rows
+
+
+def _result_json(path: Path) -> list[tuple[float, ...]]:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise LLMReplayError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+    samples = record.get("samples") if isinstance(record, dict) else None
+    keys = record.get("sample_keys") if isinstance(record, dict) else None
+    if not isinstance(samples, dict) or not isinstance(keys, dict):
+        raise LLMReplayError(f"{path}: missing samples and sample_keys (expected a stored result: llmreplay run --out's result.json)")
+    found: dict[str, dict[int, float]] = {}
+    for name in METRICS:
+        values, names = samples.get(name), keys.get(name)
+        if name != "tpot" and (not isinstance(values, list) or not isinstance(names, list)):
+            raise LLMReplayError(f"{path}: samples.{name}: missing (the per-request {name} of each request)")
+        if isinstance(values, list) and isinstance(names, list) and len(values) != len(names):
+            raise LLMReplayError(f"{path}: samples.{name}: {len(values)} values for {len(names)} sample_keys")
+        found[name] = dict(zip(names or [], values or []))
+    rows = []
+    for key, ttft in found["ttft"].items():
+        latency = found["latency"].get(key)
+        if latency is None:
+            continue
+        if not 0 <= ttft <= latency:
+            raise LLMReplayError(f"{path}: request key {key}: times out of order (expected 0 <= ttft <= latency)")
+        rows.append((key, ttft, found["tpot"].get(key, math.nan), latency))
+    return rows
+
+
+__all__ = ["MeasuredRun", "read_run", "MIN_REQUESTS", "METRICS"]

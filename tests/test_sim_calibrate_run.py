@@ -1,0 +1,166 @@
+"""``llmreplay calibrate --from-run``: a fit that recovers the parameters a simulated run was made
+with, runs on the real vLLM run end to end, and refuses unusable run files in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.formats import load_workload
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.sim.calibrate_run import STATISTICS, calibrate_from_run, nelder_mead, simulate, with_timing
+from pytest_llmreplay.sim.measured_run import MIN_REQUESTS, read_run
+from pytest_llmreplay.sim.profile import parse_profile
+from pytest_llmreplay.sim.profile_files import profile_path
+from pytest_llmreplay.tokenizer import load_tokenizer
+
+BASE = "llama-3.1-8b-h100"  # mfu 0.5, mbu 0.7, overhead_ms 1.0
+TRUTH = {"mfu": 0.3, "mbu": 0.45, "overhead_ms": 4.0}
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmservingsim"
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(None)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    """120 requests: a quiet minute (one at a time: overhead and weights show) then a burst
+    (batches of dozens: bandwidth and compute show); lengths drawn with a fixed seed."""
+    rng = np.random.default_rng(3)
+    arrivals = list(np.arange(20) * 1.5) + list(30 + np.cumsum(rng.exponential(0.05, 100)))
+    path = tmp_path_factory.mktemp("trace") / "trace.jsonl"
+    lines = [json.dumps({"input_toks": int(rng.integers(200, 3000)), "output_toks": int(rng.integers(20, 300)), "arrival_time_ns": int(t * 1e9)})
+             for t in arrivals]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def base_json():
+    return json.loads(profile_path(BASE).read_text())
+
+
+def vllm_lines(run):
+    """A simulated run written as vLLM's per-request records (arrival in the engine at 100 s)."""
+    return [json.dumps({"request_id": f"bench-{i}", "output_toks": 2 if math.isnan(tpot) else round((latency - ttft) / tpot) + 1,
+                        "queued_ts": 100.0, "scheduled_ts": 100.0, "first_token_ts": 100.0 + ttft, "last_token_ts": 100.0 + latency})
+            for i, (ttft, tpot, latency) in enumerate(zip(run.ttft, run.tpot, run.latency))]
+
+
+@pytest.fixture(scope="module")
+def truth_run(trace, tokenizer, tmp_path_factory):
+    profile = parse_profile(with_timing(base_json(), TRUTH), origin="truth")
+    run = simulate(profile, load_workload(trace), lambda: PromptFactory(tokenizer))
+    path = tmp_path_factory.mktemp("run") / "truth_vllm_requests.jsonl"
+    path.write_text("\n".join(vllm_lines(run)) + "\n")
+    return path
+
+
+def test_nelder_mead_finds_the_minimum_of_a_bowl_inside_the_cube():
+    target = np.array([0.2, 0.7])
+    best, value, evals = nelder_mead(lambda p: float(((p - target) ** 2).sum()), np.array([0.5, 0.5]), 200)
+    assert np.allclose(best, target, atol=1e-3) and value < 1e-6 and evals <= 200
+    # a minimum outside the cube: the search stays on its face
+    best, _, _ = nelder_mead(lambda p: float(((p - np.array([1.5, 0.3])) ** 2).sum()), np.array([0.5, 0.5]), 200)
+    assert best[0] == pytest.approx(1.0) and best[1] == pytest.approx(0.3, abs=1e-3)
+
+
+def test_the_fit_recovers_the_parameters_a_simulated_run_was_made_with(trace, truth_run, tokenizer):
+    run = read_run(truth_run)
+    assert len(run.keys) == 120
+    profile, fit = calibrate_from_run(BASE, load_workload(trace), run, lambda: PromptFactory(tokenizer), max_evals=60)
+    for name, value in TRUTH.items():
+        assert fit.values[name] == pytest.approx(value, rel=0.1), name
+        assert profile["timing"][name] == fit.values[name]
+    # the base profile's defaults were far off; the fitted ones reproduce both halves of the run
+    assert max(abs(fit.start_holdout_errors[key]) for key in STATISTICS) > 0.2
+    assert max(abs(fit.fit_errors[key]) for key in STATISTICS) < 0.02
+    assert max(abs(fit.holdout_errors[key]) for key in STATISTICS) < 0.03
+    assert any("calibrate --from-run" in note for note in profile["notes"])
+    parse_profile(profile)  # a loadable profile
+
+
+def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
+    truth = base_json()
+    truth["timing"].update(TRUTH)
+    truth_path = tmp_path / "truth.json"
+    truth_path.write_text(json.dumps(truth))
+    assert main(["run", str(trace), "--sim", str(truth_path), "--out", str(tmp_path / "run")]) == 0
+    for name in ("requests.csv", "result.json"):
+        out = tmp_path / f"fitted-{name}.json"
+        code = main(["calibrate", "--from-run", str(tmp_path / "run" / name), "--workload", str(trace), "--profile", BASE,
+                     "--fit", "mbu", "--max-evals", "20", "--out", str(out)])
+        assert code == 0
+        printed = capsys.readouterr().out
+        assert "| tpot mean |" in printed and "hold-out" in printed
+        fitted = json.loads(out.read_text())
+        assert fitted["timing"]["mbu"] != 0.7 and fitted["timing"]["mfu"] == 0.5  # only mbu was fitted
+        assert fitted["timing"]["mbu"] < 0.6  # toward the truth's 0.45 (mfu and overhead left wrong)
+
+
+@pytest.mark.skipif(not (DATA / "bench").is_dir(), reason="the public LLMServingSim data is not in ../shared/data")
+def test_the_command_runs_on_the_real_vllm_run(tmp_path, capsys):
+    out = tmp_path / "rtx.json"
+    code = main(["calibrate", "--from-run", str(DATA / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_requests.jsonl"),
+                 "--workload", str(DATA / "sharegpt-llama-3.1-8b-300-sps10.jsonl"), "--profile", "llama-3.1-8b-rtx-pro-6000",
+                 "--fit", "mbu,overhead_ms", "--max-evals", "4", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "300 requests" in printed
+    assert all(f"| {metric} {stat} |" in printed for metric, stat in STATISTICS)
+    assert json.loads(out.read_text())["name"] == "llama-3.1-8b-rtx-pro-6000-calibrated"
+
+
+def write(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+GOOD = {"output_toks": 10, "queued_ts": 1.0, "scheduled_ts": 1.1, "first_token_ts": 1.2, "last_token_ts": 2.0}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"first_token_ts": None}, "missing first_token_ts"),
+    ({"scheduled_ts": 1.5}, "times out of order"),
+    ({"output_toks": "ten"}, "output_toks: expected a number"),
+])
+def test_an_unusable_vllm_run_is_one_line_naming_the_file_and_line(tmp_path, change, message):
+    bad = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
+    path = write(tmp_path / "run.jsonl", [json.dumps(GOOD)] * 3 + [json.dumps(bad)] + [json.dumps(GOOD)] * 10)
+    with pytest.raises(LLMReplayError, match=rf"^{path}:4: .*{message}") as caught:
+        read_run(path)
+    assert "\n" not in str(caught.value)
+
+
+def test_too_few_requests_and_missing_columns_are_refused(tmp_path):
+    path = write(tmp_path / "few.jsonl", [json.dumps(GOOD)] * (MIN_REQUESTS - 1))
+    with pytest.raises(LLMReplayError, match=rf"{path}: {MIN_REQUESTS - 1} usable requests, at least {MIN_REQUESTS}"):
+        read_run(path)
+    csv = write(tmp_path / "requests.csv", ["session_index,turn_index,status,ttft,latency", "0,0,ok,0.1,1.0"])
+    with pytest.raises(LLMReplayError, match=rf"{csv}: missing column tpot"):
+        read_run(csv)
+    with pytest.raises(LLMReplayError, match="expected a vLLM per-request .jsonl, a requests.csv or a result.json"):
+        read_run(write(tmp_path / "run.txt", ["x"]))
+
+
+def test_a_run_of_another_workload_does_not_pair(trace, tmp_path, tokenizer, capsys):
+    path = write(tmp_path / "long.jsonl", [json.dumps(GOOD)] * 130)
+    code = main(["calibrate", "--from-run", str(path), "--workload", str(trace), "--profile", BASE, "--out", str(tmp_path / "p.json")])
+    assert code != 0
+    err = capsys.readouterr().err
+    assert f"{path}: request (session 120, turn 0) is not in the workload (120 sessions)" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_from_run_needs_a_workload_and_a_profile(trace, truth_run, tmp_path, capsys):
+    code = main(["calibrate", "--from-run", str(truth_run), "--profile", BASE, "--out", str(tmp_path / "p.json")])
+    assert code != 0 and "--workload: missing" in capsys.readouterr().err
+    code = main(["calibrate", "--out", str(tmp_path / "p.json")])
+    assert code != 0 and "--endpoint: missing" in capsys.readouterr().err
