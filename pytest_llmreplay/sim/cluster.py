@@ -5,6 +5,12 @@ deterministic:
 
 - ``round_robin``: request ``n`` goes to engine ``n mod N`` (per pool);
 - ``least_loaded``: the engine with the fewest requests in it (running + waiting);
+- ``vllm_dp``: vLLM's own data-parallel balancing (``DPLBAsyncMPClient.get_core_engine_for_request``
+  in vllm/v1/engine/core_client.py): the lowest ``4 * waiting + running``, from counts the DP
+  coordinator publishes every 100 ms (``stats_update_interval_ms``; here: the counts at the last
+  multiple of 0.1 s), to which the front end adds 1 waiting for each request it has sent to an
+  engine since (its optimistic increment); ties go to the lowest index (one front end: its
+  ``eng_start_index`` is 0);
 - ``kv_aware``: Dynamo's KV router cost, lowest wins:
   ``cost_i = overlap_weight * uncached_blocks_i + active_blocks_i``, where ``uncached_blocks_i``
   is the prompt's full blocks minus its longest prefix cached on engine ``i`` (read from the
@@ -18,13 +24,18 @@ a decode engine (routed among ``engines``), taking ``prompt_tokens * kv_bytes_pe
 whole (no prefill on the decode side). The first token's time is the prefill engine's; the
 second comes after the transfer and a decode iteration. A one-token request never leaves its
 prefill engine.
+
+Data parallel: a profile whose hardware has ``data_parallel`` dp > 1 is one vLLM server of dp
+engines (``data_parallel_size``), balanced by ``vllm_dp`` whatever ``router`` says; such a
+server is simulated alone (``engines`` 1, no prefill pool). Each engine's timing is the
+profile's (the roofline counts the MoE layers' traffic with the other ranks, sim/roofline.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from ..clock import Clock
@@ -33,7 +44,9 @@ from ..prompts import stable_hash
 from .engine import Engine, SimRequest, Tokens
 from .profile import Profile, engine_timing
 
-ROUTERS = ("round_robin", "least_loaded", "kv_aware")
+ROUTERS = ("round_robin", "least_loaded", "kv_aware", "vllm_dp")
+DP_PUBLISH_S = 0.1  # vLLM's DP coordinator publishes request counts every 100 ms
+DP_WAITING_WEIGHT = 4  # score = 4 * waiting + running
 
 
 @dataclass(frozen=True)
@@ -119,11 +132,14 @@ class Job:
 class Pool:
     """Engines of one role and the router that spreads requests over them."""
 
-    def __init__(self, engines: Sequence[Engine], router: str, overlap_weight: float) -> None:
+    def __init__(self, engines: Sequence[Engine], router: str, overlap_weight: float, clock: Clock | None = None) -> None:
         self.engines = list(engines)
         self.router = router
         self.overlap_weight = overlap_weight
+        self.clock = clock
         self._turn = 0
+        self._published: int | None = None  # the 100 ms tick of the counts in ``_counts``
+        self._counts: list[list[int]] = []  # [waiting, running] per engine, as the front end sees them
 
     def pick(self, request: SimRequest) -> Engine:
         if len(self.engines) == 1:
@@ -134,7 +150,21 @@ class Pool:
             return engine
         if self.router == "least_loaded":
             return min(self.engines, key=Engine.load)  # min keeps the first of equals
+        if self.router == "vllm_dp":
+            return self._vllm_dp()
         return min(self.engines, key=lambda engine: self._kv_cost(engine, request))
+
+    def _vllm_dp(self) -> Engine:
+        """The lowest 4 * waiting + running on the last published counts plus the front end's own
+        increments (module doc)."""
+        tick = math.floor(self.clock.now() / DP_PUBLISH_S + 1e-9) if self.clock is not None else 0
+        if tick != self._published:
+            self._published = tick
+            self._counts = [[len(engine.waiting), len(engine.running)] for engine in self.engines]
+        scores = [DP_WAITING_WEIGHT * waiting + running for waiting, running in self._counts]
+        index = scores.index(min(scores))
+        self._counts[index][0] += 1
+        return self.engines[index]
 
     def _kv_cost(self, engine: Engine, request: SimRequest) -> float:
         size = engine.config.block_size
@@ -154,8 +184,15 @@ class Cluster:
         def engines(role: str, count: int) -> list[Engine]:
             return [Engine(profile.engine, engine_timing(profile, stable_hash("sim-timing", seed, role, i)), clock, spans) for i in range(count)]
 
-        self.decode = Pool(engines("decode", config.engines), config.router, config.overlap_weight)
-        self.prefill = Pool(engines("prefill", config.prefill_engines), config.router, config.overlap_weight) if config.prefill_engines else None
+        data_parallel = profile.hardware.data_parallel if profile.hardware is not None else 1
+        if data_parallel > 1:
+            if config.engines != 1 or config.prefill_engines:
+                raise LLMReplayError(f"engines: profile {profile.name!r} is one data-parallel server of {data_parallel} engines; "
+                                     "simulate it with engines 1 and no prefill engines")
+            config = replace(config, engines=data_parallel, router="vllm_dp")
+            self.config = config
+        self.decode = Pool(engines("decode", config.engines), config.router, config.overlap_weight, clock)
+        self.prefill = Pool(engines("prefill", config.prefill_engines), config.router, config.overlap_weight, clock) if config.prefill_engines else None
         self.transfer_s_per_token = transfer_s_per_token(profile, config)
         self._pipelines: set[asyncio.Task] = set()
 

@@ -5,10 +5,13 @@
 figures are per GPU. ``engine.num_gpu_blocks`` is taken as given, else derived as vLLM sizes its
 cache (:func:`derive_num_gpu_blocks`)::
 
-    num_gpu_blocks = floor((memory * gpu_memory_utilization - N * b / tp - reserve)
-                           / (block_size * bkv_tok / tp))
+    num_gpu_blocks = floor((memory * gpu_memory_utilization - W_gpu - reserve)
+                           / (block_size * bkv_tok / kv_shards))
 
-with ``reserve`` = ``activation_reserve_gib`` GiB per GPU (peak activations of the profiling
+with ``W_gpu`` a GPU's weights: ``(N - N_exp) * b / tp + N_exp * b / (dp * tp)`` (a MoE model's
+experts are split over all dp * tp GPUs of a data-parallel server; a dense model's dp engines are
+replicas: ``N * b / tp``), ``kv_shards`` = tp (each GPU holds its KV heads' share) or 1 for MLA
+(the latent is replicated on every TP rank), ``reserve`` = ``activation_reserve_gib`` GiB per GPU (peak activations of the profiling
 forward pass, CUDA graphs, non-torch memory such as the CUDA context).
 
 Every field is read strictly: an error names the profile file and the dotted field
@@ -74,16 +77,24 @@ def derive_num_gpu_blocks(
     gpu_memory_utilization: float,
     activation_reserve_gib: float,
 ) -> int:
-    """floor((memory * utilization - N * b / tp - reserve) / (block_size * bkv_tok / tp)), per GPU.
+    """floor((memory * utilization - W_gpu - reserve) / (block_size * bkv_tok / kv_shards)), per GPU
+    (module doc).
 
     vLLM's rule: of ``gpu_memory_utilization`` of each GPU's memory, what the weight shard and the
     profiled peak (activations, CUDA graphs, non-torch memory: ``activation_reserve_gib``) leave
     is KV cache, in blocks of ``block_size`` tokens of this GPU's share of the KV heads.
     Returns <= 0 when nothing is left.
     """
+    free = hardware.memory_bytes * gpu_memory_utilization - weight_bytes_per_gpu(model, hardware) - activation_reserve_gib * GIB
+    return math.floor(free / (block_size * model.kv_bytes_per_token / model.kv_shards(hardware.tensor_parallel)))
+
+
+def weight_bytes_per_gpu(model: ModelSpec, hardware: HardwareSpec) -> float:
+    """W_gpu = (N - N_exp) * b / tp + N_exp * b / (dp * tp) (module doc; dp = 1 for a dense model)."""
     tp = hardware.tensor_parallel
-    free = hardware.memory_bytes * gpu_memory_utilization - model.weight_bytes / tp - activation_reserve_gib * GIB
-    return math.floor(free / (block_size * model.kv_bytes_per_token / tp))
+    dp = hardware.data_parallel if model.experts else 1
+    experts = model.expert_parameters * model.dtype_bytes
+    return (model.weight_bytes - experts) / tp + experts / (dp * tp)
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
@@ -202,9 +213,12 @@ _TOP = ("name", "description", "model", "hardware", "engine", "timing", "sources
 _MODEL = (
     "name", "parameters", "active_parameters", "layers", "hidden_size", "heads", "kv_heads", "head_dim",
     "dtype_bytes", "kv_dtype_bytes", "vocab_size", "tie_word_embeddings", "experts", "experts_per_token",
-    "max_position_embeddings",
+    "max_position_embeddings", "kv_lora_rank", "qk_rope_head_dim", "moe_layers",
 )
-_HARDWARE = ("name", "peak_flops", "memory_bandwidth", "memory_bytes", "gpus", "tensor_parallel", "interconnect_bandwidth", "allreduce_latency_us")
+_HARDWARE = (
+    "name", "peak_flops", "memory_bandwidth", "memory_bytes", "gpus", "tensor_parallel", "data_parallel", "expert_parallel",
+    "interconnect_bandwidth", "allreduce_latency_us",
+)
 _ENGINE = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "activation_reserve_gib")
 _TIMING = {
     "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter"),
@@ -243,22 +257,41 @@ def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
         experts=experts,
         experts_per_token=per_token,
         max_position_embeddings=f.number(data, p, "max_position_embeddings", 0, integer=True, inclusive=True),
+        kv_lora_rank=f.number(data, p, "kv_lora_rank", 0, integer=True, inclusive=True),
+        qk_rope_head_dim=f.number(data, p, "qk_rope_head_dim", 0, integer=True, inclusive=True),
+        moe_layers=f.number(data, p, "moe_layers", None, integer=True, maximum=f.number(data, p, "layers", integer=True)) if "moe_layers" in data else None,
     )
+    if spec.qk_rope_head_dim and not spec.kv_lora_rank:
+        f.fail(f"{p}.kv_lora_rank", "missing (qk_rope_head_dim is MLA's: give kv_lora_rank too)")
+    if spec.moe_layers is not None and not experts:
+        f.fail(f"{p}.moe_layers", "a dense model has no MoE layers (give experts and experts_per_token)")
     if spec.matmul_parameters <= 0 or spec.dense_read_parameters <= 0:
         f.fail(f"{p}.vocab_size", "embedding and LM head (vocab_size * hidden_size) exceed the parameters")
     return spec
 
 
-def _hardware(f: _Fields, data: Mapping[str, Any]) -> HardwareSpec:
+def _hardware(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None) -> HardwareSpec:
     p = "hardware"
     gpus = f.number(data, p, "gpus", 1, integer=True)
     tp = f.number(data, p, "tensor_parallel", 1, integer=True, maximum=gpus)
-    if tp > 1 and "interconnect_bandwidth" not in data:
-        f.fail(
-            f"{p}.interconnect_bandwidth",
-            f"missing (tensor_parallel {tp} all-reduces every layer: give the all-reduce bus bandwidth in bytes/s, "
-            "NCCL's busbw, and allreduce_latency_us)",
-        )
+    dp = f.number(data, p, "data_parallel", 1, integer=True)
+    if tp * dp > gpus:
+        f.fail(f"{p}.gpus", f"must be at least tensor_parallel x data_parallel = {tp * dp}, got {gpus}")
+    expert_parallel = data.get("expert_parallel", False)
+    if not isinstance(expert_parallel, bool):
+        f.fail(f"{p}.expert_parallel", f"must be true or false, got {expert_parallel!r}")
+    if expert_parallel and (model is None or not model.experts):
+        f.fail(f"{p}.expert_parallel", "needs a MoE model (model.experts and model.experts_per_token)")
+    if "interconnect_bandwidth" not in data:
+        if tp > 1:
+            f.fail(
+                f"{p}.interconnect_bandwidth",
+                f"missing (tensor_parallel {tp} all-reduces every layer: give the all-reduce bus bandwidth in bytes/s, "
+                "NCCL's busbw, and allreduce_latency_us)",
+            )
+        if dp > 1 and model is not None and model.experts:
+            f.fail(f"{p}.interconnect_bandwidth", f"missing (data_parallel {dp} of a MoE model gathers every MoE layer's tokens: "
+                   "give the link's bus bandwidth in bytes/s, NCCL's busbw, and allreduce_latency_us)")
     return HardwareSpec(
         name=f.string(data, p, "name"),
         peak_flops=f.number(data, p, "peak_flops"),
@@ -266,7 +299,9 @@ def _hardware(f: _Fields, data: Mapping[str, Any]) -> HardwareSpec:
         memory_bytes=f.number(data, p, "memory_bytes"),
         gpus=gpus,
         tensor_parallel=tp,
-        interconnect_bandwidth=f.number(data, p, "interconnect_bandwidth", 0.0, inclusive=tp == 1),
+        data_parallel=dp,
+        expert_parallel=expert_parallel,
+        interconnect_bandwidth=f.number(data, p, "interconnect_bandwidth", 0.0, inclusive="interconnect_bandwidth" not in data),
         allreduce_latency_us=f.number(data, p, "allreduce_latency_us", 0.0, inclusive=True),
     )
 
@@ -285,7 +320,7 @@ def _engine(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardwa
         if blocks <= 0:
             f.fail(
                 f"{p}.num_gpu_blocks",
-                f"no memory left for the KV cache: {model.weight_bytes / hardware.tensor_parallel / 1e9:.1f} GB of weights "
+                f"no memory left for the KV cache: {weight_bytes_per_gpu(model, hardware) / 1e9:.1f} GB of weights "
                 f"+ {reserve:g} GiB reserve exceed {utilization:g} x {hardware.memory_bytes / 1e9:.1f} GB per GPU",
             )
     if blocks > MAX_GPU_BLOCKS:
@@ -372,7 +407,7 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
     if not isinstance(data["timing"], Mapping):
         f.fail("timing", f"must be an object, got {data['timing']!r}")
     model = _model(f, model_data) if model_data is not None else None
-    hardware = _hardware(f, hardware_data) if hardware_data is not None else None
+    hardware = _hardware(f, hardware_data, model) if hardware_data is not None else None
     assert engine_data is not None
     return Profile(
         name=f.string(data, "", "name", default_name or "profile"),
@@ -394,4 +429,4 @@ def engine_timing(profile: Profile, seed: Any) -> TimingModel:
     return JitteredTiming(profile.timing, profile.jitter, seed) if profile.jitter else profile.timing
 
 
-__all__ = ["Profile", "load_profile", "parse_profile", "derive_num_gpu_blocks", "engine_timing", "MAX_JITTER", "TIMING_KINDS"]
+__all__ = ["Profile", "load_profile", "parse_profile", "derive_num_gpu_blocks", "weight_bytes_per_gpu", "engine_timing", "MAX_JITTER", "TIMING_KINDS"]

@@ -32,6 +32,35 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   ``BW`` = ``interconnect_bandwidth`` (the all-reduce bus bandwidth, bytes/s) and ``lat`` =
   ``allreduce_latency_us`` (a small all-reduce's time). Comm = 2 * L * (lat + S * 2 * (tp - 1)
   / tp / BW) for tp > 1, else 0; it is on the critical path (each layer waits for it).
+- MLA attention (DeepSeek-V2, arXiv:2405.04434, section 2.1: the cache holds one compressed
+  latent of ``kv_lora_rank`` r and one shared RoPE key of ``qk_rope_head_dim`` dr per token and
+  layer, instead of K and V per head): bkv_tok = L * (r + dr) * bkv. The latent is not split by
+  heads, so every tensor-parallel rank keeps (and reads) the whole of it (vLLM's MLA backends
+  replicate the latent cache over TP ranks): the KV terms of Bytes count tp times, and the KV
+  cache's size per GPU is not divided by tp. Attention FLOPs keep 4 * L * H * d per pair, with d
+  the query-key head dim of the config (an approximation: vLLM's decode absorbs the up-projections
+  and multiplies against the latent).
+- Data parallel (vLLM ``data_parallel_size`` dp): dp engines, each a full replica of the dense
+  weights on its tp GPUs, with its own scheduler and KV cache; for a dense model they share
+  nothing, and this model times one engine. For a MoE model vLLM splits the experts over all
+  dp * tp GPUs (with ``enable_expert_parallel`` as whole experts, E / (dp * tp) per GPU; without
+  it each expert's matrices are sliced over the same dp * tp GPUs: vLLM's
+  FusedMoEParallelConfig flattens TP across DP) and gathers every rank's tokens into each MoE
+  layer. Assuming the dp ranks carry equal loads (T tokens each, dp * T in the layer), one
+  engine's experts (N_exp / dp of them) are each touched with probability
+  1 - (1 - k/E)^(dp * T): expert Bytes = b * N_exp / dp * (1 - (1 - k/E)^(dp * T)) (EP at dp = 2
+  halves each engine's expert bytes at equal tokens in the layer); expert FLOPs are unchanged
+  (2 * A_exp * dp * T over dp engines). Slices or whole experts read the same expected bytes.
+- Expert dispatch and combine (vLLM's default ``all2all_backend`` ``allgather_reducescatter``,
+  docs.vllm.ai "Expert Parallel Deployment": dispatch is an all-gather of the dp ranks' hidden
+  states, combine a reduce-scatter): per MoE layer two collectives over the dp ranks, each
+  ``lat + (dp - 1) * T * h * b / BW`` (a ring all-gather or reduce-scatter of S bytes per rank
+  moves (dp - 1) * S per rank; nccl-tests: busbw = algbw * (n - 1) / n), with ``BW`` and ``lat``
+  the profile's ``interconnect_bandwidth`` and ``allreduce_latency_us`` (the same link).
+  Comm += L_moe * 2 * (lat + (dp - 1) * T * h * b / BW) for a MoE model with dp > 1, where
+  L_moe = ``moe_layers`` (default: every layer). Router logits (T * E values) are left out.
+  Not modelled: vLLM's MoE DP ranks step in lockstep (an idle rank runs dummy batches), so a
+  busy rank waits for the slowest; each engine here steps on its own batch alone.
 - time = max(FLOPs / (F * tp * mfu), Bytes / (B * tp * mbu)) + comm + overhead, with ``mfu``
   and ``mbu`` the achievable shares of peak compute and bandwidth and ``overhead`` a fixed host
   cost per iteration.
@@ -79,16 +108,36 @@ class ModelSpec:
     experts: int = 0  # E; 0: dense
     experts_per_token: int = 0  # k
     max_position_embeddings: int = 0  # the context length (config.json; vLLM's default max_model_len); 0: unknown
+    kv_lora_rank: int = 0  # r, MLA's latent KV width (DeepSeek V2/V3 config.json); 0: not MLA
+    qk_rope_head_dim: int = 0  # dr, MLA's shared RoPE key width
+    moe_layers: int | None = None  # L_moe, layers with experts; None: every layer (MoE) or none (dense)
 
     @property
     def active(self) -> float:
         return self.parameters if self.active_parameters is None else self.active_parameters
 
     @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def kv_bytes_per_token(self) -> float:
-        """2 * L * Hkv * d * bkv: K and V of one token over all layers."""
+        """2 * L * Hkv * d * bkv: K and V of one token over all layers; MLA: L * (r + dr) * bkv."""
         kv_dtype = self.dtype_bytes if self.kv_dtype_bytes is None else self.kv_dtype_bytes
+        if self.mla:
+            return self.layers * (self.kv_lora_rank + self.qk_rope_head_dim) * kv_dtype
         return 2 * self.layers * self.kv_heads * self.head_dim * kv_dtype
+
+    def kv_shards(self, tensor_parallel: int) -> int:
+        """How many tensor-parallel GPUs split one token's KV: tp, or 1 for MLA (replicated)."""
+        return 1 if self.mla else tensor_parallel
+
+    @property
+    def moe_layer_count(self) -> int:
+        """L_moe: ``moe_layers`` if given, else every layer of a MoE model, 0 for a dense one."""
+        if not self.experts:
+            return 0
+        return self.layers if self.moe_layers is None else self.moe_layers
 
     @property
     def weight_bytes(self) -> float:
@@ -130,6 +179,8 @@ class HardwareSpec:
     tensor_parallel: int = 1
     interconnect_bandwidth: float = 0.0  # BW, all-reduce bus bandwidth, bytes/s (0: comm not modelled)
     allreduce_latency_us: float = 0.0  # lat, one small all-reduce
+    data_parallel: int = 1  # dp, engines of one server (vLLM data_parallel_size)
+    expert_parallel: bool = False  # vLLM enable_expert_parallel: whole experts per GPU (same bytes, module doc)
 
 
 class RooflineTiming:
@@ -149,9 +200,11 @@ class RooflineTiming:
         self._flops_token = 2 * model.matmul_parameters  # 2 * A_mm
         self._flops_seq = 2.0 * model.vocab_size * model.hidden_size  # 2 * V * h
         self._flops_pair = 4.0 * model.layers * model.heads * model.head_dim  # 4 * L * H * d
-        self._kv_bytes = model.kv_bytes_per_token
+        self._kv_bytes = model.kv_bytes_per_token * (tp if model.mla else 1)  # MLA: every TP rank reads the latent
         self._dense_bytes = model.dense_read_parameters * model.dtype_bytes
-        self._expert_bytes = model.expert_parameters * model.dtype_bytes
+        dp = hardware.data_parallel if model.experts else 1  # a dense model's engines share nothing
+        self._layer_tokens = dp  # tokens in a MoE layer per token of this engine
+        self._expert_bytes = model.expert_parameters * model.dtype_bytes / dp
         self._expert_miss = 1 - model.experts_per_token / model.experts if model.experts else 0.0
         self._compute_rate = hardware.peak_flops * tp * mfu
         self._memory_rate = hardware.memory_bandwidth * tp * mbu
@@ -160,13 +213,16 @@ class RooflineTiming:
         self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if communicates else 0.0
         ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if communicates else 0.0
         self._comm_token = 2 * model.layers * model.hidden_size * model.dtype_bytes * ring  # seconds per token
+        if dp > 1 and hardware.interconnect_bandwidth > 0:  # expert dispatch (all-gather) and combine (reduce-scatter)
+            self._comm_fixed += 2 * model.moe_layer_count * hardware.allreduce_latency_us / 1e6
+            self._comm_token += 2 * model.moe_layer_count * (dp - 1) * model.hidden_size * model.dtype_bytes / hardware.interconnect_bandwidth
 
     def _parts(self, p: Any, c: Any, d: Any, k: Any) -> tuple[Any, Any]:
         """(compute_s, memory_s); scalars or numpy arrays alike."""
         tokens = p + d
         seqs = d + (p > 0)
         flops = self._flops_token * tokens + self._flops_seq * seqs + self._flops_pair * (p * c - 0.5 * p * p + k)
-        weights = self._dense_bytes + self._expert_bytes * (1 - self._expert_miss**tokens)
+        weights = self._dense_bytes + self._expert_bytes * (1 - self._expert_miss ** (self._layer_tokens * tokens))
         memory = weights + self._kv_bytes * (k + c + tokens)
         return flops / self._compute_rate, memory / self._memory_rate
 
