@@ -7,8 +7,9 @@
 A line per point on stderr as it finishes; then a table of the points (by load) and the capacity
 with its bracket on stdout. ``--out DIR`` writes what ``llmreplay run --out`` writes, for the
 point at capacity (``result.json``, a stored result with the search under ``capacity``, which
-``llmreplay compare`` and the gate read; ``requests.csv``), and ``points.csv``, a row per point
-(the load curve). Exit status 0 when some load meets the SLOs, 1 when none does.
+``llmreplay compare`` and the gate read; ``requests.csv``), ``points.csv``, a row per point
+(the load curve's figures), and ``load_curve.svg``, the load curve drawn
+(:mod:`~pytest_llmreplay.report_load_curve`). Exit status 0 when some load meets the SLOs, 1 when none does.
 
 ``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
 traffic), through :func:`sim_target`. cli.py registers the command with
@@ -84,7 +85,7 @@ def cmd_sweep(args: argparse.Namespace, load: Callable[[argparse.Namespace, str]
     settings.validate()
     if args.out:
         try:
-            make_folder(Path(args.out), "result.json, requests.csv and points.csv")
+            make_folder(Path(args.out), "result.json, requests.csv, points.csv and load_curve.svg")
         except LLMReplayError as exc:
             raise LLMReplayError(f"--out: {exc}") from None
     digest = workload_digest(args.file)
@@ -99,11 +100,12 @@ def cmd_sweep(args: argparse.Namespace, load: Callable[[argparse.Namespace, str]
                              workload={"path": args.file, "format": args.format, "digest": digest}, git=git_state(Path.cwd()))
         record["capacity"] = found.as_dict()
         written = []
-        for name in ("result.json", "requests.csv", "points.csv"):
+        for name in ("result.json", "requests.csv", "points.csv", "load_curve.svg"):
             (out / name).unlink(missing_ok=True)  # --out names a folder for this sweep's files
         written.append(write_new(out / "result.json", record))
         written.append(result.write_csv(out / "requests.csv"))
         written.append(write_points(found, out / "points.csv"))
+        written.append(write_load_curve(record["capacity"], out / "load_curve.svg"))
         print("wrote " + ", ".join(str(path) for path in written))
     return 0 if found.value > 0 else 1
 
@@ -122,6 +124,14 @@ def write_points(found: Any, path: Path) -> Path:
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    return path
+
+
+def write_load_curve(capacity: Any, path: Path) -> Path:
+    """The load curve of the stored search ``capacity`` as a standalone SVG file."""
+    from .report_load_curve import load_curve_svg
+
+    path.write_text(load_curve_svg("load-curve", capacity) or "", encoding="utf-8")
     return path
 
 
@@ -148,7 +158,7 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser, load: Calla
     sweep.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate points: Poisson, constant spacing, or the trace's own arrivals scaled (default poisson)")
     sweep.add_argument("--no-early-stop", action="store_true", help="run every point to its end, even once its SLOs are lost")
     sweep.add_argument("--workers", type=integer(1), default=2, metavar="N", help="processes for the bracketing step's two runs with --sim (default 2)")
-    sweep.add_argument("--out", metavar="DIR", help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out) and DIR/points.csv")
+    sweep.add_argument("--out", metavar="DIR", help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out), DIR/points.csv and DIR/load_curve.svg (the load curve)")
     sweep.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     sweep.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
     sweep.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")

@@ -8,6 +8,8 @@ function from the stored result to HTML (empty when it has nothing to say):
   then the commit and the endpoint;
 - :func:`slo_section`: the SLO table, values and margins in the threshold's unit;
 - :func:`comparison_section`: the comparison with the baseline;
+- :func:`load_curve_section`: a capacity test's load curve (latency and throughput vs offered
+  load, SLO lines, the capacity marked; :mod:`~pytest_llmreplay.report_load_curve`);
 - :func:`cdf_section`: CDF plots of TTFT, TPOT, request latency and TTFAT with percentiles and
   SLO thresholds marked, the baseline's curve dashed.
 
@@ -25,6 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .baseline import COMPARISON_HEADERS
 from .report_rows import OVERVIEW_HEADERS, SLO_HEADERS, comparison_rows, endpoint_text, headline, overview_row, slo_rows, stored_checks
 from .slo import Check
+from .units import format_value
 
 # (metric, plot title, what one sample is)
 CDF_METRICS = (("ttft", "TTFT", "requests"), ("tpot", "TPOT", "requests"), ("latency", "Request latency", "requests"), ("ttfat", "TTFAT", "sessions"))
@@ -104,6 +107,23 @@ def comparison_section(record: Mapping[str, Any]) -> str:
     return title + html_table(COMPARISON_HEADERS, comparison_rows(comparison), lambda header, cell: "regression" if cell == "REGRESSION" else "")
 
 
+def load_curve_section(record: Mapping[str, Any]) -> str:
+    """A capacity test's search: the capacity, its bracket and why the search ended, then the load curve."""
+    from .report_load_curve import load_curve_svg, load_label
+
+    capacity = record.get("capacity")
+    if not isinstance(capacity, Mapping):
+        return ""
+    svg = load_curve_svg(f"{anchor(record['test'])}-load-curve", capacity)
+    if svg is None:
+        return ""
+    by = (capacity.get("plan") or {}).get("by", "rate")
+    metric = load_label(by)[0]
+    line = f"capacity ({by}) {format_value(metric, capacity.get(by))}, bracket [{format_value(metric, capacity.get('low'))}, {format_value(metric, capacity.get('high'))}]"
+    line += f", {len(capacity.get('points') or ())} runs; {capacity.get('reason', '')}"
+    return f'<h3>Load curve</h3><p class="facts">{html.escape(line)}</p><div class="plots">{svg}</div>'
+
+
 def cdf_section(record: Mapping[str, Any]) -> str:
     from .report_plots import Threshold, cdf_svg
 
@@ -122,7 +142,7 @@ def cdf_section(record: Mapping[str, Any]) -> str:
     return f'<h3>Distributions</h3><div class="plots">{"".join(plots)}</div>' if plots else ""
 
 
-SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (headline_section, slo_section, comparison_section, cdf_section)
+SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (headline_section, slo_section, comparison_section, load_curve_section, cdf_section)
 
 
 def overview_table(results: Sequence[Mapping[str, Any]]) -> str:

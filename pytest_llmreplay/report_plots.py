@@ -6,7 +6,7 @@ text stays text (``svg.fonttype: none``, so a browser and a test can read the ax
 ids are salted with the plot's id, so several plots in one page never share an id and the same
 data give the same SVG.
 
-- :func:`new_axes` and :func:`value_axis` give a plot the house style (size, grid, an axis in the
+- :func:`new_axes` (:func:`new_figure`: plots side by side) and :func:`value_axis` give a plot the house style (size, grid, an axis in the
   metric's display unit with readable ticks, log scale when the values span more than
   :data:`LOG_SPREAD`); a later plot (a trend over commits, a load curve) uses them too.
 - :func:`cdf_svg` draws the empirical CDF of this run's samples, the baseline's dashed, the
@@ -41,17 +41,24 @@ class Threshold:
 
 def new_axes(title: str) -> tuple[Any, Any]:
     """(figure, axes) in the house style: a titled plot with a light grid."""
+    figure, (axes,) = new_figure(title)
+    return figure, axes
+
+
+def new_figure(*titles: str) -> tuple[Any, list[Any]]:
+    """(figure, axes) of plots side by side, one per title, each as :func:`new_axes` makes it."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=SIZE_IN, dpi=100, layout="constrained")
-    axes = figure.add_subplot()
-    axes.set_title(title, fontsize=11, loc="left")
-    axes.grid(True, which="major", color="#dddddd", linewidth=0.8)
-    axes.set_axisbelow(True)
-    axes.tick_params(labelsize=8)
-    for side in ("top", "right"):
-        axes.spines[side].set_visible(False)
-    return figure, axes
+    figure = Figure(figsize=(SIZE_IN[0] * len(titles), SIZE_IN[1]), dpi=100, layout="constrained")
+    panels = list(figure.subplots(1, len(titles), squeeze=False)[0])
+    for axes, title in zip(panels, titles):
+        axes.set_title(title, fontsize=11, loc="left")
+        axes.grid(True, which="major", color="#dddddd", linewidth=0.8)
+        axes.set_axisbelow(True)
+        axes.tick_params(labelsize=8)
+        for side in ("top", "right"):
+            axes.spines[side].set_visible(False)
+    return figure, panels
 
 
 def value_axis(axes: Any, which: str, metric: str, label: str, values: Sequence[float]) -> str | None:

@@ -121,3 +121,20 @@ def test_the_browser_check_sees_console_errors(tmp_path, browser):
     assert seen.facts == "x"
     assert any("drawn wrong" in e for e in seen.errors), seen.errors
     assert any("missing_function is not defined" in e for e in seen.errors), seen.errors
+
+
+def test_load_curve_of_a_capacity_search_in_headless_chromium(tmp_path, browser):
+    """A stored capacity result (llmreplay sweep --out) rendered as the report's page: the load curve is laid out, no error."""
+    from pytest_llmreplay.cli import main
+    from pytest_llmreplay.report_html import html_page
+
+    (tmp_path / "chat.yaml").write_text(CHAT)
+    main(["sweep", str(tmp_path / "chat.yaml"), "--sim", "llama-3.1-8b-h100", "--workers", "1", "--slo", "ttft.p99<200ms", "--out", str(tmp_path / "out")])
+    (tmp_path / "index.html").write_text(html_page([json.loads((tmp_path / "out" / "result.json").read_text())]), encoding="utf-8")
+    page = visit(browser, (tmp_path / "index.html").as_uri(), FACTS)
+    assert page.errors == []
+    (section,) = page.facts["sections"]
+    curve = next(p for p in section["plots"] if p["id"].endswith("-load-curve"))
+    assert curve["width"] > 600  # two plots side by side, laid out
+    assert {"Latency vs load", "Throughput vs load", "offered load (req/s)", "SLO ttft.p99 <200ms", "throughput (req/s)"} <= set(curve["texts"])
+    assert any(t.startswith("capacity ") and t.endswith(" req/s") for t in curve["texts"]), curve["texts"]
