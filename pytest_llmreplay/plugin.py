@@ -305,12 +305,10 @@ class LLMSession:
         is a row of its own), then the baseline comparisons; with -v every table."""
         if not self.reports:
             return
-        from tabulate import tabulate
+        from .report import summary_table
 
         terminalreporter.write_sep("=", "llmreplay")
-        rows = [[run, outcome] + [_figure(figures.get(f"llmreplay.{key}"), factor) for _, key, factor in SUMMARY_COLUMNS]
-                for nodeid, outcome, test_figures, _ in self.reports for run, figures in _figures_by_run(nodeid, test_figures).items()]
-        terminalreporter.write_line(tabulate(rows, headers=["test", "outcome"] + [h for h, _, _ in SUMMARY_COLUMNS], tablefmt="simple"))
+        terminalreporter.write_line(summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in self.reports]))
         verbose = self.config.getoption("verbose") > 0
         for _, _, _, texts in self.reports:
             for name in ("llmreplay", "llmreplay baseline") if verbose else ("llmreplay baseline",):
@@ -318,27 +316,6 @@ class LLMSession:
                     terminalreporter.write_line("\n" + texts[name])
         for name, text in self.notes:
             terminalreporter.write_line(f"\n{name}: {text}")
-
-
-SUMMARY_COLUMNS = (
-    ("TTFT p50 (ms)", "ttft.p50", 1e3), ("TTFT p99 (ms)", "ttft.p99", 1e3), ("TPOT p50 (ms)", "tpot.p50", 1e3),
-    ("TTFAT p90 (s)", "ttfat.p90", 1.0), ("cache hit (%)", "cache_hit_rate.mean", 100.0), ("output tok/s", "output_throughput.steady_state", 1.0),
-)
-
-
-def _figures_by_run(nodeid: str, figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A test's key figures split by run, in order: ``llmreplay.<key>`` is the test's first
-    unnamed run (id ``nodeid``), ``llmreplay.<key> <run>`` its run ``nodeid::<run>`` (see
-    :func:`finish_runs`)."""
-    runs: dict[str, dict[str, Any]] = {}
-    for name, value in figures.items():
-        key, _, run = name.partition(" ")
-        runs.setdefault(f"{nodeid}::{run}" if run else nodeid, {})[key] = value
-    return runs
-
-
-def _figure(value: Any, factor: float) -> str:
-    return "-" if value is None else f"{float(value) * factor:.4g}"
 
 
 class live_lock:

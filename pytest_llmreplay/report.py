@@ -9,11 +9,14 @@
 - **Client** line: schedule lag p50/p99 and effective concurrency, so that an overloaded client
   is seen instead of silently inflating TTFT; then error causes (grouped, most frequent first)
   and warnings.
+
+The session's **summary** (:func:`summary_table`, the plugin's terminal summary) is a row per
+measured run in the report overview's columns, each value in its unit.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from .metrics import Result
 
@@ -99,3 +102,39 @@ def render(result: Result) -> str:
     blocks: list[Any] = [trace_table(result), workload_table(result), client_line(result), errors_block(result)]
     blocks += [f"warning: {w}" for w in result.warnings]
     return "\n\n".join(b for b in blocks if b)
+
+
+def figures_by_run(nodeid: str, figures: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """A test's key figures split by run, in order: ``llmreplay.<key>`` is the test's first
+    unnamed run (id ``nodeid``), ``llmreplay.<key> <run>`` its run ``nodeid::<run>`` (see
+    :func:`~pytest_llmreplay.plugin.finish_runs`)."""
+    runs: dict[str, dict[str, float]] = {}
+    for name, value in figures.items():
+        key, _, run = name.partition(" ")
+        runs.setdefault(f"{nodeid}::{run}" if run else nodeid, {})[key] = value
+    return runs
+
+
+def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
+    """A row per measured run (:func:`figures_by_run`) of each (test id, outcome, key figures):
+    the run's id, the test's outcome, and its key figures (``llmreplay.<metric>.<stat>``, as
+    :func:`~pytest_llmreplay.gate.key_figures` gives them to JUnit) in the columns of the
+    report's overview (:data:`~pytest_llmreplay.report_rows.OVERVIEW`: ``TTFT p50 128.8 ms``),
+    each written by :func:`~pytest_llmreplay.units.format_value`; plus a ``capacity`` column
+    (``10.03 req/s`` or a concurrency) when some run searched one."""
+    from tabulate import tabulate
+
+    from .report_rows import OVERVIEW
+    from .units import format_value
+
+    def capacity(figures: Mapping[str, float]) -> str:
+        if figures.get("llmreplay.capacity.rate") is not None:
+            return format_value("request_throughput", figures["llmreplay.capacity.rate"])
+        return format_value("capacity", figures.get("llmreplay.capacity.concurrency"))
+
+    runs = [(run, outcome, figures) for test, outcome, test_figures in tests for run, figures in figures_by_run(test, test_figures).items()]
+    searched = any(key.startswith("llmreplay.capacity.") for _, _, figures in runs for key in figures)
+    headers = ["test", "outcome", *(header for header, _, _ in OVERVIEW)] + (["capacity"] if searched else [])
+    rows = [[run, outcome, *(format_value(metric, figures.get(f"llmreplay.{metric}.{stat}")) for _, metric, stat in OVERVIEW)]
+            + ([capacity(figures)] if searched else []) for run, outcome, figures in runs]
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)

@@ -102,6 +102,8 @@ def test_capacity_marker_searches_and_checks_the_capacity_slo(capacity_project):
     result = capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
+        "test*outcome*TTFT p50*output tok/s*capacity",
+        "test_cap.py::test_capacity*passed* ms *18",
         "Capacity search by concurrency",
         "*concurrency*verdict*ttft.p90*req/s*goodput req/s*good",
         "capacity (concurrency): 18, bracket [[]18, 19[]], * runs; bracket within the 5% resolution",

@@ -362,8 +362,8 @@ def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         "*= llmreplay =*",
-        "test*outcome*TTFT p50 (ms)*TTFT p99 (ms)*TPOT p50 (ms)*TTFAT p90 (s)*cache hit (%)*output tok/s",
-        "test_marker.py::test_fast*passed*",
+        "test*outcome*TTFT p50*TTFT p99*TPOT p50*TTFAT p90*cache hit*output tok/s",
+        "test_marker.py::test_fast*passed* ms * ms * ms*",
         "llmreplay: test_marker.py::test_fast",
         "completed=8/8 requests*",
         "SLOs met: 2 of 2",
@@ -371,6 +371,32 @@ def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
         "ttft.p99*< 2s*s*+*s (+*%)*ok",
         "error_rate*== 0*0*0*ok",
     ])
+
+
+def test_terminal_summary_writes_each_figure_in_its_unit(project):
+    project.makepyfile(test_in_units="""
+        import json
+
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml")
+        def test_fast(llm_result):
+            with open("summary.json", "w") as file:
+                json.dump(llm_result.summary, file)
+    """)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(passed=1)
+    from pytest_llmreplay.units import format_value
+
+    summary = json.loads((project.path / "summary.json").read_text())
+    header = next(i for i, line in enumerate(result.outlines) if line.startswith("test ") and "TTFT p50" in line)
+    assert re.split(r"\s{2,}", result.outlines[header].strip()) == ["test", "outcome", "TTFT p50", "TTFT p99", "TPOT p50", "TTFAT p90", "cache hit", "output tok/s"]
+    row = re.split(r"\s{2,}", next(line for line in result.outlines[header:] if line.startswith("test_in_units.py::test_fast ")).strip())
+    # the figures go through JUnit's properties rounded to 6 decimals
+    expected = [format_value(metric, round(summary[metric][stat], 6)) for metric, stat in
+                (("ttft", "p50"), ("ttft", "p99"), ("tpot", "p50"), ("ttfat", "p90"), ("cache_hit_rate", "mean"), ("output_throughput", "steady_state"))]
+    assert row == ["test_in_units.py::test_fast", "passed", *expected]
+    assert row[2].endswith(" ms") and row[6].endswith("%") and row[7].endswith(" tok/s")
 
 
 def test_marker_without_asking_for_llm_result_still_replays(project):
@@ -614,13 +640,15 @@ def test_two_replays_in_one_test_have_their_own_keys(project):
     ])
     properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")}
     assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= properties.keys()
-    # the terminal summary: a row per run, each with its own figures
+    # the terminal summary: a row per run, each with its own figures (in their units)
+    from pytest_llmreplay.units import format_value
+
     overview = result.stdout.str().split("= llmreplay =", 1)[1]
     for run, suffix in (("test_code.py::test_two", ""), ("test_code.py::test_two::2", " 2"), ("test_code.py::test_two::warm", " warm")):
-        row = re.search(rf"^{re.escape(run)} +failed +(\S+) +(\S+) ", overview, re.M)
+        row = re.search(rf"^{re.escape(run)} +failed +(\S+ \S+) +(\S+ \S+) ", overview, re.M)
         assert row, run
-        assert row.group(1) == f"{properties['llmreplay.ttft.p50' + suffix] * 1e3:.4g}", run
-        assert row.group(2) == f"{properties['llmreplay.ttft.p99' + suffix] * 1e3:.4g}", run
+        assert row.group(1) == format_value("ttft", properties["llmreplay.ttft.p50" + suffix]), run
+        assert row.group(2) == format_value("ttft", properties["llmreplay.ttft.p99" + suffix]), run
 
 
 def test_a_named_first_run_has_its_summary_row(project):
