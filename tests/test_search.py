@@ -15,7 +15,7 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.formats import load_workload
 from pytest_llmreplay.metrics import stats
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.search import CapacityPlan, Search, StopRule, find_capacity, parse_capacity, run_point
+from pytest_llmreplay.search import CapacityPlan, QueueGrowth, Search, StopRule, find_capacity, parse_capacity, run_point, t_quantile
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.slo import parse_slos
 from pytest_llmreplay.target import Target
@@ -164,6 +164,74 @@ def test_the_stop_rule_only_stops_points_whose_statistic_breaches():
     rule = StopRule(parse_slos({"ttft.p99": "< 1s"}), 100, {})
     assert rule.reason(rec(0, sent=0.0, chunks=((5.0, 1),), end=5.0)) is None
     assert "2 of at most 100" in rule.reason(rec(1, sent=0.0, chunks=((5.0, 1),), end=5.0))
+
+
+# 400 sessions: an open-loop point lasts long enough (seconds of schedule) for a queue's trend
+LONG_WORKLOAD = WORKLOAD.replace("sessions: 60", "sessions: 400")
+
+
+@pytest.fixture(scope="module")
+def long_workload(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wl") / "long.yaml"
+    path.write_text(LONG_WORKLOAD)
+    return load_workload(path)
+
+
+def mean_wait(records):
+    return sum(r.first_token_s - r.scheduled_s for r in records) / len(records)
+
+
+def test_an_over_saturated_open_loop_point_stops_though_its_slo_would_hold(long_workload, prompts):
+    # tpot.p90 < 1s holds even at 40 sessions/s (the batch is bounded; the queue is not): only
+    # the over-saturation test can stop the point, and does, long before its end
+    plan = CapacityPlan(by="rate", slo={"tpot.p90": "< 1s"})
+    search = Search(long_workload, target(prompts), prompts, plan, workers=1)
+    settings = search.settings_at(40)
+    full = search.keep(40, "bisect", settings, run_point(search.job(settings, stop=False)))
+    assert full.passed and full.stopped is None
+    quarter = len(full.result.ok) // 4
+    assert mean_wait(full.result.ok[-quarter:]) > 5 * mean_wait(full.result.ok[:quarter])  # the queue did grow
+    stopped = search.keep(40, "bisect", settings, run_point(search.job(settings, stop=True)))
+    assert not stopped.passed and stopped.stopped.startswith("over-saturated: the wait for a first token grows ")
+    assert "the queue grows without bound" in stopped.stopped
+    assert stopped.result.summary["requests"]["ok"] < 100
+
+
+@pytest.mark.parametrize("rate", [3, 12, 20])
+def test_a_sustainable_open_loop_point_runs_to_its_end(long_workload, prompts, rate):
+    # up to about the simulated server's throughput (~20 req/s) the queue stays level
+    plan = CapacityPlan(by="rate", slo={"tpot.p90": "< 1s"})
+    search = Search(long_workload, target(prompts), prompts, plan, workers=1)
+    settings = search.settings_at(rate)
+    point = search.keep(rate, "bisect", settings, run_point(search.job(settings, stop=True)))
+    assert point.stopped is None and point.passed
+    assert point.result.summary["requests"]["ok"] == 400
+
+
+def test_closed_loop_points_have_no_over_saturation_test(workload, prompts):
+    search = Search(workload, target(prompts), prompts, CapacityPlan(by="concurrency", slo=SLO), workers=1)
+    assert search.job(search.settings_at(8), stop=True).rule.saturation is None
+    search = Search(workload, target(prompts), prompts, CapacityPlan(by="rate", slo=SLO), workers=1)
+    assert search.job(search.settings_at(8), stop=True).rule.saturation is not None
+
+
+def test_queue_growth_needs_a_steep_and_certain_trend():
+    rng = random.Random(3)
+    level, growing, shallow = QueueGrowth(), QueueGrowth(), QueueGrowth()
+    tripped = {}
+    for i in range(600):  # 60 s of schedule, a request every 0.1 s
+        s = i / 10
+        noise = rng.uniform(-0.5, 0.5)
+        for name, rule, wait in (("level", level, 1 + noise), ("growing", growing, 1 + 0.5 * s + noise), ("shallow", shallow, 1 + 0.05 * s + noise)):
+            if name not in tripped and rule.add(s, wait):
+                tripped[name] = s
+    assert list(tripped) == ["growing"]
+    # the window must span 5 s of schedule before the trend counts
+    assert 5 <= tripped["growing"] < 8
+    # Student's t at 0.975: 2.228 (10 df), 2.042 (30 df), 3.182 (3 df; the expansion is rough there)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=0.005)
+    assert t_quantile(0.975, 30) == pytest.approx(2.042, abs=0.002)
+    assert t_quantile(0.975, 3) == pytest.approx(3.182, abs=0.15)
 
 
 @pytest.mark.parametrize(
