@@ -74,7 +74,7 @@ from .driver import Replay, ReplayRun, ReplaySettings, RequestRecord, session_pl
 from .errors import LLMReplayError
 from .metrics import Result, latency, tpot, ttft
 from .prompts import PromptFactory
-from .slo import OPERATORS, SLO, Check, check_slos, parse_slos, per_request_limits
+from .slo import OPERATORS, SLO, Check, canonical, check_slos, parse_slos, per_request_limits
 from .workload import Workload
 
 BY = ("rate", "concurrency")
@@ -161,7 +161,9 @@ class CapacityPlan:
             raise LLMReplayError(f"capacity.budget: expected a whole number of runs >= 2 (the bracketing step runs two), got {self.budget!r}")
 
     def as_dict(self) -> dict[str, Any]:
-        return {key: (dict(self.slo) if key == "slo" else getattr(self, key)) for key in PLAN_KEYS}
+        """The plan as stored in a result's settings, its SLOs written canonically
+        (:func:`~pytest_llmreplay.slo.canonical`: ``<1s`` and ``< 1000ms`` are one setting)."""
+        return {key: (dict(canonical(slo) for slo in self.slos) if key == "slo" else getattr(self, key)) for key in PLAN_KEYS}
 
 
 def parse_resolution(value: Any) -> Any:

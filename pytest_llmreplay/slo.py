@@ -127,6 +127,38 @@ class Check:
         return [slo.key, slo.text, slo.show(self.measured), margin, "ok" if self.passed else "BREACH"]
 
 
+def stat_family(metric: str, stat: str) -> str | None:
+    """The unit family of ``metric.stat``: a count's is ``count``, goodput's and capacity's rate
+    ``request_rate``, else the metric's (:func:`unit_family`)."""
+    if stat == "count" and metric in KNOWN_METRICS:
+        return "count"
+    return STAT_FAMILIES.get((metric, stat), unit_family(metric))
+
+
+def canonical(slo: SLO) -> tuple[str, str]:
+    """(key, threshold) written one way for one setting, so that two spellings compare equal:
+    the key ``metric.stat`` (the metric alone for ``value``); the threshold ``op number unit``,
+    one space after the operator, the number exact without exponent or trailing zeros, in the
+    largest unit of its family in which it is at least 1 (else the smallest): ``<1s``,
+    ``< 1000ms`` and ``< 1.0 s`` are all ``< 1s``, ``<= 0.05`` on ``tpot`` is ``<= 50ms``; a
+    share in % (``>= 0.9``: ``>= 90%``), a rate with its unit after a space (``>= 8 req/s``), a
+    count bare; a plugin metric's number in the unit it was written in."""
+    from decimal import Decimal
+
+    def factor(unit: str) -> Decimal:
+        return Decimal(str(UNITS[unit][1]))
+
+    key = slo.metric if slo.stat == "value" else f"{slo.metric}.{slo.stat}"
+    value = Decimal(repr(slo.value))  # the metric's own unit
+    if slo.metric not in KNOWN_METRICS:
+        unit = slo.unit
+    else:
+        units = sorted((u for u, (family, _) in UNITS.items() if family == stat_family(slo.metric, slo.stat)), key=lambda u: -UNITS[u][1])
+        unit = next((u for u in units if abs(value) >= factor(u)), units[-1] if units else None)
+    number = format((value / factor(unit) if unit else value).normalize(), "f")
+    return key, f"{slo.op} {number}{(' ' if '/' in unit else '') + unit if unit else ''}"
+
+
 def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SLO:
     """One SLO from its key and threshold text; :class:`LLMReplayError` naming the key when bad.
 
@@ -156,7 +188,7 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     if not match:
         raise LLMReplayError(f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'")
     op, number, unit = match.groups()
-    family = "count" if stat == "count" and metric in KNOWN_METRICS else STAT_FAMILIES.get((metric, stat), unit_family(metric))
+    family = stat_family(metric, stat)
     if unit and family is not None and UNITS[unit][0] != family:
         fitting = [u for u, (f, _) in UNITS.items() if f == family]
         expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"

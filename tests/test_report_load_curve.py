@@ -63,7 +63,7 @@ def test_sweep_out_draws_the_load_curve_with_its_slo_lines_and_the_capacity(rate
     assert shown.count("offered load (req/s)") == 2
     assert any(t.startswith("latency (ms") for t in shown) and "throughput (req/s)" in shown
     assert {"TTFT p50", "TTFT p99", "TPOT p50", "ttft.p90", "tpot.p90", "throughput", "goodput"} <= set(shown)
-    assert {"SLO ttft.p90 <150ms", "SLO tpot.p90 <= 30ms", "failed point"} <= set(shown)
+    assert {"SLO ttft.p90 < 150ms", "SLO tpot.p90 <= 30ms", "failed point"} <= set(shown)
     assert shown.count(f"capacity {format_value('request_throughput', capacity['rate'])}") == 2
     # the capacity line stands on the point at capacity, on both plots
     at = [p["load"] for p in points].index(capacity["rate"])

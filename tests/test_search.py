@@ -258,6 +258,17 @@ def test_bad_plans_are_one_line_naming_the_key(data, message):
     assert message in str(info.value) and "\n" not in str(info.value)
 
 
+def test_a_plan_stores_its_slos_canonically_so_spellings_of_one_setting_compare():
+    from pytest_llmreplay.baseline import mismatch
+
+    tight = CapacityPlan(by="rate", slo={"ttft.p99": "<1s", "tpot.p90": "<=0.05"}).as_dict()
+    spaced = CapacityPlan(by="rate", slo={"ttft.p99": "< 1000ms", "tpot.p90": "<= 50 ms"}).as_dict()
+    assert tight["slo"] == spaced["slo"] == {"ttft.p99": "< 1s", "tpot.p90": "<= 50ms"}
+    assert mismatch({"settings": {"capacity": tight}}, {"settings": {"capacity": spaced}}) is None
+    looser = CapacityPlan(by="rate", slo={"ttft.p99": "< 2s", "tpot.p90": "<= 50ms"}).as_dict()
+    assert "replay settings differ" in mismatch({"settings": {"capacity": tight}}, {"settings": {"capacity": looser}})
+
+
 def test_resolution_in_percent_and_settings_the_search_sets(workload, prompts):
     assert parse_capacity({"by": "rate", "slo": SLO, "resolution": "2.5%"}).resolution == pytest.approx(0.025)
     with pytest.raises(LLMReplayError, match="^concurrency: the capacity search sets it at each point"):

@@ -8,7 +8,7 @@ import pytest
 from records import make, rec
 
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.slo import SLO, SLOBreach, assert_slos, breach_table, check_slos, parse_slo, parse_slos
+from pytest_llmreplay.slo import SLO, SLOBreach, assert_slos, breach_table, canonical, check_slos, parse_slo, parse_slos
 
 
 def approx(value):
@@ -649,3 +649,29 @@ def test_result_goodput_rate_is_good_requests_over_the_measured_span():
     records = [rec(i, sent=float(i), chunks=((i + (0.45 if i == 3 else 0.1), 1),), end=i + 0.5) for i in range(4)]
     r = make(records, goodput={"ttft": 0.4})
     assert r.summary["goodput"] == {"value": 0.75, "rate": approx(3 / 3.5)}
+
+
+@pytest.mark.parametrize(
+    "key, spellings, written",
+    [
+        ("ttft.p99", ["<1s", "< 1s", "<  1.0 s", "< 1000ms", "< 1000000us", "< 1"], ("ttft.p99", "< 1s")),
+        ("ttft.p90", ["<150ms", "< 0.15s", "< 150.0 ms", "<0.15"], ("ttft.p90", "< 150ms")),
+        ("tpot.p90", ["<= 0.05", "<=50ms"], ("tpot.p90", "<= 50ms")),
+        ("itl.max", ["< 0.5us", "<0.0005ms"], ("itl.max", "< 0.5us")),
+        ("goodput", [">= 0.9", ">=90%", ">= 90.0 %"], ("goodput", ">= 90%")),
+        ("goodput", [">= 5 req/s", ">=5req/s"], ("goodput.rate", ">= 5 req/s")),
+        ("output_throughput.steady_state", ["> 1e3", "> 1000 tok/s"], ("output_throughput.steady_state", "> 1000 tok/s")),
+        ("capacity.concurrency", [">= 64", ">=64.0"], ("capacity.concurrency", ">= 64")),
+    ],
+)
+def test_canonical_writes_one_setting_one_way(key, spellings, written):
+    for spelling in spellings:
+        assert canonical(parse_slo(key, spelling)) == written, spelling
+    assert canonical(parse_slo(*written)) == written  # reading it back gives itself
+
+
+def test_canonical_keeps_different_settings_apart():
+    texts = {canonical(parse_slo("ttft.p99", t)) for t in ("< 1s", "<= 1s", "< 1.001s", "< 999ms")}
+    assert len(texts) == 4
+    assert canonical(parse_slo("ttft.p99", "< 1001ms")) == ("ttft.p99", "< 1.001s")
+    assert canonical(parse_slo("mine.p99", "< 5ms", extra_metrics=["mine"])) == ("mine.p99", "< 5ms")  # a plugin metric keeps its unit
