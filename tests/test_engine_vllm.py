@@ -232,3 +232,31 @@ def test_vllm_cpu_chat_agent_hits_its_history(engine_home, project, tmp_path_fac
             assert cached == 0, (session, turn)
         else:  # at least the previous turn's whole prompt, block-aligned
             assert cached >= vllm_prefix_hit(int(by_turn[session, turn - 1]["prompt_tokens"]), prompt), (session, turn, cached)
+
+
+CAPACITY_TEST = """
+import pytest
+
+@pytest.mark.llmreplay(workload="burst.yaml", capacity={"by": "concurrency", "slo": {"ttft.p90": "< 60s"}, "min": 1, "max": 4, "budget": 3},
+                       slo={"capacity.concurrency": ">= 1", "error_rate": "== 0"})
+def test_capacity(llm_result):
+    pass
+"""
+
+
+def test_vllm_cpu_capacity_search(engine_home, project, tmp_path_factory):
+    """A short capacity search against the live engine: every point is a real replay on vLLM.
+    The SLO is one the tiny model meets at any of these loads (2 cores make its timing too
+    noisy to gate a tighter one), so the bracket's top holds and is the capacity; the stored
+    search has both points, each of whose requests succeeded."""
+    project.makepyfile(test_capacity=CAPACITY_TEST)
+    options = vllm_options(engine_home, tmp_path_factory.mktemp("vllm"), "--llm-api", "completions")
+    result = project.runpytest_subprocess(*options, "test_capacity.py", "--llm-report", "capacity", timeout=RUN_TIMEOUT_S)
+    result.assert_outcomes(passed=1)
+    assert "Traceback" not in result.stdout.str()
+    (found,) = (project.path / "capacity" / "tests").glob("test_capacity.py_test_capacity-*.json")
+    search = json.loads(found.read_text())["capacity"]
+    assert (search["concurrency"], search["low"], search["high"]) == (4, 4, 4)
+    assert sorted(point["load"] for point in search["points"]) == [1, 4]
+    for point in search["points"]:
+        assert point["passed"] and point["error_rate"] == 0 and point["slo"]["ttft.p90"] < 60, point
