@@ -1,9 +1,10 @@
 """How good is the regression gate (``pytest_llmreplay.baseline.compare``) at telling a real slowdown from noise?
 
-The issue: on the simulator, repeat a test 100 times with no change (A/A) and 100 times with a
-10% TTFT slowdown injected (A/B); report the false-alarm rate (target <= 1%) and the detection
-rate (target >= 95%), next to what pytest-benchmark's plain percentage check would have said on
-the same data.
+Issue 20's measure: on the simulator with injected noise, A/A pairs (no change) and A/B pairs
+(a 10% prefill slowdown) of a CI perf test, at least 300 of each; report the false-alarm rate
+(target <= 1%) and the detection rate (target >= 95%) of the gate at its defaults, with and
+without repeats and with a stored history, next to what pytest-benchmark's ``median:5%`` check
+and asv's Mann-Whitney rule would have said on the same data.
 
 **Noise** (an assumption: the simulator on the virtual clock is deterministic). The profile's
 timing model is wrapped in :class:`Jittered`: every iteration's duration (``iteration_s``, and
@@ -25,60 +26,55 @@ sessions/s (Poisson), prompts ~N(1024, 256) tokens of which half is one of 4 sha
 10 requests running at a time, no queueing. What a CI perf test can afford per commit on a
 real GPU; one replay takes about 0.2 s here.
 
-**Procedure**, per noise setting (``--noise ITERATION_CV:RUN_CV``; default 5%:1%, 2%:0.5% and
-5%:2%): for i = 1..N, a baseline run (seed 10000 + i), an A/A run (seed i) and an A/B run
-(seed i, slowed). *Paired* design (the headline): pair i compares
-A/A run i, and A/B run i, with baseline run i: in CI each commit's baseline is itself one noisy
-run. *Fixed-baseline* design: every A/A and A/B run against one baseline run (seed 0), the
-simplest procedure; its rates are conditional on that one baseline's luck.
+**Procedure**, per noise setting (``--noise ITERATION_CV:RUN_CV``; default 5%:1% and 5%:2%):
+for pair i = 1..N, ``R`` = ``--repeat`` runs of each of: a baseline (seeds 10000 + i*R + j), an
+A/A current (seeds i*R + j) and an A/B current (the same seeds, slowed). The runs of a side
+are stored as one record of runs (``repeats.pool_records``, what ``--llm-repeat R`` stores), and
+each row of the tables is computed for r = 1..R runs per side (the first r of them).
 
-**Methods** on each pair:
+**Methods** on each pair (A/A: a false alarm is any regression row, any metric; A/B: detection
+is ``ttft.p50`` called a regression):
 
-- ``gate``: ``compare(base, current)`` with the default tolerances and 95% bootstrap; a false
-  alarm is any regression row (any metric), detection is ``ttft.p50`` (or any TTFT row) called
-  a regression;
-- ``gate, tolerance only``: the same rows with the significance condition dropped (the change
-  is worse than the tolerance);
-- ``gate``: since 2026-11-22 the stored samples carry keys (request, session, window) and
-  ``compare`` pairs the bootstrap when both runs hold the same ones, as they do here;
-- ``gate at 80% confidence``: ``compare`` with ``baseline.CONFIDENCE`` replaced for the call;
-- ``gate with an unpaired bootstrap``: the records without their ``sample_keys``, so that each
-  side is resampled on its own (the gate before request keys);
+- ``gate``: ``baseline.compare(base, current)`` with the default tolerances and confidence (two
+  levels, runs then requests, when r > 1);
 - ``pytest-benchmark median:5%``: ``--benchmark-compare-fail=median:5%`` fails when
   ``current.median / saved.median * 100 - 100 > 5`` (pytest_benchmark/utils.py,
-  ``PercentageRegressionCheck``), each request's TTFT taken as one round; also applied to the
-  medians of ttft, tpot, latency and ttfat at once, as one benchmark per metric would;
-- ``oracle``: the lowest threshold on the ttft.p50 change that at most 1% of these A/A pairs
-  exceed, and the detection it gives: fitted to the data, so an upper bound for any rule that
-  looks at the ttft.p50 change alone.
+  ``PercentageRegressionCheck``), each request's TTFT one round (the runs' requests pooled);
+- ``asv``: asv's rule for a change (``asv compare``, asv/_stats.py ``is_different``): the raw
+  samples differ by Mann-Whitney's U at p < 0.002 (two-sided), here each request's TTFT a
+  sample, and the result changed by more than the factor, here the gate's 5% on the median;
+- ``history``: the gate with ``history.gate_with_history`` over K earlier results (K = 5, 10,
+  20): each pair's history is K baseline records of *other* pairs (drawn without replacement,
+  seeded), its own baseline the newest; the rule is the Student's t prediction statistic of
+  ``history.py``, next to the same with a z-score (normal quantile, the history's sd taken as
+  exact: Bencher's z-score threshold) and Mann-Whitney's U between the history's values and the
+  current runs' values (one-sided at the same level: asv's test over history).
 
-``--repeats K`` runs each side of a pair K times (seeds i*K .. i*K+K-1) and pools their samples
-into one record before comparing, as a CI job that repeats the test would.
+Rates come with Wilson 95% intervals.
 
-Rates come with Wilson 95% intervals. Also printed per metric: the A/A change's spread across
-pairs (what the run-to-run noise really is) next to the width of the bootstrap's interval and how
-often that interval contains 0 (95% if the interval were right).
+    .venv/bin/python bench/gate_quality.py [--pairs 300] [--noise 0.05:0.01 0.05:0.02] [--repeat 3] [--history 5 10 20] [--jobs 2]
 
-    .venv/bin/python bench/gate_quality.py [--pairs 100] [--noise 0.05:0.01 ...] [--slowdown 1.10] [--repeats 1] [--jobs 2]
+Needs scipy for the Mann-Whitney rows (installed with the ``[history]`` extra).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import math
 import multiprocessing
 import os
 import platform
+import statistics
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
-from pytest_llmreplay import baseline
+from pytest_llmreplay import baseline, history
+from pytest_llmreplay.repeats import pool_records
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
@@ -98,10 +94,8 @@ SPEC = SyntheticSpec(
     seed=7,
 )
 SETTINGS = ReplaySettings()
-TTFT_KEYS = ("ttft.p50", "ttft.p90")
 PLAIN_THRESHOLD = 5  # pytest-benchmark median:5%
-PLAIN_METRICS = ("ttft", "tpot", "latency", "ttfat")
-FIXED_BASELINE_SEED = 0
+ASV_P = 0.002  # asv/_stats.py is_different
 BASELINE_SEED_OFFSET = 10_000
 
 
@@ -157,93 +151,54 @@ def run_once(seed: int, iteration_cv: float, run_cv: float, slowdown: float = 1.
     record = baseline.make_record(
         result, test="bench/gate_quality", fingerprint={"endpoint": endpoint.name}, workload={"spec": repr(SPEC)}, git={"commit": None}
     )
-    wall = time.perf_counter() - started
-    return {"record": record, "unkeyed": {**record, "sample_keys": {}}, "wall_s": wall}
+    return {"record": record, "wall_s": time.perf_counter() - started}
 
 
-@contextlib.contextmanager
-def patched(**values: Any) -> Iterator[None]:
-    """Set module globals of ``baseline`` for the duration of a call (this process only)."""
-    saved = {name: getattr(baseline, name) for name in values}
-    for name, value in values.items():
-        setattr(baseline, name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(baseline, name, value)
 
 
-def verdicts(base: dict[str, Any], current: dict[str, Any], **patch: Any) -> dict[str, dict[str, Any]]:
-    """key -> {verdict, change, low, high} of ``baseline.compare`` (optionally patched)."""
-    with patched(**patch):
-        comparison = baseline.compare(base, current)
+def side(seeds: list[int], iteration_cv: float, run_cv: float, slowdown: float = 1.0) -> list[dict[str, Any]]:
+    return [run_once(seed, iteration_cv, run_cv, slowdown) for seed in seeds]
+
+
+def stored(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The first runs as ``--llm-repeat`` stores them: one record of runs."""
+    return pool_records([run["record"] for run in runs], [{"seed": None, "cache_reset": None} for _ in runs])
+
+
+def plain_check(base: dict[str, Any], current: dict[str, Any]) -> bool:
+    """pytest-benchmark's PercentageRegressionCheck on the TTFT median (module docstring)."""
+    saved = float(np.median(base["samples"]["ttft"]))
+    return float(np.median(current["samples"]["ttft"])) / saved * 100 - 100 > PLAIN_THRESHOLD
+
+
+def asv_check(base: dict[str, Any], current: dict[str, Any]) -> bool:
+    """asv's is_different (Mann-Whitney U, p < ASV_P) and a median change beyond 5%."""
+    from scipy.stats import mannwhitneyu
+
+    b, c = base["samples"]["ttft"], current["samples"]["ttft"]
+    return float(np.median(c)) / float(np.median(b)) - 1 > 0.05 and mannwhitneyu(b, c).pvalue < ASV_P
+
+
+def judge(base: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    comparison = baseline.compare(base, current)
     if comparison.mismatch:
         raise SystemExit(f"bench: {comparison.mismatch}")
-    return {row.key: {"verdict": row.verdict, "change": row.change, "low": row.low, "high": row.high, "beyond": beyond_tolerance(row)} for row in comparison.rows}
+    rows = {row.key: {"verdict": row.verdict, "change": row.change, "tolerance": row.tolerance} for row in comparison.rows}
+    return {"rows": rows, "plain": plain_check(base, current), "asv": asv_check(base, current), "figures": {key: history.figure(current, key) for key in rows},
+            "run_figures": {key: [history.figure(run, key) for run in current.get("runs") or [current]] for key in rows}}
 
 
-def beyond_tolerance(row: baseline.Row) -> bool:
-    """The change is worse than the tolerance, significant or not."""
-    if row.change is None:
-        return False
-    worse = -1.0 if row.key.partition(".")[0] in baseline.LOWER_IS_WORSE else 1.0
-    return worse * row.change > row.tolerance
-
-
-def plain_check(base: dict[str, Any], current: dict[str, Any], metric: str) -> bool:
-    """pytest-benchmark's PercentageRegressionCheck on the median: fails when the median grew by
-    more than PLAIN_THRESHOLD percent of the saved one (medians of the stored samples, pooled
-    over repeats)."""
-    saved = float(np.median(base["samples"][metric]))
-    if not saved:
-        return True
-    return float(np.median(current["samples"][metric])) / saved * 100 - 100 > PLAIN_THRESHOLD
-
-
-def evaluate(base: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
-    """Every method's verdicts on one (baseline, current) pair."""
-    record_b, record_c = base["record"], current["record"]
-    out = {
-        "gate": verdicts(record_b, record_c),
-        "gate80": verdicts(record_b, record_c, CONFIDENCE=0.80),
-        "paired": verdicts(base["unkeyed"], current["unkeyed"]),  # without keys: the unpaired bootstrap
-        "plain": {metric: plain_check(record_b, record_c, metric) for metric in PLAIN_METRICS},
-    }
-    return out
-
-
-def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """``runs`` as one: their samples (stored and aligned) concatenated, run by run."""
-    if len(runs) == 1:
-        return runs[0]
-    out = {}
-    for part in ("record", "unkeyed"):
-        first = runs[0][part]
-        samples = {name: [v for run in runs for v in run[part]["samples"][name]] for name in first["samples"]}
-        out[part] = {**first, "samples": samples}
-    return out
-
-
-def pair_job(job: tuple[int, int, float, float, float, dict[str, Any] | None]) -> dict[str, Any]:
-    """Pair i of one noise setting: runs baseline i, A/A i and A/B i (``repeats`` runs each,
-    pooled) and evaluates them (and the A/A and A/B runs against the fixed baseline, if given)."""
-    i, repeats, iteration_cv, run_cv, slowdown, fixed = job
-    seeds = [i * repeats + j for j in range(repeats)]
-    base_runs = [run_once(BASELINE_SEED_OFFSET + seed, iteration_cv, run_cv) for seed in seeds]
-    aa_runs = [run_once(seed, iteration_cv, run_cv) for seed in seeds]
-    ab_runs = [run_once(seed, iteration_cv, run_cv, slowdown) for seed in seeds]
-    base, aa, ab = pooled(base_runs), pooled(aa_runs), pooled(ab_runs)
-    out = {
-        "aa": evaluate(base, aa),
-        "ab": evaluate(base, ab),
-        "shift": float(np.mean([b["record"]["summary"]["ttft"]["p50"] / a["record"]["summary"]["ttft"]["p50"] - 1 for a, b in zip(aa_runs, ab_runs)])),
-        "shift_p90": float(np.mean([b["record"]["summary"]["ttft"]["p90"] / a["record"]["summary"]["ttft"]["p90"] - 1 for a, b in zip(aa_runs, ab_runs)])),
-        "wall_s": [run["wall_s"] for run in base_runs + aa_runs + ab_runs],
-    }
-    if fixed is not None:
-        out["fixed_aa"] = {"gate": verdicts(fixed["record"], aa["record"]), "plain": {m: plain_check(fixed["record"], aa["record"], m) for m in PLAIN_METRICS}}
-        out["fixed_ab"] = {"gate": verdicts(fixed["record"], ab["record"]), "plain": {m: plain_check(fixed["record"], ab["record"], m) for m in PLAIN_METRICS}}
+def pair_job(job: tuple[int, int, float, float, float]) -> dict[str, Any]:
+    """Pair i: R runs of baseline, A/A and A/B; judged for every r = 1..R runs per side."""
+    i, repeat, iteration_cv, run_cv, slowdown = job
+    seeds = [i * repeat + j for j in range(repeat)]
+    base = side([BASELINE_SEED_OFFSET + seed for seed in seeds], iteration_cv, run_cv)
+    aa = side(seeds, iteration_cv, run_cv)
+    ab = side(seeds, iteration_cv, run_cv, slowdown)
+    out: dict[str, Any] = {"wall_s": [run["wall_s"] for run in base + aa + ab], "by_r": {}}
+    for r in range(1, repeat + 1):
+        b = stored(base[:r])
+        out["by_r"][r] = {"aa": judge(b, stored(aa[:r])), "ab": judge(b, stored(ab[:r])), "base_figures": {key: history.figure(b, key) for key in baseline.DEFAULT_TOLERANCES}}
     return out
 
 
@@ -262,29 +217,7 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def rate(hits: int, n: int) -> str:
     low, high = wilson(hits, n)
-    return f"{hits}/{n} ({hits / n:.0%}) [{low:.0%}, {high:.0%}]"
-
-
-def best_threshold(aa_changes: np.ndarray, allowed_rate: float = 0.01) -> float:
-    """The lowest threshold that at most ``allowed_rate`` of the A/A changes exceed."""
-    ordered = np.sort(aa_changes)[::-1]
-    k = int(math.floor(allowed_rate * len(ordered)))
-    return float(ordered[k]) if k < len(ordered) else float(ordered[-1])
-
-
-def gate_flags(rows: dict[str, dict[str, Any]], keys: tuple[str, ...] | None, tolerance_only: bool = False) -> bool:
-    """True when any of ``keys`` (all rows when None) is a regression (or, with
-    ``tolerance_only``, changed for the worse by more than its tolerance)."""
-    return any(row["beyond"] if tolerance_only else row["verdict"] == "regression" for key, row in rows.items() if keys is None or key in keys)
-
-
-METHODS = (
-    # label, which evaluation, false alarm on, detection on, tolerance only
-    ("gate (compare, defaults)", "gate", None, ("ttft.p50",), False),
-    ("gate: tolerance only, no significance", "gate", None, ("ttft.p50",), True),
-    ("gate at 80% confidence", "gate80", None, ("ttft.p50",), False),
-    ("gate with an unpaired bootstrap (no sample keys: before 2026-11-22)", "paired", None, ("ttft.p50",), False),
-)
+    return f"{hits}/{n} ({hits / n:.1%}) [{low:.1%}, {high:.1%}]"
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
@@ -293,104 +226,96 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
-def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, slowdown: float, repeats: int) -> str:
+def any_regression(judged: dict[str, Any]) -> bool:
+    return any(row["verdict"] == "regression" for row in judged["rows"].values())
+
+
+def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: str, keys: tuple[str, ...] | None) -> bool:
+    """Would ``rule`` (t, z or mw over ``past``'s figures) call a regression on any of ``keys``?"""
+    from scipy.stats import mannwhitneyu
+
+    level = 1 - (1 - baseline.CONFIDENCE) / 2
+    for key, row in judged["rows"].items():
+        if (keys is not None and key not in keys) or row["change"] is None:
+            continue
+        worse = -1.0 if key.partition(".")[0] in baseline.LOWER_IS_WORSE else 1.0
+        if not worse * row["change"] > row["tolerance"]:
+            continue
+        values = [figures[key] for figures in past if figures.get(key) is not None]
+        value = judged["figures"][key]
+        if rule == "t":
+            hit = worse * history.prediction_t(values, value) > history.t_quantile(level, len(values) - 1)
+        elif rule == "z":
+            sd = float(np.std(values, ddof=1))
+            hit = sd > 0 and worse * (value - float(np.mean(values))) / sd > statistics.NormalDist().inv_cdf(level)
+        else:
+            runs = [v for v in judged["run_figures"][key] if v is not None]
+            hit = mannwhitneyu([worse * v for v in runs], [worse * v for v in values], alternative="greater").pvalue < 1 - level
+        if hit:
+            return True
+    return False
+
+
+def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, slowdown: float, repeat: int, depths: list[int]) -> str:
     n = len(results)
-    pooled_note = f", each side {repeats} runs pooled" if repeats > 1 else ""
-    out = [f"### Noise: iteration CV {iteration_cv:.0%}, run CV {run_cv:.1%}; slowdown x{slowdown:g} on prefill iterations; {n} pairs{pooled_note}"]
-    shifts = np.array([r["shift"] for r in results])
-    shifts90 = np.array([r["shift_p90"] for r in results])
-    ab_changes = np.array([r["ab"]["gate"]["ttft.p50"]["change"] for r in results])
-    aa_changes = np.array([r["aa"]["gate"]["ttft.p50"]["change"] for r in results])
-    out.append(
-        f"Injected TTFT shift (A/B run vs the A/A run with the same seed): p50 {shifts.mean():+.1%} mean (sd {shifts.std(ddof=1):.1%}), "
-        f"p90 {shifts90.mean():+.1%} mean (sd {shifts90.std(ddof=1):.1%}). "
-        f"ttft.p50 change vs the pair's baseline: A/A {aa_changes.mean():+.1%} mean, sd {aa_changes.std(ddof=1):.1%}; "
-        f"A/B {ab_changes.mean():+.1%} mean, sd {ab_changes.std(ddof=1):.1%}."
-    )
-    out.append("")
+    out = [f"### Noise: iteration CV {iteration_cv:.0%}, run CV {run_cv:.1%}; slowdown x{slowdown:g} on prefill iterations; {n} pairs", ""]
     rows = []
-    for label, which, fa_keys, det_keys, tol_only in METHODS:
-        fa_any = sum(gate_flags(r["aa"][which], fa_keys, tol_only) for r in results)
-        fa_ttft = sum(gate_flags(r["aa"][which], TTFT_KEYS, tol_only) for r in results)
-        det = sum(gate_flags(r["ab"][which], det_keys, tol_only) for r in results)
-        det_any_ttft = sum(gate_flags(r["ab"][which], TTFT_KEYS, tol_only) for r in results)
-        rows.append([label, rate(fa_any, n), rate(fa_ttft, n), rate(det, n), rate(det_any_ttft, n)])
-    for label, metrics in (("pytest-benchmark median:5%, TTFT", ("ttft",)), ("pytest-benchmark median:5%, ttft/tpot/latency/ttfat", PLAIN_METRICS)):
-        fa_any = sum(any(r["aa"]["plain"][m] for m in metrics) for r in results)
-        fa_ttft = sum(r["aa"]["plain"]["ttft"] for r in results)
-        det = sum(r["ab"]["plain"]["ttft"] for r in results)
-        rows.append([label, rate(fa_any, n), rate(fa_ttft, n), rate(det, n), rate(det, n)])
-    # the best threshold on the ttft.p50 change alone, chosen after seeing the A/A data: an upper bound
-    threshold = best_threshold(aa_changes)
-    det = int(np.sum(ab_changes > threshold))
-    fa = int(np.sum(aa_changes > threshold))
-    rows.append([f"oracle: ttft.p50 change > {threshold:.1%} (threshold fitted to these A/A pairs)", rate(fa, n), rate(fa, n), rate(det, n), rate(det, n)])
-    if "fixed_aa" in results[0]:
-        fa_any = sum(gate_flags(r["fixed_aa"]["gate"], None) for r in results)
-        fa_ttft = sum(gate_flags(r["fixed_aa"]["gate"], TTFT_KEYS) for r in results)
-        det = sum(gate_flags(r["fixed_ab"]["gate"], ("ttft.p50",)) for r in results)
-        det_any = sum(gate_flags(r["fixed_ab"]["gate"], TTFT_KEYS) for r in results)
-        rows.append([f"gate, one fixed baseline (seed {FIXED_BASELINE_SEED})", rate(fa_any, n), rate(fa_ttft, n), rate(det, n), rate(det_any, n)])
-        fa = sum(r["fixed_aa"]["plain"]["ttft"] for r in results)
-        det = sum(r["fixed_ab"]["plain"]["ttft"] for r in results)
-        rows.append(["pytest-benchmark median:5% TTFT, one fixed baseline", rate(fa, n), rate(fa, n), rate(det, n), rate(det, n)])
-    out.append(table(["method (paired design unless said)", "A/A false alarms, any metric (<= 1%)", "A/A false alarms, TTFT rows", "A/B detection, ttft.p50 (>= 95%)", "A/B detection, any TTFT row"], rows))
+    for r in range(1, repeat + 1):
+        by = [res["by_r"][r] for res in results]
+        fa = sum(any_regression(b["aa"]) for b in by)
+        det = sum(b["ab"]["rows"]["ttft.p50"]["verdict"] == "regression" for b in by)
+        rows.append([f"gate, {r} run(s) per side", rate(fa, n), rate(det, n)])
+        rows.append([f"pytest-benchmark median:5% on TTFT, {r} run(s)", rate(sum(b["aa"]["plain"] for b in by), n), rate(sum(b["ab"]["plain"] for b in by), n)])
+        rows.append([f"asv (Mann-Whitney p < {ASV_P}, > 5%), {r} run(s)", rate(sum(b["aa"]["asv"] for b in by), n), rate(sum(b["ab"]["asv"] for b in by), n)])
+    out.append(table(["method", "A/A false alarms, any metric (<= 1%)", "A/B detection, ttft.p50 (>= 95%)"], rows))
     out.append("")
-    # per metric: what the noise is, what the bootstrap thinks it is
+    rng = np.random.default_rng(0)
     rows = []
-    for key, allowed in baseline.DEFAULT_TOLERANCES.items():
-        changes = np.array([r["aa"]["gate"][key]["change"] for r in results], dtype=float)
-        half = np.array([(r["aa"]["gate"][key]["high"] - r["aa"]["gate"][key]["low"]) / 2 for r in results], dtype=float)
-        half_p = np.array([(r["aa"]["paired"][key]["high"] - r["aa"]["paired"][key]["low"]) / 2 for r in results], dtype=float)
-        cover = sum(r["aa"]["gate"][key]["low"] <= 0 <= r["aa"]["gate"][key]["high"] for r in results)
-        cover_p = sum(r["aa"]["paired"][key]["low"] <= 0 <= r["aa"]["paired"][key]["high"] for r in results)
-        spread = np.percentile(changes, 97.5) - np.percentile(changes, 2.5)
-        fa = {which: sum(r["aa"][which][key]["verdict"] == "regression" for r in results) for which in ("gate", "gate80", "paired")}
-        beyond = sum(r["aa"]["gate"][key]["beyond"] for r in results)
-        det = sum(r["ab"]["gate"][key]["verdict"] == "regression" for r in results)
-        rows.append([
-            key, f"{allowed:.0%}", f"{changes.std(ddof=1):.2%}", f"±{spread / 2:.1%}", f"±{np.median(half):.1%}", f"{cover}/{n}",
-            f"±{np.median(half_p):.1%}", f"{cover_p}/{n}", f"{beyond}", f"{fa['gate']} / {fa['gate80']} / {fa['paired']}", f"{det}",
-        ])
-    out.append(table(
-        ["metric", "tolerance", "A/A change sd", "A/A 95% range", "bootstrap CI (median)", "CI holds 0", "unpaired CI (median)", "unpaired CI holds 0",
-         "A/A beyond tolerance", "A/A regressions: gate / 80% / unpaired", "A/B regressions (gate)"],
-        rows,
-    ))
+    for depth in depths:
+        for r in sorted({1, repeat}):
+            by = [res["by_r"][r] for res in results]
+            pasts = []
+            for i in range(n):
+                others = rng.choice([j for j in range(n) if j != i], size=depth - 1, replace=False)
+                pasts.append([by[j]["base_figures"] for j in others] + [by[i]["base_figures"]])
+            for rule, label in (("t", "Student's t prediction (the gate)"), ("z", "z-score"), ("mw", "Mann-Whitney U")):
+                fa = sum(history_flags(by[i]["aa"], pasts[i], rule, None) for i in range(n))
+                det = sum(history_flags(by[i]["ab"], pasts[i], rule, ("ttft.p50",)) for i in range(n))
+                rows.append([f"K = {depth}, {r} run(s) per result", label, rate(fa, n), rate(det, n)])
+    out.append(table(["history", "rule", "A/A false alarms, any metric (<= 1%)", "A/B detection, ttft.p50 (>= 95%)"], rows))
     return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=100)
-    parser.add_argument("--noise", nargs="+", default=["0.05:0.01", "0.02:0.005", "0.05:0.02"], help="ITERATION_CV:RUN_CV settings, the first is the headline")
+    parser.add_argument("--pairs", type=int, default=300)
+    parser.add_argument("--noise", nargs="+", default=["0.05:0.01", "0.05:0.02"], help="ITERATION_CV:RUN_CV settings")
     parser.add_argument("--slowdown", type=float, default=1.10, help="prefill iterations take this many times as long in A/B runs")
-    parser.add_argument("--repeats", type=int, default=1, help="runs per side of a pair, their samples pooled (no fixed-baseline design then)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per side (rows for 1..R)")
+    parser.add_argument("--history", type=int, nargs="*", default=[5, 10, 20], help="history depths K")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--no-fixed", action="store_true", help="skip the fixed-baseline design")
     args = parser.parse_args()
 
     started = time.perf_counter()
     _setup()
     workload = _WORKER["workload"]
     print(f"Workload: {SPEC}; {sum(len(s.turns) for s in workload.sessions)} requests; profile {PROFILE}; settings {SETTINGS}")
-    print(f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {args.jobs} processes")
+    print(f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {args.jobs} processes; confidence {baseline.CONFIDENCE}")
     walls: list[float] = []
     for setting in args.noise:
         iteration_cv, run_cv = (float(x) for x in setting.split(":"))
-        fixed = None if args.no_fixed or args.repeats > 1 else run_once(FIXED_BASELINE_SEED, iteration_cv, run_cv)
-        jobs = [(i, args.repeats, iteration_cv, run_cv, args.slowdown, fixed) for i in range(1, args.pairs + 1)]
+        jobs = [(i, args.repeat, iteration_cv, run_cv, args.slowdown) for i in range(1, args.pairs + 1)]
         t0 = time.perf_counter()
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
             results = pool.map(pair_job, jobs, chunksize=4)
         elapsed = time.perf_counter() - t0
-        for r in results:
-            walls.extend(r["wall_s"])
+        for res in results:
+            walls.extend(res["wall_s"])
         print()
-        print(report(results, iteration_cv, run_cv, args.slowdown, args.repeats))
-        print(f"\n{3 * args.pairs * args.repeats + (fixed is not None)} replays and their comparisons: {elapsed:.1f} s wall")
+        print(report(results, iteration_cv, run_cv, args.slowdown, args.repeat, args.history))
+        print(f"\n{3 * args.pairs * args.repeat} replays and their comparisons: {elapsed:.1f} s wall")
         sys.stdout.flush()
-    print(f"\nOne replay (virtual clock, with the noise wrapper): median {np.median(walls):.3f} s, max {max(walls):.3f} s (one process of {args.jobs} busy).")
+    print(f"\nOne replay (virtual clock, with the noise wrapper): median {np.median(walls):.3f} s, max {max(walls):.3f} s.")
     print(f"Total wall time: {time.perf_counter() - started:.1f} s")
 
 

@@ -18,8 +18,10 @@ replacement, seeded: the same two results give the same verdict). When both resu
 requests, sessions and windows (equal ``sample_keys``: the same workload and settings, every
 request ok) the resampling is paired, the same indices drawn from both, so the spread between
 requests cancels and the interval measures the change between the runs; otherwise each side is
-resampled on its own. Noise that shifts a whole run (a slower runner) is not in either interval:
-the tolerance guards against it, and several runs per side pool it (``bench/README.md``). A
+resampled on its own. Noise that shifts a whole run (a slower runner) is not in either interval;
+when either side holds several runs (``--llm-repeat``, :mod:`~pytest_llmreplay.repeats`) the
+bootstrap has two levels, runs then requests within them
+(:func:`hierarchical_bootstrap_change`), which puts whole-run shifts inside the interval. A
 **regression** is called only when the change is worse than the metric's tolerance (higher for
 times and error rate, lower for cache hit rates and throughputs) *and* significant: the whole
 interval is on the worse side of zero. An improvement is the mirror image. A capacity (the
@@ -43,6 +45,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import LLMReplayError
+from .repeats import check_runs, run_count, run_keys, run_samples
 from .units import format_value
 
 SCHEMA = 1
@@ -152,9 +155,14 @@ def make_record(result: Any, *, test: str, fingerprint: Mapping[str, Any], workl
         "gpus": result.gpus,
         "warnings": list(result.warnings),
         "summary": result.summary,
-        "slo": [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in slo_checks],
+        "slo": slo_rows(slo_checks),
         **_split(_keyed_samples(result)),
     }
+
+
+def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:
+    """SLO checks as stored: key, threshold, measured, passed."""
+    return [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in checks]
 
 
 def read_record(path: str | Path) -> dict[str, Any]:
@@ -181,6 +189,10 @@ def parse_record(text: str, where: str) -> dict[str, Any]:
         raise LLMReplayError(f"{where}: not a stored llmreplay result (missing {', '.join(missing)}); pass a baseline file or a report's JSON")
     if record["schema"] != SCHEMA:
         raise LLMReplayError(f"{where}: stored with schema {record['schema']}, this version reads {SCHEMA}")
+    try:
+        check_runs(record, where)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise LLMReplayError(f"{exc}" if isinstance(exc, ValueError) else f"{where}: runs: not a list of runs ({exc})") from None
     return record
 
 
@@ -283,10 +295,58 @@ def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed:
         c = _statistic(stat, current[drawn if paired else rng.integers(0, len(current), (n, len(current)))])
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(c / b - 1)
-    ratios = np.concatenate(ratios)
+    return point, *_interval(np.concatenate(ratios))
+
+
+def _interval(ratios: np.ndarray) -> tuple[float, float]:
+    """The central :data:`CONFIDENCE` interval of bootstrapped changes."""
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.nanpercentile(ratios, [tail, 100 - tail])
-    return point, float(low), float(high)
+    return float(low), float(high)
+
+
+def hierarchical_bootstrap_change(baseline: list[np.ndarray], current: list[np.ndarray], stat: str, seed: int = 0, paired: bool = False) -> tuple[float, float, float]:
+    """(change, low, high) for results of several runs each (a list of per-run sample arrays).
+
+    change = stat(current runs pooled) / stat(baseline runs pooled) - 1. Each bootstrap resample
+    draws, on each side, as many runs as it has with replacement, then requests within each drawn
+    run (the two-level bootstrap of Davison & Hinkley, *Bootstrap Methods*, 1997, section 3.8), and
+    pools them: a shift of a whole run (a slower runner) moves the resampled statistic as much as
+    it moved the measured one, so run-to-run noise is inside the interval, which the one-level
+    :func:`bootstrap_change` of pooled samples leaves out. ``paired`` (every run of both sides
+    holds the same requests in the same order): one set of request indices per resample serves
+    every drawn run of both sides, so the spread between requests cancels as in
+    :func:`bootstrap_change`; unpaired, each drawn run is resampled on its own, with the side's
+    mean run length of draws. With one run per side this is :func:`bootstrap_change`'s resampling."""
+    point = float(_statistic(stat, np.concatenate(current)) / _statistic(stat, np.concatenate(baseline)) - 1)
+    rng = np.random.default_rng(seed)
+    per_resample = sum(len(run) for run in baseline) + sum(len(run) for run in current)
+    chunk = max(1, min(BOOTSTRAP_RESAMPLES, 2_000_000 // per_resample))
+    ratios = []
+    for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
+        n = min(chunk, BOOTSTRAP_RESAMPLES - start)
+        shared = rng.integers(0, len(baseline[0]), (n, len(baseline[0]))) if paired else None
+        b = _statistic(stat, _two_level_draw(baseline, n, rng, shared))
+        c = _statistic(stat, _two_level_draw(current, n, rng, shared))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios.append(c / b - 1)
+    return point, *_interval(np.concatenate(ratios))
+
+
+def _two_level_draw(runs: list[np.ndarray], n: int, rng: np.random.Generator, requests: np.ndarray | None) -> np.ndarray:
+    """``n`` resamples of ``runs``, shape (n, runs * draws per run): runs drawn with replacement,
+    then ``requests`` (n, length) indices in each drawn run, or each run's own uniform draws."""
+    length = len(runs[0]) if requests is not None else max(1, round(sum(map(len, runs)) / len(runs)))
+    padded = np.full((len(runs), max(map(len, runs))), np.nan)
+    for i, run in enumerate(runs):
+        padded[i, : len(run)] = run
+    chosen = rng.integers(0, len(runs), (n, len(runs)))
+    if requests is None:
+        sizes = np.array([len(run) for run in runs])[chosen]
+        index = (rng.random((n, len(runs), length)) * sizes[:, :, None]).astype(int)
+    else:
+        index = np.broadcast_to(requests[:, None, :], (n, len(runs), length))
+    return padded[chosen[:, :, None], index].reshape(n, -1)
 
 
 @dataclass
@@ -365,9 +425,14 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         if float(_statistic(stat, base)) == 0:
             row.note = "baseline is 0"
             continue
-        keys = (baseline.get("sample_keys") or {}).get(metric)
-        paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
-        row.change, row.low, row.high = bootstrap_change(base, cur, stat, seed, paired)
+        if run_count(baseline) > 1 or run_count(current) > 1:
+            keys = [*(run_keys(baseline, metric) or [None]), *(run_keys(current, metric) or [None])]
+            paired = keys[0] is not None and all(k == keys[0] for k in keys)
+            row.change, row.low, row.high = hierarchical_bootstrap_change(run_samples(baseline, metric), run_samples(current, metric), stat, seed, paired)
+        else:
+            keys = (baseline.get("sample_keys") or {}).get(metric)
+            paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
+            row.change, row.low, row.high = bootstrap_change(base, cur, stat, seed, paired)
         row.paired = paired
         _verdict(row, metric)
     return comparison

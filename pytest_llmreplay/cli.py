@@ -8,6 +8,7 @@
     llmreplay sim --profile P --port N    serve the simulated engine over HTTP (OpenAI API)
     llmreplay calibrate --endpoint URL    measure a live server, write a simulator profile
     llmreplay sweep FILE --sim P --slo K  capacity at SLO: the highest load meeting the SLOs (cli_sweep.py)
+    llmreplay history TEST                a test's stored figures per commit, change points (cli_history.py)
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
@@ -610,8 +611,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_calibrate_parser(commands)
     _add_compare_parser(commands)
     from .cli_sweep import add_sweep_parser
+    from .cli_history import add_history_parser
 
     add_sweep_parser(commands, common, _load, _number, _integer)
+    add_history_parser(commands, _open_store)
     for command in commands.choices.values():
         command.set_defaults(option_names=option_names(command))
     return parser

@@ -2,7 +2,8 @@
 stored result, the report files, and the verdict.
 
 Order (nothing measured is lost): check every SLO; compare with the reference's stored result
-(``--llm-compare``); save this result (``--llm-save``); write its report files
+(``--llm-compare``; with >= 5 earlier results on the reference's history, the verdicts come
+from their spread: :mod:`~pytest_llmreplay.history`); save this result (``--llm-save``); write its report files
 (``--llm-report``); then fail the test if an SLO is breached, or a regression was called and
 ``--llm-fail-on-regression`` is on. The checks the test body made with ``Result.assert_slo`` are
 stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
@@ -19,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, make_record, tolerances
+from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, make_record, slo_rows, tolerances
+from .repeats import pool_records, repeats_line
 from .errors import LLMReplayError
 from .store import Store, result_folder, write_new
 from .slo import breach_table, check_slos, parse_slos
@@ -32,13 +34,21 @@ CAPACITY_TOLERANCE = 0.05  # the change of a capacity a test allows when its reg
 
 @dataclass
 class PerfRun:
-    """One measured replay of a test: its baseline key (``test``), workload facts, and checks."""
+    """One measured replay of a test: its baseline key (``test``), workload facts, and checks.
+    With ``--llm-repeat N``: ``result`` is the last run, ``earlier`` the N - 1 before it, and
+    ``facts`` each run's seed and cache reset (see :mod:`~pytest_llmreplay.repeats`)."""
 
     test: str
     result: Any
     workload: Mapping[str, Any]
     slo: Mapping[str, str] = field(default_factory=dict)
     regression: Mapping[str, Any] = field(default_factory=dict)
+    earlier: list[Any] = field(default_factory=list)
+    facts: list[Mapping[str, Any]] = field(default_factory=list)
+
+    @property
+    def results(self) -> list[Any]:
+        return [*self.earlier, self.result]
 
 
 @dataclass
@@ -73,14 +83,17 @@ class Gate:
     def finish(self, run: PerfRun) -> Outcome:
         from .report import render
 
-        checks = check_slos(run.result.summary, parse_slos(run.slo, extra_metrics=run.result.summary))
-        every_check = checks + run.result.slo_checks  # the spec's, then the test body's assert_slo calls
-        record = make_record(run.result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git, slo_checks=every_check)
+        records = [make_record(result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git) for result in run.results]
+        record = pool_records(records, run.facts or [{}] * len(records))
+        checks = check_slos(record["summary"], parse_slos(run.slo, extra_metrics=run.result.summary))
+        every_check = checks + run.result.slo_checks  # the spec's, then the test body's assert_slo calls (on the last run)
+        record["slo"] = slo_rows(every_check)
         capacity = getattr(run.result, "capacity", None)
         if capacity is not None:
             record["capacity"] = capacity.as_dict()
         slo_table = breach_table(checks) if checks else None
-        blocks = [f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)] + ([breach_table(every_check)] if every_check else [])
+        blocks = ([f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)]
+                  + ([repeats_line(record)] if len(records) > 1 else []) + ([breach_table(every_check)] if every_check else []))
         found = self._compare(run, record) if self.history is not None else None
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
@@ -99,7 +112,7 @@ class Gate:
         if self.fail_on_regression and comparison is not None and comparison.regressions:
             failures.append(compared_text)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
-        return Outcome("\n\n".join(blocks), baseline_text, key_figures(run.result.summary, comparison), "\n\n".join(failures) or None)
+        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None)
 
     def _compare(self, run: PerfRun, record: Mapping[str, Any]) -> Comparison | str:
         label, commits = self.history
@@ -113,7 +126,12 @@ class Gate:
         stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
         capacity = getattr(run.result, "capacity", None)
         defaults = {f"capacity.{capacity.plan.by}": CAPACITY_TOLERANCE} if capacity is not None else DEFAULT_TOLERANCES
-        return compare(baseline, record, tolerances(run.regression, defaults), label=stored_at)
+        comparison = compare(baseline, record, tolerances(run.regression, defaults), label=stored_at)
+        if comparison.mismatch is None:
+            from .history import HISTORY_WINDOW, gate_with_history, history_points
+
+            gate_with_history(comparison, record, history_points(self.store, run.test, commits, like=record, limit=HISTORY_WINDOW))
+        return comparison
 
     def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None) -> None:
         folder = self.report_dir / "tests"

@@ -53,9 +53,10 @@ OPTIONS = (
     ("--llm-compare", "llm_compare", "string", None, "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)"),
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
+    ("--llm-repeat", "llm_repeat", "string", "3", "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 3)"),
 )
 METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD", "--llm-server-timeout": "S",
-            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR"}
+            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR", "--llm-repeat": "N"}
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
 SESSION = pytest.StashKey["LLMSession"]()
@@ -126,6 +127,13 @@ class LLMSession:
         self.config = config
         check_bool_options(config)
         self.seed = seed_option(config)
+        from .spec import check_repeat
+
+        try:
+            self.repeat = check_repeat("--llm-repeat / llm_repeat", option(config, "llm_repeat"))
+        except LLMReplayError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.cache_reset_missing = False
         self.endpoint_url = option(config, "llm_endpoint") or None
         self.api = option(config, "llm_api")
         self.server_cmd = option(config, "llm_server_cmd") or None
@@ -258,31 +266,37 @@ class LLMSession:
     def extra_metric_names(self) -> tuple[str, ...]:
         return tuple(name for found in self.config.hook.pytest_llmreplay_metrics() for name in found)
 
-    def replay(self, spec: Any, salt: str) -> Any:
-        """Replay a :class:`~pytest_llmreplay.spec.PerfSpec` on the target; the Result, with
-        plugins' metrics added to its summary. Generated prompts are salted with ``salt`` (the
-        workload's digest): see :meth:`~pytest_llmreplay.prompts.PromptFactory.salted`."""
+    def replay(self, spec: Any, salt: str, repeat: int = 0, repeats: int = 1) -> tuple[Any, dict[str, Any]]:
+        """Replay a :class:`~pytest_llmreplay.spec.PerfSpec` on the target: run ``repeat`` of
+        ``repeats``; (the Result, with plugins' metrics added to its summary; the run's seed and
+        cache reset, see :mod:`~pytest_llmreplay.repeats`). Generated prompts are salted with
+        ``salt`` (the workload's digest): see :meth:`~pytest_llmreplay.prompts.PromptFactory.salted`."""
         from .formats import load_workload
         from .metrics import Result
         from .driver import replay
         from .slo import parse_slos, per_request_limits
+        from .target import no_cache_reset_note
 
         workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
         target = self.target
         with live_lock(target):
+            reset = target.reset_cache() if repeats > 1 else None
+            if repeats > 1 and reset is None and target.kind == "live" and not self.cache_reset_missing:
+                self.cache_reset_missing = True
+                self.notes.append(("llmreplay repeats", no_cache_reset_note(target.url)))
             if spec.capacity is not None:  # a search: the result is the point at capacity
                 from .search import find_capacity
 
                 result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings).result
             else:
-                run = replay(workload, target.endpoint(), self.prompts.salted(salt), spec.settings, clock=target.clock())
+                run = replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, clock=target.clock())
                 result = Result(run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names())))
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
                 if name in result.summary:
                     raise LLMReplayError(f"pytest_llmreplay_metrics: {name!r} is already a metric of the summary; name yours differently")
                 result.summary[name] = dict(compute(result))
-        return result
+        return result, {"seed": target.run_seed(repeat), "cache_reset": reset}
 
     def close(self) -> None:
         if self._target is not None:
@@ -494,15 +508,18 @@ def _perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     from .gate import PerfRun
 
     digest = workload_digest(spec.workload)
-    result = state.replay(spec, salt=digest)
+    repeats = 1 if spec.capacity is not None else spec.repeat or state.repeat  # a search runs once
+    runs = [state.replay(spec, salt=digest, repeat=index, repeats=repeats) for index in range(repeats)]
     workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
-    return PerfRun(test, result, workload, spec.slo, spec.regression), result
+    results = [result for result, _ in runs]
+    return PerfRun(test, results[-1], workload, spec.slo, spec.regression, earlier=results[:-1], facts=[facts for _, facts in runs]), results[-1]
 
 
 @pytest.fixture
 def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Callable[..., Any]:
     """``llm_replay(workload, *, name=None, format=None, format_options=None, slo=None,
-    regression=None, **replay_settings) -> Result``. Each call is one measured run of the test:
+    regression=None, repeat=None, **replay_settings) -> Result`` (with repeats: the last run's).
+    Each call is one measured run of the test:
     checked against ``slo``, compared and stored (baseline key: the test id, plus ``name`` or
     the call's number after the first) when the test body ends."""
     state = session_of(pytestconfig)

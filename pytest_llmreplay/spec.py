@@ -14,6 +14,8 @@ Keys (the same in both)::
                                       # optional: search the highest load meeting capacity.slo
                                       # (pytest_llmreplay.search) instead of one replay; the
                                       # search sets mode, rate, concurrency and arrival itself
+    repeat: 3                         # runs of the test (default: --llm-repeat; a capacity
+                                      # search runs once), see repeats.py
     description: free text            # optional, shown nowhere but read by people
 
 Everything is checked before anything is sent; a problem is one :class:`LLMReplayError` naming
@@ -34,7 +36,7 @@ SETTING_TYPES = {
     f.name: ("number" if "float" in str(f.type) else "integer" if "int" in str(f.type) else "boolean" if "bool" in str(f.type) else "string")
     for f in fields(ReplaySettings)
 }
-SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "description", "capacity")
+SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "repeat", "description", "capacity")
 SPEC_SUFFIXES = (".llmreplay.yaml", ".llmreplay.yml", ".llmreplay.toml")
 
 
@@ -49,6 +51,7 @@ class PerfSpec:
     slo: dict[str, str] = field(default_factory=dict)
     regression: dict[str, Any] = field(default_factory=dict)
     capacity: Any = None  # a search.CapacityPlan, or None: one replay
+    repeat: int | None = None  # None: the session's --llm-repeat
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -97,6 +100,9 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
         if data.get(key) is not None and not isinstance(data[key], Mapping):
             raise LLMReplayError(f"{key}: expected a mapping, got {data[key]!r}")
     _check_format(data.get("format"), dict(data.get("format_options") or {}), path)
+    repeat = data.get("repeat")
+    if repeat is not None:
+        check_repeat("repeat", repeat)
     settings = ReplaySettings(**{key: _typed(key, value) for key, value in data.items() if key in SETTING_TYPES})
     settings.validate()
     capacity = None
@@ -107,13 +113,15 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
         varied = [key for key in VARIED_SETTINGS if key in data]
         if varied:
             raise LLMReplayError(f"{varied[0]}: the capacity search sets it at each point; leave it out")
+        if repeat is not None:
+            raise LLMReplayError("repeat: a capacity search runs once (its points are replays already); leave it out")
     slo = dict(data.get("slo") or {})
     from .search import check_test_slos
 
     check_test_slos(parse_slos(slo, extra_metrics), capacity)
     regression = dict(data.get("regression") or {})
     tolerances(regression)
-    return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity)
+    return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity, repeat)
 
 
 def _check_format(name: str | None, options: dict[str, Any], workload: Path) -> None:
@@ -131,6 +139,18 @@ def _check_format(name: str | None, options: dict[str, Any], workload: Path) -> 
         check_format_options(module, options)
     except LLMReplayError as exc:
         raise LLMReplayError(f"format_options: {exc}") from None
+
+
+MAX_REPEAT = 1000
+
+
+def check_repeat(name: str, value: Any) -> int:
+    """``value`` as a number of runs (1 to :data:`MAX_REPEAT`); LLMReplayError naming ``name``."""
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_REPEAT:
+        raise LLMReplayError(f"{name}: expected a number of runs from 1 to {MAX_REPEAT}, got {value!r}")
+    return value
 
 
 def read_spec_file(path: Path) -> Any:

@@ -25,6 +25,13 @@ from .errors import LLMReplayError
 
 KINDS = ("offline", "sim-server", "live")
 DEFAULT_PROFILE = "llama-3.1-8b-h100"
+CACHE_RESETS = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
+
+
+def no_cache_reset_note(url: str) -> str:
+    """What the session summary says once when a server offers no cache reset between repeats."""
+    return (f"{url} answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
+            "each repeat may measure a prefix cache the previous one warmed")
 
 
 @dataclass
@@ -59,13 +66,40 @@ class Target:
     def gpus(self) -> int:
         return self.profile.gpus if self.profile is not None else 1
 
-    def endpoint(self) -> Any:
-        """A new endpoint object for one replay."""
+    def endpoint(self, repeat: int = 0) -> Any:
+        """A new endpoint object for one replay; offline, a fresh engine seeded by :meth:`run_seed`."""
         if self.kind == "offline":
             from .sim.endpoint import SimEndpoint
 
-            return SimEndpoint(self.profile, self.prompts, seed=self.prompts.seed, extra_body=self.extra_body)
+            return SimEndpoint(self.profile, self.prompts, seed=self.run_seed(repeat), extra_body=self.extra_body)
         return HTTPEndpoint(self.url, model=self.model if self.model_named else None, api=self.api, api_key_env=self.api_key_env, extra_body=self.extra_body)
+
+    def run_seed(self, repeat: int) -> int | None:
+        """The in-process simulator's seed (outputs, timing jitter) for run ``repeat`` (0-based) of
+        a test: the session's seed plus ``repeat``; None over HTTP (the server seeds itself)."""
+        return self.prompts.seed + repeat if self.kind == "offline" else None
+
+    def reset_cache(self) -> str | None:
+        """Empty the server's prefix cache before a repeat, so that it does not measure a cache
+        the previous run warmed: ``POST /reset_prefix_cache`` (vLLM with
+        ``VLLM_SERVER_DEV_MODE=1``, and our simulated server, which also starts a fresh engine
+        with a new jitter seed), else ``POST /flush_cache`` (SGLang). The request that answered
+        2xx, or None when neither did (or offline, where every run has a fresh engine anyway)."""
+        if self.kind == "offline":
+            return None
+        import httpx
+
+        base = self.url.rstrip("/").removesuffix("/v1")
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        for path in CACHE_RESETS:
+            try:
+                with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
+                    if client.post(path).is_success:
+                        return f"POST {path}"
+            except httpx.HTTPError:
+                continue
+        return None
 
     def clock(self) -> Clock:
         return VirtualClock() if self.kind == "offline" else WallClock()

@@ -159,7 +159,7 @@ def vllm_options(engine_home: str, scratch: Path, *api: str) -> list[str]:
     """The options that make the plugin start vLLM on a free port and replay against it."""
     port = free_port()
     return ["--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", vllm_server_command(engine_home, port, scratch),
-            "--llm-ignore-eos", *api, "-p", "no:cacheprovider", "-v"]
+            "--llm-ignore-eos", "--llm-repeat", "1", *api, "-p", "no:cacheprovider", "-v"]  # one run: the cache checks read one run's hits
 
 
 def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tmp_path_factory):

@@ -41,7 +41,7 @@ synthetic:
 FLAGS = (
     "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd", "--llm-server-timeout",
     "--llm-sim-profile", "--llm-offline", "--llm-tokenizer", "--llm-seed", "--llm-baseline-dir",
-    "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-report",
+    "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-report", "--llm-repeat",
 )
 HEADER_END = "tokenizer bundled (llmreplay-bpe-4k), seed 0"
 
@@ -781,7 +781,7 @@ def test_two_workloads_with_the_same_session_ids_share_no_prompt_tokens(project)
         def test_first_again(llm_replay):
             assert llm_replay("tiny.yaml", concurrency=1).summary["cache_hit_rate"]["mean"] > 0
     """)
-    project.runpytest().assert_outcomes(passed=3)
+    project.runpytest("--llm-repeat", "1").assert_outcomes(passed=3)  # repeats would reset the cache before each run
 
 
 def test_llm_endpoint_live_with_a_server_the_plugin_starts(project):
@@ -911,7 +911,7 @@ def test_report_dir_has_every_test_and_the_session_summary(project):
         record = json.loads(json_file.read_text())
         assert record["test"] == test
         assert record["fingerprint"]["kind"] == "offline"
-        assert len(record["samples"]["ttft"]) == 8
+        assert len(record["samples"]["ttft"]) == 3 * 8  # the default three runs, each of 8 requests
         csv_lines = csv_file.read_text().splitlines()
         assert len(csv_lines) == 1 + 8  # a header and one row per request
     summary = (folder / "summary.md").read_text()

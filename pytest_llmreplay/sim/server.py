@@ -127,6 +127,7 @@ class SimServer:
         self.cluster: Cluster | None = None
         self.emit_lags = LagWindow(LAG_WINDOW)
         self._requests = 0
+        self._resets = 0
         self._handlers: set[asyncio.Task] = set()
         self._headers: dict[str, list[int]] = {}
         self._json_texts: dict[int, bytes] = {}
@@ -143,6 +144,7 @@ class SimServer:
         app.router.add_get("/version", self.version)
         app.router.add_get("/health", self.health)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.on_startup.append(self._start)
         app.on_shutdown.append(self._end_streams)
         app.on_cleanup.append(self._stop)
@@ -161,6 +163,18 @@ class SimServer:
     async def _stop(self, app: web.Application) -> None:
         if self.cluster is not None:
             await self.cluster.stop()
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /reset_prefix_cache``: here a fresh engine (empty cache, idle) whose
+        timing jitter draws from a new seed, ``stable_hash("sim-reset", seed, resets)``, as each
+        run on a real server draws new noise; 409 while requests are in flight."""
+        if self._handlers:
+            return web.json_response({"error": {"message": "requests in flight; reset when idle"}}, status=409)
+        self._resets += 1
+        await self.cluster.stop()
+        self.cluster = Cluster(self.profile, self.clock, self.cluster_config, spans=False, seed=stable_hash("sim-reset", self.seed, self._resets))
+        self.cluster.start()
+        return web.json_response({"status": "ok", "resets": self._resets})
 
     # -- small routes ----------------------------------------------------------------------------
 

@@ -1,0 +1,158 @@
+"""History over commits: the gate that judges a change on the spread of K earlier results, and
+``llmreplay history`` with Apache Otava's change points. Stores seeded with synthetic records
+(known spread, a known step) in real git repositories."""
+
+import json
+import re
+import sys
+
+import numpy as np
+import pytest
+
+from pytest_llmreplay import baseline
+from pytest_llmreplay.baseline import Comparison, Row
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.store import FolderStore, result_folder
+from pytest_llmreplay.history import MIN_HISTORY, History, gate_with_history, history_points, metric_series, prediction_t, t_quantile
+from test_plugin_baselines import git, project  # noqa: F401 (fixture)
+
+TEST = "tests/perf/test_chat.py::test_chat"
+
+
+def record(ttft_p50: float, commit: str = "c" * 40, **changes) -> dict:
+    return {"schema": baseline.SCHEMA, "test": TEST, "commit": commit, "time": "2026-01-01T00:00:00+00:00", "fingerprint": {"kind": "offline"},
+            "workload": {"digest": "w"}, "settings": {"concurrency": 4}, "summary": {"ttft": {"p50": ttft_p50}, "tpot": {"p50": 0.01}},
+            "samples": {"ttft": [ttft_p50] * 3}, "sample_keys": {"ttft": [0, 1, 2]}, **changes}
+
+
+def row(change: float) -> Row:
+    """A ttft.p50 row the bootstrap called a regression: beyond 5%, interval clear of zero."""
+    return Row("ttft.p50", 1.0, 1.0 + change, change=change, low=change - 0.01, high=change + 0.01, tolerance=0.05, verdict="regression")
+
+
+def test_t_quantile_matches_published_tables():
+    # Student's t table: t_{0.975} for 4, 9 and 19 degrees of freedom
+    assert [round(t_quantile(0.975, df), 3) for df in (4, 9, 19)] == [2.776, 2.262, 2.093]
+
+
+def test_history_spread_suppresses_a_false_alarm_that_one_run_per_side_raises():
+    rng = np.random.default_rng(0)
+    spread = list(1.0 + 0.04 * rng.standard_normal(10))  # ten earlier results, 4% run-to-run sd
+    comparison = Comparison("base", rows=[row(0.06)])
+    gate_with_history(comparison, record(float(np.mean(spread)) * 1.06), History([("c", record(v)) for v in spread]))
+    [judged] = comparison.rows
+    assert judged.verdict == "noise"
+    assert "history t +1." in judged.note
+    assert "history: 10 earlier results gate the verdicts" in comparison.header
+    # a shift far beyond that spread is still a regression
+    comparison = Comparison("base", rows=[row(0.30)])
+    gate_with_history(comparison, record(float(np.mean(spread)) * 1.30), History([("c", record(v)) for v in spread]))
+    assert comparison.rows[0].verdict == "regression"
+
+
+def test_too_short_a_history_leaves_the_bootstrap_verdict():
+    comparison = Comparison("base", rows=[row(0.06)])
+    gate_with_history(comparison, record(1.06), History([("c", record(1.0 + i / 100)) for i in range(MIN_HISTORY - 1)], unreadable=1))
+    assert comparison.rows[0].verdict == "regression"
+    assert comparison.header == f"history: {MIN_HISTORY - 1} earlier result(s) (< 5), verdicts from the bootstrap alone; 1 stored file(s) unreadable, skipped"
+    quiet = Comparison("base", rows=[row(0.06)])
+    gate_with_history(quiet, record(1.06), History([("c", record(1.0))]))
+    assert quiet.header is None and quiet.rows[0].verdict == "regression"
+
+
+def test_prediction_t_of_a_constant_history():
+    assert prediction_t([1.0] * 5, 1.0) == 0
+    assert prediction_t([1.0] * 5, 1.1) == float("inf")
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git repository with 16 commits on main, the cwd of the test."""
+    git(tmp_path, "init", "-q", "-b", "main")
+    for i in range(16):
+        git(tmp_path, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def commits(path) -> list[str]:
+    """Oldest first."""
+    return git(path, "rev-list", "--first-parent", "--reverse", "HEAD").split()
+
+
+def seed_store(path, values: list[float]) -> FolderStore:
+    store = FolderStore(path / ".llmreplay")
+    for commit, value in zip(commits(path), values):
+        store.save(record(value, commit))
+    return store
+
+
+STEP = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.100, 0.101, 0.120, 0.121, 0.119, 0.120, 0.122, 0.118, 0.120, 0.121]
+
+
+def test_history_points_match_the_current_result_skip_others_and_count_unreadable(repo):
+    store = seed_store(repo, STEP)
+    store.save(record(0.5, commits(repo)[3], settings={"concurrency": 8}))  # other settings: not history
+    (store.root / result_folder(TEST) / f"{commits(repo)[4][:12]}-zzzz.json").write_text("{not json")
+    found = history_points(store, TEST, list(reversed(commits(repo))), like=record(0.1), limit=10)
+    assert [value for value in found.values("ttft.p50")] == STEP[-10:]
+    assert found.unreadable == 0  # the corrupt file is at an older commit than the 10 newest
+    everything = history_points(store, TEST, list(reversed(commits(repo))), like=record(0.1))
+    assert len(everything.points) == 16 and everything.unreadable == 1
+
+
+def test_metric_series_finds_the_step(repo):
+    store = seed_store(repo, STEP)
+    names, values, points = metric_series(history_points(store, TEST, list(reversed(commits(repo)))), "ttft.p50")
+    assert names == commits(repo) and values == STEP
+    assert points == [8]
+
+
+def test_history_command_prints_each_commit_and_the_change_point(repo, capsys):
+    seed_store(repo, STEP)
+    (repo / ".llmreplay" / result_folder(TEST) / f"{commits(repo)[2][:12]}-corrupt.json").write_text("[]")
+    assert main(["history", TEST, "--metric", "ttft.p50"]) == 0
+    out = capsys.readouterr().out
+    step = commits(repo)[8][:12]
+    assert f"ttft.p50: change points at {step}" in out
+    assert "16 stored results on the first-parent history of HEAD" in out and "; 1 unreadable file(s) skipped" in out
+    assert re.search(rf"^{step} +0\.12 +change point: level 0\.100125 -> 0\.120125 \(\+20\.0%\)$", out, re.M), out
+    assert out.count("change point:") == 1 and len([line for line in out.splitlines() if line[:12] in {c[:12] for c in commits(repo)}]) == 16
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["history", TEST, "--metric", "ttft"], "error: --metric: expected METRIC.STAT such as ttft.p50, got 'ttft'"),
+    (["history", TEST, "--baseline-dir", "nowhere"], "error: tests/perf/test_chat.py::test_chat: no stored result in */nowhere on the first-parent history of HEAD (*)"),
+    (["history", "tests/other.py::test_x"], "error: tests/other.py::test_x: no stored result in */.llmreplay on the first-parent history of HEAD (*)"),
+    (["history", TEST, "--ref", "no-such-branch"], "error: --ref: git cannot resolve 'no-such-branch' to a commit"),
+])
+def test_history_command_bad_input_is_one_line(repo, capsys, args, message):
+    seed_store(repo, STEP)
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    from fnmatch import fnmatch
+
+    assert fnmatch(err, message), err
+
+
+def test_history_command_without_otava_names_the_extra(repo, capsys, monkeypatch):
+    seed_store(repo, STEP)
+    monkeypatch.setitem(sys.modules, "otava.analysis", None)  # import fails as if not installed
+    assert main(["history", TEST]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "error: change points need Apache Otava: pip install 'pytest-llmreplay[history]'\n"
+    assert captured.out == ""
+
+
+def test_compare_is_gated_by_the_stored_history(project):
+    # five commits, each with a saved result: the sixth comparison is judged on their spread
+    for i in range(MIN_HISTORY):
+        project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+        git(project.path, "commit", "-q", "--allow-empty", "-m", f"change {i}")
+    result = project.runpytest("--llm-offline", "--llm-compare=HEAD~1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78): 0 regressions"])
+    assert "history t -inf" not in result.stdout.str()  # equal figures read as equal, not as a rounding error
+    stored = [json.loads(p.read_text()) for p in (project.path / ".llmreplay").glob("*/*.json")]
+    assert len(stored) == MIN_HISTORY

@@ -1,0 +1,155 @@
+"""Run-to-run noise: ``--llm-repeat N`` (N runs per test, stored as one record of runs), the
+two-level bootstrap that resamples runs then requests, and cache resets between repeats on a
+server. Plugin behaviour through pytester, the statistics on synthetic arrays."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mockserver import MockServer, ServerThread
+from pytest_llmreplay import baseline
+from pytest_llmreplay.repeats import pool_records, run_keys, run_samples
+from test_plugin_baselines import PERF_TEST, project, stored  # noqa: F401 (project: the fixture)
+
+
+def shifted_runs(rng: np.random.Generator, shifts: list[float], size: int = 300) -> list[np.ndarray]:
+    """One run per shift: the same 300 requests' values (lognormal spread between requests),
+    each run scaled as a whole by (1 + shift), plus 1% noise per request."""
+    requests = rng.lognormal(0, 0.5, size)
+    return [requests * (1 + shift) * rng.lognormal(0, 0.01, size) for shift in shifts]
+
+
+def test_two_level_bootstrap_puts_whole_run_shifts_inside_the_interval():
+    rng = np.random.default_rng(1)
+    base = shifted_runs(rng, [-0.04, 0.0, 0.04])
+    current = shifted_runs(np.random.default_rng(1), [0.03, -0.03, 0.05])  # the same requests
+    pooled_base, pooled_current = np.concatenate(base), np.concatenate(current)
+    _, flat_low, flat_high = baseline.bootstrap_change(pooled_base, pooled_current, "p50", paired=True)
+    change, low, high = baseline.hierarchical_bootstrap_change(base, current, "p50", paired=True)
+    assert change == pytest.approx(float(np.median(pooled_current) / np.median(pooled_base) - 1))
+    # pooled and paired, the requests' spread cancels and the +1.7% reads as significant ...
+    assert flat_low > 0
+    # ... resampling the runs first sees that runs alone move the median by +-4%
+    assert low < 0 < high
+    assert high - low > 3 * (flat_high - flat_low)
+
+
+def test_two_level_bootstrap_of_steady_runs_stays_narrow_and_finds_a_real_change():
+    base = shifted_runs(np.random.default_rng(2), [0.0, 0.001, -0.001])
+    current = shifted_runs(np.random.default_rng(2), [0.10, 0.101, 0.099])
+    change, low, high = baseline.hierarchical_bootstrap_change(base, current, "p50", paired=True)
+    assert 0.08 < low < change < high < 0.12
+    unpaired = baseline.hierarchical_bootstrap_change(base, [run[:250] for run in current], "mean")
+    assert unpaired[1] > 0.05
+
+
+def record_of(runs: list[np.ndarray]) -> dict:
+    """A stored record of several runs, as pool_records makes them."""
+    records = [{"schema": baseline.SCHEMA, "summary": {"ttft": {"p50": float(np.median(r))}}, "fingerprint": {}, "workload": {}, "settings": {},
+                "samples": {"ttft": list(r)}, "sample_keys": {"ttft": list(range(len(r)))}} for r in runs]
+    return pool_records(records, [{"seed": i, "cache_reset": None} for i in range(len(runs))])
+
+
+def test_a_record_of_runs_gives_each_run_back():
+    runs = shifted_runs(np.random.default_rng(3), [0.0, 0.1], size=5)
+    record = record_of(runs)
+    assert [list(r) for r in run_samples(record, "ttft")] == [list(r) for r in runs]
+    assert run_keys(record, "ttft") == [list(range(5))] * 2
+    assert record["summary"]["ttft"]["p50"] == pytest.approx(np.median([np.median(r) for r in runs]))
+    assert [run["seed"] for run in record["runs"]] == [0, 1]
+
+
+def test_compare_of_repeated_results_is_not_fooled_by_a_shifted_run():
+    base = record_of(shifted_runs(np.random.default_rng(4), [-0.06, 0.0, 0.06]))
+    current = record_of(shifted_runs(np.random.default_rng(4), [0.0, 0.06, 0.12]))
+    [row] = baseline.compare(base, current, {"ttft.p50": 0.05}).rows
+    assert row.change > 0.05 and row.paired
+    assert row.verdict == "noise"  # pooled flat, the same data is a regression:
+    flat = {**current, "runs": None}
+    assert baseline.compare({**base, "runs": None}, flat, {"ttft.p50": 0.05}).rows[0].verdict == "regression"
+
+
+# ------------------------------------------------------------------------ through the plugin
+
+
+def test_repeat_option_replays_with_a_new_seed_each_time_and_stores_one_record_of_runs(project):
+    profile = json.loads((project.path / "fast.json").read_text())
+    profile["timing"]["jitter"] = 0.2
+    (project.path / "jittery.json").write_text(json.dumps(profile))
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "5", "--llm-repeat", "3", "--llm-save", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["3 runs (seeds 5, 6, 7): ttft.p50 *; the table above is the last run's*"])
+    [path] = stored(project.path)
+    record = json.loads(path.read_text())
+    assert [run["seed"] for run in record["runs"]] == [5, 6, 7]
+    tpots = [run["summary"]["tpot"]["p50"] for run in record["runs"]]
+    assert len(set(tpots)) == 3  # three draws of the jitter
+    assert record["summary"]["tpot"]["p50"] == sorted(tpots)[1]
+    assert len(record["samples"]["ttft"]) == sum(run["sizes"]["ttft"] for run in record["runs"]) == 3 * record["runs"][0]["sizes"]["ttft"]
+    compared = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "5", "--llm-repeat", "3", "--llm-compare")
+    compared.assert_outcomes(passed=1)
+    compared.stdout.fnmatch_lines(["ttft.p50 * +0.0% [[]*[]]*ok"])
+
+
+def test_repeat_key_of_the_marker_beats_the_option(project):
+    project.makepyfile(test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', 'slo={"error_rate": "== 0"}, repeat=2'))
+    project.runpytest("--llm-offline", "--llm-repeat", "4", "--llm-save").assert_outcomes(passed=1)
+    [path] = stored(project.path)
+    assert [run["seed"] for run in json.loads(path.read_text())["runs"]] == [0, 1]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--llm-repeat", "0"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 0"),
+    (["--llm-repeat", "three"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 'three'"),
+    (["-o", "llm_repeat=-2"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got '-2'"),
+])
+def test_bad_repeat_is_one_usage_error(project, args, message):
+    result = project.runpytest("--llm-offline", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_bad_repeat_key_of_the_marker_fails_the_test_with_one_line(project):
+    project.makepyfile(test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', "repeat=0"))
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)  # at set-up, as every bad marker key
+    result.stdout.fnmatch_lines(["*repeat: expected a number of runs from 1 to 1000, got 0"])
+
+
+def test_corrupt_runs_in_a_stored_result_is_one_line(project):
+    project.runpytest("--llm-offline", "--llm-repeat", "2", "--llm-save").assert_outcomes(passed=1)
+    [path] = stored(project.path)
+    record = json.loads(path.read_text())
+    record["runs"][0]["sizes"]["ttft"] += 1
+    path.write_text(json.dumps(record))
+    result = project.runpytest("--llm-offline", "--llm-repeat", "2", "--llm-compare")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"Compared with *: cannot read the stored result ({path}: runs: the sizes of ttft do not add up to its * samples)"])
+
+
+def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project):
+    from pytest_llmreplay.prompts import PromptFactory
+    from pytest_llmreplay.sim.profile import load_profile
+    from pytest_llmreplay.sim.server import SimServer
+    from pytest_llmreplay.tokenizer import load_tokenizer
+
+    server = SimServer(load_profile(str(project.path / "fast.json")), PromptFactory(load_tokenizer(None)))
+    with ServerThread(server) as thread:
+        project.runpytest("--llm-endpoint", thread.url, "--llm-repeat", "2", "--llm-save").assert_outcomes(passed=1)
+    assert server._resets == 2
+    [path] = stored(project.path)
+    runs = json.loads(path.read_text())["runs"]
+    assert [run["cache_reset"] for run in runs] == ["POST /reset_prefix_cache"] * 2
+    assert [run["seed"] for run in runs] == [None, None]
+
+
+def test_repeats_against_a_server_without_a_cache_reset_say_so_once(project):
+    project.makepyfile(test_two=PERF_TEST.replace("test_chat", "test_other"))
+    with ServerThread(MockServer()) as thread:
+        result = project.runpytest("--llm-endpoint", thread.url, "--llm-repeat", "2", "--llm-save")
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("answers neither POST /reset_prefix_cache") == 1
+    result.stdout.fnmatch_lines(["llmreplay repeats: http://127.0.0.1:* answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): *"])
+    assert [run["cache_reset"] for run in json.loads(stored(project.path)[0].read_text())["runs"]] == [None, None]
