@@ -1,0 +1,171 @@
+"""The example CI workflow (examples/ci/github-actions.yml) is not a stale example: every
+``pytest``/``llmreplay`` command line of its ``run:`` steps, and every ``PYTEST_ADDOPTS`` it sets
+or shows in a comment, parses with the plugin's and the CLI's real parsers; the README's "In CI"
+section shows the very same command lines; and the save-then-compare commands work for real: two
+CI jobs (fresh clones of one bare repository) on the offline simulator, the push to main saving,
+the pull request comparing with it through the git store."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_plugin_baselines import git, no_traceback, project  # noqa: F401 - project is a fixture
+from test_plugin_stores import ci  # noqa: F401 - a fixture
+
+from pytest_llmreplay.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
+README = ROOT / "README.md"
+COMMANDS = ("pytest", "llmreplay")
+ADDOPTS = re.compile(r"^\s*(?:#\s*)?PYTEST_ADDOPTS:\s*(\S.*)$", re.MULTILINE)
+
+
+def command_lines(script: str) -> list[str]:
+    """The lines of a shell script whose first word is ``pytest`` or ``llmreplay``: backslash
+    continuations joined, a ``# comment`` dropped (as bash does, from a ``#`` that starts a word;
+    quotes are not looked at), whitespace normalised."""
+    found = []
+    for line in re.sub(r"\\\n", " ", script).splitlines():
+        words = re.sub(r"(^|\s)#.*", "", line).split()
+        if words and words[0] in COMMANDS:
+            found.append(" ".join(words))
+    return found
+
+
+def workflow_commands(text: str) -> list[str]:
+    """Every pytest/llmreplay command line in the ``run:`` steps of a GitHub Actions workflow."""
+    workflow = yaml.safe_load(text)
+    return [line for job in workflow["jobs"].values() for step in job.get("steps", []) if "run" in step
+            for line in command_lines(step["run"])]
+
+
+def workflow_addopts(text: str) -> list[str]:
+    """Each ``PYTEST_ADDOPTS`` value the workflow sets or shows in a comment."""
+    return [value.strip() for value in ADDOPTS.findall(text)]
+
+
+def readme_section(text: str, title: str) -> str:
+    """The README section headed ``title`` (any level), up to the next heading of its level or above."""
+    match = re.search(rf"^(#+) {re.escape(title)}\n", text, re.MULTILINE)
+    assert match, f"README.md has no section {title!r}"
+    level = len(match.group(1))
+    end = re.search(rf"^#{{1,{level}}} ", text[match.end():], re.MULTILINE)
+    return text[match.end(): match.end() + end.start() if end else len(text)]
+
+
+def option_problem(pytester: pytest.Pytester, line: str) -> str | None:
+    """None when ``line``'s options parse with the real parser (the plugin's pytest options, or
+    ``llmreplay``'s argparse), else the parser's complaint."""
+    words = shlex.split(line)
+    if words[0] == "llmreplay":
+        try:
+            build_parser().parse_args(words[1:])
+        except SystemExit:
+            return f"llmreplay cannot parse {line!r}"
+        return None
+    try:
+        pytester.parseconfig(*words[1:])
+    except pytest.UsageError as exc:
+        return str(exc)
+    return None
+
+
+# ------------------------------------------------------------------------ the checks themselves
+
+
+STALE = """
+jobs:
+  perf:
+    steps:
+      - run: pip install -e .
+      - run: |
+          pytest tests/perf --llm-baselines=git:origin#refs/x \\
+            --llm-save   # a comment
+          llmreplay compare --store git:origin#refs/x --tset t a b
+"""
+
+
+def test_the_checks_find_every_command_and_a_stale_option(pytester):
+    lines = workflow_commands(STALE)
+    assert lines == ["pytest tests/perf --llm-baselines=git:origin#refs/x --llm-save",
+                     "llmreplay compare --store git:origin#refs/x --tset t a b"]
+    assert "--llm-baselines" in option_problem(pytester, lines[0])
+    assert option_problem(pytester, lines[1]) is not None
+    assert option_problem(pytester, lines[0].replace("--llm-baselines", "--llm-baseline-dir")) is None
+    assert option_problem(pytester, lines[1].replace("--tset", "--test")) is None
+
+
+def test_every_option_of_the_workflow_exists(pytester):
+    text = WORKFLOW.read_text()
+    lines = workflow_commands(text)
+    assert len(lines) >= 2, "the workflow runs no perf tests"
+    addopts = workflow_addopts(text)
+    assert len(addopts) >= 2, "the workflow names no target (PYTEST_ADDOPTS), live or commented"
+    for line in [*lines, *(f"pytest {value}" for value in addopts)]:
+        assert option_problem(pytester, line) is None, line
+
+
+def test_the_readme_shows_the_workflows_commands():
+    text = WORKFLOW.read_text()
+    section = readme_section(README.read_text(), "In CI")
+    assert "examples/ci/github-actions.yml" in section
+    shown = [line for block in re.findall(r"```\w*\n(.*?)```", section, re.DOTALL) for line in command_lines(block)]
+    assert shown == workflow_commands(text)
+    live_addopts = yaml.safe_load(text)["jobs"]["perf"]["env"]["PYTEST_ADDOPTS"]
+    assert f"PYTEST_ADDOPTS={live_addopts}" in " ".join(section.split())
+
+
+# ------------------------------------------------------------------------ end to end
+
+
+def job_command(line: str) -> list[str]:
+    """A workflow command line as the runner's bash would pass it to pytest: words split,
+    ``$VARIABLES`` expanded, the leading ``pytest`` dropped."""
+    words = [os.path.expandvars(word) for word in shlex.split(line)]
+    assert words[0] == "pytest"
+    return words[1:]
+
+
+def test_the_workflow_saves_on_main_and_gates_a_pull_request(ci, project, monkeypatch, tmp_path):
+    text = WORKFLOW.read_text()
+    save, compare = workflow_commands(text)
+    assert "--llm-save" in save and "--llm-fail-on-regression" in compare
+    job, _ = ci
+    monkeypatch.setenv("PYTEST_ADDOPTS", yaml.safe_load(text)["jobs"]["perf"]["env"]["PYTEST_ADDOPTS"])
+
+    # the push to main: the perf tests move to tests/perf, as the workflow expects
+    main = job("push-to-main")
+    (main / "tests" / "perf").mkdir(parents=True)
+    git(main, "mv", "test_perf.py", "tests/perf/test_perf.py")
+    git(main, "commit", "-q", "-m", "perf tests in tests/perf")
+    git(main, "push", "-q", "origin", "main")
+    monkeypatch.chdir(main)
+    result = project.runpytest(*job_command(save))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*simulator llama-3.1-8b-h100 (offline, virtual time)*",
+                                 "saved baseline git:origin#refs/llmreplay/results tests_perf_test_perf.py_test_chat-*/*.json"])
+    assert (main / "perf-report" / "summary.md").is_file()
+    saved = git(main, "rev-parse", "HEAD")[:12]
+
+    # a pull request onto main: a fresh runner, a branch with one more commit
+    pull = job("pull-request")
+    git(pull, "checkout", "-q", "-b", "feature")
+    (pull / "notes.txt").write_text("a change under review\n")
+    git(pull, "add", "notes.txt")
+    git(pull, "commit", "-q", "-m", "change")
+    step_summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_BASE_REF", "main")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    monkeypatch.chdir(pull)
+    result = project.runpytest(*job_command(compare))
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"Compared with origin/main ({saved}), stored {saved} *: 0 regressions"])
+    no_traceback(result)
+    assert step_summary.read_text() == (pull / "perf-report" / "summary.md").read_text()
