@@ -146,26 +146,28 @@ def test_the_workflow_saves_on_main_and_gates_a_pull_request(ci, project, monkey
     git(main, "mv", "test_perf.py", "tests/perf/test_perf.py")
     git(main, "commit", "-q", "-m", "perf tests in tests/perf")
     git(main, "push", "-q", "origin", "main")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "main_summary.md"))  # each job has its own
     monkeypatch.chdir(main)
     result = project.runpytest(*job_command(save))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*simulator llama-3.1-8b-h100 (offline, virtual time)*",
                                  "saved baseline git:origin#refs/llmreplay/results tests_perf_test_perf.py_test_chat-*/*.json"])
-    assert (main / "perf-report" / "summary.md").is_file()
+    assert (tmp_path / "main_summary.md").read_text() == (main / "perf-report" / "summary.md").read_text()
     saved = git(main, "rev-parse", "HEAD")[:12]
 
-    # a pull request onto main: a fresh runner, a branch with one more commit
+    # a pull request onto main: a fresh runner, checked out at its merge commit (detached), as on GitHub
     pull = job("pull-request")
     git(pull, "checkout", "-q", "-b", "feature")
     (pull / "notes.txt").write_text("a change under review\n")
     git(pull, "add", "notes.txt")
     git(pull, "commit", "-q", "-m", "change")
-    step_summary = tmp_path / "step_summary.md"
+    git(pull, "checkout", "-q", "--detach", "origin/main")  # what actions/checkout checks out: the merge
+    git(pull, "merge", "-q", "--no-ff", "-m", "Merge feature into main", "feature")
     monkeypatch.setenv("GITHUB_BASE_REF", "main")
-    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "pull_summary.md"))
     monkeypatch.chdir(pull)
     result = project.runpytest(*job_command(compare))
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"Compared with origin/main ({saved}), stored {saved} *: 0 regressions"])
     no_traceback(result)
-    assert step_summary.read_text() == (pull / "perf-report" / "summary.md").read_text()
+    assert (tmp_path / "pull_summary.md").read_text() == (pull / "perf-report" / "summary.md").read_text()
