@@ -19,6 +19,7 @@ from test_plugin_baselines import git, no_traceback, project  # noqa: F401 - pro
 from test_plugin_stores import ci  # noqa: F401 - a fixture
 
 from pytest_llmreplay.cli import build_parser
+from pytest_llmreplay.plugin import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
@@ -120,6 +121,8 @@ def test_the_readme_shows_the_workflows_commands():
     assert shown == workflow_commands(text)
     live_addopts = yaml.safe_load(text)["jobs"]["perf"]["env"]["PYTEST_ADDOPTS"]
     assert f"PYTEST_ADDOPTS={live_addopts}" in " ".join(section.split())
+    named = set(re.findall(r"--llm-[a-z-]+", section))  # in the prose too (the live-server variant)
+    assert named <= {flag for flag, *_ in OPTIONS}, named - {flag for flag, *_ in OPTIONS}
 
 
 # ------------------------------------------------------------------------ end to end
