@@ -4,7 +4,9 @@ stored result, the report files, and the verdict.
 Order (nothing measured is lost): check every SLO; compare with the reference's stored result
 (``--llm-compare``; with >= 5 earlier results on the reference's history, the verdicts come
 from their spread: :mod:`~pytest_llmreplay.history`); save this result (``--llm-save``); write its report files
-(``--llm-report``); then fail the test if an SLO is breached, or a regression was called and
+(``--llm-report``; with ``--llm-compare`` the report's record also holds ``history``, each gated
+figure over those earlier results and this run with its change points,
+:func:`~pytest_llmreplay.history.trend`, which the HTML report plots); then fail the test if an SLO is breached, or a regression was called and
 ``--llm-fail-on-regression`` is on. The checks the test body made with ``Result.assert_slo`` are
 stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
 outcome's ``text`` (tables) goes into the test's report section, ``figures`` into its JUnit
@@ -18,13 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, make_record, slo_rows, tolerances
 from .repeats import pool_records, repeats_line
 from .errors import LLMReplayError
 from .store import Store, result_folder, write_new
 from .slo import breach_table, check_slos, parse_slos
+
+if TYPE_CHECKING:
+    from .history import History
 
 KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value",
                "goodput.value", "goodput.rate", "capacity.rate", "capacity.concurrency")
@@ -94,7 +99,8 @@ class Gate:
         slo_table = breach_table(checks) if checks else None
         blocks = ([f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)]
                   + ([repeats_line(record)] if len(records) > 1 else []) + ([breach_table(every_check)] if every_check else []))
-        found = self._compare(run, record) if self.history is not None else None
+        earlier = self._earlier(run, record)
+        found = self._compare(run, record, earlier) if earlier is not None else None
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
         baseline_blocks = [compared_text] if compared_text else []
@@ -106,7 +112,7 @@ class Gate:
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
         if self.report_dir is not None:
-            self._write_report(run, record, comparison)
+            self._write_report(run, record, comparison, earlier)
         if not all(c.passed for c in checks):
             failures.append(slo_table)
         if self.fail_on_regression and comparison is not None and comparison.regressions:
@@ -114,7 +120,24 @@ class Gate:
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
         return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None)
 
-    def _compare(self, run: PerfRun, record: Mapping[str, Any]) -> Comparison | str:
+    def _earlier(self, run: PerfRun, record: Mapping[str, Any]) -> History | None:
+        """The earlier results like ``record`` on the reference's history (a
+        :class:`~pytest_llmreplay.history.History`: the gate's newest ones, or a trend's when a
+        report is written); None without ``--llm-compare``."""
+        if self.history is None:
+            return None
+        from .history import HISTORY_WINDOW, TREND_WINDOW, history_points
+
+        window = TREND_WINDOW if self.report_dir is not None else HISTORY_WINDOW
+        return history_points(self.store, run.test, self.history[1], like=record, limit=window)
+
+    def _gated_keys(self, run: PerfRun) -> dict[str, float]:
+        """Each figure the comparison gates, with its tolerance."""
+        capacity = getattr(run.result, "capacity", None)
+        defaults = {f"capacity.{capacity.plan.by}": CAPACITY_TOLERANCE} if capacity is not None else DEFAULT_TOLERANCES
+        return tolerances(run.regression, defaults)
+
+    def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
         label, commits = self.history
         try:
             found = self.store.latest(run.test, commits)
@@ -124,21 +147,23 @@ class Gate:
         except LLMReplayError as exc:
             return f"Compared with {label}: cannot read the stored result ({exc})"
         stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
-        capacity = getattr(run.result, "capacity", None)
-        defaults = {f"capacity.{capacity.plan.by}": CAPACITY_TOLERANCE} if capacity is not None else DEFAULT_TOLERANCES
-        comparison = compare(baseline, record, tolerances(run.regression, defaults), label=stored_at)
+        comparison = compare(baseline, record, self._gated_keys(run), label=stored_at)
         if comparison.mismatch is None:
-            from .history import HISTORY_WINDOW, gate_with_history, history_points
+            from .history import HISTORY_WINDOW, History, gate_with_history
 
-            gate_with_history(comparison, record, history_points(self.store, run.test, commits, like=record, limit=HISTORY_WINDOW))
+            gate_with_history(comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable))
         return comparison
 
-    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None) -> None:
+    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None) -> None:
         folder = self.report_dir / "tests"
         name = result_folder(run.test)
         stored = dict(record)
         if comparison is not None:
             stored["comparison"] = comparison_as_dict(comparison)
+        if earlier is not None:  # the trend plot's series (report_trend.py), in the report only, not in the store
+            from .history import trend
+
+            stored["history"] = trend(earlier, record, list(self._gated_keys(run)), self.history[0])
         for old in (folder / f"{name}.json", folder / f"{name}.csv"):
             old.unlink(missing_ok=True)  # this session's rerun of the test replaces it
         write_new(folder / f"{name}.json", stored)

@@ -29,6 +29,9 @@ image. The bootstrap interval is still shown; with a history the verdict no long
 **Change points** (:func:`change_points`, :func:`metric_series`): Apache Otava's e-divisive with
 t-test significance (``otava.analysis.compute_change_points``, the Hunter algorithm of Fleming
 et al., ICPE 2023), from the optional extra ``pytest-llmreplay[history]``, imported when used.
+
+**Trend** (:func:`trend`): what the report's trend plot draws, each gated figure over the
+earlier results then this run, with its change points; the gate stores it in the report's record.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from .baseline import CONFIDENCE, LOWER_IS_WORSE, Comparison, mismatch
 from .errors import LLMReplayError
@@ -45,6 +48,8 @@ from .store import Store
 
 MIN_HISTORY = 5
 HISTORY_WINDOW = 20
+TREND_WINDOW = 50  # the newest earlier results a trend plot draws
+MIN_TREND = 2  # earlier results a trend plot needs
 CHANGE_POINT_PVALUE = 0.001  # Otava's default significance for a change point
 EXTRA = "pip install 'pytest-llmreplay[history]'"
 
@@ -165,3 +170,34 @@ def level_means(values: list[float], points: list[int]) -> list[float]:
     for start, end in zip(bounds, bounds[1:]):
         out += [statistics.fmean(values[start:end])] * (end - start)
     return out
+
+
+def trend(history: History, current: Mapping[str, Any], keys: Sequence[str], reference: str) -> dict[str, Any]:
+    """What the report's trend plot draws (the gate stores it as the report's ``record["history"]``):
+    ``reference`` (whose first-parent history ``history`` is), ``earlier`` (its result count) and
+
+    - ``series``: key -> ``{"commits", "values", "change_points"}`` (:func:`metric_series`) over
+      ``history`` then ``current`` (this run, always the last point), for each of ``keys`` this
+      run measured; or
+    - ``note``: the one line that says why there is no plot: fewer than :data:`MIN_TREND` earlier
+      results, Apache Otava not installed, or none of ``keys`` measured."""
+    block: dict[str, Any] = {"reference": reference, "earlier": len(history.points)}
+    if len(history.points) < MIN_TREND:
+        block["note"] = (f"{len(history.points)} earlier result(s) like this one on the first-parent history of {reference}; "
+                         f"a trend needs {MIN_TREND} (save some with --llm-save)")
+        return block
+    with_this_run = History([*history.points, (str(current.get("commit") or "this run"), current)])
+    series: dict[str, Any] = {}
+    try:
+        for key in keys:
+            if figure(current, key) is not None:
+                commits, values, points = metric_series(with_this_run, key)
+                series[key] = {"commits": commits, "values": values, "change_points": points}
+    except LLMReplayError as exc:  # no Otava
+        block["note"] = str(exc)
+        return block
+    if series:
+        block["series"] = series
+    else:
+        block["note"] = f"this run measured none of the gated figures ({', '.join(keys)})"
+    return block

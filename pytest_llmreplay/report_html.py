@@ -10,6 +10,8 @@ function from the stored result to HTML (empty when it has nothing to say):
 - :func:`comparison_section`: the comparison with the baseline;
 - :func:`load_curve_section`: a capacity test's load curve (latency and throughput vs offered
   load, SLO lines, the capacity marked; :mod:`~pytest_llmreplay.report_load_curve`);
+- :func:`trend_section`: each gated figure over the stored commits, change points marked, this
+  run highlighted (:mod:`~pytest_llmreplay.report_trend`), or one line saying why there is none;
 - :func:`cdf_section`: CDF plots of TTFT, TPOT, request latency and TTFAT with percentiles and
   SLO thresholds marked, the baseline's curve dashed.
 
@@ -45,9 +47,15 @@ th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
 """
 
 
+def slug(text: str) -> str:
+    """``text`` fit for an HTML id: every run of characters other than letters, digits and ``_``
+    turned into ``-``, none at either end."""
+    return re.sub(r"[^A-Za-z0-9_]+", "-", text).strip("-")
+
+
 def anchor(test: str) -> str:
-    """The id of a test's section: its id with every run of other characters turned into ``-``."""
-    return "test-" + re.sub(r"[^A-Za-z0-9_]+", "-", test).strip("-")
+    """The id of a test's section: ``test-`` and its :func:`slug`."""
+    return "test-" + slug(test)
 
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cell_class: Callable[[str, str], str] = lambda header, cell: "",
@@ -124,6 +132,22 @@ def load_curve_section(record: Mapping[str, Any]) -> str:
     return f'<h3>Load curve</h3><p class="facts">{html.escape(line)}</p><div class="plots">{svg}</div>'
 
 
+def trend_section(record: Mapping[str, Any]) -> str:
+    """The trend plots of the report's ``history`` block (:func:`~pytest_llmreplay.history.trend`);
+    one line when the run was not compared or the block says why there is no plot."""
+    block = record.get("history")
+    if not isinstance(block, Mapping):
+        return '<p class="facts">Trend over commits: none, this run was not compared (--llm-compare REF plots the stored results per commit)</p>'
+    if not block.get("series"):
+        return f'<p class="facts">Trend over commits: none, {html.escape(str(block.get("note", "no stored results")))}</p>'
+    from .report_trend import trend_svg
+
+    plots = [trend_svg(f"{anchor(record['test'])}-trend-{slug(key)}", key, series, str(block.get("reference", "")))
+             for key, series in block["series"].items()]
+    line = f"{block.get('earlier', 0)} earlier results like this one on the first-parent history of {block.get('reference', '')}, then this run"
+    return f'<h3>Trend over commits</h3><p class="facts">{html.escape(line)}</p><div class="plots">{"".join(plots)}</div>'
+
+
 def cdf_section(record: Mapping[str, Any]) -> str:
     from .report_plots import Threshold, cdf_svg
 
@@ -142,7 +166,7 @@ def cdf_section(record: Mapping[str, Any]) -> str:
     return f'<h3>Distributions</h3><div class="plots">{"".join(plots)}</div>' if plots else ""
 
 
-SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (headline_section, slo_section, comparison_section, load_curve_section, cdf_section)
+SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (headline_section, slo_section, comparison_section, load_curve_section, trend_section, cdf_section)
 
 
 def overview_table(results: Sequence[Mapping[str, Any]]) -> str:
