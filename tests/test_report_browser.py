@@ -3,9 +3,9 @@
 logs no error, shows the expected elements, and gives a screenshot.
 
 The stored results are those of a pytester project that is a git repository: its perf tests are
-saved on a fast simulator profile, then replayed on one 30% slower with ``--llm-compare`` and
-``--llm-report``, so the page has a passing test, a breached SLO, a comparison with regressions
-and the baselines' curves."""
+saved on a fast simulator profile at two commits, then replayed on one 30% slower with
+``--llm-compare`` and ``--llm-report``, so the page has a passing test, a breached SLO, a
+comparison with regressions, the baselines' curves and a trend over the commits."""
 
 from __future__ import annotations
 
@@ -82,7 +82,10 @@ def test_html_report_in_headless_chromium(pytester, monkeypatch, browser):
     git(pytester.path, "init", "-q", "-b", "main")
     git(pytester.path, "add", "-A")
     git(pytester.path, "commit", "-q", "-m", "perf tests")
-    pytester.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1, failed=1)
+    for change in range(2):  # two commits with results: a trend to plot
+        if change:
+            git(pytester.path, "commit", "-q", "--allow-empty", "-m", "change")
+        pytester.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1, failed=1)
     pytester.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-report", "rep").assert_outcomes(passed=1, failed=1)
 
     page = visit(browser, (pytester.path / "rep" / "index.html").as_uri(), FACTS)
@@ -94,7 +97,15 @@ def test_html_report_in_headless_chromium(pytester, monkeypatch, browser):
     assert "vs baseline: REGRESSION: ttft.p50" in agent["headline"]
     assert chat["headline"].startswith("PASS · 3/3 SLOs met · closest: ")
     assert chat["sloCells"][0][:3] == ["ttft.p99", "< 500ms", chat["sloCells"][0][2]] and chat["sloCells"][0][2].endswith(" ms")
+    trends = {section["id"]: [p for p in section["plots"] if "-trend-" in p["id"]] for section in (agent, chat)}
+    for section in (agent, chat):
+        section["plots"] = [p for p in section["plots"] if "-trend-" not in p["id"]]
     assert [p["id"].rsplit("-", 1)[1] for p in chat["plots"]] == ["ttft", "tpot", "latency", "ttfat"]
+    for plot in trends[agent["id"]] + trends[chat["id"]]:  # each gated figure over the two commits, then this run
+        assert plot["width"] > 300, plot["id"]
+        assert any(t.startswith("this run (") for t in plot["texts"]) and "stored results" in plot["texts"], plot["texts"]
+    assert [p["title"].split(" ")[0] for p in trends[chat["id"]]] == ["ttft.p50", "ttft.p90", "tpot.p50", "latency.p50", "ttfat.p50", "cache_hit_rate.mean", "output_throughput.steady_state"]
+    assert "ttft.p50 (ms)" in trends[chat["id"]][0]["texts"]
     for plot in agent["plots"] + chat["plots"]:
         assert plot["baseline"], plot["id"]
         assert plot["width"] > 300, plot["id"]  # laid out, not collapsed
