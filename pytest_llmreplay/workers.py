@@ -122,6 +122,22 @@ def unfinished_records(part: Part, received: Sequence[RequestRecord], cause: str
     return failed
 
 
+def start_ray(address: str | None, cpus: int) -> None:
+    """Connect to the Ray cluster at ``address``, or start a local instance bounded to ``cpus``
+    CPUs, without dashboard or usage statistics, on loopback; :class:`LLMReplayError` if neither works."""
+    ray = import_ray()
+    try:
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        else:
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+            ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1", object_store_memory=OBJECT_STORE_BYTES,
+                     log_to_driver=False, logging_level=logging.WARNING)
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise LLMReplayError(f"cannot start {where}: {_first_line(exc)}") from None
+
+
 class ReplayWorker:
     """A Ray actor (``max_concurrency=2``: ``take``/``stop`` answer while ``run`` runs): one
     :class:`Replay` of a part, its records handed out as they come (:meth:`take`)."""
@@ -212,17 +228,8 @@ class RayWorkers:
         if self.actors:
             return
         ray = self.ray = import_ray()
-        if not ray.is_initialized():
-            try:
-                if self.address:
-                    ray.init(address=self.address, log_to_driver=False, logging_level=logging.WARNING)
-                else:
-                    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-                    ray.init(num_cpus=self.count, include_dashboard=False, _node_ip_address="127.0.0.1", object_store_memory=OBJECT_STORE_BYTES,
-                             log_to_driver=False, logging_level=logging.WARNING)
-            except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
-                where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
-                raise LLMReplayError(f"cannot start {where}: {_first_line(exc)}") from None
+        if not ray.is_initialized():  # else: this process's Ray (the caller's), left as it is
+            start_ray(self.address, self.count)
             self._owns_ray = True
         actor_class = ray.remote(num_cpus=1, max_concurrency=2)(ReplayWorker)
         self.actors = [actor_class.options(scheduling_strategy="SPREAD").remote() for _ in range(self.count)]
