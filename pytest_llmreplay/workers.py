@@ -215,6 +215,8 @@ class RayWorkers:
         self.pids: list[int] = []
         self._owns_ray = False
         self._interrupted: str | None = None
+        self._interrupted_at = 0.0  # seconds from the start
+        self._start = 0.0  # the driver's clock reading of the run's common start
 
     def __enter__(self) -> "RayWorkers":
         self.start()
@@ -264,7 +266,7 @@ class RayWorkers:
         self._interrupted = None
         clock = WallClock()
         start_epoch = clock.epoch() + LEAD_S
-        start = clock.at_epoch(start_epoch)
+        start = self._start = clock.at_epoch(start_epoch)
         running = []
         for k, (positions, cap) in enumerate(zip(shards, caps)):
             part = Part(tuple(positions), tuple(plan[p] for p in positions), None if offsets is None else tuple(offsets[p] for p in positions), start)
@@ -342,6 +344,8 @@ class RayWorkers:
             outcomes.append(replace(worker.outcome, records=len(own), schedule_lag_p50=lag.get("p50"), schedule_lag_p99=lag.get("p99"),
                                     effective_concurrency=summary.get("effective_concurrency", {}).get("value")))
         stopped = next((w.run.stopped for w in running if w.run is not None and w.run.stopped), None)
+        if self._interrupted:  # as one process says it
+            warnings.insert(0, f"interrupted by {self._interrupted} at {self._interrupted_at:.1f} s: requests in flight were cancelled and nothing more was sent")
         return ReplayRun(
             records=records,
             warnings=warnings,
@@ -362,6 +366,7 @@ class RayWorkers:
             for handled, previous in replaced:
                 signal.signal(handled, previous)  # a second signal has its default effect
             self._interrupted = signal.Signals(signum).name
+            self._interrupted_at = WallClock().now() - self._start
 
         replaced: list[tuple[int, Any]] = []
         for signum in (signal.SIGINT, signal.SIGTERM):

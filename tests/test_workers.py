@@ -3,7 +3,10 @@ as pure functions; then, on one local Ray instance the module starts (bounded CP
 dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, a
 killed worker, the pytest option and the command line. Without Ray: one error naming the extra."""
 
+import json
 import os
+import subprocess
+import time
 import signal
 import sys
 from pathlib import Path
@@ -221,3 +224,23 @@ def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "completed=10/10 requests" in out and "worker 1 (" in out
     assert Path(tmp_path / "out" / "result.json").exists()
+
+
+def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
+    """Ctrl-C at a terminal signals the whole process group: the command line's and Ray's."""
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(f'{{"input_toks": 40, "output_toks": 4, "arrival_time_ns": {i * 100_000_000}}}\n' for i in range(100)))
+    out = tmp_path / "out"
+    with ServerThread(MockServer(MOCK)) as server:
+        command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions",
+                   "--workers", "2", "--out", str(out)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while server.server.completions_count < 6 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT, stderr
+    assert "warning: interrupted by SIGINT at " in stdout and "Traceback" not in stderr
+    counts = json.loads((out / "result.json").read_text())["summary"]["requests"]
+    assert 6 <= counts["ok"] < 100 and counts["planned"] == 100 and counts["failed"] == 0
