@@ -64,6 +64,7 @@ LEAD_S = 1.0  # from handing out the start instant to the start: workers open th
 POLL_S = 0.25  # how often records are fetched from the workers while the run goes on
 TAKE_TIMEOUT_S = 30.0  # a worker that does not answer a fetch within this long is left to its run's outcome
 OBJECT_STORE_BYTES = 256 << 20  # the local instance's shared-memory object store
+ACTOR_START_TIMEOUT_S = 60.0  # workers (1 CPU each) not placed by then: the cluster lacks the CPUs
 
 
 def import_ray() -> Any:
@@ -235,7 +236,13 @@ class RayWorkers:
             self._owns_ray = True
         actor_class = ray.remote(num_cpus=1, max_concurrency=2)(ReplayWorker)
         self.actors = [actor_class.options(scheduling_strategy="SPREAD").remote() for _ in range(self.count)]
-        self.where = ray.get([actor.where.remote() for actor in self.actors])
+        try:
+            self.where = ray.get([actor.where.remote() for actor in self.actors], timeout=ACTOR_START_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            total = ray.cluster_resources().get("CPU", 0)
+            self.close()
+            raise LLMReplayError(f"{self.count} workers need {self.count} CPUs of the Ray cluster; not all were placed within "
+                                 f"{ACTOR_START_TIMEOUT_S:.0f} s (the cluster has {total:g} CPUs, some maybe taken by others)") from None
         self.pids = ray.get([actor.pid.remote() for actor in self.actors])
 
     def close(self) -> None:

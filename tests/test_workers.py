@@ -244,3 +244,9 @@ def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
     assert "warning: interrupted by SIGINT at " in stdout and "Traceback" not in stderr
     counts = json.loads((out / "result.json").read_text())["summary"]["requests"]
     assert 6 <= counts["ok"] < 100 and counts["planned"] == 100 and counts["failed"] == 0
+
+
+def test_more_workers_than_the_cluster_has_cpus_for_is_one_error(ray_instance, monkeypatch):
+    monkeypatch.setattr("pytest_llmreplay.workers.ACTOR_START_TIMEOUT_S", 3.0)
+    with pytest.raises(LLMReplayError, match=r"^9 workers need 9 CPUs of the Ray cluster; not all were placed within 3 s \(the cluster has 6 CPUs, some maybe taken by others\)$"):
+        RayWorkers(9).start()
