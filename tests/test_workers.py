@@ -89,7 +89,7 @@ def test_cli_without_ray_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "ray", None)
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"input_toks": 4, "output_toks": 2, "arrival_time_ns": 0}\n')
-    assert main(["run", str(trace), "--endpoint", "http://127.0.0.1:9", "--workers", "2"]) == 1
+    assert main(["run", str(trace), "--endpoint", "http://127.0.0.1:9", "--workers", "2"]) == 3  # run: bad input
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: --workers: workers run on Ray, which is not installed: {RAY_EXTRA}"]
 
@@ -97,7 +97,7 @@ def test_cli_without_ray_is_one_line(monkeypatch, tmp_path, capsys):
 def test_cli_refuses_workers_on_the_virtual_clock(tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"input_toks": 4, "output_toks": 2, "arrival_time_ns": 0}\n')
-    assert main(["run", str(trace), "--sim", "llama-3.1-8b-h100", "--workers", "2"]) == 1
+    assert main(["run", str(trace), "--sim", "llama-3.1-8b-h100", "--workers", "2"]) == 3
     assert "--workers: --sim runs in virtual time, which cannot be shared across processes" in capsys.readouterr().err
 
 
