@@ -108,6 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         prompt_format=args.prompt_format, check_idle=not args.no_idle_check,
     )
     settings.validate()
+    workers = _workers(args)
     if args.out:
         from .store import make_folder
 
@@ -134,7 +135,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         if server is not None:
             server.start()
-        run = Replay(workload, endpoint, prompts, settings, clock=clock, on_record=progress.update, stop_on_signals=True).run()
+        if workers is not None:
+            with workers:
+                run = workers.replay(workload, endpoint, prompts, settings, on_record=progress.update, stop_on_signals=True)
+        else:
+            run = Replay(workload, endpoint, prompts, settings, clock=clock, on_record=progress.update, stop_on_signals=True).run()
     finally:
         progress.close()
         if server is not None:
@@ -172,6 +177,24 @@ def _run_status(counts: dict[str, int], max_error_rate: float) -> int:
         print(f"error: {failed} of {ok + failed} requests failed ({failed / (ok + failed):.1%}), more than --max-error-rate {max_error_rate:.1%} allows", file=sys.stderr)
         return RUN_STATUS["requests_failed"]
     return RUN_STATUS["ok"]
+
+
+def _workers(args: argparse.Namespace) -> Any:
+    """``--workers``' Ray workers (not started yet), None for one process."""
+    if args.workers is None:
+        if args.ray_address:
+            raise LLMReplayError("--ray-address: needs --workers N, the number of workers to run on the cluster")
+        return None
+    if args.sim:
+        raise LLMReplayError("--workers: --sim runs in virtual time, which cannot be shared across processes; "
+                             "serve the simulator over HTTP (llmreplay sim) and give its --endpoint, or drop --workers")
+    from .workers import RayWorkers, import_ray
+
+    try:
+        import_ray()
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--workers: {exc}") from None
+    return RayWorkers(args.workers, args.ray_address)
 
 
 def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) -> Any:
@@ -392,6 +415,8 @@ def _add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     plan.add_argument("--max-sessions", type=_integer(1), metavar="N", help="run N sessions (cycling the workload if needed)")
     plan.add_argument("--warmup-requests", type=_integer(0), default=0, metavar="N", help="leave the first N requests out of the metrics")
     plan.add_argument("--warmup-seconds", dest="warmup_s", type=_number(False), default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
+    plan.add_argument("--workers", type=_integer(1), metavar="N", help="replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local instance, or the cluster at --ray-address")
+    plan.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster for --workers (default: RAY_ADDRESS, else a local instance)")
     plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
     plan.add_argument("--seed", type=_integer(0), default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
     plan.add_argument("--gpus", type=_integer(1), default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")

@@ -63,6 +63,15 @@ class WallClock:
     def pause(self, seconds: float) -> None:
         time.sleep(max(seconds, 0.0))
 
+    def epoch(self) -> float:
+        """Seconds since the Unix epoch (``time.time()``): an instant other processes, and
+        hosts whose clocks are synchronised (NTP), can name."""
+        return time.time()
+
+    def at_epoch(self, epoch: float) -> float:
+        """This clock's reading at the instant ``epoch`` (seconds since the Unix epoch)."""
+        return time.perf_counter() + (epoch - time.time())
+
 
 class _JumpingSelector(selectors.DefaultSelector):
     """A selector that, instead of blocking for ``timeout`` seconds, advances the virtual clock.

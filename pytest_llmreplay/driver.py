@@ -39,6 +39,12 @@ run as the duration limit does, at once: what is in flight is cancelled, nothing
 and the run returns every record so far, with ``interrupted`` naming the signal. A second signal
 has its default effect. :meth:`Replay.stop` ends a run the same way from code (an ``on_record``
 callback that has seen enough), with ``stopped`` giving the reason.
+
+Parts (:class:`Part`, planned by :mod:`~pytest_llmreplay.workers`): a run split over processes
+gives each a part of the whole run's plan, with the sessions' indices and start offsets in it,
+and one start instant ``start_at`` (this process's clock reading of the common start); records
+then count from that instant and carry the whole run's session indices, so the parts' records
+merge into the whole run's. Warm-up marks need the whole run: :func:`mark_warmup` on the merge.
 """
 
 from __future__ import annotations
@@ -169,8 +175,25 @@ class RequestRecord:
 
 
 @dataclass
+class WorkerOutcome:
+    """One worker process of a run on workers (:mod:`~pytest_llmreplay.workers`): where it ran,
+    its share of the plan, its own client figures (schedule lag p50/p99 in seconds, effective
+    concurrency, from the same metrics as the whole run's), and ``died``: why it ended early."""
+
+    index: int
+    where: str
+    planned_requests: int
+    records: int = 0
+    schedule_lag_p50: float | None = None
+    schedule_lag_p99: float | None = None
+    effective_concurrency: float | None = None
+    died: str | None = None
+
+
+@dataclass
 class ReplayRun:
-    """The raw outcome of a replay: records (in schedule order), warnings, and the run's span."""
+    """The raw outcome of a replay: records (in schedule order), warnings, and the run's span;
+    ``workers``: one outcome per worker process when the run was split over workers."""
 
     records: list[RequestRecord]
     warnings: list[str]
@@ -181,6 +204,19 @@ class ReplayRun:
     planned_requests: int
     interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
     stopped: str | None = None  # why Replay.stop ended the run early
+    workers: list[WorkerOutcome] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a run planned elsewhere (module docstring): ``sessions`` with their ``indices``
+    in the whole run's plan and their start ``offsets`` (seconds from the start; None in
+    concurrency mode), to run from the clock reading ``start_at``."""
+
+    indices: tuple[int, ...]
+    sessions: tuple[Session, ...]
+    offsets: tuple[float, ...] | None
+    start_at: float
 
 
 def _cycle_period(sessions: list[Session]) -> float:
@@ -189,6 +225,36 @@ def _cycle_period(sessions: list[Session]) -> float:
     if last <= first:
         raise LLMReplayError("max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once has no pace to repeat; use concurrency or rate mode")
     return (last - first) * len(sessions) / (len(sessions) - 1)
+
+
+def arrival_offsets(plan: list[Session], mode: str, settings: ReplaySettings) -> list[float] | None:
+    """Start offsets (seconds from the start) of the planned sessions: ``arrival_s / speedup``
+    in timestamps mode, seeded Poisson or constant gaps at ``rate`` in rate mode; None in
+    concurrency mode (sessions start as others end)."""
+    if mode == "concurrency":
+        return None
+    if mode == "timestamps":
+        return [session.arrival_s / settings.speedup for session in plan]
+    rng = random.Random(settings.seed)
+    offsets, t = [], 0.0
+    for _ in plan:
+        offsets.append(t)
+        t += rng.expovariate(settings.rate) if settings.arrival == "poisson" else 1.0 / settings.rate
+    return offsets
+
+
+def check_warmup(settings: ReplaySettings, planned_requests: int) -> None:
+    """Raise :class:`LLMReplayError` when the warm-up would take every request of the run."""
+    if settings.warmup_requests and settings.warmup_requests >= planned_requests:
+        raise LLMReplayError(f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {planned_requests:,} requests this run "
+                             "sends at most; nothing would be measured")
+
+
+def mark_warmup(records: list[RequestRecord], settings: ReplaySettings) -> None:
+    """Flag the first ``warmup_requests`` records (``records`` in schedule order) and every one
+    scheduled in the first ``warmup_s`` seconds as warm-up."""
+    for position, record in enumerate(records):
+        record.warmup = position < settings.warmup_requests or record.scheduled_s < settings.warmup_s
 
 
 def session_plan(workload: Workload, settings: ReplaySettings) -> list[Session]:
@@ -249,6 +315,7 @@ class Replay:
         clock: Clock | None = None,
         on_record: Callable[[RequestRecord], None] | None = None,
         stop_on_signals: bool = False,
+        part: Part | None = None,
     ) -> None:
         settings.validate()
         settings.check_for(workload)
@@ -260,11 +327,14 @@ class Replay:
         self.on_record = on_record
         self.mode = settings.resolved_mode(workload)
         self.prompt_format = settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text")
-        self.plan = session_plan(workload, settings)
-        sent = sum(len(session.turns) for session in self.plan)
-        if settings.warmup_requests and settings.warmup_requests >= sent:
-            raise LLMReplayError(f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {sent:,} requests this run "
-                                 "sends at most; nothing would be measured")
+        self.part = part
+        if part is None:
+            self.plan = session_plan(workload, settings)
+            self.indices: list[int] | tuple[int, ...] = range(len(self.plan))  # type: ignore[assignment]
+            self.offsets = arrival_offsets(self.plan, self.mode, settings)
+            check_warmup(settings, sum(len(session.turns) for session in self.plan))
+        else:  # planned by the whole run: limits, order and warm-up are the whole run's business
+            self.plan, self.indices, self.offsets = list(part.sessions), part.indices, part.offsets
         self.records: list[RequestRecord] = []
         self.warnings: list[str] = []
         self._warned: set[str] = set()
@@ -291,6 +361,13 @@ class Replay:
                     self.warnings.append(busy)
             self._prepare_prompts()
             self._start = self.clock.now()
+            if self.part is not None:
+                late = self._start - self.part.start_at
+                if late > 0:
+                    self.warnings.append(f"this worker was ready {late * 1e3:.0f} ms after the common start; its schedule lag counts that delay")
+                else:
+                    await self.clock.sleep_until(self.part.start_at)
+                self._start = self.part.start_at
             if self.settings.duration_s is not None:
                 self._deadline = self._start + self.settings.duration_s
             await self._drive(concurrency)
@@ -300,7 +377,8 @@ class Replay:
                 asyncio.get_running_loop().remove_signal_handler(signum)
             await self.endpoint.close()
         self.records.sort(key=attrgetter("scheduled_s", "session_index", "turn_index"))
-        self._mark_warmup()
+        if self.part is None:
+            mark_warmup(self.records, self.settings)
         return ReplayRun(
             records=self.records,
             warnings=self.warnings,
@@ -362,7 +440,7 @@ class Replay:
             return
         tasks = self._tasks
         if self.mode == "concurrency":
-            queue = iter(enumerate(self.plan))
+            queue = iter(zip(self.indices, self.plan))
             tasks.extend(asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan))))
         else:
             if self.settings.concurrency is not None:
@@ -396,20 +474,8 @@ class Replay:
                 return
             await self._session(index, session, now)
 
-    def _arrivals(self) -> Iterator[float]:
-        """Start offsets (seconds from the start) of the planned sessions."""
-        if self.mode == "timestamps":
-            for session in self.plan:
-                yield session.arrival_s / self.settings.speedup
-            return
-        rng = random.Random(self.settings.seed)
-        t = 0.0
-        for _ in self.plan:
-            yield t
-            t += rng.expovariate(self.settings.rate) if self.settings.arrival == "poisson" else 1.0 / self.settings.rate
-
     async def _dispatch(self, tasks: list[asyncio.Task]) -> None:
-        for (index, session), offset in zip(enumerate(self.plan), self._arrivals()):
+        for index, session, offset in zip(self.indices, self.plan, self.offsets):
             due = self._start + offset
             if self._closed(due):
                 return
@@ -519,10 +585,6 @@ class Replay:
         if key not in self._warned:
             self._warned.add(key)
             self.warnings.append(message)
-
-    def _mark_warmup(self) -> None:
-        for position, record in enumerate(self.records):
-            record.warmup = position < self.settings.warmup_requests or record.scheduled_s < self.settings.warmup_s
 
 
 def replay(

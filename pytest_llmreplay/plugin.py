@@ -54,9 +54,12 @@ OPTIONS = (
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
     ("--llm-repeat", "llm_repeat", "string", "3", "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 3)"),
+    ("--llm-workers", "llm_workers", "string", None, "replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local Ray instance, or the cluster at --llm-ray-address"),
+    ("--llm-ray-address", "llm_ray_address", "string", None, "address of an existing Ray cluster for --llm-workers (default: RAY_ADDRESS, else a local instance)"),
 )
 METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD", "--llm-server-timeout": "S",
-            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR", "--llm-repeat": "N"}
+            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR", "--llm-repeat": "N",
+            "--llm-workers": "N", "--llm-ray-address": "ADDR"}
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
 SESSION = pytest.StashKey["LLMSession"]()
@@ -116,6 +119,32 @@ def check_bool_options(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"{flag} / {ini}: expected true or false (also yes/no, on/off, 1/0): {exc}") from None
 
 
+def workers_option(config: pytest.Config, kind: str) -> int | None:
+    """``--llm-workers`` checked at start-up: None (one process), else N >= 1, on a target that
+    can take them, with Ray installed."""
+    raw, address = option(config, "llm_workers"), option(config, "llm_ray_address")
+    if raw in (None, ""):
+        if address:
+            raise pytest.UsageError("--llm-ray-address / llm_ray_address: needs --llm-workers N, the number of workers to run on the cluster")
+        return None
+    try:
+        count = int(raw)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1:
+        raise pytest.UsageError(f"--llm-workers / llm_workers: expected an integer >= 1, got {raw!r}")
+    if kind == "offline":
+        raise pytest.UsageError("--llm-workers / llm_workers: the offline simulator runs in virtual time, which cannot be shared across processes; "
+                                "drop --llm-offline (the simulator over HTTP takes workers) or the workers")
+    from .workers import import_ray
+
+    try:
+        import_ray()
+    except LLMReplayError as exc:
+        raise pytest.UsageError(f"--llm-workers / llm_workers: {exc}") from None
+    return count
+
+
 def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
@@ -164,6 +193,7 @@ class LLMSession:
                 profile_path(option(config, "llm_sim_profile"))
             except LLMReplayError as exc:
                 raise pytest.UsageError(f"--llm-sim-profile / llm_sim_profile: {exc}") from None
+        self.workers_count, self._workers = workers_option(config, self.kind), None
         self.compare_ref = option(config, "llm_compare") or None
         self.history: tuple[str, list[str]] | None = None
         if self.compare_ref is not None:
@@ -289,7 +319,10 @@ class LLMSession:
 
                 result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings).result
             else:
-                run = replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, clock=target.clock())
+                if self.workers_count is not None:
+                    run = self.workers.replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings)
+                else:
+                    run = replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, clock=target.clock())
                 result = Result(run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names())))
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
@@ -298,7 +331,18 @@ class LLMSession:
                 result.summary[name] = dict(compute(result))
         return result, {"seed": target.run_seed(repeat), "cache_reset": reset}
 
+    @property
+    def workers(self) -> Any:
+        """The session's Ray workers (``--llm-workers``), started once, when first used."""
+        if self._workers is None:
+            from .workers import RayWorkers
+
+            self._workers = RayWorkers(self.workers_count, option(self.config, "llm_ray_address") or None)
+        return self._workers
+
     def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
         if self._target is not None:
             self._target.close()
 

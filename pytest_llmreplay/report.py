@@ -7,7 +7,8 @@
   tokens/s) over the whole run, the last 30 s, and the steady state (after the first 20%), also
   per GPU.
 - **Client** line: schedule lag p50/p99 and effective concurrency, so that an overloaded client
-  is seen instead of silently inflating TTFT; then error causes (grouped, most frequent first)
+  is seen instead of silently inflating TTFT; on workers (:mod:`~pytest_llmreplay.workers`) one
+  more line per worker with its own figures; then error causes (grouped, most frequent first)
   and warnings.
 
 The session's **summary** (:func:`summary_table`, the plugin's terminal summary) is a row per
@@ -80,7 +81,13 @@ def client_line(result: Result) -> str:
         parts.append(f"effective concurrency {summary['effective_concurrency']['value']:.1f}")
     counts = summary["requests"]
     parts.append(f"failed {counts['failed']}, cancelled {counts['cancelled']}, warm-up {counts['warmup']}")
-    return "Client: " + "; ".join(parts)
+    lines = ["Client: " + "; ".join(parts)]
+    for worker in result.run.workers:
+        lag = "no request sent" if worker.schedule_lag_p50 is None else f"schedule lag p50 {worker.schedule_lag_p50 * 1e3:.2f} ms, p99 {worker.schedule_lag_p99 * 1e3:.2f} ms"
+        concurrency = "" if worker.effective_concurrency is None else f"; effective concurrency {worker.effective_concurrency:.1f}"
+        died = f"; DIED: {worker.died}" if worker.died else ""
+        lines.append(f"  worker {worker.index} ({worker.where}): {worker.records}/{worker.planned_requests} requests; {lag}{concurrency}{died}")
+    return "\n".join(lines)
 
 
 def errors_block(result: Result, limit: int = 5) -> str:

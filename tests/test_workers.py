@@ -1,0 +1,252 @@
+"""The replay on Ray workers (pytest_llmreplay/workers.py): sharding and the dead-worker records
+as pure functions; then, on one local Ray instance the module starts (bounded CPUs, no
+dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, a
+killed worker, the pytest option and the command line. Without Ray: one error naming the extra."""
+
+import json
+import os
+import subprocess
+import time
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from mockserver import MockConfig, MockServer, ServerThread
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.driver import Part, ReplaySettings, RequestRecord, replay
+from pytest_llmreplay.endpoints import HTTPEndpoint
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.metrics import Result
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.report import client_line
+from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workers import RAY_EXTRA, RayWorkers, import_ray, shard_sessions, split_concurrency, start_ray, unfinished_records
+from pytest_llmreplay.workload import Session, Synthetic, Turn, Workload
+
+MOCK = MockConfig(ttft_s=0.02, itl_s=0.002)
+
+
+def agent(index, arrival, turns=3, output=8):
+    items = [Turn(64, output, Synthetic())]
+    for _ in range(turns - 1):
+        items.append(Turn(items[-1].input_tokens + output + 32, output, Synthetic(extends_previous=True)))
+    return Session(f"s{index}", arrival, tuple(items))
+
+
+def flat(n, spacing):
+    return Workload(tuple(Session(f"r{i}", i * spacing, (Turn(48, 8, Synthetic()),)) for i in range(n)), "test")
+
+
+# ------------------------------------------------------------------ pure planning
+
+
+def test_sessions_go_whole_to_the_least_loaded_worker_in_plan_order():
+    assert shard_sessions([3, 1, 1, 1, 2], 2) == [[0, 4], [1, 2, 3]]
+    sizes = [1 + (7 * i) % 5 for i in range(50)]
+    shards = shard_sessions(sizes, 3)
+    assert sorted(p for shard in shards for p in shard) == list(range(50))
+    for end in range(1, 51):  # at every point of the schedule, loads differ by at most one session
+        loads = [sum(sizes[p] for p in shard if p < end) for shard in shards]
+        assert max(loads) - min(loads) <= max(sizes)
+
+
+def test_never_more_workers_than_sessions():
+    assert shard_sessions([4, 4], 5) == [[0], [1]]
+
+
+def test_concurrency_is_split_and_sums_to_the_asked_one():
+    assert split_concurrency(5, 2) == [3, 2]
+    assert split_concurrency(8, 3) == [3, 3, 2]
+    assert split_concurrency(None, 2) == [None, None]
+
+
+def test_a_dead_workers_unfinished_requests_are_failed_with_its_cause():
+    sessions = tuple(agent(i, 0.0, turns=2) for i in range(5))
+    part = Part((0, 2, 4, 6, 8), sessions, (0.0, 0.1, 0.2, 0.3, 5.0), 0.0)
+    received = [
+        RequestRecord("s0", 0, 0, 2, "ok", 0.0), RequestRecord("s0", 0, 1, 2, "ok", 0.05),  # done
+        RequestRecord("s1", 2, 0, 2, "ok", 0.1),  # its second turn was running
+        RequestRecord("s2", 4, 0, 2, "failed", 0.2, error="http: HTTP 500"),  # ended by its own failure
+    ]
+    failed = unfinished_records(part, received, "worker 1 died", at_s=0.4, deadline_s=1.0)
+    # s1's second turn, both of s3's; s4 was due after the deadline
+    assert [(r.session_index, r.turn_index) for r in failed] == [(2, 1), (6, 0), (6, 1)]
+    assert {r.status for r in failed} == {"failed"} and {r.error for r in failed} == {"worker: worker 1 died"}
+    assert [r.scheduled_s for r in failed] == [0.4, 0.3, 0.4]
+
+
+def test_without_ray_workers_are_one_error_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails as where it is not installed
+    with pytest.raises(LLMReplayError, match=r"not installed: pip install 'pytest-llmreplay\[ray\]'"):
+        import_ray()
+    with pytest.raises(LLMReplayError, match=r"pytest-llmreplay\[ray\]"):
+        RayWorkers(2).start()
+
+
+def test_cli_without_ray_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"input_toks": 4, "output_toks": 2, "arrival_time_ns": 0}\n')
+    assert main(["run", str(trace), "--endpoint", "http://127.0.0.1:9", "--workers", "2"]) == 3  # run: bad input
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --workers: workers run on Ray, which is not installed: {RAY_EXTRA}"]
+
+
+def test_cli_refuses_workers_on_the_virtual_clock(tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"input_toks": 4, "output_toks": 2, "arrival_time_ns": 0}\n')
+    assert main(["run", str(trace), "--sim", "llama-3.1-8b-h100", "--workers", "2"]) == 3
+    assert "--workers: --sim runs in virtual time, which cannot be shared across processes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--llm-workers", "0"], "--llm-workers / llm_workers: expected an integer >= 1, got '0'"),
+    (["--llm-offline", "--llm-workers", "2"], "--llm-workers / llm_workers: the offline simulator runs in virtual time, which cannot be shared across processes*"),
+    (["--llm-ray-address", "127.0.0.1:6379"], "--llm-ray-address / llm_ray_address: needs --llm-workers N*"),
+])
+def test_plugin_bad_worker_options_are_usage_errors(pytester, options, message):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest(*options)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}"])
+
+
+def test_plugin_without_ray_names_the_extra(pytester, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("--llm-workers", "2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--llm-workers / llm_workers: workers run on Ray, which is not installed: pip install 'pytest-llmreplay[[]ray[]]'"])
+
+
+# ------------------------------------------------------------------ on a local Ray instance
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")  # the test extra installs it; CI runs these
+    start_ray(None, 6)  # room for the actors of several RayWorkers at once
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return PromptFactory(load_tokenizer(None))
+
+
+def one_and_two(workload, prompts, settings, workers):
+    """The same replay in one process and on ``workers``, each against a fresh mock server."""
+    with ServerThread(MockServer(MOCK)) as server:
+        one = replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
+    with ServerThread(MockServer(MOCK)) as server:
+        two = workers.replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
+    return one, two
+
+
+def test_two_workers_keep_the_global_schedule_and_measure_what_one_process_does(ray_instance, prompts):
+    workload = Workload(tuple(agent(i, i * 0.02) for i in range(30)), "test")
+    with RayWorkers(2) as workers:
+        one, two = one_and_two(workload, prompts, ReplaySettings(), workers)
+    key = lambda r: (r.session_index, r.turn_index)  # noqa: E731
+    assert sorted(map(key, two.records)) == sorted(map(key, one.records))
+    by_key = {key(r): r for r in one.records}
+    for record in two.records:
+        same = by_key[key(record)]
+        assert (record.status, record.prompt_tokens, record.output_tokens) == (same.status, same.prompt_tokens, same.output_tokens)
+        if record.turn_index == 0:  # the global schedule: first turns at the trace's offsets from the common start
+            assert record.scheduled_s == same.scheduled_s
+    assert two.settings == one.settings and two.planned_requests == one.planned_requests == 90
+    a, b = Result(one).summary, Result(two).summary
+    assert a["requests"] == b["requests"]
+    assert abs(a["ttft"]["p50"] - b["ttft"]["p50"]) < 0.01  # the mock's 20 ms, either way; a misaligned start would be off by the lead
+    assert [w.records for w in two.workers] == [45, 45] and all(w.schedule_lag_p99 is not None for w in two.workers)
+    lines = client_line(Result(two)).splitlines()
+    assert lines[0].startswith("Client: schedule lag") and [line.split(" (")[0] for line in lines[1:]] == ["  worker 0", "  worker 1"]
+
+
+def test_rate_mode_merges_into_the_asked_arrival_stream(ray_instance, prompts):
+    settings = ReplaySettings(rate=100.0, seed=3, warmup_requests=3)
+    with RayWorkers(2) as workers:
+        one, two = one_and_two(flat(40, 0.0), prompts, settings, workers)
+    assert [(r.session_index, r.scheduled_s, r.warmup) for r in two.records] == [(r.session_index, r.scheduled_s, r.warmup) for r in one.records]
+    assert sum(r.warmup for r in two.records) == 3 and len(two.workers) == 2
+
+
+def test_concurrency_mode_splits_the_concurrency(ray_instance, prompts):
+    with RayWorkers(3) as workers:
+        _, two = one_and_two(flat(20, 0.0), prompts, ReplaySettings(concurrency=2), workers)
+    assert len(two.workers) == 2  # never more workers than the concurrency
+    assert Result(two).summary["requests"]["ok"] == 20
+
+
+def test_a_killed_worker_is_reported_and_the_others_records_kept(ray_instance, prompts):
+    workload = flat(60, 0.03)
+    with RayWorkers(2) as workers, ServerThread(MockServer(MOCK)) as server:
+        def kill_worker_1(record):
+            if workers.pids[1] is not None:
+                os.kill(workers.pids[1], signal.SIGKILL)
+                workers.pids[1] = None
+
+        run = workers.replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, on_record=kill_worker_1)
+    dead = run.workers[1]
+    assert dead.died and dead.died.startswith("worker 1 (") and " died: " in dead.died
+    assert run.workers[0].died is None and len(run.records) == 60
+    mine = {r.session_index: r for r in run.records}
+    part0 = [i for i in range(60) if i % 2 == 0]  # one-turn sessions alternate between the two workers
+    assert all(mine[i].status == "ok" for i in part0)
+    failed = [r for r in run.records if r.status == "failed"]
+    assert failed and all(r.error == f"worker: {dead.died}" and r.session_index % 2 == 1 for r in failed)
+    assert any(w.startswith("worker 1 (") for w in run.warnings)
+    assert "DIED: worker 1" in client_line(Result(run))
+
+
+def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester):
+    pytester.makefile(".jsonl", trace="".join(f'{{"input_toks": 32, "output_toks": 4, "arrival_time_ns": {i * 20_000_000}}}\n' for i in range(12)))
+    pytester.makepyfile("""
+        def test_replay(llm_replay):
+            result = llm_replay("trace.jsonl", slo={"error_rate": "== 0"})
+            assert [w.records for w in result.run.workers] == [6, 6]
+            assert result.summary["requests"]["ok"] == 12
+    """)
+    result = pytester.runpytest("--llm-workers", "2", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*worker 0 (*): 6/6 requests; schedule lag p50*", "*worker 1 (*): 6/6 requests; schedule lag p50*"])
+
+
+def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(f'{{"input_toks": 32, "output_toks": 4, "arrival_time_ns": {i * 10_000_000}}}\n' for i in range(10)))
+    with ServerThread(MockServer(MOCK)) as server:
+        assert main(["run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "completed=10/10 requests" in out and "worker 1 (" in out
+    assert Path(tmp_path / "out" / "result.json").exists()
+
+
+def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
+    """Ctrl-C at a terminal signals the whole process group: the command line's and Ray's."""
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(f'{{"input_toks": 40, "output_toks": 4, "arrival_time_ns": {i * 100_000_000}}}\n' for i in range(100)))
+    out = tmp_path / "out"
+    with ServerThread(MockServer(MOCK)) as server:
+        command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions",
+                   "--workers", "2", "--out", str(out)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while server.server.completions_count < 6 and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT, stderr
+    assert "warning: interrupted by SIGINT at " in stdout and "Traceback" not in stderr
+    counts = json.loads((out / "result.json").read_text())["summary"]["requests"]
+    assert 6 <= counts["ok"] < 100 and counts["planned"] == 100 and counts["failed"] == 0
+
+
+def test_more_workers_than_the_cluster_has_cpus_for_is_one_error(ray_instance, monkeypatch):
+    monkeypatch.setattr("pytest_llmreplay.workers.ACTOR_START_TIMEOUT_S", 3.0)
+    with pytest.raises(LLMReplayError, match=r"^9 workers need 9 CPUs of the Ray cluster; not all were placed within 3 s \(the cluster has 6 CPUs, some maybe taken by others\)$"):
+        RayWorkers(9).start()
