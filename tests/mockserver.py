@@ -52,6 +52,7 @@ class MockServer:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     _seen_blocks: set[int] = field(default_factory=set)
     completions_count: int = 0  # POSTs to /v1/(chat/)completions since start or the last DELETE /mock/stats
+    streams_finished: int = 0  # streamed replies written to their end ([DONE] and end of body)
     first_completion_time: float | None = None  # time.time() when the first of those arrived
 
     def app(self) -> web.Application:
@@ -170,6 +171,7 @@ class MockServer:
             await reply.write(_event({**env, "choices": [], "usage": usage}))
         await reply.write(b"data: [DONE]\n\n")
         await reply.write_eof()
+        self.streams_finished += 1
         return reply
 
     async def _fault(self, fault: str, request: web.Request, reply: web.StreamResponse) -> web.StreamResponse:
@@ -184,6 +186,7 @@ class MockServer:
             await reply.write(_event({"error": {"message": "engine crashed", "type": "InternalServerError", "code": 500}}))
             await reply.write(b"data: [DONE]\n\n")
         await reply.write_eof()
+        self.streams_finished += 1
         return reply
 
 

@@ -236,8 +236,9 @@ def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
                    "--workers", "2", "--out", str(out)]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         deadline = time.monotonic() + 120
-        while server.server.completions_count < 6 and time.monotonic() < deadline and process.poll() is None:
+        while server.server.streams_finished < 6 and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
+        time.sleep(0.3)  # the client has read the sixth reply's end well before this (a request begun is not one finished)
         os.killpg(process.pid, signal.SIGINT)
         stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGINT, stderr
