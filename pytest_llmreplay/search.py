@@ -12,22 +12,29 @@ is kept). It *passes* when every SLO of the plan holds on its summary (``ttft.p9
 point's TTFT p99) and it was not stopped early. Goodput's per-request limits are the plan's
 (:func:`~pytest_llmreplay.slo.per_request_limits`).
 
-**Algorithm** (:func:`find_capacity`):
+**Algorithm** (:func:`find_capacity`); every run counts against ``budget``:
 
-1. Bracketing, two points (in parallel processes when the target is the offline simulator: its
-   points cannot disturb each other): the low end and the high end.
-   ``concurrency``: ``min`` (default 1, the synchronous run) and ``max`` (default every planned
-   session at once, the saturating run). ``rate``: ``min`` and ``max`` when given; else, as
-   GuideLLM starts its sweep, the synchronous run (concurrency 1) and the saturating run (every
-   session at once), whose achieved session rates (sessions done / run time) are the ends: the
-   synchronous one is a load carried within the SLOs (closed loop), the saturating one the most
-   the endpoint completes, beyond which an open loop's queue grows without bound.
-   If the low end fails, no load meets the SLOs: capacity 0, bracket [0, low]. If the high end
-   passes, capacity is at least the high end: bracket [high, high], ``reason`` says so.
-2. Bisection: while high - low > ``resolution`` * high (concurrency: and high - low > 1) and
-   fewer than ``budget`` points have run: a point at mid = (low + high) / 2 (concurrency: rounded
-   down); pass: low = mid, fail: high = mid.
-3. Capacity = low, the highest load that passed; its uncertainty is the bracket [low, high].
+1. Estimates (``rate`` only, for a bound the plan leaves out; in parallel processes when the
+   target is the offline simulator, whose points cannot disturb each other): as GuideLLM starts
+   its sweep, the synchronous run (concurrency 1; for a missing ``min``) and the saturating run
+   (every session at once; for a missing ``max``). Each is a closed loop, not a rate: its achieved
+   session rate (sessions / run time) only says where to look, and it is never the capacity nor
+   an end of the bracket. They run to their end (a stopped run's rate would be no estimate).
+2. The ends, two points at the load (in parallel as above): low = ``min``, else the synchronous
+   run's rate; high = ``max``, else the saturating run's rate (``concurrency``: ``min``, default
+   1, and ``max``, default every planned session at once, both real points already). High is
+   run only when above low. If low fails, no load meets the SLOs: capacity 0, bracket [0, low].
+3. Growth, when high passes (or was not above low) on a ``rate`` search with no ``max``: a
+   point at twice the highest passing rate, until one fails or the budget is spent (even when
+   the saturating run met the SLOs: an open-loop point may still fail, over-saturated). No load
+   failed (or ``max``, or by ``concurrency`` every session at once, passed): capacity is at
+   least the highest load that passed, no upper bound found (``high`` None; ``at_least`` in the
+   stored search).
+4. Bisection between the highest pass and the lowest fail: while high - low > ``resolution`` *
+   high (concurrency: and high - low > 1) and fewer than ``budget`` runs are done: a point at
+   mid = (low + high) / 2 (concurrency: rounded down); pass: low = mid, fail: high = mid.
+5. Capacity = low: always the load of a point run at that load that passed (or 0); its
+   uncertainty is the bracket [low, high], whose ends are both points run at their load.
 
 **Early stop** (:class:`StopRule`, on by default): a point stops once its SLOs can no longer be
 met whatever its remaining requests do, as GuideLLM stops an over-saturated benchmark. With N
@@ -37,8 +44,8 @@ breach a limit: an upper bound on a percentile ``pq`` (``max``: q = 1) of ``ttft
 sorted N is then a breaching one, and linear interpolation cannot pull the percentile under the
 limit); ``error_rate < x`` (``<=``, ``==``) once failed / N is over what it allows; ``goodput >=
 x`` (share) once (N - not good) / N < x. An overloaded open-loop point's queue, and so its TTFT,
-grows, which is how it hits the first rule early. A stopped point has failed; the saturating run
-of a ``rate`` search without ``max`` is never stopped (its throughput is the bracket's end).
+grows, which is how it hits the first rule early. A stopped point has failed; the estimates of a
+``rate`` search are never stopped (their achieved rates say where to look).
 
 **Over-saturation** (:class:`QueueGrowth`, open-loop points: ``rate`` and ``trace``): a point
 also stops once its queue plainly grows without bound, whatever its SLOs (a ``tpot`` bound alone
@@ -84,6 +91,8 @@ DEFAULT_BUDGET = 12
 PLAN_KEYS = ("by", "slo", "min", "max", "resolution", "budget", "arrival", "early_stop")
 # settings the search sets itself at each point
 VARIED_SETTINGS = ("mode", "rate", "concurrency", "arrival")
+# roles of the closed-loop runs that only say where a rate search looks (module docstring)
+ESTIMATE_ROLES = ("sync", "saturate")
 # per-request metrics the SLOs of a plan may bound, and the shares checked per point
 REQUEST_VALUE = {"ttft": ttft, "tpot": tpot, "latency": latency}
 PLAN_METRICS = ("ttft", "tpot", "latency", "itl", "error_rate", "goodput")
@@ -157,8 +166,16 @@ class CapacityPlan:
             raise LLMReplayError(f"capacity.min: expected less than the max ({self.max:g}), got {self.min:g}")
         if isinstance(self.resolution, bool) or not isinstance(self.resolution, (int, float)) or not 0 < self.resolution < 1:
             raise LLMReplayError(f"capacity.resolution: expected a share between 0 and 1 such as '5%' or 0.05, got {self.resolution!r}")
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 2:
-            raise LLMReplayError(f"capacity.budget: expected a whole number of runs >= 2 (the bracketing step runs two), got {self.budget!r}")
+        first = self.first_runs
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < first:
+            estimates = "" if first == 2 else f": {first - 2} estimate{'s' if first > 3 else ''} and the two ends"
+            raise LLMReplayError(f"capacity.budget: expected a whole number of runs >= {first} (the search starts with {first}{estimates}), got {self.budget!r}")
+
+    @property
+    def first_runs(self) -> int:
+        """Runs before the search can bisect: the two ends, and by rate an estimate for each
+        bound left out (module docstring)."""
+        return 2 + (self.by == "rate") * ((self.min is None) + (self.max is None))
 
     def as_dict(self) -> dict[str, Any]:
         """The plan as stored in a result's settings, its SLOs written canonically
@@ -333,7 +350,10 @@ def run_point(job: PointJob) -> ReplayRun:
 
 @dataclass
 class Point:
-    """One replay of the search: its load, role (``low``, ``high``, ``bisect``), result, checks."""
+    """One replay of the search: its load, role, result, checks. Roles: ``sync`` and
+    ``saturate``, the estimates of a rate search (closed loops: ``load`` is the session rate
+    they achieved, not a rate they ran at); ``low`` and ``high``, the ends; ``grow`` and
+    ``bisect``: points run at their ``load``."""
 
     load: float
     role: str
@@ -348,6 +368,11 @@ class Point:
     @property
     def passed(self) -> bool:
         return self.stopped is None and all(c.passed for c in self.checks)
+
+    @property
+    def estimate(self) -> bool:
+        """A closed-loop run that only says where a rate search looks (never the capacity)."""
+        return self.role in ESTIMATE_ROLES
 
     def figures(self) -> dict[str, Any]:
         """What is kept of the point in the stored result (and drawn in a load curve): the load,
@@ -375,7 +400,10 @@ class Point:
         goodput = "" if figures["goodput_rate"] is None else f"  goodput {figures['goodput_rate']:.4g} req/s ({figures['goodput'] * 100:.0f}%)"
         verdict = "pass" if self.passed else "FAIL"
         stopped = f"  (stopped early: {self.stopped})" if self.stopped else ""
-        return f"point {index}/{budget} {self.role:>6} {by} {self.load:.4g}{unit}: {verdict}  {measured}{goodput}{stopped}"
+        load = f"{by} {self.load:.4g}{unit}"
+        if self.estimate:
+            load = f"estimate, {self.settings.concurrency} in flight: carried {self.load:.4g} req/s"
+        return f"point {index}/{budget} {self.role:>6} {load}: {verdict}  {measured}{goodput}{stopped}"
 
 
 class CapacityResult(Result):
@@ -391,8 +419,8 @@ class CapacityResult(Result):
 
 @dataclass
 class Capacity:
-    """The outcome of a search: every point in run order, the bracket [low, high] (high None:
-    no load failed), and why the search ended."""
+    """The outcome of a search: every run in run order (estimates included), the bracket
+    [low, high] (high None: no load failed, capacity is at least low), and why the search ended."""
 
     plan: CapacityPlan
     base: ReplaySettings
@@ -405,14 +433,26 @@ class Capacity:
     def value(self) -> float:
         return self.low
 
+    @property
+    def at_least(self) -> bool:
+        """Some load passed and none failed: no upper bound was found."""
+        return self.high is None
+
+    @property
+    def load_points(self) -> list[Point]:
+        """The points run at their load (the estimates left out)."""
+        return [p for p in self.points if not p.estimate]
+
     def figures(self) -> dict[str, float]:
+        """``summary["capacity"]``; with no upper bound, ``high`` = ``low`` (the load known to pass)."""
         high = self.low if self.high is None else self.high
         return {self.plan.by: self.low, "low": self.low, "high": high, "runs": float(len(self.points))}
 
     @cached_property
     def at_capacity(self) -> Point:
-        passed = [p for p in self.points if p.passed]
-        return max(passed, key=lambda p: p.load) if passed else min(self.points, key=lambda p: p.load)
+        candidates = self.load_points or self.points
+        passed = [p for p in candidates if p.passed]
+        return max(passed, key=lambda p: p.load) if passed else min(candidates, key=lambda p: p.load)
 
     @cached_property
     def result(self) -> CapacityResult:
@@ -421,28 +461,43 @@ class Capacity:
         return CapacityResult(replace(point.run, settings=settings), point.gpus, point.goodput, self)
 
     def as_dict(self) -> dict[str, Any]:
-        """The search as stored beside the result: plan, capacity, bracket, reason, points."""
-        return {"plan": self.plan.as_dict(), **self.figures(), "reason": self.reason, "points": [p.figures() for p in self.points]}
+        """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
+        upper bound found), reason, the points run at their load and the estimates."""
+        return {"plan": self.plan.as_dict(), **self.figures(), "at_least": self.at_least, "reason": self.reason,
+                "points": [p.figures() for p in self.load_points], "estimates": [p.figures() for p in self.points if p.estimate]}
 
     def table(self) -> str:
-        """A row per point in load order, then the capacity and its bracket."""
+        """A row per point run at its load, in load order; the estimates below, apart (their
+        loads are what a closed loop carried, not rates run); then the headline."""
         from tabulate import tabulate
 
         keys = [slo.key for slo in self.plan.slos]
-        rows = []
-        for point in sorted(self.points, key=lambda p: p.load):
-            f = point.figures()
-            measured = {c.slo.key: ("-" if c.measured is None else c.slo.show(c.measured)) for c in point.checks}
-            rows.append([f"{point.load:.4g}", "pass" if point.passed else "FAIL" + (" (stopped)" if point.stopped else "")] + [measured[k] for k in keys]
-                        + [_fmt(f["request_throughput"]), _fmt(f["goodput_rate"]), "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%"])
         unit = " req/s" if self.plan.by == "rate" else ""
-        headers = [self.plan.by + unit, "verdict"] + keys + ["req/s", "goodput req/s", "good"]
-        return f"Capacity search by {self.plan.by}\n" + tabulate(rows, headers=headers, tablefmt="simple") + "\n" + self.headline()
+
+        def rows(points: list[Point]) -> list[list[str]]:
+            out = []
+            for point in sorted(points, key=lambda p: p.load):
+                f = point.figures()
+                measured = {c.slo.key: ("-" if c.measured is None else c.slo.show(c.measured)) for c in point.checks}
+                out.append([f"{point.load:.4g}", "pass" if point.passed else "FAIL" + (" (stopped)" if point.stopped else "")] + [measured[k] for k in keys]
+                           + [_fmt(f["request_throughput"]), _fmt(f["goodput_rate"]), "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%"])
+            return out
+
+        tail = ["req/s", "goodput req/s", "good"]
+        text = f"Capacity search by {self.plan.by}\n" + tabulate(rows(self.load_points), headers=[self.plan.by + unit, "verdict"] + keys + tail, tablefmt="simple")
+        estimates = [p for p in self.points if p.estimate]
+        if estimates:
+            table = tabulate([[f"{p.role}, {p.settings.concurrency} in flight"] + row for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates))],
+                             headers=["estimate (closed loop)", "carried req/s", "verdict"] + keys + tail, tablefmt="simple")
+            text += "\nEstimates (where to look; not rates run, never the capacity)\n" + table
+        return text + "\n" + self.headline()
 
     def headline(self) -> str:
         unit = " req/s" if self.plan.by == "rate" else ""
-        bracket = f"[{self.low:.4g}, {self.high:.4g}]" if self.high is not None else f"[{self.low:.4g}, -]"
-        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket {bracket}, {len(self.points)} runs; {self.reason}"
+        if self.at_least:
+            return (f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
+                    f"{len(self.points)} runs; {self.reason}")
+        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {self.high:.4g}], {len(self.points)} runs; {self.reason}"
 
 
 def _fmt(value: float | None) -> str:
@@ -456,6 +511,11 @@ def trace_rate(workload: Workload) -> float:
     if len(arrivals) < 2 or span <= 0:
         raise LLMReplayError("capacity.arrival: trace needs a workload whose sessions arrive over time; use poisson or constant")
     return (len(arrivals) - 1) / span
+
+
+# one run to do: its load (None: an estimate, whose load is the rate it achieves), role, settings,
+# and whether its stop rule applies
+Run = tuple[float | None, str, ReplaySettings, bool]
 
 
 class Search:
@@ -495,7 +555,7 @@ class Search:
 
     def keep(self, load: float | None, role: str, settings: ReplaySettings, run: ReplayRun) -> Point:
         result = Result(run, gpus=self.target.gpus, goodput=self.limits)
-        if load is None:  # a bracketing run's load is the session rate it achieved
+        if load is None:  # an estimate's load is the session rate it achieved
             load = self.sessions / run.duration_s if run.duration_s > 0 else 0.0
         point = Point(load, role, settings, result, check_slos(result.summary, self.plan.slos))
         self.points.append(point)
@@ -503,22 +563,17 @@ class Search:
             self.progress(point.line(len(self.points), self.plan.budget, self.plan.by))
         return point
 
-    def bracket(self) -> tuple[Point, Point]:
-        """The low and the high end, in parallel processes when the target allows."""
-        plan = self.plan
-        if plan.by == "concurrency":
-            ends = [(plan.min or 1, "low", self.settings_at(plan.min or 1), True),
-                    (plan.max or self.sessions, "high", self.settings_at(plan.max or self.sessions), True)]
-        else:
-            saturating = replace(self.base, mode="concurrency", concurrency=self.sessions)
-            ends = [(plan.min, "low", self.settings_at(plan.min) if plan.min else replace(self.base, mode="concurrency", concurrency=1), True),
-                    (plan.max, "high", self.settings_at(plan.max) if plan.max else saturating, plan.max is not None)]
-        jobs = [self.job(settings, stop) for _, _, settings, stop in ends]
-        runs = self.in_parallel(jobs) if self.workers > 1 else None
-        if runs is None:
-            runs = [run_point(job) for job in jobs]
-        low, high = (self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(ends, runs))
-        return low, high
+    def run_all(self, runs: Sequence[Run]) -> list[Point]:
+        """The runs' points, in parallel processes when the target allows."""
+        jobs = [self.job(settings, stop) for _, _, settings, stop in runs]
+        done = self.in_parallel(jobs) if self.workers > 1 and len(jobs) > 1 else None
+        if done is None:
+            done = [run_point(job) for job in jobs]
+        return [self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(runs, done)]
+
+    def probe(self, load: float, role: str) -> Point:
+        """One point run at ``load``, its stop rule on."""
+        return self.run_all([(load, role, self.settings_at(load), True)])[0]
 
     def in_parallel(self, jobs: list[PointJob]) -> list[ReplayRun] | None:
         """The jobs' runs from worker processes; None when they cannot go there (a target or
@@ -530,22 +585,47 @@ class Search:
         except (pickle.PicklingError, AttributeError, TypeError, BrokenProcessPool, OSError):
             return None
 
+    def ends(self) -> tuple[float, float]:
+        """The loads of the two ends, from the estimates where the plan leaves a bound out."""
+        plan = self.plan
+        if plan.by == "concurrency":
+            return plan.min or 1, plan.max or self.sessions
+        runs = []
+        if plan.min is None:
+            runs.append((None, "sync", replace(self.base, mode="concurrency", concurrency=1), False))
+        if plan.max is None:
+            runs.append((None, "saturate", replace(self.base, mode="concurrency", concurrency=self.sessions), False))
+        estimates = {p.role: p for p in self.run_all(runs)}
+        low = plan.min if plan.min is not None else estimates["sync"].load
+        high = plan.max if plan.max is not None else estimates["saturate"].load
+        return low, high
+
     def run(self) -> Capacity:
         plan = self.plan
-        low_point, high_point = self.bracket()
-        if not low_point.passed:
-            return self.done(0.0, low_point.load, "no load meets the SLOs: the lowest one fails")
-        if high_point.passed:
-            return self.done(high_point.load, None, "the highest load meets the SLOs: capacity is at least that")
-        low, high = low_point.load, high_point.load
-        if high <= low:
-            return self.done(low, high, "the bracket is empty: the saturating run carried no more than the low end")
+        unit = " req/s" if plan.by == "rate" else ""
+        low_end, high_end = self.ends()
+        runs = [(low_end, "low", self.settings_at(low_end), True)]
+        if high_end > low_end:
+            runs.append((high_end, "high", self.settings_at(high_end), True))
+        ends = self.run_all(runs)
+        if not ends[0].passed:
+            return self.done(0.0, low_end, "no load meets the SLOs: the lowest one fails")
+        low, high = low_end, None  # high None: no load failed yet
+        if len(ends) > 1:
+            low, high = (high_end, None) if ends[1].passed else (low_end, high_end)
+        if high is None:
+            if plan.max is not None or plan.by == "concurrency":
+                return self.done(low, None, "the highest load meets the SLOs: capacity is at least that")
+            while high is None:  # grow: twice the highest pass until a rate fails
+                if len(self.points) >= plan.budget:
+                    return self.done(low, None, f"no rate failed within the budget of {plan.budget} runs: capacity is at least {low:.4g}{unit}")
+                point = self.probe(2 * low, "grow")
+                low, high = (point.load, None) if point.passed else (low, point.load)
         while not self.resolved(low, high):
             if len(self.points) >= plan.budget:
                 return self.done(low, high, f"budget of {plan.budget} runs spent before the {plan.resolution * 100:g}% resolution")
             mid = (low + high) // 2 if plan.by == "concurrency" else (low + high) / 2
-            settings = self.settings_at(mid)
-            point = self.keep(mid, "bisect", settings, run_point(self.job(settings, True)))
+            point = self.probe(mid, "bisect")
             low, high = (mid, high) if point.passed else (low, mid)
         return self.done(low, high, f"bracket within the {plan.resolution * 100:g}% resolution")
 
@@ -562,5 +642,5 @@ def find_capacity(workload: Workload, target: Target, prompts: PromptFactory, pl
                   progress: Callable[[str], None] | None = None, workers: int = 2) -> Capacity:
     """Search the highest load of ``workload`` on ``target`` meeting ``plan``'s SLOs (module
     docstring); ``settings``: every other replay setting of each point; ``progress``: gets a line
-    per point as it finishes; ``workers``: processes for the bracketing step (offline only)."""
+    per point as it finishes; ``workers``: processes for the estimates and the ends (offline only)."""
     return Search(workload, target, prompts, plan, settings, progress, workers).run()

@@ -56,24 +56,135 @@ def passes(workload, prompts, plan, load, profile="llama-3.1-8b-h100"):
     return search.keep(load, "grid", settings, run_point(search.job(settings, stop=False))).passed
 
 
-@pytest.mark.parametrize("by, grid", [("concurrency", range(1, 61)), ("rate", [0.5 * k for k in range(1, 81)])])
-def test_capacity_lies_within_one_resolution_step_of_an_exhaustive_grid(workload, prompts, by, grid):
-    plan = CapacityPlan(by=by, slo=SLO, min=1 if by == "concurrency" else 0.5, max=60 if by == "concurrency" else 40)
+@pytest.fixture(scope="module")
+def grid_capacity(workload, prompts):
+    """The exhaustive grid's answer for SLO by ``by``: the highest grid load that passes with
+    every lower grid load passing too (each run to its end), computed once per ``by``."""
+    grids = {"concurrency": range(1, 61), "rate": [0.5 * k for k in range(1, 81)]}
+    answers = {}
+
+    def answer(by):
+        if by not in answers:
+            plan = CapacityPlan(by=by, slo=SLO)
+            best = None
+            for load in grids[by]:
+                if not passes(workload, prompts, plan, load):
+                    break
+                best = load
+            answers[by] = best
+        return answers[by]
+
+    return answer
+
+
+def ran_at(point, by, load):
+    """Was ``point`` run at ``load`` in the search's own mode (not an estimate's closed loop)?"""
+    if by == "concurrency":
+        return point.settings.mode == "concurrency" and point.settings.concurrency == load
+    return point.settings.mode == "rate" and point.settings.rate == load
+
+
+@pytest.mark.parametrize("by, bounds", [("concurrency", (1, 60)), ("rate", (0.5, 40)), ("rate", (None, None))])
+def test_capacity_lies_within_one_resolution_step_of_an_exhaustive_grid(workload, prompts, grid_capacity, by, bounds):
+    plan = CapacityPlan(by=by, slo=SLO, min=bounds[0], max=bounds[1])
     found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     assert found.high is not None and found.low < found.high, found.reason
-    # the grid's answer: the highest load that passes with every lower grid load passing too
-    best = None
-    for load in grid:
-        if not passes(workload, prompts, plan, load):
-            break
-        best = load
+    best = grid_capacity(by)
     assert best is not None
     step = max(plan.resolution * found.high, 1 if by == "concurrency" else 0)
     assert found.low <= best + step and best <= found.high + step
     assert abs(found.low - best) <= step + (1 if by == "concurrency" else 0.5)  # the grid's own spacing
-    # the bracket's ends are what the search says: low passed, high failed
-    by_load = {p.load: p for p in found.points}
-    assert by_load[found.low].passed and not by_load[found.high].passed
+    # the bracket's ends are points run at their load: low passed, high failed
+    low = [p for p in found.points if ran_at(p, by, found.low)]
+    high = [p for p in found.points if ran_at(p, by, found.high)]
+    assert low and all(p.passed for p in low) and high and not any(p.passed for p in high)
+
+
+def test_a_rate_capacity_above_what_the_saturating_run_carried_is_found(workload, prompts):
+    # every session at once carries ~12 sessions/s here, but a Poisson stream of the 60 sessions
+    # meets the SLOs up to ~26/s: the saturating run only says where to look; the search grows
+    # the bracket past it (the grid test above, bounds None, checks it against the grid)
+    found = find_capacity(workload, target(prompts), prompts, CapacityPlan(by="rate", slo=SLO), workers=1)
+    (saturating,) = [p for p in found.points if p.role == "saturate"]
+    assert saturating.estimate and not saturating.passed and saturating.settings.mode == "concurrency"
+    assert found.value > 1.5 * saturating.load
+    assert any(p.role == "grow" for p in found.points)
+    # the table keeps the estimates apart from the rates run, and never calls them the bracket
+    table = found.table()
+    rates, estimates = table.split("Estimates (where to look; not rates run, never the capacity)")
+    rows = [line.split()[:2] for line in rates.splitlines()[3:]]
+    assert rows == [[f"{p.load:.4g}", "pass" if p.passed else "FAIL"] for p in sorted(found.load_points, key=lambda p: p.load)]
+    assert [f"{saturating.load:.4g}", "pass"] in rows  # run as a rate, that load passed; all at once it failed
+    assert "saturate, 60 in flight" in estimates and f"bracket [{found.value:.4g}, {found.high:.4g}]" in found.headline()
+    assert [p["role"] for p in found.as_dict()["estimates"]] == ["sync", "saturate"]
+    assert not any(p["role"] in ("sync", "saturate") for p in found.as_dict()["points"])
+
+
+CAPACITY_PLANS = {
+    "rate": {"by": "rate", "slo": SLO},
+    "rate, min": {"by": "rate", "slo": SLO, "min": 2},
+    "rate, max": {"by": "rate", "slo": SLO, "max": 20},
+    "rate, constant": {"by": "rate", "slo": SLO, "arrival": "constant", "budget": 8},
+    "rate, at least": {"by": "rate", "slo": {"tpot.p90": "< 1s"}, "budget": 6},
+    "rate, only the synchronous run": {"by": "rate", "slo": {"ttft.max": "< 62ms"}},
+    "rate, none": {"by": "rate", "slo": {"ttft.p99": "< 1us"}},
+    "concurrency": {"by": "concurrency", "slo": SLO},
+    "concurrency, at least": {"by": "concurrency", "slo": {"ttft.p99": "< 1000s"}},
+}
+
+
+@pytest.mark.parametrize("name", list(CAPACITY_PLANS))
+def test_the_capacity_is_always_a_load_run_in_the_searchs_mode_that_passed(workload, prompts, name):
+    plan = parse_capacity(CAPACITY_PLANS[name])
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    if found.value > 0:
+        at = [p for p in found.points if ran_at(p, plan.by, found.value)]
+        assert at and all(p.passed for p in at), (name, found.headline())
+        assert found.at_capacity in at
+    else:
+        assert not any(p.passed for p in found.points if not p.estimate)
+    if found.high is not None:  # the bracket's top: a load run in the search's mode that failed
+        top = [p for p in found.points if ran_at(p, plan.by, found.high)]
+        assert top and not any(p.passed for p in top), (name, found.headline())
+    assert found.result.summary["capacity"][plan.by] == found.value
+
+
+def test_an_slo_only_the_synchronous_run_meets_gives_capacity_zero(workload, prompts):
+    # one request at a time: TTFT at most ~60 ms; a Poisson stream at the rate that run carried
+    # lets requests overlap and fails: no rate was seen to pass, so capacity is 0, not the
+    # synchronous run's rate (a closed loop, never run as a rate)
+    found = find_capacity(workload, target(prompts), prompts, CapacityPlan(by="rate", slo={"ttft.max": "< 62ms"}), workers=1)
+    sync = found.points[0]
+    assert sync.role == "sync" and sync.passed
+    assert (found.value, found.high) == (0, sync.load) and found.reason.startswith("no load meets the SLOs")
+    (low,) = [p for p in found.points if p.role == "low"]
+    assert ran_at(low, "rate", sync.load) and not low.passed
+
+
+def test_no_failing_rate_within_the_budget_says_capacity_is_at_least(workload, prompts):
+    # tpot.p90 < 1s holds at any rate 60 sessions can be sent at: the bracket grows (twice the
+    # highest pass each run) until the budget is spent, and the result says no upper bound was found
+    plan = CapacityPlan(by="rate", slo={"tpot.p90": "< 1s"}, budget=6)
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    roles = [p.role for p in found.points]
+    assert roles == ["sync", "saturate", "low", "high", "grow", "grow"]
+    grown = [p for p in found.points if p.role == "grow"]
+    assert grown[1].load == pytest.approx(2 * grown[0].load) and all(p.passed for p in found.points if not p.estimate)
+    assert (found.value, found.high, found.at_least) == (grown[1].load, None, True)
+    assert found.reason == f"no rate failed within the budget of 6 runs: capacity is at least {found.value:.4g} req/s"
+    assert found.headline().startswith(f"capacity (rate): at least {found.value:.4g} req/s (no upper bound found), bracket [{found.value:.4g}, -], 6 runs")
+    stored = found.as_dict()
+    assert stored["at_least"] is True and stored["rate"] == stored["low"] == stored["high"] == found.value
+    assert found.result.summary["capacity"] == {"rate": found.value, "low": found.value, "high": found.value, "runs": 6}
+
+
+def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):
+    # every session at once is concurrency 60, run in closed loop like every other point: the
+    # bracket's top when it fails, the capacity (at least) when it passes; no estimates
+    found = find_capacity(workload, target(prompts), prompts, CapacityPlan(by="concurrency", slo=SLO), workers=1)
+    (high,) = [p for p in found.points if p.role == "high"]
+    assert ran_at(high, "concurrency", 60) and not high.passed and not any(p.estimate for p in found.points)
+    assert found.as_dict()["estimates"] == []
 
 
 @pytest.mark.parametrize("by", ["concurrency", "rate"])
@@ -88,7 +199,7 @@ def test_an_slo_no_load_meets_gives_capacity_zero(workload, prompts):
     plan = CapacityPlan(by="rate", slo={"ttft.p99": "< 1us"})
     found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     assert found.value == 0 and found.reason.startswith("no load meets the SLOs")
-    assert len(found.points) == 2  # the bracketing step only
+    assert [p.role for p in found.points] == ["sync", "saturate", "low", "high"]  # the estimates and the ends only
     assert found.result.summary["capacity"]["rate"] == 0
 
 
@@ -100,13 +211,14 @@ def test_an_slo_every_load_meets_gives_the_highest_load(workload, prompts):
 
 
 def test_the_budget_bounds_the_runs(workload, prompts):
-    plan = CapacityPlan(by="rate", slo=SLO, resolution=0.001, budget=4)
+    plan = CapacityPlan(by="rate", slo=SLO, resolution=0.001, budget=7)
     lines = []
     found = find_capacity(workload, target(prompts), prompts, plan, progress=lines.append, workers=1)
-    assert len(found.points) == 4 and "budget of 4 runs spent" in found.reason
-    assert found.low < found.high
+    assert len(found.points) == 7 and "budget of 7 runs spent" in found.reason
+    assert found.low < found.high  # 2 estimates, the ends, growth to a failing rate, one bisection
     # a progress line per point, as each finished
-    assert [line.split(":")[0] for line in lines] == [f"point {i}/4 {p.role:>6} rate {p.load:.4g} req/s" for i, p in enumerate(found.points, 1)]
+    assert [line.split(":")[0] for line in lines[2:]] == [f"point {i}/7 {p.role:>6} rate {p.load:.4g} req/s" for i, p in enumerate(found.points, 1) if not p.estimate]
+    assert [line.split(": carried ")[0] for line in lines[:2]] == ["point 1/7   sync estimate, 1 in flight", "point 2/7 saturate estimate, 60 in flight"]
 
 
 def test_parallel_bracketing_finds_what_the_serial_search_finds(workload, prompts):
@@ -248,7 +360,9 @@ def test_queue_growth_needs_a_steep_and_certain_trend():
         ({"by": "rate", "slo": {"ttft.p99": "< 1 req/s"}}, "capacity.slo: SLO 'ttft.p99': unit 'req/s' does not fit"),
         ({"by": "concurrency", "slo": SLO, "max": 8.5}, "capacity.max: a concurrency is a whole number"),
         ({"by": "concurrency", "slo": SLO, "arrival": "trace"}, "capacity.arrival: applies to a search by rate"),
-        ({"by": "rate", "slo": SLO, "budget": 1}, "capacity.budget: expected a whole number of runs >= 2"),
+        ({"by": "concurrency", "slo": SLO, "budget": 1}, "capacity.budget: expected a whole number of runs >= 2 (the search starts with 2), got 1"),
+        ({"by": "rate", "slo": SLO, "budget": 3}, "capacity.budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends)"),
+        ({"by": "rate", "slo": SLO, "min": 1, "budget": 2}, "capacity.budget: expected a whole number of runs >= 3 (the search starts with 3: 1 estimate and"),
         ({"by": "rate", "slo": SLO, "step": 1}, "capacity.step: unknown key"),
     ],
 )
