@@ -4,11 +4,12 @@
                     [--by rate|concurrency] [--min X] [--max X] [--resolution 5%] [--budget N]
                     [--arrival poisson|constant|trace] [--out DIR]
 
-A line per point on stderr as it finishes; then a table of the points (by load) and the capacity
-with its bracket on stdout. ``--out DIR`` writes what ``llmreplay run --out`` writes, for the
+A line per point on stderr as it finishes; then a table of the points (by load; a rate search's
+estimates, closed-loop runs that only say where to look, apart below it) and the capacity with
+its bracket on stdout (``at least X``, no upper bound, when no load failed). ``--out DIR`` writes what ``llmreplay run --out`` writes, for the
 point at capacity (``result.json``, a stored result with the search under ``capacity``, which
-``llmreplay compare`` and the gate read; ``requests.csv``), ``points.csv``, a row per point
-(the load curve's figures), and ``load_curve.svg``, the load curve drawn
+``llmreplay compare`` and the gate read; ``requests.csv``), ``points.csv``, a row per run, estimates
+included (``role`` and ``mode`` say which; the load curve's figures), and ``load_curve.svg``, the load curve drawn
 (:mod:`~pytest_llmreplay.report_load_curve`). Exit status 0 when some load meets the SLOs, 1 when none does.
 
 ``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
@@ -142,8 +143,10 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser, load: Calla
     from .search import ARRIVALS, BY, DEFAULT_BUDGET
 
     sweep = commands.add_parser("sweep", parents=[common], help="find the highest load that meets SLOs (capacity at SLO)",
-                                description="Search the highest request rate or concurrency at which every SLO holds: a synchronous and a saturating run, "
-                                            "then bisection to --resolution or --budget runs. Exit status 0 when a load meets the SLOs, 1 when none does.")
+                                description="Search the highest request rate or concurrency at which every SLO holds. By rate: a synchronous and a saturating run "
+                                            "estimate where to look, points at rates bracket the answer (growing it while the top passes), then bisection "
+                                            "to --resolution or --budget runs; by concurrency: 1 and every session at once, then bisection. "
+                                            "Exit status 0 when a load meets the SLOs, 1 when none does.")
     sweep.add_argument("file", metavar="FILE")
     where = sweep.add_mutually_exclusive_group(required=True)
     where.add_argument("--endpoint", metavar="URL", help="a live OpenAI-compatible server; points run one at a time")
@@ -151,14 +154,14 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser, load: Calla
     sweep.add_argument("--slo", action="append", required=True, metavar="KEY<VALUE",
                        help="an SLO every point must meet, e.g. 'ttft.p99<1s' or 'tpot.p90<=50ms' (repeatable): upper bounds on ttft, tpot, latency, itl; error_rate; goodput share")
     sweep.add_argument("--by", choices=BY, default="rate", help="the load: sessions per second (open loop) or sessions in flight (closed loop); default rate")
-    sweep.add_argument("--min", type=number(True), metavar="X", help="lowest load (default: the synchronous run's)")
-    sweep.add_argument("--max", type=number(True), metavar="X", help="highest load (default: the saturating run's)")
+    sweep.add_argument("--min", type=number(True), metavar="X", help="lowest load (default by rate: the rate the synchronous run carried; by concurrency: 1)")
+    sweep.add_argument("--max", type=number(True), metavar="X", help="highest load (default by rate: none, starting at the rate the saturating run carried and doubling while it passes; by concurrency: every session)")
     sweep.add_argument("--resolution", default="5%", metavar="R", help="stop when the bracket is within R of its top, e.g. 5%% or 0.05 (default 5%%)")
-    sweep.add_argument("--budget", type=integer(2), default=DEFAULT_BUDGET, metavar="N", help=f"run at most N points (default {DEFAULT_BUDGET})")
+    sweep.add_argument("--budget", type=integer(2), default=DEFAULT_BUDGET, metavar="N", help=f"run at most N replays, a rate search's estimates included (default {DEFAULT_BUDGET})")
     sweep.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate points: Poisson, constant spacing, or the trace's own arrivals scaled (default poisson)")
     sweep.add_argument("--no-early-stop", action="store_true", help="run every point to its end, even once its SLOs are lost")
-    sweep.add_argument("--workers", type=integer(1), default=2, metavar="N", help="processes for the bracketing step's two runs with --sim (default 2)")
-    sweep.add_argument("--out", metavar="DIR", help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out), DIR/points.csv and DIR/load_curve.svg (the load curve)")
+    sweep.add_argument("--workers", type=integer(1), default=2, metavar="N", help="processes for the two estimates and the two ends with --sim (default 2)")
+    sweep.add_argument("--out", metavar="DIR", help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out), DIR/points.csv (a row per run) and DIR/load_curve.svg (the load curve)")
     sweep.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     sweep.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
     sweep.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")

@@ -58,6 +58,25 @@ def test_sweep_prints_a_line_per_point_the_table_and_the_capacity_and_writes_out
     assert (out_dir / "requests.csv").read_text().count("\n") == 41  # header + 40 requests
 
 
+def test_sweep_by_rate_keeps_the_estimates_apart_and_says_when_no_rate_failed(capsys, workload, tmp_path):
+    # tpot.p90 < 1s holds at every rate tried: 6 runs are the 2 estimates, the 2 ends and 2
+    # doublings, all passing; the capacity is "at least" the last, a rate point
+    out_dir = tmp_path / "out"
+    code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "tpot.p90<1s", "--budget", "6", "--out", str(out_dir))
+    assert code == 0, err
+    stored = read_record(out_dir / "result.json")
+    capacity = stored["capacity"]
+    assert capacity["at_least"] is True and capacity["runs"] == 6
+    assert f"capacity (rate): at least {capacity['rate']:.4g} req/s (no upper bound found), bracket [{capacity['rate']:.4g}, -], 6 runs" in out
+    assert "Estimates (where to look; not rates run, never the capacity)" in out
+    assert [p["role"] for p in capacity["estimates"]] == ["sync", "saturate"]
+    assert [p["role"] for p in capacity["points"]] == ["low", "high", "grow", "grow"]
+    assert capacity["points"][-1]["load"] == capacity["rate"] and capacity["points"][-1]["settings"]["rate"] == capacity["rate"]
+    with open(out_dir / "points.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [(r["role"], r["mode"]) for r in rows] == [("sync", "concurrency"), ("saturate", "concurrency")] + [(role, "rate") for role in ("low", "high", "grow", "grow")]
+
+
 def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
     code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "ttft.p99<1us")
     assert code == 1
@@ -74,6 +93,7 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
         (["--slo", "ttft.p99<1s", "--resolution", "0"], "error: --resolution: expected a share between 0 and 1"),
         (["--slo", "ttft.p99<1s", "--resolution", "fine"], "error: --resolution: expected a share between 0 and 1"),
         (["--slo", "ttft.p99<1s", "--by", "concurrency", "--arrival", "trace"], "error: --arrival: applies to a search by rate"),
+        (["--slo", "ttft.p99<1s", "--budget", "3"], "error: --budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends), got 3"),
     ],
 )
 def test_sweep_bad_options_are_one_line(capsys, workload, args, message):
