@@ -7,7 +7,8 @@ requests), profile llama-3.1-8b-h100, SLOs ttft.p99 < 1s and tpot.p99 < 50ms.
   (so it spends all 10 points), timed from the loaded workload to the capacity, with the
   bracketing step in 2 worker processes and in this one process; median of ``--runs``.
 - ``grid``: every load of a grid with the spacing the search resolved to (its final bracket's
-  width; concurrency: 1), from the low to the high end of its bracketing step, each run to its
+  width; concurrency: 1), from the lowest to the highest load the search ran (the estimates of a
+  rate search left out: closed loops, not rates), each run to its
   end: what a sweep without bisection (vLLM's ``bench sweep``, GuideLLM's) runs to say as much;
   run once. Its answer (the highest load before the first that fails) is checked to lie within
   one grid step of the search's.
@@ -36,8 +37,8 @@ SLO = {"ttft.p99": "< 1s", "tpot.p99": "< 50ms"}
 
 def grid(workload, target, prompts, plan, found) -> tuple[float, int, float | None]:
     """(seconds, points, the grid's capacity) of the exhaustive grid matching ``found``."""
-    low_end = min(p.load for p in found.points if p.role == "low")
-    high_end = max(p.load for p in found.points if p.role == "high")
+    low_end = min(p.load for p in found.load_points)
+    high_end = max(p.load for p in found.load_points)
     step = 1.0 if plan.by == "concurrency" else found.high - found.low
     loads = []
     load = low_end
