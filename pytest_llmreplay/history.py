@@ -92,7 +92,7 @@ def history_points(store: Store, test: str, commits: Iterable[str], like: Mappin
     return History(list(reversed(found[:limit] if limit is not None else found)), unreadable)
 
 
-def t_quantile(q: float, df: int) -> float:
+def t_quantile(q: float, df: float) -> float:
     """Student's t quantile (Cornish-Fisher expansion, Abramowitz & Stegun 26.7.5: within 0.2%
     of the exact value for df >= 4 at q <= 0.995; no scipy needed)."""
     z = statistics.NormalDist().inv_cdf(q)

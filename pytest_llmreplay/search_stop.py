@@ -33,10 +33,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Mapping, Sequence
 
 from .driver import RequestRecord
+from .history import t_quantile
 from .metrics import latency, tpot, ttft
 from .slo import OPERATORS, SLO
 
@@ -48,13 +48,6 @@ SATURATION_MIN_REQUESTS = 10
 SATURATION_MIN_EFFECTIVE = 5.0
 SATURATION_MIN_GROWTH = 0.1
 OPEN_LOOP_MODES = ("rate", "timestamps")
-
-
-def t_quantile(p: float, df: float) -> float:
-    """Student's t quantile: the normal one z corrected by the Cornish-Fisher expansion
-    (Abramowitz & Stegun 26.7.5): z + (z³ + z) / 4df + (5z⁵ + 16z³ + 3z) / 96df²."""
-    z = NormalDist().inv_cdf(p)
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
 @dataclass

@@ -16,7 +16,8 @@ from pytest_llmreplay.formats import load_workload
 from pytest_llmreplay.metrics import stats
 from pytest_llmreplay.prompts import PromptFactory
 from pytest_llmreplay.search import CapacityPlan, Search, find_capacity, parse_capacity, run_point
-from pytest_llmreplay.search_stop import QueueGrowth, StopRule, t_quantile
+from pytest_llmreplay.history import t_quantile
+from pytest_llmreplay.search_stop import QueueGrowth, StopRule
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.slo import parse_slos
 from pytest_llmreplay.target import Target
