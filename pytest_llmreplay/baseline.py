@@ -417,7 +417,7 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         row = Row(key, baseline["summary"].get(metric, {}).get(stat), current["summary"].get(metric, {}).get(stat), tolerance=allowed)
         comparison.rows.append(row)
         if metric == "capacity":
-            _capacity_change(row, baseline["summary"].get(metric, {}), current["summary"].get(metric, {}))
+            _capacity_change(row, _bracket(baseline), _bracket(current))
             continue
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
@@ -450,11 +450,22 @@ def _verdict(row: Row, metric: str) -> None:
         row.verdict = "ok"
 
 
+def _bracket(record: Mapping[str, Any]) -> dict[str, float]:
+    """A record's capacity bracket {low, high}; ``high`` is infinite when its search found no
+    failing load above the capacity (``record["capacity"]["at_least"]``)."""
+    figures = dict(record["summary"].get("capacity", {}))
+    if figures and record.get("capacity", {}).get("at_least"):
+        figures["high"] = math.inf
+    return figures
+
+
 def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[str, float]) -> None:
     """A capacity's change, with the search's own uncertainty: each side is known only to lie
-    in its bracket [low, high], so the interval of current / baseline - 1 runs from
-    low_current / high_baseline - 1 to high_current / low_baseline - 1; a regression needs the
-    whole of it below zero (the brackets do not overlap) and the change beyond the tolerance."""
+    in its bracket [low, high] (high infinite when no load failed), so the interval of
+    current / baseline - 1 runs from low_current / high_baseline - 1 to
+    high_current / low_baseline - 1; a regression needs the whole of it below zero (the
+    brackets do not overlap) and the change beyond the tolerance. An interval open above is
+    stored with ``high`` None."""
     if row.baseline is None or row.current is None:
         row.note = "not measured"
         return
@@ -465,6 +476,8 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
     row.low = current["low"] / baseline["high"] - 1
     row.high = current["high"] / baseline["low"] - 1
     _verdict(row, "capacity")
+    if math.isinf(row.high):
+        row.high = None
 
 
 def comparison_table(comparison: Comparison) -> str:
@@ -483,8 +496,11 @@ def comparison_table(comparison: Comparison) -> str:
 
 
 def change_cell(change: float | None, low: float | None, high: float | None) -> str:
-    """``+10.2% [+7.1%, +13.4%]``: a change and its interval; empty when not computed."""
-    return "" if change is None else f"{change * 100:+.1f}% [{low * 100:+.1f}%, {high * 100:+.1f}%]"
+    """``+10.2% [+7.1%, +13.4%]``: a change and its interval (``[-3.0%, open]`` when it has no
+    upper end); empty when not computed."""
+    if change is None:
+        return ""
+    return f"{change * 100:+.1f}% [{low * 100:+.1f}%, " + ("open]" if high is None else f"{high * 100:+.1f}%]")
 
 
 def comparison_cells(row: Row) -> list[str]:

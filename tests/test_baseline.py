@@ -714,3 +714,30 @@ def test_sample_keys_name_each_value_in_workload_order():
     expected = sorted(r.session_index * baseline.KEY_TURNS + r.turn_index for r in result.ok if r.first_token_s is not None)
     assert keys["ttft"] == expected
     assert keys["output_throughput"] == list(range(len(values["output_throughput"])))
+
+
+def with_capacity(low, high, at_least=False):
+    """A stored capacity-search result: capacity ``low`` in the bracket [low, high] (``high`` =
+    ``low`` as the search stores it when no load failed, with ``at_least`` set)."""
+    record_ = stored({"ttft": lognormal()})
+    record_["summary"]["capacity"] = {"rate": low, "low": low, "high": high, "runs": 8.0}
+    record_["capacity"] = {"at_least": at_least}
+    return record_
+
+
+def test_a_capacity_with_no_failing_load_is_never_a_proven_regression():
+    """10 req/s found as 'at least 10' (the budget ran out while growing) against a baseline of
+    16 in [16, 17]: the true capacity may be anywhere above 10, so the change is noise, and the
+    interval is open above."""
+    (row,) = compare(with_capacity(16, 17), with_capacity(10, 10, at_least=True), {"capacity.rate": 0.05}).rows
+    assert row.verdict == "noise" and row.change == pytest.approx(10 / 16 - 1)
+    assert row.low == pytest.approx(10 / 17 - 1) and row.high is None
+    assert baseline.change_cell(row.change, row.low, row.high) == "-37.5% [-41.2%, open]"
+    (closed,) = compare(with_capacity(16, 17), with_capacity(10, 11), {"capacity.rate": 0.05}).rows
+    assert closed.verdict == "regression" and closed.high == pytest.approx(11 / 16 - 1)
+
+
+def test_a_baseline_capacity_with_no_failing_load_still_proves_a_drop_below_it():
+    """Baseline 'at least 16': a current 10 in [10, 11] lies wholly below 16."""
+    (row,) = compare(with_capacity(16, 16, at_least=True), with_capacity(10, 11), {"capacity.rate": 0.05}).rows
+    assert row.verdict == "regression" and row.low == pytest.approx(-1.0) and row.high == pytest.approx(11 / 16 - 1)
