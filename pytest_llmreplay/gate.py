@@ -13,7 +13,10 @@ outcome's ``text`` (tables) goes into the test's report section, ``figures`` int
 properties. A capacity test's result
 (:class:`~pytest_llmreplay.search.CapacityResult`) also stores its search (``capacity``: plan,
 bracket, every point's figures), shows the points' table, and is compared on its capacity alone
-unless its ``regression`` names more.
+unless its ``regression`` names more. A run stopped by a signal (:mod:`~pytest_llmreplay.interrupt`)
+goes through the same steps; its record holds ``"interrupted": "<signal>"``, and a record that
+does is never taken as the comparison's baseline (the newest stored result that was not
+interrupted is) nor as a history point: it measured only part of its workload.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class Outcome:
     baseline_text: str
     figures: dict[str, float]
     failure: str | None
+    interrupted: str | None = None  # the signal that stopped one of the runs (SIGINT, SIGTERM)
 
 
 @dataclass
@@ -90,6 +94,9 @@ class Gate:
 
         records = [make_record(result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git) for result in run.results]
         record = pool_records(records, run.facts or [{}] * len(records))
+        interrupted = next((result.run.interrupted for result in run.results if result.run.interrupted), None)
+        if interrupted:
+            record["interrupted"] = interrupted
         checks = check_slos(record["summary"], parse_slos(run.slo, extra_metrics=run.result.summary))
         every_check = checks + run.result.slo_checks  # the spec's, then the test body's assert_slo calls (on the last run)
         record["slo"] = slo_rows(every_check)
@@ -107,7 +114,8 @@ class Gate:
         failures = []
         if self.save:
             try:
-                baseline_blocks.append(f"saved baseline {self.store.save(record)}")
+                kept = " (marked interrupted: never used as a comparison baseline)" if interrupted else ""
+                baseline_blocks.append(f"saved baseline {self.store.save(record)}{kept}")
             except LLMReplayError as exc:  # the comparison and the report are still kept
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
@@ -118,7 +126,7 @@ class Gate:
         if self.fail_on_regression and comparison is not None and comparison.regressions:
             failures.append(compared_text)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
-        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None)
+        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None, interrupted)
 
     def _earlier(self, run: PerfRun, record: Mapping[str, Any]) -> History | None:
         """The earlier results like ``record`` on the reference's history (a
@@ -140,10 +148,10 @@ class Gate:
     def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
         label, commits = self.history
         try:
-            found = self.store.latest(run.test, commits)
-            if found is None:
+            newest = self._newest_complete(run.test, commits)
+            if newest is None:
                 return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
-            baseline = self.store.read(found)
+            found, baseline = newest
         except LLMReplayError as exc:
             return f"Compared with {label}: cannot read the stored result ({exc})"
         stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
@@ -153,6 +161,16 @@ class Gate:
 
             gate_with_history(comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable))
         return comparison
+
+    def _newest_complete(self, test: str, commits: list[str]) -> tuple[str, dict[str, Any]] | None:
+        """(key, record) of the newest stored result of ``test`` that was not interrupted, at the
+        first of ``commits`` holding one; None when none does."""
+        for commit in commits:
+            for key in reversed(self.store.stored(test, commit)):
+                record = self.store.read(key)
+                if not record.get("interrupted"):
+                    return key, record
+        return None
 
     def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None) -> None:
         folder = self.report_dir / "tests"

@@ -5,7 +5,9 @@ spread they show, the gate that uses it, and change points.
 (newest first, as :func:`~pytest_llmreplay.baseline.reference_history` gives them) through
 :class:`~pytest_llmreplay.store.Store` (any kind: folder, git ref, fsspec URL), keeps those with the same fingerprint,
 workload and settings as ``like`` and as many runs (``--llm-repeat``), and returns them oldest
-first. A file that cannot be read is counted and skipped, never fatal.
+first. A file that cannot be read is counted and skipped, never fatal; a result stopped by a
+signal (``"interrupted"``, :mod:`~pytest_llmreplay.interrupt`) is skipped: it measured only part
+of its workload.
 
 **History gate** (:func:`gate_with_history`). With K >= :data:`MIN_HISTORY` earlier results
 (the newest :data:`HISTORY_WINDOW`), each compared figure's history ``h_1..h_K`` (mean ``m``,
@@ -84,6 +86,8 @@ def history_points(store: Store, test: str, commits: Iterable[str], like: Mappin
                 record = store.read(key)
             except LLMReplayError:
                 unreadable += 1
+                continue
+            if record.get("interrupted"):
                 continue
             if like is None or (mismatch(like, record) is None and run_count(like) == run_count(record)):
                 found.append((commit, record))

@@ -16,6 +16,8 @@ Fixtures: ``llm_endpoint`` (the session's :class:`~pytest_llmreplay.target.Targe
 ``llm_result`` (the replay of the test's ``llmreplay`` marker), ``llm_workload``,
 ``llm_tokenizer``, ``llm_prompts``. Every replay of a test goes through the gate
 (:mod:`~pytest_llmreplay.gate`) when the test body ends: SLOs, baseline, reports, verdict.
+Ctrl-C or SIGTERM during a replay stops it, keeps what it measured, then stops the session
+(:mod:`~pytest_llmreplay.interrupt`).
 
 Under pytest-xdist each worker has its own simulator; replays against a live endpoint take a
 file lock so that only one runs at a time across workers (concurrent perf tests distort each
@@ -220,6 +222,9 @@ class LLMSession:
         self._gate: Any = None
         self.reports: list[tuple[str, str, dict[str, float], dict[str, str]]] = []
         self.notes: list[tuple[str, str]] = []
+        from .interrupt import Interruption
+
+        self.interruption = Interruption()
 
     @property
     def kind(self) -> str:
@@ -303,7 +308,7 @@ class LLMSession:
         ``salt`` (the workload's digest): see :meth:`~pytest_llmreplay.prompts.PromptFactory.salted`."""
         from .formats import load_workload
         from .metrics import Result
-        from .driver import replay
+        from .driver import Replay
         from .slo import parse_slos, per_request_limits
         from .target import no_cache_reset_note
 
@@ -320,9 +325,9 @@ class LLMSession:
                 result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings).result
             else:
                 if self.workers_count is not None:
-                    run = self.workers.replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings)
+                    run = self.workers.replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, stop_on_signals=True)
                 else:
-                    run = replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, clock=target.clock())
+                    run = Replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, clock=target.clock(), stop_on_signals=True).run()
                 result = Result(run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names())))
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
@@ -350,13 +355,16 @@ class LLMSession:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
             return
-        figures = {name: value for name, value in report.user_properties if str(name).startswith("llmreplay.")}
+        from .interrupt import INTERRUPTED_PROPERTY
+
+        figures = {name: value for name, value in report.user_properties if str(name).startswith("llmreplay.") and name != INTERRUPTED_PROPERTY}
+        outcome = report.outcome + (" (interrupted)" if INTERRUPTED_PROPERTY in dict(report.user_properties) else "")
         texts: dict[str, str] = {}
         for name, text in report.sections:
             if name.startswith("llmreplay"):
                 texts[name] = f"{texts[name]}\n\n{text}" if name in texts else text
         if figures or texts:
-            self.reports.append((report.nodeid, report.outcome, figures, texts))
+            self.reports.append((report.nodeid, outcome, figures, texts))
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """An overview row per measured run (a test's second ``llm_replay`` call or a named one
@@ -439,6 +447,7 @@ def pytest_configure(config: pytest.Config) -> None:
     session = LLMSession(config)
     config.stash[SESSION] = session
     config.pluginmanager.register(session, "llmreplay-session")
+    config.pluginmanager.register(session.interruption, "llmreplay-interruption")
     for found in config.hook.pytest_llmreplay_formats():
         from .formats import register_format
 
@@ -551,9 +560,15 @@ def _perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     from .baseline import workload_digest
     from .gate import PerfRun
 
+    state.interruption.check_not_interrupted()
     digest = workload_digest(spec.workload)
     repeats = 1 if spec.capacity is not None else spec.repeat or state.repeat  # a search runs once
-    runs = [state.replay(spec, salt=digest, repeat=index, repeats=repeats) for index in range(repeats)]
+    runs = []
+    for index in range(repeats):
+        runs.append(state.replay(spec, salt=digest, repeat=index, repeats=repeats))
+        if state.interruption.observe(runs[-1][0], test):  # Ctrl-C: no more repeats (see interrupt.py)
+            state.notes.append(("llmreplay interrupted", state.interruption.note()))
+            break
     workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
     results = [result for result, _ in runs]
     return PerfRun(test, results[-1], workload, spec.slo, spec.regression, earlier=results[:-1], facts=[facts for _, facts in runs]), results[-1]
@@ -636,6 +651,10 @@ def finish_runs(item: pytest.Item) -> str | None:
             continue
         outcomes.append(outcome)
         item.user_properties.extend(sorted((f"{key}{'' if run.test == item.nodeid else ' ' + run.test.rsplit('::', 1)[1]}", value) for key, value in outcome.figures.items()))
+        if outcome.interrupted:
+            from .interrupt import INTERRUPTED_PROPERTY
+
+            item.user_properties.append((INTERRUPTED_PROPERTY, outcome.interrupted))
         if outcome.failure:
             failures.append(outcome.failure if len(runs) == 1 else f"{run.test}\n{outcome.failure}")
     runs.clear()

@@ -85,7 +85,7 @@ def verdict_class(header: str, cell: str) -> str:
 
 def headline_section(record: Mapping[str, Any]) -> str:
     line = headline(record)
-    rest = html.escape(" · ".join(part for part in (line.slos, line.closest, f"vs baseline: {line.verdict}") if part))
+    rest = html.escape(" · ".join(part for part in (line.interrupted, line.slos, line.closest, f"vs baseline: {line.verdict}") if part))
     commit = record.get("commit")
     facts = [f"commit {html.escape(str(commit)[:12]) if commit else 'none (not a git checkout)'}{' (dirty)' if record.get('dirty') else ''}",
              f"endpoint: {html.escape(endpoint_text(record.get('fingerprint')))}"]

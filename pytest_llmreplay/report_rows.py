@@ -96,15 +96,17 @@ class Headline:
     """A test at a glance: ``status`` PASS (every SLO met), FAIL (one breached) or NO SLOS;
     ``slos`` (``2/2 SLOs met``); ``closest``: the breached SLO furthest over, else the met one
     closest to its threshold (``==`` SLOs have no headroom and are left out), with its measured
-    value and margin; ``verdict``: the comparison's (:func:`comparison_cell`)."""
+    value and margin; ``verdict``: the comparison's (:func:`comparison_cell`); ``interrupted``:
+    ``interrupted by SIGINT`` when a signal stopped the run (its figures cover part of the workload)."""
 
     status: str
     slos: str
     closest: str | None
     verdict: str
+    interrupted: str | None = None
 
     def text(self) -> str:
-        parts = [self.status, self.slos] + ([self.closest] if self.closest else []) + [f"vs baseline: {self.verdict}"]
+        parts = [self.status] + ([self.interrupted] if self.interrupted else []) + [self.slos] + ([self.closest] if self.closest else []) + [f"vs baseline: {self.verdict}"]
         return " · ".join(parts)
 
 
@@ -127,7 +129,8 @@ def headline(record: Mapping[str, Any]) -> Headline:
             closest = f"worst: {key} not measured ({threshold})"
         else:
             closest = f"{'worst' if not check.passed else 'closest'}: {key} {measured} vs {threshold}, margin {margin}"
-    return Headline(status, slos, closest, comparison_cell(record.get("comparison")))
+    interrupted = f"interrupted by {record['interrupted']}" if record.get("interrupted") else None
+    return Headline(status, slos, closest, comparison_cell(record.get("comparison")), interrupted)
 
 
 def comparison_rows(comparison: Mapping[str, Any]) -> list[list[str]]:

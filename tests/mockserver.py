@@ -13,7 +13,7 @@ connection after N tokens), ``malformed`` (a non-JSON event after N tokens), ``e
 (an error object after N tokens), ``no_done`` (end cleanly without ``[DONE]``). ``"mock":
 {"usage": false}`` leaves usage out; ``{"usage_tokens": K}`` reports K completion tokens.
 
-``python tests/mockserver.py --port P`` serves it (zero latency) for benchmarks. ``GET /mock/stats``
+``python tests/mockserver.py --port P`` serves it (zero latency unless ``--ttft-s``/``--itl-s``) for benchmarks. ``GET /mock/stats``
 reports the completion requests received and the ``time.time()`` of the first; ``DELETE`` resets them.
 ``--envelope`` adds the ``id``/``object``/``created``/``model`` fields real servers put in every
 streamed chunk (AIPerf drops chunks without ``object``).
@@ -286,8 +286,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--count-prompts", action="store_true", help="tokenize prompts for usage and cache figures (slower)")
     parser.add_argument("--envelope", action="store_true", help="add id/object/created/model to streamed chunks (AIPerf needs them)")
+    parser.add_argument("--ttft-s", type=float, default=0.0, help="seconds before the first token (default 0)")
+    parser.add_argument("--itl-s", type=float, default=0.0, help="seconds between tokens (default 0)")
     args = parser.parse_args()
-    server = MockServer(MockConfig(count_prompts=args.count_prompts, envelope=args.envelope))
+    server = MockServer(MockConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, count_prompts=args.count_prompts, envelope=args.envelope))
     web.run_app(server.app(), host="127.0.0.1", port=args.port, access_log=None, print=None)
 
 

@@ -1,0 +1,112 @@
+"""Ctrl-C and SIGTERM during a perf test's replay against a live server, in a real pytest process
+(see pytest_llmreplay/interrupt.py): the replay stops, what it measured goes through the gate
+(summary row, stored result, report files), all of it marked interrupted, and the session stops
+with pytest's status, the server it started stopped."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from pytest_llmreplay.history import history_points
+from pytest_llmreplay.store import FolderStore
+from test_plugin_baselines import TEST_ID, head, stored
+from test_plugin_baselines import project as baseline_project  # noqa: F401  (a fixture: a git repository with the profiles)
+from test_plugin_perf import free_port, refuses_connections
+
+MOCK = Path(__file__).with_name("mockserver.py")
+# 40 requests over 8 s, each 8 tokens 50 ms apart: the run is still sending when it is stopped
+SLOW_WORKLOAD = """\
+synthetic:
+  sessions: 40
+  input_tokens: 32
+  output_tokens: 8
+  rate: 5
+  seed: 1
+"""
+TESTS = """
+    import pytest
+
+    @pytest.mark.llmreplay(workload="slow.yaml", slo={"ttft.p99": "< 30s"})
+    def test_slow(): pass
+
+    def test_after(): pass
+"""
+
+
+def received(url: str) -> int:
+    """Completion requests the mock server has received (0 while it is not up yet)."""
+    try:
+        with urllib.request.urlopen(f"{url}/mock/stats", timeout=2) as reply:
+            return json.load(reply)["requests"]
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytester, signum):
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("slow.yaml").write_text(SLOW_WORKLOAD)
+    pytester.makepyfile(test_perf=TESTS)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--llm-endpoint={url}",
+               f"--llm-server-cmd={sys.executable} {MOCK} --port {port} --itl-s 0.05", "--llm-save", "--llm-report=report", "--junitxml=junit.xml"]
+    run = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while received(url) < 6:
+            assert run.poll() is None and time.monotonic() < deadline, "the replay did not get going"
+            time.sleep(0.05)
+        run.send_signal(signum)
+        out, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+        run.wait()
+    assert run.returncode == (pytest.ExitCode.INTERRUPTED if signum == signal.SIGINT else 128 + signal.SIGTERM), out + err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
+    lines = out.splitlines()
+    assert any(line.startswith("test_perf.py::test_slow") and "passed (interrupted)" in line for line in lines), out
+    assert f"llmreplay interrupted: {signum.name} stopped the replay of test_perf.py::test_slow: its result covers the requests measured until then" in out
+    assert f"Interrupted: llmreplay: {signum.name} stopped the replay of test_perf.py::test_slow" in out
+    assert "1 passed" in out and "test_after" not in out  # the session stopped after the interrupted test
+
+    stored = list(pytester.path.joinpath(".llmreplay").glob("*/*.json"))
+    assert len(stored) == 1, out
+    record = json.loads(stored[0].read_text())
+    assert record["interrupted"] == signum.name and "runs" not in record  # the repeats after it were not started
+    assert any(w.startswith(f"interrupted by {signum.name} at ") for w in record["warnings"])
+    counts = record["summary"]["requests"]
+    assert counts["ok"] + counts["cancelled"] >= 6 and 1 <= counts["ok"] < 40 and counts["planned"] == 40
+    assert f"saved baseline {stored[0]} (marked interrupted: never used as a comparison baseline)" in out
+
+    report = pytester.path / "report"
+    assert json.loads(next(report.joinpath("tests").glob("*.json")).read_text())["interrupted"] == signum.name
+    for page in ("summary.md", "index.html"):
+        assert f"interrupted by {signum.name}" in report.joinpath(page).read_text(), page
+    properties = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
+    assert properties["llmreplay.interrupted"] == signum.name
+    assert refuses_connections(port)  # the --llm-server-cmd server was stopped
+
+
+def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(baseline_project):
+    """The newest stored result was interrupted (made here by marking a saved one as a signal
+    would): the comparison takes the newest complete one before it, and the history skips it."""
+    project = baseline_project
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-save").assert_outcomes(passed=1)
+    complete, newest = stored(project.path)
+    record = json.loads(newest.read_text())
+    newest.write_text(json.dumps({**record, "interrupted": "SIGINT"}))
+
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION"])  # against the fast run, not the slow one
+    points = history_points(FolderStore(project.path / ".llmreplay"), TEST_ID, [head(project.path)]).points
+    assert [point["summary"]["ttft"] for _, point in points] == [json.loads(complete.read_text())["summary"]["ttft"]]
