@@ -412,40 +412,14 @@ def session_of(config: pytest.Config) -> LLMSession:
     return config.stash[SESSION]
 
 
-def warn_if_a_value_moved_the_rootdir(config: pytest.Config) -> None:
-    """pytest chooses the rootdir and configfile before it knows this plugin's options, so the
-    value of ``--llm-report /abs/dir`` (space form, not ``=``) is taken for a test path there: when
-    that path lies outside the common folder of the invocation dir and the test paths, the rootdir
-    moves up to a common ancestor and the project's ini file may be lost. Warn, naming the
-    option and its ``=`` form."""
-    invocation = config.invocation_params.dir
-    places = [invocation] + [_existing_dir(invocation, arg.split("::")[0]) for arg in config.args]
-    base = Path(os.path.commonpath([str(p) for p in places if p is not None]))
-    flags = {flag for flag, _, kind, _, _ in OPTIONS if kind != "bool"}
-    args = [str(arg) for arg in config.invocation_params.args]
-    for flag, value in zip(args, args[1:]):
-        folder = _existing_dir(invocation, value) if flag in flags else None
-        if folder is not None and not folder.is_relative_to(base):
-            found = f"configfile {config.inipath}" if config.inipath else "no configfile"
-            config.issue_config_time_warning(pytest.PytestConfigWarning(
-                f"{flag} {value}: pytest took {value} for a test path when it chose the rootdir, which is now {config.rootpath} "
-                f"({found}); write {flag}={value}"), stacklevel=2)
-
-
-def _existing_dir(base: Path, arg: str) -> Path | None:
-    """The folder pytest's rootdir search takes from ``arg``: itself, or a file's parent; None
-    when there is no such path."""
-    path = Path(base, arg).resolve()
-    if not path.exists():
-        return None
-    return path if path.is_dir() else path.parent
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    warn_if_a_value_moved_the_rootdir(config)
+    from .config_warnings import warn_if_a_value_moved_the_rootdir, warn_of_ignored_options
+
+    warn_if_a_value_moved_the_rootdir(config, [flag for flag, _, kind, _, _ in OPTIONS if kind != "bool"])
     config.addinivalue_line("markers", "llmreplay(workload, slo=None, regression=None, capacity=None, format=None, format_options=None, **replay_settings): replay a workload and check SLOs (see pytest_llmreplay.spec)")
     session = LLMSession(config)
     config.stash[SESSION] = session
+    warn_of_ignored_options(config, session.kind, session.server_cmd, {ini: default for _, ini, _, default, _ in OPTIONS})
     config.pluginmanager.register(session, "llmreplay-session")
     config.pluginmanager.register(session.interruption, "llmreplay-interruption")
     for found in config.hook.pytest_llmreplay_formats():

@@ -259,6 +259,34 @@ def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(p
     assert "PytestConfigWarning" not in result.stdout.str()
 
 
+@pytest.mark.parametrize(("args", "warning"), [
+    (["--llm-offline", "--llm-server-timeout=5"], "--llm-server-timeout / llm_server_timeout: ignored without --llm-server-cmd: no server is started here, so none is waited for"),
+    (["--llm-endpoint=http://127.0.0.1:9", "--llm-sim-profile=llama-3.1-8b-h100"], "--llm-sim-profile / llm_sim_profile: ignored with --llm-endpoint: the live server is measured, not the simulator"),
+    (["--llm-offline", "--llm-model=foo"], "--llm-model / llm_model: ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint"),
+    (["--llm-model=foo"], "--llm-model / llm_model: ignored by the simulator, *"),
+])
+def test_an_option_the_session_ignores_is_warned_about_once(project, args, warning):
+    project.makepyfile("def test_x(): pass")
+    result = project.runpytest(*args)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"*PytestConfigWarning: {warning}"])
+    assert result.stdout.str().count(": PytestConfigWarning: ") == 1
+
+
+def test_an_ini_option_for_the_mode_the_command_line_left_is_not_warned_about(project):
+    """The ini file configures a live server; the command line asks for the offline simulator."""
+    project.makeini("[pytest]\nllm_model = served-model\nllm_server_timeout = 900\n")
+    project.makepyfile("def test_x(): pass")
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(passed=1)
+    assert "PytestConfigWarning" not in result.stdout.str()
+    result = project.runpytest()  # the ini alone: nothing there uses either
+    result.assert_outcomes(passed=1)
+    assert result.stdout.str().count(": PytestConfigWarning: ") == 2
+    result.stdout.fnmatch_lines(["*PytestConfigWarning: --llm-server-timeout / llm_server_timeout: ignored *"])
+    result.stdout.fnmatch_lines(["*PytestConfigWarning: --llm-model / llm_model: ignored *"])
+
+
 SERVER_WITH_A_CHILD = """\
 import http.server, os, subprocess, sys
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # an engine worker, say
