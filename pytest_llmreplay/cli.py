@@ -505,10 +505,10 @@ def _add_sim_parser(commands: Any) -> None:
     group.add_argument("--kv-transfer-gbps", type=float, default=50.0, metavar="GBPS", help="prefill-to-decode KV link bandwidth in GB/s (default 50)")
     group.add_argument("--kv-bytes-per-token", type=float, metavar="B", help="KV bytes per token (default: from the profile's model)")
     group = sim.add_argument_group("fault injection (seeded)")
-    group.add_argument("--fault-error-rate", type=float, default=0.0, metavar="P", help="share of requests answered HTTP 500 before any token (default 0)")
-    group.add_argument("--fault-stall-rate", type=float, default=0.0, metavar="P", help="share of requests whose response pauses --fault-stall-s after a random token but the last (default 0)")
-    group.add_argument("--fault-stall-s", type=float, default=10.0, metavar="S", help="length of a stall in seconds (default 10)")
-    group.add_argument("--fault-disconnect-rate", type=float, default=0.0, metavar="P", help="share of requests whose connection is closed after a random token but the last (default 0)")
+    group.add_argument("--fault-error-rate", type=_share, default=0.0, metavar="P", help="share of requests answered HTTP 500 before any token (default 0)")
+    group.add_argument("--fault-stall-rate", type=_share, default=0.0, metavar="P", help="share of requests whose response pauses --fault-stall-s after a random token but the last (default 0)")
+    group.add_argument("--fault-stall-s", type=_number(False), default=10.0, metavar="S", help="length of a stall in seconds (default 10)")
+    group.add_argument("--fault-disconnect-rate", type=_share, default=0.0, metavar="P", help="share of requests whose connection is closed after a random token but the last (default 0)")
     sim.set_defaults(run=cmd_sim)
 
 

@@ -1048,7 +1048,6 @@ def test_llmreplay_sim_a_client_disconnect_prints_no_traceback():
 
 
 BAD_OPTIONS = [
-    (("--fault-error-rate", "2"), "--fault-error-rate"),
     (("--fault-error-rate", "0.6", "--fault-stall-rate", "0.6"), "--fault-error-rate + --fault-stall-rate + --fault-disconnect-rate"),
     (("--engines", "0"), "--engines"),
     (("--num-gpu-blocks", "0"), "--num-gpu-blocks"),
@@ -1061,7 +1060,6 @@ BAD_OPTIONS = [
     (("--eos-mean-tokens", "inf"), "--eos-mean-tokens"),
     (("--port", "70000"), "--port"),
     (("--host", "999.1.1.1"), "--host"),
-    (("--fault-stall-rate", "0.1", "--fault-stall-s", "inf"), "--fault-stall-s"),
     (("--model", ""), "--model"),
     (("--model", "  "), "--model"),
 ]
@@ -1098,6 +1096,28 @@ def test_llmreplay_sim_bad_options_say_which_one(capsys, argv, option):
 
 
 def test_llmreplay_sim_bad_option_as_a_process():
-    done = subprocess.run(_cli("--port", "0", "--fault-error-rate", "2"), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(_cli("--port", "0", "--fault-error-rate", "0.6", "--fault-stall-rate", "0.6"), capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == "error: --fault-error-rate: expected a share between 0 and 1, got 2.0\n"
+    assert done.stderr == "error: --fault-error-rate + --fault-stall-rate + --fault-disconnect-rate: expected at most 1 in all\n"
+
+
+@pytest.mark.parametrize(("option", "value", "expected"), [
+    ("--fault-stall-rate", "1.5", "a share from 0 to 1 such as 0.05 or 5%"), ("--fault-error-rate", "2", "a share from 0 to 1 such as 0.05 or 5%"),
+    ("--fault-disconnect-rate", "-0.1", "a share from 0 to 1 such as 0.05 or 5%"), ("--fault-stall-s", "-3", "a finite number >= 0"),
+    ("--fault-stall-s", "inf", "a finite number >= 0"),
+])
+def test_llmreplay_sim_bad_fault_numbers_are_usage_errors_naming_the_option(capsys, option, value, expected):
+    """As ``llmreplay run``'s numbers: argparse's status 2 and its one line."""
+    from pytest_llmreplay.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["sim", "--port", "0", option, value])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"llmreplay sim: error: argument {option}: expected {expected}, got {value!r}"
+
+
+def test_llmreplay_sim_fault_rate_as_a_percentage(capsys):
+    from pytest_llmreplay.cli import build_parser
+
+    args = build_parser().parse_args(["sim", "--fault-stall-rate", "5%", "--fault-stall-s", "0"])
+    assert (args.fault_stall_rate, args.fault_stall_s) == (0.05, 0.0)
