@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Hashable, Mapping
 
-from .errors import LLMReplayError
+from .errors import LLMReplayError, WorkloadError
 from .driver import ReplaySettings
 
 SETTING_TYPES = {
@@ -154,10 +154,15 @@ def check_repeat(name: str, value: Any) -> int:
 
 
 def read_spec_file(path: Path) -> Any:
-    """The mapping in a ``.llmreplay.yaml``/``.yml`` (safe YAML) or ``.llmreplay.toml`` file."""
+    """The mapping in a ``.llmreplay.yaml``/``.yml`` (safe YAML) or ``.llmreplay.toml`` file; a
+    byte that is not UTF-8 is an error at its line and column, as in workload files."""
+    from .formats._text import read_text
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_text(path, expected="UTF-8 YAML or TOML")
+    except WorkloadError as exc:
+        raise LLMReplayError(f"line {exc.line}: {exc.reason}") from None
+    except OSError as exc:
         raise LLMReplayError(f"cannot read: {exc}") from None
     if path.name.endswith(".toml"):
         try:

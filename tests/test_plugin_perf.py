@@ -751,6 +751,19 @@ def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, 
     no_traceback(result)
 
 
+@pytest.mark.parametrize(("name", "data", "where"), [
+    ("broken.llmreplay.yaml", b"workload: wl.yaml\nslo:\n  ttft.p99: \xff< 2s\n", "line 3: not UTF-8: byte 0xff at column 13"),
+    ("broken.llmreplay.toml", b'workload = "wl.yaml"\n# caf\xe9\n', "line 2: not UTF-8: byte 0xe9 at column 6"),
+])
+def test_spec_file_with_a_byte_that_is_not_utf8_names_its_line_and_column(project, name, data, where):
+    path = project.path / name
+    path.write_bytes(data)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines([f"{path}: {where} (expected UTF-8 YAML or TOML)"])
+    no_traceback(result)
+
+
 def test_bad_toml_spec_file_is_a_collection_error(project):
     path = project.path / "broken.llmreplay.toml"
     path.write_text('workload = "wl.yaml"\nconcurrency = \n')

@@ -23,8 +23,9 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise _not_utf8(path, number, raw[exc.start], exc.start + 1) from None
 
 
-def read_text(path: Path) -> str:
-    """The whole of ``path`` as text (for formats parsed as one document)."""
+def read_text(path: Path, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> str:
+    """The whole of ``path`` as text (for formats parsed as one document; spec files too, which
+    name what they hold in ``expected``)."""
     raw = Path(path).read_bytes()
     if raw.startswith(codecs.BOM_UTF8):
         raw = raw[len(codecs.BOM_UTF8):]
@@ -32,8 +33,8 @@ def read_text(path: Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line_start = raw.rfind(b"\n", 0, exc.start) + 1
-        raise _not_utf8(path, raw.count(b"\n", 0, exc.start) + 1, raw[exc.start], exc.start - line_start + 1) from None
+        raise _not_utf8(path, raw.count(b"\n", 0, exc.start) + 1, raw[exc.start], exc.start - line_start + 1, expected) from None
 
 
-def _not_utf8(path: Path, line: int, byte: int, column: int) -> WorkloadError:
-    return WorkloadError(f"not UTF-8: byte 0x{byte:02x} at column {column} (expected UTF-8 JSONL, JSON, CSV or YAML)", path=path, line=line)
+def _not_utf8(path: Path, line: int, byte: int, column: int, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> WorkloadError:
+    return WorkloadError(f"not UTF-8: byte 0x{byte:02x} at column {column} (expected {expected})", path=path, line=line)
