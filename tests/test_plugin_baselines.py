@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 import pytest_llmreplay
+from pytest_llmreplay.history import history_points
+from pytest_llmreplay.store import FolderStore
 
 from test_plugin_perf import WORKLOAD  # 8 small sessions: a replay takes well under a second offline
 
@@ -204,6 +206,23 @@ def test_slower_server_is_a_regression_that_fails_only_when_asked(project):
     result.stdout.fnmatch_lines([f"FAILED {TEST_ID} - *Compared with*"])
     no_traceback(result)
     assert "def test_chat" not in result.stdout.str()
+
+
+def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(project):
+    """The newest stored result was interrupted (made here by marking a saved one as a signal
+    would, see pytest_llmreplay/interrupt.py): the comparison takes the newest complete one
+    before it, and the history skips it."""
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-save").assert_outcomes(passed=1)
+    complete, newest = stored(project.path)
+    record = json.loads(newest.read_text())
+    newest.write_text(json.dumps({**record, "interrupted": "SIGINT"}))
+
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION"])  # against the fast run, not the slow one
+    points = history_points(FolderStore(project.path / ".llmreplay"), TEST_ID, [head(project.path)]).points
+    assert [point["summary"]["ttft"] for _, point in points] == [json.loads(complete.read_text())["summary"]["ttft"]]
 
 
 def test_ini_fail_on_regression(project):

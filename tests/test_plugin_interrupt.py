@@ -14,10 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmreplay.history import history_points
-from pytest_llmreplay.store import FolderStore
-from test_plugin_baselines import TEST_ID, head, stored
-from test_plugin_baselines import project as baseline_project  # noqa: F401  (a fixture: a git repository with the profiles)
 from test_plugin_perf import free_port, refuses_connections
 
 MOCK = Path(__file__).with_name("mockserver.py")
@@ -94,19 +90,3 @@ def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytes
     assert properties["llmreplay.interrupted"] == signum.name
     assert refuses_connections(port)  # the --llm-server-cmd server was stopped
 
-
-def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(baseline_project):
-    """The newest stored result was interrupted (made here by marking a saved one as a signal
-    would): the comparison takes the newest complete one before it, and the history skips it."""
-    project = baseline_project
-    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
-    project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-save").assert_outcomes(passed=1)
-    complete, newest = stored(project.path)
-    record = json.loads(newest.read_text())
-    newest.write_text(json.dumps({**record, "interrupted": "SIGINT"}))
-
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION"])  # against the fast run, not the slow one
-    points = history_points(FolderStore(project.path / ".llmreplay"), TEST_ID, [head(project.path)]).points
-    assert [point["summary"]["ttft"] for _, point in points] == [json.loads(complete.read_text())["summary"]["ttft"]]
