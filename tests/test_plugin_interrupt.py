@@ -4,6 +4,7 @@
 with pytest's status, the server it started stopped."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -45,8 +46,13 @@ def received(url: str) -> int:
         return 0
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytester, signum):
+@pytest.mark.parametrize(("signum", "workers"), [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, 2)],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-on-workers"])
+def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytester, signum, workers):
+    """The signal goes to pytest's process group, as a terminal's Ctrl-C does: with
+    ``--llm-workers`` the Ray processes get it too (the server has its own session)."""
+    if workers is not None:
+        pytest.importorskip("ray")  # the test extra installs it; CI runs this
     pytester.makeini("[pytest]\n")
     pytester.path.joinpath("slow.yaml").write_text(SLOW_WORKLOAD)
     pytester.makepyfile(test_perf=TESTS)
@@ -54,13 +60,14 @@ def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytes
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--llm-endpoint={url}",
                f"--llm-server-cmd={sys.executable} {MOCK} --port {port} --itl-s 0.05", "--llm-save", "--llm-report=report", "--junitxml=junit.xml"]
-    run = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command += [] if workers is None else [f"--llm-workers={workers}"]
+    run = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
         while received(url) < 6:
             assert run.poll() is None and time.monotonic() < deadline, "the replay did not get going"
             time.sleep(0.05)
-        run.send_signal(signum)
+        os.killpg(run.pid, signum)
         out, err = run.communicate(timeout=120)
     finally:
         run.kill()
