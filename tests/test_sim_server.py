@@ -1116,7 +1116,7 @@ def test_llmreplay_sim_bad_fault_numbers_are_usage_errors_naming_the_option(caps
     assert capsys.readouterr().err.splitlines()[-1] == f"llmreplay sim: error: argument {option}: expected {expected}, got {value!r}"
 
 
-def test_llmreplay_sim_fault_rate_as_a_percentage(capsys):
+def test_llmreplay_sim_fault_rate_as_a_percentage():
     from pytest_llmreplay.cli import build_parser
 
     args = build_parser().parse_args(["sim", "--fault-stall-rate", "5%", "--fault-stall-s", "0"])
