@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
 
 import pytest
+
+from .plugin_options import OPTIONS
 
 IGNORED = {  # option (ini key) -> why it does nothing, for the modes where it does nothing
     "llm_server_timeout": "ignored without --llm-server-cmd: no server is started here, so none is waited for",
@@ -28,10 +29,11 @@ IGNORED = {  # option (ini key) -> why it does nothing, for the modes where it d
 }
 
 
-def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | None, defaults: Mapping[str, Any]) -> None:
+def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | None) -> None:
     """Warn once per option the session ignores (module docstring); ``kind``: the session's
     target kind (offline, sim-server, live); ``server_cmd``: the server command it starts, if
-    any; ``defaults``: each ini key's default."""
+    any."""
+    defaults = {ini: default for _, ini, _, default, _ in OPTIONS}
     ignored = {"llm_server_timeout": server_cmd is None, "llm_sim_profile": kind == "live", "llm_model": kind != "live"}
     mode_on_command_line = bool(config.getoption("llm_offline") or config.getoption("llm_endpoint"))
     for ini, why in IGNORED.items():
@@ -42,12 +44,13 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
             config.issue_config_time_warning(pytest.PytestConfigWarning(f"{flag} / {ini}: {why}"), stacklevel=2)
 
 
-def warn_if_a_value_moved_the_rootdir(config: pytest.Config, flags: Sequence[str]) -> None:
+def warn_if_a_value_moved_the_rootdir(config: pytest.Config) -> None:
     """pytest chooses the rootdir and configfile before it knows this plugin's options, so the
     value of ``--llm-report /abs/dir`` (space form, not ``=``) is taken for a test path there: when
     that path lies outside the common folder of the invocation dir and the test paths, the rootdir
     moves up to a common ancestor and the project's ini file may be lost. Warn, naming the
-    option and its ``=`` form. ``flags``: the plugin's options that take a value."""
+    option and its ``=`` form."""
+    flags = {flag for flag, _, kind, _, _ in OPTIONS if kind != "bool"}
     invocation = config.invocation_params.dir
     places = [invocation] + [_existing_dir(invocation, arg.split("::")[0]) for arg in config.args]
     base = Path(os.path.commonpath([str(p) for p in places if p is not None]))

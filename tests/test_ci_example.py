@@ -19,7 +19,7 @@ from test_plugin_baselines import git, no_traceback, project  # noqa: F401 - pro
 from test_plugin_stores import ci  # noqa: F401 - a fixture
 
 from pytest_llmreplay.cli import build_parser
-from pytest_llmreplay.plugin import OPTIONS
+from pytest_llmreplay.plugin_options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"

@@ -91,7 +91,7 @@ def refuses_connections(port: int) -> bool:
 
 
 def test_every_option_and_its_ini_twin_are_in_the_help(project):
-    from pytest_llmreplay.plugin import OPTIONS
+    from pytest_llmreplay.plugin_options import OPTIONS
 
     assert tuple(flag for flag, *_ in OPTIONS) == FLAGS
     result = project.runpytest("--help")
