@@ -14,7 +14,7 @@ connection after N tokens), ``malformed`` (a non-JSON event after N tokens), ``e
 {"usage": false}`` leaves usage out; ``{"usage_tokens": K}`` reports K completion tokens.
 
 ``python tests/mockserver.py --port P`` serves it (zero latency unless ``--ttft-s``/``--itl-s``) for benchmarks. ``GET /mock/stats``
-reports the completion requests received and the ``time.time()`` of the first; ``DELETE`` resets them.
+reports the completion requests received, the ``time.time()`` of the first and the streams finished; ``DELETE`` resets them.
 ``--envelope`` adds the ``id``/``object``/``created``/``model`` fields real servers put in every
 streamed chunk (AIPerf drops chunks without ``object``).
 """
@@ -67,10 +67,11 @@ class MockServer:
         return app
 
     async def stats(self, request: web.Request) -> web.Response:
-        """GET: completion requests received and the wall time of the first; DELETE: reset both."""
+        """GET: completion requests received, the wall time of the first and the streamed replies
+        written to their end; DELETE: reset the first two."""
         if request.method == "DELETE":
             self.completions_count, self.first_completion_time = 0, None
-        return web.json_response({"requests": self.completions_count, "first_request_time": self.first_completion_time})
+        return web.json_response({"requests": self.completions_count, "first_request_time": self.first_completion_time, "finished": self.streams_finished})
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
