@@ -57,7 +57,7 @@ from .driver import (
     Part, Replay, ReplayRun, ReplaySettings, RequestRecord, WorkerOutcome, arrival_offsets, check_warmup, mark_warmup, session_plan,
 )
 from .errors import LLMReplayError
-from .workload import Session, Workload
+from .workload import Workload
 
 RAY_EXTRA = "pip install 'pytest-llmreplay[ray]'"
 LEAD_S = 1.0  # from handing out the start instant to the start: workers open their endpoint meanwhile
