@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_plugin_baselines import git, no_traceback, project  # noqa: F401 - project is a fixture
-from test_plugin_stores import ci  # noqa: F401 - a fixture
+from test_plugin_baselines import git, no_traceback
 
 from pytest_llmreplay.cli import build_parser
 from pytest_llmreplay.plugin_options import OPTIONS

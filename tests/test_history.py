@@ -14,7 +14,7 @@ from pytest_llmreplay.baseline import Comparison, Row
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.store import FolderStore, result_folder
 from pytest_llmreplay.history import MIN_HISTORY, History, gate_with_history, history_points, metric_series, prediction_t, t_quantile
-from test_plugin_baselines import git, project  # noqa: F401 (fixture)
+from test_plugin_baselines import git
 
 TEST = "tests/perf/test_chat.py::test_chat"
 
@@ -63,16 +63,6 @@ def test_too_short_a_history_leaves_the_bootstrap_verdict():
 def test_prediction_t_of_a_constant_history():
     assert prediction_t([1.0] * 5, 1.0) == 0
     assert prediction_t([1.0] * 5, 1.1) == float("inf")
-
-
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    """A git repository with 16 commits on main, the cwd of the test."""
-    git(tmp_path, "init", "-q", "-b", "main")
-    for i in range(16):
-        git(tmp_path, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def commits(path) -> list[str]:

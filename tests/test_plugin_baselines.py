@@ -54,21 +54,6 @@ def write_profiles(path: Path) -> None:
     (path / "slow.json").write_text(json.dumps(profile))
 
 
-@pytest.fixture
-def project(pytester, monkeypatch):
-    """A git repository on branch main with one commit: a perf test, its workload, two profiles."""
-    for key, value in GIT_ENV.items():
-        monkeypatch.setenv(key, value)
-    pytester.makeini("[pytest]\n")
-    pytester.path.joinpath("wl.yaml").write_text(WORKLOAD)
-    pytester.makepyfile(test_perf=PERF_TEST)
-    write_profiles(pytester.path)
-    git(pytester.path, "init", "-q", "-b", "main")
-    git(pytester.path, "add", "-A")
-    git(pytester.path, "commit", "-q", "-m", "perf tests")
-    return pytester
-
-
 def head(path: Path) -> str:
     return git(path, "rev-parse", "HEAD")
 

@@ -5,36 +5,14 @@ option; a corrupt stored result is one line naming it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from test_plugin_baselines import TEST_ID, git, no_traceback, project  # noqa: F401 - project is a fixture
+from test_plugin_baselines import TEST_ID, git, no_traceback
 
 from pytest_llmreplay.store import open_store
 
 STORE = "git:origin#refs/llmreplay/results"
-
-
-@pytest.fixture
-def ci(project, monkeypatch, tmp_path_factory):
-    """The project pushed to a bare repository (the forge); returns a function that makes a fresh
-    clone of it (a CI job's checkout) and runs pytest there."""
-    forge = tmp_path_factory.mktemp("forge") / "perf.git"
-    git(project.path, "init", "-q", "--bare", "-b", "main", str(forge))
-    git(project.path, "remote", "add", "origin", str(forge))
-    git(project.path, "push", "-q", "origin", "main")
-
-    def job(name: str) -> Path:
-        checkout = forge.parent / name
-        git(forge.parent, "clone", "-q", str(forge), name)
-        return checkout
-
-    def run(checkout: Path, *args: str):
-        monkeypatch.chdir(checkout)
-        return project.runpytest("--llm-offline", *args)
-
-    return job, run
 
 
 def test_two_ci_jobs_share_results_on_a_git_ref(ci):

@@ -10,7 +10,7 @@ import pytest
 from mockserver import MockServer, ServerThread
 from pytest_llmreplay import baseline
 from pytest_llmreplay.repeats import pool_records, run_keys, run_samples
-from test_plugin_baselines import PERF_TEST, project, stored  # noqa: F401 (project: the fixture)
+from test_plugin_baselines import PERF_TEST, stored
 
 
 def shifted_runs(rng: np.random.Generator, shifts: list[float], size: int = 300) -> list[np.ndarray]:

@@ -11,8 +11,8 @@ import xml.etree.ElementTree as ET
 from pytest_llmreplay.baseline import DEFAULT_TOLERANCES
 from pytest_llmreplay.history import History, history_points, trend
 from pytest_llmreplay.report_html import trend_section
-from test_history import TEST, commits, record, repo, seed_store  # noqa: F401 (fixture)
-from test_plugin_baselines import git, head, project, report_of  # noqa: F401 (fixture)
+from test_history import TEST, commits, record, seed_store
+from test_plugin_baselines import git, head, report_of
 from test_report_load_curve import SVG, group, texts, vertices
 
 STEP = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.120, 0.121, 0.119, 0.120, 0.122, 0.118]  # +20% at the 7th commit

@@ -1,0 +1,57 @@
+"""Fixtures several test modules share: a perf-test project in a git repository, the same
+pushed to a bare repository that CI jobs clone, and a bare repository of 16 commits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from test_plugin_baselines import GIT_ENV, PERF_TEST, git, write_profiles
+from test_plugin_perf import WORKLOAD
+
+
+@pytest.fixture
+def project(pytester, monkeypatch):
+    """A git repository on branch main with one commit: a perf test, its workload, two profiles."""
+    for key, value in GIT_ENV.items():
+        monkeypatch.setenv(key, value)
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("wl.yaml").write_text(WORKLOAD)
+    pytester.makepyfile(test_perf=PERF_TEST)
+    write_profiles(pytester.path)
+    git(pytester.path, "init", "-q", "-b", "main")
+    git(pytester.path, "add", "-A")
+    git(pytester.path, "commit", "-q", "-m", "perf tests")
+    return pytester
+
+
+@pytest.fixture
+def ci(project, monkeypatch, tmp_path_factory):
+    """The project pushed to a bare repository (the forge); returns a function that makes a fresh
+    clone of it (a CI job's checkout) and runs pytest there."""
+    forge = tmp_path_factory.mktemp("forge") / "perf.git"
+    git(project.path, "init", "-q", "--bare", "-b", "main", str(forge))
+    git(project.path, "remote", "add", "origin", str(forge))
+    git(project.path, "push", "-q", "origin", "main")
+
+    def job(name: str) -> Path:
+        checkout = forge.parent / name
+        git(forge.parent, "clone", "-q", str(forge), name)
+        return checkout
+
+    def run(checkout: Path, *args: str):
+        monkeypatch.chdir(checkout)
+        return project.runpytest("--llm-offline", *args)
+
+    return job, run
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A git repository with 16 commits on main, the cwd of the test."""
+    git(tmp_path, "init", "-q", "-b", "main")
+    for i in range(16):
+        git(tmp_path, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
