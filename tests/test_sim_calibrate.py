@@ -34,7 +34,7 @@ def sim_url(prompts):
 
 def test_the_sweep_recovers_the_servers_timing(sim_url, prompts):
     profile = load_profile(PROFILE)
-    plan = CalibrationPlan(prefill_tokens=(256, 2048), decode_seqs=(1, 8), decode_output_tokens=16, repeats=1, budget_s=60)
+    plan = CalibrationPlan(prefill_tokens=(256, 2048), decode_seqs=(1, 8), decode_output_tokens=16, repeats=3, budget_s=120)
     found = calibrate(HTTPEndpoint(sim_url, api="completions", extra_body={"ignore_eos": True}), prompts, plan, "mine")
     timing = found["timing"]
     assert found["name"] == "mine" and timing["kind"] == "table"
