@@ -14,8 +14,8 @@ transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a cor
 connection pool at concurrency 64 (see bench/README.md).
 
 :class:`ServerProcess` starts a server command, waits until ``/health`` or ``/v1/models``
-answers (saying so while it waits), keeps its log, and stops its whole process group (TERM, then
-KILL), also when this process dies first (a watchdog process does it then).
+answers (saying so while it waits), keeps its log while it runs, and stops its whole process group
+(TERM, then KILL), also when this process dies first (a watchdog process does it then).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -373,7 +374,11 @@ class ServerProcess:
     passes (error naming ``timeout_option``, the option that sets it; process stopped). While it
     waits, ``progress(line)`` is called at once and then every ``progress_every_s``. ``stop()``
     sends SIGTERM to the group, waits up to ``stop_timeout_s``, then SIGKILL. ``exit_message()``
-    says whether it died while in use.
+    says whether it died while in use (None once ``stop()`` ran: the end is then ours, or was
+    already raised by ``start()``).
+
+    ``log_path`` None: the log goes to a temporary folder made by ``start()`` and removed by
+    ``stop()``, so messages quote its last lines but not its path; a given ``log_path`` is kept.
 
     ``die_with_parent``: a :mod:`~pytest_llmreplay.watchdog` process stops the group the same
     way if this process dies without calling ``stop()`` (SIGTERM, SIGKILL, a crash).
@@ -409,7 +414,9 @@ class ServerProcess:
         self._log_start = 0  # log offset where this start's output begins
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
+        self.log_path: Path | None = Path(log_path) if log_path else None
+        self._temporary_log = log_path is None
+        self._stopped = False
         self.env = {**os.environ, **(env or {})}
         self.clock = clock or WallClock()
         self.die_with_parent = die_with_parent
@@ -427,12 +434,17 @@ class ServerProcess:
         self.stop()
 
     def start(self) -> None:
+        self._stopped = False
+        if self._temporary_log:
+            self.log_path = Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
+        assert self.log_path is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             try:
                 self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
             except OSError as exc:
+                self._remove_temporary_log()
                 raise LLMReplayError(f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}") from None
         try:
             if self.die_with_parent:
@@ -462,7 +474,7 @@ class ServerProcess:
                     longer = f" (raise {self.timeout_option} if it needs longer)" if self.timeout_option else ""
                     raise LLMReplayError(
                         f"server command {shlex.join(self.args)!r} was not ready {where} within {self.startup_timeout_s:g} s{longer}; "
-                        f"last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                        f"last lines of its log{self._log_named()}:\n{self.log_tail()}"
                     )
                 if self.progress is not None and self.clock.now() >= next_report:
                     where = f"at {self.url}" if self.url else "(at the URL it will print)"
@@ -481,12 +493,19 @@ class ServerProcess:
         return _base_url(found.group(1)) if found else None
 
     def exit_message(self) -> str | None:
-        """None while the process runs; else its exit status and the last lines of its log."""
-        if self.process is None or self.process.poll() is None:
+        """None while the process runs or once :meth:`stop` ran; else its exit status and the
+        last lines of its log."""
+        if self.process is None or self._stopped or self.process.poll() is None:
             return None
-        return f"server command {shlex.join(self.args)!r} exited with status {self.process.returncode}; last lines of its log ({self.log_path}):\n{self.log_tail()}"
+        return f"server command {shlex.join(self.args)!r} exited with status {self.process.returncode}; last lines of its log{self._log_named()}:\n{self.log_tail()}"
+
+    def _log_named(self) -> str:
+        """`` (PATH)`` of a log that outlives the server; nothing for the temporary one."""
+        return "" if self._temporary_log else f" ({self.log_path})"
 
     def log_tail(self, lines: int = 20) -> str:
+        if self.log_path is None:
+            return "(no log)"
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
@@ -496,10 +515,11 @@ class ServerProcess:
     def stop(self) -> None:
         """TERM the whole process group, wait, then KILL it: also when the command itself has
         already exited, since its children (engine workers, a backgrounded server) may live on.
-        Then end the watchdog, which has nothing left to watch."""
+        Then end the watchdog, which has nothing left to watch, and remove a temporary log."""
         process = self.process
         if process is None:
             return
+        self._stopped = True
         try:
             for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 5.0)):
                 try:
@@ -513,6 +533,11 @@ class ServerProcess:
                 self._watchdog.kill()
                 self._watchdog.wait()
                 self._watchdog = None
+            self._remove_temporary_log()
+
+    def _remove_temporary_log(self) -> None:
+        if self._temporary_log and self.log_path is not None:
+            shutil.rmtree(self.log_path.parent, ignore_errors=True)
 
     def _group_gone(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` for the leader to exit and the rest of its group to go."""

@@ -222,7 +222,7 @@ def test_server_command_that_dies_is_a_usage_error_with_its_log(project):
     command = "sh -c 'echo no GPU found >&2; exit 3'"
     result = project.runpytest("--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: --llm-server-cmd: server command \"{command}\" exited with status 3; last lines of its log (*server.log):", "no GPU found"])
+    result.stderr.fnmatch_lines([f"ERROR: --llm-server-cmd: server command \"{command}\" exited with status 3; last lines of its log:", "no GPU found"])
 
 
 def test_a_path_value_in_the_space_form_that_moves_the_rootdir_is_warned_about(project, tmp_path_factory):
@@ -360,7 +360,7 @@ def test_server_that_never_becomes_healthy_times_out_with_one_line(project):
     result.stdout.fnmatch_lines([f"waiting for {command} at http://127.0.0.1:{port} to become healthy: 0 s of 1.5 s"])
     result.stderr.fnmatch_lines([
         f"ERROR: --llm-server-cmd: server command \"{command}\" was not ready at http://127.0.0.1:{port}/health within 1.5 s "
-        "(raise --llm-server-timeout if it needs longer); last lines of its log (*server.log):", "(empty log)"])
+        "(raise --llm-server-timeout if it needs longer); last lines of its log:", "(empty log)"])
     no_traceback(result)
 
 
@@ -825,7 +825,9 @@ def test_two_workloads_with_the_same_session_ids_share_no_prompt_tokens(project)
     project.runpytest("--llm-repeat", "1").assert_outcomes(passed=3)  # repeats would reset the cache before each run
 
 
-def test_llm_endpoint_live_with_a_server_the_plugin_starts(project):
+def test_llm_endpoint_live_with_a_server_the_plugin_starts(project, tmp_path_factory, monkeypatch):
+    temp_root = tmp_path_factory.mktemp("tmp")
+    monkeypatch.setattr("tempfile.tempdir", str(temp_root))  # to see what the session leaves there
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     project.makepyfile(f"""
@@ -843,6 +845,7 @@ def test_llm_endpoint_live_with_a_server_the_plugin_starts(project):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd); baselines *", "completed=3/3 requests*"])
     assert refuses_connections(port), "the --llm-server-cmd server outlived the session"
+    assert [p.name for p in temp_root.iterdir() if p.name.startswith("llmreplay-server-")] == [], "its log folder outlived it"
 
 
 @pytest.mark.parametrize("ignore_eos", [False, True])
