@@ -155,9 +155,10 @@ class HTTPEndpoint:
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise LLMReplayError(f"api: expected one of {', '.join(APIS)}, got {self.api!r}")
-        if not self.url.startswith(("http://", "https://")):
-            raise LLMReplayError(f"endpoint URL: expected http://host:port, got {self.url!r}")
-        self.url = _base_url(self.url)
+        try:
+            self.url = check_endpoint_url(self.url)
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"endpoint: {exc}") from None
         self._named_model = self.extra_body.get("model", self.model)  # what the user asked for, if anything
         self._client: Any = None
         self._clock: Clock = WallClock()
@@ -344,9 +345,48 @@ def _classify(exc: BaseException, response: Response, timeout_s: float) -> tuple
 
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message``, or just ``Type`` when the message is empty (httpx timeouts)."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """One line: ``connection refused`` when a refused connection is anywhere in ``exc``'s chain
+    of causes (httpx-aiohttp calls it a ConnectTimeout), else ``Type: message``'s first line
+    (httpx adds a second, a link to MDN), or just ``Type`` when the message is empty (timeouts)."""
+    cause: BaseException | None = exc
+    for _ in range(8):  # a chain is a few links; a cycle must not hang
+        if cause is None:
+            break
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        cause = cause.__cause__ or cause.__context__
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/chat/completions", "/completions", "/models")
+
+
+def check_endpoint_url(url: str) -> str:
+    """The base URL of the server ``url`` names (``http[s]://HOST[:PORT][/PREFIX]``, a trailing
+    ``/v1`` dropped), or :class:`LLMReplayError` (reason only, the caller names its option) for a
+    space, another scheme, no host, a port outside 1..65535, a query or fragment, or a route of
+    the API (``/v1/chat/completions``: the replay adds the route of each request itself)."""
+    from urllib.parse import urlsplit
+
+    if re.search(r"\s", url):
+        raise LLMReplayError(f"a space in the URL; expected http://host:port, got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise LLMReplayError(f"expected http://host:port (or https://), got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise LLMReplayError(f"invalid port {parts.netloc.rpartition(':')[2]!r} in {url!r}; expected 1 to 65535")
+    if parts.query or parts.fragment:
+        raise LLMReplayError(f"expected the server's address without a query or fragment, got {url!r}")
+    route = next((r for r in ROUTES if parts.path.rstrip("/").endswith(r)), None)
+    if route is not None:
+        base = url.rstrip("/")[: -len(route)]
+        raise LLMReplayError(f"{url!r} names the route {route}; give the server's address, {base!r} (each request's route follows the API setting)")
+    return _base_url(url)
 
 
 def busy_requests(metrics_text: str) -> float:

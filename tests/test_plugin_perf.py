@@ -169,7 +169,11 @@ def test_ini_llm_save_and_llm_report(project):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--llm-api", "grpc"], "--llm-api / llm_api: expected one of chat, completions, got 'grpc'"),
-    (["--llm-endpoint", "localhost:8000"], "--llm-endpoint / llm_endpoint: expected http://host:port, got 'localhost:8000'"),
+    (["--llm-endpoint", "localhost:8000"], "--llm-endpoint / llm_endpoint: expected http://host:port (or https://), got 'localhost:8000'"),
+    (["--llm-endpoint", "http://127.0.0.1:99999"], "--llm-endpoint / llm_endpoint: invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535"),
+    (["--llm-endpoint", "http://127.0.0.1: 80"], "--llm-endpoint / llm_endpoint: a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'"),
+    (["--llm-endpoint", "http://127.0.0.1:9/v1/chat/completions"],
+     "--llm-endpoint / llm_endpoint: 'http://127.0.0.1:9/v1/chat/completions' names the route /v1/chat/completions; give the server's address, 'http://127.0.0.1:9' *"),
     (["--llm-server-cmd", "vllm serve x"], "--llm-server-cmd needs --llm-endpoint: the URL the started server listens on"),
     (["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"], "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL"),
     (["--llm-extra-body", '{"min_tokens": 2'], "--llm-extra-body / llm_extra_body: not JSON (*)"),
@@ -887,7 +891,7 @@ def test_unreachable_endpoint_fails_with_one_line(project, refused_url):
     project.makepyfile("def test_kind(llm_endpoint): pass")
     result = project.runpytest("--llm-endpoint", url)
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([f"--llm-endpoint {url}: cannot read /v1/models (ConnectError: *)"])
+    result.stdout.fnmatch_lines([f"--llm-endpoint {url}: cannot read /v1/models (connection refused)"])
     no_traceback(result)
 
 
