@@ -96,11 +96,16 @@ class Response:
 
 def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
     """The fields merged into every request body: the JSON object ``text`` (given as ``option``,
-    named in the error when it is not one), plus ``ignore_eos: true`` when asked."""
+    named in the error when it is not one, or names a key twice at any depth: JSON keeps the last,
+    silently), plus ``ignore_eos: true`` when asked."""
+    from .formats._fields import DuplicateKey, unique_keys
+
     fields: dict[str, Any] = {}
     if text:
         try:
-            fields = json.loads(text)
+            fields = json.loads(text, object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            raise LLMReplayError(f"{option}: the key {exc.key!r} is given twice; expected each key once") from None
         except ValueError as exc:
             raise LLMReplayError(f"{option}: not JSON ({exc})") from None
         if not isinstance(fields, dict):

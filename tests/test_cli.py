@@ -249,3 +249,10 @@ def test_run_checks_the_endpoint_url_before_anything_is_sent(capsys, url, messag
     workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
     code, _, err = run(capsys, "run", str(workload), "--endpoint", url, "--server-cmd", "sleep 100")
     assert code != 0 and err == message  # one line, and the server command was never started
+
+
+@pytest.mark.parametrize("body", ['{"min_tokens": 2, "min_tokens": 8}', '{"sampling": {"min_tokens": 2, "min_tokens": 8}}'])
+def test_run_refuses_an_extra_body_naming_a_key_twice(capsys, body):
+    workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--extra-body", body)
+    assert code != 0 and err == "error: --extra-body: the key 'min_tokens' is given twice; expected each key once\n"

@@ -178,6 +178,7 @@ def test_ini_llm_save_and_llm_report(project):
     (["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"], "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL"),
     (["--llm-extra-body", '{"min_tokens": 2'], "--llm-extra-body / llm_extra_body: not JSON (*)"),
     (["--llm-extra-body", "3"], "--llm-extra-body / llm_extra_body: expected a JSON object, got int"),
+    (["--llm-extra-body", '{"min_tokens": 2, "min_tokens": 8}'], "--llm-extra-body / llm_extra_body: the key 'min_tokens' is given twice; expected each key once"),
     (["--llm-offline", "--llm-sim-profile", "no-such-gpu"], "--llm-sim-profile / llm_sim_profile: unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*"),
     (["--llm-sim-profile", "profiles/fast.json"], "--llm-sim-profile / llm_sim_profile: profile file not found: profiles/fast.json"),
 ])
