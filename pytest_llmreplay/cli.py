@@ -237,11 +237,16 @@ def _open_store(option: str, text: str, writing: bool) -> Any:
     return store
 
 
-def _stored_side(store: Any, test: str, ref: str) -> tuple[dict[str, Any], str]:
-    """(record, where) of ``test``'s newest result at ``ref`` (a commit id, or a name git resolves here)."""
-    from .baseline import _git
+def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str]:
+    """(record, where) of ``test``'s newest result at ``ref`` (``side`` A or B: a name git resolves
+    here, or a commit id of 12 hex digits or more, which a store may hold from another clone)."""
+    from .baseline import resolve_commit
 
-    commit = _git(Path.cwd(), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") or ref
+    commit = resolve_commit(Path.cwd(), ref)
+    if commit is None:
+        if not re.fullmatch(r"[0-9a-f]{12,40}", ref):
+            raise LLMReplayError(f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more")
+        commit = ref
     found = store.latest(test, [commit])
     if found is None:
         raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}")
@@ -258,7 +263,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = _open_store("--store", args.store, writing=False)
-        (baseline, source), (current, _) = _stored_side(store, args.test, args.baseline), _stored_side(store, args.test, args.current)
+        (baseline, source), (current, _) = _stored_side(store, args.test, "A", args.baseline), _stored_side(store, args.test, "B", args.current)
     else:
         baseline, current, source = read_record(args.baseline), read_record(args.current), args.baseline
     for name, record in (("A", baseline), ("B", current)):
