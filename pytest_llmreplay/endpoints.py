@@ -426,7 +426,8 @@ class ServerProcess:
     ``stop()``, so messages quote its last lines but not its path; a given ``log_path`` is kept.
 
     ``die_with_parent``: a :mod:`~pytest_llmreplay.watchdog` process stops the group the same
-    way if this process dies without calling ``stop()`` (SIGTERM, SIGKILL, a crash).
+    way if this process dies without calling ``stop()`` (SIGTERM, SIGKILL, a crash), and removes
+    the temporary log folder.
 
     ``url`` None: the command picks its own port (binding port 0 leaves no window in which
     another process can take it) and prints a line matching ``announce``, whose first group is
@@ -493,7 +494,8 @@ class ServerProcess:
                 raise LLMReplayError(f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}") from None
         try:
             if self.die_with_parent:
-                self._watchdog = subprocess.Popen([sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(self.stop_timeout_s)],
+                folder = [str(self.log_path.parent)] if self._temporary_log else []  # removed by the watchdog if this process dies first
+                self._watchdog = subprocess.Popen([sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(self.stop_timeout_s), *folder],
                                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
             self._wait_ready()
         except BaseException:

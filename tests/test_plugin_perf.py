@@ -321,9 +321,10 @@ def wait_for_file(path, run: subprocess.Popen) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
-def test_server_started_by_the_plugin_dies_with_a_killed_run(project, sig):
+def test_server_started_by_the_plugin_dies_with_a_killed_run(project, tmp_path_factory, sig):
     """A run killed by SIGTERM or SIGKILL runs no teardown: the server (and its children) must
-    not live on under init, holding the port and the GPU."""
+    not live on under init, holding the port and the GPU, nor its temporary log folder in /tmp."""
+    temp_root = tmp_path_factory.mktemp("tmp")  # the run's TMPDIR, to see what it leaves there
     project.path.joinpath("server.py").write_text(SERVER_WITH_A_CHILD)
     project.makepyfile(test_wait="""
         import time
@@ -335,7 +336,8 @@ def test_server_started_by_the_plugin_dies_with_a_killed_run(project, sig):
     """)
     port = free_port()
     run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--llm-endpoint=http://127.0.0.1:{port}",
-                            f"--llm-server-cmd={sys.executable} server.py {port}"], cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            f"--llm-server-cmd={sys.executable} server.py {port}"], cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "TMPDIR": str(temp_root)})
     pids: list[int] = []
     try:
         wait_for_file(project.path / "running", run)
@@ -346,6 +348,10 @@ def test_server_started_by_the_plugin_dies_with_a_killed_run(project, sig):
         for pid in pids:
             assert wait_until_gone(pid, 30), f"process {pid} of the server outlived the pytest run killed by {sig.name}"
         assert refuses_connections(port)
+        deadline = time.monotonic() + 30  # the watchdog removes the log folder once the server is gone
+        while list(temp_root.glob("llmreplay-server-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not list(temp_root.glob("llmreplay-server-*")), "the killed run left its server's log folder behind"
     finally:
         run.kill()
         run.wait()
