@@ -129,6 +129,12 @@ def _git(cwd: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def resolve_commit(cwd: str | Path, ref: str) -> str | None:
+    """The full id of the commit git resolves ``ref`` to in ``cwd``'s repository (a commit id,
+    tag, branch or expression such as ``main~1``); None when it cannot, or git is missing."""
+    return _git(Path(cwd), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+
 def workload_digest(path: str | Path) -> str:
     """sha256 (first 16 hex digits) of a workload file's bytes, or of a directory's files in order."""
     import hashlib
@@ -216,7 +222,7 @@ def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]
         if not base:
             base, label = _git(cwd, "rev-parse", "HEAD"), "HEAD"
     else:
-        base = _git(cwd, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        base = resolve_commit(cwd, ref)
         if base is None:
             raise LLMReplayError(f"--llm-compare: git cannot resolve {ref!r} to a commit")
         label = f"{ref} ({base[:12]})"

@@ -237,11 +237,16 @@ def _open_store(option: str, text: str, writing: bool) -> Any:
     return store
 
 
-def _stored_side(store: Any, test: str, ref: str) -> tuple[dict[str, Any], str]:
-    """(record, where) of ``test``'s newest result at ``ref`` (a commit id, or a name git resolves here)."""
-    from .baseline import _git
+def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str]:
+    """(record, where) of ``test``'s newest result at ``ref`` (``side`` A or B: a name git resolves
+    here, or a commit id of 12 hex digits or more, which a store may hold from another clone)."""
+    from .baseline import resolve_commit
 
-    commit = _git(Path.cwd(), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") or ref
+    commit = resolve_commit(Path.cwd(), ref)
+    if commit is None:
+        if not re.fullmatch(r"[0-9a-f]{12,40}", ref):
+            raise LLMReplayError(f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more")
+        commit = ref
     found = store.latest(test, [commit])
     if found is None:
         raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}")
@@ -249,29 +254,45 @@ def _stored_side(store: Any, test: str, ref: str) -> tuple[dict[str, Any], str]:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .baseline import compare, comparison_table, read_record, tolerances
+    from .baseline import compare, comparison_table, read_record
 
+    allowed = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
+    if args.test and not args.store:
+        raise LLMReplayError("--test is read with --store only (A and B are then commits); without --store, A and B are result files")
     if args.store:
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = _open_store("--store", args.store, writing=False)
-        (baseline, source), (current, _) = _stored_side(store, args.test, args.baseline), _stored_side(store, args.test, args.current)
+        (baseline, source), (current, _) = _stored_side(store, args.test, "A", args.baseline), _stored_side(store, args.test, "B", args.current)
     else:
         baseline, current, source = read_record(args.baseline), read_record(args.current), args.baseline
-    overrides = {}
-    for text in args.regression:
-        key, sep, value = text.partition("=")
-        if not sep:
-            raise LLMReplayError(f"--regression: expected KEY=ALLOWED such as ttft.p50=10%, got {text!r}")
-        overrides[key.strip()] = value.strip()
     for name, record in (("A", baseline), ("B", current)):
         where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
         print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
-    comparison = compare(baseline, current, tolerances(overrides), label=f"A ({source})", across_endpoints=True)
+    comparison = compare(baseline, current, allowed, label=f"A ({source})", across_endpoints=True)
     print(comparison_table(comparison))
     if comparison.mismatch:
         return 2
     return 1 if comparison.regressions else 0
+
+
+def _regression_overrides(texts: list[str]) -> dict[str, float]:
+    """The allowed changes of ``compare``: the defaults with each ``--regression KEY=ALLOWED``
+    applied (:func:`baseline.tolerances` checks key and value); a key given twice is refused."""
+    from .baseline import tolerances
+
+    overrides: dict[str, str] = {}
+    for text in texts:
+        key, sep, value = (part.strip() for part in text.partition("="))
+        if not sep or not key:
+            raise LLMReplayError(f"--regression: expected KEY=ALLOWED such as ttft.p50=10%, got {text!r}")
+        if key in overrides:
+            raise LLMReplayError(f"--regression: {key} is given twice ({overrides[key]!r} and {value!r}); expected each key once")
+        overrides[key] = value
+    try:
+        return tolerances(overrides)
+    except LLMReplayError as exc:  # its messages start "regression 'KEY': ..."
+        raise LLMReplayError(f"--{exc}") from None
 
 
 COMPARE_BAD_INPUT = 3  # compare's 1 and 2 say what the comparison found

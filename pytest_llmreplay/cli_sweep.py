@@ -49,10 +49,13 @@ def sim_target(profile_name: str, prompts: Any) -> Any:
 
 
 def live_target(args: argparse.Namespace, prompts: Any) -> Any:
+    from .endpoints import check_endpoint_url
     from .target import Target, live_fingerprint
 
-    if not args.endpoint.startswith(("http://", "https://")):
-        raise LLMReplayError(f"--endpoint: expected http://host:port, got {args.endpoint!r}")
+    try:
+        check_endpoint_url(args.endpoint)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--endpoint: {exc}") from None
     fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
     return Target("live", args.endpoint, model=fingerprint["model"], api=args.api, api_key_env=args.api_key_env, prompts=prompts, fingerprint=fingerprint)
 

@@ -14,8 +14,8 @@ transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a cor
 connection pool at concurrency 64 (see bench/README.md).
 
 :class:`ServerProcess` starts a server command, waits until ``/health`` or ``/v1/models``
-answers (saying so while it waits), keeps its log, and stops its whole process group (TERM, then
-KILL), also when this process dies first (a watchdog process does it then).
+answers (saying so while it waits), keeps its log while it runs, and stops its whole process group
+(TERM, then KILL), also when this process dies first (a watchdog process does it then).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,11 +96,16 @@ class Response:
 
 def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
     """The fields merged into every request body: the JSON object ``text`` (given as ``option``,
-    named in the error when it is not one), plus ``ignore_eos: true`` when asked."""
+    named in the error when it is not one, or names a key twice at any depth: JSON keeps the last,
+    silently), plus ``ignore_eos: true`` when asked."""
+    from .formats._fields import DuplicateKey, unique_keys
+
     fields: dict[str, Any] = {}
     if text:
         try:
-            fields = json.loads(text)
+            fields = json.loads(text, object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            raise LLMReplayError(f"{option}: the key {exc.key!r} is given twice; expected each key once") from None
         except ValueError as exc:
             raise LLMReplayError(f"{option}: not JSON ({exc})") from None
         if not isinstance(fields, dict):
@@ -154,9 +160,10 @@ class HTTPEndpoint:
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise LLMReplayError(f"api: expected one of {', '.join(APIS)}, got {self.api!r}")
-        if not self.url.startswith(("http://", "https://")):
-            raise LLMReplayError(f"endpoint URL: expected http://host:port, got {self.url!r}")
-        self.url = _base_url(self.url)
+        try:
+            self.url = check_endpoint_url(self.url)
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"endpoint: {exc}") from None
         self._named_model = self.extra_body.get("model", self.model)  # what the user asked for, if anything
         self._client: Any = None
         self._clock: Clock = WallClock()
@@ -343,9 +350,48 @@ def _classify(exc: BaseException, response: Response, timeout_s: float) -> tuple
 
 
 def describe_error(exc: BaseException) -> str:
-    """``Type: message``, or just ``Type`` when the message is empty (httpx timeouts)."""
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """One line: ``connection refused`` when a refused connection is anywhere in ``exc``'s chain
+    of causes (httpx-aiohttp calls it a ConnectTimeout), else ``Type: message``'s first line
+    (httpx adds a second, a link to MDN), or just ``Type`` when the message is empty (timeouts)."""
+    cause: BaseException | None = exc
+    for _ in range(8):  # a chain is a few links; a cycle must not hang
+        if cause is None:
+            break
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        cause = cause.__cause__ or cause.__context__
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/chat/completions", "/completions", "/models")
+
+
+def check_endpoint_url(url: str) -> str:
+    """The base URL of the server ``url`` names (``http[s]://HOST[:PORT][/PREFIX]``, a trailing
+    ``/v1`` dropped), or :class:`LLMReplayError` (reason only, the caller names its option) for a
+    space, another scheme, no host, a port outside 1..65535, a query or fragment, or a route of
+    the API (``/v1/chat/completions``: the replay adds the route of each request itself)."""
+    from urllib.parse import urlsplit
+
+    if re.search(r"\s", url):
+        raise LLMReplayError(f"a space in the URL; expected http://host:port, got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise LLMReplayError(f"expected http://host:port (or https://), got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise LLMReplayError(f"invalid port {parts.netloc.rpartition(':')[2]!r} in {url!r}; expected 1 to 65535")
+    if parts.query or parts.fragment:
+        raise LLMReplayError(f"expected the server's address without a query or fragment, got {url!r}")
+    route = next((r for r in ROUTES if parts.path.rstrip("/").endswith(r)), None)
+    if route is not None:
+        base = url.rstrip("/")[: -len(route)]
+        raise LLMReplayError(f"{url!r} names the route {route}; give the server's address, {base!r} (each request's route follows the API setting)")
+    return _base_url(url)
 
 
 def busy_requests(metrics_text: str) -> float:
@@ -373,10 +419,15 @@ class ServerProcess:
     passes (error naming ``timeout_option``, the option that sets it; process stopped). While it
     waits, ``progress(line)`` is called at once and then every ``progress_every_s``. ``stop()``
     sends SIGTERM to the group, waits up to ``stop_timeout_s``, then SIGKILL. ``exit_message()``
-    says whether it died while in use.
+    says whether it died while in use (None once ``stop()`` ran: the end is then ours, or was
+    already raised by ``start()``).
+
+    ``log_path`` None: the log goes to a temporary folder made by ``start()`` and removed by
+    ``stop()``, so messages quote its last lines but not its path; a given ``log_path`` is kept.
 
     ``die_with_parent``: a :mod:`~pytest_llmreplay.watchdog` process stops the group the same
-    way if this process dies without calling ``stop()`` (SIGTERM, SIGKILL, a crash).
+    way if this process dies without calling ``stop()`` (SIGTERM, SIGKILL, a crash), and removes
+    the temporary log folder.
 
     ``url`` None: the command picks its own port (binding port 0 leaves no window in which
     another process can take it) and prints a line matching ``announce``, whose first group is
@@ -409,7 +460,9 @@ class ServerProcess:
         self._log_start = 0  # log offset where this start's output begins
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
-        self.log_path = Path(log_path) if log_path else Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
+        self.log_path: Path | None = Path(log_path) if log_path else None
+        self._temporary_log = log_path is None
+        self._stopped = False
         self.env = {**os.environ, **(env or {})}
         self.clock = clock or WallClock()
         self.die_with_parent = die_with_parent
@@ -427,16 +480,22 @@ class ServerProcess:
         self.stop()
 
     def start(self) -> None:
+        self._stopped = False
+        if self._temporary_log:
+            self.log_path = Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
+        assert self.log_path is not None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             try:
                 self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
             except OSError as exc:
+                self._remove_temporary_log()
                 raise LLMReplayError(f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}") from None
         try:
             if self.die_with_parent:
-                self._watchdog = subprocess.Popen([sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(self.stop_timeout_s)],
+                folder = [str(self.log_path.parent)] if self._temporary_log else []  # removed by the watchdog if this process dies first
+                self._watchdog = subprocess.Popen([sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(self.stop_timeout_s), *folder],
                                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
             self._wait_ready()
         except BaseException:
@@ -462,7 +521,7 @@ class ServerProcess:
                     longer = f" (raise {self.timeout_option} if it needs longer)" if self.timeout_option else ""
                     raise LLMReplayError(
                         f"server command {shlex.join(self.args)!r} was not ready {where} within {self.startup_timeout_s:g} s{longer}; "
-                        f"last lines of its log ({self.log_path}):\n{self.log_tail()}"
+                        f"last lines of its log{self._log_named()}:\n{self.log_tail()}"
                     )
                 if self.progress is not None and self.clock.now() >= next_report:
                     where = f"at {self.url}" if self.url else "(at the URL it will print)"
@@ -481,12 +540,19 @@ class ServerProcess:
         return _base_url(found.group(1)) if found else None
 
     def exit_message(self) -> str | None:
-        """None while the process runs; else its exit status and the last lines of its log."""
-        if self.process is None or self.process.poll() is None:
+        """None while the process runs or once :meth:`stop` ran; else its exit status and the
+        last lines of its log."""
+        if self.process is None or self._stopped or self.process.poll() is None:
             return None
-        return f"server command {shlex.join(self.args)!r} exited with status {self.process.returncode}; last lines of its log ({self.log_path}):\n{self.log_tail()}"
+        return f"server command {shlex.join(self.args)!r} exited with status {self.process.returncode}; last lines of its log{self._log_named()}:\n{self.log_tail()}"
+
+    def _log_named(self) -> str:
+        """`` (PATH)`` of a log that outlives the server; nothing for the temporary one."""
+        return "" if self._temporary_log else f" ({self.log_path})"
 
     def log_tail(self, lines: int = 20) -> str:
+        if self.log_path is None:
+            return "(no log)"
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
@@ -496,10 +562,11 @@ class ServerProcess:
     def stop(self) -> None:
         """TERM the whole process group, wait, then KILL it: also when the command itself has
         already exited, since its children (engine workers, a backgrounded server) may live on.
-        Then end the watchdog, which has nothing left to watch."""
+        Then end the watchdog, which has nothing left to watch, and remove a temporary log."""
         process = self.process
         if process is None:
             return
+        self._stopped = True
         try:
             for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 5.0)):
                 try:
@@ -513,6 +580,11 @@ class ServerProcess:
                 self._watchdog.kill()
                 self._watchdog.wait()
                 self._watchdog = None
+            self._remove_temporary_log()
+
+    def _remove_temporary_log(self) -> None:
+        if self._temporary_log and self.log_path is not None:
+            shutil.rmtree(self.log_path.parent, ignore_errors=True)
 
     def _group_gone(self, wait_s: float) -> bool:
         """Wait up to ``wait_s`` for the leader to exit and the rest of its group to go."""

@@ -79,12 +79,15 @@ class LLMSession:
                 raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
             self.endpoint_url = self.server_cmd = None
         self.offline = bool(option(config, "llm_offline")) and not self.endpoint_url
-        from .endpoints import APIS
+        from .endpoints import APIS, check_endpoint_url
 
         if self.api not in APIS:
             raise pytest.UsageError(f"--llm-api / llm_api: expected one of {', '.join(APIS)}, got {self.api!r}")
-        if self.endpoint_url and not self.endpoint_url.startswith(("http://", "https://")):
-            raise pytest.UsageError(f"--llm-endpoint / llm_endpoint: expected http://host:port, got {self.endpoint_url!r}")
+        try:
+            if self.endpoint_url:
+                check_endpoint_url(self.endpoint_url)
+        except LLMReplayError as exc:
+            raise pytest.UsageError(f"--llm-endpoint / llm_endpoint: {exc}") from None
         if self.server_cmd and not self.endpoint_url:
             raise pytest.UsageError("--llm-server-cmd needs --llm-endpoint: the URL the started server listens on")
         from .endpoints import extra_body

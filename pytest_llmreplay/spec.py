@@ -20,14 +20,14 @@ Keys (the same in both)::
 
 Everything is checked before anything is sent; a problem is one :class:`LLMReplayError` naming
 the key (the caller adds the file). YAML is read with ``yaml``'s safe loader (a key given twice
-in one mapping is an error naming its line) and TOML with ``tomllib``: no code runs.
+in one mapping is an error naming its line: ``formats._yaml``) and TOML with ``tomllib``: no code runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Hashable, Mapping
+from typing import Any, Mapping
 
 from .errors import LLMReplayError, WorkloadError
 from .driver import ReplaySettings
@@ -175,31 +175,12 @@ def read_spec_file(path: Path) -> Any:
             raise LLMReplayError(f"not valid TOML: {exc}") from None
     import yaml
 
+    from .formats._yaml import unique_key_loader
+
     try:
-        return yaml.load(text, Loader=_unique_key_loader())
+        return yaml.load(text, Loader=unique_key_loader())
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise LLMReplayError(f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
 
-
-def _unique_key_loader() -> type:
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (safe_load keeps the
-    last silently, so ``slo:`` written twice would drop the first block's thresholds)."""
-    import yaml
-
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            if isinstance(node, yaml.MappingNode):
-                seen: dict[Any, int] = {}
-                for key_node, _ in node.value:
-                    key = self.construct_object(key_node, deep=True)
-                    line = key_node.start_mark.line + 1
-                    if not isinstance(key, Hashable):
-                        continue  # the safe loader refuses it, with its own message
-                    if key in seen:
-                        raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark)
-                    seen[key] = line
-            return super().construct_mapping(node, deep)
-
-    return UniqueKeyLoader

@@ -6,7 +6,7 @@ random bits), so writers never collide, and they sort by time within a commit.
 
 **Never overwritten**, whoever writes at the same time:
 
-- :class:`FolderStore` (a path, or ``file://PATH``): written to a temporary file, then hard-linked
+- :class:`FolderStore` (a path, or ``file:///PATH``: :func:`file_url_path`): written to a temporary file, then hard-linked
   into place, which fails rather than replacing a file; a reader never sees half a file.
 - :class:`GitStore` (``git:REMOTE#REF``): results are commits on REF, an orphan history of the
   files in this layout. A save first lands in a local outbox (``<rootdir>/.llmreplay/git/<id>/
@@ -478,13 +478,13 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     if text.startswith("git:"):
         return git_store(text, rootdir)
     match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", text)
+    if re.match(r"(?i)file:", text):
+        return FolderStore(file_url_path(text))
     if match is None:
         return FolderStore(Path(rootdir, text))
     scheme = match.group(1).lower()
     if re.match(r"[^:/]+://[^/@]*:[^/@]*@", text):
         raise LLMReplayError(f"{redact(text)}: a password in the URL; give credentials in the environment (the back-end's own variables), not in the option")
-    if scheme == "file":
-        return FolderStore(Path(text[len("file://"):]))
     try:
         import fsspec
     except ImportError:
@@ -498,3 +498,20 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     except Exception as exc:  # noqa: BLE001 - any back-end's complaint about the URL is one line
         raise LLMReplayError(f"{redact(text)}: {_one_line(exc)}") from None
     return FsspecStore(text, fs, root)
+
+
+def file_url_path(url: str) -> Path:
+    """The folder a ``file:`` URL names (RFC 8089): ``file:///PATH``, ``file://localhost/PATH`` or
+    ``file:/PATH``, percent-decoded (``file:///a%20b`` is ``/a b``). Another host (``file://tmp/x`` is host
+    ``tmp``, not ``./tmp/x``), a relative ``file:x``, or a query or fragment (a ``?`` or ``#`` of
+    the name must be written ``%3F``, ``%23``) is an :class:`LLMReplayError`."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.netloc.lower() not in ("", "localhost"):
+        raise LLMReplayError(f"{redact(url)}: file:// URL with host {parts.netloc!r}; expected file:///ABSOLUTE/PATH (three slashes) or file://localhost/PATH")
+    if not parts.path.startswith("/"):
+        raise LLMReplayError(f"{redact(url)}: a file: URL must name an absolute path, file:///ABSOLUTE/PATH; give a relative folder as a plain path")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise LLMReplayError(f"{redact(url)}: a file:// URL with a query or fragment; write '?' as %3F and '#' as %23 in a folder name")
+    return Path(unquote(parts.path))

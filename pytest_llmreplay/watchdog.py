@@ -1,6 +1,6 @@
 """Stop a server's process group when the process that started it dies, even by SIGKILL.
 
-Run as ``python .../watchdog.py PARENT_PID GROUP STOP_TIMEOUT_S`` (by path: it imports only the
+Run as ``python .../watchdog.py PARENT_PID GROUP STOP_TIMEOUT_S [FOLDER]`` (by path: it imports only the
 standard library, so it needs no installed package and starts in ~30 ms) by
 :class:`~pytest_llmreplay.endpoints.ServerProcess` right after it starts a server in a process
 group of its own: the watchdog is a child of the same parent, in a session of its own (a
@@ -8,7 +8,8 @@ terminal's Ctrl-C or hang-up, or a kill of the parent's process group, does not 
 :data:`POLL_S` it checks two things. The group gone (the server stopped, or was stopped): it
 exits. Its own parent no longer ``PARENT_PID`` (it was re-parented, so the parent died: a test
 run killed by SIGTERM or SIGKILL runs no teardown): it sends SIGTERM to process group ``GROUP``,
-waits up to ``STOP_TIMEOUT_S`` for it to go, then sends SIGKILL, and exits.
+waits up to ``STOP_TIMEOUT_S`` for it to go, then sends SIGKILL, removes ``FOLDER`` (the
+server's temporary log folder, which the dead parent can no longer remove), and exits.
 
 Why a watchdog, not ``prctl(PR_SET_PDEATHSIG)`` in the server's child: the death signal reaches
 only the direct child (a shell wrapper's server, or vLLM's engine-core and worker processes,
@@ -20,6 +21,7 @@ whole group, on any POSIX system.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import time
@@ -51,17 +53,19 @@ def stop_group(group: int, stop_timeout_s: float) -> None:
             return
 
 
-def watch(parent_pid: int, group: int, stop_timeout_s: float) -> None:
+def watch(parent_pid: int, group: int, stop_timeout_s: float, folder: str | None = None) -> None:
     while group_alive(group):
         if os.getppid() != parent_pid:
             stop_group(group, stop_timeout_s)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
             return
         time.sleep(POLL_S)
 
 
 def main(argv: list[str]) -> int:
     parent_pid, group, stop_timeout_s = int(argv[0]), int(argv[1]), float(argv[2])
-    watch(parent_pid, group, stop_timeout_s)
+    watch(parent_pid, group, stop_timeout_s, argv[3] if len(argv) > 3 else None)
     return 0
 
 

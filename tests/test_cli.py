@@ -2,6 +2,7 @@
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +239,20 @@ def test_progress_line_redraws_on_a_terminal_and_writes_plain_lines_to_a_log(tty
         assert stream.getvalue() == "\r2/4 requests, 1 failed, 2 s\r3/4 requests, 1 failed, 3 s\r4/4 requests, 1 failed, 8 s\n"
     else:  # plain lines at least 5 s apart
         assert stream.getvalue() == "2/4 requests, 1 failed, 2 s\n4/4 requests, 1 failed, 8 s\n"
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("http://127.0.0.1:99999", "error: --endpoint: invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535\n"),
+    ("http://127.0.0.1: 80", "error: --endpoint: a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'\n"),
+])
+def test_run_checks_the_endpoint_url_before_anything_is_sent(capsys, url, message):
+    workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    code, _, err = run(capsys, "run", str(workload), "--endpoint", url, "--server-cmd", "sleep 100")
+    assert code != 0 and err == message  # one line, and the server command was never started
+
+
+@pytest.mark.parametrize("body", ['{"min_tokens": 2, "min_tokens": 8}', '{"sampling": {"min_tokens": 2, "min_tokens": 8}}'])
+def test_run_refuses_an_extra_body_naming_a_key_twice(capsys, body):
+    workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--extra-body", body)
+    assert code != 0 and err == "error: --extra-body: the key 'min_tokens' is given twice; expected each key once\n"

@@ -1,6 +1,7 @@
 """``llmreplay compare A B``: two stored results, the same table as the plugin's gate, exit
 status 0 (no regression), 1 (a regression), 2 (not comparable)."""
 
+import fnmatch
 import json
 
 import numpy as np
@@ -71,4 +72,19 @@ def test_bad_files_and_options_are_one_line_errors_with_status_3(write, tmp_path
     assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "ttft.p50"]) == 3
     assert "--regression: expected KEY=ALLOWED such as ttft.p50=10%, got 'ttft.p50'" in capsys.readouterr().err
     assert main(["compare", write("a.json", record()), write("b.json", record()), "--regression", "queue.p50=5%"]) == 3
-    assert "regression 'queue.p50': only ttft, tpot, latency" in capsys.readouterr().err
+    assert "error: --regression 'queue.p50': only ttft, tpot, latency" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--regression", "queue.p50=5%"], "--regression 'queue.p50': only ttft, tpot, latency*"),
+    (["--regression", "ttft.p50=10"], "--regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off' (a fraction from 0 to 1), got '10'"),
+    (["--regression", "=10%"], "--regression: expected KEY=ALLOWED such as ttft.p50=10%, got '=10%'"),
+    (["--regression", "ttft.p50=10%", "--regression", "ttft.p50=off"], "--regression: ttft.p50 is given twice ('10%' and 'off'); expected each key once"),
+    (["--test", "t"], "--test is read with --store only (A and B are then commits); without --store, A and B are result files"),
+])
+def test_options_are_checked_before_anything_is_printed(write, capsys, options, message):
+    """A bad option used to come after the A: and B: header lines, as if the comparison had begun."""
+    status = main(["compare", write("a.json", record()), write("b.json", record()), *options])
+    out, err = capsys.readouterr()
+    assert status == 3 and out == ""
+    assert err.count("\n") == 1 and fnmatch.fnmatchcase(err, f"error: {message}\n"), err

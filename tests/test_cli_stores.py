@@ -3,6 +3,7 @@ runs stored per commit in any store, compared by commit; a bad store is one line
 
 from __future__ import annotations
 
+import fnmatch
 import json
 
 import pytest
@@ -55,6 +56,23 @@ def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
     assert status == 3  # compare's status for bad input
     head = git(repo, "rev-parse", "HEAD")[:12]
     assert capsys.readouterr().err == f"error: --store: no stored result of {TEST!r} at main ({head}) in {tmp_path}/empty\n"
+
+
+@pytest.mark.parametrize(("refs", "message"), [
+    (("nonexistent-ref", "main"), "error: A: git cannot resolve 'nonexistent-ref' to a commit here; expected a branch, tag or commit of this repository, "
+                                  "or a commit id of 12 hex digits or more\n"),
+    (("main", "main~5"), "error: B: git cannot resolve 'main~5' to a commit here; expected a branch, tag or commit of this repository, "
+                         "or a commit id of 12 hex digits or more\n"),
+    (("main", "0123456789abcdef"), f"error: --store: no stored result of {TEST!r} at 0123456789abcdef (0123456789ab) in *\n"),  # an id from another clone is looked up
+])
+def test_compare_store_names_a_ref_git_cannot_resolve(repo, tmp_path, capsys, refs, message):
+    store = f"file://{tmp_path}/results"
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        assert run(server.url, "--save-to", store) == 0
+    capsys.readouterr()
+    assert main(["compare", "--store", store, "--test", TEST, *refs]) == 3
+    out, err = capsys.readouterr()
+    assert out == "" and fnmatch.fnmatchcase(err, message), err
 
 
 def test_compare_store_needs_a_test(repo, capsys):

@@ -2,6 +2,7 @@
 key, idle check), busy_requests on Prometheus text, and ServerProcess with real child processes."""
 
 import asyncio
+import fnmatch
 import os
 import re
 import shlex
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port, gone, wait_until_gone  # noqa: E402
 
 from pytest_llmreplay.clock import VirtualClock, WallClock  # noqa: E402
-from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, ServerProcess, busy_requests  # noqa: E402
+from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, ServerProcess, busy_requests, check_endpoint_url  # noqa: E402
 from pytest_llmreplay.errors import LLMReplayError  # noqa: E402
 
 MOCKSERVER = Path(__file__).parent / "mockserver.py"
@@ -187,8 +188,46 @@ def test_a_server_that_is_not_there_fails_open_with_one_line_and_no_open_client(
 def test_bad_api_or_url_is_refused():
     with pytest.raises(LLMReplayError, match="api"):
         HTTPEndpoint("http://127.0.0.1:1", api="embeddings")
-    with pytest.raises(LLMReplayError, match="endpoint URL"):
+    with pytest.raises(LLMReplayError, match=r"^endpoint: expected http://host:port \(or https://\), got '127.0.0.1:8000'$"):
         HTTPEndpoint("127.0.0.1:8000")
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("http://127.0.0.1:99999", "invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535"),
+    ("http://127.0.0.1:0", "invalid port '0' in 'http://127.0.0.1:0'; expected 1 to 65535"),
+    ("http://127.0.0.1:http", "invalid port 'http' in 'http://127.0.0.1:http'; expected 1 to 65535"),
+    ("http://127.0.0.1: 80", "a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'"),
+    ("ftp://127.0.0.1:21", "expected http://host:port (or https://), got 'ftp://127.0.0.1:21'"),
+    ("http://", "expected http://host:port (or https://), got 'http://'"),
+    ("http://127.0.0.1:8000/v1?x=1", "expected the server's address without a query or fragment, got 'http://127.0.0.1:8000/v1?x=1'"),
+    ("http://127.0.0.1:8000/v1/chat/completions", "'http://127.0.0.1:8000/v1/chat/completions' names the route /v1/chat/completions; "
+                                                  "give the server's address, 'http://127.0.0.1:8000' (each request's route follows the API setting)"),
+    ("http://h:8000/proxy/v1/completions/", "'http://h:8000/proxy/v1/completions/' names the route /v1/completions; give the server's address, 'http://h:8000/proxy' *"),
+])
+def test_endpoint_url_is_checked_in_one_line(url, message):
+    with pytest.raises(LLMReplayError) as info:
+        check_endpoint_url(url)
+    assert fnmatch.fnmatchcase(str(info.value), message), str(info.value)
+
+
+@pytest.mark.parametrize(("url", "base"), [
+    ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+    ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+    ("https://gateway.example/llm/v1", "https://gateway.example/llm"),
+    ("http://[::1]:8000", "http://[::1]:8000"),
+])
+def test_endpoint_url_gives_the_base_url(url, base):
+    assert check_endpoint_url(url) == base
+
+
+def test_errors_from_the_server_are_one_line(mock, refused_url):
+    with pytest.raises(LLMReplayError) as info:  # a path that is not the server's: /v1/models is 404
+        asyncio.run(HTTPEndpoint(mock.url + "/elsewhere").open(WallClock(), 1))
+    assert str(info.value).startswith(f"{mock.url}/elsewhere/v1/models: could not read a model name (HTTPStatusError: Client error '404 ")
+    assert "\n" not in str(info.value)
+    with pytest.raises(LLMReplayError) as info:
+        asyncio.run(HTTPEndpoint(refused_url).open(WallClock(), 1))
+    assert str(info.value) == f"{refused_url}: no answer to GET /v1/models (connection refused); is the server running?"
 
 
 # --- faults ----------------------------------------------------------------------------------
@@ -257,7 +296,7 @@ def test_stalled_stream_times_out():
 
 def test_refused_connection_is_a_connect_error(refused_url):
     response = send(refused_url, "chat", BODIES["chat"])
-    assert response.error.startswith("connect: ")
+    assert response.error == "connect: connection refused"
     assert response.chunk_tokens == []
     assert response.sent_s <= response.end_s
 

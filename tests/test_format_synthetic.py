@@ -292,3 +292,17 @@ def test_invalid_yaml_names_the_line(tmp_path):
     error = info.value
     assert error.line is not None and error.line >= 3
     assert str(error).startswith(f"{path}:{error.line}: invalid YAML/JSON")
+
+
+@pytest.mark.parametrize("name, text, line, key", [
+    ("spec.json", '{"synthetic": {"sessions": 3, "sessions": 4, "input_tokens": 100}}\n', 1, "sessions"),
+    ("spec.json", '{"synthetic": {"sessions": 3},\n "synthetic": {"sessions": 4}}\n', 2, "synthetic"),
+    ("spec.yaml", "synthetic:\n  sessions: 3\n  sessions: 4\n", 3, "sessions"),
+    ("spec.yaml", "synthetic:\n  sessions: 3\nsynthetic:\n  sessions: 4\n", 3, "synthetic"),
+    ("spec.yaml", "synthetic:\n  input_tokens: {dist: fixed, value: 3, value: 4}\n", 2, "value"),
+])
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path, name, text, line, key):
+    path = write_spec(tmp_path, text, name)
+    with pytest.raises(WorkloadError) as info:
+        load_workload(path)
+    assert str(info.value).startswith(f"{path}:{line}: duplicate key {key!r} (first on line ")

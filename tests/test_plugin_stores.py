@@ -56,12 +56,16 @@ def test_a_corrupt_stored_result_is_one_line_naming_it(ci):
     ("nosuch://results/x", "nosuch://results/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL such as s3://*"),
     ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of *"),
     ("s3://KEY:SECRET@results/x", "s3://***@results/x: a password in the URL; give credentials in the environment*"),
+    ("file://tmp/q12/rel", "file://tmp/q12/rel: file:// URL with host 'tmp'; expected file:///ABSOLUTE/PATH (three slashes)*"),
+    ("file:relative/x", "file:relative/x: a file: URL must name an absolute path, file:///ABSOLUTE/PATH*"),
 ])
 def test_a_bad_store_fails_at_start_up(project, store, needle):
+    before = set(project.path.iterdir())
     result = project.runpytest("--llm-offline", "--llm-save", f"--llm-baseline-dir={store}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --llm-baseline-dir / llm_baseline_dir: {needle}"])
     assert "SECRET" not in result.stdout.str() + result.stderr.str()
+    assert set(project.path.iterdir()) == before  # nothing saved in the checkout
     no_traceback(result)
 
 

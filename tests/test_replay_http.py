@@ -149,17 +149,48 @@ def test_cli_run_prints_tables_and_writes_results(server, tmp_path, capsys):
     assert len((out / "requests.csv").read_text().splitlines()) == 5
 
 
-def test_cli_run_starts_and_stops_a_server_command(tmp_path, capsys):
-    workload = tmp_path / "w.jsonl"
-    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def temp_root(tmp_path, monkeypatch):
+    """tempfile's folder, moved to an empty one, so that what a run leaves there can be seen."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(root))
+    return root
+
+
+def test_cli_run_starts_and_stops_a_server_command(tmp_path, capsys, temp_root):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+    port = free_port()
     command = f"{sys.executable} {MOCK} --port {port}"
     status = main(["run", str(workload), "--endpoint", f"http://127.0.0.1:{port}", "--block-size", "64", "--server-cmd", command, "--server-timeout", "30"])
     assert status == 0 and "completed=1/1 requests" in capsys.readouterr().out
     with socket.socket() as again:  # the server is gone: its port is free again
         again.bind(("127.0.0.1", port))
+    assert list(temp_root.iterdir()) == []  # nor is its log folder left behind
+
+
+@pytest.mark.parametrize(("command", "timeout", "message"), [
+    ("sh -c 'echo boom; exit 7'", "30", "error: server command \"sh -c 'echo boom; exit 7'\" exited with status 7; last lines of its log:\nboom\n"),
+    ("sleep 100", "1", "error: server command 'sleep 100' was not ready at http://127.0.0.1:{port}/health within 1 s "
+                       "(raise --server-timeout if it needs longer); last lines of its log:\n(empty log)\n"),
+])
+def test_cli_run_with_a_server_that_fails_to_start_says_so_once(tmp_path, capsys, temp_root, command, timeout, message):
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
+    port = free_port()
+    status = main(["run", str(workload), "--endpoint", f"http://127.0.0.1:{port}", "--block-size", "64", "--server-cmd", command, "--server-timeout", timeout])
+    assert status != 0
+    stderr = capsys.readouterr().err
+    assert stderr.endswith(message.format(port=port))  # one error, no warning about a server we stopped ourselves
+    assert "warning" not in stderr and "status -15" not in stderr
+    assert list(temp_root.iterdir()) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -217,6 +217,24 @@ def test_open_store_refuses_in_one_line(tmp_path, text, needle):
     assert "s3cr3t" not in str(info.value) and "\n" not in str(info.value)
 
 
+def test_file_urls_are_absolute_local_and_percent_decoded(tmp_path):
+    assert open_store(f"file://{tmp_path}/file%20store2", "/elsewhere") == FolderStore(tmp_path / "file store2")
+    assert open_store(f"file://localhost{tmp_path}/f", "/elsewhere") == FolderStore(tmp_path / "f")
+    assert open_store(f"FILE:{tmp_path}/f", "/elsewhere") == FolderStore(tmp_path / "f")
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("file://tmp/q12/rel", "file://tmp/q12/rel: file:// URL with host 'tmp'; expected file:///ABSOLUTE/PATH"),
+    ("file:relative/x", "file:relative/x: a file: URL must name an absolute path"),
+    ("file://", "file://: a file: URL must name an absolute path"),
+    ("file:///tmp/a#b", "file:///tmp/a#b: a file:// URL with a query or fragment; write '?' as %3F and '#' as %23"),
+])
+def test_file_urls_naming_no_local_absolute_folder_are_refused(tmp_path, text, needle):
+    with pytest.raises(LLMReplayError) as info:
+        open_store(text, tmp_path)
+    assert str(info.value).startswith(needle)
+
+
 def test_redact_hides_users_passwords_and_query_strings():
     assert redact("push to https://x-access-token:ghs_abc@github.com/o/r.git failed") == "push to https://***@github.com/o/r.git failed"
     assert redact("az://container/p?sv=2024&sig=SECRET and more") == "az://container/p?*** and more"

@@ -21,6 +21,7 @@ least 1. ``delay`` takes the same forms in seconds (>= 0, not rounded). Turn 1 o
 ``first_input_tokens`` tokens (default: drawn from ``input_tokens``), its first ``floor(shared_prefix_ratio * input)`` from the session's
 prefix group (groups drawn uniformly); turn k > 1 extends turn k-1 by ``input_tokens`` new tokens.
 Without ``rate`` or ``interval`` the workload is untimed (replayed by concurrency).
+A key given twice (``sessions:`` twice, or ``synthetic:`` twice) is an error naming its line.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..errors import WorkloadError
 from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
 from ._fields import type_name
 from ._text import read_text
+from ._yaml import unique_key_loader
 
 NAME = "synthetic"
 DISTRIBUTIONS = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
@@ -99,11 +101,14 @@ def load(path: str | Path) -> Workload:
     path = Path(path)
     import yaml  # lazy: only spec files need it
 
+    loader = unique_key_loader()
     try:
-        document = yaml.safe_load(read_text(path))
+        document = yaml.load(read_text(path), Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise WorkloadError(f"invalid YAML/JSON: {getattr(exc, 'problem', exc)}", path=path, line=mark.line + 1 if mark else None) from None
+        problem = getattr(exc, "problem", exc)
+        reason = problem if isinstance(exc, loader.duplicate_error) else f"invalid YAML/JSON: {problem}"
+        raise WorkloadError(str(reason), path=path, line=mark.line + 1 if mark else None) from None
     if not isinstance(document, dict) or set(document) != {"synthetic"} or not isinstance(document["synthetic"], dict):
         raise WorkloadError("expected one top-level key 'synthetic' holding a mapping of parameters", path=path)
     known = {f.name for f in fields(SyntheticSpec)}
