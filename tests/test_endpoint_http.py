@@ -340,12 +340,9 @@ def test_requests_up_to_the_concurrency_run_at_once():
             finally:
                 await endpoint.close()
 
-        started = time.monotonic()
         responses = asyncio.run(run())
-        elapsed = time.monotonic() - started
     assert all(r.error is None and sum(r.chunk_tokens) == 8 for r in responses)
-    assert elapsed < 0.35  # four 0.1 s waits overlap
-    assert max(r.sent_s for r in responses) < min(r.chunk_times[0] for r in responses)
+    assert max(r.sent_s for r in responses) < min(r.chunk_times[0] for r in responses)  # all four sent before any answer: they overlap
 
 
 def test_connection_closed_without_a_response():
