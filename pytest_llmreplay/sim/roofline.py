@@ -72,7 +72,10 @@ Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al.
 2023, which defines MBU, measured well-tuned stacks at small batch in the 50-60%+ range; vLLM and
 TensorRT-LLM are commonly quoted at 70-85%); ``overhead_ms`` 1.0 (vLLM v0.6 and V1 overlap the
 CPU work of scheduling and output processing with GPU execution; 1 ms stands for the residue:
-launch gaps, sampling, synchronisation).
+launch gaps, sampling, synchronisation). The bundled profiles replace the two shares by their GPU's
+public micro-benchmarks (achieved dense BF16 GEMM / datasheet peak; achieved streaming bandwidth /
+datasheet bandwidth), cited in each profile's sources: ceilings, which real serving kernels do not
+all reach.
 """
 
 from __future__ import annotations
