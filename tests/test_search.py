@@ -4,7 +4,6 @@ budget, the early stop (its rule checked against the final statistic), and bad p
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -19,8 +18,7 @@ from pytest_llmreplay.prompts import PromptFactory
 from pytest_llmreplay.search import CapacityPlan, Search, find_capacity, parse_capacity, run_point
 from pytest_llmreplay.history import t_quantile
 from pytest_llmreplay.search_stop import QueueGrowth, StopRule
-from pytest_llmreplay.sim.profile import parse_profile
-from pytest_llmreplay.sim.profile_files import profile_path
+from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.slo import parse_slos
 from pytest_llmreplay.target import Target
 from pytest_llmreplay.tokenizer import load_tokenizer
@@ -49,16 +47,8 @@ def prompts():
     return PromptFactory(load_tokenizer(None), seed=0)
 
 
-def pinned_profile(name):
-    """A bundled profile with the efficiencies these tests' SLOs and rates were chosen for (mfu 0.5,
-    mbu 0.7), so the shipped per-GPU figures can change without moving the search's answers."""
-    data = json.loads(profile_path(name).read_text())
-    data["timing"].update(mfu=0.5, mbu=0.7)
-    return parse_profile(data, origin=name, default_name=name)
-
-
 def target(prompts, profile="llama-3.1-8b-h100"):
-    return Target("offline", profile=pinned_profile(profile), prompts=prompts)
+    return Target("offline", profile=load_profile(profile), prompts=prompts)
 
 
 def passes(workload, prompts, plan, load, profile="llama-3.1-8b-h100"):
