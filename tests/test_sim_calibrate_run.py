@@ -20,7 +20,7 @@ from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
 from pytest_llmreplay.tokenizer import load_tokenizer
 
-BASE = "llama-3.1-8b-h100"  # mfu 0.5, mbu 0.7, overhead_ms 1.0
+BASE = "llama-3.1-8b-h100"  # its efficiencies (the profile's own) are far from TRUTH's
 TRUTH = {"mfu": 0.3, "mbu": 0.45, "overhead_ms": 4.0}
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmservingsim"
 
@@ -100,9 +100,10 @@ def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
         assert code == 0
         printed = capsys.readouterr().out
         assert "| tpot mean |" in printed and "hold-out" in printed
-        fitted = json.loads(out.read_text())
-        assert fitted["timing"]["mbu"] != 0.7 and fitted["timing"]["mfu"] == 0.5  # only mbu was fitted
-        assert fitted["timing"]["mbu"] < 0.6  # toward the truth's 0.45 (mfu and overhead left wrong)
+        fitted, base = json.loads(out.read_text()), base_json()
+        assert fitted["timing"]["mbu"] != base["timing"]["mbu"] and fitted["timing"]["mfu"] == base["timing"]["mfu"]  # only mbu was fitted
+        # at least half way from the base's mbu toward the truth's (mfu and overhead left wrong)
+        assert fitted["timing"]["mbu"] < (base["timing"]["mbu"] + TRUTH["mbu"]) / 2
 
 
 @pytest.mark.skipif(not (DATA / "bench").is_dir(), reason="the public LLMServingSim data is not in ../shared/data")

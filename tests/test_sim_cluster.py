@@ -138,12 +138,12 @@ def prompts():
 
 
 def test_a_kv_aware_cluster_replays_deterministically(prompts):
-    # 40 requests 0.05 s apart: one of 5 shared documents (4 hash blocks of 64) + 2 own blocks
+    # 40 requests 0.01 s apart (they overlap on any bundled GPU): one of 5 shared documents (4 hash blocks of 64) + 2 own blocks
     def ids(i):
         doc = 10 * (i % 5)
         return (doc, doc + 1, doc + 2, doc + 3, 1000 + 2 * i, 1001 + 2 * i)
 
-    sessions = tuple(Session(f"r{i}", i * 0.05, (Turn(6 * 64 - i % 5, 16 + i % 7, HashBlocks(ids(i), 64)),)) for i in range(40))
+    sessions = tuple(Session(f"r{i}", i * 0.01, (Turn(6 * 64 - i % 5, 16 + i % 7, HashBlocks(ids(i), 64)),)) for i in range(40))
     workload = Workload(sessions, "test")
 
     def once():

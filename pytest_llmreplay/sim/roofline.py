@@ -73,6 +73,16 @@ Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al.
 TensorRT-LLM are commonly quoted at 70-85%); ``overhead_ms`` 1.0 (vLLM v0.6 and V1 overlap the
 CPU work of scheduling and output processing with GPU execution; 1 ms stands for the residue:
 launch gaps, sampling, synchronisation).
+
+Bundled profiles: ``mfu`` 0.5 and ``mbu`` 0.7 are H100 SXM's serving efficiencies (the GPU the
+sources above measured on); another GPU's are that anchor scaled by how much of its datasheet it
+reaches in public micro-benchmarks relative to H100, mfu_gpu = 0.5 * gemm_share_gpu /
+gemm_share_H100 and mbu_gpu = 0.7 * bandwidth_share_gpu / bandwidth_share_H100, a share being
+achieved / datasheet (dense BF16 GEMM; streaming bandwidth; H100: 794.5 / 989.4 TFLOPS and
+2.97 / 3.35 TB/s), rounded to 3 significant digits. A micro-benchmark's share is a ceiling, not a
+serving efficiency, so only its ratio to H100's is used. Anchor and scaling are taken from
+published sources, not fitted to any measured serving run; each profile's sources give its
+figures and links.
 """
 
 from __future__ import annotations
