@@ -1,17 +1,21 @@
-"""``llmreplay calibrate --from-run RUN --workload TRACE --profile BASE --out FILE``.
+"""``llmreplay calibrate``: write a simulator profile from a server's measured timing.
 
-Fits the base roofline profile's efficiencies to a recorded run of a real server
-(:mod:`~pytest_llmreplay.sim.calibrate_run`), writes the calibrated profile and prints the error
-of each statistic before and after the fit, on the requests fitted and on the held-out half.
-cli.py registers the options with :func:`add_from_run_options` and calls :func:`cmd_calibrate_run`
-(this module does not import cli.py).
+``--endpoint URL``: a short, bounded profiling sweep against a live server
+(:mod:`~pytest_llmreplay.sim.calibrate`), written as a table-timing profile.
+``--from-run RUN --workload TRACE --profile BASE``: fits the base roofline profile's
+efficiencies to a recorded run of a real server (:mod:`~pytest_llmreplay.sim.calibrate_run`),
+writes the calibrated profile and prints the error of each statistic before and after the fit,
+on the requests fitted and on the held-out half.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 from typing import Any
 
+from .cli_options import add_engine_options, engine_overrides
 from .errors import LLMReplayError
 
 
@@ -57,4 +61,66 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int]) -> int:
     return 0
 
 
-__all__ = ["add_from_run_options", "cmd_calibrate_run"]
+def _points(option: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise LLMReplayError(f"{option}: expected comma-separated integers, got {text!r}") from None
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .endpoints import HTTPEndpoint
+    from .prompts import PromptFactory
+    from .sim.calibrate import CalibrationPlan, calibrate, write_profile
+    from .tokenizer import load_tokenizer
+
+    if not 0 < args.timeout < math.inf:
+        raise LLMReplayError(f"--timeout: expected seconds > 0, got {args.timeout}")
+    engine = engine_overrides(args)
+    if args.from_run:
+        return cmd_calibrate_run(args, engine)
+    if not args.endpoint:
+        raise LLMReplayError("--endpoint: missing (give --endpoint URL for a live sweep, or --from-run RUN to fit a recorded run)")
+    plan = CalibrationPlan(
+        prefill_tokens=_points("--prefill-tokens", args.prefill_tokens), decode_seqs=_points("--decode-seqs", args.decode_seqs),
+        decode_prompt_tokens=args.decode_prompt_tokens, decode_output_tokens=args.decode_output_tokens,
+        repeats=args.repeats, budget_s=args.budget, engine=engine,
+    )
+    try:
+        plan.validate()
+    except LLMReplayError as exc:
+        fields, sep, why = str(exc).partition(": ")
+        raise LLMReplayError("--" + fields.replace("_", "-").replace("budget-s", "budget") + sep + why) from None
+    endpoint = HTTPEndpoint(args.endpoint, model=args.model, api="completions", api_key_env=args.api_key_env,
+                            extra_body={"ignore_eos": True}, timeout_s=args.timeout)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
+    name = args.name or Path(args.out).stem
+    profile = calibrate(endpoint, prompts, plan, name, progress=lambda line: print(line, flush=True))
+    write_profile(profile, args.out)
+    print(f"wrote {args.out}: use it with --llm-sim-profile {args.out} or llmreplay sim --profile {args.out}")
+    return 0
+
+
+def add_calibrate_parser(commands: Any) -> None:
+    calibrate = commands.add_parser("calibrate", help="measure a live server, or fit a recorded run, and write a simulator profile",
+                                    description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile; "
+                                                "or (--from-run) fit a roofline profile's efficiencies to a recorded run of a real server.")
+    calibrate.add_argument("--endpoint", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
+    calibrate.add_argument("--out", required=True, metavar="FILE", help="the profile JSON to write")
+    calibrate.add_argument("--name", help="the profile's name (default: the file's stem)")
+    calibrate.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    calibrate.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
+    calibrate.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one; lengths are read from the server's usage)")
+    calibrate.add_argument("--timeout", type=float, default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
+    calibrate.add_argument("--seed", type=int, default=0, help="seed of the prompts (default 0)")
+    sweep = calibrate.add_argument_group("sweep")
+    sweep.add_argument("--prefill-tokens", default="128,512,1024,2048,4096", metavar="L,L,...", help="prompt lengths to time (default 128,512,1024,2048,4096)")
+    sweep.add_argument("--decode-seqs", default="1,4,16,64", metavar="B,B,...", help="decode batch sizes to time (default 1,4,16,64)")
+    sweep.add_argument("--decode-prompt-tokens", type=int, default=64, metavar="N", help="prompt length of the decode requests (default 64)")
+    sweep.add_argument("--decode-output-tokens", type=int, default=64, metavar="N", help="output length of the decode requests (default 64)")
+    sweep.add_argument("--repeats", type=int, default=3, metavar="N", help="repeats per point; the median is kept (default 3)")
+    sweep.add_argument("--budget", type=float, default=300.0, metavar="S", help="stop the sweep after S seconds, keeping the points measured (default 300)")
+    add_engine_options(calibrate.add_argument_group("engine settings (not visible from outside unless the server exports vllm:cache_config_info)"),
+                        "exported, else 16", "exported, else required", "256", "8192")
+    add_from_run_options(calibrate)
+    calibrate.set_defaults(run=cmd_calibrate)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from .cli_options import open_store_option
 from .errors import LLMReplayError
 
 
@@ -31,7 +32,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         if not (metric and dot and stat):
             raise LLMReplayError(f"--metric: expected METRIC.STAT such as ttft.p50, got {key!r}")
     change_points([])  # without the [history] extra: one line naming it, before anything is printed
-    store = args.open_store("--baseline-dir", args.baseline_dir, False)
+    store = open_store_option("--baseline-dir", args.baseline_dir, False)
     try:
         label, commits = reference_history(Path.cwd(), args.ref)
     except LLMReplayError as exc:
@@ -56,8 +57,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_history_parser(commands: Any, open_store: Callable[[str, str, bool], Any]) -> None:
-    """Register ``history``; ``open_store(option, text, writing)`` is cli.py's checked store opener."""
+def add_history_parser(commands: Any) -> None:
     history = commands.add_parser("history", help="a test's stored figures per commit, with change points",
                                   description="Print each gated figure of TEST's stored results per commit along the first-parent history "
                                               "of --ref (oldest first) and the change points Apache Otava's e-divisive finds in it "
@@ -67,4 +67,4 @@ def add_history_parser(commands: Any, open_store: Callable[[str, str, bool], Any
     history.add_argument("--baseline-dir", default=".llmreplay", metavar="STORE",
                          help="the store: a folder, git:REMOTE#REF or an fsspec URL, as --llm-baseline-dir (default .llmreplay)")
     history.add_argument("--ref", default="HEAD", metavar="REF", help="whose first-parent history to walk (default HEAD)")
-    history.set_defaults(run=cmd_history, open_store=open_store)
+    history.set_defaults(run=cmd_history)

@@ -23,8 +23,9 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from .cli_options import integer, load_workload_file, number
 from .errors import LLMReplayError
 
 SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
@@ -73,7 +74,7 @@ def plan_from(args: argparse.Namespace) -> Any:
     return plan
 
 
-def cmd_sweep(args: argparse.Namespace, load: Callable[[argparse.Namespace, str], Any]) -> int:
+def cmd_sweep(args: argparse.Namespace) -> int:
     from .baseline import git_state, make_record, workload_digest
     from .store import make_folder, write_new
     from .driver import ReplaySettings
@@ -82,7 +83,7 @@ def cmd_sweep(args: argparse.Namespace, load: Callable[[argparse.Namespace, str]
     from .tokenizer import load_tokenizer
 
     plan = plan_from(args)
-    workload = load(args, args.file)
+    workload = load_workload_file(args, args.file)
     for warning in workload.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     settings = ReplaySettings(seed=args.seed, max_requests=args.max_requests, warmup_requests=args.warmup_requests)
@@ -139,10 +140,7 @@ def write_load_curve(capacity: Any, path: Path) -> Path:
     return path
 
 
-def add_sweep_parser(commands: Any, common: argparse.ArgumentParser, load: Callable[[argparse.Namespace, str], Any],
-                     number: Callable[[bool], Any], integer: Callable[[int], Any]) -> None:
-    """Register ``sweep``; ``load``, ``number`` and ``integer`` are cli.py's workload loader and
-    argparse types."""
+def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     from .search import ARRIVALS, BY, DEFAULT_BUDGET
 
     sweep = commands.add_parser("sweep", parents=[common], help="find the highest load that meets SLOs (capacity at SLO)",
@@ -172,4 +170,4 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser, load: Calla
     sweep.add_argument("--seed", type=integer(0), default=0, help="seed of prompts and Poisson arrivals (default 0)")
     sweep.add_argument("--max-requests", type=integer(1), metavar="N", help="each point takes whole sessions until N requests (cycling the workload if needed)")
     sweep.add_argument("--warmup-requests", type=integer(0), default=0, metavar="N", help="leave each point's first N requests out of its metrics")
-    sweep.set_defaults(run=lambda args: cmd_sweep(args, load))
+    sweep.set_defaults(run=cmd_sweep)

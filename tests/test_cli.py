@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from pytest_llmreplay import load_workload
-from pytest_llmreplay.cli import RUN_STATUS, main
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli_run import RUN_STATUS
 
 MOONCAKE = "mooncake/conversation_trace.jsonl"
 
@@ -225,7 +226,7 @@ class _Stream(io.StringIO):
 def test_progress_line_redraws_on_a_terminal_and_writes_plain_lines_to_a_log(tty, monkeypatch):
     from types import SimpleNamespace
 
-    from pytest_llmreplay.cli import ProgressLine
+    from pytest_llmreplay.cli_run import ProgressLine
     from pytest_llmreplay.clock import WallClock
 
     stream, now = _Stream(tty), [0.0]

@@ -11,7 +11,8 @@ import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 from test_store import git
 
-from pytest_llmreplay.cli import RUN_STATUS, main
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli_run import RUN_STATUS
 from pytest_llmreplay.store import open_store
 
 TEST = "llmreplay run w.jsonl"

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 
-from pytest_llmreplay.cli import RUN_STATUS, main
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli_run import RUN_STATUS
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.metrics import Result
 from pytest_llmreplay.prompts import PromptFactory

@@ -13,7 +13,8 @@ import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 from test_sim_server import serving
 
-from pytest_llmreplay.cli import RUN_STATUS, main
+from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli_run import RUN_STATUS
 from pytest_llmreplay.driver import ReplaySettings, replay
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.metrics import Result

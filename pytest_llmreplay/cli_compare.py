@@ -1,0 +1,89 @@
+"""``llmreplay compare A B``: two stored results (files, or with ``--store`` the newest result of
+a test at two commits) compared metric by metric. Exit status 0 no regression, 1 a regression,
+2 not comparable, 3 bad input (:data:`COMPARE_BAD_INPUT`)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from .cli_options import open_store_option
+from .errors import LLMReplayError
+
+
+def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str]:
+    """(record, where) of ``test``'s newest result at ``ref`` (``side`` A or B: a name git resolves
+    here, or a commit id of 12 hex digits or more, which a store may hold from another clone)."""
+    from .baseline import resolve_commit
+
+    commit = resolve_commit(Path.cwd(), ref)
+    if commit is None:
+        if not re.fullmatch(r"[0-9a-f]{12,40}", ref):
+            raise LLMReplayError(f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more")
+        commit = ref
+    found = store.latest(test, [commit])
+    if found is None:
+        raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}")
+    return store.read(found), f"{store.label}/{found}"
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .baseline import compare, comparison_table, read_record
+
+    allowed = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
+    if args.test and not args.store:
+        raise LLMReplayError("--test is read with --store only (A and B are then commits); without --store, A and B are result files")
+    if args.store:
+        if not args.test:
+            raise LLMReplayError("--store needs --test: the stored test whose results to compare")
+        store = open_store_option("--store", args.store, writing=False)
+        (baseline, source), (current, _) = _stored_side(store, args.test, "A", args.baseline), _stored_side(store, args.test, "B", args.current)
+    else:
+        baseline, current, source = read_record(args.baseline), read_record(args.current), args.baseline
+    for name, record in (("A", baseline), ("B", current)):
+        where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
+        print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
+    comparison = compare(baseline, current, allowed, label=f"A ({source})", across_endpoints=True)
+    print(comparison_table(comparison))
+    if comparison.mismatch:
+        return 2
+    return 1 if comparison.regressions else 0
+
+
+def _regression_overrides(texts: list[str]) -> dict[str, float]:
+    """The allowed changes of ``compare``: the defaults with each ``--regression KEY=ALLOWED``
+    applied (:func:`baseline.tolerances` checks key and value); a key given twice is refused."""
+    from .baseline import tolerances
+
+    overrides: dict[str, str] = {}
+    for text in texts:
+        key, sep, value = (part.strip() for part in text.partition("="))
+        if not sep or not key:
+            raise LLMReplayError(f"--regression: expected KEY=ALLOWED such as ttft.p50=10%, got {text!r}")
+        if key in overrides:
+            raise LLMReplayError(f"--regression: {key} is given twice ({overrides[key]!r} and {value!r}); expected each key once")
+        overrides[key] = value
+    try:
+        return tolerances(overrides)
+    except LLMReplayError as exc:  # its messages start "regression 'KEY': ..."
+        raise LLMReplayError(f"--{exc}") from None
+
+
+COMPARE_BAD_INPUT = 3  # compare's 1 and 2 say what the comparison found
+
+
+def add_compare_parser(commands: Any) -> None:
+    compare = commands.add_parser("compare", help="compare two stored results (baselines, reports, run --out)",
+                                  description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
+                                              "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
+                                              "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable, 3 bad input.")
+    compare.add_argument("baseline", metavar="A", help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json; with --store, a commit")
+    compare.add_argument("current", metavar="B", help="the result to judge against A (with --store, a commit)")
+    compare.add_argument("--store", metavar="STORE", help="read A and B from a store (a folder, git:REMOTE#REF or a URL such as s3://BUCKET/PREFIX): "
+                                                          "the newest result of --test at each commit (an id, or a branch or tag git resolves here)")
+    compare.add_argument("--test", metavar="TEST", help="with --store: the test id, as stored (a pytest node id, or 'llmreplay run FILE')")
+    compare.add_argument("--regression", action="append", default=[], metavar="KEY=ALLOWED",
+                         help="allowed change of a compared metric, e.g. ttft.p50=10%% or ttft.p90=off (repeatable)")
+    compare.set_defaults(run=cmd_compare, bad_input_status=COMPARE_BAD_INPUT)

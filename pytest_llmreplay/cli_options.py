@@ -1,0 +1,117 @@
+"""What several ``llmreplay`` commands share: the workload loader behind ``--format`` and
+``--block-size``, the store behind ``--save-to``/``--store`` (errors name the option), argparse
+value types (checked while parsing, so a bad value is a usage error of status 2 naming the
+option), and the engine options of ``sim`` and ``calibrate`` (vLLM's names)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import LLMReplayError
+
+
+def load_workload_file(args: argparse.Namespace, path: str):
+    """``path`` loaded with ``--format`` and ``--block-size``; the block size goes only to formats
+    that take one (``validate --block-size 16 *.jsonl`` checks a mix), with a warning for the others."""
+    from .formats import detect_format, load_workload, loader_options
+
+    options: dict[str, Any] = {}
+    if args.block_size is not None:
+        name = args.format or detect_format(path)
+        if "block_size" in loader_options(name):
+            options["block_size"] = args.block_size
+        else:
+            print(f"warning: {path}: --block-size does not apply to format {name!r} (only to hash-id traces: mooncake); ignored", file=sys.stderr)
+    return load_workload(path, format=args.format, **options)
+
+
+def open_store_option(option: str, text: str, writing: bool) -> Any:
+    """The store ``text`` names, checked (see :mod:`~pytest_llmreplay.store`); errors name ``option``."""
+    from .store import open_store
+
+    try:
+        store = open_store(text, Path.cwd())
+        store.check(writing)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"{option}: {exc}") from None
+    return store
+
+
+def header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name.strip()):
+        raise LLMReplayError(f"--header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got {text!r}")
+    return name.strip(), value.strip()
+
+
+def integer(low: int) -> Any:
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def number(positive: bool) -> Any:
+    """An argparse type: a finite number > 0 (``positive``) or >= 0."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"expected a finite number {'>' if positive else '>='} 0, got {text!r}")
+        return value
+
+    return parse
+
+
+def share(text: str) -> float:
+    """An argparse type: a share from 0 to 1, a fraction (0.05) or a percentage (5%), read as
+    the SLO ``error_rate <= text`` is."""
+    from .slo import parse_slo
+
+    try:
+        value = parse_slo("error_rate", f"<= {text}").value
+    except LLMReplayError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1 such as 0.05 or 5%, got {text!r}")
+    return value
+
+
+ENGINE_OPTIONS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
+
+
+def add_engine_options(group: Any, *defaults: str) -> None:
+    """--block-size, --num-gpu-blocks, --max-num-seqs, --max-num-batched-tokens (vLLM's names)."""
+    helps = ("KV block size", "KV blocks per engine", "running requests at most", "tokens per iteration at most")
+    for key, text, default in zip(ENGINE_OPTIONS, helps, defaults):
+        group.add_argument("--" + key.replace("_", "-"), type=int, metavar="N", help=f"{text} (default: {default})")
+
+
+def engine_overrides(args: argparse.Namespace) -> dict[str, int]:
+    """The engine options given on the command line, each an integer >= 1 (``--num-gpu-blocks``
+    at most :data:`~.sim.engine.MAX_GPU_BLOCKS`)."""
+    from .sim.engine import MAX_GPU_BLOCKS
+
+    given = {key: getattr(args, key) for key in ENGINE_OPTIONS if getattr(args, key) is not None}
+    for key, value in given.items():
+        if value < 1:
+            raise LLMReplayError(f"--{key.replace('_', '-')}: expected an integer >= 1, got {value}")
+        if key == "num_gpu_blocks" and value > MAX_GPU_BLOCKS:
+            raise LLMReplayError(f"--num-gpu-blocks: expected at most {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {value:,}")
+    return given
