@@ -165,17 +165,17 @@ def stored(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return pool_records([run["record"] for run in runs], [{"seed": None, "cache_reset": None} for _ in runs])
 
 
-def plain_check(base: dict[str, Any], current: dict[str, Any]) -> bool:
-    """pytest-benchmark's PercentageRegressionCheck on the TTFT median (module docstring)."""
-    saved = float(np.median(base["samples"]["ttft"]))
-    return float(np.median(current["samples"]["ttft"])) / saved * 100 - 100 > PLAIN_THRESHOLD
+def plain_check(base: dict[str, Any], current: dict[str, Any], metric: str = "ttft") -> bool:
+    """pytest-benchmark's PercentageRegressionCheck on ``metric``'s median (module docstring)."""
+    saved = float(np.median(base["samples"][metric]))
+    return float(np.median(current["samples"][metric])) / saved * 100 - 100 > PLAIN_THRESHOLD
 
 
-def asv_check(base: dict[str, Any], current: dict[str, Any]) -> bool:
-    """asv's is_different (Mann-Whitney U, p < ASV_P) and a median change beyond 5%."""
+def asv_check(base: dict[str, Any], current: dict[str, Any], metric: str = "ttft") -> bool:
+    """asv's is_different (Mann-Whitney U, p < ASV_P) and a median change of ``metric`` beyond 5%."""
     from scipy.stats import mannwhitneyu
 
-    b, c = base["samples"]["ttft"], current["samples"]["ttft"]
+    b, c = base["samples"][metric], current["samples"][metric]
     return float(np.median(c)) / float(np.median(b)) - 1 > 0.05 and mannwhitneyu(b, c).pvalue < ASV_P
 
 
