@@ -12,12 +12,16 @@ STREAMS single-turn requests of PROMPT in / OUTPUT out, all at once (concurrency
 - fidelity: TTFT p50 and TPOT mean seen by the client against the offline replay (virtual
   clock, same profile and engine settings, same workload).
 
-    .venv/bin/python bench/sim_online.py [--runs 3] [--streams 1000] [--profile qwen3-30b-a3b-h100]
+``--workers N``: the client is N Ray workers on a local instance (``pytest_llmreplay.workers``,
+the extra ``[ray]``), started once before the runs, instead of this process.
+
+    .venv/bin/python bench/sim_online.py [--runs 3] [--streams 1000] [--profile qwen3-30b-a3b-h100] [--workers N]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import re
 import statistics
@@ -44,7 +48,7 @@ def metric(text: str, name: str, label: str = "") -> float:
     return float(found.group(1)) if found else float("nan")
 
 
-def online_run(url: str, workload, prompts: PromptFactory, streams: int) -> dict:
+def online_run(url: str, workload, prompts: PromptFactory, streams: int, workers=None) -> dict:
     peak = [0.0]
     stop = threading.Event()
 
@@ -57,7 +61,9 @@ def online_run(url: str, workload, prompts: PromptFactory, streams: int) -> dict
     sampler.start()
     started = time.perf_counter()
     endpoint = HTTPEndpoint(url, api="completions", extra_body={"ignore_eos": True}, timeout_s=120)
-    result = Result(replay(workload, endpoint, prompts, ReplaySettings(concurrency=streams, prompt_format="ids", check_idle=False)))
+    settings = ReplaySettings(concurrency=streams, prompt_format="ids", check_idle=False)
+    run = workers.replay(workload, endpoint, prompts, settings) if workers is not None else replay(workload, endpoint, prompts, settings)
+    result = Result(run)
     wall = time.perf_counter() - started
     stop.set()
     sampler.join()
@@ -79,6 +85,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=256)
     parser.add_argument("--output", type=int, default=128)
     parser.add_argument("--profile", default="qwen3-30b-a3b-h100")
+    parser.add_argument("--workers", type=int, help="client: N Ray workers instead of this process")
     args = parser.parse_args()
     prompts = PromptFactory(load_tokenizer(None))
     workload = generate(SyntheticSpec(sessions=args.streams, input_tokens=args.prompt, output_tokens=args.output, seed=3))
@@ -88,16 +95,23 @@ def main() -> None:
     offline = Result(replay(workload, SimEndpoint(profile, prompts), prompts, ReplaySettings(concurrency=args.streams), clock=VirtualClock()))
     reference = {"ttft_p50_ms": offline.summary["ttft"]["p50"] * 1000, "tpot_mean_ms": offline.summary["tpot"]["mean"] * 1000}
     runs = []
-    for _ in range(args.runs):
-        server = subprocess.Popen([str(LLMREPLAY), "sim", "--profile", args.profile, "--port", "0", "--max-num-seqs", str(max_seqs)],
-                                  stdout=subprocess.PIPE, text=True)
-        try:
-            url = re.search(r"http://\S+", server.stdout.readline()).group(0)
-            runs.append(online_run(url, workload, prompts, args.streams))
-        finally:
-            server.terminate()
-            server.wait(30)
-    print(f"{args.streams} streams of {args.prompt} in / {args.output} out, profile {args.profile} (max_num_seqs {max_seqs}); "
+    with contextlib.ExitStack() as stack:
+        workers = None
+        if args.workers:
+            from pytest_llmreplay.workers import RayWorkers
+
+            workers = stack.enter_context(RayWorkers(args.workers))
+        for _ in range(args.runs):
+            server = subprocess.Popen([str(LLMREPLAY), "sim", "--profile", args.profile, "--port", "0", "--max-num-seqs", str(max_seqs)],
+                                      stdout=subprocess.PIPE, text=True)
+            try:
+                url = re.search(r"http://\S+", server.stdout.readline()).group(0)
+                runs.append(online_run(url, workload, prompts, args.streams, workers))
+            finally:
+                server.terminate()
+                server.wait(30)
+    client = f"{args.workers} Ray workers" if args.workers else "one process"
+    print(f"{args.streams} streams of {args.prompt} in / {args.output} out, profile {args.profile} (max_num_seqs {max_seqs}), client {client}; "
           f"median of {args.runs} runs, server restarted each run\n")
     print("| figure | online (median) | runs | offline replay | online/offline |")
     print("|---|---:|---|---:|---:|")
