@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import integer, load_workload_file, number
+from .cli_options import ignored_with_sim, integer, load_workload_file, number, remember_http_only_defaults
 from .errors import LLMReplayError
 
 # llmreplay sweep's exit statuses (README: "Capacity at SLO"); 2 is argparse's (bad usage);
@@ -101,6 +101,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
     target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
+    ignored = ignored_with_sim(args)
+    if ignored:
+        print(ignored, file=sys.stderr)
     found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers)
     print(found.table())
     if args.out:
@@ -176,3 +179,4 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     sweep.add_argument("--max-requests", type=integer(1), metavar="N", help="each point takes whole sessions until N requests (cycling the workload if needed)")
     sweep.add_argument("--warmup-requests", type=integer(0), default=0, metavar="N", help="leave each point's first N requests out of its metrics")
     sweep.set_defaults(run=cmd_sweep, bad_input_status=SWEEP_STATUS["bad_input"])
+    remember_http_only_defaults(sweep)
