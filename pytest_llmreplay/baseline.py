@@ -202,18 +202,25 @@ def parse_record(text: str, where: str) -> dict[str, Any]:
     return record
 
 
+# where --llm-compare's default reference is looked for, in order: the remote's default branch
+# when the clone knows it, the local main/master, then the remote-tracking main/master (a CI
+# checkout of a feature branch, GitHub Actions' included, often has only refs/remotes/origin/*)
+DEFAULT_BRANCHES = ("origin/HEAD", "main", "master", "origin/main", "origin/master")
+
+
 def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]:
     """(what the reference is, in words; commits to search newest first) for ``--llm-compare``.
 
-    ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch (``origin/HEAD``,
-    else ``main``, else ``master``; HEAD itself when none exists), then its first-parent
-    ancestors. Otherwise ``ref`` is any commit, tag or branch git can resolve."""
+    ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch, the first of
+    :data:`DEFAULT_BRANCHES` that exists and shares history with HEAD (HEAD itself when none
+    does), then its first-parent ancestors; the words name the branch used. Otherwise ``ref`` is
+    any commit, tag or branch git can resolve."""
     cwd = Path(cwd)
     if _git(cwd, "rev-parse", "HEAD") is None:
         raise LLMReplayError(f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit")
     if ref in (None, "", "auto"):
         base = None
-        for candidate in ("origin/HEAD", "main", "master"):
+        for candidate in DEFAULT_BRANCHES:
             if _git(cwd, "rev-parse", "--verify", "--quiet", candidate) is not None:
                 base = _git(cwd, "merge-base", "HEAD", candidate)
                 if base:

@@ -741,3 +741,23 @@ def test_a_baseline_capacity_with_no_failing_load_still_proves_a_drop_below_it()
     """Baseline 'at least 16': a current 10 in [10, 11] lies wholly below 16."""
     (row,) = compare(with_capacity(16, 16, at_least=True), with_capacity(10, 11), {"capacity.rate": 0.05}).rows
     assert row.verdict == "regression" and row.low == pytest.approx(-1.0) and row.high == pytest.approx(11 / 16 - 1)
+
+
+def test_auto_reference_falls_back_to_the_remote_tracking_default_branch(git_env):
+    # a clone that knows only refs/remotes/origin/master (no local main/master, no origin/HEAD)
+    forge = git_env / "forge.git"
+    origin = git_env / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "master")
+    c1 = commit(origin, "c1")
+    git(git_env, "clone", "-q", "--bare", str(origin), str(forge))
+    path = git_env / "ci"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "scratch")
+    git(path, "remote", "add", "origin", str(forge))
+    git(path, "fetch", "-q", "origin", "+refs/heads/*:refs/remotes/origin/*")
+    git(path, "checkout", "-q", "-B", "topic", "refs/remotes/origin/master")
+    commit(path, "t1")
+    label, history = reference_history(path, None)
+    assert label == f"merge-base with origin/master ({c1[:12]})"
+    assert history == [c1]
