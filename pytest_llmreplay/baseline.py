@@ -312,9 +312,20 @@ def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed:
 
 
 def _interval(ratios: np.ndarray) -> tuple[float, float]:
-    """The central :data:`CONFIDENCE` interval of bootstrapped changes."""
+    """The central :data:`CONFIDENCE` interval of bootstrapped changes (percentiles interpolated
+    linearly). A resample whose baseline statistic is 0 (a windowed rate drawn only from empty
+    windows) has an unbounded change: +inf when its current statistic is not 0, left out (NaN,
+    no change to measure) when it is. When some change is +inf the ends are the order
+    statistics outward of each percentile instead (interpolating next to an infinity is
+    inf - inf): the interval is then never narrower, and its top is +inf when more than its
+    tail of the resamples is."""
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.nanpercentile(ratios, [tail, 100 - tail])
+    measured = ratios[~np.isnan(ratios)]
+    if not measured.size:
+        return math.nan, math.nan
+    if np.isinf(measured).any():
+        return float(np.percentile(measured, tail, method="lower")), float(np.percentile(measured, 100 - tail, method="higher"))
+    low, high = np.percentile(measured, [tail, 100 - tail])
     return float(low), float(high)
 
 
