@@ -202,18 +202,25 @@ def parse_record(text: str, where: str) -> dict[str, Any]:
     return record
 
 
+# where --llm-compare's default reference is looked for, in order: the remote's default branch
+# when the clone knows it, the local main/master, then the remote-tracking main/master (a CI
+# checkout of a feature branch, GitHub Actions' included, often has only refs/remotes/origin/*)
+DEFAULT_BRANCHES = ("origin/HEAD", "main", "master", "origin/main", "origin/master")
+
+
 def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]:
     """(what the reference is, in words; commits to search newest first) for ``--llm-compare``.
 
-    ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch (``origin/HEAD``,
-    else ``main``, else ``master``; HEAD itself when none exists), then its first-parent
-    ancestors. Otherwise ``ref`` is any commit, tag or branch git can resolve."""
+    ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch, the first of
+    :data:`DEFAULT_BRANCHES` that exists and shares history with HEAD (HEAD itself when none
+    does), then its first-parent ancestors; the words name the branch used. Otherwise ``ref`` is
+    any commit, tag or branch git can resolve."""
     cwd = Path(cwd)
     if _git(cwd, "rev-parse", "HEAD") is None:
         raise LLMReplayError(f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit")
     if ref in (None, "", "auto"):
         base = None
-        for candidate in ("origin/HEAD", "main", "master"):
+        for candidate in DEFAULT_BRANCHES:
             if _git(cwd, "rev-parse", "--verify", "--quiet", candidate) is not None:
                 base = _git(cwd, "merge-base", "HEAD", candidate)
                 if base:
@@ -305,9 +312,20 @@ def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed:
 
 
 def _interval(ratios: np.ndarray) -> tuple[float, float]:
-    """The central :data:`CONFIDENCE` interval of bootstrapped changes."""
+    """The central :data:`CONFIDENCE` interval of bootstrapped changes (percentiles interpolated
+    linearly). A resample whose baseline statistic is 0 (a windowed rate drawn only from empty
+    windows) has an unbounded change: +inf when its current statistic is not 0, left out (NaN,
+    no change to measure) when it is. When some change is +inf the ends are the order
+    statistics outward of each percentile instead (interpolating next to an infinity is
+    inf - inf): the interval is then never narrower, and its top is +inf when more than its
+    tail of the resamples is."""
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.nanpercentile(ratios, [tail, 100 - tail])
+    measured = ratios[~np.isnan(ratios)]
+    if not measured.size:
+        return math.nan, math.nan
+    if np.isinf(measured).any():
+        return float(np.percentile(measured, tail, method="lower")), float(np.percentile(measured, 100 - tail, method="higher"))
+    low, high = np.percentile(measured, [tail, 100 - tail])
     return float(low), float(high)
 
 

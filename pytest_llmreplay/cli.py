@@ -13,7 +13,7 @@
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
-input (``compare`` and ``run``: 3, see :data:`.cli_compare.COMPARE_BAD_INPUT` and :data:`.cli_run.RUN_STATUS`), 2 for bad
+input (``compare``, ``run`` and ``sweep``: 3, see :data:`.cli_compare.COMPARE_BAD_INPUT`, :data:`.cli_run.RUN_STATUS` and :data:`.cli_sweep.SWEEP_STATUS`), 2 for bad
 usage (argparse). ``run`` exits 1 when more requests failed than ``--max-error-rate`` allows
 (default none) and 4 when no request succeeded; stopped by SIGINT/SIGTERM it still reports what
 it measured and exits 128 + the signal's number.

@@ -93,6 +93,26 @@ def share(text: str) -> float:
     return value
 
 
+# what only an HTTP endpoint reads: with --sim (the simulator in process) these are ignored
+HTTP_ONLY_OPTIONS = ("model", "api", "api_key_env", "header", "no_stream", "timeout", "server_timeout", "no_idle_check")
+
+
+def remember_http_only_defaults(parser: argparse.ArgumentParser) -> None:
+    """Keep the defaults of the :data:`HTTP_ONLY_OPTIONS` that ``parser`` takes, for
+    :func:`ignored_with_sim` to tell which ones were given."""
+    dests = {action.dest for action in parser._actions}
+    parser.set_defaults(http_only_defaults={dest: parser.get_default(dest) for dest in HTTP_ONLY_OPTIONS if dest in dests})
+
+
+def ignored_with_sim(args: argparse.Namespace) -> str | None:
+    """With ``--sim``, one warning line naming the HTTP-only options given a value other than
+    their default (the in-process simulator reads none of them); None when there are none."""
+    given = [args.option_names[dest] for dest, default in args.http_only_defaults.items() if getattr(args, dest) != default]
+    if not args.sim or not given:
+        return None
+    return f"warning: {', '.join(given)}: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)"
+
+
 ENGINE_OPTIONS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens")
 
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import header, integer, load_workload_file, number, open_store_option, share
+from .cli_options import header, ignored_with_sim, integer, load_workload_file, number, open_store_option, remember_http_only_defaults, share
 from .errors import LLMReplayError
 
 # llmreplay run's exit statuses (README: "exit status"); 2 is argparse's (bad usage), a signal's
@@ -52,6 +52,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
     sim = _sim_target(args, prompts, body) if args.sim else None
+    ignored = ignored_with_sim(args)
+    if ignored:
+        print(ignored, file=sys.stderr)
     if sim is not None:  # the plugin's --llm-offline: the simulator in process, on the virtual clock
         endpoint, clock = sim.endpoint(), sim.clock()
     else:
@@ -77,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             server.stop()
             if died:
                 print(f"warning: {died}", file=sys.stderr)
-    result = Result(run, gpus=args.gpus)
+    result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
     print(render(result))
     record = _record(result, args, digest, sim.fingerprint if sim is not None else None) if args.out or store else None
     if args.out:
@@ -231,5 +234,6 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     plan.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster for --workers (default: RAY_ADDRESS, else a local instance)")
     plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
     plan.add_argument("--seed", type=integer(0), default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
-    plan.add_argument("--gpus", type=integer(1), default=1, metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default 1)")
+    plan.add_argument("--gpus", type=integer(1), metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default: the --sim profile's, else 1)")
     run.set_defaults(run=cmd_run, bad_input_status=RUN_STATUS["bad_input"])
+    remember_http_only_defaults(run)

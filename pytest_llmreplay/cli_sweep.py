@@ -10,7 +10,8 @@ its bracket on stdout (``at least X``, no upper bound, when no load failed). ``-
 point at capacity (``result.json``, a stored result with the search under ``capacity``, which
 ``llmreplay compare`` and the gate read; ``requests.csv``), ``points.csv``, a row per run, estimates
 included (``role`` and ``mode`` say which; the load curve's figures), and ``load_curve.svg``, the load curve drawn
-(:mod:`~pytest_llmreplay.report_load_curve`). Exit status 0 when some load meets the SLOs, 1 when none does.
+(:mod:`~pytest_llmreplay.report_load_curve`). Exit status (:data:`SWEEP_STATUS`) 0 when some load meets the
+SLOs, 1 when none does, 3 for bad input (as ``run`` and ``compare``).
 
 ``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
 traffic), through :func:`sim_target`. cli.py registers the command with
@@ -25,8 +26,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import integer, load_workload_file, number
+from .cli_options import ignored_with_sim, integer, load_workload_file, number, remember_http_only_defaults
 from .errors import LLMReplayError
+
+# llmreplay sweep's exit statuses (README: "Capacity at SLO"); 2 is argparse's (bad usage);
+# bad input is 3, as run's and compare's
+SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": 3}
 
 SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
 
@@ -96,6 +101,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
     target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
+    ignored = ignored_with_sim(args)
+    if ignored:
+        print(ignored, file=sys.stderr)
     found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers)
     print(found.table())
     if args.out:
@@ -112,7 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         written.append(write_points(found, out / "points.csv"))
         written.append(write_load_curve(record["capacity"], out / "load_curve.svg"))
         print("wrote " + ", ".join(str(path) for path in written))
-    return 0 if found.value > 0 else 1
+    return SWEEP_STATUS["capacity_found"] if found.value > 0 else SWEEP_STATUS["no_load_meets_the_slos"]
 
 
 def write_points(found: Any, path: Path) -> Path:
@@ -147,7 +155,7 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                                 description="Search the highest request rate or concurrency at which every SLO holds. By rate: a synchronous and a saturating run "
                                             "estimate where to look, points at rates bracket the answer (growing it while the top passes), then bisection "
                                             "to --resolution or --budget runs; by concurrency: 1 and every session at once, then bisection. "
-                                            "Exit status 0 when a load meets the SLOs, 1 when none does.")
+                                            "Exit status 0 when a load meets the SLOs, 1 when none does, 3 bad input.")
     sweep.add_argument("file", metavar="FILE")
     where = sweep.add_mutually_exclusive_group(required=True)
     where.add_argument("--endpoint", metavar="URL", help="a live OpenAI-compatible server; points run one at a time")
@@ -170,4 +178,5 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     sweep.add_argument("--seed", type=integer(0), default=0, help="seed of prompts and Poisson arrivals (default 0)")
     sweep.add_argument("--max-requests", type=integer(1), metavar="N", help="each point takes whole sessions until N requests (cycling the workload if needed)")
     sweep.add_argument("--warmup-requests", type=integer(0), default=0, metavar="N", help="leave each point's first N requests out of its metrics")
-    sweep.set_defaults(run=cmd_sweep)
+    sweep.set_defaults(run=cmd_sweep, bad_input_status=SWEEP_STATUS["bad_input"])
+    remember_http_only_defaults(sweep)

@@ -741,3 +741,43 @@ def test_a_baseline_capacity_with_no_failing_load_still_proves_a_drop_below_it()
     """Baseline 'at least 16': a current 10 in [10, 11] lies wholly below 16."""
     (row,) = compare(with_capacity(16, 16, at_least=True), with_capacity(10, 11), {"capacity.rate": 0.05}).rows
     assert row.verdict == "regression" and row.low == pytest.approx(-1.0) and row.high == pytest.approx(11 / 16 - 1)
+
+
+def test_auto_reference_falls_back_to_the_remote_tracking_default_branch(git_env):
+    # a clone that knows only refs/remotes/origin/master (no local main/master, no origin/HEAD)
+    forge = git_env / "forge.git"
+    origin = git_env / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "master")
+    c1 = commit(origin, "c1")
+    git(git_env, "clone", "-q", "--bare", str(origin), str(forge))
+    path = git_env / "ci"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "scratch")
+    git(path, "remote", "add", "origin", str(forge))
+    git(path, "fetch", "-q", "origin", "+refs/heads/*:refs/remotes/origin/*")
+    git(path, "checkout", "-q", "-B", "topic", "refs/remotes/origin/master")
+    commit(path, "t1")
+    label, history = reference_history(path, None)
+    assert label == f"merge-base with origin/master ({c1[:12]})"
+    assert history == [c1]
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+@pytest.mark.parametrize("paired", [True, False])
+def test_bootstrap_of_mostly_empty_windows_has_an_unbounded_top_and_no_nan(paired):
+    # a short run's throughput windows: 7 of the baseline's 10 are empty, so some resamples draw
+    # only empty windows (statistic 0): their change is +inf, which numpy's interpolation turned
+    # into inf - inf = NaN with a RuntimeWarning, and the interval's top into NaN
+    base = np.array([0, 0, 0, 0, 0, 0, 0, 3339.6, 667.9, 667.9])
+    cur = np.array([0, 667.9, 667.9, 667.9, 3339.6, 667.9, 0, 667.9, 3339.6, 667.9])
+    change, low, high = baseline.bootstrap_change(base, cur, "steady_state", seed=0, paired=paired)
+    assert change == pytest.approx(cur.mean() / base.mean() - 1)
+    assert np.isfinite(low) and low < change and high == np.inf
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_bootstrap_where_every_resample_is_empty_on_both_sides_is_nan_without_a_warning():
+    undefined = np.full(1000, np.nan)  # every resample 0 / 0: no change to measure
+    assert all(np.isnan(end) for end in baseline._interval(undefined))
+

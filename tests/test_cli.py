@@ -257,3 +257,29 @@ def test_run_refuses_an_extra_body_naming_a_key_twice(capsys, body):
     workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
     code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--extra-body", body)
     assert code != 0 and err == "error: --extra-body: the key 'min_tokens' is given twice; expected each key once\n"
+
+
+def test_run_sim_names_the_http_options_it_ignores_in_one_warning_line(capsys, tmp_path):
+    workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--max-requests", "8",
+                       "--model", "other", "--api", "completions", "--header", "X-A:b", "--timeout", "5", "--no-stream", "--api-key-env", "KEY")
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "ignored with --sim" in line]
+    assert warnings == ["warning: --model, --api, --api-key-env, --header, --no-stream, --timeout: ignored with --sim "
+                        "(the simulator runs in process; these options are for an HTTP --endpoint)"]
+    code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--max-requests", "8", "--extra-body", '{"min_tokens": 2}')
+    assert code == 0 and "ignored" not in err  # --extra-body reaches the simulator
+
+
+def test_run_sim_counts_the_profiles_gpus_unless_gpus_is_given(capsys, tmp_path):
+    workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    gpus = {}
+    for extra in ([], ["--gpus", "1"]):
+        out_dir = tmp_path / f"out{len(extra)}"
+        code, _, err = run(capsys, "run", str(workload), "--sim", "qwen3-32b-tp2-h100", "--max-requests", "8", "--out", str(out_dir), *extra)
+        assert code == 0, err
+        stored = json.loads((out_dir / "result.json").read_text())
+        gpus[len(extra)] = stored["gpus"]
+        throughput = stored["summary"]["output_throughput"]
+        assert throughput["per_gpu"] == pytest.approx(throughput["steady_state"] / stored["gpus"])
+    assert gpus == {0: 2, 2: 1}  # the tensor-parallel profile's 2 GPUs by default; an explicit --gpus wins

@@ -33,6 +33,7 @@ def run(url: str, *more: str) -> int:
     return main(["run", "w.jsonl", "--endpoint", url, "--block-size", "64", "--api", "completions", "--speedup", "100", *more])
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # its throughput windows are mostly empty (6 requests)
 def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
     store = f"file://{tmp_path}/results"
     with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:

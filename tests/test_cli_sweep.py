@@ -98,10 +98,23 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
 )
 def test_sweep_bad_options_are_one_line(capsys, workload, args, message):
     code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", *args)
-    assert code == 1 and err.strip() == err.strip().splitlines()[0]
+    assert code == 3 and err.strip() == err.strip().splitlines()[0]
     assert err.startswith(message), err
 
 
 def test_sweep_names_an_unknown_profile(capsys, workload):
     code, _, err = run(capsys, "sweep", workload, "--sim", "nope", "--slo", "ttft.p99<1s")
-    assert code == 1 and err.startswith("error: --sim: unknown profile 'nope'")
+    assert code == 3 and err.startswith("error: --sim: unknown profile 'nope'")
+
+
+def test_sweep_with_a_missing_workload_is_bad_input_status_3_as_run_and_compare(capsys, tmp_path):
+    missing = str(tmp_path / "nope.jsonl")
+    code, out, err = run(capsys, "sweep", missing, "--sim", "llama-3.1-8b-h100", "--slo", "ttft.p99<1s")
+    assert code == 3 and out == ""
+    assert err.startswith("error: ") and "nope.jsonl" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_sim_names_the_http_options_it_ignores(capsys, workload):
+    code, _, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "tpot.p90<1s", "--budget", "4", "--model", "m", "--api", "completions")
+    assert code == 0, err
+    assert "warning: --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)" in err.splitlines()

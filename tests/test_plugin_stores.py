@@ -77,3 +77,28 @@ def test_an_unreachable_store_fails_before_the_replay(project, refused_url):
     result.stderr.fnmatch_lines([f"ERROR: --llm-baseline-dir / llm_baseline_dir: {store}: cannot fetch refs/llmreplay/results (*"])
     assert "llmreplay: test_perf.py::test_chat" not in result.stdout.str()  # nothing was replayed
     no_traceback(result)
+
+
+def test_a_bare_compare_on_a_ci_checkout_with_only_remote_tracking_refs_uses_origin_main(ci):
+    # GitHub Actions' checkout of a feature branch: init, fetch into refs/remotes/origin/*, checkout
+    # -B; no local main and no origin/HEAD, so the default reference is the remote-tracking main
+    job, run = ci
+    first = job("job1")
+    run(first, "--llm-save", f"--llm-baseline-dir={STORE}").assert_outcomes(passed=1)
+    saved = git(first, "rev-parse", "HEAD")[:12]
+    forge = git(first, "remote", "get-url", "origin")
+    checkout = first.parent / "actions"
+    checkout.mkdir()
+    git(checkout, "init", "-q")
+    git(checkout, "remote", "add", "origin", forge)
+    git(checkout, "fetch", "-q", "origin", "+refs/heads/*:refs/remotes/origin/*")
+    git(checkout, "checkout", "-q", "-B", "feature", "refs/remotes/origin/main")
+    assert git(checkout, "for-each-ref", "--format=%(refname)") == "refs/heads/feature\nrefs/remotes/origin/main"
+    (checkout / "notes.txt").write_text("a change under test\n")
+    git(checkout, "add", "notes.txt")
+    git(checkout, "commit", "-q", "-m", "change")
+    result = run(checkout, "--llm-compare", f"--llm-baseline-dir={STORE}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"llmreplay: * (no save, compare with merge-base with origin/main ({saved})); *",
+                                 f"Compared with merge-base with origin/main ({saved}), stored {saved} *: 0 regressions"])
+    no_traceback(result)
