@@ -44,7 +44,9 @@ class PageVisit:
 def visit(browser: str, url: str, expression: str, width: int = 1280) -> PageVisit:
     """Load ``url`` in a fresh headless ``browser``, evaluate ``expression`` (JavaScript whose
     value is JSON-serialisable) once loaded, and screenshot the whole page ``width`` px wide."""
-    with tempfile.TemporaryDirectory(prefix="llmreplay-chromium-") as profile:
+    # Chromium's helper processes (crashpad, zygote) may still write to the profile for a moment
+    # after the browser process is gone: a file they add during the removal is left behind
+    with tempfile.TemporaryDirectory(prefix="llmreplay-chromium-", ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen([browser, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             port = _devtools_port(Path(profile), process)
