@@ -7,7 +7,7 @@ Prints, for each gated figure (or each ``--metric``), the test's stored results 
 first-parent history of ``--ref``, oldest first, one row per result, and the change points
 Apache Otava's e-divisive finds (the level before and after each). Needs the ``[history]``
 extra; without it, one line naming it, before anything else. cli.py registers the command with
-:func:`add_history_parser`, passing its store opener (this module does not import cli.py).
+:func:`add_history_parser`.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ included (``role`` and ``mode`` say which; the load curve's figures), and ``load
 SLOs, 1 when none does, 3 for bad input (as ``run`` and ``compare``).
 
 ``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
-traffic), through :func:`sim_target`. cli.py registers the command with
-:func:`add_sweep_parser`, passing its own argument helpers (this module does not import cli.py).
+traffic), through :func:`sim_target`. cli.py registers the command with :func:`add_sweep_parser`.
 """
 
 from __future__ import annotations
