@@ -62,16 +62,11 @@ import numpy as np
 from .errors import LLMReplayError
 from .driver import ReplayRun, RequestRecord
 from .endpoints import TOKENS_SO_FAR
+from .metric_names import REQUEST_METRICS, SESSION_METRICS
 
-STATS = ("mean", "min", "p50", "p90", "p95", "p99", "max", "std")
-RATES = ("overall", "steady_state", "last_30s", "per_gpu")
-REQUEST_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "prompt_tokens", "cached_tokens", "output_tokens", "schedule_lag")
-SESSION_METRICS = ("session_latency", "ttfat", "decode_tps", "cache_hit_rate", "eligible_cache_hit_rate", "output_tokens_per_session")
 STEADY_SKIP = 0.2
 LAST_WINDOW_S = 30.0
 WINDOWS = 10  # windows of the steady span that repeat a throughput measurement
-# per-request metrics a goodput threshold may name
-GOODPUT_METRICS = ("ttft", "tpot", "latency", "itl")
 
 
 def stats(values: Iterable[float | None], weights: Iterable[int] | None = None) -> dict[str, float] | None:

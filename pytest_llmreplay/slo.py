@@ -30,7 +30,7 @@ from decimal import Decimal
 from typing import Any, Callable, Iterable, Mapping
 
 from .errors import LLMReplayError
-from .metrics import RATES, REQUEST_METRICS, SESSION_METRICS, STATS
+from .metric_names import GOODPUT_METRICS, RATES, REQUEST_METRICS, SESSION_METRICS, STATS
 from .units import UNITS, display_unit, format_value, significant
 from .units import unit_family as _unit_family
 
@@ -218,8 +218,6 @@ def per_request_limits(slos: Iterable[SLO]) -> dict[str, float]:
     ``<=``) on a per-request metric (``ttft``, ``tpot``, ``latency``, ``itl``), whatever its
     statistic, is a limit each good request's own value must meet (``ttft.p99 < 1s``: a good
     request's TTFT is at most 1 s; ``itl``: its worst gap); the tightest bound per metric wins."""
-    from .metrics import GOODPUT_METRICS
-
     limits: dict[str, float] = {}
     for slo in slos:
         if slo.metric in GOODPUT_METRICS and slo.op in ("<", "<="):
