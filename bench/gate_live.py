@@ -73,7 +73,7 @@ from gate_quality import any_regression, asv_check, judge, plain_check, rate, ta
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, load_tokenizer
 from pytest_llmreplay import baseline
 from pytest_llmreplay.driver import replay
-from pytest_llmreplay.endpoints import ServerProcess
+from pytest_llmreplay.server_process import ServerProcess
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.repeats import pool_records
 from pytest_llmreplay.target import Target, live_fingerprint

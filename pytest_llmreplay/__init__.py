@@ -27,7 +27,7 @@ _EXPORTS = {
     "Workload": "workload",
     "Endpoint": "endpoints",
     "HTTPEndpoint": "endpoints",
-    "ServerProcess": "endpoints",
+    "ServerProcess": "server_process",
     "PromptFactory": "prompts",
     "ReplaySettings": "driver",
     "RequestRecord": "driver",

@@ -21,7 +21,8 @@ RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": 3, "nothing_succeeded"
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .baseline import workload_digest
-    from .endpoints import HTTPEndpoint, ServerProcess, extra_body
+    from .endpoints import HTTPEndpoint, extra_body
+    from .server_process import ServerProcess
     from .metrics import Result
     from .prompts import PromptFactory
     from .driver import Replay, ReplaySettings

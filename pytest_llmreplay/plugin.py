@@ -352,7 +352,7 @@ def pytest_sessionstart(session: pytest.Session):
     yield  # the terminal's header first, so that the waiting lines follow it
     state = session_of(session.config)
     if state.server_cmd and not is_worker(session.config):
-        from .endpoints import ServerProcess
+        from .server_process import ServerProcess
 
         terminal = session.config.pluginmanager.get_plugin("terminalreporter")
         state.server = ServerProcess(state.server_cmd, state.endpoint_url, startup_timeout_s=state.server_timeout_s, timeout_option="--llm-server-timeout",

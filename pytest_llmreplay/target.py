@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .clock import Clock, VirtualClock, WallClock
-from .endpoints import HTTPEndpoint, ServerProcess, describe_error
+from .endpoints import HTTPEndpoint, describe_error
+from .server_process import ServerProcess
 from .errors import LLMReplayError
 
 KINDS = ("offline", "sim-server", "live")

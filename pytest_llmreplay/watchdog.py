@@ -2,7 +2,7 @@
 
 Run as ``python .../watchdog.py PARENT_PID GROUP STOP_TIMEOUT_S [FOLDER]`` (by path: it imports only the
 standard library, so it needs no installed package and starts in ~30 ms) by
-:class:`~pytest_llmreplay.endpoints.ServerProcess` right after it starts a server in a process
+:class:`~pytest_llmreplay.server_process.ServerProcess` right after it starts a server in a process
 group of its own: the watchdog is a child of the same parent, in a session of its own (a
 terminal's Ctrl-C or hang-up, or a kill of the parent's process group, does not reach it). Every
 :data:`POLL_S` it checks two things. The group gone (the server stopped, or was stopped): it

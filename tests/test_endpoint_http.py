@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port, gone, wait_until_gone  # noqa: E402
 
 from pytest_llmreplay.clock import VirtualClock, WallClock  # noqa: E402
-from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, ServerProcess, busy_requests, check_endpoint_url  # noqa: E402
+from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, busy_requests, check_endpoint_url  # noqa: E402
+from pytest_llmreplay.server_process import ServerProcess  # noqa: E402
 from pytest_llmreplay.errors import LLMReplayError  # noqa: E402
 
 MOCKSERVER = Path(__file__).parent / "mockserver.py"
