@@ -19,11 +19,19 @@ that many (no room for one output token), is refused with vLLM's message; the ou
 left, not refused; without ``max_tokens`` it is the context left for chat, and 16
 (:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`) for completions (vLLM's ``CompletionRequest`` default; an
 explicit ``null`` is the context left there too); then ``min_tokens`` must not exceed the limit.
+
+A prompt given as token ids passes :func:`check_token_ids`: a non-empty list of integers >= 0,
+each below :func:`vocabulary_size`, the larger of the model's vocabulary and the tokenizer's
+(vLLM's bound; no bound when the profile gives no ``vocab_size``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
+    from .profile import Profile
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default
 FLAGS = ("stream", "ignore_eos", "return_token_ids")
@@ -99,6 +107,22 @@ def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int, prompt
             f"({prompt_tokens} prompt tokens of max_model_len {max_model_len})", "min_tokens",
         )
     return max_tokens, limits.min_tokens
+
+
+def vocabulary_size(profile: Profile, tokenizer: Tokenizer) -> int:
+    """How many token ids a prompt may use: the larger of the profile's model's ``vocab_size`` and
+    the tokenizer's, as vLLM bounds them; 0 (no bound) when the profile gives no ``vocab_size``."""
+    model_vocab = profile.model.vocab_size if profile.model is not None else 0
+    return max(model_vocab, tokenizer.vocab_size) if model_vocab else 0
+
+
+def check_token_ids(prompt: Any, vocab_size: int) -> None:
+    """:class:`BadRequest` naming ``prompt`` unless it is a non-empty list of integers >= 0 below
+    ``vocab_size`` (0: no bound)."""
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        raise BadRequest("prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt")
+    if vocab_size and max(prompt) >= vocab_size:
+        raise BadRequest(f"prompt: Token id {max(prompt)} is out of vocabulary (ids 0 to {vocab_size - 1})", "prompt")
 
 
 def _integer(body: Mapping[str, Any], name: str, default: int, minimum: int) -> int:

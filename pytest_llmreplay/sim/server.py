@@ -64,7 +64,7 @@ from ..prompts import PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
-from .request_fields import BadRequest, check_fields, output_limits
+from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 from .profile import Profile
 
 LAG_WINDOW = 100_000
@@ -115,10 +115,7 @@ class SimServer:
         self.profile = profile
         self.prompts = prompts
         self.model = profile.name if model is None else model
-        # token ids past both the model's and the tokenizer's vocabulary are refused, as vLLM does;
-        # 0 (no limit) when the profile gives no vocab_size
-        model_vocab = profile.model.vocab_size if profile.model is not None else 0
-        self.vocab_size = max(model_vocab, prompts.tokenizer.vocab_size) if model_vocab else 0
+        self.vocab_size = vocabulary_size(profile, prompts.tokenizer)
         self.cluster_config = cluster
         self.faults = faults
         self.eos_mean_tokens = eos_mean_tokens
@@ -297,13 +294,10 @@ class SimServer:
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str) and prompt:
             return self._encode(prompt, "prompt")
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-            if self.vocab_size and max(prompt) >= self.vocab_size:
-                raise BadRequest(f"prompt: Token id {max(prompt)} is out of vocabulary (ids 0 to {self.vocab_size - 1})", "prompt")
-            return prompt
         if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
             raise BadRequest("prompt: batched prompts are not supported; send one prompt per request", "prompt")
-        raise BadRequest("prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt")
+        check_token_ids(prompt, self.vocab_size)
+        return prompt
 
     def _chat_ids(self, messages: Any) -> list[int]:
         if not isinstance(messages, list) or not messages:
