@@ -141,7 +141,7 @@ def test_the_models_context_bounds_requests_as_vllm_bounds_them(prompts):
     cut, too_long, fine = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
     assert cut.status == "ok" and cut.output_tokens == 72
     assert too_long.status == "failed"
-    assert too_long.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains 131073 input tokens")
+    assert too_long.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least 131073 input tokens")
     assert fine.status == "ok" and fine.output_tokens == 8
 
 

@@ -105,7 +105,7 @@ class SimEndpoint:
         try:
             limits = check_fields(body, chat)
             prompt = self.prompt_ids(body)
-            count, _ = output_limits(limits, len(prompt), self.profile.max_model_len, "messages" if chat else "prompt")
+            count, _ = output_limits(limits, len(prompt), self.profile.max_model_len)
         except BadRequest as exc:
             response.end_s = response.sent_s
             response.fail("http", f"{exc.status} {exc}")

@@ -28,7 +28,7 @@ Requests:
   prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a flag
   (``stream``, ``ignore_eos``, ``return_token_ids``, ``stream_options.include_usage``) that is
   not true or false, ``stream_options`` that is not an object, a prompt that leaves no room
-  in ``max_model_len`` (naming the prompt, with vLLM's message); 404 for another ``model``.
+  in ``max_model_len`` (vLLM's message and ``param``); 404 for another ``model``.
 - ``/v1/models`` reports the profile's ``max_model_len``: the model's context, capped at an
   engine's KV cache.
 - A client that goes away (closes the connection, or times out waiting for a whole response)
@@ -276,7 +276,7 @@ class SimServer:
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
         limits = check_fields(body, chat)
         prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
-        max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len, "messages" if chat else "prompt")
+        max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len)
         return body, prompt, max_tokens, self._output_length(body, max_tokens, min_tokens, number)
 
     def _output_length(self, body: dict[str, Any], max_tokens: int, min_tokens: int, number: int) -> int:
