@@ -19,7 +19,7 @@ that many (no room for one output token), is refused with vLLM's message and ``p
 so a ``max_tokens`` past the context is cut to what is left, not refused; without ``max_tokens``
 (absent or ``null``) it is the context left for chat, and 16 (:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`)
 for completions (vLLM's ``CompletionRequest`` default); then ``min_tokens`` must not exceed the
-limit.
+limit. ``tests/test_engine_vllm_sim.py`` holds these against vLLM's CPU build.
 
 A prompt given as token ids passes :func:`check_token_ids`: a non-empty list of integers >= 0,
 each below :func:`vocabulary_size`, the larger of the model's vocabulary and the tokenizer's
