@@ -245,7 +245,7 @@ def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monke
 def test_cli_run_bad_numbers_are_usage_errors_naming_the_option(tmp_path, capsys, option, value, expected):
     with pytest.raises(SystemExit) as exc:
         main(["run", str(tmp_path / "w.jsonl"), "--endpoint", "http://127.0.0.1:9", option, value])
-    assert exc.value.code == 2
+    assert exc.value.code == RUN_STATUS["bad_input"]
     assert capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: argument {option}: expected {expected}, got {value!r}"
 
 
@@ -288,7 +288,7 @@ def test_cli_run_sim_replays_in_process_in_virtual_time(tmp_path, capsys):
 def test_cli_run_takes_exactly_one_of_endpoint_and_sim(tmp_path, capsys, argv, expected):
     with pytest.raises(SystemExit) as exc:
         main(["run", str(tmp_path / "w.jsonl"), *argv])
-    assert exc.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: {expected}"
+    assert exc.value.code == RUN_STATUS["bad_input"] and capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: {expected}"
 
 
 def test_cli_run_sim_names_a_bad_profile(tmp_path, capsys):
