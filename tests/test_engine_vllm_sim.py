@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 from mockserver import ServerThread, free_port
-from test_engine_vllm import BLOCK, RUN_TIMEOUT_S, engine_home, setup_vllm_cpu, vllm_server_command  # noqa: F401 (engine_home: a fixture)
+from test_engine_vllm import BLOCK, RUN_TIMEOUT_S, setup_vllm_cpu, vllm_server_command
 from test_sim_server import tiny_profile
 
 from pytest_llmreplay.prompts import PromptFactory
