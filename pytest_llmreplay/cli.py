@@ -13,8 +13,10 @@
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
-input (``compare``, ``run`` and ``sweep``: 3, see :data:`.cli_compare.COMPARE_BAD_INPUT`, :data:`.cli_run.RUN_STATUS` and :data:`.cli_sweep.SWEEP_STATUS`), 2 for bad
-usage (argparse). ``run`` exits 1 when more requests failed than ``--max-error-rate`` allows
+input, 2 for bad usage (argparse's message: an unknown option, a value of the wrong form). ``run``,
+``compare`` and ``sweep``, whose statuses CI scripts read, exit 3 for both (their bad-input status:
+:data:`.cli_run.RUN_STATUS`, :data:`.cli_compare.COMPARE_BAD_INPUT`, :data:`.cli_sweep.SWEEP_STATUS`),
+so that compare's 2 means only "not comparable". ``run`` exits 1 when more requests failed than ``--max-error-rate`` allows
 (default none) and 4 when no request succeeded; stopped by SIGINT/SIGTERM it still reports what
 it measured and exits 128 + the signal's number.
 """
@@ -25,7 +27,7 @@ import argparse
 import re
 import signal
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from .cli_calibrate import add_calibrate_parser
 from .cli_compare import add_compare_parser
@@ -76,6 +78,17 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors exit with the command's ``bad_input_status`` default
+    where it sets one (argparse's message and 2 otherwise)."""
+
+    def error(self, message: str) -> NoReturn:
+        try:
+            super().error(message)  # prints the usage and the message, exits 2
+        except SystemExit:
+            raise SystemExit(self.get_default("bad_input_status") or 2) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .formats import FORMATS
 
@@ -85,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--format", choices=names, help="the input's format (default: detected from its first line)")
     common.add_argument("--block-size", type=integer(1), metavar="N", help="tokens per Mooncake hash id (default 512)")
 
-    parser = argparse.ArgumentParser(prog="llmreplay", description="Replay LLM serving workloads; check and convert them.")
+    parser = CommandParser(prog="llmreplay", description="Replay LLM serving workloads; check and convert them.")
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser("validate", parents=[common], help="check workload files; exit 1 if any is bad")
     validate.add_argument("files", nargs="+", metavar="FILE")
@@ -109,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parser(commands, common)
     add_history_parser(commands)
     for command in commands.choices.values():
-        command.set_defaults(option_names=option_names(command))
+        command.set_defaults(option_names=option_names(command), parser=command)
     return parser
 
 
@@ -142,7 +155,9 @@ def spelled(text: str, names: dict[str, str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # the command's error, not the top parser's: its status, its usage line
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.run(args)
     except LLMReplayError as exc:

@@ -71,7 +71,7 @@ def _regression_overrides(texts: list[str]) -> dict[str, float]:
         raise LLMReplayError(f"--{exc}") from None
 
 
-COMPARE_BAD_INPUT = 3  # compare's 1 and 2 say what the comparison found
+COMPARE_BAD_INPUT = 3  # bad usage included (cli.CommandParser): compare's 1 and 2 say what the comparison found
 
 
 def add_compare_parser(commands: Any) -> None:

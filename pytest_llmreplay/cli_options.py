@@ -1,7 +1,7 @@
 """What several ``llmreplay`` commands share: the workload loader behind ``--format`` and
 ``--block-size``, the store behind ``--save-to``/``--store`` (errors name the option), argparse
-value types (checked while parsing, so a bad value is a usage error of status 2 naming the
-option), and the engine options of ``sim`` and ``calibrate`` (vLLM's names)."""
+value types (checked while parsing, so a bad value is a usage error naming the option: status 2,
+or the command's bad-input status, see cli.py), and the engine options of ``sim`` and ``calibrate`` (vLLM's names)."""
 
 from __future__ import annotations
 

@@ -28,8 +28,8 @@ from typing import Any
 from .cli_options import ignored_with_sim, integer, load_workload_file, number, remember_http_only_defaults
 from .errors import LLMReplayError
 
-# llmreplay sweep's exit statuses (README: "Capacity at SLO"); 2 is argparse's (bad usage);
-# bad input is 3, as run's and compare's
+# llmreplay sweep's exit statuses (README: "Capacity at SLO"); bad input, bad usage included
+# (cli.CommandParser), is 3, as run's and compare's
 SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": 3}
 
 SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")

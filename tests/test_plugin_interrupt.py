@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from test_plugin_perf import free_port, refuses_connections
+from mockserver import free_port
+from test_plugin_perf import refuses_connections
 
 MOCK = Path(__file__).with_name("mockserver.py")
 # 40 requests over 8 s, each 8 tokens 50 ms apart: the run is still sending when it is stopped

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from mockserver import gone, wait_until_gone
+from mockserver import free_port, gone, group_members, wait_until_gone
 from pytest_llmreplay.sim.profile_files import profile_path
 
 # 8 single-turn sessions, Poisson arrivals: a replay of it takes well under a second offline
@@ -73,12 +73,6 @@ def no_traceback(result) -> None:
     assert "Traceback" not in text
     assert "pytest_llmreplay/" not in text and "pytest_llmreplay\\" not in text
     assert "LLMReplayError" not in text
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def refuses_connections(port: int) -> bool:
@@ -347,7 +341,8 @@ def test_server_started_by_the_plugin_dies_with_a_killed_run(project, tmp_path_f
         run.wait(30)
         for pid in pids:
             assert wait_until_gone(pid, 30), f"process {pid} of the server outlived the pytest run killed by {sig.name}"
-        assert refuses_connections(port)
+        # nothing else of its process group either (the port is no witness: another test's server may take it)
+        assert group_members(pids[0]) == [], f"the server's process group outlived the pytest run killed by {sig.name}"
         deadline = time.monotonic() + 30  # the watchdog removes the log folder once the server is gone
         while list(temp_root.glob("llmreplay-server-*")) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -362,15 +357,16 @@ def test_server_started_by_the_plugin_dies_with_a_killed_run(project, tmp_path_f
                 pass
 
 
-def test_server_that_never_becomes_healthy_times_out_with_one_line(project):
+def test_server_that_never_becomes_healthy_times_out_with_one_line(project, refused_url):
+    """The command never listens; ``refused_url``'s port stays unanswered however long the wait
+    (a merely free port could be taken by another test's server meanwhile, under xdist)."""
     project.makepyfile("def test_x(): pass")
-    port = free_port()
     command = f"{sys.executable} -c 'import time; time.sleep(60)'"
-    result = project.runpytest_subprocess(f"--llm-endpoint=http://127.0.0.1:{port}", f"--llm-server-cmd={command}", "--llm-server-timeout=1.5")
+    result = project.runpytest_subprocess(f"--llm-endpoint={refused_url}", f"--llm-server-cmd={command}", "--llm-server-timeout=1.5")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stdout.fnmatch_lines([f"waiting for {command} at http://127.0.0.1:{port} to become healthy: [01] s of 1.5 s"])  # 1 s on a loaded machine
+    result.stdout.fnmatch_lines([f"waiting for {command} at {refused_url} to become healthy: [01] s of 1.5 s"])  # 1 s on a loaded machine
     result.stderr.fnmatch_lines([
-        f"ERROR: --llm-server-cmd: server command \"{command}\" was not ready at http://127.0.0.1:{port}/health within 1.5 s "
+        f"ERROR: --llm-server-cmd: server command \"{command}\" was not ready at {refused_url}/health within 1.5 s "
         "(raise --llm-server-timeout if it needs longer); last lines of its log:", "(empty log)"])
     no_traceback(result)
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from mockserver import MockConfig, MockServer, ServerThread
+from mockserver import MockConfig, MockServer, ServerThread, free_port
 
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.cli_run import RUN_STATUS
@@ -117,15 +117,12 @@ def test_faults_become_failed_records_and_the_run_goes_on(server, prompts, fault
     assert result.summary["error_rate"]["value"] == pytest.approx(0.25)
 
 
-def test_timeout_and_refused_connection_are_failed_records(server, prompts):
+def test_timeout_and_refused_connection_are_failed_records(server, prompts, refused_url):
     body = {"prompt": "hello", "max_tokens": 8, "mock": {"fault": "stall", "after": 1}}
     workload = Workload((Session("slow", 0.0, (Turn(None, None, Payload(body)),)),), "test")
     run = replay(workload, HTTPEndpoint(server.url, api="completions", model="m", timeout_s=0.3), prompts)
     assert run.records[0].status == "failed" and run.records[0].error == "timeout: no data from the server for 0.3 s after 1 token"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    run = replay(flat(2), HTTPEndpoint(f"http://127.0.0.1:{port}", api="completions", model="m"), prompts, ReplaySettings(check_idle=False))
+    run = replay(flat(2), HTTPEndpoint(refused_url, api="completions", model="m"), prompts, ReplaySettings(check_idle=False))
     assert [r.status for r in run.records] == ["failed", "failed"]
     assert all(r.error.startswith("connect: ") for r in run.records)
 
@@ -148,12 +145,6 @@ def test_cli_run_prints_tables_and_writes_results(server, tmp_path, capsys):
     assert saved["summary"]["requests"]["ok"] == 4 and saved["settings"]["speedup"] == 100.0
     assert saved["summary"]["output_tokens"]["mean"] == 6
     assert len((out / "requests.csv").read_text().splitlines()) == 5
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -254,7 +245,7 @@ def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monke
 def test_cli_run_bad_numbers_are_usage_errors_naming_the_option(tmp_path, capsys, option, value, expected):
     with pytest.raises(SystemExit) as exc:
         main(["run", str(tmp_path / "w.jsonl"), "--endpoint", "http://127.0.0.1:9", option, value])
-    assert exc.value.code == 2
+    assert exc.value.code == RUN_STATUS["bad_input"]
     assert capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: argument {option}: expected {expected}, got {value!r}"
 
 
@@ -297,7 +288,7 @@ def test_cli_run_sim_replays_in_process_in_virtual_time(tmp_path, capsys):
 def test_cli_run_takes_exactly_one_of_endpoint_and_sim(tmp_path, capsys, argv, expected):
     with pytest.raises(SystemExit) as exc:
         main(["run", str(tmp_path / "w.jsonl"), *argv])
-    assert exc.value.code == 2 and capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: {expected}"
+    assert exc.value.code == RUN_STATUS["bad_input"] and capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: {expected}"
 
 
 def test_cli_run_sim_names_a_bad_profile(tmp_path, capsys):

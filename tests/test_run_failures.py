@@ -93,7 +93,7 @@ def test_run_with_bad_input_exits_with_its_own_status(capsys, tmp_path, mock):
 def test_max_error_rate_takes_a_share(capsys, tmp_path, value):
     with pytest.raises(SystemExit) as exc:
         main(["run", str(tmp_path / "w.jsonl"), "--endpoint", "http://127.0.0.1:9", "--max-error-rate", value])
-    assert exc.value.code == 2  # argparse's bad usage
+    assert exc.value.code == RUN_STATUS["bad_input"]  # argparse's bad usage: run's status for it
     expected = f"llmreplay run: error: argument --max-error-rate: expected a share from 0 to 1 such as 0.05 or 5%, got {value!r}"
     assert capsys.readouterr().err.splitlines()[-1] == expected
 

@@ -16,7 +16,7 @@ from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.polynomial import PolynomialTiming
 from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workload import HashBlocks, Session, Synthetic, Turn, Workload
+from pytest_llmreplay.workload import HashBlocks, Session, Synthetic, TokenIds, Turn, Workload
 
 
 @pytest.fixture(scope="module")
@@ -141,5 +141,16 @@ def test_the_models_context_bounds_requests_as_vllm_bounds_them(prompts):
     cut, too_long, fine = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
     assert cut.status == "ok" and cut.output_tokens == 72
     assert too_long.status == "failed"
-    assert too_long.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains 131073 input tokens")
+    assert too_long.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least 131073 input tokens")
     assert fine.status == "ok" and fine.output_tokens == 8
+
+
+def test_token_ids_past_the_vocabulary_fail_as_the_server_refuses_them(prompts):
+    """Llama-3.1-8B's vocabulary has 128,256 ids: a token-id prompt using id 128,256 fails with
+    the server's 400 (``llmreplay sim`` refuses it), the largest id passes."""
+    turns = (Turn(3, 4, TokenIds((1, 128_255, 2))), Turn(3, 4, TokenIds((1, 128_256, 2))))
+    workload = Workload(tuple(Session(f"s{i}", float(i), (turn,)) for i, turn in enumerate(turns)), "test")
+    fits, past = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
+    assert fits.status == "ok" and fits.output_tokens == 4
+    assert past.status == "failed"
+    assert past.error == "http: 400 prompt: Token id 128256 is out of vocabulary (ids 0 to 128255)"

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from mockserver import free_port
 
 from pytest_llmreplay import baseline
 from pytest_llmreplay.baseline import read_record
@@ -283,12 +284,6 @@ def test_a_corrupt_object_is_one_line_naming_it(tmp_path):
     with pytest.raises(LLMReplayError) as info:
         store.read("t-00000000/aaaaaaaaaaaa-x.json")
     assert str(info.value).startswith(f"memory://llmreplay-{tmp_path.name}/t-00000000/aaaaaaaaaaaa-x.json: not a stored llmreplay result")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ trace replays in seconds, and the same inputs and seed give the same numbers.
 
 A request's prompt is a :class:`~pytest_llmreplay.prompts.KeyedPrompt` (the replay's preferred
 format: hash-id and synthetic prompts named by keys, no tokens made), token ids (``prompt`` as a
-list), else its text (``prompt``, or chat ``messages`` contents joined) encoded with the
+list, refused as the server refuses them: an id past the vocabulary, an empty list), else its text (``prompt``, or chat ``messages`` contents joined) encoded with the
 factory's tokenizer. ``extra_body`` fields are merged under every request's, as the HTTP
 client merges them, and the body's fields are checked as the HTTP server checks them
 (:mod:`.request_fields`: a body the server refuses fails here with ``http: 400 ...`` too). It
@@ -34,7 +34,7 @@ from ..endpoints import EndpointRequest, Response
 from ..errors import LLMReplayError
 from ..prompts import KeyedPrompt, PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig
-from .request_fields import BadRequest, check_fields, output_limits
+from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 from .profile import Profile
 
 
@@ -53,6 +53,7 @@ class SimEndpoint:
         self.profile = profile
         self.extra_body = dict(extra_body or {})
         self.prompts = prompts
+        self.vocab_size = vocabulary_size(profile, prompts.tokenizer)
         self.seed = seed
         self.cluster_config = cluster
         self.cluster: Cluster | None = None
@@ -87,8 +88,9 @@ class SimEndpoint:
         prompt = body.get("prompt")
         if isinstance(prompt, KeyedPrompt):
             return prompt
-        if isinstance(prompt, list) and (not prompt or isinstance(prompt[0], int)):
-            return prompt  # token ids (the replay's own; a verbatim payload's are checked by the server)
+        if isinstance(prompt, list):
+            check_token_ids(prompt, self.vocab_size)
+            return prompt
         if isinstance(prompt, str):
             return self.prompts.tokenizer.encode(prompt)
         messages = body.get("messages")
@@ -103,7 +105,7 @@ class SimEndpoint:
         try:
             limits = check_fields(body, chat)
             prompt = self.prompt_ids(body)
-            count, _ = output_limits(limits, len(prompt), self.profile.max_model_len, "messages" if chat else "prompt")
+            count, _ = output_limits(limits, len(prompt), self.profile.max_model_len)
         except BadRequest as exc:
             response.end_s = response.sent_s
             response.fail("http", f"{exc.status} {exc}")

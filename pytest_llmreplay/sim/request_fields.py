@@ -14,16 +14,25 @@ the field at fault, so a body the server refuses is refused by the offline simul
 
 Once the prompt is tokenized, :func:`output_limits` fits them to the model's context
 ``max_model_len`` as vLLM (0.32) does: a prompt of more than ``max_model_len`` tokens, or of exactly
-that many (no room for one output token), is refused with vLLM's message; the output limit is
-``min(max_tokens, max_model_len - prompt)``, so a ``max_tokens`` past the context is cut to what is
-left, not refused; without ``max_tokens`` it is the context left for chat, and 16
-(:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`) for completions (vLLM's ``CompletionRequest`` default; an
-explicit ``null`` is the context left there too); then ``min_tokens`` must not exceed the limit.
+that many (no room for one output token), is refused with vLLM's message and ``param``
+(``input_tokens``, ``max_tokens``); the output limit is ``min(max_tokens, max_model_len - prompt)``,
+so a ``max_tokens`` past the context is cut to what is left, not refused; without ``max_tokens``
+(absent or ``null``) it is the context left for chat, and 16 (:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`)
+for completions (vLLM's ``CompletionRequest`` default); then ``min_tokens`` must not exceed the
+limit. ``tests/test_engine_vllm_sim.py`` holds these against vLLM's CPU build.
+
+A prompt given as token ids passes :func:`check_token_ids`: a non-empty list of integers >= 0,
+each below :func:`vocabulary_size`, the larger of the model's vocabulary and the tokenizer's
+(vLLM's bound; no bound when the profile gives no ``vocab_size``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
+    from .profile import Profile
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default
 FLAGS = ("stream", "ignore_eos", "return_token_ids")
@@ -67,30 +76,27 @@ def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
     limit_name = "max_completion_tokens" if chat and get("max_completion_tokens") is not None else "max_tokens"
     if get(limit_name) is not None:
         max_tokens: int | None = _integer(body, limit_name, 0, 1)
-    else:  # completions: absent is 16, an explicit null the context left (vLLM)
-        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS if not chat and limit_name not in body else None
+    else:  # absent or null: 16 for completions, the context left for chat (vLLM)
+        max_tokens = None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS
     min_tokens = 0 if get("min_tokens") is None else _integer(body, "min_tokens", 0, 0)
     if max_tokens is not None and min_tokens > max_tokens:
         raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
     return Limits(max_tokens, min_tokens, limit_name)
 
 
-def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int, prompt_field: str) -> tuple[int, int]:
+def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int) -> tuple[int, int]:
     """(max_tokens, min_tokens) of a request whose prompt has ``prompt_tokens`` tokens, fitted to
-    the context ``max_model_len`` (module docstring), or :class:`BadRequest` naming
-    ``prompt_field`` (prompt too long) or ``min_tokens`` (more than the context leaves)."""
+    the context ``max_model_len`` (module docstring), or :class:`BadRequest`: vLLM's, naming
+    ``input_tokens`` (prompt too long) or ``max_tokens`` (no room left), or naming ``min_tokens``
+    (more than the context leaves)."""
     if prompt_tokens > max_model_len:
         raise BadRequest(
-            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains at least "
             f"{prompt_tokens} input tokens, which exceeds this limit even without any output tokens. "
-            "Please reduce the length of the input prompt.", prompt_field,
+            f"Please reduce the length of the input prompt. (parameter=input_tokens, value={prompt_tokens})", "input_tokens",
         )
     if prompt_tokens == max_model_len:
-        raise BadRequest(
-            f"The decoder prompt (length {prompt_tokens}) plus the number of requested output tokens (at least 1) "
-            f"is longer than the maximum model length of {max_model_len}. Make sure that `max_model_len` is no "
-            "smaller than the number of text tokens (prompt + requested output tokens).", prompt_field,
-        )
+        raise BadRequest("max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", "max_tokens")
     left = max_model_len - prompt_tokens
     max_tokens = left if limits.max_tokens is None else min(limits.max_tokens, left)
     if limits.min_tokens > max_tokens:
@@ -99,6 +105,22 @@ def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int, prompt
             f"({prompt_tokens} prompt tokens of max_model_len {max_model_len})", "min_tokens",
         )
     return max_tokens, limits.min_tokens
+
+
+def vocabulary_size(profile: Profile, tokenizer: Tokenizer) -> int:
+    """How many token ids a prompt may use: the larger of the profile's model's ``vocab_size`` and
+    the tokenizer's, as vLLM bounds them; 0 (no bound) when the profile gives no ``vocab_size``."""
+    model_vocab = profile.model.vocab_size if profile.model is not None else 0
+    return max(model_vocab, tokenizer.vocab_size) if model_vocab else 0
+
+
+def check_token_ids(prompt: Any, vocab_size: int) -> None:
+    """:class:`BadRequest` naming ``prompt`` unless it is a non-empty list of integers >= 0 below
+    ``vocab_size`` (0: no bound)."""
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        raise BadRequest("prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt")
+    if vocab_size and max(prompt) >= vocab_size:
+        raise BadRequest(f"prompt: Token id {max(prompt)} is out of vocabulary (ids 0 to {vocab_size - 1})", "prompt")
 
 
 def _integer(body: Mapping[str, Any], name: str, default: int, minimum: int) -> int:

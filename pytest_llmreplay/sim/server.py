@@ -28,7 +28,7 @@ Requests:
   prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a flag
   (``stream``, ``ignore_eos``, ``return_token_ids``, ``stream_options.include_usage``) that is
   not true or false, ``stream_options`` that is not an object, a prompt that leaves no room
-  in ``max_model_len`` (naming the prompt, with vLLM's message); 404 for another ``model``.
+  in ``max_model_len`` (vLLM's message and ``param``); 404 for another ``model``.
 - ``/v1/models`` reports the profile's ``max_model_len``: the model's context, capped at an
   engine's KV cache.
 - A client that goes away (closes the connection, or times out waiting for a whole response)
@@ -64,7 +64,7 @@ from ..prompts import PromptFactory, stable_hash
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
-from .request_fields import BadRequest, check_fields, output_limits
+from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 from .profile import Profile
 
 LAG_WINDOW = 100_000
@@ -115,10 +115,7 @@ class SimServer:
         self.profile = profile
         self.prompts = prompts
         self.model = profile.name if model is None else model
-        # token ids past both the model's and the tokenizer's vocabulary are refused, as vLLM does;
-        # 0 (no limit) when the profile gives no vocab_size
-        model_vocab = profile.model.vocab_size if profile.model is not None else 0
-        self.vocab_size = max(model_vocab, prompts.tokenizer.vocab_size) if model_vocab else 0
+        self.vocab_size = vocabulary_size(profile, prompts.tokenizer)
         self.cluster_config = cluster
         self.faults = faults
         self.eos_mean_tokens = eos_mean_tokens
@@ -279,7 +276,7 @@ class SimServer:
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
         limits = check_fields(body, chat)
         prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
-        max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len, "messages" if chat else "prompt")
+        max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len)
         return body, prompt, max_tokens, self._output_length(body, max_tokens, min_tokens, number)
 
     def _output_length(self, body: dict[str, Any], max_tokens: int, min_tokens: int, number: int) -> int:
@@ -297,13 +294,10 @@ class SimServer:
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str) and prompt:
             return self._encode(prompt, "prompt")
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-            if self.vocab_size and max(prompt) >= self.vocab_size:
-                raise BadRequest(f"prompt: Token id {max(prompt)} is out of vocabulary (ids 0 to {self.vocab_size - 1})", "prompt")
-            return prompt
         if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
             raise BadRequest("prompt: batched prompts are not supported; send one prompt per request", "prompt")
-        raise BadRequest("prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt")
+        check_token_ids(prompt, self.vocab_size)
+        return prompt
 
     def _chat_ids(self, messages: Any) -> list[int]:
         if not isinstance(messages, list) or not messages:
