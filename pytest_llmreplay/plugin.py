@@ -30,6 +30,7 @@ workers' per-test files and report sections.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -131,10 +132,11 @@ def pytest_sessionstart(session: pytest.Session):
     state = session_of(session.config)
     if state.server_cmd and not is_worker(session.config):
         from .server_process import ServerProcess
+        from .target import cache_reset_env
 
         terminal = session.config.pluginmanager.get_plugin("terminalreporter")
         state.server = ServerProcess(state.server_cmd, state.endpoint_url, startup_timeout_s=state.server_timeout_s, timeout_option="--llm-server-timeout",
-                                     progress=terminal.write_line if terminal is not None else None)
+                                     env=cache_reset_env(os.environ), progress=terminal.write_line if terminal is not None else None)
         try:
             state.server.start()
         except LLMReplayError as exc:

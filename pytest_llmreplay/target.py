@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from .clock import Clock, VirtualClock, WallClock
 from .endpoints import HTTPEndpoint, describe_error
@@ -27,6 +27,14 @@ from .errors import LLMReplayError
 KINDS = ("offline", "sim-server", "live")
 DEFAULT_PROFILE = "llama-3.1-8b-h100"
 CACHE_RESETS = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
+
+
+def cache_reset_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a server the plugin starts (``--llm-server-cmd``) adds to its environment so that
+    :meth:`Target.reset_cache` can empty its prefix cache between repeats: vLLM's
+    ``VLLM_SERVER_DEV_MODE=1`` (without it vLLM has no ``POST /reset_prefix_cache``; the other
+    servers ignore it), unless ``environ`` already sets it either way."""
+    return {} if "VLLM_SERVER_DEV_MODE" in environ else {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 def no_cache_reset_note(url: str) -> str:

@@ -855,6 +855,23 @@ def test_llm_endpoint_live_with_a_server_the_plugin_starts(project, tmp_path_fac
     assert [p.name for p in temp_root.iterdir() if p.name.startswith("llmreplay-server-")] == [], "its log folder outlived it"
 
 
+@pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("0", "0")])
+def test_a_started_server_gets_vllms_dev_mode_for_cache_resets_unless_the_user_set_it(project, monkeypatch, given, seen):
+    """Repeats (3 by default) reset the prefix cache before each run; vLLM has POST
+    /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1, so a server the plugin starts gets it,
+    unless the environment already says either way."""
+    if given is None:
+        monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
+    else:
+        monkeypatch.setenv("VLLM_SERVER_DEV_MODE", given)
+    port = free_port()
+    project.makepyfile("def test_nothing(): pass")
+    command = f"sh -c 'echo \"dev mode=${{VLLM_SERVER_DEV_MODE-unset}}\" > seen.txt; exec {sys.executable} -m pytest_llmreplay.cli sim --port {port}'"
+    result = project.runpytest("--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command)
+    result.assert_outcomes(passed=1)
+    assert project.path.joinpath("seen.txt").read_text().strip() == f"dev mode={seen}"
+
+
 @pytest.mark.parametrize("ignore_eos", [False, True])
 def test_ignore_eos_and_extra_body_reach_every_request(project, ignore_eos):
     """The server stops a request at a simulated EOS (after 1 token on average) unless the
