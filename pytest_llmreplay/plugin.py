@@ -36,6 +36,7 @@ import pytest
 
 from .errors import LLMReplayError
 from .plugin_options import add_options, option, seed_option, server_timeout_option, check_bool_options, workers_option
+from .terminal_lines import line_writer
 
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
@@ -227,10 +228,10 @@ class LLMSession:
             if repeats > 1 and reset is None and target.kind == "live" and not self.cache_reset_missing:
                 self.cache_reset_missing = True
                 self.notes.append(("llmreplay repeats", no_cache_reset_note(target.url)))
-            if spec.capacity is not None:  # a search: the result is the point at capacity
+            if spec.capacity is not None:  # a search: the result is the point at capacity; a line per point as it ends
                 from .search import find_capacity
 
-                result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings).result
+                result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings, progress=line_writer(self.config)).result
             else:
                 if self.workers_count is not None:
                     run = self.workers.replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, stop_on_signals=True)
@@ -354,9 +355,8 @@ def pytest_sessionstart(session: pytest.Session):
     if state.server_cmd and not is_worker(session.config):
         from .server_process import ServerProcess
 
-        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
         state.server = ServerProcess(state.server_cmd, state.endpoint_url, startup_timeout_s=state.server_timeout_s, timeout_option="--llm-server-timeout",
-                                     progress=terminal.write_line if terminal is not None else None)
+                                     progress=line_writer(session.config))
         try:
             state.server.start()
         except LLMReplayError as exc:
