@@ -6,12 +6,13 @@ requests), profile llama-3.1-8b-h100, SLOs ttft.p99 < 1s and tpot.p99 < 50ms.
 - ``search``: :func:`~pytest_llmreplay.search.find_capacity` with budget 10 and resolution 0.1%
   (so it spends all 10 points), timed from the loaded workload to the capacity, with the
   bracketing step in 2 worker processes and in this one process; median of ``--runs``.
-- ``grid``: every load of a grid with the spacing the search resolved to (its final bracket's
-  width; concurrency: 1), from the lowest to the highest load the search ran (the estimates of a
-  rate search left out: closed loops, not rates), each run to its
-  end: what a sweep without bisection (vLLM's ``bench sweep``, GuideLLM's) runs to say as much;
-  run once. Its answer (the highest load before the first that fails) is checked to lie within
-  one grid step of the search's.
+- ``grid``: every load of a grid finer than the search's 5% default resolution, from the
+  lowest to the highest load the search ran (the estimates of a rate search left out: closed
+  loops, not rates), each run to its end: what a sweep without bisection (vLLM's ``bench
+  sweep``, GuideLLM's) runs to say as much or more; run once. Rate: steps of 1% of the capacity
+  the search found; concurrency: steps of 1, the finest there is. Its answer (the highest load
+  before the first that fails) is compared with the search's: the difference in %, and whether
+  it lies in the search's bracket (within a grid step).
 
     .venv/bin/python bench/sweep_speed.py --runs 5 [--by rate concurrency]
 """
@@ -35,16 +36,17 @@ TRACE = ROOT.parent / "shared" / "data" / "llmservingsim" / "sharegpt-llama-3.1-
 SLO = {"ttft.p99": "< 1s", "tpot.p99": "< 50ms"}
 
 
+def grid_step(by: str, capacity: float) -> float:
+    """The grid's spacing: 1% of the capacity by rate, 1 by concurrency (module docstring)."""
+    return 1.0 if by == "concurrency" else 0.01 * capacity
+
+
 def grid(workload, target, prompts, plan, found) -> tuple[float, int, float | None]:
     """(seconds, points, the grid's capacity) of the exhaustive grid matching ``found``."""
     low_end = min(p.load for p in found.load_points)
     high_end = max(p.load for p in found.load_points)
-    step = 1.0 if plan.by == "concurrency" else found.high - found.low
-    loads = []
-    load = low_end
-    while load <= high_end + 1e-9:
-        loads.append(load)
-        load += step
+    step = grid_step(plan.by, found.value)
+    loads = [low_end + i * step for i in range(int((high_end - low_end) / step + 1e-9) + 1)]
     search = Search(workload, target, prompts, plan, workers=1)
     start = time.perf_counter()
     best = None
@@ -66,8 +68,8 @@ def main() -> None:
     workload = load_workload(TRACE)
     prompts = PromptFactory(load_tokenizer(None), seed=0)
     target = Target("offline", profile=load_profile("llama-3.1-8b-h100"), prompts=prompts)
-    print("| by | workers | points | search s (median) | min-max s | capacity | bracket | grid points | grid s | grid capacity | within one step |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    print("| by | workers | points | search s (median) | min-max s | capacity | bracket | grid step | grid points | grid s | grid s / search s | grid capacity | grid vs search | in bracket |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for by in args.by:
         plan = CapacityPlan(by=by, slo=SLO, budget=10, resolution=0.001)
         times = {1: [], 2: []}
@@ -77,12 +79,13 @@ def main() -> None:
                 found = find_capacity(workload, target, prompts, plan, workers=workers)
                 times[workers].append(time.perf_counter() - start)
         grid_s, grid_points, grid_capacity = grid(workload, target, prompts, plan, found)
-        step = 1.0 if by == "concurrency" else found.high - found.low
-        within = grid_capacity is not None and abs(grid_capacity - found.value) <= step + 1e-9
+        step = grid_step(by, found.value)
+        in_bracket = grid_capacity is not None and found.low - step - 1e-9 <= grid_capacity <= found.high + step + 1e-9
+        shown, versus = ("-", "-") if grid_capacity is None else (f"{grid_capacity:.4g}", f"{(grid_capacity / found.value - 1) * 100:+.1f}%")
         for workers in (2, 1):
-            spent = times[workers]
-            print(f"| {by} | {workers} | {len(found.points)} | {statistics.median(spent):.2f} | {min(spent):.2f}-{max(spent):.2f} | {found.value:.4g} | "
-                  f"[{found.low:.4g}, {found.high:.4g}] | {grid_points} | {grid_s:.1f} | {grid_capacity:.4g} | {within} |")
+            spent = statistics.median(times[workers])
+            print(f"| {by} | {workers} | {len(found.points)} | {spent:.2f} | {min(times[workers]):.2f}-{max(times[workers]):.2f} | {found.value:.4g} | "
+                  f"[{found.low:.4g}, {found.high:.4g}] | {step:.3g} | {grid_points} | {grid_s:.1f} | {grid_s / spent:.0f}x | {shown} | {versus} | {in_bracket} |")
 
 
 if __name__ == "__main__":

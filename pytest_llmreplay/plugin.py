@@ -39,6 +39,7 @@ import pytest
 from .errors import LLMReplayError
 from .plugin_options import add_options, option
 from .plugin_session import LLMSession, is_worker, perf_run
+from .terminal_lines import line_writer
 
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
@@ -134,9 +135,8 @@ def pytest_sessionstart(session: pytest.Session):
         from .server_process import ServerProcess
         from .target import cache_reset_env
 
-        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
         state.server = ServerProcess(state.server_cmd, state.endpoint_url, startup_timeout_s=state.server_timeout_s, timeout_option="--llm-server-timeout",
-                                     env=cache_reset_env(os.environ), progress=terminal.write_line if terminal is not None else None)
+                                     env=cache_reset_env(os.environ), progress=line_writer(session.config))
         try:
             state.server.start()
         except LLMReplayError as exc:

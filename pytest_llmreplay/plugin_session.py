@@ -198,10 +198,11 @@ class LLMSession:
             if repeats > 1 and reset is None and target.kind == "live" and not self.cache_reset_missing:
                 self.cache_reset_missing = True
                 self.notes.append(("llmreplay repeats", no_cache_reset_note(target.url)))
-            if spec.capacity is not None:  # a search: the result is the point at capacity
+            if spec.capacity is not None:  # a search: the result is the point at capacity; a line per point as it ends
                 from .search import find_capacity
+                from .terminal_lines import line_writer
 
-                result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings).result
+                result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings, progress=line_writer(self.config)).result
             else:
                 if self.workers_count is not None:
                     run = self.workers.replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, stop_on_signals=True)

@@ -1,12 +1,15 @@
-"""llmreplay sweep: capacity at SLO from the command line, on the offline simulator (--sim)."""
+"""llmreplay sweep: capacity at SLO from the command line, on the offline simulator (--sim) and
+against ``llmreplay sim`` served over HTTP (--endpoint)."""
 
 import csv
 import re
+from importlib.metadata import version
 
 import pytest
 
 from pytest_llmreplay.baseline import read_record
 from pytest_llmreplay.cli import main
+from pytest_llmreplay.target import start_sim_server
 
 WORKLOAD = """\
 synthetic:
@@ -76,6 +79,65 @@ def test_sweep_by_rate_keeps_the_estimates_apart_and_says_when_no_rate_failed(ca
         rows = list(csv.DictReader(file))
     assert [(r["role"], r["mode"]) for r in rows] == [("sync", "concurrency"), ("saturate", "concurrency")] + [(role, "rate") for role in ("low", "high", "grow", "grow")]
 
+
+
+def assert_bisected(search: dict, limit_s: float) -> None:
+    """A stored search by concurrency whose lowest load passes and highest fails, checked by the
+    search's invariants only, whatever each point measured (a noisy server moves the middle
+    verdicts): a point passed when it ran out under ``limit_s``, its one SLO's upper bound; the
+    ends ran first, then each point at the middle of the bracket the earlier ones left (rounded
+    down), a pass raising its bottom and a failure lowering its top; the search ended on that
+    bracket, within a step or with its budget spent, its bottom (a load that passed) the capacity."""
+    plan, points = search["plan"], search["points"]
+    assert all(p["passed"] == (p["stopped"] is None and all(value < limit_s for value in p["slo"].values())) for p in points), points
+    assert [p["role"] for p in points[:2]] == ["low", "high"] and points[0]["passed"] and not points[1]["passed"], points[:2]
+    low, high = points[0]["load"], points[1]["load"]
+    for point in points[2:]:
+        assert point["role"] == "bisect" and point["load"] == (low + high) // 2, (point, low, high)
+        low, high = (point["load"], high) if point["passed"] else (low, point["load"])
+    assert (search["concurrency"], search["low"], search["high"], search["at_least"]) == (low, low, high, False)
+    assert high - low <= 1 or len(points) == plan["budget"], search["reason"]
+
+
+# 24 prompts of 3,000-4,000 tokens: one at a time on llmreplay sim's H100 profile their TTFT p90
+# was 0.12 s, all at once 0.94 s (their prefills queue), so 0.4 s splits the ends by a factor
+ENDPOINT_WORKLOAD = """\
+synthetic:
+  sessions: 24
+  input_tokens: {dist: uniform, min: 3000, max: 4000}
+  output_tokens: {dist: uniform, min: 4, max: 8}
+  seed: 3
+"""
+
+
+def test_sweep_against_a_server_over_http(capsys, tmp_path):
+    # llmreplay sim in a process of its own on a loopback port, on the wall clock: every point
+    # is real HTTP traffic; the budget (6 points of 24 short requests) bounds the time
+    path = tmp_path / "wl.yaml"
+    path.write_text(ENDPOINT_WORKLOAD)
+    out_dir = tmp_path / "out"
+    server = start_sim_server("llama-3.1-8b-h100", None)
+    try:
+        code, out, err = run(capsys, "sweep", str(path), "--endpoint", server.url, "--by", "concurrency", "--slo", "ttft.p90<400ms",
+                             "--budget", "6", "--out", str(out_dir))
+    finally:
+        server.stop()
+    assert code == 0, err
+    progress = [line for line in err.splitlines() if line.startswith("point ")]
+    assert progress[0].startswith("point 1/6    low concurrency 1: pass  ttft.p90 ") and progress[1].startswith("point 2/6   high concurrency 24: FAIL")
+    stored = read_record(out_dir / "result.json")
+    search = stored["capacity"]
+    assert_bisected(search, 0.4)
+    assert len(search["points"]) == len(progress) == search["runs"] >= 3  # the bracket was bisected
+    assert f"capacity (concurrency): {search['low']:.4g}, bracket [{search['low']:.4g}, {search['high']:.4g}], {len(progress)} runs" in out
+    fingerprint = stored["fingerprint"]
+    assert fingerprint["kind"] == "live" and fingerprint["server_version"] == version("pytest-llmreplay") and fingerprint["sim_profile"] is None
+    # the stored result is the point at capacity, run out (a passing point is never stopped)
+    assert stored["summary"]["requests"]["ok"] == 24 and (out_dir / "requests.csv").read_text().count("\n") == 25
+    with open(out_dir / "points.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [(float(r["load"]), r["mode"]) for r in rows] == [(p["load"], "concurrency") for p in search["points"]]
+    assert (out_dir / "load_curve.svg").read_text().startswith("<svg")
 
 def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
     code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "ttft.p99<1us")

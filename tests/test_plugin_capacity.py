@@ -112,6 +112,29 @@ def test_capacity_marker_searches_and_checks_the_capacity_slo(capacity_project):
     ])
 
 
+
+@pytest.mark.parametrize("verbosity", ["-q", "-v"])
+def test_capacity_search_prints_a_line_per_point_as_it_finishes(capacity_project, verbosity):
+    # past pytest's capture (in a process of its own, as a user runs it: a passing test's captured
+    # output is never shown), in run order, as llmreplay sweep prints them, each on a line of its
+    # own, the result letter of the test before it (-q) included
+    capacity_project.makepyfile(test_a="def test_before():\n    pass\n")
+    result = capacity_project.runpytest_subprocess("--llm-offline", "--llm-sim-profile", "fast.json", "-p", "no:cacheprovider", verbosity)
+    result.assert_outcomes(passed=2)
+    points = [line for line in result.stdout.lines if line.startswith("point ")]
+    assert points[0].startswith("point 1/12    low concurrency 1: pass  ttft.p90 ")
+    assert points[1].startswith("point 2/12   high concurrency 40: FAIL  ttft.p90 ")
+    assert [line.split()[1] for line in points] == [f"{i}/12" for i in range(1, len(points) + 1)]
+    assert any(" concurrency 18: pass  " in line for line in points) and any(" concurrency 19: FAIL  " in line for line in points)  # the bracket
+
+
+def test_capacity_search_under_xdist_prints_its_points_behind_the_workers_id(capacity_project):
+    # a worker's terminal reporter writes nowhere: the lines come through its stderr
+    result = capacity_project.runpytest_subprocess("-n", "2", "--llm-offline", "--llm-sim-profile", "fast.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stderr.fnmatch_lines(["[[]gw[01][]] point 1/12    low concurrency 1: pass  ttft.p90 *", "[[]gw[01][]] point 2/12   high concurrency 40: FAIL  ttft.p90 *"])
+
+
 def test_capacity_below_the_slo_fails_with_the_table(capacity_project):
     capacity_project.makepyfile(test_cap=CAP_TEST % {"least": 64})
     result = capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json")
