@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mockserver import MockConfig, MockServer, ServerThread
+from mockserver import MockConfig, MockServer, ServerThread, free_port
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.driver import Part, ReplaySettings, RequestRecord, replay
 from pytest_llmreplay.endpoints import HTTPEndpoint
@@ -252,3 +252,12 @@ def test_more_workers_than_the_cluster_has_cpus_for_is_one_error(ray_instance, m
     monkeypatch.setattr("pytest_llmreplay.workers.ACTOR_START_TIMEOUT_S", 3.0)
     with pytest.raises(LLMReplayError, match=r"^9 workers need 9 CPUs of the Ray cluster; not all were placed within 3 s \(the cluster has 6 CPUs, some maybe taken by others\)$"):
         RayWorkers(9).start()
+
+
+def test_an_endpoint_the_workers_cannot_open_is_the_error_one_process_gives(ray_instance, prompts):
+    endpoint = HTTPEndpoint(f"http://127.0.0.1:{free_port()}", api="completions")  # nothing listens there
+    with pytest.raises(LLMReplayError) as alone:
+        replay(flat(2, 0.0), endpoint, prompts)
+    with RayWorkers(2) as workers, pytest.raises(LLMReplayError) as on_workers:
+        workers.replay(flat(2, 0.0), endpoint, prompts)
+    assert str(on_workers.value) == str(alone.value)
