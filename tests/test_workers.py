@@ -1,8 +1,11 @@
 """The replay on Ray workers (pytest_llmreplay/workers.py): sharding and the dead-worker records
 as pure functions; then, on one local Ray instance the module starts (bounded CPUs, no
-dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, a
-killed worker, the pytest option and the command line. Without Ray: one error naming the extra."""
+dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, the
+simulator's HTTP server (``llmreplay sim``) per request against one process and the offline
+replay, a killed worker, the pytest option and the command line. Without Ray: one error naming
+the extra."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,16 +14,22 @@ import signal
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mockserver import MockConfig, MockServer, ServerThread, free_port
 from pytest_llmreplay.cli import main
+from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.driver import Part, ReplaySettings, RequestRecord, replay
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.metrics import Result
+from pytest_llmreplay.metrics import Result, tpot, ttft
 from pytest_llmreplay.prompts import PromptFactory
 from pytest_llmreplay.report import client_line
+from pytest_llmreplay.server_process import ServerProcess
+from pytest_llmreplay.sim.endpoint import SimEndpoint
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.server import READY
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workers import LEAD_S, RAY_EXTRA, RayWorkers, import_ray, shard_sessions, split_concurrency, start_ray, unfinished_records
 from pytest_llmreplay.workload import Session, Synthetic, Turn, Workload
@@ -166,6 +175,42 @@ def test_two_workers_keep_the_global_schedule_and_measure_what_one_process_does(
     assert [w.records for w in two.workers] == [45, 45] and all(w.schedule_lag_p99 is not None for w in two.workers)
     lines = client_line(Result(two)).splitlines()
     assert lines[0].startswith("Client: schedule lag") and [line.split(" (")[0] for line in lines[1:]] == ["  worker 0", "  worker 1"]
+
+
+SIM_OUTPUT = 32
+SIM_TTFT_TOLERANCE_S = 0.030
+SIM_TPOT_TOLERANCE_S = 2 * SIM_TTFT_TOLERANCE_S / (SIM_OUTPUT - 1)  # TPOT spans 31 gaps, each end off by the TTFT's error
+
+
+def test_two_workers_on_the_simulators_server_measure_each_request_as_one_process_does(ray_instance, prompts):
+    """``llmreplay sim`` serving one request at a time (``--max-num-seqs 1``): each request
+    takes ~238 ms and they come every 100 ms, so each TTFT is the request's wait behind those
+    before it (the other worker's every other one) plus its prefill, ~138 ms more a request. The
+    server against the offline replay, and 2 workers against 1 process, pair requests by id:
+    TTFT within 30 ms, i.e. the server's emit error in each run (p99 ~5 ms at 1,000 streams on a
+    quiet machine, bench/README.md) plus the client's send lag, with room for this shared 2-core
+    machine (runs here differed by up to 19 ms). A worker whose schedule is off the other's by
+    about 30 ms fails (checked: 40 ms), and so do records given the wrong request's id (> 4
+    tolerances apart), or a fresh worker that starts late (it warns)."""
+    workload = Workload(tuple(Session(f"r{i}", i * 0.1, (Turn(256, SIM_OUTPUT, Synthetic()),)) for i in range(8)), "test")
+    settings = ReplaySettings(prompt_format="ids")
+    profile = load_profile("llama-3.1-8b-h100")
+    profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_seqs=1))
+    offline = replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock())
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile.name, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
+    with ServerProcess(command, None, announce=READY, startup_timeout_s=60, die_with_parent=False) as server, RayWorkers(2) as workers:
+        one = replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
+        httpx.post(server.url + "/reset_prefix_cache").raise_for_status()  # the second run's prompts are not cached
+        two = workers.replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
+    assert [w.records for w in two.workers] == [4, 4] and two.warnings == []
+    runs = [{r.session_id: r for r in run.records} for run in (offline, one, two)]
+    assert all(list(run) == list(runs[0]) and {r.status for r in run.values()} == {"ok"} for run in runs)
+    expected = [ttft(r) for r in runs[0].values()]
+    assert min(b - a for a, b in zip(expected, expected[1:])) > 4 * SIM_TTFT_TOLERANCE_S  # the queue builds as designed
+    for reference, measured in zip(runs, runs[1:]):  # the server against the offline replay; 2 workers against 1 process
+        for request, record in measured.items():
+            assert ttft(record) == pytest.approx(ttft(reference[request]), abs=SIM_TTFT_TOLERANCE_S), request
+            assert tpot(record) == pytest.approx(tpot(reference[request]), abs=SIM_TPOT_TOLERANCE_S), request
 
 
 def test_rate_mode_merges_into_the_asked_arrival_stream(ray_instance, prompts):
