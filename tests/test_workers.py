@@ -2,8 +2,8 @@
 as pure functions; then, on one local Ray instance the module starts (bounded CPUs, no
 dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, the
 simulator's HTTP server (``llmreplay sim``) per request against one process and the offline
-replay, a killed worker, the pytest option and the command line. Without Ray: one error naming
-the extra."""
+replay, a killed worker, the pytest option and ini key, and the command line. Without Ray: one
+error naming the extra."""
 
 import dataclasses
 import json
@@ -46,6 +46,11 @@ def agent(index, arrival, turns=3, output=8):
 
 def flat(n, spacing):
     return Workload(tuple(Session(f"r{i}", i * spacing, (Turn(48, 8, Synthetic()),)) for i in range(n)), "test")
+
+
+def trace_lines(n, spacing_ms, input_tokens=32):
+    """A trace file's text: ``n`` requests of ``input_tokens`` in, 4 out, every ``spacing_ms``."""
+    return "".join(f'{{"input_toks": {input_tokens}, "output_toks": 4, "arrival_time_ns": {i * spacing_ms * 1_000_000}}}\n' for i in range(n))
 
 
 # ------------------------------------------------------------------ pure planning
@@ -249,22 +254,24 @@ def test_a_killed_worker_is_reported_and_the_others_records_kept(ray_instance, p
     assert "DIED: worker 1" in client_line(Result(run))
 
 
-def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester):
-    pytester.makefile(".jsonl", trace="".join(f'{{"input_toks": 32, "output_toks": 4, "arrival_time_ns": {i * 20_000_000}}}\n' for i in range(12)))
+@pytest.mark.parametrize("ini, options", [("", ["--llm-workers", "2"]), ("llm_workers = 2\n", [])], ids=["option", "ini"])
+def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester, ini, options):
+    pytester.makeini("[pytest]\n" + ini)
+    pytester.makefile(".jsonl", trace=trace_lines(12, 20))
     pytester.makepyfile("""
         def test_replay(llm_replay):
             result = llm_replay("trace.jsonl", slo={"error_rate": "== 0"})
             assert [w.records for w in result.run.workers] == [6, 6]
             assert result.summary["requests"]["ok"] == 12
     """)
-    result = pytester.runpytest("--llm-workers", "2", "-v")
+    result = pytester.runpytest(*options, "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*worker 0 (*): 6/6 requests; schedule lag p50*", "*worker 1 (*): 6/6 requests; schedule lag p50*"])
 
 
 def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(f'{{"input_toks": 32, "output_toks": 4, "arrival_time_ns": {i * 10_000_000}}}\n' for i in range(10)))
+    trace.write_text(trace_lines(10, 10))
     with ServerThread(MockServer(MOCK)) as server:
         assert main(["run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
@@ -275,7 +282,7 @@ def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
 def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
     """Ctrl-C at a terminal signals the whole process group: the command line's and Ray's."""
     workload = tmp_path / "w.jsonl"
-    workload.write_text("".join(f'{{"input_toks": 40, "output_toks": 4, "arrival_time_ns": {i * 100_000_000}}}\n' for i in range(100)))
+    workload.write_text(trace_lines(100, 100, input_tokens=40))
     out = tmp_path / "out"
     with ServerThread(MockServer(MOCK)) as server:
         command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions",
