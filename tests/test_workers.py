@@ -2,12 +2,13 @@
 as pure functions; then, on one local Ray instance the module starts (bounded CPUs, no
 dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, the
 simulator's HTTP server (``llmreplay sim``) per request against one process and the offline
-replay, a killed worker, the pytest option and ini key, and the command line. Without Ray: one
-error naming the extra."""
+replay, a killed worker, the pytest option and ini key, and the command line, also on a Ray
+cluster started apart (tests/rayhead.py). Without Ray: one error naming the extra."""
 
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import time
 import signal
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from mockserver import MockConfig, MockServer, ServerThread, free_port
+from rayhead import RayHead
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.driver import Part, ReplaySettings, RequestRecord, replay
@@ -277,6 +279,34 @@ def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "completed=10/10 requests" in out and "worker 1 (" in out
     assert Path(tmp_path / "out" / "result.json").exists()
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """A Ray cluster started apart from this process (tests/rayhead.py), 2 CPUs."""
+    pytest.importorskip("ray")
+    with RayHead(cpus=2) as head:
+        yield head
+
+
+@pytest.mark.parametrize("how", ["--ray-address", "RAY_ADDRESS"])
+def test_cli_run_on_an_existing_ray_cluster(ray_head, how, tmp_path):
+    """In a process of its own (this one holds the module's Ray instance; a process joins one
+    Ray); the workers are processes of that cluster: its logs name them."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(trace_lines(10, 10))
+    env = {**os.environ, **ray_head.env}
+    env.pop("RAY_ADDRESS", None)
+    address = ["--ray-address", ray_head.address]
+    if how == "RAY_ADDRESS":
+        env["RAY_ADDRESS"], address = ray_head.address, []
+    with ServerThread(MockServer(MOCK)) as server:
+        command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", *address]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "completed=10/10 requests" in done.stdout
+    pids = {int(pid) for pid in re.findall(r"^  worker \d \(\S+ pid (\d+)\): 5/5 requests", done.stdout, re.M)}
+    assert len(pids) == 2 and pids <= ray_head.worker_pids(), (pids, done.stdout)
 
 
 def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
