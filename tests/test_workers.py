@@ -184,20 +184,22 @@ def test_two_workers_keep_the_global_schedule_and_measure_what_one_process_does(
     assert lines[0].startswith("Client: schedule lag") and [line.split(" (")[0] for line in lines[1:]] == ["  worker 0", "  worker 1"]
 
 
-SIM_OUTPUT = 32
-SIM_TTFT_TOLERANCE_S = 0.030
-SIM_TPOT_TOLERANCE_S = 2 * SIM_TTFT_TOLERANCE_S / (SIM_OUTPUT - 1)  # TPOT spans 31 gaps, each end off by the TTFT's error
+SIM_OUTPUT = 48
+SIM_TTFT_TOLERANCE_S = 0.050
+SIM_TPOT_TOLERANCE_S = 2 * SIM_TTFT_TOLERANCE_S / (SIM_OUTPUT - 1)  # TPOT spans 47 gaps, each end off by the TTFT's error
 
 
 def test_two_workers_on_the_simulators_server_measure_each_request_as_one_process_does(ray_instance, prompts):
     """``llmreplay sim`` serving one request at a time (``--max-num-seqs 1``): each request
-    takes ~238 ms and they come every 100 ms, so each TTFT is the request's wait behind those
-    before it (the other worker's every other one) plus its prefill, ~138 ms more a request. The
+    takes ~357 ms and they come every 100 ms, so each TTFT is the request's wait behind those
+    before it (the other worker's every other one) plus its prefill, ~257 ms more a request. The
     server against the offline replay, and 2 workers against 1 process, pair requests by id:
-    TTFT within 30 ms, i.e. the server's emit error in each run (p99 ~5 ms at 1,000 streams on a
-    quiet machine, bench/README.md) plus the client's send lag, with room for this shared 2-core
-    machine (runs here differed by up to 19 ms). A worker whose schedule is off the other's by
-    about 30 ms fails (checked: 40 ms), and so do records given the wrong request's id (> 4
+    TTFT within 50 ms. The noise is the server's emit error in each run (p99 ~5 ms at 1,000
+    streams on a quiet machine) and the client's send lag: on this shared 2-core machine the
+    largest gap in a round was 7-8 ms typically and 30 ms at worst at load averages up to
+    ~2; at 7 rounds drifted by hundreds of ms, and this test can fail there
+    (bench/README.md, bench/ray_equivalence.py). A worker whose schedule is off the other's by
+    more than 50 ms fails (checked: 60 ms), and so do records given the wrong request's id (> 4
     tolerances apart), or a fresh worker that starts late (it warns)."""
     workload = Workload(tuple(Session(f"r{i}", i * 0.1, (Turn(256, SIM_OUTPUT, Synthetic()),)) for i in range(8)), "test")
     settings = ReplaySettings(prompt_format="ids")
