@@ -18,7 +18,9 @@ The rules:
 - **Start**: every worker starts at one instant, the wall-clock epoch the driver hands out plus
   :data:`LEAD_S`; each converts it to its own clock, so its records (and its schedule lag) count
   from the common start. Across hosts this needs synchronised clocks (NTP: the offset adds to
-  every time).
+  every time). Before the instant is handed out, each worker opens and closes the endpoint once
+  (:meth:`ReplayWorker.warm`): a fresh process's first opening (imports, the HTTP client's
+  set-up) took over 1 s on a busy machine, past the lead, and its worker started late.
 - **Timestamps mode**: each worker keeps its sessions' offsets of the global schedule
   (``arrival_s / speedup``), so the merged stream is the trace's.
 - **Rate mode**: the one seeded arrival process at the asked rate is drawn here and each worker
@@ -155,6 +157,17 @@ class ReplayWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def warm(self, endpoint: Any) -> None:
+        """Open and close ``endpoint`` once, so that what a first opening costs in this process
+        is paid before the start instant rather than inside the lead."""
+        clock = WallClock()
+
+        async def once() -> None:
+            await endpoint.open(clock, 1)
+            await endpoint.close()
+
+        clock.run(once())
+
     def run(self, workload: Workload, endpoint: Any, prompts: Any, settings: ReplaySettings, indices: tuple[int, ...],
             offsets: tuple[float, ...] | None, start_epoch: float) -> ReplayRun:
         """Replay the part from the common start; the records not yet taken come back with the run."""
@@ -270,6 +283,7 @@ class RayWorkers:
         shards = shard_sessions([len(session.turns) for session in plan], min(self.count, concurrency or self.count))
         caps = split_concurrency(concurrency, len(shards))
         self.start()
+        self._warm(endpoint, len(shards))
         self._interrupted = None
         clock = WallClock()
         start_epoch = clock.epoch() + LEAD_S
@@ -289,6 +303,20 @@ class RayWorkers:
             for signum, previous in handled:
                 signal.signal(signum, previous)
         return self._merge(running, workload, endpoint, settings, mode, clock.now() - start)
+
+    def _warm(self, endpoint: Any, count: int) -> None:
+        """The first ``count`` workers open and close ``endpoint`` once (:meth:`ReplayWorker.warm`);
+        an :class:`LLMReplayError` (the endpoint cannot be opened) is raised as a run's would be,
+        any other failure is left to the run's outcome."""
+        ray = self.ray
+        for ref in [actor.warm.remote(endpoint) for actor in self.actors[:count]]:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayTaskError as exc:
+                if isinstance(exc.cause, LLMReplayError):
+                    raise exc.cause from None
+            except ray.exceptions.RayError:
+                pass
 
     def _collect(self, running: list[_Running], settings: ReplaySettings, clock: WallClock, start: float,
                  on_record: Callable[[RequestRecord], None] | None) -> None:

@@ -1,26 +1,37 @@
 """The replay on Ray workers (pytest_llmreplay/workers.py): sharding and the dead-worker records
 as pure functions; then, on one local Ray instance the module starts (bounded CPUs, no
-dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, a
-killed worker, the pytest option and the command line. Without Ray: one error naming the extra."""
+dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, the
+simulator's HTTP server (``llmreplay sim``) per request against one process and the offline
+replay, a killed worker, the pytest option and ini key, and the command line, also on a Ray
+cluster started apart (tests/rayhead.py). Without Ray: one error naming the extra."""
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import time
 import signal
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
-from mockserver import MockConfig, MockServer, ServerThread
+from mockserver import MockConfig, MockServer, ServerThread, free_port
+from rayhead import RayHead
 from pytest_llmreplay.cli import main
+from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.driver import Part, ReplaySettings, RequestRecord, replay
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.metrics import Result
+from pytest_llmreplay.metrics import Result, tpot, ttft
 from pytest_llmreplay.prompts import PromptFactory
 from pytest_llmreplay.report import client_line
+from pytest_llmreplay.server_process import ServerProcess
+from pytest_llmreplay.sim.endpoint import SimEndpoint
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.server import READY
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workers import LEAD_S, RAY_EXTRA, RayWorkers, import_ray, shard_sessions, split_concurrency, start_ray, unfinished_records
 from pytest_llmreplay.workload import Session, Synthetic, Turn, Workload
@@ -37,6 +48,11 @@ def agent(index, arrival, turns=3, output=8):
 
 def flat(n, spacing):
     return Workload(tuple(Session(f"r{i}", i * spacing, (Turn(48, 8, Synthetic()),)) for i in range(n)), "test")
+
+
+def trace_lines(n, spacing_ms, input_tokens=32):
+    """A trace file's text: ``n`` requests of ``input_tokens`` in, 4 out, every ``spacing_ms``."""
+    return "".join(f'{{"input_toks": {input_tokens}, "output_toks": 4, "arrival_time_ns": {i * spacing_ms * 1_000_000}}}\n' for i in range(n))
 
 
 # ------------------------------------------------------------------ pure planning
@@ -168,6 +184,44 @@ def test_two_workers_keep_the_global_schedule_and_measure_what_one_process_does(
     assert lines[0].startswith("Client: schedule lag") and [line.split(" (")[0] for line in lines[1:]] == ["  worker 0", "  worker 1"]
 
 
+SIM_OUTPUT = 48
+SIM_TTFT_TOLERANCE_S = 0.050
+SIM_TPOT_TOLERANCE_S = 2 * SIM_TTFT_TOLERANCE_S / (SIM_OUTPUT - 1)  # TPOT spans 47 gaps, each end off by the TTFT's error
+
+
+def test_two_workers_on_the_simulators_server_measure_each_request_as_one_process_does(ray_instance, prompts):
+    """``llmreplay sim`` serving one request at a time (``--max-num-seqs 1``): each request
+    takes ~357 ms and they come every 100 ms, so each TTFT is the request's wait behind those
+    before it (the other worker's every other one) plus its prefill, ~257 ms more a request. The
+    server against the offline replay, and 2 workers against 1 process, pair requests by id:
+    TTFT within 50 ms. The noise is the server's emit error in each run (p99 ~5 ms at 1,000
+    streams on a quiet machine) and the client's send lag: on this shared 2-core machine the
+    largest gap in a round was 7-8 ms typically and 30 ms at worst at load averages up to
+    ~2; at 7 rounds drifted by hundreds of ms, and this test can fail there
+    (bench/README.md, bench/ray_equivalence.py). A worker whose schedule is off the other's by
+    more than 50 ms fails (checked: 60 ms), and so do records given the wrong request's id (> 4
+    tolerances apart), or a fresh worker that starts late (it warns)."""
+    workload = Workload(tuple(Session(f"r{i}", i * 0.1, (Turn(256, SIM_OUTPUT, Synthetic()),)) for i in range(8)), "test")
+    settings = ReplaySettings(prompt_format="ids")
+    profile = load_profile("llama-3.1-8b-h100")
+    profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_seqs=1))
+    offline = replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock())
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile.name, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
+    with ServerProcess(command, None, announce=READY, startup_timeout_s=60, die_with_parent=False) as server, RayWorkers(2) as workers:
+        one = replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
+        httpx.post(server.url + "/reset_prefix_cache").raise_for_status()  # the second run's prompts are not cached
+        two = workers.replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
+    assert [w.records for w in two.workers] == [4, 4] and two.warnings == []
+    runs = [{r.session_id: r for r in run.records} for run in (offline, one, two)]
+    assert all(list(run) == list(runs[0]) and {r.status for r in run.values()} == {"ok"} for run in runs)
+    expected = [ttft(r) for r in runs[0].values()]
+    assert min(b - a for a, b in zip(expected, expected[1:])) > 4 * SIM_TTFT_TOLERANCE_S  # the queue builds as designed
+    for reference, measured in zip(runs, runs[1:]):  # the server against the offline replay; 2 workers against 1 process
+        for request, record in measured.items():
+            assert ttft(record) == pytest.approx(ttft(reference[request]), abs=SIM_TTFT_TOLERANCE_S), request
+            assert tpot(record) == pytest.approx(tpot(reference[request]), abs=SIM_TPOT_TOLERANCE_S), request
+
+
 def test_rate_mode_merges_into_the_asked_arrival_stream(ray_instance, prompts):
     settings = ReplaySettings(rate=100.0, seed=3, warmup_requests=3)
     with RayWorkers(2) as workers:
@@ -204,22 +258,24 @@ def test_a_killed_worker_is_reported_and_the_others_records_kept(ray_instance, p
     assert "DIED: worker 1" in client_line(Result(run))
 
 
-def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester):
-    pytester.makefile(".jsonl", trace="".join(f'{{"input_toks": 32, "output_toks": 4, "arrival_time_ns": {i * 20_000_000}}}\n' for i in range(12)))
+@pytest.mark.parametrize("ini, options", [("", ["--llm-workers", "2"]), ("llm_workers = 2\n", [])], ids=["option", "ini"])
+def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester, ini, options):
+    pytester.makeini("[pytest]\n" + ini)
+    pytester.makefile(".jsonl", trace=trace_lines(12, 20))
     pytester.makepyfile("""
         def test_replay(llm_replay):
             result = llm_replay("trace.jsonl", slo={"error_rate": "== 0"})
             assert [w.records for w in result.run.workers] == [6, 6]
             assert result.summary["requests"]["ok"] == 12
     """)
-    result = pytester.runpytest("--llm-workers", "2", "-v")
+    result = pytester.runpytest(*options, "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*worker 0 (*): 6/6 requests; schedule lag p50*", "*worker 1 (*): 6/6 requests; schedule lag p50*"])
 
 
 def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
-    trace.write_text("".join(f'{{"input_toks": 32, "output_toks": 4, "arrival_time_ns": {i * 10_000_000}}}\n' for i in range(10)))
+    trace.write_text(trace_lines(10, 10))
     with ServerThread(MockServer(MOCK)) as server:
         assert main(["run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
@@ -227,10 +283,38 @@ def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
     assert Path(tmp_path / "out" / "result.json").exists()
 
 
+@pytest.fixture(scope="module")
+def ray_head():
+    """A Ray cluster started apart from this process (tests/rayhead.py), 2 CPUs."""
+    pytest.importorskip("ray")
+    with RayHead(cpus=2) as head:
+        yield head
+
+
+@pytest.mark.parametrize("how", ["--ray-address", "RAY_ADDRESS"])
+def test_cli_run_on_an_existing_ray_cluster(ray_head, how, tmp_path):
+    """In a process of its own (this one holds the module's Ray instance; a process joins one
+    Ray); the workers are processes of that cluster: its logs name them."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(trace_lines(10, 10))
+    env = {**os.environ, **ray_head.env}
+    env.pop("RAY_ADDRESS", None)
+    address = ["--ray-address", ray_head.address]
+    if how == "RAY_ADDRESS":
+        env["RAY_ADDRESS"], address = ray_head.address, []
+    with ServerThread(MockServer(MOCK)) as server:
+        command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", *address]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "completed=10/10 requests" in done.stdout
+    pids = {int(pid) for pid in re.findall(r"^  worker \d \(\S+ pid (\d+)\): 5/5 requests", done.stdout, re.M)}
+    assert len(pids) == 2 and pids <= ray_head.worker_pids(), (pids, done.stdout)
+
+
 def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
     """Ctrl-C at a terminal signals the whole process group: the command line's and Ray's."""
     workload = tmp_path / "w.jsonl"
-    workload.write_text("".join(f'{{"input_toks": 40, "output_toks": 4, "arrival_time_ns": {i * 100_000_000}}}\n' for i in range(100)))
+    workload.write_text(trace_lines(100, 100, input_tokens=40))
     out = tmp_path / "out"
     with ServerThread(MockServer(MOCK)) as server:
         command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions",
@@ -252,3 +336,12 @@ def test_more_workers_than_the_cluster_has_cpus_for_is_one_error(ray_instance, m
     monkeypatch.setattr("pytest_llmreplay.workers.ACTOR_START_TIMEOUT_S", 3.0)
     with pytest.raises(LLMReplayError, match=r"^9 workers need 9 CPUs of the Ray cluster; not all were placed within 3 s \(the cluster has 6 CPUs, some maybe taken by others\)$"):
         RayWorkers(9).start()
+
+
+def test_an_endpoint_the_workers_cannot_open_is_the_error_one_process_gives(ray_instance, prompts):
+    endpoint = HTTPEndpoint(f"http://127.0.0.1:{free_port()}", api="completions")  # nothing listens there
+    with pytest.raises(LLMReplayError) as alone:
+        replay(flat(2, 0.0), endpoint, prompts)
+    with RayWorkers(2) as workers, pytest.raises(LLMReplayError) as on_workers:
+        workers.replay(flat(2, 0.0), endpoint, prompts)
+    assert str(on_workers.value) == str(alone.value)
