@@ -10,7 +10,8 @@
 **A point** is one ordinary replay at one load (its :class:`~pytest_llmreplay.metrics.Result`
 is kept). It *passes* when every SLO of the plan holds on its summary (``ttft.p99 < 1s`` on the
 point's TTFT p99) and it was not stopped early. Goodput's per-request limits are the plan's
-(:func:`~pytest_llmreplay.slo.per_request_limits`).
+(:func:`~pytest_llmreplay.slo.per_request_limits`). Every point starts on an empty prefix cache:
+offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_server`).
 
 **Algorithm** (:func:`find_capacity`); every run counts against ``budget``:
 
