@@ -37,10 +37,11 @@ def cache_reset_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {} if "VLLM_SERVER_DEV_MODE" in environ else {"VLLM_SERVER_DEV_MODE": "1"}
 
 
-def no_cache_reset_note(url: str) -> str:
-    """What the session summary says once when a server offers no cache reset between repeats."""
+def no_cache_reset_note(url: str, run: str = "repeat") -> str:
+    """What is said once when a server offers no cache reset between runs: ``run`` names them
+    (``repeat``: the session summary; ``point``: a capacity search's progress)."""
     return (f"{url} answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
-            "each repeat may measure a prefix cache the previous one warmed")
+            f"each {run} may measure a prefix cache the previous one warmed")
 
 
 @dataclass
@@ -88,14 +89,18 @@ class Target:
         a test: the session's seed plus ``repeat``; None over HTTP (the server seeds itself)."""
         return self.prompts.seed + repeat if self.kind == "offline" else None
 
-    def reset_cache(self) -> str | None:
-        """Empty the server's prefix cache before a repeat, so that it does not measure a cache
-        the previous run warmed: ``POST /reset_prefix_cache`` (vLLM with
+    def reset_cache(self, busy_wait_s: float = 10.0) -> str | None:
+        """Empty the server's prefix cache before a repeat (or a capacity search's point), so that
+        it does not measure a cache the previous run warmed: ``POST /reset_prefix_cache`` (vLLM with
         ``VLLM_SERVER_DEV_MODE=1``, and our simulated server, which also starts a fresh engine
         with a new jitter seed), else ``POST /flush_cache`` (SGLang). The request that answered
-        2xx, or None when neither did (or offline, where every run has a fresh engine anyway)."""
+        2xx, or None when neither did (or offline, where every run has a fresh engine anyway).
+        A 409 (our server while requests are in flight, as just after a run stopped early, before
+        it has seen the client's disconnects) is asked again every 0.1 s for up to ``busy_wait_s``."""
         if self.kind == "offline":
             return None
+        import time
+
         import httpx
 
         base = self.url.rstrip("/").removesuffix("/v1")
@@ -104,7 +109,12 @@ class Target:
         for path in CACHE_RESETS:
             try:
                 with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
-                    if client.post(path).is_success:
+                    deadline = time.monotonic() + busy_wait_s
+                    answer = client.post(path)
+                    while answer.status_code == 409 and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                        answer = client.post(path)
+                    if answer.is_success:
                         return f"POST {path}"
             except httpx.HTTPError:
                 continue

@@ -1,0 +1,116 @@
+"""A capacity search against a server measures each point as the offline simulator does: every
+point on an empty prefix cache (the server's is reset before each, :meth:`Target.reset_cache`),
+so against ``llmreplay sim`` each request of each point has the prompt, cached and output tokens
+of the same request offline; a server with no reset is named once."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from pytest_llmreplay.baseline import workload_digest
+from pytest_llmreplay.formats import load_workload
+from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.search import CapacityPlan, Search, find_capacity
+from pytest_llmreplay.target import Target, offline_target, start_sim_server
+from pytest_llmreplay.tokenizer import load_tokenizer
+
+# 12 sessions of distinct prompts, no prefix shared between them: offline, no request hits the
+# cache; a point at concurrency 1 takes about half a second over HTTP
+WORKLOAD = """\
+synthetic:
+  sessions: 12
+  input_tokens: {dist: uniform, min: 1000, max: 2000}
+  output_tokens: {dist: uniform, min: 4, max: 16}
+  seed: 3
+"""
+PROFILE = "llama-3.1-8b-h100"
+
+
+def tokens_by_point(found):
+    """Per point (by load): each request's (prompt, cached, output) tokens, by session."""
+    return {point.load: {record.session_id: (record.prompt_tokens, record.cached_tokens or 0, record.output_tokens)
+                         for record in point.result.run.records} for point in found.points}
+
+
+def test_points_over_http_count_the_tokens_of_the_offline_points(tmp_path):
+    path = tmp_path / "wl.yaml"
+    path.write_text(WORKLOAD)
+    workload = load_workload(path)
+    prompts = PromptFactory(load_tokenizer(None), seed=0).salted(workload_digest(path))
+    # every load passes: the two ends (1 and every session at once) run out, in that order
+    plan = CapacityPlan(by="concurrency", slo={"ttft.p99": "< 60s"}, budget=2)
+    offline = tokens_by_point(find_capacity(workload, offline_target(PROFILE, prompts), prompts, plan, workers=1))
+    server = start_sim_server(PROFILE, None)
+    try:
+        # completions: the server counts the prompt as sent (chat adds its template's tokens)
+        online = tokens_by_point(find_capacity(workload, Target("sim-server", server.url, api="completions", prompts=prompts), prompts, plan))
+    finally:
+        server.stop()
+    assert list(online) == list(offline) == [1, 12]
+    assert all(cached == 0 for point in offline.values() for _, cached, _ in point.values())
+    # the second point replays the first one's prompts: without a reset it hit their cache
+    assert online == offline
+
+
+class FakeServer(BaseHTTPRequestHandler):
+    """Answers POST /reset_prefix_cache with the next of ``answers`` (then 200), 404 elsewhere."""
+
+    answers: list[int] = []
+    posts: list[str] = []
+
+    def do_POST(self):
+        self.posts.append(self.path)
+        status = (self.answers.pop(0) if self.answers else 200) if self.path == "/reset_prefix_cache" else 404
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_server():
+    FakeServer.answers, FakeServer.posts = [], []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_reset_refused_while_requests_are_in_flight_is_asked_again(fake_server):
+    # our server answers 409 until it has seen the disconnects of a point stopped early
+    FakeServer.answers = [409, 409]
+    assert Target("live", fake_server).reset_cache() == "POST /reset_prefix_cache"
+    assert FakeServer.posts == ["/reset_prefix_cache"] * 3
+
+
+def test_a_server_busy_past_the_wait_has_no_reset(fake_server):
+    FakeServer.answers = [409] * 1000
+    assert Target("live", fake_server).reset_cache(busy_wait_s=0.3) is None
+    assert FakeServer.posts[-1] == "/flush_cache" and FakeServer.posts.count("/reset_prefix_cache") >= 2
+
+
+class NoReset(Target):
+    def reset_cache(self, busy_wait_s: float = 10.0) -> None:
+        self.resets = getattr(self, "resets", 0) + 1
+        return None
+
+
+def test_a_server_with_no_reset_is_named_once_in_the_progress(tmp_path):
+    path = tmp_path / "wl.yaml"
+    path.write_text(WORKLOAD)
+    lines = []
+    target = NoReset("live", "http://127.0.0.1:9/v1")
+    search = Search(load_workload(path), target, PromptFactory(load_tokenizer(None), seed=0), CapacityPlan(by="concurrency", slo={"ttft.p99": "< 1s"}),
+                    progress=lines.append)
+    search.fresh_server()
+    search.fresh_server()
+    assert target.resets == 2
+    assert lines == ["note: http://127.0.0.1:9/v1 answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
+                     "each point may measure a prefix cache the previous one warmed"]
