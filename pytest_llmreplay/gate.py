@@ -7,7 +7,9 @@ from their spread: :mod:`~pytest_llmreplay.history`); save this result (``--llm-
 (``--llm-report``; with ``--llm-compare`` the report's record also holds ``history``, each gated
 figure over those earlier results and this run with its change points,
 :func:`~pytest_llmreplay.history.trend`, which the HTML report plots); then fail the test if an SLO is breached, or a regression was called and
-``--llm-fail-on-regression`` is on. The checks the test body made with ``Result.assert_slo`` are
+``--llm-fail-on-regression`` is on, or the result could not be saved. The report's record
+holds ``failed_by`` when the test fails for a reason other than a breached SLO, so its
+headline says FAIL as pytest does. The checks the test body made with ``Result.assert_slo`` are
 stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
 outcome's ``text`` (tables) goes into the test's report section, ``figures`` into its JUnit
 properties. A capacity test's result
@@ -111,7 +113,7 @@ class Gate:
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
         baseline_blocks = [compared_text] if compared_text else []
-        failures = []
+        failures, failed_by = [], []  # the failure texts; what failed the test besides breached SLOs (the report's headline)
         if self.save:
             try:
                 kept = " (marked interrupted: never used as a comparison baseline)" if interrupted else ""
@@ -119,12 +121,14 @@ class Gate:
             except LLMReplayError as exc:  # the comparison and the report are still kept
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
-        if self.report_dir is not None:
-            self._write_report(run, record, comparison, earlier)
+                failed_by.append("not saved (--llm-save)")
         if not all(c.passed for c in checks):
             failures.append(slo_table)
         if self.fail_on_regression and comparison is not None and comparison.regressions:
             failures.append(compared_text)
+            failed_by.append("regressions fail the test (--llm-fail-on-regression)")
+        if self.report_dir is not None:
+            self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
         return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None, interrupted)
 
@@ -172,10 +176,14 @@ class Gate:
                     return key, record
         return None
 
-    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None) -> None:
+    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None, failed_by: list[str]) -> None:
+        """The report's record: the stored one, plus the comparison, the trend, and
+        ``failed_by`` (what failed the test besides breached SLOs: the report says FAIL)."""
         folder = self.report_dir / "tests"
         name = result_folder(run.test)
         stored = dict(record)
+        if failed_by:
+            stored["failed_by"] = failed_by
         if comparison is not None:
             stored["comparison"] = comparison_as_dict(comparison)
         if earlier is not None:  # the trend plot's series (report_trend.py), in the report only, not in the store
