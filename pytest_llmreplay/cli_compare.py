@@ -14,8 +14,9 @@ from .errors import LLMReplayError
 
 
 def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str]:
-    """(record, where) of ``test``'s newest result at ``ref`` (``side`` A or B: a name git resolves
-    here, or a commit id of 12 hex digits or more, which a store may hold from another clone)."""
+    """(record, where) of ``test``'s newest result at ``ref`` that was not interrupted (``side`` A
+    or B: a name git resolves here, or a commit id of 12 hex digits or more, which a store may hold
+    from another clone)."""
     from .baseline import resolve_commit
 
     commit = resolve_commit(Path.cwd(), ref)
@@ -23,10 +24,11 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
         if not re.fullmatch(r"[0-9a-f]{12,40}", ref):
             raise LLMReplayError(f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more")
         commit = ref
-    found = store.latest(test, [commit])
+    found = store.newest_complete(test, [commit])
     if found is None:
-        raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}")
-    return store.read(found), f"{store.label}/{found}"
+        only = ": only interrupted ones, which measured part of their workload and are never compared" if store.stored(test, commit) else ""
+        raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}")
+    return found[1], f"{store.label}/{found[0]}"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """``llmreplay run FILE --endpoint URL`` (or ``--sim PROFILE``): replay a workload, print the
 metric tables, write ``--out DIR`` and ``--save-to STORE``; the exit status says whether the
 requests succeeded (:data:`RUN_STATUS`; stopped by SIGINT/SIGTERM: 128 + the signal's number,
-after reporting what was measured)."""
+after reporting, writing and saving what was measured, the result marked ``"interrupted"`` as
+the plugin marks its own: never taken as a comparison baseline)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": 3, "nothing_succeeded"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .baseline import workload_digest
+    from .baseline import interrupted_note, workload_digest
     from .endpoints import HTTPEndpoint, extra_body
     from .server_process import ServerProcess
     from .metrics import Result
@@ -89,10 +90,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         out = Path(args.out)
         (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
-        print(f"wrote {write_new(out / 'result.json', record)} and {result.write_csv(out / 'requests.csv')}")
+        print(f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}")
     if store is not None:
         try:
-            print(f"saved {store.save(record)}")
+            print(f"saved {store.save(record)}{interrupted_note(record)}")
         except LLMReplayError as exc:
             raise LLMReplayError(f"--save-to: {exc}") from None
     if run.interrupted:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, make_record, slo_rows, tolerances
+from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, interrupted_note, make_record, slo_rows, tolerances
 from .repeats import pool_records, repeats_line
 from .errors import LLMReplayError
 from .store import Store, result_folder, write_new
@@ -116,8 +116,7 @@ class Gate:
         failures, failed_by = [], []  # the failure texts; what failed the test besides breached SLOs (the report's headline)
         if self.save:
             try:
-                kept = " (marked interrupted: never used as a comparison baseline)" if interrupted else ""
-                baseline_blocks.append(f"saved baseline {self.store.save(record)}{kept}")
+                baseline_blocks.append(f"saved baseline {self.store.save(record)}{interrupted_note(record)}")
             except LLMReplayError as exc:  # the comparison and the report are still kept
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
@@ -152,7 +151,7 @@ class Gate:
     def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
         label, commits = self.history
         try:
-            newest = self._newest_complete(run.test, commits)
+            newest = self.store.newest_complete(run.test, commits)
             if newest is None:
                 return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
             found, baseline = newest
@@ -165,16 +164,6 @@ class Gate:
 
             gate_with_history(comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable))
         return comparison
-
-    def _newest_complete(self, test: str, commits: list[str]) -> tuple[str, dict[str, Any]] | None:
-        """(key, record) of the newest stored result of ``test`` that was not interrupted, at the
-        first of ``commits`` holding one; None when none does."""
-        for commit in commits:
-            for key in reversed(self.store.stored(test, commit)):
-                record = self.store.read(key)
-                if not record.get("interrupted"):
-                    return key, record
-        return None
 
     def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None, failed_by: list[str]) -> None:
         """The report's record: the stored one, plus the comparison, the trend, and

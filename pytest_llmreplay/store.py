@@ -138,12 +138,15 @@ class Store:
         folder = result_folder(test)
         return [f"{folder}/{name}" for name in sorted(self.names(folder)) if name.startswith(f"{commit[:12]}-") and name.endswith(".json")]
 
-    def latest(self, test: str, commits: Iterable[str]) -> str | None:
-        """The key of the newest stored result of ``test`` at the first of ``commits`` that has one."""
+    def newest_complete(self, test: str, commits: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
+        """(key, record) of the newest stored result of ``test`` that was not interrupted (no
+        ``"interrupted"``: it measured its whole workload), at the first of ``commits`` holding
+        one; None when none does. What a comparison takes as a baseline."""
         for commit in commits:
-            found = self.stored(test, commit)
-            if found:
-                return found[-1]
+            for key in reversed(self.stored(test, commit)):
+                record = self.read(key)
+                if not record.get("interrupted"):
+                    return key, record
         return None
 
     def read(self, key: str) -> dict[str, Any]:
