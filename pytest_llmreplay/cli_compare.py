@@ -35,9 +35,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from .baseline import compare, comparison_table, read_record
 
     allowed = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
-    if args.test and not args.store:
+    if args.test and args.store is None:
         raise LLMReplayError("--test is read with --store only (A and B are then commits); without --store, A and B are result files")
-    if args.store:
+    if args.store is not None:  # an empty one is refused by name
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = open_store_option("--store", args.store, writing=False)

@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import header, ignored_with_sim, integer, load_workload_file, number, open_store_option, remember_http_only_defaults, share
+from .cli_options import (
+    header, ignored_with_sim, integer, load_workload_file, number, open_store_option, out_folder_option, remember_http_only_defaults, share,
+)
 from .errors import LLMReplayError
 
 # llmreplay run's exit statuses (README: "exit status"); a signal's is 128 + its number; bad input,
@@ -41,14 +43,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     settings.validate()
     workers = _workers(args)
-    if args.out:
-        from .store import make_folder
-
-        try:
-            make_folder(Path(args.out), "result.json and requests.csv")
-        except LLMReplayError as exc:
-            raise LLMReplayError(f"--out: {exc}") from None
-    store = open_store_option("--save-to", args.save_to, writing=True) if args.save_to else None
+    out = out_folder_option("--out", args.out, "result.json and requests.csv")
+    store = open_store_option("--save-to", args.save_to, writing=True) if args.save_to is not None else None
     body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
     # salted with the workload's digest, as the plugin does: two workloads share no prompt tokens
     digest = workload_digest(args.file)
@@ -84,11 +80,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
     print(render(result))
-    record = _record(result, args, digest, sim.fingerprint if sim is not None else None) if args.out or store else None
-    if args.out:
+    record = _record(result, args, digest, sim.fingerprint if sim is not None else None) if out is not None or store is not None else None
+    if out is not None:
         from .store import write_new
 
-        out = Path(args.out)
         (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
         print(f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}")
     if store is not None:

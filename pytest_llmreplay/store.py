@@ -475,8 +475,10 @@ def _toplevel(rootdir: Path) -> Path:
 def open_store(text: str, rootdir: str | Path) -> Store:
     """The store ``text`` names: ``git:REMOTE#REF``, ``SCHEME://...`` (``file://`` a folder, any
     other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
-    (:meth:`Store.check` does that); an unknown scheme, a missing extra or a password in the URL
-    is an :class:`LLMReplayError`."""
+    (:meth:`Store.check` does that); an empty ``text``, an unknown scheme, a missing extra or a
+    password in the URL is an :class:`LLMReplayError`."""
+    if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
+        raise LLMReplayError("empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX")
     rootdir = Path(rootdir)
     if text.startswith("git:"):
         return git_store(text, rootdir)

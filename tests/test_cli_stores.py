@@ -99,6 +99,8 @@ def test_compare_store_names_a_ref_git_cannot_resolve(repo, tmp_path, capsys, re
 def test_compare_store_needs_a_test(repo, capsys):
     assert main(["compare", "--store", "x", "a", "b"]) == 3
     assert capsys.readouterr().err == "error: --store needs --test: the stored test whose results to compare\n"
+    assert main(["compare", "--store", "", "--test", TEST, "a", "b"]) == 3  # once: "--test is read with --store only"
+    assert capsys.readouterr().err == "error: --store: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX\n"
 
 
 def test_a_bad_save_to_store_fails_before_the_run(repo, capsys, refused_url):

@@ -217,6 +217,8 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
         (["--header", "novalue"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'novalue'"),
         (["--header", "Bad Name:v"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'Bad Name:v'"),
         (["--out", "afile"], "error: --out: afile is a file; expected a folder for result.json and requests.csv"),
+        (["--out", ""], "error: --out: empty; expected a folder for result.json and requests.csv"),  # once: nothing written, silently
+        (["--save-to", ""], "error: --save-to: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX"),
         (["--tokenizer", "/nonexistent/tok.json"], "error: tokenizer '/nonexistent/tok.json': no such file or folder"),
         (["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"], "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set"),
         (["--mode", "rate"], "error: --rate: mode 'rate' needs a rate (sessions per second)"),
