@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -128,7 +129,8 @@ def test_convert_refuses_to_overwrite_its_input_however_spelt(capsys, tmp_path, 
     original = source.read_bytes()
     (tmp_path / "sub").mkdir()
     (tmp_path / "link.jsonl").symlink_to(source)
-    for target in (source, tmp_path / "sub" / ".." / "trace.jsonl", tmp_path / "link.jsonl"):
+    os.link(source, tmp_path / "hard.jsonl")  # the same file by another name: writing it writes the input
+    for target in (source, tmp_path / "sub" / ".." / "trace.jsonl", tmp_path / "link.jsonl", tmp_path / "hard.jsonl"):
         code, out, err = run(capsys, "convert", str(source), str(target), "--to", "llmservingsim", "--allow-loss")
         assert code == 1 and out == ""
         assert err == f"error: {target}: is the input workload {source} itself; write to another path (the input would be overwritten)\n"
@@ -139,8 +141,10 @@ def test_convert_into_a_folder_of_its_input_payloads_is_refused(capsys, tmp_path
     folder = tmp_path / "sessions"
     folder.mkdir()
     (folder / "a.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
-    code, _, err = run(capsys, "convert", str(folder), str(folder / "a.jsonl"), "--to", "aiperf-payloads")
-    assert code == 1 and "is the input workload" in err
+    os.link(folder / "a.jsonl", tmp_path / "hard.jsonl")
+    for target in (folder / "a.jsonl", tmp_path / "hard.jsonl"):
+        code, _, err = run(capsys, "convert", str(folder), str(target), "--to", "aiperf-payloads")
+        assert code == 1 and "is the input workload" in err
     assert (folder / "a.jsonl").read_text().startswith('{"messages"')
 
 
