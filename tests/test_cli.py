@@ -95,7 +95,8 @@ def test_convert_trie_through_llmservingsim_and_back(capsys, tmp_path, shared_da
     source = shared_data / "trie/office_work_8k_slice.jsonl"
     middle, back = tmp_path / "sim.jsonl", tmp_path / "back.jsonl"
     code, _, err = run(capsys, "convert", str(source), str(middle), "--to", "llmservingsim")
-    assert code == 1 and "would lose: untimed workload" in err and "--allow-loss" in err
+    assert code == 1 and "would lose: untimed workload" in err
+    assert err.endswith(". Pass --allow-loss to convert anyway\n"), err  # once: "Pass --allow-loss (--allow-loss True)"
     assert not middle.exists()
     assert run(capsys, "convert", str(source), str(middle), "--to", "llmservingsim", "--allow-loss")[0] == 0
     assert run(capsys, "convert", str(middle), str(back), "--to", "trie", "--allow-loss")[0] == 0
@@ -211,6 +212,8 @@ def test_every_replay_setting_of_run_is_an_option_named_after_it():
     assert spelled("warmup_s: expected a number >= 0", names) == "--warmup-seconds: expected a number >= 0"
     assert spelled("grace_s: x; see format= and block_size=16, not http://h/?seed=1 or synthetic.rate: 2", names) == (
         "--grace: x; see --format and --block-size 16, not http://h/?seed=1 or synthetic.rate: 2")
+    convert = build_parser().parse_args(["convert", "a", "b", "--to", "trie"]).option_names
+    assert spelled("x would lose: y. Pass allow_loss=True to convert anyway", convert) == "x would lose: y. Pass --allow-loss to convert anyway"
 
 
 @pytest.mark.parametrize(("argv", "status", "message"), [
