@@ -8,7 +8,9 @@ its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary
 (checks), and ``samples``: the per-request ``ttft``, ``tpot``, ``latency``; the per-session
 ``ttfat``, ``cache_hit_rate``, ``eligible_cache_hit_rate``; and for throughputs the rates of the
 steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits, with
-``sample_keys`` naming each value's request (session * 2^20 + turn), session or window.
+``sample_keys`` naming each value's request (session * 2^20 + turn), session or window; and
+``interrupted`` (the signal's name, only when one stopped the run: it measured part of its
+workload, and is never taken as a baseline, see :meth:`~pytest_llmreplay.store.Store.newest_complete`).
 
 Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_llmreplay.store`'s job.
 
@@ -163,7 +165,14 @@ def make_record(result: Any, *, test: str, fingerprint: Mapping[str, Any], workl
         "summary": result.summary,
         "slo": slo_rows(slo_checks),
         **_split(_keyed_samples(result)),
+        **({"interrupted": result.run.interrupted} if result.run.interrupted else {}),
     }
+
+
+def interrupted_note(record: Mapping[str, Any]) -> str:
+    """`` (marked interrupted: never used as a comparison baseline)`` for an interrupted
+    record, to follow where it was written; empty otherwise."""
+    return " (marked interrupted: never used as a comparison baseline)" if record.get("interrupted") else ""
 
 
 def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:

@@ -133,14 +133,15 @@ def option_names(parser: argparse.ArgumentParser) -> dict[str, str]:
 
 
 _SETTING_AT_START = re.compile(r"[a-z][a-z0-9_]*(?:/[a-z][a-z0-9_]*)*(?=: )")
-_SETTING_HINT = re.compile(r"(?<![\w./?&=-])([a-z][a-z0-9_]*)=(\w?)")
+_SETTING_HINT = re.compile(r"(?<![\w./?&=-])([a-z][a-z0-9_]*)=(True\b|\w?)")
 
 
 def spelled(text: str, names: dict[str, str]) -> str:
     """``text`` with the library's names of settings (the keys of ``names``) spelled as the
     options of the command the user typed: a leading ``duration_s: ...`` becomes
     ``--duration: ...`` (``max_requests/max_sessions: ...``, ``--max-requests/--max-sessions: ...``), and a hint ``name it with format=`` or ``load with block_size=16``
-    becomes ``name it with --format`` or ``load with --block-size 16``. Other words are kept."""
+    becomes ``name it with --format`` or ``load with --block-size 16`` (``allow_loss=True``, a
+    flag's: ``--allow-loss``). Other words are kept."""
     head = _SETTING_AT_START.match(text)
     if head and all(name in names for name in head.group(0).split("/")):
         text = "/".join(names[name] for name in head.group(0).split("/")) + text[head.end():]
@@ -149,7 +150,7 @@ def spelled(text: str, names: dict[str, str]) -> str:
         name, value = match.groups()
         if name not in names:
             return match.group(0)
-        return f"{names[name]} {value}" if value else names[name]
+        return f"{names[name]} {value}" if value and value != "True" else names[name]
 
     return _SETTING_HINT.sub(option, text)
 

@@ -6,16 +6,21 @@
 efficiencies to a recorded run of a real server (:mod:`~pytest_llmreplay.sim.calibrate_run`),
 writes the calibrated profile and prints the error of each statistic before and after the fit,
 on the requests fitted and on the held-out half.
+
+``--out FILE`` is checked (and its folder made) before anything is measured, and a profile that
+cannot be written after all is printed rather than lost (:func:`_write_out`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
-from .cli_options import add_engine_options, engine_overrides
+from .cli_options import add_engine_options, engine_overrides, out_file_option
 from .errors import LLMReplayError
 
 
@@ -29,11 +34,24 @@ def add_from_run_options(parser: Any) -> None:
     group.add_argument("--max-evals", type=int, default=40, metavar="N", help="offline replays the search may spend (default 40)")
 
 
-def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int]) -> int:
+def _write_out(profile: dict[str, Any], out: Path) -> None:
+    """Write the calibrated ``profile`` to ``out`` (checked before anything was measured) and say
+    how to use it. When writing fails all the same (the folder went away, the disk filled up),
+    the profile is printed on stdout and one error line says so: a finished fit is never lost."""
+    from .sim.calibrate import write_profile
+
+    try:
+        write_profile(profile, out)
+    except OSError as exc:
+        print(json.dumps(profile, indent=2))
+        raise LLMReplayError(f"--out: cannot write {out} ({exc.strerror or exc}); the profile is printed above on stdout, save it from there") from None
+    print(f"wrote {out}: use it with {shlex.quote(f'--llm-sim-profile={out}')} or llmreplay sim --profile {shlex.quote(str(out))}")
+
+
+def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Path) -> int:
     """The workload is read in its detected format (as ``llmreplay run`` does without ``--format``)."""
     from .formats import load_workload
     from .prompts import PromptFactory
-    from .sim.calibrate import write_profile
     from .sim.calibrate_run import calibrate_from_run, report_lines
     from .sim.measured_run import read_run
     from .tokenizer import load_tokenizer
@@ -56,8 +74,7 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int]) -> int:
     print("\n".join(report_lines(result)))
     if args.name:
         profile["name"] = args.name
-    write_profile(profile, args.out)
-    print(f"wrote {args.out}: use it with --llm-sim-profile {args.out} or llmreplay sim --profile {args.out}")
+    _write_out(profile, out)
     return 0
 
 
@@ -71,14 +88,15 @@ def _points(option: str, text: str) -> tuple[int, ...]:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .endpoints import HTTPEndpoint
     from .prompts import PromptFactory
-    from .sim.calibrate import CalibrationPlan, calibrate, write_profile
+    from .sim.calibrate import CalibrationPlan, calibrate
     from .tokenizer import load_tokenizer
 
+    out = out_file_option("--out", args.out, "the simulator profile")
     if not 0 < args.timeout < math.inf:
         raise LLMReplayError(f"--timeout: expected seconds > 0, got {args.timeout}")
     engine = engine_overrides(args)
     if args.from_run:
-        return cmd_calibrate_run(args, engine)
+        return cmd_calibrate_run(args, engine, out)
     if not args.endpoint:
         raise LLMReplayError("--endpoint: missing (give --endpoint URL for a live sweep, or --from-run RUN to fit a recorded run)")
     plan = CalibrationPlan(
@@ -94,10 +112,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     endpoint = HTTPEndpoint(args.endpoint, model=args.model, api="completions", api_key_env=args.api_key_env,
                             extra_body={"ignore_eos": True}, timeout_s=args.timeout)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
-    name = args.name or Path(args.out).stem
-    profile = calibrate(endpoint, prompts, plan, name, progress=lambda line: print(line, flush=True))
-    write_profile(profile, args.out)
-    print(f"wrote {args.out}: use it with --llm-sim-profile {args.out} or llmreplay sim --profile {args.out}")
+    profile = calibrate(endpoint, prompts, plan, args.name or out.stem, progress=lambda line: print(line, flush=True))
+    _write_out(profile, out)
     return 0
 
 
@@ -106,7 +122,7 @@ def add_calibrate_parser(commands: Any) -> None:
                                     description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile; "
                                                 "or (--from-run) fit a roofline profile's efficiencies to a recorded run of a real server.")
     calibrate.add_argument("--endpoint", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
-    calibrate.add_argument("--out", required=True, metavar="FILE", help="the profile JSON to write")
+    calibrate.add_argument("--out", required=True, metavar="FILE", help="the profile JSON to write (checked, and its folder made, before anything is measured)")
     calibrate.add_argument("--name", help="the profile's name (default: the file's stem)")
     calibrate.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     calibrate.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")

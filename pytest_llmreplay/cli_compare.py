@@ -14,8 +14,9 @@ from .errors import LLMReplayError
 
 
 def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str]:
-    """(record, where) of ``test``'s newest result at ``ref`` (``side`` A or B: a name git resolves
-    here, or a commit id of 12 hex digits or more, which a store may hold from another clone)."""
+    """(record, where) of ``test``'s newest result at ``ref`` that was not interrupted (``side`` A
+    or B: a name git resolves here, or a commit id of 12 hex digits or more, which a store may hold
+    from another clone)."""
     from .baseline import resolve_commit
 
     commit = resolve_commit(Path.cwd(), ref)
@@ -23,19 +24,20 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
         if not re.fullmatch(r"[0-9a-f]{12,40}", ref):
             raise LLMReplayError(f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more")
         commit = ref
-    found = store.latest(test, [commit])
+    found = store.newest_complete(test, [commit])
     if found is None:
-        raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}")
-    return store.read(found), f"{store.label}/{found}"
+        only = ": only interrupted ones, which measured part of their workload and are never compared" if store.stored(test, commit) else ""
+        raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}")
+    return found[1], f"{store.label}/{found[0]}"
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .baseline import compare, comparison_table, read_record
 
     allowed = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
-    if args.test and not args.store:
+    if args.test and args.store is None:
         raise LLMReplayError("--test is read with --store only (A and B are then commits); without --store, A and B are result files")
-    if args.store:
+    if args.store is not None:  # an empty one is refused by name
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = open_store_option("--store", args.store, writing=False)

@@ -1,5 +1,6 @@
 """What several ``llmreplay`` commands share: the workload loader behind ``--format`` and
-``--block-size``, the store behind ``--save-to``/``--store`` (errors name the option), argparse
+``--block-size``, the store behind ``--save-to``/``--store`` and the folder or file behind
+``--out``, checked before anything is measured (errors name the option), argparse
 value types (checked while parsing, so a bad value is a usage error naming the option: status 2,
 or the command's bad-input status, see cli.py), and the engine options of ``sim`` and ``calibrate`` (vLLM's names)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -40,6 +42,39 @@ def open_store_option(option: str, text: str, writing: bool) -> Any:
     except LLMReplayError as exc:
         raise LLMReplayError(f"{option}: {exc}") from None
     return store
+
+
+def out_folder_option(option: str, text: str | None, contents: str) -> Path | None:
+    """The folder ``text`` names for ``contents`` (``run --out DIR``), made now, before anything
+    is measured; None when the option was not given. An empty value, a file there, or a folder
+    that cannot be made or written is an :class:`LLMReplayError` naming ``option``."""
+    from .store import make_folder
+
+    if text is None:
+        return None
+    if not text.strip():
+        raise LLMReplayError(f"{option}: empty; expected a folder for {contents}")
+    try:
+        make_folder(Path(text), contents)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"{option}: {exc}") from None
+    return Path(text)
+
+
+def out_file_option(option: str, text: str, contents: str) -> Path:
+    """The file ``text`` names for ``contents`` (``calibrate --out FILE``), checked before
+    anything is measured: its folder is made as :func:`out_folder_option` makes one. An empty
+    value, a folder, a file that cannot be replaced or a folder that cannot be made or written
+    is an :class:`LLMReplayError` naming ``option``."""
+    if not text.strip():
+        raise LLMReplayError(f"{option}: empty; expected a file for {contents}")
+    path = Path(text)
+    if path.is_dir():
+        raise LLMReplayError(f"{option}: {path} is a folder; expected a file for {contents}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise LLMReplayError(f"{option}: {path} is not writable")
+    out_folder_option(option, str(path.parent), contents)
+    return path
 
 
 def header(text: str) -> tuple[str, str]:

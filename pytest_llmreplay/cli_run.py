@@ -1,7 +1,8 @@
 """``llmreplay run FILE --endpoint URL`` (or ``--sim PROFILE``): replay a workload, print the
 metric tables, write ``--out DIR`` and ``--save-to STORE``; the exit status says whether the
 requests succeeded (:data:`RUN_STATUS`; stopped by SIGINT/SIGTERM: 128 + the signal's number,
-after reporting what was measured)."""
+after reporting, writing and saving what was measured, the result marked ``"interrupted"`` as
+the plugin marks its own: never taken as a comparison baseline)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import header, ignored_with_sim, integer, load_workload_file, number, open_store_option, remember_http_only_defaults, share
+from .cli_options import (
+    header, ignored_with_sim, integer, load_workload_file, number, open_store_option, out_folder_option, remember_http_only_defaults, share,
+)
 from .errors import LLMReplayError
 
 # llmreplay run's exit statuses (README: "exit status"); a signal's is 128 + its number; bad input,
@@ -20,7 +23,7 @@ RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": 3, "nothing_succeeded"
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .baseline import workload_digest
+    from .baseline import interrupted_note, workload_digest
     from .endpoints import HTTPEndpoint, extra_body
     from .server_process import ServerProcess
     from .metrics import Result
@@ -40,14 +43,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     settings.validate()
     workers = _workers(args)
-    if args.out:
-        from .store import make_folder
-
-        try:
-            make_folder(Path(args.out), "result.json and requests.csv")
-        except LLMReplayError as exc:
-            raise LLMReplayError(f"--out: {exc}") from None
-    store = open_store_option("--save-to", args.save_to, writing=True) if args.save_to else None
+    out = out_folder_option("--out", args.out, "result.json and requests.csv")
+    store = open_store_option("--save-to", args.save_to, writing=True) if args.save_to is not None else None
     body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
     # salted with the workload's digest, as the plugin does: two workloads share no prompt tokens
     digest = workload_digest(args.file)
@@ -83,16 +80,15 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
     print(render(result))
-    record = _record(result, args, digest, sim.fingerprint if sim is not None else None) if args.out or store else None
-    if args.out:
+    record = _record(result, args, digest, sim.fingerprint if sim is not None else None) if out is not None or store is not None else None
+    if out is not None:
         from .store import write_new
 
-        out = Path(args.out)
         (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
-        print(f"wrote {write_new(out / 'result.json', record)} and {result.write_csv(out / 'requests.csv')}")
+        print(f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}")
     if store is not None:
         try:
-            print(f"saved {store.save(record)}")
+            print(f"saved {store.save(record)}{interrupted_note(record)}")
         except LLMReplayError as exc:
             raise LLMReplayError(f"--save-to: {exc}") from None
     if run.interrupted:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import ignored_with_sim, integer, load_workload_file, number, remember_http_only_defaults
+from .cli_options import ignored_with_sim, integer, load_workload_file, number, out_folder_option, remember_http_only_defaults
 from .errors import LLMReplayError
 
 # llmreplay sweep's exit statuses (README: "Capacity at SLO"); bad input, bad usage included
@@ -80,7 +80,7 @@ def plan_from(args: argparse.Namespace) -> Any:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .baseline import git_state, make_record, workload_digest
-    from .store import make_folder, write_new
+    from .store import write_new
     from .driver import ReplaySettings
     from .prompts import PromptFactory
     from .search import find_capacity
@@ -92,11 +92,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     settings = ReplaySettings(seed=args.seed, max_requests=args.max_requests, warmup_requests=args.warmup_requests)
     settings.validate()
-    if args.out:
-        try:
-            make_folder(Path(args.out), "result.json, requests.csv, points.csv and load_curve.svg")
-        except LLMReplayError as exc:
-            raise LLMReplayError(f"--out: {exc}") from None
+    out = out_folder_option("--out", args.out, "result.json, requests.csv, points.csv and load_curve.svg")
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
     target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
@@ -105,8 +101,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(ignored, file=sys.stderr)
     found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers)
     print(found.table())
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         result = found.result
         record = make_record(result, test=f"llmreplay sweep {Path(args.file).name}", fingerprint=target.fingerprint,
                              workload={"path": args.file, "format": args.format, "digest": digest}, git=git_state(Path.cwd()))

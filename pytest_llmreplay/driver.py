@@ -339,6 +339,7 @@ class Replay:
         self.warnings: list[str] = []
         self._warned: set[str] = set()
         self._start = 0.0
+        self._started = False  # _start is the run's start (not yet while the endpoint opens)
         self._deadline: float | None = None
         self._slots: asyncio.Semaphore | None = None
         self.stop_on_signals = stop_on_signals
@@ -368,6 +369,7 @@ class Replay:
                 else:
                     await self.clock.sleep_until(self.part.start_at)
                 self._start = self.part.start_at
+            self._started = True
             if self.settings.duration_s is not None:
                 self._deadline = self._start + self.settings.duration_s
             await self._drive(concurrency)
@@ -419,7 +421,8 @@ class Replay:
             self._cancel(f"stopped ({reason})")
 
     def _cancel(self, why: str) -> None:
-        self.warnings.append(f"{why} at {self.clock.now() - self._start:.1f} s: requests in flight were cancelled and nothing more was sent")
+        done = f"at {self.clock.now() - self._start:.1f} s: requests in flight were cancelled and nothing more was sent" if self._started else "before the replay started: nothing was sent"
+        self.warnings.append(f"{why} {done}")
         for task in self._tasks:
             task.cancel()
 

@@ -7,7 +7,9 @@ from their spread: :mod:`~pytest_llmreplay.history`); save this result (``--llm-
 (``--llm-report``; with ``--llm-compare`` the report's record also holds ``history``, each gated
 figure over those earlier results and this run with its change points,
 :func:`~pytest_llmreplay.history.trend`, which the HTML report plots); then fail the test if an SLO is breached, or a regression was called and
-``--llm-fail-on-regression`` is on. The checks the test body made with ``Result.assert_slo`` are
+``--llm-fail-on-regression`` is on, or the result could not be saved. The report's record
+holds ``failed_by`` when the test fails for a reason other than a breached SLO, so its
+headline says FAIL as pytest does. The checks the test body made with ``Result.assert_slo`` are
 stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
 outcome's ``text`` (tables) goes into the test's report section, ``figures`` into its JUnit
 properties. A capacity test's result
@@ -25,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, make_record, slo_rows, tolerances
+from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, interrupted_note, make_record, slo_rows, tolerances
 from .repeats import pool_records, repeats_line
 from .errors import LLMReplayError
 from .store import Store, result_folder, write_new
@@ -111,20 +113,21 @@ class Gate:
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
         baseline_blocks = [compared_text] if compared_text else []
-        failures = []
+        failures, failed_by = [], []  # the failure texts; what failed the test besides breached SLOs (the report's headline)
         if self.save:
             try:
-                kept = " (marked interrupted: never used as a comparison baseline)" if interrupted else ""
-                baseline_blocks.append(f"saved baseline {self.store.save(record)}{kept}")
+                baseline_blocks.append(f"saved baseline {self.store.save(record)}{interrupted_note(record)}")
             except LLMReplayError as exc:  # the comparison and the report are still kept
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
-        if self.report_dir is not None:
-            self._write_report(run, record, comparison, earlier)
+                failed_by.append("not saved (--llm-save)")
         if not all(c.passed for c in checks):
             failures.append(slo_table)
         if self.fail_on_regression and comparison is not None and comparison.regressions:
             failures.append(compared_text)
+            failed_by.append("regressions fail the test (--llm-fail-on-regression)")
+        if self.report_dir is not None:
+            self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
         return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None, interrupted)
 
@@ -148,7 +151,7 @@ class Gate:
     def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
         label, commits = self.history
         try:
-            newest = self._newest_complete(run.test, commits)
+            newest = self.store.newest_complete(run.test, commits)
             if newest is None:
                 return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
             found, baseline = newest
@@ -162,20 +165,14 @@ class Gate:
             gate_with_history(comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable))
         return comparison
 
-    def _newest_complete(self, test: str, commits: list[str]) -> tuple[str, dict[str, Any]] | None:
-        """(key, record) of the newest stored result of ``test`` that was not interrupted, at the
-        first of ``commits`` holding one; None when none does."""
-        for commit in commits:
-            for key in reversed(self.store.stored(test, commit)):
-                record = self.store.read(key)
-                if not record.get("interrupted"):
-                    return key, record
-        return None
-
-    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None) -> None:
+    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None, failed_by: list[str]) -> None:
+        """The report's record: the stored one, plus the comparison, the trend, and
+        ``failed_by`` (what failed the test besides breached SLOs: the report says FAIL)."""
         folder = self.report_dir / "tests"
         name = result_folder(run.test)
         stored = dict(record)
+        if failed_by:
+            stored["failed_by"] = failed_by
         if comparison is not None:
             stored["comparison"] = comparison_as_dict(comparison)
         if earlier is not None:  # the trend plot's series (report_trend.py), in the report only, not in the store

@@ -85,7 +85,9 @@ class LLMSession:
             except LLMReplayError as exc:
                 raise pytest.UsageError(str(exc)) from None
         report = option(config, "llm_report")
-        self.report_dir = Path(config.rootpath, report) if report else None
+        if report is not None and not report.strip():
+            raise pytest.UsageError("--llm-report / llm_report: empty; expected a folder for the reports")
+        self.report_dir = Path(config.rootpath, report) if report is not None else None
         from .store import FolderStore, open_store
 
         save = bool(option(config, "llm_save"))

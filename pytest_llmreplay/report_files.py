@@ -4,7 +4,7 @@ Each perf test's process writes ``DIR/tests/<test>.json`` (the stored result, pl
 comparison and the baseline's samples when compared) and ``DIR/tests/<test>.csv`` (one row per
 request). From the JSON files this module writes:
 
-- ``DIR/summary.md``: one row per test (requests, TTFT p50/p99, TPOT p50, TTFAT p90, cache hit
+- ``DIR/summary.md``: one row per test (the outcome, requests, TTFT p50/p99, TPOT p50, TTFAT p90, cache hit
   rate, output throughput, SLOs met, regressions), then each test's headline, SLO and comparison
   tables (:mod:`~pytest_llmreplay.report_rows`); also appended to ``$GITHUB_STEP_SUMMARY`` when
   that variable is set (GitHub Actions);

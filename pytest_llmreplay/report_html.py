@@ -4,7 +4,7 @@ At the top, the summary table (:data:`~pytest_llmreplay.report_rows.OVERVIEW_HEA
 linking to its section. Then one section per test, made of :data:`SECTIONS` in order: each is a
 function from the stored result to HTML (empty when it has nothing to say):
 
-- :func:`headline_section`: PASS/FAIL, the SLO closest to failing and the comparison's verdict,
+- :func:`headline_section`: PASS/FAIL (as the test's outcome), the SLO closest to failing and the comparison's verdict,
   then the commit and the endpoint;
 - :func:`slo_section`: the SLO table, values and margins in the threshold's unit;
 - :func:`comparison_section`: the comparison with the baseline;
@@ -77,15 +77,15 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cell_class
 
 
 def verdict_class(header: str, cell: str) -> str:
-    """Colour BREACH, REGRESSION and ok cells."""
-    if cell == "BREACH" or cell.startswith("REGRESSION"):
+    """Colour FAIL, BREACH and REGRESSION cells red, PASS, ok and no regression green."""
+    if cell in ("BREACH", "FAIL") or cell.startswith("REGRESSION"):
         return "breach"
-    return "ok" if cell in ("ok", "no regression") else ""
+    return "ok" if cell in ("ok", "no regression", "PASS") else ""
 
 
 def headline_section(record: Mapping[str, Any]) -> str:
     line = headline(record)
-    rest = html.escape(" · ".join(part for part in (line.interrupted, line.slos, line.closest, f"vs baseline: {line.verdict}") if part))
+    rest = html.escape(" · ".join(line.details()))
     commit = record.get("commit")
     facts = [f"commit {html.escape(str(commit)[:12]) if commit else 'none (not a git checkout)'}{' (dirty)' if record.get('dirty') else ''}",
              f"endpoint: {html.escape(endpoint_text(record.get('fingerprint')))}"]

@@ -2,12 +2,14 @@
 as text cells shared by the Markdown summary and the HTML page; every value in its metric's
 unit (:mod:`pytest_llmreplay.units`).
 
-- :func:`overview_row`: one row of the summary table (requests, TTFT p50/p99, TPOT p50, TTFAT p90,
-  cache hit rate, output throughput, SLOs met, the comparison's verdict);
+- :func:`overview_row`: one row of the summary table (the outcome, requests, TTFT p50/p99, TPOT
+  p50, TTFAT p90, cache hit rate, output throughput, SLOs met, the comparison's verdict);
 - :func:`stored_checks` and :func:`slo_rows`: the SLOs of the result (those of the test's marker
   or spec and those checked in code, whatever its ``slo`` list holds) read back as checks: metric,
   threshold, measured and margin in the threshold's unit, status;
-- :func:`headline`: pass/fail, the tightest SLO and the comparison's verdict in one line;
+- :func:`headline`: pass/fail (FAIL also when the gate failed the test for a regression or a
+  result it could not save: the record's ``failed_by``), the tightest SLO and the comparison's
+  verdict in one line;
 - :func:`comparison_rows`: the comparison in the terminal table's cells;
 - :func:`endpoint_text`: the endpoint fingerprint as ``key value`` pairs.
 """
@@ -27,7 +29,7 @@ OVERVIEW = (
     ("TTFT p50", "ttft", "p50"), ("TTFT p99", "ttft", "p99"), ("TPOT p50", "tpot", "p50"),
     ("TTFAT p90", "ttfat", "p90"), ("cache hit", "cache_hit_rate", "mean"), ("output tok/s", "output_throughput", "steady_state"),
 )
-OVERVIEW_HEADERS = ["test", "requests ok", *(header for header, *_ in OVERVIEW), "SLOs met", "vs baseline"]
+OVERVIEW_HEADERS = ["test", "outcome", "requests ok", *(header for header, *_ in OVERVIEW), "SLOs met", "vs baseline"]
 SLO_HEADERS = ["metric", "threshold", "measured", "margin", "status"]
 
 
@@ -35,7 +37,7 @@ def overview_row(record: Mapping[str, Any]) -> list[str]:
     """The summary table's row of one stored result (:data:`OVERVIEW_HEADERS`)."""
     summary = record["summary"]
     counts = summary.get("requests", {})
-    row = [record["test"], f"{counts.get('ok', 0)}/{counts.get('planned', 0)}"]
+    row = [record["test"], headline(record).status, f"{counts.get('ok', 0)}/{counts.get('planned', 0)}"]
     row += [format_value(metric, summary.get(metric, {}).get(stat)) for _, metric, stat in OVERVIEW]
     checks = record.get("slo") or []
     row.append(f"{sum(bool(c['passed']) for c in checks)}/{len(checks)}" if checks else "-")
@@ -93,8 +95,9 @@ def tightness(check: Check) -> float:
 
 @dataclass(frozen=True)
 class Headline:
-    """A test at a glance: ``status`` PASS (every SLO met), FAIL (one breached) or NO SLOS;
-    ``slos`` (``2/2 SLOs met``); ``closest``: the breached SLO furthest over, else the met one
+    """A test at a glance: ``status`` FAIL (an SLO breached, or ``failed``), else PASS (every SLO
+    met) or NO SLOS; ``failed``: what else failed the test, from the record's ``failed_by``
+    (``regressions fail the test (--llm-fail-on-regression)``); ``slos`` (``2/2 SLOs met``); ``closest``: the breached SLO furthest over, else the met one
     closest to its threshold (``==`` SLOs have no headroom and are left out), with its measured
     value and margin; ``verdict``: the comparison's (:func:`comparison_cell`); ``interrupted``:
     ``interrupted by SIGINT`` when a signal stopped the run (its figures cover part of the workload)."""
@@ -104,10 +107,14 @@ class Headline:
     closest: str | None
     verdict: str
     interrupted: str | None = None
+    failed: str | None = None
+
+    def details(self) -> list[str]:
+        """Every part after the status, in order."""
+        return [part for part in (self.failed, self.interrupted, self.slos, self.closest, f"vs baseline: {self.verdict}") if part]
 
     def text(self) -> str:
-        parts = [self.status] + ([self.interrupted] if self.interrupted else []) + [self.slos] + ([self.closest] if self.closest else []) + [f"vs baseline: {self.verdict}"]
-        return " · ".join(parts)
+        return " · ".join([self.status, *self.details()])
 
 
 def headline(record: Mapping[str, Any]) -> Headline:
@@ -120,6 +127,9 @@ def headline(record: Mapping[str, Any]) -> Headline:
         status, slos = "FAIL", f"{breached} of {len(entries)} SLOs breached"
     else:
         status, slos = "PASS", f"{len(entries)}/{len(entries)} SLOs met"
+    failed = "; ".join(record.get("failed_by") or ()) or None
+    if failed:
+        status = "FAIL"
     candidates = [c for c in checks if not c.passed] or [c for c in checks if c.slo.op != "=="]
     closest = None
     if candidates:
@@ -130,7 +140,7 @@ def headline(record: Mapping[str, Any]) -> Headline:
         else:
             closest = f"{'worst' if not check.passed else 'closest'}: {key} {measured} vs {threshold}, margin {margin}"
     interrupted = f"interrupted by {record['interrupted']}" if record.get("interrupted") else None
-    return Headline(status, slos, closest, comparison_cell(record.get("comparison")), interrupted)
+    return Headline(status, slos, closest, comparison_cell(record.get("comparison")), interrupted, failed)
 
 
 def comparison_rows(comparison: Mapping[str, Any]) -> list[list[str]]:

@@ -138,12 +138,15 @@ class Store:
         folder = result_folder(test)
         return [f"{folder}/{name}" for name in sorted(self.names(folder)) if name.startswith(f"{commit[:12]}-") and name.endswith(".json")]
 
-    def latest(self, test: str, commits: Iterable[str]) -> str | None:
-        """The key of the newest stored result of ``test`` at the first of ``commits`` that has one."""
+    def newest_complete(self, test: str, commits: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
+        """(key, record) of the newest stored result of ``test`` that was not interrupted (no
+        ``"interrupted"``: it measured its whole workload), at the first of ``commits`` holding
+        one; None when none does. What a comparison takes as a baseline."""
         for commit in commits:
-            found = self.stored(test, commit)
-            if found:
-                return found[-1]
+            for key in reversed(self.stored(test, commit)):
+                record = self.read(key)
+                if not record.get("interrupted"):
+                    return key, record
         return None
 
     def read(self, key: str) -> dict[str, Any]:
@@ -472,8 +475,10 @@ def _toplevel(rootdir: Path) -> Path:
 def open_store(text: str, rootdir: str | Path) -> Store:
     """The store ``text`` names: ``git:REMOTE#REF``, ``SCHEME://...`` (``file://`` a folder, any
     other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
-    (:meth:`Store.check` does that); an unknown scheme, a missing extra or a password in the URL
-    is an :class:`LLMReplayError`."""
+    (:meth:`Store.check` does that); an empty ``text``, an unknown scheme, a missing extra or a
+    password in the URL is an :class:`LLMReplayError`."""
+    if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
+        raise LLMReplayError("empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX")
     rootdir = Path(rootdir)
     if text.startswith("git:"):
         return git_store(text, rootdir)

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -94,7 +95,8 @@ def test_convert_trie_through_llmservingsim_and_back(capsys, tmp_path, shared_da
     source = shared_data / "trie/office_work_8k_slice.jsonl"
     middle, back = tmp_path / "sim.jsonl", tmp_path / "back.jsonl"
     code, _, err = run(capsys, "convert", str(source), str(middle), "--to", "llmservingsim")
-    assert code == 1 and "would lose: untimed workload" in err and "--allow-loss" in err
+    assert code == 1 and "would lose: untimed workload" in err
+    assert err.endswith(". Pass --allow-loss to convert anyway\n"), err  # once: "Pass --allow-loss (--allow-loss True)"
     assert not middle.exists()
     assert run(capsys, "convert", str(source), str(middle), "--to", "llmservingsim", "--allow-loss")[0] == 0
     assert run(capsys, "convert", str(middle), str(back), "--to", "trie", "--allow-loss")[0] == 0
@@ -128,7 +130,8 @@ def test_convert_refuses_to_overwrite_its_input_however_spelt(capsys, tmp_path, 
     original = source.read_bytes()
     (tmp_path / "sub").mkdir()
     (tmp_path / "link.jsonl").symlink_to(source)
-    for target in (source, tmp_path / "sub" / ".." / "trace.jsonl", tmp_path / "link.jsonl"):
+    os.link(source, tmp_path / "hard.jsonl")  # the same file by another name: writing it writes the input
+    for target in (source, tmp_path / "sub" / ".." / "trace.jsonl", tmp_path / "link.jsonl", tmp_path / "hard.jsonl"):
         code, out, err = run(capsys, "convert", str(source), str(target), "--to", "llmservingsim", "--allow-loss")
         assert code == 1 and out == ""
         assert err == f"error: {target}: is the input workload {source} itself; write to another path (the input would be overwritten)\n"
@@ -139,8 +142,10 @@ def test_convert_into_a_folder_of_its_input_payloads_is_refused(capsys, tmp_path
     folder = tmp_path / "sessions"
     folder.mkdir()
     (folder / "a.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
-    code, _, err = run(capsys, "convert", str(folder), str(folder / "a.jsonl"), "--to", "aiperf-payloads")
-    assert code == 1 and "is the input workload" in err
+    os.link(folder / "a.jsonl", tmp_path / "hard.jsonl")
+    for target in (folder / "a.jsonl", tmp_path / "hard.jsonl"):
+        code, _, err = run(capsys, "convert", str(folder), str(target), "--to", "aiperf-payloads")
+        assert code == 1 and "is the input workload" in err
     assert (folder / "a.jsonl").read_text().startswith('{"messages"')
 
 
@@ -207,6 +212,8 @@ def test_every_replay_setting_of_run_is_an_option_named_after_it():
     assert spelled("warmup_s: expected a number >= 0", names) == "--warmup-seconds: expected a number >= 0"
     assert spelled("grace_s: x; see format= and block_size=16, not http://h/?seed=1 or synthetic.rate: 2", names) == (
         "--grace: x; see --format and --block-size 16, not http://h/?seed=1 or synthetic.rate: 2")
+    convert = build_parser().parse_args(["convert", "a", "b", "--to", "trie"]).option_names
+    assert spelled("x would lose: y. Pass allow_loss=True to convert anyway", convert) == "x would lose: y. Pass --allow-loss to convert anyway"
 
 
 @pytest.mark.parametrize(("argv", "status", "message"), [

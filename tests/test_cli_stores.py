@@ -53,6 +53,25 @@ def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
     assert f"Compared with A ({tmp_path}/results/llmreplay_run_w.jsonl-" in printed
 
 
+def test_compare_store_never_takes_an_interrupted_result(repo, tmp_path, capsys):
+    """The newest result at a commit was interrupted (marked as a signal marks it, see
+    test_replay_http.py): compare --store takes the newest complete one, or says there is none."""
+    store = tmp_path / "results"
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        assert run(server.url, "--save-to", str(store)) == 0
+        assert run(server.url, "--save-to", str(store)) == 0
+    complete, newest = sorted(store.glob("*/*.json"), key=lambda p: p.name.split("-", 1)[1])
+    newest.write_text(json.dumps({**json.loads(newest.read_text()), "interrupted": "SIGINT"}))
+    capsys.readouterr()
+    main(["compare", "--store", str(store), "--test", TEST, "main", "main"])
+    assert f"Compared with A ({store}/{complete.parent.name}/{complete.name}" in capsys.readouterr().out
+    complete.write_text(json.dumps({**json.loads(complete.read_text()), "interrupted": "SIGTERM"}))
+    assert main(["compare", "--store", str(store), "--test", TEST, "main", "main"]) == 3
+    head = git(repo, "rev-parse", "HEAD")[:12]
+    assert capsys.readouterr().err == (f"error: --store: no stored result of {TEST!r} at main ({head}) in {store}: "
+                                       "only interrupted ones, which measured part of their workload and are never compared\n")
+
+
 def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
     status = main(["compare", "--store", str(tmp_path / "empty"), "--test", TEST, "main", "main"])
     assert status == 3  # compare's status for bad input
@@ -80,6 +99,8 @@ def test_compare_store_names_a_ref_git_cannot_resolve(repo, tmp_path, capsys, re
 def test_compare_store_needs_a_test(repo, capsys):
     assert main(["compare", "--store", "x", "a", "b"]) == 3
     assert capsys.readouterr().err == "error: --store needs --test: the stored test whose results to compare\n"
+    assert main(["compare", "--store", "", "--test", TEST, "a", "b"]) == 3  # once: "--test is read with --store only"
+    assert capsys.readouterr().err == "error: --store: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX\n"
 
 
 def test_a_bad_save_to_store_fails_before_the_run(repo, capsys, refused_url):

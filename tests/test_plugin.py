@@ -101,6 +101,19 @@ def test_a_file_where_a_folder_is_expected_is_a_usage_error(project, option):
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
+@pytest.mark.parametrize(("option", "expected"), [
+    ("--llm-baseline-dir", "a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX"),  # once: results written into the rootdir
+    ("--llm-report", "a folder for the reports"),  # once: no report, silently
+])
+def test_an_empty_folder_option_is_a_usage_error(project, option, expected):
+    project.makepyfile("def test_x(): raise AssertionError('must not run')")
+    result = project.runpytest(f"{option}=", "--llm-save")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{option} / {option[2:].replace('-', '_')}: empty; expected {expected}"])
+    assert "must not run" not in result.stdout.str()
+    assert sorted(p.name for p in project.path.iterdir() if p.is_dir()) == []  # no result folder in the rootdir
+
+
 @pytest.mark.parametrize("key", ["llm_save", "llm_offline", "llm_fail_on_regression", "llm_ignore_eos"])
 def test_a_bad_true_false_ini_value_names_its_key_before_anything_runs(project, key):
     project.makepyfile("def test_x(): raise AssertionError('must not run')")

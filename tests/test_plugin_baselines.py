@@ -353,6 +353,20 @@ def test_reports_show_the_comparison_and_the_baseline_cdf(project):
     assert properties["llmreplay.change.tpot.p50"] > 0.5
 
 
+def test_reports_say_fail_when_the_regression_gate_failed_the_test(project):
+    """Every SLO met, but --llm-fail-on-regression failed the test: the reports' headline and
+    summary table say FAIL, as pytest does, and why."""
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression", "--llm-report", "rep").assert_outcomes(failed=1)
+    assert report_of(project.path)["failed_by"] == ["regressions fail the test (--llm-fail-on-regression)"]
+    summary = (project.path / "rep" / "summary.md").read_text()
+    assert re.search(rf"^\| {re.escape(TEST_ID)} +\| FAIL +\| .*\| 1/1 +\| REGRESSION: ttft\.p50, .*\|$", summary, re.M), summary
+    assert "**FAIL · regressions fail the test (--llm-fail-on-regression) · 1/1 SLOs met · " in summary
+    page = (project.path / "rep" / "index.html").read_text()
+    assert '<p class="headline fail"><span class="status">FAIL</span> · regressions fail the test (--llm-fail-on-regression) · 1/1 SLOs met' in page
+    assert "<td class='breach'>FAIL</td>" in page  # the summary table's outcome
+
+
 def test_report_of_a_fingerprint_mismatch(project):
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-compare", "--llm-report", "rep").assert_outcomes(passed=1)

@@ -984,8 +984,8 @@ def test_report_dir_has_every_test_and_the_session_summary(project):
         assert len(csv_lines) == 1 + 8  # a header and one row per request
     summary = (folder / "summary.md").read_text()
     assert summary.startswith("## llmreplay: 2 perf tests\n")
-    assert re.search(r"^\| test_rep\.py::test_chat +\| 8/8 .*\| 1/1 +\| - +\|$", summary, re.M), summary
-    assert re.search(r"^\| test_rep\.py::test_breach +\| 8/8 .*\| 0/1 +\| - +\|$", summary, re.M), summary
+    assert re.search(r"^\| test_rep\.py::test_chat +\| PASS +\| 8/8 .*\| 1/1 +\| - +\|$", summary, re.M), summary
+    assert re.search(r"^\| test_rep\.py::test_breach +\| FAIL +\| 8/8 .*\| 0/1 +\| - +\|$", summary, re.M), summary
     assert "### test_rep.py::test_breach" in summary and "BREACH" in summary
     page = (folder / "index.html").read_text()
     assert page.startswith("<!doctype html>")

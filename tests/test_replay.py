@@ -6,7 +6,10 @@ A fake in-process endpoint answers every request after ``ttft`` seconds and then
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import signal
 
 import pytest
 
@@ -14,7 +17,7 @@ from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.endpoints import EndpointRequest, Response
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.driver import ReplaySettings, replay, session_plan
+from pytest_llmreplay.driver import Replay, ReplaySettings, replay, session_plan
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
 
@@ -182,6 +185,25 @@ def test_duration_limit_stops_admitting_then_cancels_after_grace(prompts):
     assert [len(r.chunk_times) for r in cancelled] == [3, 2]
     assert all(r.error is None and r.end_s == pytest.approx(5.5) for r in cancelled)
     assert result.duration_s == pytest.approx(5.5)
+
+
+def test_a_signal_before_the_replay_started_says_nothing_was_sent(prompts):
+    """SIGINT while the endpoint opens (the run has no start yet): the warning says so, with no
+    time (once a clock reading since boot was printed as the time into the run)."""
+    class SignalledWhileOpening(FakeEndpoint):
+        async def open(self, clock, concurrency):
+            await super().open(clock, concurrency)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # until the driver's handler has run on the loop
+                if driver.interrupted:
+                    break
+                await asyncio.sleep(0)
+
+    endpoint = SignalledWhileOpening()
+    driver = Replay(flat(0, 1), endpoint, prompts, ReplaySettings(prompt_format="ids"), clock=VirtualClock(), stop_on_signals=True)
+    result = driver.run()
+    assert result.interrupted == "SIGINT" and endpoint.sent == [] and result.records == []
+    assert result.warnings == ["interrupted by SIGINT before the replay started: nothing was sent"]
 
 
 def test_duration_limit_does_not_start_a_turn_after_the_deadline(prompts):

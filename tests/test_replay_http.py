@@ -189,8 +189,8 @@ def test_cli_run_with_a_server_that_fails_to_start_says_so_once(tmp_path, capsys
 def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, signum):
     workload = tmp_path / "w.jsonl"
     workload.write_text("".join(json.dumps({"input_toks": 40, "output_toks": 4, "arrival_time_ns": i * 200_000_000}) + "\n" for i in range(40)))
-    out = tmp_path / "out"
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions", "--out", str(out)]
+    out, store = tmp_path / "out", tmp_path / "store"
+    command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions", "--out", str(out), "--save-to", str(store)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while server.server.completions_count < 3 and time.monotonic() < deadline and process.poll() is None:
@@ -199,9 +199,14 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
     stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signum, stderr
     assert f"warning: interrupted by {signum.name} at " in stdout and "Traceback" not in stderr
-    counts = json.loads((out / "result.json").read_text())["summary"]["requests"]
+    result = json.loads((out / "result.json").read_text())
+    counts = result["summary"]["requests"]
     assert counts["ok"] + counts["cancelled"] >= 3 and 1 <= counts["ok"] < 40 and counts["planned"] == 40
     assert len((out / "requests.csv").read_text().splitlines()) == 1 + counts["ok"] + counts["cancelled"]
+    # marked as the plugin marks its interrupted results: never taken as a baseline
+    (saved,) = store.glob("*/*.json")
+    assert result["interrupted"] == json.loads(saved.read_text())["interrupted"] == signum.name
+    assert f"saved {saved} (marked interrupted: never used as a comparison baseline)" in stdout
 
 
 @pytest.mark.parametrize(
@@ -212,6 +217,8 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
         (["--header", "novalue"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'novalue'"),
         (["--header", "Bad Name:v"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'Bad Name:v'"),
         (["--out", "afile"], "error: --out: afile is a file; expected a folder for result.json and requests.csv"),
+        (["--out", ""], "error: --out: empty; expected a folder for result.json and requests.csv"),  # once: nothing written, silently
+        (["--save-to", ""], "error: --save-to: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX"),
         (["--tokenizer", "/nonexistent/tok.json"], "error: tokenizer '/nonexistent/tok.json': no such file or folder"),
         (["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"], "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set"),
         (["--mode", "rate"], "error: --rate: mode 'rate' needs a rate (sessions per second)"),

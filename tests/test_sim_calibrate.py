@@ -62,7 +62,52 @@ def test_the_command_writes_a_profile_the_simulator_loads(sim_url, tmp_path, cap
     assert profile.name == "calibrated" and profile.engine.max_num_seqs == 64
     assert json.loads(out.read_text())["timing"]["prefill"]["tokens"] == [128, 512]
     printed = capsys.readouterr().out
-    assert "prefill 128 tokens" in printed and f"wrote {out}" in printed
+    assert "prefill 128 tokens" in printed
+    assert printed.endswith(f"wrote {out}: use it with --llm-sim-profile={out} or llmreplay sim --profile {out}\n")  # = keeps pytest's rootdir
+
+
+SWEEP = ["--prefill-tokens", "128", "--decode-seqs", "1", "--decode-output-tokens", "8", "--repeats", "1"]
+
+
+def test_the_out_folder_is_made_before_the_sweep(sim_url, tmp_path, capsys):
+    out = tmp_path / "new" / "sub" / "p.json"
+    assert main(["calibrate", "--endpoint", sim_url, "--out", str(out), *SWEEP]) == 0
+    assert load_profile(out).name == "p"
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    ("", "error: --out: empty; expected a file for the simulator profile\n"),
+    (".", "error: --out: . is a folder; expected a file for the simulator profile\n"),
+    ("afile/p.json", "error: --out: afile is a file; expected a folder for the simulator profile\n"),
+])
+@pytest.mark.parametrize("source", [["--endpoint", "URL"], ["--from-run", "run.jsonl", "--workload", "w.jsonl", "--profile", PROFILE]])
+def test_a_bad_out_is_one_line_before_anything_is_measured(out, message, source, tmp_path, monkeypatch, capsys, refused_url):
+    """Checked first: neither the server (nothing listens there) nor the run file (there is none)
+    is reached; once this came as a traceback after the whole sweep or fit."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    argv = [refused_url if arg == "URL" else arg for arg in source]
+    assert main(["calibrate", *argv, "--out", out]) == 1
+    assert capsys.readouterr().err == message
+
+
+def test_a_profile_that_cannot_be_written_after_the_sweep_is_printed_not_lost(sim_url, tmp_path, monkeypatch, capsys):
+    from pytest_llmreplay.sim import calibrate as module
+
+    folder = tmp_path / "gone"
+    measure = module.calibrate
+
+    def measure_then_lose_the_folder(*args, **kwargs):
+        found = measure(*args, **kwargs)
+        folder.rmdir()  # the folder went away while the server was measured
+        return found
+
+    monkeypatch.setattr(module, "calibrate", measure_then_lose_the_folder)
+    assert main(["calibrate", "--endpoint", sim_url, "--out", str(folder / "p.json"), *SWEEP]) == 1
+    out, err = capsys.readouterr()
+    assert err == f"error: --out: cannot write {folder / 'p.json'} (No such file or directory); the profile is printed above on stdout, save it from there\n"
+    printed = json.loads(out[out.index("\n{\n") + 1:])
+    assert printed["name"] == "p" and printed["timing"]["prefill"]["tokens"] == [128]
 
 
 def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):

@@ -140,9 +140,9 @@ def test_save_from_many_processes_at_once(tmp_path):
     assert_all_distinct_and_readable(saved, root / result_folder(record()["test"]), 80)
 
 
-def put(store, test, commit, stamp, pid=1, token="aa"):
+def put(store, test, commit, stamp, pid=1, token="aa", **more):
     """A stored file with a chosen time stamp in its name."""
-    return write_new(store.root / result_folder(test) / f"{commit[:12]}-{stamp}-{pid}-{token}.json", record(test=test, commit=commit))
+    return write_new(store.root / result_folder(test) / f"{commit[:12]}-{stamp}-{pid}-{token}.json", record(test=test, commit=commit, **more))
 
 
 def test_stored_oldest_first_and_only_that_commit_and_test(tmp_path):
@@ -159,22 +159,38 @@ def test_stored_oldest_first_and_only_that_commit_and_test(tmp_path):
     assert store.stored("never saved", c1) == []
 
 
-def test_latest_is_the_newest_at_the_first_commit_that_has_one(tmp_path):
+def newest_key(store, test, commits):
+    found = store.newest_complete(test, commits)
+    return None if found is None else found[0]
+
+
+def test_newest_complete_is_the_newest_at_the_first_commit_that_has_one(tmp_path):
     store = FolderStore(tmp_path)
     c1, c2, c3 = "1" * 40, "2" * 40, "3" * 40
     put(store, "t", c2, "20240101T000000000000Z")
     newest_c2 = put(store, "t", c2, "20240105T000000000000Z")
     put(store, "t", c1, "20250101T000000000000Z")  # newer in time, but an older commit
-    assert store.latest("t", [c3, c2, c1]) == key(newest_c2)
-    assert store.latest("t", [c3]) is None
-    assert store.latest("t", []) is None
+    assert newest_key(store, "t", [c3, c2, c1]) == key(newest_c2)
+    assert store.newest_complete("t", [c3, c2, c1])[1] == record(test="t", commit=c2)
+    assert newest_key(store, "t", [c3]) is None
+    assert newest_key(store, "t", []) is None
+
+
+def test_newest_complete_skips_interrupted_results(tmp_path):
+    store = FolderStore(tmp_path)
+    c1, c2 = "1" * 40, "2" * 40
+    complete = put(store, "t", c2, "20240101T000000000000Z")
+    put(store, "t", c2, "20240105T000000000000Z", interrupted="SIGINT")  # newer, but measured part of its workload
+    put(store, "t", c1, "20250101T000000000000Z", interrupted="SIGTERM")
+    assert newest_key(store, "t", [c2, c1]) == key(complete)
+    assert newest_key(store, "t", [c1]) is None  # only an interrupted one there
 
 
 def test_saved_files_sort_in_saving_order(tmp_path):
     store = FolderStore(tmp_path)
     paths = [key(Path(store.save(record(summary={"n": i})))) for i in range(5)]
     assert store.stored(record()["test"], "a" * 40) == paths
-    assert store.latest(record()["test"], ["a" * 40]) == paths[-1]
+    assert newest_key(store, record()["test"], ["a" * 40]) == paths[-1]
     assert store.read(paths[-1])["summary"] == {"n": 4}
 
 
@@ -261,7 +277,7 @@ def exercise(store) -> None:
     store.save(record(commit="b" * 40))
     keys = store.stored(record()["test"], "a" * 40)
     assert len(keys) == 2 and first.endswith(keys[0]) and second.endswith(keys[1])
-    assert store.latest(record()["test"], ["c" * 40, "a" * 40, "b" * 40]) == keys[1]
+    assert newest_key(store, record()["test"], ["c" * 40, "a" * 40, "b" * 40]) == keys[1]
     assert store.read(keys[1])["summary"] == {"n": 2}
     with pytest.raises(FileExistsError):
         store.add(keys[0], b"{}")
@@ -388,7 +404,7 @@ def test_git_store_saves_on_the_ref_and_another_clone_reads_it(remote):
     assert files == [saved.split(" ", 1)[1]]
     other = open_store("git:origin#refs/llmreplay/results", job2)
     other.check(writing=False)
-    found = other.latest(record()["test"], ["a" * 40])
+    found = newest_key(other, record()["test"], ["a" * 40])
     assert other.read(found) == record()
     assert not list((store.work / "outbox").glob("*/*.json"))  # pushed: the outbox is empty
 

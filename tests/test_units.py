@@ -102,6 +102,18 @@ def test_headline_of_a_failing_test_names_the_worst_breach_and_the_regressions()
     assert line.verdict == "REGRESSION: ttft.p50"
 
 
+def test_headline_of_a_test_the_gate_failed_says_fail_although_its_slos_were_met():
+    # --llm-fail-on-regression failed the test (the gate's failed_by): FAIL, as pytest said, and why
+    comparison = {"baseline": "main", "mismatch": None, "rows": [{"key": "ttft.p50", "verdict": "regression"}]}
+    stored = {**record(MARKER_SLOS, comparison), "failed_by": ["regressions fail the test (--llm-fail-on-regression)"]}
+    line = headline(stored)
+    assert line.status == "FAIL" and line.slos == "3/3 SLOs met"
+    assert line.text().startswith("FAIL · regressions fail the test (--llm-fail-on-regression) · 3/3 SLOs met · closest: tpot.p50 ")
+    assert line.text().endswith(" · vs baseline: REGRESSION: ttft.p50")
+    assert overview_row(stored)[1] == "FAIL"
+    assert headline({**record([], comparison), "failed_by": ["not saved (--llm-save)"]}).status == "FAIL"  # no SLOs, still failed
+
+
 def test_headline_without_slos_and_with_only_equalities():
     assert headline(record([])).text() == "NO SLOS · no SLOs · vs baseline: -"
     only_equal = headline(record([MARKER_SLOS[2]]))
@@ -125,6 +137,6 @@ def test_an_slo_entry_that_cannot_be_read_back_is_shown_as_stored():
 
 
 def test_overview_row_and_endpoint_are_readable():
-    assert overview_row(record(MARKER_SLOS)) == ["t.py::test_x", "8/8", "40.04 ms", "128.8 ms", "7.5 ms", "12.5 s", "40%", "21,790 tok/s", "3/3", "-"]
+    assert overview_row(record(MARKER_SLOS)) == ["t.py::test_x", "PASS", "8/8", "40.04 ms", "128.8 ms", "7.5 ms", "12.5 s", "40%", "21,790 tok/s", "3/3", "-"]
     assert endpoint_text(record([])["fingerprint"]) == "kind offline, model m, hardware.gpu H100, hardware.count 1"
     assert endpoint_text(None) == "unknown"

@@ -8,6 +8,7 @@ AIPerf payload files) unless one is named, and passes format options (e.g. Moonc
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
@@ -161,8 +162,13 @@ def write_workload(workload: Workload, path: str | Path, to: str, *, allow_loss:
 
 def _overwrites(source: Path, target: Path) -> bool:
     """Whether writing ``target`` replaces ``source`` or a file inside it (a folder of payload
-    files), whatever the spelling of either path (relative, ``..``, symbolic links)."""
+    files), whatever the spelling of either path (relative, ``..``, symbolic links) and whatever
+    its name (a hard link: the same file, written in place)."""
     if not source.exists():
         return False
+    if target.is_file():
+        inputs = [source] if source.is_file() else [path for path in source.rglob("*") if path.is_file()]
+        if any(os.path.samefile(target, path) for path in inputs):
+            return True
     source, target = source.resolve(), target.resolve()
     return target == source or (source.is_dir() and source in target.parents)

@@ -31,7 +31,7 @@ class Losses:
         notes = [f"{reason} ({count}x)" if count > 1 else reason for reason, count in self.reasons.items()]
         if notes and not allow_loss:
             raise LLMReplayError(
-                f"converting to {self.target} would lose: " + "; ".join(notes) + ". Pass --allow-loss (allow_loss=True) to convert anyway"
+                f"converting to {self.target} would lose: " + "; ".join(notes) + ". Pass allow_loss=True to convert anyway"  # llmreplay convert: "Pass --allow-loss"
             )
         return notes
 
