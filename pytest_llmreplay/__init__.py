@@ -30,7 +30,7 @@ _EXPORTS = {
     "ServerProcess": "server_process",
     "PromptFactory": "prompts",
     "ReplaySettings": "driver",
-    "RequestRecord": "driver",
+    "RequestRecord": "run_records",
     "replay": "driver",
     "Result": "metrics",
     "VirtualClock": "clock",

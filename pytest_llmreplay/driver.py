@@ -31,7 +31,7 @@ keys, not generated; ids for agent chains), which only in-process endpoints unde
 Session order (concurrency and rate modes): ``sequential``, ``shuffled`` (a seeded permutation
 per pass) or ``sampled`` (seeded draws with replacement), as AIPerf offers for inputs.json.
 
-Every request yields a :class:`RequestRecord`, whatever happened to it; a failed request ends its
+Every request yields a :class:`~pytest_llmreplay.run_records.RequestRecord`, whatever happened to it; a failed request ends its
 session (an agent cannot go on without the answer). Times in records are seconds from the start.
 
 Interrupts: with ``stop_on_signals`` (the command line's), SIGINT (Ctrl-C) or SIGTERM stops the
@@ -52,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any, Callable, Iterator
 
@@ -60,6 +60,7 @@ from .clock import Clock, WallClock
 from .endpoints import Endpoint, EndpointRequest, Response, describe_error
 from .errors import LLMReplayError
 from .prompts import Conversation, PromptFactory, extends_previous
+from .run_records import ReplayRun, RequestRecord
 from .workload import HashBlocks, Session, Synthetic, Workload
 
 MODES = ("auto", "timestamps", "concurrency", "rate")
@@ -138,73 +139,6 @@ class ReplaySettings:
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise LLMReplayError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
-
-
-@dataclass
-class RequestRecord:
-    """Everything measured about one request. Times are seconds from the start of the run
-    (None: it never happened); ``cached_tokens`` is None when the server does not report it.
-
-    ``status``: ``ok``, ``failed`` (``error`` says why: ``kind: detail``) or ``cancelled`` (in
-    flight when the duration limit's grace ran out). ``history``: where the previous response
-    in this prompt came from (``server``/``planned``), None for turns that do not extend one.
-    """
-
-    session_id: str
-    session_index: int
-    turn_index: int
-    turns_in_session: int
-    status: str
-    scheduled_s: float
-    sent_s: float | None = None
-    first_token_s: float | None = None
-    last_token_s: float | None = None
-    end_s: float | None = None
-    chunk_times: list[float] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    planned_prompt_tokens: int | None = None
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    planned_output_tokens: int | None = None
-    output_tokens: int = 0
-    error: str | None = None
-    history: str | None = None
-    warmup: bool = False
-    queue_s: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class WorkerOutcome:
-    """One worker process of a run on workers (:mod:`~pytest_llmreplay.workers`): where it ran,
-    its share of the plan, its own client figures (schedule lag p50/p99 in seconds, effective
-    concurrency, from the same metrics as the whole run's), and ``died``: why it ended early."""
-
-    index: int
-    where: str
-    planned_requests: int
-    records: int = 0
-    schedule_lag_p50: float | None = None
-    schedule_lag_p99: float | None = None
-    effective_concurrency: float | None = None
-    died: str | None = None
-
-
-@dataclass
-class ReplayRun:
-    """The raw outcome of a replay: records (in schedule order), warnings, and the run's span;
-    ``workers``: one outcome per worker process when the run was split over workers."""
-
-    records: list[RequestRecord]
-    warnings: list[str]
-    settings: dict[str, Any]
-    workload: str
-    endpoint: str
-    duration_s: float
-    planned_requests: int
-    interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
-    stopped: str | None = None  # why Replay.stop ended the run early
-    workers: list[WorkerOutcome] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import LLMReplayError
-from .driver import ReplayRun, RequestRecord
+from .run_records import ReplayRun, RequestRecord
 from .endpoints import TOKENS_SO_FAR
 from .metric_names import REQUEST_METRICS, SESSION_METRICS
 

@@ -53,7 +53,8 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from .driver import Replay, ReplayRun, ReplaySettings, RequestRecord, session_plan
+from .driver import Replay, ReplaySettings, session_plan
+from .run_records import ReplayRun, RequestRecord
 from .errors import LLMReplayError
 from .metrics import Result
 from .prompts import PromptFactory

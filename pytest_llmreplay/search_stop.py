@@ -35,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from .driver import RequestRecord
+from .run_records import RequestRecord
 from .history import t_quantile
 from .metrics import latency, tpot, ttft
 from .slo import OPERATORS, SLO

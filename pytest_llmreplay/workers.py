@@ -31,7 +31,7 @@ The rules:
   tail, when one worker's queue is empty first, fewer than C sessions are in flight.
 - **Merge**: the records come back (polled every :data:`POLL_S` while the run goes on), are
   sorted in schedule order, warm-up is marked over the whole run, and the run is one
-  :class:`~pytest_llmreplay.driver.ReplayRun` with the whole run's settings, so the Result, the
+  :class:`~pytest_llmreplay.run_records.ReplayRun` with the whole run's settings, so the Result, the
   baseline, the reports and the gate are those of a single-process run; ``workers`` adds each
   worker's own schedule lag and effective concurrency.
 - **A worker that dies** (killed, its node lost) is reported: every request of its part that
@@ -55,10 +55,9 @@ from operator import attrgetter
 from typing import Any, Callable, Sequence
 
 from .clock import WallClock
-from .driver import (
-    Part, Replay, ReplayRun, ReplaySettings, RequestRecord, WorkerOutcome, arrival_offsets, check_warmup, mark_warmup, session_plan,
-)
+from .driver import Part, Replay, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
 from .errors import LLMReplayError
+from .run_records import ReplayRun, RequestRecord, WorkerOutcome
 from .workload import Workload
 
 RAY_EXTRA = "pip install 'pytest-llmreplay[ray]'"

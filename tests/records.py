@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_llmreplay.metrics import Result
-from pytest_llmreplay.driver import ReplayRun, RequestRecord
+from pytest_llmreplay.run_records import ReplayRun, RequestRecord
 
 
 def rec(

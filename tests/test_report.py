@@ -7,7 +7,7 @@ import re
 from records import make, rec
 
 from pytest_llmreplay.metrics import Result
-from pytest_llmreplay.driver import RequestRecord
+from pytest_llmreplay.run_records import RequestRecord
 from pytest_llmreplay.report import render
 
 

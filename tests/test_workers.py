@@ -22,7 +22,8 @@ from mockserver import MockConfig, MockServer, ServerThread, free_port
 from rayhead import RayHead
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.clock import VirtualClock
-from pytest_llmreplay.driver import Part, ReplaySettings, RequestRecord, replay
+from pytest_llmreplay.driver import Part, ReplaySettings, replay
+from pytest_llmreplay.run_records import RequestRecord
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.metrics import Result, tpot, ttft
