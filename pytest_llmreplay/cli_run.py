@@ -152,7 +152,7 @@ def _record(result: Any, args: argparse.Namespace, digest: str, fingerprint: dic
 
     if fingerprint is None:
         try:
-            fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
+            fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
         except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
             fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
     workload = {"path": args.file, "format": args.format, "digest": digest}

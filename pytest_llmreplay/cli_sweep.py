@@ -61,7 +61,7 @@ def live_target(args: argparse.Namespace, prompts: Any) -> Any:
         check_endpoint_url(args.endpoint)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--endpoint: {exc}") from None
-    fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
+    fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
     return Target("live", args.endpoint, model=fingerprint["model"], api=args.api, api_key_env=args.api_key_env, prompts=prompts, fingerprint=fingerprint)
 
 

@@ -143,7 +143,7 @@ class LLMSession:
         if self.kind == "live":
             model = option(self.config, "llm_model") or None
             key_env = option(self.config, "llm_api_key_env") or None
-            fingerprint = live_fingerprint(self.endpoint_url, model, key_env)
+            fingerprint = live_fingerprint(self.endpoint_url, model, "--llm-endpoint", key_env)
             target = Target("live", self.endpoint_url, model=fingerprint["model"], model_named=model is not None, api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint,
                             extra_body=self.extra_body)
         else:

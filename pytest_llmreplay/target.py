@@ -162,9 +162,11 @@ def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, st
     return server
 
 
-def live_fingerprint(url: str, model: str | None, api_key_env: str | None = None) -> dict[str, Any]:
+def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str | None = None) -> dict[str, Any]:
     """kind, model and server version of a live server: ``GET /version`` (vLLM, SGLang, our
-    simulator), else the model list's ``owned_by``; the model is the first served one unless named."""
+    simulator), else the model list's ``owned_by``; the model is the first served one unless named.
+    A server whose ``/v1/models`` cannot be read raises an error naming ``option`` (the option
+    that gave ``url``) and the URL."""
     import os
 
     import httpx
@@ -181,9 +183,9 @@ def live_fingerprint(url: str, model: str | None, api_key_env: str | None = None
             listing.raise_for_status()
             served = listing.json()["data"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise LLMReplayError(f"--llm-endpoint {url}: cannot read /v1/models ({describe_error(exc)})") from None
+        raise LLMReplayError(f"{option} {url}: cannot read /v1/models ({describe_error(exc)})") from None
     if not served:
-        raise LLMReplayError(f"--llm-endpoint {url}: /v1/models lists no model")
+        raise LLMReplayError(f"{option} {url}: /v1/models lists no model")
     chosen = next((m for m in served if m.get("id") == model), served[0]) if model else served[0]
     if version is None:
         version = str(chosen.get("owned_by") or "unknown")

@@ -180,3 +180,9 @@ def test_sweep_sim_names_the_http_options_it_ignores(capsys, workload):
     code, _, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "tpot.p90<1s", "--budget", "4", "--model", "m", "--api", "completions")
     assert code == 0, err
     assert "warning: --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)" in err.splitlines()
+
+
+def test_sweep_names_its_own_option_for_an_endpoint_without_a_model_list(capsys, workload):
+    code, out, err = run(capsys, "sweep", workload, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft.p99<1s")
+    assert code == 3 and out == ""
+    assert err.startswith("error: --endpoint http://127.0.0.1:9: cannot read /v1/models (") and len(err.strip().splitlines()) == 1
