@@ -54,15 +54,16 @@ def sim_target(profile_name: str, prompts: Any) -> Any:
 
 
 def live_target(args: argparse.Namespace, prompts: Any) -> Any:
+    """``--endpoint URL``: the live server as the plugin's ``--llm-endpoint`` makes it
+    (:func:`~.target.live_target`): ``--model``, when given, is the model sent and fingerprinted."""
     from .endpoints import check_endpoint_url
-    from .target import Target, live_fingerprint
+    from .target import live_target as make_live_target
 
     try:
         check_endpoint_url(args.endpoint)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--endpoint: {exc}") from None
-    fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
-    return Target("live", args.endpoint, model=fingerprint["model"], api=args.api, api_key_env=args.api_key_env, prompts=prompts, fingerprint=fingerprint)
+    return make_live_target(args.endpoint, args.model, "--endpoint", args.api, args.api_key_env, prompts)
 
 
 def plan_from(args: argparse.Namespace) -> Any:

@@ -6,6 +6,7 @@ import re
 from importlib.metadata import version
 
 import pytest
+from mockserver import MockServer, ServerThread
 
 from pytest_llmreplay.baseline import read_record
 from pytest_llmreplay.cli import main
@@ -180,6 +181,18 @@ def test_sweep_sim_names_the_http_options_it_ignores(capsys, workload):
     code, _, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "tpot.p90<1s", "--budget", "4", "--model", "m", "--api", "completions")
     assert code == 0, err
     assert "warning: --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)" in err.splitlines()
+
+
+def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload, tmp_path):
+    # as run and the plugin's --llm-model: --model is what every request names, not only what
+    # result.json says (the mock server serves "mock-model" first and answers any name)
+    server = MockServer()
+    with ServerThread(server) as thread:
+        code, _, err = run(capsys, "sweep", workload, "--endpoint", thread.url, "--model", "named-model", "--by", "concurrency", "--max", "2",
+                           "--slo", "ttft.p99<1s", "--max-requests", "4", "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert server.bodies and {body["model"] for body in server.bodies} == {"named-model"}
+    assert read_record(tmp_path / "out" / "result.json")["fingerprint"]["model"] == "named-model"
 
 
 def test_sweep_names_its_own_option_for_an_endpoint_without_a_model_list(capsys, workload):
