@@ -60,6 +60,7 @@ DEFAULT_TOLERANCES = {
     "ttft.p50": 0.05, "ttft.p90": 0.10, "tpot.p50": 0.05, "latency.p50": 0.05, "ttfat.p50": 0.05,
     "cache_hit_rate.mean": 0.02, "output_throughput.steady_state": 0.05,
 }
+CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
 COMPARISON_HEADERS = ["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"]
 HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
 
@@ -282,6 +283,16 @@ def tolerances(overrides: Mapping[str, Any] | None, defaults: Mapping[str, float
         else:
             merged[str(key)] = tolerance
     return merged
+
+
+def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """What comparing ``record`` with its baseline gates, each figure with its allowed change: a
+    stored capacity search's capacity alone (``capacity.rate`` or ``capacity.concurrency``,
+    :data:`CAPACITY_TOLERANCE`; its point's latencies are measured at a different load on each
+    side), else :data:`DEFAULT_TOLERANCES`; ``overrides`` (a test's ``regression``,
+    ``llmreplay compare --regression``) applied as :func:`tolerances` applies them."""
+    by = (record.get("capacity") or {}).get("plan", {}).get("by")
+    return tolerances(overrides, {f"capacity.{by}": CAPACITY_TOLERANCE} if by else DEFAULT_TOLERANCES)
 
 
 def _statistic(stat: str, draws: np.ndarray) -> np.ndarray:

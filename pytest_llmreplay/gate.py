@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, make_record, slo_rows, tolerances
+from .baseline import Comparison, compare, comparison_table, gated_tolerances, git_state, make_record, slo_rows
 from .repeats import pool_records, repeats_line
 from .errors import LLMReplayError
 from .store import Store, result_folder, write_new
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value",
                "goodput.value", "goodput.rate", "capacity.rate", "capacity.concurrency")
-
-CAPACITY_TOLERANCE = 0.05  # the change of a capacity a test allows when its regression names none
 
 
 @dataclass
@@ -139,12 +137,6 @@ class Gate:
         window = TREND_WINDOW if self.report_dir is not None else HISTORY_WINDOW
         return history_points(self.store, run.test, self.history[1], like=record, limit=window)
 
-    def _gated_keys(self, run: PerfRun) -> dict[str, float]:
-        """Each figure the comparison gates, with its tolerance."""
-        capacity = getattr(run.result, "capacity", None)
-        defaults = {f"capacity.{capacity.plan.by}": CAPACITY_TOLERANCE} if capacity is not None else DEFAULT_TOLERANCES
-        return tolerances(run.regression, defaults)
-
     def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
         label, commits = self.history
         try:
@@ -155,7 +147,7 @@ class Gate:
         except LLMReplayError as exc:
             return f"Compared with {label}: cannot read the stored result ({exc})"
         stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
-        comparison = compare(baseline, record, self._gated_keys(run), label=stored_at)
+        comparison = compare(baseline, record, gated_tolerances(record, run.regression), label=stored_at)
         if comparison.mismatch is None:
             from .history import HISTORY_WINDOW, History, gate_with_history
 
@@ -181,7 +173,7 @@ class Gate:
         if earlier is not None:  # the trend plot's series (report_trend.py), in the report only, not in the store
             from .history import trend
 
-            stored["history"] = trend(earlier, record, list(self._gated_keys(run)), self.history[0])
+            stored["history"] = trend(earlier, record, list(gated_tolerances(record, run.regression)), self.history[0])
         for old in (folder / f"{name}.json", folder / f"{name}.csv"):
             old.unlink(missing_ok=True)  # this session's rerun of the test replaces it
         write_new(folder / f"{name}.json", stored)
