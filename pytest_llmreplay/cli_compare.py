@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .cli_options import open_store_option
+from .cli_options import BAD_INPUT, open_store_option
 from .errors import LLMReplayError
 
 
@@ -73,7 +73,7 @@ def _regression_overrides(texts: list[str]) -> dict[str, str]:
     return overrides
 
 
-COMPARE_BAD_INPUT = 3  # bad usage included (cli.CommandParser): compare's 1 and 2 say what the comparison found
+COMPARE_BAD_INPUT = BAD_INPUT  # bad usage included (cli.CommandParser): compare's 1 and 2 say what the comparison found
 
 
 def add_compare_parser(commands: Any) -> None:

@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import header, ignored_with_sim, integer, load_workload_file, number, open_store_option, remember_http_only_defaults, share
+from .cli_options import BAD_INPUT, header, ignored_with_sim, integer, load_workload_file, number, open_store_option, remember_http_only_defaults, share
 from .errors import LLMReplayError
 
 # llmreplay run's exit statuses (README: "exit status"); a signal's is 128 + its number; bad input,
 # bad usage included (cli.CommandParser), is 3, as compare's and sweep's
-RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": 3, "nothing_succeeded": 4}
+RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_succeeded": 4}
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -25,12 +25,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import ignored_with_sim, integer, load_workload_file, number, remember_http_only_defaults
+from .cli_options import BAD_INPUT, ignored_with_sim, integer, load_workload_file, number, remember_http_only_defaults
 from .errors import LLMReplayError
 
 # llmreplay sweep's exit statuses (README: "Capacity at SLO"); bad input, bad usage included
 # (cli.CommandParser), is 3, as run's and compare's
-SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": 3}
+SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": BAD_INPUT}
 
 SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
 
