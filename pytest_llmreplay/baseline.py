@@ -46,7 +46,7 @@ import numpy as np
 
 from .errors import LLMReplayError
 from .repeats import check_runs, run_count, run_keys, run_samples
-from .units import format_value
+from .units import format_figure
 
 SCHEMA = 1
 BOOTSTRAP_RESAMPLES = 1000
@@ -540,9 +540,8 @@ def change_cell(change: float | None, low: float | None, high: float | None) -> 
 
 def comparison_cells(row: Row) -> list[str]:
     """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
-    metric's unit (:func:`~pytest_llmreplay.units.format_value`), the change, the allowed change
+    figure's unit (:func:`~pytest_llmreplay.units.format_figure`: a capacity by rate in req/s), the change, the allowed change
     and the verdict."""
-    metric = row.key.partition(".")[0]
     verdict = row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")
     tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
-    return [row.key, format_value(metric, row.baseline), format_value(metric, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]
+    return [row.key, format_figure(row.key, row.baseline), format_figure(row.key, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]

@@ -109,7 +109,7 @@ def test_two_capacity_searches_are_compared_on_their_capacity_as_the_gate_compar
     assert [line.split()[0] for line in printed.splitlines() if line.startswith(("capacity", "ttft"))] == ["capacity.rate"], printed
     assert main(["compare", same, write("b.json", searched(6.0, 6.0, 6.5, seed=2))]) == 1
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("capacity.rate"))
-    assert row.split()[1:3] == ["8", "6"] and "-25.0% [-29.4%, -18.8%]" in row and row.endswith("REGRESSION")
+    assert row.split()[1:5] == ["8", "req/s", "6", "req/s"] and "-25.0% [-29.4%, -18.8%]" in row and row.endswith("REGRESSION")
 
 
 def test_a_capacity_comparison_takes_regression_options(write, capsys):
