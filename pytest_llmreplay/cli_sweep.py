@@ -67,10 +67,16 @@ def live_target(args: argparse.Namespace, prompts: Any) -> Any:
 
 
 def plan_from(args: argparse.Namespace) -> Any:
-    """The search plan of the options; a bad one names the option (``--min``, not ``capacity.min``)."""
+    """The search plan of the options; a bad one names the option (``--min``, not ``capacity.min``);
+    an SLO key given twice is refused."""
     from .search import CapacityPlan, parse_resolution
 
-    plan = CapacityPlan(by=args.by, slo=dict(slo_option(text) for text in args.slo), min=args.min, max=args.max,
+    slos: dict[str, str] = {}
+    for key, threshold in map(slo_option, args.slo):
+        if key in slos:  # as compare refuses a --regression key given twice
+            raise LLMReplayError(f"--slo: {key} is given twice ({slos[key]!r} and {threshold!r}); expected each key once")
+        slos[key] = threshold
+    plan = CapacityPlan(by=args.by, slo=slos, min=args.min, max=args.max,
                         resolution=parse_resolution(args.resolution), budget=args.budget, arrival=args.arrival, early_stop=not args.no_early_stop)
     try:
         plan.validate()
