@@ -199,6 +199,8 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
         expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"
         raise LLMReplayError(f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}")
     value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
+    if value < 0 and metric in KNOWN_METRICS:
+        raise LLMReplayError(f"SLO {key!r}: expected a threshold >= 0 ({metric} is never negative), got {threshold.strip()!r}")
     if family == "share" and not unit and value > 1:
         raise LLMReplayError(f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
     return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))
