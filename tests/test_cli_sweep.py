@@ -156,6 +156,8 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
         (["--slo", "ttft.p99<1s", "--resolution", "0"], "error: --resolution: expected a share between 0 and 1"),
         (["--slo", "ttft.p99<1s", "--resolution", "fine"], "error: --resolution: expected a share between 0 and 1"),
         (["--slo", "ttft.p99<1s", "--by", "concurrency", "--arrival", "trace"], "error: --arrival: applies to a search by rate"),
+        (["--slo", "goodput>=90%"], "error: --slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the search's SLOs; "
+                                    "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s"),
         (["--slo", "ttft.p99<1s", "--slo", "ttft.p99 < 2s"], "error: --slo: ttft.p99 is given twice ('<1s' and '< 2s'); expected each key once"),
         (["--slo", "ttft.p99<1s", "--budget", "3"], "error: --budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends), got 3"),
     ],

@@ -173,6 +173,10 @@ def test_capacity_is_stored_with_every_point_and_gated_on_its_bracket(capacity_p
         ('capacity={"by": "rate", "slo": {"cache_hit_rate.mean": "> 50%"}}', "capacity.slo 'cache_hit_rate.mean': cannot be evaluated per request"),
         ('capacity={"by": "rate", "slo": {"ttft.p90": "< 1s"}}, concurrency=4', "concurrency: the capacity search sets it at each point; leave it out"),
         ('slo={"capacity.rate": ">= 8 req/s"}', "slo 'capacity.rate': needs the capacity key"),
+        ('capacity={"by": "concurrency", "slo": {"goodput": ">= 90%"}}', "capacity.slo 'goodput': goodput counts the requests that meet every per-request limit, "
+                                                                        "and none is set by the search's SLOs; add an upper bound*"),
+        ('capacity={"by": "concurrency", "slo": {"error_rate": "== 0"}}, slo={"goodput": ">= 5 req/s"}',
+         "slo 'goodput': goodput counts * and none is set by capacity.slo (a capacity test's goodput limits); add*"),
         ('capacity={"by": "concurrency", "slo": {"ttft.p90": "< 1s"}}, slo={"capacity.rate": ">= 8 req/s"}', "slo 'capacity.rate': the capacity search is by concurrency; write capacity.concurrency"),
     ],
 )
