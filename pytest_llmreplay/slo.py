@@ -173,6 +173,9 @@ def parse_key(key: str, named: str, extra_metrics: Iterable[str] = ()) -> tuple[
         if allowed[0] != "value":
             raise LLMReplayError(f"{named}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})")
         return metric, "value"
+    if stat not in allowed and allowed[0] == "value":  # a single figure: its key is the metric alone
+        others = "".join(f" or {metric}.{other}" for other in allowed[1:])
+        raise LLMReplayError(f"{named}: {metric} takes no statistic such as {stat!r}; write {metric} alone{' (its share)' + others if others else ''}")
     if stat not in allowed:
         raise LLMReplayError(f"{named}: {metric} has no statistic {stat!r}; expected one of {', '.join(allowed)}")
     return metric, stat

@@ -221,9 +221,6 @@ def test_a_throughput_metric_needs_a_rate(key):
         ("output_throughput.p99", "steady_state"),  # a distribution statistic on a throughput
         ("request_throughput.mean", "last_30s"),
         ("request_throughput.count", "per_gpu"),
-        ("error_rate.p99", "value"),  # single figures take none
-        ("goodput.mean", "value"),
-        ("effective_concurrency.max", "value"),
         ("ttft.p99.extra", "p99"),
     ],
 )
@@ -231,6 +228,19 @@ def test_wrong_statistic_for_the_metric_family(key, expected):
     message = refused(key, "< 2")
     assert "has no statistic" in message
     assert "expected one of" in message and expected in message
+
+
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        ("error_rate.p50", "SLO 'error_rate.p50': error_rate takes no statistic such as 'p50'; write error_rate alone"),
+        ("effective_concurrency.max", "SLO 'effective_concurrency.max': effective_concurrency takes no statistic such as 'max'; write effective_concurrency alone"),
+        ("goodput.mean", "SLO 'goodput.mean': goodput takes no statistic such as 'mean'; write goodput alone (its share) or goodput.rate"),
+    ],
+)
+def test_a_single_figure_is_named_by_its_metric_alone(key, message):
+    # not "expected one of value": the key a user writes is error_rate, not error_rate.value
+    assert refused(key, "< 0.5") == message
 
 
 @pytest.mark.parametrize(
