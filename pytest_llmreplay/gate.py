@@ -124,7 +124,7 @@ class Gate:
         if self.fail_on_regression and comparison is not None and comparison.regressions:
             failures.append(compared_text)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
-        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None, interrupted)
+        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record, comparison), "\n\n".join(failures) or None, interrupted)
 
     def _earlier(self, run: PerfRun, record: Mapping[str, Any]) -> History | None:
         """The earlier results like ``record`` on the reference's history (a
@@ -187,15 +187,20 @@ def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def key_figures(summary: Mapping[str, Mapping[str, float]], comparison: Comparison | None) -> dict[str, float]:
-    """``llmreplay.<metric>.<stat>`` -> value for the headline metrics, and each compared
-    metric's change (``llmreplay.change.<key>``): what CI dashboards read from JUnit XML."""
+def key_figures(record: Mapping[str, Any], comparison: Comparison | None) -> dict[str, float]:
+    """``llmreplay.<metric>.<stat>`` -> value for the headline metrics of the stored ``record``,
+    ``llmreplay.capacity.at_least`` (1) when its capacity search found no failing load, and each
+    compared metric's change (``llmreplay.change.<key>``): what CI dashboards read from JUnit XML
+    and the terminal summary shows."""
+    summary = record["summary"]
     figures = {}
     for key in KEY_FIGURES:
         metric, stat = key.split(".")
         value = summary.get(metric, {}).get(stat)
         if value is not None:
             figures[f"llmreplay.{key.removesuffix('.value')}"] = round(float(value), 6)
+    if (record.get("capacity") or {}).get("at_least"):
+        figures["llmreplay.capacity.at_least"] = 1.0
     if comparison is not None:
         for row in comparison.rows:
             if row.change is not None:
