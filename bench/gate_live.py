@@ -138,7 +138,7 @@ class Engine:
         self.target = Target("live", url=url, api="completions", prompts=prompts, extra_body=EXTRA_BODY)
         self.prompts = prompts
         self.workload = generate(SPEC)
-        self.fingerprint = live_fingerprint(url, None)
+        self.fingerprint = live_fingerprint(url, None, "gate_live")
 
     def run(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """One run after a cache reset: its record and its facts (as the plugin keeps them)."""

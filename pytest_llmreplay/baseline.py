@@ -48,7 +48,7 @@ import numpy as np
 
 from .errors import LLMReplayError
 from .repeats import check_runs, run_count, run_keys, run_samples
-from .units import format_value
+from .units import format_figure
 
 SCHEMA = 1
 BOOTSTRAP_RESAMPLES = 1000
@@ -62,6 +62,7 @@ DEFAULT_TOLERANCES = {
     "ttft.p50": 0.05, "ttft.p90": 0.10, "tpot.p50": 0.05, "latency.p50": 0.05, "ttfat.p50": 0.05,
     "cache_hit_rate.mean": 0.02, "output_throughput.steady_state": 0.05,
 }
+CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
 COMPARISON_HEADERS = ["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"]
 HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
 
@@ -291,6 +292,16 @@ def tolerances(overrides: Mapping[str, Any] | None, defaults: Mapping[str, float
         else:
             merged[str(key)] = tolerance
     return merged
+
+
+def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """What comparing ``record`` with its baseline gates, each figure with its allowed change: a
+    stored capacity search's capacity alone (``capacity.rate`` or ``capacity.concurrency``,
+    :data:`CAPACITY_TOLERANCE`; its point's latencies are measured at a different load on each
+    side), else :data:`DEFAULT_TOLERANCES`; ``overrides`` (a test's ``regression``,
+    ``llmreplay compare --regression``) applied as :func:`tolerances` applies them."""
+    by = (record.get("capacity") or {}).get("plan", {}).get("by")
+    return tolerances(overrides, {f"capacity.{by}": CAPACITY_TOLERANCE} if by else DEFAULT_TOLERANCES)
 
 
 def _statistic(stat: str, draws: np.ndarray) -> np.ndarray:
@@ -538,9 +549,8 @@ def change_cell(change: float | None, low: float | None, high: float | None) -> 
 
 def comparison_cells(row: Row) -> list[str]:
     """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
-    metric's unit (:func:`~pytest_llmreplay.units.format_value`), the change, the allowed change
+    figure's unit (:func:`~pytest_llmreplay.units.format_figure`: a capacity by rate in req/s), the change, the allowed change
     and the verdict."""
-    metric = row.key.partition(".")[0]
     verdict = row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")
     tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
-    return [row.key, format_value(metric, row.baseline), format_value(metric, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]
+    return [row.key, format_figure(row.key, row.baseline), format_figure(row.key, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]

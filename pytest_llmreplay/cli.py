@@ -14,9 +14,9 @@
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
 input, 2 for bad usage (argparse's message: an unknown option, a value of the wrong form). ``run``,
-``compare`` and ``sweep``, whose statuses CI scripts read, exit 3 for both (their bad-input status:
-:data:`.cli_run.RUN_STATUS`, :data:`.cli_compare.COMPARE_BAD_INPUT`, :data:`.cli_sweep.SWEEP_STATUS`),
-so that compare's 2 means only "not comparable". ``run`` exits 1 when more requests failed than ``--max-error-rate`` allows
+``compare``, ``sweep``, ``calibrate`` and ``history``, whose statuses CI scripts read, exit 3 for
+both (:data:`.cli_options.BAD_INPUT`: :data:`.cli_run.RUN_STATUS`, :data:`.cli_compare.COMPARE_BAD_INPUT`,
+:data:`.cli_sweep.SWEEP_STATUS`), so that compare's 2 means only "not comparable". ``run`` exits 1 when more requests failed than ``--max-error-rate`` allows
 (default none) and 4 when no request succeeded; stopped by SIGINT/SIGTERM it still reports what
 it measured and exits 128 + the signal's number.
 """

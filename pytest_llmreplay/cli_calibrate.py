@@ -5,7 +5,9 @@
 ``--from-run RUN --workload TRACE --profile BASE``: fits the base roofline profile's
 efficiencies to a recorded run of a real server (:mod:`~pytest_llmreplay.sim.calibrate_run`),
 writes the calibrated profile and prints the error of each statistic before and after the fit,
-on the requests fitted and on the held-out half.
+on the requests fitted and on the held-out half. Exit status 0 when the profile is written; any
+error (bad usage, a bad option value, a server it cannot measure, a run it cannot use) is one
+``error:`` line and 3 (:data:`~.cli_options.BAD_INPUT`), as ``run``'s and ``sweep``'s.
 
 ``--out FILE`` is checked (and its folder made) before anything is measured, and a profile that
 cannot be written after all is printed rather than lost (:func:`_write_out`).
@@ -20,7 +22,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .cli_options import add_engine_options, engine_overrides, out_file_option
+from .cli_options import BAD_INPUT, add_engine_options, engine_overrides, integer, out_file_option
 from .errors import LLMReplayError
 
 
@@ -128,7 +130,7 @@ def add_calibrate_parser(commands: Any) -> None:
     calibrate.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
     calibrate.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one; lengths are read from the server's usage)")
     calibrate.add_argument("--timeout", type=float, default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
-    calibrate.add_argument("--seed", type=int, default=0, help="seed of the prompts (default 0)")
+    calibrate.add_argument("--seed", type=integer(0), default=0, help="seed of the prompts (default 0)")
     sweep = calibrate.add_argument_group("sweep")
     sweep.add_argument("--prefill-tokens", default="128,512,1024,2048,4096", metavar="L,L,...", help="prompt lengths to time (default 128,512,1024,2048,4096)")
     sweep.add_argument("--decode-seqs", default="1,4,16,64", metavar="B,B,...", help="decode batch sizes to time (default 1,4,16,64)")
@@ -139,4 +141,4 @@ def add_calibrate_parser(commands: Any) -> None:
     add_engine_options(calibrate.add_argument_group("engine settings (not visible from outside unless the server exports vllm:cache_config_info)"),
                         "exported, else 16", "exported, else required", "256", "8192")
     add_from_run_options(calibrate)
-    calibrate.set_defaults(run=cmd_calibrate)
+    calibrate.set_defaults(run=cmd_calibrate, bad_input_status=BAD_INPUT)

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .cli_options import open_store_option
+from .cli_options import BAD_INPUT, open_store_option
 from .errors import LLMReplayError
 
 
@@ -32,9 +32,9 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .baseline import compare, comparison_table, read_record
+    from .baseline import compare, comparison_table, gated_tolerances, read_record
 
-    allowed = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
+    overrides = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
     if args.test and args.store is None:
         raise LLMReplayError("--test is read with --store only (A and B are then commits); without --store, A and B are result files")
     if args.store is not None:  # an empty one is refused by name
@@ -47,16 +47,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for name, record in (("A", baseline), ("B", current)):
         where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
         print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
-    comparison = compare(baseline, current, allowed, label=f"A ({source})", across_endpoints=True)
+    comparison = compare(baseline, current, gated_tolerances(current, overrides), label=f"A ({source})", across_endpoints=True)
     print(comparison_table(comparison))
     if comparison.mismatch:
         return 2
     return 1 if comparison.regressions else 0
 
 
-def _regression_overrides(texts: list[str]) -> dict[str, float]:
-    """The allowed changes of ``compare``: the defaults with each ``--regression KEY=ALLOWED``
-    applied (:func:`baseline.tolerances` checks key and value); a key given twice is refused."""
+def _regression_overrides(texts: list[str]) -> dict[str, str]:
+    """Each ``--regression KEY=ALLOWED`` as KEY -> ALLOWED, checked (key and value as
+    :func:`baseline.tolerances` checks them; a key given twice is refused), for
+    :func:`baseline.gated_tolerances` to apply to what the results compared gate."""
     from .baseline import tolerances
 
     overrides: dict[str, str] = {}
@@ -68,12 +69,13 @@ def _regression_overrides(texts: list[str]) -> dict[str, float]:
             raise LLMReplayError(f"--regression: {key} is given twice ({overrides[key]!r} and {value!r}); expected each key once")
         overrides[key] = value
     try:
-        return tolerances(overrides)
+        tolerances(overrides)
     except LLMReplayError as exc:  # its messages start "regression 'KEY': ..."
         raise LLMReplayError(f"--{exc}") from None
+    return overrides
 
 
-COMPARE_BAD_INPUT = 3  # bad usage included (cli.CommandParser): compare's 1 and 2 say what the comparison found
+COMPARE_BAD_INPUT = BAD_INPUT  # bad usage included (cli.CommandParser): compare's 1 and 2 say what the comparison found
 
 
 def add_compare_parser(commands: Any) -> None:

@@ -3,11 +3,13 @@
 
     llmreplay history TEST [--metric ttft.p50 ...] [--baseline-dir DIR|git:REMOTE#REF|URL] [--ref HEAD]
 
-Prints, for each gated figure (or each ``--metric``), the test's stored results along the
-first-parent history of ``--ref``, oldest first, one row per result, and the change points
-Apache Otava's e-divisive finds (the level before and after each). Needs the ``[history]``
-extra; without it, one line naming it, before anything else. cli.py registers the command with
-:func:`add_history_parser`.
+Prints, for each gated figure (or each ``--metric``, a key as an SLO names it), the test's
+stored results along the first-parent history of ``--ref``, oldest first, one row per result in
+the figure's unit, and the change points Apache Otava's e-divisive finds (the level before and
+after each). Needs the ``[history]`` extra; without it, one line naming it, before anything
+else. Bad input (an unknown ``--metric``, a store folder that does not exist, no stored result,
+no extra) is one ``error:`` line and exit status 3 (:data:`~.cli_options.BAD_INPUT`), as
+``run``'s. cli.py registers the command with :func:`add_history_parser`.
 """
 
 from __future__ import annotations
@@ -16,21 +18,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .cli_options import open_store_option
+from .cli_options import BAD_INPUT, open_store_option
 from .errors import LLMReplayError
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from tabulate import tabulate
-
     from .baseline import DEFAULT_TOLERANCES, reference_history
-    from .history import change_points, history_points, level_means, metric_series
+    from .history import change_points, history_points
+    from .slo import parse_key
 
     keys = args.metric or list(DEFAULT_TOLERANCES)
-    for key in keys:
-        metric, dot, stat = key.partition(".")
-        if not (metric and dot and stat):
-            raise LLMReplayError(f"--metric: expected METRIC.STAT such as ttft.p50, got {key!r}")
     change_points([])  # without the [history] extra: one line naming it, before anything is printed
     store = open_store_option("--baseline-dir", args.baseline_dir, False)
     try:
@@ -40,21 +37,36 @@ def cmd_history(args: argparse.Namespace) -> int:
     history = history_points(store, args.test, commits)
     if not history.points:
         raise LLMReplayError(f"{args.test}: no stored result in {store.label} on the first-parent history of {label}")
+    # a key as an SLO key is read (error_rate alone is its value); a plugin's metric is one the results hold
+    stored = {metric for _, record in history.points for metric in record.get("summary") or {}}
+    figures = {key: ".".join(parse_key(key, f"--metric {key!r}", stored)) for key in keys}
     print(f"{args.test}: {len(history.points)} stored results on the first-parent history of {label}, oldest first"
           + (f"; {history.unreadable} unreadable file(s) skipped" if history.unreadable else ""))
-    for key in keys:
-        commits_of, values, points = metric_series(history, key)
-        if not values:
-            print(f"\n{key}: not measured")
-            continue
-        levels = level_means(values, points)
-        rows = []
-        for i, (commit, value) in enumerate(zip(commits_of, values)):
-            step = f"change point: level {levels[i - 1]:.6g} -> {levels[i]:.6g} ({levels[i] / levels[i - 1] - 1:+.1%})" if i in points and levels[i - 1] else ""
-            rows.append([commit[:12], f"{value:.6g}", step])
-        found = ", ".join(commits_of[i][:12] for i in points) or "none"
-        print(f"\n{key}: change points at {found}\n" + tabulate(rows, headers=["commit", key, ""], tablefmt="simple"))
+    for key, figure in figures.items():
+        print("\n" + _series_table(history, key, figure))
     return 0
+
+
+def _series_table(history: Any, key: str, figure: str) -> str:
+    """``key``'s values per commit (``figure``: its ``metric.stat`` in the stored summaries) in
+    its unit, oldest first, with a ``change point`` column (the level before and after) when
+    Otava finds one; a line saying so when no stored result measured it."""
+    from tabulate import tabulate
+
+    from .history import level_means, metric_series
+    from .units import format_figure
+
+    commits_of, values, points = metric_series(history, figure)
+    if not values:
+        return f"{key}: not measured"
+    levels = level_means(values, points)
+    rows = [[commit[:12], format_figure(figure, value)] for commit, value in zip(commits_of, values)]
+    for i in points:
+        if levels[i - 1]:
+            rows[i].append(f"level {format_figure(figure, levels[i - 1])} -> {format_figure(figure, levels[i])} ({levels[i] / levels[i - 1] - 1:+.1%})")
+    found = ", ".join(commits_of[i][:12] for i in points) or "none"
+    headers = ["commit", key] + (["change point"] if any(len(row) > 2 for row in rows) else [])
+    return f"{key}: change points at {found}\n" + tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def add_history_parser(commands: Any) -> None:
@@ -63,8 +75,8 @@ def add_history_parser(commands: Any) -> None:
                                               "of --ref (oldest first) and the change points Apache Otava's e-divisive finds in it "
                                               "(needs pip install 'pytest-llmreplay[history]').")
     history.add_argument("test", metavar="TEST", help="the test id as stored, e.g. tests/perf/test_chat.py::test_chat")
-    history.add_argument("--metric", action="append", metavar="KEY", help="METRIC.STAT to show (repeatable; default: the gated ones)")
+    history.add_argument("--metric", action="append", metavar="KEY", help="a figure as an SLO key names it, e.g. ttft.p50 or error_rate (repeatable; default: the gated ones)")
     history.add_argument("--baseline-dir", default=".llmreplay", metavar="STORE",
                          help="the store: a folder, git:REMOTE#REF or an fsspec URL, as --llm-baseline-dir (default .llmreplay)")
     history.add_argument("--ref", default="HEAD", metavar="REF", help="whose first-parent history to walk (default HEAD)")
-    history.set_defaults(run=cmd_history)
+    history.set_defaults(run=cmd_history, bad_input_status=BAD_INPUT)

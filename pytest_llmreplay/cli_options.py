@@ -16,6 +16,10 @@ from typing import Any
 
 from .errors import LLMReplayError
 
+# the exit status of bad input and bad usage (cli.CommandParser) of the commands whose statuses
+# CI scripts read (run, compare, sweep, calibrate, history): apart from each one's 1 and 2
+BAD_INPUT = 3
+
 
 def load_workload_file(args: argparse.Namespace, path: str):
     """``path`` loaded with ``--format`` and ``--block-size``; the block size goes only to formats
@@ -33,12 +37,16 @@ def load_workload_file(args: argparse.Namespace, path: str):
 
 
 def open_store_option(option: str, text: str, writing: bool) -> Any:
-    """The store ``text`` names, checked (see :mod:`~pytest_llmreplay.store`); errors name ``option``."""
-    from .store import open_store
+    """The store ``text`` names, checked (see :mod:`~pytest_llmreplay.store`); errors name ``option``.
+    A store only read (not ``writing``: ``compare --store``, ``history --baseline-dir``) that is a
+    folder must exist: a mistyped path says so, not that it holds no result of the test."""
+    from .store import FolderStore, open_store
 
     try:
         store = open_store(text, Path.cwd())
         store.check(writing)
+        if not writing and isinstance(store, FolderStore) and not store.root.exists():
+            raise LLMReplayError(f"{store.label}: no such folder; expected the folder results were stored in (--llm-baseline-dir, run --save-to)")
     except LLMReplayError as exc:
         raise LLMReplayError(f"{option}: {exc}") from None
     return store

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from .cli_options import (
-    header, ignored_with_sim, integer, load_workload_file, number, open_store_option, out_folder_option, remember_http_only_defaults, share,
+    BAD_INPUT, header, ignored_with_sim, integer, load_workload_file, number, open_store_option, out_folder_option, remember_http_only_defaults, share,
 )
 from .errors import LLMReplayError
 
 # llmreplay run's exit statuses (README: "exit status"); a signal's is 128 + its number; bad input,
 # bad usage included (cli.CommandParser), is 3, as compare's and sweep's
-RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": 3, "nothing_succeeded": 4}
+RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_succeeded": 4}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -148,7 +148,7 @@ def _record(result: Any, args: argparse.Namespace, digest: str, fingerprint: dic
 
     if fingerprint is None:
         try:
-            fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
+            fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
         except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
             fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
     workload = {"path": args.file, "format": args.format, "digest": digest}

@@ -25,12 +25,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_options import ignored_with_sim, integer, load_workload_file, number, out_folder_option, remember_http_only_defaults
+from .cli_options import BAD_INPUT, ignored_with_sim, integer, load_workload_file, number, out_folder_option, remember_http_only_defaults
 from .errors import LLMReplayError
 
 # llmreplay sweep's exit statuses (README: "Capacity at SLO"); bad input, bad usage included
 # (cli.CommandParser), is 3, as run's and compare's
-SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": 3}
+SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": BAD_INPUT}
 
 SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
 
@@ -54,22 +54,29 @@ def sim_target(profile_name: str, prompts: Any) -> Any:
 
 
 def live_target(args: argparse.Namespace, prompts: Any) -> Any:
+    """``--endpoint URL``: the live server as the plugin's ``--llm-endpoint`` makes it
+    (:func:`~.target.live_target`): ``--model``, when given, is the model sent and fingerprinted."""
     from .endpoints import check_endpoint_url
-    from .target import Target, live_fingerprint
+    from .target import live_target as make_live_target
 
     try:
         check_endpoint_url(args.endpoint)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--endpoint: {exc}") from None
-    fingerprint = live_fingerprint(args.endpoint, args.model, args.api_key_env)
-    return Target("live", args.endpoint, model=fingerprint["model"], api=args.api, api_key_env=args.api_key_env, prompts=prompts, fingerprint=fingerprint)
+    return make_live_target(args.endpoint, args.model, "--endpoint", args.api, args.api_key_env, prompts)
 
 
 def plan_from(args: argparse.Namespace) -> Any:
-    """The search plan of the options; a bad one names the option (``--min``, not ``capacity.min``)."""
+    """The search plan of the options; a bad one names the option (``--min``, not ``capacity.min``);
+    an SLO key given twice is refused."""
     from .search import CapacityPlan, parse_resolution
 
-    plan = CapacityPlan(by=args.by, slo=dict(slo_option(text) for text in args.slo), min=args.min, max=args.max,
+    slos: dict[str, str] = {}
+    for key, threshold in map(slo_option, args.slo):
+        if key in slos:  # as compare refuses a --regression key given twice
+            raise LLMReplayError(f"--slo: {key} is given twice ({slos[key]!r} and {threshold!r}); expected each key once")
+        slos[key] = threshold
+    plan = CapacityPlan(by=args.by, slo=slos, min=args.min, max=args.max,
                         resolution=parse_resolution(args.resolution), budget=args.budget, arrival=args.arrival, early_stop=not args.no_early_stop)
     try:
         plan.validate()

@@ -116,6 +116,8 @@ class ReplaySettings:
         for name in ("grace_s", "warmup_s", "warmup_requests"):
             if getattr(self, name) < 0:
                 raise LLMReplayError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise LLMReplayError(f"seed: expected an integer >= 0, got {self.seed!r}")
         if self.mode == "rate" and self.rate is None:
             raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .baseline import DEFAULT_TOLERANCES, Comparison, compare, comparison_table, git_state, interrupted_note, make_record, slo_rows, tolerances
+from .baseline import Comparison, compare, comparison_table, gated_tolerances, git_state, interrupted_note, make_record, slo_rows
 from .repeats import pool_records, repeats_line
 from .errors import LLMReplayError
 from .store import Store, result_folder, write_new
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value",
                "goodput.value", "goodput.rate", "capacity.rate", "capacity.concurrency")
-
-CAPACITY_TOLERANCE = 0.05  # the change of a capacity a test allows when its regression names none
 
 
 @dataclass
@@ -129,7 +127,7 @@ class Gate:
         if self.report_dir is not None:
             self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
-        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record["summary"], comparison), "\n\n".join(failures) or None, interrupted)
+        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record, comparison), "\n\n".join(failures) or None, interrupted)
 
     def _earlier(self, run: PerfRun, record: Mapping[str, Any]) -> History | None:
         """The earlier results like ``record`` on the reference's history (a
@@ -142,12 +140,6 @@ class Gate:
         window = TREND_WINDOW if self.report_dir is not None else HISTORY_WINDOW
         return history_points(self.store, run.test, self.history[1], like=record, limit=window)
 
-    def _gated_keys(self, run: PerfRun) -> dict[str, float]:
-        """Each figure the comparison gates, with its tolerance."""
-        capacity = getattr(run.result, "capacity", None)
-        defaults = {f"capacity.{capacity.plan.by}": CAPACITY_TOLERANCE} if capacity is not None else DEFAULT_TOLERANCES
-        return tolerances(run.regression, defaults)
-
     def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
         label, commits = self.history
         try:
@@ -158,7 +150,7 @@ class Gate:
         except LLMReplayError as exc:
             return f"Compared with {label}: cannot read the stored result ({exc})"
         stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
-        comparison = compare(baseline, record, self._gated_keys(run), label=stored_at)
+        comparison = compare(baseline, record, gated_tolerances(record, run.regression), label=stored_at)
         if comparison.mismatch is None:
             from .history import HISTORY_WINDOW, History, gate_with_history
 
@@ -178,7 +170,7 @@ class Gate:
         if earlier is not None:  # the trend plot's series (report_trend.py), in the report only, not in the store
             from .history import trend
 
-            stored["history"] = trend(earlier, record, list(self._gated_keys(run)), self.history[0])
+            stored["history"] = trend(earlier, record, list(gated_tolerances(record, run.regression)), self.history[0])
         for old in (folder / f"{name}.json", folder / f"{name}.csv"):
             old.unlink(missing_ok=True)  # this session's rerun of the test replaces it
         write_new(folder / f"{name}.json", stored)
@@ -192,15 +184,20 @@ def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def key_figures(summary: Mapping[str, Mapping[str, float]], comparison: Comparison | None) -> dict[str, float]:
-    """``llmreplay.<metric>.<stat>`` -> value for the headline metrics, and each compared
-    metric's change (``llmreplay.change.<key>``): what CI dashboards read from JUnit XML."""
+def key_figures(record: Mapping[str, Any], comparison: Comparison | None) -> dict[str, float]:
+    """``llmreplay.<metric>.<stat>`` -> value for the headline metrics of the stored ``record``,
+    ``llmreplay.capacity.at_least`` (1) when its capacity search found no failing load, and each
+    compared metric's change (``llmreplay.change.<key>``): what CI dashboards read from JUnit XML
+    and the terminal summary shows."""
+    summary = record["summary"]
     figures = {}
     for key in KEY_FIGURES:
         metric, stat = key.split(".")
         value = summary.get(metric, {}).get(stat)
         if value is not None:
             figures[f"llmreplay.{key.removesuffix('.value')}"] = round(float(value), 6)
+    if (record.get("capacity") or {}).get("at_least"):
+        figures["llmreplay.capacity.at_least"] = 1.0
     if comparison is not None:
         for row in comparison.rows:
             if row.change is not None:

@@ -61,11 +61,15 @@ def option(config: pytest.Config, name: str) -> Any:
 
 
 def seed_option(config: pytest.Config) -> int:
+    """``--llm-seed``: an integer >= 0, as ``llmreplay run --seed`` and a test's ``seed`` take."""
     raw = option(config, "llm_seed")
     try:
-        return int(raw)
+        value = int(raw)
     except (TypeError, ValueError):
-        raise pytest.UsageError(f"--llm-seed / llm_seed: expected an integer, got {raw!r}") from None
+        value = -1
+    if value < 0:
+        raise pytest.UsageError(f"--llm-seed / llm_seed: expected an integer >= 0, got {raw!r}")
+    return value
 
 
 def server_timeout_option(config: pytest.Config) -> float:

@@ -140,14 +140,12 @@ class LLMSession:
         return self._target
 
     def _make_target(self) -> Any:
-        from .target import Target, live_fingerprint, sim_fingerprint, start_sim_server
+        from .target import Target, live_target, sim_fingerprint, start_sim_server
 
         if self.kind == "live":
             model = option(self.config, "llm_model") or None
             key_env = option(self.config, "llm_api_key_env") or None
-            fingerprint = live_fingerprint(self.endpoint_url, model, key_env)
-            target = Target("live", self.endpoint_url, model=fingerprint["model"], model_named=model is not None, api=self.api, api_key_env=key_env, prompts=self.prompts, fingerprint=fingerprint,
-                            extra_body=self.extra_body)
+            target = live_target(self.endpoint_url, model, "--llm-endpoint", self.api, key_env, self.prompts, self.extra_body)
         else:
             from .sim.profile import load_profile
 

@@ -128,16 +128,18 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
     :func:`~pytest_llmreplay.gate.key_figures` gives them to JUnit) in the columns of the
     report's overview (:data:`~pytest_llmreplay.report_rows.OVERVIEW`: ``TTFT p50 128.8 ms``),
     each written by :func:`~pytest_llmreplay.units.format_value`; plus a ``capacity`` column
-    (``10.03 req/s`` or a concurrency) when some run searched one."""
+    (``10.03 req/s`` or a concurrency; ``at least 40`` when the search found no failing load, as
+    ``llmreplay sweep`` prints it) when some run searched one."""
     from tabulate import tabulate
 
     from .report_rows import OVERVIEW
     from .units import format_value
 
     def capacity(figures: Mapping[str, float]) -> str:
+        at_least = "at least " if figures.get("llmreplay.capacity.at_least") else ""
         if figures.get("llmreplay.capacity.rate") is not None:
-            return format_value("request_throughput", figures["llmreplay.capacity.rate"])
-        return format_value("capacity", figures.get("llmreplay.capacity.concurrency"))
+            return at_least + format_value("request_throughput", figures["llmreplay.capacity.rate"])
+        return at_least + format_value("capacity", figures.get("llmreplay.capacity.concurrency"))
 
     runs = [(run, outcome, figures) for test, outcome, test_figures in tests for run, figures in figures_by_run(test, test_figures).items()]
     searched = any(key.startswith("llmreplay.capacity.") for _, _, figures in runs for key in figures)

@@ -127,7 +127,9 @@ def load_curve_section(record: Mapping[str, Any]) -> str:
         return ""
     by = (capacity.get("plan") or {}).get("by", "rate")
     metric = load_label(by)[0]
-    line = f"capacity ({by}) {format_value(metric, capacity.get(by))}, bracket [{format_value(metric, capacity.get('low'))}, {format_value(metric, capacity.get('high'))}]"
+    at_least = bool(capacity.get("at_least"))  # no load failed: a lower bound, as llmreplay sweep writes it
+    line = (f"capacity ({by}) {'at least ' if at_least else ''}{format_value(metric, capacity.get(by))}, "
+            f"bracket [{format_value(metric, capacity.get('low'))}, {'-' if at_least else format_value(metric, capacity.get('high'))}]")
     line += f", {len(capacity.get('points') or ())} runs; {capacity.get('reason', '')}"
     return f'<h3>Load curve</h3><p class="facts">{html.escape(line)}</p><div class="plots">{svg}</div>'
 

@@ -59,7 +59,7 @@ from .errors import LLMReplayError
 from .metrics import Result
 from .prompts import PromptFactory
 from .search_stop import OPEN_LOOP_MODES, QueueGrowth, StopRule
-from .slo import SLO, Check, canonical, check_slos, parse_slos, per_request_limits
+from .slo import SLO, Check, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
 from .workload import Workload
 
 BY = ("rate", "concurrency")
@@ -129,6 +129,7 @@ class CapacityPlan:
             if not (per_request or share):
                 raise LLMReplayError(f"capacity.slo {slo.key!r}: cannot be evaluated per request; expected an upper bound (< or <=) on ttft, tpot, "
                                      "latency or itl, or an error_rate or goodput share")
+        check_goodput_limits(slos, slos, "capacity.slo", "the search's SLOs")
         for name in ("min", "max"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf):
@@ -188,7 +189,13 @@ def parse_capacity(data: Any) -> CapacityPlan:
 
 
 def check_test_slos(slos: Sequence[SLO], plan: CapacityPlan | None) -> None:
-    """A test's ``capacity.*`` SLOs need a search by the same load."""
+    """A test's ``capacity.*`` SLOs need a search by the same load; its ``goodput`` needs a
+    per-request limit where goodput's limits come from: the test's ``slo``, a capacity test's
+    ``capacity.slo``."""
+    if plan is None:
+        check_goodput_limits(slos, slos, "slo", "the test's slo")
+    else:
+        check_goodput_limits(slos, plan.slos, "slo", "capacity.slo (a capacity test's goodput limits)")
     for slo in slos:
         if slo.metric == "capacity" and plan is None:
             raise LLMReplayError(f"slo {slo.key!r}: needs the capacity key (what to search: by, slo, min, max, resolution)")

@@ -31,15 +31,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 from .errors import LLMReplayError
 from .metric_names import GOODPUT_METRICS, RATES, REQUEST_METRICS, SESSION_METRICS, STATS
-from .units import UNITS, display_unit, format_value, significant
+from .units import STAT_FAMILIES, UNITS, display_unit, format_value, significant
 from .units import unit_family as _unit_family
 
 THROUGHPUT_METRICS = ("request_throughput", "output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput")
 SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
 DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
 KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity",)
-# (metric, stat) whose unit family is not the metric's own
-STAT_FAMILIES = {("goodput", "rate"): "request_rate", ("capacity", "rate"): "request_rate", ("capacity", "concurrency"): "count"}
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
@@ -159,6 +157,30 @@ def canonical(slo: SLO) -> tuple[str, str]:
     return key, f"{slo.op} {number}{(' ' if '/' in unit else '') + unit if unit else ''}"
 
 
+def parse_key(key: str, named: str, extra_metrics: Iterable[str] = ()) -> tuple[str, str]:
+    """(metric, stat) of a figure's key: ``ttft.p99``, or a single-figure metric alone
+    (``error_rate``: stat ``value``); :class:`LLMReplayError` starting with ``named`` (``SLO
+    'ttft.p99'``, ``--metric 'ttft.p99'``) for an unknown metric or statistic.
+    ``extra_metrics``: metric names added by plugins (any statistic)."""
+    metric, _, stat = key.partition(".")
+    extra = set(extra_metrics) - set(KNOWN_METRICS) - {"requests"}
+    if metric not in KNOWN_METRICS and metric not in extra:
+        raise LLMReplayError(f"{named}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}")
+    if metric in extra:
+        return metric, stat or "value"
+    allowed = stats_of(metric)
+    if not stat:
+        if allowed[0] != "value":
+            raise LLMReplayError(f"{named}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})")
+        return metric, "value"
+    if stat not in allowed and allowed[0] == "value":  # a single figure: its key is the metric alone
+        others = "".join(f" or {metric}.{other}" for other in allowed[1:])
+        raise LLMReplayError(f"{named}: {metric} takes no statistic such as {stat!r}; write {metric} alone{' (its share)' + others if others else ''}")
+    if stat not in allowed:
+        raise LLMReplayError(f"{named}: {metric} has no statistic {stat!r}; expected one of {', '.join(allowed)}")
+    return metric, stat
+
+
 def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SLO:
     """One SLO from its key and threshold text; :class:`LLMReplayError` naming the key when bad.
 
@@ -166,23 +188,9 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     __tracebackhide__ = True
     if not isinstance(key, str) or not key:
         raise LLMReplayError(f"SLO key {key!r}: expected a string such as 'ttft.p99'")
-    metric, _, stat = key.partition(".")
-    extra = set(extra_metrics) - set(KNOWN_METRICS) - {"requests"}
-    if metric not in KNOWN_METRICS and metric not in extra:
-        raise LLMReplayError(f"SLO {key!r}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}")
     match = THRESHOLD.match(threshold) if isinstance(threshold, str) else None
-    if metric == "goodput" and not stat and match and match.group(3) == "req/s":
-        stat = "rate"
-    if metric not in extra:
-        allowed = stats_of(metric)
-        if not stat:
-            if allowed[0] != "value":
-                raise LLMReplayError(f"SLO {key!r}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})")
-            stat = "value"
-        elif stat not in allowed:
-            raise LLMReplayError(f"SLO {key!r}: {metric} has no statistic {stat!r}; expected one of {', '.join(allowed)}")
-    elif not stat:
-        stat = "value"
+    goodput_rate = key == "goodput" and match is not None and match.group(3) == "req/s"
+    metric, stat = parse_key("goodput.rate" if goodput_rate else key, f"SLO {key!r}", extra_metrics)
     if isinstance(threshold, bool) or not isinstance(threshold, str):
         raise LLMReplayError(f"SLO {key!r}: expected a threshold string such as '< 2s' or '>= 80%', got {threshold!r}")
     if not match:
@@ -194,6 +202,8 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
         expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"
         raise LLMReplayError(f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}")
     value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
+    if value < 0 and metric in KNOWN_METRICS:
+        raise LLMReplayError(f"SLO {key!r}: expected a threshold >= 0 ({metric} is never negative), got {threshold.strip()!r}")
     if family == "share" and not unit and value > 1:
         raise LLMReplayError(f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
     return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))
@@ -223,6 +233,19 @@ def per_request_limits(slos: Iterable[SLO]) -> dict[str, float]:
         if slo.metric in GOODPUT_METRICS and slo.op in ("<", "<="):
             limits[slo.metric] = min(slo.value, limits.get(slo.metric, slo.value))
     return limits
+
+
+def check_goodput_limits(slos: Iterable[SLO], limits_from: Iterable[SLO], named: str, source: str) -> None:
+    """:class:`LLMReplayError` (``named 'goodput': ...``) when ``slos`` check ``goodput`` but
+    ``limits_from`` (``source``: the SLOs its per-request limits come from) set no limit
+    (:func:`per_request_limits`): no request would be counted good or not, and goodput would
+    fail every run as not measured."""
+    if per_request_limits(limits_from):
+        return
+    for slo in slos:
+        if slo.metric == "goodput":
+            raise LLMReplayError(f"{named} {slo.key!r}: goodput counts the requests that meet every per-request limit, and none is set by {source}; "
+                                 f"add an upper bound (< or <=) on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]}, e.g. ttft.p99 < 1s")
 
 
 def check_slos(summary: Mapping[str, Mapping[str, float]], slos: Iterable[SLO]) -> list[Check]:

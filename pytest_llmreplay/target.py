@@ -172,9 +172,22 @@ def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, st
     return server
 
 
-def live_fingerprint(url: str, model: str | None, api_key_env: str | None = None) -> dict[str, Any]:
+def live_target(url: str, model: str | None, option: str, api: str = "chat", api_key_env: str | None = None, prompts: Any = None,
+                extra_body: dict[str, Any] | None = None) -> Target:
+    """The live server at ``url`` as a :class:`Target`, as every caller (the plugin's
+    ``--llm-endpoint``, ``llmreplay sweep --endpoint``) makes it: its fingerprint read once
+    (:func:`live_fingerprint`; an unreadable ``/v1/models`` names ``option``), and a ``model``
+    given by the user sent in every request (``model_named``), else the first served one."""
+    fingerprint = live_fingerprint(url, model, option, api_key_env)
+    return Target("live", url, model=fingerprint["model"], model_named=model is not None, api=api, api_key_env=api_key_env,
+                  prompts=prompts, fingerprint=fingerprint, extra_body=extra_body or {})
+
+
+def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str | None = None) -> dict[str, Any]:
     """kind, model and server version of a live server: ``GET /version`` (vLLM, SGLang, our
-    simulator), else the model list's ``owned_by``; the model is the first served one unless named."""
+    simulator), else the model list's ``owned_by``; the model is the first served one unless named.
+    A server whose ``/v1/models`` cannot be read raises an error naming ``option`` (the option
+    that gave ``url``) and the URL."""
     import os
 
     import httpx
@@ -191,9 +204,9 @@ def live_fingerprint(url: str, model: str | None, api_key_env: str | None = None
             listing.raise_for_status()
             served = listing.json()["data"]
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise LLMReplayError(f"--llm-endpoint {url}: cannot read /v1/models ({describe_error(exc)})") from None
+        raise LLMReplayError(f"{option} {url}: cannot read /v1/models ({describe_error(exc)})") from None
     if not served:
-        raise LLMReplayError(f"--llm-endpoint {url}: /v1/models lists no model")
+        raise LLMReplayError(f"{option} {url}: /v1/models lists no model")
     chosen = next((m for m in served if m.get("id") == model), served[0]) if model else served[0]
     if version is None:
         version = str(chosen.get("owned_by") or "unknown")

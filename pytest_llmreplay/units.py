@@ -9,11 +9,14 @@ metric's own unit), so ``value_in_unit = value / factor``.
 separators, in a given unit (an SLO threshold's) or else in the metric's display unit
 (:func:`display_unit`): ms for times under 10 s and s from 10 s, % for shares, tok/s, req/s;
 a count or a plugin's metric bare. ``format_value("ttft", 0.1288)`` is ``128.8 ms``.
+:func:`format_figure` writes a figure named by its key (``ttft.p50``, ``capacity.rate``,
+``ttft.count``), whose statistic may have another unit than its metric (:data:`STAT_FAMILIES`).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 TIME_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "schedule_lag", "session_latency", "ttfat")
 SHARE_METRICS = ("cache_hit_rate", "eligible_cache_hit_rate", "error_rate", "goodput")
@@ -26,6 +29,8 @@ UNITS = {
     "%": ("share", 0.01),
     "tok/s": ("token_rate", 1.0), "req/s": ("request_rate", 1.0),
 }
+# (metric, stat) whose unit family is not the metric's own
+STAT_FAMILIES = {("goodput", "rate"): "request_rate", ("capacity", "rate"): "request_rate", ("capacity", "concurrency"): "count"}
 SECONDS_FROM = 10.0  # times of at least this many seconds are shown in s, shorter ones in ms
 DIGITS = 4
 
@@ -43,7 +48,10 @@ def display_unit(metric: str, value: float) -> str | None:
     """The unit ``value`` of ``metric`` reads best in (see the module docstring); None: bare.
 
     For a whole axis or column pass its largest magnitude, so that one unit serves them all."""
-    family = unit_family(metric)
+    return _family_unit(unit_family(metric), value)
+
+
+def _family_unit(family: str | None, value: float) -> str | None:
     if family == "time":
         return "s" if abs(value) >= SECONDS_FROM else "ms"
     return {"share": "%", "token_rate": "tok/s", "request_rate": "req/s"}.get(family or "")
@@ -74,7 +82,21 @@ def with_unit(number: str, unit: str | None) -> str:
 def format_value(metric: str, value: float | None, unit: str | None = None) -> str:
     """``value`` of ``metric`` (in the metric's own unit) for a reader: in ``unit`` when given,
     else in :func:`display_unit`; ``-`` for None or NaN."""
+    return _written(value, lambda known: unit or display_unit(metric, known))
+
+
+def format_figure(key: str, value: float | None) -> str:
+    """``value`` of the figure ``key`` (``metric.stat``, or a single-figure metric alone) as
+    :func:`format_value` writes its metric's, but in its statistic's own unit where that differs:
+    a ``count`` bare, ``goodput.rate`` and ``capacity.rate`` in req/s, ``capacity.concurrency`` bare."""
+    metric, _, stat = key.partition(".")
+    family = "count" if stat == "count" else STAT_FAMILIES.get((metric, stat), unit_family(metric))
+    return _written(value, lambda known: _family_unit(family, known))
+
+
+def _written(value: float | None, unit_of: Callable[[float], str | None]) -> str:
+    """``value`` in the unit ``unit_of(value)`` gives (None: bare); ``-`` for None or NaN."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    shown = unit or display_unit(metric, value)
+    shown = unit_of(value)
     return with_unit(significant(in_unit(value, shown)), shown)

@@ -11,6 +11,7 @@ import pytest
 from pytest_llmreplay import load_workload
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.cli_compare import COMPARE_BAD_INPUT
+from pytest_llmreplay.cli_options import BAD_INPUT
 from pytest_llmreplay.cli_run import RUN_STATUS
 from pytest_llmreplay.cli_sweep import SWEEP_STATUS
 
@@ -222,14 +223,16 @@ def test_every_replay_setting_of_run_is_an_option_named_after_it():
     (["compare", "a.json"], COMPARE_BAD_INPUT, "llmreplay compare: error: the following arguments are required: B"),
     (["run", "w.jsonl", "--sim", "p", "--bogus", "1"], RUN_STATUS["bad_input"], "llmreplay run: error: unrecognized arguments: --bogus 1"),
     (["sweep", "w.jsonl", "--sim", "p", "--slo", "ttft.p99<1s", "--bogus"], SWEEP_STATUS["bad_input"], "llmreplay sweep: error: unrecognized arguments: --bogus"),
+    (["calibrate", "--out", "p.json", "--seed", "-5"], BAD_INPUT, "llmreplay calibrate: error: argument --seed: expected an integer >= 0, got '-5'"),
+    (["history", "t", "--bogus"], BAD_INPUT, "llmreplay history: error: unrecognized arguments: --bogus"),
     (["convert", "a", "b", "--to", "synthetic"], 2, "llmreplay convert: error: argument --to: invalid choice: 'synthetic' *"),
     (["validate", "a", "--bogus"], 2, "llmreplay validate: error: unrecognized arguments: --bogus"),
     (["bogus"], 2, "llmreplay: error: argument command: invalid choice: 'bogus' *"),
-], ids=["compare-unknown-option", "compare-without-B", "run-unknown-option", "sweep-unknown-option", "convert-bad-choice",
+], ids=["compare-unknown-option", "compare-without-B", "run-unknown-option", "sweep-unknown-option", "calibrate-negative-seed", "history-unknown-option", "convert-bad-choice",
         "validate-unknown-option", "unknown-command"])
 def test_bad_usage_exits_with_the_commands_bad_input_status_else_2(capsys, argv, status, message):
-    """run, compare and sweep exit 3 for bad usage as for bad input (argparse's message kept);
-    the other commands exit argparse's 2."""
+    """run, compare, sweep, calibrate and history exit 3 for bad usage as for bad input
+    (argparse's message kept); the other commands exit argparse's 2."""
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == status

@@ -88,3 +88,34 @@ def test_options_are_checked_before_anything_is_printed(write, capsys, options, 
     out, err = capsys.readouterr()
     assert status == 3 and out == ""
     assert err.count("\n") == 1 and fnmatch.fnmatchcase(err, f"error: {message}\n"), err
+
+
+def searched(rate, low, high, at_least=False, seed=0):
+    """A stored capacity search by rate (as ``llmreplay sweep --out`` writes it): the point at
+    capacity's record, ``summary["capacity"]``, and the search under ``capacity``."""
+    data = record(seed=seed)
+    data["settings"] = {"concurrency": 8, "capacity": {"by": "rate", "slo": {"ttft.p99": "< 1s"}}}
+    data["summary"]["capacity"] = {"rate": rate, "low": low, "high": high, "runs": 8}
+    data["capacity"] = {"plan": {"by": "rate", "slo": {"ttft.p99": "< 1s"}}, "rate": rate, "low": low, "high": high, "at_least": at_least}
+    return data
+
+
+def test_two_capacity_searches_are_compared_on_their_capacity_as_the_gate_compares_them(write, capsys):
+    # the gate's table: the capacity alone (5% allowed), its interval from the two brackets;
+    # the point's latencies were measured at a different load on each side
+    same = write("a.json", searched(8.0, 8.0, 8.5))
+    assert main(["compare", same, same]) == 0
+    printed = capsys.readouterr().out
+    assert [line.split()[0] for line in printed.splitlines() if line.startswith(("capacity", "ttft"))] == ["capacity.rate"], printed
+    assert main(["compare", same, write("b.json", searched(6.0, 6.0, 6.5, seed=2))]) == 1
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("capacity.rate"))
+    assert row.split()[1:5] == ["8", "req/s", "6", "req/s"] and "-25.0% [-29.4%, -18.8%]" in row and row.endswith("REGRESSION")
+
+
+def test_a_capacity_comparison_takes_regression_options(write, capsys):
+    status = main(["compare", write("a.json", searched(8.0, 8.0, 8.5)), write("b.json", searched(6.0, 6.0, 6.5, seed=2)),
+                   "--regression", "capacity.rate=30%", "--regression", "ttft.p50=10%"])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    rows = {line.split()[0]: line for line in printed.splitlines() if line.startswith(("capacity", "ttft"))}
+    assert list(rows) == ["capacity.rate", "ttft.p50"] and "30%" in rows["capacity.rate"]

@@ -6,6 +6,7 @@ import re
 from importlib.metadata import version
 
 import pytest
+from mockserver import MockServer, ServerThread
 
 from pytest_llmreplay.baseline import read_record
 from pytest_llmreplay.cli import main
@@ -155,6 +156,9 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
         (["--slo", "ttft.p99<1s", "--resolution", "0"], "error: --resolution: expected a share between 0 and 1"),
         (["--slo", "ttft.p99<1s", "--resolution", "fine"], "error: --resolution: expected a share between 0 and 1"),
         (["--slo", "ttft.p99<1s", "--by", "concurrency", "--arrival", "trace"], "error: --arrival: applies to a search by rate"),
+        (["--slo", "goodput>=90%"], "error: --slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the search's SLOs; "
+                                    "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s"),
+        (["--slo", "ttft.p99<1s", "--slo", "ttft.p99 < 2s"], "error: --slo: ttft.p99 is given twice ('<1s' and '< 2s'); expected each key once"),
         (["--slo", "ttft.p99<1s", "--budget", "3"], "error: --budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends), got 3"),
         (["--slo", "ttft.p99<1s", "--out", ""], "error: --out: empty; expected a folder for result.json, requests.csv, points.csv and load_curve.svg"),
     ],
@@ -181,3 +185,21 @@ def test_sweep_sim_names_the_http_options_it_ignores(capsys, workload):
     code, _, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "tpot.p90<1s", "--budget", "4", "--model", "m", "--api", "completions")
     assert code == 0, err
     assert "warning: --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)" in err.splitlines()
+
+
+def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload, tmp_path):
+    # as run and the plugin's --llm-model: --model is what every request names, not only what
+    # result.json says (the mock server serves "mock-model" first and answers any name)
+    server = MockServer()
+    with ServerThread(server) as thread:
+        code, _, err = run(capsys, "sweep", workload, "--endpoint", thread.url, "--model", "named-model", "--by", "concurrency", "--max", "2",
+                           "--slo", "ttft.p99<1s", "--max-requests", "4", "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    assert server.bodies and {body["model"] for body in server.bodies} == {"named-model"}
+    assert read_record(tmp_path / "out" / "result.json")["fingerprint"]["model"] == "named-model"
+
+
+def test_sweep_names_its_own_option_for_an_endpoint_without_a_model_list(capsys, workload):
+    code, out, err = run(capsys, "sweep", workload, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft.p99<1s")
+    assert code == 3 and out == ""
+    assert err.startswith("error: --endpoint http://127.0.0.1:9: cannot read /v1/models (") and len(err.strip().splitlines()) == 1

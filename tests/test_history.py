@@ -106,19 +106,33 @@ def test_history_command_prints_each_commit_and_the_change_point(repo, capsys):
     step = commits(repo)[8][:12]
     assert f"ttft.p50: change points at {step}" in out
     assert "16 stored results on the first-parent history of HEAD" in out and "; 1 unreadable file(s) skipped" in out
-    assert re.search(rf"^{step} +0\.12 +change point: level 0\.100125 -> 0\.120125 \(\+20\.0%\)$", out, re.M), out
-    assert out.count("change point:") == 1 and len([line for line in out.splitlines() if line[:12] in {c[:12] for c in commits(repo)}]) == 16
+    # in the metric's unit, as every terminal table; the change point's column only when there is one
+    assert re.search(r"^commit +ttft\.p50 +change point$", out, re.M), out
+    assert re.search(rf"^{step} +120 ms +level 100\.1 ms -> 120\.1 ms \(\+20\.0%\)$", out, re.M), out
+    assert re.search(rf"^{commits(repo)[0][:12]} +100 ms$", out, re.M), out
+    assert out.count("level ") == 1 and len([line for line in out.splitlines() if line[:12] in {c[:12] for c in commits(repo)}]) == 16
+
+
+def test_history_command_without_a_change_point_has_two_columns_and_reads_single_figure_keys(repo, capsys):
+    seed_store(repo, [0.1] * 16)
+    assert main(["history", TEST, "--metric", "tpot.p50", "--metric", "error_rate"]) == 0
+    out = capsys.readouterr().out
+    assert "tpot.p50: change points at none" in out and "error_rate: not measured" in out
+    table = out.split("tpot.p50: change points at none\n")[1].split("\n\n")[0].splitlines()
+    assert re.fullmatch(r"commit +tpot\.p50", table[0]) and all(re.fullmatch(r"[0-9a-f]{12} +10 ms", line) for line in table[2:]), table
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["history", TEST, "--metric", "ttft"], "error: --metric: expected METRIC.STAT such as ttft.p50, got 'ttft'"),
-    (["history", TEST, "--baseline-dir", "nowhere"], "error: tests/perf/test_chat.py::test_chat: no stored result in */nowhere on the first-parent history of HEAD (*)"),
+    (["history", TEST, "--metric", "ttft"], "error: --metric 'ttft': name a statistic, e.g. 'ttft.p99' (one of mean, min, *)"),
+    (["history", TEST, "--metric", "bogus.p50"], "error: --metric 'bogus.p50': unknown metric 'bogus'; expected one of cache_hit_rate, *"),
+    (["history", TEST, "--metric", "ttft.p42"], "error: --metric 'ttft.p42': ttft has no statistic 'p42'; expected one of mean, min, *"),
+    (["history", TEST, "--baseline-dir", "nowhere"], "error: --baseline-dir: */nowhere: no such folder; expected the folder results were stored in *"),
     (["history", "tests/other.py::test_x"], "error: tests/other.py::test_x: no stored result in */.llmreplay on the first-parent history of HEAD (*)"),
     (["history", TEST, "--ref", "no-such-branch"], "error: --ref: git cannot resolve 'no-such-branch' to a commit"),
 ])
-def test_history_command_bad_input_is_one_line(repo, capsys, args, message):
+def test_history_command_bad_input_is_one_line_with_the_bad_input_status(repo, capsys, args, message):
     seed_store(repo, STEP)
-    assert main(args) == 1
+    assert main(args) == 3
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     from fnmatch import fnmatch
@@ -129,7 +143,7 @@ def test_history_command_bad_input_is_one_line(repo, capsys, args, message):
 def test_history_command_without_otava_names_the_extra(repo, capsys, monkeypatch):
     seed_store(repo, STEP)
     monkeypatch.setitem(sys.modules, "otava.analysis", None)  # import fails as if not installed
-    assert main(["history", TEST]) == 1
+    assert main(["history", TEST]) == 3
     captured = capsys.readouterr()
     assert captured.err == "error: change points need Apache Otava: pip install 'pytest-llmreplay[history]'\n"
     assert captured.out == ""

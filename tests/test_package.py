@@ -46,3 +46,15 @@ def test_no_two_modules_import_each_other():
     assert len(graph) > 40 and "pytest_llmreplay.slo" in graph["pytest_llmreplay.gate"]  # the graph is read, not empty
     pairs = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph[b]})
     assert pairs == []
+
+
+def test_readme_names_every_key_of_the_marker_and_of_spec_files():
+    """A key the spec accepts but README does not list is one a user cannot know of."""
+    import re
+
+    from pytest_llmreplay.spec import SETTING_TYPES, SPEC_KEYS
+
+    readme = (PACKAGE.parent / "README.md").read_text()
+    paragraph = readme[readme.index("Keys of the marker and of spec files:"):].split("\n\n")[0]
+    listed = set(re.findall(r"`(\w+)`", paragraph))
+    assert set(SPEC_KEYS) | set(SETTING_TYPES) <= listed, sorted(set(SPEC_KEYS) | set(SETTING_TYPES) - listed)

@@ -28,11 +28,13 @@ def test_ini_twin_sets_the_seed(project):
     project.runpytest().assert_outcomes(passed=1)
 
 
-def test_bad_seed_is_a_usage_error(project):
+@pytest.mark.parametrize("seed", ["many", "-1"])
+def test_bad_seed_is_a_usage_error(project, seed):
+    # >= 0, as llmreplay run --seed and a test's seed key take it
     project.makepyfile("def test_x(): pass")
-    result = project.runpytest("--llm-seed", "many")
+    result = project.runpytest(f"--llm-seed={seed}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--llm-seed / llm_seed: expected an integer, got 'many'*"])
+    result.stderr.fnmatch_lines([f"*--llm-seed / llm_seed: expected an integer >= 0, got '{seed}'*"])
 
 
 def test_llm_workload_loads_relative_to_rootdir(project):

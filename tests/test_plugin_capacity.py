@@ -113,6 +113,21 @@ def test_capacity_marker_searches_and_checks_the_capacity_slo(capacity_project):
 
 
 
+def test_a_capacity_with_no_failing_load_reads_at_least_in_the_summary(capacity_project):
+    # both ends pass (max 8, capacity 18 on fast.json): a lower bound, written as sweep writes it
+    capacity_project.makepyfile(test_cap="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="cap.yaml", capacity={"by": "concurrency", "slo": {"ttft.p90": "< 500ms"}, "max": 8})
+        def test_capacity(llm_result):
+            assert llm_result.capacity.at_least
+    """)
+    result = capacity_project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--junitxml=out.xml")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["test*outcome*TTFT p50*capacity", "test_cap.py::test_capacity*passed* ms *at least 8"])
+    assert 'name="llmreplay.capacity.at_least" value="1.0"' in (capacity_project.path / "out.xml").read_text()
+
+
 @pytest.mark.parametrize("verbosity", ["-q", "-v"])
 def test_capacity_search_prints_a_line_per_point_as_it_finishes(capacity_project, verbosity):
     # past pytest's capture (in a process of its own, as a user runs it: a passing test's captured
@@ -173,6 +188,10 @@ def test_capacity_is_stored_with_every_point_and_gated_on_its_bracket(capacity_p
         ('capacity={"by": "rate", "slo": {"cache_hit_rate.mean": "> 50%"}}', "capacity.slo 'cache_hit_rate.mean': cannot be evaluated per request"),
         ('capacity={"by": "rate", "slo": {"ttft.p90": "< 1s"}}, concurrency=4', "concurrency: the capacity search sets it at each point; leave it out"),
         ('slo={"capacity.rate": ">= 8 req/s"}', "slo 'capacity.rate': needs the capacity key"),
+        ('capacity={"by": "concurrency", "slo": {"goodput": ">= 90%"}}', "capacity.slo 'goodput': goodput counts the requests that meet every per-request limit, "
+                                                                        "and none is set by the search's SLOs; add an upper bound*"),
+        ('capacity={"by": "concurrency", "slo": {"error_rate": "== 0"}}, slo={"goodput": ">= 5 req/s"}',
+         "slo 'goodput': goodput counts * and none is set by capacity.slo (a capacity test's goodput limits); add*"),
         ('capacity={"by": "concurrency", "slo": {"ttft.p90": "< 1s"}}, slo={"capacity.rate": ">= 8 req/s"}', "slo 'capacity.rate': the capacity search is by concurrency; write capacity.concurrency"),
     ],
 )

@@ -747,6 +747,10 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
     ("workload: wl.yaml\nformat: mooncake\nformat_options: {blocksize: 16}\n", "format_options: format 'mooncake' takes block_size; got blocksize"),
     ("workload: wl.yaml\nformat: mooncake\nformat_options: {block_size: 0}\n", "format_options: block_size must be an integer >= 1, got 0"),
     ("workload: wl.yaml\nformat_options: {block_size: 16}\n", "format_options: format 'synthetic' takes no options; got block_size"),
+    # a goodput without a per-request limit would fail every run as "not measured"
+    ("workload: wl.yaml\nslo:\n  goodput: '>= 5 req/s'\n  ttft.p99: '> 1ms'\n",
+     "slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the test's slo; "
+     "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s"),
 ])
 def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, message):
     path = project.path / "broken.llmreplay.yaml"

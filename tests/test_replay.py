@@ -298,6 +298,8 @@ def test_bad_prompt_stops_the_run_with_the_session_named(prompts):
         ({"concurrency": 0}, "concurrency: expected an integer >= 1"),
         ({"mode": "rate"}, "mode 'rate' needs a rate"),
         ({"warmup_s": -1}, "warmup_s: expected a number >= 0"),
+        ({"seed": -1}, "seed: expected an integer >= 0, got -1"),  # as run --seed and --llm-seed
+        ({"seed": 1.5}, "seed: expected an integer >= 0, got 1.5"),
         ({"order": "shuffled", "mode": "timestamps"}, "order: timestamps mode replays sessions in trace order"),
         ({"prompt_format": "bytes"}, "prompt_format: expected one of text, ids"),
     ],

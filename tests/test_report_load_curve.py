@@ -97,3 +97,7 @@ def test_the_html_report_draws_the_load_curve_of_a_capacity_test_only(rate_sweep
     assert page.count("<h3>Load curve</h3>") == 1
     assert 'id="test-llmreplay-sweep-wl-yaml-load-curve"' in page
     assert load_curve_section({**record, "capacity": {"plan": {"by": "rate"}, "points": []}}) == ""
+    # no load failed: a lower bound, with no top to its bracket, as llmreplay sweep prints it
+    rate = format_value("request_throughput", record["capacity"]["rate"])
+    unbounded = {**record["capacity"], "at_least": True, "low": record["capacity"]["rate"], "high": record["capacity"]["rate"]}
+    assert f"capacity (rate) at least {rate}, bracket [{rate}, -]" in load_curve_section({**record, "capacity": unbounded})

@@ -9,6 +9,7 @@ import pytest
 from mockserver import MockServer, ServerThread
 
 from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli_options import BAD_INPUT
 from pytest_llmreplay.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.prompts import PromptFactory
@@ -87,7 +88,7 @@ def test_a_bad_out_is_one_line_before_anything_is_measured(out, message, source,
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("x")
     argv = [refused_url if arg == "URL" else arg for arg in source]
-    assert main(["calibrate", *argv, "--out", out]) == 1
+    assert main(["calibrate", *argv, "--out", out]) == 3  # bad input
     assert capsys.readouterr().err == message
 
 
@@ -103,7 +104,7 @@ def test_a_profile_that_cannot_be_written_after_the_sweep_is_printed_not_lost(si
         return found
 
     monkeypatch.setattr(module, "calibrate", measure_then_lose_the_folder)
-    assert main(["calibrate", "--endpoint", sim_url, "--out", str(folder / "p.json"), *SWEEP]) == 1
+    assert main(["calibrate", "--endpoint", sim_url, "--out", str(folder / "p.json"), *SWEEP]) == 3  # bad input: the profile could not be written
     out, err = capsys.readouterr()
     assert err == f"error: --out: cannot write {folder / 'p.json'} (No such file or directory); the profile is printed above on stdout, save it from there\n"
     printed = json.loads(out[out.index("\n{\n") + 1:])
@@ -129,9 +130,11 @@ def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):
     (["--budget", "0"], "--budget: expected seconds > 0"),
     (["--timeout", "0"], "--timeout: expected seconds > 0"),
     (["--timeout", "-1"], "--timeout: expected seconds > 0"),
+    (["--repeats", "0"], "--repeats: expected an integer >= 1"),
 ])
 def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
-    assert main(["calibrate", "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "p.json"), *argv]) == 1
+    # status 3, run's and sweep's for bad input, not 1
+    assert main(["calibrate", "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "p.json"), *argv]) == BAD_INPUT
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1 and "Traceback" not in err
 
@@ -140,7 +143,7 @@ def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
 def test_a_server_that_is_not_there_is_named_as_such(argv, tmp_path, capsys, refused_url):
     """Not "does not export vllm:cache_config_info", not "pass --model", no unclosed session."""
     url = refused_url
-    assert main(["calibrate", "--endpoint", url, "--out", str(tmp_path / "p.json"), "--timeout", "5", *argv]) == 1
+    assert main(["calibrate", "--endpoint", url, "--out", str(tmp_path / "p.json"), "--timeout", "5", *argv]) == BAD_INPUT
     err = capsys.readouterr().err
     assert err.startswith(f"error: calibrate: {url}: no answer to GET /metrics (") and err.count("\n") == 1, err
     assert "is the server running?" in err

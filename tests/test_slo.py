@@ -66,7 +66,6 @@ def test_units_convert_to_the_metrics_own_unit(key, threshold, value, unit):
         ("prompt_tokens.mean", "< 4096", 4096.0),  # tokens
         ("output_tokens_per_session.max", "<= 1e4", 10000.0),
         ("effective_concurrency", "> 7.5", 7.5),
-        ("ttft.p50", "> -1", -1.0),  # signed numbers read as numbers
         ("ttft.p50", "< +3", 3.0),
     ],
 )
@@ -75,6 +74,18 @@ def test_a_bare_number_is_in_the_metrics_own_unit(key, threshold, value):
     assert slo.value == approx(value)
     assert slo.unit is None
     assert slo.factor == 1.0
+
+
+@pytest.mark.parametrize("key, threshold", [("ttft.p99", "< -1s"), ("tpot.p50", "<= -0.5"), ("output_throughput.steady_state", "> -1 tok/s"),
+                                            ("request_throughput.overall", ">= -2 req/s"), ("error_rate", "< -1%"), ("capacity.rate", ">= -1 req/s")])
+def test_a_negative_threshold_on_a_built_in_metric_is_refused(key, threshold):
+    # no time, throughput, share or count is below 0: such an SLO always passes or never does
+    message = refused(key, threshold)
+    assert message == f"SLO {key!r}: expected a threshold >= 0 ({key.partition('.')[0]} is never negative), got {threshold!r}"
+
+
+def test_a_plugins_metric_may_have_a_negative_threshold():
+    assert parse_slo("drift.mean", "> -1", extra_metrics=["drift"]).value == -1.0  # signed numbers read as numbers
 
 
 @pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "=="])
@@ -210,9 +221,6 @@ def test_a_throughput_metric_needs_a_rate(key):
         ("output_throughput.p99", "steady_state"),  # a distribution statistic on a throughput
         ("request_throughput.mean", "last_30s"),
         ("request_throughput.count", "per_gpu"),
-        ("error_rate.p99", "value"),  # single figures take none
-        ("goodput.mean", "value"),
-        ("effective_concurrency.max", "value"),
         ("ttft.p99.extra", "p99"),
     ],
 )
@@ -220,6 +228,19 @@ def test_wrong_statistic_for_the_metric_family(key, expected):
     message = refused(key, "< 2")
     assert "has no statistic" in message
     assert "expected one of" in message and expected in message
+
+
+@pytest.mark.parametrize(
+    "key, message",
+    [
+        ("error_rate.p50", "SLO 'error_rate.p50': error_rate takes no statistic such as 'p50'; write error_rate alone"),
+        ("effective_concurrency.max", "SLO 'effective_concurrency.max': effective_concurrency takes no statistic such as 'max'; write effective_concurrency alone"),
+        ("goodput.mean", "SLO 'goodput.mean': goodput takes no statistic such as 'mean'; write goodput alone (its share) or goodput.rate"),
+    ],
+)
+def test_a_single_figure_is_named_by_its_metric_alone(key, message):
+    # not "expected one of value": the key a user writes is error_rate, not error_rate.value
+    assert refused(key, "< 0.5") == message
 
 
 @pytest.mark.parametrize(
