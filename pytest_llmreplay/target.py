@@ -99,20 +99,19 @@ class Target:
         it has seen the client's disconnects) is asked again every 0.1 s for up to ``busy_wait_s``."""
         if self.kind == "offline":
             return None
-        import time
-
         import httpx
 
         base = self.url.rstrip("/").removesuffix("/v1")
+        wall = WallClock()
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         for path in CACHE_RESETS:
             try:
                 with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
-                    deadline = time.monotonic() + busy_wait_s
+                    deadline = wall.now() + busy_wait_s
                     answer = client.post(path)
-                    while answer.status_code == 409 and time.monotonic() < deadline:
-                        time.sleep(0.1)
+                    while answer.status_code == 409 and wall.now() < deadline:
+                        wall.pause(0.1)
                         answer = client.post(path)
                     if answer.is_success:
                         return f"POST {path}"
