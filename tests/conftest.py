@@ -1,12 +1,17 @@
 """Fixtures several test modules share: a perf-test project in a git repository, the same
-pushed to a bare repository that CI jobs clone, a bare repository of 16 commits, and the folder
-the engine tests' vLLM is installed in."""
+pushed to a bare repository that CI jobs clone, a bare repository of 16 commits, an S3 server
+(moto's, a process on loopback), and the folder the engine tests' vLLM is installed in."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from mockserver import free_port
 
 from test_plugin_baselines import GIT_ENV, PERF_TEST, git, write_profiles
 from test_plugin_perf import WORKLOAD
@@ -56,6 +61,37 @@ def repo(tmp_path, monkeypatch):
         git(tmp_path, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def s3_env(monkeypatch, tmp_path):
+    """moto's standalone S3 server on a loopback port (a process, started and stopped here), a
+    bucket ``results`` in it, and the AWS variables that point s3fs at it."""
+    port = free_port()
+    log = open(tmp_path / "moto.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret",
+           "AWS_DEFAULT_REGION": "us-east-1"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"moto server did not start: {(tmp_path / 'moto.log').read_text()[-2000:]}")
+                time.sleep(0.1)
+        import boto3
+
+        boto3.client("s3").create_bucket(Bucket="results")
+        yield env
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
 
 
 @pytest.fixture(scope="module")

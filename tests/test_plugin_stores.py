@@ -1,5 +1,6 @@
 """Stores through the plugin (pytester): two CI jobs, each a fresh clone of one bare repository,
-share results on a git ref (job 1 saves, job 2 compares a newer commit against it); a store
+share results on a git ref, or in an S3 bucket of a real S3 server (job 1 saves, job 2 compares a
+newer commit against it); a store
 that cannot be used fails at start-up, before anything is measured, in one line naming the
 option; a corrupt stored result is one line naming it."""
 
@@ -15,12 +16,14 @@ from pytest_llmreplay.store import open_store
 STORE = "git:origin#refs/llmreplay/results"
 
 
-def test_two_ci_jobs_share_results_on_a_git_ref(ci):
+def share_results_between_two_ci_jobs(ci, store: str) -> list:
+    """Job 1 saves to ``store``; job 2, a fresh checkout with one more commit, compares against
+    job 1's result and passes the gate. The two checkouts, for the caller to inspect."""
     job, run = ci
     first = job("job1")
-    result = run(first, "--llm-save", f"--llm-baseline-dir={STORE}")
+    result = run(first, "--llm-save", f"--llm-baseline-dir={store}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"saved baseline {STORE} test_perf.py_test_chat-*/*.json"])
+    result.stdout.fnmatch_lines([f"saved baseline {store}[/ ]test_perf.py_test_chat-*/*.json"])
     saved_by_job1 = git(first, "rev-parse", "HEAD")[:12]
 
     second = job("job2")  # a fresh checkout: nothing on disk from job 1
@@ -28,13 +31,30 @@ def test_two_ci_jobs_share_results_on_a_git_ref(ci):
     (second / "notes.txt").write_text("a change under test\n")
     git(second, "add", "notes.txt")
     git(second, "commit", "-q", "-m", "change")
-    result = run(second, "--llm-compare", "--llm-fail-on-regression", f"--llm-baseline-dir={STORE}")
+    result = run(second, "--llm-compare", "--llm-fail-on-regression", f"--llm-baseline-dir={store}")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"Compared with merge-base with origin/HEAD ({saved_by_job1}), stored {saved_by_job1} *: 0 regressions"])
     no_traceback(result)
+    return [first, second]
+
+
+def test_two_ci_jobs_share_results_on_a_git_ref(ci):
     # neither job's checkout was touched beyond its own .llmreplay folder
-    for checkout in (first, second):
+    for checkout in share_results_between_two_ci_jobs(ci, STORE):
         assert git(checkout, "status", "--porcelain") == "?? .llmreplay/"
+
+
+def test_two_ci_jobs_share_results_in_an_s3_bucket(ci, s3_env):
+    """moto's S3 server stands for the bucket; the credentials come from the environment only."""
+    import boto3
+
+    checkouts = share_results_between_two_ci_jobs(ci, "s3://results/ci/perf")
+    for checkout in checkouts:
+        assert git(checkout, "status", "--porcelain") == ""  # nothing written beside the checkout's files
+    stored = boto3.client("s3").list_objects_v2(Bucket="results", Prefix="ci/perf/")["Contents"]
+    assert [item["Key"].rsplit("/", 2)[-2].split("-")[0] for item in stored] == ["test_perf.py_test_chat"]  # job 1's result, and only it
+    body = boto3.client("s3").get_object(Bucket="results", Key=stored[0]["Key"])["Body"].read()
+    assert s3_env["AWS_SECRET_ACCESS_KEY"].encode() not in body and s3_env["AWS_ACCESS_KEY_ID"].encode() not in body
 
 
 def test_a_corrupt_stored_result_is_one_line_naming_it(ci):

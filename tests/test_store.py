@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from mockserver import free_port
 
 from pytest_llmreplay import baseline
 from pytest_llmreplay.baseline import read_record
@@ -300,37 +297,6 @@ def test_a_corrupt_object_is_one_line_naming_it(tmp_path):
     with pytest.raises(LLMReplayError) as info:
         store.read("t-00000000/aaaaaaaaaaaa-x.json")
     assert str(info.value).startswith(f"memory://llmreplay-{tmp_path.name}/t-00000000/aaaaaaaaaaaa-x.json: not a stored llmreplay result")
-
-
-@pytest.fixture
-def s3_env(monkeypatch, tmp_path):
-    """moto's standalone S3 server on a loopback port (a process, started and stopped here), a
-    bucket ``results`` in it, and the AWS variables that point s3fs at it."""
-    port = free_port()
-    log = open(tmp_path / "moto.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret",
-           "AWS_DEFAULT_REGION": "us-east-1"}
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"moto server did not start: {(tmp_path / 'moto.log').read_text()[-2000:]}")
-                time.sleep(0.1)
-        import boto3
-
-        boto3.client("s3").create_bucket(Bucket="results")
-        yield env
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
 
 
 def test_s3_store_against_a_real_s3_server(s3_env, tmp_path):
