@@ -34,14 +34,21 @@ so neighbouring pairs are not independent (the Wilson intervals assume they are)
   (``--busy-core``; vLLM's CPU build binds its worker to core 0 of a 2-core machine and reserves
   core 1, its log says ``core ids=[0]``), running for the whole B side and stopped after it;
 - ``batched-tokens=N``: a second vLLM server, identical but for ``--max-num-batched-tokens N``
-  (chunked prefill in chunks of N tokens), started beside the first and idle while A sides run.
+  (chunked prefill in chunks of N tokens), started beside the first. Each side runs alone: the
+  other server is stopped (SIGSTOP) meanwhile, since an idle vLLM CPU worker polls its queue on
+  the core every worker here is bound to.
 
 **Methods** on each pair: ``gate`` is ``baseline.compare`` at its defaults (tolerances, 95%
 confidence, the two-level bootstrap over runs then requests when r > 1); a false alarm is any
 metric called a regression, detection is ``ttft.p50`` (and, separately, any metric) called a
 regression. pytest-benchmark's ``median:5%`` and asv's rule (Mann-Whitney U at p < 0.002 and a
 median change beyond 5%) on the pooled request samples of TTFT, and on "any of ttft, tpot,
-latency" (one benchmark per metric, any of them failing). Rates with Wilson 95% intervals.
+latency" (one benchmark per metric, any of them failing). ``history``: the gate once the store
+holds K >= 5 earlier results (``history.gate_with_history``'s Student's t prediction rule, as
+``bench/gate_quality.py`` applies it), where the K results are the baseline sides measured
+before: the A/A pair (A_{i-1}, A_i) over A_{i-K}..A_{i-1}, the A/B pair (A_i, B_i) over
+A_{i-K+1}..A_i, what a CI job's store would hold had it saved every earlier side (K = 5, 10:
+:data:`HISTORY_DEPTHS`). Rates with Wilson 95% intervals.
 
 ``--budget S`` stops starting new steps after S seconds (the pairs done so far are reported);
 every side is written to ``--out`` (JSON lines) as it is measured, and ``--from FILE`` reports
@@ -59,6 +66,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -68,10 +76,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from gate_quality import any_regression, asv_check, judge, plain_check, rate, table
+from gate_quality import any_regression, asv_check, history_flags, judge, plain_check, rate, table
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, load_tokenizer
-from pytest_llmreplay import baseline
+from pytest_llmreplay import baseline, history
 from pytest_llmreplay.driver import replay
 from pytest_llmreplay.server_process import ServerProcess
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
@@ -92,6 +100,7 @@ SETTINGS = ReplaySettings(concurrency=4, prompt_format="ids")
 EXTRA_BODY = {"ignore_eos": True}
 REQUEST_METRICS = ("ttft", "tpot", "latency")
 STARTUP_TIMEOUT_S = 900.0
+HISTORY_DEPTHS = (5, 10)  # earlier results the history gate reads (it needs at least 5)
 
 
 def free_port() -> int:
@@ -129,6 +138,21 @@ def busy_core(core: int) -> Iterator[None]:
     finally:
         loop.terminate()
         loop.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def alone(servers: dict[str, ServerProcess], active: str) -> Iterator[None]:
+    """Every server but ``active`` stopped (SIGSTOP to its process group) for the block, then
+    continued: an idle vLLM CPU server's worker keeps polling its queue, a third of the core that
+    every vLLM worker here is bound to (core 0), so the idle second server slowed the measured one."""
+    others = [server for name, server in servers.items() if name != active]
+    for server in others:
+        os.killpg(server.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for server in others:
+            os.killpg(server.process.pid, signal.SIGCONT)
 
 
 class Engine:
@@ -193,6 +217,24 @@ def method_rows(pairs: list[dict[str, Any]], r: int) -> list[list[str]]:
     ]
 
 
+def history_rows(baseline_sides: list[dict[str, Any]], slow: dict[str, list[dict[str, Any]]], r: int, depths: tuple[int, ...] = HISTORY_DEPTHS) -> list[list[str]]:
+    """The history gate (``history.gate_with_history``'s rule, ``gate_quality.history_flags``) on the
+    same pairs: an A/A pair (A_{i-1}, A_i) judged over the K sides A_{i-K}..A_{i-1} (its baseline the
+    newest), an A/B pair (A_i, B_i) over A_{i-K+1}..A_i: what the store of a CI job that saved
+    every earlier side would hold. Pairs with fewer than K sides before them are left out."""
+    figures = [{key: history.figure(stored(side, r), key) for key in baseline.DEFAULT_TOLERANCES} for side in baseline_sides]
+    rows = []
+    for depth in depths:
+        aa = [history_flags(judged(baseline_sides[i - 1], baseline_sides[i], r), figures[i - depth:i], "t", None) for i in range(depth, len(baseline_sides))]
+        row = [f"K = {depth}", rate(sum(aa), len(aa))]
+        for sides in slow.values():
+            pairs = [(judged(baseline_sides[s["step"]], s, r), figures[s["step"] - depth + 1:s["step"] + 1]) for s in sides if s["step"] >= depth - 1]
+            row += [rate(sum(history_flags(j, past, "t", ("ttft.p50",)) for j, past in pairs), len(pairs)),
+                    rate(sum(history_flags(j, past, "t", None) for j, past in pairs), len(pairs))]
+        rows.append(row)
+    return rows
+
+
 def report(sides: list[dict[str, Any]], repeat: int) -> str:
     baseline_sides = [s for s in sides if s["kind"] == "A"]
     slow_kinds = list(dict.fromkeys(s["kind"] for s in sides if s["kind"] != "A"))
@@ -209,6 +251,9 @@ def report(sides: list[dict[str, Any]], repeat: int) -> str:
             out += [f"#### A/B: {kind}, {r} run(s) per side, {len(ab)} pairs", "",
                     table(["method", "detection, ttft.p50 / TTFT median", "detection, any metric"], method_rows(ab, r)), "",
                     "Measured change (gate's estimate, median over pairs and range): " + ", ".join(f"{key} {changes(ab, key)}" for key in ("ttft.p50", "tpot.p50", "latency.p50")), ""]
+        out += [f"#### History: the gate over the K baseline sides before the current one, {r} run(s) per side", "",
+                table(["history", "A/A false alarms, any metric", *(f"{kind} detected, {what}" for kind in slow_kinds for what in ("ttft.p50", "any metric"))],
+                      history_rows(baseline_sides, {kind: [s for s in sides if s["kind"] == kind] for kind in slow_kinds}, r)), ""]
     spread = {key: [float(statistics.pstdev(v) / statistics.mean(v)) for s in baseline_sides
                     if len(v := [rec["summary"][key.split(".")[0]][key.split(".")[1]] for rec in s["records"]]) > 1] for key in ("ttft.p50", "tpot.p50")}
     out.append("Run-to-run spread within a baseline side (CV of the R runs' figure, median over sides): "
@@ -231,8 +276,9 @@ def measure(args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
             if kind.startswith("batched-tokens="):
                 servers[kind] = stack.enter_context(vllm_server(["--max-num-batched-tokens", kind.partition("=")[2]], log_dir))
         engines = {name: Engine(server.url, prompts) for name, server in servers.items()}
-        for engine in engines.values():
-            engine.run()  # warm-up, thrown away
+        for name, engine in engines.items():
+            with alone(servers, name):
+                engine.run()  # warm-up, thrown away
         print(f"servers up and warm after {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
         for step in range(args.pairs + 1):
             if time.perf_counter() - started > args.budget:
@@ -240,8 +286,9 @@ def measure(args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
                 break
             for kind in ["A", *(args.slowdown if step else [])]:
                 t0 = time.perf_counter()
-                with busy_core(args.busy_core) if kind == "busy-core" else contextlib.nullcontext():
-                    side = engines["A" if kind == "busy-core" else kind].side(args.repeat)
+                server = "A" if kind == "busy-core" else kind
+                with alone(servers, server), busy_core(args.busy_core) if kind == "busy-core" else contextlib.nullcontext():
+                    side = engines[server].side(args.repeat)
                 side.update(kind=kind, step=step, wall_s=time.perf_counter() - t0, failed=failed_requests(side))
                 sides.append(side)
                 with open(args.out, "a") as out:

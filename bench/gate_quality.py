@@ -216,6 +216,8 @@ def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def rate(hits: int, n: int) -> str:
+    if n == 0:
+        return "- (no pairs)"
     low, high = wilson(hits, n)
     return f"{hits}/{n} ({hits / n:.1%}) [{low:.1%}, {high:.1%}]"
 
