@@ -158,6 +158,56 @@ def test_a_kv_aware_cluster_replays_deterministically(prompts):
     assert sum(cached for *_, cached, _ in first) > 0  # the shared documents hit somewhere
 
 
+# --- the front end --------------------------------------------------------------------------------
+
+def test_the_front_end_delays_each_request_by_its_latency_first_in_first_out():
+    # front end 2.5 s, one sequence at a time. A and B, received at 0, reach the engine at 2.5:
+    # A prefills [2.5, 3.5] and decodes [3.5, 4.5]; B, second in, waits for A: [4.5, 5.5], [5.5, 6.5]
+    # (its queue time, 2 s, counts from its arrival at the engine). C is submitted at 10 but was
+    # received at 9.5 (the HTTP server's parsing): it reaches the engine at 12.0, done at 14.0.
+    clock = VirtualClock()
+
+    async def main():
+        cluster = Cluster(replace(stub_profile(max_num_seqs=1), frontend_ms=2500.0), clock, ClusterConfig())
+        cluster.start()
+        a = cluster.submit(list(range(4)), output(2))
+        b = cluster.submit(list(range(100, 104)), output(2, 20_000))
+        await clock.sleep_until(10.0)
+        c = cluster.submit(list(range(200, 204)), output(2, 30_000), received_s=9.5)
+        await asyncio.gather(a.done, b.done, c.done)
+        await cluster.stop()
+        return a, b, c
+
+    a, b, c = clock.run(main())
+    assert (a.times, b.times, c.times) == ([3.5, 4.5], [5.5, 6.5], [13.0, 14.0])
+    assert (a.queue_s, b.queue_s, c.queue_s) == (0.0, 2.0, 0.0)
+
+
+def test_a_request_abandoned_in_the_front_end_never_reaches_an_engine():
+    # front end 2.5 s: A (received at 0) is aborted at 1; B (received at 0.5) still reaches the
+    # engine at 3.0 and is served alone: [3, 4], [4, 5]
+    clock = VirtualClock()
+
+    async def main():
+        cluster = Cluster(replace(stub_profile(), frontend_ms=2500.0), clock, ClusterConfig())
+        cluster.start()
+        a = cluster.submit(list(range(4)), output(2))
+        await clock.sleep_until(0.5)
+        b = cluster.submit(list(range(100, 104)), output(2, 20_000))
+        await clock.sleep_until(1.0)
+        cluster.abort(a)
+        await b.done
+        await clock.sleep_until(10.0)
+        stats = cluster.stats()
+        await cluster.stop()
+        return a, b, stats
+
+    a, b, stats = clock.run(main())
+    assert a.engine is None and a.times == [] and not a.done.done()
+    assert b.times == [4.0, 5.0]
+    assert (stats["prompt_tokens_total"], stats["generation_tokens_total"]) == (4, 2)
+
+
 # --- disaggregated prefill / decode ------------------------------------------------------------
 
 def test_disaggregated_first_token_from_prefill_then_transfer_then_decode():

@@ -268,6 +268,18 @@ def test_each_token_is_its_own_event_while_the_server_keeps_up(prompts):
         assert [len(e["choices"][0]["token_ids"]) for e in token_events(chat)] == [1] * 3 and len(chat) == 5
 
 
+def test_the_profiles_front_end_latency_comes_before_the_first_token(prompts):
+    """timing.frontend_ms 300 and 1 ms iterations: no token can come out sooner than 0.3 s after
+    the request was sent (a lower bound only: a slow machine may add to it, never take away)."""
+    with serving(prompts, dataclasses.replace(tiny_profile(), frontend_ms=300.0)) as thread:
+        sent = time.perf_counter()
+        with HTTP.stream("POST", thread.url + "/v1/completions", json={"prompt": ids(53_000, 8), "max_tokens": 2, "stream": True}) as response:
+            first = next(line for line in response.iter_lines() if line.startswith("data: {"))
+            first_token_s = time.perf_counter() - sent
+        assert json.loads(first[6:])["choices"][0]["text"] is not None
+        assert first_token_s >= 0.3
+
+
 def test_streamed_completion_without_include_usage_has_no_usage_event(sim, prompts):
     items = stream(sim.url, "/v1/completions", {"prompt": TEXT, "max_tokens": 3})
     assert items[-1] == "[DONE]" and 2 <= len(items) <= 4

@@ -373,6 +373,8 @@ def test_missing_field_names_file_and_field(tmp_path):
         ("timing", "overhead_ms", -1, "timing.overhead_ms: must be >= 0"),
         ("timing", "jitter", 1.5, "timing.jitter: must be <= 1"),
         ("timing", "jitter", -0.1, "timing.jitter: must be >= 0"),
+        ("timing", "frontend_ms", -5, "timing.frontend_ms: must be >= 0"),
+        ("timing", "frontend_ms", 1e6, "timing.frontend_ms: must be <= 60000"),
         ("model", "heads", "32", "model.heads: must be a number, got '32'"),
         ("model", "layer", 32, "model.layer: unknown field"),
         ("timing", "kind", "magic", "timing.kind: must be one of roofline, polynomial, table, got 'magic'"),

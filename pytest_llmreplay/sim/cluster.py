@@ -25,6 +25,13 @@ whole (no prefill on the decode side). The first token's time is the prefill eng
 second comes after the transfer and a decode iteration. A one-token request never leaves its
 prefill engine.
 
+Front end (``timing.frontend_ms`` of the profile, default 0): a server's per-request work
+outside the engine's iterations (HTTP, request set-up, handing the request to the engine core).
+A request reaches the engines ``frontend_ms`` after the server received it (its arrival there, so
+its queue time does not count the front end); requests pass the front end in the order received
+(first in, first out), each after the same fixed latency, concurrently (it is a latency, not a
+queue). A request the client abandons while in the front end never reaches an engine.
+
 Data parallel: a profile whose hardware has ``data_parallel`` dp > 1 is one vLLM server of dp
 engines (``data_parallel_size``), balanced by ``vllm_dp`` whatever ``router`` says; such a
 server is simulated alone (``engines`` 1, no prefill pool). Each engine's timing is the
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -47,6 +55,7 @@ from .profile import Profile, engine_timing
 ROUTERS = ("round_robin", "least_loaded", "kv_aware", "vllm_dp")
 DP_PUBLISH_S = 0.1  # vLLM's DP coordinator publishes request counts every 100 ms
 DP_WAITING_WEIGHT = 4  # score = 4 * waiting + running
+FRONT_END_SLACK_S = 1e-9  # a timer fires when its time is reached to within float rounding (a virtual clock's sum)
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class Job:
         self.engine: Engine | None = None  # the engine ``current`` is in
         self.done: asyncio.Future = first.done
         self.pipeline: asyncio.Task | None = None  # the prefill -> transfer -> decode task
+        self.abandoned = False  # aborted by the client (perhaps before it left the front end)
 
     @property
     def times(self) -> list[float]:
@@ -194,6 +204,9 @@ class Cluster:
         self.decode = Pool(engines("decode", config.engines), config.router, config.overlap_weight, clock)
         self.prefill = Pool(engines("prefill", config.prefill_engines), config.router, config.overlap_weight, clock) if config.prefill_engines else None
         self.transfer_s_per_token = transfer_s_per_token(profile, config)
+        self.frontend_s = profile.frontend_ms / 1e3
+        self._front_end: deque[tuple[float, Job]] = deque()  # (when it reaches the engines, job), in order received
+        self._front_end_timer: asyncio.TimerHandle | None = None
         self._pipelines: set[asyncio.Task] = set()
 
     @property
@@ -213,6 +226,9 @@ class Cluster:
             engine.start()
 
     async def stop(self) -> None:
+        if self._front_end_timer is not None:
+            self._front_end_timer.cancel()
+        self._front_end.clear()
         for task in list(self._pipelines):
             task.cancel()
         await asyncio.gather(*self._pipelines, return_exceptions=True)
@@ -222,16 +238,41 @@ class Cluster:
     def submit(self, prompt: Tokens, output: Tokens, received_s: float | None = None) -> Job:
         """Route a request that generates exactly ``len(output)`` tokens (fit it to the profile's
         ``max_model_len`` first: a request larger than the cache would wait forever);
-        ``received_s``: when the server received it (:meth:`Engine.enqueue`)."""
+        ``received_s``: when the server received it (:meth:`Engine.enqueue`); it reaches the
+        engines ``frontend_s`` later (module doc: front end)."""
         job = Job(SimRequest(prompt, output))
-        if self.prefill is None or job.first.output_len == 1:
-            self._enqueue(job, self.prefill or self.decode, job.first, received_s)
+        disaggregated = self.prefill is not None and job.first.output_len > 1
+        if disaggregated:
+            job.done = asyncio.get_running_loop().create_future()
+        if not self.frontend_s:
+            self._route(job, received_s)
             return job
-        job.done = asyncio.get_running_loop().create_future()
+        now = self.clock.now()
+        ready = (now if received_s is None else min(received_s, now)) + self.frontend_s
+        if self._front_end:
+            ready = max(ready, self._front_end[-1][0])  # first in, first out
+        self._front_end.append((ready, job))
+        if len(self._front_end) == 1:
+            self._front_end_timer = asyncio.get_running_loop().call_later(ready - now, self._leave_front_end)
+        return job
+
+    def _leave_front_end(self) -> None:
+        """Route every job whose front-end latency has passed, in order; wait for the next one."""
+        now = self.clock.now()
+        while self._front_end and self._front_end[0][0] <= now + FRONT_END_SLACK_S:
+            ready, job = self._front_end.popleft()
+            if not job.abandoned:
+                self._route(job, ready)
+        self._front_end_timer = asyncio.get_running_loop().call_later(self._front_end[0][0] - now, self._leave_front_end) if self._front_end else None
+
+    def _route(self, job: Job, received_s: float | None) -> None:
+        """Hand ``job`` to an engine, or start its prefill -> transfer -> decode pipeline."""
+        if job.done is job.first.done:
+            self._enqueue(job, self.prefill or self.decode, job.first, received_s)
+            return
         job.pipeline = asyncio.ensure_future(self._disaggregated(job, received_s))
         self._pipelines.add(job.pipeline)
         job.pipeline.add_done_callback(self._pipelines.discard)
-        return job
 
     @staticmethod
     def _enqueue(job: Job, pool: Pool, request: SimRequest, received_s: float | None = None) -> None:
@@ -252,6 +293,7 @@ class Cluster:
 
     def abort(self, job: Job) -> None:
         """Drop a job the client gave up on, wherever it is."""
+        job.abandoned = True
         if job.pipeline is not None:
             job.pipeline.cancel()
         if job.engine is not None:

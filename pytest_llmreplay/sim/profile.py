@@ -48,6 +48,7 @@ class Profile:
     model: ModelSpec | None = None
     hardware: HardwareSpec | None = None
     jitter: float = 0.0  # coefficient of variation of iteration times (sim/timing.py: jitter)
+    frontend_ms: float = 0.0  # the server's per-request latency before the engine sees a request (sim/cluster.py: front end)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     description: str = ""
@@ -221,11 +222,12 @@ _HARDWARE = (
 )
 _ENGINE = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "activation_reserve_gib")
 _TIMING = {
-    "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter"),
-    "polynomial": ("kind", "prefill_coefficients", "decode_coefficients", "decode_floor_ms", "jitter"),
-    "table": ("kind", "prefill", "decode", "jitter"),
+    "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter", "frontend_ms"),
+    "polynomial": ("kind", "prefill_coefficients", "decode_coefficients", "decode_floor_ms", "jitter", "frontend_ms"),
+    "table": ("kind", "prefill", "decode", "jitter", "frontend_ms"),
 }
 MAX_JITTER = 1.0  # a coefficient of variation above this is a typo, not a server
+MAX_FRONTEND_MS = 60_000.0  # a minute before the engine sees a request is a typo, not a server
 
 
 def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
@@ -416,6 +418,7 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
         model=model,
         hardware=hardware,
         jitter=f.number(data["timing"], "timing", "jitter", 0.0, maximum=MAX_JITTER, inclusive=True),
+        frontend_ms=f.number(data["timing"], "timing", "frontend_ms", 0.0, maximum=MAX_FRONTEND_MS, inclusive=True),
         sources=f.strings(data, "sources"),
         notes=f.strings(data, "notes"),
         description=description,
