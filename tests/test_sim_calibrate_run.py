@@ -14,7 +14,7 @@ from pytest_llmreplay.cli import main
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.formats import load_workload
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.sim.calibrate_run import STATISTICS, calibrate_from_run, nelder_mead, simulate, with_timing
+from pytest_llmreplay.sim.calibrate_run import BOUNDS, STATISTICS, calibrate_from_run, nelder_mead, simulate, with_timing
 from pytest_llmreplay.sim.measured_run import MIN_REQUESTS, read_run
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
@@ -85,6 +85,28 @@ def test_the_fit_recovers_the_parameters_a_simulated_run_was_made_with(trace, tr
     assert max(abs(fit.holdout_errors[key]) for key in STATISTICS) < 0.03
     assert any("calibrate --from-run" in note for note in profile["notes"])
     parse_profile(profile)  # a loadable profile
+
+
+def test_a_client_timed_run_also_recovers_the_front_end_latency(trace, tmp_path, tokenizer, capsys):
+    """Our own requests.csv is timed from the client's send, so the server's front end is in its
+    TTFT: asked to, the fit finds the one the run was made with (in closed form, module doc). The
+    same figures read as vLLM's engine-timed records cannot give it: one line says why."""
+    truth = base_json()
+    truth["timing"].update(TRUTH, frontend_ms=15.0)
+    truth_path = tmp_path / "truth.json"
+    truth_path.write_text(json.dumps(truth))
+    assert main(["run", str(trace), "--sim", str(truth_path), "--out", str(tmp_path / "run")]) == 0
+    run = read_run(tmp_path / "run" / "requests.csv")
+    assert run.from_client
+    profile, fit = calibrate_from_run(BASE, load_workload(trace), run, lambda: PromptFactory(tokenizer), fit=tuple(BOUNDS), max_evals=100)
+    for name, value in {**TRUTH, "frontend_ms": 15.0}.items():
+        assert fit.values[name] == pytest.approx(value, rel=0.1), name
+    assert profile["timing"]["frontend_ms"] == fit.values["frontend_ms"]
+    assert max(abs(fit.holdout_errors[key]) for key in STATISTICS) < 0.03
+    engine_timed = read_run(write(tmp_path / "run.jsonl", vllm_lines(run)))
+    assert not engine_timed.from_client
+    with pytest.raises(LLMReplayError, match=rf"^--fit: frontend_ms cannot be fitted from {engine_timed.path}: vLLM's per-request records are timed from the engine's queue"):
+        calibrate_from_run(BASE, load_workload(trace), engine_timed, lambda: PromptFactory(tokenizer), fit=("mfu", "frontend_ms"))
 
 
 def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):

@@ -5,8 +5,15 @@ served and the base profile (model, hardware, engine settings) under candidate p
 parameters that bring the simulated statistics closest to the measured ones win.
 
 - Parameters (few and physical, each in a bounded range, :data:`BOUNDS`): ``mfu`` (share of peak
-  compute reached), ``mbu`` (share of peak memory bandwidth) and ``overhead_ms`` (fixed host
-  cost per iteration), or the subset ``fit`` names; the others keep the base profile's values.
+  compute reached), ``mbu`` (share of peak memory bandwidth), ``overhead_ms`` (fixed host cost
+  per iteration) and ``frontend_ms`` (the server's fixed latency per request before the engine
+  sees it, sim/cluster.py), or the subset ``fit`` names (default the first three); the others
+  keep the base profile's values. ``frontend_ms`` is fitted only when asked for, and only from a
+  run timed by a client: one run rarely tells it apart from the prefill's compute (fitted on a
+  vLLM CPU run whose TTFT is mostly prefill, it came out anywhere from 9 to 163 ms depending on
+  the search's path, bench/README.md). A run timed from the engine's queue (vLLM's records) has
+  no front end in its TTFT: its replays run with ``frontend_ms`` 0, whatever the profile says,
+  and the profile written keeps its own.
 - Loss: the mean over the statistics in :data:`STATISTICS` of ``log(simulated / measured)^2``
   (a relative error, symmetric in over- and under-estimate, blind to units). The p10s stand for
   the lightly loaded requests (a prefill or a decode step of few sequences: fixed overhead and
@@ -16,10 +23,24 @@ parameters that bring the simulated statistics closest to the measured ones win.
   ("hold-out"). Every replay serves the whole workload (the load is the run's), the loss reads
   only the fit half, and the report gives the error of each statistic on both halves: a fit that
   only holds on the requests it was fitted to shows as a hold-out error well above the fit error.
+- The front end in closed form: a constant ``frontend_ms`` delays every request's arrival at the
+  engines by the same amount, so the engines see the same arrivals later and every TTFT and
+  latency grows by it, TPOT unchanged. For each candidate of the other parameters one replay
+  without a front end is therefore shifted by the best constant (:func:`best_shift`), instead of
+  searching a fourth dimension with replays (Nelder-Mead could not tell it from ``overhead_ms``
+  in 100 replays). Exact for requests sent at their own times; for later turns of a session,
+  sent after the previous answer, the shift moves their sends too, so the reported errors come
+  from a replay with the fitted front end, not from the shift. With the front end fitted the
+  search has two stages, each half the replays: the other parameters with the profile's front
+  end, then all of them from there. Searched together from the start, a fast engine behind a slow
+  front end was a valley the search fell into (vLLM CPU's agent run, bench/sim_transfer.py:
+  frontend_ms 163, TTFT p90 -30% on the fitted run itself).
 - Search: Nelder-Mead (Nelder & Mead 1965; the standard reflection 1, expansion 2, contraction
   1/2, shrink 1/2) in the unit cube that maps log-linearly onto the bounds (``value = lo *
   (hi / lo) ** u``: a step is the same ratio anywhere in the range), points clamped into it,
-  started at the base profile's values with a step of :data:`START_STEP` per parameter; when the
+  started at the base profile's values (one below its range, such as a profile's absent front
+  end, at the middle of the range: from the bound itself a step changes nothing the loss sees)
+  with a step of :data:`START_STEP` per parameter; when the
   simplex's losses differ by less than ``1e-6`` it restarts around its best point (a collapsed
   simplex is the method's known failure in narrow valleys), until ``max_evals`` replays are
   spent or a restart finds nothing better. The virtual clock makes every replay deterministic,
@@ -53,11 +74,13 @@ from .measured_run import MeasuredRun
 from .profile import Profile, parse_profile
 from .profile_files import profile_path
 
-BOUNDS: dict[str, tuple[float, float]] = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "overhead_ms": (0.01, 100.0)}
+BOUNDS: dict[str, tuple[float, float]] = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "overhead_ms": (0.01, 100.0), "frontend_ms": (0.01, 1000.0)}
+ENGINE_PARAMETERS = ("mfu", "mbu", "overhead_ms")  # the roofline's own; frontend_ms is the profile's (timing.frontend_ms)
 STATISTICS = (("ttft", "p10"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "mean"), ("tpot", "p10"), ("tpot", "p50"), ("tpot", "mean"),
               ("tpot", "p90"), ("latency", "p50"), ("latency", "mean"))
 START_STEP = 0.15  # of each parameter's range: the first simplex's size
 TOLERANCE = 1e-6
+SHIFT_GRID = 61  # log-spaced front-end latencies tried before the golden-section search (6 per decade over 0.01 ms-1 s)
 
 
 def statistic(values: np.ndarray, stat: str) -> float:
@@ -100,6 +123,31 @@ def simulate(profile: Profile, workload: Workload, prompts: Callable[[], PromptF
     rows.sort()
     columns = np.array(rows, dtype=np.float64)
     return MeasuredRun("<simulated>", columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3])
+
+
+def shifted(run: MeasuredRun, seconds: float) -> MeasuredRun:
+    """``run`` as a server ``seconds`` slower to hand each request to its engine would have
+    measured it: TTFT and latency later by ``seconds``, TPOT the same."""
+    return MeasuredRun(run.path, run.keys, run.ttft + seconds, run.tpot, run.latency + seconds, run.from_client)
+
+
+def best_shift(simulated: MeasuredRun, measured: MeasuredRun, bounds: tuple[float, float]) -> float:
+    """The constant front-end latency in ``bounds`` (seconds) that minimises
+    ``loss(shifted(simulated, c), measured)``: the best of :data:`SHIFT_GRID` log-spaced points,
+    then golden-section search between its neighbours to 1 microsecond (module doc)."""
+    lo, hi = bounds
+    grid = np.geomspace(lo, hi, SHIFT_GRID)
+    scores = [loss(shifted(simulated, float(c)), measured) for c in grid]
+    i = int(np.argmin(scores))
+    a, b = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, len(grid) - 1)])
+    ratio = (math.sqrt(5) - 1) / 2
+    while b - a > 1e-6:
+        left, right = b - ratio * (b - a), a + ratio * (b - a)
+        if loss(shifted(simulated, left), measured) <= loss(shifted(simulated, right), measured):
+            b = right
+        else:
+            a = left
+    return (a + b) / 2
 
 
 def check_pairing(run: MeasuredRun, workload: Workload) -> None:
@@ -203,7 +251,7 @@ def calibrate_from_run(
     workload: Workload,
     run: MeasuredRun,
     prompts: Callable[[], PromptFactory],
-    fit: Sequence[str] = tuple(BOUNDS),
+    fit: Sequence[str] = ENGINE_PARAMETERS,
     max_evals: int = 40,
     engine: Mapping[str, int] | None = None,
     progress: Callable[[str], None] = lambda line: None,
@@ -213,8 +261,14 @@ def calibrate_from_run(
     unknown = [name for name in fit if name not in BOUNDS]
     if unknown or not fit or len(set(fit)) != len(fit):
         raise LLMReplayError(f"--fit: expected distinct names among {', '.join(BOUNDS)}, got {','.join(fit)}")
-    if max_evals < len(fit) + 1:
-        raise LLMReplayError(f"--max-evals: expected at least {len(fit) + 1} (one simplex), got {max_evals}")
+    if "frontend_ms" in fit and not run.from_client:
+        raise LLMReplayError(f"--fit: frontend_ms cannot be fitted from {run.path}: vLLM's per-request records are timed from the engine's queue, "
+                             "without the server's front end; fit it from a run a client timed (llmreplay run --out's requests.csv or result.json)")
+    searched = [name for name in fit if name != "frontend_ms"]  # by Nelder-Mead; the front end in closed form
+    staged = "frontend_ms" in fit and bool(searched)
+    needed = (len(searched) + 1) * (2 if staged else 1)
+    if max_evals < needed:
+        raise LLMReplayError(f"--max-evals: expected at least {needed} ({'two simplices' if staged else 'one simplex'}), got {max_evals}")
     path = profile_path(base)
     data = json.loads(path.read_text(encoding="utf-8"))
     if engine:
@@ -224,25 +278,41 @@ def calibrate_from_run(
         raise LLMReplayError(f"{path}: timing.kind: calibrating from a run fits a roofline profile's efficiencies, got {data.get('timing', {}).get('kind')!r}")
     check_pairing(run, workload)
     fit_half, holdout = halves(run)
-    timing = profile.timing
-    start = {name: float(getattr(timing, name)) for name in BOUNDS}
+    start = {**{name: float(getattr(profile.timing, name)) for name in ENGINE_PARAMETERS}, "frontend_ms": profile.frontend_ms}
+    timed_from_engine = {} if run.from_client else {"frontend_ms": 0.0}
 
     def values_at(point: np.ndarray) -> dict[str, float]:
-        return {name: BOUNDS[name][0] * (BOUNDS[name][1] / BOUNDS[name][0]) ** float(u) for name, u in zip(fit, point)}
+        return {name: BOUNDS[name][0] * (BOUNDS[name][1] / BOUNDS[name][0]) ** float(u) for name, u in zip(searched, point)}
 
     def replayed(values: Mapping[str, float]) -> MeasuredRun:
-        return simulate(parse_profile(with_timing(data, values), origin=str(path)), workload, prompts)
+        return simulate(parse_profile(with_timing(data, {**values, **timed_from_engine}), origin=str(path)), workload, prompts)
 
-    def objective(point: np.ndarray) -> float:
-        values = values_at(point)
-        score = loss(replayed(values), fit_half)
-        progress("  " + ", ".join(f"{name} {value:.4g}" for name, value in values.items()) + f": loss {score:.5f}")
-        return score
+    def scored(values: dict[str, float], front_end: bool = True) -> tuple[float, dict[str, float]]:
+        """The loss at ``values``; when the front end is fitted (and ``front_end``), at its best value for them."""
+        if not (front_end and "frontend_ms" in fit):
+            return loss(replayed(values), fit_half), values
+        without = replayed({**values, "frontend_ms": 0.0})
+        front_end_s = best_shift(without, fit_half, tuple(bound / 1e3 for bound in BOUNDS["frontend_ms"]))
+        return loss(shifted(without, front_end_s), fit_half), {**values, "frontend_ms": front_end_s * 1e3}
 
-    origin = np.array([math.log(max(start[name], BOUNDS[name][0]) / BOUNDS[name][0]) / math.log(BOUNDS[name][1] / BOUNDS[name][0]) for name in fit])
+    def objective(front_end: bool) -> Callable[[np.ndarray], float]:
+        def at(point: np.ndarray) -> float:
+            score, values = scored(values_at(point), front_end)
+            progress("  " + ", ".join(f"{name} {value:.4g}" for name, value in values.items()) + f": loss {score:.5f}")
+            return score
+
+        return at
+
+    origin = np.array([0.5 if start[name] < BOUNDS[name][0] else math.log(start[name] / BOUNDS[name][0]) / math.log(BOUNDS[name][1] / BOUNDS[name][0])
+                       for name in searched])
     first = replayed(start)
-    best, best_loss, evals = nelder_mead(objective, origin, max_evals)
-    values = values_at(best)
+    evals = 0
+    if staged:
+        origin, _, evals = nelder_mead(objective(front_end=False), origin, max_evals // 2)
+    best, best_loss, more = nelder_mead(objective(front_end=True), origin, max_evals - evals)
+    evals += more
+    _, values = scored(values_at(best))
+    values = {name: values[name] for name in fit}
     final = replayed(values)
     result = Fit(
         values={name: _rounded(value) for name, value in values.items()}, start=start,
@@ -275,4 +345,4 @@ def report_lines(result: Fit) -> list[str]:
     return lines
 
 
-__all__ = ["BOUNDS", "STATISTICS", "Fit", "calibrate_from_run", "errors", "halves", "loss", "nelder_mead", "report_lines", "simulate"]
+__all__ = ["BOUNDS", "ENGINE_PARAMETERS", "STATISTICS", "Fit", "best_shift", "calibrate_from_run", "errors", "halves", "loss", "nelder_mead", "report_lines", "simulate"]

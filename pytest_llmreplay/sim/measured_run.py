@@ -7,7 +7,7 @@ Three files are understood (by their suffix):
   ``scheduled_ts``, ``first_token_ts``, ``last_token_ts`` (seconds). Line ``n`` is the
   workload's request ``n`` (session ``n``, turn 0). TTFT = first - queued; TPOT = (last - first)
   / (output - 1); latency = last - queued (as vLLM's own metrics count them: from the request's
-  arrival in the engine).
+  arrival in the engine, so without the server's front end: ``from_client`` False).
 - ``requests.csv`` (``llmreplay run --out``): the ``ok`` rows, keyed by ``session_index`` and
   ``turn_index``, with their ``ttft``, ``tpot``, ``latency`` columns (seconds; ``tpot`` empty for a
   one-token output).
@@ -41,19 +41,22 @@ VLLM_FIELDS = ("output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "la
 
 @dataclass(frozen=True)
 class MeasuredRun:
-    """Per-request metrics in seconds, sorted by ``keys``; ``tpot`` is NaN for one-token outputs."""
+    """Per-request metrics in seconds, sorted by ``keys``; ``tpot`` is NaN for one-token outputs.
+    ``from_client``: TTFT and latency were timed by a client (from sending the request), so they
+    include the server's front end; False when timed from the request's arrival in the engine."""
 
     path: str
     keys: np.ndarray
     ttft: np.ndarray
     tpot: np.ndarray
     latency: np.ndarray
+    from_client: bool = True
 
     def metric(self, name: str) -> np.ndarray:
         return getattr(self, name)
 
     def subset(self, mask: np.ndarray) -> "MeasuredRun":
-        return MeasuredRun(self.path, self.keys[mask], self.ttft[mask], self.tpot[mask], self.latency[mask])
+        return MeasuredRun(self.path, self.keys[mask], self.ttft[mask], self.tpot[mask], self.latency[mask], self.from_client)
 
 
 def read_run(path: str | Path) -> MeasuredRun:
@@ -75,7 +78,7 @@ def read_run(path: str | Path) -> MeasuredRun:
     if len({row[0] for row in rows}) != len(rows):
         raise LLMReplayError(f"{path}: a request appears twice (same session and turn)")
     columns = np.array(rows, dtype=np.float64)
-    return MeasuredRun(str(path), columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3])
+    return MeasuredRun(str(path), columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3], from_client=reader is not _vllm_jsonl)
 
 
 def _number(value: Any, where: str, name: str) -> float:
