@@ -8,8 +8,8 @@ from their spread: :mod:`~pytest_llmreplay.history`); save this result (``--llm-
 figure over those earlier results and this run with its change points,
 :func:`~pytest_llmreplay.history.trend`, which the HTML report plots); then fail the test if an SLO is breached, or a regression was called and
 ``--llm-fail-on-regression`` is on, or the result could not be saved. The report's record
-holds ``failed_by`` when the test fails for a reason other than a breached SLO, so its
-headline says FAIL as pytest does. The checks the test body made with ``Result.assert_slo`` are
+holds ``failed_by`` when the test fails for a reason other than a breached SLO (those three, or
+its own body raising after it measured), so its headline says FAIL as pytest does. The checks the test body made with ``Result.assert_slo`` are
 stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
 outcome's ``text`` (tables) goes into the test's report section, ``figures`` into its JUnit
 properties. A capacity test's result
@@ -89,7 +89,9 @@ class Gate:
             self._git = git_state(self.rootdir)
         return self._git
 
-    def finish(self, run: PerfRun) -> Outcome:
+    def finish(self, run: PerfRun, body_failure: str | None = None) -> Outcome:
+        """``body_failure``: why the test's own body failed after measuring (``the test body
+        raised AssertionError``), for the report's headline; the body's exception stands."""
         from .report import render
 
         records = [make_record(result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git) for result in run.results]
@@ -111,7 +113,7 @@ class Gate:
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
         baseline_blocks = [compared_text] if compared_text else []
-        failures, failed_by = [], []  # the failure texts; what failed the test besides breached SLOs (the report's headline)
+        failures, failed_by = [], [body_failure] if body_failure else []  # the failure texts; what failed the test besides breached SLOs (the report's headline)
         if self.save:
             try:
                 baseline_blocks.append(f"saved baseline {self.store.save(record)}{interrupted_note(record)}")

@@ -278,8 +278,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # ------------------------------------------------------------------------ verdicts
 
 
-def finish_runs(item: pytest.Item) -> str | None:
-    """Put the item's runs through the gate; the failure text, if any."""
+def finish_runs(item: pytest.Item, body_failure: str | None = None) -> str | None:
+    """Put the item's runs through the gate; the failure text, if any. ``body_failure``: why the
+    test's body failed, for the reports (:meth:`~pytest_llmreplay.gate.Gate.finish`)."""
     runs = item.stash.get(RUNS, [])
     if not runs:
         return None
@@ -288,7 +289,7 @@ def finish_runs(item: pytest.Item) -> str | None:
     failures = []
     for run in runs:
         try:
-            outcome = gate.finish(run)
+            outcome = gate.finish(run, body_failure)
         except LLMReplayError as exc:
             failures.append(f"{run.test}: {exc}")
             continue
@@ -308,8 +309,9 @@ def finish_runs(item: pytest.Item) -> str | None:
 def pytest_runtest_call(item: pytest.Item):
     try:
         value = yield
-    except BaseException:
-        finish_runs(item)  # measured data is kept; the body's own failure stands
+    except BaseException as exc:
+        skipped = isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
+        finish_runs(item, None if skipped else f"the test body raised {type(exc).__name__}")  # measured data is kept; the body's own failure stands
         raise
     failure = finish_runs(item)
     if failure:

@@ -367,6 +367,19 @@ def test_reports_say_fail_when_the_regression_gate_failed_the_test(project):
     assert "<td class='breach'>FAIL</td>" in page  # the summary table's outcome
 
 
+def test_reports_say_fail_when_the_test_body_failed_after_measuring(project):
+    """Every SLO met, then the test's own assert failed: the report says FAIL and why, as pytest
+    does; a body that skips itself is not called a failure."""
+    (project.path / "test_perf.py").write_text(PERF_TEST.replace("    pass", "    assert llm_result.summary['ttft']['p50'] < 0, 'a check of its own'"))
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-report", "rep").assert_outcomes(failed=1)
+    assert report_of(project.path)["failed_by"] == ["the test body raised AssertionError"]
+    page = (project.path / "rep" / "index.html").read_text()
+    assert '<p class="headline fail"><span class="status">FAIL</span> · the test body raised AssertionError · 1/1 SLOs met' in page
+    (project.path / "test_perf.py").write_text(PERF_TEST.replace("    pass", "    pytest.skip('not today')"))
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-report", "rep").assert_outcomes(skipped=1)
+    assert "failed_by" not in report_of(project.path)
+
+
 def test_report_of_a_fingerprint_mismatch(project):
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-compare", "--llm-report", "rep").assert_outcomes(passed=1)
