@@ -435,10 +435,15 @@ class Result:
         them with the run's own SLOs (report files, baseline). Under pytest the failure shows
         the test's line and the table; the library's frames are hidden."""
         __tracebackhide__ = True
-        from .slo import SLOBreach, assert_slos
+        from .slo import SLOBreach, assert_slos, parse_slos
 
+        parsed = parse_slos({**slos, **more}, extra_metrics=self.summary)
+        if not self.goodput and any(slo.metric == "goodput" for slo in parsed):
+            key = next(slo.key for slo in parsed if slo.metric == "goodput")
+            raise LLMReplayError(f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and this result has none "
+                                 "(they come from the test's slo, e.g. ttft.p99 < 1s, or Result(run, goodput={'ttft': 1.0}))")
         try:
-            self.slo_checks.extend(assert_slos(self.summary, {**slos, **more}, extra_metrics=self.summary))
+            self.slo_checks.extend(assert_slos(self.summary, parsed, extra_metrics=self.summary))
         except SLOBreach as breach:
             self.slo_checks.extend(breach.checks)
             raise

@@ -604,6 +604,16 @@ def test_result_assert_slo_unmeasured_metric_breaches():
     assert "not measured" in str(info.value)
 
 
+def test_result_assert_slo_on_goodput_needs_a_per_request_limit():
+    # without one no request is counted good or bad: one line saying where limits come from, not a BREACH "not measured"
+    with pytest.raises(LLMReplayError, match=r"^assert_slo 'goodput': goodput counts the requests that meet every per-request limit, and this result has none"):
+        result().assert_slo({"goodput": ">= 90%"})
+    records = result().run.records
+    make(records, goodput={"ttft": 0.6}).assert_slo({"goodput": ">= 66%"})  # ttft 0.25 and 0.5 are good, 0.75 is not
+    with pytest.raises(SLOBreach):
+        make(records, goodput={"ttft": 0.6}).assert_slo({"goodput": ">= 90%"})
+
+
 def test_result_assert_slo_accepts_a_plugin_metric_in_the_summary():
     r = result()
     r.summary["gpu_util"] = {"mean": 0.9}  # what a metrics plugin adds
