@@ -82,7 +82,7 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
             for index, slo in enumerate(slos):
                 axes.axhline(in_unit(slo.value, unit), color=FAILED, linewidth=1.2, linestyle=SLO_STYLES[index % len(SLO_STYLES)],
                              label=f"SLO {slo.key} {slo.text}", gid=f"{plot_id}-slo-{index}")
-        _mark_capacity(axes, f"{plot_id}-{title}", by, found, low, high, x_unit, load_metric)
+        _mark_capacity(axes, f"{plot_id}-{title}", found, low, high, x_unit, load_metric, bool(capacity.get("at_least")))
         _legend(axes)
     return svg_of(figure, plot_id, f"Load curve of the capacity search by {by}: latency and throughput vs offered load")
 
@@ -102,14 +102,16 @@ def _draw_series(axes: Any, plot_id: str, x: Sequence[float], series: Sequence[t
             crossed = True
 
 
-def _mark_capacity(axes: Any, plot_id: str, by: str, found: float | None, low: float | None, high: float | None, x_unit: str | None, load_metric: str) -> None:
-    """The capacity as a vertical line and the bracket [low, high] shaded (none when capacity is 0)."""
+def _mark_capacity(axes: Any, plot_id: str, found: float | None, low: float | None, high: float | None, x_unit: str | None, load_metric: str,
+                   at_least: bool) -> None:
+    """The capacity as a vertical line ("at least" when no load failed: a lower bound, as the
+    report's line above the plot says) and the bracket [low, high] shaded (none when capacity is 0)."""
     if not found:
         axes.text(0.02, 0.97, "capacity 0: no load met the SLOs", transform=axes.transAxes, fontsize=8, color=FAILED, va="top", gid=f"{plot_id}-capacity")
         return
     if high is not None and low is not None and high > low:
         axes.axvspan(in_unit(low, x_unit), in_unit(high, x_unit), color=CAPACITY, alpha=0.12, linewidth=0, label="bracket", gid=f"{plot_id}-bracket")
-    axes.axvline(in_unit(found, x_unit), color=CAPACITY, linewidth=1.6, label=f"capacity {format_value(load_metric, found)}", gid=f"{plot_id}-capacity")
+    axes.axvline(in_unit(found, x_unit), color=CAPACITY, linewidth=1.6, label=f"capacity {'at least ' if at_least else ''}{format_value(load_metric, found)}", gid=f"{plot_id}-capacity")
 
 
 def _legend(axes: Any) -> None:

@@ -100,4 +100,7 @@ def test_the_html_report_draws_the_load_curve_of_a_capacity_test_only(rate_sweep
     # no load failed: a lower bound, with no top to its bracket, as llmreplay sweep prints it
     rate = format_value("request_throughput", record["capacity"]["rate"])
     unbounded = {**record["capacity"], "at_least": True, "low": record["capacity"]["rate"], "high": record["capacity"]["rate"]}
-    assert f"capacity (rate) at least {rate}, bracket [{rate}, -]" in load_curve_section({**record, "capacity": unbounded})
+    unbounded_section = load_curve_section({**record, "capacity": unbounded})
+    assert f"capacity (rate) at least {rate}, bracket [{rate}, -]" in unbounded_section
+    assert texts(unbounded_section[unbounded_section.index("<svg"):unbounded_section.rindex("</svg>") + 6]).count(f"capacity at least {rate}") == 2  # both legends
+    assert texts(section[section.index("<svg"):section.rindex("</svg>") + 6]).count(f"capacity {rate}") == 2
