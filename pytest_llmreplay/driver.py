@@ -60,7 +60,7 @@ from .clock import Clock, WallClock
 from .endpoints import Endpoint, EndpointRequest, Response, describe_error
 from .errors import LLMReplayError
 from .prompts import Conversation, PromptFactory, extends_previous
-from .run_records import ReplayRun, RequestRecord
+from .run_records import ReplayRun, RequestRecord, cancelled_note
 from .workload import HashBlocks, Session, Synthetic, Workload
 
 MODES = ("auto", "timestamps", "concurrency", "rate")
@@ -357,8 +357,7 @@ class Replay:
             self._cancel(f"stopped ({reason})")
 
     def _cancel(self, why: str) -> None:
-        done = f"at {self.clock.now() - self._start:.1f} s: requests in flight were cancelled and nothing more was sent" if self._started else "before the replay started: nothing was sent"
-        self.warnings.append(f"{why} {done}")
+        self.warnings.append(f"{why} {cancelled_note(self.clock.now() - self._start if self._started else None)}")
         for task in self._tasks:
             task.cancel()
 

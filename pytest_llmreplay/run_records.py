@@ -76,3 +76,13 @@ class ReplayRun:
     interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
     stopped: str | None = None  # why Replay.stop ended the run early
     workers: list[WorkerOutcome] = field(default_factory=list)
+
+
+def cancelled_note(elapsed_s: float | None) -> str:
+    """How far a stopped or interrupted replay got, for its warning: ``at 12.3 s: requests in
+    flight were cancelled and nothing more was sent``; ``before the replay started: nothing was
+    sent`` when ``elapsed_s`` (seconds since the run's start) is None or negative (workers stopped
+    while waiting for their common start)."""
+    if elapsed_s is None or elapsed_s < 0:
+        return "before the replay started: nothing was sent"
+    return f"at {elapsed_s:.1f} s: requests in flight were cancelled and nothing more was sent"

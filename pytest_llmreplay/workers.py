@@ -57,7 +57,7 @@ from typing import Any, Callable, Sequence
 from .clock import WallClock
 from .driver import Part, Replay, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
 from .errors import LLMReplayError
-from .run_records import ReplayRun, RequestRecord, WorkerOutcome
+from .run_records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note
 from .workload import Workload
 
 RAY_EXTRA = "pip install 'pytest-llmreplay[ray]'"
@@ -379,7 +379,7 @@ class RayWorkers:
                                     effective_concurrency=summary.get("effective_concurrency", {}).get("value")))
         stopped = next((w.run.stopped for w in running if w.run is not None and w.run.stopped), None)
         if self._interrupted:  # as one process says it
-            warnings.insert(0, f"interrupted by {self._interrupted} at {self._interrupted_at:.1f} s: requests in flight were cancelled and nothing more was sent")
+            warnings.insert(0, f"interrupted by {self._interrupted} {cancelled_note(self._interrupted_at)}")
         return ReplayRun(
             records=records,
             warnings=warnings,

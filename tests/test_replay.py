@@ -17,6 +17,7 @@ from pytest_llmreplay.clock import VirtualClock
 from pytest_llmreplay.endpoints import EndpointRequest, Response
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.run_records import cancelled_note
 from pytest_llmreplay.driver import Replay, ReplaySettings, replay, session_plan
 from pytest_llmreplay.tokenizer import load_tokenizer
 from pytest_llmreplay.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
@@ -204,6 +205,13 @@ def test_a_signal_before_the_replay_started_says_nothing_was_sent(prompts):
     result = driver.run()
     assert result.interrupted == "SIGINT" and endpoint.sent == [] and result.records == []
     assert result.warnings == ["interrupted by SIGINT before the replay started: nothing was sent"]
+
+
+def test_the_cancelled_note_never_gives_a_time_before_the_start():
+    # Ray workers wait for a common start a moment ahead: a signal in that wait is "before", not "at -0.3 s"
+    assert cancelled_note(-0.3) == cancelled_note(None) == "before the replay started: nothing was sent"
+    assert cancelled_note(0.04) == "at 0.0 s: requests in flight were cancelled and nothing more was sent"
+    assert cancelled_note(12.34) == "at 12.3 s: requests in flight were cancelled and nothing more was sent"
 
 
 def test_duration_limit_does_not_start_a_turn_after_the_deadline(prompts):
