@@ -1,6 +1,9 @@
 """``llmreplay compare A B``: two stored results (files, or with ``--store`` the newest result of
-a test at two commits) compared metric by metric. Exit status 0 no regression, 1 a regression,
-2 not comparable, 3 bad input (:data:`COMPARE_BAD_INPUT`)."""
+a test at two commits) compared metric by metric. With ``--store`` the verdicts also come from
+the test's history, as the plugin's gate does: the results stored on A's first-parent history
+(A's own included, B's commit left out), through :func:`~pytest_llmreplay.history.gate_with_history`
+once there are enough of them. Exit status 0 no regression, 1 a regression, 2 not comparable,
+3 bad input (:data:`COMPARE_BAD_INPUT`)."""
 
 from __future__ import annotations
 
@@ -13,10 +16,10 @@ from .cli_options import BAD_INPUT, open_store_option
 from .errors import LLMReplayError
 
 
-def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str]:
-    """(record, where) of ``test``'s newest result at ``ref`` that was not interrupted (``side`` A
-    or B: a name git resolves here, or a commit id of 12 hex digits or more, which a store may hold
-    from another clone)."""
+def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str, str]:
+    """(record, where, commit) of ``test``'s newest result at ``ref`` that was not interrupted
+    (``side`` A or B: a name git resolves here, or a commit id of 12 hex digits or more, which a
+    store may hold from another clone)."""
     from .baseline import resolve_commit
 
     commit = resolve_commit(Path.cwd(), ref)
@@ -28,11 +31,25 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
     if found is None:
         only = ": only interrupted ones, which measured part of their workload and are never compared" if store.stored(test, commit) else ""
         raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}")
-    return found[1], f"{store.label}/{found[0]}"
+    return found[1], f"{store.label}/{found[0]}", commit
+
+
+def _history(store: Any, test: str, commit: str, leave_out: str, current: dict[str, Any]) -> Any:
+    """The results of ``test`` like ``current`` on ``commit``'s first-parent history, without
+    ``leave_out`` (B's commit); only ``commit``'s own where git here does not know it."""
+    from .baseline import reference_history
+    from .history import HISTORY_WINDOW, history_points
+
+    try:
+        commits = reference_history(Path.cwd(), commit)[1]
+    except LLMReplayError:  # not a checkout, or a commit of another clone
+        commits = [commit]
+    return history_points(store, test, [c for c in commits if c != leave_out], like=current, limit=HISTORY_WINDOW)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .baseline import compare, comparison_table, gated_tolerances, read_record
+    from .history import gate_with_history
 
     overrides = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
     if args.test and args.store is None:
@@ -41,13 +58,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = open_store_option("--store", args.store, writing=False)
-        (baseline, source), (current, _) = _stored_side(store, args.test, "A", args.baseline), _stored_side(store, args.test, "B", args.current)
+        (baseline, source, commit), (current, _, current_commit) = _stored_side(store, args.test, "A", args.baseline), _stored_side(store, args.test, "B", args.current)
+        history = _history(store, args.test, commit, current_commit, current)
     else:
-        baseline, current, source = read_record(args.baseline), read_record(args.current), args.baseline
+        baseline, current, source, history = read_record(args.baseline), read_record(args.current), args.baseline, None
     for name, record in (("A", baseline), ("B", current)):
         where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
         print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
     comparison = compare(baseline, current, gated_tolerances(current, overrides), label=f"A ({source})", across_endpoints=True)
+    if history is not None and comparison.mismatch is None:
+        gate_with_history(comparison, current, history)
     print(comparison_table(comparison))
     if comparison.mismatch:
         return 2

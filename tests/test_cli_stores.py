@@ -53,6 +53,26 @@ def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
     assert f"Compared with A ({tmp_path}/results/llmreplay_run_w.jsonl-" in printed
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_compare_store_gates_on_the_history_of_a(repo, tmp_path, capsys):
+    """Six commits with a stored result each: comparing main~1 with main, the five results on
+    main~1's first-parent history (its own included, main's left out) gate the verdicts, as the
+    plugin's gate does; with fewer, the bootstrap alone decides and the header says nothing."""
+    store = str(tmp_path / "results")
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        for i in range(6):
+            if i:
+                git(repo, "commit", "-q", "--allow-empty", "-m", f"change {i}")
+            assert run(server.url, "--save-to", store) == 0
+    capsys.readouterr()
+    assert main(["compare", "--store", store, "--test", TEST, "main~1", "main"]) in (0, 1)
+    printed = capsys.readouterr().out
+    assert "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78)" in printed
+    assert "history t " in printed  # each judged row says its statistic
+    main(["compare", "--store", store, "--test", TEST, "main~2", "main"])
+    assert "history:" not in capsys.readouterr().out  # 4 results on main~2's history
+
+
 def test_compare_store_never_takes_an_interrupted_result(repo, tmp_path, capsys):
     """The newest result at a commit was interrupted (marked as a signal marks it, see
     test_replay_http.py): compare --store takes the newest complete one, or says there is none."""
