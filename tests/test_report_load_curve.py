@@ -14,15 +14,9 @@ from pytest_llmreplay.cli import main
 from pytest_llmreplay.report_html import html_page, load_curve_section
 from pytest_llmreplay.units import format_value
 
+from test_cli_sweep import WORKLOAD  # the sweep tests' 40 sessions at 10/s
+
 SVG = "{http://www.w3.org/2000/svg}"
-WORKLOAD = """\
-synthetic:
-  sessions: 40
-  input_tokens: {dist: uniform, min: 256, max: 2048}
-  output_tokens: {dist: uniform, min: 32, max: 256}
-  rate: 10
-  seed: 3
-"""
 
 
 def sweep(folder, *options):
