@@ -56,7 +56,7 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     """The workload is read in its detected format (as ``llmreplay run`` does without ``--format``)."""
     from .formats import load_workload
     from .prompts import PromptFactory
-    from .sim.calibrate_run import calibrate_from_run, report_lines
+    from .sim.calibrate_run import calibrate_from_run, check_fit, report_lines
     from .sim.measured_run import read_run
     from .tokenizer import load_tokenizer
 
@@ -69,6 +69,7 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     workload = load_workload(args.workload)
     tokenizer = load_tokenizer(args.tokenizer)
     fit = [name.strip() for name in args.fit.split(",") if name.strip()]
+    check_fit(fit, run, args.max_evals)  # refused before the line that says the fit begins
     print(f"calibrating {args.profile} on {args.from_run} ({len(run.keys)} requests) with {args.workload}: fitting {', '.join(fit)}", flush=True)
     profile, result = calibrate_from_run(
         args.profile, workload, run, lambda: PromptFactory(tokenizer, seed=args.seed), fit=fit, max_evals=args.max_evals,

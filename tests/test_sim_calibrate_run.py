@@ -187,3 +187,12 @@ def test_from_run_needs_a_workload_and_a_profile(trace, truth_run, tmp_path, cap
     assert code != 0 and "--workload: missing" in capsys.readouterr().err
     code = main(["calibrate", "--out", str(tmp_path / "p.json")])
     assert code != 0 and "--endpoint: missing" in capsys.readouterr().err
+
+
+def test_a_budget_below_one_simplex_is_refused_before_the_fit_begins(trace, truth_run, tmp_path, capsys):
+    code = main(["calibrate", "--from-run", str(truth_run), "--workload", str(trace), "--profile", BASE,
+                 "--max-evals", "3", "--out", str(tmp_path / "p.json")])
+    assert code == 3
+    captured = capsys.readouterr()
+    assert "error: --max-evals: expected at least 4 (one simplex), got 3" in captured.err
+    assert "calibrating" not in captured.out  # nothing said to begin that was refused

@@ -246,6 +246,25 @@ def _simplex_search(function: Callable[[np.ndarray], float], start: np.ndarray, 
     return simplex[best], scores[best], evals
 
 
+def check_fit(fit: Sequence[str], run: MeasuredRun, max_evals: int) -> tuple[list[str], bool]:
+    """Refuse a fit that cannot run (unknown or repeated names, ``frontend_ms`` from engine-timed
+    records, a budget below one simplex: len(searched) + 1 replays, twice when staged) before
+    anything is replayed. Returns (the names Nelder-Mead searches, whether the front end is fitted
+    in a second stage after them)."""
+    unknown = [name for name in fit if name not in BOUNDS]
+    if unknown or not fit or len(set(fit)) != len(fit):
+        raise LLMReplayError(f"--fit: expected distinct names among {', '.join(BOUNDS)}, got {','.join(fit)}")
+    if "frontend_ms" in fit and not run.from_client:
+        raise LLMReplayError(f"--fit: frontend_ms cannot be fitted from {run.path}: vLLM's per-request records are timed from the engine's queue, "
+                             "without the server's front end; fit it from a run a client timed (llmreplay run --out's requests.csv or result.json)")
+    searched = [name for name in fit if name != "frontend_ms"]  # by Nelder-Mead; the front end in closed form
+    staged = "frontend_ms" in fit and bool(searched)
+    needed = (len(searched) + 1) * (2 if staged else 1)
+    if max_evals < needed:
+        raise LLMReplayError(f"--max-evals: expected at least {needed} ({'two simplices' if staged else 'one simplex'}), got {max_evals}")
+    return searched, staged
+
+
 def calibrate_from_run(
     base: str | Path,
     workload: Workload,
@@ -258,17 +277,7 @@ def calibrate_from_run(
 ) -> tuple[dict[str, Any], Fit]:
     """Fit ``fit`` of the roofline profile ``base`` (a bundled name or a file) to ``run`` of
     ``workload``; ``engine`` overrides engine settings. Returns (profile JSON, :class:`Fit`)."""
-    unknown = [name for name in fit if name not in BOUNDS]
-    if unknown or not fit or len(set(fit)) != len(fit):
-        raise LLMReplayError(f"--fit: expected distinct names among {', '.join(BOUNDS)}, got {','.join(fit)}")
-    if "frontend_ms" in fit and not run.from_client:
-        raise LLMReplayError(f"--fit: frontend_ms cannot be fitted from {run.path}: vLLM's per-request records are timed from the engine's queue, "
-                             "without the server's front end; fit it from a run a client timed (llmreplay run --out's requests.csv or result.json)")
-    searched = [name for name in fit if name != "frontend_ms"]  # by Nelder-Mead; the front end in closed form
-    staged = "frontend_ms" in fit and bool(searched)
-    needed = (len(searched) + 1) * (2 if staged else 1)
-    if max_evals < needed:
-        raise LLMReplayError(f"--max-evals: expected at least {needed} ({'two simplices' if staged else 'one simplex'}), got {max_evals}")
+    searched, staged = check_fit(fit, run, max_evals)
     path = profile_path(base)
     data = json.loads(path.read_text(encoding="utf-8"))
     if engine:
