@@ -14,6 +14,7 @@ from typing import Any
 
 from .cli_options import BAD_INPUT, open_store_option
 from .errors import LLMReplayError
+from .report_rows import endpoint_text
 
 
 def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str, str]:
@@ -64,7 +65,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         baseline, current, source, history = read_record(args.baseline), read_record(args.current), args.baseline, None
     for name, record in (("A", baseline), ("B", current)):
         where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
-        print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint {record['fingerprint']}")
+        print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint: {endpoint_text(record['fingerprint'])}")
     comparison = compare(baseline, current, gated_tolerances(current, overrides), label=f"A ({source})", across_endpoints=True)
     if history is not None and comparison.mismatch is None:
         gate_with_history(comparison, current, history)

@@ -15,7 +15,7 @@ def record(ttft_scale=1.0, model="m", workload="abc", seed=0):
     ttft = (rng.lognormal(np.log(0.1), 0.2, 400) * ttft_scale).round(6).tolist()
     return {
         "schema": 1, "test": "t", "commit": None, "dirty": None, "time": "2026-11-22T00:00:00+00:00",
-        "fingerprint": {"kind": "live", "model": model}, "workload": {"digest": workload}, "settings": {"concurrency": 8},
+        "fingerprint": {"kind": "live", "model": model, "hardware": None}, "workload": {"digest": workload}, "settings": {"concurrency": 8},
         "summary": {"ttft": {"p50": float(np.percentile(ttft, 50)), "p90": float(np.percentile(ttft, 90))}},
         "samples": {"ttft": ttft},
     }
@@ -57,6 +57,9 @@ def test_two_endpoints_are_compared_and_the_header_says_so(write, capsys):
     printed = capsys.readouterr().out
     assert status == 0
     assert "different endpoints: (model: 'vllm' vs 'sglang')" in printed
+    # each side's endpoint in words, its unset fields left out (it was the fingerprint's Python dict)
+    assert "endpoint: kind live, model vllm\n" in printed and "endpoint: kind live, model sglang\n" in printed
+    assert "{'kind'" not in printed
 
 
 def test_different_workloads_are_not_compared(write, capsys):
