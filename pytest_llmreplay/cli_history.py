@@ -64,9 +64,9 @@ def _series_table(history: Any, key: str, figure: str) -> str:
     for i in points:
         if levels[i - 1]:
             rows[i].append(f"level {format_figure(figure, levels[i - 1])} -> {format_figure(figure, levels[i])} ({levels[i] / levels[i - 1] - 1:+.1%})")
-    found = ", ".join(commits_of[i][:12] for i in points) or "none"
+    found = f"change points at {', '.join(commits_of[i][:12] for i in points)}" if points else "no change point"
     headers = ["commit", key] + (["change point"] if any(len(row) > 2 for row in rows) else [])
-    return f"{key}: change points at {found}\n" + tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+    return f"{key}: {found}\n" + tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def add_history_parser(commands: Any) -> None:

@@ -117,8 +117,8 @@ def test_history_command_without_a_change_point_has_two_columns_and_reads_single
     seed_store(repo, [0.1] * 16)
     assert main(["history", TEST, "--metric", "tpot.p50", "--metric", "error_rate"]) == 0
     out = capsys.readouterr().out
-    assert "tpot.p50: change points at none" in out and "error_rate: not measured" in out
-    table = out.split("tpot.p50: change points at none\n")[1].split("\n\n")[0].splitlines()
+    assert "tpot.p50: no change point" in out and "error_rate: not measured" in out
+    table = out.split("tpot.p50: no change point\n")[1].split("\n\n")[0].splitlines()
     assert re.fullmatch(r"commit +tpot\.p50", table[0]) and all(re.fullmatch(r"[0-9a-f]{12} +10 ms", line) for line in table[2:]), table
 
 
