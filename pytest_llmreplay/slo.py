@@ -118,7 +118,7 @@ class Check:
         slo = self.slo
         if self.measured is None:
             return [slo.key, slo.text, "not measured", "", "BREACH"]
-        margin = "0" if self.margin == 0 else slo.show_margin(self.margin)
+        margin = slo.show_margin(self.margin)  # in the threshold's unit, a zero one too: "0 pts", "0 s"
         if self.margin and slo.value:
             relative = self.margin / abs(slo.value) * 100
             margin += f" ({relative:+.1f}%)" if abs(relative) < 1000 else f" ({'+' if relative > 0 else '-'}{significant(abs(relative), 3)}%)"

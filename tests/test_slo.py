@@ -165,7 +165,7 @@ def test_a_measured_value_exactly_at_a_percent_threshold_meets_it():
     c = check("goodput", ">= 95%", {"goodput": {"value": 19 / 20}})
     assert c.passed
     assert c.margin == 0
-    assert c.row()[3:] == ["0", "ok"]
+    assert c.row()[3:] == ["0 pts", "ok"]  # a share's margin in percentage points, a zero one too
 
 
 def test_a_measured_value_exactly_at_a_millisecond_threshold_meets_it():
@@ -433,7 +433,7 @@ def test_pass_or_fail_at_the_boundary(op, measured, passed):
 def test_zero_margin_row(op, status):
     c = check("ttft.p99", f"{op} 2s", {"ttft": {"p99": 2.0}})
     assert c.margin == 0
-    assert c.row() == ["ttft.p99", f"{op} 2s", "2 s", "0", status]
+    assert c.row() == ["ttft.p99", f"{op} 2s", "2 s", "0 s", status]
 
 
 def test_equality_margin_is_minus_the_distance():
@@ -446,7 +446,7 @@ def test_equality_margin_is_minus_the_distance():
 def test_error_rate_equal_to_zero():
     met = check("error_rate", "== 0", {"error_rate": {"value": 0.0}})
     assert met.passed and met.margin == 0
-    assert met.row() == ["error_rate", "== 0", "0%", "0", "ok"]
+    assert met.row() == ["error_rate", "== 0", "0%", "0 pts", "ok"]
     # 1 failed of 10: 10 points away from 0; no relative figure against a threshold of 0
     breached = check("error_rate", "== 0", {"error_rate": {"value": 0.1}})
     assert not breached.passed

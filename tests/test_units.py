@@ -79,7 +79,7 @@ def test_slo_rows_are_in_the_thresholds_units_with_the_margin():
     assert slo_rows(record(MARKER_SLOS)) == [
         ["ttft.p99", "< 500ms", "128.8 ms", "+371.2 ms (+74.2%)", "ok"],
         ["tpot.p50", "< 10ms", "7.5 ms", "+2.5 ms (+25.0%)", "ok"],
-        ["error_rate", "== 0", "0%", "0", "ok"],
+        ["error_rate", "== 0", "0%", "0 pts", "ok"],
     ]
 
 
