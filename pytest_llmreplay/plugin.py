@@ -311,7 +311,9 @@ def pytest_runtest_call(item: pytest.Item):
         value = yield
     except BaseException as exc:
         skipped = isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
-        finish_runs(item, None if skipped else f"the test body raised {type(exc).__name__}")  # measured data is kept; the body's own failure stands
+        failure = finish_runs(item, None if skipped else f"the test body raised {type(exc).__name__}")  # measured data is kept; the body's own failure stands
+        if failure and not skipped and hasattr(exc, "add_note"):  # Python >= 3.11: pytest prints notes under the body's error
+            exc.add_note(f"llmreplay: the replay failed as well:\n{failure}")
         raise
     failure = finish_runs(item)
     if failure:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -378,6 +379,19 @@ def test_reports_say_fail_when_the_test_body_failed_after_measuring(project):
     (project.path / "test_perf.py").write_text(PERF_TEST.replace("    pass", "    pytest.skip('not today')"))
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-report", "rep").assert_outcomes(skipped=1)
     assert "failed_by" not in report_of(project.path)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes (BaseException.add_note) are Python 3.11's")
+def test_a_failing_body_does_not_hide_a_breached_slo(project):
+    """The SLOs were breached and then the body's own assert failed: pytest reports the body's
+    error (its line, its assertion) and, under it, the SLO table that failed too; it showed only
+    the body's assertion, so a reader chased the body and missed the breach."""
+    (project.path / "test_perf.py").write_text(PERF_TEST.replace('"error_rate": "== 0"', '"ttft.p99": "< 1us"')
+                                               .replace("    pass", "    assert llm_result.summary['requests']['sessions_complete'] == -1"))
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E       assert * == -1", "E       llmreplay: the replay failed as well:", "E       SLO breached: 1 of 1",
+                                 "E       ttft.p99 * < 1us * BREACH"])
 
 
 def test_report_of_a_fingerprint_mismatch(project):
