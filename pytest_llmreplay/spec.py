@@ -146,7 +146,7 @@ MAX_REPEAT = 1000
 
 def check_repeat(name: str, value: Any) -> int:
     """``value`` as a number of runs (1 to :data:`MAX_REPEAT`); LLMReplayError naming ``name``."""
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():  # an integer however given, so "-2" reads as -2, as 0 does
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_REPEAT:
         raise LLMReplayError(f"{name}: expected a number of runs from 1 to {MAX_REPEAT}, got {value!r}")

@@ -102,7 +102,7 @@ def test_repeat_key_of_the_marker_beats_the_option(project):
 @pytest.mark.parametrize(("args", "message"), [
     (["--llm-repeat", "0"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 0"),
     (["--llm-repeat", "three"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 'three'"),
-    (["-o", "llm_repeat=-2"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got '-2'"),
+    (["-o", "llm_repeat=-2"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got -2"),  # as 0 is written
 ])
 def test_bad_repeat_is_one_usage_error(project, args, message):
     result = project.runpytest("--llm-offline", *args)
