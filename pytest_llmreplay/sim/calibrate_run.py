@@ -320,7 +320,9 @@ def calibrate_from_run(
         origin, _, evals = nelder_mead(objective(front_end=False), origin, max_evals // 2)
     best, best_loss, more = nelder_mead(objective(front_end=True), origin, max_evals - evals)
     evals += more
-    _, values = scored(values_at(best))
+    values = values_at(best)
+    if "frontend_ms" in fit:  # the best front end for the engine's values found (a replay without it, shifted)
+        values = scored(values)[1]
     values = {name: values[name] for name in fit}
     final = replayed(values)
     result = Fit(
