@@ -435,11 +435,11 @@ class Result:
         them with the run's own SLOs (report files, baseline). Under pytest the failure shows
         the test's line and the table; the library's frames are hidden."""
         __tracebackhide__ = True
-        from .slo import SLOBreach, assert_slos, parse_slos
+        from .slo import SLOBreach, assert_slos, goodput_key, parse_slos
 
         parsed = parse_slos({**slos, **more}, extra_metrics=self.summary)
-        if not self.goodput and any(slo.metric == "goodput" for slo in parsed):
-            key = next(slo.key for slo in parsed if slo.metric == "goodput")
+        key = goodput_key(parsed)
+        if key is not None and not self.goodput:
             raise LLMReplayError(f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and this result has none "
                                  "(they come from the test's slo, e.g. ttft.p99 < 1s, or Result(run, goodput={'ttft': 1.0}))")
         try:

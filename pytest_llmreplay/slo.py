@@ -235,6 +235,12 @@ def per_request_limits(slos: Iterable[SLO]) -> dict[str, float]:
     return limits
 
 
+def goodput_key(slos: Iterable[SLO]) -> str | None:
+    """The key of the first of ``slos`` that checks ``goodput`` (``goodput``, ``goodput.rate``);
+    None when none does."""
+    return next((slo.key for slo in slos if slo.metric == "goodput"), None)
+
+
 def check_goodput_limits(slos: Iterable[SLO], limits_from: Iterable[SLO], named: str, source: str) -> None:
     """:class:`LLMReplayError` (``named 'goodput': ...``) when ``slos`` check ``goodput`` but
     ``limits_from`` (``source``: the SLOs its per-request limits come from) set no limit
@@ -242,10 +248,10 @@ def check_goodput_limits(slos: Iterable[SLO], limits_from: Iterable[SLO], named:
     fail every run as not measured."""
     if per_request_limits(limits_from):
         return
-    for slo in slos:
-        if slo.metric == "goodput":
-            raise LLMReplayError(f"{named} {slo.key!r}: goodput counts the requests that meet every per-request limit, and none is set by {source}; "
-                                 f"add an upper bound (< or <=) on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]}, e.g. ttft.p99 < 1s")
+    key = goodput_key(slos)
+    if key is not None:
+        raise LLMReplayError(f"{named} {key!r}: goodput counts the requests that meet every per-request limit, and none is set by {source}; "
+                             f"add an upper bound (< or <=) on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]}, e.g. ttft.p99 < 1s")
 
 
 def check_slos(summary: Mapping[str, Mapping[str, float]], slos: Iterable[SLO]) -> list[Check]:
