@@ -48,7 +48,8 @@ is ``ttft.p50`` called a regression):
   seeded), its own baseline the newest; the rule is the Student's t prediction statistic of
   ``history.py``, next to the same with a z-score (normal quantile, the history's sd taken as
   exact: Bencher's z-score threshold) and Mann-Whitney's U between the history's values and the
-  current runs' values (one-sided at the same level: asv's test over history).
+  current runs' values (one-sided at the same level: asv's test over history), each confirming
+  or vetoing the bootstrap's call (a regression needs both, as in the gate).
 
 Rates come with Wilson 95% intervals.
 
@@ -233,7 +234,8 @@ def any_regression(judged: dict[str, Any]) -> bool:
 
 
 def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: str, keys: tuple[str, ...] | None) -> bool:
-    """Would ``rule`` (t, z or mw over ``past``'s figures) call a regression on any of ``keys``?"""
+    """Would ``rule`` (t, z or mw over ``past``'s figures) confirm a regression the bootstrap called
+    on any of ``keys`` (``history.gate_with_history``'s intersection of the two)?"""
     from scipy.stats import mannwhitneyu
 
     level = 1 - (1 - baseline.CONFIDENCE) / 2
@@ -241,7 +243,7 @@ def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: st
         if (keys is not None and key not in keys) or row["change"] is None:
             continue
         worse = -1.0 if key.partition(".")[0] in baseline.LOWER_IS_WORSE else 1.0
-        if not worse * row["change"] > row["tolerance"]:
+        if row["verdict"] != "regression":  # the history only vetoes the bootstrap's call (history.py)
             continue
         values = [figures[key] for figures in past if figures.get(key) is not None]
         value = judged["figures"][key]

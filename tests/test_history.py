@@ -50,6 +50,26 @@ def test_history_spread_suppresses_a_false_alarm_that_one_run_per_side_raises():
     assert comparison.rows[0].verdict == "regression"
 
 
+def test_the_history_confirms_or_vetoes_the_bootstrap_never_overrules_it():
+    """A regression needs both tests: a change the job's own runs do not establish (the interval
+    crosses zero: runs that disagree) stays noise however far it stands out of a tight history;
+    an improvement is confirmed or vetoed the same way."""
+    tight = History([("c", record(1.0 + d)) for d in (0.0, 0.001, -0.001, 0.0005, -0.0005)])
+    unsure = Row("ttft.p50", 1.0, 1.30, change=0.30, low=-0.20, high=0.80, tolerance=0.05, verdict="noise")
+    comparison = Comparison("base", rows=[unsure])
+    gate_with_history(comparison, record(1.30), tight)
+    assert comparison.rows[0].verdict == "noise"
+    assert comparison.rows[0].note.startswith("history t +")  # far beyond the history: t is in the hundreds
+    improved = Row("ttft.p50", 1.0, 0.70, change=-0.30, low=-0.32, high=-0.28, tolerance=0.05, verdict="improved")
+    comparison = Comparison("base", rows=[improved])
+    gate_with_history(comparison, record(0.70), tight)
+    assert comparison.rows[0].verdict == "improved"
+    wide = History([("c", record(v)) for v in (0.6, 1.4, 0.8, 1.2, 1.0)])
+    comparison = Comparison("base", rows=[Row(**{**vars(improved), "verdict": "improved"})])
+    gate_with_history(comparison, record(0.70), wide)
+    assert comparison.rows[0].verdict == "noise"
+
+
 def test_too_short_a_history_leaves_the_bootstrap_verdict():
     comparison = Comparison("base", rows=[row(0.06)])
     gate_with_history(comparison, record(1.06), History([("c", record(1.0 + i / 100)) for i in range(MIN_HISTORY - 1)], unreadable=1))
