@@ -26,7 +26,8 @@ reset, each made into a record (``baseline.make_record``) and pooled into one
 B_i (interleaved, so the machine's slow drift hits both alike). A/A pairs are consecutive sides
 (A_{i-1}, A_i): a CI job comparing with the previous commit's stored result; they share a side,
 so neighbouring pairs are not independent (the Wilson intervals assume they are). A/B pairs are
-(A_i, B_i). Each pair is judged with r = 1 and r = R runs per side (the first r of each side).
+(A_i, B_i). Each pair is judged with r = 1, r = 3 (``--llm-repeat``'s default) and r = R runs per
+side (the first r of each side; r <= R).
 
 **Slowdowns** (``--slowdown``, any of):
 
@@ -101,6 +102,7 @@ EXTRA_BODY = {"ignore_eos": True}
 REQUEST_METRICS = ("ttft", "tpot", "latency")
 STARTUP_TIMEOUT_S = 900.0
 HISTORY_DEPTHS = (5, 10)  # earlier results the history gate reads (it needs at least 5)
+DEFAULT_REPEAT = 3  # --llm-repeat's default, always among the rows when --repeat allows
 
 
 def free_port() -> int:
@@ -240,7 +242,7 @@ def report(sides: list[dict[str, Any]], repeat: int) -> str:
     slow_kinds = list(dict.fromkeys(s["kind"] for s in sides if s["kind"] != "A"))
     by_step = {(s["kind"], s["step"]): s for s in sides}
     out = []
-    for r in sorted({1, repeat}):
+    for r in sorted({r for r in (1, DEFAULT_REPEAT, repeat) if r <= repeat}):
         aa = [judged(prev, cur, r) for prev, cur in zip(baseline_sides, baseline_sides[1:])]
         out += [f"#### A/A: consecutive baseline sides, {r} run(s) per side, {len(aa)} pairs", "",
                 table(["method", "false alarms, ttft.p50 / TTFT median", "false alarms, any metric (target: <= 1 in 50)"], method_rows(aa, r)), "",

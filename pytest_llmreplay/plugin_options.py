@@ -32,7 +32,7 @@ OPTIONS = (
     ("--llm-compare", "llm_compare", "string", None, "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)"),
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
-    ("--llm-repeat", "llm_repeat", "string", "3", "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 3)"),
+    ("--llm-repeat", "llm_repeat", "string", "5", "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 5)"),
     ("--llm-workers", "llm_workers", "string", None, "replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local Ray instance, or the cluster at --llm-ray-address"),
     ("--llm-ray-address", "llm_ray_address", "string", None, "address of an existing Ray cluster for --llm-workers (default: RAY_ADDRESS, else a local instance)"),
 )
