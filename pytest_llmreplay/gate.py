@@ -2,8 +2,8 @@
 stored result, the report files, and the verdict.
 
 Order (nothing measured is lost): check every SLO; compare with the reference's stored result
-(``--llm-compare``; with >= 5 earlier results on the reference's history, the verdicts come
-from their spread: :mod:`~pytest_llmreplay.history`); save this result (``--llm-save``); write its report files
+(``--llm-compare``; with >= 5 earlier results on the reference's history, their spread
+confirms or vetoes each call of the bootstrap: :mod:`~pytest_llmreplay.history`); save this result (``--llm-save``); write its report files
 (``--llm-report``; with ``--llm-compare`` the report's record also holds ``history``, each gated
 figure over those earlier results and this run with its change points,
 :func:`~pytest_llmreplay.history.trend`, which the HTML report plots); then fail the test if an SLO is breached, or a regression was called and
