@@ -26,8 +26,9 @@ reset, each made into a record (``baseline.make_record``) and pooled into one
 B_i (interleaved, so the machine's slow drift hits both alike). A/A pairs are consecutive sides
 (A_{i-1}, A_i): a CI job comparing with the previous commit's stored result; they share a side,
 so neighbouring pairs are not independent (the Wilson intervals assume they are). A/B pairs are
-(A_i, B_i). Each pair is judged with r = 1, r = 3 (``--llm-repeat``'s default) and r = R runs per
-side (the first r of each side; r <= R).
+(A_i, B_i). Each pair is judged with r = 1, r = 3 (``--llm-repeat``'s default until 2026-11-26,
+which the earlier runs in bench/README.md report), r = ``--llm-repeat``'s default now and r = R
+runs per side (the first r of each side; r <= R).
 
 **Slowdowns** (``--slowdown``, any of):
 
@@ -82,6 +83,7 @@ from gate_quality import any_regression, asv_check, history_flags, judge, plain_
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, load_tokenizer
 from pytest_llmreplay import baseline, history
 from pytest_llmreplay.driver import replay
+from pytest_llmreplay.plugin_options import OPTIONS
 from pytest_llmreplay.server_process import ServerProcess
 from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.repeats import pool_records
@@ -102,7 +104,8 @@ EXTRA_BODY = {"ignore_eos": True}
 REQUEST_METRICS = ("ttft", "tpot", "latency")
 STARTUP_TIMEOUT_S = 900.0
 HISTORY_DEPTHS = (5, 10)  # earlier results the history gate reads (it needs at least 5)
-DEFAULT_REPEAT = 3  # --llm-repeat's default, always among the rows when --repeat allows
+EARLIER_REPEAT = 3  # --llm-repeat's default until 2026-11-26, among the rows when --repeat allows
+PLUGIN_REPEAT = int(next(default for flag, _, _, default, _ in OPTIONS if flag == "--llm-repeat"))  # its default now
 
 
 def free_port() -> int:
@@ -242,7 +245,7 @@ def report(sides: list[dict[str, Any]], repeat: int) -> str:
     slow_kinds = list(dict.fromkeys(s["kind"] for s in sides if s["kind"] != "A"))
     by_step = {(s["kind"], s["step"]): s for s in sides}
     out = []
-    for r in sorted({r for r in (1, DEFAULT_REPEAT, repeat) if r <= repeat}):
+    for r in sorted({r for r in (1, EARLIER_REPEAT, PLUGIN_REPEAT, repeat) if r <= repeat}):
         aa = [judged(prev, cur, r) for prev, cur in zip(baseline_sides, baseline_sides[1:])]
         out += [f"#### A/A: consecutive baseline sides, {r} run(s) per side, {len(aa)} pairs", "",
                 table(["method", "false alarms, ttft.p50 / TTFT median", "false alarms, any metric (target: <= 1 in 50)"], method_rows(aa, r)), "",
