@@ -240,11 +240,9 @@ def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: st
 
     level = 1 - (1 - baseline.CONFIDENCE) / 2
     for key, row in judged["rows"].items():
-        if (keys is not None and key not in keys) or row["change"] is None:
+        if (keys is not None and key not in keys) or row["verdict"] != "regression":  # the history only vetoes the bootstrap's call (history.py)
             continue
         worse = -1.0 if key.partition(".")[0] in baseline.LOWER_IS_WORSE else 1.0
-        if row["verdict"] != "regression":  # the history only vetoes the bootstrap's call (history.py)
-            continue
         values = [figures[key] for figures in past if figures.get(key) is not None]
         value = judged["figures"][key]
         if rule == "t":

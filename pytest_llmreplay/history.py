@@ -27,9 +27,9 @@ either test alone, where letting the history overrule the bootstrap would call a
 the job's own runs contradict (runs of one side that disagree widely, measured on a live engine
 whose streams sometimes arrived in one burst: bench/README.md). Chosen by measurement
 (``bench/gate_quality.py``, bench/README.md, 300 A/A and A/B pairs per setting, before the veto:
-the history then overruled the bootstrap): with three runs per result it never raised more false alarms than either alternative, at any depth (K = 5,
-10, 20) or noise level: 0-4 of 300 against 4-7 for a z-score on the same figures (Bencher's threshold, which
-takes ``s`` as exact) and 3-8 for Mann-Whitney's U between the history and the current runs
+the history then overruled the bootstrap): with three runs per result it never raised more false
+alarms than either alternative, at any depth (K = 5, 10, 20) or noise level: 0-4 of 300 against
+4-7 for a z-score on the same figures (Bencher's threshold, which takes ``s`` as exact) and 3-8 for Mann-Whitney's U between the history and the current runs
 (asv's test, which cannot fire at all with one current value: its smallest one-sided p-value
 is 1/(K+1)); the price is detection with only K = 5 results. Improvements are the mirror
 image.
