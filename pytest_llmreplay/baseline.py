@@ -34,7 +34,6 @@ fingerprints, workloads or settings differ are not compared by the gate.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import subprocess
@@ -47,10 +46,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import LLMReplayError
-from .repeats import check_runs, run_count, run_keys, run_samples
+from .repeats import run_count, run_keys, run_samples
+from .stored_record import SCHEMA
 from .units import format_figure
 
-SCHEMA = 1
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
 SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
@@ -179,37 +178,6 @@ def interrupted_note(record: Mapping[str, Any]) -> str:
 def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:
     """SLO checks as stored: key, threshold, measured, passed."""
     return [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in checks]
-
-
-def read_record(path: str | Path) -> dict[str, Any]:
-    """A stored result; :class:`LLMReplayError` naming the file when it is not one."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise LLMReplayError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LLMReplayError(f"{path}: not a stored llmreplay result ({exc})") from None
-    return parse_record(text, str(path))
-
-
-def parse_record(text: str, where: str) -> dict[str, Any]:
-    """The stored result in ``text`` (read from ``where``, a file or a store's URL); an
-    :class:`LLMReplayError` naming ``where`` when it is not one."""
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LLMReplayError(f"{where}: not a stored llmreplay result ({exc})") from None
-    missing = [key for key in ("schema", "summary", "samples", "fingerprint") if not isinstance(record, dict) or key not in record]
-    if missing:
-        raise LLMReplayError(f"{where}: not a stored llmreplay result (missing {', '.join(missing)}); pass a baseline file or a report's JSON")
-    if record["schema"] != SCHEMA:
-        raise LLMReplayError(f"{where}: stored with schema {record['schema']}, this version reads {SCHEMA}")
-    try:
-        check_runs(record, where)
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise LLMReplayError(f"{exc}" if isinstance(exc, ValueError) else f"{where}: runs: not a list of runs ({exc})") from None
-    return record
 
 
 # where --llm-compare's default reference is looked for, in order: the remote's default branch

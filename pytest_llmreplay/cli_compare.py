@@ -15,6 +15,7 @@ from typing import Any
 from .cli_options import BAD_INPUT, open_store_option
 from .errors import LLMReplayError
 from .report_rows import endpoint_text
+from .store import result_folder
 
 
 def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str, str]:
@@ -28,11 +29,18 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
         if not re.fullmatch(r"[0-9a-f]{12,40}", ref):
             raise LLMReplayError(f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more")
         commit = ref
-    found = store.newest_complete(test, [commit])
-    if found is None:
-        only = ": only interrupted ones, which measured part of their workload and are never compared" if store.stored(test, commit) else ""
-        raise LLMReplayError(f"--store: no stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}")
-    return found[1], f"{store.label}/{found[0]}", commit
+    newest = store.newest_complete(test, [commit])
+    skipped = newest.skipped_line()
+    if newest.record is None:
+        only = ": only interrupted ones, which measured part of their workload and are never compared" if newest.interrupted else ""
+        if not newest.unreadable and not newest.interrupted and not store.names(result_folder(test)):
+            held = store.tests()
+            only = f"; it holds no result of that test, only of {', '.join(map(repr, held))}" if held else "; it holds no results"
+        readable = "readable " if skipped else ""
+        raise LLMReplayError(f"--store: no {readable}stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}" + (f"; {skipped}" if skipped else ""))
+    if skipped:
+        print(f"{side}: {skipped}")
+    return newest.record, f"{store.label}/{newest.key}", commit
 
 
 def _history(store: Any, test: str, commit: str, leave_out: str, current: dict[str, Any]) -> Any:
@@ -49,7 +57,8 @@ def _history(store: Any, test: str, commit: str, leave_out: str, current: dict[s
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .baseline import compare, comparison_table, gated_tolerances, read_record
+    from .baseline import compare, comparison_table, gated_tolerances
+    from .stored_record import read_record
     from .history import gate_with_history
 
     overrides = _regression_overrides(args.regression)  # every option is checked before anything is read or printed

@@ -88,7 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}")
     if store is not None:
         try:
-            print(f"saved {store.save(record)}{interrupted_note(record)}")
+            print(f"saved {store.save(record)}{interrupted_note(record)} as test {record['test']!r} (compare --store's --test)")
         except LLMReplayError as exc:
             raise LLMReplayError(f"--save-to: {exc}") from None
     if run.interrupted:

@@ -146,13 +146,16 @@ class Gate:
         label, commits = self.history
         try:
             newest = self.store.newest_complete(run.test, commits)
-            if newest is None:
-                return f"Compared with {label}: no stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
-            found, baseline = newest
-        except LLMReplayError as exc:
-            return f"Compared with {label}: cannot read the stored result ({exc})"
-        stored_at = f"{label}, stored {found.rsplit('/', 1)[-1][:12]} {baseline.get('time')}"
-        comparison = compare(baseline, record, gated_tolerances(record, run.regression), label=stored_at)
+        except LLMReplayError as exc:  # the store could not be listed
+            return f"Compared with {label}: cannot read the stored results ({exc})"
+        skipped = newest.skipped_line()
+        if newest.record is None:
+            readable = "readable " if skipped else ""
+            return f"Compared with {label}: no {readable}stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)" + (f"\n{skipped}" if skipped else "")
+        stored_at = f"{label}, stored {newest.key.rsplit('/', 1)[-1][:12]} {newest.record.get('time')}"
+        comparison = compare(newest.record, record, gated_tolerances(record, run.regression), label=stored_at)
+        if skipped:
+            comparison.header = f"{comparison.header}\n{skipped}" if comparison.header else skipped
         if comparison.mismatch is None:
             from .history import HISTORY_WINDOW, History, gate_with_history
 

@@ -91,18 +91,6 @@ def run_keys(record: Mapping[str, Any], metric: str) -> list[list[int]] | None:
     return [part for part in _split(list(keys), record, metric) if part]
 
 
-def check_runs(record: Mapping[str, Any], where: str) -> None:
-    """ValueError naming ``where`` when ``runs`` does not account for the stored samples."""
-    runs = record.get("runs")
-    if runs is None:
-        return
-    if not isinstance(runs, list) or not all(isinstance(run, Mapping) and isinstance(run.get("sizes"), Mapping) for run in runs):
-        raise ValueError(f"{where}: runs: expected a list of objects with sizes")
-    for metric, values in record["samples"].items():
-        if sum(int(run["sizes"].get(metric, 0)) for run in runs) != len(values):
-            raise ValueError(f"{where}: runs: the sizes of {metric} do not add up to its {len(values)} samples")
-
-
 def repeats_line(record: Mapping[str, Any]) -> str:
     """``3 runs (seeds 0, 1, 2; cache reset by POST /reset_prefix_cache before each): ttft.p50
     312.1, 318.0, 309.9 ms; figures above are the last run's, SLOs and baselines use the median``."""

@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .baseline import parse_record
+from .stored_record import parse_record
 from .errors import LLMReplayError
 
 PUSH_ATTEMPTS = 8  # fetch-commit-push rounds before a save to a git store gives up
@@ -109,6 +109,25 @@ def write_new(path: Path, record: Mapping[str, Any] | bytes) -> Path:
 # ------------------------------------------------------------------------ the stores
 
 
+@dataclass
+class Newest:
+    """What :meth:`Store.newest_complete` found: ``key`` and ``record`` (None when no readable,
+    complete result was found), ``unreadable`` (why each file skipped on the way could not be
+    read, newest first) and ``interrupted`` (how many interrupted results were passed over)."""
+
+    key: str | None
+    record: dict[str, Any] | None
+    unreadable: list[str] = field(default_factory=list)
+    interrupted: int = 0
+
+    def skipped_line(self) -> str | None:
+        """``skipped 1 unreadable stored result: <why>`` (several: the newest one's why), or None."""
+        if not self.unreadable:
+            return None
+        count = len(self.unreadable)
+        return f"skipped {count} unreadable stored result{'s' if count != 1 else ''}{': the newest,' if count > 1 else ':'} {self.unreadable[0]}"
+
+
 class Store:
     """Stored results, one folder per test. A kind lists, reads and adds files by key
     (``<test folder>/<name>``); saving, finding and reading results are common to all."""
@@ -120,6 +139,7 @@ class Store:
         also fetches here, so a comparison reads what the remote held at start-up."""
 
     def names(self, folder: str) -> list[str]:
+        """The names in ``folder`` (``""``: the test folders at the top)."""
         raise NotImplementedError
 
     def read_bytes(self, key: str) -> bytes:
@@ -138,16 +158,39 @@ class Store:
         folder = result_folder(test)
         return [f"{folder}/{name}" for name in sorted(self.names(folder)) if name.startswith(f"{commit[:12]}-") and name.endswith(".json")]
 
-    def newest_complete(self, test: str, commits: Iterable[str]) -> tuple[str, dict[str, Any]] | None:
-        """(key, record) of the newest stored result of ``test`` that was not interrupted (no
-        ``"interrupted"``: it measured its whole workload), at the first of ``commits`` holding
-        one; None when none does. What a comparison takes as a baseline."""
+    def newest_complete(self, test: str, commits: Iterable[str]) -> Newest:
+        """The newest stored result of ``test`` that was not interrupted (no ``"interrupted"``:
+        it measured its whole workload) and can be read, at the first of ``commits`` holding one:
+        what a comparison takes as a baseline. A file that cannot be read (not JSON, not shaped
+        as a stored result: :mod:`~pytest_llmreplay.stored_record`) is skipped and named in
+        :attr:`Newest.unreadable`, so that one bad file never hides the results under it."""
+        unreadable: list[str] = []
+        interrupted = 0
         for commit in commits:
             for key in reversed(self.stored(test, commit)):
-                record = self.read(key)
+                try:
+                    record = self.read(key)
+                except LLMReplayError as exc:
+                    unreadable.append(str(exc))
+                    continue
                 if not record.get("interrupted"):
-                    return key, record
-        return None
+                    return Newest(key, record, unreadable, interrupted)
+                interrupted += 1
+        return Newest(None, None, unreadable, interrupted)
+
+    def tests(self, limit: int = 20) -> list[str]:
+        """The ids of the tests this store holds results of (each test folder's newest readable
+        result names its test), sorted, at most ``limit`` folders read: for the message that a
+        test id matched none of them."""
+        found = set()
+        for folder in sorted(self.names(""))[:limit]:
+            for name in sorted(self.names(folder), reverse=True):
+                try:
+                    found.add(str(self.read(f"{folder}/{name}")["test"]))
+                    break
+                except (LLMReplayError, KeyError):
+                    continue
+        return sorted(found)
 
     def read(self, key: str) -> dict[str, Any]:
         """The stored result at ``key``; one line naming it when it is not one."""
@@ -344,7 +387,7 @@ class GitStore(Store):
             self.check(False)
         if self.tip is None:
             return []
-        listed = self.git("ls-tree", "--name-only", self.tip, f"{folder}/").decode()
+        listed = self.git("ls-tree", "--name-only", self.tip, *([f"{folder}/"] if folder else [])).decode()
         return [line.rsplit("/", 1)[-1] for line in listed.splitlines() if line]
 
     def read_bytes(self, key: str) -> bytes:

@@ -14,7 +14,8 @@ import pytest
 from records import make, rec
 
 from pytest_llmreplay import baseline
-from pytest_llmreplay.baseline import compare, comparison_table, parse_tolerance, read_record, reference_history, samples, tolerances
+from pytest_llmreplay.baseline import compare, comparison_table, parse_tolerance, reference_history, samples, tolerances
+from pytest_llmreplay.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.metrics import WINDOWS
 from pytest_llmreplay.slo import check_slos, parse_slos
@@ -189,6 +190,36 @@ def test_read_record_json_that_is_not_a_record(tmp_path, content, missing):
         read_record(path)
     message = str(info.value)
     assert "other.json" in message and f"missing {missing}" in message
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    ({"summary": "x"}, "summary: expected an object of metrics, got a string ('x')"),
+    ({"summary": {"ttft": 3}}, "summary.ttft: expected an object of statistics, got a number"),
+    ({"summary": {"ttft": {"p50": "fast"}}}, "summary.ttft.p50: expected a number, got a string ('fast')"),
+    ({"samples": None}, "samples: expected an object of lists of numbers, got null"),
+    ({"samples": {"ttft": "0.1"}}, "samples.ttft: expected a list of numbers, got a string ('0.1')"),
+    ({"samples": {"ttft": [0.1, "0.2"]}}, "samples.ttft: expected a list of numbers, got a list holding a string ('0.2')"),
+    ({"samples": {"ttft": [0.1, None]}}, "samples.ttft: expected a list of numbers, got a list holding null"),
+    ({"fingerprint": []}, "fingerprint: expected an object, got a list"),
+    ({"settings": "fast"}, "settings: expected an object, got a string ('fast')"),
+    ({"sample_keys": {"ttft": [1.5]}}, "sample_keys.ttft: expected a list of integers, got 1.5 in it"),
+    ({"runs": [{"sizes": {"ttft": "2"}}]}, "runs[0].sizes: expected counts"),
+    ({"runs": [{"sizes": {}, "summary": []}]}, "runs[0].summary: expected an object of metrics, got a list"),
+])
+def test_read_record_of_the_right_schema_and_wrong_shape_is_one_line(tmp_path, change, problem):
+    """What a reader takes for granted is checked on reading (issue 31, C11): these gave an
+    AttributeError or TypeError in history and compare, or were read as if fine."""
+    path = write_new(tmp_path / "r.json", {**record(), **change})
+    with pytest.raises(LLMReplayError) as info:
+        read_record(path)
+    assert str(info.value) == f"{path}: not a stored llmreplay result ({problem})"
+
+
+def test_read_record_nested_too_deeply_is_one_line(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    with pytest.raises(LLMReplayError, match=r"deep.json: not a stored llmreplay result \(nested too deeply to be one\)$"):
+        read_record(path)
 
 
 def test_read_record_another_schema(tmp_path):

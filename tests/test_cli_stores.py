@@ -97,7 +97,30 @@ def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
     status = main(["compare", "--store", str(tmp_path / "empty"), "--test", TEST, "main", "main"])
     assert status == 3  # compare's status for bad input
     head = git(repo, "rev-parse", "HEAD")[:12]
-    assert capsys.readouterr().err == f"error: --store: no stored result of {TEST!r} at main ({head}) in {tmp_path}/empty\n"
+    assert capsys.readouterr().err == f"error: --store: no stored result of {TEST!r} at main ({head}) in {tmp_path}/empty; it holds no results\n"
+
+
+def test_compare_store_with_a_test_it_does_not_hold_lists_those_it_does(repo, tmp_path, capsys):
+    store = tmp_path / "results"
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        assert run(server.url, "--save-to", str(store)) == 0
+    assert f"as test {TEST!r} (compare --store's --test)" in capsys.readouterr().out  # the name it is stored under
+    assert main(["compare", "--store", str(store), "--test", "llmreplay run W.jsonl", "main", "main"]) == 3
+    assert capsys.readouterr().err.endswith(f"; it holds no result of that test, only of {TEST!r}\n")
+
+
+def test_compare_store_skips_an_unreadable_newest_result(repo, tmp_path, capsys):
+    store = tmp_path / "results"
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        assert run(server.url, "--save-to", str(store)) == 0
+    [complete] = store.glob("*/*.json")
+    corrupt = complete.with_name(complete.name[:13] + "29990101T000000000000Z-1-000000.json")
+    corrupt.write_text(json.dumps({**json.loads(complete.read_text()), "summary": "x"}))
+    capsys.readouterr()
+    assert main(["compare", "--store", str(store), "--test", TEST, "main", "main"]) == 0
+    printed = capsys.readouterr().out
+    assert f"A: skipped 1 unreadable stored result: {corrupt}: not a stored llmreplay result (summary: expected an object of metrics, got a string ('x'))" in printed
+    assert f"Compared with A ({store}/{complete.parent.name}/{complete.name}" in printed
 
 
 def test_compare_store_that_does_not_exist_says_so(repo, tmp_path, capsys):

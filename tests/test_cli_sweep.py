@@ -8,7 +8,7 @@ from importlib.metadata import version
 import pytest
 from mockserver import MockServer, ServerThread
 
-from pytest_llmreplay.baseline import read_record
+from pytest_llmreplay.stored_record import read_record
 from pytest_llmreplay.cli import main
 from pytest_llmreplay.target import start_sim_server
 

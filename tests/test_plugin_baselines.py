@@ -211,6 +211,30 @@ def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(
     assert [point["summary"]["ttft"] for _, point in points] == [json.loads(complete.read_text())["summary"]["ttft"]]
 
 
+@pytest.mark.parametrize("bad", ["{garbage", "truncated", "samples null"])
+def test_an_unreadable_newest_result_is_skipped_and_the_gate_still_fails(project, bad):
+    """A file that is not a result, newest in the test's folder, is named in one line and
+    skipped; the newest readable result is the baseline, so the regression still fails the run
+    (it passed before: the gate went off, issue 31 A1)."""
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
+    [saved] = stored(project.path)
+    text = saved.read_text()
+    contents = {"{garbage": "{garbage", "truncated": text[: len(text) // 2], "samples null": json.dumps({**json.loads(text), "samples": None})}[bad]
+    corrupt = saved.with_name(saved.name[:13] + "29990101T000000000000Z-1-000000.json")
+    corrupt.write_text(contents)
+
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"skipped 1 unreadable stored result: {corrupt}: not a stored llmreplay result (*)", "*tpot.p50 *REGRESSION"])
+
+    corrupt.unlink()
+    saved.unlink()
+    corrupt.write_text(contents)
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)  # nothing readable is left to compare with: said, as with no stored result
+    result.stdout.fnmatch_lines(["Compared with *: no readable stored result of this test there *", f"skipped 1 unreadable stored result: {corrupt}: *"])
+
+
 def test_ini_fail_on_regression(project):
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
     project.makeini("[pytest]\nllm_offline = true\nllm_sim_profile = slow.json\nllm_compare = main\nllm_fail_on_regression = true\n")

@@ -126,7 +126,8 @@ def test_corrupt_runs_in_a_stored_result_is_one_line(project):
     path.write_text(json.dumps(record))
     result = project.runpytest("--llm-offline", "--llm-repeat", "2", "--llm-compare")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"Compared with *: cannot read the stored result ({path}: runs: the sizes of ttft do not add up to its * samples)"])
+    result.stdout.fnmatch_lines([f"Compared with *: no readable stored result of this test there *",
+                                 f"skipped 1 unreadable stored result: {path}: not a stored llmreplay result (runs: the sizes of ttft do not add up to its * samples)"])
 
 
 def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_llmreplay import baseline
-from pytest_llmreplay.baseline import read_record
+from pytest_llmreplay.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.store import FolderStore, FsspecStore, GitStore, open_store, redact, result_folder, write_new
 
@@ -157,8 +157,7 @@ def test_stored_oldest_first_and_only_that_commit_and_test(tmp_path):
 
 
 def newest_key(store, test, commits):
-    found = store.newest_complete(test, commits)
-    return None if found is None else found[0]
+    return store.newest_complete(test, commits).key
 
 
 def test_newest_complete_is_the_newest_at_the_first_commit_that_has_one(tmp_path):
@@ -168,7 +167,7 @@ def test_newest_complete_is_the_newest_at_the_first_commit_that_has_one(tmp_path
     newest_c2 = put(store, "t", c2, "20240105T000000000000Z")
     put(store, "t", c1, "20250101T000000000000Z")  # newer in time, but an older commit
     assert newest_key(store, "t", [c3, c2, c1]) == key(newest_c2)
-    assert store.newest_complete("t", [c3, c2, c1])[1] == record(test="t", commit=c2)
+    assert store.newest_complete("t", [c3, c2, c1]).record == record(test="t", commit=c2)
     assert newest_key(store, "t", [c3]) is None
     assert newest_key(store, "t", []) is None
 
@@ -185,10 +184,10 @@ def test_newest_complete_skips_interrupted_results(tmp_path):
 
 def test_saved_files_sort_in_saving_order(tmp_path):
     store = FolderStore(tmp_path)
-    paths = [key(Path(store.save(record(summary={"n": i})))) for i in range(5)]
+    paths = [key(Path(store.save(record(summary={"n": {"value": i}})))) for i in range(5)]
     assert store.stored(record()["test"], "a" * 40) == paths
     assert newest_key(store, record()["test"], ["a" * 40]) == paths[-1]
-    assert store.read(paths[-1])["summary"] == {"n": 4}
+    assert store.read(paths[-1])["summary"] == {"n": {"value": 4}}
 
 
 def test_a_corrupt_stored_file_is_one_line_naming_it(tmp_path):
@@ -269,16 +268,31 @@ def exercise(store) -> None:
     """Save, find, read back, and refuse to overwrite, as the gate uses a store."""
     store.check(writing=True)
     assert store.stored(record()["test"], "a" * 40) == []
-    first = store.save(record(summary={"n": 1}))
-    second = store.save(record(summary={"n": 2}))
+    first = store.save(record(summary={"n": {"value": 1}}))
+    second = store.save(record(summary={"n": {"value": 2}}))
     store.save(record(commit="b" * 40))
     keys = store.stored(record()["test"], "a" * 40)
     assert len(keys) == 2 and first.endswith(keys[0]) and second.endswith(keys[1])
     assert newest_key(store, record()["test"], ["c" * 40, "a" * 40, "b" * 40]) == keys[1]
-    assert store.read(keys[1])["summary"] == {"n": 2}
+    assert store.read(keys[1])["summary"] == {"n": {"value": 2}}
     with pytest.raises(FileExistsError):
         store.add(keys[0], b"{}")
-    assert store.read(keys[0])["summary"] == {"n": 1}
+    assert store.read(keys[0])["summary"] == {"n": {"value": 1}}
+    skips_unreadable_results(store, keys[1])
+
+
+def skips_unreadable_results(store, newest: str) -> None:
+    """Two newer files that are not results (not JSON; the schema right, the samples null) are
+    each skipped, named, and the newest readable result is still found (issue 31, A1)."""
+    folder = newest.split("/")[0]
+    store.add(f"{folder}/{'a' * 12}-29990101T000000000000Z-1-000000.json", b"{garbage")
+    store.add(f"{folder}/{'a' * 12}-29990102T000000000000Z-1-000000.json", json.dumps({**record(), "samples": None}).encode())
+    found = store.newest_complete(record()["test"], ["a" * 40])
+    assert found.key == newest and found.record["summary"] == {"n": {"value": 2}}
+    assert len(found.unreadable) == 2
+    assert "29990102T" in found.unreadable[0] and "samples: expected an object of lists of numbers, got null" in found.unreadable[0]
+    assert "29990101T" in found.unreadable[1] and "not a stored llmreplay result" in found.unreadable[1]
+    assert found.skipped_line().startswith("skipped 2 unreadable stored results: the newest, ")
 
 
 def test_memory_store(tmp_path):
@@ -288,7 +302,7 @@ def test_memory_store(tmp_path):
 def test_file_store_is_the_folder_store(tmp_path):
     store = open_store(f"file://{tmp_path}/results", "/elsewhere")
     exercise(store)
-    assert len(list((tmp_path / "results").glob("*/*.json"))) == 3
+    assert len(list((tmp_path / "results").glob("*/*.json"))) == 5  # three results and the two unreadable files
 
 
 def test_a_corrupt_object_is_one_line_naming_it(tmp_path):
@@ -305,7 +319,7 @@ def test_s3_store_against_a_real_s3_server(s3_env, tmp_path):
     import boto3
 
     listed = boto3.client("s3").list_objects_v2(Bucket="results", Prefix="ci/perf/")["Contents"]
-    assert len(listed) == 3
+    assert len(listed) == 5  # three results and the two unreadable files
     body = b"".join(boto3.client("s3").get_object(Bucket="results", Key=item["Key"])["Body"].read() for item in listed)
     assert b"testing-secret" not in body and b"testing-key-id" not in body
 
@@ -373,6 +387,8 @@ def test_git_store_saves_on_the_ref_and_another_clone_reads_it(remote):
     found = newest_key(other, record()["test"], ["a" * 40])
     assert other.read(found) == record()
     assert not list((store.work / "outbox").glob("*/*.json"))  # pushed: the outbox is empty
+    newer = store.save(record(summary={"n": {"value": 2}})).split(" ", 1)[1]
+    skips_unreadable_results(store, newer)
 
 
 PUSH_SCRIPT = """
@@ -414,13 +430,13 @@ def test_a_failed_push_keeps_the_result_and_the_next_save_sends_it(remote, tmp_p
     hook.write_text("#!/bin/sh\necho 'results are read-only today' >&2\nexit 1\n")
     hook.chmod(0o755)
     with pytest.raises(LLMReplayError) as info:
-        store.save(record(summary={"n": 1}))
+        store.save(record(summary={"n": {"value": 1}}))
     message = str(info.value)
     assert message.startswith("git:origin#refs/llmreplay/results: could not push the result (")
     kept = Path(message.split("it is kept in ", 1)[1].split(" and goes up", 1)[0])
-    assert json.loads(kept.read_text())["summary"] == {"n": 1}
+    assert json.loads(kept.read_text())["summary"] == {"n": {"value": 1}}
     hook.unlink()
-    store.save(record(summary={"n": 2}))
+    store.save(record(summary={"n": {"value": 2}}))
     on_ref = git(remote, "ls-tree", "-r", "--name-only", "refs/llmreplay/results").split()
     assert len(on_ref) == 2 and key(kept) in on_ref
     assert not kept.exists()
