@@ -15,7 +15,9 @@ workload, and is never taken as a baseline, see :meth:`~pytest_llmreplay.store.S
 Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_llmreplay.store`'s job.
 
 **Comparison** of metric ``m.stat`` (e.g. ``ttft.p50``): change = stat(current) / stat(baseline)
-- 1, with a 95% bootstrap confidence interval (:data:`BOOTSTRAP_RESAMPLES` resamples with
+- 1, each side's stat taken over its stored samples (every run's pooled; a throughput's
+``steady_state``: the mean of its window rates), which are also the two values a comparison row
+shows, so that a reader can check the change from them; with a 95% bootstrap confidence interval (:data:`BOOTSTRAP_RESAMPLES` resamples with
 replacement, seeded: the same two results give the same verdict). When both results hold the same
 requests, sessions and windows (equal ``sample_keys``: the same workload and settings, every
 request ok) the resampling is paired, the same indices drawn from both, so the spread between
@@ -421,6 +423,10 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         found = mismatch({**baseline, "fingerprint": {}}, {**current, "fingerprint": {}})
     if found:
         return Comparison(label, mismatch=f"not compared: {found}")
+    runs = max(run_count(baseline), run_count(current))
+    if runs > 1:
+        pooled = f"baseline and current: each statistic of all {runs if run_count(baseline) == run_count(current) else 'the'} runs' samples pooled, the figures the change compares (the SLO table's are medians over runs)"
+        header = f"{header}\n{pooled}" if header else pooled
     comparison = Comparison(label, header=header, baseline_samples=dict(baseline["samples"]))
     for key, allowed in tolerance.items():
         metric, _, stat = key.partition(".")
@@ -434,7 +440,8 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
             continue
-        if float(_statistic(stat, base)) == 0:
+        row.baseline, row.current = float(_statistic(stat, base)), float(_statistic(stat, cur))  # what the change compares
+        if row.baseline == 0:
             row.note = "baseline is 0"
             continue
         if run_count(baseline) > 1 or run_count(current) > 1:

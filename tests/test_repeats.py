@@ -70,6 +70,22 @@ def test_compare_of_repeated_results_is_not_fooled_by_a_shifted_run():
     assert baseline.compare({**base, "runs": None}, flat, {"ttft.p50": 0.05}).rows[0].verdict == "regression"
 
 
+def test_a_comparison_row_shows_the_values_its_change_is_computed_from():
+    """Runs of unequal spread: the median of the runs' p50s is not the p50 of the runs pooled,
+    which is what the change compares. The row's two values are the pooled ones, so the change
+    can be checked from them (issue 31 A2: '20.79 ms -> 15.98 ms -26.0%'), and the header says so."""
+    rng = np.random.default_rng(5)
+    base = record_of([rng.lognormal(0, s, 200) for s in (0.1, 0.5, 1.0)])
+    current = record_of([rng.lognormal(-0.1, s, 200) for s in (1.0, 0.1, 0.5)])
+    comparison = baseline.compare(base, current, {"ttft.p50": 0.05})
+    [row] = comparison.rows
+    assert row.baseline == pytest.approx(np.percentile(base["samples"]["ttft"], 50))
+    assert row.current == pytest.approx(np.percentile(current["samples"]["ttft"], 50))
+    assert row.change == pytest.approx(row.current / row.baseline - 1)
+    assert row.baseline != pytest.approx(base["summary"]["ttft"]["p50"], rel=1e-3)  # the runs' median is another figure
+    assert "baseline and current: each statistic of all 3 runs' samples pooled" in baseline.comparison_table(comparison)
+
+
 # ------------------------------------------------------------------------ through the plugin
 
 
