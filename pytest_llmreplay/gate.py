@@ -44,7 +44,8 @@ KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cach
 class PerfRun:
     """One measured replay of a test: its baseline key (``test``), workload facts, and checks.
     With ``--llm-repeat N``: ``result`` is the last run, ``earlier`` the N - 1 before it, and
-    ``facts`` each run's seed and cache reset (see :mod:`~pytest_llmreplay.repeats`)."""
+    ``facts`` each run's seed and cache reset (see :mod:`~pytest_llmreplay.repeats`);
+    ``repeats_note`` says why a test ran once when N runs were asked."""
 
     test: str
     result: Any
@@ -53,6 +54,7 @@ class PerfRun:
     regression: Mapping[str, Any] = field(default_factory=dict)
     earlier: list[Any] = field(default_factory=list)
     facts: list[Mapping[str, Any]] = field(default_factory=list)
+    repeats_note: str | None = None  # why it ran fewer times than asked (runs that cannot differ)
 
     @property
     def results(self) -> list[Any]:
@@ -107,7 +109,8 @@ class Gate:
             record["capacity"] = capacity.as_dict()
         slo_table = breach_table(checks) if checks else None
         blocks = ([f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)]
-                  + ([repeats_line(record)] if len(records) > 1 else []) + ([breach_table(every_check)] if every_check else []))
+                  + ([repeats_line(record)] if len(records) > 1 else []) + ([run.repeats_note] if run.repeats_note else [])
+                  + ([breach_table(every_check)] if every_check else []))
         earlier = self._earlier(run, record)
         found = self._compare(run, record, earlier) if earlier is not None else None
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none

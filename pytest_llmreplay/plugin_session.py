@@ -263,7 +263,9 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
 
     state.interruption.check_not_interrupted()
     digest = workload_digest(spec.workload)
-    repeats = 1 if spec.capacity is not None else spec.repeat or state.repeat  # a search runs once
+    asked = spec.repeat or state.repeat
+    repeats = 1 if spec.capacity is not None or state.target.deterministic else asked  # a search runs once
+    once = f"ran once, not {asked} times: {state.target.name} without timing jitter gives the same figures on every run" if state.target.deterministic and asked > 1 and spec.capacity is None else None
     runs = []
     for index in range(repeats):
         runs.append(state.replay(spec, salt=digest, repeat=index, repeats=repeats))
@@ -272,4 +274,4 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
             break
     workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
     results = [result for result, _ in runs]
-    return PerfRun(test, results[-1], workload, spec.slo, spec.regression, earlier=results[:-1], facts=[facts for _, facts in runs]), results[-1]
+    return PerfRun(test, results[-1], workload, spec.slo, spec.regression, earlier=results[:-1], facts=[facts for _, facts in runs], repeats_note=once), results[-1]

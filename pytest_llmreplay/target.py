@@ -76,6 +76,13 @@ class Target:
     def gpus(self) -> int:
         return self.profile.gpus if self.profile is not None else 1
 
+    @property
+    def deterministic(self) -> bool:
+        """Whether every run of a workload gives the same figures, so that repeating one measures
+        nothing: the in-process simulator on the virtual clock without timing jitter (its seed
+        changes only the output tokens' text, never a time or a count)."""
+        return self.kind == "offline" and not self.profile.jitter
+
     def endpoint(self, repeat: int = 0) -> Any:
         """A new endpoint object for one replay; offline, a fresh engine seeded by :meth:`run_seed`."""
         if self.kind == "offline":

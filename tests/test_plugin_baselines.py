@@ -98,11 +98,14 @@ def test_save_stores_the_result_with_commit_branch_fingerprint_and_samples(proje
     assert record["fingerprint"]["model"] == "meta-llama/Llama-3.1-8B"
     assert record["fingerprint"]["hardware"] == "1 x NVIDIA H100 SXM5 80GB"
     assert record["workload"]["path"] == "wl.yaml"
-    assert len(record["samples"]["ttft"]) == len(record["samples"]["latency"]) == 5 * 8  # the default five runs
-    assert [run["seed"] for run in record["runs"]] == [0, 1, 2, 3, 4]
+    # offline without timing jitter every run is the same: one run, not the default five (issue 31 D16)
+    assert len(record["samples"]["ttft"]) == len(record["samples"]["latency"]) == 8
+    assert "runs" not in record
     assert record["summary"]["requests"]["ok"] == 8
     assert [c["key"] for c in record["slo"]] == ["error_rate"] and record["slo"][0]["passed"] is True
     result.stdout.fnmatch_lines(["*= llmreplay =*", f"llmreplay: {TEST_ID}", f"saved baseline {files[0]}"])
+    verbose = project.runpytest("--llm-offline", "-v")
+    verbose.stdout.fnmatch_lines(["ran once, not 5 times: sim:llama-3.1-8b-h100 (offline, virtual time) without timing jitter gives the same figures on every run"])
 
 
 def test_failing_tests_keep_what_they_measured(project):
@@ -365,7 +368,7 @@ def test_reports_show_the_comparison_and_the_baseline_cdf(project):
     record = report_of(project.path)
     assert record["comparison"]["baseline"].startswith("merge-base with main (")
     assert {row["key"]: row["verdict"] for row in record["comparison"]["rows"]}["ttft.p50"] == "regression"
-    assert len(record["comparison"]["baseline_samples"]["ttft"]) == 5 * 8  # the default five runs
+    assert len(record["comparison"]["baseline_samples"]["ttft"]) == 8  # one run: offline without jitter
     summary = (project.path / "rep" / "summary.md").read_text()
     assert re.search(rf"^\| {re.escape(TEST_ID)} .*\| 1/1 +\| REGRESSION: ttft\.p50, .*\|$", summary, re.M), summary
     assert "**Compared with merge-base with main (" in summary

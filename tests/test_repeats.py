@@ -89,11 +89,16 @@ def test_a_comparison_row_shows_the_values_its_change_is_computed_from():
 # ------------------------------------------------------------------------ through the plugin
 
 
-def test_repeat_option_replays_with_a_new_seed_each_time_and_stores_one_record_of_runs(project):
+def jittery(project) -> str:
+    """A profile whose runs differ (timing jitter), so that they are repeated."""
     profile = json.loads((project.path / "fast.json").read_text())
     profile["timing"]["jitter"] = 0.2
     (project.path / "jittery.json").write_text(json.dumps(profile))
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "5", "--llm-repeat", "3", "--llm-save", "-v")
+    return "jittery.json"
+
+
+def test_repeat_option_replays_with_a_new_seed_each_time_and_stores_one_record_of_runs(project):
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", jittery(project), "--llm-seed", "5", "--llm-repeat", "3", "--llm-save", "-v")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["3 runs (seeds 5, 6, 7): ttft.p50 *; the table above is the last run's*"])
     [path] = stored(project.path)
@@ -110,7 +115,7 @@ def test_repeat_option_replays_with_a_new_seed_each_time_and_stores_one_record_o
 
 def test_repeat_key_of_the_marker_beats_the_option(project):
     project.makepyfile(test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', 'slo={"error_rate": "== 0"}, repeat=2'))
-    project.runpytest("--llm-offline", "--llm-repeat", "4", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest("--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "4", "--llm-save").assert_outcomes(passed=1)
     [path] = stored(project.path)
     assert [run["seed"] for run in json.loads(path.read_text())["runs"]] == [0, 1]
 
@@ -135,12 +140,12 @@ def test_bad_repeat_key_of_the_marker_fails_the_test_with_one_line(project):
 
 
 def test_corrupt_runs_in_a_stored_result_is_one_line(project):
-    project.runpytest("--llm-offline", "--llm-repeat", "2", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest("--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "2", "--llm-save").assert_outcomes(passed=1)
     [path] = stored(project.path)
     record = json.loads(path.read_text())
     record["runs"][0]["sizes"]["ttft"] += 1
     path.write_text(json.dumps(record))
-    result = project.runpytest("--llm-offline", "--llm-repeat", "2", "--llm-compare")
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-repeat", "2", "--llm-compare")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"Compared with *: no readable stored result of this test there *",
                                  f"skipped 1 unreadable stored result: {path}: not a stored llmreplay result (runs: the sizes of ttft do not add up to its * samples)"])
