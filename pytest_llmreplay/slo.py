@@ -11,8 +11,9 @@ share; ``capacity.rate`` (req/s) and ``capacity.concurrency`` are what a capacit
   ``queue``, ``schedule_lag``, ``session_latency``, ``ttfat``);
 - share: ``%`` (``cache_hit_rate``, ``eligible_cache_hit_rate``, ``error_rate``, ``goodput``);
 - rate: ``tok/s`` (token throughputs, ``decode_tps``), ``req/s`` (``request_throughput``);
-- no unit: the metric's own unit (seconds, a fraction 0..1, tokens, tokens/s), so ``"< 2"`` on
-  ``ttft`` is 2 s; a share over 1 without ``%`` is refused (``>= 80`` means ``>= 80%``?).
+- no unit: the metric's own unit (a fraction 0..1, tokens, tokens/s, requests/s); a share over 1
+  without ``%`` is refused (``>= 80`` means ``>= 80%``?), and so is a time without a unit
+  (``"< 500"`` on ``ttft``: 500 ms or 500 s? the classic slip, which would pass as 500 s).
 
 The margin of a check is its headroom in the threshold's unit: threshold - measured for ``<``
 and ``<=``, measured - threshold for ``>`` and ``>=``, -|measured - threshold| for ``==``;
@@ -204,6 +205,9 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
     if value < 0 and metric in KNOWN_METRICS:
         raise LLMReplayError(f"SLO {key!r}: expected a threshold >= 0 ({metric} is never negative), got {threshold.strip()!r}")
+    if family == "time" and not unit:  # the ms/s slip: "< 500" read as 500 seconds passes everything
+        written = f"{op} {number}"
+        raise LLMReplayError(f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)")
     if family == "share" and not unit and value > 1:
         raise LLMReplayError(f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
     return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))

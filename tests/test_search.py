@@ -377,7 +377,7 @@ def test_bad_plans_are_one_line_naming_the_key(data, message):
 def test_a_plan_stores_its_slos_canonically_so_spellings_of_one_setting_compare():
     from pytest_llmreplay.baseline import mismatch
 
-    tight = CapacityPlan(by="rate", slo={"ttft.p99": "<1s", "tpot.p90": "<=0.05"}).as_dict()
+    tight = CapacityPlan(by="rate", slo={"ttft.p99": "<1s", "tpot.p90": "<=50ms"}).as_dict()
     spaced = CapacityPlan(by="rate", slo={"ttft.p99": "< 1000ms", "tpot.p90": "<= 50 ms"}).as_dict()
     assert tight["slo"] == spaced["slo"] == {"ttft.p99": "< 1s", "tpot.p90": "<= 50ms"}
     assert mismatch({"settings": {"capacity": tight}}, {"settings": {"capacity": spaced}}) is None

@@ -56,8 +56,6 @@ def test_units_convert_to_the_metrics_own_unit(key, threshold, value, unit):
 @pytest.mark.parametrize(
     "key, threshold, value",
     [
-        ("ttft.p99", "< 2", 2.0),  # seconds
-        ("itl.p99", "< 0.05", 0.05),  # seconds, not ms
         ("cache_hit_rate.mean", ">= 0.8", 0.8),  # a fraction
         ("error_rate", "== 0", 0.0),
         ("goodput", ">= 1", 1.0),  # a share of exactly 1 is allowed
@@ -66,7 +64,7 @@ def test_units_convert_to_the_metrics_own_unit(key, threshold, value, unit):
         ("prompt_tokens.mean", "< 4096", 4096.0),  # tokens
         ("output_tokens_per_session.max", "<= 1e4", 10000.0),
         ("effective_concurrency", "> 7.5", 7.5),
-        ("ttft.p50", "< +3", 3.0),
+        ("ttft.count", "< +3", 3.0),
     ],
 )
 def test_a_bare_number_is_in_the_metrics_own_unit(key, threshold, value):
@@ -76,7 +74,17 @@ def test_a_bare_number_is_in_the_metrics_own_unit(key, threshold, value):
     assert slo.factor == 1.0
 
 
-@pytest.mark.parametrize("key, threshold", [("ttft.p99", "< -1s"), ("tpot.p50", "<= -0.5"), ("output_throughput.steady_state", "> -1 tok/s"),
+@pytest.mark.parametrize("key, threshold, written", [("ttft.p90", "< 500", "< 500"), ("ttft.p99", "<1000", "< 1000"), ("itl.p99", "< 0.05", "< 0.05"),
+                                                     ("ttfat.p90", "<=2", "<= 2"), ("tpot.mean", "== 0", "== 0")])
+def test_a_time_without_a_unit_is_refused(key, threshold, written):
+    """'< 500' on a time was 500 seconds, which passes everything (issue 31 B5)."""
+    with pytest.raises(LLMReplayError) as info:
+        parse_slo(key, threshold)
+    metric = key.split(".")[0]
+    assert str(info.value) == f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)"
+
+
+@pytest.mark.parametrize("key, threshold", [("ttft.p99", "< -1s"), ("tpot.p50", "<= -0.5ms"), ("output_throughput.steady_state", "> -1 tok/s"),
                                             ("request_throughput.overall", ">= -2 req/s"), ("error_rate", "< -1%"), ("capacity.rate", ">= -1 req/s")])
 def test_a_negative_threshold_on_a_built_in_metric_is_refused(key, threshold):
     # no time, throughput, share or count is below 0: such an SLO always passes or never does
@@ -122,7 +130,7 @@ def test_key_splits_into_metric_and_stat():
 
 @pytest.mark.parametrize("stat", ["mean", "min", "p50", "p90", "p95", "p99", "max", "std", "count"])
 def test_distribution_metrics_take_every_statistic(stat):
-    assert parse_slo(f"ttft.{stat}", "< 2").stat == stat
+    assert parse_slo(f"ttft.{stat}", "< 2" if stat == "count" else "< 2s").stat == stat
 
 
 @pytest.mark.parametrize("stat", ["overall", "steady_state", "last_30s", "per_gpu"])
@@ -565,7 +573,7 @@ def result():
 
 def test_result_assert_slo_passes_silently():
     # ttft.max is exactly at its threshold: <= holds
-    assert result().assert_slo({"ttft.max": "<= 750ms", "ttft.p50": "< 0.6", "error_rate": "== 0"}) is None
+    assert result().assert_slo({"ttft.max": "<= 750ms", "ttft.p50": "< 0.6s", "error_rate": "== 0"}) is None
 
 
 def test_result_assert_slo_keyword_form():
@@ -668,7 +676,7 @@ def test_goodput_rate_and_capacity_keys_refused(key, threshold, message):
 def test_per_request_limits_are_the_tightest_upper_bound_of_each_per_request_metric():
     from pytest_llmreplay.slo import per_request_limits
 
-    slos = parse_slos({"ttft.p99": "< 1s", "ttft.p50": "<= 300ms", "tpot.p90": "< 50ms", "itl.max": "< 0.2",
+    slos = parse_slos({"ttft.p99": "< 1s", "ttft.p50": "<= 300ms", "tpot.p90": "< 50ms", "itl.max": "< 0.2s",
                        "latency.p99": "> 1s", "ttfat.p90": "< 5s", "error_rate": "== 0"})
     # latency has only a lower bound and ttfat is per session: neither limits a request
     assert per_request_limits(slos) == {"ttft": approx(0.3), "tpot": approx(0.05), "itl": approx(0.2)}
@@ -685,9 +693,9 @@ def test_result_goodput_rate_is_good_requests_over_the_measured_span():
 @pytest.mark.parametrize(
     "key, spellings, written",
     [
-        ("ttft.p99", ["<1s", "< 1s", "<  1.0 s", "< 1000ms", "< 1000000us", "< 1"], ("ttft.p99", "< 1s")),
-        ("ttft.p90", ["<150ms", "< 0.15s", "< 150.0 ms", "<0.15"], ("ttft.p90", "< 150ms")),
-        ("tpot.p90", ["<= 0.05", "<=50ms"], ("tpot.p90", "<= 50ms")),
+        ("ttft.p99", ["<1s", "< 1s", "<  1.0 s", "< 1000ms", "< 1000000us"], ("ttft.p99", "< 1s")),
+        ("ttft.p90", ["<150ms", "< 0.15s", "< 150.0 ms"], ("ttft.p90", "< 150ms")),
+        ("tpot.p90", ["<= 0.05s", "<=50ms"], ("tpot.p90", "<= 50ms")),
         ("itl.max", ["< 0.5us", "<0.0005ms"], ("itl.max", "< 0.5us")),
         ("goodput", [">= 0.9", ">=90%", ">= 90.0 %"], ("goodput", ">= 90%")),
         ("goodput", [">= 5 req/s", ">=5req/s"], ("goodput.rate", ">= 5 req/s")),
