@@ -362,8 +362,7 @@ class Result:
             summary["error_rate"] = {"value": failed / len(counted)}
         start, end = self.span
         if counted and self.goodput:
-            good = sum(self._good(r) for r in self.ok)
-            summary["goodput"] = {"value": good / len(counted), "rate": good / (end - start) if end > start else 0.0}
+            summary["goodput"] = self.goodput_figures(self.goodput)
         if end > start:
             busy = sum(latency(r) or 0.0 for r in self.measured)
             summary["effective_concurrency"] = {"value": busy / (end - start)}
@@ -415,11 +414,20 @@ class Result:
         totals, _ = np.histogram(times, bins=edges, weights=amounts)
         return totals / (edges[1] - edges[0])
 
-    def _good(self, record: RequestRecord) -> bool:
+    def goodput_figures(self, limits: Mapping[str, float]) -> dict[str, float]:
+        """``goodput`` under per-request ``limits`` (metric -> most seconds): ``value`` = good /
+        (ok + failed), ``rate`` = good / the measured span (module docstring)."""
+        counted = sum(r.status in ("ok", "failed") for r in self.measured)
+        start, end = self.span
+        good = sum(self._good(r, limits) for r in self.ok)
+        return {"value": good / counted if counted else 0.0, "rate": good / (end - start) if end > start else 0.0}
+
+    @staticmethod
+    def _good(record: RequestRecord, limits: Mapping[str, float]) -> bool:
         values = request_values(record)
         gaps = itl_chunks(record)
         values["itl"] = max(gap for gap, _ in gaps) if gaps else None
-        for name, limit in self.goodput.items():
+        for name, limit in limits.items():
             value = values.get(name)
             if value is not None and value > limit:
                 return False
@@ -430,20 +438,28 @@ class Result:
         :mod:`~pytest_llmreplay.slo`); raise ``SLOBreach`` (an ``AssertionError``) with every
         breached one in a table. Keyword form: ``assert_slo({}, error_rate="== 0")``.
 
-        A bad threshold raises ``LLMReplayError`` naming the key, before anything is checked.
+        ``goodput`` is counted under the per-request limits of this call's own SLOs (every upper
+        bound on ttft, tpot, latency or itl, :func:`~pytest_llmreplay.slo.per_request_limits`),
+        else under the test's. A bad threshold raises ``LLMReplayError`` naming the key, before
+        anything is checked.
         Every check, met or not, is appended to :attr:`slo_checks`: the pytest plugin stores
         them with the run's own SLOs (report files, baseline). Under pytest the failure shows
         the test's line and the table; the library's frames are hidden."""
         __tracebackhide__ = True
-        from .slo import SLOBreach, assert_slos, goodput_key, parse_slos
+        from .slo import SLOBreach, assert_slos, goodput_key, parse_slos, per_request_limits
 
         parsed = parse_slos({**slos, **more}, extra_metrics=self.summary)
         key = goodput_key(parsed)
-        if key is not None and not self.goodput:
-            raise LLMReplayError(f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and this result has none "
-                                 "(they come from the test's slo, e.g. ttft.p99 < 1s, or Result(run, goodput={'ttft': 1.0}))")
+        summary = self.summary
+        if key is not None:
+            limits = per_request_limits(parsed) or dict(self.goodput)
+            if not limits:
+                raise LLMReplayError(f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and none is set; "
+                                     "add an upper bound on ttft, tpot, latency or itl to this call (e.g. ttft.p99 < 1s) or to the test's slo")
+            if limits != dict(self.goodput) and any(r.status in ("ok", "failed") for r in self.measured):
+                summary = {**summary, "goodput": self.goodput_figures(limits)}
         try:
-            self.slo_checks.extend(assert_slos(self.summary, parsed, extra_metrics=self.summary))
+            self.slo_checks.extend(assert_slos(summary, parsed, extra_metrics=self.summary))
         except SLOBreach as breach:
             self.slo_checks.extend(breach.checks)
             raise

@@ -614,12 +614,26 @@ def test_result_assert_slo_unmeasured_metric_breaches():
 
 def test_result_assert_slo_on_goodput_needs_a_per_request_limit():
     # without one no request is counted good or bad: one line saying where limits come from, not a BREACH "not measured"
-    with pytest.raises(LLMReplayError, match=r"^assert_slo 'goodput': goodput counts the requests that meet every per-request limit, and this result has none"):
+    with pytest.raises(LLMReplayError, match=r"^assert_slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set; "
+                                             r"add an upper bound on ttft, tpot, latency or itl to this call"):
         result().assert_slo({"goodput": ">= 90%"})
     records = result().run.records
     make(records, goodput={"ttft": 0.6}).assert_slo({"goodput": ">= 66%"})  # ttft 0.25 and 0.5 are good, 0.75 is not
     with pytest.raises(SLOBreach):
         make(records, goodput={"ttft": 0.6}).assert_slo({"goodput": ">= 90%"})
+
+
+def test_result_assert_slo_counts_goodput_under_the_limits_of_the_same_call():
+    """The call's own upper bounds are goodput's limits (issue 31 B6: it refused), before the test's."""
+    r = result()  # ttft 0.25, 0.5, 0.75 s
+    r.assert_slo({"ttft.p99": "< 600s", "goodput": ">= 100%"})  # every request within 600 s
+    with pytest.raises(SLOBreach) as info:
+        r.assert_slo({"ttft.max": "< 600ms", "goodput": ">= 90%"})
+    assert [round(c.measured, 4) for c in info.value.checks] == [0.75, 0.6667]  # 2 of 3 within 600 ms
+    strict = make(result().run.records, goodput={"ttft": 0.3})  # the test's limit counts 1 of 3 good
+    strict.assert_slo({"ttft.p50": "< 1s", "goodput": ">= 100%"})  # this call's limit, 1 s, counts all 3
+    with pytest.raises(SLOBreach):
+        strict.assert_slo({"goodput": ">= 50%"})  # none in the call: the test's
 
 
 def test_result_assert_slo_accepts_a_plugin_metric_in_the_summary():
