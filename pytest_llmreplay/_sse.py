@@ -76,9 +76,11 @@ class StreamError(Exception):
 
 @dataclass(slots=True)
 class Chunk:
-    """What one event carried. ``tokens`` is 0 for role-only, usage-only or closing chunks."""
+    """What one event carried. ``tokens`` is 0 for role-only, usage-only or closing chunks;
+    ``blank``: its one token is an empty text (see :func:`read_chunk`)."""
 
     tokens: int = 0
+    blank: bool = False
     text: str = ""
     token_ids: list[int] | None = None
     usage: dict[str, Any] | None = None
@@ -90,8 +92,11 @@ def read_chunk(data: str) -> Chunk:
 
     A choice counts as tokens when it has text, token ids or logprobs, or when it is an
     empty-text chunk with neither a role nor a finish reason (engines emit those for tokens that
-    decode to nothing). Tokens per chunk: ``len(token_ids)``, else the number of logprobs
-    entries, else 1 (a server that merges tokens without saying so is corrected by ``usage``).
+    decode to nothing); such a chunk is marked ``blank``, and a blank chunk before any token is
+    no token (:mod:`~pytest_llmreplay.endpoints` skips it: servers open streams with one, which
+    made the first token early and one too many). Tokens per chunk: ``len(token_ids)``, else the
+    number of logprobs entries, else 1 (a server that merges tokens without saying so is
+    corrected by ``usage``).
     """
     try:
         obj = _loads(data)
@@ -138,6 +143,7 @@ def read_chunk(data: str) -> Chunk:
         chunk.tokens = logprobs
     elif text or (has_text_field and not role_only and chunk.finish_reason is None):
         chunk.tokens = 1
+        chunk.blank = not text
     return chunk
 
 

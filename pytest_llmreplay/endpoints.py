@@ -295,7 +295,7 @@ def _take_event(data: str, now: float, response: Response) -> bool:
         response.token_ids = (response.token_ids or []) + chunk.token_ids
     if chunk.text:
         response.text_parts.append(chunk.text)
-    if chunk.tokens:
+    if chunk.tokens and not (chunk.blank and not response.chunk_times):  # a blank chunk opening the stream is no token
         response.chunk_times.append(now)
         response.chunk_tokens.append(chunk.tokens)
     return False

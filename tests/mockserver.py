@@ -11,7 +11,8 @@ A request can ask for a fault in its body: ``"mock": {"fault": F, "after": N}`` 
 ``http500``, ``http400``, ``stall`` (stop sending after N tokens and hang), ``cut`` (close the
 connection after N tokens), ``malformed`` (a non-JSON event after N tokens), ``error_event``
 (an error object after N tokens), ``no_done`` (end cleanly without ``[DONE]``). ``"mock":
-{"usage": false}`` leaves usage out; ``{"usage_tokens": K}`` reports K completion tokens.
+{"usage": false}`` leaves usage out; ``{"usage_tokens": K}`` reports K completion tokens;
+``{"blank_opening": true}`` opens a chat stream with ``{"content": ""}`` and no role.
 
 ``python tests/mockserver.py --port P`` serves it (zero latency unless ``--ttft-s``/``--itl-s``) for benchmarks. ``GET /mock/stats``
 reports the completion requests received, the ``time.time()`` of the first and the streams finished; ``DELETE`` resets them.
@@ -152,7 +153,8 @@ class MockServer:
         kind = "chat.completion.chunk" if chat else "text_completion"
         env = {"id": "x", "object": kind, "created": 0, "model": body.get("model")} if self.config.envelope else {}
         if chat:
-            await reply.write(_event({**env, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}))
+            opening = {"content": ""} if mock.get("blank_opening") else {"role": "assistant", "content": ""}
+            await reply.write(_event({**env, "choices": [{"index": 0, "delta": opening, "finish_reason": None}]}))
         sent, per = 0, self.config.tokens_per_chunk
         while sent < n:
             if fault and sent >= after:

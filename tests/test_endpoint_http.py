@@ -317,6 +317,14 @@ def test_usage_count_differs_from_the_chunks(mock):
     assert sum(response.chunk_tokens) == 8
 
 
+def test_a_blank_chunk_opening_the_stream_is_no_token(mock):
+    """An opening {"content": ""} without a role read as the first token: TTFT early and one token
+    more than usage (issue 31 B7: 'usage says 64 output tokens, chunks carried 65')."""
+    response = send(mock.url, "chat", with_mock(BODIES["chat"], blank_opening=True))
+    assert response.error is None
+    assert response.chunk_tokens == [1] * 8 and response.completion_tokens == 8
+
+
 def test_one_endpoint_keeps_working_after_faults(mock):
     good = ("chat", BODIES["chat"])
     requests = [("chat", with_mock(BODIES["chat"], fault=fault, after=2)) for fault in ("malformed", "cut", "http500", "error_event", "no_done")]
