@@ -18,7 +18,9 @@ bracket, every point's figures), shows the points' table, and is compared on its
 unless its ``regression`` names more. A run stopped by a signal (:mod:`~pytest_llmreplay.interrupt`)
 goes through the same steps; its record holds ``"interrupted": "<signal>"``, and a record that
 does is never taken as the comparison's baseline (the newest stored result that was not
-interrupted is) nor as a history point: it measured only part of its workload.
+interrupted is) nor as a history point: it measured only part of its workload. For the same
+reason its breached SLOs and regressions are shown but fail nothing (only a failed save does):
+the test is reported ``interrupted``, not failed.
 """
 
 from __future__ import annotations
@@ -124,9 +126,9 @@ class Gate:
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
                 failed_by.append("not saved (--llm-save)")
-        if not all(c.passed for c in checks):
+        if not all(c.passed for c in checks) and not interrupted:  # a partial result is reported, never judged
             failures.append(slo_table)
-        if self.fail_on_regression and comparison is not None and comparison.regressions:
+        if self.fail_on_regression and comparison is not None and comparison.regressions and not interrupted:
             failures.append(compared_text)
             failed_by.append("regressions fail the test (--llm-fail-on-regression)")
         if self.report_dir is not None:

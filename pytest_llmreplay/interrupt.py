@@ -9,8 +9,10 @@ The contract, as ``llmreplay run`` keeps it (:mod:`~pytest_llmreplay.driver`, ``
 - that test's result goes through the gate as any other (:mod:`~pytest_llmreplay.gate`): SLO
   table, comparison, ``--llm-save`` (the stored record holds ``"interrupted": "SIGINT"``; it is
   kept, but never taken as a comparison baseline or a history point, since it measured only part
-  of its workload), ``--llm-report``; its row in the terminal summary reads ``passed
-  (interrupted)`` (or failed), and its JUnit properties hold ``llmreplay.interrupted``;
+  of its workload), ``--llm-report``; its JUnit properties hold ``llmreplay.interrupted``;
+- it is not judged on a partial result: its body is skipped, its breached SLOs and regressions
+  fail nothing, and pytest (``1 interrupted``), its summary row and its report's headline say
+  ``interrupted`` (:func:`~pytest_llmreplay.plugin.skip_body_if_interrupted`);
 - no further replay starts: the test's remaining repeats are skipped, and a later ``llm_replay``
   call in its body fails with one line;
 - once that test is over (teardown included) the session stops (``session.shouldstop``: pytest

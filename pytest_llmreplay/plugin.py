@@ -65,12 +65,13 @@ class SummaryHooks:
         self.state = state
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "call":
+        if report.when != "call" and not (report.when == "setup" and interrupted_report(report)):
             return
         from .interrupt import INTERRUPTED_PROPERTY
 
         figures = {name: value for name, value in report.user_properties if str(name).startswith("llmreplay.") and name != INTERRUPTED_PROPERTY}
-        outcome = report.outcome + (" (interrupted)" if INTERRUPTED_PROPERTY in dict(report.user_properties) else "")
+        interrupted = INTERRUPTED_PROPERTY in dict(report.user_properties)
+        outcome = "interrupted" if interrupted_report(report) else report.outcome + (" (interrupted)" if interrupted else "")
         texts: dict[str, str] = {}
         for name, text in report.sections:
             if name.startswith("llmreplay"):
@@ -236,6 +237,7 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> C
         checked = _fail_on_user_error(lambda: parse_spec({"workload": workload, **spec}, pytestconfig.rootpath, state.extra_metric_names()))
         perf, result = _fail_on_user_error(lambda: perf_run(state, test, checked))
         runs.append(perf)
+        skip_body_if_interrupted(request.node, result)
         return result
 
     return run
@@ -305,6 +307,34 @@ def finish_runs(item: pytest.Item, body_failure: str | None = None) -> str | Non
     return "\n\n".join(failures) or None
 
 
+def skip_body_if_interrupted(item: pytest.Item, result: Any) -> None:
+    """When a signal stopped ``result``'s replay, gate what it measured now (stored and reported,
+    marked interrupted) and skip the rest of the test: a body must not judge a partial result.
+    pytest reports the test ``interrupted`` (:func:`pytest_report_teststatus`); a result that
+    could not be saved fails it instead."""
+    signal = result.run.interrupted
+    if not signal:
+        return
+    failure = finish_runs(item)
+    if failure:
+        pytest.fail(failure, pytrace=False)
+    pytest.skip(f"interrupted: {signal} stopped the replay; what it measured is kept, and the test body did not run on a partial result")
+
+
+def interrupted_report(report: pytest.TestReport) -> bool:
+    """Whether ``report`` is of a test skipped because a signal stopped its replay."""
+    from .interrupt import INTERRUPTED_PROPERTY
+
+    return report.skipped and INTERRUPTED_PROPERTY in dict(report.user_properties)
+
+
+def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+    """An interrupted perf test is counted and shown as ``interrupted`` (``I``), not as skipped."""
+    if report.when in ("setup", "call") and interrupted_report(report):
+        return "interrupted", "I", ("INTERRUPTED", {"yellow": True})
+    return None
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     try:
@@ -324,7 +354,7 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if call.when == "call":
+    if call.when == "call" or (call.when == "setup" and report.skipped):  # a replay in a fixture interrupted: the body is skipped
         for outcome in item.stash.get(OUTCOMES, []):
             report.sections.append(("llmreplay", outcome.text))
             if outcome.baseline_text:
@@ -366,8 +396,9 @@ class SpecItem(pytest.Item):
 
     def runtest(self) -> None:
         state = session_of(self.config)
-        run, _ = perf_run(state, self.nodeid, self.spec)
+        run, result = perf_run(state, self.nodeid, self.spec)
         self.stash.setdefault(RUNS, []).append(run)
+        skip_body_if_interrupted(self, result)
         failure = finish_runs(self)
         if failure:
             raise SpecFailure(failure)

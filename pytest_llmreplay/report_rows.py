@@ -96,7 +96,8 @@ def tightness(check: Check) -> float:
 @dataclass(frozen=True)
 class Headline:
     """A test at a glance: ``status`` FAIL (an SLO breached, or ``failed``), else PASS (every SLO
-    met) or NO SLOS; ``failed``: what else failed the test, from the record's ``failed_by``
+    met) or NO SLOS; INTERRUPTED when a signal stopped the run and nothing else failed it (its
+    breaches, on part of the workload, judge nothing); ``failed``: what else failed the test, from the record's ``failed_by``
     (``regressions fail the test (--llm-fail-on-regression)``); ``slos`` (``2/2 SLOs met``); ``closest``: the breached SLO furthest over, else the met one
     closest to its threshold (``==`` SLOs have no headroom and are left out), with its measured
     value and margin; ``verdict``: the comparison's (:func:`comparison_cell`); ``interrupted``:
@@ -140,6 +141,8 @@ def headline(record: Mapping[str, Any]) -> Headline:
         else:
             closest = f"{'worst' if not check.passed else 'closest'}: {key} {measured} vs {threshold}, margin {margin}"
     interrupted = f"interrupted by {record['interrupted']}" if record.get("interrupted") else None
+    if interrupted and not failed:  # a partial result's breaches judge nothing
+        status = "INTERRUPTED"
     return Headline(status, slos, closest, comparison_cell(record.get("comparison")), interrupted, failed)
 
 
