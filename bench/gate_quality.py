@@ -36,7 +36,8 @@ each row of the tables is computed for r = 1..R runs per side (the first r of th
 is ``ttft.p50`` called a regression):
 
 - ``gate``: ``baseline.compare(base, current)`` with the default tolerances and confidence (two
-  levels, runs then requests, when r > 1);
+  levels, runs then requests, when r > 1; Holm's step-down over the figures); next to it the
+  rule before Holm: each figure compared alone at 95%;
 - ``pytest-benchmark median:5%``: ``--benchmark-compare-fail=median:5%`` fails when
   ``current.median / saved.median * 100 - 100 > 5`` (pytest_benchmark/utils.py,
   ``PercentageRegressionCheck``), each request's TTFT one round (the runs' requests pooled);
@@ -53,7 +54,7 @@ is ``ttft.p50`` called a regression):
 
 Rates come with Wilson 95% intervals.
 
-    .venv/bin/python bench/gate_quality.py [--pairs 300] [--noise 0.05:0.01 0.05:0.02] [--repeat 3] [--history 5 10 20] [--jobs 2]
+    .venv/bin/python bench/gate_quality.py [--pairs 300] [--noise 0.05:0.01 0.05:0.02] [--repeat 3] [--rows 1 3] [--history 5 10 20] [--jobs 2]
 
 Needs scipy for the Mann-Whitney rows (installed with the ``[history]`` extra).
 """
@@ -181,23 +182,28 @@ def asv_check(base: dict[str, Any], current: dict[str, Any], metric: str = "ttft
 
 
 def judge(base: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """The gate's verdicts (Holm's step-down over the figures), each figure's regression judged
+    alone at 95% (``per_figure``, the rule before Holm: the change beyond its tolerance on the worse
+    side and the bootstrap's p < 5%), and the other methods'."""
     comparison = baseline.compare(base, current)
     if comparison.mismatch:
         raise SystemExit(f"bench: {comparison.mismatch}")
     rows = {row.key: {"verdict": row.verdict, "change": row.change, "tolerance": row.tolerance} for row in comparison.rows}
-    return {"rows": rows, "plain": plain_check(base, current), "asv": asv_check(base, current), "figures": {key: history.figure(current, key) for key in rows},
+    per_figure = {row.key: "regression" if row.change is not None and worse(row.key) * row.change > row.tolerance and row.p_value < 1 - baseline.CONFIDENCE else row.verdict
+                  for row in comparison.rows}
+    return {"rows": rows, "per_figure": per_figure, "plain": plain_check(base, current), "asv": asv_check(base, current), "figures": {key: history.figure(current, key) for key in rows},
             "run_figures": {key: [history.figure(run, key) for run in current.get("runs") or [current]] for key in rows}}
 
 
-def pair_job(job: tuple[int, int, float, float, float]) -> dict[str, Any]:
-    """Pair i: R runs of baseline, A/A and A/B; judged for every r = 1..R runs per side."""
-    i, repeat, iteration_cv, run_cv, slowdown = job
+def pair_job(job: tuple[int, int, float, float, float, tuple[int, ...]]) -> dict[str, Any]:
+    """Pair i: R runs of baseline, A/A and A/B; judged for each r of ``judged`` runs per side."""
+    i, repeat, iteration_cv, run_cv, slowdown, judged = job
     seeds = [i * repeat + j for j in range(repeat)]
     base = side([BASELINE_SEED_OFFSET + seed for seed in seeds], iteration_cv, run_cv)
     aa = side(seeds, iteration_cv, run_cv)
     ab = side(seeds, iteration_cv, run_cv, slowdown)
     out: dict[str, Any] = {"wall_s": [run["wall_s"] for run in base + aa + ab], "by_r": {}}
-    for r in range(1, repeat + 1):
+    for r in judged:
         b = stored(base[:r])
         out["by_r"][r] = {"aa": judge(b, stored(aa[:r])), "ab": judge(b, stored(ab[:r])), "base_figures": {key: history.figure(b, key) for key in baseline.DEFAULT_TOLERANCES}}
     return out
@@ -233,6 +239,11 @@ def any_regression(judged: dict[str, Any]) -> bool:
     return any(row["verdict"] == "regression" for row in judged["rows"].values())
 
 
+def worse(key: str) -> float:
+    """+1 where higher is worse, -1 where lower is (throughputs, cache hit rates)."""
+    return -1.0 if key.partition(".")[0] in baseline.LOWER_IS_WORSE else 1.0
+
+
 def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: str, keys: tuple[str, ...] | None) -> bool:
     """Would ``rule`` (t, z or mw over ``past``'s figures) confirm a regression the bootstrap called
     on any of ``keys`` (``history.gate_with_history``'s intersection of the two)?"""
@@ -242,31 +253,32 @@ def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: st
     for key, row in judged["rows"].items():
         if (keys is not None and key not in keys) or row["verdict"] != "regression":  # the history only vetoes the bootstrap's call (history.py)
             continue
-        worse = -1.0 if key.partition(".")[0] in baseline.LOWER_IS_WORSE else 1.0
         values = [figures[key] for figures in past if figures.get(key) is not None]
         value = judged["figures"][key]
-        if rule == "t":
-            hit = worse * history.prediction_t(values, value) > history.t_quantile(level, len(values) - 1)
+        if rule == "t":  # the gate's own rule, as history.gate_with_history applies it
+            hit = history.worse_t(key, values, value) > history.t_threshold(len(values))
         elif rule == "z":
             sd = float(np.std(values, ddof=1))
-            hit = sd > 0 and worse * (value - float(np.mean(values))) / sd > statistics.NormalDist().inv_cdf(level)
+            hit = sd > 0 and worse(key) * (value - float(np.mean(values))) / sd > statistics.NormalDist().inv_cdf(level)
         else:
             runs = [v for v in judged["run_figures"][key] if v is not None]
-            hit = mannwhitneyu([worse * v for v in runs], [worse * v for v in values], alternative="greater").pvalue < 1 - level
+            hit = mannwhitneyu([worse(key) * v for v in runs], [worse(key) * v for v in values], alternative="greater").pvalue < 1 - level
         if hit:
             return True
     return False
 
 
-def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, slowdown: float, repeat: int, depths: list[int]) -> str:
+def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, slowdown: float, judged: tuple[int, ...], depths: list[int]) -> str:
     n = len(results)
     out = [f"### Noise: iteration CV {iteration_cv:.0%}, run CV {run_cv:.1%}; slowdown x{slowdown:g} on prefill iterations; {n} pairs", ""]
     rows = []
-    for r in range(1, repeat + 1):
+    for r in judged:
         by = [res["by_r"][r] for res in results]
         fa = sum(any_regression(b["aa"]) for b in by)
         det = sum(b["ab"]["rows"]["ttft.p50"]["verdict"] == "regression" for b in by)
-        rows.append([f"gate, {r} run(s) per side", rate(fa, n), rate(det, n)])
+        rows.append([f"gate (Holm over the figures), {r} run(s) per side", rate(fa, n), rate(det, n)])
+        fa_alone = sum(any(v == "regression" for v in b["aa"]["per_figure"].values()) for b in by)
+        rows.append([f"gate, each figure at 95% (before Holm), {r} run(s)", rate(fa_alone, n), rate(sum(b["ab"]["per_figure"]["ttft.p50"] == "regression" for b in by), n)])
         rows.append([f"pytest-benchmark median:5% on TTFT, {r} run(s)", rate(sum(b["aa"]["plain"] for b in by), n), rate(sum(b["ab"]["plain"] for b in by), n)])
         rows.append([f"asv (Mann-Whitney p < {ASV_P}, > 5%), {r} run(s)", rate(sum(b["aa"]["asv"] for b in by), n), rate(sum(b["ab"]["asv"] for b in by), n)])
     out.append(table(["method", "A/A false alarms, any metric (<= 1%)", "A/B detection, ttft.p50 (>= 95%)"], rows))
@@ -274,7 +286,7 @@ def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, sl
     rng = np.random.default_rng(0)
     rows = []
     for depth in depths:
-        for r in sorted({1, repeat}):
+        for r in sorted({min(judged), max(judged)}):
             by = [res["by_r"][r] for res in results]
             pasts = []
             for i in range(n):
@@ -294,6 +306,7 @@ def main() -> None:
     parser.add_argument("--noise", nargs="+", default=["0.05:0.01", "0.05:0.02"], help="ITERATION_CV:RUN_CV settings")
     parser.add_argument("--slowdown", type=float, default=1.10, help="prefill iterations take this many times as long in A/B runs")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side (rows for 1..R)")
+    parser.add_argument("--rows", type=int, nargs="*", help="judge only these numbers of runs per side (default 1..R; each costs comparisons)")
     parser.add_argument("--history", type=int, nargs="*", default=[5, 10, 20], help="history depths K")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
@@ -306,7 +319,8 @@ def main() -> None:
     walls: list[float] = []
     for setting in args.noise:
         iteration_cv, run_cv = (float(x) for x in setting.split(":"))
-        jobs = [(i, args.repeat, iteration_cv, run_cv, args.slowdown) for i in range(1, args.pairs + 1)]
+        judged = tuple(sorted(set(args.rows or range(1, args.repeat + 1))))
+        jobs = [(i, args.repeat, iteration_cv, run_cv, args.slowdown, judged) for i in range(1, args.pairs + 1)]
         t0 = time.perf_counter()
         with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
             results = pool.map(pair_job, jobs, chunksize=4)
@@ -314,7 +328,7 @@ def main() -> None:
         for res in results:
             walls.extend(res["wall_s"])
         print()
-        print(report(results, iteration_cv, run_cv, args.slowdown, args.repeat, args.history))
+        print(report(results, iteration_cv, run_cv, args.slowdown, judged, args.history))
         print(f"\n{3 * args.pairs * args.repeat} replays and their comparisons: {elapsed:.1f} s wall")
         sys.stdout.flush()
     print(f"\nOne replay (virtual clock, with the noise wrapper): median {np.median(walls):.3f} s, max {max(walls):.3f} s.")

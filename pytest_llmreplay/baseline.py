@@ -17,18 +17,23 @@ Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_l
 **Comparison** of metric ``m.stat`` (e.g. ``ttft.p50``): change = stat(current) / stat(baseline)
 - 1, each side's stat taken over its stored samples (every run's pooled; a throughput's
 ``steady_state``: the mean of its window rates), which are also the two values a comparison row
-shows, so that a reader can check the change from them; with a 95% bootstrap confidence interval (:data:`BOOTSTRAP_RESAMPLES` resamples with
-replacement, seeded: the same two results give the same verdict). When both results hold the same
+shows, so that a reader can check the change from them; with a bootstrap confidence interval
+(:mod:`~pytest_llmreplay.bootstrap`: resamples with replacement, seeded, so the same two results
+give the same verdict). When both results hold the same
 requests, sessions and windows (equal ``sample_keys``: the same workload and settings, every
 request ok) the resampling is paired, the same indices drawn from both, so the spread between
 requests cancels and the interval measures the change between the runs; otherwise each side is
 resampled on its own. Noise that shifts a whole run (a slower runner) is not in either interval;
 when either side holds several runs (``--llm-repeat``, :mod:`~pytest_llmreplay.repeats`) the
 bootstrap has two levels, runs then requests within them
-(:func:`hierarchical_bootstrap_change`), which puts whole-run shifts inside the interval. A
-**regression** is called only when the change is worse than the metric's tolerance (higher for
-times and error rate, lower for cache hit rates and throughputs) *and* significant: the whole
-interval is on the worse side of zero. An improvement is the mirror image. A capacity (the
+(:func:`~pytest_llmreplay.bootstrap.hierarchical_bootstrap_change`), which puts whole-run shifts
+inside the interval. A **regression** is called only when the change is worse than the metric's
+tolerance (higher for times and error rate, lower for cache hit rates and throughputs) *and*
+significant: the whole interval is on the worse side of zero, each figure's interval at its level
+of Holm's step-down over the test's compared figures
+(:func:`~pytest_llmreplay.bootstrap.holm_levels`: 99.3% down to 95% for seven figures), so that
+an unchanged test calls a regression in at most 5% of comparisons, not in 5% of each of its
+figures. An improvement is the mirror image. A capacity (the
 highest load meeting SLOs, :mod:`~pytest_llmreplay.search`) has no samples: its interval comes
 from the two searches' brackets (:func:`_capacity_change`); lower is worse. Results whose
 fingerprints, workloads or settings differ are not compared by the gate.
@@ -48,12 +53,12 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import LLMReplayError
+from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
 from .stored_record import SCHEMA
 from .units import format_figure
 
-BOOTSTRAP_RESAMPLES = 1000
-CONFIDENCE = 0.95
+CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
 SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
 SAMPLED_SESSION_METRICS = ("ttfat", "cache_hit_rate", "eligible_cache_hit_rate")
 WINDOWED_METRICS = ("output_throughput", "request_throughput")
@@ -64,7 +69,7 @@ DEFAULT_TOLERANCES = {
     "cache_hit_rate.mean": 0.02, "output_throughput.steady_state": 0.05,
 }
 CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
-COMPARISON_HEADERS = ["metric", "baseline", "current", "change [95% CI]", "allowed", "verdict"]
+COMPARISON_HEADERS = ["metric", "baseline", "current", "change [Holm CI]", "allowed", "verdict"]
 HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
 
 
@@ -274,95 +279,6 @@ def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | N
     return tolerances(overrides, {f"capacity.{by}": CAPACITY_TOLERANCE} if by else DEFAULT_TOLERANCES)
 
 
-def _statistic(stat: str, draws: np.ndarray) -> np.ndarray:
-    """``stat`` along the last axis (``steady_state``: the mean of the window rates)."""
-    if stat in ("mean", "steady_state"):
-        return draws.mean(axis=-1)
-    return np.percentile(draws, float(stat[1:]), axis=-1)
-
-
-def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed: int = 0, paired: bool = False) -> tuple[float, float, float]:
-    """(change, low, high): stat(current)/stat(baseline) - 1 and its bootstrap interval.
-
-    ``paired`` (value i is the same request, session or window in both): the same indices are
-    drawn from both, so differences between requests cancel and only the change between the runs
-    is left; otherwise each side is resampled on its own."""
-    point = float(_statistic(stat, current) / _statistic(stat, baseline) - 1)
-    rng = np.random.default_rng(seed)
-    ratios = []
-    chunk = max(1, min(BOOTSTRAP_RESAMPLES, 2_000_000 // max(len(baseline), len(current))))
-    for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
-        n = min(chunk, BOOTSTRAP_RESAMPLES - start)
-        drawn = rng.integers(0, len(baseline), (n, len(baseline)))
-        b = _statistic(stat, baseline[drawn])
-        c = _statistic(stat, current[drawn if paired else rng.integers(0, len(current), (n, len(current)))])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios.append(c / b - 1)
-    return point, *_interval(np.concatenate(ratios))
-
-
-def _interval(ratios: np.ndarray) -> tuple[float, float]:
-    """The central :data:`CONFIDENCE` interval of bootstrapped changes (percentiles interpolated
-    linearly). A resample whose baseline statistic is 0 (a windowed rate drawn only from empty
-    windows) has an unbounded change: +inf when its current statistic is not 0, left out (NaN,
-    no change to measure) when it is. When some change is +inf the ends are the order
-    statistics outward of each percentile instead (interpolating next to an infinity is
-    inf - inf): the interval is then never narrower, and its top is +inf when more than its
-    tail of the resamples is."""
-    tail = (1 - CONFIDENCE) / 2 * 100
-    measured = ratios[~np.isnan(ratios)]
-    if not measured.size:
-        return math.nan, math.nan
-    if np.isinf(measured).any():
-        return float(np.percentile(measured, tail, method="lower")), float(np.percentile(measured, 100 - tail, method="higher"))
-    low, high = np.percentile(measured, [tail, 100 - tail])
-    return float(low), float(high)
-
-
-def hierarchical_bootstrap_change(baseline: list[np.ndarray], current: list[np.ndarray], stat: str, seed: int = 0, paired: bool = False) -> tuple[float, float, float]:
-    """(change, low, high) for results of several runs each (a list of per-run sample arrays).
-
-    change = stat(current runs pooled) / stat(baseline runs pooled) - 1. Each bootstrap resample
-    draws, on each side, as many runs as it has with replacement, then requests within each drawn
-    run (the two-level bootstrap of Davison & Hinkley, *Bootstrap Methods*, 1997, section 3.8), and
-    pools them: a shift of a whole run (a slower runner) moves the resampled statistic as much as
-    it moved the measured one, so run-to-run noise is inside the interval, which the one-level
-    :func:`bootstrap_change` of pooled samples leaves out. ``paired`` (every run of both sides
-    holds the same requests in the same order): one set of request indices per resample serves
-    every drawn run of both sides, so the spread between requests cancels as in
-    :func:`bootstrap_change`; unpaired, each drawn run is resampled on its own, with the side's
-    mean run length of draws. With one run per side this is :func:`bootstrap_change`'s resampling."""
-    point = float(_statistic(stat, np.concatenate(current)) / _statistic(stat, np.concatenate(baseline)) - 1)
-    rng = np.random.default_rng(seed)
-    per_resample = sum(len(run) for run in baseline) + sum(len(run) for run in current)
-    chunk = max(1, min(BOOTSTRAP_RESAMPLES, 2_000_000 // per_resample))
-    ratios = []
-    for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
-        n = min(chunk, BOOTSTRAP_RESAMPLES - start)
-        shared = rng.integers(0, len(baseline[0]), (n, len(baseline[0]))) if paired else None
-        b = _statistic(stat, _two_level_draw(baseline, n, rng, shared))
-        c = _statistic(stat, _two_level_draw(current, n, rng, shared))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios.append(c / b - 1)
-    return point, *_interval(np.concatenate(ratios))
-
-
-def _two_level_draw(runs: list[np.ndarray], n: int, rng: np.random.Generator, requests: np.ndarray | None) -> np.ndarray:
-    """``n`` resamples of ``runs``, shape (n, runs * draws per run): runs drawn with replacement,
-    then ``requests`` (n, length) indices in each drawn run, or each run's own uniform draws."""
-    length = len(runs[0]) if requests is not None else max(1, round(sum(map(len, runs)) / len(runs)))
-    padded = np.full((len(runs), max(map(len, runs))), np.nan)
-    for i, run in enumerate(runs):
-        padded[i, : len(run)] = run
-    chosen = rng.integers(0, len(runs), (n, len(runs)))
-    if requests is None:
-        sizes = np.array([len(run) for run in runs])[chosen]
-        index = (rng.random((n, len(runs), length)) * sizes[:, :, None]).astype(int)
-    else:
-        index = np.broadcast_to(requests[:, None, :], (n, len(runs), length))
-    return padded[chosen[:, :, None], index].reshape(n, -1)
-
-
 @dataclass
 class Row:
     """One metric's comparison; ``verdict``: regression, improved, ok (within tolerance), noise
@@ -378,6 +294,8 @@ class Row:
     verdict: str = "skipped"
     note: str = ""
     paired: bool = False
+    confidence: float | None = None  # of the interval: its Holm step-down level (bootstrap.holm_levels)
+    p_value: float | None = None  # the bootstrap's two-sided p-value of no change (bootstrap.Draws.p_value)
 
 
 @dataclass
@@ -428,6 +346,7 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         pooled = f"baseline and current: each statistic of all {runs if run_count(baseline) == run_count(current) else 'the'} runs' samples pooled, the figures the change compares (the SLO table's are medians over runs)"
         header = f"{header}\n{pooled}" if header else pooled
     comparison = Comparison(label, header=header, baseline_samples=dict(baseline["samples"]))
+    tested: list[tuple[Row, str, Draws]] = []
     for key, allowed in tolerance.items():
         metric, _, stat = key.partition(".")
         base = np.asarray(baseline["samples"].get(metric, []), dtype=float)
@@ -440,31 +359,36 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
             continue
-        row.baseline, row.current = float(_statistic(stat, base)), float(_statistic(stat, cur))  # what the change compares
+        row.baseline, row.current = float(statistic(stat, base)), float(statistic(stat, cur))  # what the change compares
         if row.baseline == 0:
             row.note = "baseline is 0"
             continue
         if run_count(baseline) > 1 or run_count(current) > 1:
             keys = [*(run_keys(baseline, metric) or [None]), *(run_keys(current, metric) or [None])]
             paired = keys[0] is not None and all(k == keys[0] for k in keys)
-            row.change, row.low, row.high = hierarchical_bootstrap_change(run_samples(baseline, metric), run_samples(current, metric), stat, seed, paired)
+            draws = hierarchical_bootstrap_change(run_samples(baseline, metric), run_samples(current, metric), stat, seed, paired)
         else:
             keys = (baseline.get("sample_keys") or {}).get(metric)
             paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
-            row.change, row.low, row.high = bootstrap_change(base, cur, stat, seed, paired)
-        row.paired = paired
-        _verdict(row, metric)
+            draws = bootstrap_change(base, cur, stat, seed, paired)
+        row.change, row.paired = draws.point, paired
+        tested.append((row, metric, draws))
+    for (row, metric, draws), (confidence, significant) in zip(tested, holm_levels([draws for _, _, draws in tested], 1 - CONFIDENCE)):
+        row.low, row.high = draws.interval(confidence)
+        row.confidence, row.p_value = confidence, draws.p_value()
+        _verdict(row, metric, significant)
     return comparison
 
 
-def _verdict(row: Row, metric: str) -> None:
-    """Regression, improved, noise or ok from the row's change, interval and tolerance."""
+def _verdict(row: Row, metric: str, significant: bool = True) -> None:
+    """Regression, improved, noise or ok from the row's change, interval and tolerance; a change
+    beyond the tolerance that is not ``significant`` (Holm's step-down) is noise."""
     worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
     change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
     if change > row.tolerance:
-        row.verdict = "regression" if near > 0 else "noise"
+        row.verdict = "regression" if near > 0 and significant else "noise"
     elif change < -row.tolerance:
-        row.verdict = "improved" if far < 0 else "noise"
+        row.verdict = "improved" if far < 0 and significant else "noise"
     else:
         row.verdict = "ok"
 
@@ -500,7 +424,7 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
 
 
 def comparison_table(comparison: Comparison) -> str:
-    """The comparison as a titled table: metric, baseline, current, change [95% CI], allowed, verdict."""
+    """The comparison as a titled table: metric, baseline, current, change [Holm CI], allowed, verdict."""
     from tabulate import tabulate
 
     title = f"Compared with {comparison.baseline_label}"

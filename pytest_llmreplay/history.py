@@ -122,6 +122,19 @@ def prediction_t(history: list[float], value: float) -> float:
     return (value - mean) / (sd * math.sqrt(1 + 1 / len(history)))
 
 
+def worse_t(key: str, history: list[float], value: float) -> float:
+    """:func:`prediction_t` of ``value`` over ``history`` with its sign turned so that positive is
+    worse (``-t`` for figures where lower is worse: throughputs, cache hit rates)."""
+    worse = -1.0 if key.partition(".")[0] in LOWER_IS_WORSE else 1.0
+    return worse * prediction_t(history, value)
+
+
+def t_threshold(count: int, confidence: float = CONFIDENCE) -> float:
+    """The gate's bar for :func:`worse_t` over ``count`` earlier results: Student's t quantile
+    1 - (1 - confidence) / 2 at ``count - 1`` degrees of freedom (module docstring)."""
+    return t_quantile(1 - (1 - confidence) / 2, count - 1)
+
+
 def gate_with_history(comparison: Comparison, current: Mapping[str, Any], history: History, confidence: float = CONFIDENCE) -> None:
     """Re-judge ``comparison``'s rows on ``history`` when it holds >= :data:`MIN_HISTORY` results
     (module docstring); each judged row's note gives its statistic. The comparison's header says
@@ -133,7 +146,7 @@ def gate_with_history(comparison: Comparison, current: Mapping[str, Any], histor
             line = f"history: {count} earlier result(s) (< {MIN_HISTORY}), verdicts from the bootstrap alone{skipped}"
             comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
         return
-    threshold = t_quantile(1 - (1 - confidence) / 2, count - 1)
+    threshold = t_threshold(count, confidence)
     line = f"history: {count} earlier results gate the verdicts (Student's t prediction over them, one-sided {1 - (1 - confidence) / 2:.1%}: t > {threshold:.2f}){skipped}"
     comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
     for row in comparison.rows:
@@ -141,8 +154,7 @@ def gate_with_history(comparison: Comparison, current: Mapping[str, Any], histor
         value = figure(current, row.key)
         if row.change is None or value is None or len(values) < MIN_HISTORY:
             continue
-        worse = -1.0 if row.key.partition(".")[0] in LOWER_IS_WORSE else 1.0
-        t = worse * prediction_t(values, value)
+        t = worse_t(row.key, values, value)
         row.note = f"history t {t:+.2f}"
         if row.verdict == "regression" and not t > threshold:
             row.verdict = "noise"

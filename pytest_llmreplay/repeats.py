@@ -15,7 +15,7 @@ are still one file per test and commit): the fields of a single run's record
 
 A record without ``runs`` is one run. :func:`run_samples` gives a metric's samples per run, which
 is what the comparison's two-level bootstrap resamples
-(:func:`~pytest_llmreplay.baseline.hierarchical_bootstrap_change`).
+(:func:`~pytest_llmreplay.bootstrap.hierarchical_bootstrap_change`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from records import make, rec
+from test_repeats import at95
 
-from pytest_llmreplay import baseline
+from pytest_llmreplay import baseline, bootstrap
 from pytest_llmreplay.baseline import compare, comparison_table, parse_tolerance, reference_history, samples, tolerances
 from pytest_llmreplay.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
@@ -802,7 +803,7 @@ def test_bootstrap_of_mostly_empty_windows_has_an_unbounded_top_and_no_nan(paire
     # into inf - inf = NaN with a RuntimeWarning, and the interval's top into NaN
     base = np.array([0, 0, 0, 0, 0, 0, 0, 3339.6, 667.9, 667.9])
     cur = np.array([0, 667.9, 667.9, 667.9, 3339.6, 667.9, 0, 667.9, 3339.6, 667.9])
-    change, low, high = baseline.bootstrap_change(base, cur, "steady_state", seed=0, paired=paired)
+    change, low, high = at95(bootstrap.bootstrap_change(base, cur, "steady_state", seed=0, paired=paired))
     assert change == pytest.approx(cur.mean() / base.mean() - 1)
     assert np.isfinite(low) and low < change and high == np.inf
 
@@ -810,5 +811,6 @@ def test_bootstrap_of_mostly_empty_windows_has_an_unbounded_top_and_no_nan(paire
 @pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_bootstrap_where_every_resample_is_empty_on_both_sides_is_nan_without_a_warning():
     undefined = np.full(1000, np.nan)  # every resample 0 / 0: no change to measure
-    assert all(np.isnan(end) for end in baseline._interval(undefined))
+    assert all(np.isnan(end) for end in bootstrap.Draws(np.nan, undefined).interval(0.95))
+    assert bootstrap.Draws(np.nan, undefined).p_value() == 1.0
 

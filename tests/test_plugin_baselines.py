@@ -163,7 +163,7 @@ def test_compare_with_the_saved_result_finds_no_regression(project):
     result.stdout.fnmatch_lines([
         f"llmreplay: {TEST_ID}",
         f"Compared with merge-base with main ({commit}), stored {commit} *: 0 regressions",
-        "metric*baseline*current*change [[]95% CI[]]*allowed*verdict",
+        "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
         "ttft.p50 * +0.0% [[]*[]]*5%*ok",
         "tpot.p50 * +0.0% [[]*[]]*5%*ok",
     ])
@@ -179,7 +179,7 @@ def test_slower_server_is_a_regression_that_fails_only_when_asked(project):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([
         f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
-        "metric*baseline*current*change [[]95% CI[]]*allowed*verdict",
+        "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
         "ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
         "tpot.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
     ])
@@ -189,7 +189,7 @@ def test_slower_server_is_a_regression_that_fails_only_when_asked(project):
     result.stdout.fnmatch_lines([
         "*_ test_chat _*",
         f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
-        "metric*baseline*current*change [[]95% CI[]]*allowed*verdict",
+        "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
         "ttft.p50 *REGRESSION",
     ])
     result.stdout.fnmatch_lines([f"FAILED {TEST_ID} - *Compared with*"])

@@ -8,9 +8,14 @@ import numpy as np
 import pytest
 
 from mockserver import MockServer, ServerThread
-from pytest_llmreplay import baseline
+from pytest_llmreplay import baseline, bootstrap
 from pytest_llmreplay.repeats import pool_records, run_keys, run_samples
 from test_plugin_baselines import PERF_TEST, stored
+
+
+def at95(draws: bootstrap.Draws) -> tuple[float, float, float]:
+    """(change, low, high): a bootstrapped change with its 95% interval."""
+    return (draws.point, *draws.interval(0.95))
 
 
 def shifted_runs(rng: np.random.Generator, shifts: list[float], size: int = 300) -> list[np.ndarray]:
@@ -25,8 +30,8 @@ def test_two_level_bootstrap_puts_whole_run_shifts_inside_the_interval():
     base = shifted_runs(rng, [-0.04, 0.0, 0.04])
     current = shifted_runs(np.random.default_rng(1), [0.03, -0.03, 0.05])  # the same requests
     pooled_base, pooled_current = np.concatenate(base), np.concatenate(current)
-    _, flat_low, flat_high = baseline.bootstrap_change(pooled_base, pooled_current, "p50", paired=True)
-    change, low, high = baseline.hierarchical_bootstrap_change(base, current, "p50", paired=True)
+    _, flat_low, flat_high = at95(bootstrap.bootstrap_change(pooled_base, pooled_current, "p50", paired=True))
+    change, low, high = at95(bootstrap.hierarchical_bootstrap_change(base, current, "p50", paired=True))
     assert change == pytest.approx(float(np.median(pooled_current) / np.median(pooled_base) - 1))
     # pooled and paired, the requests' spread cancels and the +1.7% reads as significant ...
     assert flat_low > 0
@@ -38,9 +43,9 @@ def test_two_level_bootstrap_puts_whole_run_shifts_inside_the_interval():
 def test_two_level_bootstrap_of_steady_runs_stays_narrow_and_finds_a_real_change():
     base = shifted_runs(np.random.default_rng(2), [0.0, 0.001, -0.001])
     current = shifted_runs(np.random.default_rng(2), [0.10, 0.101, 0.099])
-    change, low, high = baseline.hierarchical_bootstrap_change(base, current, "p50", paired=True)
+    change, low, high = at95(bootstrap.hierarchical_bootstrap_change(base, current, "p50", paired=True))
     assert 0.08 < low < change < high < 0.12
-    unpaired = baseline.hierarchical_bootstrap_change(base, [run[:250] for run in current], "mean")
+    unpaired = at95(bootstrap.hierarchical_bootstrap_change(base, [run[:250] for run in current], "mean"))
     assert unpaired[1] > 0.05
 
 
@@ -175,3 +180,40 @@ def test_repeats_against_a_server_without_a_cache_reset_say_so_once(project):
     assert result.stdout.str().count("answers neither POST /reset_prefix_cache") == 1
     result.stdout.fnmatch_lines(["llmreplay repeats: http://127.0.0.1:* answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): *"])
     assert [run["cache_reset"] for run in json.loads(stored(project.path)[0].read_text())["runs"]] == [None, None]
+
+
+# ------------------------------------------------------------------------ Holm's step-down
+
+
+def draws_with_p(p: float, rng: np.random.Generator, size: int = 20000) -> bootstrap.Draws:
+    """Resampled changes centred so that about a share ``p`` / 2 of them are <= 0."""
+    from statistics import NormalDist
+
+    return bootstrap.Draws(0.1, rng.normal(0.1, 0.1 / NormalDist().inv_cdf(1 - p / 2), size))
+
+
+def test_holm_judges_the_smallest_p_value_strictest_and_stops_at_the_first_miss():
+    rng = np.random.default_rng(0)
+    found = bootstrap.holm_levels([draws_with_p(p, rng) for p in (0.03, 0.001, 0.2, 0.011)], alpha=0.05)
+    # sorted: 0.001 at 1 - 0.05/4, 0.011 at 1 - 0.05/3 (0.011 < 0.0167: significant), then 0.03 at
+    # 1 - 0.05/2 = 97.5% (0.03 > 0.025: not), so 0.2 takes that level and is not significant either
+    assert [round(c, 4) for c, _ in found] == [0.975, 0.9875, 0.975, 0.9833]
+    assert [s for _, s in found] == [False, True, False, True]
+
+
+def test_one_figure_at_p_three_percent_is_a_regression_alone_and_noise_among_seven():
+    """Each of a test's figures judged at 95% made any test of seven figures far likelier than 5%
+    to call a false regression (issue 31 E); under Holm a figure must be clearer."""
+    from pytest_llmreplay.bootstrap import holm_levels
+
+    rng = np.random.default_rng(1)
+    marginal = draws_with_p(0.03, rng)
+    assert holm_levels([marginal], 0.05) == [(0.95, True)]
+    found = holm_levels([marginal] + [draws_with_p(0.5, rng) for _ in range(6)], 0.05)
+    assert found[0] == (pytest.approx(1 - 0.05 / 7), False)
+
+
+def test_a_p_value_is_twice_the_smaller_tail_of_the_resampled_changes():
+    draws = bootstrap.Draws(0.1, np.array([-0.1, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]))
+    assert draws.p_value() == pytest.approx(2 * (1 + 1) / 10)  # one change <= 0 of nine, plus one
+    assert bootstrap.Draws(0.0, np.zeros(9)).p_value() == 1.0
