@@ -318,12 +318,19 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return [f"{key}: {a.get(key)!r} vs {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 
+KEYED_HINT = ("the offline simulator sends keyed prompts unless told otherwise: replay it with prompt_format text "
+              "(llmreplay run --prompt-format text; a test's prompt_format: text) to compare it with a server's run")
+
+
 def mismatch(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
-    """Why two stored results must not be gated against each other, or None."""
+    """Why two stored results must not be gated against each other, or None; where the prompt
+    formats differ because one side is the offline simulator's ``keyed``, the option that fixes it."""
     for part, what in (("fingerprint", "endpoint fingerprint differs"), ("workload", "workload differs"), ("settings", "replay settings differ")):
         found = differences(baseline.get(part) or {}, current.get(part) or {})
         if found:
-            return f"{what} ({'; '.join(found[:3])})"
+            formats = {(baseline.get(part) or {}).get("prompt_format"), (current.get(part) or {}).get("prompt_format")}
+            hint = f"; {KEYED_HINT}" if part == "settings" and "keyed" in formats and len(formats) == 2 else ""
+            return f"{what} ({'; '.join(found[:3])}){hint}"
     return None
 
 

@@ -668,6 +668,18 @@ def test_a_mismatch_is_not_compared(part, changed, field, words):
     assert comparison_table(comparison).endswith(comparison.mismatch)
 
 
+def test_the_offline_simulators_keyed_prompts_against_a_servers_text_name_the_option():
+    """Offline and online runs of the same simulator were never comparable with the defaults, and
+    nothing said why (issue 31 B8)."""
+    base = {**stored(full_samples()), "settings": {"concurrency": 8, "prompt_format": "keyed"}}
+    cur = {**stored(full_samples()), "settings": {"concurrency": 8, "prompt_format": "text"}}
+    found = compare(base, cur).mismatch
+    assert found == f"not compared: replay settings differ (prompt_format: 'keyed' vs 'text'); {baseline.KEYED_HINT}"
+    assert "--prompt-format text" in found
+    ids = {**cur, "settings": {"concurrency": 8, "prompt_format": "ids"}}
+    assert compare(cur, ids).mismatch == "not compared: replay settings differ (prompt_format: 'text' vs 'ids')"  # no simulator's keyed: no hint
+
+
 def test_across_endpoints_compares_different_fingerprints_and_says_so():
     base = stored(full_samples(), fingerprint={"kind": "vllm", "model": "m"})
     cur = stored(full_samples(ttft_scale=1.2), fingerprint={"kind": "sglang", "model": "m"})
