@@ -341,14 +341,22 @@ def _classify(exc: BaseException, response: Response, timeout_s: float) -> tuple
 
 def describe_error(exc: BaseException) -> str:
     """One line: ``connection refused`` when a refused connection is anywhere in ``exc``'s chain
-    of causes (httpx-aiohttp calls it a ConnectTimeout), else ``Type: message``'s first line
-    (httpx adds a second, a link to MDN), or just ``Type`` when the message is empty (timeouts)."""
+    of causes (httpx-aiohttp calls it a ConnectTimeout), ``the host name HOST did not resolve
+    (...)`` when a failed name lookup is, else ``Type: message``'s first line (httpx adds a
+    second, a link to MDN), or just ``Type`` when the message is empty (timeouts)."""
+    import socket
+
     cause: BaseException | None = exc
+    host = None
     for _ in range(8):  # a chain is a few links; a cycle must not hang
         if cause is None:
             break
         if isinstance(cause, ConnectionRefusedError):
             return "connection refused"
+        host = host or getattr(cause, "host", None)  # aiohttp's connector errors name it
+        if isinstance(cause, socket.gaierror):
+            named = f" {host}" if host else ""
+            return f"the host name{named} did not resolve ({cause.strerror or cause})"
         cause = cause.__cause__ or cause.__context__
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

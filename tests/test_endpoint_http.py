@@ -317,6 +317,27 @@ def test_usage_count_differs_from_the_chunks(mock):
     assert sum(response.chunk_tokens) == 8
 
 
+def test_a_host_name_that_does_not_resolve_says_so():
+    """It read 'ConnectTimeout: ... [Name or service not known]' (issue 31 B10). Made here as
+    httpx-aiohttp chains it (no name is looked up: the suite talks to loopback only)."""
+    import socket
+
+    import aiohttp
+    from aiohttp.client_reqrep import ConnectionKey
+
+    from pytest_llmreplay.endpoints import describe_error
+
+    lookup = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    key = ConnectionKey("llm.example.invalid", 8000, False, True, None, None, None)
+    try:
+        try:
+            raise aiohttp.ClientConnectorDNSError(key, lookup) from lookup
+        except aiohttp.ClientError as inner:
+            raise httpx.ConnectTimeout(str(inner)) from inner
+    except httpx.ConnectTimeout as exc:
+        assert describe_error(exc) == "the host name llm.example.invalid did not resolve (Name or service not known)"
+
+
 def test_a_blank_chunk_opening_the_stream_is_no_token(mock):
     """An opening {"content": ""} without a role read as the first token: TTFT early and one token
     more than usage (issue 31 B7: 'usage says 64 output tokens, chunks carried 65')."""
