@@ -8,8 +8,10 @@ Options (group ``llmreplay``; each has an ini key of the same name with ``_`` fo
 see :data:`~pytest_llmreplay.plugin_options.OPTIONS`. Where replays go (:mod:`~pytest_llmreplay.target`): ``--llm-endpoint``
 (a live server; with ``--llm-server-cmd`` the plugin starts it once for the session, waits until
 healthy (up to ``--llm-server-timeout``, saying so every 10 s), stops it at the end, and a
-watchdog stops it if pytest dies first), else ``--llm-offline`` (the simulator in virtual time), else the
-simulator served over HTTP on a free loopback port, one per process (xdist worker).
+watchdog stops it if pytest dies first), else the built-in simulator: in process in virtual time
+(``llm_offline``, the default: seconds per test, deterministic), or with ``llm_offline = false``
+(or ``--llm-workers``, which need a server) served over HTTP on a free loopback port, one per
+process (xdist worker).
 
 Fixtures: ``llm_endpoint`` (the session's :class:`~pytest_llmreplay.target.Target`),
 ``llm_replay`` (``llm_replay("workloads/x.jsonl", concurrency=8, slo={...}) -> Result``),

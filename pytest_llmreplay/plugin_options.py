@@ -24,7 +24,7 @@ OPTIONS = (
     ("--llm-server-cmd", "llm_server_cmd", "string", None, "command that starts the server at --llm-endpoint for the session (stopped at the end)"),
     ("--llm-server-timeout", "llm_server_timeout", "string", "600", "seconds --llm-server-cmd's server may take to become healthy (default 600)"),
     ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
-    ("--llm-offline", "llm_offline", "bool", False, "run the simulator in process, in virtual time (deterministic, no sockets)"),
+    ("--llm-offline", "llm_offline", "bool", True, "run the built-in simulator in process, in virtual time (deterministic, no sockets; the default without --llm-endpoint: -o llm_offline=false serves it over HTTP in wall time instead)"),
     ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id (from the local Hugging Face cache when it is there), a local folder or a tokenizer.json (default: the bundled one)"),
     ("--llm-seed", "llm_seed", "string", "0", "seed of generated prompt tokens and of the simulator's outputs and timing jitter (default 0)"),
     ("--llm-baseline-dir", "llm_baseline_dir", "string", ".llmreplay", "where results are stored per commit: a folder relative to the rootdir (default .llmreplay), git:REMOTE#REF, or a URL (s3://BUCKET/PREFIX, gs://, az://, file://)"),
@@ -110,7 +110,7 @@ def workers_option(config: pytest.Config, kind: str) -> int | None:
         raise pytest.UsageError(f"--llm-workers / llm_workers: expected an integer >= 1, got {raw!r}")
     if kind == "offline":
         raise pytest.UsageError("--llm-workers / llm_workers: the offline simulator runs in virtual time, which cannot be shared across processes; "
-                                "drop --llm-offline (the simulator over HTTP takes workers) or the workers")
+                                "drop --llm-offline (the simulator served over HTTP takes workers) or the workers")
     from .workers import import_ray
 
     try:

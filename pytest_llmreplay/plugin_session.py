@@ -49,7 +49,10 @@ class LLMSession:
             if config.getoption("llm_endpoint"):
                 raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
             self.endpoint_url = self.server_cmd = None
-        self.offline = bool(option(config, "llm_offline")) and not self.endpoint_url
+        # offline by default; workers need a server, so --llm-workers serves the simulator over HTTP
+        # unless --llm-offline itself is on the command line (then workers_option refuses the pair)
+        workers_asked = option(config, "llm_workers") not in (None, "")
+        self.offline = bool(option(config, "llm_offline")) and not self.endpoint_url and (bool(config.getoption("llm_offline")) or not workers_asked)
         from .endpoints import APIS, check_endpoint_url
 
         if self.api not in APIS:

@@ -19,7 +19,7 @@ def test_options_are_in_the_help(project):
 def test_report_header_shows_tokenizer_and_seed(project):
     project.makepyfile("def test_nothing_to_do(): assert 1 + 1 == 2")
     result = project.runpytest("--llm-seed", "5")
-    result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (over HTTP, wall clock); baselines *; tokenizer bundled (llmreplay-bpe-4k), seed 5"])
+    result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines *; tokenizer bundled (llmreplay-bpe-4k), seed 5"])
 
 
 def test_ini_twin_sets_the_seed(project):

@@ -113,14 +113,15 @@ def test_report_header_of_a_default_session(project):
     project.makepyfile("def test_nothing(): pass")
     result = project.runpytest()
     result.stdout.fnmatch_lines([
-        f"llmreplay: simulator llama-3.1-8b-h100 (over HTTP, wall clock); baselines {project.path / '.llmreplay'} (no save, no compare); {HEADER_END}",
+        f"llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines {project.path / '.llmreplay'} (no save, no compare); {HEADER_END}",
     ])
     # a session whose tests measure nothing starts no simulator and prints no llmreplay section
     assert "= llmreplay =" not in result.stdout.str()
 
 
-def test_ini_llm_offline_selects_the_offline_simulator(project):
-    project.makeini("[pytest]\nllm_offline = true\n")
+def test_the_built_in_simulator_is_offline_by_default(project):
+    """A first run of a new project gives its figures in seconds (issue 31 D16: over HTTP in wall
+    time it took a minute); llm_offline = false serves the simulator over HTTP instead."""
     project.makepyfile("""
         def test_kind(llm_endpoint):
             assert llm_endpoint.kind == "offline"
@@ -799,7 +800,7 @@ def test_llm_endpoint_offline(project):
     project.runpytest("--llm-offline").assert_outcomes(passed=1)
 
 
-def test_llm_endpoint_default_is_the_simulator_over_http(project):
+def test_llm_offline_false_serves_the_simulator_over_http(project):
     project.makepyfile("""
         from pathlib import Path
 
@@ -812,7 +813,7 @@ def test_llm_endpoint_default_is_the_simulator_over_http(project):
             result = llm_replay("tiny.yaml", concurrency=3, slo={"error_rate": "== 0"})
             assert result.summary["requests"]["ok"] == 3
     """)
-    result = project.runpytest("-v")
+    result = project.runpytest("-v", "-o", "llm_offline=false")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (over HTTP, wall clock); *", "completed=3/3 requests*"])
     port = int(project.path.joinpath("url.txt").read_text().rsplit(":", 1)[1])
@@ -833,7 +834,7 @@ def test_two_workloads_with_the_same_session_ids_share_no_prompt_tokens(project)
         def test_first_again(llm_replay):
             assert llm_replay("tiny.yaml", concurrency=1).summary["cache_hit_rate"]["mean"] > 0
     """)
-    project.runpytest("--llm-repeat", "1").assert_outcomes(passed=3)  # repeats would reset the cache before each run
+    project.runpytest("-o", "llm_offline=false", "--llm-repeat", "1").assert_outcomes(passed=3)  # repeats would reset the cache before each run
 
 
 def test_llm_endpoint_live_with_a_server_the_plugin_starts(project, tmp_path_factory, monkeypatch):

@@ -57,7 +57,7 @@ def test_two_ci_jobs_share_results_in_an_s3_bucket(ci, s3_env):
     assert s3_env["AWS_SECRET_ACCESS_KEY"].encode() not in body and s3_env["AWS_ACCESS_KEY_ID"].encode() not in body
 
 
-def test_a_corrupt_stored_result_is_one_line_naming_it(ci):
+def test_a_corrupt_stored_result_is_skipped_in_one_line_naming_it(ci):
     job, run = ci
     first = job("job1")
     run(first, "--llm-save", f"--llm-baseline-dir={STORE}").assert_outcomes(passed=1)
@@ -68,7 +68,8 @@ def test_a_corrupt_stored_result_is_one_line_naming_it(ci):
     store.add(corrupt, b'{"schema": 1, "half a result')
     result = run(job("job2"), "--llm-compare", f"--llm-baseline-dir={STORE}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"Compared with *: cannot read the stored result ({STORE}/{corrupt}: not a stored llmreplay result (*)"])
+    # skipped, named, and the result under it is the baseline (issue 31 A1: the gate went off)
+    result.stdout.fnmatch_lines([f"Compared with *, stored *", f"skipped 1 unreadable stored result: {STORE}/{corrupt}: not a stored llmreplay result (*)"])
     no_traceback(result)
 
 
