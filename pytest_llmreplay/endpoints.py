@@ -88,7 +88,7 @@ def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[
     """The fields merged into every request body: the JSON object ``text`` (given as ``option``,
     named in the error when it is not one, or names a key twice at any depth: JSON keeps the last,
     silently), plus ``ignore_eos: true`` when asked."""
-    from .formats._fields import DuplicateKey, unique_keys
+    from .formats._fields import DuplicateKey, too_deep, unique_keys
 
     fields: dict[str, Any] = {}
     if text:
@@ -98,6 +98,8 @@ def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[
             raise LLMReplayError(f"{option}: the key {exc.key!r} is given twice; expected each key once") from None
         except ValueError as exc:
             raise LLMReplayError(f"{option}: not JSON ({exc})") from None
+        except RecursionError:
+            raise LLMReplayError(f"{option}: {too_deep()}") from None
         if not isinstance(fields, dict):
             raise LLMReplayError(f"{option}: expected a JSON object, got {type(fields).__name__}")
     if ignore_eos:

@@ -16,7 +16,8 @@ class LLMReplayError(Exception):
 class WorkloadError(LLMReplayError):
     """A workload file breaks a rule of its format.
 
-    Rendered as ``file:line: field: message`` (each part only when known), e.g.
+    Rendered as ``file:line: field: message`` (each part only when known; ``file:line:column``
+    where a column is given), e.g.
     ``workload.jsonl:17: sub_requests[2].tool_duration_ns: must be >= 0, got -5``.
     """
 
@@ -27,11 +28,13 @@ class WorkloadError(LLMReplayError):
         path: str | Path | None = None,
         line: int | None = None,
         field: str | None = None,
+        column: int | None = None,
     ) -> None:
         self.path = str(path) if path is not None else None
         self.line = line
+        self.column = column
         self.field = field
         self.reason = message
-        where = ":".join(str(part) for part in (self.path, line) if part is not None)
+        where = ":".join(str(part) for part in (self.path, line, column if line is not None else None) if part is not None)
         parts = [p for p in (where, field, message) if p]
         super().__init__(": ".join(parts))

@@ -155,7 +155,9 @@ def check_repeat(name: str, value: Any) -> int:
 
 def read_spec_file(path: Path) -> Any:
     """The mapping in a ``.llmreplay.yaml``/``.yml`` (safe YAML) or ``.llmreplay.toml`` file; a
-    byte that is not UTF-8 is an error at its line and column, as in workload files."""
+    byte that is not UTF-8 is an error at its line and column, as in workload files, and so is
+    text that is not YAML (:func:`~pytest_llmreplay.formats._yaml.load_yaml`), in one line."""
+    from .formats._fields import too_deep
     from .formats._text import read_text
 
     try:
@@ -173,14 +175,14 @@ def read_spec_file(path: Path) -> Any:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise LLMReplayError(f"not valid TOML: {exc}") from None
-    import yaml
-
-    from .formats._yaml import unique_key_loader
+        except RecursionError:
+            raise LLMReplayError(f"not valid TOML: {too_deep()}") from None
+    from .formats._yaml import YamlProblem, load_yaml
 
     try:
-        return yaml.load(text, Loader=unique_key_loader())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise LLMReplayError(f"{where}not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        return load_yaml(text)
+    except YamlProblem as exc:
+        column = f", column {exc.column}" if exc.column is not None else ""
+        where = f"line {exc.line}{column}: " if exc.line is not None else ""
+        raise LLMReplayError(f"{where}not valid YAML: {exc.reason}") from None
 

@@ -286,6 +286,26 @@ def test_run_refuses_an_extra_body_naming_a_key_twice(capsys, body):
     assert code != 0 and err == "error: --extra-body: the key 'min_tokens' is given twice; expected each key once\n"
 
 
+def test_run_refuses_an_extra_body_nested_past_the_recursion_limit_in_one_line(capsys):
+    workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    body = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--extra-body", body)
+    assert code == RUN_STATUS["bad_input"] and err.startswith("error: --extra-body: nested too deeply: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("name", "text", "where"), [
+    ("deep.jsonl", '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}\n", ":1: "),
+    ("deep.yaml", "synthetic:\n  sessions: " + "{a: " * 50_000 + "1" + "}" * 50_000 + "\n", ":2:"),
+])
+def test_a_workload_nested_past_the_recursion_limit_is_one_error_line_not_a_traceback(capsys, tmp_path, name, text, where):
+    """inspect exits 1 (a bad workload file), run 3 (bad input), as for any other bad file."""
+    path = tmp_path / name
+    path.write_text(text)
+    for argv, status in ((["inspect", str(path)], 1), (["run", str(path), "--sim", "llama-3.1-8b-h100"], RUN_STATUS["bad_input"])):
+        code, _, err = run(capsys, *argv)
+        assert code == status and err.startswith(f"error: {path}{where}") and "nested too deeply" in err and err.count("\n") == 1, err
+
+
 def test_run_sim_names_the_http_options_it_ignores_in_one_warning_line(capsys, tmp_path):
     workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
     code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--max-requests", "8",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,24 @@ def test_a_lone_brace_is_called_pretty_printed_json(tmp_path):
 def test_a_key_given_twice_is_refused_with_its_line(tmp_path, format, text, line, key):
     path = write(tmp_path, text, "w.txt")
     assert str(error_of(load_workload, path, format=format)) == f"{path}:{line}: duplicate key {key!r}"
+
+
+# JSON nested past Python's recursion limit: json raises RecursionError, which must not escape
+DEEP = "[" * 100_000 + "]" * 100_000
+DEEPLY_NESTED = {
+    "detected": (None, '{"messages": ' + DEEP + "}", 1),
+    "mooncake, line 2": ("mooncake", json.dumps(MOONCAKE) + '\n{"timestamp": 1, "input_length": 5, "output_length": 2, "hash_ids": ' + DEEP + "}", 2),
+    "aiperf-payloads named": ("aiperf-payloads", '{"messages": ' + DEEP + "}", 1),
+    "aiperf-inputs, the entry's line": ("aiperf-inputs", '{"data": [\n  {"session_id": "a", "payloads": [{"messages": []}]},\n  ' + DEEP + "\n]}", 3),
+}
+
+
+@pytest.mark.parametrize(("format", "text", "line"), DEEPLY_NESTED.values(), ids=DEEPLY_NESTED.keys())
+def test_json_nested_past_the_recursion_limit_is_one_error_at_its_line(tmp_path, format, text, line):
+    path = write(tmp_path, text, "w.txt")
+    assert str(error_of(load_workload, path, format=format)) == (
+        f"{path}:{line}: nested too deeply: lists or objects inside each other past what the parser reads "
+        f"(Python's recursion limit, {sys.getrecursionlimit()})")
 
 
 @pytest.mark.parametrize("format", FILE_FORMATS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -285,13 +286,24 @@ def test_bad_spec_file(tmp_path, text, field, expected):
     assert expected in info.value.reason
 
 
-def test_invalid_yaml_names_the_line(tmp_path):
-    path = write_spec(tmp_path, "synthetic:\n  sessions: 10\n  turns: [1, 2\n  seed: 3\n")
+@pytest.mark.parametrize("text, message", [
+    ("synthetic:\n  sessions: 10\n  turns: [1, 2\n  seed: 3\n",
+     "4:7: invalid YAML/JSON: expected ',' or ']', but got ':' (while parsing a flow sequence that starts at line 3, column 10)"),
+    ('synthetic:\n  sessions: 10\n  seed: "3\n',
+     "4:1: invalid YAML/JSON: found unexpected end of stream (while scanning a quoted scalar that starts at line 3, column 9)"),
+    # PyYAML's message for a character it refuses spans two lines: one here, with line and column
+    ("synthetic:\n  sessions: 10\a\n", "2:15: invalid YAML/JSON: character #x0007 is not allowed (expected printable characters, tabs and line breaks)"),
+    # nested past Python's recursion limit: PyYAML's RecursionError is an error at the reader's place
+    ("synthetic:\n  sessions: 1\n  input_tokens: " + "[" * 100_000 + "]" * 100_000 + "\n",
+     "3:*: invalid YAML/JSON: nested too deeply: lists or objects inside each other past what the parser reads *"),
+    ("synthetic:\n  input_tokens: " + "{a: " * 50_000 + "1" + "}" * 50_000 + "\n", "2:*: invalid YAML/JSON: nested too deeply: *"),
+], ids=["flow-sequence", "quoted-scalar", "control-character", "nested-lists", "nested-mappings"])
+def test_invalid_yaml_is_one_line_naming_line_column_and_what_was_expected(tmp_path, text, message):
+    path = write_spec(tmp_path, text)
     with pytest.raises(WorkloadError) as info:
         load_workload(path)
-    error = info.value
-    assert error.line is not None and error.line >= 3
-    assert str(error).startswith(f"{path}:{error.line}: invalid YAML/JSON")
+    assert "\n" not in str(info.value)
+    assert fnmatch(str(info.value), f"{path}:{message}")
 
 
 @pytest.mark.parametrize("name, text, line, key", [

@@ -737,7 +737,9 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
     ("workload: wl.yaml\nslo:\n  ttft.p99: quick\n", "SLO 'ttft.p99': cannot read threshold 'quick'; *"),
     ("workload: wl.yaml\nslo:\n  ttft.p99: < 2 tok/s\n", "SLO 'ttft.p99': unit 'tok/s' does not fit ttft* (a time metric)*"),
     ("workload: nowhere.jsonl\n", "workload: {dir}/nowhere.jsonl: no such file or directory"),
-    ("workload: wl.yaml\nslo: [ttft\n", "line 3: not valid YAML: *"),
+    ("workload: wl.yaml\nslo: [ttft\n", "line 3, column 1: not valid YAML: expected ',' or '?', but got '<stream end>' (while parsing a flow sequence that starts at line 2, column 6)"),
+    ("workload: wl.yaml\nslo: \a\n", "line 2, column 6: not valid YAML: character #x0007 is not allowed (expected printable characters, tabs and line breaks)"),
+    ("workload: wl.yaml\nslo: " + "[" * 100_000 + "]" * 100_000 + "\n", "line 2, column *: not valid YAML: nested too deeply: *"),
     ('workload: wl.yaml\nconcurrency: "eight"\n', "concurrency: expected an integer, got 'eight'"),
     ("workload: wl.yaml\nregression:\n  ttft.p50: lots\n", "regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off', got 'lots'"),
     ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
@@ -776,9 +778,11 @@ def test_spec_file_with_a_byte_that_is_not_utf8_names_its_line_and_column(projec
     no_traceback(result)
 
 
-def test_bad_toml_spec_file_is_a_collection_error(project):
+@pytest.mark.parametrize("text", ['workload = "wl.yaml"\nconcurrency = \n', 'workload = "wl.yaml"\nslo = ' + "[" * 100_000 + "]" * 100_000 + "\n"],
+                         ids=["syntax", "nested-past-the-recursion-limit"])
+def test_bad_toml_spec_file_is_a_collection_error(project, text):
     path = project.path / "broken.llmreplay.toml"
-    path.write_text('workload = "wl.yaml"\nconcurrency = \n')
+    path.write_text(text)
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines([f"{path}: not valid TOML: *"])

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from ..errors import LLMReplayError, WorkloadError
 from ..workload import Workload, check_limits
+from ._fields import too_deep
 from ._text import text_lines
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 
@@ -61,9 +62,12 @@ def detect_format(path: str | Path) -> str:
     number, line = first_line(path)
     if not line:
         raise WorkloadError("the file is empty (or only blank and comment lines)", path=path)
-    for name, module in FORMATS.items():
-        if module.detect(line):
-            return name
+    try:
+        found = next((name for name, module in FORMATS.items() if module.detect(line)), None)
+    except RecursionError:  # a detector parsed a line nested past what json reads
+        raise WorkloadError(too_deep(), path=path, line=number) from None
+    if found is not None:
+        return found
     if line.startswith("{\n"):  # a lone "{" joined with the next line: pretty-printed JSON
         raise WorkloadError(
             "cannot tell the format: the file starts with a lone '{' (pretty-printed JSON?); JSONL formats need "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
@@ -23,7 +24,9 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     The duplicate check costs a count of the line's colons: every key has one, so a line with
     as many colons as its parsed object has keys (a flat record such as Mooncake's) cannot
     repeat a key; only other lines are parsed again with :func:`unique_keys`, whose per-object
-    hook made the 12k-line Mooncake trace load ~25% slower (bench/README.md)."""
+    hook made the 12k-line Mooncake trace load ~25% slower (bench/README.md). A line nested past
+    what the recursive parser reads is an error at that line (:func:`too_deep`), not a
+    ``RecursionError``."""
     for number, text in text_lines(path):
         if not text.strip():
             continue
@@ -33,6 +36,8 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 json.loads(text, object_pairs_hook=unique_keys)
         except DuplicateKey as exc:
             raise WorkloadError(f"duplicate key {exc.key!r}", path=path, line=number) from None
+        except RecursionError:
+            raise WorkloadError(too_deep(), path=path, line=number) from None
         except json.JSONDecodeError as exc:
             if text.strip() == "{":
                 raise WorkloadError("a lone '{': JSONL needs each object on one line (is this pretty-printed JSON?)", path=path, line=number) from None
@@ -40,6 +45,12 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         if not isinstance(value, dict):
             raise WorkloadError(f"expected a JSON object, got {type_name(value)}", path=path, line=number)
         yield number, value
+
+
+def too_deep() -> str:
+    """Why a document nested past what a recursive parser reads (Python's ``json`` and PyYAML
+    both raise ``RecursionError`` there) is refused."""
+    return f"nested too deeply: lists or objects inside each other past what the parser reads (Python's recursion limit, {sys.getrecursionlimit()})"
 
 
 class DuplicateKey(ValueError):

@@ -23,7 +23,7 @@ from typing import Iterator
 
 from ..errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
-from ._fields import DuplicateKey, Fields, max_output_tokens, type_name, unique_keys
+from ._fields import DuplicateKey, Fields, max_output_tokens, too_deep, type_name, unique_keys
 from ._text import read_text
 from ._writing import Losses, payload_bodies
 
@@ -43,7 +43,9 @@ def load(path: str | Path) -> Workload:
     try:
         document = json.loads(text, object_pairs_hook=unique_keys)
     except DuplicateKey as exc:
-        raise WorkloadError(f"duplicate key {exc.key!r}", path=path, line=_duplicate_line(text)) from None
+        raise WorkloadError(f"duplicate key {exc.key!r}", path=path, line=_failing_entry_line(text, DuplicateKey)) from None
+    except RecursionError:
+        raise WorkloadError(too_deep(), path=path, line=_failing_entry_line(text, RecursionError)) from None
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
     if not isinstance(document, dict):
@@ -95,14 +97,14 @@ def _entry_starts(text: str, decoder: json.JSONDecoder) -> Iterator[int]:
         _, position = decoder.raw_decode(text, position)
 
 
-def _duplicate_line(text: str) -> int:
-    """The line on which the ``data`` entry holding a repeated key starts (1 when the repeat
-    is outside the entries)."""
+def _failing_entry_line(text: str, error: type[Exception]) -> int:
+    """The line on which the ``data`` entry whose decoding raises ``error`` (a repeated key,
+    nesting too deep) starts; 1 when the fault is outside the entries."""
     line = 1
     try:
         for line in _entry_starts(text, json.JSONDecoder(object_pairs_hook=unique_keys)):
             pass
-    except DuplicateKey:
+    except error:
         return line
     return 1
 

@@ -38,7 +38,7 @@ from ..errors import WorkloadError
 from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
 from ._fields import type_name
 from ._text import read_text
-from ._yaml import unique_key_loader
+from ._yaml import YamlProblem, load_yaml
 
 NAME = "synthetic"
 DISTRIBUTIONS = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
@@ -99,16 +99,11 @@ def detect(first_line: str) -> bool:
 def load(path: str | Path) -> Workload:
     """Generate the workload a spec file describes."""
     path = Path(path)
-    import yaml  # lazy: only spec files need it
-
-    loader = unique_key_loader()
     try:
-        document = yaml.load(read_text(path), Loader=loader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", exc)
-        reason = problem if isinstance(exc, loader.duplicate_error) else f"invalid YAML/JSON: {problem}"
-        raise WorkloadError(str(reason), path=path, line=mark.line + 1 if mark else None) from None
+        document = load_yaml(read_text(path))
+    except YamlProblem as exc:
+        reason = exc.reason if exc.duplicate else f"invalid YAML/JSON: {exc.reason}"
+        raise WorkloadError(reason, path=path, line=exc.line, column=exc.column) from None
     if not isinstance(document, dict) or set(document) != {"synthetic"} or not isinstance(document["synthetic"], dict):
         raise WorkloadError("expected one top-level key 'synthetic' holding a mapping of parameters", path=path)
     known = {f.name for f in fields(SyntheticSpec)}
