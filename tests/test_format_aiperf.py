@@ -90,6 +90,9 @@ INPUTS_CASES = {
     "max_tokens zero": ([entry(), entry("b", [{**BODY, "max_tokens": 0}])], 4, "data[1].payloads[0].max_tokens", "must be >= 1, got 0"),
     "both max fields": ([entry(), entry("b", [{**BODY, "max_completion_tokens": 5}])], 4,
                         "data[1].payloads[0].max_tokens", "give only one of max_completion_tokens or max_tokens"),
+    # a verbatim body's stream fields as the server checks them: else every request gets HTTP 400
+    "stream a string": ([entry(), entry("b", [BODY, {**BODY, "stream": "false"}])], 4, "data[1].payloads[1].stream",
+                        "must be true or false (a boolean), got a string 'false'"),
     "unknown entry field": ([entry(), entry("b", delay=5)], 4, "data[1].delay", "unknown field; expected one of payloads, session_id"),
     "data empty": ([], 1, "data", "must have at least 1 entry, got 0"),
 }
@@ -139,6 +142,11 @@ PAYLOAD_CASES = {
     "role not a string": ({"messages": [{"role": 1, "content": "hi"}]}, "messages[0].role", "required: a string"),
     "max_tokens float": ({**BODY, "max_tokens": 1.5}, "max_tokens", "must be an integer, got a float 1.5"),
     "max_completion_tokens zero": ({"messages": USER, "max_completion_tokens": 0}, "max_completion_tokens", "must be >= 1, got 0"),
+    "stream a string": ({**BODY, "stream": "false"}, "stream", "must be true or false (a boolean), got a string 'false'"),
+    "stream a number": ({**BODY, "stream": 1}, "stream", "must be true or false (a boolean), got an integer 1"),
+    "stream_options not an object": ({**BODY, "stream": True, "stream_options": "usage"}, "stream_options", "expected an object, got a string"),
+    "include_usage a string": ({**BODY, "stream": True, "stream_options": {"include_usage": "true"}}, "stream_options.include_usage",
+                               "must be true or false (a boolean), got a string 'true'"),
     "invalid JSON": ('{"messages": [', None, "invalid JSON"),
     "not an object": ("[1]", None, "expected a JSON object, got a list"),
 }

@@ -300,7 +300,14 @@ def test_literal_payload_takes_its_output_length_from_the_body(tmp_path):
     assert [t.output_tokens for _, _, t in load_workload(path).turns()] == [9, 4, None]
 
 
-def test_literal_payload_with_a_bad_max_tokens_names_it(tmp_path):
-    path = write_jsonl(tmp_path, [{"payload": {"prompt": "x", "max_tokens": "9"}}])
-    with pytest.raises(WorkloadError, match=r"trace\.jsonl:1: payload\.max_tokens: must be an integer, got a string '9'"):
+@pytest.mark.parametrize(("row", "message"), [
+    ({"payload": {"prompt": "x", "max_tokens": "9"}}, "payload.max_tokens: must be an integer, got a string '9'"),
+    # checked with an output_length too: the body is sent as is, and the server would refuse it
+    ({"payload": {"prompt": "x", "max_tokens": "9"}, "output_length": 9}, "payload.max_tokens: must be an integer, got a string '9'"),
+    ({"payload": {"prompt": "x", "stream": "false"}, "output_length": 9}, "payload.stream: must be true or false (a boolean), got a string 'false'"),
+])
+def test_literal_payload_with_a_bad_field_the_replay_reads_names_it(tmp_path, row, message):
+    path = write_jsonl(tmp_path, [row])
+    with pytest.raises(WorkloadError) as info:
         load_workload(path)
+    assert str(info.value) == f"{path}:1: {message}"

@@ -134,6 +134,12 @@ class Fields:
             return default
         return check_int(self.obj[key], minimum, lambda m: self.error(key, m))
 
+    def flag(self, key: str) -> None:
+        """Fail unless ``key`` is true, false, null or absent (a string ``"false"`` is none)."""
+        value = self.obj.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise self.error(key, f"must be true or false (a boolean), got {type_name(value)} {value!r}")
+
     def number(self, key: str, *, minimum: float = 0.0, required: bool = True, default: float | None = None) -> float | None:
         """A finite number (integer or float) >= ``minimum``; strings and booleans are errors."""
         if key not in self.obj:
@@ -231,8 +237,15 @@ def check_messages(record: Fields, key: str = "messages") -> list[dict[str, Any]
     return messages
 
 
-def max_output_tokens(record: Fields) -> int | None:
+def payload_output_tokens(record: Fields) -> int | None:
     """The response length a verbatim request body asks for (``max_completion_tokens`` or
-    ``max_tokens``), or ``None`` when it sets neither."""
+    ``max_tokens``, an integer >= 1), or ``None`` when it sets neither; first the fields the
+    replay reads the reply by are checked as the server checks them: ``stream`` and
+    ``stream_options.include_usage`` true, false or null, ``stream_options`` an object or null.
+    (A ``"stream": "false"`` would load, and every request get HTTP 400.)"""
+    record.flag("stream")
+    options = record.obj.get("stream_options")
+    if options is not None:
+        record.child(options, "stream_options").flag("include_usage")
     key = record.one_of("max_completion_tokens", "max_tokens", required=False)
     return record.int(key, minimum=1) if key else None

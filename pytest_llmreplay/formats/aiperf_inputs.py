@@ -9,7 +9,8 @@
 Each entry is one session whose payloads are its turns, sent verbatim and in order (no timing:
 the workload is untimed). ``session_id`` is a required non-empty string, unique; ``payloads`` has
 at least one request body (an object). A turn's output length is the body's
-``max_completion_tokens`` or ``max_tokens`` when it sets one.
+``max_completion_tokens`` or ``max_tokens`` when it sets one; its ``stream`` and
+``stream_options`` are checked as the server checks them (``_fields.payload_output_tokens``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Iterator
 
 from ..errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
-from ._fields import DuplicateKey, Fields, max_output_tokens, too_deep, type_name, unique_keys
+from ._fields import DuplicateKey, Fields, payload_output_tokens, too_deep, type_name, unique_keys
 from ._text import read_text
 from ._writing import Losses, payload_bodies
 
@@ -72,7 +73,7 @@ def load(path: str | Path) -> Workload:
 def _turn(body: Fields) -> Turn:
     if not body.obj:
         raise body.error(None, "must be a non-empty request body")
-    return Turn(None, max_output_tokens(body), Payload(body.obj))
+    return Turn(None, payload_output_tokens(body), Payload(body.obj))
 
 
 def _entry_lines(text: str, count: int) -> list[int | None]:

@@ -6,7 +6,8 @@ A file: every line is its own single-turn session (``line<N>``). A directory: ev
 file in it (sorted by name) is one session named by the file's stem, its lines the ordered turns;
 each line carries its full history, as AIPerf sends them. ``messages`` is required (a non-empty
 list of objects with a ``role``); every other key is passed through untouched. A turn's output
-length is the body's ``max_completion_tokens`` or ``max_tokens`` when it sets one.
+length is the body's ``max_completion_tokens`` or ``max_tokens`` when it sets one; its ``stream``
+and ``stream_options`` are checked as the server checks them (``_fields.payload_output_tokens``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from ..errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
-from ._fields import Fields, check_messages, iter_json_lines, max_output_tokens, try_json
+from ._fields import Fields, check_messages, iter_json_lines, payload_output_tokens, try_json
 from ._writing import Losses, payload_bodies, write_json_lines
 
 NAME = "aiperf-payloads"
@@ -49,7 +50,7 @@ def _numbered_turns(path: Path):
     for line, obj in iter_json_lines(path):
         body = Fields(obj, path, line)
         check_messages(body)
-        yield line, Turn(None, max_output_tokens(body), Payload(obj))
+        yield line, Turn(None, payload_output_tokens(body), Payload(obj))
 
 
 def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:

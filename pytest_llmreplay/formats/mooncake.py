@@ -15,7 +15,8 @@ One request a line::
 - instead of ``input_length``, AIPerf's literal prompts: ``text_input`` (a string, sent as one
   user message), ``messages`` (a chat history) or ``payload`` (a whole request body), all sent
   verbatim (``output_length`` then optional: the body's ``max_tokens`` or
-  ``max_completion_tokens`` stands in);
+  ``max_completion_tokens`` stands in; a ``payload``'s ``stream`` and ``stream_options`` are
+  checked as the server checks them);
 - ``session_id``: rows sharing it are the turns of one session, in file order; a later turn waits
   ``delay`` (or ``delay_ms``) milliseconds after the previous one completes, or, without a delay,
   the difference between its timestamp and the previous turn's. A delay on a session's first turn
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from ..errors import LLMReplayError, WorkloadError
 from ..workload import HashBlocks, Payload, PromptSource, Session, TokenIds, Turn, Workload, next_synthetic, request_name
-from ._fields import Fields, check_messages, iter_json_lines, max_output_tokens, try_json, type_name
+from ._fields import Fields, check_messages, iter_json_lines, payload_output_tokens, try_json, type_name
 from ._writing import Losses, tidy, write_json_lines
 
 NAME = "mooncake"
@@ -85,11 +86,12 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
         session_id = row.identifier("session_id", required=False)
         previous = sessions.get(session_id) if session_id is not None else None
         input_tokens, prompt = _prompt(row, previous.turns[-1] if previous else None, block_size)
+        # only a ``payload`` body can state max_tokens or stream: text_input/messages bodies are ours
+        stated_tokens = payload_output_tokens(row.child(prompt.body, "payload")) if isinstance(prompt, Payload) else None
         if output_tokens is None:
             if not isinstance(prompt, Payload):
                 raise row.error("output_length", "required field missing (or output_tokens)")
-            # only a ``payload`` body can state max_tokens: text_input/messages bodies are ours
-            output_tokens = max_output_tokens(row.child(prompt.body, "payload"))
+            output_tokens = stated_tokens
         if previous is None:
             if delay_key:
                 raise row.error(delay_key, "a delay is not allowed on a session's first turn (use timestamp for its arrival)")
