@@ -12,12 +12,13 @@ never added: the ids are the prompt's own.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Iterator, Protocol, Sequence
 
 from .errors import LLMReplayError
 
 BUNDLED_PATH = Path(__file__).resolve().parent / "assets" / "tokenizer.json"
 DEFAULT_NAMES = (None, "", "default", "llmreplay")
+PIECE_CHARS = 1 << 20  # the most characters encode_within hands a tokenizer at once: ~160 MB with the bundled one
 
 
 class Tokenizer(Protocol):
@@ -77,6 +78,43 @@ class TransformersTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+def encode_within(tokenizer: Tokenizer, text: str, limit: int, piece_chars: int = PIECE_CHARS) -> list[int]:
+    """``tokenizer.encode(text)`` for a text that may be huge, within a bounded memory: when the
+    result would hold more than ``limit`` ids, the ids of a head of ``text`` holding more than
+    ``limit`` are returned instead (the caller refuses a prompt by its length: it holds at least
+    that many tokens).
+
+    A text of up to ``piece_chars`` characters is encoded at once. A longer one is encoded a piece
+    at a time (:func:`text_pieces`), stopping at the first piece that takes the count past
+    ``limit``: encoding holds about 700 bytes a token on top of the text (the bundled tokenizer:
+    a 15 MB message of 3M words peaked at 2.2 GB encoded whole, and 30 MB aborted the process
+    under a 4 GB limit), so memory stays that of one piece, whatever the text's length. Pieces
+    are cut before a space between two other characters, where byte-level BPE pre-tokenizers
+    (GPT-2's, Llama 3's, Qwen's, the bundled one) split anyway, so the pieces' ids are the whole
+    text's; with other tokenizers they may differ by a token where two pieces meet."""
+    ids: list[int] = []
+    for piece in text_pieces(text, piece_chars):
+        ids += tokenizer.encode(piece)
+        if len(ids) > limit:
+            break
+    return ids
+
+
+def text_pieces(text: str, size: int) -> Iterator[str]:
+    """``text`` in consecutive pieces of at most ``size`` characters, each but the last cut just
+    before a space that has a character other than whitespace on either side (a piece is cut at
+    ``size`` only when its stretch holds no such space)."""
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        cut = text.rfind(" ", start + 1, end)
+        while cut > start and (text[cut - 1].isspace() or text[cut + 1].isspace()):
+            cut = text.rfind(" ", start + 1, cut)
+        start, piece = (cut, text[start:cut]) if cut > start else (end, text[start:end])
+        yield piece
+    yield text[start:]
 
 
 def load_tokenizer(name_or_path: str | None = None) -> Tokenizer:

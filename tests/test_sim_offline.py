@@ -15,8 +15,8 @@ from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.polynomial import PolynomialTiming
 from pytest_llmreplay.sim.profile import Profile, load_profile
-from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workload import HashBlocks, Session, Synthetic, TokenIds, Turn, Workload
+from pytest_llmreplay.tokenizer import PIECE_CHARS, load_tokenizer
+from pytest_llmreplay.workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +143,18 @@ def test_the_models_context_bounds_requests_as_vllm_bounds_them(prompts):
     assert too_long.status == "failed"
     assert too_long.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least 131073 input tokens")
     assert fine.status == "ok" and fine.output_tokens == 8
+
+
+def test_a_huge_verbatim_prompt_is_refused_without_tokenizing_it_whole(recording_tokenizer):
+    """A 3M-word message (15 MB) took 2.2 GB to tokenize before vLLM's refusal: it is tokenized
+    a piece at a time, only until it is past the context."""
+    prompts = PromptFactory(recording_tokenizer)
+    body = {"messages": [{"role": "user", "content": " ".join(["word"] * 3_000_000)}], "max_tokens": 8}
+    workload = Workload((Session("s", 0.0, (Turn(None, 8, Payload(body)),)),), "test")
+    [record] = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
+    assert record.status == "failed"
+    assert record.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least ")
+    assert max(recording_tokenizer.encoded) <= PIECE_CHARS < len(body["messages"][0]["content"])
 
 
 def test_token_ids_past_the_vocabulary_fail_as_the_server_refuses_them(prompts):

@@ -38,7 +38,7 @@ from pytest_llmreplay.sim.server import READY, SimServer
 from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.sim.roofline import ModelSpec
 from pytest_llmreplay.target import start_sim_server
-from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.tokenizer import PIECE_CHARS, load_tokenizer
 
 BLOCK = 16
 BLOCKS = 512
@@ -557,6 +557,7 @@ def test_refusal_messages_say_why(sim):
 # -- the model's context and vocabulary, as vLLM applies them --------------------------------------
 
 CONTEXT = 256  # the context of context_profile's model: far below its KV cache (CAPACITY)
+HUGE_TEXT = " ".join(["word"] * 400_000)  # 2M characters: past encode_within's piece
 VOCAB = 5000  # its vocabulary: past the bundled tokenizer's 4,096 ids
 
 
@@ -587,6 +588,20 @@ def test_a_prompt_past_the_context_is_refused_with_vllms_message(context_sim):
         assert reply.json()["error"]["message"].startswith(start)
     chat = post(context_sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT * 40}]})
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "input_tokens"
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": HUGE_TEXT}]}),
+    ("/v1/completions", {"prompt": HUGE_TEXT}),
+], ids=["chat", "completions"])
+def test_a_huge_text_prompt_is_refused_without_tokenizing_it_whole(recording_tokenizer, path, body):
+    """A 15 MB message took the server 2.2 GB to tokenize before its refusal: it is tokenized a
+    piece at a time, only until it is past the context."""
+    with serving(PromptFactory(recording_tokenizer), context_profile()) as server:
+        reply = post(server.url, path, body)
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == "input_tokens"
+    assert reply.json()["error"]["message"].startswith(f"This model's maximum context length is {CONTEXT} tokens. However, your prompt contains at least ")
+    assert max(recording_tokenizer.encoded) <= PIECE_CHARS < len(HUGE_TEXT)
 
 
 def test_max_tokens_past_the_context_is_cut_to_what_it_leaves(context_sim):

@@ -1,12 +1,14 @@
-"""Tokenizer loading: the bundled default, a tokenizer.json file, a local transformers folder."""
+"""Tokenizer loading: the bundled default, a tokenizer.json file, a local transformers folder;
+encoding a huge text piece by piece, no further than a limit."""
 
 import re
+from pathlib import Path
 
 import pytest
 
 from pytest_llmreplay import LLMReplayError
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.tokenizer import BUNDLED_PATH, FastTokenizer, TransformersTokenizer, load_tokenizer
+from pytest_llmreplay.tokenizer import PIECE_CHARS, BUNDLED_PATH, FastTokenizer, TransformersTokenizer, encode_within, load_tokenizer, text_pieces
 
 TEXT = "Prefix caching keeps the KV blocks of a shared system prompt."
 
@@ -109,3 +111,25 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split(" ", 1) == ["4096", f"{load_tokenizer().encode(TEXT)}\n"]
     assert asked == []
+
+
+def test_text_pieces_cut_before_a_space_between_two_other_characters():
+    text = "alpha beta  gamma delta"
+    assert list(text_pieces(text, 8)) == ["alpha", " beta  g", "amma", " delta"]  # no space fit in 'beta  gamma'
+    assert list(text_pieces(text, len(text))) == [text]
+
+
+def test_encode_within_gives_the_whole_texts_ids_piece_by_piece(recording_tokenizer):
+    text = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    whole = load_tokenizer().encode(text)
+    assert encode_within(recording_tokenizer, text, len(whole), piece_chars=4096) == whole
+    assert len(recording_tokenizer.encoded) > 1 and max(recording_tokenizer.encoded) <= 4096
+
+
+def test_encode_within_stops_at_the_piece_that_passes_the_limit(recording_tokenizer):
+    """A 3M-word message refused by a 131,072-token context is not tokenized whole: the
+    tokenizer sees one piece at a time, and only until the count passes the limit."""
+    text = " ".join(["word"] * 3_000_000)
+    ids = encode_within(recording_tokenizer, text, 131_072)
+    assert len(ids) > 131_072
+    assert max(recording_tokenizer.encoded) <= PIECE_CHARS and sum(recording_tokenizer.encoded) < 2 * PIECE_CHARS

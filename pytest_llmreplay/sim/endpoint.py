@@ -20,7 +20,8 @@ tokens or text (no later turn extends it).
 Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
 ``completion_tokens``; ``queue_s`` is admission time - arrival time (in the first engine). A
 prompt that leaves no room in ``max_model_len`` fails at once with ``http: 400 ...``, as vLLM
-refuses it. A
+refuses it; a text prompt is tokenized only until it is past ``max_model_len``, so a huge one
+costs the memory of one piece of it, not of its whole tokenization. A
 request cancelled by the replay (duration limit) is aborted in its engine, releasing its blocks.
 """
 
@@ -33,6 +34,7 @@ from ..clock import Clock
 from ..endpoints import EndpointRequest, Response
 from ..errors import LLMReplayError
 from ..prompts import KeyedPrompt, PromptFactory, stable_hash
+from ..tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig
 from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 from .profile import Profile
@@ -85,6 +87,8 @@ class SimEndpoint:
         return None
 
     def prompt_ids(self, body: dict[str, Any]) -> Sequence[int] | KeyedPrompt:
+        """The prompt of ``body`` (module docstring); a text past the context is tokenized only
+        until it is (:func:`~pytest_llmreplay.tokenizer.encode_within`)."""
         prompt = body.get("prompt")
         if isinstance(prompt, KeyedPrompt):
             return prompt
@@ -92,10 +96,11 @@ class SimEndpoint:
             check_token_ids(prompt, self.vocab_size)
             return prompt
         if isinstance(prompt, str):
-            return self.prompts.tokenizer.encode(prompt)
+            return encode_within(self.prompts.tokenizer, prompt, self.profile.max_model_len)
         messages = body.get("messages")
         if isinstance(messages, list):
-            return self.prompts.tokenizer.encode("".join(str(m.get("content", "")) for m in messages if isinstance(m, dict)))
+            text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+            return encode_within(self.prompts.tokenizer, text, self.profile.max_model_len)
         raise LLMReplayError("simulator: a request needs 'prompt' (token ids or text) or 'messages'")
 
     async def send(self, request: EndpointRequest, response: Response) -> None:

@@ -28,7 +28,9 @@ Requests:
   prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a flag
   (``stream``, ``ignore_eos``, ``return_token_ids``, ``stream_options.include_usage``) that is
   not true or false, ``stream_options`` that is not an object, a prompt that leaves no room
-  in ``max_model_len`` (vLLM's message and ``param``); 404 for another ``model``.
+  in ``max_model_len`` (vLLM's message and ``param``; a text prompt is tokenized only until it
+  is past the context, so a huge one does not take the memory of its whole tokenization); 404
+  for another ``model``.
 - ``/v1/models`` reports the profile's ``max_model_len``: the model's context, capped at an
   engine's KV cache.
 - A client that goes away (closes the connection, or times out waiting for a whole response)
@@ -61,6 +63,7 @@ from aiohttp import web
 from ..clock import WallClock
 from ..errors import LLMReplayError
 from ..prompts import PromptFactory, stable_hash
+from ..tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
@@ -293,25 +296,32 @@ class SimServer:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str) and prompt:
-            return self._encode(prompt, "prompt")
+            return self._encode(prompt, "prompt", self.profile.max_model_len)
         if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
             raise BadRequest("prompt: batched prompts are not supported; send one prompt per request", "prompt")
         check_token_ids(prompt, self.vocab_size)
         return prompt
 
     def _chat_ids(self, messages: Any) -> list[int]:
+        """The template's ids; once they pass the context, the ids so far (``_encode``)."""
         if not isinstance(messages, list) or not messages:
             raise BadRequest("messages: expected a non-empty list of {role, content} objects", "messages")
+        context = self.profile.max_model_len
         ids: list[int] = []
         for index, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise BadRequest(f"messages[{index}]: expected an object with a string 'role'", f"messages[{index}]")
-            content = self._encode(_content(message.get("content"), index), f"messages[{index}].content")
+            content = self._encode(_content(message.get("content"), index), f"messages[{index}].content", context - len(ids))
             ids += self._header(self._checked_text(message["role"], f"messages[{index}].role")) + content + self._header("")
+            if len(ids) > context:
+                return ids
         return ids + self._header("assistant")
 
-    def _encode(self, text: str, field: str) -> list[int]:
-        return self.prompts.tokenizer.encode(self._checked_text(text, field))
+    def _encode(self, text: str, field: str, limit: int) -> list[int]:
+        """``text``'s ids; past ``limit`` of them, those of a head of it holding more
+        (:func:`~pytest_llmreplay.tokenizer.encode_within`: a prompt past the context is refused by
+        its length, and a huge one is not tokenized whole)."""
+        return encode_within(self.prompts.tokenizer, self._checked_text(text, field), limit)
 
     @staticmethod
     def _checked_text(text: str, field: str) -> str:
