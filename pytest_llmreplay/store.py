@@ -64,6 +64,13 @@ def redact(text: str) -> str:
     return re.sub(r"(://[^\s?]*)\?[^\s\"']*", r"\1?***", text)
 
 
+def refuse_password(text: str, url: str, instead: str) -> None:
+    """:class:`LLMReplayError` naming ``text`` (the option as given, redacted) when ``url`` holds
+    a password (``scheme://user:password@host``); ``instead`` says where credentials go."""
+    if re.match(r"[^:/]+://[^/@]*:[^/@]*@", url):
+        raise LLMReplayError(f"{redact(text)}: a password in the URL; give credentials {instead}, not in the option")
+
+
 def result_folder(test: str) -> str:
     """A file-system-safe folder name for a test id, readable and unique (a digest suffix)."""
     readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", test).strip("_.")[:80] or "test"
@@ -485,12 +492,13 @@ def _git_env(rootdir: Path) -> dict[str, str]:
 
 def git_store(spec: str, rootdir: Path) -> GitStore:
     """``git:REMOTE#REF``: REMOTE a remote of the repository at ``rootdir`` (``origin``) or a URL
-    or path; REF a full ref (``refs/llmreplay/results``) or a branch name (default
-    ``llmreplay-results``)."""
+    (one holding a password is refused, as for any store) or path; REF a full ref
+    (``refs/llmreplay/results``) or a branch name (default ``llmreplay-results``)."""
     remote, _, ref = spec.removeprefix("git:").partition("#")
     ref = ref.strip() or DEFAULT_GIT_REF
     if not remote:
         raise LLMReplayError(f"{redact(spec)}: expected git:REMOTE#REF, e.g. git:origin#refs/llmreplay/results")
+    refuse_password(spec, remote, "to git (a credential helper, or the checkout's http.*extraheader)")
     if not ref.startswith("refs/"):
         ref = f"refs/heads/{ref}"
     done = subprocess.run(["git", "-C", str(rootdir), "remote", "get-url", remote], capture_output=True, text=True)
@@ -531,8 +539,7 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     if match is None:
         return FolderStore(Path(rootdir, text))
     scheme = match.group(1).lower()
-    if re.match(r"[^:/]+://[^/@]*:[^/@]*@", text):
-        raise LLMReplayError(f"{redact(text)}: a password in the URL; give credentials in the environment (the back-end's own variables), not in the option")
+    refuse_password(text, text, "in the environment (the back-end's own variables)")
     try:
         import fsspec
     except ImportError:

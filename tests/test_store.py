@@ -220,6 +220,7 @@ def test_open_store_kinds(tmp_path):
 @pytest.mark.parametrize(("text", "needle"), [
     ("nosuch://bucket/x", "nosuch://bucket/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL"),
     ("s3://AKIAKEY:s3cr3t@bucket/x", "s3://***@bucket/x: a password in the URL; give credentials in the environment"),
+    ("git:https://user:s3cr3t@git.example.com/x.git#refs/x", "git:https://***@git.example.com/x.git#refs/x: a password in the URL; give credentials to git"),
     ("git:#refs/x", "git:#refs/x: expected git:REMOTE#REF"),
     ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of"),
 ])
@@ -443,7 +444,7 @@ def test_a_failed_push_keeps_the_result_and_the_next_save_sends_it(remote, tmp_p
 
 
 def test_git_store_that_cannot_be_reached(tmp_path, refused_url):
-    store = open_store(f"git:{refused_url.replace('http://', 'http://user:tok@')}/r.git#refs/x", tmp_path)
+    store = open_store(f"git:{refused_url.replace('http://', 'http://tok@')}/r.git#refs/x", tmp_path)  # a token as the user
     with pytest.raises(LLMReplayError) as info:
         store.check(writing=False)
     assert str(info.value).startswith("git:http://***@127.0.0.1:")
