@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .errors import LLMReplayError
 from .report_rows import OVERVIEW_HEADERS, SLO_HEADERS, comparison_rows, headline, overview_row, slo_rows
@@ -30,25 +31,43 @@ def read_results(report_dir: Path) -> list[dict[str, Any]]:
 
 
 def markdown(results: list[Mapping[str, Any]]) -> str:
-    """summary.md: the summary table, then per test its headline, SLO table and comparison."""
-    from tabulate import tabulate
-
+    """summary.md: the summary table, then per test its headline, SLO table and comparison.
+    Every text from a result (a test id, a workload path in a message, a comparison's header)
+    goes through :func:`markdown_text`: GitHub renders HTML in a step summary, as index.html
+    would if it did not escape it."""
     from .baseline import COMPARISON_HEADERS
 
     lines = [f"## llmreplay: {len(results)} perf test{'s' if len(results) != 1 else ''}", "",
-             tabulate([overview_row(r) for r in results], headers=OVERVIEW_HEADERS, tablefmt="github")]
+             _table([overview_row(r) for r in results], OVERVIEW_HEADERS)]
     for record in results:
-        lines += ["", f"### {record['test']}", "", f"**{headline(record).text()}**"]
+        lines += ["", f"### {markdown_text(record['test'])}", "", f"**{markdown_text(headline(record).text())}**"]
         rows = slo_rows(record)
         if rows:
-            lines += ["", "**SLOs**", "", tabulate(rows, headers=SLO_HEADERS, tablefmt="github")]
+            lines += ["", "**SLOs**", "", _table(rows, SLO_HEADERS)]
         comparison = record.get("comparison")
         if comparison:
-            lines += ["", f"**Compared with {comparison['baseline']}**", ""]
+            lines += ["", f"**Compared with {markdown_text(comparison['baseline'])}**", ""]
             if comparison.get("header"):
-                lines += [comparison["header"], ""]
-            lines.append(comparison["mismatch"] if comparison.get("mismatch") else tabulate(comparison_rows(comparison), headers=COMPARISON_HEADERS, tablefmt="github"))
+                lines += [markdown_text(comparison["header"]), ""]
+            lines.append(markdown_text(comparison["mismatch"]) if comparison.get("mismatch") else _table(comparison_rows(comparison), COMPARISON_HEADERS))
     return "\n".join(lines) + "\n"
+
+
+_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` read as plain text in GitHub-flavoured Markdown: a ``<`` that would open an HTML
+    tag, comment or autolink is written ``&lt;``, an ``&`` that would start an entity ``&amp;``;
+    every other character stays as it is, so ``ttft.p99 < 20ms`` reads the same in the file."""
+    return _MARKUP.sub(lambda found: "&lt;" if found.group() == "<" else "&amp;", text)
+
+
+def _table(rows: list[list[Any]], headers: Sequence[str]) -> str:
+    """A GitHub Markdown table of ``rows``, each text cell through :func:`markdown_text`."""
+    from tabulate import tabulate
+
+    return tabulate([[markdown_text(cell) if isinstance(cell, str) else cell for cell in row] for row in rows], headers=headers, tablefmt="github")
 
 
 OWNER_MARK = ".llmreplay-report"  # in a report folder: this plugin made it, and may clear it

@@ -131,6 +131,21 @@ def test_slos_checked_in_code_are_rendered_like_the_markers():
     assert "| ttft.p50 | < 20ms      | 40.04 ms" in text and "**FAIL · 1 of 1 SLOs breached" in text
 
 
+def test_markdown_summary_shows_html_from_a_result_as_text():
+    """summary.md lands in GitHub step summaries, which render HTML: a test id, a message naming
+    a workload path, a comparison's header or baseline holding markup read as text, as in
+    index.html; an SLO's '<' before a space is not markup and stays as written."""
+    comparison = {"baseline": "<b>main</b>", "header": "different workloads: <script>alert(1)</script>", "mismatch": "workload <img src=x onerror=alert(2)>", "rows": []}
+    stored = {**record(MARKER_SLOS, comparison), "test": "t.py::test_x[<script>alert(3)</script>]",
+              "failed_by": ["not saved: cannot write wl/<iframe src=javascript:alert(4)>.json &amp; more"]}
+    text = markdown([stored])
+    for markup in ("<b>", "<script>", "</script>", "<img", "<iframe", "&amp; more"):
+        assert markup not in text
+    assert "### t.py::test_x[&lt;script>alert(3)&lt;/script>]" in text and "&amp;amp; more" in text
+    assert "**Compared with &lt;b>main&lt;/b>**" in text and "workload &lt;img src=x onerror=alert(2)>" in text
+    assert "| ttft.p99   | < 500ms " in text
+
+
 def test_an_slo_entry_that_cannot_be_read_back_is_shown_as_stored():
     odd = [{"key": "ttft.p99", "threshold": "under a second", "measured": 0.5, "passed": True}]
     assert slo_rows(record(odd)) == [["ttft.p99", "under a second", "0.5", "", "ok"]]
