@@ -7,7 +7,9 @@ random bits), so writers never collide, and they sort by time within a commit.
 **Never overwritten**, whoever writes at the same time:
 
 - :class:`FolderStore` (a path, or ``file:///PATH``: :func:`file_url_path`): written to a temporary file, then hard-linked
-  into place, which fails rather than replacing a file; a reader never sees half a file.
+  into place, which fails rather than replacing a file; a reader never sees half a file, and
+  the temporary files a killed writer leaves are cleared by a later save
+  (:func:`clear_stale_temporaries`).
 - :class:`GitStore` (``git:REMOTE#REF``): results are commits on REF, an orphan history of the
   files in this layout. A save first lands in a local outbox (``<rootdir>/.llmreplay/git/<id>/
   outbox``), then: fetch REF, add the outbox's files to its tree, commit on top, push (refused by
@@ -54,6 +56,8 @@ PUSH_BACKOFF_S = 0.2  # the first wait between rounds; doubled each round (cappe
 PUSH_BACKOFF_CAP_S = 5.0
 GIT_TIMEOUT_S = 120.0  # one git command talking to the remote
 DEFAULT_GIT_REF = "llmreplay-results"
+STALE_TEMPORARY_S = 3600.0  # a write_new temporary file this old, of no running process, was left by a killed writer
+_TEMPORARY = re.compile(r"\..+\.(\d+)\.[0-9a-f]{8}\.tmp")  # write_new's .NAME.PID.HEX.tmp
 EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure", "adl": "azure"}
 
 
@@ -102,8 +106,12 @@ def make_folder(path: Path, contents: str) -> None:
 
 
 def write_new(path: Path, record: Mapping[str, Any] | bytes) -> Path:
-    """Write ``record`` (or bytes) to ``path`` atomically, never replacing a file (FileExistsError)."""
+    """Write ``record`` (or bytes) to ``path`` atomically, never replacing a file (FileExistsError):
+    through a hidden temporary file ``.NAME.PID.HEX.tmp`` beside it. The folder's stale
+    temporary files, which a writer killed mid-write leaves, are cleared first
+    (:func:`clear_stale_temporaries`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    clear_stale_temporaries(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     temporary.write_bytes(record if isinstance(record, bytes) else encode(record))
     try:
@@ -111,6 +119,34 @@ def write_new(path: Path, record: Mapping[str, Any] | bytes) -> Path:
     finally:
         temporary.unlink()
     return path
+
+
+def clear_stale_temporaries(folder: Path) -> None:
+    """Remove the temporary files of :func:`write_new` in ``folder`` that are stale: older than
+    :data:`STALE_TEMPORARY_S` *and* named by a process id that no process on this machine has.
+    Both, so that a live writer's file is never taken: a write holds its file for milliseconds,
+    and the age covers writers on other machines sharing the folder (whose ids mean nothing
+    here), the process check a writer on this one that stalled longer. Files that vanish or
+    cannot be removed meanwhile are left to the next save."""
+    deadline = time.time() - STALE_TEMPORARY_S
+    for path in folder.glob(".*.tmp"):
+        named = _TEMPORARY.fullmatch(path.name)
+        try:
+            if named and path.stat().st_mtime < deadline and not _running(int(named.group(1))):
+                path.unlink()
+        except OSError:
+            continue
+
+
+def _running(pid: int) -> bool:
+    """Whether a process of id ``pid`` exists on this machine (another user's counts)."""
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except (ProcessLookupError, OverflowError):  # none has the id (or an id past any process's)
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 # ------------------------------------------------------------------------ the stores

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from pytest_llmreplay import baseline
 from pytest_llmreplay.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.store import FolderStore, FsspecStore, GitStore, open_store, redact, result_folder, write_new
+from pytest_llmreplay.store import STALE_TEMPORARY_S, FolderStore, FsspecStore, GitStore, open_store, redact, result_folder, write_new
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,6 +54,26 @@ def test_write_new_never_overwrites(tmp_path):
         write_new(path, record())
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # the temporary file is gone too
+
+
+def test_a_save_clears_temporary_files_a_killed_writer_left_and_no_live_ones(tmp_path):
+    exited = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True).stdout)
+    folder = tmp_path / result_folder(record()["test"])
+    folder.mkdir()
+    names = {
+        "stale": f".a.json.{exited}.0123abcd.tmp",  # old, and its process is gone: removed
+        "recent": f".b.json.{exited}.89abcdef.tmp",  # its process is gone here, but it may be another machine's: kept
+        "running": f".c.json.{os.getpid()}.00ff00ff.tmp",  # old, but its process runs (a stalled write): kept
+        "not ours": ".notes.tmp",
+    }
+    old = time.time() - STALE_TEMPORARY_S - 60
+    for key, name in names.items():
+        (folder / name).write_text("half a result")
+        if key != "recent":
+            os.utime(folder / name, (old, old))
+    saved = FolderStore(tmp_path).save(record())
+    left = sorted(p.name for p in folder.iterdir())
+    assert left == sorted([Path(saved).name, names["recent"], names["running"], names["not ours"]])
 
 
 def test_result_folder_is_safe_and_unique():
