@@ -11,8 +11,10 @@ report's house style), x = the offered load of each point (req/s, or sessions in
 - **Throughput vs load**: the request throughput each point achieved and its goodput (requests
   per second meeting every per-request SLO).
 
-On both, the capacity (the highest load that passed) is a vertical line, the bracket [low, high]
-shaded, and every failed point (a breached SLO, or stopped early) crossed out. Written inline in
+On both, the capacity is a vertical line at its load (by concurrency the highest load that
+passed; by rate the rate its point carried, which may lie below the rate it was offered:
+:mod:`~pytest_llmreplay.search`), the bracket [low, high] shaded, and every failed point (a
+breached SLO, or stopped early) crossed out. Written inline in
 the HTML report (:func:`~pytest_llmreplay.report_html.load_curve_section`) and as
 ``load_curve.svg`` by ``llmreplay sweep --out``.
 """

@@ -19,8 +19,8 @@ offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_s
    target is the offline simulator, whose points cannot disturb each other): as GuideLLM starts
    its sweep, the synchronous run (concurrency 1; for a missing ``min``) and the saturating run
    (every session at once; for a missing ``max``). Each is a closed loop, not a rate: its achieved
-   session rate (sessions / run time) only says where to look, and it is never the capacity nor
-   an end of the bracket. They run to their end (a stopped run's rate would be no estimate).
+   session rate (its carried rate, below) only says where to look, and it is never the capacity
+   nor an end of the bracket. They run to their end (a stopped run's rate would be no estimate).
 2. The ends, two points at the load (in parallel as above): low = ``min``, else the synchronous
    run's rate; high = ``max``, else the saturating run's rate (``concurrency``: ``min``, default
    1, and ``max``, default every planned session at once, both real points already). High is
@@ -29,13 +29,22 @@ offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_s
    point at twice the highest passing rate, until one fails or the budget is spent (even when
    the saturating run met the SLOs: an open-loop point may still fail, over-saturated). No load
    failed (or ``max``, or by ``concurrency`` every session at once, passed): capacity is at
-   least the highest load that passed, no upper bound found (``high`` None; ``at_least`` in the
-   stored search).
+   least the one of step 5, no upper bound found (``high`` None; ``at_least`` in the stored
+   search), unless it is a ceiling (a load not carried, below).
 4. Bisection between the highest pass and the lowest fail: while high - low > ``resolution`` *
    high (concurrency: and high - low > 1) and fewer than ``budget`` runs are done: a point at
    mid = (low + high) / 2 (concurrency: rounded down); pass: low = mid, fail: high = mid.
-5. Capacity = low: always the load of a point run at that load that passed (or 0); its
-   uncertainty is the bracket [low, high], whose ends are both points run at their load.
+5. Capacity (0 when no point passed): by ``concurrency`` the highest load that passed (low); by
+   ``rate`` max over the passing points of min(load, carried): never above the throughput a
+   point achieved. Its uncertainty is the bracket [capacity, high], high a load run that failed.
+
+**Carried load**: a point's carried rate c is the sessions per second it served, answered
+requests / run time * sessions / requests planned (sessions / run time when all were answered).
+An open loop of n sessions at λ lasts (n - 1) / λ plus the last requests' drain, so c is a little
+under λ even when the load was carried; with c < :data:`CARRIED_SHARE` λ (0.8) it was not: its
+SLOs held only because the run ended before its queue could build (the workload is too short for
+that rate). When the point at capacity is one, the capacity is the rate it carried, a ceiling,
+never ``at least``, and the reason says so in one line.
 
 **Early stop and over-saturation**: a point's :class:`~pytest_llmreplay.search_stop.StopRule`
 (on by default; the rules and their constants: :mod:`~pytest_llmreplay.search_stop`) stops it
@@ -66,6 +75,7 @@ BY = ("rate", "concurrency")
 ARRIVALS = ("poisson", "constant", "trace")
 DEFAULT_RESOLUTION = 0.05
 DEFAULT_BUDGET = 12
+CARRIED_SHARE = 0.8  # a rate point carried its load when it served at least this share of it (module docstring)
 PLAN_KEYS = ("by", "slo", "min", "max", "resolution", "budget", "arrival", "early_stop")
 # settings the search sets itself at each point
 VARIED_SETTINGS = ("mode", "rate", "concurrency", "arrival")
@@ -231,16 +241,31 @@ def run_point(job: PointJob) -> ReplayRun:
 
 @dataclass
 class Point:
-    """One replay of the search: its load, role, result, checks. Roles: ``sync`` and
-    ``saturate``, the estimates of a rate search (closed loops: ``load`` is the session rate
-    they achieved, not a rate they ran at); ``low`` and ``high``, the ends; ``grow`` and
-    ``bisect``: points run at their ``load``."""
+    """One replay of the search: its load, role, result, checks and ``carried``, the session
+    rate it served (module docstring). Roles: ``sync`` and ``saturate``, the estimates of a rate
+    search (closed loops: ``load`` is the session rate they carried, not a rate they ran at);
+    ``low`` and ``high``, the ends; ``grow`` and ``bisect``: points run at their ``load``."""
 
     load: float
     role: str
     settings: ReplaySettings
     result: Result
     checks: list[Check]
+    carried: float
+
+    @property
+    def open_loop(self) -> bool:
+        return self.settings.mode in OPEN_LOOP_MODES
+
+    @property
+    def credited(self) -> float:
+        """What the point counts for as a capacity: open loop min(load, carried), closed its load."""
+        return min(self.load, self.carried) if self.open_loop else self.load
+
+    @property
+    def carried_its_load(self) -> bool:
+        """A closed loop always; an open loop when carried >= :data:`CARRIED_SHARE` * load."""
+        return not self.open_loop or self.carried >= CARRIED_SHARE * self.load
 
     @property
     def stopped(self) -> str | None:
@@ -261,7 +286,7 @@ class Point:
         summary = self.result.summary
         goodput = summary.get("goodput", {})
         return {
-            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped,
+            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped, "carried": self.carried,
             "settings": {key: getattr(self.settings, key) for key in ("mode", "rate", "concurrency", "arrival", "speedup")},
             "slo": {c.slo.key: c.measured for c in self.checks},
             "request_throughput": summary.get("request_throughput", {}).get("overall"),
@@ -272,6 +297,10 @@ class Point:
             "tpot_p50": summary.get("tpot", {}).get("p50"), "tpot_p99": summary.get("tpot", {}).get("p99"),
             "requests_ok": summary["requests"]["ok"], "requests_planned": summary["requests"]["planned"],
         }
+
+    def verdict(self) -> str:
+        """``pass``, ``pass (not carried)``, ``FAIL`` or ``FAIL (stopped)``."""
+        return ("pass" if self.carried_its_load else "pass (not carried)") if self.passed else ("FAIL (stopped)" if self.stopped else "FAIL")
 
     def line(self, index: int, budget: int, by: str) -> str:
         """The progress line of a finished point."""
@@ -300,24 +329,51 @@ class CapacityResult(Result):
 
 @dataclass
 class Capacity:
-    """The outcome of a search: every run in run order (estimates included), the bracket
-    [low, high] (high None: no load failed, capacity is at least low), and why the search ended."""
+    """The outcome of a search: every run in run order (estimates included), ``high`` (the lowest
+    load that failed; None: none did) and why the search ``ended``; the capacity, its point and
+    whether it is a ceiling follow from the points (module docstring: step 5, carried load)."""
 
     plan: CapacityPlan
     base: ReplaySettings
     points: list[Point]
-    low: float
     high: float | None
-    reason: str
+    ended: str
+
+    @cached_property
+    def at_capacity(self) -> Point:
+        """The passing point run at its load with the highest credited load, else the lowest load run."""
+        candidates = self.load_points or self.points
+        passed = [p for p in candidates if p.passed]
+        return max(passed, key=lambda p: p.credited) if passed else min(candidates, key=lambda p: p.load)
+
+    @property
+    def low(self) -> float:
+        """The capacity, the bracket's bottom: the credited load of the point at capacity (0 when none passed)."""
+        point = self.at_capacity
+        return point.credited if point.passed else 0.0
 
     @property
     def value(self) -> float:
         return self.low
 
     @property
+    def ceiling(self) -> bool:
+        """The point at capacity met the SLOs without carrying its load: the capacity is the rate it carried."""
+        return self.at_capacity.passed and not self.at_capacity.carried_its_load
+
+    @property
     def at_least(self) -> bool:
-        """Some load passed and none failed: no upper bound was found."""
-        return self.high is None
+        """Some load passed and none failed, and the capacity is no ceiling: no upper bound was found."""
+        return self.high is None and not self.ceiling
+
+    @property
+    def reason(self) -> str:
+        """Why the search ended; for a ceiling, the one line that says why the capacity is the rate carried."""
+        if not self.ceiling:
+            return self.ended
+        point = self.at_capacity
+        return (f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
+                "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
 
     @property
     def load_points(self) -> list[Point]:
@@ -325,15 +381,9 @@ class Capacity:
         return [p for p in self.points if not p.estimate]
 
     def figures(self) -> dict[str, float]:
-        """``summary["capacity"]``; with no upper bound, ``high`` = ``low`` (the load known to pass)."""
+        """``summary["capacity"]``; with no upper bound, ``high`` = ``low`` (the capacity)."""
         high = self.low if self.high is None else self.high
         return {self.plan.by: self.low, "low": self.low, "high": high, "runs": float(len(self.points))}
-
-    @cached_property
-    def at_capacity(self) -> Point:
-        candidates = self.load_points or self.points
-        passed = [p for p in candidates if p.passed]
-        return max(passed, key=lambda p: p.load) if passed else min(candidates, key=lambda p: p.load)
 
     @cached_property
     def result(self) -> CapacityResult:
@@ -348,8 +398,9 @@ class Capacity:
                 "points": [p.figures() for p in self.load_points], "estimates": [p.figures() for p in self.points if p.estimate]}
 
     def table(self) -> str:
-        """A row per point run at its load, in load order; the estimates below, apart (their
-        loads are what a closed loop carried, not rates run); then the headline."""
+        """A row per point run at its load, in load order (``pass (not carried)``: it met the SLOs
+        carrying under :data:`CARRIED_SHARE` of its rate); the estimates below, apart (their loads
+        are what a closed loop carried, not rates run); then the headline."""
         from tabulate import tabulate
 
         keys = [slo.key for slo in self.plan.slos]
@@ -360,7 +411,7 @@ class Capacity:
             for point in sorted(points, key=lambda p: p.load):
                 f = point.figures()
                 measured = {c.slo.key: ("-" if c.measured is None else c.slo.show(c.measured)) for c in point.checks}
-                out.append([f"{point.load:.4g}", "pass" if point.passed else "FAIL" + (" (stopped)" if point.stopped else "")] + [measured[k] for k in keys]
+                out.append([f"{point.load:.4g}", point.verdict()] + [measured[k] for k in keys]
                            + [_fmt(f["request_throughput"]), _fmt(f["goodput_rate"]), "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%"])
             return out
 
@@ -378,11 +429,20 @@ class Capacity:
         if self.at_least:
             return (f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
                     f"{len(self.points)} runs; {self.reason}")
-        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {self.high:.4g}], {len(self.points)} runs; {self.reason}"
+        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {self.figures()['high']:.4g}], {len(self.points)} runs; {self.reason}"
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def carried_rate(run: ReplayRun, sessions: int) -> float:
+    """Sessions per second ``run`` served: answered requests / run time * ``sessions`` /
+    requests planned (module docstring); 0 for a run of no time."""
+    if run.duration_s <= 0 or not run.planned_requests:
+        return 0.0
+    answered = sum(record.status == "ok" for record in run.records)
+    return answered / run.duration_s * sessions / run.planned_requests
 
 
 def trace_rate(workload: Workload) -> float:
@@ -437,9 +497,8 @@ class Search:
 
     def keep(self, load: float | None, role: str, settings: ReplaySettings, run: ReplayRun) -> Point:
         result = Result(run, gpus=self.target.gpus, goodput=self.limits)
-        if load is None:  # an estimate's load is the session rate it achieved
-            load = self.sessions / run.duration_s if run.duration_s > 0 else 0.0
-        point = Point(load, role, settings, result, check_slos(result.summary, self.plan.slos))
+        carried = carried_rate(run, self.sessions)
+        point = Point(carried if load is None else load, role, settings, result, check_slos(result.summary, self.plan.slos), carried)
         self.points.append(point)
         if self.progress is not None:
             self.progress(point.line(len(self.points), self.plan.budget, self.plan.by))
@@ -502,40 +561,39 @@ class Search:
 
     def run(self) -> Capacity:
         plan = self.plan
-        unit = " req/s" if plan.by == "rate" else ""
         low_end, high_end = self.ends()
         runs = [(low_end, "low", self.settings_at(low_end), True)]
         if high_end > low_end:
             runs.append((high_end, "high", self.settings_at(high_end), True))
         ends = self.run_all(runs)
         if not ends[0].passed:
-            return self.done(0.0, low_end, "no load meets the SLOs: the lowest one fails")
+            return self.done(low_end, "no load meets the SLOs: the lowest one fails")
         low, high = low_end, None  # high None: no load failed yet
         if len(ends) > 1:
             low, high = (high_end, None) if ends[1].passed else (low_end, high_end)
         if high is None:
             if plan.max is not None or plan.by == "concurrency":
-                return self.done(low, None, "the highest load meets the SLOs: capacity is at least that")
+                return self.done(None, "the highest load meets the SLOs: capacity is at least that")
             while high is None:  # grow: twice the highest pass until a rate fails
                 if len(self.points) >= plan.budget:
-                    return self.done(low, None, f"no rate failed within the budget of {plan.budget} runs: capacity is at least {low:.4g}{unit}")
+                    return self.done(None, f"no rate failed within the budget of {plan.budget} runs: capacity is at least that")
                 point = self.probe(2 * low, "grow")
                 low, high = (point.load, None) if point.passed else (low, point.load)
         while not self.resolved(low, high):
             if len(self.points) >= plan.budget:
-                return self.done(low, high, f"budget of {plan.budget} runs spent before the {plan.resolution * 100:g}% resolution")
+                return self.done(high, f"budget of {plan.budget} runs spent before the {plan.resolution * 100:g}% resolution")
             mid = (low + high) // 2 if plan.by == "concurrency" else (low + high) / 2
             point = self.probe(mid, "bisect")
             low, high = (mid, high) if point.passed else (low, mid)
-        return self.done(low, high, f"bracket within the {plan.resolution * 100:g}% resolution")
+        return self.done(high, f"bracket within the {plan.resolution * 100:g}% resolution")
 
     def resolved(self, low: float, high: float) -> bool:
         if self.plan.by == "concurrency" and high - low <= 1:
             return True
         return high - low <= self.plan.resolution * high
 
-    def done(self, low: float, high: float | None, reason: str) -> Capacity:
-        return Capacity(self.plan, self.base, self.points, low, high, reason)
+    def done(self, high: float | None, ended: str) -> Capacity:
+        return Capacity(self.plan, self.base, self.points, high, ended)
 
 
 def find_capacity(workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan, settings: ReplaySettings = ReplaySettings(),

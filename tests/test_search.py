@@ -1,6 +1,7 @@
 """Capacity at SLO (``pytest_llmreplay.search``) on the offline simulator: the bracket holds the
-answer an exhaustive grid finds, a faster profile carries more, an SLO no load meets, the
-budget, the early stop (its rule checked against the final statistic), and bad plans."""
+answer an exhaustive grid finds, a capacity by rate is never above what its point carried, a
+faster profile carries more, an SLO no load meets, the budget, the early stop (its rule checked
+against the final statistic), and bad plans."""
 
 from __future__ import annotations
 
@@ -42,6 +43,17 @@ def workload(tmp_path_factory):
     return load_workload(path)
 
 
+# 400 sessions: an open-loop point lasts long enough (seconds of schedule) for a queue's trend
+LONG_WORKLOAD = WORKLOAD.replace("sessions: 60", "sessions: 400")
+
+
+@pytest.fixture(scope="module")
+def long_workload(tmp_path_factory):
+    path = tmp_path_factory.mktemp("wl") / "long.yaml"
+    path.write_text(LONG_WORKLOAD)
+    return load_workload(path)
+
+
 @pytest.fixture(scope="module")
 def prompts():
     return PromptFactory(load_tokenizer(None), seed=0)
@@ -51,29 +63,37 @@ def target(prompts, profile="llama-3.1-8b-h100"):
     return Target("offline", profile=load_profile(profile), prompts=prompts)
 
 
-def passes(workload, prompts, plan, load, profile="llama-3.1-8b-h100"):
-    """Does one point at ``load`` meet the plan's SLOs (run to its end, no early stop)?"""
+def point_at(workload, prompts, plan, load, profile="llama-3.1-8b-h100"):
+    """One point at ``load``, run to its end (no early stop)."""
     search = Search(workload, target(prompts, profile), prompts, plan, workers=1)
     settings = search.settings_at(load)
-    return search.keep(load, "grid", settings, run_point(search.job(settings, stop=False))).passed
+    return search.keep(load, "grid", settings, run_point(search.job(settings, stop=False)))
+
+
+def passes(workload, prompts, plan, load, profile="llama-3.1-8b-h100"):
+    """Does one point at ``load`` meet the plan's SLOs (run to its end, no early stop)?"""
+    return point_at(workload, prompts, plan, load, profile).passed
 
 
 @pytest.fixture(scope="module")
 def grid_capacity(workload, prompts):
-    """The exhaustive grid's answer for SLO by ``by``: the highest grid load that passes with
-    every lower grid load passing too (each run to its end), computed once per ``by``."""
+    """The exhaustive grid's answer for SLO by ``by``, computed once per ``by``: (the highest
+    grid load that passes with every lower grid load passing too, each run to its end; the
+    highest load those passing points are credited with: by rate, the lower of the rate
+    offered and the rate carried)."""
     grids = {"concurrency": range(1, 61), "rate": [0.5 * k for k in range(1, 81)]}
     answers = {}
 
     def answer(by):
         if by not in answers:
             plan = CapacityPlan(by=by, slo=SLO)
-            best = None
+            best, credited = None, 0.0
             for load in grids[by]:
-                if not passes(workload, prompts, plan, load):
+                point = point_at(workload, prompts, plan, load)
+                if not point.passed:
                     break
-                best = load
-            answers[by] = best
+                best, credited = load, max(credited, point.credited)
+            answers[by] = best, credited
         return answers[by]
 
     return answer
@@ -91,33 +111,45 @@ def test_capacity_lies_within_one_resolution_step_of_an_exhaustive_grid(workload
     plan = CapacityPlan(by=by, slo=SLO, min=bounds[0], max=bounds[1])
     found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     assert found.high is not None and found.low < found.high, found.reason
-    best = grid_capacity(by)
+    best, credited = grid_capacity(by)
     assert best is not None
     step = max(plan.resolution * found.high, 1 if by == "concurrency" else 0)
-    assert found.low <= best + step and best <= found.high + step
-    assert abs(found.low - best) <= step + (1 if by == "concurrency" else 0.5)  # the grid's own spacing
-    # the bracket's ends are points run at their load: low passed, high failed
-    low = [p for p in found.points if ran_at(p, by, found.low)]
+    # the bisection brackets the grid's highest passing load between a pass and a failure
+    top = max(p.load for p in found.load_points if p.passed)
+    assert top <= best + step and best <= found.high + step
+    assert abs(top - best) <= step + (1 if by == "concurrency" else 0.5)  # the grid's own spacing
+    # the bracket's top is a point run at its load that failed; the highest pass is one that passed
     high = [p for p in found.points if ran_at(p, by, found.high)]
-    assert low and all(p.passed for p in low) and high and not any(p.passed for p in high)
+    assert high and not any(p.passed for p in high) and all(p.passed for p in found.points if ran_at(p, by, top))
+    # the capacity is what the grid credits (by concurrency the same load; by rate what was carried)
+    assert abs(found.low - credited) <= step + (1 if by == "concurrency" else 0.5)
 
 
-def test_a_rate_capacity_above_what_the_saturating_run_carried_is_found(workload, prompts):
-    # every session at once carries ~12 sessions/s here, but a Poisson stream of the 60 sessions
-    # meets the SLOs up to ~26/s: the saturating run only says where to look; the search grows
-    # the bracket past it (the grid test above, bounds None, checks it against the grid)
+def test_a_rate_the_workload_ends_before_it_is_carried_caps_the_capacity_at_the_rate_carried(workload, prompts):
+    # every session at once carries ~12 sessions/s here, and a Poisson stream of the 60 sessions
+    # meets the SLOs up to ~26/s offered: its arrivals last 2.3 s, and the run ends before the
+    # queue builds. The search still grows the bracket past the saturating run (which only says
+    # where to look), but no capacity is above what its point carried: here a ceiling, said so
     found = find_capacity(workload, target(prompts), prompts, CapacityPlan(by="rate", slo=SLO), workers=1)
     (saturating,) = [p for p in found.points if p.role == "saturate"]
     assert saturating.estimate and not saturating.passed and saturating.settings.mode == "concurrency"
-    assert found.value > 1.5 * saturating.load
     assert any(p.role == "grow" for p in found.points)
+    at = found.at_capacity
+    assert at.passed and at.load > 1.5 * saturating.load and at.carried < 0.6 * at.load  # offered twice what it carried
+    throughput = at.result.summary["request_throughput"]["overall"]
+    assert found.value == at.carried <= throughput * (1 + 1e-9)  # one-turn sessions: sessions/s is req/s
+    assert all(found.value >= p.credited for p in found.load_points if p.passed)
+    assert found.ceiling and not found.at_least and found.result.summary["capacity"]["rate"] == found.value
+    assert found.reason == (f"the {at.load:.4g} req/s point met the SLOs carrying only {at.carried:.4g} req/s: its run ended before a queue could build "
+                            "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
+    assert found.headline() == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, {found.high:.4g}], {len(found.points)} runs; {found.reason}"
     # the table keeps the estimates apart from the rates run, and never calls them the bracket
     table = found.table()
     rates, estimates = table.split("Estimates (where to look; not rates run, never the capacity)")
     rows = [line.split()[:2] for line in rates.splitlines()[3:]]
     assert rows == [[f"{p.load:.4g}", "pass" if p.passed else "FAIL"] for p in sorted(found.load_points, key=lambda p: p.load)]
     assert [f"{saturating.load:.4g}", "pass"] in rows  # run as a rate, that load passed; all at once it failed
-    assert "saturate, 60 in flight" in estimates and f"bracket [{found.value:.4g}, {found.high:.4g}]" in found.headline()
+    assert "saturate, 60 in flight" in estimates
     assert [p["role"] for p in found.as_dict()["estimates"]] == ["sync", "saturate"]
     assert not any(p["role"] in ("sync", "saturate") for p in found.as_dict()["points"])
 
@@ -136,13 +168,14 @@ CAPACITY_PLANS = {
 
 
 @pytest.mark.parametrize("name", list(CAPACITY_PLANS))
-def test_the_capacity_is_always_a_load_run_in_the_searchs_mode_that_passed(workload, prompts, name):
+def test_the_capacity_always_comes_from_a_load_run_in_the_searchs_mode_that_passed(workload, prompts, name):
+    # by concurrency that load; by rate the lower of the rate offered and the rate carried
     plan = parse_capacity(CAPACITY_PLANS[name])
     found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     if found.value > 0:
-        at = [p for p in found.points if ran_at(p, plan.by, found.value)]
-        assert at and all(p.passed for p in at), (name, found.headline())
-        assert found.at_capacity in at
+        at = found.at_capacity
+        assert ran_at(at, plan.by, at.load) and at.passed, (name, found.headline())
+        assert found.value == (min(at.load, at.carried) if plan.by == "rate" else at.load)
     else:
         assert not any(p.passed for p in found.points if not p.estimate)
     if found.high is not None:  # the bracket's top: a load run in the search's mode that failed
@@ -163,20 +196,40 @@ def test_an_slo_only_the_synchronous_run_meets_gives_capacity_zero(workload, pro
     assert ran_at(low, "rate", sync.load) and not low.passed
 
 
-def test_no_failing_rate_within_the_budget_says_capacity_is_at_least(workload, prompts):
+def test_no_failing_rate_within_the_budget_says_capacity_is_at_least(long_workload, prompts):
+    # tpot.p90 < 1s holds at both ends of 400 sessions, and the top one, at the rate every session
+    # at once carried, carried most of it (its arrivals last 19 s): the budget of 4 leaves no run
+    # to grow the bracket, and the result says no upper bound was found
+    plan = CapacityPlan(by="rate", slo={"tpot.p90": "< 1s"}, budget=4)
+    found = find_capacity(long_workload, target(prompts), prompts, plan, workers=1)
+    assert [p.role for p in found.points] == ["sync", "saturate", "low", "high"] and all(p.passed for p in found.points)
+    high = found.points[-1]
+    assert 0.8 * high.load <= high.carried < high.load and found.value == high.carried  # carried: a lower bound, at most what it achieved
+    assert (found.high, found.at_least, found.ceiling) == (None, True, False)
+    assert found.reason == "no rate failed within the budget of 4 runs: capacity is at least that"
+    assert found.headline().startswith(f"capacity (rate): at least {found.value:.4g} req/s (no upper bound found), bracket [{found.value:.4g}, -], 4 runs")
+    stored = found.as_dict()
+    assert stored["at_least"] is True and stored["rate"] == stored["low"] == stored["high"] == found.value
+    assert found.result.summary["capacity"] == {"rate": found.value, "low": found.value, "high": found.value, "runs": 4}
+
+
+def test_rates_that_pass_without_being_carried_give_a_ceiling_not_at_least(workload, prompts):
     # tpot.p90 < 1s holds at any rate 60 sessions can be sent at: the bracket grows (twice the
-    # highest pass each run) until the budget is spent, and the result says no upper bound was found
+    # highest pass each run) until the budget is spent; but the 60 sessions arrive within a
+    # second at those rates, and the run ends before any queue builds: what was carried
+    # (~12 sessions/s) is the capacity, a ceiling, and no lower bound on a rate never carried
     plan = CapacityPlan(by="rate", slo={"tpot.p90": "< 1s"}, budget=6)
     found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     roles = [p.role for p in found.points]
     assert roles == ["sync", "saturate", "low", "high", "grow", "grow"]
     grown = [p for p in found.points if p.role == "grow"]
     assert grown[1].load == pytest.approx(2 * grown[0].load) and all(p.passed for p in found.points if not p.estimate)
-    assert (found.value, found.high, found.at_least) == (grown[1].load, None, True)
-    assert found.reason == f"no rate failed within the budget of 6 runs: capacity is at least {found.value:.4g} req/s"
-    assert found.headline().startswith(f"capacity (rate): at least {found.value:.4g} req/s (no upper bound found), bracket [{found.value:.4g}, -], 6 runs")
+    assert found.value == max(p.carried for p in grown) < 0.6 * grown[0].load
+    assert (found.high, found.at_least, found.ceiling) == (None, False, True)
+    assert found.reason.startswith(f"the {found.at_capacity.load:.4g} req/s point met the SLOs carrying only {found.value:.4g} req/s: ")
+    assert found.headline() == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, {found.value:.4g}], 6 runs; {found.reason}"
     stored = found.as_dict()
-    assert stored["at_least"] is True and stored["rate"] == stored["low"] == stored["high"] == found.value
+    assert stored["at_least"] is False and stored["rate"] == stored["low"] == stored["high"] == found.value and stored["reason"] == found.reason
     assert found.result.summary["capacity"] == {"rate": found.value, "low": found.value, "high": found.value, "runs": 6}
 
 
@@ -216,7 +269,7 @@ def test_the_budget_bounds_the_runs(workload, prompts):
     plan = CapacityPlan(by="rate", slo=SLO, resolution=0.001, budget=7)
     lines = []
     found = find_capacity(workload, target(prompts), prompts, plan, progress=lines.append, workers=1)
-    assert len(found.points) == 7 and "budget of 7 runs spent" in found.reason
+    assert len(found.points) == 7 and "budget of 7 runs spent" in found.ended
     assert found.low < found.high  # 2 estimates, the ends, growth to a failing rate, one bisection
     # a progress line per point, as each finished
     assert [line.split(":")[0] for line in lines[2:]] == [f"point {i}/7 {p.role:>6} rate {p.load:.4g} req/s" for i, p in enumerate(found.points, 1) if not p.estimate]
@@ -278,17 +331,6 @@ def test_the_stop_rule_only_stops_points_whose_statistic_breaches():
     rule = StopRule(parse_slos({"ttft.p99": "< 1s"}), 100, {})
     assert rule.reason(rec(0, sent=0.0, chunks=((5.0, 1),), end=5.0)) is None
     assert "2 of at most 100" in rule.reason(rec(1, sent=0.0, chunks=((5.0, 1),), end=5.0))
-
-
-# 400 sessions: an open-loop point lasts long enough (seconds of schedule) for a queue's trend
-LONG_WORKLOAD = WORKLOAD.replace("sessions: 60", "sessions: 400")
-
-
-@pytest.fixture(scope="module")
-def long_workload(tmp_path_factory):
-    path = tmp_path_factory.mktemp("wl") / "long.yaml"
-    path.write_text(LONG_WORKLOAD)
-    return load_workload(path)
 
 
 def mean_wait(records):
