@@ -11,8 +11,9 @@ requests), profile llama-3.1-8b-h100, SLOs ttft.p99 < 1s and tpot.p99 < 50ms.
   loops, not rates), each run to its end: what a sweep without bisection (vLLM's ``bench
   sweep``, GuideLLM's) runs to say as much or more; run once. Rate: steps of 1% of the capacity
   the search found; concurrency: steps of 1, the finest there is. Its answer (the highest load
-  before the first that fails) is compared with the search's: the difference in %, and whether
-  it lies in the search's bracket (within a grid step).
+  credited to a point before the first that fails: by rate, as the search credits it, the lower
+  of the rate offered and the rate carried) is compared with the search's: the difference in %,
+  and whether it lies in the search's bracket (within a grid step).
 
     .venv/bin/python bench/sweep_speed.py --runs 5 [--by rate concurrency]
 """
@@ -53,10 +54,10 @@ def grid(workload, target, prompts, plan, found) -> tuple[float, int, float | No
     failed = False
     for load in loads:
         settings = search.settings_at(load)
-        passed = search.keep(load, "grid", settings, run_point(search.job(settings, stop=False))).passed
-        failed = failed or not passed
+        point = search.keep(load, "grid", settings, run_point(search.job(settings, stop=False)))
+        failed = failed or not point.passed
         if not failed:
-            best = load
+            best = max(best or 0.0, point.credited)
     return time.perf_counter() - start, len(loads), best
 
 
