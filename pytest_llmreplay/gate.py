@@ -13,7 +13,7 @@ its own body raising after it measured), so its headline says FAIL as pytest doe
 stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
 outcome's ``text`` (tables) goes into the test's report section, ``figures`` into its JUnit
 properties. A capacity test's result
-(:class:`~pytest_llmreplay.search.CapacityResult`) also stores its search (``capacity``: plan,
+(:class:`~pytest_llmreplay.search_outcome.CapacityResult`) also stores its search (``capacity``: plan,
 bracket, every point's figures), shows the points' table, and is compared on its capacity alone
 unless its ``regression`` names more. A run stopped by a signal (:mod:`~pytest_llmreplay.interrupt`)
 goes through the same steps; its record holds ``"interrupted": "<signal>"``, and a record that

@@ -1,5 +1,5 @@
 """The load curve of a capacity search, drawn from its stored block (``record["capacity"]``:
-``plan``, ``low``, ``high``, ``points``; :meth:`~pytest_llmreplay.search.Capacity.as_dict`).
+``plan``, ``low``, ``high``, ``points``; :meth:`~pytest_llmreplay.search_outcome.Capacity.as_dict`).
 
 One figure, two plots side by side (:func:`~pytest_llmreplay.report_plots.new_figure`, the
 report's house style), x = the offered load of each point (req/s, or sessions in flight):

@@ -19,7 +19,7 @@ offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_s
    target is the offline simulator, whose points cannot disturb each other): as GuideLLM starts
    its sweep, the synchronous run (concurrency 1; for a missing ``min``) and the saturating run
    (every session at once; for a missing ``max``). Each is a closed loop, not a rate: its achieved
-   session rate (its carried rate, below) only says where to look, and it is never the capacity
+   session rate (its carried rate, step 5) only says where to look, and it is never the capacity
    nor an end of the bracket. They run to their end (a stopped run's rate would be no estimate).
 2. The ends, two points at the load (in parallel as above): low = ``min``, else the synchronous
    run's rate; high = ``max``, else the saturating run's rate (``concurrency``: ``min``, default
@@ -30,21 +30,15 @@ offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_s
    the saturating run met the SLOs: an open-loop point may still fail, over-saturated). No load
    failed (or ``max``, or by ``concurrency`` every session at once, passed): capacity is at
    least the one of step 5, no upper bound found (``high`` None; ``at_least`` in the stored
-   search), unless it is a ceiling (a load not carried, below).
+   search), unless it is a ceiling (step 5).
 4. Bisection between the highest pass and the lowest fail: while high - low > ``resolution`` *
    high (concurrency: and high - low > 1) and fewer than ``budget`` runs are done: a point at
    mid = (low + high) / 2 (concurrency: rounded down); pass: low = mid, fail: high = mid.
-5. Capacity (0 when no point passed): by ``concurrency`` the highest load that passed (low); by
-   ``rate`` max over the passing points of min(load, carried): never above the throughput a
-   point achieved. Its uncertainty is the bracket [capacity, high], high a load run that failed.
-
-**Carried load**: a point's carried rate c is the sessions per second it served, answered
-requests / run time * sessions / requests planned (sessions / run time when all were answered).
-An open loop of n sessions at λ lasts (n - 1) / λ plus the last requests' drain, so c is a little
-under λ even when the load was carried; with c < :data:`CARRIED_SHARE` λ (0.8) it was not: its
-SLOs held only because the run ended before its queue could build (the workload is too short for
-that rate). When the point at capacity is one, the capacity is the rate it carried, a ceiling,
-never ``at least``, and the reason says so in one line.
+5. Capacity (:mod:`~pytest_llmreplay.search_outcome`, with the rule's details): by
+   ``concurrency`` the highest load that passed (low); by ``rate`` max over the passing points
+   of min(load, carried), never above the throughput a point achieved, and a ceiling when its
+   point did not carry its load (the workload too short for that rate: the reason says so).
+   Its uncertainty is the bracket [capacity, high], high a load run that failed.
 
 **Early stop and over-saturation**: a point's :class:`~pytest_llmreplay.search_stop.StopRule`
 (on by default; the rules and their constants: :mod:`~pytest_llmreplay.search_stop`) stops it
@@ -67,20 +61,18 @@ from .run_records import ReplayRun, RequestRecord
 from .errors import LLMReplayError
 from .metrics import Result
 from .prompts import PromptFactory
+from .search_outcome import Capacity, Point, carried_rate
 from .search_stop import OPEN_LOOP_MODES, QueueGrowth, StopRule
-from .slo import SLO, Check, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
+from .slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
 from .workload import Workload
 
 BY = ("rate", "concurrency")
 ARRIVALS = ("poisson", "constant", "trace")
 DEFAULT_RESOLUTION = 0.05
 DEFAULT_BUDGET = 12
-CARRIED_SHARE = 0.8  # a rate point carried its load when it served at least this share of it (module docstring)
 PLAN_KEYS = ("by", "slo", "min", "max", "resolution", "budget", "arrival", "early_stop")
 # settings the search sets itself at each point
 VARIED_SETTINGS = ("mode", "rate", "concurrency", "arrival")
-# roles of the closed-loop runs that only say where a rate search looks (module docstring)
-ESTIMATE_ROLES = ("sync", "saturate")
 
 
 class Target(Protocol):
@@ -237,212 +229,6 @@ def run_point(job: PointJob) -> ReplayRun:
 
         replay.on_record = observe
     return replay.run()
-
-
-@dataclass
-class Point:
-    """One replay of the search: its load, role, result, checks and ``carried``, the session
-    rate it served (module docstring). Roles: ``sync`` and ``saturate``, the estimates of a rate
-    search (closed loops: ``load`` is the session rate they carried, not a rate they ran at);
-    ``low`` and ``high``, the ends; ``grow`` and ``bisect``: points run at their ``load``."""
-
-    load: float
-    role: str
-    settings: ReplaySettings
-    result: Result
-    checks: list[Check]
-    carried: float
-
-    @property
-    def open_loop(self) -> bool:
-        return self.settings.mode in OPEN_LOOP_MODES
-
-    @property
-    def credited(self) -> float:
-        """What the point counts for as a capacity: open loop min(load, carried), closed its load."""
-        return min(self.load, self.carried) if self.open_loop else self.load
-
-    @property
-    def carried_its_load(self) -> bool:
-        """A closed loop always; an open loop when carried >= :data:`CARRIED_SHARE` * load."""
-        return not self.open_loop or self.carried >= CARRIED_SHARE * self.load
-
-    @property
-    def stopped(self) -> str | None:
-        return self.result.run.stopped
-
-    @property
-    def passed(self) -> bool:
-        return self.stopped is None and all(c.passed for c in self.checks)
-
-    @property
-    def estimate(self) -> bool:
-        """A closed-loop run that only says where a rate search looks (never the capacity)."""
-        return self.role in ESTIMATE_ROLES
-
-    def figures(self) -> dict[str, Any]:
-        """What is kept of the point in the stored result (and drawn in a load curve): the load,
-        the verdict, each SLO's measured value, throughput, goodput, error rate and counts."""
-        summary = self.result.summary
-        goodput = summary.get("goodput", {})
-        return {
-            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped, "carried": self.carried,
-            "settings": {key: getattr(self.settings, key) for key in ("mode", "rate", "concurrency", "arrival", "speedup")},
-            "slo": {c.slo.key: c.measured for c in self.checks},
-            "request_throughput": summary.get("request_throughput", {}).get("overall"),
-            "output_throughput": summary.get("output_throughput", {}).get("overall"),
-            "goodput": goodput.get("value"), "goodput_rate": goodput.get("rate"),
-            "error_rate": summary.get("error_rate", {}).get("value"),
-            "ttft_p50": summary.get("ttft", {}).get("p50"), "ttft_p99": summary.get("ttft", {}).get("p99"),
-            "tpot_p50": summary.get("tpot", {}).get("p50"), "tpot_p99": summary.get("tpot", {}).get("p99"),
-            "requests_ok": summary["requests"]["ok"], "requests_planned": summary["requests"]["planned"],
-        }
-
-    def verdict(self) -> str:
-        """``pass``, ``pass (not carried)``, ``FAIL`` or ``FAIL (stopped)``."""
-        return ("pass" if self.carried_its_load else "pass (not carried)") if self.passed else ("FAIL (stopped)" if self.stopped else "FAIL")
-
-    def line(self, index: int, budget: int, by: str) -> str:
-        """The progress line of a finished point."""
-        unit = " req/s" if by == "rate" else ""
-        measured = "  ".join(f"{c.slo.key} {'-' if c.measured is None else c.slo.show(c.measured)}" for c in self.checks)
-        figures = self.figures()
-        goodput = "" if figures["goodput_rate"] is None else f"  goodput {figures['goodput_rate']:.4g} req/s ({figures['goodput'] * 100:.0f}%)"
-        verdict = "pass" if self.passed else "FAIL"
-        stopped = f"  (stopped early: {self.stopped})" if self.stopped else ""
-        load = f"{by} {self.load:.4g}{unit}"
-        if self.estimate:
-            load = f"estimate, {self.settings.concurrency} in flight: carried {self.load:.4g} req/s"
-        return f"point {index}/{budget} {self.role:>6} {load}: {verdict}  {measured}{goodput}{stopped}"
-
-
-class CapacityResult(Result):
-    """The stored face of a search: the point at capacity (the highest that passed, else the
-    lowest run), with the search's settings (so two commits' searches compare) and
-    ``summary["capacity"]`` = {by: capacity, ``low``, ``high`` (the bracket), ``runs``}."""
-
-    def __init__(self, run: ReplayRun, gpus: int, goodput: Mapping[str, float], capacity: "Capacity") -> None:
-        super().__init__(run, gpus, goodput)
-        self.capacity = capacity
-        self.summary["capacity"] = capacity.figures()
-
-
-@dataclass
-class Capacity:
-    """The outcome of a search: every run in run order (estimates included), ``high`` (the lowest
-    load that failed; None: none did) and why the search ``ended``; the capacity, its point and
-    whether it is a ceiling follow from the points (module docstring: step 5, carried load)."""
-
-    plan: CapacityPlan
-    base: ReplaySettings
-    points: list[Point]
-    high: float | None
-    ended: str
-
-    @cached_property
-    def at_capacity(self) -> Point:
-        """The passing point run at its load with the highest credited load, else the lowest load run."""
-        candidates = self.load_points or self.points
-        passed = [p for p in candidates if p.passed]
-        return max(passed, key=lambda p: p.credited) if passed else min(candidates, key=lambda p: p.load)
-
-    @property
-    def low(self) -> float:
-        """The capacity, the bracket's bottom: the credited load of the point at capacity (0 when none passed)."""
-        point = self.at_capacity
-        return point.credited if point.passed else 0.0
-
-    @property
-    def value(self) -> float:
-        return self.low
-
-    @property
-    def ceiling(self) -> bool:
-        """The point at capacity met the SLOs without carrying its load: the capacity is the rate it carried."""
-        return self.at_capacity.passed and not self.at_capacity.carried_its_load
-
-    @property
-    def at_least(self) -> bool:
-        """Some load passed and none failed, and the capacity is no ceiling: no upper bound was found."""
-        return self.high is None and not self.ceiling
-
-    @property
-    def reason(self) -> str:
-        """Why the search ended; for a ceiling, the one line that says why the capacity is the rate carried."""
-        if not self.ceiling:
-            return self.ended
-        point = self.at_capacity
-        return (f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
-                "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
-
-    @property
-    def load_points(self) -> list[Point]:
-        """The points run at their load (the estimates left out)."""
-        return [p for p in self.points if not p.estimate]
-
-    def figures(self) -> dict[str, float]:
-        """``summary["capacity"]``; with no upper bound, ``high`` = ``low`` (the capacity)."""
-        high = self.low if self.high is None else self.high
-        return {self.plan.by: self.low, "low": self.low, "high": high, "runs": float(len(self.points))}
-
-    @cached_property
-    def result(self) -> CapacityResult:
-        point = self.at_capacity.result
-        settings = {**self.base.as_dict(), "capacity": self.plan.as_dict()}
-        return CapacityResult(replace(point.run, settings=settings), point.gpus, point.goodput, self)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
-        upper bound found), reason, the points run at their load and the estimates."""
-        return {"plan": self.plan.as_dict(), **self.figures(), "at_least": self.at_least, "reason": self.reason,
-                "points": [p.figures() for p in self.load_points], "estimates": [p.figures() for p in self.points if p.estimate]}
-
-    def table(self) -> str:
-        """A row per point run at its load, in load order (``pass (not carried)``: it met the SLOs
-        carrying under :data:`CARRIED_SHARE` of its rate); the estimates below, apart (their loads
-        are what a closed loop carried, not rates run); then the headline."""
-        from tabulate import tabulate
-
-        keys = [slo.key for slo in self.plan.slos]
-        unit = " req/s" if self.plan.by == "rate" else ""
-
-        def rows(points: list[Point]) -> list[list[str]]:
-            out = []
-            for point in sorted(points, key=lambda p: p.load):
-                f = point.figures()
-                measured = {c.slo.key: ("-" if c.measured is None else c.slo.show(c.measured)) for c in point.checks}
-                out.append([f"{point.load:.4g}", point.verdict()] + [measured[k] for k in keys]
-                           + [_fmt(f["request_throughput"]), _fmt(f["goodput_rate"]), "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%"])
-            return out
-
-        tail = ["req/s", "goodput req/s", "good"]
-        text = f"Capacity search by {self.plan.by}\n" + tabulate(rows(self.load_points), headers=[self.plan.by + unit, "verdict"] + keys + tail, tablefmt="simple")
-        estimates = [p for p in self.points if p.estimate]
-        if estimates:
-            table = tabulate([[f"{p.role}, {p.settings.concurrency} in flight"] + row for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates))],
-                             headers=["estimate (closed loop)", "carried req/s", "verdict"] + keys + tail, tablefmt="simple")
-            text += "\nEstimates (where to look; not rates run, never the capacity)\n" + table
-        return text + "\n" + self.headline()
-
-    def headline(self) -> str:
-        unit = " req/s" if self.plan.by == "rate" else ""
-        if self.at_least:
-            return (f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
-                    f"{len(self.points)} runs; {self.reason}")
-        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {self.figures()['high']:.4g}], {len(self.points)} runs; {self.reason}"
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4g}"
-
-
-def carried_rate(run: ReplayRun, sessions: int) -> float:
-    """Sessions per second ``run`` served: answered requests / run time * ``sessions`` /
-    requests planned (module docstring); 0 for a run of no time."""
-    if run.duration_s <= 0 or not run.planned_requests:
-        return 0.0
-    answered = sum(record.status == "ok" for record in run.records)
-    return answered / run.duration_s * sessions / run.planned_requests
 
 
 def trace_rate(workload: Workload) -> float:
