@@ -38,7 +38,9 @@ Interrupts: with ``stop_on_signals`` (the command line's), SIGINT (Ctrl-C) or SI
 run as the duration limit does, at once: what is in flight is cancelled, nothing more is sent,
 and the run returns every record so far, with ``interrupted`` naming the signal. A second signal
 has its default effect. :meth:`Replay.stop` ends a run the same way from code (an ``on_record``
-callback that has seen enough), with ``stopped`` giving the reason.
+callback that has seen enough), with ``stopped`` giving the reason; :meth:`Replay.interrupt` as
+a signal does, from a signal handler that outlives the run (several replays under one handler:
+:mod:`~pytest_llmreplay.signal_stop`).
 
 Parts (:class:`Part`, planned by :mod:`~pytest_llmreplay.workers`): a run split over processes
 gives each a part of the whole run's plan, with the sessions' indices and start offsets in it,
@@ -282,6 +284,8 @@ class Replay:
         self._tasks: list[asyncio.Task] = []  # the dispatcher or workers, and the sessions they started
         self.interrupted: str | None = None
         self.stopped: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # while the run is on it
+        self._finished = False
 
     def run(self) -> ReplayRun:
         """Run to completion on the clock (its own event loop) and return the outcome."""
@@ -289,6 +293,7 @@ class Replay:
 
     async def run_async(self) -> ReplayRun:
         concurrency = self.settings.concurrency or (1 if self.mode == "concurrency" else None)
+        self._loop = asyncio.get_running_loop()
         handled = self._handle_signals() if self.stop_on_signals else []
         await self.endpoint.open(self.clock, concurrency)
         try:
@@ -314,6 +319,7 @@ class Replay:
             for signum in handled:
                 asyncio.get_running_loop().remove_signal_handler(signum)
             await self.endpoint.close()
+        self._finished = True  # an interrupt from now on is too late to cut anything
         self.records.sort(key=attrgetter("scheduled_s", "session_index", "turn_index"))
         if self.part is None:
             mark_warmup(self.records, self.settings)
@@ -346,8 +352,22 @@ class Replay:
         loop = asyncio.get_running_loop()
         for handled in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(handled)  # a second signal has its default effect
-        self.interrupted = signal.Signals(signum).name
-        self._cancel(f"interrupted by {self.interrupted}")
+        self._end_interrupted(signal.Signals(signum).name)
+
+    def interrupt(self, name: str) -> None:
+        """End the run as the signal ``name`` (``SIGINT``) does under ``stop_on_signals``, from a
+        signal handler of the caller's: on the run's loop while it runs (woken at once), now when
+        the run has not started (it then sends nothing); nothing once the run is over."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._end_interrupted, name)
+        else:
+            self._end_interrupted(name)
+
+    def _end_interrupted(self, name: str) -> None:
+        if self.interrupted is None and not self._finished:
+            self.interrupted = name
+            self._cancel(f"interrupted by {name}")
 
     def stop(self, reason: str) -> None:
         """End the run now, as a signal does: requests in flight are cancelled, nothing more is

@@ -207,6 +207,42 @@ def test_a_signal_before_the_replay_started_says_nothing_was_sent(prompts):
     assert result.warnings == ["interrupted by SIGINT before the replay started: nothing was sent"]
 
 
+class SignalledAtTheSecondRequest(FakeEndpoint):
+    """Sends this process SIGINT as it gets its second request (mid-run), then answers as usual."""
+
+    async def send(self, request, response):
+        if len(self.sent) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        await super().send(request, response)
+
+
+def test_a_handler_over_several_replays_cuts_the_one_running_and_lets_no_other_send(prompts):
+    """SignalStop (llmreplay sweep's points): the first SIGINT cuts the replay it watches as
+    ``stop_on_signals`` does, a replay watched after it sends nothing, and a second SIGINT has
+    its default effect."""
+    from pytest_llmreplay.signal_stop import SignalStop
+
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        with SignalStop() as signals:
+            endpoint = SignalledAtTheSecondRequest()
+            cut = Replay(flat(0, 1, 2, 3), endpoint, prompts, ReplaySettings(prompt_format="ids"), clock=VirtualClock())
+            with signals.watch(cut):
+                first = cut.run()
+            later = FakeEndpoint()
+            late = Replay(flat(0, 1), later, prompts, ReplaySettings(prompt_format="ids"), clock=VirtualClock())
+            with signals.watch(late):
+                after = late.run()
+        assert signals.signal == first.interrupted == after.interrupted == "SIGINT"
+        assert len(endpoint.sent) == 2 and [r.status for r in first.records] == ["ok", "cancelled"]  # the second was in flight
+        assert first.warnings == ["interrupted by SIGINT at 1.0 s: requests in flight were cancelled and nothing more was sent"]
+        assert later.sent == [] and after.records == [] and after.warnings == ["interrupted by SIGINT before the replay started: nothing was sent"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
 def test_the_cancelled_note_never_gives_a_time_before_the_start():
     # Ray workers wait for a common start a moment ahead: a signal in that wait is "before", not "at -0.3 s"
     assert cancelled_note(-0.3) == cancelled_note(None) == "before the replay started: nothing was sent"
