@@ -13,6 +13,12 @@ included (``role`` and ``mode`` say which; the load curve's figures), and ``load
 (:mod:`~pytest_llmreplay.report_load_curve`). Exit status (:data:`SWEEP_STATUS`) 0 when some load meets the
 SLOs, 1 when none does, 3 for bad input (as ``run`` and ``compare``).
 
+SIGINT (Ctrl-C) or SIGTERM stops the sweep as it stops ``llmreplay run``
+(:mod:`~pytest_llmreplay.signal_stop`): the point replaying is cut at once (its requests in
+flight cancelled, nothing more sent) and no other starts; the table, the capacity and ``--out``
+hold every point measured until then, ``result.json`` marked ``"interrupted"`` (never taken as a
+comparison baseline), and the exit status is 128 + the signal's number (130, 143).
+
 ``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
 traffic), through :func:`sim_target`. cli.py registers the command with :func:`add_sweep_parser`.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,8 +35,8 @@ from typing import Any
 from .cli_options import BAD_INPUT, ignored_with_sim, integer, load_workload_file, number, out_folder_option, remember_http_only_defaults
 from .errors import LLMReplayError
 
-# llmreplay sweep's exit statuses (README: "Capacity at SLO"); bad input, bad usage included
-# (cli.CommandParser), is 3, as run's and compare's
+# llmreplay sweep's exit statuses (README: "Capacity at SLO"); a signal's is 128 + its number; bad
+# input, bad usage included (cli.CommandParser), is 3, as run's and compare's
 SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": BAD_INPUT}
 
 SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
@@ -86,11 +93,12 @@ def plan_from(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .baseline import git_state, make_record, workload_digest
+    from .baseline import git_state, interrupted_note, make_record, workload_digest
     from .store import write_new
     from .driver import ReplaySettings
     from .prompts import PromptFactory
     from .search import find_capacity
+    from .signal_stop import SignalStop
     from .tokenizer import load_tokenizer
 
     plan = plan_from(args)
@@ -106,13 +114,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     ignored = ignored_with_sim(args)
     if ignored:
         print(ignored, file=sys.stderr)
-    found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers)
+    with SignalStop() as signals:
+        found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers,
+                              signals=signals)
     print(found.table())
     if out is not None:
         result = found.result
         record = make_record(result, test=f"llmreplay sweep {Path(args.file).name}", fingerprint=target.fingerprint,
                              workload={"path": args.file, "format": args.format, "digest": digest}, git=git_state(Path.cwd()))
         record["capacity"] = found.as_dict()
+        if found.interrupted:  # a search cut short: kept, never a comparison baseline (as run's)
+            record["interrupted"] = found.interrupted
         written = []
         for name in ("result.json", "requests.csv", "points.csv", "load_curve.svg"):
             (out / name).unlink(missing_ok=True)  # --out names a folder for this sweep's files
@@ -120,7 +132,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         written.append(result.write_csv(out / "requests.csv"))
         written.append(write_points(found, out / "points.csv"))
         written.append(write_load_curve(record["capacity"], out / "load_curve.svg"))
-        print("wrote " + ", ".join(str(path) for path in written))
+        print("wrote " + ", ".join(str(path) for path in written) + interrupted_note(record))
+    if found.interrupted:
+        return 128 + getattr(signal, found.interrupted)  # the shell's status for a process a signal ended
     return SWEEP_STATUS["capacity_found"] if found.value > 0 else SWEEP_STATUS["no_load_meets_the_slos"]
 
 
@@ -156,7 +170,8 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
                                 description="Search the highest request rate or concurrency at which every SLO holds. By rate: a synchronous and a saturating run "
                                             "estimate where to look, points at rates bracket the answer (growing it while the top passes), then bisection "
                                             "to --resolution or --budget runs; by concurrency: 1 and every session at once, then bisection. "
-                                            "Exit status 0 when a load meets the SLOs, 1 when none does, 3 bad input.")
+                                            "Exit status 0 when a load meets the SLOs, 1 when none does, 3 bad input; "
+                                            "Ctrl-C or SIGTERM stops it as run, keeping every point measured: 130, 143.")
     sweep.add_argument("file", metavar="FILE")
     where = sweep.add_mutually_exclusive_group(required=True)
     where.add_argument("--endpoint", metavar="URL", help="a live OpenAI-compatible server; points run one at a time")

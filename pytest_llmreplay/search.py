@@ -44,6 +44,11 @@ offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_s
 (on by default; the rules and their constants: :mod:`~pytest_llmreplay.search_stop`) stops it
 once its SLOs are lost or its queue plainly grows without bound; a stopped point has failed.
 The estimates of a ``rate`` search are never stopped (their achieved rates say where to look).
+
+**Signals** (``signals``, a :class:`~pytest_llmreplay.signal_stop.SignalStop`: ``llmreplay
+sweep``): the first SIGINT or SIGTERM cuts the point replaying in this process at once (points
+in worker processes, offline, run out first: seconds), starts no other, and ends the search with
+every point run (``interrupted`` names the signal); an interrupted point neither passes nor fails.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ import math
 import pickle
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -63,6 +69,7 @@ from .metrics import Result
 from .prompts import PromptFactory
 from .search_outcome import Capacity, Point, carried_rate
 from .search_stop import OPEN_LOOP_MODES, QueueGrowth, StopRule
+from .signal_stop import SignalStop
 from .slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
 from .workload import Workload
 
@@ -216,8 +223,8 @@ class PointJob:
     rule: StopRule | None
 
 
-def run_point(job: PointJob) -> ReplayRun:
-    """Replay one point, stopping it when its rule says the SLOs are lost."""
+def point_replay(job: PointJob) -> Replay:
+    """The replay of one point, stopping itself when its rule says the SLOs are lost."""
     replay = Replay(job.workload, job.target.endpoint(), job.prompts, job.settings, clock=job.target.clock())
     rule = job.rule
     if rule is not None:
@@ -228,7 +235,16 @@ def run_point(job: PointJob) -> ReplayRun:
                 replay.stop(why)
 
         replay.on_record = observe
-    return replay.run()
+    return replay
+
+
+def run_point(job: PointJob) -> ReplayRun:
+    """Replay one point (here or in a worker process)."""
+    return point_replay(job).run()
+
+
+class Interrupted(Exception):
+    """A signal stopped the search (:class:`~pytest_llmreplay.signal_stop.SignalStop`); its name."""
 
 
 def trace_rate(workload: Workload) -> float:
@@ -249,7 +265,8 @@ class Search:
     """One capacity search (see the module docstring); :func:`find_capacity` runs it."""
 
     def __init__(self, workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan,
-                 settings: ReplaySettings = ReplaySettings(), progress: Callable[[str], None] | None = None, workers: int = 2) -> None:
+                 settings: ReplaySettings = ReplaySettings(), progress: Callable[[str], None] | None = None, workers: int = 2,
+                 signals: SignalStop | None = None) -> None:
         plan.validate()
         settings.validate()
         for name in ("rate", "concurrency"):
@@ -258,7 +275,7 @@ class Search:
         if settings.mode != "auto":
             raise LLMReplayError("mode: the capacity search sets it at each point; leave it out")
         self.workload, self.target, self.prompts, self.plan, self.base = workload, target, prompts, plan, settings
-        self.progress = progress
+        self.progress, self.signals = progress, signals
         self.workers = workers if target.kind == "offline" else 1
         self.sessions = len(session_plan(workload, replace(settings, mode="concurrency")))
         self.native_rate = trace_rate(workload) if plan.arrival == "trace" else None
@@ -290,16 +307,35 @@ class Search:
             self.progress(point.line(len(self.points), self.plan.budget, self.plan.by))
         return point
 
+    @property
+    def interrupted(self) -> str | None:
+        """The signal that stopped the search, if one did."""
+        return None if self.signals is None else self.signals.signal
+
     def run_all(self, runs: Sequence[Run]) -> list[Point]:
-        """The runs' points, in parallel processes when the target allows."""
+        """The runs' points, in parallel processes when the target allows (those run out). Here,
+        after a signal no further point starts (the first of the runs always does, at once
+        interrupted: it sends nothing); :class:`Interrupted` is raised once the points are kept."""
         jobs = [self.job(settings, stop) for _, _, settings, stop in runs]
         done = self.in_parallel(jobs) if self.workers > 1 and len(jobs) > 1 else None
         if done is None:
             done = []
             for job in jobs:
-                self.fresh_server()
-                done.append(run_point(job))
-        return [self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(runs, done)]
+                if done and self.interrupted:
+                    break
+                if not self.interrupted:
+                    self.fresh_server()
+                done.append(self.run_here(job))
+        points = [self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(runs, done)]
+        if self.interrupted:
+            raise Interrupted(self.interrupted)
+        return points
+
+    def run_here(self, job: PointJob) -> ReplayRun:
+        """One point in this process, cut at once by a signal (:meth:`SignalStop.watch`)."""
+        replay = point_replay(job)
+        with self.signals.watch(replay) if self.signals is not None else nullcontext():
+            return replay.run()
 
     def fresh_server(self) -> None:
         """Before a point on a server: empty its prefix cache (:meth:`~.target.Target.reset_cache`),
@@ -346,6 +382,15 @@ class Search:
         return low, high
 
     def run(self) -> Capacity:
+        """The search (module docstring); a signal ends it after the points run until then."""
+        try:
+            ended, interrupted = self.search(), None
+        except Interrupted as stop:
+            ended, interrupted = f"interrupted by {stop} after {len(self.points)} of at most {self.plan.budget} runs", str(stop)
+        return Capacity(self.plan, self.base, self.points, ended, interrupted)
+
+    def search(self) -> str:
+        """Steps 1 to 4 of the module docstring; why the search ended."""
         plan = self.plan
         low_end, high_end = self.ends()
         runs = [(low_end, "low", self.settings_at(low_end), True)]
@@ -353,38 +398,37 @@ class Search:
             runs.append((high_end, "high", self.settings_at(high_end), True))
         ends = self.run_all(runs)
         if not ends[0].passed:
-            return self.done(low_end, "no load meets the SLOs: the lowest one fails")
+            return "no load meets the SLOs: the lowest one fails"
         low, high = low_end, None  # high None: no load failed yet
         if len(ends) > 1:
             low, high = (high_end, None) if ends[1].passed else (low_end, high_end)
         if high is None:
             if plan.max is not None or plan.by == "concurrency":
-                return self.done(None, "the highest load meets the SLOs: capacity is at least that")
+                return "the highest load meets the SLOs: capacity is at least that"
             while high is None:  # grow: twice the highest pass until a rate fails
                 if len(self.points) >= plan.budget:
-                    return self.done(None, f"no rate failed within the budget of {plan.budget} runs: capacity is at least that")
+                    return f"no rate failed within the budget of {plan.budget} runs: capacity is at least that"
                 point = self.probe(2 * low, "grow")
                 low, high = (point.load, None) if point.passed else (low, point.load)
         while not self.resolved(low, high):
             if len(self.points) >= plan.budget:
-                return self.done(high, f"budget of {plan.budget} runs spent before the {plan.resolution * 100:g}% resolution")
+                return f"budget of {plan.budget} runs spent before the {plan.resolution * 100:g}% resolution"
             mid = (low + high) // 2 if plan.by == "concurrency" else (low + high) / 2
             point = self.probe(mid, "bisect")
             low, high = (mid, high) if point.passed else (low, mid)
-        return self.done(high, f"bracket within the {plan.resolution * 100:g}% resolution")
+        return f"bracket within the {plan.resolution * 100:g}% resolution"
 
     def resolved(self, low: float, high: float) -> bool:
         if self.plan.by == "concurrency" and high - low <= 1:
             return True
         return high - low <= self.plan.resolution * high
 
-    def done(self, high: float | None, ended: str) -> Capacity:
-        return Capacity(self.plan, self.base, self.points, high, ended)
-
 
 def find_capacity(workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan, settings: ReplaySettings = ReplaySettings(),
-                  progress: Callable[[str], None] | None = None, workers: int = 2) -> Capacity:
+                  progress: Callable[[str], None] | None = None, workers: int = 2, signals: SignalStop | None = None) -> Capacity:
     """Search the highest load of ``workload`` on ``target`` meeting ``plan``'s SLOs (module
     docstring); ``settings``: every other replay setting of each point; ``progress``: gets a line
-    per point as it finishes; ``workers``: processes for the estimates and the ends (offline only)."""
-    return Search(workload, target, prompts, plan, settings, progress, workers).run()
+    per point as it finishes; ``workers``: processes for the estimates and the ends (offline only);
+    ``signals``: an entered :class:`~pytest_llmreplay.signal_stop.SignalStop`, whose first signal
+    cuts the point running in this process at once and ends the search with what it measured."""
+    return Search(workload, target, prompts, plan, settings, progress, workers, signals).run()

@@ -12,8 +12,8 @@ its queue could build (the workload is too short for that rate).
 **Capacity** (:class:`Capacity`; 0 when no point run at its load passed): by ``concurrency``
 the highest load that passed; by ``rate`` max over the passing points of min(load, carried),
 never above the throughput a point achieved. Its uncertainty is the bracket [capacity, high],
-high the lowest load that failed (a point run at that load), None when none did: then the
-capacity is ``at least`` (a lower bound). When the point at capacity did not carry its load,
+high the lowest load that failed (a point run at that load; a point a signal cut short neither
+passed nor failed), None when none did: then the capacity is ``at least`` (a lower bound). When the point at capacity did not carry its load,
 the capacity is the rate it carried, a ceiling, never ``at least``, and the search's reason
 says so in one line.
 """
@@ -65,11 +65,21 @@ class Point:
 
     @property
     def stopped(self) -> str | None:
+        """Why its stop rule ended it early (:mod:`~pytest_llmreplay.search_stop`)."""
         return self.result.run.stopped
 
     @property
+    def interrupted(self) -> str | None:
+        """The signal that cut it short (neither a pass nor a failure: a part of its load ran)."""
+        return self.result.run.interrupted
+
+    @property
     def passed(self) -> bool:
-        return self.stopped is None and all(c.passed for c in self.checks)
+        return self.stopped is None and self.interrupted is None and all(c.passed for c in self.checks)
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and self.interrupted is None
 
     @property
     def estimate(self) -> bool:
@@ -82,7 +92,7 @@ class Point:
         summary = self.result.summary
         goodput = summary.get("goodput", {})
         return {
-            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped, "carried": self.carried,
+            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped, "interrupted": self.interrupted, "carried": self.carried,
             "settings": {key: getattr(self.settings, key) for key in ("mode", "rate", "concurrency", "arrival", "speedup")},
             "slo": {c.slo.key: c.measured for c in self.checks},
             "request_throughput": summary.get("request_throughput", {}).get("overall"),
@@ -95,7 +105,9 @@ class Point:
         }
 
     def verdict(self) -> str:
-        """``pass``, ``pass (not carried)``, ``FAIL`` or ``FAIL (stopped)``."""
+        """``pass``, ``pass (not carried)``, ``FAIL``, ``FAIL (stopped)`` or ``interrupted``."""
+        if self.interrupted:
+            return "interrupted"
         return ("pass" if self.carried_its_load else "pass (not carried)") if self.passed else ("FAIL (stopped)" if self.stopped else "FAIL")
 
     def line(self, index: int, budget: int, by: str) -> str:
@@ -104,7 +116,7 @@ class Point:
         measured = "  ".join(f"{c.slo.key} {'-' if c.measured is None else c.slo.show(c.measured)}" for c in self.checks)
         figures = self.figures()
         goodput = "" if figures["goodput_rate"] is None else f"  goodput {figures['goodput_rate']:.4g} req/s ({figures['goodput'] * 100:.0f}%)"
-        verdict = "pass" if self.passed else "FAIL"
+        verdict = "interrupted" if self.interrupted else "pass" if self.passed else "FAIL"
         stopped = f"  (stopped early: {self.stopped})" if self.stopped else ""
         load = f"{by} {self.load:.4g}{unit}"
         if self.estimate:
@@ -125,28 +137,34 @@ class CapacityResult(Result):
 
 @dataclass
 class Capacity:
-    """The outcome of a search: every run in run order (estimates included), ``high`` (the lowest
-    load that failed; None: none did) and why the search ``ended``; the capacity, its point and
-    whether it is a ceiling follow from the points (module docstring)."""
+    """The outcome of a search: every run in run order (estimates included), why the search
+    ``ended`` and the signal that ``interrupted`` it, if one did; the capacity, its point, its
+    bracket and whether it is a ceiling follow from the points (module docstring)."""
 
     plan: Any  # a search.CapacityPlan (search.py imports this module)
     base: ReplaySettings
     points: list[Point]
-    high: float | None
     ended: str
+    interrupted: str | None = None
+
+    @property
+    def high(self) -> float | None:
+        """The bracket's top: the lowest load run that failed (interrupted points neither pass nor
+        fail), None when none did."""
+        return min((p.load for p in self.load_points if p.failed), default=None)
 
     @cached_property
     def at_capacity(self) -> Point:
-        """The passing point run at its load with the highest credited load, else the lowest load run."""
-        candidates = self.load_points or self.points
-        passed = [p for p in candidates if p.passed]
-        return max(passed, key=lambda p: p.credited) if passed else min(candidates, key=lambda p: p.load)
+        """The passing point run at its load with the highest credited load, else the lowest load
+        run (an estimate when a signal stopped the search before any)."""
+        passed = [p for p in self.load_points if p.passed]
+        return max(passed, key=lambda p: p.credited) if passed else min(self.load_points or self.points, key=lambda p: p.load)
 
     @property
     def low(self) -> float:
         """The capacity, the bracket's bottom: the credited load of the point at capacity (0 when none passed)."""
         point = self.at_capacity
-        return point.credited if point.passed else 0.0
+        return point.credited if point.passed and not point.estimate else 0.0
 
     @property
     def value(self) -> float:
@@ -160,16 +178,18 @@ class Capacity:
     @property
     def at_least(self) -> bool:
         """Some load passed and none failed, and the capacity is no ceiling: no upper bound was found."""
-        return self.high is None and not self.ceiling
+        return self.low > 0 and self.high is None and not self.ceiling
 
     @property
     def reason(self) -> str:
-        """Why the search ended; for a ceiling, the one line that says why the capacity is the rate carried."""
+        """Why the search ended; for a ceiling, the line that says why the capacity is the rate
+        carried, after the signal that stopped the search if one did."""
         if not self.ceiling:
             return self.ended
         point = self.at_capacity
-        return (f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
-                "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
+        ceiling = (f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
+                   "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
+        return f"{self.ended}; {ceiling}" if self.interrupted else ceiling
 
     @property
     def load_points(self) -> list[Point]:
@@ -189,8 +209,9 @@ class Capacity:
 
     def as_dict(self) -> dict[str, Any]:
         """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
-        upper bound found), reason, the points run at their load and the estimates."""
-        return {"plan": self.plan.as_dict(), **self.figures(), "at_least": self.at_least, "reason": self.reason,
+        upper bound found), reason, ``interrupted`` (the signal that stopped the search, or None),
+        the points run at their load and the estimates."""
+        return {"plan": self.plan.as_dict(), **self.figures(), "at_least": self.at_least, "reason": self.reason, "interrupted": self.interrupted,
                 "points": [p.figures() for p in self.load_points], "estimates": [p.figures() for p in self.points if p.estimate]}
 
     def table(self) -> str:
@@ -225,7 +246,8 @@ class Capacity:
         if self.at_least:
             return (f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
                     f"{len(self.points)} runs; {self.reason}")
-        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {self.figures()['high']:.4g}], {len(self.points)} runs; {self.reason}"
+        high = "-" if self.high is None else f"{self.high:.4g}"
+        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {high}], {len(self.points)} runs; {self.reason}"
 
 
 def _fmt(value: float | None) -> str:

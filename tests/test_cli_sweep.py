@@ -3,11 +3,15 @@ against ``llmreplay sim`` served over HTTP (--endpoint)."""
 
 import csv
 import re
+import signal
+import subprocess
+import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from mockserver import MockServer, ServerThread
+from mockserver import MockConfig, MockServer, ServerThread
 
 from pytest_llmreplay.stored_record import read_record
 from pytest_llmreplay.cli import main
@@ -76,7 +80,7 @@ def test_sweep_by_rate_keeps_the_estimates_apart_and_says_when_no_rate_was_carri
     at = max(capacity["points"], key=lambda p: min(p["load"], p["carried"]))
     assert at["passed"] and at["carried"] == capacity["rate"] == capacity["low"] == capacity["high"] < 0.8 * at["load"]
     assert at["settings"]["rate"] == at["load"] and stored["summary"]["requests"]["ok"] == at["requests_ok"]  # the stored result is that point
-    assert (f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, {capacity['rate']:.4g}], 6 runs; "
+    assert (f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, -], 6 runs; "
             f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: ") in out
     assert "Estimates (where to look; not rates run, never the capacity)" in out
     assert [p["role"] for p in capacity["estimates"]] == ["sync", "saturate"]
@@ -170,6 +174,57 @@ def test_sweep_against_a_server_over_http(capsys, tmp_path):
         rows = list(csv.DictReader(file))
     assert [(float(r["load"]), r["mode"]) for r in rows] == [(p["load"], "concurrency") for p in search["points"]]
     assert (out_dir / "load_curve.svg").read_text().startswith("<svg")
+
+# 20 one-turn sessions of 4 tokens, each 0.2 s on the mock server below: a point at 4 sessions/s
+# lasts 5 s, one at 8/s 2.5 s
+SHORT_REQUESTS = """\
+synthetic:
+  sessions: 20
+  input_tokens: 32
+  output_tokens: 4
+  seed: 1
+"""
+
+
+@pytest.mark.parametrize("ignored", [True, False], ids=["SIGINT-to-a-background-job", "SIGINT"])
+def test_a_signal_stops_the_sweep_at_once_and_keeps_every_point_measured(tmp_path, ignored):
+    # issue 31 B9, as llmreplay run does (test_replay_http.py): the point replaying is cut, no
+    # other starts, the table and --out hold every point measured, the status is 130. A
+    # background job of a non-interactive shell starts with SIGINT ignored (the sweep then ran
+    # out its search and exited 0); with Python's handler it printed "interrupted", --out empty
+    path = tmp_path / "short.yaml"
+    path.write_text(SHORT_REQUESTS)
+    out = tmp_path / "out"
+    mock = MockServer(MockConfig(ttft_s=0.05, itl_s=0.05))
+    background = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None
+    with ServerThread(mock) as server:
+        command = [sys.executable, "-m", "pytest_llmreplay.cli", "sweep", str(path), "--endpoint", server.url, "--min", "4", "--max", "8",
+                   "--arrival", "constant", "--slo", "ttft.p99<30s", "--out", str(out)]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=background)
+        deadline = time.monotonic() + 60
+        while mock.completions_count < 23 and process.poll() is None and time.monotonic() < deadline:  # 3 requests into the second point
+            time.sleep(0.02)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGINT, stderr
+    assert mock.completions_count < 40 and "Traceback" not in stderr  # the second point was cut and no third one started
+    low, high = [line for line in stderr.splitlines() if line.startswith("point ")]
+    assert low.startswith("point 1/12    low rate 4 req/s: pass ") and high.startswith("point 2/12   high rate 8 req/s: interrupted ")
+    record = read_record(out / "result.json")
+    search = record["capacity"]
+    assert record["interrupted"] == search["interrupted"] == "SIGINT"  # kept, never taken as a comparison baseline
+    points = {p["role"]: p for p in search["points"]}
+    assert points["low"]["passed"] and points["low"]["requests_ok"] == 20 and search["rate"] == min(4, points["low"]["carried"])
+    assert points["high"]["interrupted"] == "SIGINT" and not points["high"]["passed"] and points["high"]["requests_planned"] == 20
+    assert 0 < points["high"]["requests_ok"] < 20 and search["high"] == search["rate"] and search["at_least"] is True  # no load failed
+    assert record["summary"]["requests"]["ok"] == 20  # the stored result: the point at capacity, run out
+    with open(out / "points.csv", newline="") as file:
+        assert [(row["role"], row["interrupted"]) for row in csv.DictReader(file)] == [("low", ""), ("high", "SIGINT")]
+    assert re.search(r"\n +4 +pass .*\n +8 +interrupted ", stdout)
+    assert (f"capacity (rate): at least {search['rate']:.4g} req/s (no upper bound found), bracket [{search['rate']:.4g}, -], 2 runs; "
+            "interrupted by SIGINT after 2 of at most 12 runs") in stdout
+    assert "(marked interrupted: never used as a comparison baseline)" in stdout
+
 
 def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
     code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "ttft.p99<1us")

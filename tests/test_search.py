@@ -5,7 +5,9 @@ against the final statistic), and bad plans."""
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 
 import pytest
 
@@ -227,10 +229,31 @@ def test_rates_that_pass_without_being_carried_give_a_ceiling_not_at_least(workl
     assert found.value == max(p.carried for p in grown) < 0.6 * grown[0].load
     assert (found.high, found.at_least, found.ceiling) == (None, False, True)
     assert found.reason.startswith(f"the {found.at_capacity.load:.4g} req/s point met the SLOs carrying only {found.value:.4g} req/s: ")
-    assert found.headline() == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, {found.value:.4g}], 6 runs; {found.reason}"
+    assert found.headline() == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, -], 6 runs; {found.reason}"
     stored = found.as_dict()
     assert stored["at_least"] is False and stored["rate"] == stored["low"] == stored["high"] == found.value and stored["reason"] == found.reason
     assert found.result.summary["capacity"] == {"rate": found.value, "low": found.value, "high": found.value, "runs": 6}
+
+
+def test_a_signal_between_points_ends_the_search_with_the_points_run(workload, prompts):
+    # SIGINT as the two ends are kept (no point replaying: llmreplay sweep's handler only records
+    # it): no bisection starts, and the capacity and bracket are those of the two ends
+    from pytest_llmreplay.signal_stop import SignalStop
+
+    def progress(line):
+        if line.startswith("point 2/"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        with SignalStop() as signals:
+            found = find_capacity(workload, target(prompts), prompts, CapacityPlan(by="concurrency", slo=SLO), progress=progress, workers=1, signals=signals)
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+    assert [p.role for p in found.points] == ["low", "high"] and found.interrupted == "SIGINT"
+    assert (found.value, found.high) == (1, 60) and not any(p.interrupted for p in found.points)
+    assert found.reason == "interrupted by SIGINT after 2 of at most 12 runs" and found.as_dict()["interrupted"] == "SIGINT"
 
 
 def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):
