@@ -217,6 +217,7 @@ def method_rows(pairs: list[dict[str, Any]], r: int) -> list[list[str]]:
     gate_any = sum(any_regression(p) for p in pairs)
     return [
         [f"gate, {r} run(s) per side", rate(gate_ttft, n), rate(gate_any, n)],
+        [f"gate: comparisons called unstable (no verdict), {r} run(s)", rate(sum(p["unstable"] for p in pairs), n), rate(sum(p["unstable"] for p in pairs), n)],
         [f"pytest-benchmark median:5%, {r} run(s)", rate(sum(p["plain"] for p in pairs), n), rate(sum(p["plain_any"] for p in pairs), n)],
         [f"asv (Mann-Whitney p < 0.002, > 5%), {r} run(s)", rate(sum(p["asv"] for p in pairs), n), rate(sum(p["asv_any"] for p in pairs), n)],
     ]

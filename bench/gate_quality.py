@@ -191,7 +191,7 @@ def judge(base: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     rows = {row.key: {"verdict": row.verdict, "change": row.change, "tolerance": row.tolerance} for row in comparison.rows}
     per_figure = {row.key: "regression" if row.change is not None and worse(row.key) * row.change > row.tolerance and row.p_value < 1 - baseline.CONFIDENCE else row.verdict
                   for row in comparison.rows}
-    return {"rows": rows, "per_figure": per_figure, "plain": plain_check(base, current), "asv": asv_check(base, current), "figures": {key: history.figure(current, key) for key in rows},
+    return {"rows": rows, "per_figure": per_figure, "unstable": comparison.unstable is not None, "plain": plain_check(base, current), "asv": asv_check(base, current), "figures": {key: history.figure(current, key) for key in rows},
             "run_figures": {key: [history.figure(run, key) for run in current.get("runs") or [current]] for key in rows}}
 
 
@@ -279,6 +279,7 @@ def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, sl
         rows.append([f"gate (Holm over the figures), {r} run(s) per side", rate(fa, n), rate(det, n)])
         fa_alone = sum(any(v == "regression" for v in b["aa"]["per_figure"].values()) for b in by)
         rows.append([f"gate, each figure at 95% (before Holm), {r} run(s)", rate(fa_alone, n), rate(sum(b["ab"]["per_figure"]["ttft.p50"] == "regression" for b in by), n)])
+        rows.append([f"gate: comparisons called unstable, {r} run(s)", rate(sum(b["aa"]["unstable"] for b in by), n), rate(sum(b["ab"]["unstable"] for b in by), n)])
         rows.append([f"pytest-benchmark median:5% on TTFT, {r} run(s)", rate(sum(b["aa"]["plain"] for b in by), n), rate(sum(b["ab"]["plain"] for b in by), n)])
         rows.append([f"asv (Mann-Whitney p < {ASV_P}, > 5%), {r} run(s)", rate(sum(b["aa"]["asv"] for b in by), n), rate(sum(b["ab"]["asv"] for b in by), n)])
     out.append(table(["method", "A/A false alarms, any metric (<= 1%)", "A/B detection, ttft.p50 (>= 95%)"], rows))

@@ -55,6 +55,7 @@ import numpy as np
 from .errors import LLMReplayError
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
+from .stability import instability
 from .stored_record import SCHEMA
 from .units import format_figure
 
@@ -282,7 +283,9 @@ def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | N
 @dataclass
 class Row:
     """One metric's comparison; ``verdict``: regression, improved, ok (within tolerance), noise
-    (beyond tolerance either way, but the interval crosses zero) or skipped (``note`` says why)."""
+    (beyond tolerance either way, but the interval crosses zero), unstable (the comparison's
+    runs disagree more than the bootstrap can model: :attr:`Comparison.unstable`) or skipped
+    (``note`` says why)."""
 
     key: str
     baseline: float | None
@@ -300,17 +303,20 @@ class Row:
 
 @dataclass
 class Comparison:
-    """The rows of a comparison, or why none was made (``mismatch``)."""
+    """The rows of a comparison, or why none was made (``mismatch``); ``unstable``: why its
+    runs disagree too much for any verdict (:mod:`~pytest_llmreplay.stability`), when they do."""
 
     baseline_label: str
     rows: list[Row] = field(default_factory=list)
     mismatch: str | None = None
     header: str | None = None
     baseline_samples: dict[str, list[float]] = field(default_factory=dict)
+    unstable: str | None = None
 
     @property
     def regressions(self) -> list[Row]:
         return [row for row in self.rows if row.verdict == "regression"]
+
 
 
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -384,6 +390,10 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         row.low, row.high = draws.interval(confidence)
         row.confidence, row.p_value = confidence, draws.p_value()
         _verdict(row, metric, significant)
+    comparison.unstable = instability(baseline, "baseline") or instability(current, "current")
+    if comparison.unstable:  # no verdict drawn from such runs holds: neither a regression nor a pass
+        for row, _, _ in tested:
+            row.verdict = "unstable"
     return comparison
 
 
@@ -441,8 +451,9 @@ def comparison_table(comparison: Comparison) -> str:
         return f"{title}: {comparison.mismatch}"
     rows = [comparison_cells(row) for row in comparison.rows]
     count = len(comparison.regressions)
-    title += f": {count} regression{'s' if count != 1 else ''}"
-    return title + "\n" + tabulate(rows, headers=COMPARISON_HEADERS, tablefmt="simple")
+    title += f": UNSTABLE, no verdict" if comparison.unstable else f": {count} regression{'s' if count != 1 else ''}"
+    lines = [f"unstable: {comparison.unstable}"] if comparison.unstable else []
+    return "\n".join([title, tabulate(rows, headers=COMPARISON_HEADERS, tablefmt="simple"), *lines])
 
 
 def change_cell(change: float | None, low: float | None, high: float | None) -> str:
@@ -457,6 +468,6 @@ def comparison_cells(row: Row) -> list[str]:
     """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
     figure's unit (:func:`~pytest_llmreplay.units.format_figure`: a capacity by rate in req/s), the change, the allowed change
     and the verdict."""
-    verdict = row.verdict.upper() if row.verdict == "regression" else row.verdict + (f" ({row.note})" if row.note else "")
+    verdict = row.verdict.upper() if row.verdict in ("regression", "unstable") else row.verdict + (f" ({row.note})" if row.note else "")
     tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
     return [row.key, format_figure(row.key, row.baseline), format_figure(row.key, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]

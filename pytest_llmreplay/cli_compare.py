@@ -3,7 +3,7 @@ a test at two commits) compared metric by metric. With ``--store`` the verdicts 
 the test's history, as the plugin's gate does: the results stored on A's first-parent history
 (A's own included, B's commit left out), through :func:`~pytest_llmreplay.history.gate_with_history`
 once there are enough of them. Exit status 0 no regression, 1 a regression, 2 not comparable,
-3 bad input (:data:`COMPARE_BAD_INPUT`)."""
+3 bad input (:data:`COMPARE_BAD_INPUT`), 4 unstable (:data:`COMPARE_UNSTABLE`)."""
 
 from __future__ import annotations
 
@@ -81,6 +81,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(comparison_table(comparison))
     if comparison.mismatch:
         return 2
+    if comparison.unstable:
+        return COMPARE_UNSTABLE
     return 1 if comparison.regressions else 0
 
 
@@ -106,13 +108,15 @@ def _regression_overrides(texts: list[str]) -> dict[str, str]:
 
 
 COMPARE_BAD_INPUT = BAD_INPUT  # bad usage included (cli.CommandParser): compare's 1 and 2 say what the comparison found
+COMPARE_UNSTABLE = 4  # the runs of a side disagree too much for a verdict (stability.py): neither 0 nor 1
 
 
 def add_compare_parser(commands: Any) -> None:
     compare = commands.add_parser("compare", help="compare two stored results (baselines, reports, run --out)",
                                   description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
                                               "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
-                                              "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable, 3 bad input.")
+                                              "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable, 3 bad input, "
+                                              "4 unstable (a side's runs disagree too much for a verdict).")
     compare.add_argument("baseline", metavar="A", help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json; with --store, a commit")
     compare.add_argument("current", metavar="B", help="the result to judge against A (with --store, a commit)")
     compare.add_argument("--store", metavar="STORE", help="read A and B from a store (a folder, git:REMOTE#REF or a URL such as s3://BUCKET/PREFIX): "

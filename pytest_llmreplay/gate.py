@@ -83,6 +83,7 @@ class Gate:
     store: Store
     save: bool = False
     fail_on_regression: bool = False
+    fail_on_unstable: bool = False
     report_dir: Path | None = None
     history: tuple[str, list[str]] | None = None  # the --llm-compare reference: (label, commits)
     _git: dict[str, Any] | None = None
@@ -131,6 +132,9 @@ class Gate:
         if self.fail_on_regression and comparison is not None and comparison.regressions and not interrupted:
             failures.append(compared_text)
             failed_by.append("regressions fail the test (--llm-fail-on-regression)")
+        if self.fail_on_unstable and comparison is not None and comparison.unstable and not interrupted:
+            failures.append(compared_text)
+            failed_by.append("an unstable comparison fails the test (--llm-fail-on-unstable)")
         if self.report_dir is not None:
             self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
@@ -189,7 +193,7 @@ class Gate:
 
 def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
     return {
-        "baseline": comparison.baseline_label, "mismatch": comparison.mismatch, "header": comparison.header,
+        "baseline": comparison.baseline_label, "mismatch": comparison.mismatch, "header": comparison.header, "unstable": comparison.unstable,
         "rows": [vars(row) for row in comparison.rows], "baseline_samples": comparison.baseline_samples,
     }
 

@@ -31,6 +31,7 @@ OPTIONS = (
     ("--llm-save", "llm_save", "bool", False, "store each perf test's result as a baseline of the current commit"),
     ("--llm-compare", "llm_compare", "string", None, "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)"),
     ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
+    ("--llm-fail-on-unstable", "llm_fail_on_unstable", "bool", False, "fail a test when its comparison is unstable: the runs of a side disagree too much (over 3x on a time figure) for any verdict"),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
     ("--llm-repeat", "llm_repeat", "string", "5", "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 5)"),
     ("--llm-workers", "llm_workers", "string", None, "replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local Ray instance, or the cluster at --llm-ray-address"),

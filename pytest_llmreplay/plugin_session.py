@@ -175,7 +175,8 @@ class LLMSession:
             self._gate = Gate(
                 rootdir=self.config.rootpath, fingerprint=self.target.fingerprint, store=self.store,
                 save=bool(option(self.config, "llm_save")),
-                fail_on_regression=bool(option(self.config, "llm_fail_on_regression")), report_dir=self.report_dir,
+                fail_on_regression=bool(option(self.config, "llm_fail_on_regression")), fail_on_unstable=bool(option(self.config, "llm_fail_on_unstable")),
+                report_dir=self.report_dir,
                 history=self.history,
             )
         return self._gate

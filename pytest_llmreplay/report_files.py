@@ -50,6 +50,8 @@ def markdown(results: list[Mapping[str, Any]]) -> str:
             if comparison.get("header"):
                 lines += [markdown_text(comparison["header"]), ""]
             lines.append(markdown_text(comparison["mismatch"]) if comparison.get("mismatch") else _table(comparison_rows(comparison), COMPARISON_HEADERS))
+            if comparison.get("unstable"):
+                lines += ["", f"**UNSTABLE**: {markdown_text(comparison['unstable'])}"]
     return "\n".join(lines) + "\n"
 
 

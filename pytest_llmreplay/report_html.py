@@ -78,7 +78,7 @@ def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cell_class
 
 def verdict_class(header: str, cell: str) -> str:
     """Colour FAIL, BREACH and REGRESSION cells red, PASS, ok and no regression green."""
-    if cell in ("BREACH", "FAIL") or cell.startswith("REGRESSION"):
+    if cell in ("BREACH", "FAIL") or cell.startswith(("REGRESSION", "UNSTABLE")):
         return "breach"
     return "ok" if cell in ("ok", "no regression", "PASS") else ""
 
@@ -112,7 +112,8 @@ def comparison_section(record: Mapping[str, Any]) -> str:
         title += f"<p>{html.escape(comparison['header'])}</p>"
     if comparison.get("mismatch"):
         return f"{title}<p>{html.escape(comparison['mismatch'])}</p>"
-    return title + html_table(COMPARISON_HEADERS, comparison_rows(comparison), lambda header, cell: "regression" if cell == "REGRESSION" else "")
+    unstable = f"<p class='breach'>UNSTABLE: {html.escape(comparison['unstable'])}</p>" if comparison.get("unstable") else ""
+    return title + html_table(COMPARISON_HEADERS, comparison_rows(comparison), lambda header, cell: "regression" if cell in ("REGRESSION", "UNSTABLE") else "") + unstable
 
 
 def load_curve_section(record: Mapping[str, Any]) -> str:

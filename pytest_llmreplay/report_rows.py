@@ -46,11 +46,14 @@ def overview_row(record: Mapping[str, Any]) -> list[str]:
 
 
 def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
-    """``-`` (not compared), ``not compared`` (a mismatch), ``no regression`` or ``REGRESSION: keys``."""
+    """``-`` (not compared), ``not compared`` (a mismatch), ``UNSTABLE`` (runs that disagree too
+    much for a verdict), ``no regression`` or ``REGRESSION: keys``."""
     if not comparison:
         return "-"
     if comparison.get("mismatch"):
         return "not compared"
+    if comparison.get("unstable"):
+        return "UNSTABLE"
     regressions = [row["key"] for row in comparison["rows"] if row["verdict"] == "regression"]
     return ("REGRESSION: " + ", ".join(regressions)) if regressions else "no regression"
 

@@ -217,3 +217,54 @@ def test_a_p_value_is_twice_the_smaller_tail_of_the_resampled_changes():
     draws = bootstrap.Draws(0.1, np.array([-0.1, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]))
     assert draws.p_value() == pytest.approx(2 * (1 + 1) / 10)  # one change <= 0 of nine, plus one
     assert bootstrap.Draws(0.0, np.zeros(9)).p_value() == 1.0
+
+
+# ------------------------------------------------------------------------ unstable runs
+
+
+def test_runs_that_disagree_several_fold_make_the_comparison_unstable_not_a_regression():
+    """One run streamed, the others arrived in bursts (the live engine's fourth run): no interval
+    from such runs holds, so the comparison is neither a regression nor a pass (issue 31 E)."""
+    rng = np.random.default_rng(7)
+    steady = [rng.lognormal(np.log(0.02), 0.1, 200) for _ in range(3)]
+    base = record_of(steady)
+    flipping = record_of([steady[0] * 1.3, steady[1] * 6.0, steady[2] * 1.3])  # run 2 took six times as long
+    comparison = baseline.compare(base, flipping, {"ttft.p50": 0.05})
+    assert comparison.regressions == [] and [row.verdict for row in comparison.rows] == ["unstable"]
+    assert comparison.unstable.startswith("the current's 3 runs disagree 4.7x on ttft.p50 (")
+    table = baseline.comparison_table(comparison)
+    assert ": UNSTABLE, no verdict" in table and f"unstable: {comparison.unstable}" in table
+    from pytest_llmreplay.report_rows import comparison_cell
+    from pytest_llmreplay.gate import comparison_as_dict
+
+    assert comparison_cell(comparison_as_dict(comparison)) == "UNSTABLE"
+    calm = record_of([steady[0] * 1.3, steady[1] * 1.35, steady[2] * 1.3])  # the same shift, runs that agree: a regression
+    assert [row.verdict for row in baseline.compare(base, calm, {"ttft.p50": 0.05}).rows] == ["regression"]
+
+
+def test_the_cause_names_the_runs_whose_responses_came_in_one_burst():
+    from pytest_llmreplay.stability import instability
+
+    streamed = np.full(100, 0.002)
+    burst = np.concatenate([np.full(40, 0.00001), np.full(60, 0.002)])
+    runs = [{"schema": baseline.SCHEMA, "summary": {"ttft": {"p50": p50}, "tpot": {"p50": float(np.median(t))}}, "fingerprint": {}, "workload": {},
+             "settings": {}, "samples": {"tpot": list(t)}, "sample_keys": {"tpot": list(range(100))}} for p50, t in ((0.02, streamed), (0.3, burst))]
+    record = pool_records(runs, [{"seed": None, "cache_reset": None}] * 2)
+    why = instability(record, "baseline")
+    assert why.startswith("the baseline's 2 runs disagree 15.0x on ttft.p50 (20 ms to 300 ms): ")
+    assert why.endswith("run 2 received 40% of its responses in one burst, run 1 0%: the streams were buffered, likely by a CPU-starved client or API server")
+    assert instability(record_of([streamed, streamed * 2.9]), "current") is None  # under 3x: the bootstrap's to judge
+
+
+def test_fail_on_unstable_fails_a_test_whose_baseline_runs_disagree(project):
+    profile = jittery(project)
+    project.runpytest("--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-save").assert_outcomes(passed=1)
+    [path] = stored(project.path)
+    record = json.loads(path.read_text())
+    record["runs"][1]["summary"]["ttft"]["p50"] *= 10  # as a run whose responses all came in one burst reads
+    path.write_text(json.dumps(record))
+    result = project.runpytest("--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["Compared with *", "*: UNSTABLE, no verdict", "unstable: the baseline's 2 runs disagree *x on ttft.p50 (*"])
+    failed = project.runpytest("--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare", "--llm-fail-on-unstable")
+    failed.assert_outcomes(failed=1)
