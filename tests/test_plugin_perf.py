@@ -41,7 +41,7 @@ synthetic:
 FLAGS = (
     "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd", "--llm-server-timeout",
     "--llm-sim-profile", "--llm-offline", "--llm-tokenizer", "--llm-seed", "--llm-baseline-dir",
-    "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-report", "--llm-repeat", "--llm-workers", "--llm-ray-address",
+    "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-fail-on-unstable", "--llm-report", "--llm-repeat", "--llm-workers", "--llm-ray-address",
 )
 HEADER_END = "tokenizer bundled (llmreplay-bpe-4k), seed 0"
 
