@@ -1,10 +1,11 @@
 """Fixtures several test modules share: a perf-test project in a git repository, the same
 pushed to a bare repository that CI jobs clone, a bare repository of 16 commits, an S3 server
-(moto's, a process on loopback), the folder the engine tests' vLLM is installed in, and the
-bundled tokenizer noting how long a text it is asked to encode."""
+(moto's, a process on loopback), the folder the engine tests' vLLM is installed in, the vLLM
+server those tests share, and the bundled tokenizer noting how long a text it is asked to encode."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -97,14 +98,49 @@ def s3_env(monkeypatch, tmp_path):
         log.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine_home() -> str:
     """The folder vLLM and the model are cached in (``scripts/setup_vllm_cpu.py`` installs them on
-    first use), resolved once per module: before pytester points ``HOME`` at a temporary folder,
+    first use), resolved once per session: before pytester points ``HOME`` at a temporary folder,
     where the script would install everything again."""
     from test_engine_vllm import setup_vllm_cpu
 
     return str(Path(setup_vllm_cpu()["python"]).parents[2])
+
+
+SHARED_VLLM = pytest.StashKey[object]()
+
+
+@pytest.fixture(scope="session")
+def shared_vllm(pytestconfig, engine_home, tmp_path_factory):
+    """The engine tests' one vLLM server (``test_engine_vllm.SharedVLLM``: started when first
+    asked for its URL); stopped after the last test that uses it (``pytest_runtest_teardown``)
+    and at the end of the session."""
+    from test_engine_vllm import SharedVLLM
+
+    server = SharedVLLM(engine_home, tmp_path_factory.mktemp("shared-vllm"), dict(os.environ))
+    pytestconfig.stash[SHARED_VLLM] = server
+    try:
+        yield server
+    finally:
+        server.stop()
+        del pytestconfig.stash[SHARED_VLLM]
+
+
+@pytest.fixture
+def vllm_url(shared_vllm) -> str:
+    """The shared vLLM server's URL, its prefix cache empty, as a freshly started server's."""
+    return shared_vllm.cold()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the shared vLLM server (its processes hold about 3 GB of memory)
+    as soon as the next test does not use it, rather than idle through the rest of the suite; a
+    later test that does starts it again."""
+    server = item.config.stash.get(SHARED_VLLM, None)
+    if server is not None and (nextitem is None or "shared_vllm" not in getattr(nextitem, "fixturenames", ())):
+        server.stop()
 
 
 class RecordingTokenizer:

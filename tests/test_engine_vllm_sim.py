@@ -1,8 +1,8 @@
 """The simulator server as a stand-in for vLLM, held against vLLM's CPU build: the same requests go
 to both and get the same answers, where the tiny random-weight model can show them.
 
-vLLM serves the tiny model (``scripts/setup_vllm_cpu.py``, as in ``test_engine_vllm.py``); the
-simulator server serves a profile of the same model, read from the model's ``config.json``
+vLLM serves the tiny model (``scripts/setup_vllm_cpu.py``: the server ``test_engine_vllm.py``'s
+runs share for the session, ``shared_vllm``); the simulator server serves a profile of the same model, read from the model's ``config.json``
 (context, vocabulary, shape), with vLLM's block size and the same served name. On both:
 
 - ``/v1/models``' ``max_model_len`` is the model's context (``max_position_embeddings``);
@@ -26,12 +26,11 @@ from typing import Any, Iterator
 
 import httpx
 import pytest
-from mockserver import ServerThread, free_port
-from test_engine_vllm import BLOCK, RUN_TIMEOUT_S, setup_vllm_cpu, vllm_server_command
+from mockserver import ServerThread
+from test_engine_vllm import BLOCK, setup_vllm_cpu
 from test_sim_server import tiny_profile
 
 from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.server_process import ServerProcess
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.profile import Profile
 from pytest_llmreplay.sim.roofline import ModelSpec
@@ -61,13 +60,11 @@ def model_profile(config: dict[str, Any]) -> Profile:
 
 
 @pytest.fixture(scope="module")
-def servers(engine_home, config, tmp_path_factory) -> Iterator[dict[str, str]]:
-    """The base URLs of vLLM and of the simulator server, both serving the model as ``tiny``."""
-    port = free_port()
-    command = vllm_server_command(engine_home, port, tmp_path_factory.mktemp("vllm"))
-    with ServerProcess(command, f"http://127.0.0.1:{port}", startup_timeout_s=RUN_TIMEOUT_S) as vllm, \
-            ServerThread(SimServer(model_profile(config), PromptFactory(load_tokenizer(None)), model="tiny")) as sim:
-        yield {"vllm": vllm.url, "sim": sim.url}
+def servers(shared_vllm, config) -> Iterator[dict[str, str]]:
+    """The base URLs of vLLM (the session's shared server) and of the simulator server, both
+    serving the model as ``tiny``."""
+    with ServerThread(SimServer(model_profile(config), PromptFactory(load_tokenizer(None)), model="tiny")) as sim:
+        yield {"vllm": shared_vllm.url(), "sim": sim.url}
 
 
 def post_both(servers: dict[str, str], path: str, body: dict[str, Any]) -> dict[str, httpx.Response]:
