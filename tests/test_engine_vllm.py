@@ -10,8 +10,9 @@ repository with three perf tests, run twice:
 
 1. ``--llm-save``, on the server ``--llm-server-cmd`` starts (all of vLLM's processes gone when
    the run ends): an agent (synthetic sessions whose prompts grow by the server's own responses,
-   returned as token ids), a Mooncake slice (the real conversation trace's first 48 requests that
-   fit the model, outputs capped at 24 tokens, one at a time) and a test whose SLO cannot hold.
+   returned as token ids), a Mooncake slice (26 of the real conversation trace's first requests
+   that fit the model, those whose prefixes repeat, outputs capped at 24 tokens, one at a time)
+   and a test whose SLO cannot hold.
 2. ``--llm-compare``, on the shared server: the same tests against the results the first run
    stored (same vLLM, same model: another server's run compares as the same target).
 
@@ -47,7 +48,7 @@ pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 32  # vLLM's --block-size in the setup script's server command, in tokens
 MOONCAKE_BLOCK = 512  # tokens per hash id in the Mooncake trace
-SLICE_REQUESTS, SLICE_OUTPUT_CAP, MAX_MODEL_LEN = 48, 24, 8192  # the server's --max-model-len
+SLICE_SCANNED, SLICE_OUTPUT_CAP, MAX_MODEL_LEN = 150, 24, 8192  # the server's --max-model-len
 SETUP_TIMEOUT_S, RUN_TIMEOUT_S = 1800, 600
 RESET_TIMEOUT_S = 60  # for the blocks of requests vLLM is still finishing (a run stopped early) to be freed
 
@@ -167,15 +168,26 @@ def processes_of(scratch: Path) -> list[int]:
     return found
 
 
+def shared_blocks(ids: list[int], other: list[int]) -> int:
+    """How many leading hash ids two requests share."""
+    return next((i for i, (a, b) in enumerate(zip(ids, other)) if a != b), min(len(ids), len(other)))
+
+
 def mooncake_slice(shared_data: Path) -> list[dict]:
-    """The conversation trace's first requests that fit the model, outputs capped."""
+    """Of the conversation trace's first ``SLICE_SCANNED`` requests that fit the model (outputs
+    capped), in trace order: the first, and every one that shares at least two leading hash ids
+    with another of them (26 requests, 114 k prompt tokens). In the trace's first 48 every request
+    after the first shares exactly its first 512-token block with an earlier one, so they hit 512
+    tokens each and nothing else; these hit 0, 512 and 1,024 to 7,680 tokens, two of them a
+    prompt sent whole before (its last token is never cached: 1,902 tokens hit 1,888)."""
     rows = []
     for line in (shared_data / "mooncake" / "conversation_trace.jsonl").open():
         row = json.loads(line)
         if row["input_length"] < MAX_MODEL_LEN - SLICE_OUTPUT_CAP:
             rows.append({**row, "output_length": min(row["output_length"], SLICE_OUTPUT_CAP)})
-        if len(rows) == SLICE_REQUESTS:
-            return rows
+        if len(rows) == SLICE_SCANNED:
+            return [row for i, row in enumerate(rows)
+                    if i == 0 or any(shared_blocks(row["hash_ids"], other["hash_ids"]) >= 2 for j, other in enumerate(rows) if j != i)]
     raise AssertionError("the Mooncake trace has too few short requests")
 
 
@@ -191,8 +203,8 @@ def expected_mooncake_hits(rows: list[dict]) -> list[int]:
     hits, earlier = [], []
     for row in rows:
         ids = row["hash_ids"]
-        shared_blocks = max((next((i for i, (a, b) in enumerate(zip(ids, seen)) if a != b), min(len(ids), len(seen))) for seen in earlier), default=0)
-        hits.append(vllm_prefix_hit(min(shared_blocks * MOONCAKE_BLOCK, row["input_length"]), row["input_length"]))
+        shared = max((shared_blocks(ids, seen) for seen in earlier), default=0)
+        hits.append(vllm_prefix_hit(min(shared * MOONCAKE_BLOCK, row["input_length"]), row["input_length"]))
         earlier.append(ids)
     return hits
 
