@@ -337,7 +337,7 @@ QUEUE = "synthetic:\n  sessions: 40\n  input_tokens: 64\n  output_tokens: 128\n 
 CAPACITY_TEST = """
 import pytest
 
-@pytest.mark.llmreplay(workload="queue.yaml", capacity={"by": "concurrency", "slo": {"ttft.p50": "< 400ms"}, "budget": 6},
+@pytest.mark.llmreplay(workload="queue.yaml", capacity={"by": "concurrency", "slo": {"ttft.p50": "< 400ms"}, "budget": 4},
                        slo={"capacity.concurrency": ">= 1", "error_rate": "== 0"})
 def test_capacity(llm_result):
     pass
@@ -347,9 +347,11 @@ def test_capacity(llm_result):
 def test_vllm_cpu_capacity_search(project, vllm_url):
     """A capacity search against the live engine: every point is a real replay on vLLM. Its SLO
     splits the ends by a factor (QUEUE): concurrency 1 meets it, every session at once (past
-    vLLM's 16 running sequences) fails it, so the search bisects. Where between the ends the
-    verdicts turn depends on a noisy machine, so what is checked is the search's own logic:
-    each point's verdict, its place in the bracket, the capacity and bracket that follow."""
+    vLLM's 16 running sequences) fails it, so the search bisects, twice (a budget of 4 points:
+    [1, 40] cannot narrow to 1 in two steps, and every point that passes runs all 40 sessions).
+    Where between the ends the verdicts turn depends on a noisy machine, so what is checked is
+    the search's own logic: each point's verdict, its place in the bracket, the capacity and
+    bracket that follow, the budget spent."""
     project.path.joinpath("queue.yaml").write_text(QUEUE)
     project.makepyfile(test_capacity=CAPACITY_TEST)
     result = project.runpytest_subprocess(*vllm_options(vllm_url, "--llm-api", "completions"), "test_capacity.py", "--llm-report", "capacity",
@@ -357,8 +359,8 @@ def test_vllm_cpu_capacity_search(project, vllm_url):
     result.assert_outcomes(passed=1)
     assert "Traceback" not in result.stdout.str()
     # a line per point as it finishes, past pytest's capture
-    result.stdout.fnmatch_lines(["point 1/6    low concurrency 1: pass  ttft.p50 *", "point 2/6   high concurrency 40: FAIL  ttft.p50 *"])
+    result.stdout.fnmatch_lines(["point 1/4    low concurrency 1: pass  ttft.p50 *", "point 2/4   high concurrency 40: FAIL  ttft.p50 *"])
     (found,) = (project.path / "capacity" / "tests").glob("test_capacity.py_test_capacity-*.json")
     search = json.loads(found.read_text())["capacity"]
     assert_bisected(search, 0.4)
-    assert len(search["points"]) >= 3 and all(point["error_rate"] == 0 for point in search["points"]), search["points"]
+    assert len(search["points"]) == 4 and all(point["error_rate"] == 0 for point in search["points"]), search["points"]
