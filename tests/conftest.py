@@ -113,13 +113,14 @@ SHARED_VLLM = pytest.StashKey[object]()
 
 @pytest.fixture(scope="session")
 def shared_vllm(pytestconfig, engine_home, tmp_path_factory):
-    """The engine tests' one vLLM server (``test_engine_vllm.SharedVLLM``: started when first
-    asked for its URL); stopped after the last test that uses it (``pytest_runtest_teardown``)
-    and at the end of the session."""
+    """The engine tests' one vLLM server (``test_engine_vllm.SharedVLLM``), its start begun here,
+    in the background, so that it overlaps the first test's own work; stopped after the last test
+    that uses it (``pytest_runtest_teardown``) and at the end of the session."""
     from test_engine_vllm import SharedVLLM
 
     server = SharedVLLM(engine_home, tmp_path_factory.mktemp("shared-vllm"), dict(os.environ))
     pytestconfig.stash[SHARED_VLLM] = server
+    server.start()
     try:
         yield server
     finally:

