@@ -127,14 +127,15 @@ class Gate:
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
                 failed_by.append("not saved (--llm-save)")
-        if not all(c.passed for c in checks) and not interrupted:  # a partial result is reported, never judged
-            failures.append(slo_table)
-        if self.fail_on_regression and comparison is not None and comparison.regressions and not interrupted:
-            failures.append(compared_text)
-            failed_by.append("regressions fail the test (--llm-fail-on-regression)")
-        if self.fail_on_unstable and comparison is not None and comparison.unstable and not interrupted:
-            failures.append(compared_text)
-            failed_by.append("an unstable comparison fails the test (--llm-fail-on-unstable)")
+        if not interrupted:  # a partial result is reported, never judged
+            if not all(c.passed for c in checks):
+                failures.append(slo_table)
+            if self.fail_on_regression and comparison is not None and comparison.regressions:
+                failures.append(compared_text)
+                failed_by.append("regressions fail the test (--llm-fail-on-regression)")
+            if self.fail_on_unstable and comparison is not None and comparison.unstable:
+                failures.append(compared_text)
+                failed_by.append("an unstable comparison fails the test (--llm-fail-on-unstable)")
         if self.report_dir is not None:
             self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
