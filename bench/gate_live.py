@@ -81,12 +81,12 @@ from typing import Any, Iterator
 from gate_quality import any_regression, asv_check, history_flags, judge, plain_check, rate, table
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, load_tokenizer
-from pytest_llmreplay import baseline, history
-from pytest_llmreplay.driver import replay
-from pytest_llmreplay.plugin_options import OPTIONS
-from pytest_llmreplay.server_process import ServerProcess
-from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.repeats import pool_records
+from pytest_llmreplay.gate import baseline, history
+from pytest_llmreplay.replayer.driver import replay
+from pytest_llmreplay.plugin.options import OPTIONS
+from pytest_llmreplay.replayer.server_process import ServerProcess
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.gate.repeats import pool_records
 from pytest_llmreplay.target import Target, live_fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""How good is the regression gate (``pytest_llmreplay.baseline.compare``) at telling a real slowdown from noise?
+"""How good is the regression gate (``pytest_llmreplay.gate.baseline.compare``) at telling a real slowdown from noise?
 
 Issue 20's measure: on the simulator with injected noise, A/A pairs (no change) and A/B pairs
 (a 10% prefill slowdown) of a CI perf test, at least 300 of each; report the false-alarm rate
@@ -47,7 +47,7 @@ is ``ttft.p50`` called a regression):
 - ``history``: the gate with ``history.gate_with_history`` over K earlier results (K = 5, 10,
   20): each pair's history is K baseline records of *other* pairs (drawn without replacement,
   seeded), its own baseline the newest; the rule is the Student's t prediction statistic of
-  ``history.py``, next to the same with a z-score (normal quantile, the history's sd taken as
+  ``gate/history.py``, next to the same with a z-score (normal quantile, the history's sd taken as
   exact: Bencher's z-score threshold) and Mann-Whitney's U between the history's values and the
   current runs' values (one-sided at the same level: asv's test over history), each confirming
   or vetoing the bootstrap's call (a regression needs both, as in the gate).
@@ -75,10 +75,10 @@ from typing import Any
 import numpy as np
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
-from pytest_llmreplay import baseline, history
-from pytest_llmreplay.repeats import pool_records
-from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.driver import replay
+from pytest_llmreplay.gate import baseline, history
+from pytest_llmreplay.gate.repeats import pool_records
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.timing import Batch, TimingModel
@@ -251,7 +251,7 @@ def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: st
 
     level = 1 - (1 - baseline.CONFIDENCE) / 2
     for key, row in judged["rows"].items():
-        if (keys is not None and key not in keys) or row["verdict"] != "regression":  # the history only vetoes the bootstrap's call (history.py)
+        if (keys is not None and key not in keys) or row["verdict"] != "regression":  # the history only vetoes the bootstrap's call (gate/history.py)
             continue
         values = [figures[key] for figures in past if figures.get(key) is not None]
         value = judged["figures"][key]

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from pytest_llmreplay.formats import _fields, load_workload, mooncake
-from pytest_llmreplay.formats._text import text_lines
+from pytest_llmreplay.workloads.formats import _fields, load_workload, mooncake
+from pytest_llmreplay.workloads.formats._text import text_lines
 
 TRACE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl"
 

@@ -23,18 +23,18 @@ import sys
 
 import httpx
 
-from pytest_llmreplay.clock import VirtualClock
-from pytest_llmreplay.driver import ReplaySettings, replay
-from pytest_llmreplay.endpoints import HTTPEndpoint
-from pytest_llmreplay.metrics import tpot, ttft
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.server_process import ServerProcess
+from pytest_llmreplay.replayer.clock import VirtualClock
+from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.metrics.result import tpot, ttft
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.server import READY
-from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workers import RayWorkers, start_ray
-from pytest_llmreplay.workload import Session, Synthetic, Turn, Workload
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+from pytest_llmreplay.replayer.workers import RayWorkers, start_ray
+from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 PROFILE = "llama-3.1-8b-h100"
 
@@ -58,7 +58,7 @@ def main() -> None:
     profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_seqs=1))
     offline = {r.session_id: r for r in replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock()).records}
     steps = [ttft(b) - ttft(a) for a, b in zip(offline.values(), list(offline.values())[1:])]
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", PROFILE, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
+    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", "--profile", PROFILE, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
     rounds = []
     start_ray(None, 2)
     try:

@@ -1,4 +1,4 @@
-"""The replay on Ray workers (pytest_llmreplay/workers.py) against one process, on this machine.
+"""The replay on Ray workers (pytest_llmreplay/replayer/workers.py) against one process, on this machine.
 
 One mock server (``tests/mockserver.py --envelope``, zero latency, a process of its own) serves
 the session. Figures, each the median of ``--runs`` rounds, the configurations interleaved per
@@ -30,13 +30,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_throughput import TICK, Mock, busy_cpu_s, free_port  # noqa: E402
 
-from pytest_llmreplay.driver import Replay, ReplaySettings  # noqa: E402
-from pytest_llmreplay.endpoints import HTTPEndpoint  # noqa: E402
-from pytest_llmreplay.metrics import Result  # noqa: E402
-from pytest_llmreplay.prompts import PromptFactory  # noqa: E402
-from pytest_llmreplay.tokenizer import load_tokenizer  # noqa: E402
-from pytest_llmreplay.workers import RayWorkers, start_ray  # noqa: E402
-from pytest_llmreplay.workload import Session, Synthetic, Turn, Workload  # noqa: E402
+from pytest_llmreplay.replayer.driver import Replay, ReplaySettings  # noqa: E402
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint  # noqa: E402
+from pytest_llmreplay.metrics.result import Result  # noqa: E402
+from pytest_llmreplay.workloads.prompts import PromptFactory  # noqa: E402
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer  # noqa: E402
+from pytest_llmreplay.replayer.workers import RayWorkers, start_ray  # noqa: E402
+from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload  # noqa: E402
 
 
 def descendants(root: int) -> list[int]:
@@ -108,7 +108,7 @@ def main() -> None:
         mock = Mock(free_port(), Path(tmp) / "mock.log")
         try:
             endpoint = lambda: HTTPEndpoint(mock.url, api="completions", extra_body={"ignore_eos": True})  # noqa: E731
-            start_ray(None, 3)  # one local instance (3 CPUs) for both sets of workers, as workers.py starts it
+            start_ray(None, 3)  # one local instance (3 CPUs) for both sets of workers, as replayer/workers.py starts it
             with RayWorkers(1) as one_worker, RayWorkers(2) as two_workers:
                 configs = {
                     "1 process": lambda workload, settings: Replay(workload, endpoint(), prompts, settings).run(),

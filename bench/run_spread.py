@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from gate_quality import BASELINE_SEED_OFFSET, judge, run_once  # noqa: E402
 
 from pytest_llmreplay import baseline  # noqa: E402
-from pytest_llmreplay.repeats import pool_records  # noqa: E402
+from pytest_llmreplay.gate.repeats import pool_records  # noqa: E402
 
 GATED = list(baseline.DEFAULT_TOLERANCES)
 TIME = [key for key in GATED if key.partition(".")[0] in ("ttft", "tpot", "latency", "ttfat")]

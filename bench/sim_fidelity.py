@@ -12,7 +12,7 @@ Definitions (both sides measured from the request's arrival into the engine):
 - vLLM: TTFT = first_token_ts - queued_ts; TPOT = (last_token_ts - first_token_ts) / (output - 1);
   E2E latency = last_token_ts - queued_ts; queue = scheduled_ts - queued_ts;
   prefill = first_token_ts - scheduled_ts (per the data README).
-- ours: the records of the replay (``pytest_llmreplay.metrics``): TTFT = first token - sent,
+- ours: the records of the replay (``pytest_llmreplay.metrics.result``): TTFT = first token - sent,
   TPOT = (latency - TTFT) / (output - 1), latency = end - sent, queue = ``queue_s`` (engine
   admission - arrival), prefill = first token - (sent + queue). The replay sends each request at
   its trace arrival time (no schedule lag on the virtual clock) and the engine admits it at the
@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer, load_workload
-from pytest_llmreplay.driver import replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.roofline import RooflineTiming

@@ -12,7 +12,7 @@ STREAMS single-turn requests of PROMPT in / OUTPUT out, all at once (concurrency
 - fidelity: TTFT p50 and TPOT mean seen by the client against the offline replay (virtual
   clock, same profile and engine settings, same workload).
 
-``--workers N``: the client is N Ray workers on a local instance (``pytest_llmreplay.workers``,
+``--workers N``: the client is N Ray workers on a local instance (``pytest_llmreplay.replayer.workers``,
 the extra ``[ray]``), started once before the runs, instead of this process.
 
     .venv/bin/python bench/sim_online.py [--runs 3] [--streams 1000] [--profile qwen3-30b-a3b-h100] [--workers N]
@@ -34,8 +34,8 @@ from pathlib import Path
 import httpx
 
 from pytest_llmreplay import HTTPEndpoint, PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
-from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.driver import replay
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 
@@ -98,7 +98,7 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         workers = None
         if args.workers:
-            from pytest_llmreplay.workers import RayWorkers
+            from pytest_llmreplay.replayer.workers import RayWorkers
 
             workers = stack.enter_context(RayWorkers(args.workers))
         for _ in range(args.runs):

@@ -67,11 +67,11 @@ from typing import Any, Iterator
 import numpy as np
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, load_tokenizer
-from pytest_llmreplay.baseline import KEY_TURNS
-from pytest_llmreplay.driver import replay
-from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.metrics import request_values
-from pytest_llmreplay.server_process import ServerProcess
+from pytest_llmreplay.gate.baseline import KEY_TURNS
+from pytest_llmreplay.replayer.driver import replay
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.metrics.result import request_values
+from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.sim.calibrate_run import ENGINE_PARAMETERS, STATISTICS, calibrate_from_run, errors, simulate
 from pytest_llmreplay.sim.measured_run import MeasuredRun
 from pytest_llmreplay.sim.profile import parse_profile

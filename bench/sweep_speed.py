@@ -3,7 +3,7 @@
 Workload: ../shared/data/llmservingsim/sharegpt-llama-3.1-8b-300-sps10.jsonl (300 ShareGPT
 requests), profile llama-3.1-8b-h100, SLOs ttft.p99 < 1s and tpot.p99 < 50ms.
 
-- ``search``: :func:`~pytest_llmreplay.search.find_capacity` with budget 10 and resolution 0.1%
+- ``search``: :func:`~pytest_llmreplay.search.capacity.find_capacity` with budget 10 and resolution 0.1%
   (so it spends all 10 points), timed from the loaded workload to the capacity, with the
   bracketing step in 2 worker processes and in this one process; median of ``--runs``.
 - ``grid``: every load of a grid finer than the search's 5% default resolution, from the
@@ -25,12 +25,12 @@ import statistics
 import time
 from pathlib import Path
 
-from pytest_llmreplay.formats import load_workload
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.search import CapacityPlan, Search, find_capacity, run_point
+from pytest_llmreplay.workloads.formats import load_workload
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, run_point
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.target import Target
-from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT.parent / "shared" / "data" / "llmservingsim" / "sharegpt-llama-3.1-8b-300-sps10.jsonl"

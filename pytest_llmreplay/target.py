@@ -19,9 +19,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .clock import Clock, VirtualClock, WallClock
-from .endpoints import HTTPEndpoint, describe_error
-from .server_process import ServerProcess
+from .replayer.clock import Clock, VirtualClock, WallClock
+from .replayer.endpoints import HTTPEndpoint, describe_error
+from .replayer.server_process import ServerProcess
 from .errors import LLMReplayError
 
 KINDS = ("offline", "sim-server", "live")
@@ -169,7 +169,7 @@ def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, st
     (another xdist worker's) could take it and answer our health check."""
     from .sim.server import READY
 
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile_name, "--port", "0", "--seed", str(seed), "--parent-pid", str(os.getpid())]
+    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", "--profile", profile_name, "--port", "0", "--seed", str(seed), "--parent-pid", str(os.getpid())]
     if tokenizer:
         command += ["--tokenizer", tokenizer]
     # no watchdog: the simulator stops by itself when its parent dies (--parent-pid)

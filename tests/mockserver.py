@@ -207,8 +207,8 @@ _VOCABULARY: list[_Vocabulary] = []
 def _vocabulary() -> _Vocabulary:
     """The bundled tokenizer and its word tokens (loaded once per process)."""
     if not _VOCABULARY:
-        from pytest_llmreplay.prompts import PromptFactory
-        from pytest_llmreplay.tokenizer import load_tokenizer
+        from pytest_llmreplay.workloads.prompts import PromptFactory
+        from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(None)
         words = PromptFactory(tokenizer).words.tolist()

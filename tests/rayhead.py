@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from mockserver import free_port
-from pytest_llmreplay import watchdog
+from pytest_llmreplay.replayer import watchdog
 
 STARTED = "Ray runtime started."
 STOP_TIMEOUT_S = 15.0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_llmreplay.metrics import Result
-from pytest_llmreplay.run_records import ReplayRun, RequestRecord
+from pytest_llmreplay.metrics.result import Result
+from pytest_llmreplay.replayer.records import ReplayRun, RequestRecord
 
 
 def rec(

@@ -14,13 +14,13 @@ import pytest
 from records import make, rec
 from test_repeats import at95
 
-from pytest_llmreplay import baseline, bootstrap
-from pytest_llmreplay.baseline import compare, comparison_table, parse_tolerance, reference_history, samples, tolerances
-from pytest_llmreplay.stored_record import read_record
+from pytest_llmreplay.gate import baseline, bootstrap
+from pytest_llmreplay.gate.baseline import compare, comparison_table, parse_tolerance, reference_history, samples, tolerances
+from pytest_llmreplay.gate.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.metrics import WINDOWS
-from pytest_llmreplay.slo import check_slos, parse_slos
-from pytest_llmreplay.store import FolderStore, write_new
+from pytest_llmreplay.metrics.result import WINDOWS
+from pytest_llmreplay.metrics.slo import check_slos, parse_slos
+from pytest_llmreplay.gate.store import FolderStore, write_new
 
 ROOT = Path(__file__).resolve().parent.parent
 

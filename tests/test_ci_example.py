@@ -17,8 +17,8 @@ import yaml
 
 from test_plugin_baselines import git, no_traceback
 
-from pytest_llmreplay.cli import build_parser
-from pytest_llmreplay.plugin_options import OPTIONS
+from pytest_llmreplay.cli.main import build_parser
+from pytest_llmreplay.plugin.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"

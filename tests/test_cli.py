@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from pytest_llmreplay import load_workload
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.cli_compare import COMPARE_BAD_INPUT
-from pytest_llmreplay.cli_options import BAD_INPUT
-from pytest_llmreplay.cli_run import RUN_STATUS
-from pytest_llmreplay.cli_sweep import SWEEP_STATUS
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.cli.compare import COMPARE_BAD_INPUT
+from pytest_llmreplay.cli.options import BAD_INPUT
+from pytest_llmreplay.cli.run import RUN_STATUS
+from pytest_llmreplay.cli.sweep import SWEEP_STATUS
 
 MOONCAKE = "mooncake/conversation_trace.jsonl"
 
@@ -203,8 +203,8 @@ def test_every_replay_setting_of_run_is_an_option_named_after_it():
     spells each as the option that sets it, found by its destination."""
     from dataclasses import fields
 
-    from pytest_llmreplay.cli import build_parser, spelled
-    from pytest_llmreplay.driver import ReplaySettings
+    from pytest_llmreplay.cli.main import build_parser, spelled
+    from pytest_llmreplay.replayer.driver import ReplaySettings
 
     names = build_parser().parse_args(["run", "w.jsonl", "--endpoint", "http://h"]).option_names
     cli_only = {"check_idle"}  # set by --no-idle-check
@@ -253,8 +253,8 @@ class _Stream(io.StringIO):
 def test_progress_line_redraws_on_a_terminal_and_writes_plain_lines_to_a_log(tty, monkeypatch):
     from types import SimpleNamespace
 
-    from pytest_llmreplay.cli_run import ProgressLine
-    from pytest_llmreplay.clock import WallClock
+    from pytest_llmreplay.cli.run import ProgressLine
+    from pytest_llmreplay.replayer.clock import WallClock
 
     stream, now = _Stream(tty), [0.0]
     monkeypatch.setattr(WallClock, "now", lambda self: now[0])

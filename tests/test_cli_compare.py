@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli.main import main
 
 
 def record(ttft_scale=1.0, model="m", workload="abc", seed=0):

@@ -11,9 +11,9 @@ import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 from test_store import git
 
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.cli_run import RUN_STATUS
-from pytest_llmreplay.store import open_store
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.cli.run import RUN_STATUS
+from pytest_llmreplay.gate.store_url import open_store
 
 TEST = "llmreplay run w.jsonl"
 

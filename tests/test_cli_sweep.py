@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 
-from pytest_llmreplay.stored_record import read_record
-from pytest_llmreplay.cli import main
+from pytest_llmreplay.gate.stored_record import read_record
+from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.target import start_sim_server
 
 WORKLOAD = """\
@@ -198,7 +198,7 @@ def test_a_signal_stops_the_sweep_at_once_and_keeps_every_point_measured(tmp_pat
     mock = MockServer(MockConfig(ttft_s=0.05, itl_s=0.05))
     background = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None
     with ServerThread(mock) as server:
-        command = [sys.executable, "-m", "pytest_llmreplay.cli", "sweep", str(path), "--endpoint", server.url, "--min", "4", "--max", "8",
+        command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sweep", str(path), "--endpoint", server.url, "--min", "4", "--max", "8",
                    "--arrival", "constant", "--slo", "ttft.p99<30s", "--out", str(out)]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=background)
         deadline = time.monotonic() + 60

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port, gone, wait_until_gone  # noqa: E402
 
-from pytest_llmreplay.clock import VirtualClock, WallClock  # noqa: E402
-from pytest_llmreplay.endpoints import EndpointRequest, HTTPEndpoint, Response, busy_requests, check_endpoint_url  # noqa: E402
-from pytest_llmreplay.server_process import ServerProcess  # noqa: E402
+from pytest_llmreplay.replayer.clock import VirtualClock, WallClock  # noqa: E402
+from pytest_llmreplay.replayer.endpoints import EndpointRequest, HTTPEndpoint, Response, busy_requests, check_endpoint_url  # noqa: E402
+from pytest_llmreplay.replayer.server_process import ServerProcess  # noqa: E402
 from pytest_llmreplay.errors import LLMReplayError  # noqa: E402
 
 MOCKSERVER = Path(__file__).parent / "mockserver.py"
@@ -325,7 +325,7 @@ def test_a_host_name_that_does_not_resolve_says_so():
     import aiohttp
     from aiohttp.client_reqrep import ConnectionKey
 
-    from pytest_llmreplay.endpoints import describe_error
+    from pytest_llmreplay.replayer.endpoints import describe_error
 
     lookup = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     key = ConnectionKey("llm.example.invalid", 8000, False, True, None, None, None)

@@ -41,7 +41,7 @@ from mockserver import free_port
 from test_cli_sweep import assert_bisected
 from test_plugin_baselines import GIT_ENV, git, stored
 
-from pytest_llmreplay.server_process import ServerProcess
+from pytest_llmreplay.replayer.server_process import ServerProcess
 
 pytestmark = pytest.mark.engine
 

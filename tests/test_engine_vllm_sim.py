@@ -30,12 +30,12 @@ from mockserver import ServerThread
 from test_engine_vllm import BLOCK, setup_vllm_cpu
 from test_sim_server import tiny_profile
 
-from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.profile import Profile
 from pytest_llmreplay.sim.roofline import ModelSpec
 from pytest_llmreplay.sim.server import SimServer
-from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.engine
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pytest_llmreplay import Synthetic, SyntheticSpec, WorkloadError, generate_synthetic, load_workload
-from pytest_llmreplay.formats import synthetic as synthetic_module
+from pytest_llmreplay.workloads.formats import synthetic as synthetic_module
 
 
 def first_turns(workload):

@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
-from pytest_llmreplay import baseline
-from pytest_llmreplay.baseline import Comparison, Row
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.store import FolderStore, result_folder
-from pytest_llmreplay.history import MIN_HISTORY, History, gate_with_history, history_points, metric_series, prediction_t, t_quantile
+from pytest_llmreplay.gate import baseline
+from pytest_llmreplay.gate.baseline import Comparison, Row
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.gate.store import FolderStore, result_folder
+from pytest_llmreplay.gate.history import MIN_HISTORY, History, gate_with_history, history_points, metric_series, prediction_t, t_quantile
 from test_plugin_baselines import git
 
 TEST = "tests/perf/test_chat.py::test_chat"

@@ -11,8 +11,8 @@ import pytest
 
 from records import make, rec
 
-from pytest_llmreplay.metrics import Result, itl, latency, prompt_tokens, schedule_lag, stats, tpot, ttft
-from pytest_llmreplay.run_records import RequestRecord
+from pytest_llmreplay.metrics.result import Result, itl, latency, prompt_tokens, schedule_lag, stats, tpot, ttft
+from pytest_llmreplay.replayer.records import RequestRecord
 
 STAT_KEYS = {"mean", "min", "p50", "p90", "p95", "p99", "max", "std", "count"}
 RATE_KEYS = {"overall", "steady_state", "last_30s", "per_gpu"}

@@ -43,7 +43,7 @@ def module_imports() -> dict[str, set[str]]:
 
 def test_no_two_modules_import_each_other():
     graph = module_imports()
-    assert len(graph) > 40 and "pytest_llmreplay.slo" in graph["pytest_llmreplay.gate"]  # the graph is read, not empty
+    assert len(graph) > 40 and "pytest_llmreplay.metrics.slo" in graph["pytest_llmreplay.plugin.verdict"]  # the graph is read, not empty
     pairs = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph[b]})
     assert pairs == []
 
@@ -52,7 +52,7 @@ def test_readme_names_every_key_of_the_marker_and_of_spec_files():
     """A key the spec accepts but README does not list is one a user cannot know of."""
     import re
 
-    from pytest_llmreplay.spec import SETTING_TYPES, SPEC_KEYS
+    from pytest_llmreplay.plugin.spec import SETTING_TYPES, SPEC_KEYS
 
     readme = (PACKAGE.parent / "README.md").read_text()
     paragraph = readme[readme.index("Keys of the marker and of spec files:"):].split("\n\n")[0]

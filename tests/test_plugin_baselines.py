@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 import pytest_llmreplay
-from pytest_llmreplay.history import history_points
-from pytest_llmreplay.store import FolderStore
+from pytest_llmreplay.gate.history import history_points
+from pytest_llmreplay.gate.store import FolderStore
 
 from test_plugin_perf import WORKLOAD  # 8 small sessions: a replay takes well under a second offline
 
@@ -199,7 +199,7 @@ def test_slower_server_is_a_regression_that_fails_only_when_asked(project):
 
 def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(project):
     """The newest stored result was interrupted (made here by marking a saved one as a signal
-    would, see pytest_llmreplay/interrupt.py): the comparison takes the newest complete one
+    would, see pytest_llmreplay/plugin/interrupt.py): the comparison takes the newest complete one
     before it, and the history skips it."""
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
     project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-save").assert_outcomes(passed=1)

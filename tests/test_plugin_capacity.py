@@ -226,7 +226,7 @@ def test_a_capacity_by_rate_is_never_above_the_throughput_its_point_achieved(cap
     # point carried, a ceiling, never the rate it was offered
     from test_plugin_baselines import stored
 
-    from pytest_llmreplay.units import format_value
+    from pytest_llmreplay.metrics.units import format_value
 
     capacity_project.makepyfile(test_cap="""
         import pytest

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM during a perf test's replay against a live server, in a real pytest process
-(see pytest_llmreplay/interrupt.py): the replay stops, what it measured goes through the gate
+(see pytest_llmreplay/plugin/interrupt.py): the replay stops, what it measured goes through the gate
 (summary row, stored result, report files), all of it marked interrupted, and the session stops
 with pytest's status, the server it started stopped."""
 

@@ -3,7 +3,7 @@ held per URL for the length of a replay; the simulator takes none."""
 
 import threading
 
-from pytest_llmreplay.plugin_session import live_lock
+from pytest_llmreplay.plugin.session import live_lock
 from pytest_llmreplay.target import Target
 
 

@@ -85,7 +85,7 @@ def refuses_connections(port: int) -> bool:
 
 
 def test_every_option_and_its_ini_twin_are_in_the_help(project):
-    from pytest_llmreplay.plugin_options import OPTIONS
+    from pytest_llmreplay.plugin.options import OPTIONS
 
     assert tuple(flag for flag, *_ in OPTIONS) == FLAGS
     result = project.runpytest("--help")
@@ -386,7 +386,7 @@ def test_ini_server_timeout_is_read_and_checked(project):
 def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
     project.makepyfile(test_marker="""
         import pytest
-        from pytest_llmreplay.metrics import Result
+        from pytest_llmreplay.metrics.result import Result
 
         @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 2s", "error_rate": "== 0"})
         def test_fast(llm_result):
@@ -422,7 +422,7 @@ def test_terminal_summary_writes_each_figure_in_its_unit(project):
     """)
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(passed=1)
-    from pytest_llmreplay.units import format_value
+    from pytest_llmreplay.metrics.units import format_value
 
     summary = json.loads((project.path / "summary.json").read_text())
     header = next(i for i, line in enumerate(result.outlines) if line.startswith("test ") and "TTFT p50" in line)
@@ -569,7 +569,7 @@ def test_bad_replay_setting_in_the_marker_names_it(project):
 
 def test_llm_replay_returns_a_result_checked_when_the_body_ends(project):
     project.makepyfile(test_code="""
-        from pytest_llmreplay.metrics import Result
+        from pytest_llmreplay.metrics.result import Result
 
         def test_code(llm_replay):
             result = llm_replay("wl.yaml", concurrency=4, slo={"error_rate": "== 0"})
@@ -626,7 +626,7 @@ def test_assert_slo_with_a_bad_threshold_is_one_error_at_the_test_line(project):
 def test_code_level_slo_checks_are_stored_with_the_runs_own(project):
     project.makepyfile(test_code="""
         import pytest
-        from pytest_llmreplay.slo import SLOBreach
+        from pytest_llmreplay.metrics.slo import SLOBreach
 
         def test_code(llm_replay):
             result = llm_replay("wl.yaml", slo={"error_rate": "== 0"})
@@ -677,7 +677,7 @@ def test_two_replays_in_one_test_have_their_own_keys(project):
     properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")}
     assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= properties.keys()
     # the terminal summary: a row per run, each with its own figures (in their units)
-    from pytest_llmreplay.units import format_value
+    from pytest_llmreplay.metrics.units import format_value
 
     overview = result.stdout.str().split("= llmreplay =", 1)[1]
     for run, suffix in (("test_code.py::test_two", ""), ("test_code.py::test_two::2", " 2"), ("test_code.py::test_two::warm", " warm")):
@@ -856,7 +856,7 @@ def test_llm_endpoint_live_with_a_server_the_plugin_starts(project, tmp_path_fac
             result = llm_replay("tiny.yaml", concurrency=3, slo={{"error_rate": "== 0"}})
             assert result.summary["requests"]["ok"] == 3
     """)
-    command = f"{sys.executable} -m pytest_llmreplay.cli sim --port {port}"
+    command = f"{sys.executable} -m pytest_llmreplay.cli.main sim --port {port}"
     result = project.runpytest("-v", "--llm-endpoint", url, "--llm-server-cmd", command)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd); baselines *", "completed=3/3 requests*"])
@@ -875,7 +875,7 @@ def test_a_started_server_gets_vllms_dev_mode_for_cache_resets_unless_the_user_s
         monkeypatch.setenv("VLLM_SERVER_DEV_MODE", given)
     port = free_port()
     project.makepyfile("def test_nothing(): pass")
-    command = f"sh -c 'echo \"dev mode=${{VLLM_SERVER_DEV_MODE-unset}}\" > seen.txt; exec {sys.executable} -m pytest_llmreplay.cli sim --port {port}'"
+    command = f"sh -c 'echo \"dev mode=${{VLLM_SERVER_DEV_MODE-unset}}\" > seen.txt; exec {sys.executable} -m pytest_llmreplay.cli.main sim --port {port}'"
     result = project.runpytest("--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command)
     result.assert_outcomes(passed=1)
     assert project.path.joinpath("seen.txt").read_text().strip() == f"dev mode={seen}"
@@ -898,7 +898,7 @@ def test_ignore_eos_and_extra_body_reach_every_request(project, ignore_eos):
             else:
                 assert all(2 <= r.output_tokens for r in records) and sum(r.output_tokens for r in records) < sum(planned)
     """)
-    command = f"{sys.executable} -m pytest_llmreplay.cli sim --port {port} --eos-mean-tokens 1"
+    command = f"{sys.executable} -m pytest_llmreplay.cli.main sim --port {port} --eos-mean-tokens 1"
     flags = ["--llm-ignore-eos"] if ignore_eos else []
     result = project.runpytest("--llm-endpoint", url, "--llm-server-cmd", command, "--llm-extra-body", '{"min_tokens": 2}', *flags)
     result.assert_outcomes(passed=1)
@@ -934,8 +934,8 @@ def test_llm_model_replaces_the_model_of_verbatim_payloads(project):
     """The bundled AIPerf inputs name "served-model"; the simulator serves "tiny-test"."""
     from test_sim_server import serving
 
-    from pytest_llmreplay.prompts import PromptFactory
-    from pytest_llmreplay.tokenizer import load_tokenizer
+    from pytest_llmreplay.workloads.prompts import PromptFactory
+    from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
     workload = Path(__file__).parents[1] / "workloads" / "aiperf_inputs_support_chat.json"
     project.makepyfile(f"""
@@ -1183,7 +1183,7 @@ def test_formats_hook_with_a_taken_name_is_a_usage_error(project):
     project.makepyfile("def test_x(): pass")
     result = project.runpytest_subprocess("--llm-offline", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: pytest_llmreplay_formats: format name 'mooncake' is already taken by pytest_llmreplay.formats.mooncake"])
+    result.stderr.fnmatch_lines(["ERROR: pytest_llmreplay_formats: format name 'mooncake' is already taken by pytest_llmreplay.workloads.formats.mooncake"])
 
 
 def test_a_plugin_metric_may_not_replace_a_built_in_one(project):

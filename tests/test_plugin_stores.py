@@ -11,7 +11,7 @@ import pytest
 
 from test_plugin_baselines import TEST_ID, git, no_traceback
 
-from pytest_llmreplay.store import open_store
+from pytest_llmreplay.gate.store_url import open_store
 
 STORE = "git:origin#refs/llmreplay/results"
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from pytest_llmreplay import HashBlocks, LLMReplayError, Payload, Session, Synthetic, TokenIds, Turn, load_workload
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")

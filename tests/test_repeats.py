@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mockserver import MockServer, ServerThread
-from pytest_llmreplay import baseline, bootstrap
-from pytest_llmreplay.repeats import pool_records, run_keys, run_samples
+from pytest_llmreplay.gate import baseline, bootstrap
+from pytest_llmreplay.gate.repeats import pool_records, run_keys, run_samples
 from test_plugin_baselines import PERF_TEST, stored
 
 
@@ -157,10 +157,10 @@ def test_corrupt_runs_in_a_stored_result_is_one_line(project):
 
 
 def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project):
-    from pytest_llmreplay.prompts import PromptFactory
+    from pytest_llmreplay.workloads.prompts import PromptFactory
     from pytest_llmreplay.sim.profile import load_profile
     from pytest_llmreplay.sim.server import SimServer
-    from pytest_llmreplay.tokenizer import load_tokenizer
+    from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
     server = SimServer(load_profile(str(project.path / "fast.json")), PromptFactory(load_tokenizer(None)))
     with ServerThread(server) as thread:
@@ -204,7 +204,7 @@ def test_holm_judges_the_smallest_p_value_strictest_and_stops_at_the_first_miss(
 def test_one_figure_at_p_three_percent_is_a_regression_alone_and_noise_among_seven():
     """Each of a test's figures judged at 95% made any test of seven figures far likelier than 5%
     to call a false regression (issue 31 E); under Holm a figure must be clearer."""
-    from pytest_llmreplay.bootstrap import holm_levels
+    from pytest_llmreplay.gate.bootstrap import holm_levels
 
     rng = np.random.default_rng(1)
     marginal = draws_with_p(0.03, rng)
@@ -234,8 +234,8 @@ def test_runs_that_disagree_several_fold_make_the_comparison_unstable_not_a_regr
     assert comparison.unstable.startswith("the current's 3 runs disagree 4.7x on ttft.p50 (")
     table = baseline.comparison_table(comparison)
     assert ": UNSTABLE, no verdict" in table and f"unstable: {comparison.unstable}" in table
-    from pytest_llmreplay.report_rows import comparison_cell
-    from pytest_llmreplay.gate import comparison_as_dict
+    from pytest_llmreplay.report.rows import comparison_cell
+    from pytest_llmreplay.plugin.verdict import comparison_as_dict
 
     assert comparison_cell(comparison_as_dict(comparison)) == "UNSTABLE"
     calm = record_of([steady[0] * 1.3, steady[1] * 1.35, steady[2] * 1.3])  # the same shift, runs that agree: a regression
@@ -243,7 +243,7 @@ def test_runs_that_disagree_several_fold_make_the_comparison_unstable_not_a_regr
 
 
 def test_the_cause_names_the_runs_whose_responses_came_in_one_burst():
-    from pytest_llmreplay.stability import instability
+    from pytest_llmreplay.gate.stability import instability
 
     streamed = np.full(100, 0.002)
     burst = np.concatenate([np.full(40, 0.00001), np.full(60, 0.002)])

@@ -13,14 +13,14 @@ import signal
 
 import pytest
 
-from pytest_llmreplay.clock import VirtualClock
-from pytest_llmreplay.endpoints import EndpointRequest, Response
+from pytest_llmreplay.replayer.clock import VirtualClock
+from pytest_llmreplay.replayer.endpoints import EndpointRequest, Response
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.run_records import cancelled_note
-from pytest_llmreplay.driver import Replay, ReplaySettings, replay, session_plan
-from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.replayer.records import cancelled_note
+from pytest_llmreplay.replayer.driver import Replay, ReplaySettings, replay, session_plan
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
 
 
 class FakeEndpoint:
@@ -220,7 +220,7 @@ def test_a_handler_over_several_replays_cuts_the_one_running_and_lets_no_other_s
     """SignalStop (llmreplay sweep's points): the first SIGINT cuts the replay it watches as
     ``stop_on_signals`` does, a replay watched after it sends nothing, and a second SIGINT has
     its default effect."""
-    from pytest_llmreplay.signal_stop import SignalStop
+    from pytest_llmreplay.replayer.signal_stop import SignalStop
 
     previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
@@ -432,7 +432,7 @@ def test_auto_mode_follows_what_was_given(settings, timed, mode):
 
 def test_package_replay_is_the_function_whichever_import_came_first(prompts):
     import pytest_llmreplay
-    import pytest_llmreplay.driver  # importing the driver module binds nothing named replay
+    import pytest_llmreplay.replayer.driver  # importing the driver module binds nothing named replay
 
     from pytest_llmreplay import replay as exported
 

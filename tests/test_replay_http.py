@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from mockserver import MockConfig, MockServer, ServerThread, free_port
 
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.cli_run import RUN_STATUS
-from pytest_llmreplay.endpoints import HTTPEndpoint
-from pytest_llmreplay.metrics import Result
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.driver import ReplaySettings, replay
-from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workload import Payload, Session, Synthetic, Turn, Workload
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.cli.run import RUN_STATUS
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.metrics.result import Result
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.workload import Payload, Session, Synthetic, Turn, Workload
 
 MOCK = str(Path(__file__).with_name("mockserver.py"))
 
@@ -190,7 +190,7 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
     workload = tmp_path / "w.jsonl"
     workload.write_text("".join(json.dumps({"input_toks": 40, "output_toks": 4, "arrival_time_ns": i * 200_000_000}) + "\n" for i in range(40)))
     out, store = tmp_path / "out", tmp_path / "store"
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions", "--out", str(out), "--save-to", str(store)]
+    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "run", str(workload), "--endpoint", server.url, "--api", "completions", "--out", str(out), "--save-to", str(store)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while server.server.completions_count < 3 and time.monotonic() < deadline and process.poll() is None:

@@ -6,9 +6,9 @@ import re
 
 from records import make, rec
 
-from pytest_llmreplay.metrics import Result
-from pytest_llmreplay.run_records import RequestRecord
-from pytest_llmreplay.report import render
+from pytest_llmreplay.metrics.result import Result
+from pytest_llmreplay.replayer.records import RequestRecord
+from pytest_llmreplay.report.terminal import render
 
 
 def table(text: str, title: str) -> tuple[list[str], dict[str, dict[str, str]]]:

@@ -136,8 +136,8 @@ def test_the_browser_check_sees_console_errors(tmp_path, browser):
 
 def test_load_curve_of_a_capacity_search_in_headless_chromium(tmp_path, browser):
     """A stored capacity result (llmreplay sweep --out) rendered as the report's page: the load curve is laid out, no error."""
-    from pytest_llmreplay.cli import main
-    from pytest_llmreplay.report_html import html_page
+    from pytest_llmreplay.cli.main import main
+    from pytest_llmreplay.report.html import html_page
 
     (tmp_path / "chat.yaml").write_text(CHAT)
     main(["sweep", str(tmp_path / "chat.yaml"), "--sim", "llama-3.1-8b-h100", "--workers", "1", "--slo", "ttft.p99<200ms", "--out", str(tmp_path / "out")])

@@ -10,9 +10,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.report_html import html_page, load_curve_section
-from pytest_llmreplay.units import format_value
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.report.html import html_page, load_curve_section
+from pytest_llmreplay.metrics.units import format_value
 
 from test_cli_sweep import WORKLOAD  # the sweep tests' 40 sessions at 10/s
 

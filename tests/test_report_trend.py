@@ -8,9 +8,9 @@ from __future__ import annotations
 import sys
 import xml.etree.ElementTree as ET
 
-from pytest_llmreplay.baseline import DEFAULT_TOLERANCES
-from pytest_llmreplay.history import History, history_points, trend
-from pytest_llmreplay.report_html import trend_section
+from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES
+from pytest_llmreplay.gate.history import History, history_points, trend
+from pytest_llmreplay.report.html import trend_section
 from test_history import TEST, commits, record, seed_store
 from test_plugin_baselines import git, head, report_of
 from test_report_load_curve import SVG, group, texts, vertices

@@ -13,15 +13,15 @@ import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 from test_sim_server import serving
 
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.cli_run import RUN_STATUS
-from pytest_llmreplay.driver import ReplaySettings, replay
-from pytest_llmreplay.endpoints import HTTPEndpoint
-from pytest_llmreplay.metrics import Result
-from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.cli.run import RUN_STATUS
+from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.metrics.result import Result
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.sim.faults import FaultConfig
-from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workload import Session, Synthetic, Turn, Workload
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_a_connect_timeout_is_told_from_a_silent_server():
     import httpx
     from httpx_aiohttp.transport import map_aiohttp_exceptions
 
-    from pytest_llmreplay.endpoints import Response, _classify
+    from pytest_llmreplay.replayer.endpoints import Response, _classify
 
     with pytest.raises(httpx.ConnectTimeout) as raised, map_aiohttp_exceptions():
         raise aiohttp.ConnectionTimeoutError("Connection timeout to host http://127.0.0.1:9")

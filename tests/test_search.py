@@ -1,4 +1,4 @@
-"""Capacity at SLO (``pytest_llmreplay.search``) on the offline simulator: the bracket holds the
+"""Capacity at SLO (``pytest_llmreplay.search.capacity``) on the offline simulator: the bracket holds the
 answer an exhaustive grid finds, a capacity by rate is never above what its point carried, a
 faster profile carries more, an SLO no load meets, the budget, the early stop (its rule checked
 against the final statistic), and bad plans."""
@@ -13,18 +13,18 @@ import pytest
 
 from records import rec
 
-from pytest_llmreplay.driver import ReplaySettings
+from pytest_llmreplay.replayer.driver import ReplaySettings
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.formats import load_workload
-from pytest_llmreplay.metrics import stats
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.search import CapacityPlan, Search, find_capacity, parse_capacity, run_point
-from pytest_llmreplay.history import t_quantile
-from pytest_llmreplay.search_stop import QueueGrowth, StopRule
+from pytest_llmreplay.workloads.formats import load_workload
+from pytest_llmreplay.metrics.result import stats
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, parse_capacity, run_point
+from pytest_llmreplay.gate.history import t_quantile
+from pytest_llmreplay.search.stop import QueueGrowth, StopRule
 from pytest_llmreplay.sim.profile import load_profile
-from pytest_llmreplay.slo import parse_slos
+from pytest_llmreplay.metrics.slo import parse_slos
 from pytest_llmreplay.target import Target
-from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 # 60 one-turn sessions: a point replays in a few hundredths of a second offline
 WORKLOAD = """\
@@ -238,7 +238,7 @@ def test_rates_that_pass_without_being_carried_give_a_ceiling_not_at_least(workl
 def test_a_signal_between_points_ends_the_search_with_the_points_run(workload, prompts):
     # SIGINT as the two ends are kept (no point replaying: llmreplay sweep's handler only records
     # it): no bisection starts, and the capacity and bracket are those of the two ends
-    from pytest_llmreplay.signal_stop import SignalStop
+    from pytest_llmreplay.replayer.signal_stop import SignalStop
 
     def progress(line):
         if line.startswith("point 2/"):
@@ -440,7 +440,7 @@ def test_bad_plans_are_one_line_naming_the_key(data, message):
 
 
 def test_a_plan_stores_its_slos_canonically_so_spellings_of_one_setting_compare():
-    from pytest_llmreplay.baseline import mismatch
+    from pytest_llmreplay.gate.baseline import mismatch
 
     tight = CapacityPlan(by="rate", slo={"ttft.p99": "<1s", "tpot.p90": "<=50ms"}).as_dict()
     spaced = CapacityPlan(by="rate", slo={"ttft.p99": "< 1000ms", "tpot.p90": "<= 50 ms"}).as_dict()

@@ -8,16 +8,16 @@ import json
 import pytest
 from mockserver import MockServer, ServerThread
 
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.cli_options import BAD_INPUT
-from pytest_llmreplay.endpoints import HTTPEndpoint
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.cli.options import BAD_INPUT
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.sim.calibrate import CalibrationPlan, calibrate
 from pytest_llmreplay.sim.server import SimServer
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.timing import Batch
-from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 PROFILE = "llama-3.1-8b-h100"
 

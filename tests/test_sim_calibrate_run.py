@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_llmreplay.cli import main
+from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.formats import load_workload
-from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.workloads.formats import load_workload
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.sim.calibrate_run import BOUNDS, STATISTICS, calibrate_from_run, nelder_mead, simulate, with_timing
 from pytest_llmreplay.sim.measured_run import MIN_REQUESTS, read_run
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
-from pytest_llmreplay.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 BASE = "llama-3.1-8b-h100"  # its efficiencies (the profile's own) are far from TRUTH's
 TRUTH = {"mfu": 0.3, "mbu": 0.45, "overhead_ms": 4.0}

@@ -13,16 +13,16 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pytest_llmreplay.clock import VirtualClock
+from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.driver import ReplaySettings, replay
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.replayer.driver import ReplaySettings, replay
 from pytest_llmreplay.sim.cluster import Cluster, ClusterConfig
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.profile import Profile, load_profile
-from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workload import HashBlocks, Session, Synthetic, Turn, Workload
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.workload import HashBlocks, Session, Synthetic, Turn, Workload
 
 # 8 prompt tokens * 0.25e9 B / (1 GB/s) = 2 s of KV transfer
 TRANSFER = dict(kv_bytes_per_token=0.25e9, kv_transfer_gbps=1.0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pytest_llmreplay.clock import VirtualClock
+from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.sim.engine import Engine, EngineConfig
 from pytest_llmreplay.sim.kvcache import KVCache, block_hashes
 

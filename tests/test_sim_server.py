@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 from mockserver import ServerThread, wait_until_gone
 
-from pytest_llmreplay.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.prompts import PromptFactory
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.sim.cluster import ClusterConfig
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim import lag_window
@@ -38,7 +38,7 @@ from pytest_llmreplay.sim.server import READY, SimServer
 from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.sim.roofline import ModelSpec
 from pytest_llmreplay.target import start_sim_server
-from pytest_llmreplay.tokenizer import PIECE_CHARS, load_tokenizer
+from pytest_llmreplay.workloads.tokenizer import PIECE_CHARS, load_tokenizer
 
 BLOCK = 16
 BLOCKS = 512
@@ -718,7 +718,7 @@ def test_a_request_aborted_during_its_last_iteration_does_not_stop_the_engine():
     """What the server does when a client goes away (``Cluster.abort``), at a moment the engine's
     iteration that would produce the request's last token is already under way: the engine must
     drop the request and go on serving. On the virtual clock (1 s per iteration) to hit that moment."""
-    from pytest_llmreplay.clock import VirtualClock
+    from pytest_llmreplay.replayer.clock import VirtualClock
     from pytest_llmreplay.sim.cluster import Cluster
 
     clock = VirtualClock()
@@ -875,9 +875,9 @@ def test_openai_sdk_chat_and_completions(sdk_url, prompts):
 
 
 def test_replay_an_agentic_workload_against_the_server(sim, prompts):
-    from pytest_llmreplay.endpoints import HTTPEndpoint
-    from pytest_llmreplay.metrics import Result
-    from pytest_llmreplay.driver import ReplaySettings, replay
+    from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+    from pytest_llmreplay.metrics.result import Result
+    from pytest_llmreplay.replayer.driver import ReplaySettings, replay
 
     workload = generate(SyntheticSpec(sessions=6, input_tokens=48, output_tokens=6, turns=3, seed=3))
     assert workload.num_requests == 18
@@ -957,7 +957,7 @@ def test_a_disaggregated_stream_whose_prefill_ends_before_its_headers_go_out(pro
 
 
 def _cli(*argv: str) -> list[str]:
-    return [sys.executable, "-m", "pytest_llmreplay.cli", "sim", *argv]
+    return [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", *argv]
 
 
 def _first_line(process: subprocess.Popen, timeout: float = 30.0) -> str:
@@ -1100,7 +1100,7 @@ def _main_in_thread(argv: list[str], timeout: float = 30.0) -> int | BaseExcepti
     """``cli.main(argv)`` in a worker thread (a command that wrongly starts serving cannot hang
     the suite: it would fail to install its signal handlers there): its exit status, the
     exception it raised, or None if still running after ``timeout`` s."""
-    from pytest_llmreplay.cli import main
+    from pytest_llmreplay.cli.main import main
 
     outcome: list[int | BaseException] = []
 
@@ -1139,7 +1139,7 @@ def test_llmreplay_sim_bad_option_as_a_process():
 ])
 def test_llmreplay_sim_bad_fault_numbers_are_usage_errors_naming_the_option(capsys, option, value, expected):
     """As ``llmreplay run``'s numbers: argparse's status 2 and its one line."""
-    from pytest_llmreplay.cli import main
+    from pytest_llmreplay.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
         main(["sim", "--port", "0", option, value])
@@ -1148,7 +1148,7 @@ def test_llmreplay_sim_bad_fault_numbers_are_usage_errors_naming_the_option(caps
 
 
 def test_llmreplay_sim_fault_rate_as_a_percentage():
-    from pytest_llmreplay.cli import build_parser
+    from pytest_llmreplay.cli.main import build_parser
 
     args = build_parser().parse_args(["sim", "--fault-stall-rate", "5%", "--fault-stall-s", "0"])
     assert (args.fault_stall_rate, args.fault_stall_s) == (0.05, 0.0)

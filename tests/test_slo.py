@@ -8,7 +8,7 @@ import pytest
 from records import make, rec
 
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.slo import SLO, SLOBreach, assert_slos, breach_table, canonical, check_slos, parse_slo, parse_slos
+from pytest_llmreplay.metrics.slo import SLO, SLOBreach, assert_slos, breach_table, canonical, check_slos, parse_slo, parse_slos
 
 
 def approx(value):
@@ -688,7 +688,7 @@ def test_goodput_rate_and_capacity_keys_refused(key, threshold, message):
 
 
 def test_per_request_limits_are_the_tightest_upper_bound_of_each_per_request_metric():
-    from pytest_llmreplay.slo import per_request_limits
+    from pytest_llmreplay.metrics.slo import per_request_limits
 
     slos = parse_slos({"ttft.p99": "< 1s", "ttft.p50": "<= 300ms", "tpot.p90": "< 50ms", "itl.max": "< 0.2s",
                        "latency.p99": "> 1s", "ttfat.p90": "< 5s", "error_rate": "== 0"})

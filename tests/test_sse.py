@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from pytest_llmreplay._sse import SSEDecoder, StreamError, error_message, read_chunk
+from pytest_llmreplay.replayer.sse import SSEDecoder, StreamError, error_message, read_chunk
 
 ROLE_CHUNK = '{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}'
 

@@ -1,4 +1,4 @@
-"""Where results live (pytest_llmreplay.store): the folder store's never-overwriting writes
+"""Where results live (pytest_llmreplay.gate.store): the folder store's never-overwriting writes
 (threads and processes at once) and lookups; fsspec URLs (memory://, and S3 against moto's
 standalone server started on loopback); git refs shared by clones of one bare repository, eight
 processes pushing at once; and the one-line errors for a bad store."""
@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmreplay import baseline
-from pytest_llmreplay.stored_record import read_record
+from pytest_llmreplay.gate import baseline
+from pytest_llmreplay.gate.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.store import STALE_TEMPORARY_S, FolderStore, FsspecStore, GitStore, open_store, redact, result_folder, write_new
+from pytest_llmreplay.gate.git_store import GitStore
+from pytest_llmreplay.gate.store import STALE_TEMPORARY_S, FolderStore, FsspecStore, redact, result_folder, write_new
+from pytest_llmreplay.gate.store_url import open_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -132,7 +134,7 @@ def test_save_from_many_threads_at_once(tmp_path):
 SAVE_SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from pytest_llmreplay.store import FolderStore
+from pytest_llmreplay.gate.store import FolderStore
 root, go, rec = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 while not go.exists():
     time.sleep(0.001)
@@ -416,7 +418,7 @@ def test_git_store_saves_on_the_ref_and_another_clone_reads_it(remote):
 PUSH_SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from pytest_llmreplay.store import open_store
+from pytest_llmreplay.gate.store_url import open_store
 clone, go, rec = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 store = open_store("git:origin#refs/llmreplay/results", clone)
 store.check(writing=True)

@@ -1,4 +1,4 @@
-"""Values for readers (units.py), and what the reports say about a stored result (report_rows.py):
+"""Values for readers (metrics/units.py), and what the reports say about a stored result (report/rows.py):
 the headline, the SLO rows (those of a marker and those checked in code alike), the comparison in
 its metrics' units."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmreplay.baseline import Comparison, Row, comparison_table
-from pytest_llmreplay.report_files import markdown
-from pytest_llmreplay.report_rows import endpoint_text, headline, overview_row, slo_rows
-from pytest_llmreplay.units import display_unit, format_value, significant
+from pytest_llmreplay.gate.baseline import Comparison, Row, comparison_table
+from pytest_llmreplay.report.files import markdown
+from pytest_llmreplay.report.rows import endpoint_text, headline, overview_row, slo_rows
+from pytest_llmreplay.metrics.units import display_unit, format_value, significant
 
 
 @pytest.mark.parametrize("value, text", [

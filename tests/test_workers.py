@@ -1,4 +1,4 @@
-"""The replay on Ray workers (pytest_llmreplay/workers.py): sharding and the dead-worker records
+"""The replay on Ray workers (pytest_llmreplay/replayer/workers.py): sharding and the dead-worker records
 as pure functions; then, on one local Ray instance the module starts (bounded CPUs, no
 dashboard, loopback) and stops, runs against tests/mockserver.py compared with one process, the
 simulator's HTTP server (``llmreplay sim``) per request against one process and the offline
@@ -20,22 +20,22 @@ import pytest
 
 from mockserver import MockConfig, MockServer, ServerThread, free_port
 from rayhead import RayHead
-from pytest_llmreplay.cli import main
-from pytest_llmreplay.clock import VirtualClock
-from pytest_llmreplay.driver import Part, ReplaySettings, replay
-from pytest_llmreplay.run_records import RequestRecord
-from pytest_llmreplay.endpoints import HTTPEndpoint
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.replayer.clock import VirtualClock
+from pytest_llmreplay.replayer.driver import Part, ReplaySettings, replay
+from pytest_llmreplay.replayer.records import RequestRecord
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.metrics import Result, tpot, ttft
-from pytest_llmreplay.prompts import PromptFactory
-from pytest_llmreplay.report import client_line
-from pytest_llmreplay.server_process import ServerProcess
+from pytest_llmreplay.metrics.result import Result, tpot, ttft
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.report.terminal import client_line
+from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.server import READY
-from pytest_llmreplay.tokenizer import load_tokenizer
-from pytest_llmreplay.workers import LEAD_S, RAY_EXTRA, RayWorkers, import_ray, shard_sessions, split_concurrency, start_ray, unfinished_records
-from pytest_llmreplay.workload import Session, Synthetic, Turn, Workload
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+from pytest_llmreplay.replayer.workers import LEAD_S, RAY_EXTRA, RayWorkers, import_ray, shard_sessions, split_concurrency, start_ray, unfinished_records
+from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 MOCK = MockConfig(ttft_s=0.02, itl_s=0.002)
 
@@ -207,7 +207,7 @@ def test_two_workers_on_the_simulators_server_measure_each_request_as_one_proces
     profile = load_profile("llama-3.1-8b-h100")
     profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_seqs=1))
     offline = replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock())
-    command = [sys.executable, "-m", "pytest_llmreplay.cli", "sim", "--profile", profile.name, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
+    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", "--profile", profile.name, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
     with ServerProcess(command, None, announce=READY, startup_timeout_s=60, die_with_parent=False) as server, RayWorkers(2) as workers:
         one = replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
         httpx.post(server.url + "/reset_prefix_cache").raise_for_status()  # the second run's prompts are not cached
@@ -304,7 +304,7 @@ def test_cli_run_on_an_existing_ray_cluster(ray_head, how, tmp_path):
     if how == "RAY_ADDRESS":
         env["RAY_ADDRESS"], address = ray_head.address, []
     with ServerThread(MockServer(MOCK)) as server:
-        command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", *address]
+        command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", *address]
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "completed=10/10 requests" in done.stdout
@@ -318,7 +318,7 @@ def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
     workload.write_text(trace_lines(100, 100, input_tokens=40))
     out = tmp_path / "out"
     with ServerThread(MockServer(MOCK)) as server:
-        command = [sys.executable, "-m", "pytest_llmreplay.cli", "run", str(workload), "--endpoint", server.url, "--api", "completions",
+        command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "run", str(workload), "--endpoint", server.url, "--api", "completions",
                    "--workers", "2", "--out", str(out)]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         deadline = time.monotonic() + 120
@@ -334,7 +334,7 @@ def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
 
 
 def test_more_workers_than_the_cluster_has_cpus_for_is_one_error(ray_instance, monkeypatch):
-    monkeypatch.setattr("pytest_llmreplay.workers.ACTOR_START_TIMEOUT_S", 3.0)
+    monkeypatch.setattr("pytest_llmreplay.replayer.workers.ACTOR_START_TIMEOUT_S", 3.0)
     with pytest.raises(LLMReplayError, match=r"^9 workers need 9 CPUs of the Ray cluster; not all were placed within 3 s \(the cluster has 6 CPUs, some maybe taken by others\)$"):
         RayWorkers(9).start()
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pytest_llmreplay import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload, load_workload
-from pytest_llmreplay.workload_stats import describe, reusable_prefix_share
+from pytest_llmreplay.workloads.stats import describe, reusable_prefix_share
 
 
 def workload(*sessions: Session, timed: bool = True) -> Workload:

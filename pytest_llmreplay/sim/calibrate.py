@@ -1,6 +1,6 @@
 """``llmreplay calibrate``: measure a live server with a short, bounded sweep; write a profile.
 
-The sweep, through the replay driver and :class:`~pytest_llmreplay.endpoints.HTTPEndpoint`
+The sweep, through the replay driver and :class:`~pytest_llmreplay.replayer.endpoints.HTTPEndpoint`
 (streaming completions, ``ignore_eos``, fresh prompts so nothing hits the prefix cache):
 
 - prefill: for each length ``L`` in ``prefill_tokens``, ``repeats`` single requests one at a
@@ -30,13 +30,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from ..clock import WallClock
-from ..endpoints import HTTPEndpoint, describe_error
+from ..replayer.clock import WallClock
+from ..replayer.endpoints import HTTPEndpoint, describe_error
 from ..errors import LLMReplayError
-from ..metrics import itl, ttft
-from ..prompts import PromptFactory
-from ..driver import ReplaySettings, replay
-from ..workload import Session, Synthetic, Turn, Workload
+from ..metrics.result import itl, ttft
+from ..workloads.prompts import PromptFactory
+from ..replayer.driver import ReplaySettings, replay
+from ..workloads.workload import Session, Synthetic, Turn, Workload
 from .profile import parse_profile
 
 VLLM_DEFAULTS = {"block_size": 16, "max_num_seqs": 256, "max_num_batched_tokens": 8192}

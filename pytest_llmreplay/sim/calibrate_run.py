@@ -62,13 +62,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..baseline import KEY_TURNS
-from ..clock import VirtualClock
-from ..driver import ReplaySettings, replay
+from ..gate.baseline import KEY_TURNS
+from ..replayer.clock import VirtualClock
+from ..replayer.driver import ReplaySettings, replay
 from ..errors import LLMReplayError
-from ..metrics import request_values
-from ..prompts import PromptFactory
-from ..workload import Workload
+from ..metrics.result import request_values
+from ..workloads.prompts import PromptFactory
+from ..workloads.workload import Workload
 from .endpoint import SimEndpoint
 from .measured_run import MeasuredRun
 from .profile import Profile, parse_profile

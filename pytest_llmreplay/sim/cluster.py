@@ -46,9 +46,9 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from ..clock import Clock
+from ..replayer.clock import Clock
 from ..errors import LLMReplayError
-from ..prompts import stable_hash
+from ..workloads.prompts import stable_hash
 from .engine import Engine, SimRequest, Tokens
 from .profile import Profile, engine_timing
 

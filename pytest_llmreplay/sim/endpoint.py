@@ -1,11 +1,11 @@
-"""The simulated engine as an in-process :class:`~pytest_llmreplay.endpoints.Endpoint`.
+"""The simulated engine as an in-process :class:`~pytest_llmreplay.replayer.endpoints.Endpoint`.
 
 Requests go straight into a :class:`~.cluster.Cluster` of engines (one by default) running on the
 replay's clock: with the
-:class:`~pytest_llmreplay.clock.VirtualClock` there are no sockets and no waiting, an hour of
+:class:`~pytest_llmreplay.replayer.clock.VirtualClock` there are no sockets and no waiting, an hour of
 trace replays in seconds, and the same inputs and seed give the same numbers.
 
-A request's prompt is a :class:`~pytest_llmreplay.prompts.KeyedPrompt` (the replay's preferred
+A request's prompt is a :class:`~pytest_llmreplay.workloads.prompts.KeyedPrompt` (the replay's preferred
 format: hash-id and synthetic prompts named by keys, no tokens made), token ids (``prompt`` as a
 list, refused as the server refuses them: an id past the vocabulary, an empty list), else its text (``prompt``, or chat ``messages`` contents joined) encoded with the
 factory's tokenizer. ``extra_body`` fields are merged under every request's, as the HTTP
@@ -30,11 +30,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Mapping, Sequence
 
-from ..clock import Clock
-from ..endpoints import EndpointRequest, Response
+from ..replayer.clock import Clock
+from ..replayer.endpoints import EndpointRequest, Response
 from ..errors import LLMReplayError
-from ..prompts import KeyedPrompt, PromptFactory, stable_hash
-from ..tokenizer import encode_within
+from ..workloads.prompts import KeyedPrompt, PromptFactory, stable_hash
+from ..workloads.tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig
 from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 from .profile import Profile
@@ -88,7 +88,7 @@ class SimEndpoint:
 
     def prompt_ids(self, body: dict[str, Any]) -> Sequence[int] | KeyedPrompt:
         """The prompt of ``body`` (module docstring); a text past the context is tokenized only
-        until it is (:func:`~pytest_llmreplay.tokenizer.encode_within`)."""
+        until it is (:func:`~pytest_llmreplay.workloads.tokenizer.encode_within`)."""
         prompt = body.get("prompt")
         if isinstance(prompt, KeyedPrompt):
             return prompt

@@ -61,8 +61,8 @@ from typing import Any, Callable, Sequence, Union
 
 import numpy as np
 
-from ..clock import Clock
-from ..prompts import KeyedPrompt
+from ..replayer.clock import Clock
+from ..workloads.prompts import KeyedPrompt
 from .kvcache import KVCache, block_hashes, segment_block_hashes
 from .timing import Batch, TimingModel
 
@@ -119,7 +119,7 @@ class SimRequest:
     """One request inside the engine. ``times``/``tokens``: when tokens came out and how many.
 
     Its tokens are ``prompt`` then ``output``, both token ids, or both
-    :class:`~pytest_llmreplay.prompts.KeyedPrompt` (blocks are then named from the keys and no
+    :class:`~pytest_llmreplay.workloads.prompts.KeyedPrompt` (blocks are then named from the keys and no
     token exists)."""
 
     __slots__ = (

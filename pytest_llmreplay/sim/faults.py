@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 
 from ..errors import LLMReplayError
-from ..prompts import stable_hash
+from ..workloads.prompts import stable_hash
 
 
 @dataclass(frozen=True)

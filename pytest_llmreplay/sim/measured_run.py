@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..baseline import KEY_TURNS
+from ..gate.baseline import KEY_TURNS
 from ..errors import LLMReplayError
 
 MIN_REQUESTS = 10  # fewer cannot give a percentile worth fitting, nor two halves

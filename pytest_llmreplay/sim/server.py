@@ -2,7 +2,7 @@
 
 Routes: ``POST /v1/completions`` (``prompt``: text, or token ids), ``POST /v1/chat/completions``,
 ``GET /v1/models``, ``/version``, ``/health``, ``/metrics``. The engines run in real time
-(:class:`~pytest_llmreplay.clock.WallClock`, one iteration at a time) and every token is streamed
+(:class:`~pytest_llmreplay.replayer.clock.WallClock`, one iteration at a time) and every token is streamed
 when its iteration ends.
 
 Requests:
@@ -60,10 +60,10 @@ from typing import Any, Sequence
 
 from aiohttp import web
 
-from ..clock import WallClock
+from ..replayer.clock import WallClock
 from ..errors import LLMReplayError
-from ..prompts import PromptFactory, stable_hash
-from ..tokenizer import encode_within
+from ..workloads.prompts import PromptFactory, stable_hash
+from ..workloads.tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
@@ -319,7 +319,7 @@ class SimServer:
 
     def _encode(self, text: str, field: str, limit: int) -> list[int]:
         """``text``'s ids; past ``limit`` of them, those of a head of it holding more
-        (:func:`~pytest_llmreplay.tokenizer.encode_within`: a prompt past the context is refused by
+        (:func:`~pytest_llmreplay.workloads.tokenizer.encode_within`: a prompt past the context is refused by
         its length, and a huge one is not tokenized whole)."""
         return encode_within(self.prompts.tokenizer, self._checked_text(text, field), limit)
 

@@ -1,0 +1,82 @@
+"""``llmreplay history``: a test's stored figures per commit, with change points
+(:mod:`~pytest_llmreplay.gate.history`).
+
+    llmreplay history TEST [--metric ttft.p50 ...] [--baseline-dir DIR|git:REMOTE#REF|URL] [--ref HEAD]
+
+Prints, for each gated figure (or each ``--metric``, a key as an SLO names it), the test's
+stored results along the first-parent history of ``--ref``, oldest first, one row per result in
+the figure's unit, and the change points Apache Otava's e-divisive finds (the level before and
+after each). Needs the ``[history]`` extra; without it, one line naming it, before anything
+else. Bad input (an unknown ``--metric``, a store folder that does not exist, no stored result,
+no extra) is one ``error:`` line and exit status 3 (:data:`~pytest_llmreplay.cli.options.BAD_INPUT`), as
+``run``'s. cli/main.py registers the command with :func:`add_history_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from .options import BAD_INPUT, open_store_option
+from ..errors import LLMReplayError
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from ..gate.baseline import DEFAULT_TOLERANCES, reference_history
+    from ..gate.history import change_points, history_points
+    from ..metrics.slo import parse_key
+
+    keys = args.metric or list(DEFAULT_TOLERANCES)
+    change_points([])  # without the [history] extra: one line naming it, before anything is printed
+    store = open_store_option("--baseline-dir", args.baseline_dir, False)
+    try:
+        label, commits = reference_history(Path.cwd(), args.ref)
+    except LLMReplayError as exc:
+        raise LLMReplayError(str(exc).replace("--llm-compare", "--ref")) from None
+    history = history_points(store, args.test, commits)
+    if not history.points:
+        raise LLMReplayError(f"{args.test}: no stored result in {store.label} on the first-parent history of {label}")
+    # a key as an SLO key is read (error_rate alone is its value); a plugin's metric is one the results hold
+    stored = {metric for _, record in history.points for metric in record.get("summary") or {}}
+    figures = {key: ".".join(parse_key(key, f"--metric {key!r}", stored)) for key in keys}
+    print(f"{args.test}: {len(history.points)} stored results on the first-parent history of {label}, oldest first"
+          + (f"; {history.unreadable} unreadable file(s) skipped" if history.unreadable else ""))
+    for key, figure in figures.items():
+        print("\n" + _series_table(history, key, figure))
+    return 0
+
+
+def _series_table(history: Any, key: str, figure: str) -> str:
+    """``key``'s values per commit (``figure``: its ``metric.stat`` in the stored summaries) in
+    its unit, oldest first, with a ``change point`` column (the level before and after) when
+    Otava finds one; a line saying so when no stored result measured it."""
+    from tabulate import tabulate
+
+    from ..gate.history import level_means, metric_series
+    from ..metrics.units import format_figure
+
+    commits_of, values, points = metric_series(history, figure)
+    if not values:
+        return f"{key}: not measured"
+    levels = level_means(values, points)
+    rows = [[commit[:12], format_figure(figure, value)] for commit, value in zip(commits_of, values)]
+    for i in points:
+        if levels[i - 1]:
+            rows[i].append(f"level {format_figure(figure, levels[i - 1])} -> {format_figure(figure, levels[i])} ({levels[i] / levels[i - 1] - 1:+.1%})")
+    found = f"change points at {', '.join(commits_of[i][:12] for i in points)}" if points else "no change point"
+    headers = ["commit", key] + (["change point"] if any(len(row) > 2 for row in rows) else [])
+    return f"{key}: {found}\n" + tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
+
+
+def add_history_parser(commands: Any) -> None:
+    history = commands.add_parser("history", help="a test's stored figures per commit, with change points",
+                                  description="Print each gated figure of TEST's stored results per commit along the first-parent history "
+                                              "of --ref (oldest first) and the change points Apache Otava's e-divisive finds in it "
+                                              "(needs pip install 'pytest-llmreplay[history]').")
+    history.add_argument("test", metavar="TEST", help="the test id as stored, e.g. tests/perf/test_chat.py::test_chat")
+    history.add_argument("--metric", action="append", metavar="KEY", help="a figure as an SLO key names it, e.g. ttft.p50 or error_rate (repeatable; default: the gated ones)")
+    history.add_argument("--baseline-dir", default=".llmreplay", metavar="STORE",
+                         help="the store: a folder, git:REMOTE#REF or an fsspec URL, as --llm-baseline-dir (default .llmreplay)")
+    history.add_argument("--ref", default="HEAD", metavar="REF", help="whose first-parent history to walk (default HEAD)")
+    history.set_defaults(run=cmd_history, bad_input_status=BAD_INPUT)

@@ -1,0 +1,198 @@
+"""``llmreplay sweep``: capacity at SLO from the command line (:mod:`~pytest_llmreplay.search.capacity`).
+
+    llmreplay sweep FILE (--endpoint URL | --sim PROFILE) --slo 'ttft.p99<1s' [--slo ...]
+                    [--by rate|concurrency] [--min X] [--max X] [--resolution 5%] [--budget N]
+                    [--arrival poisson|constant|trace] [--out DIR]
+
+A line per point on stderr as it finishes; then a table of the points (by load; a rate search's
+estimates, closed-loop runs that only say where to look, apart below it) and the capacity with
+its bracket on stdout (``at least X``, no upper bound, when no load failed). ``--out DIR`` writes what ``llmreplay run --out`` writes, for the
+point at capacity (``result.json``, a stored result with the search under ``capacity``, which
+``llmreplay compare`` and the gate read; ``requests.csv``), ``points.csv``, a row per run, estimates
+included (``role`` and ``mode`` say which; the load curve's figures), and ``load_curve.svg``, the load curve drawn
+(:mod:`~pytest_llmreplay.report.load_curve`). Exit status (:data:`SWEEP_STATUS`) 0 when some load meets the
+SLOs, 1 when none does, 3 for bad input (as ``run`` and ``compare``).
+
+SIGINT (Ctrl-C) or SIGTERM stops the sweep as it stops ``llmreplay run``
+(:mod:`~pytest_llmreplay.replayer.signal_stop`): the point replaying is cut at once (its requests in
+flight cancelled, nothing more sent) and no other starts; the table, the capacity and ``--out``
+hold every point measured until then, ``result.json`` marked ``"interrupted"`` (never taken as a
+comparison baseline), and the exit status is 128 + the signal's number (130, 143).
+
+``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
+traffic), through :func:`sim_target`. cli/main.py registers the command with :func:`add_sweep_parser`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from .options import BAD_INPUT, ignored_with_sim, integer, load_workload_file, number, out_folder_option, remember_http_only_defaults
+from ..errors import LLMReplayError
+
+# llmreplay sweep's exit statuses (README: "Capacity at SLO"); a signal's is 128 + its number; bad
+# input, bad usage included (cli.CommandParser), is 3, as run's and compare's
+SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": BAD_INPUT}
+
+SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
+
+
+def slo_option(text: str) -> tuple[str, str]:
+    """``'ttft.p99<1s'`` -> (``ttft.p99``, ``<1s``)."""
+    match = SLO_OPTION.match(text)
+    if not match:
+        raise LLMReplayError(f"--slo: expected METRIC.STAT OP VALUE such as 'ttft.p99<1s', got {text!r}")
+    return match.group(1), match.group(2)
+
+
+def sim_target(profile_name: str, prompts: Any) -> Any:
+    """``--sim PROFILE``: the offline simulator as a :class:`~pytest_llmreplay.target.Target` (virtual clock)."""
+    from ..target import offline_target
+
+    try:
+        return offline_target(profile_name, prompts)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--sim: {exc}") from None
+
+
+def live_target(args: argparse.Namespace, prompts: Any) -> Any:
+    """``--endpoint URL``: the live server as the plugin's ``--llm-endpoint`` makes it
+    (:func:`~pytest_llmreplay.target.live_target`): ``--model``, when given, is the model sent and fingerprinted."""
+    from ..replayer.endpoints import check_endpoint_url
+    from ..target import live_target as make_live_target
+
+    try:
+        check_endpoint_url(args.endpoint)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--endpoint: {exc}") from None
+    return make_live_target(args.endpoint, args.model, "--endpoint", args.api, args.api_key_env, prompts)
+
+
+def plan_from(args: argparse.Namespace) -> Any:
+    """The search plan of the options; a bad one names the option (``--min``, not ``capacity.min``);
+    an SLO key given twice is refused."""
+    from ..search.capacity import CapacityPlan, parse_resolution
+
+    slos: dict[str, str] = {}
+    for key, threshold in map(slo_option, args.slo):
+        if key in slos:  # as compare refuses a --regression key given twice
+            raise LLMReplayError(f"--slo: {key} is given twice ({slos[key]!r} and {threshold!r}); expected each key once")
+        slos[key] = threshold
+    plan = CapacityPlan(by=args.by, slo=slos, min=args.min, max=args.max,
+                        resolution=parse_resolution(args.resolution), budget=args.budget, arrival=args.arrival, early_stop=not args.no_early_stop)
+    try:
+        plan.validate()
+    except LLMReplayError as exc:
+        raise LLMReplayError(re.sub(r"^capacity\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None
+    return plan
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ..gate.baseline import git_state, interrupted_note, make_record, workload_digest
+    from ..gate.store import write_new
+    from ..replayer.driver import ReplaySettings
+    from ..workloads.prompts import PromptFactory
+    from ..search.capacity import find_capacity
+    from ..replayer.signal_stop import SignalStop
+    from ..workloads.tokenizer import load_tokenizer
+
+    plan = plan_from(args)
+    workload = load_workload_file(args, args.file)
+    for warning in workload.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    settings = ReplaySettings(seed=args.seed, max_requests=args.max_requests, warmup_requests=args.warmup_requests)
+    settings.validate()
+    out = out_folder_option("--out", args.out, "result.json, requests.csv, points.csv and load_curve.svg")
+    digest = workload_digest(args.file)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
+    target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
+    ignored = ignored_with_sim(args)
+    if ignored:
+        print(ignored, file=sys.stderr)
+    with SignalStop() as signals:
+        found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers,
+                              signals=signals)
+    print(found.table())
+    if out is not None:
+        result = found.result
+        record = make_record(result, test=f"llmreplay sweep {Path(args.file).name}", fingerprint=target.fingerprint,
+                             workload={"path": args.file, "format": args.format, "digest": digest}, git=git_state(Path.cwd()))
+        record["capacity"] = found.as_dict()
+        if found.interrupted:  # a search cut short: kept, never a comparison baseline (as run's)
+            record["interrupted"] = found.interrupted
+        written = []
+        for name in ("result.json", "requests.csv", "points.csv", "load_curve.svg"):
+            (out / name).unlink(missing_ok=True)  # --out names a folder for this sweep's files
+        written.append(write_new(out / "result.json", record))
+        written.append(result.write_csv(out / "requests.csv"))
+        written.append(write_points(found, out / "points.csv"))
+        written.append(write_load_curve(record["capacity"], out / "load_curve.svg"))
+        print("wrote " + ", ".join(str(path) for path in written) + interrupted_note(record))
+    if found.interrupted:
+        return 128 + getattr(signal, found.interrupted)  # the shell's status for a process a signal ended
+    return SWEEP_STATUS["capacity_found"] if found.value > 0 else SWEEP_STATUS["no_load_meets_the_slos"]
+
+
+def write_points(found: Any, path: Path) -> Path:
+    """A row per point in run order: load, role, verdict, why it stopped, each SLO's measured
+    value (``slo:<key>``) and the point's throughput, goodput and latency figures."""
+    import csv
+
+    rows = []
+    for point in found.points:
+        figures = point.figures()
+        settings, measured = figures.pop("settings"), figures.pop("slo")
+        rows.append({**figures, **{f"slo:{key}": value for key, value in measured.items()}, "mode": settings["mode"]})
+    with path.open("w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_load_curve(capacity: Any, path: Path) -> Path:
+    """The load curve of the stored search ``capacity`` as a standalone SVG file."""
+    from ..report.load_curve import load_curve_svg
+
+    path.write_text(load_curve_svg("load-curve", capacity) or "", encoding="utf-8")
+    return path
+
+
+def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    from ..search.capacity import ARRIVALS, BY, DEFAULT_BUDGET
+
+    sweep = commands.add_parser("sweep", parents=[common], help="find the highest load that meets SLOs (capacity at SLO)",
+                                description="Search the highest request rate or concurrency at which every SLO holds. By rate: a synchronous and a saturating run "
+                                            "estimate where to look, points at rates bracket the answer (growing it while the top passes), then bisection "
+                                            "to --resolution or --budget runs; by concurrency: 1 and every session at once, then bisection. "
+                                            "Exit status 0 when a load meets the SLOs, 1 when none does, 3 bad input; "
+                                            "Ctrl-C or SIGTERM stops it as run, keeping every point measured: 130, 143.")
+    sweep.add_argument("file", metavar="FILE")
+    where = sweep.add_mutually_exclusive_group(required=True)
+    where.add_argument("--endpoint", metavar="URL", help="a live OpenAI-compatible server; points run one at a time")
+    where.add_argument("--sim", metavar="PROFILE", help="the simulator in process, in virtual time: a bundled profile name or a profile JSON file")
+    sweep.add_argument("--slo", action="append", required=True, metavar="KEY<VALUE",
+                       help="an SLO every point must meet, e.g. 'ttft.p99<1s' or 'tpot.p90<=50ms' (repeatable): upper bounds on ttft, tpot, latency, itl; error_rate; goodput share")
+    sweep.add_argument("--by", choices=BY, default="rate", help="the load: sessions per second (open loop) or sessions in flight (closed loop); default rate")
+    sweep.add_argument("--min", type=number(True), metavar="X", help="lowest load (default by rate: the rate the synchronous run carried; by concurrency: 1)")
+    sweep.add_argument("--max", type=number(True), metavar="X", help="highest load (default by rate: none, starting at the rate the saturating run carried and doubling while it passes; by concurrency: every session)")
+    sweep.add_argument("--resolution", default="5%", metavar="R", help="stop when the bracket is within R of its top, e.g. 5%% or 0.05 (default 5%%)")
+    sweep.add_argument("--budget", type=integer(2), default=DEFAULT_BUDGET, metavar="N", help=f"run at most N replays, a rate search's estimates included (default {DEFAULT_BUDGET})")
+    sweep.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate points: Poisson, constant spacing, or the trace's own arrivals scaled (default poisson)")
+    sweep.add_argument("--no-early-stop", action="store_true", help="run every point to its end, even once its SLOs are lost")
+    sweep.add_argument("--workers", type=integer(1), default=2, metavar="N", help="processes for the two estimates and the two ends with --sim (default 2)")
+    sweep.add_argument("--out", metavar="DIR", help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out), DIR/points.csv (a row per run) and DIR/load_curve.svg (the load curve)")
+    sweep.add_argument("--model", help="model name to send (default: the first of /v1/models)")
+    sweep.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
+    sweep.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
+    sweep.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one)")
+    sweep.add_argument("--seed", type=integer(0), default=0, help="seed of prompts and Poisson arrivals (default 0)")
+    sweep.add_argument("--max-requests", type=integer(1), metavar="N", help="each point takes whole sessions until N requests (cycling the workload if needed)")
+    sweep.add_argument("--warmup-requests", type=integer(0), default=0, metavar="N", help="leave each point's first N requests out of its metrics")
+    sweep.set_defaults(run=cmd_sweep, bad_input_status=SWEEP_STATUS["bad_input"])
+    remember_http_only_defaults(sweep)

@@ -1,0 +1,473 @@
+"""Results stored per commit, and the statistical comparison of two of them.
+
+**Stored result** (one JSON file, also what ``--llm-report`` and ``llmreplay run --out`` write):
+``schema``, ``test`` (pytest node id or a name), ``commit``/``dirty``/``branch`` (git, None outside
+a repository), ``time`` (UTC ISO 8601), ``fingerprint`` (the endpoint: kind, model, server
+version, sim profile, hardware, plus fields from plugins), ``workload`` (path, format, digest of
+its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary`), ``slo``
+(checks), and ``samples``: the per-request ``ttft``, ``tpot``, ``latency``; the per-session
+``ttfat``, ``cache_hit_rate``, ``eligible_cache_hit_rate``; and for throughputs the rates of the
+steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits, with
+``sample_keys`` naming each value's request (session * 2^20 + turn), session or window; and
+``interrupted`` (the signal's name, only when one stopped the run: it measured part of its
+workload, and is never taken as a baseline, see :meth:`~pytest_llmreplay.gate.store.Store.newest_complete`).
+
+Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_llmreplay.gate.store`'s job.
+
+**Comparison** of metric ``m.stat`` (e.g. ``ttft.p50``): change = stat(current) / stat(baseline)
+- 1, each side's stat taken over its stored samples (every run's pooled; a throughput's
+``steady_state``: the mean of its window rates), which are also the two values a comparison row
+shows, so that a reader can check the change from them; with a bootstrap confidence interval
+(:mod:`~pytest_llmreplay.gate.bootstrap`: resamples with replacement, seeded, so the same two results
+give the same verdict). When both results hold the same
+requests, sessions and windows (equal ``sample_keys``: the same workload and settings, every
+request ok) the resampling is paired, the same indices drawn from both, so the spread between
+requests cancels and the interval measures the change between the runs; otherwise each side is
+resampled on its own. Noise that shifts a whole run (a slower runner) is not in either interval;
+when either side holds several runs (``--llm-repeat``, :mod:`~pytest_llmreplay.gate.repeats`) the
+bootstrap has two levels, runs then requests within them
+(:func:`~pytest_llmreplay.gate.bootstrap.hierarchical_bootstrap_change`), which puts whole-run shifts
+inside the interval. A **regression** is called only when the change is worse than the metric's
+tolerance (higher for times and error rate, lower for cache hit rates and throughputs) *and*
+significant: the whole interval is on the worse side of zero, each figure's interval at its level
+of Holm's step-down over the test's compared figures
+(:func:`~pytest_llmreplay.gate.bootstrap.holm_levels`: 99.3% down to 95% for seven figures), so that
+an unchanged test calls a regression in at most 5% of comparisons, not in 5% of each of its
+figures. An improvement is the mirror image. A capacity (the
+highest load meeting SLOs, :mod:`~pytest_llmreplay.search.capacity`) has no samples: its interval comes
+from the two searches' brackets (:func:`_capacity_change`); lower is worse. Results whose
+fingerprints, workloads or settings differ are not compared by the gate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from ..errors import LLMReplayError
+from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
+from .repeats import run_count, run_keys, run_samples
+from .stability import instability
+from .stored_record import SCHEMA
+from ..metrics.units import format_figure
+
+CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
+SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
+SAMPLED_SESSION_METRICS = ("ttfat", "cache_hit_rate", "eligible_cache_hit_rate")
+WINDOWED_METRICS = ("output_throughput", "request_throughput")
+LOWER_IS_WORSE = ("cache_hit_rate", "eligible_cache_hit_rate", "output_throughput", "request_throughput", "goodput", "decode_tps", "capacity")
+# what the gate compares when a test names nothing, with the change each may make unnoticed
+DEFAULT_TOLERANCES = {
+    "ttft.p50": 0.05, "ttft.p90": 0.10, "tpot.p50": 0.05, "latency.p50": 0.05, "ttfat.p50": 0.05,
+    "cache_hit_rate.mean": 0.02, "output_throughput.steady_state": 0.05,
+}
+CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
+COMPARISON_HEADERS = ["metric", "baseline", "current", "change [Holm CI]", "allowed", "verdict"]
+HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
+
+
+# ------------------------------------------------------------------------ recording
+
+
+def _compact(values: Iterable[float | None]) -> list[float]:
+    return [float(f"{v:.6g}") for v in values if v is not None and not math.isnan(v)]
+
+
+KEY_TURNS = 1 << 20  # a request's key: session index * KEY_TURNS + turn index
+
+
+def _keyed_samples(result: Any) -> dict[str, tuple[list[int], list[float]]]:
+    """metric -> (keys, values) in workload order: requests by (session, turn), sessions by
+    index, windows in time order; a key names the same request, session or window in any run of
+    the same workload and settings, which is what lets a comparison pair them."""
+    from ..metrics.result import request_values
+
+    requests = sorted(result.ok, key=lambda r: (r.session_index, r.turn_index))
+    request_rows = [(r.session_index * KEY_TURNS + r.turn_index, request_values(r)) for r in requests]
+    session_rows = sorted(((row["session_index"], row) for row in result.session_rows), key=lambda pair: pair[0])
+    found = {}
+    for names, rows in ((SAMPLED_REQUEST_METRICS, request_rows), (SAMPLED_SESSION_METRICS, session_rows)):
+        for name in names:
+            kept = [(key, row[name]) for key, row in rows if row[name] is not None and not math.isnan(row[name])]
+            found[name] = ([key for key, _ in kept], _compact(value for _, value in kept))
+    for name in WINDOWED_METRICS:
+        rates = _compact(result.window_rates(name))
+        found[name] = (list(range(len(rates))), rates)
+    return {name: pair for name, pair in found.items() if pair[1]}
+
+
+def _split(keyed: Mapping[str, tuple[list[int], list[float]]]) -> dict[str, dict[str, list]]:
+    """``samples`` (metric -> values) and ``sample_keys`` (metric -> keys), as stored."""
+    return {"samples": {name: values for name, (_, values) in keyed.items()},
+            "sample_keys": {name: keys for name, (keys, _) in keyed.items()}}
+
+
+def samples(result: Any) -> dict[str, list[float]]:
+    """The per-request, per-session and per-window samples a comparison needs (see module doc)."""
+    return _split(_keyed_samples(result))["samples"]
+
+
+def sample_keys(result: Any) -> dict[str, list[int]]:
+    """The key of each of :func:`samples`' values (see :func:`_keyed_samples`)."""
+    return _split(_keyed_samples(result))["sample_keys"]
+
+
+def git_state(cwd: str | Path) -> dict[str, Any]:
+    """commit, dirty (tracked files changed) and branch of the repository at ``cwd``; Nones outside one."""
+    cwd = Path(cwd)
+    commit = _git(cwd, "rev-parse", "HEAD")
+    if commit is None:
+        return {"commit": None, "dirty": None, "branch": None}
+    status = _git(cwd, "status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status), "branch": _git(cwd, "rev-parse", "--abbrev-ref", "HEAD")}
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    """git's stripped output, None when git is missing or the command fails."""
+    try:
+        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def resolve_commit(cwd: str | Path, ref: str) -> str | None:
+    """The full id of the commit git resolves ``ref`` to in ``cwd``'s repository (a commit id,
+    tag, branch or expression such as ``main~1``); None when it cannot, or git is missing."""
+    return _git(Path(cwd), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+
+
+def workload_digest(path: str | Path) -> str:
+    """sha256 (first 16 hex digits) of a workload file's bytes, or of a directory's files in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    path = Path(path)
+    for file in sorted(path.rglob("*")) if path.is_dir() else [path]:
+        if file.is_file():
+            digest.update(file.name.encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def make_record(result: Any, *, test: str, fingerprint: Mapping[str, Any], workload: Mapping[str, Any], git: Mapping[str, Any], slo_checks: Iterable[Any] = ()) -> dict[str, Any]:
+    """The stored form of ``result`` (see the module docstring)."""
+    return {
+        "schema": SCHEMA,
+        "test": test,
+        **{key: git.get(key) for key in ("commit", "dirty", "branch")},
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "fingerprint": dict(fingerprint),
+        "workload": dict(workload),
+        "settings": result.run.settings,
+        "duration_s": result.run.duration_s,
+        "gpus": result.gpus,
+        "warnings": list(result.warnings),
+        "summary": result.summary,
+        "slo": slo_rows(slo_checks),
+        **_split(_keyed_samples(result)),
+        **({"interrupted": result.run.interrupted} if result.run.interrupted else {}),
+    }
+
+
+def interrupted_note(record: Mapping[str, Any]) -> str:
+    """`` (marked interrupted: never used as a comparison baseline)`` for an interrupted
+    record, to follow where it was written; empty otherwise."""
+    return " (marked interrupted: never used as a comparison baseline)" if record.get("interrupted") else ""
+
+
+def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:
+    """SLO checks as stored: key, threshold, measured, passed."""
+    return [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in checks]
+
+
+# where --llm-compare's default reference is looked for, in order: the remote's default branch
+# when the clone knows it, the local main/master, then the remote-tracking main/master (a CI
+# checkout of a feature branch, GitHub Actions' included, often has only refs/remotes/origin/*)
+DEFAULT_BRANCHES = ("origin/HEAD", "main", "master", "origin/main", "origin/master")
+
+
+def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]:
+    """(what the reference is, in words; commits to search newest first) for ``--llm-compare``.
+
+    ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch, the first of
+    :data:`DEFAULT_BRANCHES` that exists and shares history with HEAD (HEAD itself when none
+    does), then its first-parent ancestors; the words name the branch used. Otherwise ``ref`` is
+    any commit, tag or branch git can resolve."""
+    cwd = Path(cwd)
+    if _git(cwd, "rev-parse", "HEAD") is None:
+        raise LLMReplayError(f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit")
+    if ref in (None, "", "auto"):
+        base = None
+        for candidate in DEFAULT_BRANCHES:
+            if _git(cwd, "rev-parse", "--verify", "--quiet", candidate) is not None:
+                base = _git(cwd, "merge-base", "HEAD", candidate)
+                if base:
+                    label = f"merge-base with {candidate} ({base[:12]})"
+                    break
+        if not base:
+            base, label = _git(cwd, "rev-parse", "HEAD"), "HEAD"
+    else:
+        base = resolve_commit(cwd, ref)
+        if base is None:
+            raise LLMReplayError(f"--llm-compare: git cannot resolve {ref!r} to a commit")
+        label = f"{ref} ({base[:12]})"
+    history = (_git(cwd, "rev-list", "--first-parent", f"--max-count={HISTORY_DEPTH}", base) or base).split()
+    return label, history
+
+
+# ------------------------------------------------------------------------ comparison
+
+
+def parse_tolerance(key: str, value: Any) -> float | None:
+    """``"10%"`` or ``0.1`` -> 0.1; ``"off"``/None -> None (not compared). A bare number over 1
+    is refused (``10`` would be 1,000%: write ``"10%"``)."""
+    if value is None or value == "off":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", str(value)) if isinstance(value, str) else None
+        if not match:
+            raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off', got {value!r}")
+        if match.group(2):
+            return float(Decimal(match.group(1)) / 100)
+        number = float(match.group(1))
+    if not 0 <= number <= 1 or math.isnan(number):
+        raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off' (a fraction from 0 to 1), got {value!r}")
+    return number
+
+
+def tolerances(overrides: Mapping[str, Any] | None, defaults: Mapping[str, float] = DEFAULT_TOLERANCES) -> dict[str, float]:
+    """``defaults`` with ``overrides`` (key -> '10%' | 0.1 | 'off') applied; each key must name
+    a compared metric (one with samples, or ``capacity``) and a statistic."""
+    merged = dict(defaults)
+    if overrides is None:
+        return merged
+    if not isinstance(overrides, Mapping):
+        raise LLMReplayError(f"regression: expected a mapping of metric keys to allowed changes, got {type(overrides).__name__}")
+    for key, value in overrides.items():
+        metric, _, stat = str(key).partition(".")
+        if metric == "capacity" and stat not in ("rate", "concurrency"):
+            raise LLMReplayError(f"regression {key!r}: compare capacity by rate or concurrency")
+        if metric != "capacity" and metric not in SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS:
+            raise LLMReplayError(f"regression {key!r}: only {', '.join(SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS)} are compared")
+        allowed = ("steady_state",) if metric in WINDOWED_METRICS else ("mean", "p50", "p90", "p95", "p99")
+        if metric != "capacity" and stat not in allowed:
+            raise LLMReplayError(f"regression {key!r}: compare {metric} by one of {', '.join(allowed)}")
+        tolerance = parse_tolerance(str(key), value)
+        if tolerance is None:
+            merged.pop(str(key), None)
+        else:
+            merged[str(key)] = tolerance
+    return merged
+
+
+def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """What comparing ``record`` with its baseline gates, each figure with its allowed change: a
+    stored capacity search's capacity alone (``capacity.rate`` or ``capacity.concurrency``,
+    :data:`CAPACITY_TOLERANCE`; its point's latencies are measured at a different load on each
+    side), else :data:`DEFAULT_TOLERANCES`; ``overrides`` (a test's ``regression``,
+    ``llmreplay compare --regression``) applied as :func:`tolerances` applies them."""
+    by = (record.get("capacity") or {}).get("plan", {}).get("by")
+    return tolerances(overrides, {f"capacity.{by}": CAPACITY_TOLERANCE} if by else DEFAULT_TOLERANCES)
+
+
+@dataclass
+class Row:
+    """One metric's comparison; ``verdict``: regression, improved, ok (within tolerance), noise
+    (beyond tolerance either way, but the interval crosses zero), unstable (the comparison's
+    runs disagree more than the bootstrap can model: :attr:`Comparison.unstable`) or skipped
+    (``note`` says why)."""
+
+    key: str
+    baseline: float | None
+    current: float | None
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    tolerance: float | None = None
+    verdict: str = "skipped"
+    note: str = ""
+    paired: bool = False
+    confidence: float | None = None  # of the interval: its Holm step-down level (bootstrap.holm_levels)
+    p_value: float | None = None  # the bootstrap's two-sided p-value of no change (bootstrap.Draws.p_value)
+
+
+@dataclass
+class Comparison:
+    """The rows of a comparison, or why none was made (``mismatch``); ``unstable``: why its
+    runs disagree too much for any verdict (:mod:`~pytest_llmreplay.gate.stability`), when they do."""
+
+    baseline_label: str
+    rows: list[Row] = field(default_factory=list)
+    mismatch: str | None = None
+    header: str | None = None
+    baseline_samples: dict[str, list[float]] = field(default_factory=dict)
+    unstable: str | None = None
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [row for row in self.rows if row.verdict == "regression"]
+
+
+
+def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """``key: a-value vs b-value`` for each key whose values differ."""
+    return [f"{key}: {a.get(key)!r} vs {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+
+
+KEYED_HINT = ("the offline simulator sends keyed prompts unless told otherwise: replay it with prompt_format text "
+              "(llmreplay run --prompt-format text; a test's prompt_format: text) to compare it with a server's run")
+
+
+def mismatch(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
+    """Why two stored results must not be gated against each other, or None; where the prompt
+    formats differ because one side is the offline simulator's ``keyed``, the option that fixes it."""
+    for part, what in (("fingerprint", "endpoint fingerprint differs"), ("workload", "workload differs"), ("settings", "replay settings differ")):
+        found = differences(baseline.get(part) or {}, current.get(part) or {})
+        if found:
+            formats = {(baseline.get(part) or {}).get("prompt_format"), (current.get(part) or {}).get("prompt_format")}
+            hint = f"; {KEYED_HINT}" if part == "settings" and "keyed" in formats and len(formats) == 2 else ""
+            return f"{what} ({'; '.join(found[:3])}){hint}"
+    return None
+
+
+def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: Mapping[str, float] | None = None, *, label: str = "baseline", across_endpoints: bool = False, seed: int = 0) -> Comparison:
+    """Compare two stored results metric by metric (see the module docstring).
+
+    ``across_endpoints``: compare even when the fingerprints differ (``llmreplay compare``: vLLM
+    against SGLang on one workload); the comparison's ``header`` says so. A different workload or
+    different settings are never compared."""
+    tolerance = DEFAULT_TOLERANCES if tolerance is None else tolerance
+    found = mismatch(baseline, current)
+    header = None
+    if found and across_endpoints and found.startswith("endpoint fingerprint"):
+        header = f"different endpoints: {found.removeprefix('endpoint fingerprint differs ')}"
+        found = mismatch({**baseline, "fingerprint": {}}, {**current, "fingerprint": {}})
+    if found:
+        return Comparison(label, mismatch=f"not compared: {found}")
+    runs = max(run_count(baseline), run_count(current))
+    if runs > 1:
+        pooled = f"baseline and current: each statistic of all {runs if run_count(baseline) == run_count(current) else 'the'} runs' samples pooled, the figures the change compares (the SLO table's are medians over runs)"
+        header = f"{header}\n{pooled}" if header else pooled
+    comparison = Comparison(label, header=header, baseline_samples=dict(baseline["samples"]))
+    tested: list[tuple[Row, str, Draws]] = []
+    for key, allowed in tolerance.items():
+        metric, _, stat = key.partition(".")
+        base = np.asarray(baseline["samples"].get(metric, []), dtype=float)
+        cur = np.asarray(current["samples"].get(metric, []), dtype=float)
+        row = Row(key, baseline["summary"].get(metric, {}).get(stat), current["summary"].get(metric, {}).get(stat), tolerance=allowed)
+        comparison.rows.append(row)
+        if metric == "capacity":
+            _capacity_change(row, _bracket(baseline), _bracket(current))
+            continue
+        if len(base) < 2 or len(cur) < 2:
+            row.note = "too few samples" if len(base) or len(cur) else "not measured"
+            continue
+        row.baseline, row.current = float(statistic(stat, base)), float(statistic(stat, cur))  # what the change compares
+        if row.baseline == 0:
+            row.note = "baseline is 0"
+            continue
+        if run_count(baseline) > 1 or run_count(current) > 1:
+            keys = [*(run_keys(baseline, metric) or [None]), *(run_keys(current, metric) or [None])]
+            paired = keys[0] is not None and all(k == keys[0] for k in keys)
+            draws = hierarchical_bootstrap_change(run_samples(baseline, metric), run_samples(current, metric), stat, seed, paired)
+        else:
+            keys = (baseline.get("sample_keys") or {}).get(metric)
+            paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
+            draws = bootstrap_change(base, cur, stat, seed, paired)
+        row.change, row.paired = draws.point, paired
+        tested.append((row, metric, draws))
+    for (row, metric, draws), (confidence, significant) in zip(tested, holm_levels([draws for _, _, draws in tested], 1 - CONFIDENCE)):
+        row.low, row.high = draws.interval(confidence)
+        row.confidence, row.p_value = confidence, draws.p_value()
+        _verdict(row, metric, significant)
+    comparison.unstable = instability(baseline, "baseline") or instability(current, "current")
+    if comparison.unstable:  # no verdict drawn from such runs holds: neither a regression nor a pass
+        for row, _, _ in tested:
+            row.verdict = "unstable"
+    return comparison
+
+
+def _verdict(row: Row, metric: str, significant: bool = True) -> None:
+    """Regression, improved, noise or ok from the row's change, interval and tolerance; a change
+    beyond the tolerance that is not ``significant`` (Holm's step-down) is noise."""
+    worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
+    change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
+    if change > row.tolerance:
+        row.verdict = "regression" if near > 0 and significant else "noise"
+    elif change < -row.tolerance:
+        row.verdict = "improved" if far < 0 and significant else "noise"
+    else:
+        row.verdict = "ok"
+
+
+def _bracket(record: Mapping[str, Any]) -> dict[str, float]:
+    """A record's capacity bracket {low, high}; ``high`` is infinite when its search found no
+    failing load above the capacity (``record["capacity"]["at_least"]``)."""
+    figures = dict(record["summary"].get("capacity", {}))
+    if figures and record.get("capacity", {}).get("at_least"):
+        figures["high"] = math.inf
+    return figures
+
+
+def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[str, float]) -> None:
+    """A capacity's change, with the search's own uncertainty: each side is known only to lie
+    in its bracket [low, high] (high infinite when no load failed), so the interval of
+    current / baseline - 1 runs from low_current / high_baseline - 1 to
+    high_current / low_baseline - 1; a regression needs the whole of it below zero (the
+    brackets do not overlap) and the change beyond the tolerance. An interval open above is
+    stored with ``high`` None."""
+    if row.baseline is None or row.current is None:
+        row.note = "not measured"
+        return
+    if not baseline.get("low"):
+        row.note = "baseline is 0"
+        return
+    row.change = row.current / row.baseline - 1
+    row.low = current["low"] / baseline["high"] - 1
+    row.high = current["high"] / baseline["low"] - 1
+    _verdict(row, "capacity")
+    if math.isinf(row.high):
+        row.high = None
+
+
+def comparison_table(comparison: Comparison) -> str:
+    """The comparison as a titled table: metric, baseline, current, change [Holm CI], allowed, verdict."""
+    from tabulate import tabulate
+
+    title = f"Compared with {comparison.baseline_label}"
+    if comparison.header:
+        title += f"\n{comparison.header}"
+    if comparison.mismatch:
+        return f"{title}: {comparison.mismatch}"
+    rows = [comparison_cells(row) for row in comparison.rows]
+    count = len(comparison.regressions)
+    title += f": UNSTABLE, no verdict" if comparison.unstable else f": {count} regression{'s' if count != 1 else ''}"
+    lines = [f"unstable: {comparison.unstable}"] if comparison.unstable else []
+    return "\n".join([title, tabulate(rows, headers=COMPARISON_HEADERS, tablefmt="simple"), *lines])
+
+
+def change_cell(change: float | None, low: float | None, high: float | None) -> str:
+    """``+10.2% [+7.1%, +13.4%]``: a change and its interval (``[-3.0%, open]`` when it has no
+    upper end); empty when not computed."""
+    if change is None:
+        return ""
+    return f"{change * 100:+.1f}% [{low * 100:+.1f}%, " + ("open]" if high is None else f"{high * 100:+.1f}%]")
+
+
+def comparison_cells(row: Row) -> list[str]:
+    """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
+    figure's unit (:func:`~pytest_llmreplay.metrics.units.format_figure`: a capacity by rate in req/s), the change, the allowed change
+    and the verdict."""
+    verdict = row.verdict.upper() if row.verdict in ("regression", "unstable") else row.verdict + (f" ({row.note})" if row.note else "")
+    tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
+    return [row.key, format_figure(row.key, row.baseline), format_figure(row.key, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]

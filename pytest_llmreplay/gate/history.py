@@ -1,0 +1,225 @@
+"""A metric over commits: a test's stored results along a first-parent history, the run-to-run
+spread they show, the gate that uses it, and change points.
+
+**Points.** :func:`history_points` reads the stored results of one test at each of ``commits``
+(newest first, as :func:`~pytest_llmreplay.gate.baseline.reference_history` gives them) through
+:class:`~pytest_llmreplay.gate.store.Store` (any kind: folder, git ref, fsspec URL), keeps those with the same fingerprint,
+workload and settings as ``like`` and as many runs (``--llm-repeat``), and returns them oldest
+first. A file that cannot be read is counted and skipped, never fatal; a result stopped by a
+signal (``"interrupted"``, :mod:`~pytest_llmreplay.plugin.interrupt`) is skipped: it measured only part
+of its workload.
+
+**History gate** (:func:`gate_with_history`). With K >= :data:`MIN_HISTORY` earlier results
+(the newest :data:`HISTORY_WINDOW`), each compared figure's history ``h_1..h_K`` (mean ``m``,
+sample standard deviation ``s``) predicts where the next result of an unchanged commit falls.
+The current value ``x`` is judged by the Student's t prediction statistic
+
+    t = (x - m) / (s * sqrt(1 + 1/K)),   K - 1 degrees of freedom,
+
+worse = ``t`` (``-t`` for figures where lower is worse). A regression is called only when the
+bootstrap called one (the change against the baseline beyond the tolerance, its interval clear
+of zero: the runs of this job do not explain it) *and* worse > t_{K-1}(q), the one-sided
+quantile q = 1 - (1 - CONFIDENCE) / 2 (0.975 at the default 95%: the level at which the
+bootstrap's two-sided interval lies clear of zero): the earlier jobs' spread does not explain it
+either. Each test guards against one source of noise, so the history only vetoes: an
+intersection-union test (Berger, *Technometrics* 1982), whose false-alarm rate is at most that of
+either test alone, where letting the history overrule the bootstrap would call a regression that
+the job's own runs contradict (runs of one side that disagree widely, measured on a live engine
+whose streams sometimes arrived in one burst: bench/README.md). Chosen by measurement
+(``bench/gate_quality.py``, bench/README.md, 300 A/A and A/B pairs per setting, before the veto:
+the history then overruled the bootstrap): with three runs per result it never raised more false
+alarms than either alternative, at any depth (K = 5, 10, 20) or noise level: 0-4 of 300 against
+4-7 for a z-score on the same figures (Bencher's threshold, which takes ``s`` as exact) and 3-8 for Mann-Whitney's U between the history and the current runs
+(asv's test, which cannot fire at all with one current value: its smallest one-sided p-value
+is 1/(K+1)); the price is detection with only K = 5 results. Improvements are the mirror
+image.
+
+**Change points** (:func:`change_points`, :func:`metric_series`): Apache Otava's e-divisive with
+t-test significance (``otava.analysis.compute_change_points``, the Hunter algorithm of Fleming
+et al., ICPE 2023), from the optional extra ``pytest-llmreplay[history]``, imported when used.
+
+**Trend** (:func:`trend`): what the report's trend plot draws, each gated figure over the
+earlier results then this run, with its change points; the gate stores it in the report's record.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from .baseline import CONFIDENCE, LOWER_IS_WORSE, Comparison, mismatch
+from ..errors import LLMReplayError
+from .repeats import run_count
+from .store import Store
+
+MIN_HISTORY = 5
+HISTORY_WINDOW = 20
+TREND_WINDOW = 50  # the newest earlier results a trend plot draws
+MIN_TREND = 2  # earlier results a trend plot needs
+CHANGE_POINT_PVALUE = 0.001  # Otava's default significance for a change point
+EXTRA = "pip install 'pytest-llmreplay[history]'"
+
+
+@dataclass
+class History:
+    """The stored results that match, oldest first (``points``: (commit, record)), and how many
+    files could not be read."""
+
+    points: list[tuple[str, Mapping[str, Any]]]
+    unreadable: int = 0
+
+    def values(self, key: str) -> list[float | None]:
+        return [figure(record, key) for _, record in self.points]
+
+
+def figure(record: Mapping[str, Any], key: str) -> float | None:
+    """``metric.stat`` of a stored result's summary (None when it was not measured)."""
+    metric, _, stat = key.partition(".")
+    value = (record.get("summary") or {}).get(metric, {}).get(stat)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def history_points(store: Store, test: str, commits: Iterable[str], like: Mapping[str, Any] | None = None, limit: int | None = None) -> History:
+    """The stored results of ``test`` at ``commits`` (newest first), matching ``like`` when given
+    (see the module docstring), at most ``limit`` of the newest, returned oldest first."""
+    found: list[tuple[str, Mapping[str, Any]]] = []
+    unreadable = 0
+    for commit in commits:
+        for key in reversed(store.stored(test, commit)):
+            try:
+                record = store.read(key)
+            except LLMReplayError:
+                unreadable += 1
+                continue
+            if record.get("interrupted"):
+                continue
+            if like is None or (mismatch(like, record) is None and run_count(like) == run_count(record)):
+                found.append((commit, record))
+        if limit is not None and len(found) >= limit:
+            break
+    return History(list(reversed(found[:limit] if limit is not None else found)), unreadable)
+
+
+def t_quantile(q: float, df: float) -> float:
+    """Student's t quantile (Cornish-Fisher expansion, Abramowitz & Stegun 26.7.5: within 0.2%
+    of the exact value for df >= 4 at q <= 0.995; no scipy needed)."""
+    z = statistics.NormalDist().inv_cdf(q)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / df + g2 / df**2 + g3 / df**3 + g4 / df**4
+
+
+def prediction_t(history: list[float], value: float) -> float:
+    """(value - mean) / (sd * sqrt(1 + 1/K)) over ``history`` (module docstring); inf when the
+    history does not vary and ``value`` differs from it, 0 when equal."""
+    mean, sd = statistics.fmean(history), statistics.stdev(history)
+    if sd <= 1e-12 * abs(mean):  # a history without spread (an exact simulator): rounding is not a change
+        return 0.0 if math.isclose(value, mean, rel_tol=1e-9) else math.copysign(math.inf, value - mean)
+    return (value - mean) / (sd * math.sqrt(1 + 1 / len(history)))
+
+
+def worse_t(key: str, history: list[float], value: float) -> float:
+    """:func:`prediction_t` of ``value`` over ``history`` with its sign turned so that positive is
+    worse (``-t`` for figures where lower is worse: throughputs, cache hit rates)."""
+    worse = -1.0 if key.partition(".")[0] in LOWER_IS_WORSE else 1.0
+    return worse * prediction_t(history, value)
+
+
+def t_threshold(count: int, confidence: float = CONFIDENCE) -> float:
+    """The gate's bar for :func:`worse_t` over ``count`` earlier results: Student's t quantile
+    1 - (1 - confidence) / 2 at ``count - 1`` degrees of freedom (module docstring)."""
+    return t_quantile(1 - (1 - confidence) / 2, count - 1)
+
+
+def gate_with_history(comparison: Comparison, current: Mapping[str, Any], history: History, confidence: float = CONFIDENCE) -> None:
+    """Re-judge ``comparison``'s rows on ``history`` when it holds >= :data:`MIN_HISTORY` results
+    (module docstring); each judged row's note gives its statistic. The comparison's header says
+    how many results gated it (or, with fewer, only that stored files were unreadable)."""
+    count = len(history.points)
+    skipped = f"; {history.unreadable} stored file(s) unreadable, skipped" if history.unreadable else ""
+    if count < MIN_HISTORY:  # the usual case until a store has grown: the table stays as it was
+        if skipped:
+            line = f"history: {count} earlier result(s) (< {MIN_HISTORY}), verdicts from the bootstrap alone{skipped}"
+            comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
+        return
+    threshold = t_threshold(count, confidence)
+    line = f"history: {count} earlier results gate the verdicts (Student's t prediction over them, one-sided {1 - (1 - confidence) / 2:.1%}: t > {threshold:.2f}){skipped}"
+    comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
+    for row in comparison.rows:
+        values = [v for v in history.values(row.key) if v is not None]
+        value = figure(current, row.key)
+        if row.change is None or value is None or len(values) < MIN_HISTORY:
+            continue
+        t = worse_t(row.key, values, value)
+        row.note = f"history t {t:+.2f}"
+        if row.verdict == "regression" and not t > threshold:
+            row.verdict = "noise"
+        elif row.verdict == "improved" and not t < -threshold:
+            row.verdict = "noise"
+
+
+# ------------------------------------------------------------------------ change points
+
+
+def change_points(values: list[float], max_pvalue: float = CHANGE_POINT_PVALUE) -> list[int]:
+    """Indices i where ``values[i:]`` starts a new level (Otava's e-divisive; module docstring)."""
+    try:
+        from otava.analysis import compute_change_points
+    except ImportError:
+        raise LLMReplayError(f"change points need Apache Otava: {EXTRA}") from None
+    if len(values) < 3:
+        return []
+    found, _ = compute_change_points(values, window_len=50, max_pvalue=max_pvalue)
+    return sorted(int(point.index) for point in found)
+
+
+def metric_series(history: History, key: str) -> tuple[list[str], list[float], list[int]]:
+    """(commits, values, change point indices) of ``key`` over ``history``, oldest first,
+    results that did not measure it left out: what a trend plot draws."""
+    pairs = [(commit, value) for (commit, _), value in zip(history.points, history.values(key)) if value is not None]
+    commits, values = [c for c, _ in pairs], [v for _, v in pairs]
+    return commits, values, change_points(values)
+
+
+def level_means(values: list[float], points: list[int]) -> list[float]:
+    """Each value's level: the mean of the values between the change points around it."""
+    bounds = [0, *points, len(values)]
+    out: list[float] = []
+    for start, end in zip(bounds, bounds[1:]):
+        out += [statistics.fmean(values[start:end])] * (end - start)
+    return out
+
+
+def trend(history: History, current: Mapping[str, Any], keys: Sequence[str], reference: str) -> dict[str, Any]:
+    """What the report's trend plot draws (the gate stores it as the report's ``record["history"]``):
+    ``reference`` (whose first-parent history ``history`` is), ``earlier`` (its result count) and
+
+    - ``series``: key -> ``{"commits", "values", "change_points"}`` (:func:`metric_series`) over
+      ``history`` then ``current`` (this run, always the last point), for each of ``keys`` this
+      run measured; or
+    - ``note``: the one line that says why there is no plot: fewer than :data:`MIN_TREND` earlier
+      results, Apache Otava not installed, or none of ``keys`` measured."""
+    block: dict[str, Any] = {"reference": reference, "earlier": len(history.points)}
+    if len(history.points) < MIN_TREND:
+        block["note"] = (f"{len(history.points)} earlier result(s) like this one on the first-parent history of {reference}; "
+                         f"a trend needs {MIN_TREND} (save some with --llm-save)")
+        return block
+    with_this_run = History([*history.points, (str(current.get("commit") or "this run"), current)])
+    series: dict[str, Any] = {}
+    try:
+        for key in keys:
+            if figure(current, key) is not None:
+                commits, values, points = metric_series(with_this_run, key)
+                series[key] = {"commits": commits, "values": values, "change_points": points}
+    except LLMReplayError as exc:  # no Otava
+        block["note"] = str(exc)
+        return block
+    if series:
+        block["series"] = series
+    else:
+        block["note"] = f"this run measured none of the gated figures ({', '.join(keys)})"
+    return block

@@ -1,0 +1,64 @@
+"""The store a user names (``--llm-baseline-dir``, ``llmreplay ... --store``): a folder, a
+``file://`` URL, ``git:REMOTE#REF`` or any fsspec URL, made into a
+:class:`~pytest_llmreplay.gate.store.Store` of the matching kind.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import LLMReplayError
+from .git_store import git_store
+from .store import FolderStore, FsspecStore, Store, one_line, redact, refuse_password
+
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure", "adl": "azure"}
+
+
+def open_store(text: str, rootdir: str | Path) -> Store:
+    """The store ``text`` names: ``git:REMOTE#REF``, ``SCHEME://...`` (``file://`` a folder, any
+    other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
+    (:meth:`Store.check` does that); an empty ``text``, an unknown scheme, a missing extra or a
+    password in the URL is an :class:`LLMReplayError`."""
+    if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
+        raise LLMReplayError("empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX")
+    rootdir = Path(rootdir)
+    if text.startswith("git:"):
+        return git_store(text, rootdir)
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", text)
+    if re.match(r"(?i)file:", text):
+        return FolderStore(file_url_path(text))
+    if match is None:
+        return FolderStore(Path(rootdir, text))
+    scheme = match.group(1).lower()
+    refuse_password(text, text, "in the environment (the back-end's own variables)")
+    try:
+        import fsspec
+    except ImportError:
+        raise LLMReplayError(f"{redact(text)}: stores at URLs need fsspec: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'") from None
+    if scheme not in fsspec.available_protocols():
+        raise LLMReplayError(f"{redact(text)}: unknown scheme {scheme!r}; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX, gs://, az://, file://, memory://")
+    try:
+        fs, root = fsspec.core.url_to_fs(text, skip_instance_cache=True)  # credentials and endpoint: read now, from the environment
+    except ImportError:
+        raise LLMReplayError(f"{redact(text)}: {scheme}:// needs its back-end: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'") from None
+    except Exception as exc:  # noqa: BLE001 - any back-end's complaint about the URL is one line
+        raise LLMReplayError(f"{redact(text)}: {one_line(exc)}") from None
+    return FsspecStore(text, fs, root)
+
+
+def file_url_path(url: str) -> Path:
+    """The folder a ``file:`` URL names (RFC 8089): ``file:///PATH``, ``file://localhost/PATH`` or
+    ``file:/PATH``, percent-decoded (``file:///a%20b`` is ``/a b``). Another host (``file://tmp/x`` is host
+    ``tmp``, not ``./tmp/x``), a relative ``file:x``, or a query or fragment (a ``?`` or ``#`` of
+    the name must be written ``%3F``, ``%23``) is an :class:`LLMReplayError`."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    if parts.netloc.lower() not in ("", "localhost"):
+        raise LLMReplayError(f"{redact(url)}: file:// URL with host {parts.netloc!r}; expected file:///ABSOLUTE/PATH (three slashes) or file://localhost/PATH")
+    if not parts.path.startswith("/"):
+        raise LLMReplayError(f"{redact(url)}: a file: URL must name an absolute path, file:///ABSOLUTE/PATH; give a relative folder as a plain path")
+    if parts.query or parts.fragment or url.endswith(("?", "#")):
+        raise LLMReplayError(f"{redact(url)}: a file:// URL with a query or fragment; write '?' as %3F and '#' as %23 in a folder name")
+    return Path(unquote(parts.path))

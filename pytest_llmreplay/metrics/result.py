@@ -1,0 +1,511 @@
+"""Records -> per-request, per-session and workload metrics -> :class:`Result`.
+
+Metric names are the ones of DESIGN.md, used everywhere (reports, SLO keys, baselines). Only
+*measured* requests count: not warm-up, not cancelled. Latency metrics use the ``ok`` ones.
+
+Per request (seconds, tokens):
+
+- ``ttft`` = first token - sent; ``latency`` = end of response - sent;
+- ``tpot`` = (latency - ttft) / (output_tokens - 1), for output_tokens > 1;
+- ``itl``: for each chunk after the first, (chunk time - previous chunk time) / tokens in the
+  chunk, once per token (trie's rule; a server merging tokens per event does not inflate it);
+- ``queue`` (simulator only), ``prompt_tokens`` (server's count, else planned),
+  ``cached_tokens``, ``output_tokens``; ``schedule_lag`` = sent - scheduled (the client's own
+  health: when it grows, the client is the bottleneck and TTFT is inflated).
+
+Per complete session (every turn measured and ok):
+
+- ``session_latency`` = last response end - first request sent;
+- ``ttfat`` = first token of the last request - first request sent (time to first agent token);
+- ``decode_tps`` = Σ(output_i - 1) / Σ(last token_i - first token_i), over the turns whose
+  tokens arrived over time (a one-chunk answer has no measurable decode);
+- ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
+- ``eligible_cache_hit_rate`` = Σ min(cached_i, eligible_i) / Σ eligible_i with eligible_0 = 0
+  and eligible_i = prompt_{i-1} + output_{i-1}: the share of the session's own history (what a
+  perfect prefix cache could have kept) that was hit, from 0 to 1. Hits beyond the history (a
+  system prompt shared with other sessions, on any turn) count in ``cache_hit_rate`` only;
+- ``output_tokens_per_session``.
+
+Workload, over the measured span T (first measured request sent to last one ended):
+
+- ``request_throughput``, ``output_throughput``, ``input_throughput``,
+  ``cached_input_throughput``, ``uncached_input_throughput``, each with ``overall`` (count / T),
+  ``steady_state`` (count after the first 20% of T / 0.8 T: the slope once the ramp-up is
+  over), ``last_30s`` (count in the last min(30 s, T) / that span) and ``per_gpu``
+  (steady_state / gpus). Requests count at their end, output tokens at their chunk's arrival
+  (scaled to the server's count), prompt tokens at the first token;
+- ``error_rate`` = failed / (ok + failed); ``goodput``: ``value`` = requests meeting every
+  per-request threshold / (ok + failed) (the share of good requests), ``rate`` = those good
+  requests / T (DistServe's goodput, requests per second); ``effective_concurrency`` =
+  Σ (end - sent) / T.
+
+Statistics of a distribution: mean, min, p50, p90, p95, p99, max, std (numpy, linear
+interpolation, as vLLM's ``bench serve``) and count.
+
+Error causes (:func:`error_causes`): the failed requests' errors, one line per cause with its
+count; causes that differ only in how many tokens had arrived (``connection lost mid-response
+after 423 tokens``, ``... after 21 tokens``) are one cause with the range (``after 21-423 tokens``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from pathlib import Path
+from itertools import chain
+from operator import attrgetter
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import LLMReplayError
+from ..replayer.records import ReplayRun, RequestRecord
+from ..replayer.endpoints import TOKENS_SO_FAR
+from .names import REQUEST_METRICS, SESSION_METRICS
+
+STEADY_SKIP = 0.2
+LAST_WINDOW_S = 30.0
+WINDOWS = 10  # windows of the steady span that repeat a throughput measurement
+
+
+def stats(values: Iterable[float | None], weights: Iterable[int] | None = None) -> dict[str, float] | None:
+    """mean/min/p50/p90/p95/p99/max/std/count of ``values``; None when there are none.
+
+    ``weights`` (integers >= 1) count each value that many times, exactly as if it were repeated
+    (ITL: a chunk's per-token gap once per token): percentiles are numpy's linear interpolation
+    on the repeated data, at positions ``h = (N - 1) q``, element ``k`` of the repeated sorted data
+    being the value whose cumulative weight first exceeds ``k``.
+    """
+    if isinstance(values, np.ndarray):
+        array = values.astype(float)
+    else:
+        array = np.array([np.nan if v is None else v for v in values], dtype=float)
+    counts = np.ones(array.size, dtype=np.int64) if weights is None else np.asarray(list(weights) if not isinstance(weights, np.ndarray) else weights, dtype=np.int64)
+    keep = ~np.isnan(array)
+    array, counts = array[keep], counts[keep]
+    if not array.size:
+        return None
+    order = np.argsort(array, kind="stable")
+    array, counts = array[order], counts[order]
+    cumulative = np.cumsum(counts)
+    total = int(cumulative[-1])
+    positions = (total - 1) * np.array([0.50, 0.90, 0.95, 0.99])
+    low, high = np.floor(positions).astype(np.int64), np.ceil(positions).astype(np.int64)
+    at_low = array[np.searchsorted(cumulative, low, side="right")]
+    at_high = array[np.searchsorted(cumulative, high, side="right")]
+    p50, p90, p95, p99 = at_low + (at_high - at_low) * (positions - low)
+    mean = float((array * counts).sum() / total)
+    return {
+        "mean": mean, "min": float(array[0]), "p50": float(p50), "p90": float(p90),
+        "p95": float(p95), "p99": float(p99), "max": float(array[-1]),
+        "std": float(np.sqrt((counts * (array - mean) ** 2).sum() / total)), "count": total,
+    }
+
+
+def ttft(record: RequestRecord) -> float | None:
+    return None if record.first_token_s is None or record.sent_s is None else record.first_token_s - record.sent_s
+
+
+def latency(record: RequestRecord) -> float | None:
+    return None if record.end_s is None or record.sent_s is None else record.end_s - record.sent_s
+
+
+def tpot(record: RequestRecord) -> float | None:
+    """(latency - ttft) / (output_tokens - 1); None for one token or fewer."""
+    first, total = ttft(record), latency(record)
+    if first is None or total is None or record.output_tokens <= 1:
+        return None
+    return (total - first) / (record.output_tokens - 1)
+
+
+def itl_chunks(record: RequestRecord) -> list[tuple[float, int]]:
+    """(gap per token, tokens) of every chunk after the first: ITL's samples, each gap counted
+    once per token of its chunk (trie's rule)."""
+    times, tokens = record.chunk_times, record.chunk_tokens
+    return [((times[i] - times[i - 1]) / tokens[i], tokens[i]) for i in range(1, len(times)) if tokens[i] > 0]
+
+
+def itl(record: RequestRecord) -> list[float]:
+    """Per token of every chunk after the first: the chunk's gap / its tokens."""
+    return [gap for gap, count in itl_chunks(record) for _ in range(count)]
+
+
+def prompt_tokens(record: RequestRecord) -> int | None:
+    """The server's count, else what we planned."""
+    return record.prompt_tokens if record.prompt_tokens is not None else record.planned_prompt_tokens
+
+
+def schedule_lag(record: RequestRecord) -> float | None:
+    return None if record.sent_s is None else record.sent_s - record.scheduled_s
+
+
+def request_values(record: RequestRecord) -> dict[str, Any]:
+    """The per-request metrics of one record (None where not defined)."""
+    return {
+        "ttft": ttft(record), "tpot": tpot(record), "latency": latency(record), "queue": record.queue_s,
+        "prompt_tokens": prompt_tokens(record), "cached_tokens": record.cached_tokens,
+        "output_tokens": record.output_tokens, "schedule_lag": schedule_lag(record),
+    }
+
+
+def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
+    """The per-session metrics of one complete session's records (in turn order), in one pass."""
+    first, last = turns[0], turns[-1]
+    decode_tokens = decode_time = 0.0
+    cached = prompts = eligible = history_hits = outputs = 0
+    reported = True  # every turn has the server's cached count and a prompt count
+    history = None  # prompt + output of the previous turn: what this turn could find cached
+    for turn in turns:
+        outputs += turn.output_tokens
+        if turn.output_tokens > 1 and turn.first_token_s is not None and turn.last_token_s > turn.first_token_s:
+            decode_tokens += turn.output_tokens - 1
+            decode_time += turn.last_token_s - turn.first_token_s
+        prompt = prompt_tokens(turn)
+        reported = reported and turn.cached_tokens is not None and prompt is not None
+        if reported:
+            cached += turn.cached_tokens
+            prompts += prompt
+            if history is not None:
+                eligible += history
+                history_hits += min(turn.cached_tokens, history)
+            history = prompt + turn.output_tokens
+    return {
+        "session_id": first.session_id,
+        "session_index": first.session_index,
+        "turns": len(turns),
+        "session_latency": last.end_s - first.sent_s,
+        "ttfat": None if last.first_token_s is None else last.first_token_s - first.sent_s,
+        "decode_tps": decode_tokens / decode_time if decode_time > 0 else None,
+        "cache_hit_rate": cached / prompts if reported and prompts else None,
+        "eligible_cache_hit_rate": history_hits / eligible if reported and eligible else None,
+        "output_tokens_per_session": outputs,
+    }
+
+
+@dataclass(frozen=True)
+class ErrorCause:
+    """``count`` failed requests whose error reads ``text`` (token counts as a range)."""
+
+    text: str
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.text}: {self.count} request{'' if self.count == 1 else 's'}"
+
+
+def error_causes(records: Iterable[RequestRecord]) -> list[ErrorCause]:
+    """The causes of the failed ``records``, most frequent first (then by text). Errors equal
+    but for the token count of ``after N tokens`` are one cause, written ``(after LOW-HIGH
+    tokens)`` (``(after N tokens)`` when all are equal)."""
+    counts: dict[str, list[int]] = {}
+    for record in records:
+        if record.status != "failed" or not record.error:
+            continue
+        key, found = record.error, TOKENS_SO_FAR.search(record.error)
+        if found is not None:  # the token count's place, filled with the range below
+            key = key[:found.start()].rstrip() + "\0" + key[found.end():]
+        counts.setdefault(key, []).append(int(found.group(1)) if found is not None else 0)
+    causes = []
+    for key, tokens in counts.items():
+        if "\0" in key:
+            low, high = min(tokens), max(tokens)
+            span = f"{low}" if low == high else f"{low}-{high}"
+            key = key.replace("\0", f" (after {span} token{'' if span == '1' else 's'})")
+        causes.append(ErrorCause(key, len(tokens)))
+    return sorted(causes, key=lambda cause: (-cause.count, cause.text))
+
+
+def prefill_done(record: RequestRecord) -> float | None:
+    """When the prompt was processed: the first token, else the end (non-streamed)."""
+    return record.first_token_s if record.first_token_s is not None else record.end_s
+
+
+def rates(times: np.ndarray, amounts: np.ndarray, start: float, end: float, gpus: int) -> dict[str, float]:
+    """overall / steady_state / last_30s / per_gpu rates of ``amounts`` arriving at ``times``
+    within [start, end]."""
+    span = end - start
+    if span <= 0:
+        return {}
+    steady_from = start + STEADY_SKIP * span
+    window = min(LAST_WINDOW_S, span)
+    steady = float(amounts[times >= steady_from].sum()) / (end - steady_from)
+    return {
+        "overall": float(amounts.sum()) / span,
+        "steady_state": steady,
+        "last_30s": float(amounts[times >= end - window].sum()) / window,
+        "per_gpu": steady / gpus,
+    }
+
+
+class Chunks:
+    """Every token chunk of ``records`` in flat arrays (cheap for 100k requests): ``times``,
+    ``tokens`` and ``first`` (the chunk opens its record's stream)."""
+
+    def __init__(self, records: Sequence[RequestRecord]) -> None:
+        lengths = np.fromiter((len(r.chunk_times) for r in records), dtype=np.int64, count=len(records))
+        total = int(lengths.sum())
+        self.lengths = lengths
+        self.times = np.fromiter(chain.from_iterable(r.chunk_times for r in records), dtype=np.float64, count=total)
+        self.tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in records), dtype=np.int64, count=total)
+        self.first = np.zeros(total, dtype=bool)
+        self.first[(np.cumsum(lengths) - lengths)[lengths > 0]] = True  # each record's first chunk
+        self.records = records
+
+    def itl(self) -> tuple[np.ndarray, np.ndarray]:
+        """(gap per token, tokens) of every chunk after its stream's first (:func:`itl_chunks`)."""
+        later = ~self.first[1:] & (self.tokens[1:] > 0)
+        gaps = (self.times[1:] - self.times[:-1])[later] / self.tokens[1:][later]
+        return gaps, self.tokens[1:][later]
+
+    def output_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """Output tokens at their chunks' times, scaled per record so they add up to the
+        server's count; a record without chunks counts all at its end."""
+        owner = np.repeat(np.arange(len(self.records)), self.lengths)
+        counted = np.bincount(owner, weights=self.tokens, minlength=len(self.records))
+        outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.float64, count=len(self.records))
+        scale = np.divide(outputs, counted, out=np.zeros_like(outputs), where=counted > 0)
+        amounts = self.tokens * np.repeat(scale, self.lengths)
+        bare = [r for r, n in zip(self.records, counted) if not n and r.end_s is not None]
+        times = np.concatenate([self.times, [r.end_s for r in bare]])
+        return times, np.concatenate([amounts, [float(r.output_tokens) for r in bare]])
+
+
+@dataclass
+class Result:
+    """The outcome of a replay: records, the metrics computed from them, and writers.
+
+    ``gpus`` divides steady-state throughput into ``per_gpu``; ``goodput`` maps per-request
+    metrics (``ttft``, ``tpot``, ``latency``, ``itl`` = the request's worst gap) to the most
+    seconds a good request may take.
+    """
+
+    run: ReplayRun
+    gpus: int = 1
+    goodput: Mapping[str, float] = field(default_factory=dict)
+    slo_checks: list[Any] = field(default_factory=list, init=False, repr=False)  # every assert_slo check, in order
+
+    def __post_init__(self) -> None:
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise LLMReplayError(f"gpus: expected an integer >= 1, got {self.gpus!r}")
+
+    @property
+    def records(self) -> list[RequestRecord]:
+        return self.run.records
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.run.warnings
+
+    @cached_property
+    def measured(self) -> list[RequestRecord]:
+        """Records that count: not warm-up, not cancelled."""
+        return [r for r in self.run.records if not r.warmup and r.status != "cancelled"]
+
+    @cached_property
+    def _chunks(self) -> Chunks:
+        return Chunks(self.ok)
+
+    @cached_property
+    def ok(self) -> list[RequestRecord]:
+        return [r for r in self.measured if r.status == "ok"]
+
+    @cached_property
+    def error_causes(self) -> list[ErrorCause]:
+        """The measured failed requests' causes, grouped (:func:`error_causes`)."""
+        return error_causes(self.measured)
+
+    @cached_property
+    def session_rows(self) -> list[dict[str, Any]]:
+        """Per-session metrics of every complete session (all turns measured and ok)."""
+        by_session: dict[int, list[RequestRecord]] = {}
+        for record in self.run.records:
+            by_session.setdefault(record.session_index, []).append(record)
+        rows = []
+        for turns in by_session.values():
+            turns.sort(key=attrgetter("turn_index"))
+            complete = len(turns) == turns[0].turns_in_session and all(r.status == "ok" and not r.warmup for r in turns)
+            if complete:
+                rows.append(session_values(turns))
+        return rows
+
+    @cached_property
+    def span(self) -> tuple[float, float]:
+        """(first measured request sent, last measured request ended), seconds from the start."""
+        sent = [r.sent_s for r in self.measured if r.sent_s is not None]
+        ended = [r.end_s for r in self.measured if r.end_s is not None]
+        return (min(sent), max(ended)) if sent and ended else (0.0, 0.0)
+
+    @cached_property
+    def summary(self) -> dict[str, dict[str, float]]:
+        """metric -> stat -> value. Distributions have :data:`STATS` and ``count``; throughputs
+        have :data:`RATES`; single figures have ``value``. Metrics with no samples are absent."""
+        summary: dict[str, dict[str, float]] = {}
+        rows = [request_values(r) for r in self.ok]
+        for name in REQUEST_METRICS:
+            if name == "itl":
+                found = stats(*self._chunks.itl())
+            elif name == "schedule_lag":
+                found = stats(schedule_lag(r) for r in self.measured)
+            else:
+                found = stats(row[name] for row in rows)
+            if found:
+                summary[name] = found
+        for name in SESSION_METRICS:
+            found = stats(row[name] for row in self.session_rows)
+            if found:
+                summary[name] = found
+        summary.update(self._throughput())
+        counted = [r for r in self.measured if r.status in ("ok", "failed")]
+        failed = sum(r.status == "failed" for r in counted)
+        if counted:
+            summary["error_rate"] = {"value": failed / len(counted)}
+        start, end = self.span
+        if counted and self.goodput:
+            summary["goodput"] = self.goodput_figures(self.goodput)
+        if end > start:
+            busy = sum(latency(r) or 0.0 for r in self.measured)
+            summary["effective_concurrency"] = {"value": busy / (end - start)}
+        summary["requests"] = {
+            "ok": len(self.ok), "failed": failed,
+            "cancelled": sum(r.status == "cancelled" for r in self.run.records),
+            "warmup": sum(r.warmup for r in self.run.records),
+            "planned": self.run.planned_requests,
+            "sessions_complete": len(self.session_rows),
+        }
+        return summary
+
+    @cached_property
+    def throughput_events(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """throughput metric -> (times, amounts): requests at their end, output tokens at their
+        chunks, prompt (and cached, uncached) tokens at the first token."""
+        ok = self.ok
+        prefilled = np.array([prefill_done(r) for r in ok], dtype=float)
+        prompts = np.array([prompt_tokens(r) or 0 for r in ok], dtype=float)
+        events = {
+            "request_throughput": (np.array([r.end_s for r in ok], dtype=float), np.ones(len(ok))),
+            "output_throughput": self._chunks.output_events(),
+            "input_throughput": (prefilled, prompts),
+        }
+        if ok and all(r.cached_tokens is not None for r in ok):
+            cached = np.array([r.cached_tokens for r in ok], dtype=float)
+            events["cached_input_throughput"] = (prefilled, cached)
+            events["uncached_input_throughput"] = (prefilled, prompts - cached)
+        return events
+
+    def _throughput(self) -> dict[str, dict[str, float]]:
+        start, end = self.span
+        out = {}
+        for name, (times, amounts) in self.throughput_events.items():
+            figures = rates(times, amounts, start, end, self.gpus)
+            if figures:
+                out[name] = figures
+        return out
+
+    def window_rates(self, name: str, windows: int = WINDOWS) -> np.ndarray:
+        """The rate of throughput metric ``name`` in each of ``windows`` equal windows of the
+        steady span (after the first 20% of the run): repeated measurements of
+        ``steady_state``, whose mean they equal, for a statistical comparison."""
+        start, end = self.span
+        if end <= start or name not in self.throughput_events:
+            return np.array([])
+        times, amounts = self.throughput_events[name]
+        edges = np.linspace(start + STEADY_SKIP * (end - start), end, windows + 1)
+        totals, _ = np.histogram(times, bins=edges, weights=amounts)
+        return totals / (edges[1] - edges[0])
+
+    def goodput_figures(self, limits: Mapping[str, float]) -> dict[str, float]:
+        """``goodput`` under per-request ``limits`` (metric -> most seconds): ``value`` = good /
+        (ok + failed), ``rate`` = good / the measured span (module docstring)."""
+        counted = sum(r.status in ("ok", "failed") for r in self.measured)
+        start, end = self.span
+        good = sum(self._good(r, limits) for r in self.ok)
+        return {"value": good / counted if counted else 0.0, "rate": good / (end - start) if end > start else 0.0}
+
+    @staticmethod
+    def _good(record: RequestRecord, limits: Mapping[str, float]) -> bool:
+        values = request_values(record)
+        gaps = itl_chunks(record)
+        values["itl"] = max(gap for gap, _ in gaps) if gaps else None
+        for name, limit in limits.items():
+            value = values.get(name)
+            if value is not None and value > limit:
+                return False
+        return True
+
+    def assert_slo(self, slos: Mapping[str, str], **more: str) -> None:
+        """Check thresholds such as ``{"ttft.p99": "< 2s", "error_rate": "== 0"}`` (see
+        :mod:`~pytest_llmreplay.metrics.slo`); raise ``SLOBreach`` (an ``AssertionError``) with every
+        breached one in a table. Keyword form: ``assert_slo({}, error_rate="== 0")``.
+
+        ``goodput`` is counted under the per-request limits of this call's own SLOs (every upper
+        bound on ttft, tpot, latency or itl, :func:`~pytest_llmreplay.metrics.slo.per_request_limits`),
+        else under the test's. A bad threshold raises ``LLMReplayError`` naming the key, before
+        anything is checked.
+        Every check, met or not, is appended to :attr:`slo_checks`: the pytest plugin stores
+        them with the run's own SLOs (report files, baseline). Under pytest the failure shows
+        the test's line and the table; the library's frames are hidden."""
+        __tracebackhide__ = True
+        from .slo import SLOBreach, assert_slos, goodput_key, parse_slos, per_request_limits
+
+        parsed = parse_slos({**slos, **more}, extra_metrics=self.summary)
+        key = goodput_key(parsed)
+        summary = self.summary
+        if key is not None:
+            limits = per_request_limits(parsed) or dict(self.goodput)
+            if not limits:
+                raise LLMReplayError(f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and none is set; "
+                                     "add an upper bound on ttft, tpot, latency or itl to this call (e.g. ttft.p99 < 1s) or to the test's slo")
+            if limits != dict(self.goodput) and any(r.status in ("ok", "failed") for r in self.measured):
+                summary = {**summary, "goodput": self.goodput_figures(limits)}
+        try:
+            self.slo_checks.extend(assert_slos(summary, parsed, extra_metrics=self.summary))
+        except SLOBreach as breach:
+            self.slo_checks.extend(breach.checks)
+            raise
+
+    def request_table(self):
+        """Every record with its per-request metrics, as a pandas DataFrame (one row each)."""
+        import pandas as pd
+
+        return pd.DataFrame([self._request_row(r) for r in self.run.records])
+
+    def session_table(self):
+        """Per-session metrics of complete sessions, as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.session_rows, columns=["session_id", "session_index", "turns", *SESSION_METRICS])
+
+    @staticmethod
+    def _request_row(record: RequestRecord) -> dict[str, Any]:
+        row = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in ("chunk_times", "chunk_tokens", "notes")}
+        row.update(request_values(record))
+        row["chunks"] = len(record.chunk_times)
+        row["notes"] = "; ".join(record.notes)
+        return row
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``write_json`` writes: run facts, warnings and the summary."""
+        return {
+            "workload": self.run.workload,
+            "endpoint": self.run.endpoint,
+            "settings": self.run.settings,
+            "duration_s": self.run.duration_s,
+            "gpus": self.gpus,
+            "goodput_thresholds": dict(self.goodput),
+            "warnings": list(self.run.warnings),
+            "summary": self.summary,
+        }
+
+    def write_json(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
+        return path
+
+    def write_csv(self, path: str | Path) -> Path:
+        """One row per request: the record's fields and its metrics."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.request_table().to_csv(path, index=False)
+        return path

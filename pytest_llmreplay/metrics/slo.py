@@ -1,0 +1,290 @@
+"""SLO thresholds: parse ``"ttft.p99": "< 2s"`` safely (no ``eval``) and check them against a summary.
+
+A key is ``<metric>.<stat>`` (``ttft.p99``, ``output_throughput.steady_state``) or a single-figure
+metric alone (``error_rate``, ``goodput``, ``effective_concurrency``). ``goodput`` with a
+``req/s`` threshold (or ``goodput.rate``) is the rate of good requests, alone (or ``.value``) the
+share; ``capacity.rate`` (req/s) and ``capacity.concurrency`` are what a capacity search found
+(:mod:`~pytest_llmreplay.search.capacity`). A threshold is an operator
+(``<``, ``<=``, ``>``, ``>=``, ``==``), a number and an optional unit:
+
+- time: ``us``, ``ms``, ``s`` (metrics in seconds: ``ttft``, ``itl``, ``tpot``, ``latency``,
+  ``queue``, ``schedule_lag``, ``session_latency``, ``ttfat``);
+- share: ``%`` (``cache_hit_rate``, ``eligible_cache_hit_rate``, ``error_rate``, ``goodput``);
+- rate: ``tok/s`` (token throughputs, ``decode_tps``), ``req/s`` (``request_throughput``);
+- no unit: the metric's own unit (a fraction 0..1, tokens, tokens/s, requests/s); a share over 1
+  without ``%`` is refused (``>= 80`` means ``>= 80%``?), and so is a time without a unit
+  (``"< 500"`` on ``ttft``: 500 ms or 500 s? the classic slip, which would pass as 500 s).
+
+The margin of a check is its headroom in the threshold's unit: threshold - measured for ``<``
+and ``<=``, measured - threshold for ``>`` and ``>=``, -|measured - threshold| for ``==``;
+negative when breached. A metric the run did not measure (no complete session for ``ttfat``)
+is a breach: an SLO that cannot be checked does not pass.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Callable, Iterable, Mapping
+
+from ..errors import LLMReplayError
+from .names import GOODPUT_METRICS, RATES, REQUEST_METRICS, SESSION_METRICS, STATS
+from .units import STAT_FAMILIES, UNITS, display_unit, format_value, significant
+from .units import unit_family as _unit_family
+
+THROUGHPUT_METRICS = ("request_throughput", "output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput")
+SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
+DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
+KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity",)
+
+OPERATORS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
+}
+THRESHOLD = re.compile(r"^\s*(<=|>=|==|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(us|ms|s|%|tok/s|req/s)?\s*$")
+
+
+def unit_family(metric: str) -> str | None:
+    """The unit family of a built-in metric (``count`` when it has no unit; None: a plugin's
+    metric, any unit goes)."""
+    return _unit_family(metric) or ("count" if metric in KNOWN_METRICS else None)
+
+
+def stats_of(metric: str) -> tuple[str, ...]:
+    """The statistics a built-in metric has in a summary."""
+    if metric == "goodput":
+        return ("value", "rate")
+    if metric == "capacity":
+        return ("rate", "concurrency")
+    if metric in SINGLE_METRICS:
+        return ("value",)
+    if metric in THROUGHPUT_METRICS:
+        return RATES
+    return STATS + ("count",)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """One threshold: ``metric.stat op value``; ``value`` in the metric's own unit, ``unit`` as
+    written (for display)."""
+
+    key: str
+    metric: str
+    stat: str
+    op: str
+    value: float
+    unit: str | None
+    text: str
+
+    @property
+    def factor(self) -> float:
+        return UNITS[self.unit][1] if self.unit else 1.0
+
+    def show(self, value: float) -> str:
+        """``value`` (metric's own unit) in the threshold's unit (:func:`~pytest_llmreplay.metrics.units.format_value`)."""
+        return format_value(self.metric, value, self.unit)
+
+    def show_margin(self, margin: float) -> str:
+        """A signed margin in the threshold's unit; a share's in percentage points."""
+        sign = "+" if margin > 0 else "-" if margin < 0 else ""
+        if (self.unit or display_unit(self.metric, margin)) == "%":
+            return f"{sign}{significant(abs(margin) * 100)} pts"
+        return sign + self.show(abs(margin))
+
+    def check(self, summary: Mapping[str, Mapping[str, float]]) -> "Check":
+        measured = summary.get(self.metric, {}).get(self.stat)
+        if measured is None or (isinstance(measured, float) and math.isnan(measured)):
+            return Check(self, None, None, False)
+        if self.op in ("<", "<="):
+            margin = self.value - measured
+        elif self.op in (">", ">="):
+            margin = measured - self.value
+        else:
+            margin = -abs(measured - self.value)
+        return Check(self, float(measured), margin, OPERATORS[self.op](measured, self.value))
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one SLO on one run; ``measured``/``margin`` None when not measured."""
+
+    slo: SLO
+    measured: float | None
+    margin: float | None
+    passed: bool
+
+    def row(self) -> list[str]:
+        slo = self.slo
+        if self.measured is None:
+            return [slo.key, slo.text, "not measured", "", "BREACH"]
+        margin = slo.show_margin(self.margin)  # in the threshold's unit, a zero one too: "0 pts", "0 s"
+        if self.margin and slo.value:
+            relative = self.margin / abs(slo.value) * 100
+            margin += f" ({relative:+.1f}%)" if abs(relative) < 1000 else f" ({'+' if relative > 0 else '-'}{significant(abs(relative), 3)}%)"
+        return [slo.key, slo.text, slo.show(self.measured), margin, "ok" if self.passed else "BREACH"]
+
+
+def stat_family(metric: str, stat: str) -> str | None:
+    """The unit family of ``metric.stat``: a count's is ``count``, goodput's and capacity's rate
+    ``request_rate``, else the metric's (:func:`unit_family`)."""
+    if stat == "count" and metric in KNOWN_METRICS:
+        return "count"
+    return STAT_FAMILIES.get((metric, stat), unit_family(metric))
+
+
+def canonical(slo: SLO) -> tuple[str, str]:
+    """(key, threshold) written one way for one setting, so that two spellings compare equal:
+    the key ``metric.stat`` (the metric alone for ``value``); the threshold ``op number unit``,
+    one space after the operator, the number exact without exponent or trailing zeros, in the
+    largest unit of its family in which it is at least 1 (else the smallest): ``<1s``,
+    ``< 1000ms`` and ``< 1.0 s`` are all ``< 1s``, ``<= 0.05`` on ``tpot`` is ``<= 50ms``; a
+    share in % (``>= 0.9``: ``>= 90%``), a rate with its unit after a space (``>= 8 req/s``), a
+    count bare; a plugin metric's number in the unit it was written in."""
+    from decimal import Decimal
+
+    def factor(unit: str) -> Decimal:
+        return Decimal(str(UNITS[unit][1]))
+
+    key = slo.metric if slo.stat == "value" else f"{slo.metric}.{slo.stat}"
+    value = Decimal(repr(slo.value))  # the metric's own unit
+    if slo.metric not in KNOWN_METRICS:
+        unit = slo.unit
+    else:
+        units = sorted((u for u, (family, _) in UNITS.items() if family == stat_family(slo.metric, slo.stat)), key=lambda u: -UNITS[u][1])
+        unit = next((u for u in units if abs(value) >= factor(u)), units[-1] if units else None)
+    number = format((value / factor(unit) if unit else value).normalize(), "f")
+    return key, f"{slo.op} {number}{(' ' if '/' in unit else '') + unit if unit else ''}"
+
+
+def parse_key(key: str, named: str, extra_metrics: Iterable[str] = ()) -> tuple[str, str]:
+    """(metric, stat) of a figure's key: ``ttft.p99``, or a single-figure metric alone
+    (``error_rate``: stat ``value``); :class:`LLMReplayError` starting with ``named`` (``SLO
+    'ttft.p99'``, ``--metric 'ttft.p99'``) for an unknown metric or statistic.
+    ``extra_metrics``: metric names added by plugins (any statistic)."""
+    metric, _, stat = key.partition(".")
+    extra = set(extra_metrics) - set(KNOWN_METRICS) - {"requests"}
+    if metric not in KNOWN_METRICS and metric not in extra:
+        raise LLMReplayError(f"{named}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}")
+    if metric in extra:
+        return metric, stat or "value"
+    allowed = stats_of(metric)
+    if not stat:
+        if allowed[0] != "value":
+            raise LLMReplayError(f"{named}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})")
+        return metric, "value"
+    if stat not in allowed and allowed[0] == "value":  # a single figure: its key is the metric alone
+        others = "".join(f" or {metric}.{other}" for other in allowed[1:])
+        raise LLMReplayError(f"{named}: {metric} takes no statistic such as {stat!r}; write {metric} alone{' (its share)' + others if others else ''}")
+    if stat not in allowed:
+        raise LLMReplayError(f"{named}: {metric} has no statistic {stat!r}; expected one of {', '.join(allowed)}")
+    return metric, stat
+
+
+def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SLO:
+    """One SLO from its key and threshold text; :class:`LLMReplayError` naming the key when bad.
+
+    ``extra_metrics``: metric names added by plugins (any statistic and unit accepted)."""
+    __tracebackhide__ = True
+    if not isinstance(key, str) or not key:
+        raise LLMReplayError(f"SLO key {key!r}: expected a string such as 'ttft.p99'")
+    match = THRESHOLD.match(threshold) if isinstance(threshold, str) else None
+    goodput_rate = key == "goodput" and match is not None and match.group(3) == "req/s"
+    metric, stat = parse_key("goodput.rate" if goodput_rate else key, f"SLO {key!r}", extra_metrics)
+    if isinstance(threshold, bool) or not isinstance(threshold, str):
+        raise LLMReplayError(f"SLO {key!r}: expected a threshold string such as '< 2s' or '>= 80%', got {threshold!r}")
+    if not match:
+        raise LLMReplayError(f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'")
+    op, number, unit = match.groups()
+    family = stat_family(metric, stat)
+    if unit and family is not None and UNITS[unit][0] != family:
+        fitting = [u for u, (f, _) in UNITS.items() if f == family]
+        expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"
+        raise LLMReplayError(f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}")
+    value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
+    if value < 0 and metric in KNOWN_METRICS:
+        raise LLMReplayError(f"SLO {key!r}: expected a threshold >= 0 ({metric} is never negative), got {threshold.strip()!r}")
+    if family == "time" and not unit:  # the ms/s slip: "< 500" read as 500 seconds passes everything
+        written = f"{op} {number}"
+        raise LLMReplayError(f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)")
+    if family == "share" and not unit and value > 1:
+        raise LLMReplayError(f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
+    return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))
+
+
+def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()) -> list[SLO]:
+    """Every SLO of a mapping (key -> threshold), in order."""
+    __tracebackhide__ = True  # a bad threshold in a test's assert_slo shows the test's line
+    if slos is None:
+        return []
+    if not isinstance(slos, Mapping):
+        raise LLMReplayError(f"slo: expected a mapping of metric keys to thresholds, got {type(slos).__name__}")
+    extra = tuple(extra_metrics)
+    parsed = []
+    for key, value in slos.items():  # a loop, not a comprehension: its frame would show (Python < 3.12)
+        parsed.append(parse_slo(key, value, extra))
+    return parsed
+
+
+def per_request_limits(slos: Iterable[SLO]) -> dict[str, float]:
+    """Goodput's per-request limits from a test's SLOs (DistServe): every upper bound (``<``,
+    ``<=``) on a per-request metric (``ttft``, ``tpot``, ``latency``, ``itl``), whatever its
+    statistic, is a limit each good request's own value must meet (``ttft.p99 < 1s``: a good
+    request's TTFT is at most 1 s; ``itl``: its worst gap); the tightest bound per metric wins."""
+    limits: dict[str, float] = {}
+    for slo in slos:
+        if slo.metric in GOODPUT_METRICS and slo.op in ("<", "<="):
+            limits[slo.metric] = min(slo.value, limits.get(slo.metric, slo.value))
+    return limits
+
+
+def goodput_key(slos: Iterable[SLO]) -> str | None:
+    """The key of the first of ``slos`` that checks ``goodput`` (``goodput``, ``goodput.rate``);
+    None when none does."""
+    return next((slo.key for slo in slos if slo.metric == "goodput"), None)
+
+
+def check_goodput_limits(slos: Iterable[SLO], limits_from: Iterable[SLO], named: str, source: str) -> None:
+    """:class:`LLMReplayError` (``named 'goodput': ...``) when ``slos`` check ``goodput`` but
+    ``limits_from`` (``source``: the SLOs its per-request limits come from) set no limit
+    (:func:`per_request_limits`): no request would be counted good or not, and goodput would
+    fail every run as not measured."""
+    if per_request_limits(limits_from):
+        return
+    key = goodput_key(slos)
+    if key is not None:
+        raise LLMReplayError(f"{named} {key!r}: goodput counts the requests that meet every per-request limit, and none is set by {source}; "
+                             f"add an upper bound (< or <=) on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]}, e.g. ttft.p99 < 1s")
+
+
+def check_slos(summary: Mapping[str, Mapping[str, float]], slos: Iterable[SLO]) -> list[Check]:
+    return [slo.check(summary) for slo in slos]
+
+
+def breach_table(checks: list[Check]) -> str:
+    """Every check in one table (metric, threshold, measured, margin, status), headed by how many
+    were breached."""
+    from tabulate import tabulate
+
+    failed = sum(not c.passed for c in checks)
+    head = f"SLO breached: {failed} of {len(checks)}" if failed else f"SLOs met: {len(checks)} of {len(checks)}"
+    return head + "\n" + tabulate([c.row() for c in checks], headers=["metric", "threshold", "measured", "margin", "status"], tablefmt="simple")
+
+
+class SLOBreach(AssertionError):
+    """Raised by :meth:`~pytest_llmreplay.metrics.result.Result.assert_slo`; the message is the table."""
+
+    def __init__(self, checks: list[Check]) -> None:
+        self.checks = checks
+        super().__init__(breach_table(checks))
+
+
+def assert_slos(summary: Mapping[str, Mapping[str, float]], slos: Mapping[str, Any] | Iterable[SLO], extra_metrics: Iterable[str] = ()) -> list[Check]:
+    """Check every SLO; raise :class:`SLOBreach` listing all of them when any is breached."""
+    __tracebackhide__ = True
+    parsed = parse_slos(slos, extra_metrics) if isinstance(slos, Mapping) else list(slos)
+    checks = check_slos(summary, parsed)
+    if not all(c.passed for c in checks):
+        raise SLOBreach(checks)
+    return checks

@@ -1,0 +1,282 @@
+"""One pytest process's llmreplay session, apart from the pytest hooks that drive it (plugin/hooks.py).
+
+:class:`LLMSession` reads and checks the plugin's options once (a bad one is a
+``pytest.UsageError`` naming the option and its ini twin), and starts lazily what replays need:
+the tokenizer and prompts, the :class:`~pytest_llmreplay.target.Target` (the simulator, or the
+live server), the :class:`~pytest_llmreplay.plugin.verdict.Gate`, the Ray workers. :func:`perf_run` replays
+a test's checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on it, repeats and Ctrl-C included;
+:class:`live_lock` keeps replays against one live URL from overlapping across processes.
+What the session gathers for the terminal summary (``reports``, ``notes``) is filled by the hooks
+and by the replays.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..errors import LLMReplayError
+from .options import option, seed_option, server_timeout_option, check_bool_options, workers_option
+
+
+def is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+class LLMSession:
+    """The options of one pytest process, and what it starts lazily: tokenizer, target, gate."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        check_bool_options(config)
+        self.seed = seed_option(config)
+        from .spec import check_repeat
+
+        try:
+            self.repeat = check_repeat("--llm-repeat / llm_repeat", option(config, "llm_repeat"))
+        except LLMReplayError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        self.cache_reset_missing = False
+        self.endpoint_url = option(config, "llm_endpoint") or None
+        self.api = option(config, "llm_api")
+        self.server_cmd = option(config, "llm_server_cmd") or None
+        self.server_timeout_s = server_timeout_option(config)
+        if config.getoption("llm_offline"):  # on the command line it beats an ini endpoint
+            if config.getoption("llm_endpoint"):
+                raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
+            self.endpoint_url = self.server_cmd = None
+        # offline by default; workers need a server, so --llm-workers serves the simulator over HTTP
+        # unless --llm-offline itself is on the command line (then workers_option refuses the pair)
+        workers_asked = option(config, "llm_workers") not in (None, "")
+        self.offline = bool(option(config, "llm_offline")) and not self.endpoint_url and (bool(config.getoption("llm_offline")) or not workers_asked)
+        from ..replayer.endpoints import APIS, check_endpoint_url
+
+        if self.api not in APIS:
+            raise pytest.UsageError(f"--llm-api / llm_api: expected one of {', '.join(APIS)}, got {self.api!r}")
+        try:
+            if self.endpoint_url:
+                check_endpoint_url(self.endpoint_url)
+        except LLMReplayError as exc:
+            raise pytest.UsageError(f"--llm-endpoint / llm_endpoint: {exc}") from None
+        if self.server_cmd and not self.endpoint_url:
+            raise pytest.UsageError("--llm-server-cmd needs --llm-endpoint: the URL the started server listens on")
+        from ..replayer.endpoints import extra_body
+
+        try:
+            self.extra_body = extra_body("--llm-extra-body / llm_extra_body", option(config, "llm_extra_body"), bool(option(config, "llm_ignore_eos")))
+        except LLMReplayError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        if self.kind != "live":  # a name typo fails once, at start-up (the file is read when first used)
+            from ..sim.profile_files import profile_path
+
+            try:
+                profile_path(option(config, "llm_sim_profile"))
+            except LLMReplayError as exc:
+                raise pytest.UsageError(f"--llm-sim-profile / llm_sim_profile: {exc}") from None
+        self.workers_count, self._workers = workers_option(config, self.kind), None
+        self.compare_ref = option(config, "llm_compare") or None
+        self.history: tuple[str, list[str]] | None = None
+        if self.compare_ref is not None:
+            from ..gate.baseline import reference_history
+
+            try:
+                self.history = reference_history(config.rootpath, self.compare_ref)
+            except LLMReplayError as exc:
+                raise pytest.UsageError(str(exc)) from None
+        report = option(config, "llm_report")
+        if report is not None and not report.strip():
+            raise pytest.UsageError("--llm-report / llm_report: empty; expected a folder for the reports")
+        self.report_dir = Path(config.rootpath, report) if report is not None else None
+        from ..gate.store import FolderStore
+        from ..gate.store_url import open_store
+
+        save = bool(option(config, "llm_save"))
+        try:  # a store that cannot be used fails here, before anything is measured
+            self.store = open_store(option(config, "llm_baseline_dir"), config.rootpath)
+            if save or self.history is not None or isinstance(self.store, FolderStore):
+                self.store.check(writing=save and not is_worker(config))
+        except LLMReplayError as exc:
+            raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {exc}") from None
+        self.server: Any = None
+        self._prompts: Any = None
+        self._target: Any = None
+        self._gate: Any = None
+        self.reports: list[tuple[str, str, dict[str, float], dict[str, str]]] = []
+        self.notes: list[tuple[str, str]] = []
+        from .interrupt import Interruption
+
+        self.interruption = Interruption()
+
+    @property
+    def kind(self) -> str:
+        return "live" if self.endpoint_url else "offline" if self.offline else "sim-server"
+
+    def describe(self) -> str:
+        if self.kind == "live":
+            started = " (started by --llm-server-cmd)" if self.server_cmd else ""
+            extra = f", every request adds {json.dumps(self.extra_body)}" if self.extra_body else ""
+            return f"endpoint {self.endpoint_url}{started}{extra}"
+        profile = option(self.config, "llm_sim_profile")
+        return f"simulator {profile} ({'offline, virtual time' if self.offline else 'over HTTP, wall clock'})"
+
+    @property
+    def prompts(self) -> Any:
+        if self._prompts is None:
+            from ..workloads.prompts import PromptFactory
+            from ..workloads.tokenizer import load_tokenizer
+
+            try:
+                tokenizer = load_tokenizer(option(self.config, "llm_tokenizer"))
+            except LLMReplayError as exc:
+                raise LLMReplayError(f"--llm-tokenizer: {exc}") from None
+            self._prompts = PromptFactory(tokenizer, seed=self.seed, tokenizer_option="--llm-tokenizer")
+        return self._prompts
+
+    @property
+    def target(self) -> Any:
+        """The session's :class:`~pytest_llmreplay.target.Target`, made (and started) once."""
+        if self._target is None:
+            self._target = self._make_target()
+        return self._target
+
+    def _make_target(self) -> Any:
+        from ..target import Target, live_target, sim_fingerprint, start_sim_server
+
+        if self.kind == "live":
+            model = option(self.config, "llm_model") or None
+            key_env = option(self.config, "llm_api_key_env") or None
+            target = live_target(self.endpoint_url, model, "--llm-endpoint", self.api, key_env, self.prompts, self.extra_body)
+        else:
+            from ..sim.profile import load_profile
+
+            name = option(self.config, "llm_sim_profile")
+            try:
+                profile = load_profile(name)
+            except LLMReplayError as exc:
+                raise LLMReplayError(f"--llm-sim-profile: {exc}") from None
+            target = Target(self.kind, profile=profile, api=self.api, prompts=self.prompts, fingerprint=sim_fingerprint(profile, self.kind),
+                            extra_body=self.extra_body)
+            if self.kind == "sim-server":
+                target.server = start_sim_server(name, option(self.config, "llm_tokenizer"), self.seed)
+                target.url = target.server.url
+        if self.extra_body:  # what every request also asks changes what is measured
+            target.fingerprint["extra_body"] = self.extra_body
+        self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
+        return target
+
+    @property
+    def gate(self) -> Any:
+        if self._gate is None:
+            from .verdict import Gate
+
+            self._gate = Gate(
+                rootdir=self.config.rootpath, fingerprint=self.target.fingerprint, store=self.store,
+                save=bool(option(self.config, "llm_save")),
+                fail_on_regression=bool(option(self.config, "llm_fail_on_regression")), fail_on_unstable=bool(option(self.config, "llm_fail_on_unstable")),
+                report_dir=self.report_dir,
+                history=self.history,
+            )
+        return self._gate
+
+    def extra_metric_names(self) -> tuple[str, ...]:
+        return tuple(name for found in self.config.hook.pytest_llmreplay_metrics() for name in found)
+
+    def replay(self, spec: Any, salt: str, repeat: int = 0, repeats: int = 1) -> tuple[Any, dict[str, Any]]:
+        """Replay a :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on the target: run ``repeat`` of
+        ``repeats``; (the Result, with plugins' metrics added to its summary; the run's seed and
+        cache reset, see :mod:`~pytest_llmreplay.gate.repeats`). Generated prompts are salted with
+        ``salt`` (the workload's digest): see :meth:`~pytest_llmreplay.workloads.prompts.PromptFactory.salted`."""
+        from ..workloads.formats import load_workload
+        from ..metrics.result import Result
+        from ..replayer.driver import Replay
+        from ..metrics.slo import parse_slos, per_request_limits
+        from ..target import no_cache_reset_note
+
+        workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
+        target = self.target
+        with live_lock(target):
+            reset = target.reset_cache() if repeats > 1 else None
+            if repeats > 1 and reset is None and target.kind == "live" and not self.cache_reset_missing:
+                self.cache_reset_missing = True
+                self.notes.append(("llmreplay repeats", no_cache_reset_note(target.url)))
+            if spec.capacity is not None:  # a search: the result is the point at capacity; a line per point as it ends
+                from ..search.capacity import find_capacity
+                from .terminal_lines import line_writer
+
+                result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings, progress=line_writer(self.config)).result
+            else:
+                if self.workers_count is not None:
+                    run = self.workers.replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, stop_on_signals=True)
+                else:
+                    run = Replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, clock=target.clock(), stop_on_signals=True).run()
+                result = Result(run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names())))
+        for found in self.config.hook.pytest_llmreplay_metrics():
+            for name, compute in found.items():
+                if name in result.summary:
+                    raise LLMReplayError(f"pytest_llmreplay_metrics: {name!r} is already a metric of the summary; name yours differently")
+                result.summary[name] = dict(compute(result))
+        return result, {"seed": target.run_seed(repeat), "cache_reset": reset}
+
+    @property
+    def workers(self) -> Any:
+        """The session's Ray workers (``--llm-workers``), started once, when first used."""
+        if self._workers is None:
+            from ..replayer.workers import RayWorkers
+
+            self._workers = RayWorkers(self.workers_count, option(self.config, "llm_ray_address") or None)
+        return self._workers
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.close()
+        if self._target is not None:
+            self._target.close()
+
+
+class live_lock:
+    """Hold an exclusive file lock per live URL while replaying, across xdist workers (and any
+    other pytest process on this machine); a no-op for the simulator."""
+
+    def __init__(self, target: Any) -> None:
+        self.path = None
+        if target.kind == "live":
+            import hashlib
+            import tempfile
+
+            self.path = Path(tempfile.gettempdir()) / f"llmreplay-{hashlib.sha256(target.url.encode()).hexdigest()[:16]}.lock"
+
+    def __enter__(self) -> None:
+        if self.path is not None:
+            import fcntl
+
+            self.file = open(self.path, "a")
+            fcntl.flock(self.file, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path is not None:
+            self.file.close()  # closing releases the lock
+
+
+def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
+    """Replay a checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec`; return (PerfRun, Result)."""
+    from ..gate.baseline import workload_digest
+    from .verdict import PerfRun
+
+    state.interruption.check_not_interrupted()
+    digest = workload_digest(spec.workload)
+    asked = spec.repeat or state.repeat
+    repeats = 1 if spec.capacity is not None or state.target.deterministic else asked  # a search runs once
+    once = f"ran once, not {asked} times: {state.target.name} without timing jitter gives the same figures on every run" if state.target.deterministic and asked > 1 and spec.capacity is None else None
+    runs = []
+    for index in range(repeats):
+        runs.append(state.replay(spec, salt=digest, repeat=index, repeats=repeats))
+        if state.interruption.observe(runs[-1][0], test):  # Ctrl-C: no more repeats (see plugin/interrupt.py)
+            state.notes.append(("llmreplay interrupted", state.interruption.note()))
+            break
+    workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
+    results = [result for result, _ in runs]
+    return PerfRun(test, results[-1], workload, spec.slo, spec.regression, earlier=results[:-1], facts=[facts for _, facts in runs], repeats_note=once), results[-1]

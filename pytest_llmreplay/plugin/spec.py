@@ -1,0 +1,188 @@
+"""A declarative perf test: what the ``llmreplay`` marker and ``*.llmreplay.yaml|toml`` files say.
+
+Keys (the same in both)::
+
+    workload: workloads/trace.jsonl   # relative to the spec file (marker: to the rootdir)
+    format: mooncake                  # optional, detected when absent
+    format_options: {block_size: 16}  # optional, passed to the format's loader
+    concurrency: 8                    # any replay setting: mode, speedup, concurrency, rate,
+                                      # arrival, duration_s, grace_s, max_requests, max_sessions,
+                                      # warmup_requests, warmup_s, order, seed, prompt_format
+    slo: {"ttft.p99": "< 2s", "error_rate": "== 0"}
+    regression: {"ttft.p50": "10%", "ttft.p90": "off"}   # allowed change per compared metric
+    capacity: {by: rate, slo: {"ttft.p99": "< 1s"}, min: 1, max: 64, resolution: 5%}
+                                      # optional: search the highest load meeting capacity.slo
+                                      # (pytest_llmreplay.search.capacity) instead of one replay; the
+                                      # search sets mode, rate, concurrency and arrival itself
+    repeat: 3                         # runs of the test (default: --llm-repeat; a capacity
+                                      # search runs once), see gate/repeats.py
+    description: free text            # optional, shown nowhere but read by people
+
+Everything is checked before anything is sent; a problem is one :class:`LLMReplayError` naming
+the key (the caller adds the file). YAML is read with ``yaml``'s safe loader (a key given twice
+in one mapping is an error naming its line: ``formats._yaml``) and TOML with ``tomllib``: no code runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import LLMReplayError, WorkloadError
+from ..replayer.driver import ReplaySettings
+
+SETTING_TYPES = {
+    f.name: ("number" if "float" in str(f.type) else "integer" if "int" in str(f.type) else "boolean" if "bool" in str(f.type) else "string")
+    for f in fields(ReplaySettings)
+}
+SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "repeat", "description", "capacity")
+SPEC_SUFFIXES = (".llmreplay.yaml", ".llmreplay.yml", ".llmreplay.toml")
+
+
+@dataclass
+class PerfSpec:
+    """A checked spec: the workload's resolved path and options, replay settings, SLOs, tolerances."""
+
+    workload: Path
+    format: str | None = None
+    format_options: dict[str, Any] = field(default_factory=dict)
+    settings: ReplaySettings = field(default_factory=ReplaySettings)
+    slo: dict[str, str] = field(default_factory=dict)
+    regression: dict[str, Any] = field(default_factory=dict)
+    capacity: Any = None  # a search.CapacityPlan, or None: one replay
+    repeat: int | None = None  # None: the session's --llm-repeat
+
+
+def _typed(key: str, value: Any) -> Any:
+    kind = SETTING_TYPES[key]
+    ok = {
+        "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "string": isinstance(value, str),
+    }[kind]
+    if not ok and value is not None:
+        raise LLMReplayError(f"{key}: expected {'an' if kind == 'integer' else 'a'} {kind}, got {value!r}")
+    return value
+
+
+def marker_settings(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of an ``@pytest.mark.llmreplay(...)``: every one by name, ``workload=``
+    among them (the rest is checked by :func:`parse_spec` when the test runs)."""
+    if args:
+        raise LLMReplayError("@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)")
+    if "workload" not in kwargs:
+        raise LLMReplayError("@pytest.mark.llmreplay: missing key workload= (the workload file to replay, relative to the rootdir)")
+    return dict(kwargs)
+
+
+def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> PerfSpec:
+    """A :class:`PerfSpec` from a mapping; relative workload paths start at ``base``."""
+    from ..gate.baseline import tolerances
+    from ..metrics.slo import parse_slos
+
+    if not isinstance(data, Mapping):
+        raise LLMReplayError(f"expected a mapping of keys (workload, slo, ...), got {type(data).__name__}")
+    unknown = [key for key in data if key not in SPEC_KEYS and key not in SETTING_TYPES]
+    if unknown:
+        raise LLMReplayError(f"{unknown[0]}: unknown key; expected one of {', '.join(SPEC_KEYS + tuple(SETTING_TYPES))}")
+    workload = data.get("workload")
+    if not isinstance(workload, (str, Path)) or not str(workload):
+        raise LLMReplayError(f"workload: expected the path of a workload file, got {workload!r}")
+    path = Path(workload) if Path(workload).is_absolute() else base / workload
+    if not path.exists():
+        raise LLMReplayError(f"workload: {path}: no such file or directory")
+    for key in ("format", "description"):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise LLMReplayError(f"{key}: expected a string, got {data[key]!r}")
+    for key in ("format_options", "slo", "regression"):
+        if data.get(key) is not None and not isinstance(data[key], Mapping):
+            raise LLMReplayError(f"{key}: expected a mapping, got {data[key]!r}")
+    _check_format(data.get("format"), dict(data.get("format_options") or {}), path)
+    repeat = data.get("repeat")
+    if repeat is not None:
+        check_repeat("repeat", repeat)
+    settings = ReplaySettings(**{key: _typed(key, value) for key, value in data.items() if key in SETTING_TYPES})
+    settings.validate()
+    capacity = None
+    if data.get("capacity") is not None:
+        from ..search.capacity import VARIED_SETTINGS, parse_capacity
+
+        capacity = parse_capacity(data["capacity"])
+        varied = [key for key in VARIED_SETTINGS if key in data]
+        if varied:
+            raise LLMReplayError(f"{varied[0]}: the capacity search sets it at each point; leave it out")
+        if repeat is not None:
+            raise LLMReplayError("repeat: a capacity search runs once (its points are replays already); leave it out")
+    slo = dict(data.get("slo") or {})
+    from ..search.capacity import check_test_slos
+
+    check_test_slos(parse_slos(slo, extra_metrics), capacity)
+    regression = dict(data.get("regression") or {})
+    tolerances(regression)
+    return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity, repeat)
+
+
+def _check_format(name: str | None, options: dict[str, Any], workload: Path) -> None:
+    """A named format must exist and take ``options``; without a name, options are checked
+    against the detected format (its first line is read), else nothing is read here."""
+    from ..workloads.formats import check_format_options, detect_format, format_module
+
+    if name is None and not options:
+        return
+    try:
+        module = format_module(name if name is not None else detect_format(workload))
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"{'format' if name is not None else 'workload'}: {exc}") from None
+    try:
+        check_format_options(module, options)
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"format_options: {exc}") from None
+
+
+MAX_REPEAT = 1000
+
+
+def check_repeat(name: str, value: Any) -> int:
+    """``value`` as a number of runs (1 to :data:`MAX_REPEAT`); LLMReplayError naming ``name``."""
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():  # an integer however given, so "-2" reads as -2, as 0 does
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_REPEAT:
+        raise LLMReplayError(f"{name}: expected a number of runs from 1 to {MAX_REPEAT}, got {value!r}")
+    return value
+
+
+def read_spec_file(path: Path) -> Any:
+    """The mapping in a ``.llmreplay.yaml``/``.yml`` (safe YAML) or ``.llmreplay.toml`` file; a
+    byte that is not UTF-8 is an error at its line and column, as in workload files, and so is
+    text that is not YAML (:func:`~pytest_llmreplay.workloads.formats._yaml.load_yaml`), in one line."""
+    from ..workloads.formats._fields import too_deep
+    from ..workloads.formats._text import read_text
+
+    try:
+        text = read_text(path, expected="UTF-8 YAML or TOML")
+    except WorkloadError as exc:
+        raise LLMReplayError(f"line {exc.line}: {exc.reason}") from None
+    except OSError as exc:
+        raise LLMReplayError(f"cannot read: {exc}") from None
+    if path.name.endswith(".toml"):
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            raise LLMReplayError("TOML spec files need Python >= 3.11 (tomllib); use .llmreplay.yaml") from None
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise LLMReplayError(f"not valid TOML: {exc}") from None
+        except RecursionError:
+            raise LLMReplayError(f"not valid TOML: {too_deep()}") from None
+    from ..workloads.formats._yaml import YamlProblem, load_yaml
+
+    try:
+        return load_yaml(text)
+    except YamlProblem as exc:
+        column = f", column {exc.column}" if exc.column is not None else ""
+        where = f"line {exc.line}{column}: " if exc.line is not None else ""
+        raise LLMReplayError(f"{where}not valid YAML: {exc.reason}") from None
+

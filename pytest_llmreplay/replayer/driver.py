@@ -1,0 +1,558 @@
+"""The replay driver: sends a workload's sessions to an endpoint as the trace says, on a clock.
+
+When sessions start (``mode``):
+
+- ``timestamps``: open loop, session *i* starts at ``arrival_s / speedup``;
+- ``concurrency``: ``concurrency`` sessions in flight, the next starting when one ends (the
+  trace's arrival times are ignored, its order and delays kept);
+- ``rate``: open loop at ``rate`` sessions/s, Poisson (seeded) or constant spacing;
+- ``auto``: ``rate`` when a rate is given, else ``concurrency`` when a concurrency is given or
+  the workload is untimed, else ``timestamps``.
+
+Within a session the loop is always closed: turn *n+1* is scheduled when turn *n* completes plus
+its ``delay_s / speedup`` (tool time, think time). ``concurrency`` in the open-loop modes caps the
+sessions in flight (later ones wait, which shows as schedule lag).
+
+Limits: ``duration_s`` stops admitting sessions and turns at that time, waits ``grace_s`` for
+requests in flight, then cancels them (status ``cancelled``, not ``failed``).
+``max_requests``/``max_sessions`` take whole sessions in order until the count is reached (the
+session that reaches it runs to its end), cycling through the workload again when it is shorter
+(in timestamps mode each pass arrives later by the trace's span plus one mean gap). Settings that
+contradict the mode they resolve to (a rate outside rate mode, an order in timestamps mode,
+timestamps mode on an untimed trace) are errors, not ignored.
+Warm-up: the first ``warmup_requests`` requests (by schedule) and every request scheduled in the
+first ``warmup_s`` seconds are recorded but flagged, and metrics leave them out.
+
+Prompts on completions endpoints are text, or token ids with ``prompt_format="ids"``; unset, the
+endpoint's ``preferred_prompt_format`` decides, else text. The in-process simulator prefers
+``keyed`` (:class:`~pytest_llmreplay.workloads.prompts.KeyedPrompt`: hash-id and synthetic prompts named by
+keys, not generated; ids for agent chains), which only in-process endpoints understand.
+
+Session order (concurrency and rate modes): ``sequential``, ``shuffled`` (a seeded permutation
+per pass) or ``sampled`` (seeded draws with replacement), as AIPerf offers for inputs.json.
+
+Every request yields a :class:`~pytest_llmreplay.replayer.records.RequestRecord`, whatever happened to it; a failed request ends its
+session (an agent cannot go on without the answer). Times in records are seconds from the start.
+
+Interrupts: with ``stop_on_signals`` (the command line's), SIGINT (Ctrl-C) or SIGTERM stops the
+run as the duration limit does, at once: what is in flight is cancelled, nothing more is sent,
+and the run returns every record so far, with ``interrupted`` naming the signal. A second signal
+has its default effect. :meth:`Replay.stop` ends a run the same way from code (an ``on_record``
+callback that has seen enough), with ``stopped`` giving the reason; :meth:`Replay.interrupt` as
+a signal does, from a signal handler that outlives the run (several replays under one handler:
+:mod:`~pytest_llmreplay.replayer.signal_stop`).
+
+Parts (:class:`Part`, planned by :mod:`~pytest_llmreplay.replayer.workers`): a run split over processes
+gives each a part of the whole run's plan, with the sessions' indices and start offsets in it,
+and one start instant ``start_at`` (this process's clock reading of the common start); records
+then count from that instant and carry the whole run's session indices, so the parts' records
+merge into the whole run's. Warm-up marks need the whole run: :func:`mark_warmup` on the merge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
+from typing import Any, Callable, Iterator
+
+from .clock import Clock, WallClock
+from .endpoints import Endpoint, EndpointRequest, Response, describe_error
+from ..errors import LLMReplayError
+from ..workloads.prompts import Conversation, PromptFactory, extends_previous
+from .records import ReplayRun, RequestRecord, cancelled_note
+from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
+
+MODES = ("auto", "timestamps", "concurrency", "rate")
+ARRIVALS = ("poisson", "constant")
+ORDERS = ("sequential", "shuffled", "sampled")
+PROMPT_FORMATS = ("text", "ids")
+LEAD_S = 0.05  # a session's first request is built this long before it is due
+CHAT_TEMPLATE_ALLOWANCE = (64, 16)  # tokens a chat template may add: fixed, per message
+
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """How to replay; see the module docstring. Durations in seconds."""
+
+    mode: str = "auto"
+    speedup: float = 1.0
+    concurrency: int | None = None
+    rate: float | None = None
+    arrival: str = "poisson"
+    duration_s: float | None = None
+    grace_s: float = 30.0
+    max_requests: int | None = None
+    max_sessions: int | None = None
+    warmup_requests: int = 0
+    warmup_s: float = 0.0
+    order: str = "sequential"
+    seed: int = 0
+    prompt_format: str | None = None
+    check_idle: bool = True
+
+    def resolved_mode(self, workload: Workload) -> str:
+        if self.mode != "auto":
+            return self.mode
+        if self.rate is not None:
+            return "rate"
+        return "concurrency" if self.concurrency is not None or not workload.timed else "timestamps"
+
+    def validate(self) -> None:
+        """Raise :class:`LLMReplayError` naming the first bad setting."""
+        _choice("mode", self.mode, MODES)
+        _choice("arrival", self.arrival, ARRIVALS)
+        _choice("order", self.order, ORDERS)
+        if self.prompt_format is not None:
+            _choice("prompt_format", self.prompt_format, PROMPT_FORMATS)
+        for name in ("speedup", "rate", "duration_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise LLMReplayError(f"{name}: expected a number > 0, got {value!r}")
+        for name in ("concurrency", "max_requests", "max_sessions"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise LLMReplayError(f"{name}: expected an integer >= 1, got {value!r}")
+        for name in ("grace_s", "warmup_s", "warmup_requests"):
+            if getattr(self, name) < 0:
+                raise LLMReplayError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise LLMReplayError(f"seed: expected an integer >= 0, got {self.seed!r}")
+        if self.mode == "rate" and self.rate is None:
+            raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
+
+    def check_for(self, workload: Workload) -> None:
+        """Raise :class:`LLMReplayError` for settings that contradict the mode they resolve to
+        on ``workload`` (a rate outside rate mode, an order in timestamps mode, timestamps mode
+        on a trace without times)."""
+        mode = self.resolved_mode(workload)
+        if self.rate is not None and mode != "rate":
+            raise LLMReplayError(f"rate: applies to rate mode; mode is {mode!r}")
+        if mode == "timestamps" and self.order != "sequential":
+            raise LLMReplayError(f"order: timestamps mode{' (picked by auto: the trace is timed)' if self.mode == 'auto' else ''} replays sessions "
+                                 "in trace order; order applies to concurrency and rate modes")
+        if mode == "timestamps" and not workload.timed:
+            raise LLMReplayError(f"mode: timestamps needs arrival times, and format {workload.format!r} has none; use concurrency or rate mode")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise LLMReplayError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of a run planned elsewhere (module docstring): ``sessions`` with their ``indices``
+    in the whole run's plan and their start ``offsets`` (seconds from the start; None in
+    concurrency mode), to run from the clock reading ``start_at``."""
+
+    indices: tuple[int, ...]
+    sessions: tuple[Session, ...]
+    offsets: tuple[float, ...] | None
+    start_at: float
+
+
+def _cycle_period(sessions: list[Session]) -> float:
+    """How much later each pass of a cycled timed trace arrives (:func:`session_plan`)."""
+    first, last = min(s.arrival_s for s in sessions), max(s.arrival_s for s in sessions)
+    if last <= first:
+        raise LLMReplayError("max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once has no pace to repeat; use concurrency or rate mode")
+    return (last - first) * len(sessions) / (len(sessions) - 1)
+
+
+def arrival_offsets(plan: list[Session], mode: str, settings: ReplaySettings) -> list[float] | None:
+    """Start offsets (seconds from the start) of the planned sessions: ``arrival_s / speedup``
+    in timestamps mode, seeded Poisson or constant gaps at ``rate`` in rate mode; None in
+    concurrency mode (sessions start as others end)."""
+    if mode == "concurrency":
+        return None
+    if mode == "timestamps":
+        return [session.arrival_s / settings.speedup for session in plan]
+    rng = random.Random(settings.seed)
+    offsets, t = [], 0.0
+    for _ in plan:
+        offsets.append(t)
+        t += rng.expovariate(settings.rate) if settings.arrival == "poisson" else 1.0 / settings.rate
+    return offsets
+
+
+def check_warmup(settings: ReplaySettings, planned_requests: int) -> None:
+    """Raise :class:`LLMReplayError` when the warm-up would take every request of the run."""
+    if settings.warmup_requests and settings.warmup_requests >= planned_requests:
+        raise LLMReplayError(f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {planned_requests:,} requests this run "
+                             "sends at most; nothing would be measured")
+
+
+def mark_warmup(records: list[RequestRecord], settings: ReplaySettings) -> None:
+    """Flag the first ``warmup_requests`` records (``records`` in schedule order) and every one
+    scheduled in the first ``warmup_s`` seconds as warm-up."""
+    for position, record in enumerate(records):
+        record.warmup = position < settings.warmup_requests or record.scheduled_s < settings.warmup_s
+
+
+def session_plan(workload: Workload, settings: ReplaySettings) -> list[Session]:
+    """The sessions to run, in admission order, after order and count limits.
+
+    Count limits take whole sessions until the count is reached, cycling when the workload is
+    shorter; without a limit each session runs once (``sampled`` draws ``len(workload)``). In
+    timestamps mode pass *p* of a cycle arrives ``p * period`` later, ``period`` = the trace's
+    span of arrivals * n / (n - 1) for n sessions (the span plus one mean gap), so the passes
+    follow each other at the trace's own pace.
+    """
+    sessions = list(workload.sessions)
+    if not sessions:
+        raise LLMReplayError("the workload holds no sessions")
+    rng = random.Random(settings.seed)
+    limited = settings.max_requests is not None or settings.max_sessions is not None
+    period = _cycle_period(sessions) if limited and settings.resolved_mode(workload) == "timestamps" else 0.0
+
+    def stream() -> Iterator[Session]:
+        passes = 0
+        while True:
+            if settings.order == "sampled":
+                yield rng.choice(sessions)
+                continue
+            batch = sessions[:]
+            if settings.order == "shuffled":
+                rng.shuffle(batch)
+            if passes:
+                batch = [replace(s, arrival_s=s.arrival_s + passes * period) for s in batch]
+            yield from batch
+            passes += 1
+            if not limited:
+                return
+
+    plan: list[Session] = []
+    requests = 0
+    for session in stream():
+        if settings.max_sessions is not None and len(plan) >= settings.max_sessions:
+            break
+        if settings.max_requests is not None and requests >= settings.max_requests:
+            break
+        if not limited and settings.order == "sampled" and len(plan) >= len(sessions):
+            break
+        plan.append(session)
+        requests += len(session.turns)
+    return plan
+
+
+class Replay:
+    """One run of a workload against an endpoint. Use :func:`replay` unless you need the parts."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        endpoint: Endpoint,
+        prompts: PromptFactory,
+        settings: ReplaySettings = ReplaySettings(),
+        clock: Clock | None = None,
+        on_record: Callable[[RequestRecord], None] | None = None,
+        stop_on_signals: bool = False,
+        part: Part | None = None,
+    ) -> None:
+        settings.validate()
+        settings.check_for(workload)
+        self.workload = workload
+        self.endpoint = endpoint
+        self.prompts = prompts
+        self.settings = settings
+        self.clock = clock or WallClock()
+        self.on_record = on_record
+        self.mode = settings.resolved_mode(workload)
+        self.prompt_format = settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text")
+        self.part = part
+        if part is None:
+            self.plan = session_plan(workload, settings)
+            self.indices: list[int] | tuple[int, ...] = range(len(self.plan))  # type: ignore[assignment]
+            self.offsets = arrival_offsets(self.plan, self.mode, settings)
+            check_warmup(settings, sum(len(session.turns) for session in self.plan))
+        else:  # planned by the whole run: limits, order and warm-up are the whole run's business
+            self.plan, self.indices, self.offsets = list(part.sessions), part.indices, part.offsets
+        self.records: list[RequestRecord] = []
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
+        self._start = 0.0
+        self._started = False  # _start is the run's start (not yet while the endpoint opens)
+        self._deadline: float | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self.stop_on_signals = stop_on_signals
+        self._tasks: list[asyncio.Task] = []  # the dispatcher or workers, and the sessions they started
+        self.interrupted: str | None = None
+        self.stopped: str | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # while the run is on it
+        self._finished = False
+
+    def run(self) -> ReplayRun:
+        """Run to completion on the clock (its own event loop) and return the outcome."""
+        return self.clock.run(self.run_async())
+
+    async def run_async(self) -> ReplayRun:
+        concurrency = self.settings.concurrency or (1 if self.mode == "concurrency" else None)
+        self._loop = asyncio.get_running_loop()
+        handled = self._handle_signals() if self.stop_on_signals else []
+        await self.endpoint.open(self.clock, concurrency)
+        try:
+            if self.settings.check_idle:
+                busy = await self.endpoint.idle_warning()
+                if busy:
+                    self.warnings.append(busy)
+            self._prepare_prompts()
+            self._start = self.clock.now()
+            if self.part is not None:
+                late = self._start - self.part.start_at
+                if late > 0:
+                    self.warnings.append(f"this worker was ready {late * 1e3:.0f} ms after the common start; its schedule lag counts that delay")
+                else:
+                    await self.clock.sleep_until(self.part.start_at)
+                self._start = self.part.start_at
+            self._started = True
+            if self.settings.duration_s is not None:
+                self._deadline = self._start + self.settings.duration_s
+            await self._drive(concurrency)
+            duration = self.clock.now() - self._start
+        finally:
+            for signum in handled:
+                asyncio.get_running_loop().remove_signal_handler(signum)
+            await self.endpoint.close()
+        self._finished = True  # an interrupt from now on is too late to cut anything
+        self.records.sort(key=attrgetter("scheduled_s", "session_index", "turn_index"))
+        if self.part is None:
+            mark_warmup(self.records, self.settings)
+        return ReplayRun(
+            records=self.records,
+            warnings=self.warnings,
+            settings={**self.settings.as_dict(), "mode": self.mode, "api": self.endpoint.api, "prompt_format": self.prompt_format},
+            workload=self.workload.source or self.workload.format,
+            endpoint=self.endpoint.name,
+            duration_s=duration,
+            planned_requests=sum(len(s.turns) for s in self.plan),
+            interrupted=self.interrupted,
+            stopped=self.stopped,
+        )
+
+    def _handle_signals(self) -> list[int]:
+        """Stop on SIGINT/SIGTERM (module docstring); the signals handled (none off the main
+        thread, or where the loop cannot handle signals)."""
+        loop = asyncio.get_running_loop()
+        handled = []
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signum, self._interrupt, signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            handled.append(signum)
+        return handled
+
+    def _interrupt(self, signum: int) -> None:
+        loop = asyncio.get_running_loop()
+        for handled in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(handled)  # a second signal has its default effect
+        self._end_interrupted(signal.Signals(signum).name)
+
+    def interrupt(self, name: str) -> None:
+        """End the run as the signal ``name`` (``SIGINT``) does under ``stop_on_signals``, from a
+        signal handler of the caller's: on the run's loop while it runs (woken at once), now when
+        the run has not started (it then sends nothing); nothing once the run is over."""
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._end_interrupted, name)
+        else:
+            self._end_interrupted(name)
+
+    def _end_interrupted(self, name: str) -> None:
+        if self.interrupted is None and not self._finished:
+            self.interrupted = name
+            self._cancel(f"interrupted by {name}")
+
+    def stop(self, reason: str) -> None:
+        """End the run now, as a signal does: requests in flight are cancelled, nothing more is
+        sent, and the run returns its records with ``stopped`` = ``reason``. Later calls do nothing."""
+        if self.stopped is None and self.interrupted is None:
+            self.stopped = reason
+            self._cancel(f"stopped ({reason})")
+
+    def _cancel(self, why: str) -> None:
+        self.warnings.append(f"{why} {cancelled_note(self.clock.now() - self._start if self._started else None)}")
+        for task in self._tasks:
+            task.cancel()
+
+    def _prepare_prompts(self) -> None:
+        """Compute the prompt factory's word tables now, not in the first request's time, for
+        the generated tokens the requests will carry (synthetic and hash-block turns): text (chat,
+        or the text format) needs the word texts, ids only the word list. Keyed prompts carry no
+        tokens, except in agent chains (a turn extending the previous one), which go as ids."""
+        if not any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for session in self.plan for turn in session.turns):
+            return
+        if self.endpoint.api == "chat" or self.prompt_format == "text":
+            self.prompts.word_texts
+        elif self.prompt_format == "ids" or any(extends_previous(session, index) for session in self.plan for index in range(1, len(session.turns))):
+            self.prompts.words
+
+    async def _drive(self, concurrency: int | None) -> None:
+        if self.interrupted or self.stopped:  # a signal came while the endpoint was opening: send nothing
+            return
+        tasks = self._tasks
+        if self.mode == "concurrency":
+            queue = iter(zip(self.indices, self.plan))
+            tasks.extend(asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan))))
+        else:
+            if self.settings.concurrency is not None:
+                self._slots = asyncio.Semaphore(self.settings.concurrency)
+            tasks.append(asyncio.ensure_future(self._dispatch(tasks)))
+        limit = None if self._deadline is None else self.settings.duration_s + self.settings.grace_s
+        await self._finish(tasks, limit)
+
+    async def _finish(self, tasks: list[asyncio.Task], limit: float | None) -> None:
+        """Wait for every task (the list grows while the dispatcher runs). At ``limit`` seconds
+        from the start, or when a task fails with an error, cancel the rest."""
+        while True:
+            pending = [t for t in tasks if not t.done()]
+            failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception()), None)
+            if not pending or failed is not None:
+                break
+            timeout = None if limit is None else max(self._start + limit - self.clock.now(), 0.0)
+            await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
+            if limit is not None and self.clock.now() >= self._start + limit:
+                break
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if failed is not None:
+            raise failed.exception()
+
+    async def _worker(self, queue: Iterator[tuple[int, Session]]) -> None:
+        for index, session in queue:
+            now = self.clock.now()
+            if self._closed(now):
+                return
+            await self._session(index, session, now)
+
+    async def _dispatch(self, tasks: list[asyncio.Task]) -> None:
+        for index, session, offset in zip(self.indices, self.plan, self.offsets):
+            due = self._start + offset
+            if self._closed(due):
+                return
+            await self.clock.sleep_until(due - LEAD_S)
+            tasks.append(asyncio.ensure_future(self._session(index, session, due)))
+
+    def _closed(self, t: float) -> bool:
+        return self._deadline is not None and t >= self._deadline
+
+    async def _session(self, index: int, session: Session, due: float) -> None:
+        if self._slots is None:
+            await self._turns(index, session, due)
+            return
+        async with self._slots:
+            await self._turns(index, session, due)
+
+    async def _turns(self, index: int, session: Session, due: float) -> None:
+        conversation = Conversation(self.prompts, session, self.endpoint.api, self.prompt_format)
+        scheduled = due
+        for turn_index, turn in enumerate(session.turns):
+            if turn_index:
+                scheduled = self.clock.now() + turn.delay_s / self.settings.speedup
+            if self._closed(scheduled):
+                return
+            try:
+                api, body, planned_prompt = conversation.request(turn_index)
+            except LLMReplayError as exc:
+                raise LLMReplayError(f"session {session.id!r} turn {turn_index}: {exc}") from None
+            record = RequestRecord(
+                session_id=session.id,
+                session_index=index,
+                turn_index=turn_index,
+                turns_in_session=len(session.turns),
+                status="ok",
+                scheduled_s=scheduled - self._start,
+                planned_prompt_tokens=planned_prompt,
+                planned_output_tokens=turn.output_tokens,
+                history=conversation.history_source(turn_index),
+            )
+            if scheduled > self.clock.now():  # due already (a closed loop's next request): no yield to pay for
+                await self.clock.sleep_until(scheduled)
+            response = Response()
+            try:
+                await self.endpoint.send(EndpointRequest(api, body), response)
+            except asyncio.CancelledError:
+                record.status = "cancelled"
+                self._keep(record, response, api, body)
+                raise
+            except LLMReplayError:
+                raise
+            except Exception as exc:  # an endpoint bug must not lose the run's other records
+                response.fail("client", describe_error(exc))
+            self._keep(record, response, api, body)
+            if record.status != "ok":
+                return
+            conversation.respond(response.text, response.token_ids, record.output_tokens)
+
+    def _keep(self, record: RequestRecord, response: Response, api: str, body: dict) -> None:
+        """Copy the response into the record (times made relative), check counts, store it."""
+        rel = self._relative
+        record.sent_s, record.end_s = rel(response.sent_s), rel(response.end_s)
+        record.chunk_times = [t - self._start for t in response.chunk_times]
+        record.chunk_tokens = list(response.chunk_tokens)
+        if record.chunk_times:
+            record.first_token_s, record.last_token_s = record.chunk_times[0], record.chunk_times[-1]
+        record.prompt_tokens = response.prompt_tokens
+        record.cached_tokens = response.cached_tokens
+        record.queue_s = response.queue_s
+        counted = sum(response.chunk_tokens)
+        record.output_tokens = response.completion_tokens if response.completion_tokens is not None else counted
+        if response.completion_tokens is not None and counted and counted != response.completion_tokens:
+            record.notes.append(f"usage says {response.completion_tokens} output tokens, chunks carried {counted}")
+            self._warn_once("count", f"the server's usage.completion_tokens differs from the tokens counted in its stream (first: {record.notes[-1]}); metrics use the server's count")
+        if response.error is not None and record.status == "ok":
+            record.status = "failed"
+        record.error = response.error
+        if record.status == "ok" and record.prompt_tokens is not None and record.planned_prompt_tokens is not None:
+            self._check_prompt(record, api, body)
+        self.records.append(record)
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def _relative(self, t: float | None) -> float | None:
+        return None if t is None else t - self._start
+
+    def _check_prompt(self, record: RequestRecord, api: str, body: dict) -> None:
+        """Warn once when the server's prompt_tokens cannot come from our tokenizer's count.
+
+        Completions: they must be equal. Chat: the template may add 0 to
+        ``64 + 16 * messages`` tokens (Llama-3's adds about 25 + 5 per message).
+        """
+        planned, server = record.planned_prompt_tokens, record.prompt_tokens
+        if api == "chat":
+            fixed, per_message = CHAT_TEMPLATE_ALLOWANCE
+            ok = 0 <= server - planned <= fixed + per_message * len(body.get("messages", ()))
+        else:
+            ok = server == planned
+        if not ok:
+            self._warn_once(
+                "tokenizer",
+                f"tokenizer mismatch: the server counted {server} prompt tokens where {self.prompts.tokenizer.name} planned {planned} "
+                f"(session {record.session_id!r} turn {record.turn_index}); prompt lengths and cache figures are off: "
+                + self.prompts.use_another_tokenizer("the server model's tokenizer"),
+            )
+
+    def _warn_once(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            self.warnings.append(message)
+
+
+def replay(
+    workload: Workload,
+    endpoint: Endpoint,
+    prompts: PromptFactory,
+    settings: ReplaySettings = ReplaySettings(),
+    clock: Clock | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+) -> ReplayRun:
+    """Replay ``workload`` against ``endpoint`` and return every request's record."""
+    return Replay(workload, endpoint, prompts, settings, clock, on_record).run()
+

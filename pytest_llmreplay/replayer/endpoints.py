@@ -1,0 +1,415 @@
+"""Endpoints: where requests go. The protocol and the HTTP endpoint.
+
+An :class:`Endpoint` takes an :class:`EndpointRequest` and fills a :class:`Response` in place as
+chunks arrive (so a request cancelled half-way keeps what it measured). Every time it stamps
+comes from the clock it was opened with. Faults never raise out of :meth:`Endpoint.send`: a
+refused connection, an HTTP error, a timeout, a stream cut mid-way or a malformed event ends as
+``response.error`` (``kind: detail``). A failure part-way through a response says how far it
+got in the words of :func:`progress` (``before the first token``, ``after 423 tokens``;
+:data:`TOKENS_SO_FAR` reads the count back), so that reports can group such causes.
+
+:class:`HTTPEndpoint` speaks the OpenAI API (``/v1/completions``, ``/v1/chat/completions``),
+streaming with ``stream_options.include_usage`` or not, on one shared httpx client whose
+transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a core in its
+connection pool at concurrency 64 (see bench/README.md).
+
+A server the run starts itself is :mod:`~pytest_llmreplay.replayer.server_process`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk
+from .clock import Clock, WallClock
+from ..errors import LLMReplayError
+
+APIS = ("chat", "completions")
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+# Prometheus gauges of requests in the engine: vLLM, SGLang
+BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs")
+TOKENS_SO_FAR = re.compile(r"\bafter (\d+) tokens?\b")  # reads progress()'s count back
+
+
+@dataclass(slots=True)
+class EndpointRequest:
+    """One call: ``api`` is ``chat`` or ``completions``; ``body`` is the JSON body without the
+    endpoint's own fields (model, stream), which the endpoint adds unless the body has them."""
+
+    api: str
+    body: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Response:
+    """What came back, filled while it arrives. Times are ``clock.now()`` values.
+
+    ``chunk_times[i]`` is when the read holding token chunk ``i`` arrived and ``chunk_tokens[i]``
+    how many tokens it carried. ``prompt_tokens``/``cached_tokens``/``completion_tokens`` are the
+    server's ``usage`` (None when it gave none). ``error`` is ``kind: detail`` with kind one of
+    connect, closed, timeout, http, stream, protocol, server, client.
+    """
+
+    sent_s: float | None = None
+    end_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    token_ids: list[int] | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    queue_s: float | None = None  # time in the engine's queue, when the endpoint knows it (simulator)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def fail(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            self.error = f"{kind}: {detail}"
+
+    def take_usage(self, usage: Mapping[str, Any]) -> None:
+        """Read ``prompt_tokens``, ``completion_tokens`` and ``prompt_tokens_details.cached_tokens``."""
+        self.prompt_tokens = _int_or(usage.get("prompt_tokens"), self.prompt_tokens)
+        self.completion_tokens = _int_or(usage.get("completion_tokens"), self.completion_tokens)
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            self.cached_tokens = _int_or(details.get("cached_tokens"), self.cached_tokens)
+
+
+def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
+    """The fields merged into every request body: the JSON object ``text`` (given as ``option``,
+    named in the error when it is not one, or names a key twice at any depth: JSON keeps the last,
+    silently), plus ``ignore_eos: true`` when asked."""
+    from ..workloads.formats._fields import DuplicateKey, too_deep, unique_keys
+
+    fields: dict[str, Any] = {}
+    if text:
+        try:
+            fields = json.loads(text, object_pairs_hook=unique_keys)
+        except DuplicateKey as exc:
+            raise LLMReplayError(f"{option}: the key {exc.key!r} is given twice; expected each key once") from None
+        except ValueError as exc:
+            raise LLMReplayError(f"{option}: not JSON ({exc})") from None
+        except RecursionError:
+            raise LLMReplayError(f"{option}: {too_deep()}") from None
+        if not isinstance(fields, dict):
+            raise LLMReplayError(f"{option}: expected a JSON object, got {type(fields).__name__}")
+    if ignore_eos:
+        fields["ignore_eos"] = True
+    return fields
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+class Endpoint(Protocol):
+    """Where the replay driver sends requests. ``open`` before the first, ``close`` after."""
+
+    name: str
+    api: str
+
+    async def open(self, clock: Clock, concurrency: int | None) -> None:
+        """Get ready for up to ``concurrency`` requests at once (None: no bound)."""
+
+    async def send(self, request: EndpointRequest, response: Response) -> None: ...
+
+    async def idle_warning(self) -> str | None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass
+class HTTPEndpoint:
+    """An OpenAI-compatible server at ``url`` (``http://host:port``, with or without ``/v1``).
+
+    ``model``: the model name to send (None: a verbatim payload's own ``"model"``, else the first
+    of ``/v1/models``); a name given here, or as ``extra_body["model"]`` (which wins), replaces a
+    payload's, so a recorded workload reaches a server serving another name. ``api_key_env``: the
+    name of the environment variable holding the API key (read when opened, sent as a bearer
+    token, never stored on this object or printed). ``headers``/``extra_body``: merged into every
+    request (e.g. ``{"ignore_eos": True}``). ``timeout_s``: the longest wait for any byte from
+    the server (connect, or between reads) before the request fails.
+    """
+
+    url: str
+    model: str | None = None
+    api: str = "chat"
+    stream: bool = True
+    api_key_env: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.api not in APIS:
+            raise LLMReplayError(f"api: expected one of {', '.join(APIS)}, got {self.api!r}")
+        try:
+            self.url = check_endpoint_url(self.url)
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"endpoint: {exc}") from None
+        self._named_model = self.extra_body.get("model", self.model)  # what the user asked for, if anything
+        self._client: Any = None
+        self._clock: Clock = WallClock()
+
+    @property
+    def name(self) -> str:
+        return self.url
+
+    async def open(self, clock: Clock, concurrency: int | None) -> None:
+        import aiohttp
+        import httpx
+        from httpx_aiohttp import AiohttpTransport
+
+        self._clock = clock
+        headers = dict(self.headers)
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise LLMReplayError(f"API key: environment variable {self.api_key_env} is not set")
+            headers["Authorization"] = f"Bearer {key}"
+        # one connection per request in flight (+ a few for /metrics): a smaller pool would queue
+        # requests inside the client and count the wait as server latency
+        limit = 0 if concurrency is None else concurrency + 4  # aiohttp: 0 = no limit
+        transport = AiohttpTransport(client=lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0)))
+        self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s), transport=transport)
+        if self.model is None:
+            try:
+                self.model = await self._first_model()
+            except BaseException:
+                await self.close()  # open failed: the driver will not close what it never got
+                raise
+
+    async def _first_model(self) -> str:
+        import httpx
+
+        try:
+            reply = await self._client.get("/v1/models")
+            reply.raise_for_status()
+            return str(reply.json()["data"][0]["id"])
+        except httpx.TransportError as exc:
+            raise LLMReplayError(f"{self.url}: no answer to GET /v1/models ({describe_error(exc)}); is the server running?") from None
+        except Exception as exc:
+            raise LLMReplayError(f"{self.url}/v1/models: could not read a model name ({describe_error(exc)}); pass the model name (--model)") from None
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def idle_warning(self) -> str | None:
+        """A warning when the server's ``/metrics`` shows requests running or waiting."""
+        try:
+            reply = await self._client.get("/metrics", timeout=5.0)
+        except Exception:
+            return None
+        if reply.status_code != 200:
+            return None
+        busy = busy_requests(reply.text)
+        if not busy:
+            return None
+        return f"{self.url} is not idle before the run ({busy:g} requests running or waiting on /metrics): cache and latency figures will be skewed"
+
+    def body(self, request: EndpointRequest) -> dict[str, Any]:
+        """The JSON sent: model and streaming settings, then ``extra_body``, then the request's;
+        a model the user named (``model`` or ``extra_body``) replaces a verbatim payload's."""
+        body: dict[str, Any] = {"model": self.model, "stream": self.stream}
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        body.update(self.extra_body)
+        body.update(request.body)
+        if self._named_model is not None:
+            body["model"] = self._named_model
+        return body
+
+    async def send(self, request: EndpointRequest, response: Response) -> None:
+        body = self.body(request)
+        response.sent_s = self._clock.now()
+        try:
+            async with self._client.stream("POST", PATHS[request.api], json=body) as reply:
+                if reply.status_code >= 400:
+                    detail = (await reply.aread()).decode("utf-8", errors="replace")
+                    response.fail("http", f"HTTP {reply.status_code}: {_error_detail(detail)}")
+                elif body.get("stream"):
+                    await self._read_stream(reply, response)
+                else:
+                    await self._read_whole(reply, response)
+        except StreamError as exc:
+            response.fail(exc.kind, str(exc))
+        except Exception as exc:  # every transport fault becomes a failed record
+            response.fail(*_classify(exc, response, self.timeout_s))
+        finally:
+            response.end_s = self._clock.now()
+
+    async def _read_stream(self, reply: Any, response: Response) -> None:
+        decoder, done = SSEDecoder(), False
+        async for raw in reply.aiter_raw():
+            now = self._clock.now()
+            for data in decoder.feed(raw):
+                done = done or _take_event(data, now, response)
+        for data in decoder.close():
+            done = done or _take_event(data, self._clock.now(), response)
+        if not done:
+            response.fail("stream", f"stream ended before [DONE] {progress(response)}")
+
+    async def _read_whole(self, reply: Any, response: Response) -> None:
+        raw = await reply.aread()
+        now = self._clock.now()
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            raise StreamError("protocol", f"response is not JSON: {raw[:120]!r}") from None
+        message = error_message(obj)
+        if message is not None:
+            raise StreamError("server", message)
+        choice = (obj.get("choices") or [{}])[0]
+        message_obj = choice.get("message")
+        text = message_obj.get("content") if isinstance(message_obj, dict) else choice.get("text")
+        response.text_parts.append(text if isinstance(text, str) else "")
+        if isinstance(choice.get("token_ids"), list):
+            response.token_ids = [int(t) for t in choice["token_ids"]]
+        response.finish_reason = choice.get("finish_reason")
+        if isinstance(obj.get("usage"), dict):
+            response.take_usage(obj["usage"])
+        tokens = response.completion_tokens if response.completion_tokens is not None else len(response.token_ids or ())
+        response.chunk_times.append(now)
+        response.chunk_tokens.append(tokens)
+
+
+def _take_event(data: str, now: float, response: Response) -> bool:
+    """Add one event to the response; True at ``[DONE]``."""
+    if data.strip() == DONE:
+        return True
+    chunk = read_chunk(data)
+    if chunk.usage is not None:
+        response.take_usage(chunk.usage)
+    if chunk.finish_reason is not None:
+        response.finish_reason = chunk.finish_reason
+    if chunk.token_ids is not None:
+        response.token_ids = (response.token_ids or []) + chunk.token_ids
+    if chunk.text:
+        response.text_parts.append(chunk.text)
+    if chunk.tokens and not (chunk.blank and not response.chunk_times):  # a blank chunk opening the stream is no token
+        response.chunk_times.append(now)
+        response.chunk_tokens.append(chunk.tokens)
+    return False
+
+
+def _error_detail(body: str) -> str:
+    try:
+        message = error_message(json.loads(body))
+    except ValueError:
+        message = None
+    text = message if message is not None else body.strip()
+    return text[:200] or "(empty body)"
+
+
+def progress(response: Response) -> str:
+    """How far a response got: ``before the first token``, or ``after N tokens`` (streamed)."""
+    if not response.chunk_times and response.completion_tokens is None:
+        return "before the first token"
+    tokens = sum(response.chunk_tokens)
+    return f"after {tokens} token{'' if tokens == 1 else 's'}"
+
+
+def _classify(exc: BaseException, response: Response, timeout_s: float) -> tuple[str, str]:
+    """(kind, detail) of a transport exception; aiohttp's own error is the cause under httpx's
+    (whose mapping calls a refused connection a ConnectTimeout: a timeout is one only when
+    aiohttp's error is a timeout too)."""
+    import httpx
+
+    cause = exc.__cause__ or exc
+    started = bool(response.chunk_times) or response.completion_tokens is not None
+    if isinstance(exc, httpx.TimeoutException) and "Timeout" in type(cause).__name__:
+        if "Connection" in type(cause).__name__:  # aiohttp's ConnectionTimeoutError
+            return "timeout", f"no connection to the server within {timeout_s:g} s"
+        return "timeout", f"no data from the server for {timeout_s:g} s {progress(response)}"
+    if isinstance(exc, httpx.ReadError) or (started and isinstance(exc, httpx.TransportError)):
+        return "stream", f"connection lost mid-response {progress(response)}"
+    if "Disconnected" in type(cause).__name__:
+        return "closed", f"the server closed the connection without a response ({describe_error(cause)})"
+    if isinstance(exc, httpx.TransportError):
+        return "connect", describe_error(cause)
+    return "client", describe_error(exc)
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line: ``connection refused`` when a refused connection is anywhere in ``exc``'s chain
+    of causes (httpx-aiohttp calls it a ConnectTimeout), ``the host name HOST did not resolve
+    (...)`` when a failed name lookup is, else ``Type: message``'s first line (httpx adds a
+    second, a link to MDN), or just ``Type`` when the message is empty (timeouts)."""
+    import socket
+
+    cause: BaseException | None = exc
+    host = None
+    for _ in range(8):  # a chain is a few links; a cycle must not hang
+        if cause is None:
+            break
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        host = host or getattr(cause, "host", None)  # aiohttp's connector errors name it
+        if isinstance(cause, socket.gaierror):
+            named = f" {host}" if host else ""
+            return f"the host name{named} did not resolve ({cause.strerror or cause})"
+        cause = cause.__cause__ or cause.__context__
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/chat/completions", "/completions", "/models")
+
+
+def check_endpoint_url(url: str) -> str:
+    """The base URL of the server ``url`` names (``http[s]://HOST[:PORT][/PREFIX]``, a trailing
+    ``/v1`` dropped), or :class:`LLMReplayError` (reason only, the caller names its option) for a
+    space, another scheme, no host, a port outside 1..65535, a query or fragment, or a route of
+    the API (``/v1/chat/completions``: the replay adds the route of each request itself)."""
+    from urllib.parse import urlsplit
+
+    if re.search(r"\s", url):
+        raise LLMReplayError(f"a space in the URL; expected http://host:port, got {url!r}")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise LLMReplayError(f"expected http://host:port (or https://), got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise LLMReplayError(f"invalid port {parts.netloc.rpartition(':')[2]!r} in {url!r}; expected 1 to 65535")
+    if parts.query or parts.fragment:
+        raise LLMReplayError(f"expected the server's address without a query or fragment, got {url!r}")
+    route = next((r for r in ROUTES if parts.path.rstrip("/").endswith(r)), None)
+    if route is not None:
+        base = url.rstrip("/")[: -len(route)]
+        raise LLMReplayError(f"{url!r} names the route {route}; give the server's address, {base!r} (each request's route follows the API setting)")
+    return base_url(url)
+
+
+def busy_requests(metrics_text: str) -> float:
+    """Sum of the running/waiting request gauges (:data:`BUSY_GAUGES`) in Prometheus text
+    (``name{labels} value [timestamp]``; one series per engine, so they add up)."""
+    total = 0.0
+    for line in metrics_text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name not in BUSY_GAUGES:
+            continue
+        rest = line[line.rfind("}") + 1:] if "{" in line else line[len(name):]
+        try:
+            total += float(rest.split()[0])
+        except (IndexError, ValueError):
+            continue
+    return total
+
+
+def base_url(url: str) -> str:
+    """``url`` without a trailing slash or ``/v1``: the server's root."""
+    return url.rstrip("/").removesuffix("/v1")

@@ -1,0 +1,88 @@
+"""What a replay measured: one :class:`RequestRecord` per request, and the :class:`ReplayRun`
+that holds them with the run's settings, warnings and span (one :class:`WorkerOutcome` per worker
+process when the run was split over workers). Made by :mod:`~pytest_llmreplay.replayer.driver` (and merged
+by :mod:`~pytest_llmreplay.replayer.workers`); read by :mod:`~pytest_llmreplay.metrics.result`, which need not
+know where records came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class RequestRecord:
+    """Everything measured about one request. Times are seconds from the start of the run
+    (None: it never happened); ``cached_tokens`` is None when the server does not report it.
+
+    ``status``: ``ok``, ``failed`` (``error`` says why: ``kind: detail``) or ``cancelled`` (in
+    flight when the duration limit's grace ran out). ``history``: where the previous response
+    in this prompt came from (``server``/``planned``), None for turns that do not extend one.
+    """
+
+    session_id: str
+    session_index: int
+    turn_index: int
+    turns_in_session: int
+    status: str
+    scheduled_s: float
+    sent_s: float | None = None
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    end_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    planned_prompt_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    planned_output_tokens: int | None = None
+    output_tokens: int = 0
+    error: str | None = None
+    history: str | None = None
+    warmup: bool = False
+    queue_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class WorkerOutcome:
+    """One worker process of a run on workers (:mod:`~pytest_llmreplay.replayer.workers`): where it ran,
+    its share of the plan, its own client figures (schedule lag p50/p99 in seconds, effective
+    concurrency, from the same metrics as the whole run's), and ``died``: why it ended early."""
+
+    index: int
+    where: str
+    planned_requests: int
+    records: int = 0
+    schedule_lag_p50: float | None = None
+    schedule_lag_p99: float | None = None
+    effective_concurrency: float | None = None
+    died: str | None = None
+
+
+@dataclass
+class ReplayRun:
+    """The raw outcome of a replay: records (in schedule order), warnings, and the run's span;
+    ``workers``: one outcome per worker process when the run was split over workers."""
+
+    records: list[RequestRecord]
+    warnings: list[str]
+    settings: dict[str, Any]
+    workload: str
+    endpoint: str
+    duration_s: float
+    planned_requests: int
+    interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
+    stopped: str | None = None  # why Replay.stop ended the run early
+    workers: list[WorkerOutcome] = field(default_factory=list)
+
+
+def cancelled_note(elapsed_s: float | None) -> str:
+    """How far a stopped or interrupted replay got, for its warning: ``at 12.3 s: requests in
+    flight were cancelled and nothing more was sent``; ``before the replay started: nothing was
+    sent`` when ``elapsed_s`` (seconds since the run's start) is None or negative (workers stopped
+    while waiting for their common start)."""
+    if elapsed_s is None or elapsed_s < 0:
+        return "before the replay started: nothing was sent"
+    return f"at {elapsed_s:.1f} s: requests in flight were cancelled and nothing more was sent"

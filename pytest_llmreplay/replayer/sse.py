@@ -1,0 +1,174 @@
+"""The wire format of OpenAI-compatible streaming: server-sent events and the chunks they carry.
+
+Pure functions and a small incremental decoder, no I/O, so every quirk is unit-testable:
+
+- :class:`SSEDecoder` splits a byte stream into event data strings whatever the read boundaries
+  (``\\n``, ``\\r\\n`` or ``\\r`` line ends, several ``data:`` lines joined by ``\\n``, comments and
+  other fields ignored), as the WHATWG EventSource rules say;
+- :func:`read_chunk` turns one ``data:`` payload of a completions or chat stream into a
+  :class:`Chunk`: how many tokens it carries, their text and ids, usage, finish reason, or the
+  error object a server put in the stream.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+DONE = "[DONE]"
+_loads = json.JSONDecoder().decode
+
+
+class SSEDecoder:
+    """Incremental decoder: ``feed(bytes)`` returns the data of every event completed so far."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[str] = []
+
+    def feed(self, raw: bytes) -> list[str]:
+        buffer = self._buffer + raw
+        held = b""
+        if b"\r" in buffer:
+            if buffer.endswith(b"\r"):  # may be the first half of \r\n: wait for the next read
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = buffer.split(b"\n")
+        self._buffer = lines.pop() + held  # the incomplete last line (and a held \r)
+        events: list[str] = []
+        for line in lines:
+            self._take(line, events)
+        return events
+
+    def close(self) -> list[str]:
+        """The data of an event the stream ended in without its closing blank line."""
+        events: list[str] = []
+        tail = self._buffer.rstrip(b"\r")
+        self._buffer = b""
+        if tail:
+            self._take(tail, events)
+        if self._data:
+            events.append("\n".join(self._data))
+            self._data = []
+        return events
+
+    def _take(self, line: bytes, events: list[str]) -> None:
+        if not line:
+            if self._data:
+                events.append("\n".join(self._data))
+                self._data = []
+            return
+        if line.startswith(b"data:"):
+            value = line[6:] if line.startswith(b"data: ") else line[5:]
+            self._data.append(value.decode("utf-8", errors="replace"))
+        elif line == b"data":  # a field name alone has an empty value
+            self._data.append("")
+
+
+class StreamError(Exception):
+    """The stream broke the protocol or carried an error; ``kind`` is ``protocol`` or ``server``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class Chunk:
+    """What one event carried. ``tokens`` is 0 for role-only, usage-only or closing chunks;
+    ``blank``: its one token is an empty text (see :func:`read_chunk`)."""
+
+    tokens: int = 0
+    blank: bool = False
+    text: str = ""
+    token_ids: list[int] | None = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+
+def read_chunk(data: str) -> Chunk:
+    """Interpret one event's data (not ``[DONE]``).
+
+    A choice counts as tokens when it has text, token ids or logprobs, or when it is an
+    empty-text chunk with neither a role nor a finish reason (engines emit those for tokens that
+    decode to nothing); such a chunk is marked ``blank``, and a blank chunk before any token is
+    no token (:mod:`~pytest_llmreplay.replayer.endpoints` skips it: servers open streams with one, which
+    made the first token early and one too many). Tokens per chunk: ``len(token_ids)``, else the
+    number of logprobs entries, else 1 (a server that merges tokens without saying so is
+    corrected by ``usage``).
+    """
+    try:
+        obj = _loads(data)
+    except ValueError:
+        raise StreamError("protocol", f"malformed SSE event, not JSON: {_clip(data)}") from None
+    if type(obj) is not dict:
+        raise StreamError("protocol", f"malformed SSE event, not a JSON object: {_clip(data)}")
+    if "error" in obj or obj.get("object") == "error":
+        message = error_message(obj)
+        if message is not None:
+            raise StreamError("server", f"error in stream: {message}")
+    usage = obj.get("usage")
+    chunk = Chunk(usage=usage if type(usage) is dict else None)
+    choices = obj.get("choices")
+    if choices is None and chunk.usage is None:
+        raise StreamError("protocol", f"malformed SSE event, no choices and no usage: {_clip(data)}")
+    if not choices:
+        return chunk
+    choice = choices[0]
+    if type(choice) is not dict:
+        raise StreamError("protocol", f"malformed SSE event, choices[0] is not an object: {_clip(data)}")
+    chunk.finish_reason = choice.get("finish_reason")
+    delta = choice.get("delta")
+    if type(delta) is dict:  # chat
+        text = delta.get("content")
+        text = text if type(text) is str else ""
+        if "reasoning_content" in delta or "reasoning" in delta:
+            pieces = (delta.get("reasoning_content"), delta.get("reasoning"), text)
+            text = "".join(p for p in pieces if type(p) is str)
+        has_text_field = "content" in delta or "reasoning_content" in delta or "reasoning" in delta or bool(delta.get("tool_calls"))
+        role_only = not text and "role" in delta
+    else:
+        text = choice.get("text")
+        text = text if type(text) is str else ""
+        has_text_field, role_only = "text" in choice, False
+    chunk.text = text
+    ids = choice.get("token_ids")
+    if type(ids) is list:
+        chunk.token_ids = [int(t) for t in ids]
+    logprobs = _logprob_count(choice["logprobs"]) if choice.get("logprobs") else 0
+    if chunk.token_ids:
+        chunk.tokens = len(chunk.token_ids)
+    elif logprobs:
+        chunk.tokens = logprobs
+    elif text or (has_text_field and not role_only and chunk.finish_reason is None):
+        chunk.tokens = 1
+        chunk.blank = not text
+    return chunk
+
+
+def _logprob_count(logprobs: Any) -> int:
+    if isinstance(logprobs, dict):
+        entries = logprobs.get("content", logprobs.get("tokens"))
+        if isinstance(entries, list):
+            return len(entries)
+    return 0
+
+
+def error_message(obj: Any) -> str | None:
+    """The message of an OpenAI-style error object (``{"error": {...}}`` or
+    ``{"object": "error", "message": ...}``), else None."""
+    if not isinstance(obj, dict):
+        return None
+    error = obj.get("error")
+    if isinstance(error, dict):
+        return str(error.get("message") or error)
+    if isinstance(error, str) and error:
+        return error
+    if obj.get("object") == "error":
+        return str(obj.get("message") or obj)
+    return None
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

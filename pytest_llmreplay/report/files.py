@@ -1,0 +1,121 @@
+"""The session's report files (``--llm-report DIR``), written by the controller at the end.
+
+Each perf test's process writes ``DIR/tests/<test>.json`` (the stored result, plus the
+comparison and the baseline's samples when compared) and ``DIR/tests/<test>.csv`` (one row per
+request). From the JSON files this module writes:
+
+- ``DIR/summary.md``: one row per test (the outcome, requests, TTFT p50/p99, TPOT p50, TTFAT p90, cache hit
+  rate, output throughput, SLOs met, regressions), then each test's headline, SLO and comparison
+  tables (:mod:`~pytest_llmreplay.report.rows`); also appended to ``$GITHUB_STEP_SUMMARY`` when
+  that variable is set (GitHub Actions);
+- ``DIR/index.html``: the same with CDF plots, one self-contained page
+  (:mod:`~pytest_llmreplay.report.html`, plots by :mod:`~pytest_llmreplay.report.plots`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..errors import LLMReplayError
+from .rows import OVERVIEW_HEADERS, SLO_HEADERS, comparison_rows, headline, overview_row, slo_rows
+
+
+def read_results(report_dir: Path) -> list[dict[str, Any]]:
+    """Every test's stored result in ``report_dir/tests``, by test id."""
+    found = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((report_dir / "tests").glob("*.json"))]
+    return sorted(found, key=lambda r: r["test"])
+
+
+def markdown(results: list[Mapping[str, Any]]) -> str:
+    """summary.md: the summary table, then per test its headline, SLO table and comparison.
+    Every text from a result (a test id, a workload path in a message, a comparison's header)
+    goes through :func:`markdown_text`: GitHub renders HTML in a step summary, as index.html
+    would if it did not escape it."""
+    from ..gate.baseline import COMPARISON_HEADERS
+
+    lines = [f"## llmreplay: {len(results)} perf test{'s' if len(results) != 1 else ''}", "",
+             _table([overview_row(r) for r in results], OVERVIEW_HEADERS)]
+    for record in results:
+        lines += ["", f"### {markdown_text(record['test'])}", "", f"**{markdown_text(headline(record).text())}**"]
+        rows = slo_rows(record)
+        if rows:
+            lines += ["", "**SLOs**", "", _table(rows, SLO_HEADERS)]
+        comparison = record.get("comparison")
+        if comparison:
+            lines += ["", f"**Compared with {markdown_text(comparison['baseline'])}**", ""]
+            if comparison.get("header"):
+                lines += [markdown_text(comparison["header"]), ""]
+            lines.append(markdown_text(comparison["mismatch"]) if comparison.get("mismatch") else _table(comparison_rows(comparison), COMPARISON_HEADERS))
+            if comparison.get("unstable"):
+                lines += ["", f"**UNSTABLE**: {markdown_text(comparison['unstable'])}"]
+    return "\n".join(lines) + "\n"
+
+
+_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` read as plain text in GitHub-flavoured Markdown: a ``<`` that would open an HTML
+    tag, comment or autolink is written ``&lt;``, an ``&`` that would start an entity ``&amp;``;
+    every other character stays as it is, so ``ttft.p99 < 20ms`` reads the same in the file."""
+    return _MARKUP.sub(lambda found: "&lt;" if found.group() == "<" else "&amp;", text)
+
+
+def _table(rows: list[list[Any]], headers: Sequence[str]) -> str:
+    """A GitHub Markdown table of ``rows``, each text cell through :func:`markdown_text`."""
+    from tabulate import tabulate
+
+    return tabulate([[markdown_text(cell) if isinstance(cell, str) else cell for cell in row] for row in rows], headers=headers, tablefmt="github")
+
+
+OWNER_MARK = ".llmreplay-report"  # in a report folder: this plugin made it, and may clear it
+
+
+def claim_report_dir(report_dir: Path) -> None:
+    """Make ``report_dir`` this session's, emptied of what an earlier session wrote, so it only
+    ever describes one session; raise :class:`LLMReplayError` for a folder that cannot be.
+
+    Only a folder this plugin made (it holds :data:`OWNER_MARK`), an empty one or a new one is
+    taken; only the files this module and the gate write are removed (``tests/*.json``,
+    ``tests/*.csv``, ``summary.md``, ``index.html``). A folder holding anything else is
+    refused: its ``summary.md`` or ``index.html`` may be someone else's.
+    """
+    from ..gate.store import make_folder
+
+    make_folder(report_dir, "the reports")
+    if any(report_dir.iterdir()) and not (report_dir / OWNER_MARK).is_file():
+        raise LLMReplayError(
+            f"{report_dir} already holds files that pytest-llmreplay did not write; name a new or empty folder "
+            f"(the plugin empties its report folder at each session, and only one it made, marked by {OWNER_MARK})"
+        )
+    try:
+        (report_dir / "tests").mkdir(exist_ok=True)
+        (report_dir / OWNER_MARK).write_text("This folder holds pytest-llmreplay's reports; each session replaces them.\n", encoding="utf-8")
+        for stale in [*(report_dir / "tests").glob("*.json"), *(report_dir / "tests").glob("*.csv"), report_dir / "summary.md", report_dir / "index.html"]:
+            stale.unlink(missing_ok=True)
+    except OSError as exc:
+        raise LLMReplayError(f"cannot write reports to {report_dir}: {exc.strerror or exc}") from None
+
+
+def write_session_reports(report_dir: Path) -> list[Path]:
+    """summary.md and index.html from the tests' JSON files (none when no perf test ran);
+    the Markdown is appended to ``$GITHUB_STEP_SUMMARY`` when set."""
+    results = read_results(report_dir)
+    if not results:
+        return []
+    text = markdown(results)
+    summary = report_dir / "summary.md"
+    summary.write_text(text, encoding="utf-8")
+    page = report_dir / "index.html"
+    from .html import html_page
+
+    page.write_text(html_page(results), encoding="utf-8")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as stream:
+            stream.write(text)
+    return [summary, page]

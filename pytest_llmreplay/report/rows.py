@@ -1,0 +1,172 @@
+"""What the report files say about each stored result (``tests/<test>.json`` of ``--llm-report``),
+as text cells shared by the Markdown summary and the HTML page; every value in its metric's
+unit (:mod:`pytest_llmreplay.metrics.units`).
+
+- :func:`overview_row`: one row of the summary table (the outcome, requests, TTFT p50/p99, TPOT
+  p50, TTFAT p90, cache hit rate, output throughput, SLOs met, the comparison's verdict);
+- :func:`stored_checks` and :func:`slo_rows`: the SLOs of the result (those of the test's marker
+  or spec and those checked in code, whatever its ``slo`` list holds) read back as checks: metric,
+  threshold, measured and margin in the threshold's unit, status;
+- :func:`headline`: pass/fail (FAIL also when the gate failed the test for a regression or a
+  result it could not save: the record's ``failed_by``), the tightest SLO and the comparison's
+  verdict in one line;
+- :func:`comparison_rows`: the comparison in the terminal table's cells;
+- :func:`endpoint_text`: the endpoint fingerprint as ``key value`` pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from ..errors import LLMReplayError
+from ..metrics.slo import Check, parse_slo
+from ..metrics.units import format_value
+
+# (column header, metric, stat)
+OVERVIEW = (
+    ("TTFT p50", "ttft", "p50"), ("TTFT p99", "ttft", "p99"), ("TPOT p50", "tpot", "p50"),
+    ("TTFAT p90", "ttfat", "p90"), ("cache hit", "cache_hit_rate", "mean"), ("output tok/s", "output_throughput", "steady_state"),
+)
+OVERVIEW_HEADERS = ["test", "outcome", "requests ok", *(header for header, *_ in OVERVIEW), "SLOs met", "vs baseline"]
+SLO_HEADERS = ["metric", "threshold", "measured", "margin", "status"]
+
+
+def overview_row(record: Mapping[str, Any]) -> list[str]:
+    """The summary table's row of one stored result (:data:`OVERVIEW_HEADERS`)."""
+    summary = record["summary"]
+    counts = summary.get("requests", {})
+    row = [record["test"], headline(record).status, f"{counts.get('ok', 0)}/{counts.get('planned', 0)}"]
+    row += [format_value(metric, summary.get(metric, {}).get(stat)) for _, metric, stat in OVERVIEW]
+    checks = record.get("slo") or []
+    row.append(f"{sum(bool(c['passed']) for c in checks)}/{len(checks)}" if checks else "-")
+    row.append(comparison_cell(record.get("comparison")))
+    return row
+
+
+def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
+    """``-`` (not compared), ``not compared`` (a mismatch), ``UNSTABLE`` (runs that disagree too
+    much for a verdict), ``no regression`` or ``REGRESSION: keys``."""
+    if not comparison:
+        return "-"
+    if comparison.get("mismatch"):
+        return "not compared"
+    if comparison.get("unstable"):
+        return "UNSTABLE"
+    regressions = [row["key"] for row in comparison["rows"] if row["verdict"] == "regression"]
+    return ("REGRESSION: " + ", ".join(regressions)) if regressions else "no regression"
+
+
+def stored_checks(record: Mapping[str, Any]) -> list[Check | Mapping[str, Any]]:
+    """Each entry of the result's ``slo`` list as a :class:`~pytest_llmreplay.metrics.slo.Check` (its
+    margin recomputed from the stored measurement, its outcome the stored one), or the entry
+    itself when its key or threshold cannot be read back (a newer writer's)."""
+    summary = record.get("summary") or {}
+    found: list[Check | Mapping[str, Any]] = []
+    for entry in record.get("slo") or []:
+        try:
+            slo = parse_slo(entry["key"], entry["threshold"], extra_metrics=summary)
+        except (LLMReplayError, KeyError, TypeError):
+            found.append(entry)
+            continue
+        measured = entry.get("measured")
+        check = Check(slo, None, None, False) if measured is None else slo.check({slo.metric: {slo.stat: measured}})
+        found.append(replace(check, passed=bool(entry.get("passed"))))
+    return found
+
+
+def slo_rows(record: Mapping[str, Any]) -> list[list[str]]:
+    """:data:`SLO_HEADERS` cells of each stored SLO (see :func:`stored_checks`)."""
+    rows = []
+    for check in stored_checks(record):
+        if isinstance(check, Check):
+            rows.append(check.row())
+        else:
+            measured = check.get("measured")
+            rows.append([str(check.get("key")), str(check.get("threshold")), "not measured" if measured is None else f"{measured:.4g}", "", "ok" if check.get("passed") else "BREACH"])
+    return rows
+
+
+def tightness(check: Check) -> float:
+    """How close a check is to failing, comparable across units: its margin over the threshold
+    (``margin / |threshold|``; the margin itself for a threshold of 0), -inf when not measured."""
+    if check.margin is None:
+        return -math.inf
+    return check.margin / abs(check.slo.value) if check.slo.value else check.margin
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A test at a glance: ``status`` FAIL (an SLO breached, or ``failed``), else PASS (every SLO
+    met) or NO SLOS; INTERRUPTED when a signal stopped the run and nothing else failed it (its
+    breaches, on part of the workload, judge nothing); ``failed``: what else failed the test, from the record's ``failed_by``
+    (``regressions fail the test (--llm-fail-on-regression)``); ``slos`` (``2/2 SLOs met``); ``closest``: the breached SLO furthest over, else the met one
+    closest to its threshold (``==`` SLOs have no headroom and are left out), with its measured
+    value and margin; ``verdict``: the comparison's (:func:`comparison_cell`); ``interrupted``:
+    ``interrupted by SIGINT`` when a signal stopped the run (its figures cover part of the workload)."""
+
+    status: str
+    slos: str
+    closest: str | None
+    verdict: str
+    interrupted: str | None = None
+    failed: str | None = None
+
+    def details(self) -> list[str]:
+        """Every part after the status, in order."""
+        return [part for part in (self.failed, self.interrupted, self.slos, self.closest, f"vs baseline: {self.verdict}") if part]
+
+    def text(self) -> str:
+        return " · ".join([self.status, *self.details()])
+
+
+def headline(record: Mapping[str, Any]) -> Headline:
+    checks = [c for c in stored_checks(record) if isinstance(c, Check)]
+    entries = record.get("slo") or []
+    breached = sum(not e.get("passed") for e in entries)
+    if not entries:
+        status, slos = "NO SLOS", "no SLOs"
+    elif breached:
+        status, slos = "FAIL", f"{breached} of {len(entries)} SLOs breached"
+    else:
+        status, slos = "PASS", f"{len(entries)}/{len(entries)} SLOs met"
+    failed = "; ".join(record.get("failed_by") or ()) or None
+    if failed:
+        status = "FAIL"
+    candidates = [c for c in checks if not c.passed] or [c for c in checks if c.slo.op != "=="]
+    closest = None
+    if candidates:
+        check = min(candidates, key=tightness)
+        key, threshold, measured, margin, _ = check.row()
+        if check.measured is None:
+            closest = f"worst: {key} not measured ({threshold})"
+        else:
+            closest = f"{'worst' if not check.passed else 'closest'}: {key} {measured} vs {threshold}, margin {margin}"
+    interrupted = f"interrupted by {record['interrupted']}" if record.get("interrupted") else None
+    if interrupted and not failed:  # a partial result's breaches judge nothing
+        status = "INTERRUPTED"
+    return Headline(status, slos, closest, comparison_cell(record.get("comparison")), interrupted, failed)
+
+
+def comparison_rows(comparison: Mapping[str, Any]) -> list[list[str]]:
+    """The stored comparison's rows as the terminal table's cells
+    (:func:`~pytest_llmreplay.gate.baseline.comparison_cells`)."""
+    from ..gate.baseline import Row, comparison_cells
+
+    return [comparison_cells(Row(**row)) for row in comparison["rows"]]
+
+
+def endpoint_text(fingerprint: Mapping[str, Any] | None) -> str:
+    """``kind offline, model meta-llama/..., hardware 1 x H100``: the fingerprint's set fields in
+    order, nested mappings as ``outer.inner``."""
+    def pairs(mapping: Mapping[str, Any], prefix: str = "") -> list[str]:
+        found = []
+        for key, value in mapping.items():
+            if isinstance(value, Mapping):
+                found += pairs(value, f"{prefix}{key}.")
+            elif value not in (None, "", [], ()):
+                found.append(f"{prefix}{key} {value}")
+        return found
+
+    return ", ".join(pairs(fingerprint or {})) or "unknown"

@@ -1,0 +1,149 @@
+"""Terminal tables of a :class:`~pytest_llmreplay.metrics.result.Result`, in the layout trie users know.
+
+- **Per-trace metrics**: one row per statistic (mean, min, p50 ... max), one column per metric
+  (latency, TTFT, TTFAT, decode TPOT, ITL, output tokens per turn and per trace, cache hit rates);
+  columns without samples are left out. A trace is a session; a flat request is a one-turn one.
+- **Workload metrics**: throughputs (requests/s, prompt, cached and uncached prompt, completion
+  tokens/s) over the whole run, the last 30 s, and the steady state (after the first 20%), also
+  per GPU.
+- **Client** line: schedule lag p50/p99 and effective concurrency, so that an overloaded client
+  is seen instead of silently inflating TTFT; on workers (:mod:`~pytest_llmreplay.replayer.workers`) one
+  more line per worker with its own figures; then error causes (grouped, most frequent first)
+  and warnings.
+
+The session's **summary** (:func:`summary_table`, the plugin's terminal summary) is a row per
+measured run in the report overview's columns, each value in its unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..metrics.result import Result
+
+ROWS = ("mean", "min", "p50", "p90", "p95", "p99", "max")
+# (summary metric, column header, factor from the summary's unit)
+TRACE_COLUMNS = (
+    ("latency", "Latency (s)", 1.0),
+    ("ttft", "TTFT (s)", 1.0),
+    ("ttfat", "TTFAT (s)", 1.0),
+    ("tpot", "Decode TPOT (ms/tok)", 1e3),
+    ("itl", "ITL (ms)", 1e3),
+    ("output_tokens", "Output tokens/turn", 1.0),
+    ("output_tokens_per_session", "Output tokens/trace", 1.0),
+    ("cache_hit_rate", "Cache hit rate (%)", 100.0),
+    ("eligible_cache_hit_rate", "Eligible cache hit rate (%)", 100.0),
+)
+WORKLOAD_ROWS = (
+    ("request_throughput", "requests/s"),
+    ("input_throughput", "total prompt tok/s"),
+    ("cached_input_throughput", "cached prompt tok/s"),
+    ("uncached_input_throughput", "uncached prompt tok/s"),
+    ("output_throughput", "completion tok/s"),
+)
+WORKLOAD_COLUMNS = (("overall", "Overall"), ("last_30s", "Last 30s Window"), ("steady_state", "Steady State"), ("per_gpu", "Steady State / GPU"))
+
+
+def trace_table(result: Result) -> str:
+    from tabulate import tabulate
+
+    summary = result.summary
+    columns = [(key, header, factor) for key, header, factor in TRACE_COLUMNS if key in summary]
+    if not columns:
+        return "Per-trace metrics: no request completed"
+    rows = [[stat] + [summary[key][stat] * factor for key, _, factor in columns] for stat in ROWS]
+    return "Per-trace metrics\n" + tabulate(rows, headers=["Metric"] + [h for _, h, _ in columns], floatfmt=".3f", tablefmt="simple")
+
+
+def workload_table(result: Result) -> str:
+    from tabulate import tabulate
+
+    summary = result.summary
+    counts = summary["requests"]
+    sessions = len({r.session_index for r in result.measured})
+    start, end = result.span
+    per_second = counts["sessions_complete"] / (end - start) if end > start else 0.0
+    title = f"Workload metrics\ncompleted={counts['ok']}/{counts['planned']} requests  traces={counts['sessions_complete']}/{sessions}  trace/s={per_second:.2f}"
+    columns = [(key, header) for key, header in WORKLOAD_COLUMNS if key != "per_gpu" or result.gpus > 1]
+    rows = [[label] + [summary[key].get(col) for col, _ in columns] for key, label in WORKLOAD_ROWS if key in summary]
+    if not rows:
+        return title
+    return title + "\n" + tabulate(rows, headers=["Metric"] + [h for _, h in columns], floatfmt=".2f", tablefmt="simple")
+
+
+def client_line(result: Result) -> str:
+    summary = result.summary
+    parts = []
+    lag = summary.get("schedule_lag")
+    if lag:
+        parts.append(f"schedule lag p50 {lag['p50'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms")
+    if "effective_concurrency" in summary:
+        parts.append(f"effective concurrency {summary['effective_concurrency']['value']:.1f}")
+    counts = summary["requests"]
+    parts.append(f"failed {counts['failed']}, cancelled {counts['cancelled']}, warm-up {counts['warmup']}")
+    lines = ["Client: " + "; ".join(parts)]
+    for worker in result.run.workers:
+        lag = "no request sent" if worker.schedule_lag_p50 is None else f"schedule lag p50 {worker.schedule_lag_p50 * 1e3:.2f} ms, p99 {worker.schedule_lag_p99 * 1e3:.2f} ms"
+        concurrency = "" if worker.effective_concurrency is None else f"; effective concurrency {worker.effective_concurrency:.1f}"
+        died = f"; DIED: {worker.died}" if worker.died else ""
+        lines.append(f"  worker {worker.index} ({worker.where}): {worker.records}/{worker.planned_requests} requests; {lag}{concurrency}{died}")
+    return "\n".join(lines)
+
+
+def errors_block(result: Result, limit: int = 5) -> str:
+    """The ``limit`` most frequent error causes, grouped (:func:`~pytest_llmreplay.metrics.result.error_causes`), each
+    with its count; then how many requests the other causes failed."""
+    causes = result.error_causes
+    if not causes:
+        return ""
+    lines = [f"  {cause}" for cause in causes[:limit]]
+    rest = causes[limit:]
+    if rest:
+        others = sum(cause.count for cause in rest)
+        lines.append(f"  {len(rest)} other cause{'' if len(rest) == 1 else 's'}: {others} request{'' if others == 1 else 's'} (each request's error is in the per-request CSV)")
+    return "Errors:\n" + "\n".join(lines)
+
+
+def render(result: Result) -> str:
+    """Every table and line, ready to print."""
+    blocks: list[Any] = [trace_table(result), workload_table(result), client_line(result), errors_block(result)]
+    blocks += [f"warning: {w}" for w in result.warnings]
+    return "\n\n".join(b for b in blocks if b)
+
+
+def figures_by_run(nodeid: str, figures: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """A test's key figures split by run, in order: ``llmreplay.<key>`` is the test's first
+    unnamed run (id ``nodeid``), ``llmreplay.<key> <run>`` its run ``nodeid::<run>`` (see
+    :func:`~pytest_llmreplay.plugin.hooks.finish_runs`)."""
+    runs: dict[str, dict[str, float]] = {}
+    for name, value in figures.items():
+        key, _, run = name.partition(" ")
+        runs.setdefault(f"{nodeid}::{run}" if run else nodeid, {})[key] = value
+    return runs
+
+
+def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
+    """A row per measured run (:func:`figures_by_run`) of each (test id, outcome, key figures):
+    the run's id, the test's outcome, and its key figures (``llmreplay.<metric>.<stat>``, as
+    :func:`~pytest_llmreplay.plugin.verdict.key_figures` gives them to JUnit) in the columns of the
+    report's overview (:data:`~pytest_llmreplay.report.rows.OVERVIEW`: ``TTFT p50 128.8 ms``),
+    each written by :func:`~pytest_llmreplay.metrics.units.format_value`; plus a ``capacity`` column
+    (``10.03 req/s`` or a concurrency; ``at least 40`` when the search found no failing load, as
+    ``llmreplay sweep`` prints it) when some run searched one."""
+    from tabulate import tabulate
+
+    from .rows import OVERVIEW
+    from ..metrics.units import format_value
+
+    def capacity(figures: Mapping[str, float]) -> str:
+        at_least = "at least " if figures.get("llmreplay.capacity.at_least") else ""
+        if figures.get("llmreplay.capacity.rate") is not None:
+            return at_least + format_value("request_throughput", figures["llmreplay.capacity.rate"])
+        return at_least + format_value("capacity", figures.get("llmreplay.capacity.concurrency"))
+
+    runs = [(run, outcome, figures) for test, outcome, test_figures in tests for run, figures in figures_by_run(test, test_figures).items()]
+    searched = any(key.startswith("llmreplay.capacity.") for _, _, figures in runs for key in figures)
+    headers = ["test", "outcome", *(header for header, _, _ in OVERVIEW)] + (["capacity"] if searched else [])
+    rows = [[run, outcome, *(format_value(metric, figures.get(f"llmreplay.{metric}.{stat}")) for _, metric, stat in OVERVIEW)]
+            + ([capacity(figures)] if searched else []) for run, outcome, figures in runs]
+    return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)

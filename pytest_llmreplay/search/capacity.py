@@ -1,0 +1,434 @@
+"""Capacity at SLO: the highest load an endpoint carries while every request-level SLO holds.
+
+**Load** (``by``):
+
+- ``rate``: sessions per second, open loop. ``arrival`` ``poisson`` (seeded) or ``constant``
+  spacing at that rate, or ``trace``: the workload's own arrivals scaled, speedup = rate / the
+  trace's rate ((n - 1) / span of its arrival times, n sessions);
+- ``concurrency``: sessions in flight, closed loop (whole numbers).
+
+**A point** is one ordinary replay at one load (its :class:`~pytest_llmreplay.metrics.result.Result`
+is kept). It *passes* when every SLO of the plan holds on its summary (``ttft.p99 < 1s`` on the
+point's TTFT p99) and it was not stopped early. Goodput's per-request limits are the plan's
+(:func:`~pytest_llmreplay.metrics.slo.per_request_limits`). Every point starts on an empty prefix cache:
+offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_server`).
+
+**Algorithm** (:func:`find_capacity`); every run counts against ``budget``:
+
+1. Estimates (``rate`` only, for a bound the plan leaves out; in parallel processes when the
+   target is the offline simulator, whose points cannot disturb each other): as GuideLLM starts
+   its sweep, the synchronous run (concurrency 1; for a missing ``min``) and the saturating run
+   (every session at once; for a missing ``max``). Each is a closed loop, not a rate: its achieved
+   session rate (its carried rate, step 5) only says where to look, and it is never the capacity
+   nor an end of the bracket. They run to their end (a stopped run's rate would be no estimate).
+2. The ends, two points at the load (in parallel as above): low = ``min``, else the synchronous
+   run's rate; high = ``max``, else the saturating run's rate (``concurrency``: ``min``, default
+   1, and ``max``, default every planned session at once, both real points already). High is
+   run only when above low. If low fails, no load meets the SLOs: capacity 0, bracket [0, low].
+3. Growth, when high passes (or was not above low) on a ``rate`` search with no ``max``: a
+   point at twice the highest passing rate, until one fails or the budget is spent (even when
+   the saturating run met the SLOs: an open-loop point may still fail, over-saturated). No load
+   failed (or ``max``, or by ``concurrency`` every session at once, passed): capacity is at
+   least the one of step 5, no upper bound found (``high`` None; ``at_least`` in the stored
+   search), unless it is a ceiling (step 5).
+4. Bisection between the highest pass and the lowest fail: while high - low > ``resolution`` *
+   high (concurrency: and high - low > 1) and fewer than ``budget`` runs are done: a point at
+   mid = (low + high) / 2 (concurrency: rounded down); pass: low = mid, fail: high = mid.
+5. Capacity (:mod:`~pytest_llmreplay.search.outcome`, with the rule's details): by
+   ``concurrency`` the highest load that passed (low); by ``rate`` max over the passing points
+   of min(load, carried), never above the throughput a point achieved, and a ceiling when its
+   point did not carry its load (the workload too short for that rate: the reason says so).
+   Its uncertainty is the bracket [capacity, high], high a load run that failed.
+
+**Early stop and over-saturation**: a point's :class:`~pytest_llmreplay.search.stop.StopRule`
+(on by default; the rules and their constants: :mod:`~pytest_llmreplay.search.stop`) stops it
+once its SLOs are lost or its queue plainly grows without bound; a stopped point has failed.
+The estimates of a ``rate`` search are never stopped (their achieved rates say where to look).
+
+**Signals** (``signals``, a :class:`~pytest_llmreplay.replayer.signal_stop.SignalStop`: ``llmreplay
+sweep``): the first SIGINT or SIGTERM cuts the point replaying in this process at once (points
+in worker processes, offline, run out first: seconds), starts no other, and ends the search with
+every point run (``interrupted`` names the signal); an interrupted point neither passes nor fails.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from ..replayer.driver import Replay, ReplaySettings, session_plan
+from ..replayer.records import ReplayRun, RequestRecord
+from ..errors import LLMReplayError
+from ..metrics.result import Result
+from ..workloads.prompts import PromptFactory
+from .outcome import Capacity, Point, carried_rate
+from .stop import OPEN_LOOP_MODES, QueueGrowth, StopRule
+from ..replayer.signal_stop import SignalStop
+from ..metrics.slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
+from ..workloads.workload import Workload
+
+BY = ("rate", "concurrency")
+ARRIVALS = ("poisson", "constant", "trace")
+DEFAULT_RESOLUTION = 0.05
+DEFAULT_BUDGET = 12
+PLAN_KEYS = ("by", "slo", "min", "max", "resolution", "budget", "arrival", "early_stop")
+# settings the search sets itself at each point
+VARIED_SETTINGS = ("mode", "rate", "concurrency", "arrival")
+
+
+class Target(Protocol):
+    """Where points go: a fresh endpoint and clock per replay (:class:`~pytest_llmreplay.target.Target`).
+    ``kind == "offline"`` (the simulator in virtual time) lets points run in parallel processes,
+    which needs the target, workload and prompts to pickle. Otherwise (a server at ``url``)
+    ``reset_cache`` empties its prefix cache before each point, returning None when it cannot."""
+
+    kind: str
+    gpus: int
+    url: str | None
+
+    def endpoint(self) -> Any: ...
+
+    def clock(self) -> Any: ...
+
+    def reset_cache(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    """What to search: ``by`` rate or concurrency, the SLOs each point must meet, the load's
+    bounds (None: found by the bracketing step), the resolution (a fraction of the load), the
+    most points to run, the arrival pattern of rate points, and whether points stop early."""
+
+    by: str
+    slo: Mapping[str, str]
+    min: float | None = None
+    max: float | None = None
+    resolution: float = DEFAULT_RESOLUTION
+    budget: int = DEFAULT_BUDGET
+    arrival: str = "poisson"
+    early_stop: bool = True
+
+    @cached_property
+    def slos(self) -> list[SLO]:
+        return parse_slos(self.slo)
+
+    def validate(self) -> None:
+        """:class:`LLMReplayError` naming the first bad key (``capacity.<key>: ...``)."""
+        if self.by not in BY:
+            raise LLMReplayError(f"capacity.by: expected one of {', '.join(BY)}, got {self.by!r}")
+        if self.arrival not in ARRIVALS:
+            raise LLMReplayError(f"capacity.arrival: expected one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
+        if self.arrival != "poisson" and self.by != "rate":
+            raise LLMReplayError(f"capacity.arrival: applies to a search by rate; this one is by {self.by}")
+        if not isinstance(self.slo, Mapping) or not self.slo:
+            raise LLMReplayError("capacity.slo: expected the SLOs each load must meet, e.g. {'ttft.p99': '< 1s'}")
+        try:
+            slos = self.slos
+        except LLMReplayError as exc:
+            raise LLMReplayError(f"capacity.slo: {exc}") from None
+        for slo in slos:
+            per_request = slo.metric in ("ttft", "tpot", "latency", "itl") and slo.op in ("<", "<=")
+            share = slo.metric in ("error_rate", "goodput") and slo.stat == "value"
+            if not (per_request or share):
+                raise LLMReplayError(f"capacity.slo {slo.key!r}: cannot be evaluated per request; expected an upper bound (< or <=) on ttft, tpot, "
+                                     "latency or itl, or an error_rate or goodput share")
+        check_goodput_limits(slos, slos, "capacity.slo", "the search's SLOs")
+        for name in ("min", "max"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf):
+                raise LLMReplayError(f"capacity.{name}: expected a number > 0, got {value!r}")
+            if value is not None and self.by == "concurrency" and value != int(value):
+                raise LLMReplayError(f"capacity.{name}: a concurrency is a whole number, got {value!r}")
+        if self.min is not None and self.max is not None and self.min >= self.max:
+            raise LLMReplayError(f"capacity.min: expected less than the max ({self.max:g}), got {self.min:g}")
+        if isinstance(self.resolution, bool) or not isinstance(self.resolution, (int, float)) or not 0 < self.resolution < 1:
+            raise LLMReplayError(f"capacity.resolution: expected a share between 0 and 1 such as '5%' or 0.05, got {self.resolution!r}")
+        first = self.first_runs
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < first:
+            estimates = "" if first == 2 else f": {first - 2} estimate{'s' if first > 3 else ''} and the two ends"
+            raise LLMReplayError(f"capacity.budget: expected a whole number of runs >= {first} (the search starts with {first}{estimates}), got {self.budget!r}")
+
+    @property
+    def first_runs(self) -> int:
+        """Runs before the search can bisect: the two ends, and by rate an estimate for each
+        bound left out (module docstring)."""
+        return 2 + (self.by == "rate") * ((self.min is None) + (self.max is None))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as stored in a result's settings, its SLOs written canonically
+        (:func:`~pytest_llmreplay.metrics.slo.canonical`: ``<1s`` and ``< 1000ms`` are one setting)."""
+        return {key: (dict(canonical(slo) for slo in self.slos) if key == "slo" else getattr(self, key)) for key in PLAN_KEYS}
+
+
+def parse_resolution(value: Any) -> Any:
+    """``"5%"`` -> 0.05, ``"0.05"`` -> 0.05; a number is a fraction; anything else is returned
+    as it is, for :meth:`CapacityPlan.validate` to name."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    try:
+        return float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        return value
+
+
+def parse_capacity(data: Any) -> CapacityPlan:
+    """A checked plan from the marker's or spec file's ``capacity`` mapping."""
+    if not isinstance(data, Mapping):
+        raise LLMReplayError(f"capacity: expected a mapping such as {{by: rate, slo: {{ttft.p99: '< 1s'}}}}, got {data!r}")
+    unknown = [key for key in data if key not in PLAN_KEYS]
+    if unknown:
+        raise LLMReplayError(f"capacity.{unknown[0]}: unknown key; expected one of {', '.join(PLAN_KEYS)}")
+    if "by" not in data:
+        raise LLMReplayError(f"capacity.by: missing; expected one of {', '.join(BY)}")
+    options = dict(data)
+    if "resolution" in options:
+        options["resolution"] = parse_resolution(options["resolution"])
+    if "early_stop" in options and not isinstance(options["early_stop"], bool):
+        raise LLMReplayError(f"capacity.early_stop: expected true or false, got {options['early_stop']!r}")
+    plan = CapacityPlan(**options)
+    plan.validate()
+    return plan
+
+
+def check_test_slos(slos: Sequence[SLO], plan: CapacityPlan | None) -> None:
+    """A test's ``capacity.*`` SLOs need a search by the same load; its ``goodput`` needs a
+    per-request limit where goodput's limits come from: the test's ``slo``, a capacity test's
+    ``capacity.slo``."""
+    if plan is None:
+        check_goodput_limits(slos, slos, "slo", "the test's slo")
+    else:
+        check_goodput_limits(slos, plan.slos, "slo", "capacity.slo (a capacity test's goodput limits)")
+    for slo in slos:
+        if slo.metric == "capacity" and plan is None:
+            raise LLMReplayError(f"slo {slo.key!r}: needs the capacity key (what to search: by, slo, min, max, resolution)")
+        if slo.metric == "capacity" and slo.stat != plan.by:
+            raise LLMReplayError(f"slo {slo.key!r}: the capacity search is by {plan.by}; write capacity.{plan.by}")
+
+
+@dataclass(frozen=True)
+class PointJob:
+    """One point to run (picklable: it may go to another process)."""
+
+    workload: Workload
+    target: Any
+    prompts: PromptFactory
+    settings: ReplaySettings
+    rule: StopRule | None
+
+
+def point_replay(job: PointJob) -> Replay:
+    """The replay of one point, stopping itself when its rule says the SLOs are lost."""
+    replay = Replay(job.workload, job.target.endpoint(), job.prompts, job.settings, clock=job.target.clock())
+    rule = job.rule
+    if rule is not None:
+
+        def observe(record: RequestRecord) -> None:
+            why = rule.reason(record)
+            if why is not None:
+                replay.stop(why)
+
+        replay.on_record = observe
+    return replay
+
+
+def run_point(job: PointJob) -> ReplayRun:
+    """Replay one point (here or in a worker process)."""
+    return point_replay(job).run()
+
+
+class Interrupted(Exception):
+    """A signal stopped the search (:class:`~pytest_llmreplay.replayer.signal_stop.SignalStop`); its name."""
+
+
+def trace_rate(workload: Workload) -> float:
+    """Sessions per second of a timed trace: (n - 1) / span of its arrivals."""
+    arrivals = [s.arrival_s for s in workload.sessions]
+    span = max(arrivals) - min(arrivals)
+    if len(arrivals) < 2 or span <= 0:
+        raise LLMReplayError("capacity.arrival: trace needs a workload whose sessions arrive over time; use poisson or constant")
+    return (len(arrivals) - 1) / span
+
+
+# one run to do: its load (None: an estimate, whose load is the rate it achieves), role, settings,
+# and whether its stop rule applies
+Run = tuple[float | None, str, ReplaySettings, bool]
+
+
+class Search:
+    """One capacity search (see the module docstring); :func:`find_capacity` runs it."""
+
+    def __init__(self, workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan,
+                 settings: ReplaySettings = ReplaySettings(), progress: Callable[[str], None] | None = None, workers: int = 2,
+                 signals: SignalStop | None = None) -> None:
+        plan.validate()
+        settings.validate()
+        for name in ("rate", "concurrency"):
+            if getattr(settings, name) is not None:
+                raise LLMReplayError(f"{name}: the capacity search sets it at each point; leave it out")
+        if settings.mode != "auto":
+            raise LLMReplayError("mode: the capacity search sets it at each point; leave it out")
+        self.workload, self.target, self.prompts, self.plan, self.base = workload, target, prompts, plan, settings
+        self.progress, self.signals = progress, signals
+        self.workers = workers if target.kind == "offline" else 1
+        self.sessions = len(session_plan(workload, replace(settings, mode="concurrency")))
+        self.native_rate = trace_rate(workload) if plan.arrival == "trace" else None
+        self.limits = per_request_limits(plan.slos)
+        self.points: list[Point] = []
+        self.reset_missing = False  # a server that empties no prefix cache was named
+
+    def settings_at(self, load: float) -> ReplaySettings:
+        if self.plan.by == "concurrency":
+            return replace(self.base, mode="concurrency", concurrency=int(load))
+        if self.plan.arrival == "trace":
+            return replace(self.base, mode="timestamps", speedup=load / self.native_rate)
+        return replace(self.base, mode="rate", rate=load, arrival=self.plan.arrival)
+
+    def job(self, settings: ReplaySettings, stop: bool) -> PointJob:
+        rule = None
+        if stop and self.plan.early_stop:
+            planned = sum(len(s.turns) for s in session_plan(self.workload, settings))
+            saturation = QueueGrowth() if settings.mode in OPEN_LOOP_MODES else None
+            rule = StopRule(self.plan.slos, planned, self.limits, settings.warmup_s, settings.warmup_requests, saturation=saturation)
+        return PointJob(self.workload, self.target, self.prompts, settings, rule)
+
+    def keep(self, load: float | None, role: str, settings: ReplaySettings, run: ReplayRun) -> Point:
+        result = Result(run, gpus=self.target.gpus, goodput=self.limits)
+        carried = carried_rate(run, self.sessions)
+        point = Point(carried if load is None else load, role, settings, result, check_slos(result.summary, self.plan.slos), carried)
+        self.points.append(point)
+        if self.progress is not None:
+            self.progress(point.line(len(self.points), self.plan.budget, self.plan.by))
+        return point
+
+    @property
+    def interrupted(self) -> str | None:
+        """The signal that stopped the search, if one did."""
+        return None if self.signals is None else self.signals.signal
+
+    def run_all(self, runs: Sequence[Run]) -> list[Point]:
+        """The runs' points, in parallel processes when the target allows (those run out). Here,
+        after a signal no further point starts (the first of the runs always does, at once
+        interrupted: it sends nothing); :class:`Interrupted` is raised once the points are kept."""
+        jobs = [self.job(settings, stop) for _, _, settings, stop in runs]
+        done = self.in_parallel(jobs) if self.workers > 1 and len(jobs) > 1 else None
+        if done is None:
+            done = []
+            for job in jobs:
+                if done and self.interrupted:
+                    break
+                if not self.interrupted:
+                    self.fresh_server()
+                done.append(self.run_here(job))
+        points = [self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(runs, done)]
+        if self.interrupted:
+            raise Interrupted(self.interrupted)
+        return points
+
+    def run_here(self, job: PointJob) -> ReplayRun:
+        """One point in this process, cut at once by a signal (:meth:`SignalStop.watch`)."""
+        replay = point_replay(job)
+        with self.signals.watch(replay) if self.signals is not None else nullcontext():
+            return replay.run()
+
+    def fresh_server(self) -> None:
+        """Before a point on a server: empty its prefix cache (:meth:`~pytest_llmreplay.target.Target.reset_cache`),
+        as every offline point starts on a fresh engine. Every point replays the same prompts, so
+        without it each point after the first hits the cache the earlier ones warmed, and its TTFT
+        is that of cache hits, not of its load (a search by concurrency 1 to 32 on ``llmreplay sim``
+        passed 32 at TTFT p90 145 ms, 99.8% of prompt tokens cached, which offline failed at
+        974 ms). A server with no reset is named once through ``progress``."""
+        if self.target.kind == "offline" or self.target.reset_cache() is not None or self.reset_missing:
+            return
+        self.reset_missing = True
+        if self.progress is not None:
+            from ..target import no_cache_reset_note
+
+            self.progress(f"note: {no_cache_reset_note(self.target.url, 'point')}")
+
+    def probe(self, load: float, role: str) -> Point:
+        """One point run at ``load``, its stop rule on."""
+        return self.run_all([(load, role, self.settings_at(load), True)])[0]
+
+    def in_parallel(self, jobs: list[PointJob]) -> list[ReplayRun] | None:
+        """The jobs' runs from worker processes; None when they cannot go there (a target or
+        workload that does not pickle, a pool that cannot start): the caller runs them here,
+        with the same results, only slower."""
+        try:
+            with ProcessPoolExecutor(max_workers=min(self.workers, len(jobs))) as pool:
+                return list(pool.map(run_point, jobs))
+        except (pickle.PicklingError, AttributeError, TypeError, BrokenProcessPool, OSError):
+            return None
+
+    def ends(self) -> tuple[float, float]:
+        """The loads of the two ends, from the estimates where the plan leaves a bound out."""
+        plan = self.plan
+        if plan.by == "concurrency":
+            return plan.min or 1, plan.max or self.sessions
+        runs = []
+        if plan.min is None:
+            runs.append((None, "sync", replace(self.base, mode="concurrency", concurrency=1), False))
+        if plan.max is None:
+            runs.append((None, "saturate", replace(self.base, mode="concurrency", concurrency=self.sessions), False))
+        estimates = {p.role: p for p in self.run_all(runs)}
+        low = plan.min if plan.min is not None else estimates["sync"].load
+        high = plan.max if plan.max is not None else estimates["saturate"].load
+        return low, high
+
+    def run(self) -> Capacity:
+        """The search (module docstring); a signal ends it after the points run until then."""
+        try:
+            ended, interrupted = self.search(), None
+        except Interrupted as stop:
+            ended, interrupted = f"interrupted by {stop} after {len(self.points)} of at most {self.plan.budget} runs", str(stop)
+        return Capacity(self.plan, self.base, self.points, ended, interrupted)
+
+    def search(self) -> str:
+        """Steps 1 to 4 of the module docstring; why the search ended."""
+        plan = self.plan
+        low_end, high_end = self.ends()
+        runs = [(low_end, "low", self.settings_at(low_end), True)]
+        if high_end > low_end:
+            runs.append((high_end, "high", self.settings_at(high_end), True))
+        ends = self.run_all(runs)
+        if not ends[0].passed:
+            return "no load meets the SLOs: the lowest one fails"
+        low, high = low_end, None  # high None: no load failed yet
+        if len(ends) > 1:
+            low, high = (high_end, None) if ends[1].passed else (low_end, high_end)
+        if high is None:
+            if plan.max is not None or plan.by == "concurrency":
+                return "the highest load meets the SLOs: capacity is at least that"
+            while high is None:  # grow: twice the highest pass until a rate fails
+                if len(self.points) >= plan.budget:
+                    return f"no rate failed within the budget of {plan.budget} runs: capacity is at least that"
+                point = self.probe(2 * low, "grow")
+                low, high = (point.load, None) if point.passed else (low, point.load)
+        while not self.resolved(low, high):
+            if len(self.points) >= plan.budget:
+                return f"budget of {plan.budget} runs spent before the {plan.resolution * 100:g}% resolution"
+            mid = (low + high) // 2 if plan.by == "concurrency" else (low + high) / 2
+            point = self.probe(mid, "bisect")
+            low, high = (mid, high) if point.passed else (low, mid)
+        return f"bracket within the {plan.resolution * 100:g}% resolution"
+
+    def resolved(self, low: float, high: float) -> bool:
+        if self.plan.by == "concurrency" and high - low <= 1:
+            return True
+        return high - low <= self.plan.resolution * high
+
+
+def find_capacity(workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan, settings: ReplaySettings = ReplaySettings(),
+                  progress: Callable[[str], None] | None = None, workers: int = 2, signals: SignalStop | None = None) -> Capacity:
+    """Search the highest load of ``workload`` on ``target`` meeting ``plan``'s SLOs (module
+    docstring); ``settings``: every other replay setting of each point; ``progress``: gets a line
+    per point as it finishes; ``workers``: processes for the estimates and the ends (offline only);
+    ``signals``: an entered :class:`~pytest_llmreplay.replayer.signal_stop.SignalStop`, whose first signal
+    cuts the point running in this process at once and ends the search with what it measured."""
+    return Search(workload, target, prompts, plan, settings, progress, workers, signals).run()

@@ -1,0 +1,263 @@
+"""What the points of a capacity search say (:mod:`~pytest_llmreplay.search.capacity` runs them and says
+when one passes): each point's verdict and carried rate, the capacity with its bracket, and the
+table of the points.
+
+**Carried load**: a point's carried rate c is the sessions per second it served, answered
+requests / run time * sessions / requests planned (sessions / run time when all were answered;
+an estimate's load is its c). An open loop (by rate) of n sessions at λ lasts (n - 1) / λ plus
+the last requests' drain, so c is a little under λ even when the load was carried; with
+c < :data:`CARRIED_SHARE` λ (0.8) it was not: its SLOs held only because the run ended before
+its queue could build (the workload is too short for that rate).
+
+**Capacity** (:class:`Capacity`; 0 when no point run at its load passed): by ``concurrency``
+the highest load that passed; by ``rate`` max over the passing points of min(load, carried),
+never above the throughput a point achieved. Its uncertainty is the bracket [capacity, high],
+high the lowest load that failed (a point run at that load; a point a signal cut short neither
+passed nor failed), None when none did: then the capacity is ``at least`` (a lower bound). When the point at capacity did not carry its load,
+the capacity is the rate it carried, a ceiling, never ``at least``, and the search's reason
+says so in one line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any, Mapping
+
+from ..replayer.driver import ReplaySettings
+from ..metrics.result import Result
+from ..replayer.records import ReplayRun
+from .stop import OPEN_LOOP_MODES
+from ..metrics.slo import Check
+
+CARRIED_SHARE = 0.8  # an open-loop point carried its load when it served at least this share of it (module docstring)
+# roles of the closed-loop runs that only say where a rate search looks (search/capacity.py's docstring)
+ESTIMATE_ROLES = ("sync", "saturate")
+
+
+@dataclass
+class Point:
+    """One replay of the search: its load, role, result, checks and ``carried``, the session
+    rate it served (module docstring). Roles: ``sync`` and ``saturate``, the estimates of a rate
+    search (closed loops: ``load`` is the session rate they carried, not a rate they ran at);
+    ``low`` and ``high``, the ends; ``grow`` and ``bisect``: points run at their ``load``."""
+
+    load: float
+    role: str
+    settings: ReplaySettings
+    result: Result
+    checks: list[Check]
+    carried: float
+
+    @property
+    def open_loop(self) -> bool:
+        return self.settings.mode in OPEN_LOOP_MODES
+
+    @property
+    def credited(self) -> float:
+        """What the point counts for as a capacity: open loop min(load, carried), closed its load."""
+        return min(self.load, self.carried) if self.open_loop else self.load
+
+    @property
+    def carried_its_load(self) -> bool:
+        """A closed loop always; an open loop when carried >= :data:`CARRIED_SHARE` * load."""
+        return not self.open_loop or self.carried >= CARRIED_SHARE * self.load
+
+    @property
+    def stopped(self) -> str | None:
+        """Why its stop rule ended it early (:mod:`~pytest_llmreplay.search.stop`)."""
+        return self.result.run.stopped
+
+    @property
+    def interrupted(self) -> str | None:
+        """The signal that cut it short (neither a pass nor a failure: a part of its load ran)."""
+        return self.result.run.interrupted
+
+    @property
+    def passed(self) -> bool:
+        return self.stopped is None and self.interrupted is None and all(c.passed for c in self.checks)
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and self.interrupted is None
+
+    @property
+    def estimate(self) -> bool:
+        """A closed-loop run that only says where a rate search looks (never the capacity)."""
+        return self.role in ESTIMATE_ROLES
+
+    def figures(self) -> dict[str, Any]:
+        """What is kept of the point in the stored result (and drawn in a load curve): the load,
+        the verdict, each SLO's measured value, throughput, goodput, error rate and counts."""
+        summary = self.result.summary
+        goodput = summary.get("goodput", {})
+        return {
+            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped, "interrupted": self.interrupted, "carried": self.carried,
+            "settings": {key: getattr(self.settings, key) for key in ("mode", "rate", "concurrency", "arrival", "speedup")},
+            "slo": {c.slo.key: c.measured for c in self.checks},
+            "request_throughput": summary.get("request_throughput", {}).get("overall"),
+            "output_throughput": summary.get("output_throughput", {}).get("overall"),
+            "goodput": goodput.get("value"), "goodput_rate": goodput.get("rate"),
+            "error_rate": summary.get("error_rate", {}).get("value"),
+            "ttft_p50": summary.get("ttft", {}).get("p50"), "ttft_p99": summary.get("ttft", {}).get("p99"),
+            "tpot_p50": summary.get("tpot", {}).get("p50"), "tpot_p99": summary.get("tpot", {}).get("p99"),
+            "requests_ok": summary["requests"]["ok"], "requests_planned": summary["requests"]["planned"],
+        }
+
+    def verdict(self) -> str:
+        """``pass``, ``pass (not carried)``, ``FAIL``, ``FAIL (stopped)`` or ``interrupted``."""
+        if self.interrupted:
+            return "interrupted"
+        return ("pass" if self.carried_its_load else "pass (not carried)") if self.passed else ("FAIL (stopped)" if self.stopped else "FAIL")
+
+    def line(self, index: int, budget: int, by: str) -> str:
+        """The progress line of a finished point."""
+        unit = " req/s" if by == "rate" else ""
+        measured = "  ".join(f"{c.slo.key} {'-' if c.measured is None else c.slo.show(c.measured)}" for c in self.checks)
+        figures = self.figures()
+        goodput = "" if figures["goodput_rate"] is None else f"  goodput {figures['goodput_rate']:.4g} req/s ({figures['goodput'] * 100:.0f}%)"
+        verdict = "interrupted" if self.interrupted else "pass" if self.passed else "FAIL"
+        stopped = f"  (stopped early: {self.stopped})" if self.stopped else ""
+        load = f"{by} {self.load:.4g}{unit}"
+        if self.estimate:
+            load = f"estimate, {self.settings.concurrency} in flight: carried {self.load:.4g} req/s"
+        return f"point {index}/{budget} {self.role:>6} {load}: {verdict}  {measured}{goodput}{stopped}"
+
+
+class CapacityResult(Result):
+    """The stored face of a search: the point at capacity (the highest that passed, else the
+    lowest run), with the search's settings (so two commits' searches compare) and
+    ``summary["capacity"]`` = {by: capacity, ``low``, ``high`` (the bracket), ``runs``}."""
+
+    def __init__(self, run: ReplayRun, gpus: int, goodput: Mapping[str, float], capacity: "Capacity") -> None:
+        super().__init__(run, gpus, goodput)
+        self.capacity = capacity
+        self.summary["capacity"] = capacity.figures()
+
+
+@dataclass
+class Capacity:
+    """The outcome of a search: every run in run order (estimates included), why the search
+    ``ended`` and the signal that ``interrupted`` it, if one did; the capacity, its point, its
+    bracket and whether it is a ceiling follow from the points (module docstring)."""
+
+    plan: Any  # a search.CapacityPlan (search/capacity.py imports this module)
+    base: ReplaySettings
+    points: list[Point]
+    ended: str
+    interrupted: str | None = None
+
+    @property
+    def high(self) -> float | None:
+        """The bracket's top: the lowest load run that failed (interrupted points neither pass nor
+        fail), None when none did."""
+        return min((p.load for p in self.load_points if p.failed), default=None)
+
+    @cached_property
+    def at_capacity(self) -> Point:
+        """The passing point run at its load with the highest credited load, else the lowest load
+        run (an estimate when a signal stopped the search before any)."""
+        passed = [p for p in self.load_points if p.passed]
+        return max(passed, key=lambda p: p.credited) if passed else min(self.load_points or self.points, key=lambda p: p.load)
+
+    @property
+    def low(self) -> float:
+        """The capacity, the bracket's bottom: the credited load of the point at capacity (0 when none passed)."""
+        point = self.at_capacity
+        return point.credited if point.passed and not point.estimate else 0.0
+
+    @property
+    def value(self) -> float:
+        return self.low
+
+    @property
+    def ceiling(self) -> bool:
+        """The point at capacity met the SLOs without carrying its load: the capacity is the rate it carried."""
+        return self.at_capacity.passed and not self.at_capacity.carried_its_load
+
+    @property
+    def at_least(self) -> bool:
+        """Some load passed and none failed, and the capacity is no ceiling: no upper bound was found."""
+        return self.low > 0 and self.high is None and not self.ceiling
+
+    @property
+    def reason(self) -> str:
+        """Why the search ended; for a ceiling, the line that says why the capacity is the rate
+        carried, after the signal that stopped the search if one did."""
+        if not self.ceiling:
+            return self.ended
+        point = self.at_capacity
+        ceiling = (f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
+                   "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
+        return f"{self.ended}; {ceiling}" if self.interrupted else ceiling
+
+    @property
+    def load_points(self) -> list[Point]:
+        """The points run at their load (the estimates left out)."""
+        return [p for p in self.points if not p.estimate]
+
+    def figures(self) -> dict[str, float]:
+        """``summary["capacity"]``; with no upper bound, ``high`` = ``low`` (the capacity)."""
+        high = self.low if self.high is None else self.high
+        return {self.plan.by: self.low, "low": self.low, "high": high, "runs": float(len(self.points))}
+
+    @cached_property
+    def result(self) -> CapacityResult:
+        point = self.at_capacity.result
+        settings = {**self.base.as_dict(), "capacity": self.plan.as_dict()}
+        return CapacityResult(replace(point.run, settings=settings), point.gpus, point.goodput, self)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
+        upper bound found), reason, ``interrupted`` (the signal that stopped the search, or None),
+        the points run at their load and the estimates."""
+        return {"plan": self.plan.as_dict(), **self.figures(), "at_least": self.at_least, "reason": self.reason, "interrupted": self.interrupted,
+                "points": [p.figures() for p in self.load_points], "estimates": [p.figures() for p in self.points if p.estimate]}
+
+    def table(self) -> str:
+        """A row per point run at its load, in load order (``pass (not carried)``: it met the SLOs
+        carrying under :data:`CARRIED_SHARE` of its rate); the estimates below, apart (their loads
+        are what a closed loop carried, not rates run); then the headline."""
+        from tabulate import tabulate
+
+        keys = [slo.key for slo in self.plan.slos]
+        unit = " req/s" if self.plan.by == "rate" else ""
+
+        def rows(points: list[Point]) -> list[list[str]]:
+            out = []
+            for point in sorted(points, key=lambda p: p.load):
+                f = point.figures()
+                measured = {c.slo.key: ("-" if c.measured is None else c.slo.show(c.measured)) for c in point.checks}
+                out.append([f"{point.load:.4g}", point.verdict()] + [measured[k] for k in keys]
+                           + [_fmt(f["request_throughput"]), _fmt(f["goodput_rate"]), "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%"])
+            return out
+
+        tail = ["req/s", "goodput req/s", "good"]
+        text = f"Capacity search by {self.plan.by}\n" + tabulate(rows(self.load_points), headers=[self.plan.by + unit, "verdict"] + keys + tail, tablefmt="simple")
+        estimates = [p for p in self.points if p.estimate]
+        if estimates:
+            table = tabulate([[f"{p.role}, {p.settings.concurrency} in flight"] + row for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates))],
+                             headers=["estimate (closed loop)", "carried req/s", "verdict"] + keys + tail, tablefmt="simple")
+            text += "\nEstimates (where to look; not rates run, never the capacity)\n" + table
+        return text + "\n" + self.headline()
+
+    def headline(self) -> str:
+        unit = " req/s" if self.plan.by == "rate" else ""
+        if self.at_least:
+            return (f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
+                    f"{len(self.points)} runs; {self.reason}")
+        high = "-" if self.high is None else f"{self.high:.4g}"
+        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {high}], {len(self.points)} runs; {self.reason}"
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def carried_rate(run: ReplayRun, sessions: int) -> float:
+    """Sessions per second ``run`` served: answered requests / run time * ``sessions`` /
+    requests planned (module docstring); 0 for a run of no time."""
+    if run.duration_s <= 0 or not run.planned_requests:
+        return 0.0
+    answered = sum(record.status == "ok" for record in run.records)
+    return answered / run.duration_s * sessions / run.planned_requests

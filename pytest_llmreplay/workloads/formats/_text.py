@@ -1,0 +1,40 @@
+"""Workload files as UTF-8 text, as every JSON tool reads them: a leading byte-order mark is
+dropped, and a byte that is not UTF-8 is an error at its line and column (byte offset + 1 in
+the line), not a bare "not a text file"."""
+
+from __future__ import annotations
+
+import codecs
+from pathlib import Path
+from typing import Iterator
+
+from ...errors import WorkloadError
+
+
+def text_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number, text)`` for every line of ``path`` (line endings kept), streaming."""
+    with open(path, "rb") as stream:
+        for number, raw in enumerate(stream, start=1):
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(path, number, raw[exc.start], exc.start + 1) from None
+
+
+def read_text(path: Path, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> str:
+    """The whole of ``path`` as text (for formats parsed as one document; spec files too, which
+    name what they hold in ``expected``)."""
+    raw = Path(path).read_bytes()
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = raw.rfind(b"\n", 0, exc.start) + 1
+        raise _not_utf8(path, raw.count(b"\n", 0, exc.start) + 1, raw[exc.start], exc.start - line_start + 1, expected) from None
+
+
+def _not_utf8(path: Path, line: int, byte: int, column: int, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> WorkloadError:
+    return WorkloadError(f"not UTF-8: byte 0x{byte:02x} at column {column} (expected {expected})", path=path, line=line)

@@ -1,0 +1,220 @@
+"""Synthetic workloads: generated from a few numbers, seeded and deterministic.
+
+In code, ``generate(SyntheticSpec(...))``; as a file, a YAML or JSON spec under ``synthetic:``::
+
+    synthetic:
+      sessions: 200                 # sessions to generate (= requests when turns is 1)
+      input_tokens: {dist: normal, mean: 1024, std: 256}
+      first_input_tokens: 8000      # optional: turn 1's length, when it differs (agents)
+      output_tokens: 128
+      rate: 8                       # Poisson arrivals, sessions/s (or interval: seconds apart)
+      turns: {dist: uniform, min: 1, max: 4}
+      delay: {dist: uniform, min: 0.5, max: 2.0}   # seconds between turns
+      shared_prefix_ratio: 0.5      # share of the first prompt taken from its group's prefix
+      prefix_groups: 4
+      seed: 7
+
+A length is an integer or a distribution: ``{dist: fixed, value}``, ``{dist: uniform, min, max}``
+(inclusive), ``{dist: normal, mean, std}`` or ``{dist: lognormal, mean, std}`` (mean and std of
+the lengths themselves), each with optional ``min``/``max`` clamps; lengths are rounded and at
+least 1. ``delay`` takes the same forms in seconds (>= 0, not rounded). Turn 1 of a session has
+``first_input_tokens`` tokens (default: drawn from ``input_tokens``), its first ``floor(shared_prefix_ratio * input)`` from the session's
+prefix group (groups drawn uniformly); turn k > 1 extends turn k-1 by ``input_tokens`` new tokens.
+Without ``rate`` or ``interval`` the workload is untimed (replayed by concurrency).
+A key given twice (``sessions:`` twice, or ``synthetic:`` twice) is an error naming its line.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping, Union
+
+import numpy as np
+
+from ...errors import WorkloadError
+from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
+from ._fields import type_name
+from ._text import read_text
+from ._yaml import YamlProblem, load_yaml
+
+NAME = "synthetic"
+DISTRIBUTIONS = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """A length or delay distribution; see the module docstring for the forms."""
+
+    dist: str
+    params: tuple[tuple[str, float], ...]
+    low: float | None = None
+    high: float | None = None
+
+    def sample(self, rng: np.random.Generator, size: int, *, integer: bool) -> np.ndarray:
+        """``size`` draws, clamped to [low, high]; integers are rounded and at least 1."""
+        p = dict(self.params)
+        if self.dist == "fixed":
+            values = np.full(size, p["value"], dtype=float)
+        elif self.dist == "uniform":
+            values = rng.integers(int(p["min"]), int(p["max"]) + 1, size).astype(float) if integer else rng.uniform(p["min"], p["max"], size)
+        elif self.dist == "normal":
+            values = rng.normal(p["mean"], p["std"], size)
+        else:  # lognormal, parametrised by the mean and std of the values themselves
+            sigma2 = math.log1p((p["std"] / p["mean"]) ** 2)
+            values = rng.lognormal(math.log(p["mean"]) - sigma2 / 2, math.sqrt(sigma2), size)
+        values = np.clip(values, self.low, self.high) if (self.low is not None or self.high is not None) else values
+        if integer:
+            return np.maximum(np.rint(values), 1).astype(np.int64)
+        return np.maximum(values, 0.0)
+
+
+Length = Union[int, float, Distribution, Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """The parameters of a synthetic workload (see the module docstring)."""
+
+    sessions: int = 100
+    input_tokens: Length = 512
+    first_input_tokens: Length | None = None
+    output_tokens: Length = 128
+    rate: float | None = None
+    interval: float | None = None
+    turns: Length = 1
+    delay: Length = 0.0
+    shared_prefix_ratio: float = 0.0
+    prefix_groups: int = 1
+    seed: int = 0
+
+
+def detect(first_line: str) -> bool:
+    """A YAML ``synthetic:`` mapping or a JSON object whose first key is ``"synthetic"``."""
+    return re.match(r'\s*(synthetic:|\{\s*"synthetic"\s*:)', first_line) is not None
+
+
+def load(path: str | Path) -> Workload:
+    """Generate the workload a spec file describes."""
+    path = Path(path)
+    try:
+        document = load_yaml(read_text(path))
+    except YamlProblem as exc:
+        reason = exc.reason if exc.duplicate else f"invalid YAML/JSON: {exc.reason}"
+        raise WorkloadError(reason, path=path, line=exc.line, column=exc.column) from None
+    if not isinstance(document, dict) or set(document) != {"synthetic"} or not isinstance(document["synthetic"], dict):
+        raise WorkloadError("expected one top-level key 'synthetic' holding a mapping of parameters", path=path)
+    known = {f.name for f in fields(SyntheticSpec)}
+    for key in document["synthetic"]:
+        if key not in known:
+            raise WorkloadError(f"unknown parameter; expected one of {', '.join(sorted(known))}", path=path, field=f"synthetic.{key}")
+    return generate(SyntheticSpec(**document["synthetic"]), source=path)
+
+
+def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Workload:
+    """The workload ``spec`` describes; the same spec always gives the same workload."""
+    where = {"path": source}
+    sessions = _check_int(spec.sessions, "sessions", 1, where)
+    groups = _check_int(spec.prefix_groups, "prefix_groups", 1, where)
+    seed = _check_int(spec.seed, "seed", 0, where)
+    ratio = _check_number(spec.shared_prefix_ratio, "shared_prefix_ratio", where, high=1.0)
+    if spec.rate is not None and spec.interval is not None:
+        raise WorkloadError("give rate or interval, not both", field="synthetic.rate", **where)
+    rate = _check_number(spec.rate, "rate", where, positive=True) if spec.rate is not None else None
+    interval = _check_number(spec.interval, "interval", where) if spec.interval is not None else None
+    inputs_d, outputs_d, turns_d, delay_d = (
+        parse_distribution(value, name, where)
+        for value, name in ((spec.input_tokens, "input_tokens"), (spec.output_tokens, "output_tokens"), (spec.turns, "turns"), (spec.delay, "delay"))
+    )
+
+    first_d = parse_distribution(spec.first_input_tokens, "first_input_tokens", where) if spec.first_input_tokens is not None else None
+    rng = np.random.default_rng(seed)
+    if sessions > MAX_REQUESTS:
+        raise WorkloadError(f"must be at most {MAX_REQUESTS:,}, got {sessions:,}", field="synthetic.sessions", **where)
+    turn_counts = turns_d.sample(rng, sessions, integer=True)
+    total = int(turn_counts.sum())
+    if total > MAX_REQUESTS:
+        raise WorkloadError(f"{total:,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", **where)
+    if rate is not None:
+        arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, sessions - 1))))
+    else:
+        arrivals = np.arange(sessions) * (interval or 0.0)
+    group_of = rng.integers(0, groups, sessions)
+    new_tokens = inputs_d.sample(rng, total, integer=True).tolist()
+    out_tokens = outputs_d.sample(rng, total, integer=True).tolist()
+    delays = delay_d.sample(rng, total, integer=False).tolist()
+    firsts = first_d.sample(rng, sessions, integer=True).tolist() if first_d is not None else None
+    for name, lengths in (("input_tokens", new_tokens), ("output_tokens", out_tokens), ("first_input_tokens", firsts or [0])):
+        if max(lengths, default=0) > MAX_TOKENS:
+            raise WorkloadError(f"draws {max(lengths):,} tokens, over the limit of {MAX_TOKENS:,} (no model's context is longer)", field=f"synthetic.{name}", **where)
+
+    out: list[Session] = []
+    k = 0
+    for index in range(sessions):
+        turns: list[Turn] = []
+        for t in range(int(turn_counts[index])):
+            if t == 0:
+                length = firsts[index] if firsts is not None else new_tokens[k]
+                prompt = Synthetic(int(group_of[index]), int(ratio * length)) if ratio > 0 else Synthetic()
+                turns.append(Turn(length, out_tokens[k], prompt))
+            else:
+                previous = turns[-1]
+                grown = previous.input_tokens + previous.output_tokens + new_tokens[k]
+                turns.append(Turn(grown, out_tokens[k], Synthetic(extends_previous=True), float(delays[k])))
+            k += 1
+        out.append(Session(f"session{index}", float(arrivals[index]), tuple(turns)))
+    timed = rate is not None or interval is not None
+    workload = Workload(tuple(out), format=NAME, source=str(source) if source else None, timed=timed)
+    check_limits(workload, source)  # turns that grow past the limit, arrivals at a tiny rate
+    return workload
+
+
+def parse_distribution(value: Length, name: str, where: Mapping[str, Any]) -> Distribution:
+    """A :class:`Distribution` from a number or a ``{dist: ..., ...}`` mapping, checked."""
+    field = f"synthetic.{name}"
+    if isinstance(value, Distribution):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value) or value < 0:
+            raise WorkloadError(f"must be a finite number >= 0, got {value!r}", field=field, **where)
+        return Distribution("fixed", (("value", float(value)),))
+    if not isinstance(value, Mapping):
+        raise WorkloadError(f"expected a number or a mapping with 'dist', got {type_name(value)}", field=field, **where)
+    kind = value.get("dist")
+    if kind not in DISTRIBUTIONS:
+        raise WorkloadError(f"'dist' must be one of {', '.join(DISTRIBUTIONS)}, got {kind!r}", field=f"{field}.dist", **where)
+    allowed = {"dist", "min", "max", *DISTRIBUTIONS[kind]}
+    for key in value:
+        if key not in allowed:
+            raise WorkloadError(f"unknown key for dist {kind}; expected {', '.join(sorted(allowed))}", field=f"{field}.{key}", **where)
+    numbers = {}
+    for key in allowed - {"dist"}:
+        if key in value:
+            numbers[key] = _check_number(value[key], f"{name}.{key}", where)
+        elif key in DISTRIBUTIONS[kind]:
+            raise WorkloadError(f"required for dist {kind}", field=f"{field}.{key}", **where)
+    if kind == "lognormal" and numbers["mean"] <= 0:
+        raise WorkloadError("must be > 0 for a lognormal", field=f"{field}.mean", **where)
+    low, high = numbers.get("min"), numbers.get("max")
+    if low is not None and high is not None and low > high:
+        raise WorkloadError(f"min {low:g} is greater than max {high:g}", field=f"{field}.min", **where)
+    params = tuple((k, numbers[k]) for k in DISTRIBUTIONS[kind])
+    if kind == "uniform":
+        return Distribution(kind, params)
+    return Distribution(kind, params, low, high)
+
+
+def _check_int(value: Any, name: str, minimum: int, where: Mapping[str, Any]) -> int:
+    if type(value) is not int or value < minimum:
+        raise WorkloadError(f"must be an integer >= {minimum}, got {value!r}", field=f"synthetic.{name}", **where)
+    return value
+
+
+def _check_number(value: Any, name: str, where: Mapping[str, Any], *, high: float | None = None, positive: bool = False) -> float:
+    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+    if bad or (positive and value == 0) or (high is not None and value > high):
+        bounds = f"{'> 0' if positive else '>= 0'}{f' and <= {high:g}' if high is not None else ''}"
+        raise WorkloadError(f"must be a number {bounds}, got {value!r}", field=f"synthetic.{name}", **where)
+    return float(value)
