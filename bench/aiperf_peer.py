@@ -104,7 +104,10 @@ LLMREPLAY = Path(sys.executable).with_name("llmreplay")
 SETUP_VLLM = ROOT / "scripts" / "setup_vllm_cpu.py"
 HEALTH_TIMEOUT = 300  # s; vLLM's CPU build takes 20-60 s on 2 cores
 # AIPerf's warning panels and log lines about token counts (console and logs/aiperf.log)
-MISMATCH = re.compile(r"Token Count Discrepancy|Sequence Length Mismatch|inconsistent with output sequence length|WARNING.*(token|mismatch|discrepanc)", re.I)
+MISMATCH = re.compile(
+    r"Token Count Discrepancy|Sequence Length Mismatch|inconsistent with output sequence length|WARNING.*(token|mismatch|discrepanc)",
+    re.I,
+)
 METRICS = (  # (label, AIPerf export key and stat, our summary key and stat, factor to our unit)
     ("TTFT p50 (ms)", ("time_to_first_token", "p50"), ("ttft", "p50"), 1000.0),
     ("ITL mean (ms) = our TPOT mean", ("inter_token_latency", "avg"), ("tpot", "mean"), 1000.0),
@@ -116,16 +119,26 @@ METRICS = (  # (label, AIPerf export key and stat, our summary key and stat, fac
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--aiperf-venv", type=Path, default=Path("/work/peers/aiperf/venv"), help="venv holding aiperf 0.13.0")
+    parser.add_argument(
+        "--aiperf-venv", type=Path, default=Path("/work/peers/aiperf/venv"), help="venv holding aiperf 0.13.0"
+    )
     parser.add_argument("--runs", type=int, default=3, help="rounds, each running both tools (default 3)")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--isl", type=int, default=512, help="input tokens per request")
     parser.add_argument("--osl", type=int, default=128, help="output tokens per request (exact)")
-    parser.add_argument("--osl-stddev", type=float, default=0.0,
-                        help="draw each request's output length from normal(OSL, S) instead (both tools; breaks lock-step waves)")
-    parser.add_argument("--server", choices=("sim", "vllm"), default="sim",
-                        help="sim: llmreplay sim; vllm: vLLM's CPU build serving a tiny random Llama (default sim)")
+    parser.add_argument(
+        "--osl-stddev",
+        type=float,
+        default=0.0,
+        help="draw each request's output length from normal(OSL, S) instead (both tools; breaks lock-step waves)",
+    )
+    parser.add_argument(
+        "--server",
+        choices=("sim", "vllm"),
+        default="sim",
+        help="sim: llmreplay sim; vllm: vLLM's CPU build serving a tiny random Llama (default sim)",
+    )
     parser.add_argument("--profile", default="llama-3.1-8b-h100", help="simulator profile (--server sim)")
     parser.add_argument("--work-dir", type=Path, help="keep artifacts here (default: a temp dir, removed)")
     return parser.parse_args()
@@ -191,13 +204,22 @@ def server_setup(args: argparse.Namespace, work: Path, port: int) -> Server:
     model's text does not re-tokenize to its tokens (see the module docstring)."""
     if args.server == "sim":
         command = [str(LLMREPLAY), "sim", "--profile", args.profile, "--port", str(port)]
-        return Server(command, write_tokenizer_folder(work / "tokenizer"), f"`llmreplay sim --profile {args.profile}`", False)
+        return Server(
+            command, write_tokenizer_folder(work / "tokenizer"), f"`llmreplay sim --profile {args.profile}`", False
+        )
     setup = subprocess.run(
         [sys.executable, str(SETUP_VLLM), "--json", "--port", str(port), "--scratch", str(work / "vllm-scratch")],
-        stdout=subprocess.PIPE, text=True, check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
     )
     found = json.loads(setup.stdout.splitlines()[-1])
-    return Server(shlex.split(found["command"]), Path(found["model"]), "vLLM 0.32.0 (CPU build) serving the tiny random-weight Llama", True)
+    return Server(
+        shlex.split(found["command"]),
+        Path(found["model"]),
+        "vLLM 0.32.0 (CPU build) serving the tiny random-weight Llama",
+        True,
+    )
 
 
 @contextlib.contextmanager
@@ -248,7 +270,9 @@ def run_logged(command: list[str], log: Path, env: dict | None = None) -> float:
         code = subprocess.run(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
         wall = time.perf_counter() - start
     if code != 0:
-        raise SystemExit(f"exit status {code}: {shlex.join(command)}\n--- {log} ---\n{log.read_text(errors='replace')[-3000:]}")
+        raise SystemExit(
+            f"exit status {code}: {shlex.join(command)}\n--- {log} ---\n{log.read_text(errors='replace')[-3000:]}"
+        )
     return wall
 
 
@@ -260,21 +284,65 @@ def min_tokens(option: str, value: str, args: argparse.Namespace) -> list[str]:
     return [] if args.osl_stddev else [option, value]
 
 
-def aiperf_command(binary: Path, url: str, model: str, server: Server, out: Path, args: argparse.Namespace) -> list[str]:
+def aiperf_command(
+    binary: Path, url: str, model: str, server: Server, out: Path, args: argparse.Namespace
+) -> list[str]:
     return [
-        str(binary), "profile", "--url", url, "-m", model, "--endpoint-type", "chat", "--streaming",
-        "--concurrency", str(args.concurrency), "--request-count", str(args.requests),
-        "--isl", str(args.isl), "--isl-stddev", "0", "--osl", str(args.osl), "--osl-stddev", f"{args.osl_stddev:g}",
-        "--extra-inputs", "ignore_eos:true", *min_tokens("--extra-inputs", f"min_tokens:{args.osl}", args),
-        "--tokenizer", str(server.tokenizer), *(["--use-server-token-count"] if server.server_counts else []), "--random-seed", "42", "--no-server-metrics", "--no-gpu-telemetry",
-        "--ui", "none", "--artifact-dir", str(out),
+        str(binary),
+        "profile",
+        "--url",
+        url,
+        "-m",
+        model,
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--concurrency",
+        str(args.concurrency),
+        "--request-count",
+        str(args.requests),
+        "--isl",
+        str(args.isl),
+        "--isl-stddev",
+        "0",
+        "--osl",
+        str(args.osl),
+        "--osl-stddev",
+        f"{args.osl_stddev:g}",
+        "--extra-inputs",
+        "ignore_eos:true",
+        *min_tokens("--extra-inputs", f"min_tokens:{args.osl}", args),
+        "--tokenizer",
+        str(server.tokenizer),
+        *(["--use-server-token-count"] if server.server_counts else []),
+        "--random-seed",
+        "42",
+        "--no-server-metrics",
+        "--no-gpu-telemetry",
+        "--ui",
+        "none",
+        "--artifact-dir",
+        str(out),
     ]
 
 
 def ours_command(workload: Path, url: str, out: Path, args: argparse.Namespace) -> list[str]:
     return [
-        str(LLMREPLAY), "run", str(workload), "--endpoint", url, "--api", "chat", "--concurrency", str(args.concurrency),
-        "--ignore-eos", *min_tokens("--extra-body", json.dumps({"min_tokens": args.osl}), args), "--max-requests", str(args.requests), "--out", str(out),
+        str(LLMREPLAY),
+        "run",
+        str(workload),
+        "--endpoint",
+        url,
+        "--api",
+        "chat",
+        "--concurrency",
+        str(args.concurrency),
+        "--ignore-eos",
+        *min_tokens("--extra-body", json.dumps({"min_tokens": args.osl}), args),
+        "--max-requests",
+        str(args.requests),
+        "--out",
+        str(out),
     ]
 
 
@@ -298,7 +366,9 @@ def check_aiperf(export: dict, logs: list[Path], server_counts: bool, args: argp
         if export[key]["avg"]:
             problems.append(f"{key} = {export[key]['avg']}")
     for log in logs:
-        problems += [f"{log}: {line.strip()}" for line in log.read_text(errors="replace").splitlines() if MISMATCH.search(line)]
+        problems += [
+            f"{log}: {line.strip()}" for line in log.read_text(errors="replace").splitlines() if MISMATCH.search(line)
+        ]
     if problems:
         raise SystemExit("AIPERF TOKEN-COUNT CHECK FAILED:\n  " + "\n  ".join(problems))
 
@@ -309,10 +379,14 @@ def check_ours(out: Path, args: argparse.Namespace) -> None:
         rows = list(csv.DictReader(f))
     bad = [r for r in rows if r["status"] != "ok" or r["output_tokens"] != r["planned_output_tokens"]]
     if len(rows) != args.requests or bad:
-        raise SystemExit(f"llmreplay run {out}: {len(rows)} requests, {len(bad)} not ok or not as planned, e.g. {bad[:1]}")
+        raise SystemExit(
+            f"llmreplay run {out}: {len(rows)} requests, {len(bad)} not ok or not as planned, e.g. {bad[:1]}"
+        )
 
 
-def run_aiperf(binary: Path, url: str, model: str, server: Server, out: Path, args: argparse.Namespace) -> tuple[list[str], dict]:
+def run_aiperf(
+    binary: Path, url: str, model: str, server: Server, out: Path, args: argparse.Namespace
+) -> tuple[list[str], dict]:
     """(command, {label: value in the table's unit} plus ``duration (s)`` and ``wall (s)``)."""
     command = aiperf_command(binary, url, model, server, out, args)
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
@@ -355,7 +429,10 @@ def per_run(runs: dict[str, list[dict]]) -> str:
     labels = list(runs["aiperf"][0])
     lines = ["| tool | run | " + " | ".join(labels) + " |", "|---|---:|" + "---:|" * len(labels)]
     for tool, figures in runs.items():
-        lines += [f"| {tool} | {i + 1} | " + " | ".join(f"{f[label]:,.2f}" for label in labels) + " |" for i, f in enumerate(figures)]
+        lines += [
+            f"| {tool} | {i + 1} | " + " | ".join(f"{f[label]:,.2f}" for label in labels) + " |"
+            for i, f in enumerate(figures)
+        ]
     return "\n".join(lines)
 
 
@@ -381,16 +458,26 @@ def main() -> None:
                 else:
                     commands[tool], figures = run_ours(workload, url, out, args)
             runs[tool].append(figures)
-            print(f"round {i + 1} {tool}: " + ", ".join(f"{k} {v:,.2f}" for k, v in figures.items()), file=sys.stderr, flush=True)
+            print(
+                f"round {i + 1} {tool}: " + ", ".join(f"{k} {v:,.2f}" for k, v in figures.items()),
+                file=sys.stderr,
+                flush=True,
+            )
     print(f"## AIPerf 0.13.0 vs llmreplay on {server.title}\n")
     lengths = f"normal({args.osl}, {args.osl_stddev:g})" if args.osl_stddev else f"exactly {args.osl}"
-    print(f"{args.requests} streaming chat requests, {args.isl} input / {lengths} output tokens, "
-          f"concurrency {args.concurrency}; median of {args.runs} runs per tool, alternating.\n")
+    print(
+        f"{args.requests} streaming chat requests, {args.isl} input / {lengths} output tokens, "
+        f"concurrency {args.concurrency}; median of {args.runs} runs per tool, alternating.\n"
+    )
     print(table(runs), "\n")
     print(per_run(runs), "\n")
     for tool, command in commands.items():
         print(f"    {shlex.join(command)}")
-    counted = "the server's usage count" if server.server_counts else "every response's text re-tokenized to exactly the server's usage count"
+    counted = (
+        "the server's usage count"
+        if server.server_counts
+        else "every response's text re-tokenized to exactly the server's usage count"
+    )
     print(f"\nAIPerf token counts: {counted}, exactly the requested output length; no mismatch warning.")
     if args.work_dir is None:
         shutil.rmtree(work)

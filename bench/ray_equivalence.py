@@ -52,13 +52,32 @@ def main() -> None:
     parser.add_argument("--output", type=int, default=48)
     args = parser.parse_args()
     prompts = PromptFactory(load_tokenizer(None))
-    workload = Workload(tuple(Session(f"r{i}", i * args.spacing, (Turn(256, args.output, Synthetic()),)) for i in range(args.requests)), "bench")
+    workload = Workload(
+        tuple(Session(f"r{i}", i * args.spacing, (Turn(256, args.output, Synthetic()),)) for i in range(args.requests)),
+        "bench",
+    )
     settings = ReplaySettings(prompt_format="ids")
     profile = load_profile(PROFILE)
     profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_seqs=1))
-    offline = {r.session_id: r for r in replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock()).records}
+    offline = {
+        r.session_id: r
+        for r in replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock()).records
+    }
     steps = [ttft(b) - ttft(a) for a, b in zip(offline.values(), list(offline.values())[1:])]
-    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", "--profile", PROFILE, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest_llmreplay.cli.main",
+        "sim",
+        "--profile",
+        PROFILE,
+        "--max-num-seqs",
+        "1",
+        "--port",
+        "0",
+        "--parent-pid",
+        str(os.getpid()),
+    ]
     rounds = []
     start_ray(None, 2)
     try:
@@ -77,19 +96,33 @@ def main() -> None:
                     runs.append({r.session_id: r for r in run.records})
                 one, two = runs
                 ttft_gaps = gaps_ms(two, one, ttft)
-                rounds.append({"ttft_max": max(ttft_gaps), "ttft_median": statistics.median(ttft_gaps),
-                               "tpot_max": max(gaps_ms(two, one, tpot)), "offline_ttft_max": max(gaps_ms(one, offline, ttft))})
+                rounds.append(
+                    {
+                        "ttft_max": max(ttft_gaps),
+                        "ttft_median": statistics.median(ttft_gaps),
+                        "tpot_max": max(gaps_ms(two, one, tpot)),
+                        "offline_ttft_max": max(gaps_ms(one, offline, ttft)),
+                    }
+                )
                 print(f"round {round_ + 1}/{args.runs} done", file=sys.stderr)
     finally:
         import ray
 
         ray.shutdown()
-    print(f"{args.requests} requests of 256 in / {args.output} out every {args.spacing * 1e3:.0f} ms, {PROFILE} one at a time; "
-          f"offline TTFT rises {min(steps) * 1e3:.0f}-{max(steps) * 1e3:.0f} ms a request; median of {args.runs} rounds\n")
+    print(
+        f"{args.requests} requests of 256 in / {args.output} out every {args.spacing * 1e3:.0f} ms, {PROFILE} one at a time; "
+        f"offline TTFT rises {min(steps) * 1e3:.0f}-{max(steps) * 1e3:.0f} ms a request; median of {args.runs} rounds\n"
+    )
     print("| figure (ms) | median | rounds |\n|---|---:|---|")
-    for key, name in (("ttft_max", "largest TTFT gap, 2 workers vs 1 process"), ("ttft_median", "median TTFT gap, 2 workers vs 1 process"),
-                      ("tpot_max", "largest TPOT gap, 2 workers vs 1 process"), ("offline_ttft_max", "largest TTFT gap, 1 process vs offline")):
-        print(f"| {name} | {statistics.median(r[key] for r in rounds):.2f} | {', '.join(f'{r[key]:.2f}' for r in rounds)} |")
+    for key, name in (
+        ("ttft_max", "largest TTFT gap, 2 workers vs 1 process"),
+        ("ttft_median", "median TTFT gap, 2 workers vs 1 process"),
+        ("tpot_max", "largest TPOT gap, 2 workers vs 1 process"),
+        ("offline_ttft_max", "largest TTFT gap, 1 process vs offline"),
+    ):
+        print(
+            f"| {name} | {statistics.median(r[key] for r in rounds):.2f} | {', '.join(f'{r[key]:.2f}' for r in rounds)} |"
+        )
 
 
 if __name__ == "__main__":

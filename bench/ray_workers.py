@@ -71,7 +71,9 @@ def client_cpu_s(exclude: int) -> dict[int, float]:
 
 
 def flat(requests: int, spacing: float) -> Workload:
-    return Workload(tuple(Session(f"r{i}", i * spacing, (Turn(128, 64, Synthetic()),)) for i in range(requests)), "bench")
+    return Workload(
+        tuple(Session(f"r{i}", i * spacing, (Turn(128, 64, Synthetic()),)) for i in range(requests)), "bench"
+    )
 
 
 def measure(replay_once, mock: Mock) -> dict[str, float]:
@@ -84,9 +86,13 @@ def measure(replay_once, mock: Mock) -> dict[str, float]:
     start, end = result.span
     sent = sorted(r.sent_s for r in run.records if r.sent_s is not None)
     return {
-        "ok": summary["requests"]["ok"], "req_s": summary["requests"]["ok"] / (end - start), "cpu_per_1k": cpu / summary["requests"]["ok"] * 1000,
-        "lag_p50_ms": summary["schedule_lag"]["p50"] * 1e3, "lag_p99_ms": summary["schedule_lag"]["p99"] * 1e3,
-        "sent_rate": (len(sent) - 1) / (sent[-1] - sent[0]), "max_gap_ms": max(b - a for a, b in zip(sent, sent[1:])) * 1e3,
+        "ok": summary["requests"]["ok"],
+        "req_s": summary["requests"]["ok"] / (end - start),
+        "cpu_per_1k": cpu / summary["requests"]["ok"] * 1000,
+        "lag_p50_ms": summary["schedule_lag"]["p50"] * 1e3,
+        "lag_p99_ms": summary["schedule_lag"]["p99"] * 1e3,
+        "sent_rate": (len(sent) - 1) / (sent[-1] - sent[0]),
+        "max_gap_ms": max(b - a for a, b in zip(sent, sent[1:])) * 1e3,
         "machine_busy_cores": busy / run.duration_s if run.duration_s else 0.0,
     }
 
@@ -102,7 +108,10 @@ def main() -> None:
     parser.add_argument("--lag-requests", type=int, default=1000)
     args = parser.parse_args()
     prompts = PromptFactory(load_tokenizer(None))
-    closed, opened = ReplaySettings(concurrency=64, check_idle=False), ReplaySettings(mode="timestamps", check_idle=False)
+    closed, opened = (
+        ReplaySettings(concurrency=64, check_idle=False),
+        ReplaySettings(mode="timestamps", check_idle=False),
+    )
     throughput, lag = flat(args.requests, 0.0), flat(args.lag_requests, 1 / 200)
     with tempfile.TemporaryDirectory() as tmp:
         mock = Mock(free_port(), Path(tmp) / "mock.log")
@@ -112,10 +121,16 @@ def main() -> None:
             with RayWorkers(1) as one_worker, RayWorkers(2) as two_workers:
                 configs = {
                     "1 process": lambda workload, settings: Replay(workload, endpoint(), prompts, settings).run(),
-                    "1 Ray worker": lambda workload, settings: one_worker.replay(workload, endpoint(), prompts, settings),
-                    "2 Ray workers": lambda workload, settings: two_workers.replay(workload, endpoint(), prompts, settings),
+                    "1 Ray worker": lambda workload, settings: one_worker.replay(
+                        workload, endpoint(), prompts, settings
+                    ),
+                    "2 Ray workers": lambda workload, settings: two_workers.replay(
+                        workload, endpoint(), prompts, settings
+                    ),
                 }
-                results: dict[str, list[dict]] = {f"{name} {kind}": [] for name in configs for kind in ("closed", "open")}
+                results: dict[str, list[dict]] = {
+                    f"{name} {kind}": [] for name in configs for kind in ("closed", "open")
+                }
                 for round_ in range(args.runs):
                     for name, run in configs.items():
                         results[f"{name} closed"].append(measure(lambda: run(throughput, closed), mock))
@@ -132,15 +147,21 @@ def main() -> None:
     print("| client | req/s | client CPU-s / 1k req | machine busy cores | all runs req/s |\n|---|---|---|---|---|")
     for name in configs:
         key = f"{name} closed"
-        print(f"| {name} | {med('req_s', key):.0f} | {med('cpu_per_1k', key):.3f} | {med('machine_busy_cores', key):.2f} | {joined(results[key], 'req_s', '.0f')} |")
+        print(
+            f"| {name} | {med('req_s', key):.0f} | {med('cpu_per_1k', key):.3f} | {med('machine_busy_cores', key):.2f} | {joined(results[key], 'req_s', '.0f')} |"
+        )
     base, ray_one = med("cpu_per_1k", "1 process closed"), med("cpu_per_1k", "1 Ray worker closed")
     print(f"\nCoordination overhead (1 Ray worker vs 1 process, CPU per request): {100 * (ray_one / base - 1):+.1f}%")
     print(f"\nOpen loop, constant 200 req/s, {args.lag_requests} requests; median of {args.runs}\n")
-    print("| client | lag p50 ms | lag p99 ms | sent stream req/s | largest send gap ms | all runs p99 ms |\n|---|---|---|---|---|---|")
+    print(
+        "| client | lag p50 ms | lag p99 ms | sent stream req/s | largest send gap ms | all runs p99 ms |\n|---|---|---|---|---|---|"
+    )
     for name in ("1 process", "2 Ray workers"):
         key = f"{name} open"
-        print(f"| {name} | {med('lag_p50_ms', key):.2f} | {med('lag_p99_ms', key):.2f} | {med('sent_rate', key):.1f} | {med('max_gap_ms', key):.2f} | "
-              f"{joined(results[key], 'lag_p99_ms', '.2f')} |")
+        print(
+            f"| {name} | {med('lag_p50_ms', key):.2f} | {med('lag_p99_ms', key):.2f} | {med('sent_rate', key):.1f} | {med('max_gap_ms', key):.2f} | "
+            f"{joined(results[key], 'lag_p99_ms', '.2f')} |"
+        )
 
 
 if __name__ == "__main__":

@@ -70,10 +70,22 @@ from pytest_llmreplay.gate.repeats import pool_records  # noqa: E402
 
 GATED = list(baseline.DEFAULT_TOLERANCES)
 TIME = [key for key in GATED if key.partition(".")[0] in ("ttft", "tpot", "latency", "ttfat")]
-KEPT = sorted(set(GATED) | {"itl.p50", "tpot.p50", "tpot.min", "ttft.p50", "latency.p50", "latency.min"})  # what the sim cache keeps of a run's summary
+KEPT = sorted(
+    set(GATED) | {"itl.p50", "tpot.p50", "tpot.min", "ttft.p50", "latency.p50", "latency.min"}
+)  # what the sim cache keeps of a run's summary
 BURST_TPOT_S = 1e-4
-LIVE_DEFAULT = ["gate_live_2026-11-25.jsonl.xz", "gate_live_2026-11-25b.jsonl.xz", "gate_live_2026-11-25c.jsonl.xz", "gate_live_2026-11-26.jsonl.xz"]
-LIVE_NAMES = {"2026-11-25": "live 1 (loaded)", "2026-11-25b": "live 2 (quiet)", "2026-11-25c": "live 3 (quiet)", "2026-11-26": "live 4 (check)"}
+LIVE_DEFAULT = [
+    "gate_live_2026-11-25.jsonl.xz",
+    "gate_live_2026-11-25b.jsonl.xz",
+    "gate_live_2026-11-25c.jsonl.xz",
+    "gate_live_2026-11-26.jsonl.xz",
+]
+LIVE_NAMES = {
+    "2026-11-25": "live 1 (loaded)",
+    "2026-11-25b": "live 2 (quiet)",
+    "2026-11-25c": "live 3 (quiet)",
+    "2026-11-26": "live 4 (check)",
+}
 RATIO_T = (1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
 CV_C = (0.1, 0.2, 0.3, 0.5)
 
@@ -146,13 +158,22 @@ def resampled(sides: list[dict[str, Any]], r: int, n: int, seed: int = 0) -> lis
     pool = []
     for side in sides:
         k = len(side["records"])
-        logs = np.array([[math.log(value(rec["summary"], key) or math.nan) for key in GATED] for rec in side["records"]])
+        logs = np.array(
+            [[math.log(value(rec["summary"], key) or math.nan) for key in GATED] for rec in side["records"]]
+        )
         pool.extend((logs - logs.mean(axis=0)) * math.sqrt(k / (k - 1)))
     pool = np.array(pool)
     out = []
     for _ in range(n):
         runs = np.exp(pool[rng.integers(0, len(pool), r)])
-        out.append(spread([unflatten({key: float(run[i]) for i, key in enumerate(GATED) if math.isfinite(run[i])}) for run in runs]))
+        out.append(
+            spread(
+                [
+                    unflatten({key: float(run[i]) for i, key in enumerate(GATED) if math.isfinite(run[i])})
+                    for run in runs
+                ]
+            )
+        )
     return out
 
 
@@ -165,15 +186,32 @@ def rules() -> list[tuple[str, Any]]:
     for t in RATIO_T:
         out.append((f"time figure max/min > {t:g}", lambda s, t=t: {k for k in TIME if s["ratio"].get(k, 1.0) > t}))
     for t in RATIO_T:
-        out.append((f"any gated figure max/min > {t:g}", lambda s, t=t: {k for k in GATED if s["ratio"].get(k, 1.0) > t}))
+        out.append(
+            (f"any gated figure max/min > {t:g}", lambda s, t=t: {k for k in GATED if s["ratio"].get(k, 1.0) > t})
+        )
     for c in CV_C:
         out.append((f"time figure CV > {c:.0%}", lambda s, c=c: {k for k in TIME if s["cv"].get(k, 0.0) > c}))
     for t in RATIO_T:
-        out.append((f"time figure but ttft.p90 max/min > {t:g}", lambda s, t=t: {k for k in TIME if k != "ttft.p90" and s["ratio"].get(k, 1.0) > t}))
+        out.append(
+            (
+                f"time figure but ttft.p90 max/min > {t:g}",
+                lambda s, t=t: {k for k in TIME if k != "ttft.p90" and s["ratio"].get(k, 1.0) > t},
+            )
+        )
     out.append(("burst and streamed runs mixed (run level)", lambda s: set(TIME) if s["mixed"] else set()))
     for share in (0.1, 0.2):
-        out.append((f"runs' burst-request shares differ by >= {share:.0%}", lambda s, share=share: set(TIME) if (s["share_range"] or 0.0) >= share else set()))
-    out.append(("time max/min > 2 and burst shares differ by >= 10%", lambda s: {k for k in TIME if s["ratio"].get(k, 1.0) > 2.0} if (s["share_range"] or 0.0) >= 0.1 else set()))
+        out.append(
+            (
+                f"runs' burst-request shares differ by >= {share:.0%}",
+                lambda s, share=share: set(TIME) if (s["share_range"] or 0.0) >= share else set(),
+            )
+        )
+    out.append(
+        (
+            "time max/min > 2 and burst shares differ by >= 10%",
+            lambda s: {k for k in TIME if s["ratio"].get(k, 1.0) > 2.0} if (s["share_range"] or 0.0) >= 0.1 else set(),
+        )
+    )
     return out
 
 
@@ -214,10 +252,20 @@ def simulated(noises: list[str], pairs: int, repeat: int, cache: Path, jobs: int
             if line.strip():
                 side = json.loads(line)
                 have[side["noise"], side["i"], side["role"], side["repeat"]] = side
-    todo = [(n, i, role, repeat) for n in noises for i in range(1, pairs + 1) for role in ("base", "current") if (n, i, role, repeat) not in have]
+    todo = [
+        (n, i, role, repeat)
+        for n in noises
+        for i in range(1, pairs + 1)
+        for role in ("base", "current")
+        if (n, i, role, repeat) not in have
+    ]
     if todo:
         t0 = time.perf_counter()
-        print(f"simulating {len(todo)} sides of {repeat} runs ({jobs} process(es)) into {cache}", file=sys.stderr, flush=True)
+        print(
+            f"simulating {len(todo)} sides of {repeat} runs ({jobs} process(es)) into {cache}",
+            file=sys.stderr,
+            flush=True,
+        )
         with open(cache, "a") as out, multiprocessing.get_context("fork").Pool(jobs) as pool:
             for k, side in enumerate(pool.imap_unordered(sim_side, todo, chunksize=1), 1):
                 have[side["noise"], side["i"], side["role"], side["repeat"]] = side
@@ -233,7 +281,13 @@ def simulated(noises: list[str], pairs: int, repeat: int, cache: Path, jobs: int
 
 
 def table(headers: list[str], rows: list[list[Any]]) -> str:
-    return "\n".join(["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|", *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)])
+    return "\n".join(
+        [
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join("---" for _ in headers) + "|",
+            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+        ]
+    )
 
 
 def fmt(x: float) -> str:
@@ -245,7 +299,9 @@ def quantiles(values: list[float]) -> str:
         return "-"
     arr = np.array(values)
     finite = arr[np.isfinite(arr)]
-    q = lambda p: fmt(float(np.percentile(arr, p))) if np.isfinite(arr).all() or p < 100 * len(finite) / len(arr) else "inf"  # noqa: E731
+    q = lambda p: (
+        fmt(float(np.percentile(arr, p))) if np.isfinite(arr).all() or p < 100 * len(finite) / len(arr) else "inf"
+    )  # noqa: E731
     return f"{q(50)} / {q(90)} / {q(99)} / {fmt(float(arr.max()))}"
 
 
@@ -258,12 +314,16 @@ def wilson_upper(hits: int, n: int, z: float = 1.96) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--live", nargs="*", default=[str(ROOT / "bench" / "results" / name) for name in LIVE_DEFAULT])
-    parser.add_argument("--pairs", type=int, default=150, help="simulated pairs of sides per noise setting (2 sides each)")
+    parser.add_argument(
+        "--pairs", type=int, default=150, help="simulated pairs of sides per noise setting (2 sides each)"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="runs per simulated side")
     parser.add_argument("--noise", nargs="*", default=["0.05:0.01", "0.05:0.02"], help="ITERATION_CV:RUN_CV settings")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--sim-cache", default="spread_sim.jsonl")
-    parser.add_argument("--resample", type=int, default=2000, help="made-up sides of the quiet live runs' A runs, resampled (0: none)")
+    parser.add_argument(
+        "--resample", type=int, default=2000, help="made-up sides of the quiet live runs' A runs, resampled (0: none)"
+    )
     parser.add_argument("--no-verdicts", action="store_true", help="skip the gate's verdicts on the live pairs")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -274,8 +334,15 @@ def main() -> None:
         iteration_cv, run_cv = (float(x) for x in noise.split(":"))
         for r in sorted({3, args.repeat}):
             if r <= args.repeat:
-                datasets.append({"name": f"sim {iteration_cv:.0%}/{run_cv:.0%}", "kind": "sim", "r": r, "sides": [sim_spread(side, r) for side in sides],
-                                 "pairs": [(2 * k, 2 * k + 1) for k in range(len(sides) // 2)]})
+                datasets.append(
+                    {
+                        "name": f"sim {iteration_cv:.0%}/{run_cv:.0%}",
+                        "kind": "sim",
+                        "r": r,
+                        "sides": [sim_spread(side, r) for side in sides],
+                        "pairs": [(2 * k, 2 * k + 1) for k in range(len(sides) // 2)],
+                    }
+                )
     live_raw = {}
     for path in map(Path, args.live):
         stem = path.name.removeprefix("gate_live_").removesuffix(".xz").removesuffix(".jsonl")
@@ -291,35 +358,80 @@ def main() -> None:
     quiet = [s for name, raw in live_raw.items() if "quiet" in name for s in raw if s["kind"] == "A"]
     if quiet and args.resample:
         for r in (3, 5):
-            datasets.append({"name": "live 2+3 (quiet) resampled", "kind": "A", "r": r, "sides": resampled(quiet, r, args.resample)})
-    groups = [("simulated sides", [d for d in datasets if d["kind"] == "sim"]), ("live baseline (A) sides", [d for d in datasets if d["kind"] == "A"]),
-              ("live slowed (B) sides", [d for d in datasets if d["kind"] == "B"])]
+            datasets.append(
+                {"name": "live 2+3 (quiet) resampled", "kind": "A", "r": r, "sides": resampled(quiet, r, args.resample)}
+            )
+    groups = [
+        ("simulated sides", [d for d in datasets if d["kind"] == "sim"]),
+        ("live baseline (A) sides", [d for d in datasets if d["kind"] == "A"]),
+        ("live slowed (B) sides", [d for d in datasets if d["kind"] == "B"]),
+    ]
 
     label = lambda d: f"{d['name']}{' ' + d['kind'] if d['kind'] != 'sim' else ''}, r={d['r']} ({len(d['sides'])})"  # noqa: E731
     print("## Spread between the runs of a side\n")
-    print("max/min of the runs' figure over sides: median / p90 / p99 / max. Data set: name, runs per side r (sides).\n")
-    print(table(["data set", *GATED], [[label(d), *(quantiles([s["ratio"][k] for s in d["sides"] if k in s["ratio"]]) for k in GATED)] for d in datasets]))
+    print(
+        "max/min of the runs' figure over sides: median / p90 / p99 / max. Data set: name, runs per side r (sides).\n"
+    )
+    print(
+        table(
+            ["data set", *GATED],
+            [
+                [label(d), *(quantiles([s["ratio"][k] for s in d["sides"] if k in s["ratio"]]) for k in GATED)]
+                for d in datasets
+            ],
+        )
+    )
     print("\nCV of the runs' figure (population sd / mean) over sides: median / p90 / max\n")
     cvq = lambda vals: f"{np.median(vals):.1%} / {np.percentile(vals, 90):.1%} / {max(vals):.1%}" if vals else "-"  # noqa: E731
-    print(table(["data set", *GATED], [[label(d), *(cvq([s["cv"][k] for s in d["sides"] if k in s["cv"]]) for k in GATED)] for d in datasets]))
+    print(
+        table(
+            ["data set", *GATED],
+            [[label(d), *(cvq([s["cv"][k] for s in d["sides"] if k in s["cv"]]) for k in GATED)] for d in datasets],
+        )
+    )
 
     print("\n## Bursts\n")
-    print("A burst run: itl.p50 == 0 or tpot.p50 < 0.1 ms (most of its responses arrived in one burst); a burst request: TPOT < 0.1 ms."
-          " Mixed (run level): a side with burst and streamed runs; burst shares differ: the runs' shares of burst requests span >= 10 points."
-          " Sim: shares 0 when every run's tpot.min >= 0.1 ms.\n")
+    print(
+        "A burst run: itl.p50 == 0 or tpot.p50 < 0.1 ms (most of its responses arrived in one burst); a burst request: TPOT < 0.1 ms."
+        " Mixed (run level): a side with burst and streamed runs; burst shares differ: the runs' shares of burst requests span >= 10 points."
+        " Sim: shares 0 when every run's tpot.min >= 0.1 ms.\n"
+    )
     rows = []
     for d in datasets:
         n_runs = sum(s["runs"] for s in d["sides"])
         shares = [x for s in d["sides"] for x in (s["shares"] or [])]
-        rows.append([label(d), f"{sum(s['bursts'] or 0 for s in d['sides'])}/{n_runs}", sum(s["bursts"] == s["runs"] for s in d["sides"]),
-                     sum(s["bursts"] == 0 for s in d["sides"]), sum(s["mixed"] for s in d["sides"]),
-                     f"{sum(x > 0 for x in shares)}/{len(shares)}" if shares else "?", f"{np.median(shares):.0%} / {max(shares):.0%}" if shares else "?",
-                     sum((s["share_range"] or 0) >= 0.1 for s in d["sides"])])
-    print(table(["data set", "burst runs", "sides all burst runs", "sides all streamed runs", "**sides mixed (run level)**", "runs with a burst request",
-                 "burst share of a run: median / max", "**sides whose burst shares differ >= 10 pts**"], rows))
+        rows.append(
+            [
+                label(d),
+                f"{sum(s['bursts'] or 0 for s in d['sides'])}/{n_runs}",
+                sum(s["bursts"] == s["runs"] for s in d["sides"]),
+                sum(s["bursts"] == 0 for s in d["sides"]),
+                sum(s["mixed"] for s in d["sides"]),
+                f"{sum(x > 0 for x in shares)}/{len(shares)}" if shares else "?",
+                f"{np.median(shares):.0%} / {max(shares):.0%}" if shares else "?",
+                sum((s["share_range"] or 0) >= 0.1 for s in d["sides"]),
+            ]
+        )
+    print(
+        table(
+            [
+                "data set",
+                "burst runs",
+                "sides all burst runs",
+                "sides all streamed runs",
+                "**sides mixed (run level)**",
+                "runs with a burst request",
+                "burst share of a run: median / max",
+                "**sides whose burst shares differ >= 10 pts**",
+            ],
+            rows,
+        )
+    )
 
     print("\n## The largest time-figure max/min of a side, by class\n")
-    print("worst = max over ttft.p50, ttft.p90, tpot.p50, latency.p50, ttfat.p50 of the side's max/min: median / p90 / p99 / max (n)\n")
+    print(
+        "worst = max over ttft.p50, ttft.p90, tpot.p50, latency.p50, ttfat.p50 of the side's max/min: median / p90 / p99 / max (n)\n"
+    )
     rows = []
     for d in datasets:
         worst = [max(s["ratio"][k] for k in TIME if k in s["ratio"]) for s in d["sides"]]
@@ -327,8 +439,29 @@ def main() -> None:
         mixed = [w for w, s in zip(worst, d["sides"]) if s["mixed"]]
         shares = [w for w, s in zip(worst, d["sides"]) if (s["share_range"] or 0) >= 0.1]
         q = lambda v: f"{quantiles(v)} ({len(v)})" if v else "-"  # noqa: E731
-        rows.append([label(d), q(steady), q(mixed), f"{fmt(min(mixed))}" if mixed else "-", q(shares), f"{fmt(min(shares))}" if shares else "-"])
-    print(table(["data set", "neither mixed nor shares differing", "mixed (run level)", "mixed: smallest worst", "burst shares differ >= 10 pts", "smallest"], rows))
+        rows.append(
+            [
+                label(d),
+                q(steady),
+                q(mixed),
+                f"{fmt(min(mixed))}" if mixed else "-",
+                q(shares),
+                f"{fmt(min(shares))}" if shares else "-",
+            ]
+        )
+    print(
+        table(
+            [
+                "data set",
+                "neither mixed nor shares differing",
+                "mixed (run level)",
+                "mixed: smallest worst",
+                "burst shares differ >= 10 pts",
+                "smallest",
+            ],
+            rows,
+        )
+    )
 
     rule_list = rules()
     for title, group in groups:
@@ -351,8 +484,10 @@ def main() -> None:
                 cells.append(cell)
             rows.append([name, *cells])
         print(table(["rule", *(label(d) for d in group)], rows))
-    print("\nSim cells: flagged sides (pairs (baseline_i, current_i) with either side flagged; Wilson 95% upper bound of the side rate);"
-          " live cells: flagged sides (flagged among the run-level mixed sides; among the sides whose burst shares differ >= 10 pts).")
+    print(
+        "\nSim cells: flagged sides (pairs (baseline_i, current_i) with either side flagged; Wilson 95% upper bound of the side rate);"
+        " live cells: flagged sides (flagged among the run-level mixed sides; among the sides whose burst shares differ >= 10 pts)."
+    )
     print("\nWhich figures flag (sides flagged by each figure's own max/min):\n")
     rows = []
     for t in (2.0, 3.0):
@@ -371,7 +506,11 @@ def main() -> None:
             for r in sorted({3, most}):
                 stored = lambda s: pool_records(s["records"][:r], s["facts"][:r])  # noqa: E731
                 aa = [(prev, cur, judge(stored(prev), stored(cur))) for prev, cur in zip(a_sides, a_sides[1:])]
-                ab = [(by_step[s["step"]], s, judge(stored(by_step[s["step"]]), stored(s))) for s in raw if s["kind"] != "A"]
+                ab = [
+                    (by_step[s["step"]], s, judge(stored(by_step[s["step"]]), stored(s)))
+                    for s in raw
+                    if s["kind"] != "A"
+                ]
                 verdicts[name, r] = (aa, ab)
         print(f"({time.perf_counter() - t0:.0f} s of comparisons; baseline.compare from {baseline.__file__})\n")
         rows = []
@@ -379,13 +518,30 @@ def main() -> None:
             fa = [p for p in aa if any(row["verdict"] == "regression" for row in p[2]["rows"].values())]
             det = [p for p in ab if p[2]["rows"]["ttft.p50"]["verdict"] == "regression"]
             per_metric = {k: sum(p[2]["rows"][k]["verdict"] == "regression" for p in fa) for k in GATED}
-            rows.append([f"{name}, r={r}", f"{len(fa)}/{len(aa)}", ", ".join(f"{k} {n}" for k, n in per_metric.items() if n),
-                         f"{sum(live_spread(p[0], r)['mixed'] or live_spread(p[1], r)['mixed'] for p in fa)} / {sum(max(live_spread(p[0], r)['share_range'], live_spread(p[1], r)['share_range']) >= 0.1 for p in fa)}",
-                         f"{len(det)}/{len(ab)}" if ab else "-"])
-        print(table(["live run, runs per side", "A/A false alarms (any regression row)", "false alarms per figure", "of them, a side mixed (run level) / burst shares differ", "A/B ttft.p50 detected"], rows))
+            rows.append(
+                [
+                    f"{name}, r={r}",
+                    f"{len(fa)}/{len(aa)}",
+                    ", ".join(f"{k} {n}" for k, n in per_metric.items() if n),
+                    f"{sum(live_spread(p[0], r)['mixed'] or live_spread(p[1], r)['mixed'] for p in fa)} / {sum(max(live_spread(p[0], r)['share_range'], live_spread(p[1], r)['share_range']) >= 0.1 for p in fa)}",
+                    f"{len(det)}/{len(ab)}" if ab else "-",
+                ]
+            )
+        print(
+            table(
+                [
+                    "live run, runs per side",
+                    "A/A false alarms (any regression row)",
+                    "false alarms per figure",
+                    "of them, a side mixed (run level) / burst shares differ",
+                    "A/B ttft.p50 detected",
+                ],
+                rows,
+            )
+        )
         print()
         headers = ["rule"]
-        for (name, r) in verdicts:
+        for name, r in verdicts:
             headers.append(f"{name}, r={r}")
         rows = []
         for rule_name, rule in rule_list:
@@ -404,13 +560,18 @@ def main() -> None:
                         passes += bool(flagged)
                 det = [(p, c) for p, c, j in ab if j["rows"]["ttft.p50"]["verdict"] == "regression"]
                 lost = sum(bool(flag(p) | flag(c)) for p, c in det)
-                cells.append(f"FA {whole}/{fa} (per fig {each}); non-FA A/A {passes}/{len(aa) - fa}" + (f"; A/B det. lost {lost}/{len(det)}" if ab else ""))
+                cells.append(
+                    f"FA {whole}/{fa} (per fig {each}); non-FA A/A {passes}/{len(aa) - fa}"
+                    + (f"; A/B det. lost {lost}/{len(det)}" if ab else "")
+                )
             rows.append([rule_name, *cells])
         print(table(headers, rows))
-        print("\nFA w/n: of the n A/A pairs the gate called a regression, w have a flagged side (the comparison `unstable`);"
-              " per fig: those whose every regression row's own figure is flagged on a side;"
-              " non-FA A/A: the other A/A pairs (no regression) that the rule turns `unstable`;"
-              " A/B det. lost: ttft.p50 detections of the slowed side that would become `unstable`.")
+        print(
+            "\nFA w/n: of the n A/A pairs the gate called a regression, w have a flagged side (the comparison `unstable`);"
+            " per fig: those whose every regression row's own figure is flagged on a side;"
+            " non-FA A/A: the other A/A pairs (no regression) that the rule turns `unstable`;"
+            " A/B det. lost: ttft.p50 detections of the slowed side that would become `unstable`."
+        )
     print(f"\nTotal wall time: {time.perf_counter() - started:.0f} s")
 
 

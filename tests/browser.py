@@ -19,14 +19,30 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",
+)
 SETUP_TIMEOUT_S, START_TIMEOUT_S, STEP_TIMEOUT_S = 900, 60, 60
 
 
 def chromium() -> str:
     """The browser's path from the setup script; AssertionError with its message when it fails."""
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "setup_chromium.py")], capture_output=True, text=True, timeout=SETUP_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "setup_chromium.py")],
+        capture_output=True,
+        text=True,
+        timeout=SETUP_TIMEOUT_S,
+    )
     assert done.returncode == 0, f"scripts/setup_chromium.py failed: {done.stderr.strip().splitlines()[-1:]}"
     return done.stdout.strip().splitlines()[-1]
 
@@ -47,7 +63,11 @@ def visit(browser: str, url: str, expression: str, width: int = 1280) -> PageVis
     # Chromium's helper processes (crashpad, zygote) may still write to the profile for a moment
     # after the browser process is gone: a file they add during the removal is left behind
     with tempfile.TemporaryDirectory(prefix="llmreplay-chromium-", ignore_cleanup_errors=True) as profile:
-        process = subprocess.Popen([browser, *FLAGS, f"--user-data-dir={profile}", "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [browser, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             port = _devtools_port(Path(profile), process)
             return asyncio.run(_visit(port, url, expression, width))
@@ -80,12 +100,17 @@ async def _visit(port: int, url: str, expression: str, width: int) -> PageVisit:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=STEP_TIMEOUT_S) as answer:
         page = next(t for t in json.load(answer) if t["type"] == "page")
     found = PageVisit()
-    async with aiohttp.ClientSession() as session, session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as socket:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as socket,
+    ):
         session_state = _Session(socket, found)
         listener = asyncio.create_task(session_state.listen())
         for method in ("Runtime.enable", "Log.enable", "Page.enable"):
             await session_state.call(method)
-        await session_state.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False)
+        await session_state.call(
+            "Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1, mobile=False
+        )
         loaded = session_state.expect("Page.loadEventFired")
         await session_state.call("Page.navigate", url=url)
         await asyncio.wait_for(loaded, STEP_TIMEOUT_S)
@@ -129,9 +154,16 @@ class _Session:
             method, params = data.get("method"), data.get("params", {})
             if method == "Runtime.exceptionThrown":
                 details = params["exceptionDetails"]
-                self.found.errors.append(f"uncaught: {details.get('exception', {}).get('description') or details.get('text')}")
+                self.found.errors.append(
+                    f"uncaught: {details.get('exception', {}).get('description') or details.get('text')}"
+                )
             elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
-                self.found.errors.append("console." + params["type"] + ": " + " ".join(str(a.get("value", a.get("description"))) for a in params["args"]))
+                self.found.errors.append(
+                    "console."
+                    + params["type"]
+                    + ": "
+                    + " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+                )
             elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
                 self.found.errors.append(f"log: {params['entry']['text']} ({params['entry'].get('url', '')})")
             if method in self.waiting and not self.waiting[method].done():

@@ -73,7 +73,13 @@ class MockServer:
         written to their end; DELETE: reset the first two."""
         if request.method == "DELETE":
             self.completions_count, self.first_completion_time = 0, None
-        return web.json_response({"requests": self.completions_count, "first_request_time": self.first_completion_time, "finished": self.streams_finished})
+        return web.json_response(
+            {
+                "requests": self.completions_count,
+                "first_request_time": self.first_completion_time,
+                "finished": self.streams_finished,
+            }
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})
@@ -115,7 +121,7 @@ class MockServer:
         """Tokens in the longest run of leading full blocks seen before (chained block hashes)."""
         size, hit, key, missed = self.config.block_size, 0, 0, False
         for end in range(size, len(ids) + 1, size):
-            key = hash((key, tuple(ids[end - size:end])))
+            key = hash((key, tuple(ids[end - size : end])))
             if key in self._seen_blocks and not missed:
                 hit = end
             else:
@@ -133,7 +139,9 @@ class MockServer:
         fault, after = mock.get("fault"), mock.get("after", 0)
         if fault in ("http500", "http400"):
             status = int(fault[4:])
-            return web.json_response({"error": {"message": f"mock {status}", "type": "MockError", "code": status}}, status=status)
+            return web.json_response(
+                {"error": {"message": f"mock {status}", "type": "MockError", "code": status}}, status=status
+            )
         ids, prompt_tokens = self.prompt_ids(body, chat)
         usage = {
             "prompt_tokens": prompt_tokens,
@@ -145,7 +153,11 @@ class MockServer:
         if not body.get("stream"):
             await asyncio.sleep(self.config.ttft_s + self.config.itl_s * max(n - 1, 0))
             text = _text(0, n)
-            choice = {"index": 0, "finish_reason": "length", **({"message": {"role": "assistant", "content": text}} if chat else {"text": text})}
+            choice = {
+                "index": 0,
+                "finish_reason": "length",
+                **({"message": {"role": "assistant", "content": text}} if chat else {"text": text}),
+            }
             return web.json_response({"id": "x", "choices": [choice], "usage": usage})
         reply = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await reply.prepare(request)
@@ -164,7 +176,9 @@ class MockServer:
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length" if sent + count == n else None}
             choice.update({"delta": {"content": text}} if chat else {"text": text})
             if body.get("return_token_ids"):
-                choice["token_ids"] = [_vocabulary().words[i % len(_vocabulary().words)] for i in range(sent, sent + count)]
+                choice["token_ids"] = [
+                    _vocabulary().words[i % len(_vocabulary().words)] for i in range(sent, sent + count)
+                ]
             await reply.write(_event({**env, "choices": [choice]}))
             sent += count
             if self.config.itl_s and sent < n:
@@ -187,7 +201,9 @@ class MockServer:
             await reply.write(b"data: {not json\n\n")
             await reply.write(b"data: [DONE]\n\n")
         elif fault == "error_event":
-            await reply.write(_event({"error": {"message": "engine crashed", "type": "InternalServerError", "code": 500}}))
+            await reply.write(
+                _event({"error": {"message": "engine crashed", "type": "InternalServerError", "code": 500}})
+            )
             await reply.write(b"data: [DONE]\n\n")
         await reply.write_eof()
         self.streams_finished += 1
@@ -301,12 +317,18 @@ class ServerThread:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--count-prompts", action="store_true", help="tokenize prompts for usage and cache figures (slower)")
-    parser.add_argument("--envelope", action="store_true", help="add id/object/created/model to streamed chunks (AIPerf needs them)")
+    parser.add_argument(
+        "--count-prompts", action="store_true", help="tokenize prompts for usage and cache figures (slower)"
+    )
+    parser.add_argument(
+        "--envelope", action="store_true", help="add id/object/created/model to streamed chunks (AIPerf needs them)"
+    )
     parser.add_argument("--ttft-s", type=float, default=0.0, help="seconds before the first token (default 0)")
     parser.add_argument("--itl-s", type=float, default=0.0, help="seconds between tokens (default 0)")
     args = parser.parse_args()
-    server = MockServer(MockConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, count_prompts=args.count_prompts, envelope=args.envelope))
+    server = MockServer(
+        MockConfig(ttft_s=args.ttft_s, itl_s=args.itl_s, count_prompts=args.count_prompts, envelope=args.envelope)
+    )
     web.run_app(server.app(), host="127.0.0.1", port=args.port, access_log=None, print=None)
 
 

@@ -52,15 +52,35 @@ class RayHead:
     def __enter__(self) -> "RayHead":
         self.folder = Path(tempfile.mkdtemp(prefix="rayhead-", dir="/tmp"))
         port = free_port()
-        command = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", f"--port={port}", f"--num-cpus={self.cpus}",
-                   "--include-dashboard=false", "--disable-usage-stats", "--node-ip-address=127.0.0.1",
-                   f"--ray-client-server-port={free_port()}", f"--temp-dir={self.folder}"]
+        command = [
+            str(Path(sys.executable).with_name("ray")),
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            f"--num-cpus={self.cpus}",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--node-ip-address=127.0.0.1",
+            f"--ray-client-server-port={free_port()}",
+            f"--temp-dir={self.folder}",
+        ]
         log = self.folder / "head.log"
         with open(log, "wb") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env={**os.environ, **self.env}, start_new_session=True)
-        self._watchdog = subprocess.Popen([sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(STOP_TIMEOUT_S)],
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+            self.process = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+            )
+        self._watchdog = subprocess.Popen(
+            [sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(STOP_TIMEOUT_S)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + self.startup_timeout_s
         while STARTED not in log.read_text(errors="replace"):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -91,4 +111,8 @@ class RayHead:
         (``python-core-worker-<id>_<pid>.log``)."""
         assert self.folder is not None
         logs = self.folder / "session_latest" / "logs"
-        return {int(m.group(1)) for path in logs.glob("python-core-worker-*.log") if (m := re.search(r"_(\d+)\.log$", path.name))}
+        return {
+            int(m.group(1))
+            for path in logs.glob("python-core-worker-*.log")
+            if (m := re.search(r"_(\d+)\.log$", path.name))
+        }

@@ -56,7 +56,12 @@ def rec(
 
 def make(records, gpus=1, goodput=None, warnings=(), planned=None, duration=100.0) -> Result:
     run = ReplayRun(
-        records=list(records), warnings=list(warnings), settings={}, workload="w", endpoint="e",
-        duration_s=duration, planned_requests=len(records) if planned is None else planned,
+        records=list(records),
+        warnings=list(warnings),
+        settings={},
+        workload="w",
+        endpoint="e",
+        duration_s=duration,
+        planned_requests=len(records) if planned is None else planned,
     )
     return Result(run, gpus=gpus, goodput=goodput or {})

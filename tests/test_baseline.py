@@ -15,7 +15,14 @@ from records import make, rec
 from test_repeats import at95
 
 from pytest_llmreplay.gate import baseline, bootstrap
-from pytest_llmreplay.gate.baseline import compare, comparison_table, parse_tolerance, reference_history, samples, tolerances
+from pytest_llmreplay.gate.baseline import (
+    compare,
+    comparison_table,
+    parse_tolerance,
+    reference_history,
+    samples,
+    tolerances,
+)
 from pytest_llmreplay.gate.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.metrics.result import WINDOWS
@@ -34,14 +41,16 @@ def approx(value):
 
 def small_run():
     # session 0, two turns; session 1, one turn. Span 0 -> 10: steady span 2 -> 10 in ten 0.8 s windows.
-    return make([
-        # ttft 1/3, latency 1.0, tpot (1 - 1/3) / 3 = 2/9; prompt 100, cached 0, output 4
-        rec(0, 0, 2, sent=0.0, chunks=((1 / 3, 1), (1.0, 3)), end=1.0, prompt=100, cached=0),
-        # ttft 0.5, latency 0.5, one token: no tpot; prompt 300, cached 90
-        rec(0, 1, 2, sent=2.0, chunks=((2.5, 1),), end=2.5, prompt=300, cached=90),
-        # ttft 0.2, latency 7.0; prompt 50, cached 0
-        rec(1, sent=3.0, chunks=((3.2, 1),), end=10.0, prompt=50, cached=0),
-    ])
+    return make(
+        [
+            # ttft 1/3, latency 1.0, tpot (1 - 1/3) / 3 = 2/9; prompt 100, cached 0, output 4
+            rec(0, 0, 2, sent=0.0, chunks=((1 / 3, 1), (1.0, 3)), end=1.0, prompt=100, cached=0),
+            # ttft 0.5, latency 0.5, one token: no tpot; prompt 300, cached 90
+            rec(0, 1, 2, sent=2.0, chunks=((2.5, 1),), end=2.5, prompt=300, cached=90),
+            # ttft 0.2, latency 7.0; prompt 50, cached 0
+            rec(1, sent=3.0, chunks=((3.2, 1),), end=10.0, prompt=50, cached=0),
+        ]
+    )
 
 
 def test_samples_by_hand():
@@ -93,10 +102,12 @@ def test_samples_round_to_six_significant_digits():
 
 def test_samples_leave_out_metrics_without_values():
     # one-token answers, no cached counts, every request failed but one
-    result = make([
-        rec(0, sent=0.0, chunks=((0.5, 1),), end=1.0),
-        rec(1, status="failed", sent=0.5, end=2.0, error="server: 500"),
-    ])
+    result = make(
+        [
+            rec(0, sent=0.0, chunks=((0.5, 1),), end=1.0),
+            rec(1, status="failed", sent=0.5, end=2.0, error="server: 500"),
+        ]
+    )
     found = samples(result)
     assert set(found) == {"ttft", "latency", "ttfat", "output_throughput", "request_throughput"}
     assert found["ttft"] == [0.5]  # the failed one has no sample
@@ -108,9 +119,16 @@ def test_samples_leave_out_metrics_without_values():
 
 def record(test="tests/test_perf.py::test_chat", commit="a" * 40, **more):
     return {
-        "schema": baseline.SCHEMA, "test": test, "commit": commit, "dirty": False, "branch": "main",
-        "fingerprint": {"kind": "sim", "model": "m"}, "workload": {"path": "w.jsonl", "digest": "d"},
-        "settings": {"concurrency": 4}, "summary": {"ttft": {"p50": 0.5}}, "samples": {"ttft": [0.4, 0.5, 0.6]},
+        "schema": baseline.SCHEMA,
+        "test": test,
+        "commit": commit,
+        "dirty": False,
+        "branch": "main",
+        "fingerprint": {"kind": "sim", "model": "m"},
+        "workload": {"path": "w.jsonl", "digest": "d"},
+        "settings": {"concurrency": 4},
+        "summary": {"ttft": {"p50": 0.5}},
+        "samples": {"ttft": [0.4, 0.5, 0.6]},
         **more,
     }
 
@@ -119,8 +137,12 @@ def test_make_record_round_trips_through_the_store(tmp_path):
     result = small_run()
     checks = check_slos(result.summary, parse_slos({"ttft.p50": "< 1s", "error_rate": "> 0"}))
     made = baseline.make_record(
-        result, test="t::x", fingerprint={"kind": "sim"}, workload={"digest": "abc"},
-        git={"commit": "f" * 40, "dirty": True, "branch": "dev"}, slo_checks=checks,
+        result,
+        test="t::x",
+        fingerprint={"kind": "sim"},
+        workload={"digest": "abc"},
+        git={"commit": "f" * 40, "dirty": True, "branch": "dev"},
+        slo_checks=checks,
     )
     assert made["schema"] == baseline.SCHEMA
     assert (made["commit"], made["dirty"], made["branch"]) == ("f" * 40, True, "dev")
@@ -137,7 +159,9 @@ def test_a_saved_record_compares_cleanly_with_its_in_memory_twin(tmp_path):
     # the gate compares a record read back from disk with one made in memory: the JSON round trip
     # must not make them look like different endpoints, workloads or settings
     result = small_run()
-    made = baseline.make_record(result, test="t", fingerprint={"kind": "sim", "hardware": None}, workload={"digest": "abc"}, git={})
+    made = baseline.make_record(
+        result, test="t", fingerprint={"kind": "sim", "hardware": None}, workload={"digest": "abc"}, git={}
+    )
     made["settings"] = {"concurrency": 4, "speedup": 1.0, "rate": None, "order": "sequential"}
     again = read_record(FolderStore(tmp_path).save(made))
     comparison = compare(again, made, {"ttft.p50": 0.05, "latency.p50": 0.05})
@@ -193,20 +217,26 @@ def test_read_record_json_that_is_not_a_record(tmp_path, content, missing):
     assert "other.json" in message and f"missing {missing}" in message
 
 
-@pytest.mark.parametrize(("change", "problem"), [
-    ({"summary": "x"}, "summary: expected an object of metrics, got a string ('x')"),
-    ({"summary": {"ttft": 3}}, "summary.ttft: expected an object of statistics, got a number"),
-    ({"summary": {"ttft": {"p50": "fast"}}}, "summary.ttft.p50: expected a number, got a string ('fast')"),
-    ({"samples": None}, "samples: expected an object of lists of numbers, got null"),
-    ({"samples": {"ttft": "0.1"}}, "samples.ttft: expected a list of numbers, got a string ('0.1')"),
-    ({"samples": {"ttft": [0.1, "0.2"]}}, "samples.ttft: expected a list of numbers, got a list holding a string ('0.2')"),
-    ({"samples": {"ttft": [0.1, None]}}, "samples.ttft: expected a list of numbers, got a list holding null"),
-    ({"fingerprint": []}, "fingerprint: expected an object, got a list"),
-    ({"settings": "fast"}, "settings: expected an object, got a string ('fast')"),
-    ({"sample_keys": {"ttft": [1.5]}}, "sample_keys.ttft: expected a list of integers, got 1.5 in it"),
-    ({"runs": [{"sizes": {"ttft": "2"}}]}, "runs[0].sizes: expected counts"),
-    ({"runs": [{"sizes": {}, "summary": []}]}, "runs[0].summary: expected an object of metrics, got a list"),
-])
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"summary": "x"}, "summary: expected an object of metrics, got a string ('x')"),
+        ({"summary": {"ttft": 3}}, "summary.ttft: expected an object of statistics, got a number"),
+        ({"summary": {"ttft": {"p50": "fast"}}}, "summary.ttft.p50: expected a number, got a string ('fast')"),
+        ({"samples": None}, "samples: expected an object of lists of numbers, got null"),
+        ({"samples": {"ttft": "0.1"}}, "samples.ttft: expected a list of numbers, got a string ('0.1')"),
+        (
+            {"samples": {"ttft": [0.1, "0.2"]}},
+            "samples.ttft: expected a list of numbers, got a list holding a string ('0.2')",
+        ),
+        ({"samples": {"ttft": [0.1, None]}}, "samples.ttft: expected a list of numbers, got a list holding null"),
+        ({"fingerprint": []}, "fingerprint: expected an object, got a list"),
+        ({"settings": "fast"}, "settings: expected an object, got a string ('fast')"),
+        ({"sample_keys": {"ttft": [1.5]}}, "sample_keys.ttft: expected a list of integers, got 1.5 in it"),
+        ({"runs": [{"sizes": {"ttft": "2"}}]}, "runs[0].sizes: expected counts"),
+        ({"runs": [{"sizes": {}, "summary": []}]}, "runs[0].summary: expected an object of metrics, got a list"),
+    ],
+)
 def test_read_record_of_the_right_schema_and_wrong_shape_is_one_line(tmp_path, change, problem):
     """What a reader takes for granted is checked on reading (issue 31, C11): these gave an
     AttributeError or TypeError in history and compare, or were read as if fine."""
@@ -219,7 +249,9 @@ def test_read_record_of_the_right_schema_and_wrong_shape_is_one_line(tmp_path, c
 def test_read_record_nested_too_deeply_is_one_line(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000)
-    with pytest.raises(LLMReplayError, match=r"deep.json: not a stored llmreplay result \(nested too deeply to be one\)$"):
+    with pytest.raises(
+        LLMReplayError, match=r"deep.json: not a stored llmreplay result \(nested too deeply to be one\)$"
+    ):
         read_record(path)
 
 
@@ -426,7 +458,17 @@ def test_reference_in_a_repository_without_commits(git_env):
 
 @pytest.mark.parametrize(
     "value, expected",
-    [("10%", 0.1), ("2.5%", 0.025), (" 7 % ", 0.07), ("0%", 0.0), (".5%", 0.005), (0.1, 0.1), ("0.1", 0.1), (0, 0.0), (1, 1.0)],
+    [
+        ("10%", 0.1),
+        ("2.5%", 0.025),
+        (" 7 % ", 0.07),
+        ("0%", 0.0),
+        (".5%", 0.005),
+        (0.1, 0.1),
+        ("0.1", 0.1),
+        (0, 0.0),
+        (1, 1.0),
+    ],
 )
 def test_parse_tolerance(value, expected):
     assert parse_tolerance("ttft.p50", value) == approx(expected)
@@ -453,17 +495,21 @@ def test_tolerances_default():
 
 
 def test_tolerances_overrides():
-    merged = tolerances({
-        "ttft.p50": "10%",  # changed
-        "ttft.p99": 0.2,  # added
-        "cache_hit_rate.mean": "off",  # removed
-        "eligible_cache_hit_rate.p90": "3%",
-        "request_throughput.steady_state": "5%",
-        "latency.p95": "off",  # not there: nothing to remove
-    })
+    merged = tolerances(
+        {
+            "ttft.p50": "10%",  # changed
+            "ttft.p99": 0.2,  # added
+            "cache_hit_rate.mean": "off",  # removed
+            "eligible_cache_hit_rate.p90": "3%",
+            "request_throughput.steady_state": "5%",
+            "latency.p95": "off",  # not there: nothing to remove
+        }
+    )
     expected = dict(baseline.DEFAULT_TOLERANCES)
     del expected["cache_hit_rate.mean"]
-    expected.update({"ttft.p50": 0.1, "ttft.p99": 0.2, "eligible_cache_hit_rate.p90": 0.03, "request_throughput.steady_state": 0.05})
+    expected.update(
+        {"ttft.p50": 0.1, "ttft.p99": 0.2, "eligible_cache_hit_rate.p90": 0.03, "request_throughput.steady_state": 0.05}
+    )
     assert merged == approx(expected)
     assert list(tolerances({"ttft.p50": "off"})) == [k for k in baseline.DEFAULT_TOLERANCES if k != "ttft.p50"]
 
@@ -514,7 +560,10 @@ def stored(samples_, fingerprint=None, workload=None, settings=None):
         if name in baseline.WINDOWED_METRICS:
             summary[name] = {"steady_state": float(values.mean())}
         else:
-            summary[name] = {"mean": float(values.mean()), **{f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 95, 99)}}
+            summary[name] = {
+                "mean": float(values.mean()),
+                **{f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 95, 99)},
+            }
     return {
         "schema": baseline.SCHEMA,
         "fingerprint": {"kind": "sim", "model": "m", "version": "1"} if fingerprint is None else fingerprint,
@@ -677,7 +726,9 @@ def test_the_offline_simulators_keyed_prompts_against_a_servers_text_name_the_op
     assert found == f"not compared: replay settings differ (prompt_format: 'keyed' vs 'text'); {baseline.KEYED_HINT}"
     assert "--prompt-format text" in found
     ids = {**cur, "settings": {"concurrency": 8, "prompt_format": "ids"}}
-    assert compare(cur, ids).mismatch == "not compared: replay settings differ (prompt_format: 'text' vs 'ids')"  # no simulator's keyed: no hint
+    assert (
+        compare(cur, ids).mismatch == "not compared: replay settings differ (prompt_format: 'text' vs 'ids')"
+    )  # no simulator's keyed: no hint
 
 
 def test_across_endpoints_compares_different_fingerprints_and_says_so():
@@ -698,16 +749,29 @@ def test_across_endpoints_still_refuses_another_workload():
     comparison = compare(base, cur, across_endpoints=True)
     assert comparison.rows == []
     assert "workload differs" in comparison.mismatch and "digest" in comparison.mismatch
-    same_endpoint = compare(stored(full_samples()), stored(full_samples(), settings={"concurrency": 1}), across_endpoints=True)
+    same_endpoint = compare(
+        stored(full_samples()), stored(full_samples(), settings={"concurrency": 1}), across_endpoints=True
+    )
     assert same_endpoint.rows == [] and "settings" in same_endpoint.mismatch
 
 
 def test_comparison_table_text():
     base = stored({**full_samples(), "ttfat": [1.0, 3.0]})
-    cur = stored({**full_samples(ttft_scale=1.2, cache_scale=1.2), "ttfat": [1.2, 3.6], "latency": lognormal(median=2.0, seed=4) * 1.01})
+    cur = stored(
+        {
+            **full_samples(ttft_scale=1.2, cache_scale=1.2),
+            "ttfat": [1.2, 3.6],
+            "latency": lognormal(median=2.0, seed=4) * 1.01,
+        }
+    )
     comparison = compare(base, cur, label="main (abc123)")
     found = rows(comparison)
-    assert [found[k].verdict for k in ("ttft.p50", "cache_hit_rate.mean", "ttfat.p50", "latency.p50")] == ["regression", "improved", "noise", "ok"]
+    assert [found[k].verdict for k in ("ttft.p50", "cache_hit_rate.mean", "ttfat.p50", "latency.p50")] == [
+        "regression",
+        "improved",
+        "noise",
+        "ok",
+    ]
     text = comparison_table(comparison)
     title, header, _, *body = text.splitlines()
     assert title == "Compared with main (abc123): 2 regressions"
@@ -722,7 +786,9 @@ def test_comparison_table_text():
 
 
 def test_comparison_table_singular_and_skipped_notes():
-    comparison = compare(stored({"ttft": lognormal()}), stored({"ttft": lognormal() * 1.2}), {"ttft.p50": 0.05, "tpot.p50": 0.1})
+    comparison = compare(
+        stored({"ttft": lognormal()}), stored({"ttft": lognormal() * 1.2}), {"ttft.p50": 0.05, "tpot.p50": 0.1}
+    )
     text = comparison_table(comparison)
     assert text.splitlines()[0] == "Compared with baseline: 1 regression"
     assert "skipped (not measured)" in text
@@ -747,7 +813,9 @@ def test_the_same_requests_in_both_runs_are_compared_in_pairs():
     assert paired.change == pytest.approx(0.03, abs=1e-4) and 0.02 < paired.low <= paired.high < 0.04
     unpaired = compare(stored(before), stored(after), tolerance).rows[0]
     assert not unpaired.paired and unpaired.verdict == "noise" and unpaired.low < 0 < unpaired.high
-    other = compare(stored(before, sample_keys=keys), stored(after, sample_keys={"ttft": list(range(1, 301))}), tolerance).rows[0]
+    other = compare(
+        stored(before, sample_keys=keys), stored(after, sample_keys={"ttft": list(range(1, 301))}), tolerance
+    ).rows[0]
     assert not other.paired  # different requests (a failed one left out): not paired
 
 
@@ -755,7 +823,9 @@ def test_sample_keys_name_each_value_in_workload_order():
     result = small_run()
     values, keys = baseline.samples(result), baseline.sample_keys(result)
     assert set(values) == set(keys) and all(len(values[name]) == len(keys[name]) for name in values)
-    expected = sorted(r.session_index * baseline.KEY_TURNS + r.turn_index for r in result.ok if r.first_token_s is not None)
+    expected = sorted(
+        r.session_index * baseline.KEY_TURNS + r.turn_index for r in result.ok if r.first_token_s is not None
+    )
     assert keys["ttft"] == expected
     assert keys["output_throughput"] == list(range(len(values["output_throughput"])))
 
@@ -825,4 +895,3 @@ def test_bootstrap_where_every_resample_is_empty_on_both_sides_is_nan_without_a_
     undefined = np.full(1000, np.nan)  # every resample 0 / 0: no change to measure
     assert all(np.isnan(end) for end in bootstrap.Draws(np.nan, undefined).interval(0.95))
     assert bootstrap.Draws(np.nan, undefined).p_value() == 1.0
-

@@ -42,8 +42,13 @@ def command_lines(script: str) -> list[str]:
 def workflow_commands(text: str) -> list[str]:
     """Every pytest/llmreplay command line in the ``run:`` steps of a GitHub Actions workflow."""
     workflow = yaml.safe_load(text)
-    return [line for job in workflow["jobs"].values() for step in job.get("steps", []) if "run" in step
-            for line in command_lines(step["run"])]
+    return [
+        line
+        for job in workflow["jobs"].values()
+        for step in job.get("steps", [])
+        if "run" in step
+        for line in command_lines(step["run"])
+    ]
 
 
 def workflow_addopts(text: str) -> list[str]:
@@ -56,8 +61,8 @@ def readme_section(text: str, title: str) -> str:
     match = re.search(rf"^(#+) {re.escape(title)}\n", text, re.MULTILINE)
     assert match, f"README.md has no section {title!r}"
     level = len(match.group(1))
-    end = re.search(rf"^#{{1,{level}}} ", text[match.end():], re.MULTILINE)
-    return text[match.end(): match.end() + end.start() if end else len(text)]
+    end = re.search(rf"^#{{1,{level}}} ", text[match.end() :], re.MULTILINE)
+    return text[match.end() : match.end() + end.start() if end else len(text)]
 
 
 def option_problem(pytester: pytest.Pytester, line: str) -> str | None:
@@ -94,8 +99,10 @@ jobs:
 
 def test_the_checks_find_every_command_and_a_stale_option(pytester):
     lines = workflow_commands(STALE)
-    assert lines == ["pytest tests/perf --llm-baselines=git:origin#refs/x --llm-save",
-                     "llmreplay compare --store git:origin#refs/x --tset t a b"]
+    assert lines == [
+        "pytest tests/perf --llm-baselines=git:origin#refs/x --llm-save",
+        "llmreplay compare --store git:origin#refs/x --tset t a b",
+    ]
     assert "--llm-baselines" in option_problem(pytester, lines[0])
     assert option_problem(pytester, lines[1]) is not None
     assert option_problem(pytester, lines[0].replace("--llm-baselines", "--llm-baseline-dir")) is None
@@ -152,8 +159,12 @@ def test_the_workflow_saves_on_main_and_gates_a_pull_request(ci, project, monkey
     monkeypatch.chdir(main)
     result = project.runpytest(*job_command(save))
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*simulator llama-3.1-8b-h100 (offline, virtual time)*",
-                                 "saved baseline git:origin#refs/llmreplay/results tests_perf_test_perf.py_test_chat-*/*.json"])
+    result.stdout.fnmatch_lines(
+        [
+            "*simulator llama-3.1-8b-h100 (offline, virtual time)*",
+            "saved baseline git:origin#refs/llmreplay/results tests_perf_test_perf.py_test_chat-*/*.json",
+        ]
+    )
     assert (tmp_path / "main_summary.md").read_text() == (main / "perf-report" / "summary.md").read_text()
     saved = git(main, "rev-parse", "HEAD")[:12]
 

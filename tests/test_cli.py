@@ -28,7 +28,9 @@ SIMULATOR_OUTPUT = "example_single_run.csv"  # LLMServingSim's per-request resul
 
 
 def test_validate_every_shared_trace(capsys, shared_data):
-    files = sorted(str(p) for p in shared_data.glob("*/*") if p.suffix in {".jsonl", ".csv"} and p.name != SIMULATOR_OUTPUT)
+    files = sorted(
+        str(p) for p in shared_data.glob("*/*") if p.suffix in {".jsonl", ".csv"} and p.name != SIMULATOR_OUTPUT
+    )
     code, out, err = run(capsys, "validate", *files)
     assert code == 0, err
     assert out.count("ok ") == len(files) == 9
@@ -52,8 +54,16 @@ def test_validate_reports_each_bad_file_and_exits_1(capsys, tmp_path, shared_dat
 
 def test_validate_prints_loader_warnings(capsys, tmp_path):
     path = tmp_path / "w.jsonl"
-    path.write_text(json.dumps({"session_id": "s", "arrival_time_ns": 0, "sub_requests": [
-        {"input_toks": 5, "output_toks": 2, "tool_duration_ns": 7}]}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "session_id": "s",
+                "arrival_time_ns": 0,
+                "sub_requests": [{"input_toks": 5, "output_toks": 2, "tool_duration_ns": 7}],
+            }
+        )
+        + "\n"
+    )
     code, _, err = run(capsys, "validate", str(path))
     assert code == 0
     assert "warning:" in err and "sub_requests[0].tool_duration_ns" in err
@@ -62,7 +72,15 @@ def test_validate_prints_loader_warnings(capsys, tmp_path):
 def test_inspect_mooncake_conversation_figures(capsys, shared_data):
     code, out, _ = run(capsys, "inspect", str(shared_data / MOONCAKE))
     assert code == 0
-    for figure in ("mooncake", "12,031", "mean 12,035.1", "p50 6,909", "3,537.0 s", "3.40 req/s", "37.4% (unbounded cache)"):
+    for figure in (
+        "mooncake",
+        "12,031",
+        "mean 12,035.1",
+        "p50 6,909",
+        "3,537.0 s",
+        "3.40 req/s",
+        "37.4% (unbounded cache)",
+    ):
         assert figure in out
 
 
@@ -78,11 +96,14 @@ def test_inspect_untimed_agentic_trace(capsys, shared_data):
     assert "untimed" in out and "193" in out and "session history share" in out
 
 
-@pytest.mark.parametrize("name, to", [
-    ("trie/office_work_8k_slice.jsonl", "trie"),
-    ("mooncake/mooncake_tiny_arxiv_head16.jsonl", "mooncake"),
-    ("llmservingsim/example_trace.jsonl", "llmservingsim"),
-])
+@pytest.mark.parametrize(
+    "name, to",
+    [
+        ("trie/office_work_8k_slice.jsonl", "trie"),
+        ("mooncake/mooncake_tiny_arxiv_head16.jsonl", "mooncake"),
+        ("llmservingsim/example_trace.jsonl", "llmservingsim"),
+    ],
+)
 def test_convert_to_the_same_format_is_byte_identical(capsys, tmp_path, shared_data, name, to):
     out_path = tmp_path / "out"
     code, _, err = run(capsys, "convert", str(shared_data / name), str(out_path), "--to", to)
@@ -120,7 +141,15 @@ def test_convert_refuses_silent_loss_and_names_it(capsys, tmp_path, shared_data)
 
 
 def test_convert_names_what_cannot_be_expressed(capsys, tmp_path, shared_data):
-    code, _, err = run(capsys, "convert", str(shared_data / "trie/office_work_8k_slice.jsonl"), str(tmp_path / "x.csv"), "--to", "azure", "--allow-loss")
+    code, _, err = run(
+        capsys,
+        "convert",
+        str(shared_data / "trie/office_work_8k_slice.jsonl"),
+        str(tmp_path / "x.csv"),
+        "--to",
+        "azure",
+        "--allow-loss",
+    )
     assert code == 1
     assert "azure cannot express session 'trace1': 25 turns" in err
 
@@ -135,7 +164,10 @@ def test_convert_refuses_to_overwrite_its_input_however_spelt(capsys, tmp_path, 
     for target in (source, tmp_path / "sub" / ".." / "trace.jsonl", tmp_path / "link.jsonl", tmp_path / "hard.jsonl"):
         code, out, err = run(capsys, "convert", str(source), str(target), "--to", "llmservingsim", "--allow-loss")
         assert code == 1 and out == ""
-        assert err == f"error: {target}: is the input workload {source} itself; write to another path (the input would be overwritten)\n"
+        assert (
+            err
+            == f"error: {target}: is the input workload {source} itself; write to another path (the input would be overwritten)\n"
+        )
     assert source.read_bytes() == original
 
 
@@ -161,9 +193,18 @@ def test_convert_to_a_missing_folder_or_a_directory_is_one_line_naming_out(capsy
 
 def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
     source = tmp_path / "inputs.json"
-    data = {"data": [{"session_id": "a", "payloads": [{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
-                                                       {"messages": [{"role": "user", "content": "more"}], "max_tokens": 7}]},
-                     {"session_id": "b", "payloads": [{"messages": [{"role": "user", "content": "x"}]}]}]}
+    data = {
+        "data": [
+            {
+                "session_id": "a",
+                "payloads": [
+                    {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5},
+                    {"messages": [{"role": "user", "content": "more"}], "max_tokens": 7},
+                ],
+            },
+            {"session_id": "b", "payloads": [{"messages": [{"role": "user", "content": "x"}]}]},
+        ]
+    }
     source.write_text(json.dumps(data, indent=2))
     folder = tmp_path / "sessions"
     assert run(capsys, "convert", str(source), str(folder), "--to", "aiperf-payloads")[0] == 0
@@ -177,23 +218,34 @@ def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
 
 def test_validate_block_size_applies_to_the_files_that_take_one(capsys, tmp_path, shared_data):
     mooncake = tmp_path / "m16.jsonl"  # hash ids of 16 tokens: wrong at the default 512
-    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n")
+    mooncake.write_text(
+        json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n"
+    )
     trie = shared_data / "trie/office_work_8k_slice.jsonl"
     code, out, err = run(capsys, "validate", "--block-size", "16", str(mooncake), str(trie))
     assert code == 0, err
     assert out.count("ok ") == 2
-    assert err == f"warning: {trie}: --block-size does not apply to format 'trie' (only to hash-id traces: mooncake); ignored\n"
+    assert (
+        err
+        == f"warning: {trie}: --block-size does not apply to format 'trie' (only to hash-id traces: mooncake); ignored\n"
+    )
 
 
 def test_errors_name_the_options_of_the_command_line(capsys, tmp_path):
     odd = tmp_path / "odd.txt"
     odd.write_text("x,y\n")
-    assert run(capsys, "validate", str(odd))[2].endswith("; name it with --format (one of llmservingsim, mooncake, trie, aiperf-payloads, aiperf-inputs, azure, synthetic)\n")
+    assert run(capsys, "validate", str(odd))[2].endswith(
+        "; name it with --format (one of llmservingsim, mooncake, trie, aiperf-payloads, aiperf-inputs, azure, synthetic)\n"
+    )
     mooncake = tmp_path / "m.jsonl"
-    mooncake.write_text(json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n")
+    mooncake.write_text(
+        json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n"
+    )
     assert run(capsys, "inspect", str(mooncake))[2].endswith("got 3 (pass --block-size if the trace uses another)\n")
     ids = tmp_path / "ids.jsonl"
-    ids.write_text(json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0, "input_tok_ids": [1, 2, 9000]}) + "\n")
+    ids.write_text(
+        json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0, "input_tok_ids": [1, 2, 9000]}) + "\n"
+    )
     code, _, err = run(capsys, "run", str(ids), "--endpoint", "http://127.0.0.1:9", "--model", "m", "--no-idle-check")
     assert code == RUN_STATUS["bad_input"] and err.endswith("use the tokenizer the trace was made with (--tokenizer)\n")
 
@@ -212,24 +264,61 @@ def test_every_replay_setting_of_run_is_an_option_named_after_it():
     assert spelled("duration_s: expected a number > 0, got 0", names) == "--duration: expected a number > 0, got 0"
     assert spelled("warmup_s: expected a number >= 0", names) == "--warmup-seconds: expected a number >= 0"
     assert spelled("grace_s: x; see format= and block_size=16, not http://h/?seed=1 or synthetic.rate: 2", names) == (
-        "--grace: x; see --format and --block-size 16, not http://h/?seed=1 or synthetic.rate: 2")
+        "--grace: x; see --format and --block-size 16, not http://h/?seed=1 or synthetic.rate: 2"
+    )
     convert = build_parser().parse_args(["convert", "a", "b", "--to", "trie"]).option_names
-    assert spelled("x would lose: y. Pass allow_loss=True to convert anyway", convert) == "x would lose: y. Pass --allow-loss to convert anyway"
+    assert (
+        spelled("x would lose: y. Pass allow_loss=True to convert anyway", convert)
+        == "x would lose: y. Pass --allow-loss to convert anyway"
+    )
 
 
-@pytest.mark.parametrize(("argv", "status", "message"), [
-    # compare's 2 is "not comparable": a typo in an option must not read as that
-    (["compare", "a.json", "b.json", "--bogus"], COMPARE_BAD_INPUT, "llmreplay compare: error: unrecognized arguments: --bogus"),
-    (["compare", "a.json"], COMPARE_BAD_INPUT, "llmreplay compare: error: the following arguments are required: B"),
-    (["run", "w.jsonl", "--sim", "p", "--bogus", "1"], RUN_STATUS["bad_input"], "llmreplay run: error: unrecognized arguments: --bogus 1"),
-    (["sweep", "w.jsonl", "--sim", "p", "--slo", "ttft.p99<1s", "--bogus"], SWEEP_STATUS["bad_input"], "llmreplay sweep: error: unrecognized arguments: --bogus"),
-    (["calibrate", "--out", "p.json", "--seed", "-5"], BAD_INPUT, "llmreplay calibrate: error: argument --seed: expected an integer >= 0, got '-5'"),
-    (["history", "t", "--bogus"], BAD_INPUT, "llmreplay history: error: unrecognized arguments: --bogus"),
-    (["convert", "a", "b", "--to", "synthetic"], 2, "llmreplay convert: error: argument --to: invalid choice: 'synthetic' *"),
-    (["validate", "a", "--bogus"], 2, "llmreplay validate: error: unrecognized arguments: --bogus"),
-    (["bogus"], 2, "llmreplay: error: argument command: invalid choice: 'bogus' *"),
-], ids=["compare-unknown-option", "compare-without-B", "run-unknown-option", "sweep-unknown-option", "calibrate-negative-seed", "history-unknown-option", "convert-bad-choice",
-        "validate-unknown-option", "unknown-command"])
+@pytest.mark.parametrize(
+    ("argv", "status", "message"),
+    [
+        # compare's 2 is "not comparable": a typo in an option must not read as that
+        (
+            ["compare", "a.json", "b.json", "--bogus"],
+            COMPARE_BAD_INPUT,
+            "llmreplay compare: error: unrecognized arguments: --bogus",
+        ),
+        (["compare", "a.json"], COMPARE_BAD_INPUT, "llmreplay compare: error: the following arguments are required: B"),
+        (
+            ["run", "w.jsonl", "--sim", "p", "--bogus", "1"],
+            RUN_STATUS["bad_input"],
+            "llmreplay run: error: unrecognized arguments: --bogus 1",
+        ),
+        (
+            ["sweep", "w.jsonl", "--sim", "p", "--slo", "ttft.p99<1s", "--bogus"],
+            SWEEP_STATUS["bad_input"],
+            "llmreplay sweep: error: unrecognized arguments: --bogus",
+        ),
+        (
+            ["calibrate", "--out", "p.json", "--seed", "-5"],
+            BAD_INPUT,
+            "llmreplay calibrate: error: argument --seed: expected an integer >= 0, got '-5'",
+        ),
+        (["history", "t", "--bogus"], BAD_INPUT, "llmreplay history: error: unrecognized arguments: --bogus"),
+        (
+            ["convert", "a", "b", "--to", "synthetic"],
+            2,
+            "llmreplay convert: error: argument --to: invalid choice: 'synthetic' *",
+        ),
+        (["validate", "a", "--bogus"], 2, "llmreplay validate: error: unrecognized arguments: --bogus"),
+        (["bogus"], 2, "llmreplay: error: argument command: invalid choice: 'bogus' *"),
+    ],
+    ids=[
+        "compare-unknown-option",
+        "compare-without-B",
+        "run-unknown-option",
+        "sweep-unknown-option",
+        "calibrate-negative-seed",
+        "history-unknown-option",
+        "convert-bad-choice",
+        "validate-unknown-option",
+        "unknown-command",
+    ],
+)
 def test_bad_usage_exits_with_the_commands_bad_input_status_else_2(capsys, argv, status, message):
     """run, compare, sweep, calibrate and history exit 3 for bad usage as for bad input
     (argparse's message kept); the other commands exit argparse's 2."""
@@ -264,22 +353,36 @@ def test_progress_line_redraws_on_a_terminal_and_writes_plain_lines_to_a_log(tty
         progress.update(SimpleNamespace(status=status))
     progress.close()
     if tty:  # every update after 1 s, at least 0.5 s apart, redrawn in place
-        assert stream.getvalue() == "\r2/4 requests, 1 failed, 2 s\r3/4 requests, 1 failed, 3 s\r4/4 requests, 1 failed, 8 s\n"
+        assert (
+            stream.getvalue()
+            == "\r2/4 requests, 1 failed, 2 s\r3/4 requests, 1 failed, 3 s\r4/4 requests, 1 failed, 8 s\n"
+        )
     else:  # plain lines at least 5 s apart
         assert stream.getvalue() == "2/4 requests, 1 failed, 2 s\n4/4 requests, 1 failed, 8 s\n"
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("http://127.0.0.1:99999", "error: --endpoint: invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535\n"),
-    ("http://127.0.0.1: 80", "error: --endpoint: a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'\n"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (
+            "http://127.0.0.1:99999",
+            "error: --endpoint: invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535\n",
+        ),
+        (
+            "http://127.0.0.1: 80",
+            "error: --endpoint: a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'\n",
+        ),
+    ],
+)
 def test_run_checks_the_endpoint_url_before_anything_is_sent(capsys, url, message):
     workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
     code, _, err = run(capsys, "run", str(workload), "--endpoint", url, "--server-cmd", "sleep 100")
     assert code != 0 and err == message  # one line, and the server command was never started
 
 
-@pytest.mark.parametrize("body", ['{"min_tokens": 2, "min_tokens": 8}', '{"sampling": {"min_tokens": 2, "min_tokens": 8}}'])
+@pytest.mark.parametrize(
+    "body", ['{"min_tokens": 2, "min_tokens": 8}', '{"sampling": {"min_tokens": 2, "min_tokens": 8}}']
+)
 def test_run_refuses_an_extra_body_naming_a_key_twice(capsys, body):
     workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
     code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--extra-body", body)
@@ -290,31 +393,78 @@ def test_run_refuses_an_extra_body_nested_past_the_recursion_limit_in_one_line(c
     workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
     body = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
     code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--extra-body", body)
-    assert code == RUN_STATUS["bad_input"] and err.startswith("error: --extra-body: nested too deeply: ") and err.count("\n") == 1
+    assert (
+        code == RUN_STATUS["bad_input"]
+        and err.startswith("error: --extra-body: nested too deeply: ")
+        and err.count("\n") == 1
+    )
 
 
-@pytest.mark.parametrize(("name", "text", "where"), [
-    ("deep.jsonl", '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}\n", ":1: "),
-    ("deep.yaml", "synthetic:\n  sessions: " + "{a: " * 50_000 + "1" + "}" * 50_000 + "\n", ":2:"),
-])
-def test_a_workload_nested_past_the_recursion_limit_is_one_error_line_not_a_traceback(capsys, tmp_path, name, text, where):
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("deep.jsonl", '{"messages": ' + "[" * 100_000 + "]" * 100_000 + "}\n", ":1: "),
+        ("deep.yaml", "synthetic:\n  sessions: " + "{a: " * 50_000 + "1" + "}" * 50_000 + "\n", ":2:"),
+    ],
+)
+def test_a_workload_nested_past_the_recursion_limit_is_one_error_line_not_a_traceback(
+    capsys, tmp_path, name, text, where
+):
     """inspect exits 1 (a bad workload file), run 3 (bad input), as for any other bad file."""
     path = tmp_path / name
     path.write_text(text)
-    for argv, status in ((["inspect", str(path)], 1), (["run", str(path), "--sim", "llama-3.1-8b-h100"], RUN_STATUS["bad_input"])):
+    for argv, status in (
+        (["inspect", str(path)], 1),
+        (["run", str(path), "--sim", "llama-3.1-8b-h100"], RUN_STATUS["bad_input"]),
+    ):
         code, _, err = run(capsys, *argv)
-        assert code == status and err.startswith(f"error: {path}{where}") and "nested too deeply" in err and err.count("\n") == 1, err
+        assert (
+            code == status
+            and err.startswith(f"error: {path}{where}")
+            and "nested too deeply" in err
+            and err.count("\n") == 1
+        ), err
 
 
 def test_run_sim_names_the_http_options_it_ignores_in_one_warning_line(capsys, tmp_path):
     workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
-    code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--max-requests", "8",
-                       "--model", "other", "--api", "completions", "--header", "X-A:b", "--timeout", "5", "--no-stream", "--api-key-env", "KEY")
+    code, _, err = run(
+        capsys,
+        "run",
+        str(workload),
+        "--sim",
+        "llama-3.1-8b-h100",
+        "--max-requests",
+        "8",
+        "--model",
+        "other",
+        "--api",
+        "completions",
+        "--header",
+        "X-A:b",
+        "--timeout",
+        "5",
+        "--no-stream",
+        "--api-key-env",
+        "KEY",
+    )
     assert code == 0, err
     warnings = [line for line in err.splitlines() if "ignored with --sim" in line]
-    assert warnings == ["warning: --model, --api, --api-key-env, --header, --no-stream, --timeout: ignored with --sim "
-                        "(the simulator runs in process; these options are for an HTTP --endpoint)"]
-    code, _, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--max-requests", "8", "--extra-body", '{"min_tokens": 2}')
+    assert warnings == [
+        "warning: --model, --api, --api-key-env, --header, --no-stream, --timeout: ignored with --sim "
+        "(the simulator runs in process; these options are for an HTTP --endpoint)"
+    ]
+    code, _, err = run(
+        capsys,
+        "run",
+        str(workload),
+        "--sim",
+        "llama-3.1-8b-h100",
+        "--max-requests",
+        "8",
+        "--extra-body",
+        '{"min_tokens": 2}',
+    )
     assert code == 0 and "ignored" not in err  # --extra-body reaches the simulator
 
 
@@ -323,7 +473,18 @@ def test_run_sim_counts_the_profiles_gpus_unless_gpus_is_given(capsys, tmp_path)
     gpus = {}
     for extra in ([], ["--gpus", "1"]):
         out_dir = tmp_path / f"out{len(extra)}"
-        code, _, err = run(capsys, "run", str(workload), "--sim", "qwen3-32b-tp2-h100", "--max-requests", "8", "--out", str(out_dir), *extra)
+        code, _, err = run(
+            capsys,
+            "run",
+            str(workload),
+            "--sim",
+            "qwen3-32b-tp2-h100",
+            "--max-requests",
+            "8",
+            "--out",
+            str(out_dir),
+            *extra,
+        )
         assert code == 0, err
         stored = json.loads((out_dir / "result.json").read_text())
         gpus[len(extra)] = stored["gpus"]

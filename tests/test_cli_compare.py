@@ -14,8 +14,14 @@ def record(ttft_scale=1.0, model="m", workload="abc", seed=0):
     rng = np.random.default_rng(seed)
     ttft = (rng.lognormal(np.log(0.1), 0.2, 400) * ttft_scale).round(6).tolist()
     return {
-        "schema": 1, "test": "t", "commit": None, "dirty": None, "time": "2026-11-22T00:00:00+00:00",
-        "fingerprint": {"kind": "live", "model": model, "hardware": None}, "workload": {"digest": workload}, "settings": {"concurrency": 8},
+        "schema": 1,
+        "test": "t",
+        "commit": None,
+        "dirty": None,
+        "time": "2026-11-22T00:00:00+00:00",
+        "fingerprint": {"kind": "live", "model": model, "hardware": None},
+        "workload": {"digest": workload},
+        "settings": {"concurrency": 8},
         "summary": {"ttft": {"p50": float(np.percentile(ttft, 50)), "p90": float(np.percentile(ttft, 90))}},
         "samples": {"ttft": ttft},
     }
@@ -46,8 +52,17 @@ def test_a_slower_ttft_is_a_regression_with_exit_1(write, capsys):
 
 
 def test_allowed_change_from_the_command_line(write, capsys):
-    status = main(["compare", write("a.json", record(seed=1)), write("b.json", record(1.3, seed=2)),
-                   "--regression", "ttft.p50=50%", "--regression", "ttft.p90=off"])
+    status = main(
+        [
+            "compare",
+            write("a.json", record(seed=1)),
+            write("b.json", record(1.3, seed=2)),
+            "--regression",
+            "ttft.p50=50%",
+            "--regression",
+            "ttft.p90=off",
+        ]
+    )
     printed = capsys.readouterr().out
     assert status == 0 and "ttft.p90" not in printed and "50%" in printed
 
@@ -78,13 +93,25 @@ def test_bad_files_and_options_are_one_line_errors_with_status_3(write, tmp_path
     assert "error: --regression 'queue.p50': only ttft, tpot, latency" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    (["--regression", "queue.p50=5%"], "--regression 'queue.p50': only ttft, tpot, latency*"),
-    (["--regression", "ttft.p50=10"], "--regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off' (a fraction from 0 to 1), got '10'"),
-    (["--regression", "=10%"], "--regression: expected KEY=ALLOWED such as ttft.p50=10%, got '=10%'"),
-    (["--regression", "ttft.p50=10%", "--regression", "ttft.p50=off"], "--regression: ttft.p50 is given twice ('10%' and 'off'); expected each key once"),
-    (["--test", "t"], "--test is read with --store only (A and B are then commits); without --store, A and B are result files"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--regression", "queue.p50=5%"], "--regression 'queue.p50': only ttft, tpot, latency*"),
+        (
+            ["--regression", "ttft.p50=10"],
+            "--regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off' (a fraction from 0 to 1), got '10'",
+        ),
+        (["--regression", "=10%"], "--regression: expected KEY=ALLOWED such as ttft.p50=10%, got '=10%'"),
+        (
+            ["--regression", "ttft.p50=10%", "--regression", "ttft.p50=off"],
+            "--regression: ttft.p50 is given twice ('10%' and 'off'); expected each key once",
+        ),
+        (
+            ["--test", "t"],
+            "--test is read with --store only (A and B are then commits); without --store, A and B are result files",
+        ),
+    ],
+)
 def test_options_are_checked_before_anything_is_printed(write, capsys, options, message):
     """A bad option used to come after the A: and B: header lines, as if the comparison had begun."""
     status = main(["compare", write("a.json", record()), write("b.json", record()), *options])
@@ -99,7 +126,13 @@ def searched(rate, low, high, at_least=False, seed=0):
     data = record(seed=seed)
     data["settings"] = {"concurrency": 8, "capacity": {"by": "rate", "slo": {"ttft.p99": "< 1s"}}}
     data["summary"]["capacity"] = {"rate": rate, "low": low, "high": high, "runs": 8}
-    data["capacity"] = {"plan": {"by": "rate", "slo": {"ttft.p99": "< 1s"}}, "rate": rate, "low": low, "high": high, "at_least": at_least}
+    data["capacity"] = {
+        "plan": {"by": "rate", "slo": {"ttft.p99": "< 1s"}},
+        "rate": rate,
+        "low": low,
+        "high": high,
+        "at_least": at_least,
+    }
     return data
 
 
@@ -109,15 +142,30 @@ def test_two_capacity_searches_are_compared_on_their_capacity_as_the_gate_compar
     same = write("a.json", searched(8.0, 8.0, 8.5))
     assert main(["compare", same, same]) == 0
     printed = capsys.readouterr().out
-    assert [line.split()[0] for line in printed.splitlines() if line.startswith(("capacity", "ttft"))] == ["capacity.rate"], printed
+    assert [line.split()[0] for line in printed.splitlines() if line.startswith(("capacity", "ttft"))] == [
+        "capacity.rate"
+    ], printed
     assert main(["compare", same, write("b.json", searched(6.0, 6.0, 6.5, seed=2))]) == 1
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("capacity.rate"))
-    assert row.split()[1:5] == ["8", "req/s", "6", "req/s"] and "-25.0% [-29.4%, -18.8%]" in row and row.endswith("REGRESSION")
+    assert (
+        row.split()[1:5] == ["8", "req/s", "6", "req/s"]
+        and "-25.0% [-29.4%, -18.8%]" in row
+        and row.endswith("REGRESSION")
+    )
 
 
 def test_a_capacity_comparison_takes_regression_options(write, capsys):
-    status = main(["compare", write("a.json", searched(8.0, 8.0, 8.5)), write("b.json", searched(6.0, 6.0, 6.5, seed=2)),
-                   "--regression", "capacity.rate=30%", "--regression", "ttft.p50=10%"])
+    status = main(
+        [
+            "compare",
+            write("a.json", searched(8.0, 8.0, 8.5)),
+            write("b.json", searched(6.0, 6.0, 6.5, seed=2)),
+            "--regression",
+            "capacity.rate=30%",
+            "--regression",
+            "ttft.p50=10%",
+        ]
+    )
     printed = capsys.readouterr().out
     assert status == 0, printed
     rows = {line.split()[0]: line for line in printed.splitlines() if line.startswith(("capacity", "ttft"))}

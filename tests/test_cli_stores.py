@@ -23,14 +23,21 @@ def repo(tmp_path, monkeypatch):
     """A git repository (the cwd) holding a small workload, on its first commit."""
     monkeypatch.chdir(tmp_path)
     git(tmp_path, "init", "-q", "-b", "main")
-    (tmp_path / "w.jsonl").write_text("".join(json.dumps({"input_length": 40, "output_length": 6, "hash_ids": [i], "timestamp": i}) + "\n" for i in range(6)))
+    (tmp_path / "w.jsonl").write_text(
+        "".join(
+            json.dumps({"input_length": 40, "output_length": 6, "hash_ids": [i], "timestamp": i}) + "\n"
+            for i in range(6)
+        )
+    )
     git(tmp_path, "add", "w.jsonl")
     git(tmp_path, "commit", "-q", "-m", "workload")
     return tmp_path
 
 
 def run(url: str, *more: str) -> int:
-    return main(["run", "w.jsonl", "--endpoint", url, "--block-size", "64", "--api", "completions", "--speedup", "100", *more])
+    return main(
+        ["run", "w.jsonl", "--endpoint", url, "--block-size", "64", "--api", "completions", "--speedup", "100", *more]
+    )
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # its throughput windows are mostly empty (6 requests)
@@ -67,7 +74,10 @@ def test_compare_store_gates_on_the_history_of_a(repo, tmp_path, capsys):
     capsys.readouterr()
     assert main(["compare", "--store", store, "--test", TEST, "main~1", "main"]) in (0, 1)
     printed = capsys.readouterr().out
-    assert "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78)" in printed
+    assert (
+        "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78)"
+        in printed
+    )
     assert "history t " in printed  # each judged row says its statistic
     main(["compare", "--store", store, "--test", TEST, "main~2", "main"])
     assert "history:" not in capsys.readouterr().out  # 4 results on main~2's history
@@ -88,8 +98,10 @@ def test_compare_store_never_takes_an_interrupted_result(repo, tmp_path, capsys)
     complete.write_text(json.dumps({**json.loads(complete.read_text()), "interrupted": "SIGTERM"}))
     assert main(["compare", "--store", str(store), "--test", TEST, "main", "main"]) == 3
     head = git(repo, "rev-parse", "HEAD")[:12]
-    assert capsys.readouterr().err == (f"error: --store: no stored result of {TEST!r} at main ({head}) in {store}: "
-                                       "only interrupted ones, which measured part of their workload and are never compared\n")
+    assert capsys.readouterr().err == (
+        f"error: --store: no stored result of {TEST!r} at main ({head}) in {store}: "
+        "only interrupted ones, which measured part of their workload and are never compared\n"
+    )
 
 
 def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
@@ -97,7 +109,10 @@ def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
     status = main(["compare", "--store", str(tmp_path / "empty"), "--test", TEST, "main", "main"])
     assert status == 3  # compare's status for bad input
     head = git(repo, "rev-parse", "HEAD")[:12]
-    assert capsys.readouterr().err == f"error: --store: no stored result of {TEST!r} at main ({head}) in {tmp_path}/empty; it holds no results\n"
+    assert (
+        capsys.readouterr().err
+        == f"error: --store: no stored result of {TEST!r} at main ({head}) in {tmp_path}/empty; it holds no results\n"
+    )
 
 
 def test_compare_store_with_a_test_it_does_not_hold_lists_those_it_does(repo, tmp_path, capsys):
@@ -119,23 +134,40 @@ def test_compare_store_skips_an_unreadable_newest_result(repo, tmp_path, capsys)
     capsys.readouterr()
     assert main(["compare", "--store", str(store), "--test", TEST, "main", "main"]) == 0
     printed = capsys.readouterr().out
-    assert f"A: skipped 1 unreadable stored result: {corrupt}: not a stored llmreplay result (summary: expected an object of metrics, got a string ('x'))" in printed
+    assert (
+        f"A: skipped 1 unreadable stored result: {corrupt}: not a stored llmreplay result (summary: expected an object of metrics, got a string ('x'))"
+        in printed
+    )
     assert f"Compared with A ({store}/{complete.parent.name}/{complete.name}" in printed
 
 
 def test_compare_store_that_does_not_exist_says_so(repo, tmp_path, capsys):
     # not "no stored result": a mistyped folder is told apart from a test never stored
     assert main(["compare", "--store", str(tmp_path / "typo"), "--test", TEST, "main", "main"]) == 3
-    assert capsys.readouterr().err.startswith(f"error: --store: {tmp_path}/typo: no such folder; expected the folder results were stored in")
+    assert capsys.readouterr().err.startswith(
+        f"error: --store: {tmp_path}/typo: no such folder; expected the folder results were stored in"
+    )
 
 
-@pytest.mark.parametrize(("refs", "message"), [
-    (("nonexistent-ref", "main"), "error: A: git cannot resolve 'nonexistent-ref' to a commit here; expected a branch, tag or commit of this repository, "
-                                  "or a commit id of 12 hex digits or more\n"),
-    (("main", "main~5"), "error: B: git cannot resolve 'main~5' to a commit here; expected a branch, tag or commit of this repository, "
-                         "or a commit id of 12 hex digits or more\n"),
-    (("main", "0123456789abcdef"), f"error: --store: no stored result of {TEST!r} at 0123456789abcdef (0123456789ab) in *\n"),  # an id from another clone is looked up
-])
+@pytest.mark.parametrize(
+    ("refs", "message"),
+    [
+        (
+            ("nonexistent-ref", "main"),
+            "error: A: git cannot resolve 'nonexistent-ref' to a commit here; expected a branch, tag or commit of this repository, "
+            "or a commit id of 12 hex digits or more\n",
+        ),
+        (
+            ("main", "main~5"),
+            "error: B: git cannot resolve 'main~5' to a commit here; expected a branch, tag or commit of this repository, "
+            "or a commit id of 12 hex digits or more\n",
+        ),
+        (
+            ("main", "0123456789abcdef"),
+            f"error: --store: no stored result of {TEST!r} at 0123456789abcdef (0123456789ab) in *\n",
+        ),  # an id from another clone is looked up
+    ],
+)
 def test_compare_store_names_a_ref_git_cannot_resolve(repo, tmp_path, capsys, refs, message):
     store = f"file://{tmp_path}/results"
     with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
@@ -150,7 +182,10 @@ def test_compare_store_needs_a_test(repo, capsys):
     assert main(["compare", "--store", "x", "a", "b"]) == 3
     assert capsys.readouterr().err == "error: --store needs --test: the stored test whose results to compare\n"
     assert main(["compare", "--store", "", "--test", TEST, "a", "b"]) == 3  # once: "--test is read with --store only"
-    assert capsys.readouterr().err == "error: --store: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX\n"
+    assert (
+        capsys.readouterr().err
+        == "error: --store: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX\n"
+    )
 
 
 def test_a_bad_save_to_store_fails_before_the_run(repo, capsys, refused_url):
@@ -158,5 +193,7 @@ def test_a_bad_save_to_store_fails_before_the_run(repo, capsys, refused_url):
         status = run(server.url, "--save-to", f"git:{refused_url}/r.git#refs/results")
     captured = capsys.readouterr()
     assert status == RUN_STATUS["bad_input"]
-    assert captured.err.startswith(f"error: --save-to: git:{refused_url}/r.git#refs/results: cannot fetch refs/results (")
+    assert captured.err.startswith(
+        f"error: --save-to: git:{refused_url}/r.git#refs/results: cannot fetch refs/results ("
+    )
     assert "Workload metrics" not in captured.out  # nothing was replayed

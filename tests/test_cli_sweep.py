@@ -42,8 +42,21 @@ def run(capsys, *argv):
 
 def test_sweep_prints_a_line_per_point_the_table_and_the_capacity_and_writes_out(capsys, workload, tmp_path):
     out_dir = tmp_path / "out"
-    code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--by", "concurrency",
-                         "--slo", "ttft.p90<150ms", "--slo", "tpot.p90 <= 30ms", "--out", str(out_dir))
+    code, out, err = run(
+        capsys,
+        "sweep",
+        workload,
+        "--sim",
+        "llama-3.1-8b-h100",
+        "--by",
+        "concurrency",
+        "--slo",
+        "ttft.p90<150ms",
+        "--slo",
+        "tpot.p90 <= 30ms",
+        "--out",
+        str(out_dir),
+    )
     assert code == 0, err
     progress = [line for line in err.splitlines() if line.startswith("point ")]
     assert progress[0].startswith("point 1/12    low concurrency 1: pass  ttft.p90 ")
@@ -53,9 +66,15 @@ def test_sweep_prints_a_line_per_point_the_table_and_the_capacity_and_writes_out
     stored = read_record(out_dir / "result.json")
     capacity = stored["capacity"]
     assert len(capacity["points"]) == len(progress) == capacity["runs"]
-    assert f"capacity (concurrency): {capacity['concurrency']:.4g}, bracket [{capacity['low']:.4g}, {capacity['high']:.4g}], {len(progress)} runs" in out
+    assert (
+        f"capacity (concurrency): {capacity['concurrency']:.4g}, bracket [{capacity['low']:.4g}, {capacity['high']:.4g}], {len(progress)} runs"
+        in out
+    )
     assert stored["summary"]["capacity"]["concurrency"] == capacity["concurrency"] > 1
-    assert stored["settings"]["capacity"]["slo"] == {"ttft.p90": "< 150ms", "tpot.p90": "<= 30ms"}  # written canonically
+    assert stored["settings"]["capacity"]["slo"] == {
+        "ttft.p90": "< 150ms",
+        "tpot.p90": "<= 30ms",
+    }  # written canonically
     assert stored["fingerprint"]["sim_profile"] == "llama-3.1-8b-h100"
     # the stored result is the point at capacity; points.csv a row per point, in run order
     at_capacity = [p for p in capacity["points"] if p["load"] == capacity["concurrency"]][0]
@@ -72,22 +91,42 @@ def test_sweep_by_rate_keeps_the_estimates_apart_and_says_when_no_rate_was_carri
     # doublings, all passing; but 40 sessions at those rates arrive within a second or two, and
     # no point carried its rate: the capacity is the most one carried, a ceiling, not "at least"
     out_dir = tmp_path / "out"
-    code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "tpot.p90<1s", "--budget", "6", "--out", str(out_dir))
+    code, out, err = run(
+        capsys,
+        "sweep",
+        workload,
+        "--sim",
+        "llama-3.1-8b-h100",
+        "--slo",
+        "tpot.p90<1s",
+        "--budget",
+        "6",
+        "--out",
+        str(out_dir),
+    )
     assert code == 0, err
     stored = read_record(out_dir / "result.json")
     capacity = stored["capacity"]
     assert capacity["at_least"] is False and capacity["runs"] == 6
     at = max(capacity["points"], key=lambda p: min(p["load"], p["carried"]))
     assert at["passed"] and at["carried"] == capacity["rate"] == capacity["low"] == capacity["high"] < 0.8 * at["load"]
-    assert at["settings"]["rate"] == at["load"] and stored["summary"]["requests"]["ok"] == at["requests_ok"]  # the stored result is that point
-    assert (f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, -], 6 runs; "
-            f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: ") in out
+    assert (
+        at["settings"]["rate"] == at["load"] and stored["summary"]["requests"]["ok"] == at["requests_ok"]
+    )  # the stored result is that point
+    assert (
+        f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, -], 6 runs; "
+        f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: "
+    ) in out
     assert "Estimates (where to look; not rates run, never the capacity)" in out
     assert [p["role"] for p in capacity["estimates"]] == ["sync", "saturate"]
-    assert [p["role"] for p in capacity["points"]] == ["low", "high", "grow", "grow"] and all(p["passed"] for p in capacity["points"])
+    assert [p["role"] for p in capacity["points"]] == ["low", "high", "grow", "grow"] and all(
+        p["passed"] for p in capacity["points"]
+    )
     with open(out_dir / "points.csv", newline="") as file:
         rows = list(csv.DictReader(file))
-    assert [(r["role"], r["mode"]) for r in rows] == [("sync", "concurrency"), ("saturate", "concurrency")] + [(role, "rate") for role in ("low", "high", "grow", "grow")]
+    assert [(r["role"], r["mode"]) for r in rows] == [("sync", "concurrency"), ("saturate", "concurrency")] + [
+        (role, "rate") for role in ("low", "high", "grow", "grow")
+    ]
     assert [float(r["carried"]) for r in rows[2:]] == [p["carried"] for p in capacity["points"]]
 
 
@@ -98,7 +137,9 @@ def test_sweep_never_reports_a_capacity_above_the_throughput_its_point_achieved(
     # and the run ended before a queue could build. The capacity is what it carried, said so
     trace = Path(__file__).parent.parent / "workloads" / "azure_conv_head200.csv"
     out_dir = tmp_path / "out"
-    code, out, err = run(capsys, "sweep", str(trace), "--sim", "llama-3.1-8b-h100", "--slo", "ttft.p99 < 1 s", "--out", str(out_dir))
+    code, out, err = run(
+        capsys, "sweep", str(trace), "--sim", "llama-3.1-8b-h100", "--slo", "ttft.p99 < 1 s", "--out", str(out_dir)
+    )
     assert code == 0, err
     stored = read_record(out_dir / "result.json")
     capacity, summary = stored["capacity"], stored["summary"]
@@ -112,9 +153,11 @@ def test_sweep_never_reports_a_capacity_above_the_throughput_its_point_achieved(
     at = max(passed, key=lambda p: min(p["load"], p["carried"]))
     assert at["requests_ok"] == summary["requests"]["ok"] and at["load"] > 1.5 * capacity["rate"]
     headline = [line for line in out.splitlines() if line.startswith("capacity (rate): ")]
-    assert headline == [f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, {capacity['high']:.4g}], {capacity['runs']:.0f} runs; "
-                        f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: its run ended before a queue could build "
-                        "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"]
+    assert headline == [
+        f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, {capacity['high']:.4g}], {capacity['runs']:.0f} runs; "
+        f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: its run ended before a queue could build "
+        "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"
+    ]
 
 
 def assert_bisected(search: dict, limit_s: float) -> None:
@@ -125,8 +168,12 @@ def assert_bisected(search: dict, limit_s: float) -> None:
     down), a pass raising its bottom and a failure lowering its top; the search ended on that
     bracket, within a step or with its budget spent, its bottom (a load that passed) the capacity."""
     plan, points = search["plan"], search["points"]
-    assert all(p["passed"] == (p["stopped"] is None and all(value < limit_s for value in p["slo"].values())) for p in points), points
-    assert [p["role"] for p in points[:2]] == ["low", "high"] and points[0]["passed"] and not points[1]["passed"], points[:2]
+    assert all(
+        p["passed"] == (p["stopped"] is None and all(value < limit_s for value in p["slo"].values())) for p in points
+    ), points
+    assert [p["role"] for p in points[:2]] == ["low", "high"] and points[0]["passed"] and not points[1]["passed"], (
+        points[:2]
+    )
     low, high = points[0]["load"], points[1]["load"]
     for point in points[2:]:
         assert point["role"] == "bisect" and point["load"] == (low + high) // 2, (point, low, high)
@@ -154,26 +201,49 @@ def test_sweep_against_a_server_over_http(capsys, tmp_path):
     out_dir = tmp_path / "out"
     server = start_sim_server("llama-3.1-8b-h100", None)
     try:
-        code, out, err = run(capsys, "sweep", str(path), "--endpoint", server.url, "--by", "concurrency", "--slo", "ttft.p90<400ms",
-                             "--budget", "6", "--out", str(out_dir))
+        code, out, err = run(
+            capsys,
+            "sweep",
+            str(path),
+            "--endpoint",
+            server.url,
+            "--by",
+            "concurrency",
+            "--slo",
+            "ttft.p90<400ms",
+            "--budget",
+            "6",
+            "--out",
+            str(out_dir),
+        )
     finally:
         server.stop()
     assert code == 0, err
     progress = [line for line in err.splitlines() if line.startswith("point ")]
-    assert progress[0].startswith("point 1/6    low concurrency 1: pass  ttft.p90 ") and progress[1].startswith("point 2/6   high concurrency 24: FAIL")
+    assert progress[0].startswith("point 1/6    low concurrency 1: pass  ttft.p90 ") and progress[1].startswith(
+        "point 2/6   high concurrency 24: FAIL"
+    )
     stored = read_record(out_dir / "result.json")
     search = stored["capacity"]
     assert_bisected(search, 0.4)
     assert len(search["points"]) == len(progress) == search["runs"] >= 3  # the bracket was bisected
-    assert f"capacity (concurrency): {search['low']:.4g}, bracket [{search['low']:.4g}, {search['high']:.4g}], {len(progress)} runs" in out
+    assert (
+        f"capacity (concurrency): {search['low']:.4g}, bracket [{search['low']:.4g}, {search['high']:.4g}], {len(progress)} runs"
+        in out
+    )
     fingerprint = stored["fingerprint"]
-    assert fingerprint["kind"] == "live" and fingerprint["server_version"] == version("pytest-llmreplay") and fingerprint["sim_profile"] is None
+    assert (
+        fingerprint["kind"] == "live"
+        and fingerprint["server_version"] == version("pytest-llmreplay")
+        and fingerprint["sim_profile"] is None
+    )
     # the stored result is the point at capacity, run out (a passing point is never stopped)
     assert stored["summary"]["requests"]["ok"] == 24 and (out_dir / "requests.csv").read_text().count("\n") == 25
     with open(out_dir / "points.csv", newline="") as file:
         rows = list(csv.DictReader(file))
     assert [(float(r["load"]), r["mode"]) for r in rows] == [(p["load"], "concurrency") for p in search["points"]]
     assert (out_dir / "load_curve.svg").read_text().startswith("<svg")
+
 
 # 20 one-turn sessions of 4 tokens, each 0.2 s on the mock server below: a point at 4 sessions/s
 # lasts 5 s, one at 8/s 2.5 s
@@ -198,31 +268,68 @@ def test_a_signal_stops_the_sweep_at_once_and_keeps_every_point_measured(tmp_pat
     mock = MockServer(MockConfig(ttft_s=0.05, itl_s=0.05))
     background = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignored else None
     with ServerThread(mock) as server:
-        command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sweep", str(path), "--endpoint", server.url, "--min", "4", "--max", "8",
-                   "--arrival", "constant", "--slo", "ttft.p99<30s", "--out", str(out)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=background)
+        command = [
+            sys.executable,
+            "-m",
+            "pytest_llmreplay.cli.main",
+            "sweep",
+            str(path),
+            "--endpoint",
+            server.url,
+            "--min",
+            "4",
+            "--max",
+            "8",
+            "--arrival",
+            "constant",
+            "--slo",
+            "ttft.p99<30s",
+            "--out",
+            str(out),
+        ]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=background
+        )
         deadline = time.monotonic() + 60
-        while mock.completions_count < 23 and process.poll() is None and time.monotonic() < deadline:  # 3 requests into the second point
+        while (
+            mock.completions_count < 23 and process.poll() is None and time.monotonic() < deadline
+        ):  # 3 requests into the second point
             time.sleep(0.02)
         process.send_signal(signal.SIGINT)
         stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGINT, stderr
-    assert mock.completions_count < 40 and "Traceback" not in stderr  # the second point was cut and no third one started
+    assert (
+        mock.completions_count < 40 and "Traceback" not in stderr
+    )  # the second point was cut and no third one started
     low, high = [line for line in stderr.splitlines() if line.startswith("point ")]
-    assert low.startswith("point 1/12    low rate 4 req/s: pass ") and high.startswith("point 2/12   high rate 8 req/s: interrupted ")
+    assert low.startswith("point 1/12    low rate 4 req/s: pass ") and high.startswith(
+        "point 2/12   high rate 8 req/s: interrupted "
+    )
     record = read_record(out / "result.json")
     search = record["capacity"]
     assert record["interrupted"] == search["interrupted"] == "SIGINT"  # kept, never taken as a comparison baseline
     points = {p["role"]: p for p in search["points"]}
-    assert points["low"]["passed"] and points["low"]["requests_ok"] == 20 and search["rate"] == min(4, points["low"]["carried"])
-    assert points["high"]["interrupted"] == "SIGINT" and not points["high"]["passed"] and points["high"]["requests_planned"] == 20
-    assert 0 < points["high"]["requests_ok"] < 20 and search["high"] == search["rate"] and search["at_least"] is True  # no load failed
+    assert (
+        points["low"]["passed"]
+        and points["low"]["requests_ok"] == 20
+        and search["rate"] == min(4, points["low"]["carried"])
+    )
+    assert (
+        points["high"]["interrupted"] == "SIGINT"
+        and not points["high"]["passed"]
+        and points["high"]["requests_planned"] == 20
+    )
+    assert (
+        0 < points["high"]["requests_ok"] < 20 and search["high"] == search["rate"] and search["at_least"] is True
+    )  # no load failed
     assert record["summary"]["requests"]["ok"] == 20  # the stored result: the point at capacity, run out
     with open(out / "points.csv", newline="") as file:
         assert [(row["role"], row["interrupted"]) for row in csv.DictReader(file)] == [("low", ""), ("high", "SIGINT")]
     assert re.search(r"\n +4 +pass .*\n +8 +interrupted ", stdout)
-    assert (f"capacity (rate): at least {search['rate']:.4g} req/s (no upper bound found), bracket [{search['rate']:.4g}, -], 2 runs; "
-            "interrupted by SIGINT after 2 of at most 12 runs") in stdout
+    assert (
+        f"capacity (rate): at least {search['rate']:.4g} req/s (no upper bound found), bracket [{search['rate']:.4g}, -], 2 runs; "
+        "interrupted by SIGINT after 2 of at most 12 runs"
+    ) in stdout
     assert "(marked interrupted: never used as a comparison baseline)" in stdout
 
 
@@ -236,17 +343,35 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--slo", "ttft.p99 1s"], "error: --slo: expected METRIC.STAT OP VALUE such as 'ttft.p99<1s', got 'ttft.p99 1s'"),
+        (
+            ["--slo", "ttft.p99 1s"],
+            "error: --slo: expected METRIC.STAT OP VALUE such as 'ttft.p99<1s', got 'ttft.p99 1s'",
+        ),
         (["--slo", "cache_hit_rate.mean>50%"], "error: --slo 'cache_hit_rate.mean': cannot be evaluated per request"),
         (["--slo", "ttft.p99<1s", "--min", "8", "--max", "4"], "error: --min: expected less than the max (4), got 8"),
         (["--slo", "ttft.p99<1s", "--resolution", "0"], "error: --resolution: expected a share between 0 and 1"),
         (["--slo", "ttft.p99<1s", "--resolution", "fine"], "error: --resolution: expected a share between 0 and 1"),
-        (["--slo", "ttft.p99<1s", "--by", "concurrency", "--arrival", "trace"], "error: --arrival: applies to a search by rate"),
-        (["--slo", "goodput>=90%"], "error: --slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the search's SLOs; "
-                                    "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s"),
-        (["--slo", "ttft.p99<1s", "--slo", "ttft.p99 < 2s"], "error: --slo: ttft.p99 is given twice ('<1s' and '< 2s'); expected each key once"),
-        (["--slo", "ttft.p99<1s", "--budget", "3"], "error: --budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends), got 3"),
-        (["--slo", "ttft.p99<1s", "--out", ""], "error: --out: empty; expected a folder for result.json, requests.csv, points.csv and load_curve.svg"),
+        (
+            ["--slo", "ttft.p99<1s", "--by", "concurrency", "--arrival", "trace"],
+            "error: --arrival: applies to a search by rate",
+        ),
+        (
+            ["--slo", "goodput>=90%"],
+            "error: --slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the search's SLOs; "
+            "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s",
+        ),
+        (
+            ["--slo", "ttft.p99<1s", "--slo", "ttft.p99 < 2s"],
+            "error: --slo: ttft.p99 is given twice ('<1s' and '< 2s'); expected each key once",
+        ),
+        (
+            ["--slo", "ttft.p99<1s", "--budget", "3"],
+            "error: --budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends), got 3",
+        ),
+        (
+            ["--slo", "ttft.p99<1s", "--out", ""],
+            "error: --out: empty; expected a folder for result.json, requests.csv, points.csv and load_curve.svg",
+        ),
     ],
 )
 def test_sweep_bad_options_are_one_line(capsys, workload, args, message):
@@ -268,9 +393,26 @@ def test_sweep_with_a_missing_workload_is_bad_input_status_3_as_run_and_compare(
 
 
 def test_sweep_sim_names_the_http_options_it_ignores(capsys, workload):
-    code, _, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", "--slo", "tpot.p90<1s", "--budget", "4", "--model", "m", "--api", "completions")
+    code, _, err = run(
+        capsys,
+        "sweep",
+        workload,
+        "--sim",
+        "llama-3.1-8b-h100",
+        "--slo",
+        "tpot.p90<1s",
+        "--budget",
+        "4",
+        "--model",
+        "m",
+        "--api",
+        "completions",
+    )
     assert code == 0, err
-    assert "warning: --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)" in err.splitlines()
+    assert (
+        "warning: --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)"
+        in err.splitlines()
+    )
 
 
 def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload, tmp_path):
@@ -278,8 +420,25 @@ def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload
     # result.json says (the mock server serves "mock-model" first and answers any name)
     server = MockServer()
     with ServerThread(server) as thread:
-        code, _, err = run(capsys, "sweep", workload, "--endpoint", thread.url, "--model", "named-model", "--by", "concurrency", "--max", "2",
-                           "--slo", "ttft.p99<1s", "--max-requests", "4", "--out", str(tmp_path / "out"))
+        code, _, err = run(
+            capsys,
+            "sweep",
+            workload,
+            "--endpoint",
+            thread.url,
+            "--model",
+            "named-model",
+            "--by",
+            "concurrency",
+            "--max",
+            "2",
+            "--slo",
+            "ttft.p99<1s",
+            "--max-requests",
+            "4",
+            "--out",
+            str(tmp_path / "out"),
+        )
     assert code == 0, err
     assert server.bodies and {body["model"] for body in server.bodies} == {"named-model"}
     assert read_record(tmp_path / "out" / "result.json")["fingerprint"]["model"] == "named-model"
@@ -288,4 +447,7 @@ def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload
 def test_sweep_names_its_own_option_for_an_endpoint_without_a_model_list(capsys, workload):
     code, out, err = run(capsys, "sweep", workload, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft.p99<1s")
     assert code == 3 and out == ""
-    assert err.startswith("error: --endpoint http://127.0.0.1:9: cannot read /v1/models (") and len(err.strip().splitlines()) == 1
+    assert (
+        err.startswith("error: --endpoint http://127.0.0.1:9: cannot read /v1/models (")
+        and len(err.strip().splitlines()) == 1
+    )

@@ -20,10 +20,26 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from mockserver import CHAT_OVERHEAD, MockConfig, MockServer, ServerThread, _text, _vocabulary, free_port, gone, wait_until_gone  # noqa: E402
+from mockserver import (
+    CHAT_OVERHEAD,
+    MockConfig,
+    MockServer,
+    ServerThread,
+    _text,
+    _vocabulary,
+    free_port,
+    gone,
+    wait_until_gone,
+)  # noqa: E402
 
 from pytest_llmreplay.replayer.clock import VirtualClock, WallClock  # noqa: E402
-from pytest_llmreplay.replayer.endpoints import EndpointRequest, HTTPEndpoint, Response, busy_requests, check_endpoint_url  # noqa: E402
+from pytest_llmreplay.replayer.endpoints import (
+    EndpointRequest,
+    HTTPEndpoint,
+    Response,
+    busy_requests,
+    check_endpoint_url,
+)  # noqa: E402
 from pytest_llmreplay.replayer.server_process import ServerProcess  # noqa: E402
 from pytest_llmreplay.errors import LLMReplayError  # noqa: E402
 
@@ -100,7 +116,9 @@ def test_streaming_counts_tokens_reads_usage_and_joins_text(api):
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
 def test_cached_tokens_are_read_from_usage(mock, api):
-    first, second = asyncio.run(exchange(HTTPEndpoint(mock.url, model="mock-model", api=api), (api, BODIES[api]), (api, BODIES[api])))
+    first, second = asyncio.run(
+        exchange(HTTPEndpoint(mock.url, model="mock-model", api=api), (api, BODIES[api]), (api, BODIES[api]))
+    )
     assert first.cached_tokens == 0
     full_blocks = len(prompt_ids()) // 16 * 16
     assert full_blocks >= 16
@@ -181,7 +199,9 @@ def test_given_model_is_sent_as_is(mock):
 def test_a_server_that_is_not_there_fails_open_with_one_line_and_no_open_client(refused_url):
     url = refused_url
     endpoint = HTTPEndpoint(url)
-    with pytest.raises(LLMReplayError, match=rf"^{re.escape(url)}: no answer to GET /v1/models \(.*\); is the server running\?$"):
+    with pytest.raises(
+        LLMReplayError, match=rf"^{re.escape(url)}: no answer to GET /v1/models \(.*\); is the server running\?$"
+    ):
         asyncio.run(endpoint.open(WallClock(), 4))
     assert endpoint._client is None  # closed by open itself: no "Unclosed client session" at exit
 
@@ -189,34 +209,51 @@ def test_a_server_that_is_not_there_fails_open_with_one_line_and_no_open_client(
 def test_bad_api_or_url_is_refused():
     with pytest.raises(LLMReplayError, match="api"):
         HTTPEndpoint("http://127.0.0.1:1", api="embeddings")
-    with pytest.raises(LLMReplayError, match=r"^endpoint: expected http://host:port \(or https://\), got '127.0.0.1:8000'$"):
+    with pytest.raises(
+        LLMReplayError, match=r"^endpoint: expected http://host:port \(or https://\), got '127.0.0.1:8000'$"
+    ):
         HTTPEndpoint("127.0.0.1:8000")
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("http://127.0.0.1:99999", "invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535"),
-    ("http://127.0.0.1:0", "invalid port '0' in 'http://127.0.0.1:0'; expected 1 to 65535"),
-    ("http://127.0.0.1:http", "invalid port 'http' in 'http://127.0.0.1:http'; expected 1 to 65535"),
-    ("http://127.0.0.1: 80", "a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'"),
-    ("ftp://127.0.0.1:21", "expected http://host:port (or https://), got 'ftp://127.0.0.1:21'"),
-    ("http://", "expected http://host:port (or https://), got 'http://'"),
-    ("http://127.0.0.1:8000/v1?x=1", "expected the server's address without a query or fragment, got 'http://127.0.0.1:8000/v1?x=1'"),
-    ("http://127.0.0.1:8000/v1/chat/completions", "'http://127.0.0.1:8000/v1/chat/completions' names the route /v1/chat/completions; "
-                                                  "give the server's address, 'http://127.0.0.1:8000' (each request's route follows the API setting)"),
-    ("http://h:8000/proxy/v1/completions/", "'http://h:8000/proxy/v1/completions/' names the route /v1/completions; give the server's address, 'http://h:8000/proxy' *"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://127.0.0.1:99999", "invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535"),
+        ("http://127.0.0.1:0", "invalid port '0' in 'http://127.0.0.1:0'; expected 1 to 65535"),
+        ("http://127.0.0.1:http", "invalid port 'http' in 'http://127.0.0.1:http'; expected 1 to 65535"),
+        ("http://127.0.0.1: 80", "a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'"),
+        ("ftp://127.0.0.1:21", "expected http://host:port (or https://), got 'ftp://127.0.0.1:21'"),
+        ("http://", "expected http://host:port (or https://), got 'http://'"),
+        (
+            "http://127.0.0.1:8000/v1?x=1",
+            "expected the server's address without a query or fragment, got 'http://127.0.0.1:8000/v1?x=1'",
+        ),
+        (
+            "http://127.0.0.1:8000/v1/chat/completions",
+            "'http://127.0.0.1:8000/v1/chat/completions' names the route /v1/chat/completions; "
+            "give the server's address, 'http://127.0.0.1:8000' (each request's route follows the API setting)",
+        ),
+        (
+            "http://h:8000/proxy/v1/completions/",
+            "'http://h:8000/proxy/v1/completions/' names the route /v1/completions; give the server's address, 'http://h:8000/proxy' *",
+        ),
+    ],
+)
 def test_endpoint_url_is_checked_in_one_line(url, message):
     with pytest.raises(LLMReplayError) as info:
         check_endpoint_url(url)
     assert fnmatch.fnmatchcase(str(info.value), message), str(info.value)
 
 
-@pytest.mark.parametrize(("url", "base"), [
-    ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
-    ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
-    ("https://gateway.example/llm/v1", "https://gateway.example/llm"),
-    ("http://[::1]:8000", "http://[::1]:8000"),
-])
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/v1/", "http://127.0.0.1:8000"),
+        ("https://gateway.example/llm/v1", "https://gateway.example/llm"),
+        ("http://[::1]:8000", "http://[::1]:8000"),
+    ],
+)
 def test_endpoint_url_gives_the_base_url(url, base):
     assert check_endpoint_url(url) == base
 
@@ -224,7 +261,9 @@ def test_endpoint_url_gives_the_base_url(url, base):
 def test_errors_from_the_server_are_one_line(mock, refused_url):
     with pytest.raises(LLMReplayError) as info:  # a path that is not the server's: /v1/models is 404
         asyncio.run(HTTPEndpoint(mock.url + "/elsewhere").open(WallClock(), 1))
-    assert str(info.value).startswith(f"{mock.url}/elsewhere/v1/models: could not read a model name (HTTPStatusError: Client error '404 ")
+    assert str(info.value).startswith(
+        f"{mock.url}/elsewhere/v1/models: could not read a model name (HTTPStatusError: Client error '404 "
+    )
     assert "\n" not in str(info.value)
     with pytest.raises(LLMReplayError) as info:
         asyncio.run(HTTPEndpoint(refused_url).open(WallClock(), 1))
@@ -283,7 +322,9 @@ def test_stalled_stream_times_out():
         endpoint = HTTPEndpoint(thread.url, model="mock-model", timeout_s=0.5)
 
         async def run():  # a guard, so that a timeout that never fires fails instead of hanging
-            return await asyncio.wait_for(exchange(endpoint, ("chat", with_mock(BODIES["chat"], fault="stall", after=2))), 5)
+            return await asyncio.wait_for(
+                exchange(endpoint, ("chat", with_mock(BODIES["chat"], fault="stall", after=2))), 5
+            )
 
         (response,) = asyncio.run(run())
     finally:
@@ -348,7 +389,10 @@ def test_a_blank_chunk_opening_the_stream_is_no_token(mock):
 
 def test_one_endpoint_keeps_working_after_faults(mock):
     good = ("chat", BODIES["chat"])
-    requests = [("chat", with_mock(BODIES["chat"], fault=fault, after=2)) for fault in ("malformed", "cut", "http500", "error_event", "no_done")]
+    requests = [
+        ("chat", with_mock(BODIES["chat"], fault=fault, after=2))
+        for fault in ("malformed", "cut", "http500", "error_event", "no_done")
+    ]
     endpoint = HTTPEndpoint(mock.url, model="mock-model")
     responses = asyncio.run(exchange(endpoint, *[r for bad in requests for r in (bad, good)]))
     kinds = [r.error.split(":")[0] if r.error else None for r in responses]
@@ -372,7 +416,9 @@ def test_requests_up_to_the_concurrency_run_at_once():
 
         responses = asyncio.run(run())
     assert all(r.error is None and sum(r.chunk_tokens) == 8 for r in responses)
-    assert max(r.sent_s for r in responses) < min(r.chunk_times[0] for r in responses)  # all four sent before any answer: they overlap
+    assert max(r.sent_s for r in responses) < min(
+        r.chunk_times[0] for r in responses
+    )  # all four sent before any answer: they overlap
 
 
 def test_connection_closed_without_a_response():
@@ -418,7 +464,9 @@ def test_api_key_is_sent_as_a_bearer_token(monkeypatch):
     monkeypatch.setenv("LLMREPLAY_TEST_KEY", "sk-secret-123")
     server = HeaderRecordingServer()
     with ServerThread(server) as thread:
-        endpoint = HTTPEndpoint(thread.url, model="mock-model", api_key_env="LLMREPLAY_TEST_KEY", headers={"X-Run": "7"})
+        endpoint = HTTPEndpoint(
+            thread.url, model="mock-model", api_key_env="LLMREPLAY_TEST_KEY", headers={"X-Run": "7"}
+        )
         (response,) = asyncio.run(exchange(endpoint, ("chat", BODIES["chat"])))
     assert response.error is None
     (headers,) = server.headers
@@ -541,7 +589,9 @@ def server_process(tmp_path):
     def make(command, url: str | None = None, **options: Any) -> ServerProcess:
         options.setdefault("log_path", tmp_path / "server.log")
         options.setdefault("startup_timeout_s", 5)  # a regression fails fast instead of waiting 600 s
-        server = ServerProcess(command, url if "announce" in options else url or f"http://127.0.0.1:{free_port()}", **options)
+        server = ServerProcess(
+            command, url if "announce" in options else url or f"http://127.0.0.1:{free_port()}", **options
+        )
         made.append(server)
         return server
 
@@ -560,8 +610,9 @@ def server_process(tmp_path):
 
 def test_server_process_starts_answers_and_stops(server_process):
     port = free_port()
-    server = server_process([sys.executable, str(MOCKSERVER), "--port", str(port)], f"http://127.0.0.1:{port}/v1",
-                            stop_timeout_s=5)
+    server = server_process(
+        [sys.executable, str(MOCKSERVER), "--port", str(port)], f"http://127.0.0.1:{port}/v1", stop_timeout_s=5
+    )
     assert server.url == f"http://127.0.0.1:{port}"
     with server:
         process = server.process
@@ -601,12 +652,23 @@ def test_server_command_that_never_listens_times_out_and_is_stopped(server_proce
 def test_waiting_for_a_server_says_so_every_progress_interval(server_process, refused_url):
     # on the virtual clock each poll advances 0.25 s: reports at 0, 10 and 20 s, the timeout at 30 s
     lines: list[str] = []
-    server = server_process(python("import time; time.sleep(60)"), refused_url, startup_timeout_s=30, stop_timeout_s=2, clock=VirtualClock(),
-                            progress=lines.append, timeout_option="--startup")
-    with pytest.raises(LLMReplayError, match=r"within 30 s \(raise --startup if it needs longer\); last lines of its log") as info:
+    server = server_process(
+        python("import time; time.sleep(60)"),
+        refused_url,
+        startup_timeout_s=30,
+        stop_timeout_s=2,
+        clock=VirtualClock(),
+        progress=lines.append,
+        timeout_option="--startup",
+    )
+    with pytest.raises(
+        LLMReplayError, match=r"within 30 s \(raise --startup if it needs longer\); last lines of its log"
+    ) as info:
         server.start()
     command = shlex.join(server.args)
-    assert lines == [f"waiting for {command} at {refused_url} to become healthy: {elapsed} s of 30 s" for elapsed in (0, 10, 20)]
+    assert lines == [
+        f"waiting for {command} at {refused_url} to become healthy: {elapsed} s of 30 s" for elapsed in (0, 10, 20)
+    ]
     assert info.value.args[0].count("\n") == 1  # the message, then the (empty) log's one line
 
 
@@ -682,7 +744,10 @@ ANNOUNCE = re.compile(r"^listening on (http://\S+)$", re.MULTILINE)
 
 def test_server_that_picks_its_own_port_is_found_from_the_line_it_prints(server_process, mock):
     # the command prints where it listens (here: the mock's address) after a while, as a server bound to port 0 does
-    server = server_process(python(f"import time; time.sleep(0.3); print('listening on {mock.url}/v1', flush=True); time.sleep(60)"), announce=ANNOUNCE)
+    server = server_process(
+        python(f"import time; time.sleep(0.3); print('listening on {mock.url}/v1', flush=True); time.sleep(60)"),
+        announce=ANNOUNCE,
+    )
     assert server.url is None
     with server:
         assert server.url == mock.url
@@ -691,7 +756,9 @@ def test_server_that_picks_its_own_port_is_found_from_the_line_it_prints(server_
 def test_an_announcement_left_in_the_log_by_an_earlier_start_is_not_taken(server_process, mock, tmp_path):
     log = tmp_path / "reused.log"
     log.write_text(f"listening on {mock.url}\n")  # a previous run's line, pointing at a live server
-    server = server_process(python("import time; time.sleep(60)"), announce=ANNOUNCE, log_path=log, startup_timeout_s=1, stop_timeout_s=1)
+    server = server_process(
+        python("import time; time.sleep(60)"), announce=ANNOUNCE, log_path=log, startup_timeout_s=1, stop_timeout_s=1
+    )
     with pytest.raises(LLMReplayError, match="never printed the URL it listens on") as info:
         server.start()
     assert "within 1 s" in str(info.value)
@@ -700,8 +767,9 @@ def test_an_announcement_left_in_the_log_by_an_earlier_start_is_not_taken(server
 
 def test_server_without_health_is_ready_when_v1_models_answers(server_process):
     port = free_port()
-    with server_process([sys.executable, "-c", HTTP_CHILD, str(port), "404"], f"http://127.0.0.1:{port}",
-                        stop_timeout_s=2) as server:
+    with server_process(
+        [sys.executable, "-c", HTTP_CHILD, str(port), "404"], f"http://127.0.0.1:{port}", stop_timeout_s=2
+    ) as server:
         assert server.exit_message() is None
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).status_code == 200
     assert server.process.poll() is not None
@@ -709,8 +777,12 @@ def test_server_without_health_is_ready_when_v1_models_answers(server_process):
 
 def test_server_whose_health_fails_is_not_ready(server_process):
     port = free_port()
-    server = server_process([sys.executable, "-c", HTTP_CHILD, str(port), "503"], f"http://127.0.0.1:{port}",
-                            startup_timeout_s=0.75, stop_timeout_s=2)
+    server = server_process(
+        [sys.executable, "-c", HTTP_CHILD, str(port), "503"],
+        f"http://127.0.0.1:{port}",
+        startup_timeout_s=0.75,
+        stop_timeout_s=2,
+    )
     with pytest.raises(LLMReplayError, match="not ready"):
         server.start()
     assert server.process.poll() is not None
@@ -718,8 +790,12 @@ def test_server_whose_health_fails_is_not_ready(server_process):
 
 def test_server_command_gets_the_extra_environment(server_process, tmp_path, monkeypatch):
     monkeypatch.setenv("LLMREPLAY_TEST_INHERITED", "inherited")
-    server = server_process(python("import os, sys; print(os.environ['LLMREPLAY_TEST_EXTRA'], os.environ['LLMREPLAY_TEST_INHERITED']); sys.exit(2)"),
-                            env={"LLMREPLAY_TEST_EXTRA": "extra"})
+    server = server_process(
+        python(
+            "import os, sys; print(os.environ['LLMREPLAY_TEST_EXTRA'], os.environ['LLMREPLAY_TEST_INHERITED']); sys.exit(2)"
+        ),
+        env={"LLMREPLAY_TEST_EXTRA": "extra"},
+    )
     with pytest.raises(LLMReplayError, match="status 2") as info:
         server.start()
     assert "extra inherited" in str(info.value)
@@ -739,13 +815,20 @@ def test_empty_command_is_refused():
 
 
 def test_string_command_is_split_like_a_shell():
-    assert ServerProcess("vllm serve 'my model' --port 8000", "http://x:1").args == ["vllm", "serve", "my model", "--port", "8000"]
+    assert ServerProcess("vllm serve 'my model' --port 8000", "http://x:1").args == [
+        "vllm",
+        "serve",
+        "my model",
+        "--port",
+        "8000",
+    ]
 
 
 def test_exit_message_names_the_status_after_the_server_died(server_process, tmp_path):
     port = free_port()
-    with server_process([sys.executable, str(MOCKSERVER), "--port", str(port)], f"http://127.0.0.1:{port}",
-                        stop_timeout_s=5) as server:
+    with server_process(
+        [sys.executable, str(MOCKSERVER), "--port", str(port)], f"http://127.0.0.1:{port}", stop_timeout_s=5
+    ) as server:
         assert server.exit_message() is None
         os.killpg(server.process.pid, signal.SIGKILL)
         server.process.wait(5)

@@ -126,11 +126,17 @@ class SharedVLLM:
         if self.server is not None:
             return
         self.port = port = free_port()
-        self.server = ServerProcess(vllm_server_command(self.engine_home, port, self.scratch), f"http://127.0.0.1:{port}",
-                                    startup_timeout_s=RUN_TIMEOUT_S, env={**self.environ, "VLLM_SERVER_DEV_MODE": "1"},
-                                    log_path=self.scratch / "vllm.log")
+        self.server = ServerProcess(
+            vllm_server_command(self.engine_home, port, self.scratch),
+            f"http://127.0.0.1:{port}",
+            startup_timeout_s=RUN_TIMEOUT_S,
+            env={**self.environ, "VLLM_SERVER_DEV_MODE": "1"},
+            log_path=self.scratch / "vllm.log",
+        )
         self.start_error = None
-        self.starting = threading.Thread(target=self._wait_started, args=(self.server,), name="shared-vllm-start", daemon=True)
+        self.starting = threading.Thread(
+            target=self._wait_started, args=(self.server,), name="shared-vllm-start", daemon=True
+        )
         self.starting.start()
 
     def _wait_started(self, server: ServerProcess) -> None:
@@ -169,7 +175,10 @@ class SharedVLLM:
             if reply.json()["success"]:
                 return url
             if time.monotonic() > deadline:
-                pytest.fail(f"vLLM did not empty its prefix cache within {RESET_TIMEOUT_S} s (POST /reset_prefix_cache: {reply.text})", pytrace=False)
+                pytest.fail(
+                    f"vLLM did not empty its prefix cache within {RESET_TIMEOUT_S} s (POST /reset_prefix_cache: {reply.text})",
+                    pytrace=False,
+                )
             time.sleep(0.2)
 
     def stop(self) -> None:
@@ -213,8 +222,12 @@ def mooncake_slice(shared_data: Path) -> list[dict]:
         if row["input_length"] < MAX_MODEL_LEN - SLICE_OUTPUT_CAP:
             rows.append({**row, "output_length": min(row["output_length"], SLICE_OUTPUT_CAP)})
         if len(rows) == SLICE_SCANNED:
-            return [row for i, row in enumerate(rows)
-                    if i == 0 or any(shared_blocks(row["hash_ids"], other["hash_ids"]) >= 2 for j, other in enumerate(rows) if j != i)]
+            return [
+                row
+                for i, row in enumerate(rows)
+                if i == 0
+                or any(shared_blocks(row["hash_ids"], other["hash_ids"]) >= 2 for j, other in enumerate(rows) if j != i)
+            ]
     raise AssertionError("the Mooncake trace has too few short requests")
 
 
@@ -258,7 +271,9 @@ def project(pytester, monkeypatch, shared_data):
     pytester.makeini("[pytest]\n")
     pytester.path.joinpath("agent.yaml").write_text(AGENT)
     pytester.path.joinpath("burst.yaml").write_text(BURST)
-    pytester.path.joinpath("mooncake_slice.jsonl").write_text("".join(json.dumps(row) + "\n" for row in mooncake_slice(shared_data)))
+    pytester.path.joinpath("mooncake_slice.jsonl").write_text(
+        "".join(json.dumps(row) + "\n" for row in mooncake_slice(shared_data))
+    )
     pytester.makepyfile(test_perf=PERF_TESTS)
     git(pytester.path, "init", "-q", "-b", "main")
     git(pytester.path, "add", "-A")
@@ -268,7 +283,17 @@ def project(pytester, monkeypatch, shared_data):
 
 def vllm_options(url: str, *api: str) -> list[str]:
     """The options that replay against the vLLM server at ``url``."""
-    return ["--llm-endpoint", url, "--llm-ignore-eos", "--llm-repeat", "1", *api, "-p", "no:cacheprovider", "-v"]  # one run: the cache checks read one run's hits
+    return [
+        "--llm-endpoint",
+        url,
+        "--llm-ignore-eos",
+        "--llm-repeat",
+        "1",
+        *api,
+        "-p",
+        "no:cacheprovider",
+        "-v",
+    ]  # one run: the cache checks read one run's hits
 
 
 COMPLETIONS_IDS = ("--llm-api", "completions", "--llm-extra-body", '{"return_token_ids": true}')
@@ -277,10 +302,20 @@ COMPLETIONS_IDS = ("--llm-api", "completions", "--llm-extra-body", '{"return_tok
 def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tmp_path_factory, shared_vllm):
     # the one run that has the plugin start vLLM (--llm-server-cmd) and stop it: every process gone
     # (meanwhile the shared server starts: it takes another free port, not yet bound)
-    scratch, port = tmp_path_factory.mktemp("vllm"), next(port for port in iter(free_port, None) if port != shared_vllm.port)
+    scratch, port = (
+        tmp_path_factory.mktemp("vllm"),
+        next(port for port in iter(free_port, None) if port != shared_vllm.port),
+    )
     options = vllm_options(f"http://127.0.0.1:{port}", *COMPLETIONS_IDS)
-    first = project.runpytest_subprocess(*options, "--llm-server-cmd", vllm_server_command(engine_home, port, scratch), "--llm-save",
-                                         "--llm-report", "first", timeout=RUN_TIMEOUT_S)
+    first = project.runpytest_subprocess(
+        *options,
+        "--llm-server-cmd",
+        vllm_server_command(engine_home, port, scratch),
+        "--llm-save",
+        "--llm-report",
+        "first",
+        timeout=RUN_TIMEOUT_S,
+    )
     text = first.stdout.str()
     first.assert_outcomes(passed=2, failed=1)
     assert "endpoint http://127.0.0.1" in text and "(started by --llm-server-cmd)" in text
@@ -290,7 +325,7 @@ def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tm
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=10)
 
     # the impossible SLO: one readable table naming the metric, its threshold and what was measured
-    failure = text[text.index("test_impossible_slo _"):]
+    failure = text[text.index("test_impossible_slo _") :]
     assert "SLO breached: 1 of 2" in failure and re.search(r"ttft\.p50 +< 1us +\S+ us .* BREACH", failure)
 
     report = project.path / "first"
@@ -316,13 +351,24 @@ def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tm
         history = int(before["prompt_tokens"]) + int(before["output_tokens"])
         assert row["history"] == "server", (session, turn)  # the response ids vLLM returned
         # the history's KV is cached up to its last token (the final sampled token's KV is never computed)
-        assert vllm_prefix_hit(history - 1, prompt) <= cached <= vllm_prefix_hit(history, prompt), (session, turn, cached, history)
+        assert vllm_prefix_hit(history - 1, prompt) <= cached <= vllm_prefix_hit(history, prompt), (
+            session,
+            turn,
+            cached,
+            history,
+        )
     assert result_of(report, "test_agent")["summary"]["eligible_cache_hit_rate"]["mean"] >= 0.9
     assert len(stored(project.path, "test_perf.py::test_agent")) == 1
 
     # the second run on the shared server, its cache as cold as the first run's fresh server's
-    second = project.runpytest_subprocess(*vllm_options(shared_vllm.cold(), *COMPLETIONS_IDS), "--llm-compare", "--llm-fail-on-regression",
-                                          "--llm-report", "second", timeout=RUN_TIMEOUT_S)
+    second = project.runpytest_subprocess(
+        *vllm_options(shared_vllm.cold(), *COMPLETIONS_IDS),
+        "--llm-compare",
+        "--llm-fail-on-regression",
+        "--llm-report",
+        "second",
+        timeout=RUN_TIMEOUT_S,
+    )
     second.assert_outcomes(passed=2, failed=1)
     text = second.stdout.str()
     assert "Traceback" not in text
@@ -332,7 +378,9 @@ def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tm
         [row] = comparison["rows"]  # timing is off: the cache is what is gated
         assert row["key"] == "cache_hit_rate.mean" and row["baseline"] == row["current"], (test, row)
         # no change; the burst's prompts share nothing, and a change from 0 has no ratio
-        assert (row["verdict"], row["change"]) == (("skipped", None) if test == "test_impossible_slo" else ("ok", 0.0)), (test, row)
+        assert (row["verdict"], row["change"]) == (
+            ("skipped", None) if test == "test_impossible_slo" else ("ok", 0.0)
+        ), (test, row)
 
 
 def test_vllm_cpu_chat_agent_hits_its_history(project, vllm_url):
@@ -340,7 +388,9 @@ def test_vllm_cpu_chat_agent_hits_its_history(project, vllm_url):
     the assistant's; vLLM renders them with the model's chat template and re-tokenizes, so the
     hit covers the history up to where the re-tokenized response text differs from the tokens
     generated (random weights emit byte tokens that do not round-trip), not always all of it."""
-    result = project.runpytest_subprocess(*vllm_options(vllm_url, "--llm-api", "chat"), "-k", "test_agent", "--llm-report", "chat", timeout=RUN_TIMEOUT_S)
+    result = project.runpytest_subprocess(
+        *vllm_options(vllm_url, "--llm-api", "chat"), "-k", "test_agent", "--llm-report", "chat", timeout=RUN_TIMEOUT_S
+    )
     result.assert_outcomes(passed=1, deselected=2)
     agent = requests_of(project.path / "chat", "test_agent")
     assert {r["status"] for r in agent} == {"ok"} and all(int(r["output_tokens"]) == 24 for r in agent)
@@ -351,7 +401,11 @@ def test_vllm_cpu_chat_agent_hits_its_history(project, vllm_url):
         if turn == 0:
             assert cached == 0, (session, turn)
         else:  # at least the previous turn's whole prompt, block-aligned
-            assert cached >= vllm_prefix_hit(int(by_turn[session, turn - 1]["prompt_tokens"]), prompt), (session, turn, cached)
+            assert cached >= vllm_prefix_hit(int(by_turn[session, turn - 1]["prompt_tokens"]), prompt), (
+                session,
+                turn,
+                cached,
+            )
 
 
 # 40 sessions of 128 tokens (--llm-ignore-eos) on a server that runs 16 at once (--max-num-seqs).
@@ -385,12 +439,19 @@ def test_vllm_cpu_capacity_search(project, vllm_url):
     bracket that follow, the budget spent."""
     project.path.joinpath("queue.yaml").write_text(QUEUE)
     project.makepyfile(test_capacity=CAPACITY_TEST)
-    result = project.runpytest_subprocess(*vllm_options(vllm_url, "--llm-api", "completions"), "test_capacity.py", "--llm-report", "capacity",
-                                          timeout=RUN_TIMEOUT_S)
+    result = project.runpytest_subprocess(
+        *vllm_options(vllm_url, "--llm-api", "completions"),
+        "test_capacity.py",
+        "--llm-report",
+        "capacity",
+        timeout=RUN_TIMEOUT_S,
+    )
     result.assert_outcomes(passed=1)
     assert "Traceback" not in result.stdout.str()
     # a line per point as it finishes, past pytest's capture
-    result.stdout.fnmatch_lines(["point 1/4    low concurrency 1: pass  ttft.p50 *", "point 2/4   high concurrency 40: FAIL  ttft.p50 *"])
+    result.stdout.fnmatch_lines(
+        ["point 1/4    low concurrency 1: pass  ttft.p50 *", "point 2/4   high concurrency 40: FAIL  ttft.p50 *"]
+    )
     (found,) = (project.path / "capacity" / "tests").glob("test_capacity.py_test_capacity-*.json")
     search = json.loads(found.read_text())["capacity"]
     assert_bisected(search, 0.4)

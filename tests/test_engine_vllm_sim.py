@@ -53,10 +53,20 @@ def model_profile(config: dict[str, Any]) -> Profile:
     """A simulator profile of the model ``config`` describes; its KV cache holds 4 contexts, so the
     context is what bounds a request, as on the vLLM server (1 GiB of KV cache)."""
     context = config["max_position_embeddings"]
-    model = ModelSpec("tiny", 1e6, layers=config["num_hidden_layers"], hidden_size=config["hidden_size"],
-                      heads=config["num_attention_heads"], kv_heads=config["num_key_value_heads"], head_dim=config["head_dim"],
-                      vocab_size=config["vocab_size"], max_position_embeddings=context)
-    return dataclasses.replace(tiny_profile(), model=model, engine=EngineConfig(block_size=BLOCK, num_gpu_blocks=4 * context // BLOCK))
+    model = ModelSpec(
+        "tiny",
+        1e6,
+        layers=config["num_hidden_layers"],
+        hidden_size=config["hidden_size"],
+        heads=config["num_attention_heads"],
+        kv_heads=config["num_key_value_heads"],
+        head_dim=config["head_dim"],
+        vocab_size=config["vocab_size"],
+        max_position_embeddings=context,
+    )
+    return dataclasses.replace(
+        tiny_profile(), model=model, engine=EngineConfig(block_size=BLOCK, num_gpu_blocks=4 * context // BLOCK)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +79,10 @@ def servers(shared_vllm, config) -> Iterator[dict[str, str]]:
 
 def post_both(servers: dict[str, str], path: str, body: dict[str, Any]) -> dict[str, httpx.Response]:
     """The same request to each server, one after the other."""
-    return {name: httpx.post(servers[name] + path, json={"model": "tiny", **body}, timeout=REQUEST_TIMEOUT_S) for name in SERVERS}
+    return {
+        name: httpx.post(servers[name] + path, json={"model": "tiny", **body}, timeout=REQUEST_TIMEOUT_S)
+        for name in SERVERS
+    }
 
 
 def statuses(replies: dict[str, httpx.Response]) -> dict[str, int]:
@@ -94,7 +107,9 @@ def test_models_report_the_models_context(servers, config):
 
 @pytest.mark.parametrize("past", [1, 0], ids=["past-the-context", "filling-it"])
 def test_a_prompt_past_or_filling_the_context_is_refused_alike(servers, config, past):
-    replies = post_both(servers, "/v1/completions", {"prompt": [7] * (config["max_position_embeddings"] + past), "max_tokens": 1})
+    replies = post_both(
+        servers, "/v1/completions", {"prompt": [7] * (config["max_position_embeddings"] + past), "max_tokens": 1}
+    )
     assert statuses(replies) == {"vllm": 400, "sim": 400}
     found = errors(replies)
     assert (found["sim"]["message"], found["sim"]["param"]) == (found["vllm"]["message"], found["vllm"]["param"])
@@ -102,10 +117,14 @@ def test_a_prompt_past_or_filling_the_context_is_refused_alike(servers, config, 
 
 def test_a_chat_prompt_past_the_context_is_refused_alike(servers, config):
     context = config["max_position_embeddings"]
-    replies = post_both(servers, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hello " * context}]})
+    replies = post_both(
+        servers, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hello " * context}]}
+    )
     assert statuses(replies) == {"vllm": 400, "sim": 400}
     for name, error in errors(replies).items():  # the prompt's length in it differs: vLLM stops counting at context + 1
-        assert error["param"] == "input_tokens" and error["message"].startswith(f"This model's maximum context length is {context} tokens."), (name, error)
+        assert error["param"] == "input_tokens" and error["message"].startswith(
+            f"This model's maximum context length is {context} tokens."
+        ), (name, error)
 
 
 def test_a_token_id_past_the_vocabulary_is_refused_alike(servers, config):
@@ -114,7 +133,10 @@ def test_a_token_id_past_the_vocabulary_is_refused_alike(servers, config):
     assert statuses(past) == {"vllm": 400, "sim": 400}
     for name, error in errors(past).items():
         assert f"Token id {vocab} is out of vocabulary" in error["message"], (name, error)
-    assert statuses(post_both(servers, "/v1/completions", {"prompt": [1, vocab - 1, 2], "max_tokens": 1})) == {"vllm": 200, "sim": 200}
+    assert statuses(post_both(servers, "/v1/completions", {"prompt": [1, vocab - 1, 2], "max_tokens": 1})) == {
+        "vllm": 200,
+        "sim": 200,
+    }
 
 
 @pytest.mark.parametrize("left_out", [{}, {"max_tokens": None}], ids=["absent", "null"])
@@ -122,10 +144,16 @@ def test_max_tokens_left_out_is_16_for_completions_and_the_context_left_for_chat
     """``ignore_eos``: the random model could otherwise stop before either limit."""
     context = config["max_position_embeddings"]
     completions = post_both(servers, "/v1/completions", {"prompt": [1, 2, 3], "ignore_eos": True, **left_out})
-    assert {name: reply.json()["usage"]["completion_tokens"] for name, reply in completions.items()} == {"vllm": 16, "sim": 16}
+    assert {name: reply.json()["usage"]["completion_tokens"] for name, reply in completions.items()} == {
+        "vllm": 16,
+        "sim": 16,
+    }
     # a prompt that leaves about 100 tokens (2 per "hello "), so the default shows without a long decode
-    chat = post_both(servers, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hello " * ((context - 120) // 2)}],
-                                                        "ignore_eos": True, **left_out})
+    chat = post_both(
+        servers,
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hello " * ((context - 120) // 2)}], "ignore_eos": True, **left_out},
+    )
     for name, reply in chat.items():
         usage = reply.json()["usage"]
         assert usage["completion_tokens"] == context - usage["prompt_tokens"] > 16, (name, usage)

@@ -42,6 +42,7 @@ def assert_error(path: Path, line: int | None, field: str | None, expected: str,
 
 # --- inputs.json -------------------------------------------------------------------------------
 
+
 def test_inputs_json_pretty_printed(tmp_path):
     second = {"messages": USER + [{"role": "assistant", "content": "x"}], "max_completion_tokens": 8, "stream": True}
     document = {"data": [entry("a5cd", [BODY, second]), entry("b", [{"messages": USER}])]}
@@ -69,7 +70,7 @@ def test_inputs_json_error_line_is_the_entry_line_in_indented_json(tmp_path):
     path = tmp_path / "inputs.json"
     path.write_text(text, encoding="utf-8")
     lines = text.splitlines()
-    entry_line = lines.index('    {', lines.index('      "session_id": "a",')) + 1  # the "{" opening data[1]
+    entry_line = lines.index("    {", lines.index('      "session_id": "a",')) + 1  # the "{" opening data[1]
     assert_error(path, entry_line, "data[1].payloads[1]", "must be a non-empty request body", format="aiperf-inputs")
 
 
@@ -79,21 +80,53 @@ INPUTS_CASES = {
     "session id missing": ([entry(), {"payloads": [BODY]}], 4, "data[1].session_id", "required field missing"),
     "session id empty": ([entry(), entry("")], 4, "data[1].session_id", "must be a non-empty string"),
     "session id not a string": ([entry(), entry(5)], 4, "data[1].session_id", "string"),
-    "duplicate session id": ([entry("x"), entry("x")], 4, "data[1].session_id", "duplicate session id 'x' (first in data[0])"),
+    "duplicate session id": (
+        [entry("x"), entry("x")],
+        4,
+        "data[1].session_id",
+        "duplicate session id 'x' (first in data[0])",
+    ),
     "payloads missing": ([entry(), {"session_id": "b"}], 4, "data[1].payloads", "required field missing"),
     "payloads empty": ([entry(), entry("b", [])], 4, "data[1].payloads", "must have at least 1 entry, got 0"),
     "payloads not a list": ([entry(), entry("b", BODY)], 4, "data[1].payloads", "must be a list, got an object"),
-    "payload not an object": ([entry(), entry("b", [BODY, "hi"])], 4, "data[1].payloads[1]", "expected an object, got a string"),
+    "payload not an object": (
+        [entry(), entry("b", [BODY, "hi"])],
+        4,
+        "data[1].payloads[1]",
+        "expected an object, got a string",
+    ),
     "payload empty": ([entry(), entry("b", [{}])], 4, "data[1].payloads[0]", "must be a non-empty request body"),
-    "max_tokens string": ([entry(), entry("b", [{**BODY, "max_tokens": "64"}])], 4, "data[1].payloads[0].max_tokens",
-                          "must be an integer, got a string '64'"),
-    "max_tokens zero": ([entry(), entry("b", [{**BODY, "max_tokens": 0}])], 4, "data[1].payloads[0].max_tokens", "must be >= 1, got 0"),
-    "both max fields": ([entry(), entry("b", [{**BODY, "max_completion_tokens": 5}])], 4,
-                        "data[1].payloads[0].max_tokens", "give only one of max_completion_tokens or max_tokens"),
+    "max_tokens string": (
+        [entry(), entry("b", [{**BODY, "max_tokens": "64"}])],
+        4,
+        "data[1].payloads[0].max_tokens",
+        "must be an integer, got a string '64'",
+    ),
+    "max_tokens zero": (
+        [entry(), entry("b", [{**BODY, "max_tokens": 0}])],
+        4,
+        "data[1].payloads[0].max_tokens",
+        "must be >= 1, got 0",
+    ),
+    "both max fields": (
+        [entry(), entry("b", [{**BODY, "max_completion_tokens": 5}])],
+        4,
+        "data[1].payloads[0].max_tokens",
+        "give only one of max_completion_tokens or max_tokens",
+    ),
     # a verbatim body's stream fields as the server checks them: else every request gets HTTP 400
-    "stream a string": ([entry(), entry("b", [BODY, {**BODY, "stream": "false"}])], 4, "data[1].payloads[1].stream",
-                        "must be true or false (a boolean), got a string 'false'"),
-    "unknown entry field": ([entry(), entry("b", delay=5)], 4, "data[1].delay", "unknown field; expected one of payloads, session_id"),
+    "stream a string": (
+        [entry(), entry("b", [BODY, {**BODY, "stream": "false"}])],
+        4,
+        "data[1].payloads[1].stream",
+        "must be true or false (a boolean), got a string 'false'",
+    ),
+    "unknown entry field": (
+        [entry(), entry("b", delay=5)],
+        4,
+        "data[1].delay",
+        "unknown field; expected one of payloads, session_id",
+    ),
     "data empty": ([], 1, "data", "must have at least 1 entry, got 0"),
 }
 
@@ -105,14 +138,17 @@ def test_inputs_json_rule_violation(tmp_path, entries, line, field, expected):
     assert_error(path, line, field, expected, format="aiperf-inputs")
 
 
-@pytest.mark.parametrize("text, line, field, expected", [
-    ('{\n  "data": [\n    {"session_id": "a", "payloads": [{"messages": []},]}\n  ]\n}\n', 3, None, "invalid JSON"),
-    ('[{"session_id": "a"}]', 1, None, 'expected an object {"data": [...]}, got a list'),
-    ('{"data": [], "extra": 1}', 1, "extra", "unknown field; expected one of data"),
-    ('{"sessions": []}', 1, "sessions", "unknown field"),
-    ('{}', 1, "data", "required field missing"),
-    ('{"data": {"session_id": "a"}}', 1, "data", "must be a list, got an object"),
-])
+@pytest.mark.parametrize(
+    "text, line, field, expected",
+    [
+        ('{\n  "data": [\n    {"session_id": "a", "payloads": [{"messages": []},]}\n  ]\n}\n', 3, None, "invalid JSON"),
+        ('[{"session_id": "a"}]', 1, None, 'expected an object {"data": [...]}, got a list'),
+        ('{"data": [], "extra": 1}', 1, "extra", "unknown field; expected one of data"),
+        ('{"sessions": []}', 1, "sessions", "unknown field"),
+        ("{}", 1, "data", "required field missing"),
+        ('{"data": {"session_id": "a"}}', 1, "data", "must be a list, got an object"),
+    ],
+)
 def test_inputs_json_document_errors(tmp_path, text, line, field, expected):
     path = tmp_path / "inputs.json"
     path.write_text(text, encoding="utf-8")
@@ -121,13 +157,18 @@ def test_inputs_json_document_errors(tmp_path, text, line, field, expected):
 
 # --- raw payloads: one file --------------------------------------------------------------------
 
+
 def test_payload_file_every_line_is_a_session(tmp_path):
     other = {"messages": USER, "max_completion_tokens": 7, "temperature": 0, "extra_body": {"x": 1}}
     path = write_jsonl(tmp_path / "payloads.jsonl", [BODY, "", other, {"messages": USER}])
     workload = load_workload(path)
     assert (workload.format, workload.timed) == ("aiperf-payloads", False)
     assert [s.id for s in workload.sessions] == ["line1", "line3", "line4"]
-    assert [s.turns[0].prompt for s in workload.sessions] == [Payload(BODY), Payload(other), Payload({"messages": USER})]
+    assert [s.turns[0].prompt for s in workload.sessions] == [
+        Payload(BODY),
+        Payload(other),
+        Payload({"messages": USER}),
+    ]
     assert [s.turns[0].output_tokens for s in workload.sessions] == [100, 7, None]
     assert all(s.turns[0].input_tokens is None for s in workload.sessions)
 
@@ -141,12 +182,27 @@ PAYLOAD_CASES = {
     "role missing": ({"messages": [{"content": "hi"}]}, "messages[0].role", "required: a string such as 'user'"),
     "role not a string": ({"messages": [{"role": 1, "content": "hi"}]}, "messages[0].role", "required: a string"),
     "max_tokens float": ({**BODY, "max_tokens": 1.5}, "max_tokens", "must be an integer, got a float 1.5"),
-    "max_completion_tokens zero": ({"messages": USER, "max_completion_tokens": 0}, "max_completion_tokens", "must be >= 1, got 0"),
-    "stream a string": ({**BODY, "stream": "false"}, "stream", "must be true or false (a boolean), got a string 'false'"),
+    "max_completion_tokens zero": (
+        {"messages": USER, "max_completion_tokens": 0},
+        "max_completion_tokens",
+        "must be >= 1, got 0",
+    ),
+    "stream a string": (
+        {**BODY, "stream": "false"},
+        "stream",
+        "must be true or false (a boolean), got a string 'false'",
+    ),
     "stream a number": ({**BODY, "stream": 1}, "stream", "must be true or false (a boolean), got an integer 1"),
-    "stream_options not an object": ({**BODY, "stream": True, "stream_options": "usage"}, "stream_options", "expected an object, got a string"),
-    "include_usage a string": ({**BODY, "stream": True, "stream_options": {"include_usage": "true"}}, "stream_options.include_usage",
-                               "must be true or false (a boolean), got a string 'true'"),
+    "stream_options not an object": (
+        {**BODY, "stream": True, "stream_options": "usage"},
+        "stream_options",
+        "expected an object, got a string",
+    ),
+    "include_usage a string": (
+        {**BODY, "stream": True, "stream_options": {"include_usage": "true"}},
+        "stream_options.include_usage",
+        "must be true or false (a boolean), got a string 'true'",
+    ),
     "invalid JSON": ('{"messages": [', None, "invalid JSON"),
     "not an object": ("[1]", None, "expected a JSON object, got a list"),
 }
@@ -160,10 +216,14 @@ def test_payload_file_rule_violation(tmp_path, bad, field, expected):
 
 # --- raw payloads: a directory -----------------------------------------------------------------
 
+
 def test_payload_directory_one_session_per_file(tmp_path):
     folder = tmp_path / "payloads"
     folder.mkdir()
-    turn2 = {"messages": USER + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}], "max_tokens": 5}
+    turn2 = {
+        "messages": USER + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}],
+        "max_tokens": 5,
+    }
     write_jsonl(folder / "conv_b.jsonl", [BODY, "", turn2])
     write_jsonl(folder / "conv_a.jsonl", [{"messages": USER}])
     (folder / "empty.jsonl").write_text("\n", encoding="utf-8")

@@ -52,7 +52,9 @@ def test_rows_become_single_requests(tmp_path):
     assert [s.id for s in workload.sessions] == ["line2", "line3"]
     assert [s.arrival_s for s in workload.sessions] == pytest.approx([0.0, 0.052])
     assert [(t.input_tokens, t.output_tokens, t.prompt) for s in workload for t in s.turns] == [
-        (4808, 10, Synthetic()), (3180, 8, Synthetic())]
+        (4808, 10, Synthetic()),
+        (3180, 8, Synthetic()),
+    ]
 
 
 def test_arrivals_are_relative_to_the_earliest_row_and_sorted(tmp_path):
@@ -61,13 +63,16 @@ def test_arrivals_are_relative_to_the_earliest_row_and_sorted(tmp_path):
     assert [(s.id, s.arrival_s) for s in workload.sessions] == [("line3", 0.0), ("line2", 10.25), ("line4", 59.75)]
 
 
-@pytest.mark.parametrize("stamp, seconds", [
-    ("2023-11-16 18:17:03", 3.0),
-    ("2023-11-16 18:17:03.5", 3.5),
-    ("2023-11-16 18:17:03.0000001", 3.0000001),
-    ("2023-11-16 18:18:00.0000000", 60.0),
-    ("2023-11-17 00:00:00.0000000", 5 * 3600 + 43 * 60.0),  # across midnight
-])
+@pytest.mark.parametrize(
+    "stamp, seconds",
+    [
+        ("2023-11-16 18:17:03", 3.0),
+        ("2023-11-16 18:17:03.5", 3.5),
+        ("2023-11-16 18:17:03.0000001", 3.0000001),
+        ("2023-11-16 18:18:00.0000000", 60.0),
+        ("2023-11-17 00:00:00.0000000", 5 * 3600 + 43 * 60.0),  # across midnight
+    ],
+)
 def test_fractional_digits_and_dates(tmp_path, stamp, seconds):
     workload = load(tmp_path, ["2023-11-16 18:17:00,1,1", f"{stamp},1,1"])
     assert workload.sessions[1].arrival_s == pytest.approx(seconds, abs=1e-6)
@@ -78,11 +83,14 @@ def test_spaces_and_blank_lines_are_tolerated(tmp_path):
     assert [(t.input_tokens, t.output_tokens) for _, _, t in workload.turns()] == [(12, 3)]
 
 
-@pytest.mark.parametrize("zone, day", [
-    ("CET-1CEST,M3.5.0,M10.5.0/3", ("2023-03-26", "2023-03-27")),  # a 23-hour local day
-    ("CET-1CEST,M3.5.0,M10.5.0/3", ("2023-10-29", "2023-10-30")),  # a 25-hour local day
-    ("EST5EDT,M3.2.0,M11.1.0", ("2023-03-12", "2023-03-13")),
-])
+@pytest.mark.parametrize(
+    "zone, day",
+    [
+        ("CET-1CEST,M3.5.0,M10.5.0/3", ("2023-03-26", "2023-03-27")),  # a 23-hour local day
+        ("CET-1CEST,M3.5.0,M10.5.0/3", ("2023-10-29", "2023-10-30")),  # a 25-hour local day
+        ("EST5EDT,M3.2.0,M11.1.0", ("2023-03-12", "2023-03-13")),
+    ],
+)
 def test_arrivals_do_not_depend_on_the_local_time_zone(tmp_path, local_time_zone, zone, day):
     """The trace's time stamps are wall-clock readings one hour apart; the machine running the
     loader must not change that (the Azure traces have no time zone)."""
@@ -91,8 +99,15 @@ def test_arrivals_do_not_depend_on_the_local_time_zone(tmp_path, local_time_zone
     assert workload.sessions[1].arrival_s == pytest.approx(3600.0)
 
 
-@pytest.mark.parametrize("header", ["timestamp,ContextTokens,GeneratedTokens", "TIMESTAMP,ContextTokens",
-                                    "TIMESTAMP,ContextTokens,GeneratedTokens,Extra", GOOD])
+@pytest.mark.parametrize(
+    "header",
+    [
+        "timestamp,ContextTokens,GeneratedTokens",
+        "TIMESTAMP,ContextTokens",
+        "TIMESTAMP,ContextTokens,GeneratedTokens,Extra",
+        GOOD,
+    ],
+)
 def test_wrong_header(tmp_path, header):
     path = write_csv(tmp_path, [header, GOOD])
     assert_error(path, 1, None, f"expected the header {HEADER}, got {header!r}")
@@ -109,17 +124,20 @@ def test_wrong_column_count(tmp_path, row, count):
     assert_error(path, 3, None, f"expected 3 columns ({HEADER}), got {count}")
 
 
-@pytest.mark.parametrize("stamp", [
-    "2023-11-16T18:17:03.9799600",
-    "2023-11-16 25:00:00",
-    "2023-11-16 18:60:00",
-    "2023-13-01 00:00:00",
-    "2023-02-30 00:00:00",
-    "2023-11-16 18:17",
-    "2023-11-16 18:17:03.97a",
-    "1700158623.98",
-    "",
-])
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "2023-11-16T18:17:03.9799600",
+        "2023-11-16 25:00:00",
+        "2023-11-16 18:60:00",
+        "2023-13-01 00:00:00",
+        "2023-02-30 00:00:00",
+        "2023-11-16 18:17",
+        "2023-11-16 18:17:03.97a",
+        "1700158623.98",
+        "",
+    ],
+)
 def test_bad_timestamp(tmp_path, stamp):
     path = write_csv(tmp_path, [HEADER, GOOD, f"{stamp},5,1"])
     assert_error(path, 3, "TIMESTAMP", f"expected a date-time like 2023-11-16 18:17:03.9799600, got {stamp!r}")
@@ -138,7 +156,9 @@ def test_line_numbers_count_blank_lines(tmp_path):
     assert_error(path, 4, "ContextTokens", "must be an integer >= 1, got '0'")
 
 
-@pytest.mark.parametrize("name, requests", [("AzureLLMInferenceTrace_code.csv", 8_819), ("AzureLLMInferenceTrace_conv.csv", 19_366)])
+@pytest.mark.parametrize(
+    "name, requests", [("AzureLLMInferenceTrace_code.csv", 8_819), ("AzureLLMInferenceTrace_conv.csv", 19_366)]
+)
 def test_real_traces(shared_data, name, requests):
     workload = load_workload(shared_data / "azure" / name)
     assert (workload.format, workload.timed, workload.num_requests) == (FORMAT, True, requests)

@@ -13,8 +13,14 @@ import pytest
 from pytest_llmreplay import FORMATS, LLMReplayError, WorkloadError, detect_format, load_workload
 
 MOONCAKE = {"timestamp": 0, "input_length": 600, "output_length": 20, "hash_ids": [1, 2]}
-TRIE = {"num_turns": 0, "input_prompt_length": 10, "assistant_response_length": [], "tool_call_output_length": [],
-        "tool_call_latency": [], "final_assistant_response_length": 5}
+TRIE = {
+    "num_turns": 0,
+    "input_prompt_length": 10,
+    "assistant_response_length": [],
+    "tool_call_output_length": [],
+    "tool_call_latency": [],
+    "final_assistant_response_length": 5,
+}
 MESSAGES = [{"role": "user", "content": "hi"}]
 AIPERF_INPUTS = {"data": [{"session_id": "a", "payloads": [{"messages": MESSAGES}]}]}
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"
@@ -23,11 +29,22 @@ FILE_FORMATS = [name for name in FORMATS if name != "aiperf-payloads"]
 # file text -> the format it is detected as
 DETECTED = {
     "llmservingsim flat": (json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0}), "llmservingsim"),
-    "llmservingsim agentic": (json.dumps({"session_id": "s", "arrival_time_ns": 0, "sub_requests": [
-        {"input_toks": 3, "output_toks": 2, "tool_duration_ns": 0}]}), "llmservingsim"),
+    "llmservingsim agentic": (
+        json.dumps(
+            {
+                "session_id": "s",
+                "arrival_time_ns": 0,
+                "sub_requests": [{"input_toks": 3, "output_toks": 2, "tool_duration_ns": 0}],
+            }
+        ),
+        "llmservingsim",
+    ),
     "mooncake hash ids": (json.dumps(MOONCAKE), "mooncake"),
     "mooncake created_time": (json.dumps({"created_time": 5, "input_length": 9, "output_length": 2}), "mooncake"),
-    "mooncake input_tokens spelling": (json.dumps({"timestamp": 0, "input_tokens": 10, "output_tokens": 5}), "mooncake"),
+    "mooncake input_tokens spelling": (
+        json.dumps({"timestamp": 0, "input_tokens": 10, "output_tokens": 5}),
+        "mooncake",
+    ),
     "mooncake literal text": (json.dumps({"text_input": "What is ML?", "output_length": 5}), "mooncake"),
     "trie": (json.dumps(TRIE), "trie"),
     "aiperf payload": (json.dumps({"messages": MESSAGES, "max_tokens": 4}), "aiperf-payloads"),
@@ -35,7 +52,10 @@ DETECTED = {
     "aiperf inputs one line": (json.dumps(AIPERF_INPUTS), "aiperf-inputs"),
     "azure": (AZURE, "azure"),
     "synthetic yaml": ("synthetic:\n  sessions: 3\n", "synthetic"),
-    "synthetic yaml after comments": ("# a small chat workload\n\n# (seeded)\nsynthetic:\n  sessions: 3\n", "synthetic"),
+    "synthetic yaml after comments": (
+        "# a small chat workload\n\n# (seeded)\nsynthetic:\n  sessions: 3\n",
+        "synthetic",
+    ),
     "synthetic json one line": (json.dumps({"synthetic": {"sessions": 3}}), "synthetic"),
     "synthetic json pretty": (json.dumps({"synthetic": {"sessions": 3}}, indent=2), "synthetic"),
     "leading blank lines": ("\n  \n" + json.dumps(MOONCAKE), "mooncake"),
@@ -88,7 +108,9 @@ def test_options_reach_the_loader(tmp_path):
 def test_undetectable_first_line(tmp_path):
     path = write(tmp_path, "\n\nhello world\n{}\n", "notes.txt")
     error = error_of(load_workload, path)
-    assert str(error).startswith(f"{path}:3: cannot tell the format from the first line 'hello world'; name it with format=")
+    assert str(error).startswith(
+        f"{path}:3: cannot tell the format from the first line 'hello world'; name it with format="
+    )
     assert ", ".join(FORMATS) in str(error)
 
 
@@ -98,12 +120,15 @@ def test_unknown_format(tmp_path):
     assert str(info.value) == f"unknown workload format 'sharegpt'; expected one of {', '.join(FORMATS)}"
 
 
-@pytest.mark.parametrize("format, options, expected", [
-    ("trie", {"block_size": 16}, "format 'trie' takes no options; got block_size"),
-    ("mooncake", {"block_sizes": 16}, "format 'mooncake' takes block_size; got block_sizes"),
-    ("mooncake", {"seed": 1, "rate": 2}, "format 'mooncake' takes block_size; got rate, seed"),
-    (None, {"block_size": 16}, "format 'llmservingsim' takes no options; got block_size"),
-])
+@pytest.mark.parametrize(
+    "format, options, expected",
+    [
+        ("trie", {"block_size": 16}, "format 'trie' takes no options; got block_size"),
+        ("mooncake", {"block_sizes": 16}, "format 'mooncake' takes block_size; got block_sizes"),
+        ("mooncake", {"seed": 1, "rate": 2}, "format 'mooncake' takes block_size; got rate, seed"),
+        (None, {"block_size": 16}, "format 'llmservingsim' takes no options; got block_size"),
+    ],
+)
 def test_options_a_format_does_not_take(tmp_path, format, options, expected):
     path = write(tmp_path, json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0}))
     with pytest.raises(LLMReplayError) as info:
@@ -148,7 +173,8 @@ def test_binary_file_with_a_named_format(tmp_path, format):
 
 
 LATER_LINES = {  # a file whose line 3 holds a byte that is not UTF-8, by format
-    "mooncake": (json.dumps(MOONCAKE) + "\n") * 2 + '{"timestamp": 1, "input_length": 600, "output_length": 20, "hash_ids": [1], "x": "\udcff"}\n',
+    "mooncake": (json.dumps(MOONCAKE) + "\n") * 2
+    + '{"timestamp": 1, "input_length": 600, "output_length": 20, "hash_ids": [1], "x": "\udcff"}\n',
     "aiperf-inputs": '{"data": [\n  {"session_id": "a",\n   "payloads": [{"messages": [{"role": "user", "content": "\udcff"}]}]}]}\n',
     "azure": AZURE + "2023-11-16 18:17:04.1,48\udcff,10\n",
     "synthetic": "synthetic:\n  sessions: 2\n  # caf\udcff\n  input_tokens: 10\n  output_tokens: 5\n",
@@ -167,8 +193,12 @@ def test_a_byte_that_is_not_utf8_is_named_by_line_and_column(tmp_path, format, n
 
 @pytest.mark.parametrize("format", ["mooncake", "aiperf-inputs", "azure", "synthetic"])
 def test_a_utf8_byte_order_mark_is_accepted(tmp_path, format):
-    text = {"mooncake": json.dumps(MOONCAKE) + "\n", "aiperf-inputs": json.dumps(AIPERF_INPUTS), "azure": AZURE,
-            "synthetic": "synthetic:\n  sessions: 2\n  input_tokens: 10\n  output_tokens: 5\n"}[format]
+    text = {
+        "mooncake": json.dumps(MOONCAKE) + "\n",
+        "aiperf-inputs": json.dumps(AIPERF_INPUTS),
+        "azure": AZURE,
+        "synthetic": "synthetic:\n  sessions: 2\n  input_tokens: 10\n  output_tokens: 5\n",
+    }[format]
     path = write(tmp_path, b"\xef\xbb\xbf" + text.encode(), "w.txt")
     assert detect_format(path) == format
     assert load_workload(path).sessions == load_workload(write(tmp_path, text, "plain.txt")).sessions
@@ -178,20 +208,40 @@ def test_a_lone_brace_is_called_pretty_printed_json(tmp_path):
     pretty = write(tmp_path, json.dumps(MOONCAKE, indent=2) + "\n", "pretty.jsonl")
     assert str(error_of(load_workload, pretty)) == (
         f"{pretty}:1: cannot tell the format: the file starts with a lone '{{' (pretty-printed JSON?); JSONL formats need "
-        'one object a line, and the one JSON document read is an AIPerf inputs.json, {"data": [...]}')
+        'one object a line, and the one JSON document read is an AIPerf inputs.json, {"data": [...]}'
+    )
     for path in (pretty, write(tmp_path, json.dumps(MOONCAKE) + "\n" + json.dumps(MOONCAKE, indent=2), "later.jsonl")):
         line = 1 if path == pretty else 2
         assert str(error_of(load_workload, path, format="mooncake")) == (
-            f"{path}:{line}: a lone '{{': JSONL needs each object on one line (is this pretty-printed JSON?)")
+            f"{path}:{line}: a lone '{{': JSONL needs each object on one line (is this pretty-printed JSON?)"
+        )
 
 
-@pytest.mark.parametrize(("format", "text", "line", "key"), [
-    ("mooncake", json.dumps(MOONCAKE) + '\n{"timestamp": 1, "input_length": 60, "timestamp": 2, "output_length": 2}\n', 2, "timestamp"),
-    ("aiperf-payloads", '{"messages": [{"role": "user", "content": "hi", "role": "system"}]}\n', 1, "role"),
-    ("llmservingsim", '{"session_id": "s", "arrival_time_ns": 0, "sub_requests": [{"input_toks": 3, "output_toks": 2, "output_toks": 9}]}\n', 1, "output_toks"),
-    ("aiperf-inputs", '{"data": [\n  {"session_id": "a", "payloads": [{"messages": []}]},\n  {"session_id": "b", "session_id": "c", "payloads": []}\n]}\n', 3, "session_id"),
-    ("aiperf-inputs", '{"data": [{"session_id": "a", "payloads": [{"messages": []}]}], "data": []}\n', 1, "data"),
-])
+@pytest.mark.parametrize(
+    ("format", "text", "line", "key"),
+    [
+        (
+            "mooncake",
+            json.dumps(MOONCAKE) + '\n{"timestamp": 1, "input_length": 60, "timestamp": 2, "output_length": 2}\n',
+            2,
+            "timestamp",
+        ),
+        ("aiperf-payloads", '{"messages": [{"role": "user", "content": "hi", "role": "system"}]}\n', 1, "role"),
+        (
+            "llmservingsim",
+            '{"session_id": "s", "arrival_time_ns": 0, "sub_requests": [{"input_toks": 3, "output_toks": 2, "output_toks": 9}]}\n',
+            1,
+            "output_toks",
+        ),
+        (
+            "aiperf-inputs",
+            '{"data": [\n  {"session_id": "a", "payloads": [{"messages": []}]},\n  {"session_id": "b", "session_id": "c", "payloads": []}\n]}\n',
+            3,
+            "session_id",
+        ),
+        ("aiperf-inputs", '{"data": [{"session_id": "a", "payloads": [{"messages": []}]}], "data": []}\n', 1, "data"),
+    ],
+)
 def test_a_key_given_twice_is_refused_with_its_line(tmp_path, format, text, line, key):
     path = write(tmp_path, text, "w.txt")
     assert str(error_of(load_workload, path, format=format)) == f"{path}:{line}: duplicate key {key!r}"
@@ -201,9 +251,17 @@ def test_a_key_given_twice_is_refused_with_its_line(tmp_path, format, text, line
 DEEP = "[" * 100_000 + "]" * 100_000
 DEEPLY_NESTED = {
     "detected": (None, '{"messages": ' + DEEP + "}", 1),
-    "mooncake, line 2": ("mooncake", json.dumps(MOONCAKE) + '\n{"timestamp": 1, "input_length": 5, "output_length": 2, "hash_ids": ' + DEEP + "}", 2),
+    "mooncake, line 2": (
+        "mooncake",
+        json.dumps(MOONCAKE) + '\n{"timestamp": 1, "input_length": 5, "output_length": 2, "hash_ids": ' + DEEP + "}",
+        2,
+    ),
     "aiperf-payloads named": ("aiperf-payloads", '{"messages": ' + DEEP + "}", 1),
-    "aiperf-inputs, the entry's line": ("aiperf-inputs", '{"data": [\n  {"session_id": "a", "payloads": [{"messages": []}]},\n  ' + DEEP + "\n]}", 3),
+    "aiperf-inputs, the entry's line": (
+        "aiperf-inputs",
+        '{"data": [\n  {"session_id": "a", "payloads": [{"messages": []}]},\n  ' + DEEP + "\n]}",
+        3,
+    ),
 }
 
 
@@ -212,12 +270,16 @@ def test_json_nested_past_the_recursion_limit_is_one_error_at_its_line(tmp_path,
     path = write(tmp_path, text, "w.txt")
     assert str(error_of(load_workload, path, format=format)) == (
         f"{path}:{line}: nested too deeply: lists or objects inside each other past what the parser reads "
-        f"(Python's recursion limit, {sys.getrecursionlimit()})")
+        f"(Python's recursion limit, {sys.getrecursionlimit()})"
+    )
 
 
 @pytest.mark.parametrize("format", FILE_FORMATS)
 def test_directory_for_a_file_format(tmp_path, format):
-    assert str(error_of(load_workload, tmp_path, format=format)) == f"{tmp_path}: is a directory; format {format!r} reads a file"
+    assert (
+        str(error_of(load_workload, tmp_path, format=format))
+        == f"{tmp_path}: is a directory; format {format!r} reads a file"
+    )
 
 
 # --- every real trace --------------------------------------------------------------------------
@@ -257,14 +319,34 @@ def test_the_table_covers_every_shared_file(shared_data):
 # --- sizes no replay can honour: refused at load, naming where -----------------------------------
 
 HUGE = [
-    ("llmservingsim", json.dumps({"input_toks": 10**26, "output_toks": 5, "arrival_time_ns": 0}),
-     "session 'line1' turn 0: input tokens: 100,000,000,000,000,000,000,000,000 is over the limit of 10,000,000"),
-    ("llmservingsim", json.dumps({"input_toks": 10, "output_toks": 5, "arrival_time_ns": 10**23}),
-     "session 'line1': arrival: 1e+14 s is over the limit of 10,000,000 s (116 days): times must count from the trace's start"),
-    ("trie", json.dumps({**TRIE, "num_turns": 1, "assistant_response_length": [3], "tool_call_output_length": [4], "tool_call_latency": [1e308]}),
-     "turn 1: delay: 1e+308 s is over the limit of 10,000,000 s"),
-    ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,99999999999999,10\n",
-     "turn 0: input tokens: 99,999,999,999,999 is over the limit"),
+    (
+        "llmservingsim",
+        json.dumps({"input_toks": 10**26, "output_toks": 5, "arrival_time_ns": 0}),
+        "session 'line1' turn 0: input tokens: 100,000,000,000,000,000,000,000,000 is over the limit of 10,000,000",
+    ),
+    (
+        "llmservingsim",
+        json.dumps({"input_toks": 10, "output_toks": 5, "arrival_time_ns": 10**23}),
+        "session 'line1': arrival: 1e+14 s is over the limit of 10,000,000 s (116 days): times must count from the trace's start",
+    ),
+    (
+        "trie",
+        json.dumps(
+            {
+                **TRIE,
+                "num_turns": 1,
+                "assistant_response_length": [3],
+                "tool_call_output_length": [4],
+                "tool_call_latency": [1e308],
+            }
+        ),
+        "turn 1: delay: 1e+308 s is over the limit of 10,000,000 s",
+    ),
+    (
+        "azure",
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,99999999999999,10\n",
+        "turn 0: input tokens: 99,999,999,999,999 is over the limit",
+    ),
 ]
 
 
@@ -277,11 +359,20 @@ def test_sizes_no_replay_can_honour_are_refused_at_load(tmp_path, format, text, 
     assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("sessions: 100000000000", "synthetic.sessions: must be at most 10,000,000, got 100,000,000,000"),
-    ("sessions: 2\n  turns: 100000000", "synthetic.turns: 200,000,000 requests in all is over the limit of 10,000,000"),
-    ("sessions: 2\n  input_tokens: 100000000000000", "synthetic.input_tokens: draws 100,000,000,000,000 tokens, over the limit of 10,000,000"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("sessions: 100000000000", "synthetic.sessions: must be at most 10,000,000, got 100,000,000,000"),
+        (
+            "sessions: 2\n  turns: 100000000",
+            "synthetic.turns: 200,000,000 requests in all is over the limit of 10,000,000",
+        ),
+        (
+            "sessions: 2\n  input_tokens: 100000000000000",
+            "synthetic.input_tokens: draws 100,000,000,000,000 tokens, over the limit of 10,000,000",
+        ),
+    ],
+)
 def test_synthetic_specs_too_large_to_generate_are_refused_before_generating(tmp_path, spec, message):
     path = tmp_path / "s.yaml"
     path.write_text(f"synthetic:\n  {spec}\n")

@@ -25,8 +25,12 @@ def sub(input_toks: int = 10, output_toks: int = 5, tool_duration_ns: int = 0, *
 
 
 def agentic(session_id="s0", arrival_time_ns=0, subs=None, **extra) -> dict:
-    return {"session_id": session_id, "arrival_time_ns": arrival_time_ns,
-            "sub_requests": subs if subs is not None else [sub(), sub(20)], **extra}
+    return {
+        "session_id": session_id,
+        "arrival_time_ns": arrival_time_ns,
+        "sub_requests": subs if subs is not None else [sub(), sub(20)],
+        **extra,
+    }
 
 
 def load_error(path: Path) -> WorkloadError:
@@ -45,9 +49,20 @@ def assert_located(error: WorkloadError, path: Path, line: int, field: str | Non
 
 # --- valid input -------------------------------------------------------------------------------
 
+
 def test_flat_request_with_token_ids(tmp_path):
-    path = write_jsonl(tmp_path, [{"input_toks": 3, "output_toks": 2, "arrival_time_ns": 1_500_000_000,
-                                   "input_tok_ids": [7, 8, 9], "output_tok_ids": [4, 5]}])
+    path = write_jsonl(
+        tmp_path,
+        [
+            {
+                "input_toks": 3,
+                "output_toks": 2,
+                "arrival_time_ns": 1_500_000_000,
+                "input_tok_ids": [7, 8, 9],
+                "output_tok_ids": [4, 5],
+            }
+        ],
+    )
     workload = load_workload(path)
     assert workload.format == FORMAT and workload.timed and workload.warnings == ()
     (session,) = workload.sessions
@@ -123,6 +138,7 @@ def test_agentic_session_named_like_a_flat_line_is_not_a_duplicate(tmp_path):
 
 # --- rule violations ---------------------------------------------------------------------------
 
+
 def _without(row: dict, key: str) -> dict:
     return {k: v for k, v in row.items() if k != key}
 
@@ -141,33 +157,64 @@ CASES = {
     "arrival negative": ({**FLAT, "arrival_time_ns": -1}, "arrival_time_ns", "must be >= 0, got -1"),
     "arrival float": ({**FLAT, "arrival_time_ns": 1.5e9}, "arrival_time_ns", "must be an integer, got a float"),
     "arrival string": ({**FLAT, "arrival_time_ns": "0"}, "arrival_time_ns", "must be an integer, got a string"),
-    "input ids too short": ({**FLAT, "input_tok_ids": [1, 2]}, "input_tok_ids",
-                            "has 2 ids but input_toks is 3; they must be equal"),
-    "output ids too long": ({**FLAT, "output_tok_ids": [1, 2, 3]}, "output_tok_ids",
-                            "has 3 ids but output_toks is 2; they must be equal"),
+    "input ids too short": (
+        {**FLAT, "input_tok_ids": [1, 2]},
+        "input_tok_ids",
+        "has 2 ids but input_toks is 3; they must be equal",
+    ),
+    "output ids too long": (
+        {**FLAT, "output_tok_ids": [1, 2, 3]},
+        "output_tok_ids",
+        "has 3 ids but output_toks is 2; they must be equal",
+    ),
     "input id string": ({**FLAT, "input_tok_ids": [1, "2", 3]}, "input_tok_ids[1]", "must be an integer, got a string"),
     "input id negative": ({**FLAT, "input_tok_ids": [1, 2, -3]}, "input_tok_ids[2]", "must be >= 0, got -3"),
     "input ids not a list": ({**FLAT, "input_tok_ids": "1 2 3"}, "input_tok_ids", "must be a list of integers"),
-    "flat unknown field": ({**FLAT, "input_tokens": 3}, "input_tokens", "unknown field; expected one of arrival_time_ns"),
+    "flat unknown field": (
+        {**FLAT, "input_tokens": 3},
+        "input_tokens",
+        "unknown field; expected one of arrival_time_ns",
+    ),
     "flat tool_duration": ({**FLAT, "tool_duration_ns": 0}, "tool_duration_ns", "unknown field"),
     "no sub-requests": (agentic(subs=[]), "sub_requests", "must have at least 1 entry, got 0"),
     "sub_requests not a list": (agentic(subs={"0": sub()}), "sub_requests", "must be a list, got an object"),
     "sub-request not an object": (agentic(subs=[sub(), 5]), "sub_requests[1]", "expected an object, got an integer"),
-    "negative tool duration": (agentic(subs=[sub(), sub(tool_duration_ns=-5)]), "sub_requests[1].tool_duration_ns",
-                               "must be >= 0, got -5"),
-    "tool duration float": (agentic(subs=[sub(tool_duration_ns=1.0), sub()]), "sub_requests[0].tool_duration_ns",
-                            "must be an integer, got a float"),
-    "tool duration missing": (agentic(subs=[sub(), _without(sub(), "tool_duration_ns")]),
-                              "sub_requests[1].tool_duration_ns", "required field missing"),
-    "sub input_toks string": (agentic(subs=[sub(input_toks="5")]), "sub_requests[0].input_toks",
-                              "must be an integer, got a string '5'"),
-    "sub output_toks bool": (agentic(subs=[sub(), sub(output_toks=False)]), "sub_requests[1].output_toks",
-                             "must be an integer, got a boolean"),
-    "sub ids mismatch": (agentic(subs=[sub(), sub(2, input_tok_ids=[1])]), "sub_requests[1].input_tok_ids",
-                         "has 1 ids but input_toks is 2"),
+    "negative tool duration": (
+        agentic(subs=[sub(), sub(tool_duration_ns=-5)]),
+        "sub_requests[1].tool_duration_ns",
+        "must be >= 0, got -5",
+    ),
+    "tool duration float": (
+        agentic(subs=[sub(tool_duration_ns=1.0), sub()]),
+        "sub_requests[0].tool_duration_ns",
+        "must be an integer, got a float",
+    ),
+    "tool duration missing": (
+        agentic(subs=[sub(), _without(sub(), "tool_duration_ns")]),
+        "sub_requests[1].tool_duration_ns",
+        "required field missing",
+    ),
+    "sub input_toks string": (
+        agentic(subs=[sub(input_toks="5")]),
+        "sub_requests[0].input_toks",
+        "must be an integer, got a string '5'",
+    ),
+    "sub output_toks bool": (
+        agentic(subs=[sub(), sub(output_toks=False)]),
+        "sub_requests[1].output_toks",
+        "must be an integer, got a boolean",
+    ),
+    "sub ids mismatch": (
+        agentic(subs=[sub(), sub(2, input_tok_ids=[1])]),
+        "sub_requests[1].input_tok_ids",
+        "has 1 ids but input_toks is 2",
+    ),
     "sub unknown field": (agentic(subs=[sub(arrival_time_ns=0)]), "sub_requests[0].arrival_time_ns", "unknown field"),
-    "session unknown field": (agentic(input_toks=3), "input_toks", "unknown field; expected one of arrival_time_ns, "
-                              "session_id, sub_requests"),
+    "session unknown field": (
+        agentic(input_toks=3),
+        "input_toks",
+        "unknown field; expected one of arrival_time_ns, session_id, sub_requests",
+    ),
     "session id missing": (_without(agentic(), "session_id"), "session_id", "required field missing"),
     "session id empty": (agentic(""), "session_id", "must be a non-empty string or an integer"),
     "session id list": (agentic(["s"]), "session_id", "must be a non-empty string or an integer, got a list"),
@@ -195,6 +242,7 @@ def test_workload_error_is_an_llmreplay_error(tmp_path):
 
 
 # --- the real traces ---------------------------------------------------------------------------
+
 
 def test_sharegpt_trace_has_matching_token_ids(shared_data):
     workload = load_workload(shared_data / "llmservingsim" / "sharegpt-llama-3.1-8b-300-sps10.jsonl")

@@ -50,6 +50,7 @@ def assert_error(tmp_path: Path, rows: list, line: int, field: str | None, expec
 
 # --- single requests ---------------------------------------------------------------------------
 
+
 def test_basic_row(tmp_path):
     workload = load(tmp_path, [row(timestamp=1500)])
     assert workload.format == FORMAT and workload.timed
@@ -61,7 +62,9 @@ def test_basic_row(tmp_path):
 
 
 @pytest.mark.parametrize("stamp_key", ["timestamp", "created_time"])
-@pytest.mark.parametrize("input_key, output_key", [("input_length", "output_length"), ("input_tokens", "output_tokens")])
+@pytest.mark.parametrize(
+    "input_key, output_key", [("input_length", "output_length"), ("input_tokens", "output_tokens")]
+)
 def test_alternative_field_spellings(tmp_path, stamp_key, input_key, output_key):
     record = {stamp_key: 250, input_key: 600, output_key: 20, "hash_ids": [1, 2]}
     (session,) = load(tmp_path, [record]).sessions
@@ -80,18 +83,31 @@ def test_custom_block_size(tmp_path):
     (session,) = load(tmp_path, rows, block_size=16).sessions
     assert session.turns[0].prompt == HashBlocks((4, 5, 6), 16)
     # the same file at the default block size has too many ids, and the message says so
-    assert_error(tmp_path, rows, 1, "hash_ids", "expected ceil(33 / 512) = 1 ids for input length 33 at block size 512, "
-                 "got 3 (pass block_size=")
+    assert_error(
+        tmp_path,
+        rows,
+        1,
+        "hash_ids",
+        "expected ceil(33 / 512) = 1 ids for input length 33 at block size 512, got 3 (pass block_size=",
+    )
 
 
-@pytest.mark.parametrize("input_length, ids, expected", [
-    (600, [1], "expected ceil(600 / 512) = 2 ids"),
-    (1025, [1, 2], "expected ceil(1025 / 512) = 3 ids"),
-    (512, [1, 2], "expected ceil(512 / 512) = 1 ids"),
-])
+@pytest.mark.parametrize(
+    "input_length, ids, expected",
+    [
+        (600, [1], "expected ceil(600 / 512) = 2 ids"),
+        (1025, [1, 2], "expected ceil(1025 / 512) = 3 ids"),
+        (512, [1, 2], "expected ceil(512 / 512) = 1 ids"),
+    ],
+)
 def test_hash_ids_length_mismatch(tmp_path, input_length, ids, expected):
-    assert_error(tmp_path, [ROW, row(input_length=input_length, hash_ids=ids)], 2, "hash_ids", f"{expected} for input "
-                 f"length {input_length} at block size 512, got {len(ids)}")
+    assert_error(
+        tmp_path,
+        [ROW, row(input_length=input_length, hash_ids=ids)],
+        2,
+        "hash_ids",
+        f"{expected} for input length {input_length} at block size 512, got {len(ids)}",
+    )
 
 
 @pytest.mark.parametrize("block_size", [0, -512, "512", 512.0, True])
@@ -127,12 +143,13 @@ def test_untimed_trace(tmp_path):
 
 # --- sessions ----------------------------------------------------------------------------------
 
+
 def test_session_rows_are_turns_in_file_order(tmp_path):
     rows = [
         turn_row("a", timestamp=1000, input_length=100, output_length=10),
         turn_row("b", timestamp=500, input_length=40, output_length=4),
-        turn_row("a", delay=250, input_length=130, output_length=5),        # 130 >= 100 + 10: grows
-        turn_row("a", delay_ms=1500, input_length=20, output_length=5),     # 20 < 130 + 5: stands alone
+        turn_row("a", delay=250, input_length=130, output_length=5),  # 130 >= 100 + 10: grows
+        turn_row("a", delay_ms=1500, input_length=20, output_length=5),  # 20 < 130 + 5: stands alone
     ]
     workload = load(tmp_path, rows)
     assert [s.id for s in workload.sessions] == ["b", "a"]
@@ -144,8 +161,12 @@ def test_session_rows_are_turns_in_file_order(tmp_path):
 
 
 def test_timestamp_delta_inside_a_session_is_the_delay(tmp_path):
-    rows = [turn_row("a", timestamp=1000), turn_row("a", timestamp=1400), turn_row("a", timestamp=1400),
-            turn_row("a", timestamp=3000)]
+    rows = [
+        turn_row("a", timestamp=1000),
+        turn_row("a", timestamp=1400),
+        turn_row("a", timestamp=1400),
+        turn_row("a", timestamp=3000),
+    ]
     (session,) = load(tmp_path, rows).sessions
     assert [t.delay_s for t in session.turns] == pytest.approx([0.0, 0.4, 0.0, 1.6])
 
@@ -162,7 +183,10 @@ def test_later_turns_without_timing_follow_at_once(tmp_path):
 
 
 def test_session_turns_with_hash_ids(tmp_path):
-    rows = [row(session_id=9, hash_ids=[1, 2]), row(session_id=9, timestamp=None, input_length=1100, hash_ids=[1, 2, 3])]
+    rows = [
+        row(session_id=9, hash_ids=[1, 2]),
+        row(session_id=9, timestamp=None, input_length=1100, hash_ids=[1, 2, 3]),
+    ]
     (session,) = load(tmp_path, rows).sessions
     assert session.id == "9"
     assert [t.prompt for t in session.turns] == [HashBlocks((1, 2), 512), HashBlocks((1, 2, 3), 512)]
@@ -184,11 +208,20 @@ def test_independent_row_does_not_replace_a_session_named_like_it(tmp_path):
 
 # --- literal prompts ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("key, value, body, stated_output", [
-    ("text_input", "What is ML?", {"messages": [{"role": "user", "content": "What is ML?"}]}, None),
-    ("messages", MESSAGES, {"messages": MESSAGES}, None),
-    ("payload", {"messages": MESSAGES, "max_tokens": 9, "model": "m"}, {"messages": MESSAGES, "max_tokens": 9, "model": "m"}, 9),
-])
+
+@pytest.mark.parametrize(
+    "key, value, body, stated_output",
+    [
+        ("text_input", "What is ML?", {"messages": [{"role": "user", "content": "What is ML?"}]}, None),
+        ("messages", MESSAGES, {"messages": MESSAGES}, None),
+        (
+            "payload",
+            {"messages": MESSAGES, "max_tokens": 9, "model": "m"},
+            {"messages": MESSAGES, "max_tokens": 9, "model": "m"},
+            9,
+        ),
+    ],
+)
 def test_literal_prompts_are_sent_verbatim(tmp_path, key, value, body, stated_output):
     """Without output_length, the output length is the body's max_tokens (None when unstated)."""
     workload = load(tmp_path, [{"timestamp": 0, key: value}, {"timestamp": 10, key: value, "output_length": 7}])
@@ -202,16 +235,31 @@ def test_literal_prompts_are_sent_verbatim(tmp_path, key, value, body, stated_ou
 # (bad line 2, field, what the message must say); line 1 is always ROW.
 CASES = {
     "timestamp and created_time": (row(created_time=5), "created_time", "give only one of timestamp or created_time"),
-    "input_length and input_tokens": (row(input_tokens=600), "input_tokens", "give only one of input_length or input_tokens"),
-    "output_length and output_tokens": (row(output_tokens=20), "output_tokens", "give only one of output_length or output_tokens"),
+    "input_length and input_tokens": (
+        row(input_tokens=600),
+        "input_tokens",
+        "give only one of input_length or input_tokens",
+    ),
+    "output_length and output_tokens": (
+        row(output_tokens=20),
+        "output_tokens",
+        "give only one of output_length or output_tokens",
+    ),
     "input_length and text_input": (row(hash_ids=None, text_input="x"), "text_input", "give only one of input_length"),
-    "no input": (row(input_length=None, hash_ids=None), "input_length",
-                 "required field missing (or input_tokens, text_input, messages, payload)"),
+    "no input": (
+        row(input_length=None, hash_ids=None),
+        "input_length",
+        "required field missing (or input_tokens, text_input, messages, payload)",
+    ),
     "no output": (row(output_length=None), "output_length", "required field missing (or output_tokens)"),
     "input zero": (row(input_length=0, hash_ids=[]), "input_length", "must be >= 1, got 0"),
     "input string": (row(input_length="600"), "input_length", "must be an integer, got a string '600'"),
     "input float": (row(input_length=600.0), "input_length", "must be an integer, got a float 600.0"),
-    "input bool": (row(input_tokens=True, input_length=None, hash_ids=[1]), "input_tokens", "must be an integer, got a boolean"),
+    "input bool": (
+        row(input_tokens=True, input_length=None, hash_ids=[1]),
+        "input_tokens",
+        "must be an integer, got a boolean",
+    ),
     "output zero": (row(output_length=0), "output_length", "must be >= 1, got 0"),
     "output float": (row(output_tokens=2.5, output_length=None), "output_tokens", "must be an integer, got a float"),
     "timestamp negative": (row(timestamp=-1), "timestamp", "must be a finite number >= 0, got -1"),
@@ -222,19 +270,39 @@ CASES = {
     "hash id float": (row(hash_ids=[1, 2.0]), "hash_ids[1]", "must be an integer, got a float"),
     "hash_ids not a list": (row(hash_ids=12), "hash_ids", "must be a list of integers, got an integer"),
     "delay on first turn": (row(session_id="a", delay=5), "delay", "a delay is not allowed on a session's first turn"),
-    "delay_ms on first turn": (row(session_id="a", delay_ms=5), "delay_ms", "a delay is not allowed on a session's first turn"),
+    "delay_ms on first turn": (
+        row(session_id="a", delay_ms=5),
+        "delay_ms",
+        "a delay is not allowed on a session's first turn",
+    ),
     "delay without a session": (row(delay=5), "delay", "a delay is not allowed on a session's first turn"),
-    "missing timestamp": (row(timestamp=None), "timestamp", "either every session-starting row has a timestamp or none has"),
+    "missing timestamp": (
+        row(timestamp=None),
+        "timestamp",
+        "either every session-starting row has a timestamp or none has",
+    ),
     "session id empty": (row(session_id=""), "session_id", "must be a non-empty string or an integer"),
     "session id bool": (row(session_id=False), "session_id", "must be a non-empty string or an integer"),
     "unknown field": (row(input_len=5), "input_len", "unknown field; expected one of created_time, delay, delay_ms"),
     "text_input empty": ({"timestamp": 0, "text_input": ""}, "text_input", "must be a non-empty string"),
     "text_input list": ({"timestamp": 0, "text_input": ["hi"]}, "text_input", "must be a non-empty string, got a list"),
     "messages empty": ({"timestamp": 0, "messages": []}, "messages", "must have at least 1 entry, got 0"),
-    "message without role": ({"timestamp": 0, "messages": [{"content": "x"}]}, "messages[0].role", "required: a string"),
-    "message not an object": ({"timestamp": 0, "messages": MESSAGES + ["x"]}, "messages[2]", "must be a message object"),
+    "message without role": (
+        {"timestamp": 0, "messages": [{"content": "x"}]},
+        "messages[0].role",
+        "required: a string",
+    ),
+    "message not an object": (
+        {"timestamp": 0, "messages": MESSAGES + ["x"]},
+        "messages[2]",
+        "must be a message object",
+    ),
     "payload empty": ({"timestamp": 0, "payload": {}}, "payload", "must be a non-empty object (a request body)"),
-    "payload string": ({"timestamp": 0, "payload": "hi"}, "payload", "must be a non-empty object (a request body), got a string"),
+    "payload string": (
+        {"timestamp": 0, "payload": "hi"},
+        "payload",
+        "must be a non-empty object (a request body), got a string",
+    ),
     "invalid JSON": ('{"timestamp": 0, "input_length": }', None, "invalid JSON"),
     "not an object": ('"hello"', None, "expected a JSON object, got a string"),
 }
@@ -245,15 +313,27 @@ def test_rule_violation_names_file_line_field(tmp_path, bad, field, expected):
     assert_error(tmp_path, [ROW, bad], 2, field, expected)
 
 
-@pytest.mark.parametrize("key, value", [("text_input", "hi"), ("messages", MESSAGES), ("payload", {"messages": MESSAGES})])
+@pytest.mark.parametrize(
+    "key, value", [("text_input", "hi"), ("messages", MESSAGES), ("payload", {"messages": MESSAGES})]
+)
 def test_hash_ids_with_a_literal_prompt(tmp_path, key, value):
-    assert_error(tmp_path, [ROW, {"timestamp": 0, key: value, "hash_ids": [1]}], 2, "hash_ids",
-                 f"only allowed with input_length, not with {key}")
+    assert_error(
+        tmp_path,
+        [ROW, {"timestamp": 0, key: value, "hash_ids": [1]}],
+        2,
+        "hash_ids",
+        f"only allowed with input_length, not with {key}",
+    )
 
 
 def test_timestamp_on_untimed_first_row_then_missing(tmp_path):
-    assert_error(tmp_path, [row(timestamp=None), row(timestamp=7)], 2, "timestamp",
-                 "either every session-starting row has a timestamp or none has")
+    assert_error(
+        tmp_path,
+        [row(timestamp=None), row(timestamp=7)],
+        2,
+        "timestamp",
+        "either every session-starting row has a timestamp or none has",
+    )
 
 
 def test_decreasing_timestamps_in_a_session(tmp_path):
@@ -262,16 +342,27 @@ def test_decreasing_timestamps_in_a_session(tmp_path):
 
 
 def test_negative_delay_on_a_later_turn(tmp_path):
-    assert_error(tmp_path, [turn_row("a"), turn_row("a", timestamp=None, delay=-1)], 2, "delay",
-                 "must be a finite number >= 0, got -1")
+    assert_error(
+        tmp_path,
+        [turn_row("a"), turn_row("a", timestamp=None, delay=-1)],
+        2,
+        "delay",
+        "must be a finite number >= 0, got -1",
+    )
 
 
 def test_delay_and_delay_ms_together(tmp_path):
-    assert_error(tmp_path, [turn_row("a"), turn_row("a", timestamp=None, delay=1, delay_ms=1)], 2, "delay_ms",
-                 "give only one of delay or delay_ms")
+    assert_error(
+        tmp_path,
+        [turn_row("a"), turn_row("a", timestamp=None, delay=1, delay_ms=1)],
+        2,
+        "delay_ms",
+        "give only one of delay or delay_ms",
+    )
 
 
 # --- the real traces ---------------------------------------------------------------------------
+
 
 def test_conversation_trace(shared_data):
     workload = load_workload(shared_data / "mooncake" / "conversation_trace.jsonl")
@@ -292,20 +383,32 @@ def test_real_trace_at_a_wrong_block_size_fails_on_line_1(shared_data):
 
 
 def test_literal_payload_takes_its_output_length_from_the_body(tmp_path):
-    path = write_jsonl(tmp_path, [
-        {"payload": {"messages": [{"role": "user", "content": "x"}], "max_tokens": 9}},
-        {"text_input": "hi", "output_length": 4},
-        {"messages": [{"role": "user", "content": "y"}]},
-    ])
+    path = write_jsonl(
+        tmp_path,
+        [
+            {"payload": {"messages": [{"role": "user", "content": "x"}], "max_tokens": 9}},
+            {"text_input": "hi", "output_length": 4},
+            {"messages": [{"role": "user", "content": "y"}]},
+        ],
+    )
     assert [t.output_tokens for _, _, t in load_workload(path).turns()] == [9, 4, None]
 
 
-@pytest.mark.parametrize(("row", "message"), [
-    ({"payload": {"prompt": "x", "max_tokens": "9"}}, "payload.max_tokens: must be an integer, got a string '9'"),
-    # checked with an output_length too: the body is sent as is, and the server would refuse it
-    ({"payload": {"prompt": "x", "max_tokens": "9"}, "output_length": 9}, "payload.max_tokens: must be an integer, got a string '9'"),
-    ({"payload": {"prompt": "x", "stream": "false"}, "output_length": 9}, "payload.stream: must be true or false (a boolean), got a string 'false'"),
-])
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"payload": {"prompt": "x", "max_tokens": "9"}}, "payload.max_tokens: must be an integer, got a string '9'"),
+        # checked with an output_length too: the body is sent as is, and the server would refuse it
+        (
+            {"payload": {"prompt": "x", "max_tokens": "9"}, "output_length": 9},
+            "payload.max_tokens: must be an integer, got a string '9'",
+        ),
+        (
+            {"payload": {"prompt": "x", "stream": "false"}, "output_length": 9},
+            "payload.stream: must be true or false (a boolean), got a string 'false'",
+        ),
+    ],
+)
 def test_literal_payload_with_a_bad_field_the_replay_reads_names_it(tmp_path, row, message):
     path = write_jsonl(tmp_path, [row])
     with pytest.raises(WorkloadError) as info:

@@ -38,6 +38,7 @@ DOC_SPEC = _doc_spec()
 
 # --- generation --------------------------------------------------------------------------------
 
+
 def test_defaults():
     workload = generate_synthetic(SyntheticSpec())
     assert (workload.format, workload.timed, len(workload), workload.num_requests) == ("synthetic", False, 100, 100)
@@ -59,12 +60,19 @@ def test_docstring_spec_file(tmp_path):
 def test_json_spec_on_one_line(tmp_path):
     spec = {"synthetic": {"sessions": 5, "input_tokens": 10, "seed": 3}}
     workload = load_workload(write_spec(tmp_path, json.dumps(spec), "spec.json"))
-    assert workload == generate_synthetic(SyntheticSpec(sessions=5, input_tokens=10, seed=3), source=tmp_path / "spec.json")
+    assert workload == generate_synthetic(
+        SyntheticSpec(sessions=5, input_tokens=10, seed=3), source=tmp_path / "spec.json"
+    )
 
 
 def test_same_spec_same_workload_other_seed_other_workload(tmp_path):
-    spec = dict(sessions=50, input_tokens={"dist": "lognormal", "mean": 800, "std": 400}, rate=4.0,
-                turns={"dist": "uniform", "min": 1, "max": 3}, delay={"dist": "normal", "mean": 1, "std": 0.5})
+    spec = dict(
+        sessions=50,
+        input_tokens={"dist": "lognormal", "mean": 800, "std": 400},
+        rate=4.0,
+        turns={"dist": "uniform", "min": 1, "max": 3},
+        delay={"dist": "normal", "mean": 1, "std": 0.5},
+    )
     one, two = generate_synthetic(SyntheticSpec(**spec, seed=11)), generate_synthetic(SyntheticSpec(**spec, seed=11))
     assert one == two
     other = generate_synthetic(SyntheticSpec(**spec, seed=12))
@@ -80,8 +88,9 @@ def test_counts_with_fixed_turns():
 
 
 def test_later_turns_extend_the_previous_prompt():
-    spec = SyntheticSpec(sessions=4, input_tokens=100, output_tokens={"dist": "uniform", "min": 5, "max": 50},
-                         turns=3, delay=1.5)
+    spec = SyntheticSpec(
+        sessions=4, input_tokens=100, output_tokens={"dist": "uniform", "min": 5, "max": 50}, turns=3, delay=1.5
+    )
     for session in generate_synthetic(spec):
         first, *later = session.turns
         assert (first.input_tokens, first.delay_s, first.prompt) == (100, 0.0, Synthetic())
@@ -92,7 +101,9 @@ def test_later_turns_extend_the_previous_prompt():
 
 def test_first_turn_can_have_its_own_length():
     # an agent: a long opening prompt (40% of it shared with the group), then 100 new tokens a turn
-    spec = SyntheticSpec(sessions=3, first_input_tokens=5000, input_tokens=100, output_tokens=20, turns=3, shared_prefix_ratio=0.4)
+    spec = SyntheticSpec(
+        sessions=3, first_input_tokens=5000, input_tokens=100, output_tokens=20, turns=3, shared_prefix_ratio=0.4
+    )
     for session in generate_synthetic(spec):
         lengths = [t.input_tokens for t in session.turns]
         assert lengths == [5000, 5000 + 20 + 100, 5000 + 2 * (20 + 100)]
@@ -106,8 +117,11 @@ def test_first_input_tokens_is_checked_like_a_length():
 
 # --- distributions -----------------------------------------------------------------------------
 
+
 def sample_inputs(length, n: int = 4000) -> np.ndarray:
-    return np.array([t.input_tokens for t in first_turns(generate_synthetic(SyntheticSpec(sessions=n, input_tokens=length)))])
+    return np.array(
+        [t.input_tokens for t in first_turns(generate_synthetic(SyntheticSpec(sessions=n, input_tokens=length)))]
+    )
 
 
 def test_normal():
@@ -134,8 +148,17 @@ def test_uniform_is_inclusive():
     assert set(values.tolist()) == {10, 11, 12}
 
 
-@pytest.mark.parametrize("length, expected", [(7, 7), ({"dist": "fixed", "value": 7}, 7), (7.6, 8), (0, 1),
-                                              ({"dist": "fixed", "value": 0}, 1), ({"dist": "fixed", "value": 50, "max": 20}, 20)])
+@pytest.mark.parametrize(
+    "length, expected",
+    [
+        (7, 7),
+        ({"dist": "fixed", "value": 7}, 7),
+        (7.6, 8),
+        (0, 1),
+        ({"dist": "fixed", "value": 0}, 1),
+        ({"dist": "fixed", "value": 50, "max": 20}, 20),
+    ],
+)
 def test_fixed_lengths_are_rounded_and_at_least_one(length, expected):
     assert set(sample_inputs(length, n=5).tolist()) == {expected}
 
@@ -163,6 +186,7 @@ def test_turns_distribution():
 
 # --- arrivals ----------------------------------------------------------------------------------
 
+
 def test_rate_gives_poisson_arrivals():
     workload = generate_synthetic(SyntheticSpec(sessions=4000, rate=8.0))
     arrivals = np.array([s.arrival_s for s in workload])
@@ -185,9 +209,15 @@ def test_without_rate_or_interval_untimed():
 
 # --- shared prefixes ---------------------------------------------------------------------------
 
+
 def test_prefix_ratio_and_groups():
-    spec = SyntheticSpec(sessions=400, input_tokens={"dist": "uniform", "min": 100, "max": 200}, turns=2,
-                         shared_prefix_ratio=0.3, prefix_groups=3)
+    spec = SyntheticSpec(
+        sessions=400,
+        input_tokens={"dist": "uniform", "min": 100, "max": 200},
+        turns=2,
+        shared_prefix_ratio=0.3,
+        prefix_groups=3,
+    )
     workload = generate_synthetic(spec)
     groups = []
     for session in workload:
@@ -200,7 +230,9 @@ def test_prefix_ratio_and_groups():
 
 
 def test_no_ratio_no_prefix_group():
-    assert {t.prompt for t in first_turns(generate_synthetic(SyntheticSpec(sessions=20, prefix_groups=4)))} == {Synthetic()}
+    assert {t.prompt for t in first_turns(generate_synthetic(SyntheticSpec(sessions=20, prefix_groups=4)))} == {
+        Synthetic()
+    }
 
 
 def test_full_ratio():
@@ -220,8 +252,16 @@ BAD = {
     "prefix groups bool": ({"prefix_groups": True}, "synthetic.prefix_groups", "must be an integer >= 1, got True"),
     "seed negative": ({"seed": -1}, "synthetic.seed", "must be an integer >= 0, got -1"),
     "seed float": ({"seed": 1.0}, "synthetic.seed", "must be an integer >= 0, got 1.0"),
-    "ratio above one": ({"shared_prefix_ratio": 1.5}, "synthetic.shared_prefix_ratio", "must be a number >= 0 and <= 1, got 1.5"),
-    "ratio negative": ({"shared_prefix_ratio": -0.1}, "synthetic.shared_prefix_ratio", "must be a number >= 0 and <= 1"),
+    "ratio above one": (
+        {"shared_prefix_ratio": 1.5},
+        "synthetic.shared_prefix_ratio",
+        "must be a number >= 0 and <= 1, got 1.5",
+    ),
+    "ratio negative": (
+        {"shared_prefix_ratio": -0.1},
+        "synthetic.shared_prefix_ratio",
+        "must be a number >= 0 and <= 1",
+    ),
     "ratio string": ({"shared_prefix_ratio": "half"}, "synthetic.shared_prefix_ratio", "got 'half'"),
     "rate zero": ({"rate": 0}, "synthetic.rate", "must be a number > 0, got 0"),
     "rate negative": ({"rate": -2}, "synthetic.rate", "must be a number > 0, got -2"),
@@ -232,23 +272,54 @@ BAD = {
     "rate and interval": ({"rate": 2, "interval": 0.5}, "synthetic.rate", "give rate or interval, not both"),
     "length negative": ({"input_tokens": -5}, "synthetic.input_tokens", "must be a finite number >= 0, got -5"),
     "length nan": ({"output_tokens": math.nan}, "synthetic.output_tokens", "must be a finite number >= 0, got nan"),
-    "length string": ({"input_tokens": "1024"}, "synthetic.input_tokens", "expected a number or a mapping with 'dist', got a string"),
+    "length string": (
+        {"input_tokens": "1024"},
+        "synthetic.input_tokens",
+        "expected a number or a mapping with 'dist', got a string",
+    ),
     "length bool": ({"turns": True}, "synthetic.turns", "expected a number or a mapping with 'dist', got a boolean"),
-    "unknown dist": ({"input_tokens": {"dist": "poisson", "mean": 3}}, "synthetic.input_tokens.dist",
-                     "'dist' must be one of fixed, uniform, normal, lognormal, got 'poisson'"),
+    "unknown dist": (
+        {"input_tokens": {"dist": "poisson", "mean": 3}},
+        "synthetic.input_tokens.dist",
+        "'dist' must be one of fixed, uniform, normal, lognormal, got 'poisson'",
+    ),
     "dist missing": ({"input_tokens": {"mean": 3}}, "synthetic.input_tokens.dist", "got None"),
-    "parameter missing": ({"input_tokens": {"dist": "normal", "mean": 5}}, "synthetic.input_tokens.std", "required for dist normal"),
+    "parameter missing": (
+        {"input_tokens": {"dist": "normal", "mean": 5}},
+        "synthetic.input_tokens.std",
+        "required for dist normal",
+    ),
     "value missing": ({"delay": {"dist": "fixed"}}, "synthetic.delay.value", "required for dist fixed"),
-    "key of another dist": ({"input_tokens": {"dist": "fixed", "value": 1, "std": 2}}, "synthetic.input_tokens.std",
-                            "unknown key for dist fixed; expected dist, max, min, value"),
-    "lognormal mean zero": ({"input_tokens": {"dist": "lognormal", "mean": 0, "std": 1}}, "synthetic.input_tokens.mean",
-                            "must be > 0 for a lognormal"),
-    "min above max": ({"turns": {"dist": "uniform", "min": 5, "max": 2}}, "synthetic.turns.min", "min 5 is greater than max 2"),
-    "clamp min above max": ({"input_tokens": {"dist": "normal", "mean": 5, "std": 1, "min": 9, "max": 3}},
-                            "synthetic.input_tokens.min", "min 9 is greater than max 3"),
-    "negative std": ({"input_tokens": {"dist": "normal", "mean": 5, "std": -1}}, "synthetic.input_tokens.std",
-                     "must be a number >= 0, got -1"),
-    "param string": ({"delay": {"dist": "uniform", "min": "0", "max": 1}}, "synthetic.delay.min", "must be a number >= 0, got '0'"),
+    "key of another dist": (
+        {"input_tokens": {"dist": "fixed", "value": 1, "std": 2}},
+        "synthetic.input_tokens.std",
+        "unknown key for dist fixed; expected dist, max, min, value",
+    ),
+    "lognormal mean zero": (
+        {"input_tokens": {"dist": "lognormal", "mean": 0, "std": 1}},
+        "synthetic.input_tokens.mean",
+        "must be > 0 for a lognormal",
+    ),
+    "min above max": (
+        {"turns": {"dist": "uniform", "min": 5, "max": 2}},
+        "synthetic.turns.min",
+        "min 5 is greater than max 2",
+    ),
+    "clamp min above max": (
+        {"input_tokens": {"dist": "normal", "mean": 5, "std": 1, "min": 9, "max": 3}},
+        "synthetic.input_tokens.min",
+        "min 9 is greater than max 3",
+    ),
+    "negative std": (
+        {"input_tokens": {"dist": "normal", "mean": 5, "std": -1}},
+        "synthetic.input_tokens.std",
+        "must be a number >= 0, got -1",
+    ),
+    "param string": (
+        {"delay": {"dist": "uniform", "min": "0", "max": 1}},
+        "synthetic.delay.min",
+        "must be a number >= 0, got '0'",
+    ),
 }
 
 
@@ -262,7 +333,9 @@ def test_bad_parameter_in_code(params, field, expected):
     assert expected in error.reason, error.reason
 
 
-@pytest.mark.parametrize("params, field, expected", [BAD[k] for k in ("sessions zero", "rate and interval", "unknown dist")])
+@pytest.mark.parametrize(
+    "params, field, expected", [BAD[k] for k in ("sessions zero", "rate and interval", "unknown dist")]
+)
 def test_bad_parameter_in_a_file_names_the_file(tmp_path, params, field, expected):
     path = write_spec(tmp_path, json.dumps({"synthetic": params}), "spec.json")
     with pytest.raises(WorkloadError) as info:
@@ -271,13 +344,20 @@ def test_bad_parameter_in_a_file_names_the_file(tmp_path, params, field, expecte
     assert expected in info.value.reason
 
 
-@pytest.mark.parametrize("text, field, expected", [
-    ("synthetic:\n  sesions: 10\n", "synthetic.sesions", "unknown parameter; expected one of delay, first_input_tokens, input_tokens"),
-    ("synthetic:\n  sessions: 10\nseed: 3\n", None, "expected one top-level key 'synthetic' holding a mapping"),
-    ("synthetic: 10\n", None, "expected one top-level key 'synthetic' holding a mapping"),
-    ("synthetic:\n", None, "expected one top-level key 'synthetic'"),
-    ("- synthetic\n", None, "expected one top-level key 'synthetic'"),
-])
+@pytest.mark.parametrize(
+    "text, field, expected",
+    [
+        (
+            "synthetic:\n  sesions: 10\n",
+            "synthetic.sesions",
+            "unknown parameter; expected one of delay, first_input_tokens, input_tokens",
+        ),
+        ("synthetic:\n  sessions: 10\nseed: 3\n", None, "expected one top-level key 'synthetic' holding a mapping"),
+        ("synthetic: 10\n", None, "expected one top-level key 'synthetic' holding a mapping"),
+        ("synthetic:\n", None, "expected one top-level key 'synthetic'"),
+        ("- synthetic\n", None, "expected one top-level key 'synthetic'"),
+    ],
+)
 def test_bad_spec_file(tmp_path, text, field, expected):
     path = write_spec(tmp_path, text)
     with pytest.raises(WorkloadError) as info:
@@ -286,18 +366,34 @@ def test_bad_spec_file(tmp_path, text, field, expected):
     assert expected in info.value.reason
 
 
-@pytest.mark.parametrize("text, message", [
-    ("synthetic:\n  sessions: 10\n  turns: [1, 2\n  seed: 3\n",
-     "4:7: invalid YAML/JSON: expected ',' or ']', but got ':' (while parsing a flow sequence that starts at line 3, column 10)"),
-    ('synthetic:\n  sessions: 10\n  seed: "3\n',
-     "4:1: invalid YAML/JSON: found unexpected end of stream (while scanning a quoted scalar that starts at line 3, column 9)"),
-    # PyYAML's message for a character it refuses spans two lines: one here, with line and column
-    ("synthetic:\n  sessions: 10\a\n", "2:15: invalid YAML/JSON: character #x0007 is not allowed (expected printable characters, tabs and line breaks)"),
-    # nested past Python's recursion limit: PyYAML's RecursionError is an error at the reader's place
-    ("synthetic:\n  sessions: 1\n  input_tokens: " + "[" * 100_000 + "]" * 100_000 + "\n",
-     "3:*: invalid YAML/JSON: nested too deeply: lists or objects inside each other past what the parser reads *"),
-    ("synthetic:\n  input_tokens: " + "{a: " * 50_000 + "1" + "}" * 50_000 + "\n", "2:*: invalid YAML/JSON: nested too deeply: *"),
-], ids=["flow-sequence", "quoted-scalar", "control-character", "nested-lists", "nested-mappings"])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "synthetic:\n  sessions: 10\n  turns: [1, 2\n  seed: 3\n",
+            "4:7: invalid YAML/JSON: expected ',' or ']', but got ':' (while parsing a flow sequence that starts at line 3, column 10)",
+        ),
+        (
+            'synthetic:\n  sessions: 10\n  seed: "3\n',
+            "4:1: invalid YAML/JSON: found unexpected end of stream (while scanning a quoted scalar that starts at line 3, column 9)",
+        ),
+        # PyYAML's message for a character it refuses spans two lines: one here, with line and column
+        (
+            "synthetic:\n  sessions: 10\a\n",
+            "2:15: invalid YAML/JSON: character #x0007 is not allowed (expected printable characters, tabs and line breaks)",
+        ),
+        # nested past Python's recursion limit: PyYAML's RecursionError is an error at the reader's place
+        (
+            "synthetic:\n  sessions: 1\n  input_tokens: " + "[" * 100_000 + "]" * 100_000 + "\n",
+            "3:*: invalid YAML/JSON: nested too deeply: lists or objects inside each other past what the parser reads *",
+        ),
+        (
+            "synthetic:\n  input_tokens: " + "{a: " * 50_000 + "1" + "}" * 50_000 + "\n",
+            "2:*: invalid YAML/JSON: nested too deeply: *",
+        ),
+    ],
+    ids=["flow-sequence", "quoted-scalar", "control-character", "nested-lists", "nested-mappings"],
+)
 def test_invalid_yaml_is_one_line_naming_line_column_and_what_was_expected(tmp_path, text, message):
     path = write_spec(tmp_path, text)
     with pytest.raises(WorkloadError) as info:
@@ -306,13 +402,16 @@ def test_invalid_yaml_is_one_line_naming_line_column_and_what_was_expected(tmp_p
     assert fnmatch(str(info.value), f"{path}:{message}")
 
 
-@pytest.mark.parametrize("name, text, line, key", [
-    ("spec.json", '{"synthetic": {"sessions": 3, "sessions": 4, "input_tokens": 100}}\n', 1, "sessions"),
-    ("spec.json", '{"synthetic": {"sessions": 3},\n "synthetic": {"sessions": 4}}\n', 2, "synthetic"),
-    ("spec.yaml", "synthetic:\n  sessions: 3\n  sessions: 4\n", 3, "sessions"),
-    ("spec.yaml", "synthetic:\n  sessions: 3\nsynthetic:\n  sessions: 4\n", 3, "synthetic"),
-    ("spec.yaml", "synthetic:\n  input_tokens: {dist: fixed, value: 3, value: 4}\n", 2, "value"),
-])
+@pytest.mark.parametrize(
+    "name, text, line, key",
+    [
+        ("spec.json", '{"synthetic": {"sessions": 3, "sessions": 4, "input_tokens": 100}}\n', 1, "sessions"),
+        ("spec.json", '{"synthetic": {"sessions": 3},\n "synthetic": {"sessions": 4}}\n', 2, "synthetic"),
+        ("spec.yaml", "synthetic:\n  sessions: 3\n  sessions: 4\n", 3, "sessions"),
+        ("spec.yaml", "synthetic:\n  sessions: 3\nsynthetic:\n  sessions: 4\n", 3, "synthetic"),
+        ("spec.yaml", "synthetic:\n  input_tokens: {dist: fixed, value: 3, value: 4}\n", 2, "value"),
+    ],
+)
 def test_a_key_given_twice_is_refused_with_its_line(tmp_path, name, text, line, key):
     path = write_spec(tmp_path, text, name)
     with pytest.raises(WorkloadError) as info:

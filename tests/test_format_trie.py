@@ -10,9 +10,14 @@ import pytest
 from pytest_llmreplay import Synthetic, WorkloadError, load_workload
 
 FORMAT = "trie"
-TRACE = {"num_turns": 2, "input_prompt_length": 8749, "assistant_response_length": [153, 12],
-         "tool_call_output_length": [50, 1111], "tool_call_latency": [0.685, 0.357],
-         "final_assistant_response_length": 1658}
+TRACE = {
+    "num_turns": 2,
+    "input_prompt_length": 8749,
+    "assistant_response_length": [153, 12],
+    "tool_call_output_length": [50, 1111],
+    "tool_call_latency": [0.685, 0.357],
+    "final_assistant_response_length": 1658,
+}
 
 
 def write_jsonl(tmp_path: Path, rows: list, name: str = "traces.jsonl") -> Path:
@@ -49,7 +54,11 @@ def test_docstring_example(tmp_path):
         (8749 + 153 + 50 + 12 + 1111, 1658),
     ]
     assert [t.delay_s for t in session.turns] == [0.0, 0.685, 0.357]
-    assert [t.prompt for t in session.turns] == [Synthetic(), Synthetic(extends_previous=True), Synthetic(extends_previous=True)]
+    assert [t.prompt for t in session.turns] == [
+        Synthetic(),
+        Synthetic(extends_previous=True),
+        Synthetic(extends_previous=True),
+    ]
 
 
 def test_zero_turns_is_one_request_with_the_final_response(tmp_path):
@@ -68,27 +77,67 @@ def test_several_traces_keep_file_order_and_line_names(tmp_path):
 
 # (bad line 2, field, what the message must say); line 1 is always TRACE.
 CASES = {
-    "short responses": (trace(assistant_response_length=[153]), "assistant_response_length", "must have num_turns = 2 entries, got 1"),
-    "long tool outputs": (trace(tool_call_output_length=[1, 2, 3]), "tool_call_output_length", "must have num_turns = 2 entries, got 3"),
+    "short responses": (
+        trace(assistant_response_length=[153]),
+        "assistant_response_length",
+        "must have num_turns = 2 entries, got 1",
+    ),
+    "long tool outputs": (
+        trace(tool_call_output_length=[1, 2, 3]),
+        "tool_call_output_length",
+        "must have num_turns = 2 entries, got 3",
+    ),
     "short latencies": (trace(tool_call_latency=[0.5]), "tool_call_latency", "must have num_turns = 2 entries, got 1"),
-    "num_turns larger than lists": (trace(num_turns=3), "assistant_response_length", "must have num_turns = 3 entries, got 2"),
+    "num_turns larger than lists": (
+        trace(num_turns=3),
+        "assistant_response_length",
+        "must have num_turns = 3 entries, got 2",
+    ),
     "num_turns negative": (trace(num_turns=-1), "num_turns", "must be >= 0, got -1"),
     "num_turns string": (trace(num_turns="2"), "num_turns", "must be an integer, got a string '2'"),
     "num_turns float": (trace(num_turns=2.0), "num_turns", "must be an integer, got a float 2.0"),
     "prompt zero": (trace(input_prompt_length=0), "input_prompt_length", "must be >= 1, got 0"),
     "prompt bool": (trace(input_prompt_length=True), "input_prompt_length", "must be an integer, got a boolean"),
     "response zero": (trace(assistant_response_length=[153, 0]), "assistant_response_length[1]", "must be >= 1, got 0"),
-    "response float": (trace(assistant_response_length=[1.5, 2]), "assistant_response_length[0]", "must be an integer, got a float"),
-    "tool output negative": (trace(tool_call_output_length=[50, -1]), "tool_call_output_length[1]", "must be >= 0, got -1"),
-    "latency negative": (trace(tool_call_latency=[-0.1, 1]), "tool_call_latency[0]", "must be a finite number >= 0, got -0.1"),
-    "latency string": (trace(tool_call_latency=[0.1, "1"]), "tool_call_latency[1]", "must be a finite number >= 0, got '1'"),
+    "response float": (
+        trace(assistant_response_length=[1.5, 2]),
+        "assistant_response_length[0]",
+        "must be an integer, got a float",
+    ),
+    "tool output negative": (
+        trace(tool_call_output_length=[50, -1]),
+        "tool_call_output_length[1]",
+        "must be >= 0, got -1",
+    ),
+    "latency negative": (
+        trace(tool_call_latency=[-0.1, 1]),
+        "tool_call_latency[0]",
+        "must be a finite number >= 0, got -0.1",
+    ),
+    "latency string": (
+        trace(tool_call_latency=[0.1, "1"]),
+        "tool_call_latency[1]",
+        "must be a finite number >= 0, got '1'",
+    ),
     "latency bool": (trace(tool_call_latency=[True, 1]), "tool_call_latency[0]", "must be a finite number >= 0"),
-    "latencies not a list": (trace(tool_call_latency=0.5), "tool_call_latency", "must be a list of numbers, got a float"),
+    "latencies not a list": (
+        trace(tool_call_latency=0.5),
+        "tool_call_latency",
+        "must be a list of numbers, got a float",
+    ),
     "final zero": (trace(final_assistant_response_length=0), "final_assistant_response_length", "must be >= 1, got 0"),
-    "final missing": (trace(final_assistant_response_length=None), "final_assistant_response_length", "required field missing"),
+    "final missing": (
+        trace(final_assistant_response_length=None),
+        "final_assistant_response_length",
+        "required field missing",
+    ),
     "latencies missing": (trace(tool_call_latency=None), "tool_call_latency", "required field missing"),
     "prompt missing": (trace(input_prompt_length=None), "input_prompt_length", "required field missing"),
-    "unknown field": (trace(arrival_time=0), "arrival_time", "unknown field; expected one of assistant_response_length"),
+    "unknown field": (
+        trace(arrival_time=0),
+        "arrival_time",
+        "unknown field; expected one of assistant_response_length",
+    ),
     "invalid JSON": ("{num_turns: 2}", None, "invalid JSON"),
     "not an object": ("null", None, "expected a JSON object, got null"),
 }

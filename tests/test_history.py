@@ -13,21 +13,48 @@ from pytest_llmreplay.gate import baseline
 from pytest_llmreplay.gate.baseline import Comparison, Row
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.gate.store import FolderStore, result_folder
-from pytest_llmreplay.gate.history import MIN_HISTORY, History, gate_with_history, history_points, metric_series, prediction_t, t_quantile
+from pytest_llmreplay.gate.history import (
+    MIN_HISTORY,
+    History,
+    gate_with_history,
+    history_points,
+    metric_series,
+    prediction_t,
+    t_quantile,
+)
 from test_plugin_baselines import git
 
 TEST = "tests/perf/test_chat.py::test_chat"
 
 
 def record(ttft_p50: float, commit: str = "c" * 40, **changes) -> dict:
-    return {"schema": baseline.SCHEMA, "test": TEST, "commit": commit, "time": "2026-01-01T00:00:00+00:00", "fingerprint": {"kind": "offline"},
-            "workload": {"digest": "w"}, "settings": {"concurrency": 4}, "summary": {"ttft": {"p50": ttft_p50}, "tpot": {"p50": 0.01}},
-            "samples": {"ttft": [ttft_p50] * 3}, "sample_keys": {"ttft": [0, 1, 2]}, **changes}
+    return {
+        "schema": baseline.SCHEMA,
+        "test": TEST,
+        "commit": commit,
+        "time": "2026-01-01T00:00:00+00:00",
+        "fingerprint": {"kind": "offline"},
+        "workload": {"digest": "w"},
+        "settings": {"concurrency": 4},
+        "summary": {"ttft": {"p50": ttft_p50}, "tpot": {"p50": 0.01}},
+        "samples": {"ttft": [ttft_p50] * 3},
+        "sample_keys": {"ttft": [0, 1, 2]},
+        **changes,
+    }
 
 
 def row(change: float) -> Row:
     """A ttft.p50 row the bootstrap called a regression: beyond 5%, interval clear of zero."""
-    return Row("ttft.p50", 1.0, 1.0 + change, change=change, low=change - 0.01, high=change + 0.01, tolerance=0.05, verdict="regression")
+    return Row(
+        "ttft.p50",
+        1.0,
+        1.0 + change,
+        change=change,
+        low=change - 0.01,
+        high=change + 0.01,
+        tolerance=0.05,
+        verdict="regression",
+    )
 
 
 def test_t_quantile_matches_published_tables():
@@ -70,9 +97,14 @@ def test_the_history_confirms_or_vetoes_the_bootstrap_never_overrules_it():
 
 def test_too_short_a_history_leaves_the_bootstrap_verdict():
     comparison = Comparison("base", rows=[row(0.06)])
-    gate_with_history(comparison, record(1.06), History([("c", record(1.0 + i / 100)) for i in range(MIN_HISTORY - 1)], unreadable=1))
+    gate_with_history(
+        comparison, record(1.06), History([("c", record(1.0 + i / 100)) for i in range(MIN_HISTORY - 1)], unreadable=1)
+    )
     assert comparison.rows[0].verdict == "regression"
-    assert comparison.header == f"history: {MIN_HISTORY - 1} earlier result(s) (< 5), verdicts from the bootstrap alone; 1 stored file(s) unreadable, skipped"
+    assert (
+        comparison.header
+        == f"history: {MIN_HISTORY - 1} earlier result(s) (< 5), verdicts from the bootstrap alone; 1 stored file(s) unreadable, skipped"
+    )
     quiet = Comparison("base", rows=[row(0.06)])
     gate_with_history(quiet, record(1.06), History([("c", record(1.0))]))
     assert quiet.header is None and quiet.rows[0].verdict == "regression"
@@ -128,7 +160,10 @@ def test_history_command_prints_each_commit_and_the_change_point(repo, capsys):
     assert re.search(r"^commit +ttft\.p50 +change point$", out, re.M), out
     assert re.search(rf"^{step} +120 ms +level 100\.1 ms -> 120\.1 ms \(\+20\.0%\)$", out, re.M), out
     assert re.search(rf"^{commits(repo)[0][:12]} +100 ms$", out, re.M), out
-    assert out.count("level ") == 1 and len([line for line in out.splitlines() if line[:12] in {c[:12] for c in commits(repo)}]) == 16
+    assert (
+        out.count("level ") == 1
+        and len([line for line in out.splitlines() if line[:12] in {c[:12] for c in commits(repo)}]) == 16
+    )
 
 
 def test_history_command_without_a_change_point_has_two_columns_and_reads_single_figure_keys(repo, capsys):
@@ -137,17 +172,37 @@ def test_history_command_without_a_change_point_has_two_columns_and_reads_single
     out = capsys.readouterr().out
     assert "tpot.p50: no change point" in out and "error_rate: not measured" in out
     table = out.split("tpot.p50: no change point\n")[1].split("\n\n")[0].splitlines()
-    assert re.fullmatch(r"commit +tpot\.p50", table[0]) and all(re.fullmatch(r"[0-9a-f]{12} +10 ms", line) for line in table[2:]), table
+    assert re.fullmatch(r"commit +tpot\.p50", table[0]) and all(
+        re.fullmatch(r"[0-9a-f]{12} +10 ms", line) for line in table[2:]
+    ), table
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["history", TEST, "--metric", "ttft"], "error: --metric 'ttft': name a statistic, e.g. 'ttft.p99' (one of mean, min, *)"),
-    (["history", TEST, "--metric", "bogus.p50"], "error: --metric 'bogus.p50': unknown metric 'bogus'; expected one of cache_hit_rate, *"),
-    (["history", TEST, "--metric", "ttft.p42"], "error: --metric 'ttft.p42': ttft has no statistic 'p42'; expected one of mean, min, *"),
-    (["history", TEST, "--baseline-dir", "nowhere"], "error: --baseline-dir: */nowhere: no such folder; expected the folder results were stored in *"),
-    (["history", "tests/other.py::test_x"], "error: tests/other.py::test_x: no stored result in */.llmreplay on the first-parent history of HEAD (*)"),
-    (["history", TEST, "--ref", "no-such-branch"], "error: --ref: git cannot resolve 'no-such-branch' to a commit"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["history", TEST, "--metric", "ttft"],
+            "error: --metric 'ttft': name a statistic, e.g. 'ttft.p99' (one of mean, min, *)",
+        ),
+        (
+            ["history", TEST, "--metric", "bogus.p50"],
+            "error: --metric 'bogus.p50': unknown metric 'bogus'; expected one of cache_hit_rate, *",
+        ),
+        (
+            ["history", TEST, "--metric", "ttft.p42"],
+            "error: --metric 'ttft.p42': ttft has no statistic 'p42'; expected one of mean, min, *",
+        ),
+        (
+            ["history", TEST, "--baseline-dir", "nowhere"],
+            "error: --baseline-dir: */nowhere: no such folder; expected the folder results were stored in *",
+        ),
+        (
+            ["history", "tests/other.py::test_x"],
+            "error: tests/other.py::test_x: no stored result in */.llmreplay on the first-parent history of HEAD (*)",
+        ),
+        (["history", TEST, "--ref", "no-such-branch"], "error: --ref: git cannot resolve 'no-such-branch' to a commit"),
+    ],
+)
 def test_history_command_bad_input_is_one_line_with_the_bad_input_status(repo, capsys, args, message):
     seed_store(repo, STEP)
     assert main(args) == 3
@@ -174,7 +229,11 @@ def test_compare_is_gated_by_the_stored_history(project):
         git(project.path, "commit", "-q", "--allow-empty", "-m", f"change {i}")
     result = project.runpytest("--llm-offline", "--llm-compare=HEAD~1")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78): 0 regressions"])
+    result.stdout.fnmatch_lines(
+        [
+            "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78): 0 regressions"
+        ]
+    )
     assert "history t -inf" not in result.stdout.str()  # equal figures read as equal, not as a rounding error
     stored = [json.loads(p.read_text()) for p in (project.path / ".llmreplay").glob("*/*.json")]
     assert len(stored) == MIN_HISTORY

@@ -89,7 +89,10 @@ def test_gpus_must_be_a_whole_number_of_at_least_one(gpus):
 def test_stats_on_five_values_by_hand():
     # TTFTs 0.3, 1.0, 0.1, 0.4, 0.2 (unsorted), each request lasting 0.1 s after its first token
     ttfts = [0.3, 1.0, 0.1, 0.4, 0.2]
-    records = [rec(i, sent=float(i + 1), chunks=((i + 1 + t, 1),), end=i + 1 + t + 0.1, output=1 + i) for i, t in enumerate(ttfts)]
+    records = [
+        rec(i, sent=float(i + 1), chunks=((i + 1 + t, 1),), end=i + 1 + t + 0.1, output=1 + i)
+        for i, t in enumerate(ttfts)
+    ]
     s = make(records).summary
     # sorted 0.1 0.2 0.3 0.4 1.0; numpy linear percentile: position p/100 * 4
     #   p50 -> 2    -> 0.3
@@ -97,7 +100,16 @@ def test_stats_on_five_values_by_hand():
     #   p95 -> 3.8  -> 0.4 + 0.8 * 0.6  = 0.88
     #   p99 -> 3.96 -> 0.4 + 0.96 * 0.6 = 0.976
     # mean 2.0 / 5 = 0.4; deviations -0.3 -0.2 -0.1 0 0.6 -> squares sum 0.5 -> std sqrt(0.5 / 5)
-    expected = {"mean": 0.4, "min": 0.1, "p50": 0.3, "p90": 0.76, "p95": 0.88, "p99": 0.976, "max": 1.0, "std": math.sqrt(0.1)}
+    expected = {
+        "mean": 0.4,
+        "min": 0.1,
+        "p50": 0.3,
+        "p90": 0.76,
+        "p95": 0.88,
+        "p99": 0.976,
+        "max": 1.0,
+        "std": math.sqrt(0.1),
+    }
     assert set(s["ttft"]) == STAT_KEYS
     assert s["ttft"]["count"] == 5
     for key, value in expected.items():
@@ -467,8 +479,22 @@ def test_request_table_has_one_row_per_record():
     table = make(records).request_table()
     assert isinstance(table, pd.DataFrame)
     assert len(table) == len(records) == 10
-    for column in ("session_id", "turn_index", "status", "warmup", "ttft", "tpot", "latency", "queue",
-                   "prompt_tokens", "cached_tokens", "output_tokens", "schedule_lag", "chunks", "notes"):
+    for column in (
+        "session_id",
+        "turn_index",
+        "status",
+        "warmup",
+        "ttft",
+        "tpot",
+        "latency",
+        "queue",
+        "prompt_tokens",
+        "cached_tokens",
+        "output_tokens",
+        "schedule_lag",
+        "chunks",
+        "notes",
+    ):
         assert column in table.columns, column
     assert "chunk_times" not in table.columns
     assert list(table["status"]).count("failed") == 1
@@ -483,8 +509,17 @@ def test_request_table_has_one_row_per_record():
 def test_session_table_has_one_row_per_complete_session():
     table = agents().session_table()
     assert isinstance(table, pd.DataFrame)
-    assert list(table.columns) == ["session_id", "session_index", "turns", "session_latency", "ttfat", "decode_tps",
-                                   "cache_hit_rate", "eligible_cache_hit_rate", "output_tokens_per_session"]
+    assert list(table.columns) == [
+        "session_id",
+        "session_index",
+        "turns",
+        "session_latency",
+        "ttfat",
+        "decode_tps",
+        "cache_hit_rate",
+        "eligible_cache_hit_rate",
+        "output_tokens_per_session",
+    ]
     assert len(table) == 2
     rows = table.set_index("session_id")
     assert rows.loc["agent-a", "eligible_cache_hit_rate"] == approx(384 / 450)
@@ -550,4 +585,11 @@ def test_itl_and_output_events_keep_records_apart_when_one_has_no_chunks():
     assert result.summary["itl"]["mean"] == approx((0.5 + 0.1 + 0.1 + 0.4) / 4)
     assert result.summary["itl"]["max"] == approx(0.5)
     times, amounts = result._chunks.output_events()
-    assert sorted(zip(times.tolist(), amounts.tolist())) == [(1.0, 1.0), (1.5, 1.0), (2.0, 10.0), (3.0, 1.0), (3.2, 2.0), (3.6, 1.0)]
+    assert sorted(zip(times.tolist(), amounts.tolist())) == [
+        (1.0, 1.0),
+        (1.5, 1.0),
+        (2.0, 10.0),
+        (3.0, 1.0),
+        (3.2, 2.0),
+        (3.6, 1.0),
+    ]

@@ -18,7 +18,9 @@ def test_every_public_name_resolves_to_its_owner(name):
     owner = pytest_llmreplay._EXPORTS[name]
     module_name = owner[0] if isinstance(owner, tuple) else owner
     module = importlib.import_module(f"pytest_llmreplay.{module_name}")
-    assert any(value is getattr(module, attribute, None) for attribute in vars(module)), f"{name} is not defined by {module_name}"
+    assert any(value is getattr(module, attribute, None) for attribute in vars(module)), (
+        f"{name} is not defined by {module_name}"
+    )
 
 
 def module_imports() -> dict[str, set[str]]:
@@ -37,13 +39,19 @@ def module_imports() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("pytest_llmreplay"):
                 imported.update([node.module, *(f"{node.module}.{alias.name}" for alias in node.names)])
         graph[module] = imported
-    return {module: {other for other in imported if other in graph and other != module and not module.startswith(other + ".")}
-            for module, imported in graph.items()}
+    return {
+        module: {
+            other for other in imported if other in graph and other != module and not module.startswith(other + ".")
+        }
+        for module, imported in graph.items()
+    }
 
 
 def test_no_two_modules_import_each_other():
     graph = module_imports()
-    assert len(graph) > 40 and "pytest_llmreplay.metrics.slo" in graph["pytest_llmreplay.plugin.verdict"]  # the graph is read, not empty
+    assert (
+        len(graph) > 40 and "pytest_llmreplay.metrics.slo" in graph["pytest_llmreplay.plugin.verdict"]
+    )  # the graph is read, not empty
     pairs = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph[b]})
     assert pairs == []
 
@@ -55,6 +63,6 @@ def test_readme_names_every_key_of_the_marker_and_of_spec_files():
     from pytest_llmreplay.plugin.spec import SETTING_TYPES, SPEC_KEYS
 
     readme = (PACKAGE.parent / "README.md").read_text()
-    paragraph = readme[readme.index("Keys of the marker and of spec files:"):].split("\n\n")[0]
+    paragraph = readme[readme.index("Keys of the marker and of spec files:") :].split("\n\n")[0]
     listed = set(re.findall(r"`(\w+)`", paragraph))
     assert set(SPEC_KEYS) | set(SETTING_TYPES) <= listed, sorted(set(SPEC_KEYS) | set(SETTING_TYPES) - listed)

@@ -19,7 +19,11 @@ def test_options_are_in_the_help(project):
 def test_report_header_shows_tokenizer_and_seed(project):
     project.makepyfile("def test_nothing_to_do(): assert 1 + 1 == 2")
     result = project.runpytest("--llm-seed", "5")
-    result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines *; tokenizer bundled (llmreplay-bpe-4k), seed 5"])
+    result.stdout.fnmatch_lines(
+        [
+            "llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines *; tokenizer bundled (llmreplay-bpe-4k), seed 5"
+        ]
+    )
 
 
 def test_ini_twin_sets_the_seed(project):
@@ -76,7 +80,11 @@ def test_report_dir_holding_other_files_is_refused_and_left_alone(project):
     project.path.joinpath("summary.md").write_text("notes")
     result = project.runpytest("--llm-report", ".")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--llm-report / llm_report: * already holds files that pytest-llmreplay did not write; name a new or empty folder*"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--llm-report / llm_report: * already holds files that pytest-llmreplay did not write; name a new or empty folder*"
+        ]
+    )
     assert project.path.joinpath("index.html").read_text() == "<h1>site</h1>"
     assert project.path.joinpath("summary.md").read_text() == "notes"
     assert project.path.joinpath("test_report_dir_holding_other_files_is_refused_and_left_alone.py").exists()
@@ -103,10 +111,16 @@ def test_a_file_where_a_folder_is_expected_is_a_usage_error(project, option):
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
 
 
-@pytest.mark.parametrize(("option", "expected"), [
-    ("--llm-baseline-dir", "a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX"),  # once: results written into the rootdir
-    ("--llm-report", "a folder for the reports"),  # once: no report, silently
-])
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (
+            "--llm-baseline-dir",
+            "a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX",
+        ),  # once: results written into the rootdir
+        ("--llm-report", "a folder for the reports"),  # once: no report, silently
+    ],
+)
 def test_an_empty_folder_option_is_a_usage_error(project, option, expected):
     project.makepyfile("def test_x(): raise AssertionError('must not run')")
     result = project.runpytest(f"{option}=", "--llm-save")

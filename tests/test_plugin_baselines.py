@@ -30,14 +30,24 @@ def test_chat(llm_result):
     pass
 """
 TEST_ID = "test_perf.py::test_chat"
-GIT_ENV = {"GIT_AUTHOR_NAME": "Perf Tester", "GIT_AUTHOR_EMAIL": "perf@example.com",
-           "GIT_COMMITTER_NAME": "Perf Tester", "GIT_COMMITTER_EMAIL": "perf@example.com"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Perf Tester",
+    "GIT_AUTHOR_EMAIL": "perf@example.com",
+    "GIT_COMMITTER_NAME": "Perf Tester",
+    "GIT_COMMITTER_EMAIL": "perf@example.com",
+}
 PROFILE_NAME = "mocker-under-test"
 
 
 def git(path: Path, *args: str) -> str:
-    done = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=path, env={**os.environ, **GIT_ENV},
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        ["git", "-c", "commit.gpgsign=false", *args],
+        cwd=path,
+        env={**os.environ, **GIT_ENV},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -68,7 +78,9 @@ def stored(path: Path, test: str = TEST_ID, store: str = ".llmreplay") -> list[P
 
 def report_of(path: Path, test: str = TEST_ID, folder: str = "rep") -> dict:
     """The JSON report file of ``test`` under ``folder/tests``."""
-    found = [r for r in (json.loads(p.read_text()) for p in (path / folder / "tests").glob("*.json")) if r["test"] == test]
+    found = [
+        r for r in (json.loads(p.read_text()) for p in (path / folder / "tests").glob("*.json")) if r["test"] == test
+    ]
     assert len(found) == 1, f"{len(found)} report files of {test}"
     return found[0]
 
@@ -105,11 +117,16 @@ def test_save_stores_the_result_with_commit_branch_fingerprint_and_samples(proje
     assert [c["key"] for c in record["slo"]] == ["error_rate"] and record["slo"][0]["passed"] is True
     result.stdout.fnmatch_lines(["*= llmreplay =*", f"llmreplay: {TEST_ID}", f"saved baseline {files[0]}"])
     verbose = project.runpytest("--llm-offline", "-v")
-    verbose.stdout.fnmatch_lines(["ran once, not 5 times: sim:llama-3.1-8b-h100 (offline, virtual time) without timing jitter gives the same figures on every run"])
+    verbose.stdout.fnmatch_lines(
+        [
+            "ran once, not 5 times: sim:llama-3.1-8b-h100 (offline, virtual time) without timing jitter gives the same figures on every run"
+        ]
+    )
 
 
 def test_failing_tests_keep_what_they_measured(project):
-    project.makepyfile(test_fail="""
+    project.makepyfile(
+        test_fail="""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1us"})
@@ -119,7 +136,8 @@ def test_failing_tests_keep_what_they_measured(project):
         def test_body_fails(llm_replay):
             llm_replay("wl.yaml")
             assert 1 == 2, "the body's own failure"
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline", "--llm-save", "--llm-report", "rep", "test_fail.py")
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*AssertionError: the body's own failure"])
@@ -160,13 +178,15 @@ def test_compare_with_the_saved_result_finds_no_regression(project):
     commit = head(project.path)[:12]
     result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        f"llmreplay: {TEST_ID}",
-        f"Compared with merge-base with main ({commit}), stored {commit} *: 0 regressions",
-        "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
-        "ttft.p50 * +0.0% [[]*[]]*5%*ok",
-        "tpot.p50 * +0.0% [[]*[]]*5%*ok",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"llmreplay: {TEST_ID}",
+            f"Compared with merge-base with main ({commit}), stored {commit} *: 0 regressions",
+            "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
+            "ttft.p50 * +0.0% [[]*[]]*5%*ok",
+            "tpot.p50 * +0.0% [[]*[]]*5%*ok",
+        ]
+    )
     assert "REGRESSION" not in result.stdout.str()
     assert len(stored(project.path)) == 1  # comparing stores nothing
 
@@ -177,21 +197,27 @@ def test_slower_server_is_a_regression_that_fails_only_when_asked(project):
 
     result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
-        "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
-        "ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
-        "tpot.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
+            "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
+            "ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
+            "tpot.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION",
+        ]
+    )
 
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression", "-rf")
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression", "-rf"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*_ test_chat _*",
-        f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
-        "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
-        "ttft.p50 *REGRESSION",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_chat _*",
+            f"Compared with merge-base with main ({commit}), stored {commit} *: * regressions",
+            "metric*baseline*current*change [[]Holm CI[]]*allowed*verdict",
+            "ttft.p50 *REGRESSION",
+        ]
+    )
     result.stdout.fnmatch_lines([f"FAILED {TEST_ID} - *Compared with*"])
     no_traceback(result)
     assert "def test_chat" not in result.stdout.str()
@@ -209,7 +235,9 @@ def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(
 
     result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION"])  # against the fast run, not the slow one
+    result.stdout.fnmatch_lines(
+        ["ttft.p50 * +*% [[]+*%, +*%[]]*5%*REGRESSION"]
+    )  # against the fast run, not the slow one
     points = history_points(FolderStore(project.path / ".llmreplay"), TEST_ID, [head(project.path)]).points
     assert [point["summary"]["ttft"] for _, point in points] == [json.loads(complete.read_text())["summary"]["ttft"]]
 
@@ -222,66 +250,93 @@ def test_an_unreadable_newest_result_is_skipped_and_the_gate_still_fails(project
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
     [saved] = stored(project.path)
     text = saved.read_text()
-    contents = {"{garbage": "{garbage", "truncated": text[: len(text) // 2], "samples null": json.dumps({**json.loads(text), "samples": None})}[bad]
+    contents = {
+        "{garbage": "{garbage",
+        "truncated": text[: len(text) // 2],
+        "samples null": json.dumps({**json.loads(text), "samples": None}),
+    }[bad]
     corrupt = saved.with_name(saved.name[:13] + "29990101T000000000000Z-1-000000.json")
     corrupt.write_text(contents)
 
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression"
+    )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"skipped 1 unreadable stored result: {corrupt}: not a stored llmreplay result (*)", "*tpot.p50 *REGRESSION"])
+    result.stdout.fnmatch_lines(
+        [f"skipped 1 unreadable stored result: {corrupt}: not a stored llmreplay result (*)", "*tpot.p50 *REGRESSION"]
+    )
 
     corrupt.unlink()
     saved.unlink()
     corrupt.write_text(contents)
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression"
+    )
     result.assert_outcomes(passed=1)  # nothing readable is left to compare with: said, as with no stored result
-    result.stdout.fnmatch_lines(["Compared with *: no readable stored result of this test there *", f"skipped 1 unreadable stored result: {corrupt}: *"])
+    result.stdout.fnmatch_lines(
+        [
+            "Compared with *: no readable stored result of this test there *",
+            f"skipped 1 unreadable stored result: {corrupt}: *",
+        ]
+    )
 
 
 def test_ini_fail_on_regression(project):
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
-    project.makeini("[pytest]\nllm_offline = true\nllm_sim_profile = slow.json\nllm_compare = main\nllm_fail_on_regression = true\n")
+    project.makeini(
+        "[pytest]\nllm_offline = true\nllm_sim_profile = slow.json\nllm_compare = main\nllm_fail_on_regression = true\n"
+    )
     result = project.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"Compared with main ({head(project.path)[:12]}), stored *: * regressions"])
 
 
 def test_regression_tolerances_of_the_marker(project):
-    project.makepyfile(test_perf="""
+    project.makepyfile(
+        test_perf="""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml", regression={
             "ttft.p50": "off", "ttft.p90": "off", "tpot.p50": "500%", "latency.p50": "500%", "ttfat.p50": "off", "latency.p99": "1000%"})
         def test_chat(llm_result):
             pass
-    """)
+    """
+    )
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression"
+    )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "Compared with * 0 regressions",
-        "tpot.p50 * +*%*500%*ok",
-        "latency.p50 * +*%*500%*ok",
-        "latency.p99 * +*%*1000%*ok",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "Compared with * 0 regressions",
+            "tpot.p50 * +*%*500%*ok",
+            "latency.p50 * +*%*500%*ok",
+            "latency.p99 * +*%*1000%*ok",
+        ]
+    )
     out = result.stdout.str()
     assert not re.search(r"^(ttft\.p50|ttft\.p90|ttfat\.p50) ", out, re.M)  # "off": not compared
 
 
 def test_different_endpoint_is_not_compared_and_does_not_fail(project):
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression")
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression"
+    )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "Compared with merge-base with main (*), stored *: not compared: endpoint fingerprint differs (*"
-        f"sim_profile: 'llama-3.1-8b-h100' vs '{PROFILE_NAME}')",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "Compared with merge-base with main (*), stored *: not compared: endpoint fingerprint differs (*"
+            f"sim_profile: 'llama-3.1-8b-h100' vs '{PROFILE_NAME}')",
+        ]
+    )
     assert "REGRESSION" not in result.stdout.str()
 
 
 def test_different_replay_settings_are_not_compared(project):
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
-    project.makepyfile(test_perf=PERF_TEST.replace('slo=', 'concurrency=2, slo='))
+    project.makepyfile(test_perf=PERF_TEST.replace("slo=", "concurrency=2, slo="))
     result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["Compared with *: not compared: replay settings differ (*concurrency: None vs 2*)"])
@@ -291,9 +346,11 @@ def test_compare_without_a_stored_result_says_so(project):
     result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
     result.assert_outcomes(passed=1)
     commit = head(project.path)[:12]
-    result.stdout.fnmatch_lines([
-        f"Compared with merge-base with main ({commit}): no stored result of this test there or in its 0 ancestors (save one with --llm-save)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"Compared with merge-base with main ({commit}): no stored result of this test there or in its 0 ancestors (save one with --llm-save)",
+        ]
+    )
 
 
 def test_compare_with_a_named_ref(project):
@@ -323,10 +380,16 @@ def test_compare_with_a_named_ref(project):
 @pytest.mark.parametrize("case", ["unknown ref", "no repository"])
 def test_compare_that_cannot_find_a_reference_fails_with_one_line(project, case):
     if case == "unknown ref":
-        args, message = ["--llm-compare=no-such-branch"], "--llm-compare: git cannot resolve 'no-such-branch' to a commit"
+        args, message = (
+            ["--llm-compare=no-such-branch"],
+            "--llm-compare: git cannot resolve 'no-such-branch' to a commit",
+        )
     else:
         subprocess.run(["rm", "-rf", str(project.path / ".git")], check=True)
-        args, message = ["--llm-compare"], f"--llm-compare: {project.path} is not in a git repository with a commit; baselines are kept per commit"
+        args, message = (
+            ["--llm-compare"],
+            f"--llm-compare: {project.path} is not in a git repository with a commit; baselines are kept per commit",
+        )
     result = project.runpytest("--llm-offline", *args)
     assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.USAGE_ERROR)
     assert message in result.stdout.str() + result.stderr.str()
@@ -337,12 +400,14 @@ def test_compare_that_cannot_find_a_reference_fails_with_one_line(project, case)
 
 
 def test_each_replay_of_a_test_has_its_own_baseline(project):
-    project.makepyfile(test_two="""
+    project.makepyfile(
+        test_two="""
         def test_two(llm_replay):
             llm_replay("wl.yaml", concurrency=1)
             llm_replay("wl.yaml", concurrency=4)
             llm_replay("wl.yaml", name="warm", max_requests=4)
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline", "--llm-save", "test_two.py")
     result.assert_outcomes(passed=1)
     keys = ("test_two.py::test_two", "test_two.py::test_two::2", "test_two.py::test_two::warm")
@@ -355,7 +420,9 @@ def test_each_replay_of_a_test_has_its_own_baseline(project):
     result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression", "test_two.py")
     result.assert_outcomes(passed=1)
     for key in keys:  # each compared with its own stored result: same settings, no regression
-        result.stdout.fnmatch_lines([f"llmreplay: {key}", "Compared with merge-base with main (*), stored *: 0 regressions"])
+        result.stdout.fnmatch_lines(
+            [f"llmreplay: {key}", "Compared with merge-base with main (*), stored *: 0 regressions"]
+        )
 
 
 # ------------------------------------------------------------------------ reports and JUnit
@@ -363,7 +430,9 @@ def test_each_replay_of_a_test_has_its_own_baseline(project):
 
 def test_reports_show_the_comparison_and_the_baseline_cdf(project):
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-report", "rep", "--junitxml=out.xml")
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-report", "rep", "--junitxml=out.xml"
+    )
     result.assert_outcomes(passed=1)
     record = report_of(project.path)
     assert record["comparison"]["baseline"].startswith("merge-base with main (")
@@ -374,7 +443,9 @@ def test_reports_show_the_comparison_and_the_baseline_cdf(project):
     assert "**Compared with merge-base with main (" in summary
     page = (project.path / "rep" / "index.html").read_text()
     assert '<g id="test-test_perf-py-test_chat-ttft-baseline">' in page  # the baseline's CDF
-    assert re.search(r'<g id="test-test_perf-py-test_chat-ttft-baseline">\s*<path [^>]*style="[^"]*stroke-dasharray', page)  # dashed
+    assert re.search(
+        r'<g id="test-test_perf-py-test_chat-ttft-baseline">\s*<path [^>]*style="[^"]*stroke-dasharray', page
+    )  # dashed
     assert ">baseline</text>" in page and ">this run</text>" in page  # the legend
     properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "out.xml").iter("property")}
     assert properties["llmreplay.change.ttft.p50"] > 0.5  # three times slower
@@ -385,26 +456,48 @@ def test_reports_say_fail_when_the_regression_gate_failed_the_test(project):
     """Every SLO met, but --llm-fail-on-regression failed the test: the reports' headline and
     summary table say FAIL, as pytest does, and why."""
     project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1)
-    project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression", "--llm-report", "rep").assert_outcomes(failed=1)
+    project.runpytest(
+        "--llm-offline",
+        "--llm-sim-profile",
+        "slow.json",
+        "--llm-compare",
+        "--llm-fail-on-regression",
+        "--llm-report",
+        "rep",
+    ).assert_outcomes(failed=1)
     assert report_of(project.path)["failed_by"] == ["regressions fail the test (--llm-fail-on-regression)"]
     summary = (project.path / "rep" / "summary.md").read_text()
-    assert re.search(rf"^\| {re.escape(TEST_ID)} +\| FAIL +\| .*\| 1/1 +\| REGRESSION: ttft\.p50, .*\|$", summary, re.M), summary
+    assert re.search(
+        rf"^\| {re.escape(TEST_ID)} +\| FAIL +\| .*\| 1/1 +\| REGRESSION: ttft\.p50, .*\|$", summary, re.M
+    ), summary
     assert "**FAIL · regressions fail the test (--llm-fail-on-regression) · 1/1 SLOs met · " in summary
     page = (project.path / "rep" / "index.html").read_text()
-    assert '<p class="headline fail"><span class="status">FAIL</span> · regressions fail the test (--llm-fail-on-regression) · 1/1 SLOs met' in page
+    assert (
+        '<p class="headline fail"><span class="status">FAIL</span> · regressions fail the test (--llm-fail-on-regression) · 1/1 SLOs met'
+        in page
+    )
     assert "<td class='breach'>FAIL</td>" in page  # the summary table's outcome
 
 
 def test_reports_say_fail_when_the_test_body_failed_after_measuring(project):
     """Every SLO met, then the test's own assert failed: the report says FAIL and why, as pytest
     does; a body that skips itself is not called a failure."""
-    (project.path / "test_perf.py").write_text(PERF_TEST.replace("    pass", "    assert llm_result.summary['ttft']['p50'] < 0, 'a check of its own'"))
-    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-report", "rep").assert_outcomes(failed=1)
+    (project.path / "test_perf.py").write_text(
+        PERF_TEST.replace("    pass", "    assert llm_result.summary['ttft']['p50'] < 0, 'a check of its own'")
+    )
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-report", "rep").assert_outcomes(
+        failed=1
+    )
     assert report_of(project.path)["failed_by"] == ["the test body raised AssertionError"]
     page = (project.path / "rep" / "index.html").read_text()
-    assert '<p class="headline fail"><span class="status">FAIL</span> · the test body raised AssertionError · 1/1 SLOs met' in page
+    assert (
+        '<p class="headline fail"><span class="status">FAIL</span> · the test body raised AssertionError · 1/1 SLOs met'
+        in page
+    )
     (project.path / "test_perf.py").write_text(PERF_TEST.replace("    pass", "    pytest.skip('not today')"))
-    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-report", "rep").assert_outcomes(skipped=1)
+    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-report", "rep").assert_outcomes(
+        skipped=1
+    )
     assert "failed_by" not in report_of(project.path)
 
 
@@ -413,17 +506,28 @@ def test_a_failing_body_does_not_hide_a_breached_slo(project):
     """The SLOs were breached and then the body's own assert failed: pytest reports the body's
     error (its line, its assertion) and, under it, the SLO table that failed too; it showed only
     the body's assertion, so a reader chased the body and missed the breach."""
-    (project.path / "test_perf.py").write_text(PERF_TEST.replace('"error_rate": "== 0"', '"ttft.p99": "< 1us"')
-                                               .replace("    pass", "    assert llm_result.summary['requests']['sessions_complete'] == -1"))
+    (project.path / "test_perf.py").write_text(
+        PERF_TEST.replace('"error_rate": "== 0"', '"ttft.p99": "< 1us"').replace(
+            "    pass", "    assert llm_result.summary['requests']['sessions_complete'] == -1"
+        )
+    )
     result = project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["E       assert * == -1", "E       llmreplay: the replay failed as well:", "E       SLO breached: 1 of 1",
-                                 "E       ttft.p99 * < 1us * BREACH"])
+    result.stdout.fnmatch_lines(
+        [
+            "E       assert * == -1",
+            "E       llmreplay: the replay failed as well:",
+            "E       SLO breached: 1 of 1",
+            "E       ttft.p99 * < 1us * BREACH",
+        ]
+    )
 
 
 def test_report_of_a_fingerprint_mismatch(project):
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
-    project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-compare", "--llm-report", "rep").assert_outcomes(passed=1)
+    project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "fast.json", "--llm-compare", "--llm-report", "rep"
+    ).assert_outcomes(passed=1)
     summary = (project.path / "rep" / "summary.md").read_text()
     assert re.search(rf"^\| {re.escape(TEST_ID)} .*\| not compared +\|$", summary, re.M), summary
     assert "-baseline" not in (project.path / "rep" / "index.html").read_text()
@@ -442,12 +546,14 @@ def pytest_llmreplay_fingerprint(config, fingerprint):
 
 def test_fingerprint_hook_fields_are_stored_and_gate_the_comparison(project, monkeypatch):
     project.makeconftest(FINGERPRINT_CONFTEST)
-    project.makepyfile(test_driver="""
+    project.makepyfile(
+        test_driver="""
         import os
 
         def test_driver(llm_endpoint):
             assert llm_endpoint.fingerprint["gpu_driver"] == os.environ["PERF_TEST_DRIVER"]
-    """)
+    """
+    )
     monkeypatch.setenv("PERF_TEST_DRIVER", "550.54")
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=2)
     record = json.loads(stored(project.path)[0].read_text())
@@ -460,19 +566,25 @@ def test_fingerprint_hook_fields_are_stored_and_gate_the_comparison(project, mon
     monkeypatch.setenv("PERF_TEST_DRIVER", "560.35.03")
     result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["Compared with *: not compared: endpoint fingerprint differs (gpu_driver: '550.54' vs '560.35.03')"])
+    result.stdout.fnmatch_lines(
+        ["Compared with *: not compared: endpoint fingerprint differs (gpu_driver: '550.54' vs '560.35.03')"]
+    )
 
 
 def test_report_header_names_the_compare_reference(project):
     result = project.runpytest("--llm-offline", "--llm-compare", "-k", "nothing")
-    result.stdout.fnmatch_lines([f"llmreplay: *(no save, compare with merge-base with main ({head(project.path)[:12]}))*"])
+    result.stdout.fnmatch_lines(
+        [f"llmreplay: *(no save, compare with merge-base with main ({head(project.path)[:12]}))*"]
+    )
 
 
 def test_a_jittered_profile_repeats_with_its_seed_and_varies_with_another(project):
     profile = json.loads((project.path / "fast.json").read_text())
     profile["timing"]["jitter"] = 0.2
     (project.path / "jittery.json").write_text(json.dumps(profile))
-    project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "1", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "1", "--llm-save"
+    ).assert_outcomes(passed=1)
     same = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "1", "--llm-compare")
     same.stdout.fnmatch_lines(["tpot.p50 * +0.0% [[]*[]]*5%*ok"])
     other = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "2", "--llm-compare")

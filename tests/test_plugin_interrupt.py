@@ -49,8 +49,11 @@ def finished(url: str) -> int:
         return 0
 
 
-@pytest.mark.parametrize(("signum", "workers"), [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, 2)],
-                         ids=["SIGINT", "SIGTERM", "SIGINT-on-workers"])
+@pytest.mark.parametrize(
+    ("signum", "workers"),
+    [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, 2)],
+    ids=["SIGINT", "SIGTERM", "SIGINT-on-workers"],
+)
 def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytester, signum, workers):
     """The signal goes to pytest's process group, as a terminal's Ctrl-C does: with
     ``--llm-workers`` the Ray processes get it too (the server has its own session)."""
@@ -63,13 +66,27 @@ def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytes
     pytester.makepyfile(test_perf=TESTS)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--llm-endpoint={url}",
-               f"--llm-server-cmd={sys.executable} {MOCK} --port {port} --itl-s 0.05", "--llm-save", "--llm-report=report", "--junitxml=junit.xml"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        f"--llm-endpoint={url}",
+        f"--llm-server-cmd={sys.executable} {MOCK} --port {port} --itl-s 0.05",
+        "--llm-save",
+        "--llm-report=report",
+        "--junitxml=junit.xml",
+    ]
     command += [] if workers is None else [f"--llm-workers={workers}"]
-    run = subprocess.Popen(command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = subprocess.Popen(
+        command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 120
-        while finished(url) < 3:  # replies finished, not begun: workers that start late send their first requests at once
+        while (
+            finished(url) < 3
+        ):  # replies finished, not begun: workers that start late send their first requests at once
             assert run.poll() is None and time.monotonic() < deadline, "the replay did not get going"
             time.sleep(0.05)
         time.sleep(0.3)  # the client has read the third reply's end well before this
@@ -78,12 +95,17 @@ def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytes
     finally:
         run.kill()
         run.wait()
-    assert run.returncode == (pytest.ExitCode.INTERRUPTED if signum == signal.SIGINT else 128 + signal.SIGTERM), out + err
+    assert run.returncode == (pytest.ExitCode.INTERRUPTED if signum == signal.SIGINT else 128 + signal.SIGTERM), (
+        out + err
+    )
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
     lines = out.splitlines()
     # interrupted, not failed: the body did not run on the partial result (issue 31 A3), nor did its cancelled requests fail it
     assert any(line.startswith("test_perf.py::test_slow") and " interrupted " in f"{line} " for line in lines), out
-    assert f"llmreplay interrupted: {signum.name} stopped the replay of test_perf.py::test_slow: its result covers the requests measured until then" in out
+    assert (
+        f"llmreplay interrupted: {signum.name} stopped the replay of test_perf.py::test_slow: its result covers the requests measured until then"
+        in out
+    )
     assert f"Interrupted: llmreplay: {signum.name} stopped the replay of test_perf.py::test_slow" in out
     assert "1 interrupted" in lines[-1] and "failed" not in lines[-1] and "passed" not in lines[-1], lines[-1]
     assert "test_after" not in out  # the session stopped after the interrupted test
@@ -101,8 +123,9 @@ def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytes
     assert json.loads(next(report.joinpath("tests").glob("*.json")).read_text())["interrupted"] == signum.name
     for page in ("summary.md", "index.html"):
         assert f"interrupted by {signum.name}" in report.joinpath(page).read_text(), page
-        assert "INTERRUPTED" in report.joinpath(page).read_text() and "FAIL" not in report.joinpath(page).read_text(), page
+        assert "INTERRUPTED" in report.joinpath(page).read_text() and "FAIL" not in report.joinpath(page).read_text(), (
+            page
+        )
     properties = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
     assert properties["llmreplay.interrupted"] == signum.name
     assert refuses_connections(port)  # the --llm-server-cmd server was stopped
-

@@ -39,9 +39,27 @@ synthetic:
   seed: 1
 """
 FLAGS = (
-    "--llm-endpoint", "--llm-model", "--llm-api", "--llm-api-key-env", "--llm-ignore-eos", "--llm-extra-body", "--llm-server-cmd", "--llm-server-timeout",
-    "--llm-sim-profile", "--llm-offline", "--llm-tokenizer", "--llm-seed", "--llm-baseline-dir",
-    "--llm-save", "--llm-compare", "--llm-fail-on-regression", "--llm-fail-on-unstable", "--llm-report", "--llm-repeat", "--llm-workers", "--llm-ray-address",
+    "--llm-endpoint",
+    "--llm-model",
+    "--llm-api",
+    "--llm-api-key-env",
+    "--llm-ignore-eos",
+    "--llm-extra-body",
+    "--llm-server-cmd",
+    "--llm-server-timeout",
+    "--llm-sim-profile",
+    "--llm-offline",
+    "--llm-tokenizer",
+    "--llm-seed",
+    "--llm-baseline-dir",
+    "--llm-save",
+    "--llm-compare",
+    "--llm-fail-on-regression",
+    "--llm-fail-on-unstable",
+    "--llm-report",
+    "--llm-repeat",
+    "--llm-workers",
+    "--llm-ray-address",
 )
 HEADER_END = "tokenizer bundled (llmreplay-bpe-4k), seed 0"
 
@@ -103,18 +121,22 @@ def test_every_option_and_its_ini_twin_are_in_the_help(project):
 def test_report_header_names_the_simulator_baselines_and_tokenizer(project):
     project.makepyfile("def test_nothing(): pass")
     result = project.runpytest("--llm-offline", "--llm-save", "--llm-baseline-dir", "perf/store")
-    result.stdout.fnmatch_lines([
-        f"llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines {project.path / 'perf' / 'store'} (save, no compare); {HEADER_END}",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines {project.path / 'perf' / 'store'} (save, no compare); {HEADER_END}",
+        ]
+    )
     result.assert_outcomes(passed=1)
 
 
 def test_report_header_of_a_default_session(project):
     project.makepyfile("def test_nothing(): pass")
     result = project.runpytest()
-    result.stdout.fnmatch_lines([
-        f"llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines {project.path / '.llmreplay'} (no save, no compare); {HEADER_END}",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            f"llmreplay: simulator llama-3.1-8b-h100 (offline, virtual time); baselines {project.path / '.llmreplay'} (no save, no compare); {HEADER_END}",
+        ]
+    )
     # a session whose tests measure nothing starts no simulator and prints no llmreplay section
     assert "= llmreplay =" not in result.stdout.str()
 
@@ -145,12 +167,14 @@ def test_ini_llm_sim_profile_picks_the_profile(project):
 
 def test_ini_llm_save_and_llm_report(project):
     project.makeini("[pytest]\nllm_offline = true\nllm_save = true\nllm_report = out/perf\n")
-    project.makepyfile(test_saved="""
+    project.makepyfile(
+        test_saved="""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml")
         def test_stored(): pass
-    """)
+    """
+    )
     result = project.runpytest()
     result.assert_outcomes(passed=1)
     stored = list((project.path / ".llmreplay").glob("*/*.json"))
@@ -162,21 +186,50 @@ def test_ini_llm_save_and_llm_report(project):
     assert list(report_files(report)) == ["test_saved.py::test_stored"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--llm-api", "grpc"], "--llm-api / llm_api: expected one of chat, completions, got 'grpc'"),
-    (["--llm-endpoint", "localhost:8000"], "--llm-endpoint / llm_endpoint: expected http://host:port (or https://), got 'localhost:8000'"),
-    (["--llm-endpoint", "http://127.0.0.1:99999"], "--llm-endpoint / llm_endpoint: invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535"),
-    (["--llm-endpoint", "http://127.0.0.1: 80"], "--llm-endpoint / llm_endpoint: a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'"),
-    (["--llm-endpoint", "http://127.0.0.1:9/v1/chat/completions"],
-     "--llm-endpoint / llm_endpoint: 'http://127.0.0.1:9/v1/chat/completions' names the route /v1/chat/completions; give the server's address, 'http://127.0.0.1:9' *"),
-    (["--llm-server-cmd", "vllm serve x"], "--llm-server-cmd needs --llm-endpoint: the URL the started server listens on"),
-    (["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"], "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL"),
-    (["--llm-extra-body", '{"min_tokens": 2'], "--llm-extra-body / llm_extra_body: not JSON (*)"),
-    (["--llm-extra-body", "3"], "--llm-extra-body / llm_extra_body: expected a JSON object, got int"),
-    (["--llm-extra-body", '{"min_tokens": 2, "min_tokens": 8}'], "--llm-extra-body / llm_extra_body: the key 'min_tokens' is given twice; expected each key once"),
-    (["--llm-offline", "--llm-sim-profile", "no-such-gpu"], "--llm-sim-profile / llm_sim_profile: unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*"),
-    (["--llm-sim-profile", "profiles/fast.json"], "--llm-sim-profile / llm_sim_profile: profile file not found: profiles/fast.json"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--llm-api", "grpc"], "--llm-api / llm_api: expected one of chat, completions, got 'grpc'"),
+        (
+            ["--llm-endpoint", "localhost:8000"],
+            "--llm-endpoint / llm_endpoint: expected http://host:port (or https://), got 'localhost:8000'",
+        ),
+        (
+            ["--llm-endpoint", "http://127.0.0.1:99999"],
+            "--llm-endpoint / llm_endpoint: invalid port '99999' in 'http://127.0.0.1:99999'; expected 1 to 65535",
+        ),
+        (
+            ["--llm-endpoint", "http://127.0.0.1: 80"],
+            "--llm-endpoint / llm_endpoint: a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'",
+        ),
+        (
+            ["--llm-endpoint", "http://127.0.0.1:9/v1/chat/completions"],
+            "--llm-endpoint / llm_endpoint: 'http://127.0.0.1:9/v1/chat/completions' names the route /v1/chat/completions; give the server's address, 'http://127.0.0.1:9' *",
+        ),
+        (
+            ["--llm-server-cmd", "vllm serve x"],
+            "--llm-server-cmd needs --llm-endpoint: the URL the started server listens on",
+        ),
+        (
+            ["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"],
+            "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL",
+        ),
+        (["--llm-extra-body", '{"min_tokens": 2'], "--llm-extra-body / llm_extra_body: not JSON (*)"),
+        (["--llm-extra-body", "3"], "--llm-extra-body / llm_extra_body: expected a JSON object, got int"),
+        (
+            ["--llm-extra-body", '{"min_tokens": 2, "min_tokens": 8}'],
+            "--llm-extra-body / llm_extra_body: the key 'min_tokens' is given twice; expected each key once",
+        ),
+        (
+            ["--llm-offline", "--llm-sim-profile", "no-such-gpu"],
+            "--llm-sim-profile / llm_sim_profile: unknown profile 'no-such-gpu'; available: *llama-3.1-8b-h100*",
+        ),
+        (
+            ["--llm-sim-profile", "profiles/fast.json"],
+            "--llm-sim-profile / llm_sim_profile: profile file not found: profiles/fast.json",
+        ),
+    ],
+)
 def test_usage_errors(project, args, message):
     project.makepyfile("def test_x(): pass")
     result = project.runpytest(*args)
@@ -222,7 +275,12 @@ def test_server_command_that_dies_is_a_usage_error_with_its_log(project):
     command = "sh -c 'echo no GPU found >&2; exit 3'"
     result = project.runpytest("--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: --llm-server-cmd: server command \"{command}\" exited with status 3; last lines of its log:", "no GPU found"])
+    result.stderr.fnmatch_lines(
+        [
+            f'ERROR: --llm-server-cmd: server command "{command}" exited with status 3; last lines of its log:',
+            "no GPU found",
+        ]
+    )
 
 
 def test_a_path_value_in_the_space_form_that_moves_the_rootdir_is_warned_about(project, tmp_path_factory):
@@ -233,12 +291,17 @@ def test_a_path_value_in_the_space_form_that_moves_the_rootdir_is_warned_about(p
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     profile = elsewhere / "p.json"
     profile.write_text(profile_path("llama-3.1-8b-h100").read_text())
-    result = project.runpytest("--llm-offline", "--llm-report", str(elsewhere / "rep"), "--llm-sim-profile", str(profile))
+    result = project.runpytest(
+        "--llm-offline", "--llm-report", str(elsewhere / "rep"), "--llm-sim-profile", str(profile)
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines([f"rootdir: {project.path.parent}"])  # moved, and the ini (seed 3) is lost
-    result.stdout.fnmatch_lines([
-        f"*PytestConfigWarning: --llm-sim-profile {profile}: pytest took {profile} for a test path when it chose the rootdir, "
-        f"which is now {project.path.parent} (no configfile); write --llm-sim-profile={profile}"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*PytestConfigWarning: --llm-sim-profile {profile}: pytest took {profile} for a test path when it chose the rootdir, "
+            f"which is now {project.path.parent} (no configfile); write --llm-sim-profile={profile}"
+        ]
+    )
     assert "--llm-report" not in result.stdout.str()  # DIR did not exist yet: not taken for a path
 
     result = project.runpytest("--llm-offline", f"--llm-report={elsewhere / 'rep'}", f"--llm-sim-profile={profile}")
@@ -247,7 +310,11 @@ def test_a_path_value_in_the_space_form_that_moves_the_rootdir_is_warned_about(p
     assert "PytestConfigWarning" not in result.stdout.str()
 
     result = project.runpytest("--llm-offline", "--llm-report", str(elsewhere / "rep"))  # it exists now
-    result.stdout.fnmatch_lines([f"*PytestConfigWarning: --llm-report {elsewhere / 'rep'}: pytest took *; write --llm-report={elsewhere / 'rep'}"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*PytestConfigWarning: --llm-report {elsewhere / 'rep'}: pytest took *; write --llm-report={elsewhere / 'rep'}"
+        ]
+    )
 
 
 def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(project):
@@ -259,12 +326,24 @@ def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(p
     assert "PytestConfigWarning" not in result.stdout.str()
 
 
-@pytest.mark.parametrize(("args", "warning"), [
-    (["--llm-offline", "--llm-server-timeout=5"], "--llm-server-timeout / llm_server_timeout: ignored without --llm-server-cmd: no server is started here, so none is waited for"),
-    (["--llm-endpoint=http://127.0.0.1:9", "--llm-sim-profile=llama-3.1-8b-h100"], "--llm-sim-profile / llm_sim_profile: ignored with --llm-endpoint: the live server is measured, not the simulator"),
-    (["--llm-offline", "--llm-model=foo"], "--llm-model / llm_model: ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint"),
-    (["--llm-model=foo"], "--llm-model / llm_model: ignored by the simulator, *"),
-])
+@pytest.mark.parametrize(
+    ("args", "warning"),
+    [
+        (
+            ["--llm-offline", "--llm-server-timeout=5"],
+            "--llm-server-timeout / llm_server_timeout: ignored without --llm-server-cmd: no server is started here, so none is waited for",
+        ),
+        (
+            ["--llm-endpoint=http://127.0.0.1:9", "--llm-sim-profile=llama-3.1-8b-h100"],
+            "--llm-sim-profile / llm_sim_profile: ignored with --llm-endpoint: the live server is measured, not the simulator",
+        ),
+        (
+            ["--llm-offline", "--llm-model=foo"],
+            "--llm-model / llm_model: ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint",
+        ),
+        (["--llm-model=foo"], "--llm-model / llm_model: ignored by the simulator, *"),
+    ],
+)
 def test_an_option_the_session_ignores_is_warned_about_once(project, args, warning):
     project.makepyfile("def test_x(): pass")
     result = project.runpytest(*args)
@@ -321,18 +400,32 @@ def test_server_started_by_the_plugin_dies_with_a_killed_run(project, tmp_path_f
     not live on under init, holding the port and the GPU, nor its temporary log folder in /tmp."""
     temp_root = tmp_path_factory.mktemp("tmp")  # the run's TMPDIR, to see what it leaves there
     project.path.joinpath("server.py").write_text(SERVER_WITH_A_CHILD)
-    project.makepyfile(test_wait="""
+    project.makepyfile(
+        test_wait="""
         import time
         from pathlib import Path
 
         def test_wait():
             Path("running").touch()
             time.sleep(600)
-    """)
+    """
+    )
     port = free_port()
-    run = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--llm-endpoint=http://127.0.0.1:{port}",
-                            f"--llm-server-cmd={sys.executable} server.py {port}"], cwd=project.path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           env={**os.environ, "TMPDIR": str(temp_root)})
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            f"--llm-endpoint=http://127.0.0.1:{port}",
+            f"--llm-server-cmd={sys.executable} server.py {port}",
+        ],
+        cwd=project.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(temp_root)},
+    )
     pids: list[int] = []
     try:
         wait_for_file(project.path / "running", run)
@@ -363,12 +456,20 @@ def test_server_that_never_becomes_healthy_times_out_with_one_line(project, refu
     (a merely free port could be taken by another test's server meanwhile, under xdist)."""
     project.makepyfile("def test_x(): pass")
     command = f"{sys.executable} -c 'import time; time.sleep(60)'"
-    result = project.runpytest_subprocess(f"--llm-endpoint={refused_url}", f"--llm-server-cmd={command}", "--llm-server-timeout=1.5")
+    result = project.runpytest_subprocess(
+        f"--llm-endpoint={refused_url}", f"--llm-server-cmd={command}", "--llm-server-timeout=1.5"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stdout.fnmatch_lines([f"waiting for {command} at {refused_url} to become healthy: [01] s of 1.5 s"])  # 1 s on a loaded machine
-    result.stderr.fnmatch_lines([
-        f"ERROR: --llm-server-cmd: server command \"{command}\" was not ready at {refused_url}/health within 1.5 s "
-        "(raise --llm-server-timeout if it needs longer); last lines of its log:", "(empty log)"])
+    result.stdout.fnmatch_lines(
+        [f"waiting for {command} at {refused_url} to become healthy: [01] s of 1.5 s"]
+    )  # 1 s on a loaded machine
+    result.stderr.fnmatch_lines(
+        [
+            f'ERROR: --llm-server-cmd: server command "{command}" was not ready at {refused_url}/health within 1.5 s '
+            "(raise --llm-server-timeout if it needs longer); last lines of its log:",
+            "(empty log)",
+        ]
+    )
     no_traceback(result)
 
 
@@ -377,14 +478,17 @@ def test_ini_server_timeout_is_read_and_checked(project):
     project.makepyfile("def test_x(): pass")
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got 'soon'"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: --llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got 'soon'"]
+    )
 
 
 # ------------------------------------------------------------------------ the marker
 
 
 def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
-    project.makepyfile(test_marker="""
+    project.makepyfile(
+        test_marker="""
         import pytest
         from pytest_llmreplay.metrics.result import Result
 
@@ -393,24 +497,28 @@ def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
             assert isinstance(llm_result, Result)
             assert llm_result.summary["requests"]["ok"] == 8
             assert llm_result.summary["ttft"]["p99"] < 2
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline", "-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([
-        "*= llmreplay =*",
-        "test*outcome*TTFT p50*TTFT p99*TPOT p50*TTFAT p90*cache hit*output tok/s",
-        "test_marker.py::test_fast*passed* ms * ms * ms*",
-        "llmreplay: test_marker.py::test_fast",
-        "completed=8/8 requests*",
-        "SLOs met: 2 of 2",
-        "metric*threshold*measured*margin*status",
-        "ttft.p99*< 2s*s*+*s (+*%)*ok",
-        "error_rate*== 0*0*0*ok",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*= llmreplay =*",
+            "test*outcome*TTFT p50*TTFT p99*TPOT p50*TTFAT p90*cache hit*output tok/s",
+            "test_marker.py::test_fast*passed* ms * ms * ms*",
+            "llmreplay: test_marker.py::test_fast",
+            "completed=8/8 requests*",
+            "SLOs met: 2 of 2",
+            "metric*threshold*measured*margin*status",
+            "ttft.p99*< 2s*s*+*s (+*%)*ok",
+            "error_rate*== 0*0*0*ok",
+        ]
+    )
 
 
 def test_terminal_summary_writes_each_figure_in_its_unit(project):
-    project.makepyfile(test_in_units="""
+    project.makepyfile(
+        test_in_units="""
         import json
 
         import pytest
@@ -419,89 +527,128 @@ def test_terminal_summary_writes_each_figure_in_its_unit(project):
         def test_fast(llm_result):
             with open("summary.json", "w") as file:
                 json.dump(llm_result.summary, file)
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(passed=1)
     from pytest_llmreplay.metrics.units import format_value
 
     summary = json.loads((project.path / "summary.json").read_text())
     header = next(i for i, line in enumerate(result.outlines) if line.startswith("test ") and "TTFT p50" in line)
-    assert re.split(r"\s{2,}", result.outlines[header].strip()) == ["test", "outcome", "TTFT p50", "TTFT p99", "TPOT p50", "TTFAT p90", "cache hit", "output tok/s"]
-    row = re.split(r"\s{2,}", next(line for line in result.outlines[header:] if line.startswith("test_in_units.py::test_fast ")).strip())
+    assert re.split(r"\s{2,}", result.outlines[header].strip()) == [
+        "test",
+        "outcome",
+        "TTFT p50",
+        "TTFT p99",
+        "TPOT p50",
+        "TTFAT p90",
+        "cache hit",
+        "output tok/s",
+    ]
+    row = re.split(
+        r"\s{2,}",
+        next(line for line in result.outlines[header:] if line.startswith("test_in_units.py::test_fast ")).strip(),
+    )
     # the figures go through JUnit's properties rounded to 6 decimals
-    expected = [format_value(metric, round(summary[metric][stat], 6)) for metric, stat in
-                (("ttft", "p50"), ("ttft", "p99"), ("tpot", "p50"), ("ttfat", "p90"), ("cache_hit_rate", "mean"), ("output_throughput", "steady_state"))]
+    expected = [
+        format_value(metric, round(summary[metric][stat], 6))
+        for metric, stat in (
+            ("ttft", "p50"),
+            ("ttft", "p99"),
+            ("tpot", "p50"),
+            ("ttfat", "p90"),
+            ("cache_hit_rate", "mean"),
+            ("output_throughput", "steady_state"),
+        )
+    ]
     assert row == ["test_in_units.py::test_fast", "passed", *expected]
     assert row[2].endswith(" ms") and row[6].endswith("%") and row[7].endswith(" tok/s")
 
 
 def test_marker_without_asking_for_llm_result_still_replays(project):
-    project.makepyfile(test_marker="""
+    project.makepyfile(
+        test_marker="""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1us"})
         def test_body_ignores_the_result():
             pass
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["SLO breached: 1 of 1"])
 
 
 def test_breached_slos_fail_with_one_table_of_all_of_them(project):
-    project.makepyfile(test_marker="""
+    project.makepyfile(
+        test_marker="""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml", concurrency=2,
                                slo={"ttft.p99": "< 1us", "error_rate": "== 0", "tpot.p50": "< 1ms", "output_throughput.steady_state": "> 1000000 tok/s"})
         def test_slow(llm_result):
             pass
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline", "-rf")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*_ test_slow _*",
-        "SLO breached: 3 of 4",
-        "metric*threshold*measured*margin*status",
-        "ttft.p99*< 1us*us*-*us (-*%)*BREACH",
-        "error_rate*== 0*0*0*ok",
-        "tpot.p50*< 1ms*ms*-*ms (-*%)*BREACH",
-        "output_throughput.steady_state*> 1000000 tok/s*tok/s*-*tok/s (-*%)*BREACH",
-        "*- llmreplay -*",
-        "llmreplay: test_marker.py::test_slow",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_slow _*",
+            "SLO breached: 3 of 4",
+            "metric*threshold*measured*margin*status",
+            "ttft.p99*< 1us*us*-*us (-*%)*BREACH",
+            "error_rate*== 0*0*0*ok",
+            "tpot.p50*< 1ms*ms*-*ms (-*%)*BREACH",
+            "output_throughput.steady_state*> 1000000 tok/s*tok/s*-*tok/s (-*%)*BREACH",
+            "*- llmreplay -*",
+            "llmreplay: test_marker.py::test_slow",
+        ]
+    )
     result.stdout.fnmatch_lines(["FAILED test_marker.py::test_slow - *SLO breached: 3 of 4"])
     no_traceback(result)
     assert "def test_slow" not in result.stdout.str()
 
 
 def test_positional_marker_arguments_are_a_collection_error(project):
-    project.makepyfile(test_marker="""
+    project.makepyfile(
+        test_marker="""
         import pytest
 
         @pytest.mark.llmreplay("wl.yaml")
         def test_positional(llm_result):
             pass
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*ERROR collecting test_marker.py*", "In test_positional: @pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)"])
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR collecting test_marker.py*",
+            "In test_positional: @pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)",
+        ]
+    )
     no_traceback(result)
 
 
 def test_marker_without_workload_is_a_collection_error_naming_the_key(project):
-    project.makepyfile(test_marker="""
+    project.makepyfile(
+        test_marker="""
         import pytest
 
         @pytest.mark.llmreplay(slo={"error_rate": "== 0"})
         def test_no_workload():
             pass
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*ERROR collecting test_marker.py*", "In test_no_workload: @pytest.mark.llmreplay: missing key workload= (*)"])
+    result.stdout.fnmatch_lines(
+        ["*ERROR collecting test_marker.py*", "In test_no_workload: @pytest.mark.llmreplay: missing key workload= (*)"]
+    )
     no_traceback(result)
     assert "TypeError" not in result.stdout.str()
 
@@ -528,20 +675,25 @@ def test_llm_result_without_a_marker_says_how_to_add_one(project):
     result.stdout.fnmatch_lines(["llm_result: the test has no @pytest.mark.llmreplay(workload=...) marker"])
 
 
-@pytest.mark.parametrize(("slo", "message"), [
-    ('{"ttft.p100": "< 2s"}', "SLO 'ttft.p100': ttft has no statistic 'p100'; expected one of *"),
-    ('{"tfft.p99": "< 2s"}', "SLO 'tfft.p99': unknown metric 'tfft'; expected one of *"),
-    ('{"ttft.p99": "fast"}', "SLO 'ttft.p99': cannot read threshold 'fast'; *"),
-    ('{"ttft.p99": "< 2 req/s"}', "SLO 'ttft.p99': unit 'req/s' does not fit ttft* (a time metric)*"),
-])
+@pytest.mark.parametrize(
+    ("slo", "message"),
+    [
+        ('{"ttft.p100": "< 2s"}', "SLO 'ttft.p100': ttft has no statistic 'p100'; expected one of *"),
+        ('{"tfft.p99": "< 2s"}', "SLO 'tfft.p99': unknown metric 'tfft'; expected one of *"),
+        ('{"ttft.p99": "fast"}', "SLO 'ttft.p99': cannot read threshold 'fast'; *"),
+        ('{"ttft.p99": "< 2 req/s"}', "SLO 'ttft.p99': unit 'req/s' does not fit ttft* (a time metric)*"),
+    ],
+)
 def test_bad_slo_in_the_marker_names_the_key(project, slo, message):
-    project.makepyfile(test_marker=f"""
+    project.makepyfile(
+        test_marker=f"""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml", slo={slo})
         def test_bad_slo(llm_result):
             pass
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines([message])
@@ -551,13 +703,15 @@ def test_bad_slo_in_the_marker_names_the_key(project, slo, message):
 
 
 def test_bad_replay_setting_in_the_marker_names_it(project):
-    project.makepyfile(test_marker="""
+    project.makepyfile(
+        test_marker="""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml", concurrency=0)
         def test_bad_setting(llm_result):
             pass
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["concurrency: expected an integer >= 1, got 0"])
@@ -568,7 +722,8 @@ def test_bad_replay_setting_in_the_marker_names_it(project):
 
 
 def test_llm_replay_returns_a_result_checked_when_the_body_ends(project):
-    project.makepyfile(test_code="""
+    project.makepyfile(
+        test_code="""
         from pytest_llmreplay.metrics.result import Result
 
         def test_code(llm_replay):
@@ -577,29 +732,42 @@ def test_llm_replay_returns_a_result_checked_when_the_body_ends(project):
             assert result.summary["requests"]["ok"] == 8
             assert result.summary["error_rate"]["value"] == 0
             result.assert_slo({"ttft.p99": "< 10s"}, error_rate="== 0")
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline", "-v")
     result.assert_outcomes(passed=1)
     # the run's own SLO, then the body's assert_slo checks
-    result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "SLOs met: 3 of 3", "error_rate*== 0*ok", "ttft.p99*< 10s*ok", "error_rate*== 0*ok"])
+    result.stdout.fnmatch_lines(
+        [
+            "llmreplay: test_code.py::test_code",
+            "SLOs met: 3 of 3",
+            "error_rate*== 0*ok",
+            "ttft.p99*< 10s*ok",
+            "error_rate*== 0*ok",
+        ]
+    )
 
 
 def test_assert_slo_failing_shows_the_table_and_keeps_the_measurement(project):
-    project.makepyfile(test_code="""
+    project.makepyfile(
+        test_code="""
         def test_code(llm_replay):
             result = llm_replay("wl.yaml")
             result.assert_slo({"ttft.p50": "< 1us", "error_rate": "== 0"})
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*SLOBreach: SLO breached: 1 of 2",
-        "*metric*threshold*measured*margin*status",
-        "*ttft.p50*< 1us*BREACH",
-        "*error_rate*== 0*ok",
-        "*- llmreplay -*",
-        "llmreplay: test_code.py::test_code",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*SLOBreach: SLO breached: 1 of 2",
+            "*metric*threshold*measured*margin*status",
+            "*ttft.p50*< 1us*BREACH",
+            "*error_rate*== 0*ok",
+            "*- llmreplay -*",
+            "llmreplay: test_code.py::test_code",
+        ]
+    )
     text = result.stdout.str()
     # the test's own line and the table; no frame of the library, nor its arguments (the summary)
     result.stdout.fnmatch_lines([">       result.assert_slo(*)", "E       *SLOBreach: SLO breached: 1 of 2"])
@@ -607,24 +775,29 @@ def test_assert_slo_failing_shows_the_table_and_keeps_the_measurement(project):
 
 
 def test_assert_slo_with_a_bad_threshold_is_one_error_at_the_test_line(project):
-    project.makepyfile(test_code="""
+    project.makepyfile(
+        test_code="""
         def test_code(llm_replay):
             result = llm_replay("wl.yaml")
             result.assert_slo({"ttft.p50": "< 2 tok/s"})
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        ">       result.assert_slo({\"ttft.p50\": \"< 2 tok/s\"})",
-        "E       *LLMReplayError: SLO 'ttft.p50': unit 'tok/s' does not fit ttft.p50 (a time metric); *",
-        "test_code.py:3: LLMReplayError",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            '>       result.assert_slo({"ttft.p50": "< 2 tok/s"})',
+            "E       *LLMReplayError: SLO 'ttft.p50': unit 'tok/s' does not fit ttft.p50 (a time metric); *",
+            "test_code.py:3: LLMReplayError",
+        ]
+    )
     text = result.stdout.str()
     assert "Traceback" not in text and "pytest_llmreplay/" not in text and "def parse_slo" not in text
 
 
 def test_code_level_slo_checks_are_stored_with_the_runs_own(project):
-    project.makepyfile(test_code="""
+    project.makepyfile(
+        test_code="""
         import pytest
         from pytest_llmreplay.metrics.slo import SLOBreach
 
@@ -633,7 +806,8 @@ def test_code_level_slo_checks_are_stored_with_the_runs_own(project):
             result.assert_slo({"ttft.p99": "< 10s"})
             with pytest.raises(SLOBreach):
                 result.assert_slo({}, **{"ttft.p50": "< 1us"})
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline", "-v", "--llm-report=rep", "--llm-save")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["llmreplay: test_code.py::test_code", "*", "SLO breached: 1 of 3"], consecutive=False)
@@ -641,15 +815,20 @@ def test_code_level_slo_checks_are_stored_with_the_runs_own(project):
     reported = json.loads(report_files(project.path / "rep")["test_code.py::test_code"][0].read_text())
     for record in (reported, *stored):
         assert [(c["key"], c["threshold"], c["passed"]) for c in record["slo"]] == [
-            ("error_rate", "== 0", True), ("ttft.p99", "< 10s", True), ("ttft.p50", "< 1us", False)]
+            ("error_rate", "== 0", True),
+            ("ttft.p99", "< 10s", True),
+            ("ttft.p50", "< 1us", False),
+        ]
     assert len(stored) == 1
 
 
 def test_llm_replay_with_a_bad_workload_fails_with_one_line(project):
-    project.makepyfile(test_code="""
+    project.makepyfile(
+        test_code="""
         def test_code(llm_replay):
             llm_replay("missing.jsonl")
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([f"workload: {project.path / 'missing.jsonl'}: no such file or directory"])
@@ -657,30 +836,40 @@ def test_llm_replay_with_a_bad_workload_fails_with_one_line(project):
 
 
 def test_two_replays_in_one_test_have_their_own_keys(project):
-    project.makepyfile(test_code="""
+    project.makepyfile(
+        test_code="""
         def test_two(llm_replay):
             llm_replay("wl.yaml", concurrency=1)
             llm_replay("wl.yaml", concurrency=4, slo={"ttft.p99": "< 1us"})
             llm_replay("wl.yaml", name="warm", max_requests=4)
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline", "-v", "--junitxml=junit.xml")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "test_code.py::test_two::2",  # only the second one is breached: the failure names it
-        "SLO breached: 1 of 1",
-    ])
-    result.stdout.fnmatch_lines([
-        "llmreplay: test_code.py::test_two",
-        "llmreplay: test_code.py::test_two::2",
-        "llmreplay: test_code.py::test_two::warm",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "test_code.py::test_two::2",  # only the second one is breached: the failure names it
+            "SLO breached: 1 of 1",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "llmreplay: test_code.py::test_two",
+            "llmreplay: test_code.py::test_two::2",
+            "llmreplay: test_code.py::test_two::warm",
+        ]
+    )
     properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "junit.xml").iter("property")}
     assert {"llmreplay.ttft.p50", "llmreplay.ttft.p50 2", "llmreplay.ttft.p50 warm"} <= properties.keys()
     # the terminal summary: a row per run, each with its own figures (in their units)
     from pytest_llmreplay.metrics.units import format_value
 
     overview = result.stdout.str().split("= llmreplay =", 1)[1]
-    for run, suffix in (("test_code.py::test_two", ""), ("test_code.py::test_two::2", " 2"), ("test_code.py::test_two::warm", " warm")):
+    for run, suffix in (
+        ("test_code.py::test_two", ""),
+        ("test_code.py::test_two::2", " 2"),
+        ("test_code.py::test_two::warm", " warm"),
+    ):
         row = re.search(rf"^{re.escape(run)} +failed +(\S+ \S+) +(\S+ \S+) ", overview, re.M)
         assert row, run
         assert row.group(1) == format_value("ttft", properties["llmreplay.ttft.p50" + suffix]), run
@@ -688,10 +877,12 @@ def test_two_replays_in_one_test_have_their_own_keys(project):
 
 
 def test_a_named_first_run_has_its_summary_row(project):
-    project.makepyfile(test_code="""
+    project.makepyfile(
+        test_code="""
         def test_named(llm_replay):
             llm_replay("wl.yaml", name="cold")
-    """)
+    """
+    )
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(passed=1)
     overview = result.stdout.str().split("= llmreplay =", 1)[1]
@@ -703,72 +894,131 @@ def test_a_named_first_run_has_its_summary_row(project):
 
 def test_yaml_and_toml_spec_files_are_test_items(project):
     project.path.joinpath("chat_smoke.llmreplay.yaml").write_text(
-        "description: the chat smoke test\nworkload: wl.yaml\nconcurrency: 2\nslo:\n  ttft.p99: < 2s\n  error_rate: == 0\n")
+        "description: the chat smoke test\nworkload: wl.yaml\nconcurrency: 2\nslo:\n  ttft.p99: < 2s\n  error_rate: == 0\n"
+    )
     project.path.joinpath("chat_toml.llmreplay.toml").write_text(
-        'workload = "wl.yaml"\nmax_requests = 4\n\n[slo]\n"ttft.p99" = "< 2s"\n')
+        'workload = "wl.yaml"\nmax_requests = 4\n\n[slo]\n"ttft.p99" = "< 2s"\n'
+    )
     project.path.joinpath("sub").mkdir()
-    project.path.joinpath("sub", "nested.llmreplay.yml").write_text("workload: ../wl.yaml\n")  # relative to the spec file
+    project.path.joinpath("sub", "nested.llmreplay.yml").write_text(
+        "workload: ../wl.yaml\n"
+    )  # relative to the spec file
     result = project.runpytest("--llm-offline", "-v")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines([
-        "chat_smoke.llmreplay.yaml::chat_smoke PASSED*",
-        "chat_toml.llmreplay.toml::chat_toml PASSED*",
-        "sub/nested.llmreplay.yml::nested PASSED*",
-    ], consecutive=False)
-    result.stdout.fnmatch_lines(["llmreplay: chat_toml.llmreplay.toml::chat_toml", "completed=4/4 requests*", "SLOs met: 1 of 1"])
+    result.stdout.fnmatch_lines(
+        [
+            "chat_smoke.llmreplay.yaml::chat_smoke PASSED*",
+            "chat_toml.llmreplay.toml::chat_toml PASSED*",
+            "sub/nested.llmreplay.yml::nested PASSED*",
+        ],
+        consecutive=False,
+    )
+    result.stdout.fnmatch_lines(
+        ["llmreplay: chat_toml.llmreplay.toml::chat_toml", "completed=4/4 requests*", "SLOs met: 1 of 1"]
+    )
 
 
 def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
-    project.path.joinpath("slow.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  ttft.p99: < 1us\n  error_rate: == 0\n")
+    project.path.joinpath("slow.llmreplay.yaml").write_text(
+        "workload: wl.yaml\nslo:\n  ttft.p99: < 1us\n  error_rate: == 0\n"
+    )
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*_ llmreplay spec slow _*",
-        "SLO breached: 1 of 2",
-        "metric*threshold*measured*margin*status",
-        "ttft.p99*< 1us*BREACH",
-        "error_rate*== 0*ok",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ llmreplay spec slow _*",
+            "SLO breached: 1 of 2",
+            "metric*threshold*measured*margin*status",
+            "ttft.p99*< 1us*BREACH",
+            "error_rate*== 0*ok",
+        ]
+    )
     no_traceback(result)
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("workload: wl.yaml\nconcurency: 8\n", "concurency: unknown key; expected one of workload, format, *"),
-    ("workload: wl.yaml\nslo:\n  ttft.p99: quick\n", "SLO 'ttft.p99': cannot read threshold 'quick'; *"),
-    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2 tok/s\n", "SLO 'ttft.p99': unit 'tok/s' does not fit ttft* (a time metric)*"),
-    ("workload: nowhere.jsonl\n", "workload: {dir}/nowhere.jsonl: no such file or directory"),
-    ("workload: wl.yaml\nslo: [ttft\n", "line 3, column 1: not valid YAML: expected ',' or '?', but got '<stream end>' (while parsing a flow sequence that starts at line 2, column 6)"),
-    ("workload: wl.yaml\nslo: \a\n", "line 2, column 6: not valid YAML: character #x0007 is not allowed (expected printable characters, tabs and line breaks)"),
-    ("workload: wl.yaml\nslo: " + "[" * 100_000 + "]" * 100_000 + "\n", "line 2, column *: not valid YAML: nested too deeply: *"),
-    ('workload: wl.yaml\nconcurrency: "eight"\n', "concurrency: expected an integer, got 'eight'"),
-    ("workload: wl.yaml\nregression:\n  ttft.p50: lots\n", "regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off', got 'lots'"),
-    ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
-    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2s\nconcurrency: 2\nslo:\n  error_rate: == 0\n",
-     "line 5: not valid YAML: duplicate key 'slo' (first on line 2)"),
-    ("workload: wl.yaml\nslo:\n  ttft.p99: < 2s\n  ttft.p99: < 1s\n", "line 4: not valid YAML: duplicate key 'ttft.p99' (first on line 3)"),
-    ("workload: wl.yaml\nformat: moonkake\n", "format: unknown workload format 'moonkake'; expected one of *mooncake*"),
-    ("workload: wl.yaml\nformat: mooncake\nformat_options: {blocksize: 16}\n", "format_options: format 'mooncake' takes block_size; got blocksize"),
-    ("workload: wl.yaml\nformat: mooncake\nformat_options: {block_size: 0}\n", "format_options: block_size must be an integer >= 1, got 0"),
-    ("workload: wl.yaml\nformat_options: {block_size: 16}\n", "format_options: format 'synthetic' takes no options; got block_size"),
-    # a goodput without a per-request limit would fail every run as "not measured"
-    ("workload: wl.yaml\nslo:\n  goodput: '>= 5 req/s'\n  ttft.p99: '> 1ms'\n",
-     "slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the test's slo; "
-     "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("workload: wl.yaml\nconcurency: 8\n", "concurency: unknown key; expected one of workload, format, *"),
+        ("workload: wl.yaml\nslo:\n  ttft.p99: quick\n", "SLO 'ttft.p99': cannot read threshold 'quick'; *"),
+        (
+            "workload: wl.yaml\nslo:\n  ttft.p99: < 2 tok/s\n",
+            "SLO 'ttft.p99': unit 'tok/s' does not fit ttft* (a time metric)*",
+        ),
+        ("workload: nowhere.jsonl\n", "workload: {dir}/nowhere.jsonl: no such file or directory"),
+        (
+            "workload: wl.yaml\nslo: [ttft\n",
+            "line 3, column 1: not valid YAML: expected ',' or '?', but got '<stream end>' (while parsing a flow sequence that starts at line 2, column 6)",
+        ),
+        (
+            "workload: wl.yaml\nslo: \a\n",
+            "line 2, column 6: not valid YAML: character #x0007 is not allowed (expected printable characters, tabs and line breaks)",
+        ),
+        (
+            "workload: wl.yaml\nslo: " + "[" * 100_000 + "]" * 100_000 + "\n",
+            "line 2, column *: not valid YAML: nested too deeply: *",
+        ),
+        ('workload: wl.yaml\nconcurrency: "eight"\n', "concurrency: expected an integer, got 'eight'"),
+        (
+            "workload: wl.yaml\nregression:\n  ttft.p50: lots\n",
+            "regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off', got 'lots'",
+        ),
+        ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
+        (
+            "workload: wl.yaml\nslo:\n  ttft.p99: < 2s\nconcurrency: 2\nslo:\n  error_rate: == 0\n",
+            "line 5: not valid YAML: duplicate key 'slo' (first on line 2)",
+        ),
+        (
+            "workload: wl.yaml\nslo:\n  ttft.p99: < 2s\n  ttft.p99: < 1s\n",
+            "line 4: not valid YAML: duplicate key 'ttft.p99' (first on line 3)",
+        ),
+        (
+            "workload: wl.yaml\nformat: moonkake\n",
+            "format: unknown workload format 'moonkake'; expected one of *mooncake*",
+        ),
+        (
+            "workload: wl.yaml\nformat: mooncake\nformat_options: {blocksize: 16}\n",
+            "format_options: format 'mooncake' takes block_size; got blocksize",
+        ),
+        (
+            "workload: wl.yaml\nformat: mooncake\nformat_options: {block_size: 0}\n",
+            "format_options: block_size must be an integer >= 1, got 0",
+        ),
+        (
+            "workload: wl.yaml\nformat_options: {block_size: 16}\n",
+            "format_options: format 'synthetic' takes no options; got block_size",
+        ),
+        # a goodput without a per-request limit would fail every run as "not measured"
+        (
+            "workload: wl.yaml\nslo:\n  goodput: '>= 5 req/s'\n  ttft.p99: '> 1ms'\n",
+            "slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the test's slo; "
+            "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s",
+        ),
+    ],
+)
 def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, message):
     path = project.path / "broken.llmreplay.yaml"
     path.write_text(text)
     result = project.runpytest("--llm-offline")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(["*ERROR collecting broken.llmreplay.yaml*", f"{path}: {message.format(dir=project.path)}"])
+    result.stdout.fnmatch_lines(
+        ["*ERROR collecting broken.llmreplay.yaml*", f"{path}: {message.format(dir=project.path)}"]
+    )
     no_traceback(result)
 
 
-@pytest.mark.parametrize(("name", "data", "where"), [
-    ("broken.llmreplay.yaml", b"workload: wl.yaml\nslo:\n  ttft.p99: \xff< 2s\n", "line 3: not UTF-8: byte 0xff at column 13"),
-    ("broken.llmreplay.toml", b'workload = "wl.yaml"\n# caf\xe9\n', "line 2: not UTF-8: byte 0xe9 at column 6"),
-])
+@pytest.mark.parametrize(
+    ("name", "data", "where"),
+    [
+        (
+            "broken.llmreplay.yaml",
+            b"workload: wl.yaml\nslo:\n  ttft.p99: \xff< 2s\n",
+            "line 3: not UTF-8: byte 0xff at column 13",
+        ),
+        ("broken.llmreplay.toml", b'workload = "wl.yaml"\n# caf\xe9\n', "line 2: not UTF-8: byte 0xe9 at column 6"),
+    ],
+)
 def test_spec_file_with_a_byte_that_is_not_utf8_names_its_line_and_column(project, name, data, where):
     path = project.path / name
     path.write_bytes(data)
@@ -778,8 +1028,11 @@ def test_spec_file_with_a_byte_that_is_not_utf8_names_its_line_and_column(projec
     no_traceback(result)
 
 
-@pytest.mark.parametrize("text", ['workload = "wl.yaml"\nconcurrency = \n', 'workload = "wl.yaml"\nslo = ' + "[" * 100_000 + "]" * 100_000 + "\n"],
-                         ids=["syntax", "nested-past-the-recursion-limit"])
+@pytest.mark.parametrize(
+    "text",
+    ['workload = "wl.yaml"\nconcurrency = \n', 'workload = "wl.yaml"\nslo = ' + "[" * 100_000 + "]" * 100_000 + "\n"],
+    ids=["syntax", "nested-past-the-recursion-limit"],
+)
 def test_bad_toml_spec_file_is_a_collection_error(project, text):
     path = project.path / "broken.llmreplay.toml"
     path.write_text(text)
@@ -819,7 +1072,9 @@ def test_llm_offline_false_serves_the_simulator_over_http(project):
     """)
     result = project.runpytest("-v", "-o", "llm_offline=false")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["llmreplay: simulator llama-3.1-8b-h100 (over HTTP, wall clock); *", "completed=3/3 requests*"])
+    result.stdout.fnmatch_lines(
+        ["llmreplay: simulator llama-3.1-8b-h100 (over HTTP, wall clock); *", "completed=3/3 requests*"]
+    )
     port = int(project.path.joinpath("url.txt").read_text().rsplit(":", 1)[1])
     assert refuses_connections(port), "the simulator server outlived the session"
 
@@ -838,7 +1093,9 @@ def test_two_workloads_with_the_same_session_ids_share_no_prompt_tokens(project)
         def test_first_again(llm_replay):
             assert llm_replay("tiny.yaml", concurrency=1).summary["cache_hit_rate"]["mean"] > 0
     """)
-    project.runpytest("-o", "llm_offline=false", "--llm-repeat", "1").assert_outcomes(passed=3)  # repeats would reset the cache before each run
+    project.runpytest("-o", "llm_offline=false", "--llm-repeat", "1").assert_outcomes(
+        passed=3
+    )  # repeats would reset the cache before each run
 
 
 def test_llm_endpoint_live_with_a_server_the_plugin_starts(project, tmp_path_factory, monkeypatch):
@@ -859,13 +1116,19 @@ def test_llm_endpoint_live_with_a_server_the_plugin_starts(project, tmp_path_fac
     command = f"{sys.executable} -m pytest_llmreplay.cli.main sim --port {port}"
     result = project.runpytest("-v", "--llm-endpoint", url, "--llm-server-cmd", command)
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd); baselines *", "completed=3/3 requests*"])
+    result.stdout.fnmatch_lines(
+        [f"llmreplay: endpoint {url} (started by --llm-server-cmd); baselines *", "completed=3/3 requests*"]
+    )
     assert refuses_connections(port), "the --llm-server-cmd server outlived the session"
-    assert [p.name for p in temp_root.iterdir() if p.name.startswith("llmreplay-server-")] == [], "its log folder outlived it"
+    assert [p.name for p in temp_root.iterdir() if p.name.startswith("llmreplay-server-")] == [], (
+        "its log folder outlived it"
+    )
 
 
 @pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("0", "0")])
-def test_a_started_server_gets_vllms_dev_mode_for_cache_resets_unless_the_user_set_it(project, monkeypatch, given, seen):
+def test_a_started_server_gets_vllms_dev_mode_for_cache_resets_unless_the_user_set_it(
+    project, monkeypatch, given, seen
+):
     """Repeats (3 by default) reset the prefix cache before each run; vLLM has POST
     /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1, so a server the plugin starts gets it,
     unless the environment already says either way."""
@@ -889,7 +1152,7 @@ def test_ignore_eos_and_extra_body_reach_every_request(project, ignore_eos):
     url = f"http://127.0.0.1:{port}"
     project.makepyfile(f"""
         def test_live(llm_endpoint, llm_replay):
-            assert llm_endpoint.fingerprint["extra_body"] == {{"min_tokens": 2{', "ignore_eos": True' if ignore_eos else ''}}}
+            assert llm_endpoint.fingerprint["extra_body"] == {{"min_tokens": 2{', "ignore_eos": True' if ignore_eos else ""}}}
             records = llm_replay("tiny.yaml", concurrency=3).records
             planned = [r.planned_output_tokens for r in records]
             assert min(planned) > 2
@@ -900,10 +1163,14 @@ def test_ignore_eos_and_extra_body_reach_every_request(project, ignore_eos):
     """)
     command = f"{sys.executable} -m pytest_llmreplay.cli.main sim --port {port} --eos-mean-tokens 1"
     flags = ["--llm-ignore-eos"] if ignore_eos else []
-    result = project.runpytest("--llm-endpoint", url, "--llm-server-cmd", command, "--llm-extra-body", '{"min_tokens": 2}', *flags)
+    result = project.runpytest(
+        "--llm-endpoint", url, "--llm-server-cmd", command, "--llm-extra-body", '{"min_tokens": 2}', *flags
+    )
     result.assert_outcomes(passed=1)
     adds = '{"min_tokens": 2, "ignore_eos": true}' if ignore_eos else '{"min_tokens": 2}'
-    result.stdout.fnmatch_lines([f"llmreplay: endpoint {url} (started by --llm-server-cmd), every request adds {adds}; baselines *"])
+    result.stdout.fnmatch_lines(
+        [f"llmreplay: endpoint {url} (started by --llm-server-cmd), every request adds {adds}; baselines *"]
+    )
 
 
 def test_offline_simulator_checks_the_extra_body_as_its_server_does(project):
@@ -952,11 +1219,15 @@ def test_invalid_sim_profile_file_fails_each_test_with_one_clear_line(project):
     project.makepyfile("def test_kind(llm_endpoint): pass")
     project.path.joinpath("spec.llmreplay.yaml").write_text("workload: wl.yaml\n")
     project.path.joinpath("fast.json").write_text('{"speed": 1}')
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "-rN")  # no short summary: CI prints it untruncated
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "fast.json", "-rN"
+    )  # no short summary: CI prints it untruncated
     result.assert_outcomes(errors=1, failed=1)
     line = "--llm-sim-profile: fast.json: speed: unknown field (expected one of: *)"
     result.stdout.fnmatch_lines([line])
-    assert result.stdout.str().count("--llm-sim-profile: fast.json: speed: unknown field") == 2  # once per test (in its section)
+    assert (
+        result.stdout.str().count("--llm-sim-profile: fast.json: speed: unknown field") == 2
+    )  # once per test (in its section)
     assert "During handling" not in result.stdout.str()
     no_traceback(result)
 
@@ -1044,8 +1315,14 @@ def test_junit_xml_carries_the_key_figures(project):
     assert set(cases) == {"test_chat", "test_breach"}
     for case in cases.values():
         properties = {p.get("name"): p.get("value") for p in case.iter("property")}
-        assert {"llmreplay.ttft.p50", "llmreplay.ttft.p99", "llmreplay.tpot.p50", "llmreplay.error_rate",
-                "llmreplay.output_throughput.steady_state", "llmreplay.request_throughput.steady_state"} <= set(properties)
+        assert {
+            "llmreplay.ttft.p50",
+            "llmreplay.ttft.p99",
+            "llmreplay.tpot.p50",
+            "llmreplay.error_rate",
+            "llmreplay.output_throughput.steady_state",
+            "llmreplay.request_throughput.steady_state",
+        } <= set(properties)
         assert float(properties["llmreplay.error_rate"]) == 0
         assert 0 < float(properties["llmreplay.ttft.p50"]) <= float(properties["llmreplay.ttft.p99"]) < 2
         assert not any(name.startswith("llmreplay.change.") for name in properties)  # nothing compared
@@ -1057,13 +1334,15 @@ def test_junit_xml_carries_the_key_figures(project):
 def test_xdist_workers_measure_and_the_controller_reports_every_test(project, monkeypatch):
     step_summary = project.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    project.makepyfile(test_many="""
+    project.makepyfile(
+        test_many="""
         import pytest
 
         @pytest.mark.parametrize("concurrency", [1, 2, 3, 4])
         def test_marked(llm_replay, concurrency):
             llm_replay("wl.yaml", concurrency=concurrency, slo={"ttft.p99": "< 5s"})
-    """)
+    """
+    )
     project.path.joinpath("spec.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  error_rate: == 0\n")
     result = project.runpytest_subprocess("-n", "2", "--llm-offline", "--llm-report", "rep", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5)
@@ -1078,7 +1357,9 @@ def test_xdist_workers_measure_and_the_controller_reports_every_test(project, mo
     for test in tests:
         assert f"| {test} " in summary, test
     assert step_summary.read_text() == summary  # by the controller alone, once
-    result.stdout.fnmatch_lines([f"llmreplay reports: wrote {project.path / 'rep' / 'summary.md'}, {project.path / 'rep' / 'index.html'}"])
+    result.stdout.fnmatch_lines(
+        [f"llmreplay reports: wrote {project.path / 'rep' / 'summary.md'}, {project.path / 'rep' / 'index.html'}"]
+    )
 
 
 # ------------------------------------------------------------------------ hooks
@@ -1092,7 +1373,8 @@ def pytest_llmreplay_metrics():
 
 def test_metrics_hook_adds_a_metric_to_the_summary_and_slos(project):
     project.makeconftest(METRIC_CONFTEST)
-    project.makepyfile(test_metric="""
+    project.makepyfile(
+        test_metric="""
         import pytest
 
         @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft_spread": "< 1000"})
@@ -1103,12 +1385,18 @@ def test_metrics_hook_adds_a_metric_to_the_summary_and_slos(project):
         @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft_spread.value": "> 1000"})
         def test_spread_breached(llm_result):
             pass
-    """)
+    """
+    )
     project.path.joinpath("spread.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  ttft_spread: < 1000\n")
     result = project.runpytest("--llm-offline", "-v", "--llm-report", "rep")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["SLO breached: 1 of 1", "metric*threshold*measured*margin*status", "ttft_spread.value*> 1000*-*BREACH"])
-    result.stdout.fnmatch_lines(["llmreplay: test_metric.py::test_spread_ok", "*", "SLOs met: 1 of 1", "*", "ttft_spread*< 1000*ok"], consecutive=False)
+    result.stdout.fnmatch_lines(
+        ["SLO breached: 1 of 1", "metric*threshold*measured*margin*status", "ttft_spread.value*> 1000*-*BREACH"]
+    )
+    result.stdout.fnmatch_lines(
+        ["llmreplay: test_metric.py::test_spread_ok", "*", "SLOs met: 1 of 1", "*", "ttft_spread*< 1000*ok"],
+        consecutive=False,
+    )
     record = json.loads(report_files(project.path / "rep")["spread.llmreplay.yaml::spread"][0].read_text())
     assert record["summary"]["ttft_spread"]["value"] > 1
     assert record["slo"][0]["key"] == "ttft_spread" and record["slo"][0]["passed"] is True
@@ -1118,7 +1406,9 @@ def test_unknown_metric_is_refused_without_the_hook(project):
     project.path.joinpath("spread.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  ttft_spread: < 1000\n")
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines([f"{project.path / 'spread.llmreplay.yaml'}: SLO 'ttft_spread': unknown metric 'ttft_spread'; *"])
+    result.stdout.fnmatch_lines(
+        [f"{project.path / 'spread.llmreplay.yaml'}: SLO 'ttft_spread': unknown metric 'ttft_spread'; *"]
+    )
 
 
 FORMAT_MODULE = '''
@@ -1152,7 +1442,8 @@ def test_formats_hook_adds_a_workload_format(project):
             return [perftestfmt_module]
     """)
     project.path.joinpath("trace.ptf").write_text("PERFTESTFMT 40 4\nPERFTESTFMT 80 6\nPERFTESTFMT 120 8\n")
-    project.makepyfile(test_fmt=f"""
+    project.makepyfile(
+        test_fmt=f"""
         import pytest
 
         @pytest.mark.llmreplay(workload="trace.ptf", slo={{"error_rate": "== 0"}})
@@ -1165,7 +1456,8 @@ def test_formats_hook_adds_a_workload_format(project):
             assert workload.format == "perftestfmt-{suffix}"
             assert [t.input_tokens for _, _, t in workload.turns()] == [80, 160, 240]
             assert llm_result.summary["requests"]["ok"] == 3
-    """)
+    """
+    )
     result = project.runpytest_subprocess("--llm-offline", "-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["llmreplay: test_fmt.py::test_detected", "completed=3/3 requests*"])
@@ -1173,7 +1465,8 @@ def test_formats_hook_adds_a_workload_format(project):
 
 def test_formats_hook_with_a_taken_name_is_a_usage_error(project):
     project.path.joinpath("clash_module.py").write_text(
-        "NAME = 'mooncake'\ndef detect(first_line): return False\ndef load(path): raise NotImplementedError\n")
+        "NAME = 'mooncake'\ndef detect(first_line): return False\ndef load(path): raise NotImplementedError\n"
+    )
     project.makeconftest("""
         import clash_module
 
@@ -1183,7 +1476,11 @@ def test_formats_hook_with_a_taken_name_is_a_usage_error(project):
     project.makepyfile("def test_x(): pass")
     result = project.runpytest_subprocess("--llm-offline", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: pytest_llmreplay_formats: format name 'mooncake' is already taken by pytest_llmreplay.workloads.formats.mooncake"])
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: pytest_llmreplay_formats: format name 'mooncake' is already taken by pytest_llmreplay.workloads.formats.mooncake"
+        ]
+    )
 
 
 def test_a_plugin_metric_may_not_replace_a_built_in_one(project):
@@ -1197,7 +1494,9 @@ def test_a_plugin_metric_may_not_replace_a_built_in_one(project):
     """)
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*pytest_llmreplay_metrics: 'ttft' is already a metric of the summary; name yours differently*"])
+    result.stdout.fnmatch_lines(
+        ["*pytest_llmreplay_metrics: 'ttft' is already a metric of the summary; name yours differently*"]
+    )
     assert "Traceback" not in result.stdout.str()
 
 
@@ -1210,4 +1509,3 @@ def test_two_runs_of_a_test_may_not_share_a_name(project):
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*llm_replay: name 'chat' is already used by another run of this test*"])
-

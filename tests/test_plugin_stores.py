@@ -33,7 +33,9 @@ def share_results_between_two_ci_jobs(ci, store: str) -> list:
     git(second, "commit", "-q", "-m", "change")
     result = run(second, "--llm-compare", "--llm-fail-on-regression", f"--llm-baseline-dir={store}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"Compared with merge-base with origin/HEAD ({saved_by_job1}), stored {saved_by_job1} *: 0 regressions"])
+    result.stdout.fnmatch_lines(
+        [f"Compared with merge-base with origin/HEAD ({saved_by_job1}), stored {saved_by_job1} *: 0 regressions"]
+    )
     no_traceback(result)
     return [first, second]
 
@@ -52,7 +54,9 @@ def test_two_ci_jobs_share_results_in_an_s3_bucket(ci, s3_env):
     for checkout in checkouts:
         assert git(checkout, "status", "--porcelain") == ""  # nothing written beside the checkout's files
     stored = boto3.client("s3").list_objects_v2(Bucket="results", Prefix="ci/perf/")["Contents"]
-    assert [item["Key"].rsplit("/", 2)[-2].split("-")[0] for item in stored] == ["test_perf.py_test_chat"]  # job 1's result, and only it
+    assert [item["Key"].rsplit("/", 2)[-2].split("-")[0] for item in stored] == [
+        "test_perf.py_test_chat"
+    ]  # job 1's result, and only it
     body = boto3.client("s3").get_object(Bucket="results", Key=stored[0]["Key"])["Body"].read()
     assert s3_env["AWS_SECRET_ACCESS_KEY"].encode() not in body and s3_env["AWS_ACCESS_KEY_ID"].encode() not in body
 
@@ -69,17 +73,34 @@ def test_a_corrupt_stored_result_is_skipped_in_one_line_naming_it(ci):
     result = run(job("job2"), "--llm-compare", f"--llm-baseline-dir={STORE}")
     result.assert_outcomes(passed=1)
     # skipped, named, and the result under it is the baseline (issue 31 A1: the gate went off)
-    result.stdout.fnmatch_lines([f"Compared with *, stored *", f"skipped 1 unreadable stored result: {STORE}/{corrupt}: not a stored llmreplay result (*)"])
+    result.stdout.fnmatch_lines(
+        [
+            f"Compared with *, stored *",
+            f"skipped 1 unreadable stored result: {STORE}/{corrupt}: not a stored llmreplay result (*)",
+        ]
+    )
     no_traceback(result)
 
 
-@pytest.mark.parametrize(("store", "needle"), [
-    ("nosuch://results/x", "nosuch://results/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL such as s3://*"),
-    ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of *"),
-    ("s3://KEY:SECRET@results/x", "s3://***@results/x: a password in the URL; give credentials in the environment*"),
-    ("file://tmp/q12/rel", "file://tmp/q12/rel: file:// URL with host 'tmp'; expected file:///ABSOLUTE/PATH (three slashes)*"),
-    ("file:relative/x", "file:relative/x: a file: URL must name an absolute path, file:///ABSOLUTE/PATH*"),
-])
+@pytest.mark.parametrize(
+    ("store", "needle"),
+    [
+        (
+            "nosuch://results/x",
+            "nosuch://results/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL such as s3://*",
+        ),
+        ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of *"),
+        (
+            "s3://KEY:SECRET@results/x",
+            "s3://***@results/x: a password in the URL; give credentials in the environment*",
+        ),
+        (
+            "file://tmp/q12/rel",
+            "file://tmp/q12/rel: file:// URL with host 'tmp'; expected file:///ABSOLUTE/PATH (three slashes)*",
+        ),
+        ("file:relative/x", "file:relative/x: a file: URL must name an absolute path, file:///ABSOLUTE/PATH*"),
+    ],
+)
 def test_a_bad_store_fails_at_start_up(project, store, needle):
     before = set(project.path.iterdir())
     result = project.runpytest("--llm-offline", "--llm-save", f"--llm-baseline-dir={store}")
@@ -95,7 +116,9 @@ def test_an_unreachable_store_fails_before_the_replay(project, refused_url):
     project.makeini(f"[pytest]\nllm_baseline_dir = {store}\n")
     result = project.runpytest("--llm-offline", "--llm-compare")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines([f"ERROR: --llm-baseline-dir / llm_baseline_dir: {store}: cannot fetch refs/llmreplay/results (*"])
+    result.stderr.fnmatch_lines(
+        [f"ERROR: --llm-baseline-dir / llm_baseline_dir: {store}: cannot fetch refs/llmreplay/results (*"]
+    )
     assert "llmreplay: test_perf.py::test_chat" not in result.stdout.str()  # nothing was replayed
     no_traceback(result)
 
@@ -120,6 +143,10 @@ def test_a_bare_compare_on_a_ci_checkout_with_only_remote_tracking_refs_uses_ori
     git(checkout, "commit", "-q", "-m", "change")
     result = run(checkout, "--llm-compare", f"--llm-baseline-dir={STORE}")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"llmreplay: * (no save, compare with merge-base with origin/main ({saved})); *",
-                                 f"Compared with merge-base with origin/main ({saved}), stored {saved} *: 0 regressions"])
+    result.stdout.fnmatch_lines(
+        [
+            f"llmreplay: * (no save, compare with merge-base with origin/main ({saved})); *",
+            f"Compared with merge-base with origin/main ({saved}), stored {saved} *: 0 regressions",
+        ]
+    )
     no_traceback(result)

@@ -35,12 +35,14 @@ def synthetic_ids(factory: PromptFactory, input_tokens: int, id: str = "s", **pr
 
 # --- token ids ---------------------------------------------------------------------------------
 
+
 def test_token_ids_are_used_as_given(factory):
     ids = (5, 9, 5, 100_000, 0)  # even ids outside the tokenizer: they go out as ids
     assert factory.turn_ids(session(Turn(5, 1, TokenIds(ids))), 0) == list(ids)
 
 
 # --- hash blocks -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("input_tokens", [9, 10, 11, 12])
 def test_hash_blocks_exact_length_last_block_cut(factory, input_tokens):
@@ -85,8 +87,10 @@ def test_hash_ids_as_large_as_64_bit_hashes(factory):
 
 def test_hash_ids_of_a_loaded_trace(factory, tmp_path):
     path = tmp_path / "t.jsonl"
-    rows = [{"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [0, 1]},
-            {"timestamp": 1, "input_length": 1000, "output_length": 3, "hash_ids": [0, 2]}]
+    rows = [
+        {"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [0, 1]},
+        {"timestamp": 1, "input_length": 1000, "output_length": 3, "hash_ids": [0, 2]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     first, second = (factory.session_ids(s)[0] for s in load_workload(path))
     assert (len(first), len(second)) == (700, 1000)
@@ -94,6 +98,7 @@ def test_hash_ids_of_a_loaded_trace(factory, tmp_path):
 
 
 # --- synthetic ---------------------------------------------------------------------------------
+
 
 def test_plain_synthetic_exact_length_and_per_session(factory):
     a, b = synthetic_ids(factory, 50, "a"), synthetic_ids(factory, 50, "b")
@@ -103,7 +108,9 @@ def test_plain_synthetic_exact_length_and_per_session(factory):
 
 
 def test_salted_factories_share_no_tokens_but_are_deterministic(factory):
-    session = Session("s0", 0.0, (Turn(200, 8, prompt=Synthetic(prefix_group=0, prefix_tokens=64)), Turn(100, 8, prompt=Synthetic())))
+    session = Session(
+        "s0", 0.0, (Turn(200, 8, prompt=Synthetic(prefix_group=0, prefix_tokens=64)), Turn(100, 8, prompt=Synthetic()))
+    )
     block = HashBlocks((0, 1), block_size=16)
     one, again, other = factory.salted("digest-a"), factory.salted("digest-a"), factory.salted("digest-b")
     assert one.words is factory.words  # shared, not recomputed
@@ -135,7 +142,11 @@ def test_prefix_longer_than_the_prompt_is_cut(factory):
 
 
 def test_extends_previous_is_previous_prompt_response_and_new_tokens(factory):
-    grown = session(Turn(20, 5, Synthetic()), Turn(40, 3, Synthetic(extends_previous=True)), Turn(60, 2, Synthetic(extends_previous=True)))
+    grown = session(
+        Turn(20, 5, Synthetic()),
+        Turn(40, 3, Synthetic(extends_previous=True)),
+        Turn(60, 2, Synthetic(extends_previous=True)),
+    )
     prompts = factory.session_ids(grown)
     assert [len(p) for p in prompts] == [20, 40, 60]
     response = factory.planned_response(grown, 0)
@@ -148,15 +159,21 @@ def test_extends_previous_is_previous_prompt_response_and_new_tokens(factory):
 
 
 def test_planned_response_uses_the_traces_output_ids(factory):
-    turns = session(Turn(3, 2, TokenIds((1, 2, 3)), output_token_ids=(8, 9)), Turn(7, 1, Synthetic(extends_previous=True)))
+    turns = session(
+        Turn(3, 2, TokenIds((1, 2, 3)), output_token_ids=(8, 9)), Turn(7, 1, Synthetic(extends_previous=True))
+    )
     assert factory.session_ids(turns)[1][:5] == [1, 2, 3, 8, 9]
 
 
 # --- seeds -------------------------------------------------------------------------------------
 
+
 def test_same_seed_same_tokens_other_seed_other_tokens(tokenizer):
-    mixed = session(Turn(12, 4, HashBlocks((1, 2, 3), 4)), Turn(30, 4, Synthetic(extends_previous=True)),
-                    Turn(20, 4, Synthetic(prefix_group=0, prefix_tokens=10)))
+    mixed = session(
+        Turn(12, 4, HashBlocks((1, 2, 3), 4)),
+        Turn(30, 4, Synthetic(extends_previous=True)),
+        Turn(20, 4, Synthetic(prefix_group=0, prefix_tokens=10)),
+    )
     one, two, other = PromptFactory(tokenizer, 5), PromptFactory(tokenizer, 5), PromptFactory(tokenizer, 6)
     assert one.session_ids(mixed) == two.session_ids(mixed)
     assert all(a != b for a, b in zip(one.session_ids(mixed), other.session_ids(mixed)))
@@ -164,11 +181,15 @@ def test_same_seed_same_tokens_other_seed_other_tokens(tokenizer):
 
 # --- text --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [
-    lambda f: hashed(f, [0, 1, 2, 99], 2000, block_size=512),
-    lambda f: synthetic_ids(f, 777, "t", prefix_group=2, prefix_tokens=300),
-    lambda f: f.session_ids(session(Turn(40, 30, Synthetic()), Turn(100, 1, Synthetic(extends_previous=True))))[1],
-])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda f: hashed(f, [0, 1, 2, 99], 2000, block_size=512),
+        lambda f: synthetic_ids(f, 777, "t", prefix_group=2, prefix_tokens=300),
+        lambda f: f.session_ids(session(Turn(40, 30, Synthetic()), Turn(100, 1, Synthetic(extends_previous=True))))[1],
+    ],
+)
 def test_generated_text_round_trips_to_the_same_ids(factory, tokenizer, make):
     ids = make(factory)
     text, encoded = factory.text(ids)
@@ -186,7 +207,9 @@ def test_text_of_arbitrary_ids_has_the_exact_length(factory, tokenizer):
 @pytest.mark.parametrize("bad", [4096, 10**6, -1])
 def test_out_of_vocabulary_id(factory, bad):
     assert factory.tokenizer.vocab_size == 4096
-    with pytest.raises(LLMReplayError, match=rf"token id {bad} is outside tokenizer 'llmreplay-bpe-4k' \(vocabulary 4096\)"):
+    with pytest.raises(
+        LLMReplayError, match=rf"token id {bad} is outside tokenizer 'llmreplay-bpe-4k' \(vocabulary 4096\)"
+    ):
         factory.text([1, 2, bad])
 
 
@@ -199,6 +222,7 @@ def test_real_trace_ids_from_a_larger_vocabulary(factory, shared_data):
 
 
 # --- turns without token ids -------------------------------------------------------------------
+
 
 def test_payload_has_no_token_ids(factory):
     with pytest.raises(LLMReplayError, match="session 'p' turn 0: a verbatim payload has no token ids"):

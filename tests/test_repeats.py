@@ -51,8 +51,18 @@ def test_two_level_bootstrap_of_steady_runs_stays_narrow_and_finds_a_real_change
 
 def record_of(runs: list[np.ndarray]) -> dict:
     """A stored record of several runs, as pool_records makes them."""
-    records = [{"schema": baseline.SCHEMA, "summary": {"ttft": {"p50": float(np.median(r))}}, "fingerprint": {}, "workload": {}, "settings": {},
-                "samples": {"ttft": list(r)}, "sample_keys": {"ttft": list(range(len(r)))}} for r in runs]
+    records = [
+        {
+            "schema": baseline.SCHEMA,
+            "summary": {"ttft": {"p50": float(np.median(r))}},
+            "fingerprint": {},
+            "workload": {},
+            "settings": {},
+            "samples": {"ttft": list(r)},
+            "sample_keys": {"ttft": list(range(len(r)))},
+        }
+        for r in runs
+    ]
     return pool_records(records, [{"seed": i, "cache_reset": None} for i in range(len(runs))])
 
 
@@ -103,7 +113,17 @@ def jittery(project) -> str:
 
 
 def test_repeat_option_replays_with_a_new_seed_each_time_and_stores_one_record_of_runs(project):
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", jittery(project), "--llm-seed", "5", "--llm-repeat", "3", "--llm-save", "-v")
+    result = project.runpytest(
+        "--llm-offline",
+        "--llm-sim-profile",
+        jittery(project),
+        "--llm-seed",
+        "5",
+        "--llm-repeat",
+        "3",
+        "--llm-save",
+        "-v",
+    )
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["3 runs (seeds 5, 6, 7): ttft.p50 *; the table above is the last run's*"])
     [path] = stored(project.path)
@@ -112,24 +132,40 @@ def test_repeat_option_replays_with_a_new_seed_each_time_and_stores_one_record_o
     tpots = [run["summary"]["tpot"]["p50"] for run in record["runs"]]
     assert len(set(tpots)) == 3  # three draws of the jitter
     assert record["summary"]["tpot"]["p50"] == sorted(tpots)[1]
-    assert len(record["samples"]["ttft"]) == sum(run["sizes"]["ttft"] for run in record["runs"]) == 3 * record["runs"][0]["sizes"]["ttft"]
-    compared = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "5", "--llm-repeat", "3", "--llm-compare")
+    assert (
+        len(record["samples"]["ttft"])
+        == sum(run["sizes"]["ttft"] for run in record["runs"])
+        == 3 * record["runs"][0]["sizes"]["ttft"]
+    )
+    compared = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-seed", "5", "--llm-repeat", "3", "--llm-compare"
+    )
     compared.assert_outcomes(passed=1)
     compared.stdout.fnmatch_lines(["ttft.p50 * +0.0% [[]*[]]*ok"])
 
 
 def test_repeat_key_of_the_marker_beats_the_option(project):
-    project.makepyfile(test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', 'slo={"error_rate": "== 0"}, repeat=2'))
-    project.runpytest("--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "4", "--llm-save").assert_outcomes(passed=1)
+    project.makepyfile(
+        test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', 'slo={"error_rate": "== 0"}, repeat=2')
+    )
+    project.runpytest(
+        "--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "4", "--llm-save"
+    ).assert_outcomes(passed=1)
     [path] = stored(project.path)
     assert [run["seed"] for run in json.loads(path.read_text())["runs"]] == [0, 1]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--llm-repeat", "0"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 0"),
-    (["--llm-repeat", "three"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 'three'"),
-    (["-o", "llm_repeat=-2"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got -2"),  # as 0 is written
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--llm-repeat", "0"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 0"),
+        (["--llm-repeat", "three"], "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got 'three'"),
+        (
+            ["-o", "llm_repeat=-2"],
+            "--llm-repeat / llm_repeat: expected a number of runs from 1 to 1000, got -2",
+        ),  # as 0 is written
+    ],
+)
 def test_bad_repeat_is_one_usage_error(project, args, message):
     result = project.runpytest("--llm-offline", *args)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
@@ -145,15 +181,23 @@ def test_bad_repeat_key_of_the_marker_fails_the_test_with_one_line(project):
 
 
 def test_corrupt_runs_in_a_stored_result_is_one_line(project):
-    project.runpytest("--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "2", "--llm-save").assert_outcomes(passed=1)
+    project.runpytest(
+        "--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "2", "--llm-save"
+    ).assert_outcomes(passed=1)
     [path] = stored(project.path)
     record = json.loads(path.read_text())
     record["runs"][0]["sizes"]["ttft"] += 1
     path.write_text(json.dumps(record))
-    result = project.runpytest("--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-repeat", "2", "--llm-compare")
+    result = project.runpytest(
+        "--llm-offline", "--llm-sim-profile", "jittery.json", "--llm-repeat", "2", "--llm-compare"
+    )
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines([f"Compared with *: no readable stored result of this test there *",
-                                 f"skipped 1 unreadable stored result: {path}: not a stored llmreplay result (runs: the sizes of ttft do not add up to its * samples)"])
+    result.stdout.fnmatch_lines(
+        [
+            f"Compared with *: no readable stored result of this test there *",
+            f"skipped 1 unreadable stored result: {path}: not a stored llmreplay result (runs: the sizes of ttft do not add up to its * samples)",
+        ]
+    )
 
 
 def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project):
@@ -178,7 +222,11 @@ def test_repeats_against_a_server_without_a_cache_reset_say_so_once(project):
         result = project.runpytest("--llm-endpoint", thread.url, "--llm-repeat", "2", "--llm-save")
     result.assert_outcomes(passed=2)
     assert result.stdout.str().count("answers neither POST /reset_prefix_cache") == 1
-    result.stdout.fnmatch_lines(["llmreplay repeats: http://127.0.0.1:* answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): *"])
+    result.stdout.fnmatch_lines(
+        [
+            "llmreplay repeats: http://127.0.0.1:* answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): *"
+        ]
+    )
     assert [run["cache_reset"] for run in json.loads(stored(project.path)[0].read_text())["runs"]] == [None, None]
 
 
@@ -238,7 +286,9 @@ def test_runs_that_disagree_several_fold_make_the_comparison_unstable_not_a_regr
     from pytest_llmreplay.plugin.verdict import comparison_as_dict
 
     assert comparison_cell(comparison_as_dict(comparison)) == "UNSTABLE"
-    calm = record_of([steady[0] * 1.3, steady[1] * 1.35, steady[2] * 1.3])  # the same shift, runs that agree: a regression
+    calm = record_of(
+        [steady[0] * 1.3, steady[1] * 1.35, steady[2] * 1.3]
+    )  # the same shift, runs that agree: a regression
     assert [row.verdict for row in baseline.compare(base, calm, {"ttft.p50": 0.05}).rows] == ["regression"]
 
 
@@ -247,12 +297,24 @@ def test_the_cause_names_the_runs_whose_responses_came_in_one_burst():
 
     streamed = np.full(100, 0.002)
     burst = np.concatenate([np.full(40, 0.00001), np.full(60, 0.002)])
-    runs = [{"schema": baseline.SCHEMA, "summary": {"ttft": {"p50": p50}, "tpot": {"p50": float(np.median(t))}}, "fingerprint": {}, "workload": {},
-             "settings": {}, "samples": {"tpot": list(t)}, "sample_keys": {"tpot": list(range(100))}} for p50, t in ((0.02, streamed), (0.3, burst))]
+    runs = [
+        {
+            "schema": baseline.SCHEMA,
+            "summary": {"ttft": {"p50": p50}, "tpot": {"p50": float(np.median(t))}},
+            "fingerprint": {},
+            "workload": {},
+            "settings": {},
+            "samples": {"tpot": list(t)},
+            "sample_keys": {"tpot": list(range(100))},
+        }
+        for p50, t in ((0.02, streamed), (0.3, burst))
+    ]
     record = pool_records(runs, [{"seed": None, "cache_reset": None}] * 2)
     why = instability(record, "baseline")
     assert why.startswith("the baseline's 2 runs disagree 15.0x on ttft.p50 (20 ms to 300 ms): ")
-    assert why.endswith("run 2 received 40% of its responses in one burst, run 1 0%: the streams were buffered, likely by a CPU-starved client or API server")
+    assert why.endswith(
+        "run 2 received 40% of its responses in one burst, run 1 0%: the streams were buffered, likely by a CPU-starved client or API server"
+    )
     assert instability(record_of([streamed, streamed * 2.9]), "current") is None  # under 3x: the bootstrap's to judge
 
 
@@ -265,6 +327,10 @@ def test_fail_on_unstable_fails_a_test_whose_baseline_runs_disagree(project):
     path.write_text(json.dumps(record))
     result = project.runpytest("--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["Compared with *", "*: UNSTABLE, no verdict", "unstable: the baseline's 2 runs disagree *x on ttft.p50 (*"])
-    failed = project.runpytest("--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare", "--llm-fail-on-unstable")
+    result.stdout.fnmatch_lines(
+        ["Compared with *", "*: UNSTABLE, no verdict", "unstable: the baseline's 2 runs disagree *x on ttft.p50 (*"]
+    )
+    failed = project.runpytest(
+        "--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare", "--llm-fail-on-unstable"
+    )
     failed.assert_outcomes(failed=1)

@@ -29,9 +29,24 @@ class FakeEndpoint:
 
     name = "fake"
 
-    def __init__(self, ttft=0.1, itl=0.01, api="completions", fail=(), raises=None, returns_ids=False, prompt_extra=0, usage_extra=0, busy=None):
+    def __init__(
+        self,
+        ttft=0.1,
+        itl=0.01,
+        api="completions",
+        fail=(),
+        raises=None,
+        returns_ids=False,
+        prompt_extra=0,
+        usage_extra=0,
+        busy=None,
+    ):
         self.ttft, self.itl, self.api = ttft, itl, api
-        self.fail, self.raises, self.returns_ids = set(fail), dict(raises or {}), returns_ids  # raises: position -> exception
+        self.fail, self.raises, self.returns_ids = (
+            set(fail),
+            dict(raises or {}),
+            returns_ids,
+        )  # raises: position -> exception
         self.prompt_extra, self.usage_extra, self.busy = prompt_extra, usage_extra, busy
         self.sent: list[tuple[float, EndpointRequest]] = []
         self.concurrency = "unset"
@@ -69,7 +84,9 @@ class FakeEndpoint:
             if self.returns_ids:
                 response.token_ids = [1000 + i for i in range(tokens)]
             prompt = request.body.get("prompt", request.body.get("messages"))
-            response.prompt_tokens = (len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else 0) + self.prompt_extra
+            response.prompt_tokens = (
+                len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else 0
+            ) + self.prompt_extra
             response.completion_tokens = tokens + self.usage_extra
             response.cached_tokens = 0
         finally:
@@ -83,7 +100,9 @@ def prompts():
 
 
 def flat(*arrivals, output=4, input_tokens=20):
-    return Workload(tuple(Session(f"s{i}", a, (Turn(input_tokens, output, Synthetic()),)) for i, a in enumerate(arrivals)), "test")
+    return Workload(
+        tuple(Session(f"s{i}", a, (Turn(input_tokens, output, Synthetic()),)) for i, a in enumerate(arrivals)), "test"
+    )
 
 
 def agent(session_id="a", arrival=0.0, delays=(0.0, 2.0, 1.0), output=4):
@@ -118,7 +137,9 @@ def test_timestamps_mode_sends_at_arrival_divided_by_speedup(prompts):
 
 def test_agent_turns_wait_for_the_previous_turn_plus_its_delay(prompts):
     endpoint = FakeEndpoint()
-    result = run(Workload((agent(delays=(0.0, 2.0, 1.0)),), "test"), endpoint, prompts, speedup=2.0, prompt_format="ids")
+    result = run(
+        Workload((agent(delays=(0.0, 2.0, 1.0)),), "test"), endpoint, prompts, speedup=2.0, prompt_format="ids"
+    )
     # turn 0 at 0, ends 0.13; turn 1 at 0.13 + 2.0/2; ends +0.13; turn 2 at that + 1.0/2
     assert sent_times(endpoint) == [0.0, round(0.13 + 1.0, 9), round(0.13 + 1.0 + 0.13 + 0.5, 9)]
     assert [r.turn_index for r in result.records] == [0, 1, 2]
@@ -134,9 +155,17 @@ def test_virtual_clock_replays_an_hour_without_waiting(prompts):
 
 def test_concurrency_mode_ignores_arrivals_and_keeps_order(prompts):
     endpoint = FakeEndpoint()
-    result = run(flat(50.0, 0.0, 7.0, 3.0, 1.0), endpoint, prompts, mode="concurrency", concurrency=2, prompt_format="ids")
+    result = run(
+        flat(50.0, 0.0, 7.0, 3.0, 1.0), endpoint, prompts, mode="concurrency", concurrency=2, prompt_format="ids"
+    )
     assert sent_times(endpoint) == [0.0, 0.0, DURATION, DURATION, 2 * DURATION]
-    assert [r.session_id for r in sorted(result.records, key=lambda r: (r.sent_s, r.session_index))] == ["s0", "s1", "s2", "s3", "s4"]
+    assert [r.session_id for r in sorted(result.records, key=lambda r: (r.sent_s, r.session_index))] == [
+        "s0",
+        "s1",
+        "s2",
+        "s3",
+        "s4",
+    ]
     assert endpoint.max_in_flight == 2 and endpoint.concurrency == 2
 
 
@@ -191,6 +220,7 @@ def test_duration_limit_stops_admitting_then_cancels_after_grace(prompts):
 def test_a_signal_before_the_replay_started_says_nothing_was_sent(prompts):
     """SIGINT while the endpoint opens (the run has no start yet): the warning says so, with no
     time (once a clock reading since boot was printed as the time into the run)."""
+
     class SignalledWhileOpening(FakeEndpoint):
         async def open(self, clock, concurrency):
             await super().open(clock, concurrency)
@@ -201,7 +231,9 @@ def test_a_signal_before_the_replay_started_says_nothing_was_sent(prompts):
                 await asyncio.sleep(0)
 
     endpoint = SignalledWhileOpening()
-    driver = Replay(flat(0, 1), endpoint, prompts, ReplaySettings(prompt_format="ids"), clock=VirtualClock(), stop_on_signals=True)
+    driver = Replay(
+        flat(0, 1), endpoint, prompts, ReplaySettings(prompt_format="ids"), clock=VirtualClock(), stop_on_signals=True
+    )
     result = driver.run()
     assert result.interrupted == "SIGINT" and endpoint.sent == [] and result.records == []
     assert result.warnings == ["interrupted by SIGINT before the replay started: nothing was sent"]
@@ -234,10 +266,22 @@ def test_a_handler_over_several_replays_cuts_the_one_running_and_lets_no_other_s
             with signals.watch(late):
                 after = late.run()
         assert signals.signal == first.interrupted == after.interrupted == "SIGINT"
-        assert len(endpoint.sent) == 2 and [r.status for r in first.records] == ["ok", "cancelled"]  # the second was in flight
-        assert first.warnings == ["interrupted by SIGINT at 1.0 s: requests in flight were cancelled and nothing more was sent"]
-        assert later.sent == [] and after.records == [] and after.warnings == ["interrupted by SIGINT before the replay started: nothing was sent"]
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert len(endpoint.sent) == 2 and [r.status for r in first.records] == [
+            "ok",
+            "cancelled",
+        ]  # the second was in flight
+        assert first.warnings == [
+            "interrupted by SIGINT at 1.0 s: requests in flight were cancelled and nothing more was sent"
+        ]
+        assert (
+            later.sent == []
+            and after.records == []
+            and after.warnings == ["interrupted by SIGINT before the replay started: nothing was sent"]
+        )
+        assert (
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        )
     finally:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
@@ -252,7 +296,9 @@ def test_the_cancelled_note_never_gives_a_time_before_the_start():
 
 def test_duration_limit_does_not_start_a_turn_after_the_deadline(prompts):
     endpoint = FakeEndpoint()
-    result = run(Workload((agent(delays=(0.0, 5.0, 0.0)),), "test"), endpoint, prompts, duration_s=2.0, prompt_format="ids")
+    result = run(
+        Workload((agent(delays=(0.0, 5.0, 0.0)),), "test"), endpoint, prompts, duration_s=2.0, prompt_format="ids"
+    )
     assert [r.turn_index for r in result.records] == [0]
 
 
@@ -260,7 +306,9 @@ def test_request_limit_takes_whole_sessions(prompts):
     workload = Workload(tuple(agent(f"a{i}", arrival=i) for i in range(4)), "test")
     endpoint = FakeEndpoint()
     result = run(workload, endpoint, prompts, max_requests=4, prompt_format="ids")
-    assert sorted((r.session_id, r.turn_index) for r in result.records) == [(s, t) for s in ("a0", "a1") for t in range(3)]
+    assert sorted((r.session_id, r.turn_index) for r in result.records) == [
+        (s, t) for s in ("a0", "a1") for t in range(3)
+    ]
     assert result.planned_requests == 6
 
 
@@ -277,17 +325,34 @@ def test_timestamps_cycles_follow_each_other_at_the_traces_pace(prompts):
 
 
 def test_cycling_a_timed_trace_that_arrives_all_at_once_is_refused(prompts):
-    with pytest.raises(LLMReplayError, match="^max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once"):
+    with pytest.raises(
+        LLMReplayError, match="^max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once"
+    ):
         run(flat(0.0, 0.0), FakeEndpoint(), prompts, max_sessions=3)
 
 
-@pytest.mark.parametrize(("workload", "settings", "message"), [
-    (flat(0, 1), {"order": "shuffled"}, "order: timestamps mode (picked by auto: the trace is timed) replays sessions in trace order"),
-    (flat(0, 1), {"mode": "timestamps", "order": "sampled"}, "order: timestamps mode replays sessions in trace order"),
-    (flat(0, 1), {"mode": "timestamps", "rate": 5.0}, "rate: applies to rate mode; mode is 'timestamps'"),
-    (flat(0, 1), {"mode": "concurrency", "rate": 5.0}, "rate: applies to rate mode; mode is 'concurrency'"),
-    (Workload(flat(0, 0).sessions, "trie", timed=False), {"mode": "timestamps"}, "mode: timestamps needs arrival times, and format 'trie' has none"),
-])
+@pytest.mark.parametrize(
+    ("workload", "settings", "message"),
+    [
+        (
+            flat(0, 1),
+            {"order": "shuffled"},
+            "order: timestamps mode (picked by auto: the trace is timed) replays sessions in trace order",
+        ),
+        (
+            flat(0, 1),
+            {"mode": "timestamps", "order": "sampled"},
+            "order: timestamps mode replays sessions in trace order",
+        ),
+        (flat(0, 1), {"mode": "timestamps", "rate": 5.0}, "rate: applies to rate mode; mode is 'timestamps'"),
+        (flat(0, 1), {"mode": "concurrency", "rate": 5.0}, "rate: applies to rate mode; mode is 'concurrency'"),
+        (
+            Workload(flat(0, 0).sessions, "trie", timed=False),
+            {"mode": "timestamps"},
+            "mode: timestamps needs arrival times, and format 'trie' has none",
+        ),
+    ],
+)
 def test_settings_that_contradict_their_mode_are_refused(prompts, workload, settings, message):
     with pytest.raises(LLMReplayError, match="^" + re.escape(message)):
         run(workload, FakeEndpoint(), prompts, **settings)
@@ -297,10 +362,14 @@ def test_shuffled_and_sampled_orders_are_seeded(prompts):
     workload = flat(*range(20))
     shuffled = [s.id for s in session_plan(workload, ReplaySettings(order="shuffled", seed=3, mode="concurrency"))]
     assert sorted(shuffled) == sorted(s.id for s in workload) and shuffled != [s.id for s in workload]
-    assert shuffled == [s.id for s in session_plan(workload, ReplaySettings(order="shuffled", seed=3, mode="concurrency"))]
+    assert shuffled == [
+        s.id for s in session_plan(workload, ReplaySettings(order="shuffled", seed=3, mode="concurrency"))
+    ]
     sampled = [s.id for s in session_plan(workload, ReplaySettings(order="sampled", seed=3, mode="concurrency"))]
     assert len(sampled) == 20 and len(set(sampled)) < 20  # with replacement
-    assert sampled != [s.id for s in session_plan(workload, ReplaySettings(order="sampled", seed=4, mode="concurrency"))]
+    assert sampled != [
+        s.id for s in session_plan(workload, ReplaySettings(order="sampled", seed=4, mode="concurrency"))
+    ]
 
 
 def test_warmup_flags_first_requests_and_first_seconds(prompts):
@@ -325,7 +394,10 @@ def test_endpoint_exception_becomes_a_failed_record(prompts):
     endpoint = FakeEndpoint(raises={1: RuntimeError("endpoint bug"), 2: TimeoutError()})
     result = run(flat(0, 1, 2), endpoint, prompts, prompt_format="ids")
     assert [r.status for r in result.records] == ["ok", "failed", "failed"]
-    assert [r.error for r in result.records[1:]] == ["client: RuntimeError: endpoint bug", "client: TimeoutError"]  # no dangling ': '
+    assert [r.error for r in result.records[1:]] == [
+        "client: RuntimeError: endpoint bug",
+        "client: TimeoutError",
+    ]  # no dangling ': '
 
 
 def test_bad_prompt_stops_the_run_with_the_session_named(prompts):
@@ -423,7 +495,13 @@ def test_usage_count_wins_over_chunks_and_the_difference_is_noted(prompts):
 
 @pytest.mark.parametrize(
     ("settings", "timed", "mode"),
-    [({}, True, "timestamps"), ({}, False, "concurrency"), ({"concurrency": 4}, True, "concurrency"), ({"rate": 5.0}, False, "rate"), ({"mode": "timestamps", "concurrency": 2}, True, "timestamps")],
+    [
+        ({}, True, "timestamps"),
+        ({}, False, "concurrency"),
+        ({"concurrency": 4}, True, "concurrency"),
+        ({"rate": 5.0}, False, "rate"),
+        ({"mode": "timestamps", "concurrency": 2}, True, "timestamps"),
+    ],
 )
 def test_auto_mode_follows_what_was_given(settings, timed, mode):
     workload = Workload(flat(0).sessions, "test", timed=timed)

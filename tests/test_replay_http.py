@@ -89,7 +89,11 @@ def test_rate_mode(server, prompts, arrival):
 
 
 def test_duration_limit_cancels_a_stalled_request(server, prompts):
-    stall = Session("stall", 0.0, (Turn(None, None, Payload({"prompt": "x", "max_tokens": 8, "mock": {"fault": "stall", "after": 3}})),))
+    stall = Session(
+        "stall",
+        0.0,
+        (Turn(None, None, Payload({"prompt": "x", "max_tokens": 8, "mock": {"fault": "stall", "after": 3}})),),
+    )
     late = Session("late", 5.0, (Turn(48, 8, Synthetic()),))
     result = go(Workload((stall, late), "test"), server.url, prompts, duration_s=0.2, grace_s=0.1)
     assert [(r.session_id, r.status, len(r.chunk_times)) for r in result.records] == [("stall", "cancelled", 3)]
@@ -121,8 +125,13 @@ def test_timeout_and_refused_connection_are_failed_records(server, prompts, refu
     body = {"prompt": "hello", "max_tokens": 8, "mock": {"fault": "stall", "after": 1}}
     workload = Workload((Session("slow", 0.0, (Turn(None, None, Payload(body)),)),), "test")
     run = replay(workload, HTTPEndpoint(server.url, api="completions", model="m", timeout_s=0.3), prompts)
-    assert run.records[0].status == "failed" and run.records[0].error == "timeout: no data from the server for 0.3 s after 1 token"
-    run = replay(flat(2), HTTPEndpoint(refused_url, api="completions", model="m"), prompts, ReplaySettings(check_idle=False))
+    assert (
+        run.records[0].status == "failed"
+        and run.records[0].error == "timeout: no data from the server for 0.3 s after 1 token"
+    )
+    run = replay(
+        flat(2), HTTPEndpoint(refused_url, api="completions", model="m"), prompts, ReplaySettings(check_idle=False)
+    )
     assert [r.status for r in run.records] == ["failed", "failed"]
     assert all(r.error.startswith("connect: ") for r in run.records)
 
@@ -135,9 +144,29 @@ def test_busy_server_is_reported_before_the_run(prompts):
 
 def test_cli_run_prints_tables_and_writes_results(server, tmp_path, capsys):
     workload = tmp_path / "w.jsonl"
-    workload.write_text("".join(json.dumps({"input_length": 40, "output_length": 6, "hash_ids": [i], "timestamp": i}) + "\n" for i in range(4)))
+    workload.write_text(
+        "".join(
+            json.dumps({"input_length": 40, "output_length": 6, "hash_ids": [i], "timestamp": i}) + "\n"
+            for i in range(4)
+        )
+    )
     out = tmp_path / "out"
-    status = main(["run", str(workload), "--endpoint", server.url, "--block-size", "64", "--api", "completions", "--speedup", "100", "--out", str(out)])
+    status = main(
+        [
+            "run",
+            str(workload),
+            "--endpoint",
+            server.url,
+            "--block-size",
+            "64",
+            "--api",
+            "completions",
+            "--speedup",
+            "100",
+            "--out",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr().out
     assert status == 0
     assert "Per-trace metrics" in printed and "Workload metrics" in printed and "completed=4/4 requests" in printed
@@ -161,23 +190,60 @@ def test_cli_run_starts_and_stops_a_server_command(tmp_path, capsys, temp_root):
     workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
     port = free_port()
     command = f"{sys.executable} {MOCK} --port {port}"
-    status = main(["run", str(workload), "--endpoint", f"http://127.0.0.1:{port}", "--block-size", "64", "--server-cmd", command, "--server-timeout", "30"])
+    status = main(
+        [
+            "run",
+            str(workload),
+            "--endpoint",
+            f"http://127.0.0.1:{port}",
+            "--block-size",
+            "64",
+            "--server-cmd",
+            command,
+            "--server-timeout",
+            "30",
+        ]
+    )
     assert status == 0 and "completed=1/1 requests" in capsys.readouterr().out
     with socket.socket() as again:  # the server is gone: its port is free again
         again.bind(("127.0.0.1", port))
     assert list(temp_root.iterdir()) == []  # nor is its log folder left behind
 
 
-@pytest.mark.parametrize(("command", "timeout", "message"), [
-    ("sh -c 'echo boom; exit 7'", "30", "error: server command \"sh -c 'echo boom; exit 7'\" exited with status 7; last lines of its log:\nboom\n"),
-    ("sleep 100", "1", "error: server command 'sleep 100' was not ready at http://127.0.0.1:{port}/health within 1 s "
-                       "(raise --server-timeout if it needs longer); last lines of its log:\n(empty log)\n"),
-])
+@pytest.mark.parametrize(
+    ("command", "timeout", "message"),
+    [
+        (
+            "sh -c 'echo boom; exit 7'",
+            "30",
+            "error: server command \"sh -c 'echo boom; exit 7'\" exited with status 7; last lines of its log:\nboom\n",
+        ),
+        (
+            "sleep 100",
+            "1",
+            "error: server command 'sleep 100' was not ready at http://127.0.0.1:{port}/health within 1 s "
+            "(raise --server-timeout if it needs longer); last lines of its log:\n(empty log)\n",
+        ),
+    ],
+)
 def test_cli_run_with_a_server_that_fails_to_start_says_so_once(tmp_path, capsys, temp_root, command, timeout, message):
     workload = tmp_path / "w.jsonl"
     workload.write_text(json.dumps({"input_length": 40, "output_length": 4, "hash_ids": [1]}) + "\n")
     port = free_port()
-    status = main(["run", str(workload), "--endpoint", f"http://127.0.0.1:{port}", "--block-size", "64", "--server-cmd", command, "--server-timeout", timeout])
+    status = main(
+        [
+            "run",
+            str(workload),
+            "--endpoint",
+            f"http://127.0.0.1:{port}",
+            "--block-size",
+            "64",
+            "--server-cmd",
+            command,
+            "--server-timeout",
+            timeout,
+        ]
+    )
     assert status != 0
     stderr = capsys.readouterr().err
     assert stderr.endswith(message.format(port=port))  # one error, no warning about a server we stopped ourselves
@@ -188,9 +254,28 @@ def test_cli_run_with_a_server_that_fails_to_start_says_so_once(tmp_path, capsys
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, signum):
     workload = tmp_path / "w.jsonl"
-    workload.write_text("".join(json.dumps({"input_toks": 40, "output_toks": 4, "arrival_time_ns": i * 200_000_000}) + "\n" for i in range(40)))
+    workload.write_text(
+        "".join(
+            json.dumps({"input_toks": 40, "output_toks": 4, "arrival_time_ns": i * 200_000_000}) + "\n"
+            for i in range(40)
+        )
+    )
     out, store = tmp_path / "out", tmp_path / "store"
-    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "run", str(workload), "--endpoint", server.url, "--api", "completions", "--out", str(out), "--save-to", str(store)]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest_llmreplay.cli.main",
+        "run",
+        str(workload),
+        "--endpoint",
+        server.url,
+        "--api",
+        "completions",
+        "--out",
+        str(out),
+        "--save-to",
+        str(store),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while server.server.completions_count < 3 and time.monotonic() < deadline and process.poll() is None:
@@ -214,18 +299,45 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
     [
         (["--extra-body", "{not json"], "error: --extra-body: not JSON"),
         (["--extra-body", "[1]"], "error: --extra-body: expected a JSON object, got list"),
-        (["--header", "novalue"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'novalue'"),
-        (["--header", "Bad Name:v"], "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'Bad Name:v'"),
+        (
+            ["--header", "novalue"],
+            "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'novalue'",
+        ),
+        (
+            ["--header", "Bad Name:v"],
+            "error: --header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got 'Bad Name:v'",
+        ),
         (["--out", "afile"], "error: --out: afile is a file; expected a folder for result.json and requests.csv"),
-        (["--out", ""], "error: --out: empty; expected a folder for result.json and requests.csv"),  # once: nothing written, silently
-        (["--save-to", ""], "error: --save-to: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX"),
+        (
+            ["--out", ""],
+            "error: --out: empty; expected a folder for result.json and requests.csv",
+        ),  # once: nothing written, silently
+        (
+            ["--save-to", ""],
+            "error: --save-to: empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX",
+        ),
         (["--tokenizer", "/nonexistent/tok.json"], "error: tokenizer '/nonexistent/tok.json': no such file or folder"),
-        (["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"], "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set"),
+        (
+            ["--api-key-env", "LLMREPLAY_TEST_UNSET_KEY"],
+            "error: API key: environment variable LLMREPLAY_TEST_UNSET_KEY is not set",
+        ),
         (["--mode", "rate"], "error: --rate: mode 'rate' needs a rate (sessions per second)"),
-        (["--mode", "timestamps", "--order", "shuffled"], "error: --order: timestamps mode replays sessions in trace order"),
-        (["--warmup-requests", "1"], "error: --warmup-requests: 1 is not fewer than the 1 requests this run sends at most; nothing would be measured"),
-        (["--max-requests", "3", "--warmup-requests", "3", "--mode", "concurrency"], "error: --warmup-requests: 3 is not fewer than the 3 requests"),
-        (["--max-requests", "3"], "error: --max-requests/--max-sessions: cycling a timed trace whose sessions all arrive at once"),
+        (
+            ["--mode", "timestamps", "--order", "shuffled"],
+            "error: --order: timestamps mode replays sessions in trace order",
+        ),
+        (
+            ["--warmup-requests", "1"],
+            "error: --warmup-requests: 1 is not fewer than the 1 requests this run sends at most; nothing would be measured",
+        ),
+        (
+            ["--max-requests", "3", "--warmup-requests", "3", "--mode", "concurrency"],
+            "error: --warmup-requests: 3 is not fewer than the 3 requests",
+        ),
+        (
+            ["--max-requests", "3"],
+            "error: --max-requests/--max-sessions: cycling a timed trace whose sessions all arrive at once",
+        ),
     ],
 )
 def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monkeypatch, extra, message):
@@ -242,10 +354,18 @@ def test_cli_run_bad_options_are_one_line_errors(server, tmp_path, capsys, monke
 @pytest.mark.parametrize(
     ("option", "value", "expected"),
     [
-        ("--gpus", "0", "an integer >= 1"), ("--concurrency", "0", "an integer >= 1"), ("--max-sessions", "-2", "an integer >= 1"),
-        ("--warmup-requests", "-1", "an integer >= 0"), ("--seed", "-1", "an integer >= 0"), ("--seed", "x", "an integer >= 0"),
-        ("--timeout", "0", "a finite number > 0"), ("--server-timeout", "-1", "a finite number > 0"), ("--speedup", "inf", "a finite number > 0"),
-        ("--rate", "nan", "a finite number > 0"), ("--duration", "0", "a finite number > 0"), ("--grace", "-1", "a finite number >= 0"),
+        ("--gpus", "0", "an integer >= 1"),
+        ("--concurrency", "0", "an integer >= 1"),
+        ("--max-sessions", "-2", "an integer >= 1"),
+        ("--warmup-requests", "-1", "an integer >= 0"),
+        ("--seed", "-1", "an integer >= 0"),
+        ("--seed", "x", "an integer >= 0"),
+        ("--timeout", "0", "a finite number > 0"),
+        ("--server-timeout", "-1", "a finite number > 0"),
+        ("--speedup", "inf", "a finite number > 0"),
+        ("--rate", "nan", "a finite number > 0"),
+        ("--duration", "0", "a finite number > 0"),
+        ("--grace", "-1", "a finite number >= 0"),
         ("--block-size", "0", "an integer >= 1"),
     ],
 )
@@ -253,7 +373,10 @@ def test_cli_run_bad_numbers_are_usage_errors_naming_the_option(tmp_path, capsys
     with pytest.raises(SystemExit) as exc:
         main(["run", str(tmp_path / "w.jsonl"), "--endpoint", "http://127.0.0.1:9", option, value])
     assert exc.value.code == RUN_STATUS["bad_input"]
-    assert capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: argument {option}: expected {expected}, got {value!r}"
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == f"llmreplay run: error: argument {option}: expected {expected}, got {value!r}"
+    )
 
 
 def test_cli_runs_of_two_workloads_share_no_prompt_tokens(tmp_path, capsys):
@@ -266,8 +389,12 @@ def test_cli_runs_of_two_workloads_share_no_prompt_tokens(tmp_path, capsys):
     first.write_text(spec.format(1))
     second.write_text(spec.format(2))
     with serving(PromptFactory(load_tokenizer(None))) as sim:
+
         def cache_hit_rate(workload: Path, out: str) -> float:
-            assert main(["run", str(workload), "--endpoint", sim.url, "--concurrency", "1", "--out", str(tmp_path / out)]) == 0
+            assert (
+                main(["run", str(workload), "--endpoint", sim.url, "--concurrency", "1", "--out", str(tmp_path / out)])
+                == 0
+            )
             return json.loads((tmp_path / out / "result.json").read_text())["summary"]["cache_hit_rate"]["mean"]
 
         assert cache_hit_rate(first, "a") == 0 and cache_hit_rate(second, "b") == 0
@@ -278,9 +405,29 @@ def test_cli_run_sim_replays_in_process_in_virtual_time(tmp_path, capsys):
     """``--sim PROFILE``: no server; the trace's half hour replays in virtual time, so two runs
     measure the very same numbers, and the stored result names the simulator."""
     workload = tmp_path / "w.jsonl"
-    workload.write_text("".join(json.dumps({"input_length": 600, "output_length": 8, "hash_ids": [i % 3, 10 + i], "timestamp": 300_000 * i}) + "\n" for i in range(7)))
+    workload.write_text(
+        "".join(
+            json.dumps({"input_length": 600, "output_length": 8, "hash_ids": [i % 3, 10 + i], "timestamp": 300_000 * i})
+            + "\n"
+            for i in range(7)
+        )
+    )
     for out in ("a", "b"):
-        assert main(["run", str(workload), "--sim", "llama-3.1-8b-h100", "--block-size", "512", "--out", str(tmp_path / out)]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(workload),
+                    "--sim",
+                    "llama-3.1-8b-h100",
+                    "--block-size",
+                    "512",
+                    "--out",
+                    str(tmp_path / out),
+                ]
+            )
+            == 0
+        )
         assert "completed=7/7 requests" in capsys.readouterr().out
     first, second = (json.loads((tmp_path / out / "result.json").read_text()) for out in ("a", "b"))
     assert first["fingerprint"]["kind"] == "offline" and first["fingerprint"]["sim_profile"] == "llama-3.1-8b-h100"
@@ -288,14 +435,23 @@ def test_cli_run_sim_replays_in_process_in_virtual_time(tmp_path, capsys):
     assert first["summary"]["cache_hit_rate"]["mean"] > 0  # shared hash ids hit the simulated cache
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["--sim", "llama-3.1-8b-h100", "--endpoint", "http://127.0.0.1:9"], "argument --endpoint: not allowed with argument --sim"),
-    ([], "one of the arguments --endpoint --sim is required"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["--sim", "llama-3.1-8b-h100", "--endpoint", "http://127.0.0.1:9"],
+            "argument --endpoint: not allowed with argument --sim",
+        ),
+        ([], "one of the arguments --endpoint --sim is required"),
+    ],
+)
 def test_cli_run_takes_exactly_one_of_endpoint_and_sim(tmp_path, capsys, argv, expected):
     with pytest.raises(SystemExit) as exc:
         main(["run", str(tmp_path / "w.jsonl"), *argv])
-    assert exc.value.code == RUN_STATUS["bad_input"] and capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: {expected}"
+    assert (
+        exc.value.code == RUN_STATUS["bad_input"]
+        and capsys.readouterr().err.splitlines()[-1] == f"llmreplay run: error: {expected}"
+    )
 
 
 def test_cli_run_sim_names_a_bad_profile(tmp_path, capsys):
@@ -305,7 +461,10 @@ def test_cli_run_sim_names_a_bad_profile(tmp_path, capsys):
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: --sim: ") and "no-such-profile" in line
 
-SUPPORT_CHAT = str(Path(__file__).parents[1] / "workloads" / "aiperf_inputs_support_chat.json")  # its payloads name "served-model"
+
+SUPPORT_CHAT = str(
+    Path(__file__).parents[1] / "workloads" / "aiperf_inputs_support_chat.json"
+)  # its payloads name "served-model"
 
 
 def test_cli_run_sends_verbatim_payloads_under_the_model_the_user_names(tmp_path, capsys):
@@ -314,8 +473,23 @@ def test_cli_run_sends_verbatim_payloads_under_the_model_the_user_names(tmp_path
     from test_sim_server import serving
 
     with serving(PromptFactory(load_tokenizer(None))) as sim:
+
         def requests(out: str, *options: str) -> dict:
-            main(["run", SUPPORT_CHAT, "--endpoint", sim.url, "--max-requests", "4", "--concurrency", "4", "--out", str(tmp_path / out), *options])
+            main(
+                [
+                    "run",
+                    SUPPORT_CHAT,
+                    "--endpoint",
+                    sim.url,
+                    "--max-requests",
+                    "4",
+                    "--concurrency",
+                    "4",
+                    "--out",
+                    str(tmp_path / out),
+                    *options,
+                ]
+            )
             return json.loads((tmp_path / out / "result.json").read_text())["summary"]["requests"]
 
         own = requests("own")

@@ -23,7 +23,7 @@ def table(text: str, title: str) -> tuple[list[str], dict[str, dict[str, str]]]:
 
     headers = cells(lines[dashes - 1])
     rows = {}
-    for line in lines[dashes + 1:]:
+    for line in lines[dashes + 1 :]:
         if not line.strip():
             break
         values = cells(line)
@@ -33,22 +33,81 @@ def table(text: str, title: str) -> tuple[list[str], dict[str, dict[str, str]]]:
 
 def agents(**kwargs) -> Result:
     """Two complete agent sessions (the ones of test_metrics) with chosen schedule lags."""
-    return make([
-        # a: prompts 100 250 400, cached 0 96 288, outputs 50 50 20
-        rec(0, 0, 3, sid="a", scheduled=0.999, sent=1.0, chunks=((1.2, 1), (1.7, 49)), end=1.75, prompt=100, cached=0),
-        rec(1, 0, 2, sid="b", scheduled=1.998, sent=2.0, chunks=((2.1, 1), (2.5, 9)), end=2.5, prompt=200, cached=0),
-        rec(0, 1, 3, sid="a", scheduled=2.997, sent=3.0, chunks=((3.3, 1), (3.8, 49)), end=3.8, prompt=250, cached=96),
-        rec(0, 2, 3, sid="a", scheduled=4.996, sent=5.0, chunks=((5.4, 1), (5.6, 19)), end=5.7, prompt=400, cached=288),
-        rec(1, 1, 2, sid="b", scheduled=5.99, sent=6.0, chunks=((6.3, 1), (6.9, 29)), end=7.0, prompt=300, cached=150),
-    ], **kwargs)
+    return make(
+        [
+            # a: prompts 100 250 400, cached 0 96 288, outputs 50 50 20
+            rec(
+                0,
+                0,
+                3,
+                sid="a",
+                scheduled=0.999,
+                sent=1.0,
+                chunks=((1.2, 1), (1.7, 49)),
+                end=1.75,
+                prompt=100,
+                cached=0,
+            ),
+            rec(
+                1, 0, 2, sid="b", scheduled=1.998, sent=2.0, chunks=((2.1, 1), (2.5, 9)), end=2.5, prompt=200, cached=0
+            ),
+            rec(
+                0,
+                1,
+                3,
+                sid="a",
+                scheduled=2.997,
+                sent=3.0,
+                chunks=((3.3, 1), (3.8, 49)),
+                end=3.8,
+                prompt=250,
+                cached=96,
+            ),
+            rec(
+                0,
+                2,
+                3,
+                sid="a",
+                scheduled=4.996,
+                sent=5.0,
+                chunks=((5.4, 1), (5.6, 19)),
+                end=5.7,
+                prompt=400,
+                cached=288,
+            ),
+            rec(
+                1,
+                1,
+                2,
+                sid="b",
+                scheduled=5.99,
+                sent=6.0,
+                chunks=((6.3, 1), (6.9, 29)),
+                end=7.0,
+                prompt=300,
+                cached=150,
+            ),
+        ],
+        **kwargs,
+    )
 
 
 def test_trace_table_numbers():
     text = render(agents())
     assert "Per-trace metrics" in text
     headers, rows = table(text, "Per-trace metrics")
-    assert headers == ["Metric", "Latency (s)", "TTFT (s)", "TTFAT (s)", "Decode TPOT (ms/tok)", "ITL (ms)",
-                       "Output tokens/turn", "Output tokens/trace", "Cache hit rate (%)", "Eligible cache hit rate (%)"]
+    assert headers == [
+        "Metric",
+        "Latency (s)",
+        "TTFT (s)",
+        "TTFAT (s)",
+        "Decode TPOT (ms/tok)",
+        "ITL (ms)",
+        "Output tokens/turn",
+        "Output tokens/trace",
+        "Cache hit rate (%)",
+        "Eligible cache hit rate (%)",
+    ]
     assert list(rows) == ["mean", "min", "p50", "p90", "p95", "p99", "max"]  # no std row
     # TTFT 0.2 0.1 0.3 0.4 0.3 -> sorted 0.1 0.2 0.3 0.3 0.4: mean 1.3 / 5, p90 at 3.6 -> 0.36
     assert rows["mean"]["TTFT (s)"] == "0.260"
@@ -98,8 +157,13 @@ def test_workload_table_with_gpus():
     headers, rows = table(text, "Workload metrics")
     assert headers == ["Metric", "Overall", "Last 30s Window", "Steady State", "Steady State / GPU"]
     # requests: 12 / 100, 6 / 30, 8 / 80, 0.1 / 2
-    assert rows["requests/s"] == {"Metric": "requests/s", "Overall": "0.12", "Last 30s Window": "0.20",
-                                  "Steady State": "0.10", "Steady State / GPU": "0.05"}
+    assert rows["requests/s"] == {
+        "Metric": "requests/s",
+        "Overall": "0.12",
+        "Last 30s Window": "0.20",
+        "Steady State": "0.10",
+        "Steady State / GPU": "0.05",
+    }
     # prompts, 100 each at the first token (one second before the end: same split)
     assert rows["total prompt tok/s"]["Overall"] == "12.00"
     assert rows["total prompt tok/s"]["Last 30s Window"] == "20.00"
@@ -162,26 +226,43 @@ def client_records() -> list[RequestRecord]:
 def test_client_line():
     text = render(make(client_records()))
     # lags 2 4 10 ms: p50 4, p99 at 1.98 -> 4 + 0.98 * 6 = 9.88; concurrency (8 + 9 + 1) / (11 - 1)
-    assert "Client: schedule lag p50 4.00 ms, p99 9.88 ms; effective concurrency 1.8; failed 1, cancelled 1, warm-up 1" in text.split("\n")
+    assert (
+        "Client: schedule lag p50 4.00 ms, p99 9.88 ms; effective concurrency 1.8; failed 1, cancelled 1, warm-up 1"
+        in text.split("\n")
+    )
 
 
 def test_errors_block_groups_identical_messages():
     records = client_records()
-    errors = ["server: 503 overloaded", "timeout: read timed out", "server: 503 overloaded", "stream: connection lost",
-              "timeout: read timed out", "server: 503 overloaded"]
+    errors = [
+        "server: 503 overloaded",
+        "timeout: read timed out",
+        "server: 503 overloaded",
+        "stream: connection lost",
+        "timeout: read timed out",
+        "server: 503 overloaded",
+    ]
     records += [rec(10 + i, status="failed", sent=5.0 + i, end=5.5 + i, error=e) for i, e in enumerate(errors[1:])]
     # a failed warm-up request is not reported
     records.append(rec(20, status="failed", sent=0.2, end=0.3, error="warm: up", warmup=True))
     text = render(make(records))
-    assert "Errors:\n  server: 503 overloaded: 3 requests\n  timeout: read timed out: 2 requests\n  stream: connection lost: 1 request" in text
+    assert (
+        "Errors:\n  server: 503 overloaded: 3 requests\n  timeout: read timed out: 2 requests\n  stream: connection lost: 1 request"
+        in text
+    )
     assert "warm: up" not in text
 
 
 def test_errors_block_groups_token_counts_into_a_range():
-    errors = ["stream: connection lost mid-response after 423 tokens", "stream: connection lost mid-response after 21 tokens",
-              "stream: connection lost mid-response after 97 tokens", "timeout: no data from the server for 2 s after 1 token",
-              "timeout: no data from the server for 2 s before the first token", "timeout: no data from the server for 2 s before the first token",
-              "stream: stream ended before [DONE] after 5 tokens"]
+    errors = [
+        "stream: connection lost mid-response after 423 tokens",
+        "stream: connection lost mid-response after 21 tokens",
+        "stream: connection lost mid-response after 97 tokens",
+        "timeout: no data from the server for 2 s after 1 token",
+        "timeout: no data from the server for 2 s before the first token",
+        "timeout: no data from the server for 2 s before the first token",
+        "stream: stream ended before [DONE] after 5 tokens",
+    ]
     records = [rec(i, status="failed", sent=1.0 + i, end=1.5 + i, error=e) for i, e in enumerate(errors)]
     block = render(make(records)).split("Errors:\n")[1].split("\n\n")[0].split("\n")
     assert block == [
@@ -196,7 +277,7 @@ def test_errors_block_shows_the_five_most_frequent_and_counts_the_rest():
     records = [rec(i, status="failed", sent=1.0 + i, end=1.5 + i, error=f"server: cause {i}") for i in range(7)]
     records.append(rec(9, status="failed", sent=9.0, end=9.5, error="server: cause 5"))
     text = render(make(records))
-    block = text[text.index("Errors:"):].split("\n\n")[0].split("\n")
+    block = text[text.index("Errors:") :].split("\n\n")[0].split("\n")
     assert block[0] == "Errors:"
     assert block[1] == "  server: cause 5: 2 requests"
     assert block[2:6] == [f"  server: cause {i}: 1 request" for i in range(4)]

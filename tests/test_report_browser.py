@@ -23,8 +23,10 @@ pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parent.parent
 CHAT = "synthetic:\n  sessions: 60\n  input_tokens: {dist: uniform, min: 64, max: 2048}\n  output_tokens: {dist: uniform, min: 8, max: 256}\n  rate: 4\n  seed: 7\n"
-AGENT = ("synthetic:\n  sessions: 12\n  first_input_tokens: 700\n  input_tokens: {dist: uniform, min: 100, max: 300}\n"
-         "  output_tokens: 64\n  turns: 4\n  delay: 0.5\n  seed: 5\n")
+AGENT = (
+    "synthetic:\n  sessions: 12\n  first_input_tokens: 700\n  input_tokens: {dist: uniform, min: 100, max: 300}\n"
+    "  output_tokens: 64\n  turns: 4\n  delay: 0.5\n  seed: 5\n"
+)
 PERF_TESTS = """
 import pytest
 
@@ -85,32 +87,53 @@ def test_html_report_in_headless_chromium(pytester, monkeypatch, browser):
     for change in range(2):  # two commits with results: a trend to plot
         if change:
             git(pytester.path, "commit", "-q", "--allow-empty", "-m", "change")
-        pytester.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(passed=1, failed=1)
-    pytester.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-report", "rep").assert_outcomes(passed=1, failed=1)
+        pytester.runpytest("--llm-offline", "--llm-sim-profile", "fast.json", "--llm-save").assert_outcomes(
+            passed=1, failed=1
+        )
+    pytester.runpytest(
+        "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-report", "rep"
+    ).assert_outcomes(passed=1, failed=1)
 
     page = visit(browser, (pytester.path / "rep" / "index.html").as_uri(), FACTS)
     assert page.errors == []
     facts = page.facts
     assert facts["links"] == [["#test-test_perf-py-test_agent", True], ["#test-test_perf-py-test_chat", True]]
     agent, chat = facts["sections"]
-    assert agent["headline"].startswith("FAIL · 1 of 2 SLOs breached · worst: ttfat.p90 ") and " s vs < 1s, margin -" in agent["headline"]
+    assert (
+        agent["headline"].startswith("FAIL · 1 of 2 SLOs breached · worst: ttfat.p90 ")
+        and " s vs < 1s, margin -" in agent["headline"]
+    )
     assert "vs baseline: REGRESSION: ttft.p50" in agent["headline"]
     assert chat["headline"].startswith("PASS · 3/3 SLOs met · closest: ")
-    assert chat["sloCells"][0][:3] == ["ttft.p99", "< 500ms", chat["sloCells"][0][2]] and chat["sloCells"][0][2].endswith(" ms")
+    assert chat["sloCells"][0][:3] == ["ttft.p99", "< 500ms", chat["sloCells"][0][2]] and chat["sloCells"][0][
+        2
+    ].endswith(" ms")
     trends = {section["id"]: [p for p in section["plots"] if "-trend-" in p["id"]] for section in (agent, chat)}
     for section in (agent, chat):
         section["plots"] = [p for p in section["plots"] if "-trend-" not in p["id"]]
     assert [p["id"].rsplit("-", 1)[1] for p in chat["plots"]] == ["ttft", "tpot", "latency", "ttfat"]
     for plot in trends[agent["id"]] + trends[chat["id"]]:  # each gated figure over the two commits, then this run
         assert plot["width"] > 300, plot["id"]
-        assert any(t.startswith("this run (") for t in plot["texts"]) and "stored results" in plot["texts"], plot["texts"]
-    assert [p["title"].split(" ")[0] for p in trends[chat["id"]]] == ["ttft.p50", "ttft.p90", "tpot.p50", "latency.p50", "ttfat.p50", "cache_hit_rate.mean", "output_throughput.steady_state"]
+        assert any(t.startswith("this run (") for t in plot["texts"]) and "stored results" in plot["texts"], plot[
+            "texts"
+        ]
+    assert [p["title"].split(" ")[0] for p in trends[chat["id"]]] == [
+        "ttft.p50",
+        "ttft.p90",
+        "tpot.p50",
+        "latency.p50",
+        "ttfat.p50",
+        "cache_hit_rate.mean",
+        "output_throughput.steady_state",
+    ]
     assert "ttft.p50 (ms)" in trends[chat["id"]][0]["texts"]
     for plot in agent["plots"] + chat["plots"]:
         assert plot["baseline"], plot["id"]
         assert plot["width"] > 300, plot["id"]  # laid out, not collapsed
         assert "share of requests" in plot["texts"] or "share of sessions" in plot["texts"]
-        assert any(t.endswith("(ms)") or t.endswith("(ms, log scale)") or t.endswith("(s)") for t in plot["texts"]), plot["texts"]
+        assert any(t.endswith("(ms)") or t.endswith("(ms, log scale)") or t.endswith("(s)") for t in plot["texts"]), (
+            plot["texts"]
+        )
         assert {"p50", "p90", "p99"} <= {t.split(" ")[0] for t in plot["texts"]}, plot["texts"]
         assert not any("e+" in t for t in plot["texts"]), plot["texts"]
     ttft = chat["plots"][0]
@@ -127,7 +150,9 @@ def test_html_report_in_headless_chromium(pytester, monkeypatch, browser):
 def test_the_browser_check_sees_console_errors(tmp_path, browser):
     """The check above can fail: a page that throws and logs an error is caught."""
     page = tmp_path / "broken.html"
-    page.write_text("<!doctype html><title>t</title><p>x</p><script>console.error('drawn wrong'); missing_function();</script>")
+    page.write_text(
+        "<!doctype html><title>t</title><p>x</p><script>console.error('drawn wrong'); missing_function();</script>"
+    )
     seen = visit(browser, page.as_uri(), "document.querySelector('p').textContent")
     assert seen.facts == "x"
     assert any("drawn wrong" in e for e in seen.errors), seen.errors
@@ -140,13 +165,32 @@ def test_load_curve_of_a_capacity_search_in_headless_chromium(tmp_path, browser)
     from pytest_llmreplay.report.html import html_page
 
     (tmp_path / "chat.yaml").write_text(CHAT)
-    main(["sweep", str(tmp_path / "chat.yaml"), "--sim", "llama-3.1-8b-h100", "--workers", "1", "--slo", "ttft.p99<200ms", "--out", str(tmp_path / "out")])
-    (tmp_path / "index.html").write_text(html_page([json.loads((tmp_path / "out" / "result.json").read_text())]), encoding="utf-8")
+    main(
+        [
+            "sweep",
+            str(tmp_path / "chat.yaml"),
+            "--sim",
+            "llama-3.1-8b-h100",
+            "--workers",
+            "1",
+            "--slo",
+            "ttft.p99<200ms",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
+    (tmp_path / "index.html").write_text(
+        html_page([json.loads((tmp_path / "out" / "result.json").read_text())]), encoding="utf-8"
+    )
     page = visit(browser, (tmp_path / "index.html").as_uri(), FACTS)
     assert page.errors == []
     (section,) = page.facts["sections"]
     curve = next(p for p in section["plots"] if p["id"].endswith("-load-curve"))
     assert curve["width"] > 600  # two plots side by side, laid out
-    assert {"Latency vs load", "Throughput vs load", "SLO ttft.p99 < 200ms", "throughput (req/s)"} <= set(curve["texts"])
-    assert any(text.startswith("offered load (req/s") for text in curve["texts"])  # ", log scale)" when the loads span a decade
+    assert {"Latency vs load", "Throughput vs load", "SLO ttft.p99 < 200ms", "throughput (req/s)"} <= set(
+        curve["texts"]
+    )
+    assert any(
+        text.startswith("offered load (req/s") for text in curve["texts"]
+    )  # ", log scale)" when the loads span a decade
     assert any(t.startswith("capacity ") and t.endswith(" req/s") for t in curve["texts"]), curve["texts"]

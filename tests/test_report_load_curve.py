@@ -23,7 +23,9 @@ def sweep(folder, *options):
     """The stored result and load_curve.svg of ``llmreplay sweep --out`` on the simulator."""
     workload = folder / "wl.yaml"
     workload.write_text(WORKLOAD)
-    main(["sweep", str(workload), "--sim", "llama-3.1-8b-h100", "--workers", "1", "--out", str(folder / "out"), *options])
+    main(
+        ["sweep", str(workload), "--sim", "llama-3.1-8b-h100", "--workers", "1", "--out", str(folder / "out"), *options]
+    )
     return json.loads((folder / "out" / "result.json").read_text()), (folder / "out" / "load_curve.svg").read_text()
 
 
@@ -54,7 +56,9 @@ def test_sweep_out_draws_the_load_curve_with_its_slo_lines_and_the_capacity(rate
     points = sorted(capacity["points"], key=lambda p: p["load"])
     assert any(not p["passed"] for p in points) and capacity["rate"] > 0  # a curve with both kinds of point
     shown = texts(svg)
-    assert sum(t.startswith("offered load (req/s") for t in shown) == 2  # linear, or log scale when the loads span a wide range
+    assert (
+        sum(t.startswith("offered load (req/s") for t in shown) == 2
+    )  # linear, or log scale when the loads span a wide range
     assert any(t.startswith("latency (ms") for t in shown) and "throughput (req/s)" in shown
     assert {"TTFT p50", "TTFT p99", "TPOT p50", "ttft.p90", "tpot.p90", "throughput", "goodput"} <= set(shown)
     assert {"SLO ttft.p90 < 150ms", "SLO tpot.p90 <= 30ms", "failed point"} <= set(shown)
@@ -83,22 +87,37 @@ def test_a_search_where_no_load_meets_the_slos_says_so_on_the_curve(tmp_path):
     record, svg = sweep(tmp_path, "--by", "concurrency", "--slo", "ttft.p99<1us")
     assert record["capacity"]["concurrency"] == 0
     shown = texts(svg)
-    assert [t for t in shown if t.startswith("capacity")] == ["capacity 0: no load met the SLOs"] * 2  # no capacity line
+    assert [t for t in shown if t.startswith("capacity")] == [
+        "capacity 0: no load met the SLOs"
+    ] * 2  # no capacity line
     assert any(t.startswith("concurrency, sessions in flight") for t in shown)
 
 
 def test_the_html_report_draws_the_load_curve_of_a_capacity_test_only(rate_sweep):
     record, _ = rate_sweep
     section = load_curve_section(record)
-    assert section.startswith("<h3>Load curve</h3>") and f"capacity (rate) {format_value('request_throughput', record['capacity']['rate'])}" in section
+    assert (
+        section.startswith("<h3>Load curve</h3>")
+        and f"capacity (rate) {format_value('request_throughput', record['capacity']['rate'])}" in section
+    )
     page = html_page([record, {**record, "test": "plain", "capacity": None}])
     assert page.count("<h3>Load curve</h3>") == 1
     assert 'id="test-llmreplay-sweep-wl-yaml-load-curve"' in page
     assert load_curve_section({**record, "capacity": {"plan": {"by": "rate"}, "points": []}}) == ""
     # no load failed: a lower bound, with no top to its bracket, as llmreplay sweep prints it
     rate = format_value("request_throughput", record["capacity"]["rate"])
-    unbounded = {**record["capacity"], "at_least": True, "low": record["capacity"]["rate"], "high": record["capacity"]["rate"]}
+    unbounded = {
+        **record["capacity"],
+        "at_least": True,
+        "low": record["capacity"]["rate"],
+        "high": record["capacity"]["rate"],
+    }
     unbounded_section = load_curve_section({**record, "capacity": unbounded})
     assert f"capacity (rate) at least {rate}, bracket [{rate}, -]" in unbounded_section
-    assert texts(unbounded_section[unbounded_section.index("<svg"):unbounded_section.rindex("</svg>") + 6]).count(f"capacity at least {rate}") == 2  # both legends
-    assert texts(section[section.index("<svg"):section.rindex("</svg>") + 6]).count(f"capacity {rate}") == 2
+    assert (
+        texts(unbounded_section[unbounded_section.index("<svg") : unbounded_section.rindex("</svg>") + 6]).count(
+            f"capacity at least {rate}"
+        )
+        == 2
+    )  # both legends
+    assert texts(section[section.index("<svg") : section.rindex("</svg>") + 6]).count(f"capacity {rate}") == 2

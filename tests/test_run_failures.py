@@ -63,12 +63,26 @@ FAIL_ONE_IN_FOUR = [None, {"fault": "http500"}, None, None]
     ("faults", "extra", "status", "message"),
     [
         ([None] * 4, (), "ok", None),
-        (FAIL_ONE_IN_FOUR, (), "requests_failed", "error: 1 of 4 requests failed (25.0%), more than --max-error-rate 0.0% allows"),
-        (FAIL_ONE_IN_FOUR, ("--max-error-rate", "0.2"), "requests_failed", "error: 1 of 4 requests failed (25.0%), more than --max-error-rate 20.0% allows"),
+        (
+            FAIL_ONE_IN_FOUR,
+            (),
+            "requests_failed",
+            "error: 1 of 4 requests failed (25.0%), more than --max-error-rate 0.0% allows",
+        ),
+        (
+            FAIL_ONE_IN_FOUR,
+            ("--max-error-rate", "0.2"),
+            "requests_failed",
+            "error: 1 of 4 requests failed (25.0%), more than --max-error-rate 20.0% allows",
+        ),
         (FAIL_ONE_IN_FOUR, ("--max-error-rate", "25%"), "ok", None),
         (FAIL_ONE_IN_FOUR, ("--max-error-rate", "0.25"), "ok", None),
-        ([{"fault": "http500"}, {"fault": "cut", "after": 2}], ("--max-error-rate", "1"), "nothing_succeeded",
-         "error: no request succeeded (2 failed, 0 cancelled, 0 warm-up)"),
+        (
+            [{"fault": "http500"}, {"fault": "cut", "after": 2}],
+            ("--max-error-rate", "1"),
+            "nothing_succeeded",
+            "error: no request succeeded (2 failed, 0 cancelled, 0 warm-up)",
+        ),
     ],
 )
 def test_run_exit_status_says_whether_requests_failed(capsys, tmp_path, mock, faults, extra, status, message):
@@ -115,9 +129,15 @@ def test_a_connect_timeout_is_told_from_a_silent_server():
 # ------------------------------------------------------------------------ grouped error lines
 
 MIXED_FAULTS = [
-    {"fault": "cut", "after": 2}, {"fault": "cut", "after": 7}, {"fault": "cut", "after": 5},
-    {"fault": "stall", "after": 0}, {"fault": "stall", "after": 3}, {"fault": "stall", "after": 1},
-    {"fault": "http500"}, None, None,
+    {"fault": "cut", "after": 2},
+    {"fault": "cut", "after": 7},
+    {"fault": "cut", "after": 5},
+    {"fault": "stall", "after": 0},
+    {"fault": "stall", "after": 3},
+    {"fault": "stall", "after": 1},
+    {"fault": "http500"},
+    None,
+    None,
 ]
 GROUPED_LINES = [
     "  stream: connection lost mid-response (after 2-7 tokens): 3 requests",
@@ -130,18 +150,30 @@ GROUPED_LINES = [
 def errors_block(text: str) -> list[str]:
     """The indented lines under ``Errors:``."""
     lines = text.split("Errors:\n", 1)[1].splitlines()
-    return lines[:next((i for i, line in enumerate(lines) if not line.startswith("  ")), len(lines))]
+    return lines[: next((i for i, line in enumerate(lines) if not line.startswith("  ")), len(lines))]
 
 
 def test_cli_groups_error_causes_by_kind_with_the_token_range(capsys, tmp_path, mock):
     out_dir = tmp_path / "out"
-    code, out, _ = run_cli(capsys, payloads(tmp_path / "w.jsonl", MIXED_FAULTS), mock.url, "--concurrency", "9", "--timeout", "2",
-                           "--out", str(out_dir))
+    code, out, _ = run_cli(
+        capsys,
+        payloads(tmp_path / "w.jsonl", MIXED_FAULTS),
+        mock.url,
+        "--concurrency",
+        "9",
+        "--timeout",
+        "2",
+        "--out",
+        str(out_dir),
+    )
     assert code == RUN_STATUS["requests_failed"]
     assert errors_block(out) == GROUPED_LINES
     # each request's own cause stays exact in the CSV
     csv = (out_dir / "requests.csv").read_text()
-    assert "stream: connection lost mid-response after 7 tokens" in csv and "timeout: no data from the server for 2 s after 3 tokens" in csv
+    assert (
+        "stream: connection lost mid-response after 7 tokens" in csv
+        and "timeout: no data from the server for 2 s after 3 tokens" in csv
+    )
 
 
 def test_plugin_failure_output_groups_error_causes(pytester, mock):
@@ -181,7 +213,9 @@ def test_each_fault_rate_is_the_share_of_requests_it_strikes(prompts):
     --fault-stall-s after a token in [1, n - 1]; disconnect -> the connection closes after such a
     token. With the client's timeout below the stall, each stall is one timeout after its first
     tokens; requests without a fault succeed (a stall holds no other stream back)."""
-    faults = FaultConfig(error_rate=RATES["error"], stall_rate=RATES["stall"], stall_s=600.0, disconnect_rate=RATES["disconnect"], seed=5)
+    faults = FaultConfig(
+        error_rate=RATES["error"], stall_rate=RATES["stall"], stall_s=600.0, disconnect_rate=RATES["disconnect"], seed=5
+    )
     drawn = [faults.draw(n, 8) for n in range(REQUESTS)]
     expected = {kind: sum(f is not None and f.kind == kind for f in drawn) for kind in RATES}
     for kind, rate in RATES.items():
@@ -189,8 +223,12 @@ def test_each_fault_rate_is_the_share_of_requests_it_strikes(prompts):
         assert low <= expected[kind] <= high, f"{kind}: {expected[kind]} of {REQUESTS} drawn for a rate of {rate}"
     sessions = tuple(Session(f"s{i}", 0.0, (Turn(24, 8, Synthetic()),)) for i in range(REQUESTS))
     with serving(prompts, faults=faults) as thread:
-        endpoint = HTTPEndpoint(thread.url, api="completions", model=thread.server.model, timeout_s=3.0)  # far above a fault-free gap, even on a loaded machine
-        result = Result(replay(Workload(sessions, "flat"), endpoint, prompts, ReplaySettings(mode="concurrency", concurrency=64)))
+        endpoint = HTTPEndpoint(
+            thread.url, api="completions", model=thread.server.model, timeout_s=3.0
+        )  # far above a fault-free gap, even on a loaded machine
+        result = Result(
+            replay(Workload(sessions, "flat"), endpoint, prompts, ReplaySettings(mode="concurrency", concurrency=64))
+        )
     errors = [r.error for r in result.records if r.status == "failed"]
     seen = {
         "error": sum(e == "http: HTTP 500: injected fault (fault_error_rate)" for e in errors),

@@ -142,14 +142,21 @@ def test_a_rate_the_workload_ends_before_it_is_carried_caps_the_capacity_at_the_
     assert found.value == at.carried <= throughput * (1 + 1e-9)  # one-turn sessions: sessions/s is req/s
     assert all(found.value >= p.credited for p in found.load_points if p.passed)
     assert found.ceiling and not found.at_least and found.result.summary["capacity"]["rate"] == found.value
-    assert found.reason == (f"the {at.load:.4g} req/s point met the SLOs carrying only {at.carried:.4g} req/s: its run ended before a queue could build "
-                            "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
-    assert found.headline() == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, {found.high:.4g}], {len(found.points)} runs; {found.reason}"
+    assert found.reason == (
+        f"the {at.load:.4g} req/s point met the SLOs carrying only {at.carried:.4g} req/s: its run ended before a queue could build "
+        "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"
+    )
+    assert (
+        found.headline()
+        == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, {found.high:.4g}], {len(found.points)} runs; {found.reason}"
+    )
     # the table keeps the estimates apart from the rates run, and never calls them the bracket
     table = found.table()
     rates, estimates = table.split("Estimates (where to look; not rates run, never the capacity)")
     rows = [line.split()[:2] for line in rates.splitlines()[3:]]
-    assert rows == [[f"{p.load:.4g}", "pass" if p.passed else "FAIL"] for p in sorted(found.load_points, key=lambda p: p.load)]
+    assert rows == [
+        [f"{p.load:.4g}", "pass" if p.passed else "FAIL"] for p in sorted(found.load_points, key=lambda p: p.load)
+    ]
     assert [f"{saturating.load:.4g}", "pass"] in rows  # run as a rate, that load passed; all at once it failed
     assert "saturate, 60 in flight" in estimates
     assert [p["role"] for p in found.as_dict()["estimates"]] == ["sync", "saturate"]
@@ -190,7 +197,9 @@ def test_an_slo_only_the_synchronous_run_meets_gives_capacity_zero(workload, pro
     # one request at a time: TTFT at most ~60 ms; a Poisson stream at the rate that run carried
     # lets requests overlap and fails: no rate was seen to pass, so capacity is 0, not the
     # synchronous run's rate (a closed loop, never run as a rate)
-    found = find_capacity(workload, target(prompts), prompts, CapacityPlan(by="rate", slo={"ttft.max": "< 62ms"}), workers=1)
+    found = find_capacity(
+        workload, target(prompts), prompts, CapacityPlan(by="rate", slo={"ttft.max": "< 62ms"}), workers=1
+    )
     sync = found.points[0]
     assert sync.role == "sync" and sync.passed
     assert (found.value, found.high) == (0, sync.load) and found.reason.startswith("no load meets the SLOs")
@@ -206,10 +215,14 @@ def test_no_failing_rate_within_the_budget_says_capacity_is_at_least(long_worklo
     found = find_capacity(long_workload, target(prompts), prompts, plan, workers=1)
     assert [p.role for p in found.points] == ["sync", "saturate", "low", "high"] and all(p.passed for p in found.points)
     high = found.points[-1]
-    assert 0.8 * high.load <= high.carried < high.load and found.value == high.carried  # carried: a lower bound, at most what it achieved
+    assert (
+        0.8 * high.load <= high.carried < high.load and found.value == high.carried
+    )  # carried: a lower bound, at most what it achieved
     assert (found.high, found.at_least, found.ceiling) == (None, True, False)
     assert found.reason == "no rate failed within the budget of 4 runs: capacity is at least that"
-    assert found.headline().startswith(f"capacity (rate): at least {found.value:.4g} req/s (no upper bound found), bracket [{found.value:.4g}, -], 4 runs")
+    assert found.headline().startswith(
+        f"capacity (rate): at least {found.value:.4g} req/s (no upper bound found), bracket [{found.value:.4g}, -], 4 runs"
+    )
     stored = found.as_dict()
     assert stored["at_least"] is True and stored["rate"] == stored["low"] == stored["high"] == found.value
     assert found.result.summary["capacity"] == {"rate": found.value, "low": found.value, "high": found.value, "runs": 4}
@@ -228,10 +241,19 @@ def test_rates_that_pass_without_being_carried_give_a_ceiling_not_at_least(workl
     assert grown[1].load == pytest.approx(2 * grown[0].load) and all(p.passed for p in found.points if not p.estimate)
     assert found.value == max(p.carried for p in grown) < 0.6 * grown[0].load
     assert (found.high, found.at_least, found.ceiling) == (None, False, True)
-    assert found.reason.startswith(f"the {found.at_capacity.load:.4g} req/s point met the SLOs carrying only {found.value:.4g} req/s: ")
-    assert found.headline() == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, -], 6 runs; {found.reason}"
+    assert found.reason.startswith(
+        f"the {found.at_capacity.load:.4g} req/s point met the SLOs carrying only {found.value:.4g} req/s: "
+    )
+    assert (
+        found.headline()
+        == f"capacity (rate): {found.value:.4g} req/s, bracket [{found.value:.4g}, -], 6 runs; {found.reason}"
+    )
     stored = found.as_dict()
-    assert stored["at_least"] is False and stored["rate"] == stored["low"] == stored["high"] == found.value and stored["reason"] == found.reason
+    assert (
+        stored["at_least"] is False
+        and stored["rate"] == stored["low"] == stored["high"] == found.value
+        and stored["reason"] == found.reason
+    )
     assert found.result.summary["capacity"] == {"rate": found.value, "low": found.value, "high": found.value, "runs": 6}
 
 
@@ -247,13 +269,24 @@ def test_a_signal_between_points_ends_the_search_with_the_points_run(workload, p
     previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     try:
         with SignalStop() as signals:
-            found = find_capacity(workload, target(prompts), prompts, CapacityPlan(by="concurrency", slo=SLO), progress=progress, workers=1, signals=signals)
+            found = find_capacity(
+                workload,
+                target(prompts),
+                prompts,
+                CapacityPlan(by="concurrency", slo=SLO),
+                progress=progress,
+                workers=1,
+                signals=signals,
+            )
     finally:
         signal.signal(signal.SIGINT, previous[0])
         signal.signal(signal.SIGTERM, previous[1])
     assert [p.role for p in found.points] == ["low", "high"] and found.interrupted == "SIGINT"
     assert (found.value, found.high) == (1, 60) and not any(p.interrupted for p in found.points)
-    assert found.reason == "interrupted by SIGINT after 2 of at most 12 runs" and found.as_dict()["interrupted"] == "SIGINT"
+    assert (
+        found.reason == "interrupted by SIGINT after 2 of at most 12 runs"
+        and found.as_dict()["interrupted"] == "SIGINT"
+    )
 
 
 def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):
@@ -295,8 +328,13 @@ def test_the_budget_bounds_the_runs(workload, prompts):
     assert len(found.points) == 7 and "budget of 7 runs spent" in found.ended
     assert found.low < found.high  # 2 estimates, the ends, growth to a failing rate, one bisection
     # a progress line per point, as each finished
-    assert [line.split(":")[0] for line in lines[2:]] == [f"point {i}/7 {p.role:>6} rate {p.load:.4g} req/s" for i, p in enumerate(found.points, 1) if not p.estimate]
-    assert [line.split(": carried ")[0] for line in lines[:2]] == ["point 1/7   sync estimate, 1 in flight", "point 2/7 saturate estimate, 60 in flight"]
+    assert [line.split(":")[0] for line in lines[2:]] == [
+        f"point {i}/7 {p.role:>6} rate {p.load:.4g} req/s" for i, p in enumerate(found.points, 1) if not p.estimate
+    ]
+    assert [line.split(": carried ")[0] for line in lines[:2]] == [
+        "point 1/7   sync estimate, 1 in flight",
+        "point 2/7 saturate estimate, 60 in flight",
+    ]
 
 
 def test_parallel_bracketing_finds_what_the_serial_search_finds(workload, prompts):
@@ -401,7 +439,11 @@ def test_queue_growth_needs_a_steep_and_certain_trend():
     for i in range(600):  # 60 s of schedule, a request every 0.1 s
         s = i / 10
         noise = rng.uniform(-0.5, 0.5)
-        for name, rule, wait in (("level", level, 1 + noise), ("growing", growing, 1 + 0.5 * s + noise), ("shallow", shallow, 1 + 0.05 * s + noise)):
+        for name, rule, wait in (
+            ("level", level, 1 + noise),
+            ("growing", growing, 1 + 0.5 * s + noise),
+            ("shallow", shallow, 1 + 0.05 * s + noise),
+        ):
             if name not in tripped and rule.add(s, wait):
                 tripped[name] = s
     assert list(tripped) == ["growing"]
@@ -421,15 +463,27 @@ def test_queue_growth_needs_a_steep_and_certain_trend():
         ({"by": "rate", "slo": SLO, "min": 8, "max": 4}, "capacity.min: expected less than the max (4), got 8"),
         ({"by": "rate", "slo": SLO, "resolution": 0}, "capacity.resolution: expected a share between 0 and 1"),
         ({"by": "rate", "slo": SLO, "resolution": "0%"}, "capacity.resolution: expected a share between 0 and 1"),
-        ({"by": "rate", "slo": {"cache_hit_rate.mean": "> 50%"}}, "capacity.slo 'cache_hit_rate.mean': cannot be evaluated per request"),
+        (
+            {"by": "rate", "slo": {"cache_hit_rate.mean": "> 50%"}},
+            "capacity.slo 'cache_hit_rate.mean': cannot be evaluated per request",
+        ),
         ({"by": "rate", "slo": {"ttft.p99": "> 1s"}}, "capacity.slo 'ttft.p99': cannot be evaluated per request"),
         ({"by": "rate", "slo": {}}, "capacity.slo: expected the SLOs each load must meet"),
         ({"by": "rate", "slo": {"ttft.p99": "< 1 req/s"}}, "capacity.slo: SLO 'ttft.p99': unit 'req/s' does not fit"),
         ({"by": "concurrency", "slo": SLO, "max": 8.5}, "capacity.max: a concurrency is a whole number"),
         ({"by": "concurrency", "slo": SLO, "arrival": "trace"}, "capacity.arrival: applies to a search by rate"),
-        ({"by": "concurrency", "slo": SLO, "budget": 1}, "capacity.budget: expected a whole number of runs >= 2 (the search starts with 2), got 1"),
-        ({"by": "rate", "slo": SLO, "budget": 3}, "capacity.budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends)"),
-        ({"by": "rate", "slo": SLO, "min": 1, "budget": 2}, "capacity.budget: expected a whole number of runs >= 3 (the search starts with 3: 1 estimate and"),
+        (
+            {"by": "concurrency", "slo": SLO, "budget": 1},
+            "capacity.budget: expected a whole number of runs >= 2 (the search starts with 2), got 1",
+        ),
+        (
+            {"by": "rate", "slo": SLO, "budget": 3},
+            "capacity.budget: expected a whole number of runs >= 4 (the search starts with 4: 2 estimates and the two ends)",
+        ),
+        (
+            {"by": "rate", "slo": SLO, "min": 1, "budget": 2},
+            "capacity.budget: expected a whole number of runs >= 3 (the search starts with 3: 1 estimate and",
+        ),
         ({"by": "rate", "slo": SLO, "step": 1}, "capacity.step: unknown key"),
     ],
 )

@@ -31,8 +31,13 @@ PROFILE = "llama-3.1-8b-h100"
 
 def tokens_by_point(found):
     """Per point (by load): each request's (prompt, cached, output) tokens, by session."""
-    return {point.load: {record.session_id: (record.prompt_tokens, record.cached_tokens or 0, record.output_tokens)
-                         for record in point.result.run.records} for point in found.points}
+    return {
+        point.load: {
+            record.session_id: (record.prompt_tokens, record.cached_tokens or 0, record.output_tokens)
+            for record in point.result.run.records
+        }
+        for point in found.points
+    }
 
 
 def test_points_over_http_count_the_tokens_of_the_offline_points(tmp_path):
@@ -46,7 +51,9 @@ def test_points_over_http_count_the_tokens_of_the_offline_points(tmp_path):
     server = start_sim_server(PROFILE, None)
     try:
         # completions: the server counts the prompt as sent (chat adds its template's tokens)
-        online = tokens_by_point(find_capacity(workload, Target("sim-server", server.url, api="completions", prompts=prompts), prompts, plan))
+        online = tokens_by_point(
+            find_capacity(workload, Target("sim-server", server.url, api="completions", prompts=prompts), prompts, plan)
+        )
     finally:
         server.stop()
     assert list(online) == list(offline) == [1, 12]
@@ -107,10 +114,17 @@ def test_a_server_with_no_reset_is_named_once_in_the_progress(tmp_path):
     path.write_text(WORKLOAD)
     lines = []
     target = NoReset("live", "http://127.0.0.1:9/v1")
-    search = Search(load_workload(path), target, PromptFactory(load_tokenizer(None), seed=0), CapacityPlan(by="concurrency", slo={"ttft.p99": "< 1s"}),
-                    progress=lines.append)
+    search = Search(
+        load_workload(path),
+        target,
+        PromptFactory(load_tokenizer(None), seed=0),
+        CapacityPlan(by="concurrency", slo={"ttft.p99": "< 1s"}),
+        progress=lines.append,
+    )
     search.fresh_server()
     search.fresh_server()
     assert target.resets == 2
-    assert lines == ["note: http://127.0.0.1:9/v1 answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
-                     "each point may measure a prefix cache the previous one warmed"]
+    assert lines == [
+        "note: http://127.0.0.1:9/v1 answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
+        "each point may measure a prefix cache the previous one warmed"
+    ]

@@ -35,7 +35,9 @@ def sim_url(prompts):
 
 def test_the_sweep_recovers_the_servers_timing(sim_url, prompts):
     profile = load_profile(PROFILE)
-    plan = CalibrationPlan(prefill_tokens=(256, 2048), decode_seqs=(1, 8), decode_output_tokens=16, repeats=3, budget_s=120)
+    plan = CalibrationPlan(
+        prefill_tokens=(256, 2048), decode_seqs=(1, 8), decode_output_tokens=16, repeats=3, budget_s=120
+    )
     found = calibrate(HTTPEndpoint(sim_url, api="completions", extra_body={"ignore_eos": True}), prompts, plan, "mine")
     timing = found["timing"]
     assert found["name"] == "mine" and timing["kind"] == "table"
@@ -50,21 +52,45 @@ def test_the_sweep_recovers_the_servers_timing(sim_url, prompts):
         expected = profile.timing.iteration_s(Batch(0, 0, seqs, seqs * 72, 0.0)) * 1000
         assert ms == pytest.approx(expected, rel=0.1, abs=1.0)
     # block size and GPU blocks come from the server's vllm:cache_config_info, the rest are vLLM's defaults
-    assert found["engine"] == {"block_size": 16, "num_gpu_blocks": profile.engine.num_gpu_blocks, "max_num_seqs": 256, "max_num_batched_tokens": 8192}
+    assert found["engine"] == {
+        "block_size": 16,
+        "num_gpu_blocks": profile.engine.num_gpu_blocks,
+        "max_num_seqs": 256,
+        "max_num_batched_tokens": 8192,
+    }
     assert any("cache_config_info" in note for note in found["notes"])
 
 
 def test_the_command_writes_a_profile_the_simulator_loads(sim_url, tmp_path, capsys):
     out = tmp_path / "calibrated.json"
-    code = main(["calibrate", "--endpoint", sim_url, "--out", str(out), "--prefill-tokens", "128,512", "--decode-seqs", "1,2",
-                 "--decode-output-tokens", "8", "--repeats", "1", "--max-num-seqs", "64"])
+    code = main(
+        [
+            "calibrate",
+            "--endpoint",
+            sim_url,
+            "--out",
+            str(out),
+            "--prefill-tokens",
+            "128,512",
+            "--decode-seqs",
+            "1,2",
+            "--decode-output-tokens",
+            "8",
+            "--repeats",
+            "1",
+            "--max-num-seqs",
+            "64",
+        ]
+    )
     assert code == 0
     profile = load_profile(out)
     assert profile.name == "calibrated" and profile.engine.max_num_seqs == 64
     assert json.loads(out.read_text())["timing"]["prefill"]["tokens"] == [128, 512]
     printed = capsys.readouterr().out
     assert "prefill 128 tokens" in printed
-    assert printed.endswith(f"wrote {out}: use it with --llm-sim-profile={out} or llmreplay sim --profile {out}\n")  # = keeps pytest's rootdir
+    assert printed.endswith(
+        f"wrote {out}: use it with --llm-sim-profile={out} or llmreplay sim --profile {out}\n"
+    )  # = keeps pytest's rootdir
 
 
 SWEEP = ["--prefill-tokens", "128", "--decode-seqs", "1", "--decode-output-tokens", "8", "--repeats", "1"]
@@ -76,13 +102,20 @@ def test_the_out_folder_is_made_before_the_sweep(sim_url, tmp_path, capsys):
     assert load_profile(out).name == "p"
 
 
-@pytest.mark.parametrize(("out", "message"), [
-    ("", "error: --out: empty; expected a file for the simulator profile\n"),
-    (".", "error: --out: . is a folder; expected a file for the simulator profile\n"),
-    ("afile/p.json", "error: --out: afile is a file; expected a folder for the simulator profile\n"),
-])
-@pytest.mark.parametrize("source", [["--endpoint", "URL"], ["--from-run", "run.jsonl", "--workload", "w.jsonl", "--profile", PROFILE]])
-def test_a_bad_out_is_one_line_before_anything_is_measured(out, message, source, tmp_path, monkeypatch, capsys, refused_url):
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("", "error: --out: empty; expected a file for the simulator profile\n"),
+        (".", "error: --out: . is a folder; expected a file for the simulator profile\n"),
+        ("afile/p.json", "error: --out: afile is a file; expected a folder for the simulator profile\n"),
+    ],
+)
+@pytest.mark.parametrize(
+    "source", [["--endpoint", "URL"], ["--from-run", "run.jsonl", "--workload", "w.jsonl", "--profile", PROFILE]]
+)
+def test_a_bad_out_is_one_line_before_anything_is_measured(
+    out, message, source, tmp_path, monkeypatch, capsys, refused_url
+):
     """Checked first: neither the server (nothing listens there) nor the run file (there is none)
     is reached; once this came as a traceback after the whole sweep or fit."""
     monkeypatch.chdir(tmp_path)
@@ -104,10 +137,15 @@ def test_a_profile_that_cannot_be_written_after_the_sweep_is_printed_not_lost(si
         return found
 
     monkeypatch.setattr(module, "calibrate", measure_then_lose_the_folder)
-    assert main(["calibrate", "--endpoint", sim_url, "--out", str(folder / "p.json"), *SWEEP]) == 3  # bad input: the profile could not be written
+    assert (
+        main(["calibrate", "--endpoint", sim_url, "--out", str(folder / "p.json"), *SWEEP]) == 3
+    )  # bad input: the profile could not be written
     out, err = capsys.readouterr()
-    assert err == f"error: --out: cannot write {folder / 'p.json'} (No such file or directory); the profile is printed above on stdout, save it from there\n"
-    printed = json.loads(out[out.index("\n{\n") + 1:])
+    assert (
+        err
+        == f"error: --out: cannot write {folder / 'p.json'} (No such file or directory); the profile is printed above on stdout, save it from there\n"
+    )
+    printed = json.loads(out[out.index("\n{\n") + 1 :])
     assert printed["name"] == "p" and printed["timing"]["prefill"]["tokens"] == [128]
 
 
@@ -115,26 +153,42 @@ def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):
     with ServerThread(MockServer()) as thread:
         endpoint = HTTPEndpoint(thread.url, api="completions")
         with pytest.raises(LLMReplayError, match="num-gpu-blocks"):
-            calibrate(endpoint, prompts, CalibrationPlan(prefill_tokens=(16,), decode_seqs=(1,), decode_output_tokens=8, repeats=1), "x")
+            calibrate(
+                endpoint,
+                prompts,
+                CalibrationPlan(prefill_tokens=(16,), decode_seqs=(1,), decode_output_tokens=8, repeats=1),
+                "x",
+            )
         # given, the sweep runs (the mock answers at once)
-        plan = CalibrationPlan(prefill_tokens=(16, 32), decode_seqs=(1,), decode_output_tokens=8, repeats=1, engine={"num_gpu_blocks": 1000})
+        plan = CalibrationPlan(
+            prefill_tokens=(16, 32),
+            decode_seqs=(1,),
+            decode_output_tokens=8,
+            repeats=1,
+            engine={"num_gpu_blocks": 1000},
+        )
         assert calibrate(endpoint, prompts, plan, "x")["engine"]["num_gpu_blocks"] == 1000
     # per prefill length one unmeasured warm-up request, then the repeats; then the decode batch
     assert thread.server.completions_count == 2 * (1 + 1) + 1
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--prefill-tokens", "512,128"], "--prefill-tokens: expected increasing integers >= 1"),
-    (["--decode-seqs", "1,x"], "--decode-seqs: expected comma-separated integers"),
-    (["--decode-output-tokens", "2"], "--decode-output-tokens: expected at least 8"),
-    (["--budget", "0"], "--budget: expected seconds > 0"),
-    (["--timeout", "0"], "--timeout: expected seconds > 0"),
-    (["--timeout", "-1"], "--timeout: expected seconds > 0"),
-    (["--repeats", "0"], "--repeats: expected an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--prefill-tokens", "512,128"], "--prefill-tokens: expected increasing integers >= 1"),
+        (["--decode-seqs", "1,x"], "--decode-seqs: expected comma-separated integers"),
+        (["--decode-output-tokens", "2"], "--decode-output-tokens: expected at least 8"),
+        (["--budget", "0"], "--budget: expected seconds > 0"),
+        (["--timeout", "0"], "--timeout: expected seconds > 0"),
+        (["--timeout", "-1"], "--timeout: expected seconds > 0"),
+        (["--repeats", "0"], "--repeats: expected an integer >= 1"),
+    ],
+)
 def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
     # status 3, run's and sweep's for bad input, not 1
-    assert main(["calibrate", "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "p.json"), *argv]) == BAD_INPUT
+    assert (
+        main(["calibrate", "--endpoint", "http://127.0.0.1:9", "--out", str(tmp_path / "p.json"), *argv]) == BAD_INPUT
+    )
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1 and "Traceback" not in err
 
@@ -143,8 +197,9 @@ def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
 def test_a_server_that_is_not_there_is_named_as_such(argv, tmp_path, capsys, refused_url):
     """Not "does not export vllm:cache_config_info", not "pass --model", no unclosed session."""
     url = refused_url
-    assert main(["calibrate", "--endpoint", url, "--out", str(tmp_path / "p.json"), "--timeout", "5", *argv]) == BAD_INPUT
+    assert (
+        main(["calibrate", "--endpoint", url, "--out", str(tmp_path / "p.json"), "--timeout", "5", *argv]) == BAD_INPUT
+    )
     err = capsys.readouterr().err
     assert err.startswith(f"error: calibrate: {url}: no answer to GET /metrics (") and err.count("\n") == 1, err
     assert "is the server running?" in err
-

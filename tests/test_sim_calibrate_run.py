@@ -14,7 +14,14 @@ from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.workloads.formats import load_workload
 from pytest_llmreplay.workloads.prompts import PromptFactory
-from pytest_llmreplay.sim.calibrate_run import BOUNDS, STATISTICS, calibrate_from_run, nelder_mead, simulate, with_timing
+from pytest_llmreplay.sim.calibrate_run import (
+    BOUNDS,
+    STATISTICS,
+    calibrate_from_run,
+    nelder_mead,
+    simulate,
+    with_timing,
+)
 from pytest_llmreplay.sim.measured_run import MIN_REQUESTS, read_run
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
@@ -37,8 +44,16 @@ def trace(tmp_path_factory):
     rng = np.random.default_rng(3)
     arrivals = list(np.arange(20) * 1.5) + list(30 + np.cumsum(rng.exponential(0.05, 100)))
     path = tmp_path_factory.mktemp("trace") / "trace.jsonl"
-    lines = [json.dumps({"input_toks": int(rng.integers(200, 3000)), "output_toks": int(rng.integers(20, 300)), "arrival_time_ns": int(t * 1e9)})
-             for t in arrivals]
+    lines = [
+        json.dumps(
+            {
+                "input_toks": int(rng.integers(200, 3000)),
+                "output_toks": int(rng.integers(20, 300)),
+                "arrival_time_ns": int(t * 1e9),
+            }
+        )
+        for t in arrivals
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -49,9 +64,19 @@ def base_json():
 
 def vllm_lines(run):
     """A simulated run written as vLLM's per-request records (arrival in the engine at 100 s)."""
-    return [json.dumps({"request_id": f"bench-{i}", "output_toks": 2 if math.isnan(tpot) else round((latency - ttft) / tpot) + 1,
-                        "queued_ts": 100.0, "scheduled_ts": 100.0, "first_token_ts": 100.0 + ttft, "last_token_ts": 100.0 + latency})
-            for i, (ttft, tpot, latency) in enumerate(zip(run.ttft, run.tpot, run.latency))]
+    return [
+        json.dumps(
+            {
+                "request_id": f"bench-{i}",
+                "output_toks": 2 if math.isnan(tpot) else round((latency - ttft) / tpot) + 1,
+                "queued_ts": 100.0,
+                "scheduled_ts": 100.0,
+                "first_token_ts": 100.0 + ttft,
+                "last_token_ts": 100.0 + latency,
+            }
+        )
+        for i, (ttft, tpot, latency) in enumerate(zip(run.ttft, run.tpot, run.latency))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -98,15 +123,22 @@ def test_a_client_timed_run_also_recovers_the_front_end_latency(trace, tmp_path,
     assert main(["run", str(trace), "--sim", str(truth_path), "--out", str(tmp_path / "run")]) == 0
     run = read_run(tmp_path / "run" / "requests.csv")
     assert run.from_client
-    profile, fit = calibrate_from_run(BASE, load_workload(trace), run, lambda: PromptFactory(tokenizer), fit=tuple(BOUNDS), max_evals=100)
+    profile, fit = calibrate_from_run(
+        BASE, load_workload(trace), run, lambda: PromptFactory(tokenizer), fit=tuple(BOUNDS), max_evals=100
+    )
     for name, value in {**TRUTH, "frontend_ms": 15.0}.items():
         assert fit.values[name] == pytest.approx(value, rel=0.1), name
     assert profile["timing"]["frontend_ms"] == fit.values["frontend_ms"]
     assert max(abs(fit.holdout_errors[key]) for key in STATISTICS) < 0.03
     engine_timed = read_run(write(tmp_path / "run.jsonl", vllm_lines(run)))
     assert not engine_timed.from_client
-    with pytest.raises(LLMReplayError, match=rf"^--fit: frontend_ms cannot be fitted from {engine_timed.path}: vLLM's per-request records are timed from the engine's queue"):
-        calibrate_from_run(BASE, load_workload(trace), engine_timed, lambda: PromptFactory(tokenizer), fit=("mfu", "frontend_ms"))
+    with pytest.raises(
+        LLMReplayError,
+        match=rf"^--fit: frontend_ms cannot be fitted from {engine_timed.path}: vLLM's per-request records are timed from the engine's queue",
+    ):
+        calibrate_from_run(
+            BASE, load_workload(trace), engine_timed, lambda: PromptFactory(tokenizer), fit=("mfu", "frontend_ms")
+        )
 
 
 def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
@@ -117,13 +149,30 @@ def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
     assert main(["run", str(trace), "--sim", str(truth_path), "--out", str(tmp_path / "run")]) == 0
     for name in ("requests.csv", "result.json"):
         out = tmp_path / f"fitted-{name}.json"
-        code = main(["calibrate", "--from-run", str(tmp_path / "run" / name), "--workload", str(trace), "--profile", BASE,
-                     "--fit", "mbu", "--max-evals", "20", "--out", str(out)])
+        code = main(
+            [
+                "calibrate",
+                "--from-run",
+                str(tmp_path / "run" / name),
+                "--workload",
+                str(trace),
+                "--profile",
+                BASE,
+                "--fit",
+                "mbu",
+                "--max-evals",
+                "20",
+                "--out",
+                str(out),
+            ]
+        )
         assert code == 0
         printed = capsys.readouterr().out
         assert "| tpot mean |" in printed and "hold-out" in printed
         fitted, base = json.loads(out.read_text()), base_json()
-        assert fitted["timing"]["mbu"] != base["timing"]["mbu"] and fitted["timing"]["mfu"] == base["timing"]["mfu"]  # only mbu was fitted
+        assert (
+            fitted["timing"]["mbu"] != base["timing"]["mbu"] and fitted["timing"]["mfu"] == base["timing"]["mfu"]
+        )  # only mbu was fitted
         # at least half way from the base's mbu toward the truth's (mfu and overhead left wrong)
         assert fitted["timing"]["mbu"] < (base["timing"]["mbu"] + TRUTH["mbu"]) / 2
 
@@ -131,9 +180,23 @@ def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
 @pytest.mark.skipif(not (DATA / "bench").is_dir(), reason="the public LLMServingSim data is not in ../shared/data")
 def test_the_command_runs_on_the_real_vllm_run(tmp_path, capsys):
     out = tmp_path / "rtx.json"
-    code = main(["calibrate", "--from-run", str(DATA / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_requests.jsonl"),
-                 "--workload", str(DATA / "sharegpt-llama-3.1-8b-300-sps10.jsonl"), "--profile", "llama-3.1-8b-rtx-pro-6000",
-                 "--fit", "mbu,overhead_ms", "--max-evals", "4", "--out", str(out)])
+    code = main(
+        [
+            "calibrate",
+            "--from-run",
+            str(DATA / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_requests.jsonl"),
+            "--workload",
+            str(DATA / "sharegpt-llama-3.1-8b-300-sps10.jsonl"),
+            "--profile",
+            "llama-3.1-8b-rtx-pro-6000",
+            "--fit",
+            "mbu,overhead_ms",
+            "--max-evals",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "300 requests" in printed
@@ -149,11 +212,14 @@ def write(path, lines):
 GOOD = {"output_toks": 10, "queued_ts": 1.0, "scheduled_ts": 1.1, "first_token_ts": 1.2, "last_token_ts": 2.0}
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"first_token_ts": None}, "missing first_token_ts"),
-    ({"scheduled_ts": 1.5}, "times out of order"),
-    ({"output_toks": "ten"}, "output_toks: expected a number"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"first_token_ts": None}, "missing first_token_ts"),
+        ({"scheduled_ts": 1.5}, "times out of order"),
+        ({"output_toks": "ten"}, "output_toks: expected a number"),
+    ],
+)
 def test_an_unusable_vllm_run_is_one_line_naming_the_file_and_line(tmp_path, change, message):
     bad = {k: v for k, v in {**GOOD, **change}.items() if v is not None}
     path = write(tmp_path / "run.jsonl", [json.dumps(GOOD)] * 3 + [json.dumps(bad)] + [json.dumps(GOOD)] * 10)
@@ -175,7 +241,19 @@ def test_too_few_requests_and_missing_columns_are_refused(tmp_path):
 
 def test_a_run_of_another_workload_does_not_pair(trace, tmp_path, tokenizer, capsys):
     path = write(tmp_path / "long.jsonl", [json.dumps(GOOD)] * 130)
-    code = main(["calibrate", "--from-run", str(path), "--workload", str(trace), "--profile", BASE, "--out", str(tmp_path / "p.json")])
+    code = main(
+        [
+            "calibrate",
+            "--from-run",
+            str(path),
+            "--workload",
+            str(trace),
+            "--profile",
+            BASE,
+            "--out",
+            str(tmp_path / "p.json"),
+        ]
+    )
     assert code != 0
     err = capsys.readouterr().err
     assert f"{path}: request (session 120, turn 0) is not in the workload (120 sessions)" in err
@@ -190,8 +268,21 @@ def test_from_run_needs_a_workload_and_a_profile(trace, truth_run, tmp_path, cap
 
 
 def test_a_budget_below_one_simplex_is_refused_before_the_fit_begins(trace, truth_run, tmp_path, capsys):
-    code = main(["calibrate", "--from-run", str(truth_run), "--workload", str(trace), "--profile", BASE,
-                 "--max-evals", "3", "--out", str(tmp_path / "p.json")])
+    code = main(
+        [
+            "calibrate",
+            "--from-run",
+            str(truth_run),
+            "--workload",
+            str(trace),
+            "--profile",
+            BASE,
+            "--max-evals",
+            "3",
+            "--out",
+            str(tmp_path / "p.json"),
+        ]
+    )
     assert code == 3
     captured = capsys.readouterr()
     assert "error: --max-evals: expected at least 4 (one simplex), got 3" in captured.err

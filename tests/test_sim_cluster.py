@@ -73,6 +73,7 @@ def engine_index(cluster, job):
 
 # --- routers -----------------------------------------------------------------------------------
 
+
 def test_round_robin_sends_request_n_to_engine_n_mod_3():
     # request n has a prompt of 4 * (n + 1) distinct tokens
     arrivals = [(0.0, list(range(1000 * n, 1000 * n + 4 * (n + 1))), 2) for n in range(7)]
@@ -143,13 +144,19 @@ def test_a_kv_aware_cluster_replays_deterministically(prompts):
         doc = 10 * (i % 5)
         return (doc, doc + 1, doc + 2, doc + 3, 1000 + 2 * i, 1001 + 2 * i)
 
-    sessions = tuple(Session(f"r{i}", i * 0.01, (Turn(6 * 64 - i % 5, 16 + i % 7, HashBlocks(ids(i), 64)),)) for i in range(40))
+    sessions = tuple(
+        Session(f"r{i}", i * 0.01, (Turn(6 * 64 - i % 5, 16 + i % 7, HashBlocks(ids(i), 64)),)) for i in range(40)
+    )
     workload = Workload(sessions, "test")
 
     def once():
-        endpoint = SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts, cluster=ClusterConfig(engines=4, router="kv_aware"))
+        endpoint = SimEndpoint(
+            load_profile("llama-3.1-8b-h100"), prompts, cluster=ClusterConfig(engines=4, router="kv_aware")
+        )
         run = replay(workload, endpoint, prompts, ReplaySettings(), clock=VirtualClock())
-        records = [(r.session_id, r.sent_s, r.chunk_times, r.chunk_tokens, r.cached_tokens, r.end_s) for r in run.records]
+        records = [
+            (r.session_id, r.sent_s, r.chunk_times, r.chunk_tokens, r.cached_tokens, r.end_s) for r in run.records
+        ]
         return records, [engine.stats()["prompt_tokens_total"] for engine in endpoint.cluster.engines]
 
     (first, work), (second, _) = once(), once()
@@ -159,6 +166,7 @@ def test_a_kv_aware_cluster_replays_deterministically(prompts):
 
 
 # --- the front end --------------------------------------------------------------------------------
+
 
 def test_the_front_end_delays_each_request_by_its_latency_first_in_first_out():
     # front end 2.5 s, one sequence at a time. A and B, received at 0, reach the engine at 2.5:
@@ -209,6 +217,7 @@ def test_a_request_abandoned_in_the_front_end_never_reaches_an_engine():
 
 
 # --- disaggregated prefill / decode ------------------------------------------------------------
+
 
 def test_disaggregated_first_token_from_prefill_then_transfer_then_decode():
     # prefill [0, 1]: first token at 1; KV transfer 8 * 0.25 s = 2 s: [1, 3]; the decode engine
@@ -324,7 +333,11 @@ def test_a_request_aborted_during_its_kv_transfer_never_reaches_the_decode_engin
     job, in_transfer, decode = clock.run(main())
     assert in_transfer is None
     assert job.times == [1.0] and job.pipeline.cancelled()
-    assert (decode["generation_tokens_total"], decode["kv_cache_usage_perc"], decode["num_requests_running"]) == (0, 0.0, 0)
+    assert (decode["generation_tokens_total"], decode["kv_cache_usage_perc"], decode["num_requests_running"]) == (
+        0,
+        0.0,
+        0,
+    )
 
 
 def test_an_aborted_request_gets_no_more_tokens():
@@ -355,7 +368,9 @@ def test_a_duration_limit_cancels_disaggregated_requests_and_frees_every_engine(
     profile = stub_profile(max_num_batched_tokens=8)
     sessions = (Session("a", 0.0, (Turn(8, 100, Synthetic()),)), Session("b", 0.5, (Turn(80, 5, Synthetic()),)))
     endpoint = SimEndpoint(profile, prompts, cluster=ClusterConfig(engines=1, prefill_engines=1, **TRANSFER))
-    run = replay(Workload(sessions, "test"), endpoint, prompts, ReplaySettings(duration_s=5.0, grace_s=0.5), clock=VirtualClock())
+    run = replay(
+        Workload(sessions, "test"), endpoint, prompts, ReplaySettings(duration_s=5.0, grace_s=0.5), clock=VirtualClock()
+    )
     a, b = run.records
     assert (a.status, b.status) == ("cancelled", "cancelled")
     assert a.chunk_tokens[:1] == [1] and b.chunk_tokens == []  # A got its first token from the prefill engine
@@ -364,6 +379,7 @@ def test_a_duration_limit_cancels_disaggregated_requests_and_frees_every_engine(
 
 
 # --- configuration -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "setting, name",
@@ -415,4 +431,6 @@ def test_sim_endpoint_name_and_gpus_for_a_cluster(prompts):
     assert disagg.name == "sim:llama-3.1-8b-h100 (2 prefill + 3 decode, round_robin)"
     assert disagg.gpus == 2 * (3 + 2)
     # no hardware: 1 GPU per engine
-    assert SimEndpoint(stub_profile(), prompts, cluster=ClusterConfig(engines=2, prefill_engines=1, **TRANSFER)).gpus == 3
+    assert (
+        SimEndpoint(stub_profile(), prompts, cluster=ClusterConfig(engines=2, prefill_engines=1, **TRANSFER)).gpus == 3
+    )

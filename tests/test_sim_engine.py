@@ -50,7 +50,9 @@ def simulate(config, arrivals, timing=None):
 
 
 def test_chunked_prefill_spends_the_budget_then_decodes():
-    _, (a,) = simulate(EngineConfig(block_size=4, num_gpu_blocks=100, max_num_batched_tokens=10), [(0, list(range(25)), 3)])
+    _, (a,) = simulate(
+        EngineConfig(block_size=4, num_gpu_blocks=100, max_num_batched_tokens=10), [(0, list(range(25)), 3)]
+    )
     # prefill 10 + 10 + 5 tokens in iterations 1-3: first token at 3; then 2 decode steps as one span
     assert a.times == [3.0, 5.0] and a.tokens == [1, 2]
     assert a.cached == 0 and a.generated == 3
@@ -58,7 +60,11 @@ def test_chunked_prefill_spends_the_budget_then_decodes():
 
 def test_running_requests_first_then_waiting_ones_get_the_rest_of_the_budget():
     timing = OneSecond()
-    _, (a, b) = simulate(EngineConfig(block_size=4, num_gpu_blocks=100, max_num_batched_tokens=10), [(0, list(range(8)), 5), (0, list(range(100, 120)), 2)], timing)
+    _, (a, b) = simulate(
+        EngineConfig(block_size=4, num_gpu_blocks=100, max_num_batched_tokens=10),
+        [(0, list(range(8)), 5), (0, list(range(100, 120)), 2)],
+        timing,
+    )
     # it 1: A prefills 8, B 2; it 2: A decodes 1, B 9 (11); it 3: A decodes, B 9 (20): B's first token
     first_three = [(b.prefill_tokens, b.decode_seqs) for b in timing.batches[:3]]
     assert first_three == [(10, 0), (9, 1), (9, 1)]
@@ -67,7 +73,10 @@ def test_running_requests_first_then_waiting_ones_get_the_rest_of_the_budget():
 
 
 def test_max_num_seqs_makes_later_requests_queue():
-    _, (a, b) = simulate(EngineConfig(block_size=4, num_gpu_blocks=100, max_num_seqs=1), [(0, list(range(8)), 3), (0, list(range(50, 58)), 3)])
+    _, (a, b) = simulate(
+        EngineConfig(block_size=4, num_gpu_blocks=100, max_num_seqs=1),
+        [(0, list(range(8)), 3), (0, list(range(50, 58)), 3)],
+    )
     assert a.times == [1.0, 3.0] and a.scheduled_s == 0.0
     assert b.scheduled_s == 3.0 and b.times == [4.0, 6.0]
 
@@ -133,7 +142,9 @@ def test_engine_eviction_keeps_the_prefix_of_a_finished_request():
     a_prompt = list(range(8))
     # A: 8 tokens + 1 output -> 2 blocks, released; B: 8 new tokens take the 2 unused blocks;
     # C: 4 new tokens need 1 more block: A's tail goes; D = A's prompt still hits A's head block
-    _, (a, b, c, d) = simulate(config, [(0, a_prompt, 1), (5, list(range(20, 28)), 1), (10, list(range(40, 44)), 1), (15, a_prompt, 1)])
+    _, (a, b, c, d) = simulate(
+        config, [(0, a_prompt, 1), (5, list(range(20, 28)), 1), (10, list(range(40, 44)), 1), (15, a_prompt, 1)]
+    )
     assert (b.cached, c.cached, d.cached) == (0, 0, 4)
 
 
@@ -149,7 +160,9 @@ def test_preemption_recomputes_the_newest_request_and_keeps_its_output_length():
 
 
 def test_an_arrival_cuts_a_decode_span_at_the_iteration_in_progress():
-    _, (a, b) = simulate(EngineConfig(block_size=16, num_gpu_blocks=100), [(0, list(range(8)), 30), (10.5, list(range(50, 58)), 2)])
+    _, (a, b) = simulate(
+        EngineConfig(block_size=16, num_gpu_blocks=100), [(0, list(range(8)), 30), (10.5, list(range(50, 58)), 2)]
+    )
     # A: first token at 1, then a span cut by B's arrival at 10.5: the iteration ending at 11 completes
     assert a.times[:2] == [1.0, 11.0] and a.tokens[:2] == [1, 10]
     assert b.scheduled_s == 11.0 and b.times[0] == 12.0
@@ -158,7 +171,11 @@ def test_an_arrival_cuts_a_decode_span_at_the_iteration_in_progress():
 
 def test_kv_usage_and_decode_batch_reach_the_timing_model():
     timing = OneSecond()
-    simulate(EngineConfig(block_size=4, num_gpu_blocks=10, max_num_batched_tokens=100), [(0, list(range(8)), 1), (0, list(range(20, 32)), 1)], timing)
+    simulate(
+        EngineConfig(block_size=4, num_gpu_blocks=10, max_num_batched_tokens=100),
+        [(0, list(range(8)), 1), (0, list(range(20, 32)), 1)],
+        timing,
+    )
     first = timing.batches[0]
     assert (first.prefill_tokens, first.prefill_context, first.decode_seqs) == (20, 20, 0)
     assert first.kv_usage == pytest.approx(5 / 10)  # 2 + 3 blocks held while the batch runs
@@ -166,7 +183,10 @@ def test_kv_usage_and_decode_batch_reach_the_timing_model():
 
 def test_same_inputs_give_identical_times():
     rng = np.random.default_rng(7)
-    arrivals = [(float(t), rng.integers(0, 50, int(n)).tolist(), int(o)) for t, n, o in zip(np.cumsum(rng.exponential(2.0, 40)), rng.integers(4, 60, 40), rng.integers(1, 30, 40))]
+    arrivals = [
+        (float(t), rng.integers(0, 50, int(n)).tolist(), int(o))
+        for t, n, o in zip(np.cumsum(rng.exponential(2.0, 40)), rng.integers(4, 60, 40), rng.integers(1, 30, 40))
+    ]
     config = EngineConfig(block_size=4, num_gpu_blocks=40, max_num_seqs=6, max_num_batched_tokens=32)
     runs = [[(r.times, r.tokens, r.cached, r.preemptions) for r in simulate(config, arrivals)[1]] for _ in range(2)]
     assert runs[0] == runs[1]

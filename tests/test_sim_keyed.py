@@ -47,6 +47,7 @@ def same_at(a, b):
 
 # --- segment_block_hashes ----------------------------------------------------------------------
 
+
 def test_equal_segment_prefixes_give_equal_hashes():
     a = segment_block_hashes((("doc", 8), ("a", 8)), 4, 4)
     b = segment_block_hashes((("doc", 8), ("b", 8)), 4, 4)
@@ -113,6 +114,7 @@ def test_asking_for_more_blocks_than_exist_returns_only_the_full_ones():
 
 # --- PromptFactory.keyed -----------------------------------------------------------------------
 
+
 def one_turn(turn, id="s"):
     return Session(id, 0.0, (turn,))
 
@@ -171,13 +173,18 @@ def test_keyed_synthetic_without_a_group_is_one_segment_of_its_own(factory):
 
 
 def test_growth_turns_and_token_ids_are_not_keyed(factory):
-    session = Session("s", 0.0, (Turn(20, 4, Synthetic()), Turn(40, 4, Synthetic(extends_previous=True)), Turn(3, 4, TokenIds((1, 2, 3)))))
+    session = Session(
+        "s",
+        0.0,
+        (Turn(20, 4, Synthetic()), Turn(40, 4, Synthetic(extends_previous=True)), Turn(3, 4, TokenIds((1, 2, 3)))),
+    )
     assert isinstance(factory.keyed(session, 0), KeyedPrompt)
     assert factory.keyed(session, 1) is None
     assert factory.keyed(session, 2) is None
 
 
 # --- Conversation in "keyed" format ------------------------------------------------------------
+
 
 def test_conversation_keyed_single_turn_sends_a_keyed_prompt(factory):
     session = one_turn(Turn(50, 7, HashBlocks((1, 2, 3, 4), 16)))
@@ -189,11 +196,15 @@ def test_conversation_keyed_single_turn_sends_a_keyed_prompt(factory):
 
 def test_conversation_keyed_sends_ids_for_a_chain_and_keys_for_a_standalone_turn(factory):
     # turn 2 extends turn 1 (both need real ids); turn 3 stands alone and nothing extends it
-    session = Session("s", 0.0, (
-        Turn(20, 5, Synthetic()),
-        Turn(40, 5, Synthetic(extends_previous=True)),
-        Turn(30, 5, Synthetic(prefix_group=2, prefix_tokens=16)),
-    ))
+    session = Session(
+        "s",
+        0.0,
+        (
+            Turn(20, 5, Synthetic()),
+            Turn(40, 5, Synthetic(extends_previous=True)),
+            Turn(30, 5, Synthetic(prefix_group=2, prefix_tokens=16)),
+        ),
+    )
     conversation = Conversation(factory, session, "completions", "keyed")
     _, first, planned1 = conversation.request(0)
     response = [int(t) for t in factory.words[:5]]
@@ -211,11 +222,13 @@ def test_conversation_keyed_sends_ids_for_a_chain_and_keys_for_a_standalone_turn
 
 # --- keyed and ids replays give identical numbers ----------------------------------------------
 
+
 def small_profile():
     """Few blocks and seats: requests queue, cached blocks are evicted, running ones preempted
     (16 blocks of 16 tokens; the longest request below needs 15)."""
     return Profile(
-        name="small", timing=PolynomialTiming(),
+        name="small",
+        timing=PolynomialTiming(),
         engine=EngineConfig(block_size=16, num_gpu_blocks=16, max_num_seqs=3, max_num_batched_tokens=96),
     )
 
@@ -230,7 +243,10 @@ def both_formats(workload, factory):
 
 
 def numbers(run):
-    return [(r.session_id, r.status, r.prompt_tokens, r.cached_tokens, r.chunk_times, r.chunk_tokens, r.end_s) for r in run.records]
+    return [
+        (r.session_id, r.status, r.prompt_tokens, r.cached_tokens, r.chunk_times, r.chunk_tokens, r.end_s)
+        for r in run.records
+    ]
 
 
 @pytest.mark.parametrize("hash_block", [16, 32])
@@ -245,7 +261,9 @@ def test_hash_id_workload_gives_identical_records_with_ids_and_keyed_prompts(fac
         doc = int(rng.integers(0, 6))
         ids = tuple(100 * doc + j for j in range(2 + doc % 3)) + tuple(10_000 + 10 * i + j for j in range(i % 3))
         length = hash_block * len(ids) - int(rng.integers(0, hash_block))
-        sessions.append(Session(f"r{i}", 0.1 * i, (Turn(length, int(rng.integers(4, 40)), HashBlocks(ids, hash_block)),)))
+        sessions.append(
+            Session(f"r{i}", 0.1 * i, (Turn(length, int(rng.integers(4, 40)), HashBlocks(ids, hash_block)),))
+        )
     (ids_run, ids_stats), (keyed_run, keyed_stats) = both_formats(Workload(tuple(sessions), "mooncake"), factory)
     assert ids_run.settings["prompt_format"] == "ids" and keyed_run.settings["prompt_format"] == "keyed"
     assert numbers(keyed_run) == numbers(ids_run)
@@ -258,8 +276,13 @@ def test_hash_id_workload_gives_identical_records_with_ids_and_keyed_prompts(fac
 
 def test_synthetic_prefix_groups_give_identical_records_with_ids_and_keyed_prompts(factory):
     spec = SyntheticSpec(
-        sessions=30, input_tokens={"dist": "uniform", "min": 60, "max": 200}, output_tokens={"dist": "uniform", "min": 2, "max": 30},
-        rate=8.0, shared_prefix_ratio=0.5, prefix_groups=3, seed=5,
+        sessions=30,
+        input_tokens={"dist": "uniform", "min": 60, "max": 200},
+        output_tokens={"dist": "uniform", "min": 2, "max": 30},
+        rate=8.0,
+        shared_prefix_ratio=0.5,
+        prefix_groups=3,
+        seed=5,
     )
     workload = generate(spec)
     assert all(len(s.turns) == 1 and s.turns[0].prompt.prefix_group is not None for s in workload)

@@ -44,7 +44,9 @@ def test_agent_sessions_hit_the_cache_with_their_own_history(prompts):
     later = [r for r in records if r.turn_index]
     # each later prompt starts with the previous prompt and its response: all their full blocks hit
     for record in later:
-        previous = next(p for p in records if p.session_id == record.session_id and p.turn_index == record.turn_index - 1)
+        previous = next(
+            p for p in records if p.session_id == record.session_id and p.turn_index == record.turn_index - 1
+        )
         assert record.cached_tokens == (previous.prompt_tokens + previous.output_tokens - 1) // 16 * 16
     assert result.summary["eligible_cache_hit_rate"]["min"] > 0.95
     assert all(r.queue_s is not None and r.queue_s >= 0 for r in records)
@@ -53,7 +55,9 @@ def test_agent_sessions_hit_the_cache_with_their_own_history(prompts):
 def test_the_same_seed_gives_identical_numbers(prompts):
     workload = Workload(tuple(agent(f"s{i}", i * 0.3) for i in range(12)), "test")
     first, second = offline(workload, prompts), offline(workload, prompts)
-    assert [(r.sent_s, r.chunk_times, r.cached_tokens) for r in first.records] == [(r.sent_s, r.chunk_times, r.cached_tokens) for r in second.records]
+    assert [(r.sent_s, r.chunk_times, r.cached_tokens) for r in first.records] == [
+        (r.sent_s, r.chunk_times, r.cached_tokens) for r in second.records
+    ]
 
 
 def test_jitter_is_deterministic_per_seed_and_keeps_mean_times(prompts):
@@ -75,7 +79,9 @@ def test_jitter_is_deterministic_per_seed_and_keeps_mean_times(prompts):
 
 
 def test_an_hour_of_trace_replays_in_virtual_time(prompts):
-    sessions = tuple(Session(f"r{i}", i * 36.0, (Turn(1024, 64, HashBlocks((i % 7, 100 + i), 512)),)) for i in range(100))
+    sessions = tuple(
+        Session(f"r{i}", i * 36.0, (Turn(1024, 64, HashBlocks((i % 7, 100 + i), 512)),)) for i in range(100)
+    )
     result = offline(Workload(sessions, "test"), prompts)
     assert result.run.duration_s > 3564  # the last request arrives at 3,564 s
     assert len(result.ok) == 100
@@ -91,14 +97,22 @@ def test_ttft_grows_with_load(prompts):
 
 def test_duration_limit_aborts_requests_in_the_engine(prompts):
     profile = Profile(
-        name="slow", timing=PolynomialTiming(), engine=EngineConfig(block_size=16, num_gpu_blocks=1000, max_num_seqs=4),
-        model=None, hardware=None, sources=[],
+        name="slow",
+        timing=PolynomialTiming(),
+        engine=EngineConfig(block_size=16, num_gpu_blocks=1000, max_num_seqs=4),
+        model=None,
+        hardware=None,
+        sources=[],
     )
     sessions = tuple(Session(f"r{i}", 0.0, (Turn(100, 500, Synthetic()),)) for i in range(8))
     endpoint = SimEndpoint(profile, prompts)
-    run = replay(Workload(sessions, "test"), endpoint, prompts, ReplaySettings(duration_s=1.0, grace_s=0.5), clock=VirtualClock())
+    run = replay(
+        Workload(sessions, "test"), endpoint, prompts, ReplaySettings(duration_s=1.0, grace_s=0.5), clock=VirtualClock()
+    )
     assert {r.status for r in run.records} == {"cancelled"}
-    assert endpoint.cluster.stats()["num_requests_running"] == 0 and endpoint.cluster.stats()["kv_cache_usage_perc"] == 0.0
+    assert (
+        endpoint.cluster.stats()["num_requests_running"] == 0 and endpoint.cluster.stats()["kv_cache_usage_perc"] == 0.0
+    )
 
 
 def test_iteration_time_comes_from_the_profile(prompts):
@@ -113,13 +127,16 @@ def test_iteration_time_comes_from_the_profile(prompts):
     assert record.last_token_s - record.first_token_s == pytest.approx(decode_ms / 1e3, rel=1e-3)
 
 
-@pytest.mark.parametrize(("extra", "error"), [
-    ({"n": 2}, "http: 400 n: only 1 is supported, got 2"),
-    ({"ignore_eos": "yes"}, "http: 400 ignore_eos: expected true or false, got 'yes'"),
-    ({"min_tokens": 10**6}, "http: 400 min_tokens: 1000000 is more than max_tokens *"),
-    ({"max_tokens": 5}, None),  # the request's own max_tokens wins, as over HTTP
-    ({"min_tokens": 2, "ignore_eos": True}, None),
-])
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        ({"n": 2}, "http: 400 n: only 1 is supported, got 2"),
+        ({"ignore_eos": "yes"}, "http: 400 ignore_eos: expected true or false, got 'yes'"),
+        ({"min_tokens": 10**6}, "http: 400 min_tokens: 1000000 is more than max_tokens *"),
+        ({"max_tokens": 5}, None),  # the request's own max_tokens wins, as over HTTP
+        ({"min_tokens": 2, "ignore_eos": True}, None),
+    ],
+)
 def test_extra_body_is_checked_as_the_server_checks_it(prompts, extra, error):
     """``--llm-offline --llm-extra-body`` must not pass what the simulator server refuses."""
     import fnmatch
@@ -138,10 +155,18 @@ def test_the_models_context_bounds_requests_as_vllm_bounds_them(prompts):
     past it fails with vLLM's message, an output that overflows it is cut to what it leaves."""
     turns = (Turn(131_000, 200, Synthetic()), Turn(131_073, 8, Synthetic()), Turn(1_000, 8, Synthetic()))
     workload = Workload(tuple(Session(f"s{i}", float(i), (turn,)) for i, turn in enumerate(turns)), "test")
-    cut, too_long, fine = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
+    cut, too_long, fine = replay(
+        workload,
+        SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts),
+        prompts,
+        ReplaySettings(),
+        clock=VirtualClock(),
+    ).records
     assert cut.status == "ok" and cut.output_tokens == 72
     assert too_long.status == "failed"
-    assert too_long.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least 131073 input tokens")
+    assert too_long.error.startswith(
+        "http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least 131073 input tokens"
+    )
     assert fine.status == "ok" and fine.output_tokens == 8
 
 
@@ -151,9 +176,17 @@ def test_a_huge_verbatim_prompt_is_refused_without_tokenizing_it_whole(recording
     prompts = PromptFactory(recording_tokenizer)
     body = {"messages": [{"role": "user", "content": " ".join(["word"] * 3_000_000)}], "max_tokens": 8}
     workload = Workload((Session("s", 0.0, (Turn(None, 8, Payload(body)),)),), "test")
-    [record] = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
+    [record] = replay(
+        workload,
+        SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts),
+        prompts,
+        ReplaySettings(),
+        clock=VirtualClock(),
+    ).records
     assert record.status == "failed"
-    assert record.error.startswith("http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least ")
+    assert record.error.startswith(
+        "http: 400 This model's maximum context length is 131072 tokens. However, your prompt contains at least "
+    )
     assert max(recording_tokenizer.encoded) <= PIECE_CHARS < len(body["messages"][0]["content"])
 
 
@@ -162,7 +195,13 @@ def test_token_ids_past_the_vocabulary_fail_as_the_server_refuses_them(prompts):
     the server's 400 (``llmreplay sim`` refuses it), the largest id passes."""
     turns = (Turn(3, 4, TokenIds((1, 128_255, 2))), Turn(3, 4, TokenIds((1, 128_256, 2))))
     workload = Workload(tuple(Session(f"s{i}", float(i), (turn,)) for i, turn in enumerate(turns)), "test")
-    fits, past = replay(workload, SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts), prompts, ReplaySettings(), clock=VirtualClock()).records
+    fits, past = replay(
+        workload,
+        SimEndpoint(load_profile("llama-3.1-8b-h100"), prompts),
+        prompts,
+        ReplaySettings(),
+        clock=VirtualClock(),
+    ).records
     assert fits.status == "ok" and fits.output_tokens == 4
     assert past.status == "failed"
     assert past.error == "http: 400 prompt: Token id 128256 is out of vocabulary (ids 0 to 128255)"

@@ -53,8 +53,12 @@ def test_each_roofline_profile_cites_its_mfu_and_mbu(name):
 def test_each_gpus_efficiencies_are_the_h100_anchor_scaled_by_its_micro_benchmarks():
     # the micro-benchmark shares (achieved / datasheet) as quoted in the sources; the anchor is what
     # the H100 profiles ship, which is the roofline's own default
-    shares = {"h100": (794.5 / 989.4, 2.97 / 3.35), "h200": (794.5 / 989.4, 4.15 / 4.8),
-              "rtx-4090": (160.17 / 165.2, 921.85 / 1008), "rtx-pro-6000": (417.34 / 503.8, 1.452 / 1.597)}
+    shares = {
+        "h100": (794.5 / 989.4, 2.97 / 3.35),
+        "h200": (794.5 / 989.4, 4.15 / 4.8),
+        "rtx-4090": (160.17 / 165.2, 921.85 / 1008),
+        "rtx-pro-6000": (417.34 / 503.8, 1.452 / 1.597),
+    }
     anchor = load_profile("llama-3.1-8b-h100").timing
     assert (anchor.mfu, anchor.mbu) == (DEFAULT_MFU, DEFAULT_MBU)
     gemm_h100, bandwidth_h100 = shares["h100"]
@@ -88,7 +92,9 @@ def test_tensor_parallel_2_layout(gpu):
     per_layer = 5120 * 8192 + 2 * 5120 * 1024 + 8192 * 5120 + 3 * 5120 * 25600 + 2 * 128 + 2 * 5120
     assert model.parameters == 64 * per_layer + 5120 + 2 * 151936 * 5120 == 32_762_123_264
     # each GPU: half the weights, 4 of the 8 KV heads
-    expected = math.floor((hw.memory_bytes * 0.9 - model.parameters * 2 / 2 - 4.0 * GIB) / (16 * 2 * 64 * 8 * 128 * 2 / 2))
+    expected = math.floor(
+        (hw.memory_bytes * 0.9 - model.parameters * 2 / 2 - 4.0 * GIB) / (16 * 2 * 64 * 8 * 128 * 2 / 2)
+    )
     assert profile.engine.num_gpu_blocks == expected
 
 
@@ -96,7 +102,12 @@ def test_tensor_parallel_2_layout(gpu):
 def test_neither_layout_fits_two_rtx_4090s(tmp_path, layout):
     # why README lists no RTX 4090 variant: ~32 GB of bf16 weights per GPU against 24 GB
     data = copy.deepcopy(raw(layout))
-    data["hardware"].update({k: raw("llama-3.1-8b-rtx-4090")["hardware"][k] for k in ("name", "peak_flops", "memory_bandwidth", "memory_bytes")})
+    data["hardware"].update(
+        {
+            k: raw("llama-3.1-8b-rtx-4090")["hardware"][k]
+            for k in ("name", "peak_flops", "memory_bandwidth", "memory_bytes")
+        }
+    )
     path = tmp_path / "rtx-4090.json"
     path.write_text(json.dumps(data))
     with pytest.raises(LLMReplayError, match="engine.num_gpu_blocks: no memory left for the KV cache"):

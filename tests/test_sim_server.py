@@ -112,7 +112,9 @@ def scrape(url: str) -> list[tuple[str, dict[str, str], float]]:
 
 def metric(url: str, name: str, engine: str | None = "0") -> float:
     """One engine's sample of ``vllm:<name>`` (engine None: summed over engines)."""
-    values = [v for n, labels, v in scrape(url) if n == f"vllm:{name}" and (engine is None or labels.get("engine") == engine)]
+    values = [
+        v for n, labels, v in scrape(url) if n == f"vllm:{name}" and (engine is None or labels.get("engine") == engine)
+    ]
     assert values, f"no sample of vllm:{name} for engine {engine}"
     return sum(values)
 
@@ -122,7 +124,7 @@ def events(response: httpx.Response) -> list[Any]:
     out: list[Any] = []
     for line in response.iter_lines():
         if line.startswith("data: "):
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             out.append(data if data == "[DONE]" else json.loads(data))
         else:
             assert line == "", f"unexpected SSE line {line!r}"
@@ -194,11 +196,20 @@ def post_all(url: str, path: str, bodies: list[dict[str, Any]]) -> list[dict[str
 def test_health_version_and_models(sim):
     health = HTTP.get(sim.url + "/health")
     assert (health.status_code, health.text) == (200, "ok")
-    assert HTTP.get(sim.url + "/version").json() == {"version": version("pytest-llmreplay"), "engine": "llmreplay-sim", "profile": "tiny-test"}
+    assert HTTP.get(sim.url + "/version").json() == {
+        "version": version("pytest-llmreplay"),
+        "engine": "llmreplay-sim",
+        "profile": "tiny-test",
+    }
     models = HTTP.get(sim.url + "/v1/models").json()
     assert models["object"] == "list"
     (card,) = models["data"]
-    assert (card["id"], card["object"], card["root"], card["max_model_len"]) == ("tiny-test", "model", "tiny-test", CAPACITY)
+    assert (card["id"], card["object"], card["root"], card["max_model_len"]) == (
+        "tiny-test",
+        "model",
+        "tiny-test",
+        CAPACITY,
+    )
 
 
 def test_model_option_renames_the_served_model(prompts):
@@ -207,7 +218,10 @@ def test_model_option_renames_the_served_model(prompts):
         reply = post(thread.url, "/v1/completions", {"model": "my-model", "prompt": TEXT, "max_tokens": 2}).json()
         assert reply["model"] == "my-model"
         assert any(labels.get("model_name") == "my-model" for _, labels, _ in scrape(thread.url))
-        assert post(thread.url, "/v1/completions", {"model": "tiny-test", "prompt": TEXT, "max_tokens": 2}).status_code == 404
+        assert (
+            post(thread.url, "/v1/completions", {"model": "tiny-test", "prompt": TEXT, "max_tokens": 2}).status_code
+            == 404
+        )
 
 
 # -- completions and chat --------------------------------------------------------------------------
@@ -223,7 +237,9 @@ def test_completion_with_a_text_prompt(sim, prompts):
     assert prompts.tokenizer.encode(choice["text"]) == choice["token_ids"]
     prompt_tokens = len(prompts.tokenizer.encode(TEXT))
     assert reply["usage"] == {
-        "prompt_tokens": prompt_tokens, "completion_tokens": 7, "total_tokens": prompt_tokens + 7,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": 7,
+        "total_tokens": prompt_tokens + 7,
         "prompt_tokens_details": {"cached_tokens": reply["usage"]["prompt_tokens_details"]["cached_tokens"]},
     }
 
@@ -243,14 +259,23 @@ def test_default_max_tokens_is_16(sim):
 
 
 def test_streamed_completion_tokens_then_usage_and_done(sim):
-    items = stream(sim.url, "/v1/completions", {
-        "prompt": ids(51_000, 40), "max_tokens": 6, "return_token_ids": True, "stream_options": {"include_usage": True},
-    })
+    items = stream(
+        sim.url,
+        "/v1/completions",
+        {
+            "prompt": ids(51_000, 40),
+            "max_tokens": 6,
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert items[-1] == "[DONE]"
     usage_event = items[-2]
     assert usage_event["choices"] == [] and usage_event["object"] == "text_completion"
     assert usage_event["usage"]["prompt_tokens"] == 40 and usage_event["usage"]["completion_tokens"] == 6
-    assert usage_event["usage"]["total_tokens"] == 46 and usage_event["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert usage_event["usage"]["total_tokens"] == 46 and usage_event["usage"]["prompt_tokens_details"] == {
+        "cached_tokens": 0
+    }
     tokens = items[:-2]
     assert token_events(items) == tokens and 1 <= len(tokens) <= 6
     assert len(streamed_ids(items)) == 6
@@ -261,10 +286,16 @@ def test_streamed_completion_tokens_then_usage_and_done(sim):
 def test_each_token_is_its_own_event_while_the_server_keeps_up(prompts):
     # 20 ms iterations: the server writes each token long before the next one comes out
     with serving(prompts, tiny_profile(0.02)) as thread:
-        items = stream(thread.url, "/v1/completions", {"prompt": ids(52_000, 40), "max_tokens": 5, "return_token_ids": True})
+        items = stream(
+            thread.url, "/v1/completions", {"prompt": ids(52_000, 40), "max_tokens": 5, "return_token_ids": True}
+        )
         assert [len(e["choices"][0]["token_ids"]) for e in token_events(items)] == [1] * 5
         assert finish_reasons(items) == [None] * 4 + ["length"] and items[-1] == "[DONE]" and len(items) == 6
-        chat = stream(thread.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 3, "return_token_ids": True})
+        chat = stream(
+            thread.url,
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 3, "return_token_ids": True},
+        )
         assert [len(e["choices"][0]["token_ids"]) for e in token_events(chat)] == [1] * 3 and len(chat) == 5
 
 
@@ -273,7 +304,9 @@ def test_the_profiles_front_end_latency_comes_before_the_first_token(prompts):
     the request was sent (a lower bound only: a slow machine may add to it, never take away)."""
     with serving(prompts, dataclasses.replace(tiny_profile(), frontend_ms=300.0)) as thread:
         sent = time.perf_counter()
-        with HTTP.stream("POST", thread.url + "/v1/completions", json={"prompt": ids(53_000, 8), "max_tokens": 2, "stream": True}) as response:
+        with HTTP.stream(
+            "POST", thread.url + "/v1/completions", json={"prompt": ids(53_000, 8), "max_tokens": 2, "stream": True}
+        ) as response:
             first = next(line for line in response.iter_lines() if line.startswith("data: {"))
             first_token_s = time.perf_counter() - sent
         assert json.loads(first[6:])["choices"][0]["text"] is not None
@@ -298,9 +331,16 @@ def test_streamed_and_whole_chat(sim, prompts):
     assert len(prompts.tokenizer.encode(choice["message"]["content"])) == 5
     assert whole["usage"]["prompt_tokens"] == prompt_tokens and whole["usage"]["completion_tokens"] == 5
 
-    items = stream(sim.url, "/v1/chat/completions", {
-        "messages": messages, "max_completion_tokens": 4, "return_token_ids": True, "stream_options": {"include_usage": True},
-    })
+    items = stream(
+        sim.url,
+        "/v1/chat/completions",
+        {
+            "messages": messages,
+            "max_completion_tokens": 4,
+            "return_token_ids": True,
+            "stream_options": {"include_usage": True},
+        },
+    )
     assert items[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert all(item["object"] == "chat.completion.chunk" for item in items[:-1])
     tokens = token_events(items)
@@ -315,9 +355,17 @@ def test_streamed_and_whole_chat(sim, prompts):
 
 
 def test_chat_content_parts_count_like_the_joined_text(sim, prompts):
-    parts = [{"type": "text", "text": "The quick brown fox"}, {"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": " jumps"}]
-    reply = post(sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": parts}], "max_tokens": 1}).json()
-    assert reply["usage"]["prompt_tokens"] == chat_prompt_tokens(prompts, [{"role": "user", "content": "The quick brown fox jumps"}])
+    parts = [
+        {"type": "text", "text": "The quick brown fox"},
+        {"type": "image_url", "image_url": {"url": "x"}},
+        {"type": "text", "text": " jumps"},
+    ]
+    reply = post(
+        sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": parts}], "max_tokens": 1}
+    ).json()
+    assert reply["usage"]["prompt_tokens"] == chat_prompt_tokens(
+        prompts, [{"role": "user", "content": "The quick brown fox jumps"}]
+    )
 
 
 # -- prefix caching --------------------------------------------------------------------------------
@@ -341,12 +389,19 @@ def test_a_repeated_prompt_hits_its_full_blocks(sim, length):
 
 
 def test_a_chat_conversation_hits_its_earlier_turns(sim, prompts):
-    first_messages = [{"role": "system", "content": "You help with long answers. " * 6}, {"role": "user", "content": TEXT * 3}]
+    first_messages = [
+        {"role": "system", "content": "You help with long answers. " * 6},
+        {"role": "user", "content": TEXT * 3},
+    ]
     first = post(sim.url, "/v1/chat/completions", {"messages": first_messages, "max_tokens": 8}).json()
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     reply = first["choices"][0]["message"]
     second_messages = first_messages + [reply, {"role": "user", "content": "And then?"}]
-    items = stream(sim.url, "/v1/chat/completions", {"messages": second_messages, "max_tokens": 2, "stream_options": {"include_usage": True}})
+    items = stream(
+        sim.url,
+        "/v1/chat/completions",
+        {"messages": second_messages, "max_tokens": 2, "stream_options": {"include_usage": True}},
+    )
     usage = items[-2]["usage"]
     assert usage["prompt_tokens"] == chat_prompt_tokens(prompts, second_messages)
     # the first request's prompt is a prefix of the second's: at least all its full blocks hit
@@ -359,8 +414,14 @@ def test_a_chat_conversation_hits_its_earlier_turns(sim, prompts):
 def test_metrics_names_labels_and_counters(sim):
     samples = scrape(sim.url)
     names = {
-        "num_requests_running", "num_requests_waiting", "kv_cache_usage_perc", "prefix_cache_queries_total",
-        "prefix_cache_hits_total", "prompt_tokens_total", "generation_tokens_total", "num_preemptions_total",
+        "num_requests_running",
+        "num_requests_waiting",
+        "kv_cache_usage_perc",
+        "prefix_cache_queries_total",
+        "prefix_cache_hits_total",
+        "prompt_tokens_total",
+        "generation_tokens_total",
+        "num_preemptions_total",
     }
     vllm = {n.removeprefix("vllm:"): labels for n, labels, _ in samples if n.startswith("vllm:") and "engine" in labels}
     assert set(vllm) == names
@@ -380,8 +441,14 @@ def test_metrics_names_labels_and_counters(sim):
     assert metric(sim.url, "kv_cache_usage_perc") == 0.0
 
     samples = scrape(sim.url)
-    lag = {labels.get("quantile"): value for n, labels, value in samples if n.startswith("llmreplay:sim_emit_lag_seconds")}
-    error = {labels.get("quantile"): value for n, labels, value in samples if n.startswith("llmreplay:sim_emit_error_seconds")}
+    lag = {
+        labels.get("quantile"): value for n, labels, value in samples if n.startswith("llmreplay:sim_emit_lag_seconds")
+    }
+    error = {
+        labels.get("quantile"): value
+        for n, labels, value in samples
+        if n.startswith("llmreplay:sim_emit_error_seconds")
+    }
     assert set(lag) == {"0.0", "0.01", "0.5", "0.99", "1.0", None} and set(error) == {"0.5", "0.9", "0.99", "1.0", None}
     assert lag[None] == error[None] >= 9  # the streamed request's chunks were measured
     assert lag["0.0"] <= lag["0.01"] <= lag["0.5"] <= lag["0.99"] <= lag["1.0"]
@@ -391,13 +458,21 @@ def test_metrics_names_labels_and_counters(sim):
 def test_a_model_name_with_quotes_is_escaped_in_metrics_labels(prompts):
     with serving(prompts, model='my "model"\\v2') as thread:
         scrape(thread.url)  # every line is still a Prometheus sample
-        assert 'vllm:num_requests_running{engine="0",model_name="my \\"model\\"\\\\v2"} 0.0' in HTTP.get(thread.url + "/metrics").text
+        assert (
+            'vllm:num_requests_running{engine="0",model_name="my \\"model\\"\\\\v2"} 0.0'
+            in HTTP.get(thread.url + "/metrics").text
+        )
 
 
 def test_emit_lag_is_nan_before_any_stream(prompts):
     with serving(prompts) as thread:
-        samples = [(n, labels.get("quantile"), value) for n, labels, value in scrape(thread.url) if n.startswith("llmreplay:")]
-        assert {n for n, _, _ in samples} >= {"llmreplay:sim_emit_lag_seconds", "llmreplay:sim_emit_error_seconds_count"}
+        samples = [
+            (n, labels.get("quantile"), value) for n, labels, value in scrape(thread.url) if n.startswith("llmreplay:")
+        ]
+        assert {n for n, _, _ in samples} >= {
+            "llmreplay:sim_emit_lag_seconds",
+            "llmreplay:sim_emit_error_seconds_count",
+        }
         assert all(value == 0 if q is None else np.isnan(value) for _, q, value in samples)
 
 
@@ -442,7 +517,9 @@ def test_lag_window_quantiles_are_numpys_and_computed_off_the_event_loop(monkeyp
 
 
 def test_without_eos_simulation_every_request_gives_max_tokens(sim):
-    replies = post_all(sim.url, "/v1/completions", [{"prompt": ids(80_000 + 100 * i, 20), "max_tokens": 3 + i} for i in range(8)])
+    replies = post_all(
+        sim.url, "/v1/completions", [{"prompt": ids(80_000 + 100 * i, 20), "max_tokens": 3 + i} for i in range(8)]
+    )
     assert [r["usage"]["completion_tokens"] for r in replies] == [3 + i for i in range(8)]
     assert {r["choices"][0]["finish_reason"] for r in replies} == {"length"}
 
@@ -461,17 +538,32 @@ def test_eos_mean_tokens_stops_early_but_respects_min_tokens_and_ignore_eos(prom
         assert sum(reason == "stop" for _, reason in free) >= 10
         assert np.mean([n for n, _ in free]) < 16  # geometric with mean 4
 
-        forced = lengths(post_all(thread.url, "/v1/chat/completions", [
-            {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 64, "ignore_eos": True} for _ in range(8)
-        ]))
+        forced = lengths(
+            post_all(
+                thread.url,
+                "/v1/chat/completions",
+                [
+                    {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 64, "ignore_eos": True}
+                    for _ in range(8)
+                ],
+            )
+        )
         assert forced == [(64, "length")] * 8
 
         # min_tokens == max_tokens: exactly that many, finish "length"
-        exact = lengths(post_all(thread.url, "/v1/completions", [{"prompt": TEXT, "max_tokens": 12, "min_tokens": 12} for _ in range(4)]))
+        exact = lengths(
+            post_all(
+                thread.url, "/v1/completions", [{"prompt": TEXT, "max_tokens": 12, "min_tokens": 12} for _ in range(4)]
+            )
+        )
         assert exact == [(12, "length")] * 4
 
         # a stream stopped early: as many token events as completion_tokens, the last says "stop"
-        items = stream(thread.url, "/v1/completions", {"prompt": TEXT, "max_tokens": 64, "return_token_ids": True, "stream_options": {"include_usage": True}})
+        items = stream(
+            thread.url,
+            "/v1/completions",
+            {"prompt": TEXT, "max_tokens": 64, "return_token_ids": True, "stream_options": {"include_usage": True}},
+        )
         generated = len(streamed_ids(items))
         assert generated == items[-2]["usage"]["completion_tokens"]
         assert finish_reasons(items)[-1] == ("stop" if generated < 64 else "length")
@@ -502,32 +594,86 @@ REFUSED = [
     ("/v1/completions", {"prompt": TEXT, "max_tokens": True}, 400, "max_tokens"),
     ("/v1/completions", {"prompt": TEXT, "min_tokens": -1}, 400, "min_tokens"),
     ("/v1/completions", {"prompt": TEXT, "max_tokens": 4, "min_tokens": 5}, 400, "min_tokens"),
-    ("/v1/completions", {"prompt": list(range(CAPACITY + 1)), "max_tokens": 1}, 400, "input_tokens"),  # longer than the context (vLLM's param)
-    ("/v1/completions", {"prompt": list(range(CAPACITY)), "max_tokens": 1}, 400, "max_tokens"),  # leaves no room for output (vLLM's param)
+    (
+        "/v1/completions",
+        {"prompt": list(range(CAPACITY + 1)), "max_tokens": 1},
+        400,
+        "input_tokens",
+    ),  # longer than the context (vLLM's param)
+    (
+        "/v1/completions",
+        {"prompt": list(range(CAPACITY)), "max_tokens": 1},
+        400,
+        "max_tokens",
+    ),  # leaves no room for output (vLLM's param)
     ("/v1/completions", b"[" * 100_000 + b"]" * 100_000, 400, None),  # nested deeper than the JSON parser goes
     ("/v1/completions", {"prompt": TEXT, "n": True}, 400, "n"),
     ("/v1/completions", {"prompt": TEXT, "stream": "false"}, 400, "stream"),
     ("/v1/completions", {"prompt": TEXT, "ignore_eos": "false"}, 400, "ignore_eos"),
     ("/v1/completions", {"prompt": TEXT, "return_token_ids": 1}, 400, "return_token_ids"),
     ("/v1/completions", {"prompt": TEXT, "stream": True, "stream_options": "x"}, 400, "stream_options"),
-    ("/v1/completions", {"prompt": TEXT, "stream": True, "stream_options": {"include_usage": "no"}}, 400, "stream_options.include_usage"),
+    (
+        "/v1/completions",
+        {"prompt": TEXT, "stream": True, "stream_options": {"include_usage": "no"}},
+        400,
+        "stream_options.include_usage",
+    ),
     ("/v1/completions", {"model": "gpt-4", "prompt": TEXT}, 404, "model"),
     ("/v1/chat/completions", {"max_tokens": 4}, 400, "messages"),
     ("/v1/chat/completions", {"messages": [], "max_tokens": 4}, 400, "messages"),
     ("/v1/chat/completions", {"messages": ["hi"], "max_tokens": 4}, 400, "messages[0]"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}], "max_tokens": 4}, 400, "messages[0].content"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}], "max_tokens": 4}, 400, "messages[0].content"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_completion_tokens"),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi " * CAPACITY}], "max_tokens": 4}, 400, "input_tokens"),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": 5}], "max_tokens": 4},
+        400,
+        "messages[0].content",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}], "max_tokens": 4},
+        400,
+        "messages[0].content",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0},
+        400,
+        "max_completion_tokens",
+    ),
+    (
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": "hi " * CAPACITY}], "max_tokens": 4},
+        400,
+        "input_tokens",
+    ),
     ("/v1/chat/completions", {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, 404, "model"),
-    ("/v1/completions", rb'{"prompt": "\ud800", "max_tokens": 2}', 400, "prompt"),  # an unpaired surrogate: not Unicode text
+    (
+        "/v1/completions",
+        rb'{"prompt": "\ud800", "max_tokens": 2}',
+        400,
+        "prompt",
+    ),  # an unpaired surrogate: not Unicode text
     ("/v1/completions", rb'{"prompt": "a\udc00", "max_tokens": 2, "stream": true}', 400, "prompt"),
-    ("/v1/chat/completions", rb'{"messages": [{"role": "user", "content": "x\udc00y"}], "max_tokens": 2}', 400, "messages[0].content"),
-    ("/v1/chat/completions", rb'{"messages": [{"role": "\ud800", "content": "hi"}], "max_tokens": 2}', 400, "messages[0].role"),
+    (
+        "/v1/chat/completions",
+        rb'{"messages": [{"role": "user", "content": "x\udc00y"}], "max_tokens": 2}',
+        400,
+        "messages[0].content",
+    ),
+    (
+        "/v1/chat/completions",
+        rb'{"messages": [{"role": "\ud800", "content": "hi"}], "max_tokens": 2}',
+        400,
+        "messages[0].role",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("path", "body", "status", "param"), REFUSED, ids=[f"{p.rsplit('/', 1)[1]}-{s}-{q}-{i}" for i, (p, _, s, q) in enumerate(REFUSED)])
+@pytest.mark.parametrize(
+    ("path", "body", "status", "param"),
+    REFUSED,
+    ids=[f"{p.rsplit('/', 1)[1]}-{s}-{q}-{i}" for i, (p, _, s, q) in enumerate(REFUSED)],
+)
 def test_refused_requests_get_an_openai_error_object(sim, path, body, status, param):
     running_before = metric(sim.url, "num_requests_running")
     response = post(sim.url, path, body)
@@ -541,9 +687,15 @@ def test_refused_requests_get_an_openai_error_object(sim, path, body, status, pa
 
 
 def test_refusal_messages_say_why(sim):
-    too_long = post(sim.url, "/v1/completions", {"prompt": list(range(CAPACITY + 1)), "max_tokens": 16}).json()["error"]["message"]
-    assert too_long.startswith(f"This model's maximum context length is {CAPACITY} tokens. However, your prompt contains at least {CAPACITY + 1} input tokens")
-    no_room = post(sim.url, "/v1/completions", {"prompt": list(range(CAPACITY)), "max_tokens": 16}).json()["error"]["message"]
+    too_long = post(sim.url, "/v1/completions", {"prompt": list(range(CAPACITY + 1)), "max_tokens": 16}).json()[
+        "error"
+    ]["message"]
+    assert too_long.startswith(
+        f"This model's maximum context length is {CAPACITY} tokens. However, your prompt contains at least {CAPACITY + 1} input tokens"
+    )
+    no_room = post(sim.url, "/v1/completions", {"prompt": list(range(CAPACITY)), "max_tokens": 16}).json()["error"][
+        "message"
+    ]
     assert no_room == "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)"
     batched = post(sim.url, "/v1/completions", {"prompt": ["a", "b"]}).json()["error"]["message"]
     assert "batched prompts are not supported" in batched
@@ -562,8 +714,17 @@ VOCAB = 5000  # its vocabulary: past the bundled tokenizer's 4,096 ids
 
 
 def context_profile() -> Profile:
-    model = ModelSpec("tiny-model", 1e6, layers=2, hidden_size=64, heads=2, kv_heads=2, head_dim=32,
-                      vocab_size=VOCAB, max_position_embeddings=CONTEXT)
+    model = ModelSpec(
+        "tiny-model",
+        1e6,
+        layers=2,
+        hidden_size=64,
+        heads=2,
+        kv_heads=2,
+        head_dim=32,
+        vocab_size=VOCAB,
+        max_position_embeddings=CONTEXT,
+    )
     return dataclasses.replace(tiny_profile(), model=model)
 
 
@@ -581,8 +742,14 @@ def test_models_reports_the_models_context_and_the_kv_cache_caps_it(context_sim)
 
 
 def test_a_prompt_past_the_context_is_refused_with_vllms_message(context_sim):
-    for length, param, start in ((CONTEXT + 1, "input_tokens", "This model's maximum context length is 256 tokens. However, your prompt contains at least 257 input tokens"),
-                                 (CONTEXT, "max_tokens", "max_tokens must be at least 1, got 0.")):
+    for length, param, start in (
+        (
+            CONTEXT + 1,
+            "input_tokens",
+            "This model's maximum context length is 256 tokens. However, your prompt contains at least 257 input tokens",
+        ),
+        (CONTEXT, "max_tokens", "max_tokens must be at least 1, got 0."),
+    ):
         reply = post(context_sim.url, "/v1/completions", {"prompt": ids(200, length), "max_tokens": 1})
         assert reply.status_code == 400 and reply.json()["error"]["param"] == param
         assert reply.json()["error"]["message"].startswith(start)
@@ -590,17 +757,26 @@ def test_a_prompt_past_the_context_is_refused_with_vllms_message(context_sim):
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "input_tokens"
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/v1/chat/completions", {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": HUGE_TEXT}]}),
-    ("/v1/completions", {"prompt": HUGE_TEXT}),
-], ids=["chat", "completions"])
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": HUGE_TEXT}]},
+        ),
+        ("/v1/completions", {"prompt": HUGE_TEXT}),
+    ],
+    ids=["chat", "completions"],
+)
 def test_a_huge_text_prompt_is_refused_without_tokenizing_it_whole(recording_tokenizer, path, body):
     """A 15 MB message took the server 2.2 GB to tokenize before its refusal: it is tokenized a
     piece at a time, only until it is past the context."""
     with serving(PromptFactory(recording_tokenizer), context_profile()) as server:
         reply = post(server.url, path, body)
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "input_tokens"
-    assert reply.json()["error"]["message"].startswith(f"This model's maximum context length is {CONTEXT} tokens. However, your prompt contains at least ")
+    assert reply.json()["error"]["message"].startswith(
+        f"This model's maximum context length is {CONTEXT} tokens. However, your prompt contains at least "
+    )
     assert max(recording_tokenizer.encoded) <= PIECE_CHARS < len(HUGE_TEXT)
 
 
@@ -617,7 +793,9 @@ def test_default_max_tokens_is_16_for_completions_and_the_context_left_for_chat(
     chat = post(context_sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}]}).json()
     assert chat["usage"]["completion_tokens"] == CONTEXT - chat["usage"]["prompt_tokens"]
     assert chat["choices"][0]["finish_reason"] == "length"
-    chat_null = post(context_sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}], "max_tokens": None}).json()
+    chat_null = post(
+        context_sim.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}], "max_tokens": None}
+    ).json()
     assert chat_null["usage"]["completion_tokens"] == CONTEXT - chat_null["usage"]["prompt_tokens"]
 
 
@@ -626,7 +804,10 @@ def test_token_ids_past_the_vocabulary_are_refused(context_sim):
     assert ok.status_code == 200
     reply = post(context_sim.url, "/v1/completions", {"prompt": [1, VOCAB, 2], "max_tokens": 1})
     assert reply.status_code == 400
-    assert reply.json()["error"]["param"] == "prompt" and f"Token id {VOCAB} is out of vocabulary" in reply.json()["error"]["message"]
+    assert (
+        reply.json()["error"]["param"] == "prompt"
+        and f"Token id {VOCAB} is out of vocabulary" in reply.json()["error"]["message"]
+    )
 
 
 def test_prompt_tokens_total_counts_the_whole_prompt_cached_or_not(context_sim):
@@ -654,7 +835,14 @@ def test_error_rate_fails_the_requests_the_seed_says(prompts):
         assert metric(thread.url, "generation_tokens_total") == predicted.count(200)  # a 500 never reaches the engine
     assert [r.status_code for r in replies] == predicted
     failed = next(r for r in replies if r.status_code == 500)
-    assert failed.json() == {"error": {"message": "injected fault (fault_error_rate)", "type": "InternalServerError", "param": None, "code": 500}}
+    assert failed.json() == {
+        "error": {
+            "message": "injected fault (fault_error_rate)",
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    }
     with serving(prompts, faults=FaultConfig(error_rate=0.3, seed=1)) as thread:  # a fresh server, the same seed
         assert [r.status_code for r in _replies(thread.url, 100)] == predicted
     with serving(prompts, faults=FaultConfig(error_rate=0.3, seed=2)) as thread:
@@ -665,7 +853,9 @@ def _cut_stream(url: str, body: dict[str, Any], timeout: float = 1.0) -> int:
     """Stream ``body``; the tokens received before the server closed the connection early."""
     received: list[Any] = []
     with pytest.raises(httpx.RemoteProtocolError):  # not a timeout: the server closed the connection
-        with HTTP.stream("POST", url + "/v1/completions", json={**body, "stream": True, "return_token_ids": True}, timeout=timeout) as response:
+        with HTTP.stream(
+            "POST", url + "/v1/completions", json={**body, "stream": True, "return_token_ids": True}, timeout=timeout
+        ) as response:
             assert response.status_code == 200
             for line in response.iter_lines():
                 if line.startswith("data: "):
@@ -689,7 +879,9 @@ def test_disconnects_cut_every_stream_and_the_engine_releases_the_requests(promp
 
 def test_a_client_that_goes_away_mid_stream_is_dropped_from_the_engine(prompts):
     with serving(prompts, tiny_profile(0.005)) as thread:
-        with HTTP.stream("POST", thread.url + "/v1/completions", json={"prompt": ids(105_000, 40), "max_tokens": 200, "stream": True}) as response:
+        with HTTP.stream(
+            "POST", thread.url + "/v1/completions", json={"prompt": ids(105_000, 40), "max_tokens": 200, "stream": True}
+        ) as response:
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     break
@@ -706,7 +898,9 @@ def test_a_client_that_goes_away_mid_stream_is_dropped_from_the_engine(prompts):
 def test_a_client_that_gives_up_on_a_whole_response_is_dropped_from_the_engine(prompts):
     with serving(prompts, tiny_profile(0.005)) as thread:
         with pytest.raises(httpx.ReadTimeout):  # 200 tokens take 1 s; the client waits 0.2 s
-            httpx.post(thread.url + "/v1/completions", json={"prompt": ids(106_000, 40), "max_tokens": 200}, timeout=0.2)
+            httpx.post(
+                thread.url + "/v1/completions", json={"prompt": ids(106_000, 40), "max_tokens": 200}, timeout=0.2
+            )
         deadline = time.perf_counter() + 2.0
         while metric(thread.url, "num_requests_running") and time.perf_counter() < deadline:
             time.sleep(0.01)
@@ -742,7 +936,11 @@ def test_a_request_aborted_during_its_last_iteration_does_not_stop_the_engine():
     job, after, stats, crash = clock.run(main())
     assert after.done.done(), f"the engine stopped serving after the abort (its task raised {crash!r})"
     assert after.generated == 3 and not job.done.done()
-    assert stats["num_requests_running"] == 0 and stats["num_requests_waiting"] == 0 and stats["kv_cache_usage_perc"] == 0.0
+    assert (
+        stats["num_requests_running"] == 0
+        and stats["num_requests_waiting"] == 0
+        and stats["kv_cache_usage_perc"] == 0.0
+    )
 
 
 class _SlowTokenizer:
@@ -788,11 +986,18 @@ def test_a_disconnect_comes_after_the_drawn_token(prompts):
     max_tokens, count = 8, 5
     # a seed whose first requests cut well before their end (so the engine is never asked to
     # finish an aborted request, see test_disconnects_cut_every_stream...)
-    seed = next(s for s in range(1000) if all(FaultConfig(disconnect_rate=1.0, seed=s).draw(n, max_tokens).after_tokens <= 4 for n in range(count))
-                and any(FaultConfig(disconnect_rate=1.0, seed=s).draw(n, max_tokens).after_tokens == 1 for n in range(count)))
+    seed = next(
+        s
+        for s in range(1000)
+        if all(FaultConfig(disconnect_rate=1.0, seed=s).draw(n, max_tokens).after_tokens <= 4 for n in range(count))
+        and any(FaultConfig(disconnect_rate=1.0, seed=s).draw(n, max_tokens).after_tokens == 1 for n in range(count))
+    )
     faults = FaultConfig(disconnect_rate=1.0, seed=seed)
     with serving(prompts, tiny_profile(0.005), faults=faults) as thread:
-        received = [_cut_stream(thread.url, {"prompt": ids(110_000 + 100 * n, 24), "max_tokens": max_tokens}) for n in range(count)]
+        received = [
+            _cut_stream(thread.url, {"prompt": ids(110_000 + 100 * n, 24), "max_tokens": max_tokens})
+            for n in range(count)
+        ]
     assert received == [faults.draw(n, max_tokens).after_tokens for n in range(count)]
 
 
@@ -800,13 +1005,26 @@ def test_stalls_delay_streams_that_still_complete(prompts):
     with serving(prompts, faults=FaultConfig(stall_rate=1.0, stall_s=0.3, seed=2)) as thread:
         for index in range(2):
             started = time.perf_counter()
-            items = stream(thread.url, "/v1/completions", {"prompt": ids(120_000 + 100 * index, 30), "max_tokens": 6, "return_token_ids": True,
-                                                           "stream_options": {"include_usage": True}})
+            items = stream(
+                thread.url,
+                "/v1/completions",
+                {
+                    "prompt": ids(120_000 + 100 * index, 30),
+                    "max_tokens": 6,
+                    "return_token_ids": True,
+                    "stream_options": {"include_usage": True},
+                },
+            )
             elapsed = time.perf_counter() - started
             assert elapsed >= 0.3
-            assert len(streamed_ids(items)) == 6 and items[-2]["usage"]["completion_tokens"] == 6 and items[-1] == "[DONE]"
+            assert (
+                len(streamed_ids(items)) == 6 and items[-2]["usage"]["completion_tokens"] == 6 and items[-1] == "[DONE]"
+            )
             assert finish_reasons(items)[-1] == "length"
-        for path, body in (("/v1/completions", {"prompt": ids(120_200, 30)}), ("/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}]})):
+        for path, body in (
+            ("/v1/completions", {"prompt": ids(120_200, 30)}),
+            ("/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}]}),
+        ):
             # one token: the stall strikes after the last one, which must still carry the finish_reason
             items = stream(thread.url, path, {**body, "max_tokens": 1})
             assert finish_reasons(items) == ["length"] and items[-1] == "[DONE]"
@@ -848,7 +1066,11 @@ def test_openai_sdk_chat_and_completions(sdk_url, prompts):
     assert whole.choices[0].message.role == "assistant" and whole.choices[0].finish_reason == "length"
     assert whole.usage.completion_tokens == 6 and whole.usage.prompt_tokens == chat_prompt_tokens(prompts, messages)
 
-    chunks = list(client.chat.completions.create(model="tiny-test", messages=messages, max_tokens=5, stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="tiny-test", messages=messages, max_tokens=5, stream=True, stream_options={"include_usage": True}
+        )
+    )
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(prompts.tokenizer.encode(content)) == 5
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
@@ -858,7 +1080,15 @@ def test_openai_sdk_chat_and_completions(sdk_url, prompts):
     full = usage.prompt_tokens // BLOCK - (usage.prompt_tokens % BLOCK == 0)
     assert usage.prompt_tokens_details.cached_tokens == full * BLOCK > 0
 
-    completions = list(client.completions.create(model="tiny-test", prompt=ids(124_000, 50), max_tokens=4, stream=True, stream_options={"include_usage": True}))
+    completions = list(
+        client.completions.create(
+            model="tiny-test",
+            prompt=ids(124_000, 50),
+            max_tokens=4,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     text = "".join(c.choices[0].text for c in completions if c.choices)
     assert len(prompts.tokenizer.encode(text)) == 4 and completions[-1].usage.prompt_tokens == 50
     assert [c.choices[0].finish_reason for c in completions if c.choices][-1] == "length"
@@ -882,7 +1112,9 @@ def test_replay_an_agentic_workload_against_the_server(sim, prompts):
     workload = generate(SyntheticSpec(sessions=6, input_tokens=48, output_tokens=6, turns=3, seed=3))
     assert workload.num_requests == 18
     before = metric(sim.url, "generation_tokens_total")
-    run = replay(workload, HTTPEndpoint(sim.url, api="completions"), prompts, ReplaySettings(prompt_format="ids", concurrency=4))
+    run = replay(
+        workload, HTTPEndpoint(sim.url, api="completions"), prompts, ReplaySettings(prompt_format="ids", concurrency=4)
+    )
     result = Result(run)
     records = result.records
     assert [r.status for r in records] == ["ok"] * 18
@@ -893,7 +1125,9 @@ def test_replay_an_agentic_workload_against_the_server(sim, prompts):
     assert all(r.cached_tokens == 0 for r in first)
     assert all(r.cached_tokens > 0 for r in later)
     for record in later:  # each later prompt extends the previous one: all its full blocks hit
-        previous = next(p for p in records if p.session_id == record.session_id and p.turn_index == record.turn_index - 1)
+        previous = next(
+            p for p in records if p.session_id == record.session_id and p.turn_index == record.turn_index - 1
+        )
         assert record.cached_tokens >= previous.prompt_tokens // BLOCK * BLOCK
     assert result.ok
 
@@ -903,9 +1137,14 @@ def test_replay_an_agentic_workload_against_the_server(sim, prompts):
 
 def test_a_round_robin_cluster_of_two_engines(prompts):
     with serving(prompts, cluster=ClusterConfig(engines=2, router="round_robin")) as thread:
-        replies = [post(thread.url, "/v1/completions", {"prompt": ids(121_000 + 100 * i, 20), "max_tokens": 3}).json() for i in range(4)]
+        replies = [
+            post(thread.url, "/v1/completions", {"prompt": ids(121_000 + 100 * i, 20), "max_tokens": 3}).json()
+            for i in range(4)
+        ]
         assert [r["usage"]["completion_tokens"] for r in replies] == [3] * 4
-        engines = {labels["engine"] for n, labels, _ in scrape(thread.url) if n.startswith("vllm:") and "engine" in labels}
+        engines = {
+            labels["engine"] for n, labels, _ in scrape(thread.url) if n.startswith("vllm:") and "engine" in labels
+        }
         assert engines == {"0", "1"}
         for engine in ("0", "1"):  # requests 0 and 2 on engine 0, 1 and 3 on engine 1
             assert metric(thread.url, "generation_tokens_total", engine) == 6
@@ -917,13 +1156,24 @@ def test_a_round_robin_cluster_of_two_engines(prompts):
 def test_a_disaggregated_cluster_streams_every_token(prompts):
     profile = load_profile("llama-3.1-8b-h100")
     with serving(prompts, profile, cluster=ClusterConfig(engines=1, prefill_engines=1)) as thread:
-        items = stream(thread.url, "/v1/completions", {"prompt": ids(122_000, 64), "max_tokens": 5, "return_token_ids": True, "stream_options": {"include_usage": True}})
+        items = stream(
+            thread.url,
+            "/v1/completions",
+            {
+                "prompt": ids(122_000, 64),
+                "max_tokens": 5,
+                "return_token_ids": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
         assert len(streamed_ids(items)) == 5
         reasons = finish_reasons(items)
         assert reasons == [None] * (len(reasons) - 1) + ["length"]
         assert items[-2]["usage"]["completion_tokens"] == 5 and items[-2]["usage"]["prompt_tokens"] == 64
         assert items[-1] == "[DONE]"
-        chat = post(thread.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 4}).json()
+        chat = post(
+            thread.url, "/v1/chat/completions", {"messages": [{"role": "user", "content": TEXT}], "max_tokens": 4}
+        ).json()
         assert chat["usage"]["completion_tokens"] == 4
         one = post(thread.url, "/v1/completions", {"prompt": ids(122_100, 10), "max_tokens": 1}).json()
         assert one["usage"]["completion_tokens"] == 1
@@ -932,7 +1182,10 @@ def test_a_disaggregated_cluster_streams_every_token(prompts):
         assert metric(thread.url, "generation_tokens_total", "1") == 4 + 3
         assert metric(thread.url, "prompt_tokens_total", "1") == 0
         assert metric(thread.url, "prompt_tokens_total", "0") == 64 + chat["usage"]["prompt_tokens"] + 10
-        assert metric(thread.url, "num_requests_running", None) == 0 and metric(thread.url, "kv_cache_usage_perc", None) == 0.0
+        assert (
+            metric(thread.url, "num_requests_running", None) == 0
+            and metric(thread.url, "kv_cache_usage_perc", None) == 0.0
+        )
 
 
 def test_a_disaggregated_stream_whose_prefill_ends_before_its_headers_go_out(prompts, monkeypatch):
@@ -947,8 +1200,12 @@ def test_a_disaggregated_stream_whose_prefill_ends_before_its_headers_go_out(pro
         return await prepare(self, request)
 
     monkeypatch.setattr(web.StreamResponse, "prepare", slow_prepare)
-    with serving(prompts, load_profile("llama-3.1-8b-h100"), cluster=ClusterConfig(engines=1, prefill_engines=1)) as thread:
-        items = stream(thread.url, "/v1/completions", {"prompt": ids(123_000, 64), "max_tokens": 200, "return_token_ids": True})
+    with serving(
+        prompts, load_profile("llama-3.1-8b-h100"), cluster=ClusterConfig(engines=1, prefill_engines=1)
+    ) as thread:
+        items = stream(
+            thread.url, "/v1/completions", {"prompt": ids(123_000, 64), "max_tokens": 200, "return_token_ids": True}
+        )
         assert len(streamed_ids(items)) == 200 and items[-1] == "[DONE]"
         assert metric(thread.url, "generation_tokens_total", "1") > 0  # the decode engine made tokens after the prefill
 
@@ -968,17 +1225,40 @@ def _first_line(process: subprocess.Popen, timeout: float = 30.0) -> str:
 
 
 def test_llmreplay_sim_serves_until_sigterm():
-    process, url = _sim_process("--model", "served", "--engines", "2", "--eos-mean-tokens", "1000", "--num-gpu-blocks", "64", "--block-size", "32")
+    process, url = _sim_process(
+        "--model",
+        "served",
+        "--engines",
+        "2",
+        "--eos-mean-tokens",
+        "1000",
+        "--num-gpu-blocks",
+        "64",
+        "--block-size",
+        "32",
+    )
     try:
         assert int(url.rsplit(":", 1)[1]) > 0  # port 0: the one it picked
-        assert HTTP.get(url + "/v1/models").json()["data"][0]["max_model_len"] == 64 * 32  # the engine options override the profile's
+        assert (
+            HTTP.get(url + "/v1/models").json()["data"][0]["max_model_len"] == 64 * 32
+        )  # the engine options override the profile's
         info = [labels for n, labels, _ in scrape(url) if n == "vllm:cache_config_info"]
         assert info == [{"block_size": "32", "enable_prefix_caching": "True", "num_gpu_blocks": "64"}]
         assert HTTP.get(url + "/health").text == "ok"
         assert HTTP.get(url + "/version").json()["profile"] == "llama-3.1-8b-h100"
         assert [m["id"] for m in HTTP.get(url + "/v1/models").json()["data"]] == ["served"]
-        items = stream(url, "/v1/completions", {"model": "served", "prompt": TEXT, "max_tokens": 4, "ignore_eos": True,
-                                                "return_token_ids": True, "stream_options": {"include_usage": True}})
+        items = stream(
+            url,
+            "/v1/completions",
+            {
+                "model": "served",
+                "prompt": TEXT,
+                "max_tokens": 4,
+                "ignore_eos": True,
+                "return_token_ids": True,
+                "stream_options": {"include_usage": True},
+            },
+        )
         assert len(streamed_ids(items)) == 4 and items[-2]["usage"]["completion_tokens"] == 4 and items[-1] == "[DONE]"
         assert {labels["engine"] for n, labels, _ in scrape(url) if n == "vllm:num_requests_running"} == {"0", "1"}
         code, err = _stop(process, timeout=10)
@@ -993,7 +1273,9 @@ def test_the_plugins_sim_server_binds_its_own_port_and_is_found_from_its_ready_l
     servers = [start_sim_server("llama-3.1-8b-h100", None, seed) for seed in (0, 1)]
     try:
         for server in servers:
-            assert server.args[server.args.index("--port") + 1] == "0"  # no port picked here for another process to take
+            assert (
+                server.args[server.args.index("--port") + 1] == "0"
+            )  # no port picked here for another process to take
             assert HTTP.get(server.url + "/version").json()["profile"] == "llama-3.1-8b-h100"
         assert servers[0].url != servers[1].url
     finally:
@@ -1005,11 +1287,17 @@ def test_the_plugins_sim_server_does_not_outlive_a_killed_test_run(tmp_path):
     """A run killed by SIGKILL (or SIGTERM, which pytest does not catch) runs no teardown: the
     server it started must notice its parent is gone and exit."""
     pid_file = tmp_path / "server.pid"
-    parent = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pytest_llmreplay.target import start_sim_server\n"
-        "server = start_sim_server('llama-3.1-8b-h100', None)\n"
-        f"open({str(pid_file)!r}, 'w').write(str(server.process.pid)); time.sleep(60)"
-    )])
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from pytest_llmreplay.target import start_sim_server\n"
+                "server = start_sim_server('llama-3.1-8b-h100', None)\n"
+                f"open({str(pid_file)!r}, 'w').write(str(server.process.pid)); time.sleep(60)"
+            ),
+        ]
+    )
     try:
         deadline = time.perf_counter() + 30
         while not (pid_file.exists() and pid_file.read_text()) and time.perf_counter() < deadline:
@@ -1027,7 +1315,9 @@ def _sim_process(*argv: str) -> tuple[subprocess.Popen, str]:
     line = _first_line(process)
     match = READY.search(line)  # what the plugin reads to find a server it started with --port 0
     assert match, line
-    assert re.match(r"llmreplay sim: \S+ serving model '[^']+' on http://127\.0\.0\.1:\d+ \(Ctrl-C stops\)$", line), line
+    assert re.match(r"llmreplay sim: \S+ serving model '[^']+' on http://127\.0\.0\.1:\d+ \(Ctrl-C stops\)$", line), (
+        line
+    )
     return process, match.group(1)
 
 
@@ -1046,7 +1336,9 @@ def _stop(process: subprocess.Popen, timeout: float) -> tuple[int | None, str]:
 def test_llmreplay_sim_stops_promptly_with_a_stream_in_flight():
     process, url = _sim_process()
     try:
-        with HTTP.stream("POST", url + "/v1/completions", json={"prompt": TEXT, "max_tokens": 100_000, "stream": True}, timeout=30) as response:
+        with HTTP.stream(
+            "POST", url + "/v1/completions", json={"prompt": TEXT, "max_tokens": 100_000, "stream": True}, timeout=30
+        ) as response:
             lines = response.iter_lines()
             assert next(line for line in lines if line.startswith("data: "))
             code, err = _stop(process, timeout=3)
@@ -1061,7 +1353,9 @@ def test_llmreplay_sim_stops_promptly_with_a_stream_in_flight():
 def test_llmreplay_sim_a_client_disconnect_prints_no_traceback():
     process, url = _sim_process()
     try:
-        with HTTP.stream("POST", url + "/v1/completions", json={"prompt": TEXT, "max_tokens": 1000, "stream": True}) as response:
+        with HTTP.stream(
+            "POST", url + "/v1/completions", json={"prompt": TEXT, "max_tokens": 1000, "stream": True}
+        ) as response:
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     break
@@ -1079,14 +1373,20 @@ def test_llmreplay_sim_a_client_disconnect_prints_no_traceback():
 
 
 BAD_OPTIONS = [
-    (("--fault-error-rate", "0.6", "--fault-stall-rate", "0.6"), "--fault-error-rate + --fault-stall-rate + --fault-disconnect-rate"),
+    (
+        ("--fault-error-rate", "0.6", "--fault-stall-rate", "0.6"),
+        "--fault-error-rate + --fault-stall-rate + --fault-disconnect-rate",
+    ),
     (("--engines", "0"), "--engines"),
     (("--num-gpu-blocks", "0"), "--num-gpu-blocks"),
     (("--eos-mean-tokens", "0.5"), "--eos-mean-tokens"),
     (("--timing-jitter", "1.5"), "--timing-jitter"),
     (("--profile", "nope"), "--profile"),
     (("--profile", "dynamo-mocker-polynomial", "--prefill-engines", "1"), "--kv-bytes-per-token"),
-    (("--profile", "dynamo-mocker-polynomial", "--prefill-engines", "1", "--kv-bytes-per-token", "inf"), "--kv-bytes-per-token"),
+    (
+        ("--profile", "dynamo-mocker-polynomial", "--prefill-engines", "1", "--kv-bytes-per-token", "inf"),
+        "--kv-bytes-per-token",
+    ),
     (("--num-gpu-blocks", str(10**12)), "--num-gpu-blocks"),
     (("--eos-mean-tokens", "inf"), "--eos-mean-tokens"),
     (("--port", "70000"), "--port"),
@@ -1116,27 +1416,46 @@ def _main_in_thread(argv: list[str], timeout: float = 30.0) -> int | BaseExcepti
     return outcome[0] if outcome else None
 
 
-@pytest.mark.parametrize(("argv", "option"), BAD_OPTIONS, ids=[option.split(" ")[0] + ("-sum" if "+" in option else "") for _, option in BAD_OPTIONS])
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    BAD_OPTIONS,
+    ids=[option.split(" ")[0] + ("-sum" if "+" in option else "") for _, option in BAD_OPTIONS],
+)
 def test_llmreplay_sim_bad_options_say_which_one(capsys, argv, option):
     code = _main_in_thread(["sim", "--port", "0", *argv])
     out, err = capsys.readouterr()
     assert code == 1 and out == "", (code, out, err)
     lines = err.splitlines()
     assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith(f"error: {option}") or (option == "--kv-bytes-per-token" and option in lines[0]), lines[0]
+    assert lines[0].startswith(f"error: {option}") or (option == "--kv-bytes-per-token" and option in lines[0]), lines[
+        0
+    ]
 
 
 def test_llmreplay_sim_bad_option_as_a_process():
-    done = subprocess.run(_cli("--port", "0", "--fault-error-rate", "0.6", "--fault-stall-rate", "0.6"), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        _cli("--port", "0", "--fault-error-rate", "0.6", "--fault-stall-rate", "0.6"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == "error: --fault-error-rate + --fault-stall-rate + --fault-disconnect-rate: expected at most 1 in all\n"
+    assert (
+        done.stderr
+        == "error: --fault-error-rate + --fault-stall-rate + --fault-disconnect-rate: expected at most 1 in all\n"
+    )
 
 
-@pytest.mark.parametrize(("option", "value", "expected"), [
-    ("--fault-stall-rate", "1.5", "a share from 0 to 1 such as 0.05 or 5%"), ("--fault-error-rate", "2", "a share from 0 to 1 such as 0.05 or 5%"),
-    ("--fault-disconnect-rate", "-0.1", "a share from 0 to 1 such as 0.05 or 5%"), ("--fault-stall-s", "-3", "a finite number >= 0"),
-    ("--fault-stall-s", "inf", "a finite number >= 0"),
-])
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--fault-stall-rate", "1.5", "a share from 0 to 1 such as 0.05 or 5%"),
+        ("--fault-error-rate", "2", "a share from 0 to 1 such as 0.05 or 5%"),
+        ("--fault-disconnect-rate", "-0.1", "a share from 0 to 1 such as 0.05 or 5%"),
+        ("--fault-stall-s", "-3", "a finite number >= 0"),
+        ("--fault-stall-s", "inf", "a finite number >= 0"),
+    ],
+)
 def test_llmreplay_sim_bad_fault_numbers_are_usage_errors_naming_the_option(capsys, option, value, expected):
     """As ``llmreplay run``'s numbers: argparse's status 2 and its one line."""
     from pytest_llmreplay.cli.main import main
@@ -1144,7 +1463,10 @@ def test_llmreplay_sim_bad_fault_numbers_are_usage_errors_naming_the_option(caps
     with pytest.raises(SystemExit) as exc:
         main(["sim", "--port", "0", option, value])
     assert exc.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"llmreplay sim: error: argument {option}: expected {expected}, got {value!r}"
+    assert (
+        capsys.readouterr().err.splitlines()[-1]
+        == f"llmreplay sim: error: argument {option}: expected {expected}, got {value!r}"
+    )
 
 
 def test_llmreplay_sim_fault_rate_as_a_percentage():

@@ -19,7 +19,15 @@ from pytest_llmreplay.sim.timing import Batch, JitteredTiming
 from pytest_llmreplay.sim.timing_table import TableTiming
 from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
 
-BENCH_META = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "llmservingsim" / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_meta.json"
+BENCH_META = (
+    Path(__file__).resolve().parents[1]
+    / ".."
+    / "shared"
+    / "data"
+    / "llmservingsim"
+    / "bench"
+    / "RTXPRO6000_Llama-3.1-8B_vllm_meta.json"
+)
 
 
 def approx(value):
@@ -27,7 +35,13 @@ def approx(value):
 
 
 def prefill(tokens, context=None):
-    return Batch(prefill_tokens=tokens, prefill_context=tokens if context is None else context, decode_seqs=0, kv_tokens=0, kv_usage=0.0)
+    return Batch(
+        prefill_tokens=tokens,
+        prefill_context=tokens if context is None else context,
+        decode_seqs=0,
+        kv_tokens=0,
+        kv_usage=0.0,
+    )
 
 
 def decode(seqs, kv_tokens, kv_usage=0.0):
@@ -81,8 +95,16 @@ def test_roofline_efficiencies_overhead_and_tensor_parallel():
 def test_tensor_parallel_all_reduces_two_per_layer_on_the_critical_path():
     # 4 GPUs, 10 GB/s bus bandwidth, 20 us per all-reduce; TINY has 2 layers, hidden 8, 1-byte weights.
     # One all-reduce of T tokens: 20e-6 + T * 8 B * 2 * 3/4 / 1e10; four of them (2 per layer).
-    four = HardwareSpec("toy", peak_flops=1e12, memory_bandwidth=1e11, memory_bytes=1e10, gpus=4, tensor_parallel=4,
-                        interconnect_bandwidth=1e10, allreduce_latency_us=20.0)
+    four = HardwareSpec(
+        "toy",
+        peak_flops=1e12,
+        memory_bandwidth=1e11,
+        memory_bytes=1e10,
+        gpus=4,
+        tensor_parallel=4,
+        interconnect_bandwidth=1e10,
+        allreduce_latency_us=20.0,
+    )
     timing = tiny_roofline(hardware=four)
 
     def comm(tokens):
@@ -109,19 +131,44 @@ def test_roofline_mixed_batch_and_cached_context():
 
 def test_roofline_embedding_is_a_lookup_and_the_lm_head_runs_once_per_sequence():
     # vocab 10 x hidden 8 = 80 parameters each for the untied embedding and LM head
-    model = ModelSpec("tiny", parameters=1e9, layers=2, hidden_size=8, heads=1, kv_heads=1, head_dim=1, dtype_bytes=1, vocab_size=10)
+    model = ModelSpec(
+        "tiny", parameters=1e9, layers=2, hidden_size=8, heads=1, kv_heads=1, head_dim=1, dtype_bytes=1, vocab_size=10
+    )
     timing = tiny_roofline(model=model)
     flops = 2 * (1e9 - 160) * 1000 + 2 * 80 * 1 + 8 * (1000 * 1000 - 500_000)  # one logit row for the prefill
     assert timing.breakdown(prefill(1000))["compute_s"] == approx(flops / 1e12)
     memory = (1e9 - 80) + 4 * (1 + 100)  # the embedding table is not read whole
     assert timing.breakdown(decode(1, 100))["memory_s"] == approx(memory / 1e11)
-    tied = ModelSpec("tiny", parameters=1e9, layers=2, hidden_size=8, heads=1, kv_heads=1, head_dim=1, dtype_bytes=1, vocab_size=10, tie_word_embeddings=True)
+    tied = ModelSpec(
+        "tiny",
+        parameters=1e9,
+        layers=2,
+        hidden_size=8,
+        heads=1,
+        kv_heads=1,
+        head_dim=1,
+        dtype_bytes=1,
+        vocab_size=10,
+        tie_word_embeddings=True,
+    )
     assert tied.matmul_parameters == 1e9 - 80 and tied.dense_read_parameters == 1e9
 
 
 def test_roofline_moe_reads_the_experts_a_batch_touches():
     # 5e9 parameters, 2e9 active, 4 experts with 1 routed per token: 4e9 in experts, 1e9 dense
-    moe = ModelSpec("moe", parameters=5e9, active_parameters=2e9, layers=2, hidden_size=8, heads=1, kv_heads=1, head_dim=1, dtype_bytes=1, experts=4, experts_per_token=1)
+    moe = ModelSpec(
+        "moe",
+        parameters=5e9,
+        active_parameters=2e9,
+        layers=2,
+        hidden_size=8,
+        heads=1,
+        kv_heads=1,
+        head_dim=1,
+        dtype_bytes=1,
+        experts=4,
+        experts_per_token=1,
+    )
     assert moe.expert_parameters == approx(4e9)
     timing = tiny_roofline(model=moe)
     # one token touches each expert with probability 1/4: 1e9 + 4e9/4 = 2e9 = the active parameters
@@ -229,8 +276,14 @@ def test_roofline_decode_span_grows_with_the_kv_cache():
 def test_every_bundled_profile_loads_with_sources_and_sane_numbers():
     names = available_profiles()
     assert {
-        "llama-3.1-8b-h100", "llama-3.1-8b-h200", "llama-3.1-8b-rtx-pro-6000", "llama-3.1-8b-rtx-4090",
-        "qwen3-30b-a3b-h100", "qwen3-30b-a3b-h200", "qwen3-30b-a3b-rtx-pro-6000", "qwen3-30b-a3b-rtx-4090",
+        "llama-3.1-8b-h100",
+        "llama-3.1-8b-h200",
+        "llama-3.1-8b-rtx-pro-6000",
+        "llama-3.1-8b-rtx-4090",
+        "qwen3-30b-a3b-h100",
+        "qwen3-30b-a3b-h200",
+        "qwen3-30b-a3b-rtx-pro-6000",
+        "qwen3-30b-a3b-rtx-4090",
         "dynamo-mocker-polynomial",
     } <= set(names)
     for name in names:
@@ -260,15 +313,24 @@ def test_profiles_order_as_their_hardware_does():
         return load_profile(name).timing.iteration_s(decode(1, 1000))
 
     # decode is bandwidth-bound: H200 (4.8 TB/s) < H100 (3.35) < RTX PRO 6000 (1.6) < RTX 4090 (1.0)
-    assert decode_one("llama-3.1-8b-h200") < decode_one("llama-3.1-8b-h100") < decode_one("llama-3.1-8b-rtx-pro-6000") < decode_one("llama-3.1-8b-rtx-4090")
-    assert decode_one("qwen3-30b-a3b-h200") < decode_one("qwen3-30b-a3b-h100") < decode_one("qwen3-30b-a3b-rtx-pro-6000")
+    assert (
+        decode_one("llama-3.1-8b-h200")
+        < decode_one("llama-3.1-8b-h100")
+        < decode_one("llama-3.1-8b-rtx-pro-6000")
+        < decode_one("llama-3.1-8b-rtx-4090")
+    )
+    assert (
+        decode_one("qwen3-30b-a3b-h200") < decode_one("qwen3-30b-a3b-h100") < decode_one("qwen3-30b-a3b-rtx-pro-6000")
+    )
     # four 4090s in tensor parallel have 1.3x the FLOP/s of one RTX PRO 6000, but their prefill
     # all-reduces over PCIe without peer-to-peer cost more than the compute
     four = load_profile("qwen3-30b-a3b-rtx-4090")
     assert four.gpus == 4 and four.hardware.tensor_parallel == 4
     parts = four.timing.breakdown(prefill(2048))
     assert parts["comm_s"] > parts["compute_s"]
-    assert four.timing.iteration_s(prefill(2048)) > load_profile("qwen3-30b-a3b-rtx-pro-6000").timing.iteration_s(prefill(2048))
+    assert four.timing.iteration_s(prefill(2048)) > load_profile("qwen3-30b-a3b-rtx-pro-6000").timing.iteration_s(
+        prefill(2048)
+    )
     # 3.3B active parameters decode faster than 8B dense on the same GPU...
     assert decode_one("qwen3-30b-a3b-h100") < decode_one("llama-3.1-8b-h100")
     # ...until the batch touches most experts: at 64 sequences the MoE reads far more weights
@@ -282,13 +344,21 @@ def test_derived_kv_cache_size_follows_the_documented_rule():
     expected = math.floor((85_520_809_984 * 0.9 - 8_030_261_248 * 2 - 3.0 * GIB) / block_bytes)
     assert profile.engine.num_gpu_blocks == expected == 27_507
     assert derive_num_gpu_blocks(profile.model, profile.hardware, 16, 0.9, 3.0) == expected
-    assert profile.engine.max_num_seqs == 256 and profile.engine.max_num_batched_tokens == 8192 and profile.engine.block_size == 16
+    assert (
+        profile.engine.max_num_seqs == 256
+        and profile.engine.max_num_batched_tokens == 8192
+        and profile.engine.block_size == 16
+    )
     assert load_profile("llama-3.1-8b-rtx-4090").engine.max_num_batched_tokens == 2048
 
 
 def test_rtx_pro_6000_profile_uses_the_benchmark_engine_settings():
     profile = load_profile("llama-3.1-8b-rtx-pro-6000")
-    assert (profile.engine.max_num_seqs, profile.engine.max_num_batched_tokens, profile.engine.block_size) == (128, 2048, 16)
+    assert (profile.engine.max_num_seqs, profile.engine.max_num_batched_tokens, profile.engine.block_size) == (
+        128,
+        2048,
+        16,
+    )
     assert profile.engine.num_gpu_blocks == 35_913
     if BENCH_META.is_file():  # the shared data set, when present
         engine_args = json.loads(BENCH_META.read_text())["engine_kwargs"]
@@ -300,7 +370,9 @@ def test_rtx_pro_6000_profile_uses_the_benchmark_engine_settings():
 def test_dynamo_profile_is_the_polynomial_with_the_mocker_defaults():
     profile = load_profile("dynamo-mocker-polynomial")
     assert isinstance(profile.timing, PolynomialTiming)
-    assert profile.engine == EngineConfig(block_size=64, num_gpu_blocks=16384, max_num_seqs=256, max_num_batched_tokens=8192)
+    assert profile.engine == EngineConfig(
+        block_size=64, num_gpu_blocks=16384, max_num_seqs=256, max_num_batched_tokens=8192
+    )
     assert profile.timing.iteration_s(prefill(1000)) == approx(0.0321058589)
 
 
@@ -308,7 +380,11 @@ def test_a_profile_file_by_path(tmp_path):
     data = {
         "name": "my-table",
         "engine": {"block_size": 16, "num_gpu_blocks": 1000, "max_num_seqs": 8, "max_num_batched_tokens": 512},
-        "timing": {"kind": "table", "prefill": {"tokens": [0, 512], "ms": [5, 40]}, "decode": {"seqs": [1, 8], "ms": [4, 6]}},
+        "timing": {
+            "kind": "table",
+            "prefill": {"tokens": [0, 512], "ms": [5, 40]},
+            "decode": {"seqs": [1, 8], "ms": [4, 6]},
+        },
         "sources": ["measured by hand"],
     }
     path = tmp_path / "mine.json"
@@ -379,7 +455,12 @@ def test_missing_field_names_file_and_field(tmp_path):
         ("model", "layer", 32, "model.layer: unknown field"),
         ("timing", "kind", "magic", "timing.kind: must be one of roofline, polynomial, table, got 'magic'"),
         ("timing", "kind", ["roofline"], "timing.kind: must be one of roofline, polynomial, table, got ['roofline']"),
-        ("engine", "num_gpu_blocks", 10**12, "engine.num_gpu_blocks: must be <= 10,000,000 (the simulator keeps per-block state in memory)"),
+        (
+            "engine",
+            "num_gpu_blocks",
+            10**12,
+            "engine.num_gpu_blocks: must be <= 10,000,000 (the simulator keeps per-block state in memory)",
+        ),
         ("engine", "num_gpu_blocks", 10**400, "engine.num_gpu_blocks: must be <= 10,000,000"),
     ],
 )
@@ -399,7 +480,9 @@ def test_polynomial_coefficients_must_be_finite(tmp_path, bad):
 def test_tensor_parallel_needs_the_interconnect(tmp_path):
     data = bundled("llama-3.1-8b-h100")
     data["hardware"].update(gpus=2, tensor_parallel=2)
-    assert "hardware.interconnect_bandwidth: missing (tensor_parallel 2 all-reduces every layer" in error_for(tmp_path, data)
+    assert "hardware.interconnect_bandwidth: missing (tensor_parallel 2 all-reduces every layer" in error_for(
+        tmp_path, data
+    )
     data["hardware"]["interconnect_bandwidth"] = 0
     assert "hardware.interconnect_bandwidth: must be > 0, got 0" in error_for(tmp_path, data)
     data["hardware"].update(interconnect_bandwidth=3e11, allreduce_latency_us=-1)
@@ -447,7 +530,9 @@ def test_jitter_has_mean_one_and_the_asked_coefficient_of_variation():
     assert span.mean() == pytest.approx(1.0, abs=0.003)  # 0.2 / sqrt(200,000) = 0.00045 standard error
     assert span.std() / span.mean() == pytest.approx(0.2, rel=0.02)
     assert (span > 0).all()
-    single = [jittered.iteration_s(decode(8, 800, 0.25)) / base.iteration_s(decode(8, 800, 0.25)) for _ in range(20_000)]
+    single = [
+        jittered.iteration_s(decode(8, 800, 0.25)) / base.iteration_s(decode(8, 800, 0.25)) for _ in range(20_000)
+    ]
     assert np.mean(single) == pytest.approx(1.0, abs=0.01) and np.std(single) == pytest.approx(0.2, rel=0.05)
     assert jittered.iteration_s(prefill(0)) == 0.0  # an empty batch still takes no time
 
@@ -457,7 +542,9 @@ def test_jitter_is_seeded_per_engine():
     draws = [engine_timing(profile, seed).decode_span_s(4, 40, 0.1, 0.0, 5) for seed in (1, 1, 2)]
     np.testing.assert_array_equal(draws[0], draws[1])
     assert not np.array_equal(draws[0], draws[2])
-    assert engine_timing(Profile("p", profile.timing, EngineConfig()), 1) is profile.timing  # no jitter: the model as it is
+    assert (
+        engine_timing(Profile("p", profile.timing, EngineConfig()), 1) is profile.timing
+    )  # no jitter: the model as it is
 
 
 def test_jitter_in_a_profile_file(tmp_path):

@@ -8,7 +8,16 @@ import pytest
 from records import make, rec
 
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.metrics.slo import SLO, SLOBreach, assert_slos, breach_table, canonical, check_slos, parse_slo, parse_slos
+from pytest_llmreplay.metrics.slo import (
+    SLO,
+    SLOBreach,
+    assert_slos,
+    breach_table,
+    canonical,
+    check_slos,
+    parse_slo,
+    parse_slos,
+)
 
 
 def approx(value):
@@ -74,22 +83,45 @@ def test_a_bare_number_is_in_the_metrics_own_unit(key, threshold, value):
     assert slo.factor == 1.0
 
 
-@pytest.mark.parametrize("key, threshold, written", [("ttft.p90", "< 500", "< 500"), ("ttft.p99", "<1000", "< 1000"), ("itl.p99", "< 0.05", "< 0.05"),
-                                                     ("ttfat.p90", "<=2", "<= 2"), ("tpot.mean", "== 0", "== 0")])
+@pytest.mark.parametrize(
+    "key, threshold, written",
+    [
+        ("ttft.p90", "< 500", "< 500"),
+        ("ttft.p99", "<1000", "< 1000"),
+        ("itl.p99", "< 0.05", "< 0.05"),
+        ("ttfat.p90", "<=2", "<= 2"),
+        ("tpot.mean", "== 0", "== 0"),
+    ],
+)
 def test_a_time_without_a_unit_is_refused(key, threshold, written):
     """'< 500' on a time was 500 seconds, which passes everything (issue 31 B5)."""
     with pytest.raises(LLMReplayError) as info:
         parse_slo(key, threshold)
     metric = key.split(".")[0]
-    assert str(info.value) == f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)"
+    assert (
+        str(info.value)
+        == f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)"
+    )
 
 
-@pytest.mark.parametrize("key, threshold", [("ttft.p99", "< -1s"), ("tpot.p50", "<= -0.5ms"), ("output_throughput.steady_state", "> -1 tok/s"),
-                                            ("request_throughput.overall", ">= -2 req/s"), ("error_rate", "< -1%"), ("capacity.rate", ">= -1 req/s")])
+@pytest.mark.parametrize(
+    "key, threshold",
+    [
+        ("ttft.p99", "< -1s"),
+        ("tpot.p50", "<= -0.5ms"),
+        ("output_throughput.steady_state", "> -1 tok/s"),
+        ("request_throughput.overall", ">= -2 req/s"),
+        ("error_rate", "< -1%"),
+        ("capacity.rate", ">= -1 req/s"),
+    ],
+)
 def test_a_negative_threshold_on_a_built_in_metric_is_refused(key, threshold):
     # no time, throughput, share or count is below 0: such an SLO always passes or never does
     message = refused(key, threshold)
-    assert message == f"SLO {key!r}: expected a threshold >= 0 ({key.partition('.')[0]} is never negative), got {threshold!r}"
+    assert (
+        message
+        == f"SLO {key!r}: expected a threshold >= 0 ({key.partition('.')[0]} is never negative), got {threshold!r}"
+    )
 
 
 def test_a_plugins_metric_may_have_a_negative_threshold():
@@ -242,8 +274,14 @@ def test_wrong_statistic_for_the_metric_family(key, expected):
     "key, message",
     [
         ("error_rate.p50", "SLO 'error_rate.p50': error_rate takes no statistic such as 'p50'; write error_rate alone"),
-        ("effective_concurrency.max", "SLO 'effective_concurrency.max': effective_concurrency takes no statistic such as 'max'; write effective_concurrency alone"),
-        ("goodput.mean", "SLO 'goodput.mean': goodput takes no statistic such as 'mean'; write goodput alone (its share) or goodput.rate"),
+        (
+            "effective_concurrency.max",
+            "SLO 'effective_concurrency.max': effective_concurrency takes no statistic such as 'max'; write effective_concurrency alone",
+        ),
+        (
+            "goodput.mean",
+            "SLO 'goodput.mean': goodput takes no statistic such as 'mean'; write goodput alone (its share) or goodput.rate",
+        ),
     ],
 )
 def test_a_single_figure_is_named_by_its_metric_alone(key, message):
@@ -289,9 +327,30 @@ def test_a_threshold_that_is_not_a_string_is_refused(threshold):
 @pytest.mark.parametrize(
     "threshold",
     [
-        "", "   ", "2s", "<", "< s", "less than 2s", "< 2 seconds", "< 2S", "< 2 MS", "=< 2s", "=> 2s",
-        "= 2s", "!= 2s", "<< 2s", "< 2s s", "< 2 ms ms", "< 1,5s", "< 2s <", "< inf", "< nan",
-        "< 1_000ms", "< 0x10", "< 2h", "< 2 tok",
+        "",
+        "   ",
+        "2s",
+        "<",
+        "< s",
+        "less than 2s",
+        "< 2 seconds",
+        "< 2S",
+        "< 2 MS",
+        "=< 2s",
+        "=> 2s",
+        "= 2s",
+        "!= 2s",
+        "<< 2s",
+        "< 2s s",
+        "< 2 ms ms",
+        "< 1,5s",
+        "< 2s <",
+        "< inf",
+        "< nan",
+        "< 1_000ms",
+        "< 0x10",
+        "< 2h",
+        "< 2 tok",
     ],
 )
 def test_garbage_thresholds_are_refused(threshold):
@@ -428,8 +487,16 @@ def test_bare_threshold_margin_has_no_unit():
 @pytest.mark.parametrize(
     "op, measured, passed",
     [
-        ("<", 2.0, False), ("<=", 2.0, True), (">", 2.0, False), (">=", 2.0, True), ("==", 2.0, True),
-        ("<", 1.999, True), ("<=", 2.001, False), (">", 2.001, True), (">=", 1.999, False), ("==", 2.001, False),
+        ("<", 2.0, False),
+        ("<=", 2.0, True),
+        (">", 2.0, False),
+        (">=", 2.0, True),
+        ("==", 2.0, True),
+        ("<", 1.999, True),
+        ("<=", 2.001, False),
+        (">", 2.001, True),
+        (">=", 1.999, False),
+        ("==", 2.001, False),
     ],
 )
 def test_pass_or_fail_at_the_boundary(op, measured, passed):
@@ -522,7 +589,11 @@ def test_breach_table_lists_every_slo_not_just_the_first_failure():
 
 
 def test_breach_table_when_all_are_met():
-    text = breach_table(check_slos({"ttft": {"p99": 1.0}, "error_rate": {"value": 0.0}}, parse_slos({"ttft.p99": "< 2s", "error_rate": "== 0"})))
+    text = breach_table(
+        check_slos(
+            {"ttft": {"p99": 1.0}, "error_rate": {"value": 0.0}}, parse_slos({"ttft.p99": "< 2s", "error_rate": "== 0"})
+        )
+    )
     assert text.splitlines()[0] == "SLOs met: 2 of 2"
     assert "BREACH" not in text
 
@@ -564,11 +635,13 @@ def test_assert_slos_refuses_a_bad_threshold_before_checking():
 def result():
     # three one-token requests with times exact in binary: ttft 0.25, 0.5, 0.75 (mean 0.5,
     # p50 0.5, max 0.75), latency ttft + 0.25 (max 1.0), no failure
-    return make([
-        rec(0, sent=1.0, chunks=((1.25, 1),), end=1.5),
-        rec(1, sent=2.0, chunks=((2.5, 1),), end=2.75),
-        rec(2, sent=3.0, chunks=((3.75, 1),), end=4.0),
-    ])
+    return make(
+        [
+            rec(0, sent=1.0, chunks=((1.25, 1),), end=1.5),
+            rec(1, sent=2.0, chunks=((2.5, 1),), end=2.75),
+            rec(2, sent=3.0, chunks=((3.75, 1),), end=4.0),
+        ]
+    )
 
 
 def test_result_assert_slo_passes_silently():
@@ -602,7 +675,11 @@ def test_result_assert_slo_keeps_every_check_met_or_not():
         r.assert_slo({"ttft.mean": "< 300ms", "error_rate": "== 0"})
     with pytest.raises(LLMReplayError):
         r.assert_slo({"ttft.p50": "< 2 tok/s"})  # refused before checking: nothing kept
-    assert [(c.slo.key, c.passed) for c in r.slo_checks] == [("ttft.max", True), ("ttft.mean", False), ("error_rate", True)]
+    assert [(c.slo.key, c.passed) for c in r.slo_checks] == [
+        ("ttft.max", True),
+        ("ttft.mean", False),
+        ("error_rate", True),
+    ]
 
 
 def test_result_assert_slo_unmeasured_metric_breaches():
@@ -614,8 +691,11 @@ def test_result_assert_slo_unmeasured_metric_breaches():
 
 def test_result_assert_slo_on_goodput_needs_a_per_request_limit():
     # without one no request is counted good or bad: one line saying where limits come from, not a BREACH "not measured"
-    with pytest.raises(LLMReplayError, match=r"^assert_slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set; "
-                                             r"add an upper bound on ttft, tpot, latency or itl to this call"):
+    with pytest.raises(
+        LLMReplayError,
+        match=r"^assert_slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set; "
+        r"add an upper bound on ttft, tpot, latency or itl to this call",
+    ):
         result().assert_slo({"goodput": ">= 90%"})
     records = result().run.records
     make(records, goodput={"ttft": 0.6}).assert_slo({"goodput": ">= 66%"})  # ttft 0.25 and 0.5 are good, 0.75 is not
@@ -690,8 +770,17 @@ def test_goodput_rate_and_capacity_keys_refused(key, threshold, message):
 def test_per_request_limits_are_the_tightest_upper_bound_of_each_per_request_metric():
     from pytest_llmreplay.metrics.slo import per_request_limits
 
-    slos = parse_slos({"ttft.p99": "< 1s", "ttft.p50": "<= 300ms", "tpot.p90": "< 50ms", "itl.max": "< 0.2s",
-                       "latency.p99": "> 1s", "ttfat.p90": "< 5s", "error_rate": "== 0"})
+    slos = parse_slos(
+        {
+            "ttft.p99": "< 1s",
+            "ttft.p50": "<= 300ms",
+            "tpot.p90": "< 50ms",
+            "itl.max": "< 0.2s",
+            "latency.p99": "> 1s",
+            "ttfat.p90": "< 5s",
+            "error_rate": "== 0",
+        }
+    )
     # latency has only a lower bound and ttfat is per session: neither limits a request
     assert per_request_limits(slos) == {"ttft": approx(0.3), "tpot": approx(0.05), "itl": approx(0.2)}
 
@@ -713,7 +802,11 @@ def test_result_goodput_rate_is_good_requests_over_the_measured_span():
         ("itl.max", ["< 0.5us", "<0.0005ms"], ("itl.max", "< 0.5us")),
         ("goodput", [">= 0.9", ">=90%", ">= 90.0 %"], ("goodput", ">= 90%")),
         ("goodput", [">= 5 req/s", ">=5req/s"], ("goodput.rate", ">= 5 req/s")),
-        ("output_throughput.steady_state", ["> 1e3", "> 1000 tok/s"], ("output_throughput.steady_state", "> 1000 tok/s")),
+        (
+            "output_throughput.steady_state",
+            ["> 1e3", "> 1000 tok/s"],
+            ("output_throughput.steady_state", "> 1000 tok/s"),
+        ),
         ("capacity.concurrency", [">= 64", ">=64.0"], ("capacity.concurrency", ">= 64")),
     ],
 )
@@ -727,4 +820,7 @@ def test_canonical_keeps_different_settings_apart():
     texts = {canonical(parse_slo("ttft.p99", t)) for t in ("< 1s", "<= 1s", "< 1.001s", "< 999ms")}
     assert len(texts) == 4
     assert canonical(parse_slo("ttft.p99", "< 1001ms")) == ("ttft.p99", "< 1.001s")
-    assert canonical(parse_slo("mine.p99", "< 5ms", extra_metrics=["mine"])) == ("mine.p99", "< 5ms")  # a plugin metric keeps its unit
+    assert canonical(parse_slo("mine.p99", "< 5ms", extra_metrics=["mine"])) == (
+        "mine.p99",
+        "< 5ms",
+    )  # a plugin metric keeps its unit

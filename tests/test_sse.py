@@ -67,7 +67,7 @@ def test_every_split_point_gives_the_same_events(eol, final_eol):
 @pytest.mark.parametrize("eol", LINE_ENDS.values(), ids=LINE_ENDS.keys())
 def test_byte_by_byte_gives_the_same_events(eol):
     raw = stream(eol)
-    assert decode(*(raw[i:i + 1] for i in range(len(raw)))) == EXPECTED
+    assert decode(*(raw[i : i + 1] for i in range(len(raw)))) == EXPECTED
 
 
 @pytest.mark.parametrize("eol", LINE_ENDS.values(), ids=LINE_ENDS.keys())
@@ -103,10 +103,10 @@ def test_feed_returns_each_event_as_soon_as_its_blank_line_arrives(eol):
     assert len(closing) == 4
     for count, line in enumerate(closing, 1):
         end = len((eol.join(STREAM_LINES[: line + 1]) + eol).encode())
-        assert raw[end - len(blank):end] == blank
+        assert raw[end - len(blank) : end] == blank
         decoder = SSEDecoder()
         assert decoder.feed(raw[: end - 1]) == EXPECTED[: count - 1]  # one byte short: not yet
-        assert decoder.feed(raw[end - 1:end]) == [EXPECTED[count - 1]]
+        assert decoder.feed(raw[end - 1 : end]) == [EXPECTED[count - 1]]
         assert decoder.feed(b"") == []
     decoder = SSEDecoder()
     assert decoder.feed(raw) == EXPECTED[:-1]  # the unterminated last event waits for close()
@@ -138,7 +138,7 @@ def test_close_returns_an_event_without_its_blank_line():
 
 def test_close_returns_a_last_line_without_line_end():
     decoder = SSEDecoder()
-    assert decoder.feed(b"data: 1\n\ndata: {\"a\": 2}") == ["1"]
+    assert decoder.feed(b'data: 1\n\ndata: {"a": 2}') == ["1"]
     assert decoder.close() == ['{"a": 2}']
 
 
@@ -172,13 +172,25 @@ def test_invalid_utf8_does_not_raise():
 
 
 def chat(delta, finish_reason=None, **choice):
-    return json.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m",
-                       "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, **choice}]})
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason, **choice}],
+        }
+    )
 
 
 def completion(text, finish_reason=None, **choice):
-    return json.dumps({"id": "cmpl-1", "object": "text_completion", "model": "m",
-                       "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, **choice}]})
+    return json.dumps(
+        {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "model": "m",
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, **choice}],
+        }
+    )
 
 
 def test_vllm_role_chunk_carries_no_token():
@@ -229,8 +241,12 @@ def test_token_ids_count_the_tokens():
 
 
 def test_chat_logprobs_count_the_tokens():
-    logprobs = {"content": [{"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []},
-                            {"token": "b", "logprob": -0.2, "bytes": [98], "top_logprobs": []}]}
+    logprobs = {
+        "content": [
+            {"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []},
+            {"token": "b", "logprob": -0.2, "bytes": [98], "top_logprobs": []},
+        ]
+    }
     chunk = read_chunk(chat({"content": "ab"}, logprobs=logprobs))
     assert (chunk.tokens, chunk.text) == (2, "ab")
 
@@ -241,14 +257,21 @@ def test_completions_logprobs_count_the_tokens():
 
 
 def test_usage_only_chunk():
-    usage = {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20, "prompt_tokens_details": {"cached_tokens": 4}}
+    usage = {
+        "prompt_tokens": 12,
+        "completion_tokens": 8,
+        "total_tokens": 20,
+        "prompt_tokens_details": {"cached_tokens": 4},
+    }
     chunk = read_chunk(json.dumps({"id": "x", "object": "chat.completion.chunk", "choices": [], "usage": usage}))
     assert (chunk.tokens, chunk.text, chunk.usage, chunk.finish_reason) == (0, "", usage, None)
     assert read_chunk(json.dumps({"usage": usage})).usage == usage
 
 
 def test_null_usage_on_a_content_chunk_is_no_usage():
-    chunk = read_chunk(json.dumps({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}], "usage": None}))
+    chunk = read_chunk(
+        json.dumps({"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": None}], "usage": None})
+    )
     assert (chunk.tokens, chunk.usage) == (1, None)
 
 
@@ -275,9 +298,11 @@ def test_flat_error_object_is_a_server_error():
     assert "boom" in str(info.value)
 
 
-@pytest.mark.parametrize("data", ["{not json", "[1, 2]", '"text"', "42", '{"id": "x", "object": "chat.completion.chunk"}',
-                                  '{"choices": ["x"]}'],
-                         ids=["not-json", "array", "string", "number", "no-choices-no-usage", "choice-not-object"])
+@pytest.mark.parametrize(
+    "data",
+    ["{not json", "[1, 2]", '"text"', "42", '{"id": "x", "object": "chat.completion.chunk"}', '{"choices": ["x"]}'],
+    ids=["not-json", "array", "string", "number", "no-choices-no-usage", "choice-not-object"],
+)
 def test_malformed_events_are_protocol_errors(data):
     with pytest.raises(StreamError) as info:
         read_chunk(data)

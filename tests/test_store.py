@@ -27,9 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def record(test="tests/test_perf.py::test_chat", commit="a" * 40, **more):
     return {
-        "schema": baseline.SCHEMA, "test": test, "commit": commit, "dirty": False, "branch": "main",
-        "fingerprint": {"kind": "sim", "model": "m"}, "workload": {"path": "w.jsonl", "digest": "d"},
-        "settings": {"concurrency": 4}, "summary": {"ttft": {"p50": 0.5}}, "samples": {"ttft": [0.4, 0.5, 0.6]},
+        "schema": baseline.SCHEMA,
+        "test": test,
+        "commit": commit,
+        "dirty": False,
+        "branch": "main",
+        "fingerprint": {"kind": "sim", "model": "m"},
+        "workload": {"path": "w.jsonl", "digest": "d"},
+        "settings": {"concurrency": 4},
+        "summary": {"ttft": {"p50": 0.5}},
+        "samples": {"ttft": [0.4, 0.5, 0.6]},
         **more,
     }
 
@@ -59,7 +66,11 @@ def test_write_new_never_overwrites(tmp_path):
 
 
 def test_a_save_clears_temporary_files_a_killed_writer_left_and_no_live_ones(tmp_path):
-    exited = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True).stdout)
+    exited = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+        ).stdout
+    )
     folder = tmp_path / result_folder(record()["test"])
     folder.mkdir()
     names = {
@@ -148,7 +159,13 @@ def test_save_from_many_processes_at_once(tmp_path):
     go = tmp_path / "go"
     root = tmp_path / "store"
     procs = [
-        subprocess.Popen([sys.executable, "-c", SAVE_SCRIPT, str(root), str(go), json.dumps(record())], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", SAVE_SCRIPT, str(root), str(go), json.dumps(record())],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(8)
     ]
     go.touch()  # all start saving together
@@ -162,7 +179,10 @@ def test_save_from_many_processes_at_once(tmp_path):
 
 def put(store, test, commit, stamp, pid=1, token="aa", **more):
     """A stored file with a chosen time stamp in its name."""
-    return write_new(store.root / result_folder(test) / f"{commit[:12]}-{stamp}-{pid}-{token}.json", record(test=test, commit=commit, **more))
+    return write_new(
+        store.root / result_folder(test) / f"{commit[:12]}-{stamp}-{pid}-{token}.json",
+        record(test=test, commit=commit, **more),
+    )
 
 
 def test_stored_oldest_first_and_only_that_commit_and_test(tmp_path):
@@ -240,13 +260,25 @@ def test_open_store_kinds(tmp_path):
     assert open_store(f"git:{tmp_path}/remote.git#mine", tmp_path).ref == "refs/heads/mine"
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("nosuch://bucket/x", "nosuch://bucket/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL"),
-    ("s3://AKIAKEY:s3cr3t@bucket/x", "s3://***@bucket/x: a password in the URL; give credentials in the environment"),
-    ("git:https://user:s3cr3t@git.example.com/x.git#refs/x", "git:https://***@git.example.com/x.git#refs/x: a password in the URL; give credentials to git"),
-    ("git:#refs/x", "git:#refs/x: expected git:REMOTE#REF"),
-    ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "nosuch://bucket/x",
+            "nosuch://bucket/x: unknown scheme 'nosuch'; expected a folder, git:REMOTE#REF, or a URL",
+        ),
+        (
+            "s3://AKIAKEY:s3cr3t@bucket/x",
+            "s3://***@bucket/x: a password in the URL; give credentials in the environment",
+        ),
+        (
+            "git:https://user:s3cr3t@git.example.com/x.git#refs/x",
+            "git:https://***@git.example.com/x.git#refs/x: a password in the URL; give credentials to git",
+        ),
+        ("git:#refs/x", "git:#refs/x: expected git:REMOTE#REF"),
+        ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of"),
+    ],
+)
 def test_open_store_refuses_in_one_line(tmp_path, text, needle):
     with pytest.raises(LLMReplayError) as info:
         open_store(text, tmp_path)
@@ -260,12 +292,15 @@ def test_file_urls_are_absolute_local_and_percent_decoded(tmp_path):
     assert open_store(f"FILE:{tmp_path}/f", "/elsewhere") == FolderStore(tmp_path / "f")
 
 
-@pytest.mark.parametrize(("text", "needle"), [
-    ("file://tmp/q12/rel", "file://tmp/q12/rel: file:// URL with host 'tmp'; expected file:///ABSOLUTE/PATH"),
-    ("file:relative/x", "file:relative/x: a file: URL must name an absolute path"),
-    ("file://", "file://: a file: URL must name an absolute path"),
-    ("file:///tmp/a#b", "file:///tmp/a#b: a file:// URL with a query or fragment; write '?' as %3F and '#' as %23"),
-])
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("file://tmp/q12/rel", "file://tmp/q12/rel: file:// URL with host 'tmp'; expected file:///ABSOLUTE/PATH"),
+        ("file:relative/x", "file:relative/x: a file: URL must name an absolute path"),
+        ("file://", "file://: a file: URL must name an absolute path"),
+        ("file:///tmp/a#b", "file:///tmp/a#b: a file:// URL with a query or fragment; write '?' as %3F and '#' as %23"),
+    ],
+)
 def test_file_urls_naming_no_local_absolute_folder_are_refused(tmp_path, text, needle):
     with pytest.raises(LLMReplayError) as info:
         open_store(text, tmp_path)
@@ -273,7 +308,10 @@ def test_file_urls_naming_no_local_absolute_folder_are_refused(tmp_path, text, n
 
 
 def test_redact_hides_users_passwords_and_query_strings():
-    assert redact("push to https://x-access-token:ghs_abc@github.com/o/r.git failed") == "push to https://***@github.com/o/r.git failed"
+    assert (
+        redact("push to https://x-access-token:ghs_abc@github.com/o/r.git failed")
+        == "push to https://***@github.com/o/r.git failed"
+    )
     assert redact("az://container/p?sv=2024&sig=SECRET and more") == "az://container/p?*** and more"
     assert redact("/a/plain/path and git@github.com:o/r") == "/a/plain/path and git@github.com:o/r"
 
@@ -310,11 +348,16 @@ def skips_unreadable_results(store, newest: str) -> None:
     each skipped, named, and the newest readable result is still found (issue 31, A1)."""
     folder = newest.split("/")[0]
     store.add(f"{folder}/{'a' * 12}-29990101T000000000000Z-1-000000.json", b"{garbage")
-    store.add(f"{folder}/{'a' * 12}-29990102T000000000000Z-1-000000.json", json.dumps({**record(), "samples": None}).encode())
+    store.add(
+        f"{folder}/{'a' * 12}-29990102T000000000000Z-1-000000.json", json.dumps({**record(), "samples": None}).encode()
+    )
     found = store.newest_complete(record()["test"], ["a" * 40])
     assert found.key == newest and found.record["summary"] == {"n": {"value": 2}}
     assert len(found.unreadable) == 2
-    assert "29990102T" in found.unreadable[0] and "samples: expected an object of lists of numbers, got null" in found.unreadable[0]
+    assert (
+        "29990102T" in found.unreadable[0]
+        and "samples: expected an object of lists of numbers, got null" in found.unreadable[0]
+    )
     assert "29990101T" in found.unreadable[1] and "not a stored llmreplay result" in found.unreadable[1]
     assert found.skipped_line().startswith("skipped 2 unreadable stored results: the newest, ")
 
@@ -334,7 +377,9 @@ def test_a_corrupt_object_is_one_line_naming_it(tmp_path):
     store.add("t-00000000/aaaaaaaaaaaa-x.json", b"\xff\xfe not json")
     with pytest.raises(LLMReplayError) as info:
         store.read("t-00000000/aaaaaaaaaaaa-x.json")
-    assert str(info.value).startswith(f"memory://llmreplay-{tmp_path.name}/t-00000000/aaaaaaaaaaaa-x.json: not a stored llmreplay result")
+    assert str(info.value).startswith(
+        f"memory://llmreplay-{tmp_path.name}/t-00000000/aaaaaaaaaaaa-x.json: not a stored llmreplay result"
+    )
 
 
 def test_s3_store_against_a_real_s3_server(s3_env, tmp_path):
@@ -366,11 +411,23 @@ def test_s3_store_that_cannot_be_reached(monkeypatch, tmp_path, refused_url):
 # ---------------------------------------------------------------- git
 
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "T", "GIT_COMMITTER_EMAIL": "t@example.com"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "T",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "T",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+}
 
 
 def git(cwd, *args) -> str:
-    done = subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=cwd, capture_output=True, text=True, check=True, env={**os.environ, **GIT_ENV})
+    done = subprocess.run(
+        ["git", "-c", "commit.gpgsign=false", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
     return done.stdout.strip()
 
 
@@ -431,8 +488,16 @@ print(store.save(rec))
 def test_eight_jobs_pushing_at_once_lose_nothing(remote, tmp_path):
     go = tmp_path / "go"
     jobs = [clone(remote, f"job{i}") for i in range(8)]
-    procs = [subprocess.Popen([sys.executable, "-c", PUSH_SCRIPT, str(job), str(go), json.dumps(record(commit=f"{i}" * 40))], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i, job in enumerate(jobs)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PUSH_SCRIPT, str(job), str(go), json.dumps(record(commit=f"{i}" * 40))],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, job in enumerate(jobs)
+    ]
     go.touch()
     saved = []
     for proc in procs:
@@ -467,7 +532,9 @@ def test_a_failed_push_keeps_the_result_and_the_next_save_sends_it(remote, tmp_p
 
 
 def test_git_store_that_cannot_be_reached(tmp_path, refused_url):
-    store = open_store(f"git:{refused_url.replace('http://', 'http://tok@')}/r.git#refs/x", tmp_path)  # a token as the user
+    store = open_store(
+        f"git:{refused_url.replace('http://', 'http://tok@')}/r.git#refs/x", tmp_path
+    )  # a token as the user
     with pytest.raises(LLMReplayError) as info:
         store.check(writing=False)
     assert str(info.value).startswith("git:http://***@127.0.0.1:")

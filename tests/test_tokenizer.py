@@ -8,7 +8,15 @@ import pytest
 
 from pytest_llmreplay import LLMReplayError
 from pytest_llmreplay.workloads.prompts import PromptFactory
-from pytest_llmreplay.workloads.tokenizer import PIECE_CHARS, BUNDLED_PATH, FastTokenizer, TransformersTokenizer, encode_within, load_tokenizer, text_pieces
+from pytest_llmreplay.workloads.tokenizer import (
+    PIECE_CHARS,
+    BUNDLED_PATH,
+    FastTokenizer,
+    TransformersTokenizer,
+    encode_within,
+    load_tokenizer,
+    text_pieces,
+)
 
 TEXT = "Prefix caching keeps the KV blocks of a shared system prompt."
 
@@ -102,7 +110,13 @@ def test_a_hub_id_in_the_local_cache_loads_without_contacting_the_hub(tmp_path):
 
     hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
     threading.Thread(target=hub.serve_forever, daemon=True).start()
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_address[1]}", "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_ENDPOINT": f"http://127.0.0.1:{hub.server_address[1]}",
+        "HF_HUB_OFFLINE": "0",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
     code = f"from pytest_llmreplay.workloads.tokenizer import load_tokenizer; t = load_tokenizer('local/tiny'); print(t.vocab_size, t.encode({TEXT!r}))"
     try:
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)

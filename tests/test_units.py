@@ -12,27 +12,41 @@ from pytest_llmreplay.report.rows import endpoint_text, headline, overview_row, 
 from pytest_llmreplay.metrics.units import display_unit, format_value, significant
 
 
-@pytest.mark.parametrize("value, text", [
-    (0.1288, "0.1288"), (128.8, "128.8"), (21790.4, "21,790"), (0.04004, "0.04004"), (95.0, "95"), (40.6, "40.6"),
-    (9.99996, "10"), (-2.173, "-2.173"), (0.0, "0"), (1234567.0, "1,234,567"),
-])
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        (0.1288, "0.1288"),
+        (128.8, "128.8"),
+        (21790.4, "21,790"),
+        (0.04004, "0.04004"),
+        (95.0, "95"),
+        (40.6, "40.6"),
+        (9.99996, "10"),
+        (-2.173, "-2.173"),
+        (0.0, "0"),
+        (1234567.0, "1,234,567"),
+    ],
+)
 def test_significant_has_four_digits_no_exponent(value, text):
     assert significant(value) == text
 
 
-@pytest.mark.parametrize("metric, value, text", [
-    ("ttft", 0.1288, "128.8 ms"),          # under 10 s: ms
-    ("ttfat", 9.5, "9,500 ms"),
-    ("latency", 21.79, "21.79 s"),          # 10 s and over: s
-    ("cache_hit_rate", 0.6785, "67.85%"),
-    ("error_rate", 0.0, "0%"),
-    ("output_throughput", 21790.4, "21,790 tok/s"),
-    ("request_throughput", 3.25, "3.25 req/s"),
-    ("output_tokens", 48.0, "48"),          # a count: bare
-    ("my_plugin_metric", 0.5, "0.5"),       # a plugin's metric: bare
-    ("ttft", None, "-"),
-    ("ttft", float("nan"), "-"),
-])
+@pytest.mark.parametrize(
+    "metric, value, text",
+    [
+        ("ttft", 0.1288, "128.8 ms"),  # under 10 s: ms
+        ("ttfat", 9.5, "9,500 ms"),
+        ("latency", 21.79, "21.79 s"),  # 10 s and over: s
+        ("cache_hit_rate", 0.6785, "67.85%"),
+        ("error_rate", 0.0, "0%"),
+        ("output_throughput", 21790.4, "21,790 tok/s"),
+        ("request_throughput", 3.25, "3.25 req/s"),
+        ("output_tokens", 48.0, "48"),  # a count: bare
+        ("my_plugin_metric", 0.5, "0.5"),  # a plugin's metric: bare
+        ("ttft", None, "-"),
+        ("ttft", float("nan"), "-"),
+    ],
+)
 def test_format_value_in_the_display_unit(metric, value, text):
     assert format_value(metric, value) == text
 
@@ -45,14 +59,28 @@ def test_format_value_in_a_given_unit():
 
 
 def test_terminal_comparison_table_is_in_the_metrics_units():
-    comparison = Comparison("main", rows=[
-        Row("ttft.p50", 0.03245, 0.04219, 0.30, 0.29, 0.31, 0.05, "regression"),
-        Row("cache_hit_rate.mean", 0.6785, 0.6785, 0.0, 0.0, 0.0, 0.02, "ok"),
-        Row("output_throughput.steady_state", 336.5, 290.6, -0.136, -0.14, -0.13, 0.05, "regression"),
-    ])
+    comparison = Comparison(
+        "main",
+        rows=[
+            Row("ttft.p50", 0.03245, 0.04219, 0.30, 0.29, 0.31, 0.05, "regression"),
+            Row("cache_hit_rate.mean", 0.6785, 0.6785, 0.0, 0.0, 0.0, 0.02, "ok"),
+            Row("output_throughput.steady_state", 336.5, 290.6, -0.136, -0.14, -0.13, 0.05, "regression"),
+        ],
+    )
     lines = comparison_table(comparison).split("\n")
     assert lines[0] == "Compared with main: 2 regressions"
-    assert lines[3].split() == ["ttft.p50", "32.45", "ms", "42.19", "ms", "+30.0%", "[+29.0%,", "+31.0%]", "5%", "REGRESSION"]
+    assert lines[3].split() == [
+        "ttft.p50",
+        "32.45",
+        "ms",
+        "42.19",
+        "ms",
+        "+30.0%",
+        "[+29.0%,",
+        "+31.0%]",
+        "5%",
+        "REGRESSION",
+    ]
     assert lines[4].split()[:3] == ["cache_hit_rate.mean", "67.85%", "67.85%"]
     assert lines[5].split()[:5] == ["output_throughput.steady_state", "336.5", "tok/s", "290.6", "tok/s"]
 
@@ -60,11 +88,21 @@ def test_terminal_comparison_table_is_in_the_metrics_units():
 def record(slo: list[dict], comparison: dict | None = None) -> dict:
     """A stored result with the figures the rows read."""
     return {
-        "test": "t.py::test_x", "commit": "abc", "fingerprint": {"kind": "offline", "model": "m", "hardware": {"gpu": "H100", "count": 1}},
-        "summary": {"requests": {"ok": 8, "planned": 8}, "ttft": {"p50": 0.04004, "p99": 0.1288}, "tpot": {"p50": 0.0075},
-                    "ttfat": {"p90": 12.5}, "cache_hit_rate": {"mean": 0.4}, "output_throughput": {"steady_state": 21790.4},
-                    "error_rate": {"value": 0.0}},
-        "slo": slo, "comparison": comparison, "samples": {},
+        "test": "t.py::test_x",
+        "commit": "abc",
+        "fingerprint": {"kind": "offline", "model": "m", "hardware": {"gpu": "H100", "count": 1}},
+        "summary": {
+            "requests": {"ok": 8, "planned": 8},
+            "ttft": {"p50": 0.04004, "p99": 0.1288},
+            "tpot": {"p50": 0.0075},
+            "ttfat": {"p90": 12.5},
+            "cache_hit_rate": {"mean": 0.4},
+            "output_throughput": {"steady_state": 21790.4},
+            "error_rate": {"value": 0.0},
+        },
+        "slo": slo,
+        "comparison": comparison,
+        "samples": {},
     }
 
 
@@ -87,15 +125,22 @@ def test_headline_of_a_passing_test_names_the_closest_slo():
     # ttft.p99 has 74.2% headroom, tpot.p50 25%: tpot is the closest; "== 0" has no headroom
     line = headline(record(MARKER_SLOS))
     assert line.status == "PASS"
-    assert line.text() == "PASS · 3/3 SLOs met · closest: tpot.p50 7.5 ms vs < 10ms, margin +2.5 ms (+25.0%) · vs baseline: -"
+    assert (
+        line.text()
+        == "PASS · 3/3 SLOs met · closest: tpot.p50 7.5 ms vs < 10ms, margin +2.5 ms (+25.0%) · vs baseline: -"
+    )
 
 
 def test_headline_of_a_failing_test_names_the_worst_breach_and_the_regressions():
     slos = MARKER_SLOS + [
-        {"key": "ttfat.p90", "threshold": "< 10s", "measured": 12.5, "passed": False},       # 25% over
+        {"key": "ttfat.p90", "threshold": "< 10s", "measured": 12.5, "passed": False},  # 25% over
         {"key": "cache_hit_rate.mean", "threshold": ">= 80%", "measured": 0.4, "passed": False},  # 50% under
     ]
-    comparison = {"baseline": "main", "mismatch": None, "rows": [{"key": "ttft.p50", "verdict": "regression"}, {"key": "tpot.p50", "verdict": "ok"}]}
+    comparison = {
+        "baseline": "main",
+        "mismatch": None,
+        "rows": [{"key": "ttft.p50", "verdict": "regression"}, {"key": "tpot.p50", "verdict": "ok"}],
+    }
     line = headline(record(slos, comparison))
     assert line.status == "FAIL" and line.slos == "2 of 5 SLOs breached"
     assert line.closest == "worst: cache_hit_rate.mean 40% vs >= 80%, margin -40 pts (-50.0%)"
@@ -108,10 +153,14 @@ def test_headline_of_a_test_the_gate_failed_says_fail_although_its_slos_were_met
     stored = {**record(MARKER_SLOS, comparison), "failed_by": ["regressions fail the test (--llm-fail-on-regression)"]}
     line = headline(stored)
     assert line.status == "FAIL" and line.slos == "3/3 SLOs met"
-    assert line.text().startswith("FAIL · regressions fail the test (--llm-fail-on-regression) · 3/3 SLOs met · closest: tpot.p50 ")
+    assert line.text().startswith(
+        "FAIL · regressions fail the test (--llm-fail-on-regression) · 3/3 SLOs met · closest: tpot.p50 "
+    )
     assert line.text().endswith(" · vs baseline: REGRESSION: ttft.p50")
     assert overview_row(stored)[1] == "FAIL"
-    assert headline({**record([], comparison), "failed_by": ["not saved (--llm-save)"]}).status == "FAIL"  # no SLOs, still failed
+    assert (
+        headline({**record([], comparison), "failed_by": ["not saved (--llm-save)"]}).status == "FAIL"
+    )  # no SLOs, still failed
 
 
 def test_headline_without_slos_and_with_only_equalities():
@@ -135,9 +184,17 @@ def test_markdown_summary_shows_html_from_a_result_as_text():
     """summary.md lands in GitHub step summaries, which render HTML: a test id, a message naming
     a workload path, a comparison's header or baseline holding markup read as text, as in
     index.html; an SLO's '<' before a space is not markup and stays as written."""
-    comparison = {"baseline": "<b>main</b>", "header": "different workloads: <script>alert(1)</script>", "mismatch": "workload <img src=x onerror=alert(2)>", "rows": []}
-    stored = {**record(MARKER_SLOS, comparison), "test": "t.py::test_x[<script>alert(3)</script>]",
-              "failed_by": ["not saved: cannot write wl/<iframe src=javascript:alert(4)>.json &amp; more"]}
+    comparison = {
+        "baseline": "<b>main</b>",
+        "header": "different workloads: <script>alert(1)</script>",
+        "mismatch": "workload <img src=x onerror=alert(2)>",
+        "rows": [],
+    }
+    stored = {
+        **record(MARKER_SLOS, comparison),
+        "test": "t.py::test_x[<script>alert(3)</script>]",
+        "failed_by": ["not saved: cannot write wl/<iframe src=javascript:alert(4)>.json &amp; more"],
+    }
     text = markdown([stored])
     for markup in ("<b>", "<script>", "</script>", "<img", "<iframe", "&amp; more"):
         assert markup not in text
@@ -152,6 +209,18 @@ def test_an_slo_entry_that_cannot_be_read_back_is_shown_as_stored():
 
 
 def test_overview_row_and_endpoint_are_readable():
-    assert overview_row(record(MARKER_SLOS)) == ["t.py::test_x", "PASS", "8/8", "40.04 ms", "128.8 ms", "7.5 ms", "12.5 s", "40%", "21,790 tok/s", "3/3", "-"]
+    assert overview_row(record(MARKER_SLOS)) == [
+        "t.py::test_x",
+        "PASS",
+        "8/8",
+        "40.04 ms",
+        "128.8 ms",
+        "7.5 ms",
+        "12.5 s",
+        "40%",
+        "21,790 tok/s",
+        "3/3",
+        "-",
+    ]
     assert endpoint_text(record([])["fingerprint"]) == "kind offline, model m, hardware.gpu H100, hardware.count 1"
     assert endpoint_text(None) == "unknown"

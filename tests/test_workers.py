@@ -34,7 +34,16 @@ from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.server import READY
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
-from pytest_llmreplay.replayer.workers import LEAD_S, RAY_EXTRA, RayWorkers, import_ray, shard_sessions, split_concurrency, start_ray, unfinished_records
+from pytest_llmreplay.replayer.workers import (
+    LEAD_S,
+    RAY_EXTRA,
+    RayWorkers,
+    import_ray,
+    shard_sessions,
+    split_concurrency,
+    start_ray,
+    unfinished_records,
+)
 from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 MOCK = MockConfig(ttft_s=0.02, itl_s=0.002)
@@ -53,7 +62,10 @@ def flat(n, spacing):
 
 def trace_lines(n, spacing_ms, input_tokens=32):
     """A trace file's text: ``n`` requests of ``input_tokens`` in, 4 out, every ``spacing_ms``."""
-    return "".join(f'{{"input_toks": {input_tokens}, "output_toks": 4, "arrival_time_ns": {i * spacing_ms * 1_000_000}}}\n' for i in range(n))
+    return "".join(
+        f'{{"input_toks": {input_tokens}, "output_toks": 4, "arrival_time_ns": {i * spacing_ms * 1_000_000}}}\n'
+        for i in range(n)
+    )
 
 
 # ------------------------------------------------------------------ pure planning
@@ -83,7 +95,8 @@ def test_a_dead_workers_unfinished_requests_are_failed_with_its_cause():
     sessions = tuple(agent(i, 0.0, turns=2) for i in range(5))
     part = Part((0, 2, 4, 6, 8), sessions, (0.0, 0.1, 0.2, 0.3, 5.0), 0.0)
     received = [
-        RequestRecord("s0", 0, 0, 2, "ok", 0.0), RequestRecord("s0", 0, 1, 2, "ok", 0.05),  # done
+        RequestRecord("s0", 0, 0, 2, "ok", 0.0),
+        RequestRecord("s0", 0, 1, 2, "ok", 0.05),  # done
         RequestRecord("s1", 2, 0, 2, "ok", 0.1),  # its second turn was running
         RequestRecord("s2", 4, 0, 2, "failed", 0.2, error="http: HTTP 500"),  # ended by its own failure
     ]
@@ -118,11 +131,17 @@ def test_cli_refuses_workers_on_the_virtual_clock(tmp_path, capsys):
     assert "--workers: --sim runs in virtual time, which cannot be shared across processes" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("options, message", [
-    (["--llm-workers", "0"], "--llm-workers / llm_workers: expected an integer >= 1, got '0'"),
-    (["--llm-offline", "--llm-workers", "2"], "--llm-workers / llm_workers: the offline simulator runs in virtual time, which cannot be shared across processes*"),
-    (["--llm-ray-address", "127.0.0.1:6379"], "--llm-ray-address / llm_ray_address: needs --llm-workers N*"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["--llm-workers", "0"], "--llm-workers / llm_workers: expected an integer >= 1, got '0'"),
+        (
+            ["--llm-offline", "--llm-workers", "2"],
+            "--llm-workers / llm_workers: the offline simulator runs in virtual time, which cannot be shared across processes*",
+        ),
+        (["--llm-ray-address", "127.0.0.1:6379"], "--llm-ray-address / llm_ray_address: needs --llm-workers N*"),
+    ],
+)
 def test_plugin_bad_worker_options_are_usage_errors(pytester, options, message):
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest(*options)
@@ -135,7 +154,11 @@ def test_plugin_without_ray_names_the_extra(pytester, monkeypatch):
     pytester.makepyfile("def test_x(): pass")
     result = pytester.runpytest("--llm-workers", "2")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--llm-workers / llm_workers: workers run on Ray, which is not installed: pip install 'pytest-llmreplay[[]ray[]]'"])
+    result.stderr.fnmatch_lines(
+        [
+            "*--llm-workers / llm_workers: workers run on Ray, which is not installed: pip install 'pytest-llmreplay[[]ray[]]'"
+        ]
+    )
 
 
 # ------------------------------------------------------------------ on a local Ray instance
@@ -172,7 +195,11 @@ def test_two_workers_keep_the_global_schedule_and_measure_what_one_process_does(
     by_key = {key(r): r for r in one.records}
     for record in two.records:
         same = by_key[key(record)]
-        assert (record.status, record.prompt_tokens, record.output_tokens) == (same.status, same.prompt_tokens, same.output_tokens)
+        assert (record.status, record.prompt_tokens, record.output_tokens) == (
+            same.status,
+            same.prompt_tokens,
+            same.output_tokens,
+        )
         if record.turn_index == 0:  # the global schedule: first turns at the trace's offsets from the common start
             assert record.scheduled_s == same.scheduled_s
     assert two.settings == one.settings and two.planned_requests == one.planned_requests == 90
@@ -182,12 +209,17 @@ def test_two_workers_keep_the_global_schedule_and_measure_what_one_process_does(
     assert abs(a["ttft"]["p50"] - b["ttft"]["p50"]) < LEAD_S / 2
     assert [w.records for w in two.workers] == [45, 45] and all(w.schedule_lag_p99 is not None for w in two.workers)
     lines = client_line(Result(two)).splitlines()
-    assert lines[0].startswith("Client: schedule lag") and [line.split(" (")[0] for line in lines[1:]] == ["  worker 0", "  worker 1"]
+    assert lines[0].startswith("Client: schedule lag") and [line.split(" (")[0] for line in lines[1:]] == [
+        "  worker 0",
+        "  worker 1",
+    ]
 
 
 SIM_OUTPUT = 48
 SIM_TTFT_TOLERANCE_S = 0.050
-SIM_TPOT_TOLERANCE_S = 2 * SIM_TTFT_TOLERANCE_S / (SIM_OUTPUT - 1)  # TPOT spans 47 gaps, each end off by the TTFT's error
+SIM_TPOT_TOLERANCE_S = (
+    2 * SIM_TTFT_TOLERANCE_S / (SIM_OUTPUT - 1)
+)  # TPOT spans 47 gaps, each end off by the TTFT's error
 
 
 def test_two_workers_on_the_simulators_server_measure_each_request_as_one_process_does(ray_instance, prompts):
@@ -202,13 +234,31 @@ def test_two_workers_on_the_simulators_server_measure_each_request_as_one_proces
     (bench/README.md, bench/ray_equivalence.py). A worker whose schedule is off the other's by
     more than 50 ms fails (checked: 60 ms), and so do records given the wrong request's id (> 4
     tolerances apart), or a fresh worker that starts late (it warns)."""
-    workload = Workload(tuple(Session(f"r{i}", i * 0.1, (Turn(256, SIM_OUTPUT, Synthetic()),)) for i in range(8)), "test")
+    workload = Workload(
+        tuple(Session(f"r{i}", i * 0.1, (Turn(256, SIM_OUTPUT, Synthetic()),)) for i in range(8)), "test"
+    )
     settings = ReplaySettings(prompt_format="ids")
     profile = load_profile("llama-3.1-8b-h100")
     profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_seqs=1))
     offline = replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock())
-    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", "--profile", profile.name, "--max-num-seqs", "1", "--port", "0", "--parent-pid", str(os.getpid())]
-    with ServerProcess(command, None, announce=READY, startup_timeout_s=60, die_with_parent=False) as server, RayWorkers(2) as workers:
+    command = [
+        sys.executable,
+        "-m",
+        "pytest_llmreplay.cli.main",
+        "sim",
+        "--profile",
+        profile.name,
+        "--max-num-seqs",
+        "1",
+        "--port",
+        "0",
+        "--parent-pid",
+        str(os.getpid()),
+    ]
+    with (
+        ServerProcess(command, None, announce=READY, startup_timeout_s=60, die_with_parent=False) as server,
+        RayWorkers(2) as workers,
+    ):
         one = replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
         httpx.post(server.url + "/reset_prefix_cache").raise_for_status()  # the second run's prompts are not cached
         two = workers.replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, settings)
@@ -217,7 +267,9 @@ def test_two_workers_on_the_simulators_server_measure_each_request_as_one_proces
     assert all(list(run) == list(runs[0]) and {r.status for r in run.values()} == {"ok"} for run in runs)
     expected = [ttft(r) for r in runs[0].values()]
     assert min(b - a for a, b in zip(expected, expected[1:])) > 4 * SIM_TTFT_TOLERANCE_S  # the queue builds as designed
-    for reference, measured in zip(runs, runs[1:]):  # the server against the offline replay; 2 workers against 1 process
+    for reference, measured in zip(
+        runs, runs[1:]
+    ):  # the server against the offline replay; 2 workers against 1 process
         for request, record in measured.items():
             assert ttft(record) == pytest.approx(ttft(reference[request]), abs=SIM_TTFT_TOLERANCE_S), request
             assert tpot(record) == pytest.approx(tpot(reference[request]), abs=SIM_TPOT_TOLERANCE_S), request
@@ -227,7 +279,9 @@ def test_rate_mode_merges_into_the_asked_arrival_stream(ray_instance, prompts):
     settings = ReplaySettings(rate=100.0, seed=3, warmup_requests=3)
     with RayWorkers(2) as workers:
         one, two = one_and_two(flat(40, 0.0), prompts, settings, workers)
-    assert [(r.session_index, r.scheduled_s, r.warmup) for r in two.records] == [(r.session_index, r.scheduled_s, r.warmup) for r in one.records]
+    assert [(r.session_index, r.scheduled_s, r.warmup) for r in two.records] == [
+        (r.session_index, r.scheduled_s, r.warmup) for r in one.records
+    ]
     assert sum(r.warmup for r in two.records) == 3 and len(two.workers) == 2
 
 
@@ -241,6 +295,7 @@ def test_concurrency_mode_splits_the_concurrency(ray_instance, prompts):
 def test_a_killed_worker_is_reported_and_the_others_records_kept(ray_instance, prompts):
     workload = flat(60, 0.03)
     with RayWorkers(2) as workers, ServerThread(MockServer(MOCK)) as server:
+
         def kill_worker_1(record):
             if workers.pids[1] is not None:
                 os.kill(workers.pids[1], signal.SIGKILL)
@@ -259,7 +314,9 @@ def test_a_killed_worker_is_reported_and_the_others_records_kept(ray_instance, p
     assert "DIED: worker 1" in client_line(Result(run))
 
 
-@pytest.mark.parametrize("ini, options", [("", ["--llm-workers", "2"]), ("llm_workers = 2\n", [])], ids=["option", "ini"])
+@pytest.mark.parametrize(
+    "ini, options", [("", ["--llm-workers", "2"]), ("llm_workers = 2\n", [])], ids=["option", "ini"]
+)
 def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester, ini, options):
     pytester.makeini("[pytest]\n" + ini)
     pytester.makefile(".jsonl", trace=trace_lines(12, 20))
@@ -271,14 +328,32 @@ def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester, ini, o
     """)
     result = pytester.runpytest(*options, "-v")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*worker 0 (*): 6/6 requests; schedule lag p50*", "*worker 1 (*): 6/6 requests; schedule lag p50*"])
+    result.stdout.fnmatch_lines(
+        ["*worker 0 (*): 6/6 requests; schedule lag p50*", "*worker 1 (*): 6/6 requests; schedule lag p50*"]
+    )
 
 
 def test_cli_run_on_workers(ray_instance, tmp_path, capsys):
     trace = tmp_path / "t.jsonl"
     trace.write_text(trace_lines(10, 10))
     with ServerThread(MockServer(MOCK)) as server:
-        assert main(["run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", "--out", str(tmp_path / "out")]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(trace),
+                    "--endpoint",
+                    server.url,
+                    "--api",
+                    "completions",
+                    "--workers",
+                    "2",
+                    "--out",
+                    str(tmp_path / "out"),
+                ]
+            )
+            == 0
+        )
     out = capsys.readouterr().out
     assert "completed=10/10 requests" in out and "worker 1 (" in out
     assert Path(tmp_path / "out" / "result.json").exists()
@@ -304,7 +379,20 @@ def test_cli_run_on_an_existing_ray_cluster(ray_head, how, tmp_path):
     if how == "RAY_ADDRESS":
         env["RAY_ADDRESS"], address = ray_head.address, []
     with ServerThread(MockServer(MOCK)) as server:
-        command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "run", str(trace), "--endpoint", server.url, "--api", "completions", "--workers", "2", *address]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest_llmreplay.cli.main",
+            "run",
+            str(trace),
+            "--endpoint",
+            server.url,
+            "--api",
+            "completions",
+            "--workers",
+            "2",
+            *address,
+        ]
         done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "completed=10/10 requests" in done.stdout
@@ -318,13 +406,30 @@ def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
     workload.write_text(trace_lines(100, 100, input_tokens=40))
     out = tmp_path / "out"
     with ServerThread(MockServer(MOCK)) as server:
-        command = [sys.executable, "-m", "pytest_llmreplay.cli.main", "run", str(workload), "--endpoint", server.url, "--api", "completions",
-                   "--workers", "2", "--out", str(out)]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        command = [
+            sys.executable,
+            "-m",
+            "pytest_llmreplay.cli.main",
+            "run",
+            str(workload),
+            "--endpoint",
+            server.url,
+            "--api",
+            "completions",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+        ]
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while server.server.streams_finished < 6 and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
-        time.sleep(0.3)  # the client has read the sixth reply's end well before this (a request begun is not one finished)
+        time.sleep(
+            0.3
+        )  # the client has read the sixth reply's end well before this (a request begun is not one finished)
         os.killpg(process.pid, signal.SIGINT)
         stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGINT, stderr
@@ -335,7 +440,10 @@ def test_ctrl_c_on_workers_keeps_what_was_measured(tmp_path):
 
 def test_more_workers_than_the_cluster_has_cpus_for_is_one_error(ray_instance, monkeypatch):
     monkeypatch.setattr("pytest_llmreplay.replayer.workers.ACTOR_START_TIMEOUT_S", 3.0)
-    with pytest.raises(LLMReplayError, match=r"^9 workers need 9 CPUs of the Ray cluster; not all were placed within 3 s \(the cluster has 6 CPUs, some maybe taken by others\)$"):
+    with pytest.raises(
+        LLMReplayError,
+        match=r"^9 workers need 9 CPUs of the Ray cluster; not all were placed within 3 s \(the cluster has 6 CPUs, some maybe taken by others\)$",
+    ):
         RayWorkers(9).start()
 
 

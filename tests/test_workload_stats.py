@@ -84,8 +84,15 @@ def test_no_hash_or_token_ids_no_share():
 
 # Session a grows twice: history (100 + 10) + (150 + 20) = 280 of 530 prompt tokens.
 GROWING = workload(
-    Session("a", 0.0, (Turn(100, 10, Synthetic()), Turn(150, 20, Synthetic(extends_previous=True)),
-                       Turn(200, 5, Synthetic(extends_previous=True)))),
+    Session(
+        "a",
+        0.0,
+        (
+            Turn(100, 10, Synthetic()),
+            Turn(150, 20, Synthetic(extends_previous=True)),
+            Turn(200, 5, Synthetic(extends_previous=True)),
+        ),
+    ),
     Session("b", 0.0, (Turn(50, 5, Synthetic()), Turn(30, 5, Synthetic()))),
     timed=False,
 )
@@ -120,8 +127,13 @@ def test_request_rate_is_over_the_span_of_request_arrivals():
     """An agent session at 0 s whose turns follow after delays of 9 s and 20 s, and a request at
     1 s: the 4 requests arrive from 0 s to 29 s (at the earliest: responses take time too), so
     4 / 29 req/s, not 4 requests over the 1 s between session starts."""
+
     def agent(id: str, arrival: float) -> Session:
-        return Session(id, arrival, (Turn(5, 1, Synthetic()), Turn(5, 1, Synthetic(), delay_s=9.0), Turn(5, 1, Synthetic(), delay_s=20.0)))
+        return Session(
+            id,
+            arrival,
+            (Turn(5, 1, Synthetic()), Turn(5, 1, Synthetic(), delay_s=9.0), Turn(5, 1, Synthetic(), delay_s=20.0)),
+        )
 
     stats = describe(workload(agent("a", 0.0), Session("b", 1.0, (Turn(5, 1, Synthetic()),))))
     assert (stats.requests, stats.span_s) == (4, 29.0)
@@ -131,8 +143,11 @@ def test_request_rate_is_over_the_span_of_request_arrivals():
 
 
 def test_payloads_have_unknown_lengths():
-    w = workload(single("a", 0.0, None, Payload({"messages": []}), output_tokens=None),
-                 single("b", 0.0, None, Payload({"messages": []}), output_tokens=7), timed=False)
+    w = workload(
+        single("a", 0.0, None, Payload({"messages": []}), output_tokens=None),
+        single("b", 0.0, None, Payload({"messages": []}), output_tokens=7),
+        timed=False,
+    )
     stats = describe(w)
     assert (stats.unknown_lengths, stats.input_tokens) == (2, None)
     assert stats.output_tokens["mean"] == 7.0
@@ -142,6 +157,7 @@ def test_payloads_have_unknown_lengths():
 
 
 # --- real traces -------------------------------------------------------------------------------
+
 
 def test_conversation_trace_figures(shared_data):
     stats = describe(load_workload(shared_data / "mooncake" / "conversation_trace.jsonl"))

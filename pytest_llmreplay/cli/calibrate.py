@@ -28,14 +28,26 @@ from ..errors import LLMReplayError
 
 def add_from_run_options(parser: Any) -> None:
     group = parser.add_argument_group("calibrate from a recorded run (instead of --endpoint)")
-    group.add_argument("--from-run", metavar="RUN", help="a recorded run: vLLM per-request .jsonl (queued/scheduled/first/last token times), "
-                       "or llmreplay run --out's requests.csv or result.json")
+    group.add_argument(
+        "--from-run",
+        metavar="RUN",
+        help="a recorded run: vLLM per-request .jsonl (queued/scheduled/first/last token times), "
+        "or llmreplay run --out's requests.csv or result.json",
+    )
     group.add_argument("--workload", metavar="TRACE", help="the workload the run served (with --from-run)")
-    group.add_argument("--profile", metavar="NAME|FILE", help="the roofline profile to fit (model, hardware, engine; with --from-run)")
-    group.add_argument("--fit", default="mfu,mbu,overhead_ms", metavar="P,P,...",
-                       help="parameters to fit, among mfu, mbu, overhead_ms, frontend_ms (default the first three; "
-                            "frontend_ms only from a run a client timed, requests.csv or result.json)")
-    group.add_argument("--max-evals", type=int, default=40, metavar="N", help="offline replays the search may spend (default 40)")
+    group.add_argument(
+        "--profile", metavar="NAME|FILE", help="the roofline profile to fit (model, hardware, engine; with --from-run)"
+    )
+    group.add_argument(
+        "--fit",
+        default="mfu,mbu,overhead_ms",
+        metavar="P,P,...",
+        help="parameters to fit, among mfu, mbu, overhead_ms, frontend_ms (default the first three; "
+        "frontend_ms only from a run a client timed, requests.csv or result.json)",
+    )
+    group.add_argument(
+        "--max-evals", type=int, default=40, metavar="N", help="offline replays the search may spend (default 40)"
+    )
 
 
 def _write_out(profile: dict[str, Any], out: Path) -> None:
@@ -48,8 +60,12 @@ def _write_out(profile: dict[str, Any], out: Path) -> None:
         write_profile(profile, out)
     except OSError as exc:
         print(json.dumps(profile, indent=2))
-        raise LLMReplayError(f"--out: cannot write {out} ({exc.strerror or exc}); the profile is printed above on stdout, save it from there") from None
-    print(f"wrote {out}: use it with {shlex.quote(f'--llm-sim-profile={out}')} or llmreplay sim --profile {shlex.quote(str(out))}")
+        raise LLMReplayError(
+            f"--out: cannot write {out} ({exc.strerror or exc}); the profile is printed above on stdout, save it from there"
+        ) from None
+    print(
+        f"wrote {out}: use it with {shlex.quote(f'--llm-sim-profile={out}')} or llmreplay sim --profile {shlex.quote(str(out))}"
+    )
 
 
 def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Path) -> int:
@@ -61,7 +77,9 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     from ..workloads.tokenizer import load_tokenizer
 
     if args.endpoint:
-        raise LLMReplayError("--from-run: give either --endpoint (a live sweep) or --from-run (a recorded run), not both")
+        raise LLMReplayError(
+            "--from-run: give either --endpoint (a live sweep) or --from-run (a recorded run), not both"
+        )
     for option in ("workload", "profile"):
         if not getattr(args, option):
             raise LLMReplayError(f"--{option}: missing (--from-run needs --workload TRACE and --profile NAME|FILE)")
@@ -70,12 +88,24 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     tokenizer = load_tokenizer(args.tokenizer)
     fit = [name.strip() for name in args.fit.split(",") if name.strip()]
     check_fit(fit, run, args.max_evals)  # refused before the line that says the fit begins
-    print(f"calibrating {args.profile} on {args.from_run} ({len(run.keys)} requests) with {args.workload}: fitting {', '.join(fit)}", flush=True)
-    profile, result = calibrate_from_run(
-        args.profile, workload, run, lambda: PromptFactory(tokenizer, seed=args.seed), fit=fit, max_evals=args.max_evals,
-        engine=engine, progress=lambda line: print(line, flush=True),
+    print(
+        f"calibrating {args.profile} on {args.from_run} ({len(run.keys)} requests) with {args.workload}: fitting {', '.join(fit)}",
+        flush=True,
     )
-    print(f"fitted after {result.evaluations} replays: " + ", ".join(f"{k} {v:g} (was {result.start[k]:g})" for k, v in result.values.items()))
+    profile, result = calibrate_from_run(
+        args.profile,
+        workload,
+        run,
+        lambda: PromptFactory(tokenizer, seed=args.seed),
+        fit=fit,
+        max_evals=args.max_evals,
+        engine=engine,
+        progress=lambda line: print(line, flush=True),
+    )
+    print(
+        f"fitted after {result.evaluations} replays: "
+        + ", ".join(f"{k} {v:g} (was {result.start[k]:g})" for k, v in result.values.items())
+    )
     print("\n".join(report_lines(result)))
     if args.name:
         profile["name"] = args.name
@@ -103,19 +133,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if args.from_run:
         return cmd_calibrate_run(args, engine, out)
     if not args.endpoint:
-        raise LLMReplayError("--endpoint: missing (give --endpoint URL for a live sweep, or --from-run RUN to fit a recorded run)")
+        raise LLMReplayError(
+            "--endpoint: missing (give --endpoint URL for a live sweep, or --from-run RUN to fit a recorded run)"
+        )
     plan = CalibrationPlan(
-        prefill_tokens=_points("--prefill-tokens", args.prefill_tokens), decode_seqs=_points("--decode-seqs", args.decode_seqs),
-        decode_prompt_tokens=args.decode_prompt_tokens, decode_output_tokens=args.decode_output_tokens,
-        repeats=args.repeats, budget_s=args.budget, engine=engine,
+        prefill_tokens=_points("--prefill-tokens", args.prefill_tokens),
+        decode_seqs=_points("--decode-seqs", args.decode_seqs),
+        decode_prompt_tokens=args.decode_prompt_tokens,
+        decode_output_tokens=args.decode_output_tokens,
+        repeats=args.repeats,
+        budget_s=args.budget,
+        engine=engine,
     )
     try:
         plan.validate()
     except LLMReplayError as exc:
         fields, sep, why = str(exc).partition(": ")
         raise LLMReplayError("--" + fields.replace("_", "-").replace("budget-s", "budget") + sep + why) from None
-    endpoint = HTTPEndpoint(args.endpoint, model=args.model, api="completions", api_key_env=args.api_key_env,
-                            extra_body={"ignore_eos": True}, timeout_s=args.timeout)
+    endpoint = HTTPEndpoint(
+        args.endpoint,
+        model=args.model,
+        api="completions",
+        api_key_env=args.api_key_env,
+        extra_body={"ignore_eos": True},
+        timeout_s=args.timeout,
+    )
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
     profile = calibrate(endpoint, prompts, plan, args.name or out.stem, progress=lambda line: print(line, flush=True))
     _write_out(profile, out)
@@ -123,25 +165,77 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def add_calibrate_parser(commands: Any) -> None:
-    calibrate = commands.add_parser("calibrate", help="measure a live server, or fit a recorded run, and write a simulator profile",
-                                    description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile; "
-                                                "or (--from-run) fit a roofline profile's efficiencies to a recorded run of a real server.")
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="measure a live server, or fit a recorded run, and write a simulator profile",
+        description="Run a short, bounded profiling sweep against a live server and write a table-timing simulator profile; "
+        "or (--from-run) fit a roofline profile's efficiencies to a recorded run of a real server.",
+    )
     calibrate.add_argument("--endpoint", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
-    calibrate.add_argument("--out", required=True, metavar="FILE", help="the profile JSON to write (checked, and its folder made, before anything is measured)")
+    calibrate.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE",
+        help="the profile JSON to write (checked, and its folder made, before anything is measured)",
+    )
     calibrate.add_argument("--name", help="the profile's name (default: the file's stem)")
     calibrate.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     calibrate.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
-    calibrate.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one; lengths are read from the server's usage)")
-    calibrate.add_argument("--timeout", type=float, default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
+    calibrate.add_argument(
+        "--tokenizer",
+        metavar="NAME|PATH",
+        help="tokenizer for prompts (default: the bundled one; lengths are read from the server's usage)",
+    )
+    calibrate.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="fail a request after S seconds without data (default 600)",
+    )
     calibrate.add_argument("--seed", type=integer(0), default=0, help="seed of the prompts (default 0)")
     sweep = calibrate.add_argument_group("sweep")
-    sweep.add_argument("--prefill-tokens", default="128,512,1024,2048,4096", metavar="L,L,...", help="prompt lengths to time (default 128,512,1024,2048,4096)")
-    sweep.add_argument("--decode-seqs", default="1,4,16,64", metavar="B,B,...", help="decode batch sizes to time (default 1,4,16,64)")
-    sweep.add_argument("--decode-prompt-tokens", type=int, default=64, metavar="N", help="prompt length of the decode requests (default 64)")
-    sweep.add_argument("--decode-output-tokens", type=int, default=64, metavar="N", help="output length of the decode requests (default 64)")
-    sweep.add_argument("--repeats", type=int, default=3, metavar="N", help="repeats per point; the median is kept (default 3)")
-    sweep.add_argument("--budget", type=float, default=300.0, metavar="S", help="stop the sweep after S seconds, keeping the points measured (default 300)")
-    add_engine_options(calibrate.add_argument_group("engine settings (not visible from outside unless the server exports vllm:cache_config_info)"),
-                        "exported, else 16", "exported, else required", "256", "8192")
+    sweep.add_argument(
+        "--prefill-tokens",
+        default="128,512,1024,2048,4096",
+        metavar="L,L,...",
+        help="prompt lengths to time (default 128,512,1024,2048,4096)",
+    )
+    sweep.add_argument(
+        "--decode-seqs", default="1,4,16,64", metavar="B,B,...", help="decode batch sizes to time (default 1,4,16,64)"
+    )
+    sweep.add_argument(
+        "--decode-prompt-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="prompt length of the decode requests (default 64)",
+    )
+    sweep.add_argument(
+        "--decode-output-tokens",
+        type=int,
+        default=64,
+        metavar="N",
+        help="output length of the decode requests (default 64)",
+    )
+    sweep.add_argument(
+        "--repeats", type=int, default=3, metavar="N", help="repeats per point; the median is kept (default 3)"
+    )
+    sweep.add_argument(
+        "--budget",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="stop the sweep after S seconds, keeping the points measured (default 300)",
+    )
+    add_engine_options(
+        calibrate.add_argument_group(
+            "engine settings (not visible from outside unless the server exports vllm:cache_config_info)"
+        ),
+        "exported, else 16",
+        "exported, else required",
+        "256",
+        "8192",
+    )
     add_from_run_options(calibrate)
     calibrate.set_defaults(run=cmd_calibrate, bad_input_status=BAD_INPUT)

@@ -27,17 +27,30 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
     commit = resolve_commit(Path.cwd(), ref)
     if commit is None:
         if not re.fullmatch(r"[0-9a-f]{12,40}", ref):
-            raise LLMReplayError(f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more")
+            raise LLMReplayError(
+                f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more"
+            )
         commit = ref
     newest = store.newest_complete(test, [commit])
     skipped = newest.skipped_line()
     if newest.record is None:
-        only = ": only interrupted ones, which measured part of their workload and are never compared" if newest.interrupted else ""
+        only = (
+            ": only interrupted ones, which measured part of their workload and are never compared"
+            if newest.interrupted
+            else ""
+        )
         if not newest.unreadable and not newest.interrupted and not store.names(result_folder(test)):
             held = store.tests()
-            only = f"; it holds no result of that test, only of {', '.join(map(repr, held))}" if held else "; it holds no results"
+            only = (
+                f"; it holds no result of that test, only of {', '.join(map(repr, held))}"
+                if held
+                else "; it holds no results"
+            )
         readable = "readable " if skipped else ""
-        raise LLMReplayError(f"--store: no {readable}stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}" + (f"; {skipped}" if skipped else ""))
+        raise LLMReplayError(
+            f"--store: no {readable}stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}"
+            + (f"; {skipped}" if skipped else "")
+        )
     if skipped:
         print(f"{side}: {skipped}")
     return newest.record, f"{store.label}/{newest.key}", commit
@@ -63,19 +76,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     overrides = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
     if args.test and args.store is None:
-        raise LLMReplayError("--test is read with --store only (A and B are then commits); without --store, A and B are result files")
+        raise LLMReplayError(
+            "--test is read with --store only (A and B are then commits); without --store, A and B are result files"
+        )
     if args.store is not None:  # an empty one is refused by name
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = open_store_option("--store", args.store, writing=False)
-        (baseline, source, commit), (current, _, current_commit) = _stored_side(store, args.test, "A", args.baseline), _stored_side(store, args.test, "B", args.current)
+        (baseline, source, commit), (current, _, current_commit) = (
+            _stored_side(store, args.test, "A", args.baseline),
+            _stored_side(store, args.test, "B", args.current),
+        )
         history = _history(store, args.test, commit, current_commit, current)
     else:
         baseline, current, source, history = read_record(args.baseline), read_record(args.current), args.baseline, None
     for name, record in (("A", baseline), ("B", current)):
-        where = f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}" if record.get("commit") else "no commit"
-        print(f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint: {endpoint_text(record['fingerprint'])}")
-    comparison = compare(baseline, current, gated_tolerances(current, overrides), label=f"A ({source})", across_endpoints=True)
+        where = (
+            f"commit {str(record.get('commit'))[:12]}{' (dirty)' if record.get('dirty') else ''}"
+            if record.get("commit")
+            else "no commit"
+        )
+        print(
+            f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint: {endpoint_text(record['fingerprint'])}"
+        )
+    comparison = compare(
+        baseline, current, gated_tolerances(current, overrides), label=f"A ({source})", across_endpoints=True
+    )
     if history is not None and comparison.mismatch is None:
         gate_with_history(comparison, current, history)
     print(comparison_table(comparison))
@@ -98,7 +124,9 @@ def _regression_overrides(texts: list[str]) -> dict[str, str]:
         if not sep or not key:
             raise LLMReplayError(f"--regression: expected KEY=ALLOWED such as ttft.p50=10%, got {text!r}")
         if key in overrides:
-            raise LLMReplayError(f"--regression: {key} is given twice ({overrides[key]!r} and {value!r}); expected each key once")
+            raise LLMReplayError(
+                f"--regression: {key} is given twice ({overrides[key]!r} and {value!r}); expected each key once"
+            )
         overrides[key] = value
     try:
         tolerances(overrides)
@@ -112,16 +140,36 @@ COMPARE_UNSTABLE = 4  # the runs of a side disagree too much for a verdict (gate
 
 
 def add_compare_parser(commands: Any) -> None:
-    compare = commands.add_parser("compare", help="compare two stored results (baselines, reports, run --out)",
-                                  description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
-                                              "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
-                                              "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable, 3 bad input, "
-                                              "4 unstable (a side's runs disagree too much for a verdict).")
-    compare.add_argument("baseline", metavar="A", help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json; with --store, a commit")
+    compare = commands.add_parser(
+        "compare",
+        help="compare two stored results (baselines, reports, run --out)",
+        description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
+        "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
+        "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable, 3 bad input, "
+        "4 unstable (a side's runs disagree too much for a verdict).",
+    )
+    compare.add_argument(
+        "baseline",
+        metavar="A",
+        help="the reference: a file under .llmreplay/, a report's tests/*.json, or run --out's result.json; with --store, a commit",
+    )
     compare.add_argument("current", metavar="B", help="the result to judge against A (with --store, a commit)")
-    compare.add_argument("--store", metavar="STORE", help="read A and B from a store (a folder, git:REMOTE#REF or a URL such as s3://BUCKET/PREFIX): "
-                                                          "the newest result of --test at each commit (an id, or a branch or tag git resolves here)")
-    compare.add_argument("--test", metavar="TEST", help="with --store: the test id, as stored (a pytest node id, or 'llmreplay run FILE')")
-    compare.add_argument("--regression", action="append", default=[], metavar="KEY=ALLOWED",
-                         help="allowed change of a compared metric, e.g. ttft.p50=10%% or ttft.p90=off (repeatable)")
+    compare.add_argument(
+        "--store",
+        metavar="STORE",
+        help="read A and B from a store (a folder, git:REMOTE#REF or a URL such as s3://BUCKET/PREFIX): "
+        "the newest result of --test at each commit (an id, or a branch or tag git resolves here)",
+    )
+    compare.add_argument(
+        "--test",
+        metavar="TEST",
+        help="with --store: the test id, as stored (a pytest node id, or 'llmreplay run FILE')",
+    )
+    compare.add_argument(
+        "--regression",
+        action="append",
+        default=[],
+        metavar="KEY=ALLOWED",
+        help="allowed change of a compared metric, e.g. ttft.p50=10%% or ttft.p90=off (repeatable)",
+    )
     compare.set_defaults(run=cmd_compare, bad_input_status=COMPARE_BAD_INPUT)

@@ -40,8 +40,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     # a key as an SLO key is read (error_rate alone is its value); a plugin's metric is one the results hold
     stored = {metric for _, record in history.points for metric in record.get("summary") or {}}
     figures = {key: ".".join(parse_key(key, f"--metric {key!r}", stored)) for key in keys}
-    print(f"{args.test}: {len(history.points)} stored results on the first-parent history of {label}, oldest first"
-          + (f"; {history.unreadable} unreadable file(s) skipped" if history.unreadable else ""))
+    print(
+        f"{args.test}: {len(history.points)} stored results on the first-parent history of {label}, oldest first"
+        + (f"; {history.unreadable} unreadable file(s) skipped" if history.unreadable else "")
+    )
     for key, figure in figures.items():
         print("\n" + _series_table(history, key, figure))
     return 0
@@ -63,20 +65,36 @@ def _series_table(history: Any, key: str, figure: str) -> str:
     rows = [[commit[:12], format_figure(figure, value)] for commit, value in zip(commits_of, values)]
     for i in points:
         if levels[i - 1]:
-            rows[i].append(f"level {format_figure(figure, levels[i - 1])} -> {format_figure(figure, levels[i])} ({levels[i] / levels[i - 1] - 1:+.1%})")
+            rows[i].append(
+                f"level {format_figure(figure, levels[i - 1])} -> {format_figure(figure, levels[i])} ({levels[i] / levels[i - 1] - 1:+.1%})"
+            )
     found = f"change points at {', '.join(commits_of[i][:12] for i in points)}" if points else "no change point"
     headers = ["commit", key] + (["change point"] if any(len(row) > 2 for row in rows) else [])
     return f"{key}: {found}\n" + tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 
 
 def add_history_parser(commands: Any) -> None:
-    history = commands.add_parser("history", help="a test's stored figures per commit, with change points",
-                                  description="Print each gated figure of TEST's stored results per commit along the first-parent history "
-                                              "of --ref (oldest first) and the change points Apache Otava's e-divisive finds in it "
-                                              "(needs pip install 'pytest-llmreplay[history]').")
+    history = commands.add_parser(
+        "history",
+        help="a test's stored figures per commit, with change points",
+        description="Print each gated figure of TEST's stored results per commit along the first-parent history "
+        "of --ref (oldest first) and the change points Apache Otava's e-divisive finds in it "
+        "(needs pip install 'pytest-llmreplay[history]').",
+    )
     history.add_argument("test", metavar="TEST", help="the test id as stored, e.g. tests/perf/test_chat.py::test_chat")
-    history.add_argument("--metric", action="append", metavar="KEY", help="a figure as an SLO key names it, e.g. ttft.p50 or error_rate (repeatable; default: the gated ones)")
-    history.add_argument("--baseline-dir", default=".llmreplay", metavar="STORE",
-                         help="the store: a folder, git:REMOTE#REF or an fsspec URL, as --llm-baseline-dir (default .llmreplay)")
-    history.add_argument("--ref", default="HEAD", metavar="REF", help="whose first-parent history to walk (default HEAD)")
+    history.add_argument(
+        "--metric",
+        action="append",
+        metavar="KEY",
+        help="a figure as an SLO key names it, e.g. ttft.p50 or error_rate (repeatable; default: the gated ones)",
+    )
+    history.add_argument(
+        "--baseline-dir",
+        default=".llmreplay",
+        metavar="STORE",
+        help="the store: a folder, git:REMOTE#REF or an fsspec URL, as --llm-baseline-dir (default .llmreplay)",
+    )
+    history.add_argument(
+        "--ref", default="HEAD", metavar="REF", help="whose first-parent history to walk (default HEAD)"
+    )
     history.set_defaults(run=cmd_history, bad_input_status=BAD_INPUT)

@@ -105,15 +105,23 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(run=cmd_validate)
     inspect = commands.add_parser("inspect", parents=[common], help="print a workload's figures")
     inspect.add_argument("file", metavar="FILE")
-    inspect.add_argument("--token-block-size", type=integer(1), default=16, metavar="N",
-                         help="block size for the reusable-prefix share of token-id prompts (default 16, vLLM's)")
+    inspect.add_argument(
+        "--token-block-size",
+        type=integer(1),
+        default=16,
+        metavar="N",
+        help="block size for the reusable-prefix share of token-id prompts (default 16, vLLM's)",
+    )
     inspect.set_defaults(run=cmd_inspect)
     convert = commands.add_parser("convert", parents=[common], help="rewrite a workload in another format")
     convert.add_argument("input", metavar="IN")
     convert.add_argument("output", metavar="OUT")
     convert.add_argument("--to", required=True, choices=writable, help="the output format")
-    convert.add_argument("--allow-loss", action="store_true",
-                         help="convert even when the target drops something (arrival times, token ids, ...); what is dropped is printed")
+    convert.add_argument(
+        "--allow-loss",
+        action="store_true",
+        help="convert even when the target drops something (arrival times, token ids, ...); what is dropped is printed",
+    )
     convert.set_defaults(run=cmd_convert)
     add_run_parser(commands, common)
     add_sim_parser(commands)
@@ -144,7 +152,7 @@ def spelled(text: str, names: dict[str, str]) -> str:
     flag's: ``--allow-loss``). Other words are kept."""
     head = _SETTING_AT_START.match(text)
     if head and all(name in names for name in head.group(0).split("/")):
-        text = "/".join(names[name] for name in head.group(0).split("/")) + text[head.end():]
+        text = "/".join(names[name] for name in head.group(0).split("/")) + text[head.end() :]
 
     def option(match: re.Match[str]) -> str:
         name, value = match.groups()

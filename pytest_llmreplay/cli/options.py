@@ -32,7 +32,10 @@ def load_workload_file(args: argparse.Namespace, path: str):
         if "block_size" in loader_options(name):
             options["block_size"] = args.block_size
         else:
-            print(f"warning: {path}: --block-size does not apply to format {name!r} (only to hash-id traces: mooncake); ignored", file=sys.stderr)
+            print(
+                f"warning: {path}: --block-size does not apply to format {name!r} (only to hash-id traces: mooncake); ignored",
+                file=sys.stderr,
+            )
     return load_workload(path, format=args.format, **options)
 
 
@@ -47,7 +50,9 @@ def open_store_option(option: str, text: str, writing: bool) -> Any:
         store = open_store(text, Path.cwd())
         store.check(writing)
         if not writing and isinstance(store, FolderStore) and not store.root.exists():
-            raise LLMReplayError(f"{store.label}: no such folder; expected the folder results were stored in (--llm-baseline-dir, run --save-to)")
+            raise LLMReplayError(
+                f"{store.label}: no such folder; expected the folder results were stored in (--llm-baseline-dir, run --save-to)"
+            )
     except LLMReplayError as exc:
         raise LLMReplayError(f"{option}: {exc}") from None
     return store
@@ -89,7 +94,9 @@ def out_file_option(option: str, text: str, contents: str) -> Path:
 def header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name.strip()):
-        raise LLMReplayError(f"--header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got {text!r}")
+        raise LLMReplayError(
+            f"--header: expected NAME:VALUE with a NAME of letters, digits and !#$%&'*+-.^_`|~, got {text!r}"
+        )
     return name.strip(), value.strip()
 
 
@@ -145,13 +152,17 @@ def remember_http_only_defaults(parser: argparse.ArgumentParser) -> None:
     """Keep the defaults of the :data:`HTTP_ONLY_OPTIONS` that ``parser`` takes, for
     :func:`ignored_with_sim` to tell which ones were given."""
     dests = {action.dest for action in parser._actions}
-    parser.set_defaults(http_only_defaults={dest: parser.get_default(dest) for dest in HTTP_ONLY_OPTIONS if dest in dests})
+    parser.set_defaults(
+        http_only_defaults={dest: parser.get_default(dest) for dest in HTTP_ONLY_OPTIONS if dest in dests}
+    )
 
 
 def ignored_with_sim(args: argparse.Namespace) -> str | None:
     """With ``--sim``, one warning line naming the HTTP-only options given a value other than
     their default (the in-process simulator reads none of them); None when there are none."""
-    given = [args.option_names[dest] for dest, default in args.http_only_defaults.items() if getattr(args, dest) != default]
+    given = [
+        args.option_names[dest] for dest, default in args.http_only_defaults.items() if getattr(args, dest) != default
+    ]
     if not args.sim or not given:
         return None
     return f"warning: {', '.join(given)}: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)"
@@ -177,5 +188,7 @@ def engine_overrides(args: argparse.Namespace) -> dict[str, int]:
         if value < 1:
             raise LLMReplayError(f"--{key.replace('_', '-')}: expected an integer >= 1, got {value}")
         if key == "num_gpu_blocks" and value > MAX_GPU_BLOCKS:
-            raise LLMReplayError(f"--num-gpu-blocks: expected at most {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {value:,}")
+            raise LLMReplayError(
+                f"--num-gpu-blocks: expected at most {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {value:,}"
+            )
     return given

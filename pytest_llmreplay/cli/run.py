@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from .options import (
-    BAD_INPUT, header, ignored_with_sim, integer, load_workload_file, number, open_store_option, out_folder_option, remember_http_only_defaults, share,
+    BAD_INPUT,
+    header,
+    ignored_with_sim,
+    integer,
+    load_workload_file,
+    number,
+    open_store_option,
+    out_folder_option,
+    remember_http_only_defaults,
+    share,
 )
 from ..errors import LLMReplayError
 
@@ -36,10 +45,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in workload.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     settings = ReplaySettings(
-        mode=args.mode, speedup=args.speedup, concurrency=args.concurrency, rate=args.rate, arrival=args.arrival,
-        duration_s=args.duration_s, grace_s=args.grace_s, max_requests=args.max_requests, max_sessions=args.max_sessions,
-        warmup_requests=args.warmup_requests, warmup_s=args.warmup_s, order=args.order, seed=args.seed,
-        prompt_format=args.prompt_format, check_idle=not args.no_idle_check,
+        mode=args.mode,
+        speedup=args.speedup,
+        concurrency=args.concurrency,
+        rate=args.rate,
+        arrival=args.arrival,
+        duration_s=args.duration_s,
+        grace_s=args.grace_s,
+        max_requests=args.max_requests,
+        max_sessions=args.max_sessions,
+        warmup_requests=args.warmup_requests,
+        warmup_s=args.warmup_s,
+        order=args.order,
+        seed=args.seed,
+        prompt_format=args.prompt_format,
+        check_idle=not args.no_idle_check,
     )
     settings.validate()
     workers = _workers(args)
@@ -48,7 +68,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
     # salted with the workload's digest, as the plugin does: two workloads share no prompt tokens
     digest = workload_digest(args.file)
-    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(
+        digest
+    )
     sim = _sim_target(args, prompts, body) if args.sim else None
     ignored = ignored_with_sim(args)
     if ignored:
@@ -56,21 +78,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     if sim is not None:  # the plugin's --llm-offline: the simulator in process, on the virtual clock
         endpoint, clock = sim.endpoint(), sim.clock()
     else:
-        endpoint, clock = HTTPEndpoint(
-            args.endpoint, model=args.model, api=args.api, stream=not args.no_stream, api_key_env=args.api_key_env,
-            headers=dict(header(h) for h in args.header), extra_body=body, timeout_s=args.timeout,
-        ), None
+        endpoint, clock = (
+            HTTPEndpoint(
+                args.endpoint,
+                model=args.model,
+                api=args.api,
+                stream=not args.no_stream,
+                api_key_env=args.api_key_env,
+                headers=dict(header(h) for h in args.header),
+                extra_body=body,
+                timeout_s=args.timeout,
+            ),
+            None,
+        )
     progress = ProgressLine(workload.num_requests if args.max_requests is None else args.max_requests)
-    server = ServerProcess(args.server_cmd, args.endpoint, startup_timeout_s=args.server_timeout, timeout_option="--server-timeout",
-                           progress=lambda line: print(line, file=sys.stderr)) if args.server_cmd else None
+    server = (
+        ServerProcess(
+            args.server_cmd,
+            args.endpoint,
+            startup_timeout_s=args.server_timeout,
+            timeout_option="--server-timeout",
+            progress=lambda line: print(line, file=sys.stderr),
+        )
+        if args.server_cmd
+        else None
+    )
     try:
         if server is not None:
             server.start()
         if workers is not None:
             with workers:
-                run = workers.replay(workload, endpoint, prompts, settings, on_record=progress.update, stop_on_signals=True)
+                run = workers.replay(
+                    workload, endpoint, prompts, settings, on_record=progress.update, stop_on_signals=True
+                )
         else:
-            run = Replay(workload, endpoint, prompts, settings, clock=clock, on_record=progress.update, stop_on_signals=True).run()
+            run = Replay(
+                workload, endpoint, prompts, settings, clock=clock, on_record=progress.update, stop_on_signals=True
+            ).run()
     finally:
         progress.close()
         if server is not None:
@@ -80,15 +124,23 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
     print(render(result))
-    record = _record(result, args, digest, sim.fingerprint if sim is not None else None) if out is not None or store is not None else None
+    record = (
+        _record(result, args, digest, sim.fingerprint if sim is not None else None)
+        if out is not None or store is not None
+        else None
+    )
     if out is not None:
         from ..gate.store import write_new
 
         (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
-        print(f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}")
+        print(
+            f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}"
+        )
     if store is not None:
         try:
-            print(f"saved {store.save(record)}{interrupted_note(record)} as test {record['test']!r} (compare --store's --test)")
+            print(
+                f"saved {store.save(record)}{interrupted_note(record)} as test {record['test']!r} (compare --store's --test)"
+            )
         except LLMReplayError as exc:
             raise LLMReplayError(f"--save-to: {exc}") from None
     if run.interrupted:
@@ -101,10 +153,16 @@ def _run_status(counts: dict[str, int], max_error_rate: float) -> int:
     else failed / (ok + failed) beyond ``max_error_rate``, else ok; a line on stderr says why."""
     ok, failed = counts["ok"], counts["failed"]
     if not ok:
-        print(f"error: no request succeeded ({failed} failed, {counts['cancelled']} cancelled, {counts['warmup']} warm-up)", file=sys.stderr)
+        print(
+            f"error: no request succeeded ({failed} failed, {counts['cancelled']} cancelled, {counts['warmup']} warm-up)",
+            file=sys.stderr,
+        )
         return RUN_STATUS["nothing_succeeded"]
     if failed / (ok + failed) > max_error_rate:
-        print(f"error: {failed} of {ok + failed} requests failed ({failed / (ok + failed):.1%}), more than --max-error-rate {max_error_rate:.1%} allows", file=sys.stderr)
+        print(
+            f"error: {failed} of {ok + failed} requests failed ({failed / (ok + failed):.1%}), more than --max-error-rate {max_error_rate:.1%} allows",
+            file=sys.stderr,
+        )
         return RUN_STATUS["requests_failed"]
     return RUN_STATUS["ok"]
 
@@ -116,8 +174,10 @@ def _workers(args: argparse.Namespace) -> Any:
             raise LLMReplayError("--ray-address: needs --workers N, the number of workers to run on the cluster")
         return None
     if args.sim:
-        raise LLMReplayError("--workers: --sim runs in virtual time, which cannot be shared across processes; "
-                             "serve the simulator over HTTP (llmreplay sim) and give its --endpoint, or drop --workers")
+        raise LLMReplayError(
+            "--workers: --sim runs in virtual time, which cannot be shared across processes; "
+            "serve the simulator over HTTP (llmreplay sim) and give its --endpoint, or drop --workers"
+        )
     from ..replayer.workers import RayWorkers, import_ray
 
     try:
@@ -132,14 +192,18 @@ def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) ->
     from ..target import offline_target
 
     if args.server_cmd:
-        raise LLMReplayError("--server-cmd: starts a server for --endpoint; --sim runs the simulator in process (leave one out)")
+        raise LLMReplayError(
+            "--server-cmd: starts a server for --endpoint; --sim runs the simulator in process (leave one out)"
+        )
     try:
         return offline_target(args.sim, prompts, body)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--sim: {exc}") from None
 
 
-def _record(result: Any, args: argparse.Namespace, digest: str, fingerprint: dict[str, Any] | None = None) -> dict[str, Any]:
+def _record(
+    result: Any, args: argparse.Namespace, digest: str, fingerprint: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
     its test name is ``llmreplay run <workload file name>``; ``fingerprint``: the simulator's
     (``--sim``), else read from the live server."""
@@ -150,9 +214,21 @@ def _record(result: Any, args: argparse.Namespace, digest: str, fingerprint: dic
         try:
             fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
         except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
-            fingerprint = {"kind": "live", "model": args.model, "server_version": None, "sim_profile": None, "hardware": None}
+            fingerprint = {
+                "kind": "live",
+                "model": args.model,
+                "server_version": None,
+                "sim_profile": None,
+                "hardware": None,
+            }
     workload = {"path": args.file, "format": args.format, "digest": digest}
-    return make_record(result, test=f"llmreplay run {Path(args.file).name}", fingerprint=fingerprint, workload=workload, git=git_state(Path.cwd()))
+    return make_record(
+        result,
+        test=f"llmreplay run {Path(args.file).name}",
+        fingerprint=fingerprint,
+        workload=workload,
+        git=git_state(Path.cwd()),
+    )
 
 
 class ProgressLine:
@@ -181,7 +257,12 @@ class ProgressLine:
         if now - self.start >= self.after_s and now - self.last >= self.every_s:
             self.last, self.shown = now, True
             line = f"{self.done:,}/{self.total:,} requests, {self.failed:,} failed, {now - self.start:.0f} s"
-            print(f"\r{line}" if self.interactive else line, end="" if self.interactive else "\n", file=self.stream, flush=True)
+            print(
+                f"\r{line}" if self.interactive else line,
+                end="" if self.interactive else "\n",
+                file=self.stream,
+                flush=True,
+            )
 
     def close(self) -> None:
         if self.shown and self.interactive:
@@ -191,46 +272,176 @@ class ProgressLine:
 def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     from ..replayer.driver import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
 
-    run = commands.add_parser("run", parents=[common], help="replay a workload against an endpoint",
-                              description="Replay a workload against an OpenAI-compatible endpoint; print the metric tables.")
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="replay a workload against an endpoint",
+        description="Replay a workload against an OpenAI-compatible endpoint; print the metric tables.",
+    )
     run.add_argument("file", metavar="FILE")
     where = run.add_mutually_exclusive_group(required=True)
     where.add_argument("--endpoint", metavar="URL", help="the server, e.g. http://127.0.0.1:8000")
-    where.add_argument("--sim", metavar="PROFILE|FILE", help="no server: the simulator of this profile in process, in virtual time (as the plugin's --llm-offline)")
-    run.add_argument("--save-to", metavar="STORE", help="also store the result (as llmreplay run <workload file name>, this commit) in STORE: a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX (checked before the run)")
-    run.add_argument("--max-error-rate", type=share, default=0.0, metavar="SHARE",
-                     help="exit 0 although up to SHARE of the measured requests failed, e.g. 0.05 or 5%% (default 0: any failure exits 1)")
-    run.add_argument("--out", metavar="DIR", help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)")
+    where.add_argument(
+        "--sim",
+        metavar="PROFILE|FILE",
+        help="no server: the simulator of this profile in process, in virtual time (as the plugin's --llm-offline)",
+    )
+    run.add_argument(
+        "--save-to",
+        metavar="STORE",
+        help="also store the result (as llmreplay run <workload file name>, this commit) in STORE: a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX (checked before the run)",
+    )
+    run.add_argument(
+        "--max-error-rate",
+        type=share,
+        default=0.0,
+        metavar="SHARE",
+        help="exit 0 although up to SHARE of the measured requests failed, e.g. 0.05 or 5%% (default 0: any failure exits 1)",
+    )
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write DIR/result.json (a stored result: summary, samples, fingerprint; see llmreplay compare) and DIR/requests.csv (one row per request)",
+    )
     target = run.add_argument_group("endpoint")
-    target.add_argument("--model", help="model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)")
-    target.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
-    target.add_argument("--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)")
-    target.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)")
-    target.add_argument("--header", action="append", default=[], metavar="NAME:VALUE", help="extra HTTP header (repeatable)")
-    target.add_argument("--extra-body", metavar="JSON", help='fields merged into every request body, e.g. \'{"min_tokens": 64}\'')
-    target.add_argument("--ignore-eos", action="store_true", help="send ignore_eos: true (output lengths exactly as planned, vLLM/SGLang)")
+    target.add_argument(
+        "--model",
+        help="model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)",
+    )
+    target.add_argument(
+        "--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)"
+    )
+    target.add_argument(
+        "--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)"
+    )
+    target.add_argument(
+        "--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)"
+    )
+    target.add_argument(
+        "--header", action="append", default=[], metavar="NAME:VALUE", help="extra HTTP header (repeatable)"
+    )
+    target.add_argument(
+        "--extra-body", metavar="JSON", help="fields merged into every request body, e.g. '{\"min_tokens\": 64}'"
+    )
+    target.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos: true (output lengths exactly as planned, vLLM/SGLang)",
+    )
     target.add_argument("--no-stream", action="store_true", help="non-streaming requests (TTFT = latency)")
-    target.add_argument("--timeout", type=number(True), default=600.0, metavar="S", help="fail a request after S seconds without data (default 600)")
-    target.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts: the served model's (default: the bundled one)")
-    target.add_argument("--server-cmd", metavar="CMD", help="start this server command first, wait for --endpoint to answer /health, stop it after")
-    target.add_argument("--server-timeout", type=number(True), default=600.0, metavar="S", help="how long the server command may take to get ready (default 600)")
-    target.add_argument("--no-idle-check", action="store_true", help="skip the check that the server's /metrics shows no requests in flight")
+    target.add_argument(
+        "--timeout",
+        type=number(True),
+        default=600.0,
+        metavar="S",
+        help="fail a request after S seconds without data (default 600)",
+    )
+    target.add_argument(
+        "--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts: the served model's (default: the bundled one)"
+    )
+    target.add_argument(
+        "--server-cmd",
+        metavar="CMD",
+        help="start this server command first, wait for --endpoint to answer /health, stop it after",
+    )
+    target.add_argument(
+        "--server-timeout",
+        type=number(True),
+        default=600.0,
+        metavar="S",
+        help="how long the server command may take to get ready (default 600)",
+    )
+    target.add_argument(
+        "--no-idle-check",
+        action="store_true",
+        help="skip the check that the server's /metrics shows no requests in flight",
+    )
     plan = run.add_argument_group("replay")
-    plan.add_argument("--mode", choices=MODES, default="auto", help="timestamps (open loop), concurrency, rate; auto: rate if --rate, concurrency if --concurrency or the trace is untimed, else timestamps")
-    plan.add_argument("--concurrency", type=integer(1), metavar="N", help="sessions in flight (concurrency mode; a cap in the others)")
-    plan.add_argument("--speedup", type=number(True), default=1.0, metavar="X", help="divide trace arrival times and turn delays by X (default 1)")
+    plan.add_argument(
+        "--mode",
+        choices=MODES,
+        default="auto",
+        help="timestamps (open loop), concurrency, rate; auto: rate if --rate, concurrency if --concurrency or the trace is untimed, else timestamps",
+    )
+    plan.add_argument(
+        "--concurrency", type=integer(1), metavar="N", help="sessions in flight (concurrency mode; a cap in the others)"
+    )
+    plan.add_argument(
+        "--speedup",
+        type=number(True),
+        default=1.0,
+        metavar="X",
+        help="divide trace arrival times and turn delays by X (default 1)",
+    )
     plan.add_argument("--rate", type=number(True), metavar="R", help="sessions per second (rate mode)")
     plan.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate mode spacing (default poisson)")
-    plan.add_argument("--duration", dest="duration_s", type=number(True), metavar="S", help="stop admitting after S seconds; cancel what is still in flight after --grace")
-    plan.add_argument("--grace", dest="grace_s", type=number(False), default=30.0, metavar="S", help="wait for requests in flight after --duration (default 30)")
-    plan.add_argument("--max-requests", type=integer(1), metavar="N", help="take whole sessions until N requests (cycling the workload if needed)")
-    plan.add_argument("--max-sessions", type=integer(1), metavar="N", help="run N sessions (cycling the workload if needed)")
-    plan.add_argument("--warmup-requests", type=integer(0), default=0, metavar="N", help="leave the first N requests out of the metrics")
-    plan.add_argument("--warmup-seconds", dest="warmup_s", type=number(False), default=0.0, metavar="S", help="leave requests scheduled in the first S seconds out of the metrics")
-    plan.add_argument("--workers", type=integer(1), metavar="N", help="replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local instance, or the cluster at --ray-address")
-    plan.add_argument("--ray-address", metavar="ADDR", help="an existing Ray cluster for --workers (default: RAY_ADDRESS, else a local instance)")
-    plan.add_argument("--order", choices=ORDERS, default="sequential", help="session order in concurrency and rate modes (default sequential)")
-    plan.add_argument("--seed", type=integer(0), default=0, help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)")
-    plan.add_argument("--gpus", type=integer(1), metavar="N", help="GPUs behind the endpoint, for per-GPU throughput (default: the --sim profile's, else 1)")
+    plan.add_argument(
+        "--duration",
+        dest="duration_s",
+        type=number(True),
+        metavar="S",
+        help="stop admitting after S seconds; cancel what is still in flight after --grace",
+    )
+    plan.add_argument(
+        "--grace",
+        dest="grace_s",
+        type=number(False),
+        default=30.0,
+        metavar="S",
+        help="wait for requests in flight after --duration (default 30)",
+    )
+    plan.add_argument(
+        "--max-requests",
+        type=integer(1),
+        metavar="N",
+        help="take whole sessions until N requests (cycling the workload if needed)",
+    )
+    plan.add_argument(
+        "--max-sessions", type=integer(1), metavar="N", help="run N sessions (cycling the workload if needed)"
+    )
+    plan.add_argument(
+        "--warmup-requests",
+        type=integer(0),
+        default=0,
+        metavar="N",
+        help="leave the first N requests out of the metrics",
+    )
+    plan.add_argument(
+        "--warmup-seconds",
+        dest="warmup_s",
+        type=number(False),
+        default=0.0,
+        metavar="S",
+        help="leave requests scheduled in the first S seconds out of the metrics",
+    )
+    plan.add_argument(
+        "--workers",
+        type=integer(1),
+        metavar="N",
+        help="replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local instance, or the cluster at --ray-address",
+    )
+    plan.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="an existing Ray cluster for --workers (default: RAY_ADDRESS, else a local instance)",
+    )
+    plan.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="sequential",
+        help="session order in concurrency and rate modes (default sequential)",
+    )
+    plan.add_argument(
+        "--seed",
+        type=integer(0),
+        default=0,
+        help="seed of prompts (salted with the workload file's digest), shuffling, sampling and Poisson arrivals (default 0)",
+    )
+    plan.add_argument(
+        "--gpus",
+        type=integer(1),
+        metavar="N",
+        help="GPUs behind the endpoint, for per-GPU throughput (default: the --sim profile's, else 1)",
+    )
     run.set_defaults(run=cmd_run, bad_input_status=RUN_STATUS["bad_input"])
     remember_http_only_defaults(run)

@@ -23,10 +23,20 @@ def cmd_sim(args: argparse.Namespace) -> int:
     from ..sim.profile import MAX_JITTER, load_profile
     from ..workloads.tokenizer import load_tokenizer
 
-    cluster = ClusterConfig(engines=args.engines, router=args.router, prefill_engines=args.prefill_engines,
-                            kv_transfer_gbps=args.kv_transfer_gbps, kv_bytes_per_token=args.kv_bytes_per_token)
-    faults = FaultConfig(error_rate=args.fault_error_rate, stall_rate=args.fault_stall_rate, stall_s=args.fault_stall_s,
-                         disconnect_rate=args.fault_disconnect_rate, seed=args.seed)
+    cluster = ClusterConfig(
+        engines=args.engines,
+        router=args.router,
+        prefill_engines=args.prefill_engines,
+        kv_transfer_gbps=args.kv_transfer_gbps,
+        kv_bytes_per_token=args.kv_bytes_per_token,
+    )
+    faults = FaultConfig(
+        error_rate=args.fault_error_rate,
+        stall_rate=args.fault_stall_rate,
+        stall_s=args.fault_stall_s,
+        disconnect_rate=args.fault_disconnect_rate,
+        seed=args.seed,
+    )
     try:
         profile = load_profile(args.profile)
     except LLMReplayError as exc:
@@ -36,15 +46,26 @@ def cmd_sim(args: argparse.Namespace) -> int:
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, **overrides))
     if args.timing_jitter is not None:
         if not 0 <= args.timing_jitter <= MAX_JITTER:
-            raise LLMReplayError(f"--timing-jitter: expected a coefficient of variation from 0 to {MAX_JITTER:g}, got {args.timing_jitter:g}")
+            raise LLMReplayError(
+                f"--timing-jitter: expected a coefficient of variation from 0 to {MAX_JITTER:g}, got {args.timing_jitter:g}"
+            )
         profile = dataclasses.replace(profile, jitter=args.timing_jitter)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
     try:
-        server = SimServer(profile, prompts, model=args.model, cluster=cluster, faults=faults,
-                           eos_mean_tokens=args.eos_mean_tokens, seed=args.seed)
+        server = SimServer(
+            profile,
+            prompts,
+            model=args.model,
+            cluster=cluster,
+            faults=faults,
+            eos_mean_tokens=args.eos_mean_tokens,
+            seed=args.seed,
+        )
     except LLMReplayError as exc:  # "field: why" -> "--option: why"
         fields, sep, why = str(exc).partition(": ")
-        raise LLMReplayError(re.sub(r"[a-z_]+", lambda m: _SIM_OPTIONS.get(m.group(0), m.group(0)), fields) + sep + why) from None
+        raise LLMReplayError(
+            re.sub(r"[a-z_]+", lambda m: _SIM_OPTIONS.get(m.group(0), m.group(0)), fields) + sep + why
+        ) from None
 
     def ready(url: str) -> None:
         print(ready_line(profile.name, server.model, url), flush=True)
@@ -61,40 +82,123 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 _SIM_OPTIONS = {
-    "engines": "--engines", "router": "--router", "prefill_engines": "--prefill-engines", "kv_transfer_gbps": "--kv-transfer-gbps", "kv_bytes_per_token": "--kv-bytes-per-token",
-    "error_rate": "--fault-error-rate", "stall_rate": "--fault-stall-rate", "stall_s": "--fault-stall-s",
-    "disconnect_rate": "--fault-disconnect-rate", "eos_mean_tokens": "--eos-mean-tokens", "model": "--model",
+    "engines": "--engines",
+    "router": "--router",
+    "prefill_engines": "--prefill-engines",
+    "kv_transfer_gbps": "--kv-transfer-gbps",
+    "kv_bytes_per_token": "--kv-bytes-per-token",
+    "error_rate": "--fault-error-rate",
+    "stall_rate": "--fault-stall-rate",
+    "stall_s": "--fault-stall-s",
+    "disconnect_rate": "--fault-disconnect-rate",
+    "eos_mean_tokens": "--eos-mean-tokens",
+    "model": "--model",
 }
 
 
 def add_sim_parser(commands: Any) -> None:
     from ..sim.cluster import ROUTERS
 
-    sim = commands.add_parser("sim", help="serve the simulated engine over HTTP",
-                              description="Serve the simulated engine as an OpenAI-compatible HTTP server.")
-    sim.add_argument("--profile", default="llama-3.1-8b-h100", metavar="NAME|FILE",
-                     help="a bundled profile name or a profile JSON file (default llama-3.1-8b-h100)")
+    sim = commands.add_parser(
+        "sim",
+        help="serve the simulated engine over HTTP",
+        description="Serve the simulated engine as an OpenAI-compatible HTTP server.",
+    )
+    sim.add_argument(
+        "--profile",
+        default="llama-3.1-8b-h100",
+        metavar="NAME|FILE",
+        help="a bundled profile name or a profile JSON file (default llama-3.1-8b-h100)",
+    )
     sim.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sim.add_argument("--port", type=int, default=8000, metavar="N", help="port (default 8000; 0 picks a free one and prints it)")
-    sim.add_argument("--parent-pid", type=int, metavar="PID", help="stop when process PID is no longer this one's parent (it died): the pytest plugin passes its own")
+    sim.add_argument(
+        "--port", type=int, default=8000, metavar="N", help="port (default 8000; 0 picks a free one and prints it)"
+    )
+    sim.add_argument(
+        "--parent-pid",
+        type=int,
+        metavar="PID",
+        help="stop when process PID is no longer this one's parent (it died): the pytest plugin passes its own",
+    )
     sim.add_argument("--model", metavar="NAME", help="served model name (default: the profile's name)")
-    sim.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompt text and output text (default: the bundled one)")
-    sim.add_argument("--seed", type=int, default=0, help="seed of output tokens, natural lengths and faults (default 0)")
-    sim.add_argument("--eos-mean-tokens", type=float, metavar="N",
-                     help="simulate EOS: requests without ignore_eos stop after a geometric number of tokens with mean N (default: always max_tokens)")
+    sim.add_argument(
+        "--tokenizer", metavar="NAME|PATH", help="tokenizer for prompt text and output text (default: the bundled one)"
+    )
+    sim.add_argument(
+        "--seed", type=int, default=0, help="seed of output tokens, natural lengths and faults (default 0)"
+    )
+    sim.add_argument(
+        "--eos-mean-tokens",
+        type=float,
+        metavar="N",
+        help="simulate EOS: requests without ignore_eos stop after a geometric number of tokens with mean N (default: always max_tokens)",
+    )
     group = sim.add_argument_group("engine settings (override the profile's)")
     add_engine_options(group, *(["the profile's"] * 4))
-    group.add_argument("--timing-jitter", type=float, metavar="CV",
-                       help="coefficient of variation of iteration times, 0 to 1 (default: the profile's timing.jitter, else 0)")
+    group.add_argument(
+        "--timing-jitter",
+        type=float,
+        metavar="CV",
+        help="coefficient of variation of iteration times, 0 to 1 (default: the profile's timing.jitter, else 0)",
+    )
     group = sim.add_argument_group("cluster")
-    group.add_argument("--engines", type=int, default=1, metavar="N", help="engines (the decode pool with --prefill-engines; default 1)")
-    group.add_argument("--router", choices=ROUTERS, default="round_robin", help="how requests are spread over engines (default round_robin)")
-    group.add_argument("--prefill-engines", type=int, default=0, metavar="N", help="disaggregated serving: N prefill engines in front of the --engines decode pool")
-    group.add_argument("--kv-transfer-gbps", type=float, default=50.0, metavar="GBPS", help="prefill-to-decode KV link bandwidth in GB/s (default 50)")
-    group.add_argument("--kv-bytes-per-token", type=float, metavar="B", help="KV bytes per token (default: from the profile's model)")
+    group.add_argument(
+        "--engines",
+        type=int,
+        default=1,
+        metavar="N",
+        help="engines (the decode pool with --prefill-engines; default 1)",
+    )
+    group.add_argument(
+        "--router",
+        choices=ROUTERS,
+        default="round_robin",
+        help="how requests are spread over engines (default round_robin)",
+    )
+    group.add_argument(
+        "--prefill-engines",
+        type=int,
+        default=0,
+        metavar="N",
+        help="disaggregated serving: N prefill engines in front of the --engines decode pool",
+    )
+    group.add_argument(
+        "--kv-transfer-gbps",
+        type=float,
+        default=50.0,
+        metavar="GBPS",
+        help="prefill-to-decode KV link bandwidth in GB/s (default 50)",
+    )
+    group.add_argument(
+        "--kv-bytes-per-token", type=float, metavar="B", help="KV bytes per token (default: from the profile's model)"
+    )
     group = sim.add_argument_group("fault injection (seeded)")
-    group.add_argument("--fault-error-rate", type=share, default=0.0, metavar="P", help="share of requests answered HTTP 500 before any token (default 0)")
-    group.add_argument("--fault-stall-rate", type=share, default=0.0, metavar="P", help="share of requests whose response pauses --fault-stall-s after a random token but the last (default 0)")
-    group.add_argument("--fault-stall-s", type=number(False), default=10.0, metavar="S", help="length of a stall in seconds (default 10)")
-    group.add_argument("--fault-disconnect-rate", type=share, default=0.0, metavar="P", help="share of requests whose connection is closed after a random token but the last (default 0)")
+    group.add_argument(
+        "--fault-error-rate",
+        type=share,
+        default=0.0,
+        metavar="P",
+        help="share of requests answered HTTP 500 before any token (default 0)",
+    )
+    group.add_argument(
+        "--fault-stall-rate",
+        type=share,
+        default=0.0,
+        metavar="P",
+        help="share of requests whose response pauses --fault-stall-s after a random token but the last (default 0)",
+    )
+    group.add_argument(
+        "--fault-stall-s",
+        type=number(False),
+        default=10.0,
+        metavar="S",
+        help="length of a stall in seconds (default 10)",
+    )
+    group.add_argument(
+        "--fault-disconnect-rate",
+        type=share,
+        default=0.0,
+        metavar="P",
+        help="share of requests whose connection is closed after a random token but the last (default 0)",
+    )
     sim.set_defaults(run=cmd_sim)

@@ -32,7 +32,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .options import BAD_INPUT, ignored_with_sim, integer, load_workload_file, number, out_folder_option, remember_http_only_defaults
+from .options import (
+    BAD_INPUT,
+    ignored_with_sim,
+    integer,
+    load_workload_file,
+    number,
+    out_folder_option,
+    remember_http_only_defaults,
+)
 from ..errors import LLMReplayError
 
 # llmreplay sweep's exit statuses (README: "Capacity at SLO"); a signal's is 128 + its number; bad
@@ -81,14 +89,26 @@ def plan_from(args: argparse.Namespace) -> Any:
     slos: dict[str, str] = {}
     for key, threshold in map(slo_option, args.slo):
         if key in slos:  # as compare refuses a --regression key given twice
-            raise LLMReplayError(f"--slo: {key} is given twice ({slos[key]!r} and {threshold!r}); expected each key once")
+            raise LLMReplayError(
+                f"--slo: {key} is given twice ({slos[key]!r} and {threshold!r}); expected each key once"
+            )
         slos[key] = threshold
-    plan = CapacityPlan(by=args.by, slo=slos, min=args.min, max=args.max,
-                        resolution=parse_resolution(args.resolution), budget=args.budget, arrival=args.arrival, early_stop=not args.no_early_stop)
+    plan = CapacityPlan(
+        by=args.by,
+        slo=slos,
+        min=args.min,
+        max=args.max,
+        resolution=parse_resolution(args.resolution),
+        budget=args.budget,
+        arrival=args.arrival,
+        early_stop=not args.no_early_stop,
+    )
     try:
         plan.validate()
     except LLMReplayError as exc:
-        raise LLMReplayError(re.sub(r"^capacity\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))) from None
+        raise LLMReplayError(
+            re.sub(r"^capacity\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(exc))
+        ) from None
     return plan
 
 
@@ -109,19 +129,34 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     settings.validate()
     out = out_folder_option("--out", args.out, "result.json, requests.csv, points.csv and load_curve.svg")
     digest = workload_digest(args.file)
-    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(digest)
+    prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(
+        digest
+    )
     target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
     ignored = ignored_with_sim(args)
     if ignored:
         print(ignored, file=sys.stderr)
     with SignalStop() as signals:
-        found = find_capacity(workload, target, prompts, plan, settings, progress=lambda line: print(line, file=sys.stderr, flush=True), workers=args.workers,
-                              signals=signals)
+        found = find_capacity(
+            workload,
+            target,
+            prompts,
+            plan,
+            settings,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+            workers=args.workers,
+            signals=signals,
+        )
     print(found.table())
     if out is not None:
         result = found.result
-        record = make_record(result, test=f"llmreplay sweep {Path(args.file).name}", fingerprint=target.fingerprint,
-                             workload={"path": args.file, "format": args.format, "digest": digest}, git=git_state(Path.cwd()))
+        record = make_record(
+            result,
+            test=f"llmreplay sweep {Path(args.file).name}",
+            fingerprint=target.fingerprint,
+            workload={"path": args.file, "format": args.format, "digest": digest},
+            git=git_state(Path.cwd()),
+        )
         record["capacity"] = found.as_dict()
         if found.interrupted:  # a search cut short: kept, never a comparison baseline (as run's)
             record["interrupted"] = found.interrupted
@@ -166,33 +201,102 @@ def write_load_curve(capacity: Any, path: Path) -> Path:
 def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     from ..search.capacity import ARRIVALS, BY, DEFAULT_BUDGET
 
-    sweep = commands.add_parser("sweep", parents=[common], help="find the highest load that meets SLOs (capacity at SLO)",
-                                description="Search the highest request rate or concurrency at which every SLO holds. By rate: a synchronous and a saturating run "
-                                            "estimate where to look, points at rates bracket the answer (growing it while the top passes), then bisection "
-                                            "to --resolution or --budget runs; by concurrency: 1 and every session at once, then bisection. "
-                                            "Exit status 0 when a load meets the SLOs, 1 when none does, 3 bad input; "
-                                            "Ctrl-C or SIGTERM stops it as run, keeping every point measured: 130, 143.")
+    sweep = commands.add_parser(
+        "sweep",
+        parents=[common],
+        help="find the highest load that meets SLOs (capacity at SLO)",
+        description="Search the highest request rate or concurrency at which every SLO holds. By rate: a synchronous and a saturating run "
+        "estimate where to look, points at rates bracket the answer (growing it while the top passes), then bisection "
+        "to --resolution or --budget runs; by concurrency: 1 and every session at once, then bisection. "
+        "Exit status 0 when a load meets the SLOs, 1 when none does, 3 bad input; "
+        "Ctrl-C or SIGTERM stops it as run, keeping every point measured: 130, 143.",
+    )
     sweep.add_argument("file", metavar="FILE")
     where = sweep.add_mutually_exclusive_group(required=True)
     where.add_argument("--endpoint", metavar="URL", help="a live OpenAI-compatible server; points run one at a time")
-    where.add_argument("--sim", metavar="PROFILE", help="the simulator in process, in virtual time: a bundled profile name or a profile JSON file")
-    sweep.add_argument("--slo", action="append", required=True, metavar="KEY<VALUE",
-                       help="an SLO every point must meet, e.g. 'ttft.p99<1s' or 'tpot.p90<=50ms' (repeatable): upper bounds on ttft, tpot, latency, itl; error_rate; goodput share")
-    sweep.add_argument("--by", choices=BY, default="rate", help="the load: sessions per second (open loop) or sessions in flight (closed loop); default rate")
-    sweep.add_argument("--min", type=number(True), metavar="X", help="lowest load (default by rate: the rate the synchronous run carried; by concurrency: 1)")
-    sweep.add_argument("--max", type=number(True), metavar="X", help="highest load (default by rate: none, starting at the rate the saturating run carried and doubling while it passes; by concurrency: every session)")
-    sweep.add_argument("--resolution", default="5%", metavar="R", help="stop when the bracket is within R of its top, e.g. 5%% or 0.05 (default 5%%)")
-    sweep.add_argument("--budget", type=integer(2), default=DEFAULT_BUDGET, metavar="N", help=f"run at most N replays, a rate search's estimates included (default {DEFAULT_BUDGET})")
-    sweep.add_argument("--arrival", choices=ARRIVALS, default="poisson", help="rate points: Poisson, constant spacing, or the trace's own arrivals scaled (default poisson)")
-    sweep.add_argument("--no-early-stop", action="store_true", help="run every point to its end, even once its SLOs are lost")
-    sweep.add_argument("--workers", type=integer(1), default=2, metavar="N", help="processes for the two estimates and the two ends with --sim (default 2)")
-    sweep.add_argument("--out", metavar="DIR", help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out), DIR/points.csv (a row per run) and DIR/load_curve.svg (the load curve)")
+    where.add_argument(
+        "--sim",
+        metavar="PROFILE",
+        help="the simulator in process, in virtual time: a bundled profile name or a profile JSON file",
+    )
+    sweep.add_argument(
+        "--slo",
+        action="append",
+        required=True,
+        metavar="KEY<VALUE",
+        help="an SLO every point must meet, e.g. 'ttft.p99<1s' or 'tpot.p90<=50ms' (repeatable): upper bounds on ttft, tpot, latency, itl; error_rate; goodput share",
+    )
+    sweep.add_argument(
+        "--by",
+        choices=BY,
+        default="rate",
+        help="the load: sessions per second (open loop) or sessions in flight (closed loop); default rate",
+    )
+    sweep.add_argument(
+        "--min",
+        type=number(True),
+        metavar="X",
+        help="lowest load (default by rate: the rate the synchronous run carried; by concurrency: 1)",
+    )
+    sweep.add_argument(
+        "--max",
+        type=number(True),
+        metavar="X",
+        help="highest load (default by rate: none, starting at the rate the saturating run carried and doubling while it passes; by concurrency: every session)",
+    )
+    sweep.add_argument(
+        "--resolution",
+        default="5%",
+        metavar="R",
+        help="stop when the bracket is within R of its top, e.g. 5%% or 0.05 (default 5%%)",
+    )
+    sweep.add_argument(
+        "--budget",
+        type=integer(2),
+        default=DEFAULT_BUDGET,
+        metavar="N",
+        help=f"run at most N replays, a rate search's estimates included (default {DEFAULT_BUDGET})",
+    )
+    sweep.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        default="poisson",
+        help="rate points: Poisson, constant spacing, or the trace's own arrivals scaled (default poisson)",
+    )
+    sweep.add_argument(
+        "--no-early-stop", action="store_true", help="run every point to its end, even once its SLOs are lost"
+    )
+    sweep.add_argument(
+        "--workers",
+        type=integer(1),
+        default=2,
+        metavar="N",
+        help="processes for the two estimates and the two ends with --sim (default 2)",
+    )
+    sweep.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write DIR/result.json and DIR/requests.csv (the point at capacity, as run --out), DIR/points.csv (a row per run) and DIR/load_curve.svg (the load curve)",
+    )
     sweep.add_argument("--model", help="model name to send (default: the first of /v1/models)")
-    sweep.add_argument("--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)")
+    sweep.add_argument(
+        "--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)"
+    )
     sweep.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
     sweep.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one)")
     sweep.add_argument("--seed", type=integer(0), default=0, help="seed of prompts and Poisson arrivals (default 0)")
-    sweep.add_argument("--max-requests", type=integer(1), metavar="N", help="each point takes whole sessions until N requests (cycling the workload if needed)")
-    sweep.add_argument("--warmup-requests", type=integer(0), default=0, metavar="N", help="leave each point's first N requests out of its metrics")
+    sweep.add_argument(
+        "--max-requests",
+        type=integer(1),
+        metavar="N",
+        help="each point takes whole sessions until N requests (cycling the workload if needed)",
+    )
+    sweep.add_argument(
+        "--warmup-requests",
+        type=integer(0),
+        default=0,
+        metavar="N",
+        help="leave each point's first N requests out of its metrics",
+    )
     sweep.set_defaults(run=cmd_sweep, bad_input_status=SWEEP_STATUS["bad_input"])
     remember_http_only_defaults(sweep)

@@ -63,11 +63,24 @@ CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads
 SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
 SAMPLED_SESSION_METRICS = ("ttfat", "cache_hit_rate", "eligible_cache_hit_rate")
 WINDOWED_METRICS = ("output_throughput", "request_throughput")
-LOWER_IS_WORSE = ("cache_hit_rate", "eligible_cache_hit_rate", "output_throughput", "request_throughput", "goodput", "decode_tps", "capacity")
+LOWER_IS_WORSE = (
+    "cache_hit_rate",
+    "eligible_cache_hit_rate",
+    "output_throughput",
+    "request_throughput",
+    "goodput",
+    "decode_tps",
+    "capacity",
+)
 # what the gate compares when a test names nothing, with the change each may make unnoticed
 DEFAULT_TOLERANCES = {
-    "ttft.p50": 0.05, "ttft.p90": 0.10, "tpot.p50": 0.05, "latency.p50": 0.05, "ttfat.p50": 0.05,
-    "cache_hit_rate.mean": 0.02, "output_throughput.steady_state": 0.05,
+    "ttft.p50": 0.05,
+    "ttft.p90": 0.10,
+    "tpot.p50": 0.05,
+    "latency.p50": 0.05,
+    "ttfat.p50": 0.05,
+    "cache_hit_rate.mean": 0.02,
+    "output_throughput.steady_state": 0.05,
 }
 CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
 COMPARISON_HEADERS = ["metric", "baseline", "current", "change [Holm CI]", "allowed", "verdict"]
@@ -106,8 +119,10 @@ def _keyed_samples(result: Any) -> dict[str, tuple[list[int], list[float]]]:
 
 def _split(keyed: Mapping[str, tuple[list[int], list[float]]]) -> dict[str, dict[str, list]]:
     """``samples`` (metric -> values) and ``sample_keys`` (metric -> keys), as stored."""
-    return {"samples": {name: values for name, (_, values) in keyed.items()},
-            "sample_keys": {name: keys for name, (keys, _) in keyed.items()}}
+    return {
+        "samples": {name: values for name, (_, values) in keyed.items()},
+        "sample_keys": {name: keys for name, (keys, _) in keyed.items()},
+    }
 
 
 def samples(result: Any) -> dict[str, list[float]]:
@@ -157,7 +172,15 @@ def workload_digest(path: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def make_record(result: Any, *, test: str, fingerprint: Mapping[str, Any], workload: Mapping[str, Any], git: Mapping[str, Any], slo_checks: Iterable[Any] = ()) -> dict[str, Any]:
+def make_record(
+    result: Any,
+    *,
+    test: str,
+    fingerprint: Mapping[str, Any],
+    workload: Mapping[str, Any],
+    git: Mapping[str, Any],
+    slo_checks: Iterable[Any] = (),
+) -> dict[str, Any]:
     """The stored form of ``result`` (see the module docstring)."""
     return {
         "schema": SCHEMA,
@@ -203,7 +226,9 @@ def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]
     any commit, tag or branch git can resolve."""
     cwd = Path(cwd)
     if _git(cwd, "rev-parse", "HEAD") is None:
-        raise LLMReplayError(f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit")
+        raise LLMReplayError(
+            f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit"
+        )
     if ref in (None, "", "auto"):
         base = None
         for candidate in DEFAULT_BRANCHES:
@@ -236,29 +261,39 @@ def parse_tolerance(key: str, value: Any) -> float | None:
     else:
         match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", str(value)) if isinstance(value, str) else None
         if not match:
-            raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off', got {value!r}")
+            raise LLMReplayError(
+                f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off', got {value!r}"
+            )
         if match.group(2):
             return float(Decimal(match.group(1)) / 100)
         number = float(match.group(1))
     if not 0 <= number <= 1 or math.isnan(number):
-        raise LLMReplayError(f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off' (a fraction from 0 to 1), got {value!r}")
+        raise LLMReplayError(
+            f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off' (a fraction from 0 to 1), got {value!r}"
+        )
     return number
 
 
-def tolerances(overrides: Mapping[str, Any] | None, defaults: Mapping[str, float] = DEFAULT_TOLERANCES) -> dict[str, float]:
+def tolerances(
+    overrides: Mapping[str, Any] | None, defaults: Mapping[str, float] = DEFAULT_TOLERANCES
+) -> dict[str, float]:
     """``defaults`` with ``overrides`` (key -> '10%' | 0.1 | 'off') applied; each key must name
     a compared metric (one with samples, or ``capacity``) and a statistic."""
     merged = dict(defaults)
     if overrides is None:
         return merged
     if not isinstance(overrides, Mapping):
-        raise LLMReplayError(f"regression: expected a mapping of metric keys to allowed changes, got {type(overrides).__name__}")
+        raise LLMReplayError(
+            f"regression: expected a mapping of metric keys to allowed changes, got {type(overrides).__name__}"
+        )
     for key, value in overrides.items():
         metric, _, stat = str(key).partition(".")
         if metric == "capacity" and stat not in ("rate", "concurrency"):
             raise LLMReplayError(f"regression {key!r}: compare capacity by rate or concurrency")
         if metric != "capacity" and metric not in SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS:
-            raise LLMReplayError(f"regression {key!r}: only {', '.join(SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS)} are compared")
+            raise LLMReplayError(
+                f"regression {key!r}: only {', '.join(SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS)} are compared"
+            )
         allowed = ("steady_state",) if metric in WINDOWED_METRICS else ("mean", "p50", "p90", "p95", "p99")
         if metric != "capacity" and stat not in allowed:
             raise LLMReplayError(f"regression {key!r}: compare {metric} by one of {', '.join(allowed)}")
@@ -318,20 +353,25 @@ class Comparison:
         return [row for row in self.rows if row.verdict == "regression"]
 
 
-
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """``key: a-value vs b-value`` for each key whose values differ."""
     return [f"{key}: {a.get(key)!r} vs {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 
-KEYED_HINT = ("the offline simulator sends keyed prompts unless told otherwise: replay it with prompt_format text "
-              "(llmreplay run --prompt-format text; a test's prompt_format: text) to compare it with a server's run")
+KEYED_HINT = (
+    "the offline simulator sends keyed prompts unless told otherwise: replay it with prompt_format text "
+    "(llmreplay run --prompt-format text; a test's prompt_format: text) to compare it with a server's run"
+)
 
 
 def mismatch(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
     """Why two stored results must not be gated against each other, or None; where the prompt
     formats differ because one side is the offline simulator's ``keyed``, the option that fixes it."""
-    for part, what in (("fingerprint", "endpoint fingerprint differs"), ("workload", "workload differs"), ("settings", "replay settings differ")):
+    for part, what in (
+        ("fingerprint", "endpoint fingerprint differs"),
+        ("workload", "workload differs"),
+        ("settings", "replay settings differ"),
+    ):
         found = differences(baseline.get(part) or {}, current.get(part) or {})
         if found:
             formats = {(baseline.get(part) or {}).get("prompt_format"), (current.get(part) or {}).get("prompt_format")}
@@ -340,7 +380,15 @@ def mismatch(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | N
     return None
 
 
-def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: Mapping[str, float] | None = None, *, label: str = "baseline", across_endpoints: bool = False, seed: int = 0) -> Comparison:
+def compare(
+    baseline: Mapping[str, Any],
+    current: Mapping[str, Any],
+    tolerance: Mapping[str, float] | None = None,
+    *,
+    label: str = "baseline",
+    across_endpoints: bool = False,
+    seed: int = 0,
+) -> Comparison:
     """Compare two stored results metric by metric (see the module docstring).
 
     ``across_endpoints``: compare even when the fingerprints differ (``llmreplay compare``: vLLM
@@ -364,7 +412,12 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         metric, _, stat = key.partition(".")
         base = np.asarray(baseline["samples"].get(metric, []), dtype=float)
         cur = np.asarray(current["samples"].get(metric, []), dtype=float)
-        row = Row(key, baseline["summary"].get(metric, {}).get(stat), current["summary"].get(metric, {}).get(stat), tolerance=allowed)
+        row = Row(
+            key,
+            baseline["summary"].get(metric, {}).get(stat),
+            current["summary"].get(metric, {}).get(stat),
+            tolerance=allowed,
+        )
         comparison.rows.append(row)
         if metric == "capacity":
             _capacity_change(row, _bracket(baseline), _bracket(current))
@@ -372,21 +425,28 @@ def compare(baseline: Mapping[str, Any], current: Mapping[str, Any], tolerance: 
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
             continue
-        row.baseline, row.current = float(statistic(stat, base)), float(statistic(stat, cur))  # what the change compares
+        row.baseline, row.current = (
+            float(statistic(stat, base)),
+            float(statistic(stat, cur)),
+        )  # what the change compares
         if row.baseline == 0:
             row.note = "baseline is 0"
             continue
         if run_count(baseline) > 1 or run_count(current) > 1:
             keys = [*(run_keys(baseline, metric) or [None]), *(run_keys(current, metric) or [None])]
             paired = keys[0] is not None and all(k == keys[0] for k in keys)
-            draws = hierarchical_bootstrap_change(run_samples(baseline, metric), run_samples(current, metric), stat, seed, paired)
+            draws = hierarchical_bootstrap_change(
+                run_samples(baseline, metric), run_samples(current, metric), stat, seed, paired
+            )
         else:
             keys = (baseline.get("sample_keys") or {}).get(metric)
             paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
             draws = bootstrap_change(base, cur, stat, seed, paired)
         row.change, row.paired = draws.point, paired
         tested.append((row, metric, draws))
-    for (row, metric, draws), (confidence, significant) in zip(tested, holm_levels([draws for _, _, draws in tested], 1 - CONFIDENCE)):
+    for (row, metric, draws), (confidence, significant) in zip(
+        tested, holm_levels([draws for _, _, draws in tested], 1 - CONFIDENCE)
+    ):
         row.low, row.high = draws.interval(confidence)
         row.confidence, row.p_value = confidence, draws.p_value()
         _verdict(row, metric, significant)
@@ -401,7 +461,11 @@ def _verdict(row: Row, metric: str, significant: bool = True) -> None:
     """Regression, improved, noise or ok from the row's change, interval and tolerance; a change
     beyond the tolerance that is not ``significant`` (Holm's step-down) is noise."""
     worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
-    change, near, far = worse * row.change, min(worse * row.low, worse * row.high), max(worse * row.low, worse * row.high)
+    change, near, far = (
+        worse * row.change,
+        min(worse * row.low, worse * row.high),
+        max(worse * row.low, worse * row.high),
+    )
     if change > row.tolerance:
         row.verdict = "regression" if near > 0 and significant else "noise"
     elif change < -row.tolerance:
@@ -468,6 +532,17 @@ def comparison_cells(row: Row) -> list[str]:
     """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
     figure's unit (:func:`~pytest_llmreplay.metrics.units.format_figure`: a capacity by rate in req/s), the change, the allowed change
     and the verdict."""
-    verdict = row.verdict.upper() if row.verdict in ("regression", "unstable") else row.verdict + (f" ({row.note})" if row.note else "")
+    verdict = (
+        row.verdict.upper()
+        if row.verdict in ("regression", "unstable")
+        else row.verdict + (f" ({row.note})" if row.note else "")
+    )
     tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
-    return [row.key, format_figure(row.key, row.baseline), format_figure(row.key, row.current), change_cell(row.change, row.low, row.high), tolerance, verdict]
+    return [
+        row.key,
+        format_figure(row.key, row.baseline),
+        format_figure(row.key, row.current),
+        change_cell(row.change, row.low, row.high),
+        tolerance,
+        verdict,
+    ]

@@ -59,7 +59,9 @@ class Draws:
         if not measured.size:
             return math.nan, math.nan
         if np.isinf(measured).any():
-            return float(np.percentile(measured, tail, method="lower")), float(np.percentile(measured, 100 - tail, method="higher"))
+            return float(np.percentile(measured, tail, method="lower")), float(
+                np.percentile(measured, 100 - tail, method="higher")
+            )
         low, high = np.percentile(measured, [tail, 100 - tail])
         return float(low), float(high)
 
@@ -73,7 +75,9 @@ class Draws:
         return min(1.0, 2 * (min(below, above) + 1) / (measured.size + 1))
 
 
-def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed: int = 0, paired: bool = False) -> Draws:
+def bootstrap_change(
+    baseline: np.ndarray, current: np.ndarray, stat: str, seed: int = 0, paired: bool = False
+) -> Draws:
     """stat(current)/stat(baseline) - 1 and its resampled changes.
 
     ``paired`` (value i is the same request, session or window in both): the same indices are
@@ -93,7 +97,9 @@ def bootstrap_change(baseline: np.ndarray, current: np.ndarray, stat: str, seed:
     return Draws(point, np.concatenate(ratios))
 
 
-def hierarchical_bootstrap_change(baseline: list[np.ndarray], current: list[np.ndarray], stat: str, seed: int = 0, paired: bool = False) -> Draws:
+def hierarchical_bootstrap_change(
+    baseline: list[np.ndarray], current: list[np.ndarray], stat: str, seed: int = 0, paired: bool = False
+) -> Draws:
     """The change for results of several runs each (a list of per-run sample arrays).
 
     change = stat(current runs pooled) / stat(baseline runs pooled) - 1. Each bootstrap resample
@@ -121,7 +127,9 @@ def hierarchical_bootstrap_change(baseline: list[np.ndarray], current: list[np.n
     return Draws(point, np.concatenate(ratios))
 
 
-def _two_level_draw(runs: list[np.ndarray], n: int, rng: np.random.Generator, requests: np.ndarray | None) -> np.ndarray:
+def _two_level_draw(
+    runs: list[np.ndarray], n: int, rng: np.random.Generator, requests: np.ndarray | None
+) -> np.ndarray:
     """``n`` resamples of ``runs``, shape (n, runs * draws per run): runs drawn with replacement,
     then ``requests`` (n, length) indices in each drawn run, or each run's own uniform draws."""
     length = len(runs[0]) if requests is not None else max(1, round(sum(map(len, runs)) / len(runs)))

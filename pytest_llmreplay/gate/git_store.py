@@ -65,7 +65,13 @@ class GitStore(Store):
 
     def git(self, *args: str, data: bytes | None = None, env: Mapping[str, str] | None = None) -> bytes:
         try:
-            done = subprocess.run(["git", "-C", str(self.cache), *args], input=data, capture_output=True, timeout=GIT_TIMEOUT_S, env={**os.environ, **self.env, **(env or {})})
+            done = subprocess.run(
+                ["git", "-C", str(self.cache), *args],
+                input=data,
+                capture_output=True,
+                timeout=GIT_TIMEOUT_S,
+                env={**os.environ, **self.env, **(env or {})},
+            )
         except FileNotFoundError:
             raise GitError("git is not installed (the git store runs the git command line)") from None
         except subprocess.TimeoutExpired:
@@ -84,7 +90,12 @@ class GitStore(Store):
             return
         self.work.mkdir(parents=True, exist_ok=True)
         scratch = self.work / f".cache-{os.getpid()}-{secrets.token_hex(4)}.git"
-        subprocess.run(["git", "init", "-q", "--bare", str(scratch)], check=True, capture_output=True, env={**os.environ, **self.env})
+        subprocess.run(
+            ["git", "init", "-q", "--bare", str(scratch)],
+            check=True,
+            capture_output=True,
+            env={**os.environ, **self.env},
+        )
         subprocess.run(["git", "-C", str(scratch), "config", "gc.auto", "0"], check=True, capture_output=True)
         try:
             scratch.rename(self.cache)
@@ -132,7 +143,9 @@ class GitStore(Store):
         try:
             self.push_outbox()
         except GitError as exc:
-            raise LLMReplayError(f"{self.label}: could not push the result ({exc}); it is kept in {kept} and goes up with the next save to this store") from None
+            raise LLMReplayError(
+                f"{self.label}: could not push the result ({exc}); it is kept in {kept} and goes up with the next save to this store"
+            ) from None
         return f"{self.label} {key}"
 
     def push_outbox(self) -> None:
@@ -148,7 +161,11 @@ class GitStore(Store):
                 self.git("push", "-q", "--no-verify", self.url, f"{commit}:{self.ref}")
             except GitError as exc:
                 if attempt == PUSH_ATTEMPTS - 1 or not exc.refused:
-                    raise GitError(f"push refused {attempt + 1} times, others kept pushing first: {exc}" if exc.refused else str(exc)) from None
+                    raise GitError(
+                        f"push refused {attempt + 1} times, others kept pushing first: {exc}"
+                        if exc.refused
+                        else str(exc)
+                    ) from None
                 time.sleep(min(PUSH_BACKOFF_CAP_S, PUSH_BACKOFF_S * 2**attempt) * rng.uniform(0.5, 1.5))
                 continue
             self.tip = commit
@@ -196,18 +213,45 @@ class GitStore(Store):
 
 def _refused(stderr: str) -> bool:
     """Whether a push failed because the ref moved (another job pushed first): worth a retry."""
-    return any(sign in stderr for sign in ("[rejected]", "non-fast-forward", "fetch first", "failed to update ref", "cannot lock ref", "failed to lock", "incorrect old value", "stale info"))
+    return any(
+        sign in stderr
+        for sign in (
+            "[rejected]",
+            "non-fast-forward",
+            "fetch first",
+            "failed to update ref",
+            "cannot lock ref",
+            "failed to lock",
+            "incorrect old value",
+            "stale info",
+        )
+    )
 
 
 def _git_env(rootdir: Path) -> dict[str, str]:
     """No prompts, a fixed author, and the repository's own ``http.*``/``credential.*`` settings
     (where CI checkouts keep the job's token) passed through GIT_CONFIG_* (never argv)."""
-    env = {"GIT_TERMINAL_PROMPT": "0", "GIT_AUTHOR_NAME": "llmreplay", "GIT_AUTHOR_EMAIL": "llmreplay@localhost",
-           "GIT_COMMITTER_NAME": "llmreplay", "GIT_COMMITTER_EMAIL": "llmreplay@localhost"}
-    done = subprocess.run(["git", "-C", str(rootdir), "config", "--local", "-z", "--get-regexp", r"^(http|credential)\."], capture_output=True)
-    pairs = [entry.split("\n", 1) for entry in done.stdout.decode(errors="replace").split("\0") if entry] if done.returncode == 0 else []
+    env = {
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_AUTHOR_NAME": "llmreplay",
+        "GIT_AUTHOR_EMAIL": "llmreplay@localhost",
+        "GIT_COMMITTER_NAME": "llmreplay",
+        "GIT_COMMITTER_EMAIL": "llmreplay@localhost",
+    }
+    done = subprocess.run(
+        ["git", "-C", str(rootdir), "config", "--local", "-z", "--get-regexp", r"^(http|credential)\."],
+        capture_output=True,
+    )
+    pairs = (
+        [entry.split("\n", 1) for entry in done.stdout.decode(errors="replace").split("\0") if entry]
+        if done.returncode == 0
+        else []
+    )
     for index, pair in enumerate(pairs):
-        env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = pair[0], (pair[1] if len(pair) > 1 else "true")
+        env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = (
+            pair[0],
+            (pair[1] if len(pair) > 1 else "true"),
+        )
     if pairs:
         env["GIT_CONFIG_COUNT"] = str(len(pairs))
     return env
@@ -230,7 +274,9 @@ def git_store(spec: str, rootdir: Path) -> GitStore:
     elif "/" in remote or ":" in remote:
         url, base = remote, rootdir
     else:
-        raise LLMReplayError(f"{redact(spec)}: {remote!r} is not a git remote of {rootdir} (see git remote -v), nor a URL")
+        raise LLMReplayError(
+            f"{redact(spec)}: {remote!r} is not a git remote of {rootdir} (see git remote -v), nor a URL"
+        )
     if "://" not in url and not re.match(r"[^/]+:", url):  # a local path, not host:path
         url = str(Path(base, url).resolve())
     label = f"git:{remote}#{ref}"

@@ -78,10 +78,16 @@ def figure(record: Mapping[str, Any], key: str) -> float | None:
     """``metric.stat`` of a stored result's summary (None when it was not measured)."""
     metric, _, stat = key.partition(".")
     value = (record.get("summary") or {}).get(metric, {}).get(stat)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
-def history_points(store: Store, test: str, commits: Iterable[str], like: Mapping[str, Any] | None = None, limit: int | None = None) -> History:
+def history_points(
+    store: Store, test: str, commits: Iterable[str], like: Mapping[str, Any] | None = None, limit: int | None = None
+) -> History:
     """The stored results of ``test`` at ``commits`` (newest first), matching ``like`` when given
     (see the module docstring), at most ``limit`` of the newest, returned oldest first."""
     found: list[tuple[str, Mapping[str, Any]]] = []
@@ -135,7 +141,9 @@ def t_threshold(count: int, confidence: float = CONFIDENCE) -> float:
     return t_quantile(1 - (1 - confidence) / 2, count - 1)
 
 
-def gate_with_history(comparison: Comparison, current: Mapping[str, Any], history: History, confidence: float = CONFIDENCE) -> None:
+def gate_with_history(
+    comparison: Comparison, current: Mapping[str, Any], history: History, confidence: float = CONFIDENCE
+) -> None:
     """Re-judge ``comparison``'s rows on ``history`` when it holds >= :data:`MIN_HISTORY` results
     (module docstring); each judged row's note gives its statistic. The comparison's header says
     how many results gated it (or, with fewer, only that stored files were unreadable)."""
@@ -205,8 +213,10 @@ def trend(history: History, current: Mapping[str, Any], keys: Sequence[str], ref
       results, Apache Otava not installed, or none of ``keys`` measured."""
     block: dict[str, Any] = {"reference": reference, "earlier": len(history.points)}
     if len(history.points) < MIN_TREND:
-        block["note"] = (f"{len(history.points)} earlier result(s) like this one on the first-parent history of {reference}; "
-                         f"a trend needs {MIN_TREND} (save some with --llm-save)")
+        block["note"] = (
+            f"{len(history.points)} earlier result(s) like this one on the first-parent history of {reference}; "
+            f"a trend needs {MIN_TREND} (save some with --llm-save)"
+        )
         return block
     with_this_run = History([*history.points, (str(current.get("commit") or "this run"), current)])
     series: dict[str, Any] = {}

@@ -33,7 +33,10 @@ def pool_records(records: list[Mapping[str, Any]], facts: list[Mapping[str, Any]
         return dict(records[0])
     first = records[0]
     names = list(first["samples"])
-    runs = [{"sizes": {name: len(r["samples"].get(name, [])) for name in names}, "summary": r["summary"], **fact} for r, fact in zip(records, facts)]
+    runs = [
+        {"sizes": {name: len(r["samples"].get(name, [])) for name in names}, "summary": r["summary"], **fact}
+        for r, fact in zip(records, facts)
+    ]
     return {
         **first,
         "duration_s": sum(r.get("duration_s") or 0.0 for r in records),
@@ -57,7 +60,9 @@ def median_summary(summaries: list[Mapping[str, Mapping[str, Any]]]) -> dict[str
             values = [s.get(metric, {}).get(stat) for s in summaries]
             numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
             counts = all(isinstance(v, int) for v in numbers)  # a count stays one run's count
-            out[metric][stat] = (statistics.median_low(numbers) if counts else statistics.median(numbers)) if numbers else stats[stat]
+            out[metric][stat] = (
+                (statistics.median_low(numbers) if counts else statistics.median(numbers)) if numbers else stats[stat]
+            )
     return out
 
 
@@ -100,5 +105,9 @@ def repeats_line(record: Mapping[str, Any]) -> str:
     how = [f"seeds {', '.join(map(str, seeds))}"] if all(seed is not None for seed in seeds) else []
     how += [f"cache reset by {next(iter(resets))} before each"] if len(resets) == 1 and None not in resets else []
     ttft = [run["summary"].get("ttft", {}).get("p50") for run in runs]
-    per_run = f": ttft.p50 {', '.join('-' if v is None else f'{v * 1e3:.1f}' for v in ttft)} ms" if any(v is not None for v in ttft) else ""
+    per_run = (
+        f": ttft.p50 {', '.join('-' if v is None else f'{v * 1e3:.1f}' for v in ttft)} ms"
+        if any(v is not None for v in ttft)
+        else ""
+    )
     return f"{len(runs)} runs ({'; '.join(how) or 'live server'}){per_run}; the table above is the last run's, SLOs and baselines use each figure's median over the runs"

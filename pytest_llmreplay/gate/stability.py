@@ -47,11 +47,17 @@ def run_values(record: Mapping[str, Any], key: str) -> list[float]:
 
 def burst_line(record: Mapping[str, Any]) -> str:
     """The likely cause of a side's runs disagreeing (module docstring), in words."""
-    shares = [float((run < BURST_TPOT_S).mean()) if len(run) else 0.0 for run in run_samples(record, "tpot")] if record.get("runs") else []
+    shares = (
+        [float((run < BURST_TPOT_S).mean()) if len(run) else 0.0 for run in run_samples(record, "tpot")]
+        if record.get("runs")
+        else []
+    )
     if shares and max(shares) - min(shares) >= BURST_SHARE_GAP:
         most, least = shares.index(max(shares)), shares.index(min(shares))
-        return (f"run {most + 1} received {max(shares):.0%} of its responses in one burst, run {least + 1} {min(shares):.0%}: "
-                "the streams were buffered, likely by a CPU-starved client or API server")
+        return (
+            f"run {most + 1} received {max(shares):.0%} of its responses in one burst, run {least + 1} {min(shares):.0%}: "
+            "the streams were buffered, likely by a CPU-starved client or API server"
+        )
     return "likely another load on the machine that changed between runs"
 
 

@@ -52,7 +52,6 @@ STALE_TEMPORARY_S = 3600.0  # a write_new temporary file this old, of no running
 _TEMPORARY = re.compile(r"\..+\.(\d+)\.[0-9a-f]{8}\.tmp")  # write_new's .NAME.PID.HEX.tmp
 
 
-
 def redact(text: str) -> str:
     """``text`` with the user and password of every URL in it, and every query string, replaced
     by ``***`` (``https://tok@host/x?sig=1`` -> ``https://***@host/x?***``)."""
@@ -191,7 +190,11 @@ class Store:
     def stored(self, test: str, commit: str) -> list[str]:
         """Keys of ``test``'s results at ``commit``, oldest first (names sort by time)."""
         folder = result_folder(test)
-        return [f"{folder}/{name}" for name in sorted(self.names(folder)) if name.startswith(f"{commit[:12]}-") and name.endswith(".json")]
+        return [
+            f"{folder}/{name}"
+            for name in sorted(self.names(folder))
+            if name.startswith(f"{commit[:12]}-") and name.endswith(".json")
+        ]
 
     def newest_complete(self, test: str, commits: Iterable[str]) -> Newest:
         """The newest stored result of ``test`` that was not interrupted (no ``"interrupted"``:

@@ -12,7 +12,16 @@ from ..errors import LLMReplayError
 from .git_store import git_store
 from .store import FolderStore, FsspecStore, Store, one_line, redact, refuse_password
 
-EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure", "adl": "azure"}
+EXTRAS = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "az": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+    "adl": "azure",
+}
 
 
 def open_store(text: str, rootdir: str | Path) -> Store:
@@ -35,13 +44,21 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     try:
         import fsspec
     except ImportError:
-        raise LLMReplayError(f"{redact(text)}: stores at URLs need fsspec: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'") from None
+        raise LLMReplayError(
+            f"{redact(text)}: stores at URLs need fsspec: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'"
+        ) from None
     if scheme not in fsspec.available_protocols():
-        raise LLMReplayError(f"{redact(text)}: unknown scheme {scheme!r}; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX, gs://, az://, file://, memory://")
+        raise LLMReplayError(
+            f"{redact(text)}: unknown scheme {scheme!r}; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX, gs://, az://, file://, memory://"
+        )
     try:
-        fs, root = fsspec.core.url_to_fs(text, skip_instance_cache=True)  # credentials and endpoint: read now, from the environment
+        fs, root = fsspec.core.url_to_fs(
+            text, skip_instance_cache=True
+        )  # credentials and endpoint: read now, from the environment
     except ImportError:
-        raise LLMReplayError(f"{redact(text)}: {scheme}:// needs its back-end: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'") from None
+        raise LLMReplayError(
+            f"{redact(text)}: {scheme}:// needs its back-end: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - any back-end's complaint about the URL is one line
         raise LLMReplayError(f"{redact(text)}: {one_line(exc)}") from None
     return FsspecStore(text, fs, root)
@@ -56,9 +73,15 @@ def file_url_path(url: str) -> Path:
 
     parts = urlsplit(url)
     if parts.netloc.lower() not in ("", "localhost"):
-        raise LLMReplayError(f"{redact(url)}: file:// URL with host {parts.netloc!r}; expected file:///ABSOLUTE/PATH (three slashes) or file://localhost/PATH")
+        raise LLMReplayError(
+            f"{redact(url)}: file:// URL with host {parts.netloc!r}; expected file:///ABSOLUTE/PATH (three slashes) or file://localhost/PATH"
+        )
     if not parts.path.startswith("/"):
-        raise LLMReplayError(f"{redact(url)}: a file: URL must name an absolute path, file:///ABSOLUTE/PATH; give a relative folder as a plain path")
+        raise LLMReplayError(
+            f"{redact(url)}: a file: URL must name an absolute path, file:///ABSOLUTE/PATH; give a relative folder as a plain path"
+        )
     if parts.query or parts.fragment or url.endswith(("?", "#")):
-        raise LLMReplayError(f"{redact(url)}: a file:// URL with a query or fragment; write '?' as %3F and '#' as %23 in a folder name")
+        raise LLMReplayError(
+            f"{redact(url)}: a file:// URL with a query or fragment; write '?' as %3F and '#' as %23 in a folder name"
+        )
     return Path(unquote(parts.path))

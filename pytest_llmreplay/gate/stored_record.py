@@ -56,7 +56,9 @@ def parse_record(text: str, where: str) -> dict[str, Any]:
         raise LLMReplayError(f"{where}: not a stored llmreplay result (nested too deeply to be one)") from None
     missing = [key for key in REQUIRED if not isinstance(record, dict) or key not in record]
     if missing:
-        raise LLMReplayError(f"{where}: not a stored llmreplay result (missing {', '.join(missing)}); pass a baseline file or a report's JSON")
+        raise LLMReplayError(
+            f"{where}: not a stored llmreplay result (missing {', '.join(missing)}); pass a baseline file or a report's JSON"
+        )
     if record["schema"] != SCHEMA:
         raise LLMReplayError(f"{where}: stored with schema {record['schema']!r}, this version reads {SCHEMA}")
     problem = shape_problem(record)
@@ -112,10 +114,14 @@ def _runs_problem(record: Mapping[str, Any]) -> str | None:
     runs = record.get("runs")
     if runs is None:
         return None
-    if not isinstance(runs, list) or not all(isinstance(run, dict) and isinstance(run.get("sizes"), dict) for run in runs):
+    if not isinstance(runs, list) or not all(
+        isinstance(run, dict) and isinstance(run.get("sizes"), dict) for run in runs
+    ):
         return "runs: expected a list of objects with sizes"
     for index, run in enumerate(runs):
-        if not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in run["sizes"].values()):
+        if not all(
+            isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in run["sizes"].values()
+        ):
             return f"runs[{index}].sizes: expected counts"
         problem = _summary_problem(run.get("summary", {}), f"runs[{index}].summary")
         if problem:

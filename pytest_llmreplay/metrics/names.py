@@ -4,7 +4,24 @@ for them (see metrics/result.py's docstring for each formula)."""
 
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "max", "std")
 RATES = ("overall", "steady_state", "last_30s", "per_gpu")
-REQUEST_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "prompt_tokens", "cached_tokens", "output_tokens", "schedule_lag")
-SESSION_METRICS = ("session_latency", "ttfat", "decode_tps", "cache_hit_rate", "eligible_cache_hit_rate", "output_tokens_per_session")
+REQUEST_METRICS = (
+    "ttft",
+    "itl",
+    "tpot",
+    "latency",
+    "queue",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "schedule_lag",
+)
+SESSION_METRICS = (
+    "session_latency",
+    "ttfat",
+    "decode_tps",
+    "cache_hit_rate",
+    "eligible_cache_hit_rate",
+    "output_tokens_per_session",
+)
 # per-request metrics a goodput threshold may name
 GOODPUT_METRICS = ("ttft", "tpot", "latency", "itl")

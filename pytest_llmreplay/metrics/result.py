@@ -81,7 +81,11 @@ def stats(values: Iterable[float | None], weights: Iterable[int] | None = None) 
         array = values.astype(float)
     else:
         array = np.array([np.nan if v is None else v for v in values], dtype=float)
-    counts = np.ones(array.size, dtype=np.int64) if weights is None else np.asarray(list(weights) if not isinstance(weights, np.ndarray) else weights, dtype=np.int64)
+    counts = (
+        np.ones(array.size, dtype=np.int64)
+        if weights is None
+        else np.asarray(list(weights) if not isinstance(weights, np.ndarray) else weights, dtype=np.int64)
+    )
     keep = ~np.isnan(array)
     array, counts = array[keep], counts[keep]
     if not array.size:
@@ -97,9 +101,15 @@ def stats(values: Iterable[float | None], weights: Iterable[int] | None = None) 
     p50, p90, p95, p99 = at_low + (at_high - at_low) * (positions - low)
     mean = float((array * counts).sum() / total)
     return {
-        "mean": mean, "min": float(array[0]), "p50": float(p50), "p90": float(p90),
-        "p95": float(p95), "p99": float(p99), "max": float(array[-1]),
-        "std": float(np.sqrt((counts * (array - mean) ** 2).sum() / total)), "count": total,
+        "mean": mean,
+        "min": float(array[0]),
+        "p50": float(p50),
+        "p90": float(p90),
+        "p95": float(p95),
+        "p99": float(p99),
+        "max": float(array[-1]),
+        "std": float(np.sqrt((counts * (array - mean) ** 2).sum() / total)),
+        "count": total,
     }
 
 
@@ -143,9 +153,14 @@ def schedule_lag(record: RequestRecord) -> float | None:
 def request_values(record: RequestRecord) -> dict[str, Any]:
     """The per-request metrics of one record (None where not defined)."""
     return {
-        "ttft": ttft(record), "tpot": tpot(record), "latency": latency(record), "queue": record.queue_s,
-        "prompt_tokens": prompt_tokens(record), "cached_tokens": record.cached_tokens,
-        "output_tokens": record.output_tokens, "schedule_lag": schedule_lag(record),
+        "ttft": ttft(record),
+        "tpot": tpot(record),
+        "latency": latency(record),
+        "queue": record.queue_s,
+        "prompt_tokens": prompt_tokens(record),
+        "cached_tokens": record.cached_tokens,
+        "output_tokens": record.output_tokens,
+        "schedule_lag": schedule_lag(record),
     }
 
 
@@ -204,7 +219,7 @@ def error_causes(records: Iterable[RequestRecord]) -> list[ErrorCause]:
             continue
         key, found = record.error, TOKENS_SO_FAR.search(record.error)
         if found is not None:  # the token count's place, filled with the range below
-            key = key[:found.start()].rstrip() + "\0" + key[found.end():]
+            key = key[: found.start()].rstrip() + "\0" + key[found.end() :]
         counts.setdefault(key, []).append(int(found.group(1)) if found is not None else 0)
     causes = []
     for key, tokens in counts.items():
@@ -367,7 +382,8 @@ class Result:
             busy = sum(latency(r) or 0.0 for r in self.measured)
             summary["effective_concurrency"] = {"value": busy / (end - start)}
         summary["requests"] = {
-            "ok": len(self.ok), "failed": failed,
+            "ok": len(self.ok),
+            "failed": failed,
             "cancelled": sum(r.status == "cancelled" for r in self.run.records),
             "warmup": sum(r.warmup for r in self.run.records),
             "planned": self.run.planned_requests,
@@ -454,8 +470,10 @@ class Result:
         if key is not None:
             limits = per_request_limits(parsed) or dict(self.goodput)
             if not limits:
-                raise LLMReplayError(f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and none is set; "
-                                     "add an upper bound on ttft, tpot, latency or itl to this call (e.g. ttft.p99 < 1s) or to the test's slo")
+                raise LLMReplayError(
+                    f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and none is set; "
+                    "add an upper bound on ttft, tpot, latency or itl to this call (e.g. ttft.p99 < 1s) or to the test's slo"
+                )
             if limits != dict(self.goodput) and any(r.status in ("ok", "failed") for r in self.measured):
                 summary = {**summary, "goodput": self.goodput_figures(limits)}
         try:
@@ -478,7 +496,11 @@ class Result:
 
     @staticmethod
     def _request_row(record: RequestRecord) -> dict[str, Any]:
-        row = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in ("chunk_times", "chunk_tokens", "notes")}
+        row = {
+            f.name: getattr(record, f.name)
+            for f in fields(record)
+            if f.name not in ("chunk_times", "chunk_tokens", "notes")
+        }
         row.update(request_values(record))
         row["chunks"] = len(record.chunk_times)
         row["notes"] = "; ".join(record.notes)

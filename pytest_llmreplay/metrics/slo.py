@@ -35,15 +35,27 @@ from .names import GOODPUT_METRICS, RATES, REQUEST_METRICS, SESSION_METRICS, STA
 from .units import STAT_FAMILIES, UNITS, display_unit, format_value, significant
 from .units import unit_family as _unit_family
 
-THROUGHPUT_METRICS = ("request_throughput", "output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput")
+THROUGHPUT_METRICS = (
+    "request_throughput",
+    "output_throughput",
+    "input_throughput",
+    "cached_input_throughput",
+    "uncached_input_throughput",
+)
 SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
 DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
 KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity",)
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
-    "<=": operator.le, ">=": operator.ge, "==": operator.eq, "<": operator.lt, ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "<": operator.lt,
+    ">": operator.gt,
 }
-THRESHOLD = re.compile(r"^\s*(<=|>=|==|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(us|ms|s|%|tok/s|req/s)?\s*$")
+THRESHOLD = re.compile(
+    r"^\s*(<=|>=|==|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(us|ms|s|%|tok/s|req/s)?\s*$"
+)
 
 
 def unit_family(metric: str) -> str | None:
@@ -122,7 +134,11 @@ class Check:
         margin = slo.show_margin(self.margin)  # in the threshold's unit, a zero one too: "0 pts", "0 s"
         if self.margin and slo.value:
             relative = self.margin / abs(slo.value) * 100
-            margin += f" ({relative:+.1f}%)" if abs(relative) < 1000 else f" ({'+' if relative > 0 else '-'}{significant(abs(relative), 3)}%)"
+            margin += (
+                f" ({relative:+.1f}%)"
+                if abs(relative) < 1000
+                else f" ({'+' if relative > 0 else '-'}{significant(abs(relative), 3)}%)"
+            )
         return [slo.key, slo.text, slo.show(self.measured), margin, "ok" if self.passed else "BREACH"]
 
 
@@ -152,7 +168,10 @@ def canonical(slo: SLO) -> tuple[str, str]:
     if slo.metric not in KNOWN_METRICS:
         unit = slo.unit
     else:
-        units = sorted((u for u, (family, _) in UNITS.items() if family == stat_family(slo.metric, slo.stat)), key=lambda u: -UNITS[u][1])
+        units = sorted(
+            (u for u, (family, _) in UNITS.items() if family == stat_family(slo.metric, slo.stat)),
+            key=lambda u: -UNITS[u][1],
+        )
         unit = next((u for u in units if abs(value) >= factor(u)), units[-1] if units else None)
     number = format((value / factor(unit) if unit else value).normalize(), "f")
     return key, f"{slo.op} {number}{(' ' if '/' in unit else '') + unit if unit else ''}"
@@ -166,17 +185,23 @@ def parse_key(key: str, named: str, extra_metrics: Iterable[str] = ()) -> tuple[
     metric, _, stat = key.partition(".")
     extra = set(extra_metrics) - set(KNOWN_METRICS) - {"requests"}
     if metric not in KNOWN_METRICS and metric not in extra:
-        raise LLMReplayError(f"{named}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}")
+        raise LLMReplayError(
+            f"{named}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}"
+        )
     if metric in extra:
         return metric, stat or "value"
     allowed = stats_of(metric)
     if not stat:
         if allowed[0] != "value":
-            raise LLMReplayError(f"{named}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})")
+            raise LLMReplayError(
+                f"{named}: name a statistic, e.g. '{metric}.{allowed[5] if len(allowed) > 5 else allowed[0]}' (one of {', '.join(allowed)})"
+            )
         return metric, "value"
     if stat not in allowed and allowed[0] == "value":  # a single figure: its key is the metric alone
         others = "".join(f" or {metric}.{other}" for other in allowed[1:])
-        raise LLMReplayError(f"{named}: {metric} takes no statistic such as {stat!r}; write {metric} alone{' (its share)' + others if others else ''}")
+        raise LLMReplayError(
+            f"{named}: {metric} takes no statistic such as {stat!r}; write {metric} alone{' (its share)' + others if others else ''}"
+        )
     if stat not in allowed:
         raise LLMReplayError(f"{named}: {metric} has no statistic {stat!r}; expected one of {', '.join(allowed)}")
     return metric, stat
@@ -195,21 +220,31 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     if isinstance(threshold, bool) or not isinstance(threshold, str):
         raise LLMReplayError(f"SLO {key!r}: expected a threshold string such as '< 2s' or '>= 80%', got {threshold!r}")
     if not match:
-        raise LLMReplayError(f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'")
+        raise LLMReplayError(
+            f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'"
+        )
     op, number, unit = match.groups()
     family = stat_family(metric, stat)
     if unit and family is not None and UNITS[unit][0] != family:
         fitting = [u for u, (f, _) in UNITS.items() if f == family]
         expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"
-        raise LLMReplayError(f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}")
+        raise LLMReplayError(
+            f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}"
+        )
     value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
     if value < 0 and metric in KNOWN_METRICS:
-        raise LLMReplayError(f"SLO {key!r}: expected a threshold >= 0 ({metric} is never negative), got {threshold.strip()!r}")
+        raise LLMReplayError(
+            f"SLO {key!r}: expected a threshold >= 0 ({metric} is never negative), got {threshold.strip()!r}"
+        )
     if family == "time" and not unit:  # the ms/s slip: "< 500" read as 500 seconds passes everything
         written = f"{op} {number}"
-        raise LLMReplayError(f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)")
+        raise LLMReplayError(
+            f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)"
+        )
     if family == "share" and not unit and value > 1:
-        raise LLMReplayError(f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
+        raise LLMReplayError(
+            f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction"
+        )
     return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))
 
 
@@ -254,8 +289,10 @@ def check_goodput_limits(slos: Iterable[SLO], limits_from: Iterable[SLO], named:
         return
     key = goodput_key(slos)
     if key is not None:
-        raise LLMReplayError(f"{named} {key!r}: goodput counts the requests that meet every per-request limit, and none is set by {source}; "
-                             f"add an upper bound (< or <=) on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]}, e.g. ttft.p99 < 1s")
+        raise LLMReplayError(
+            f"{named} {key!r}: goodput counts the requests that meet every per-request limit, and none is set by {source}; "
+            f"add an upper bound (< or <=) on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]}, e.g. ttft.p99 < 1s"
+        )
 
 
 def check_slos(summary: Mapping[str, Mapping[str, float]], slos: Iterable[SLO]) -> list[Check]:
@@ -269,7 +306,15 @@ def breach_table(checks: list[Check]) -> str:
 
     failed = sum(not c.passed for c in checks)
     head = f"SLO breached: {failed} of {len(checks)}" if failed else f"SLOs met: {len(checks)} of {len(checks)}"
-    return head + "\n" + tabulate([c.row() for c in checks], headers=["metric", "threshold", "measured", "margin", "status"], tablefmt="simple")
+    return (
+        head
+        + "\n"
+        + tabulate(
+            [c.row() for c in checks],
+            headers=["metric", "threshold", "measured", "margin", "status"],
+            tablefmt="simple",
+        )
+    )
 
 
 class SLOBreach(AssertionError):
@@ -280,7 +325,11 @@ class SLOBreach(AssertionError):
         super().__init__(breach_table(checks))
 
 
-def assert_slos(summary: Mapping[str, Mapping[str, float]], slos: Mapping[str, Any] | Iterable[SLO], extra_metrics: Iterable[str] = ()) -> list[Check]:
+def assert_slos(
+    summary: Mapping[str, Mapping[str, float]],
+    slos: Mapping[str, Any] | Iterable[SLO],
+    extra_metrics: Iterable[str] = (),
+) -> list[Check]:
     """Check every SLO; raise :class:`SLOBreach` listing all of them when any is breached."""
     __tracebackhide__ = True
     parsed = parse_slos(slos, extra_metrics) if isinstance(slos, Mapping) else list(slos)

@@ -20,17 +20,30 @@ from typing import Callable
 
 TIME_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "schedule_lag", "session_latency", "ttfat")
 SHARE_METRICS = ("cache_hit_rate", "eligible_cache_hit_rate", "error_rate", "goodput")
-TOKEN_RATE_METRICS = ("output_throughput", "input_throughput", "cached_input_throughput", "uncached_input_throughput", "decode_tps")
+TOKEN_RATE_METRICS = (
+    "output_throughput",
+    "input_throughput",
+    "cached_input_throughput",
+    "uncached_input_throughput",
+    "decode_tps",
+)
 REQUEST_RATE_METRICS = ("request_throughput",)
 
 # unit -> (family, factor to the metric's own unit)
 UNITS = {
-    "us": ("time", 1e-6), "ms": ("time", 1e-3), "s": ("time", 1.0),
+    "us": ("time", 1e-6),
+    "ms": ("time", 1e-3),
+    "s": ("time", 1.0),
     "%": ("share", 0.01),
-    "tok/s": ("token_rate", 1.0), "req/s": ("request_rate", 1.0),
+    "tok/s": ("token_rate", 1.0),
+    "req/s": ("request_rate", 1.0),
 }
 # (metric, stat) whose unit family is not the metric's own
-STAT_FAMILIES = {("goodput", "rate"): "request_rate", ("capacity", "rate"): "request_rate", ("capacity", "concurrency"): "count"}
+STAT_FAMILIES = {
+    ("goodput", "rate"): "request_rate",
+    ("capacity", "rate"): "request_rate",
+    ("capacity", "concurrency"): "count",
+}
 SECONDS_FROM = 10.0  # times of at least this many seconds are shown in s, shorter ones in ms
 DIGITS = 4
 
@@ -38,7 +51,12 @@ DIGITS = 4
 def unit_family(metric: str) -> str | None:
     """``time``, ``share``, ``token_rate`` or ``request_rate``; None for a metric without a unit
     (a count, a plugin's metric)."""
-    for family, metrics in (("time", TIME_METRICS), ("share", SHARE_METRICS), ("token_rate", TOKEN_RATE_METRICS), ("request_rate", REQUEST_RATE_METRICS)):
+    for family, metrics in (
+        ("time", TIME_METRICS),
+        ("share", SHARE_METRICS),
+        ("token_rate", TOKEN_RATE_METRICS),
+        ("request_rate", REQUEST_RATE_METRICS),
+    ):
         if metric in metrics:
             return family
     return None

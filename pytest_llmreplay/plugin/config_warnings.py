@@ -59,9 +59,13 @@ def warn_if_a_value_moved_the_rootdir(config: pytest.Config) -> None:
         folder = _existing_dir(invocation, value) if flag in flags else None
         if folder is not None and not folder.is_relative_to(base):
             found = f"configfile {config.inipath}" if config.inipath else "no configfile"
-            config.issue_config_time_warning(pytest.PytestConfigWarning(
-                f"{flag} {value}: pytest took {value} for a test path when it chose the rootdir, which is now {config.rootpath} "
-                f"({found}); write {flag}={value}"), stacklevel=2)
+            config.issue_config_time_warning(
+                pytest.PytestConfigWarning(
+                    f"{flag} {value}: pytest took {value} for a test path when it chose the rootdir, which is now {config.rootpath} "
+                    f"({found}); write {flag}={value}"
+                ),
+                stacklevel=2,
+            )
 
 
 def _existing_dir(base: Path, arg: str) -> Path | None:

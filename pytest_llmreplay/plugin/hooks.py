@@ -71,9 +71,15 @@ class SummaryHooks:
             return
         from .interrupt import INTERRUPTED_PROPERTY
 
-        figures = {name: value for name, value in report.user_properties if str(name).startswith("llmreplay.") and name != INTERRUPTED_PROPERTY}
+        figures = {
+            name: value
+            for name, value in report.user_properties
+            if str(name).startswith("llmreplay.") and name != INTERRUPTED_PROPERTY
+        }
         interrupted = INTERRUPTED_PROPERTY in dict(report.user_properties)
-        outcome = "interrupted" if interrupted_report(report) else report.outcome + (" (interrupted)" if interrupted else "")
+        outcome = (
+            "interrupted" if interrupted_report(report) else report.outcome + (" (interrupted)" if interrupted else "")
+        )
         texts: dict[str, str] = {}
         for name, text in report.sections:
             if name.startswith("llmreplay"):
@@ -89,7 +95,9 @@ class SummaryHooks:
         from ..report.terminal import summary_table
 
         terminalreporter.write_sep("=", "llmreplay")
-        terminalreporter.write_line(summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in self.state.reports]))
+        terminalreporter.write_line(
+            summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in self.state.reports])
+        )
         verbose = self.state.config.getoption("verbose") > 0
         for _, _, _, texts in self.state.reports:
             for name in ("llmreplay", "llmreplay baseline") if verbose else ("llmreplay baseline",):
@@ -107,7 +115,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from .config_warnings import warn_if_a_value_moved_the_rootdir, warn_of_ignored_options
 
     warn_if_a_value_moved_the_rootdir(config)
-    config.addinivalue_line("markers", "llmreplay(workload, slo=None, regression=None, capacity=None, format=None, format_options=None, **replay_settings): replay a workload and check SLOs (see pytest_llmreplay.plugin.spec)")
+    config.addinivalue_line(
+        "markers",
+        "llmreplay(workload, slo=None, regression=None, capacity=None, format=None, format_options=None, **replay_settings): replay a workload and check SLOs (see pytest_llmreplay.plugin.spec)",
+    )
     session = LLMSession(config)
     config.stash[SESSION] = session
     warn_of_ignored_options(config, session.kind, session.server_cmd)
@@ -138,8 +149,14 @@ def pytest_sessionstart(session: pytest.Session):
         from ..replayer.server_process import ServerProcess
         from ..target import cache_reset_env
 
-        state.server = ServerProcess(state.server_cmd, state.endpoint_url, startup_timeout_s=state.server_timeout_s, timeout_option="--llm-server-timeout",
-                                     env=cache_reset_env(os.environ), progress=line_writer(session.config))
+        state.server = ServerProcess(
+            state.server_cmd,
+            state.endpoint_url,
+            startup_timeout_s=state.server_timeout_s,
+            timeout_option="--llm-server-timeout",
+            env=cache_reset_env(os.environ),
+            progress=line_writer(session.config),
+        )
         try:
             state.server.start()
         except LLMReplayError as exc:
@@ -236,7 +253,9 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> C
             pytest.fail(f"llm_replay: name {name!r} is already used by another run of this test", pytrace=False)
         from .spec import parse_spec
 
-        checked = _fail_on_user_error(lambda: parse_spec({"workload": workload, **spec}, pytestconfig.rootpath, state.extra_metric_names()))
+        checked = _fail_on_user_error(
+            lambda: parse_spec({"workload": workload, **spec}, pytestconfig.rootpath, state.extra_metric_names())
+        )
         perf, result = _fail_on_user_error(lambda: perf_run(state, test, checked))
         runs.append(perf)
         skip_body_if_interrupted(request.node, result)
@@ -275,7 +294,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test carrying the marker replays its workload even if it does not ask for llm_result."""
     for item in items:
-        if item.get_closest_marker("llmreplay") is not None and isinstance(item, pytest.Function) and "llm_result" not in item.fixturenames:
+        if (
+            item.get_closest_marker("llmreplay") is not None
+            and isinstance(item, pytest.Function)
+            and "llm_result" not in item.fixturenames
+        ):
             item.fixturenames.append("llm_result")
 
 
@@ -298,7 +321,12 @@ def finish_runs(item: pytest.Item, body_failure: str | None = None) -> str | Non
             failures.append(f"{run.test}: {exc}")
             continue
         outcomes.append(outcome)
-        item.user_properties.extend(sorted((f"{key}{'' if run.test == item.nodeid else ' ' + run.test.rsplit('::', 1)[1]}", value) for key, value in outcome.figures.items()))
+        item.user_properties.extend(
+            sorted(
+                (f"{key}{'' if run.test == item.nodeid else ' ' + run.test.rsplit('::', 1)[1]}", value)
+                for key, value in outcome.figures.items()
+            )
+        )
         if outcome.interrupted:
             from .interrupt import INTERRUPTED_PROPERTY
 
@@ -320,7 +348,9 @@ def skip_body_if_interrupted(item: pytest.Item, result: Any) -> None:
     failure = finish_runs(item)
     if failure:
         pytest.fail(failure, pytrace=False)
-    pytest.skip(f"interrupted: {signal} stopped the replay; what it measured is kept, and the test body did not run on a partial result")
+    pytest.skip(
+        f"interrupted: {signal} stopped the replay; what it measured is kept, and the test body did not run on a partial result"
+    )
 
 
 def interrupted_report(report: pytest.TestReport) -> bool:
@@ -343,8 +373,12 @@ def pytest_runtest_call(item: pytest.Item):
         value = yield
     except BaseException as exc:
         skipped = isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
-        failure = finish_runs(item, None if skipped else f"the test body raised {type(exc).__name__}")  # measured data is kept; the body's own failure stands
-        if failure and not skipped and hasattr(exc, "add_note"):  # Python >= 3.11: pytest prints notes under the body's error
+        failure = finish_runs(
+            item, None if skipped else f"the test body raised {type(exc).__name__}"
+        )  # measured data is kept; the body's own failure stands
+        if (
+            failure and not skipped and hasattr(exc, "add_note")
+        ):  # Python >= 3.11: pytest prints notes under the body's error
             exc.add_note(f"llmreplay: the replay failed as well:\n{failure}")
         raise
     failure = finish_runs(item)
@@ -356,7 +390,9 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if call.when == "call" or (call.when == "setup" and report.skipped):  # a replay in a fixture interrupted: the body is skipped
+    if call.when == "call" or (
+        call.when == "setup" and report.skipped
+    ):  # a replay in a fixture interrupted: the body is skipped
         for outcome in item.stash.get(OUTCOMES, []):
             report.sections.append(("llmreplay", outcome.text))
             if outcome.baseline_text:

@@ -61,12 +61,16 @@ class Interruption:
     def check_not_interrupted(self) -> None:
         """Raise :class:`LLMReplayError` once a replay was interrupted: nothing more is sent."""
         if self.signal is not None:
-            raise LLMReplayError(f"not replayed: {self.signal} stopped the replay of {self.test}, and with it the session")
+            raise LLMReplayError(
+                f"not replayed: {self.signal} stopped the replay of {self.test}, and with it the session"
+            )
 
     def note(self) -> str:
         """The terminal summary's line on the interruption."""
-        return (f"{self.signal} stopped the replay of {self.test}: its result covers the requests measured until then "
-                "(stored marked interrupted: never used as a comparison baseline); the session stopped after that test")
+        return (
+            f"{self.signal} stopped the replay of {self.test}: its result covers the requests measured until then "
+            "(stored marked interrupted: never used as a comparison baseline); the session stopped after that test"
+        )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session):

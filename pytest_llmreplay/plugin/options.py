@@ -15,31 +15,147 @@ from ..errors import LLMReplayError
 
 # flag, ini key (= dest), ini type, default, help
 OPTIONS = (
-    ("--llm-endpoint", "llm_endpoint", "string", None, "URL of a live OpenAI-compatible server (absent: the built-in simulator)"),
-    ("--llm-model", "llm_model", "string", None, "model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)"),
+    (
+        "--llm-endpoint",
+        "llm_endpoint",
+        "string",
+        None,
+        "URL of a live OpenAI-compatible server (absent: the built-in simulator)",
+    ),
+    (
+        "--llm-model",
+        "llm_model",
+        "string",
+        None,
+        "model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)",
+    ),
     ("--llm-api", "llm_api", "string", "chat", "API to call: chat or completions (default chat)"),
     ("--llm-api-key-env", "llm_api_key_env", "string", None, "name of the environment variable holding the API key"),
-    ("--llm-ignore-eos", "llm_ignore_eos", "bool", False, "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, the simulator)"),
-    ("--llm-extra-body", "llm_extra_body", "string", None, 'JSON object merged into every request body, e.g. \'{"min_tokens": 16}\''),
-    ("--llm-server-cmd", "llm_server_cmd", "string", None, "command that starts the server at --llm-endpoint for the session (stopped at the end)"),
-    ("--llm-server-timeout", "llm_server_timeout", "string", "600", "seconds --llm-server-cmd's server may take to become healthy (default 600)"),
-    ("--llm-sim-profile", "llm_sim_profile", "string", "llama-3.1-8b-h100", "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)"),
-    ("--llm-offline", "llm_offline", "bool", True, "run the built-in simulator in process, in virtual time (deterministic, no sockets; the default without --llm-endpoint: -o llm_offline=false serves it over HTTP in wall time instead)"),
-    ("--llm-tokenizer", "llm_tokenizer", "string", None, "tokenizer for generated prompts: a hub id (from the local Hugging Face cache when it is there), a local folder or a tokenizer.json (default: the bundled one)"),
-    ("--llm-seed", "llm_seed", "string", "0", "seed of generated prompt tokens and of the simulator's outputs and timing jitter (default 0)"),
-    ("--llm-baseline-dir", "llm_baseline_dir", "string", ".llmreplay", "where results are stored per commit: a folder relative to the rootdir (default .llmreplay), git:REMOTE#REF, or a URL (s3://BUCKET/PREFIX, gs://, az://, file://)"),
+    (
+        "--llm-ignore-eos",
+        "llm_ignore_eos",
+        "bool",
+        False,
+        "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, the simulator)",
+    ),
+    (
+        "--llm-extra-body",
+        "llm_extra_body",
+        "string",
+        None,
+        "JSON object merged into every request body, e.g. '{\"min_tokens\": 16}'",
+    ),
+    (
+        "--llm-server-cmd",
+        "llm_server_cmd",
+        "string",
+        None,
+        "command that starts the server at --llm-endpoint for the session (stopped at the end)",
+    ),
+    (
+        "--llm-server-timeout",
+        "llm_server_timeout",
+        "string",
+        "600",
+        "seconds --llm-server-cmd's server may take to become healthy (default 600)",
+    ),
+    (
+        "--llm-sim-profile",
+        "llm_sim_profile",
+        "string",
+        "llama-3.1-8b-h100",
+        "simulator profile: a bundled name or a profile JSON file (default llama-3.1-8b-h100)",
+    ),
+    (
+        "--llm-offline",
+        "llm_offline",
+        "bool",
+        True,
+        "run the built-in simulator in process, in virtual time (deterministic, no sockets; the default without --llm-endpoint: -o llm_offline=false serves it over HTTP in wall time instead)",
+    ),
+    (
+        "--llm-tokenizer",
+        "llm_tokenizer",
+        "string",
+        None,
+        "tokenizer for generated prompts: a hub id (from the local Hugging Face cache when it is there), a local folder or a tokenizer.json (default: the bundled one)",
+    ),
+    (
+        "--llm-seed",
+        "llm_seed",
+        "string",
+        "0",
+        "seed of generated prompt tokens and of the simulator's outputs and timing jitter (default 0)",
+    ),
+    (
+        "--llm-baseline-dir",
+        "llm_baseline_dir",
+        "string",
+        ".llmreplay",
+        "where results are stored per commit: a folder relative to the rootdir (default .llmreplay), git:REMOTE#REF, or a URL (s3://BUCKET/PREFIX, gs://, az://, file://)",
+    ),
     ("--llm-save", "llm_save", "bool", False, "store each perf test's result as a baseline of the current commit"),
-    ("--llm-compare", "llm_compare", "string", None, "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)"),
-    ("--llm-fail-on-regression", "llm_fail_on_regression", "bool", False, "fail a test when the comparison calls a regression"),
-    ("--llm-fail-on-unstable", "llm_fail_on_unstable", "bool", False, "fail a test when its comparison is unstable: the runs of a side disagree too much (over 3x on a time figure) for any verdict"),
+    (
+        "--llm-compare",
+        "llm_compare",
+        "string",
+        None,
+        "compare with the stored result of REF (a commit, tag or branch; bare: the merge-base with the default branch)",
+    ),
+    (
+        "--llm-fail-on-regression",
+        "llm_fail_on_regression",
+        "bool",
+        False,
+        "fail a test when the comparison calls a regression",
+    ),
+    (
+        "--llm-fail-on-unstable",
+        "llm_fail_on_unstable",
+        "bool",
+        False,
+        "fail a test when its comparison is unstable: the runs of a side disagree too much (over 3x on a time figure) for any verdict",
+    ),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
-    ("--llm-repeat", "llm_repeat", "string", "5", "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 5)"),
-    ("--llm-workers", "llm_workers", "string", None, "replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local Ray instance, or the cluster at --llm-ray-address"),
-    ("--llm-ray-address", "llm_ray_address", "string", None, "address of an existing Ray cluster for --llm-workers (default: RAY_ADDRESS, else a local instance)"),
+    (
+        "--llm-repeat",
+        "llm_repeat",
+        "string",
+        "5",
+        "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 5)",
+    ),
+    (
+        "--llm-workers",
+        "llm_workers",
+        "string",
+        None,
+        "replay in N worker processes on Ray (pip install 'pytest-llmreplay[ray]'): a local Ray instance, or the cluster at --llm-ray-address",
+    ),
+    (
+        "--llm-ray-address",
+        "llm_ray_address",
+        "string",
+        None,
+        "address of an existing Ray cluster for --llm-workers (default: RAY_ADDRESS, else a local instance)",
+    ),
 )
-METAVARS = {"--llm-endpoint": "URL", "--llm-extra-body": "JSON", "--llm-model": "NAME", "--llm-api": "chat|completions", "--llm-api-key-env": "NAME", "--llm-server-cmd": "CMD", "--llm-server-timeout": "S",
-            "--llm-sim-profile": "NAME|FILE", "--llm-tokenizer": "NAME|PATH", "--llm-seed": "N", "--llm-baseline-dir": "STORE", "--llm-report": "DIR", "--llm-repeat": "N",
-            "--llm-workers": "N", "--llm-ray-address": "ADDR"}
+METAVARS = {
+    "--llm-endpoint": "URL",
+    "--llm-extra-body": "JSON",
+    "--llm-model": "NAME",
+    "--llm-api": "chat|completions",
+    "--llm-api-key-env": "NAME",
+    "--llm-server-cmd": "CMD",
+    "--llm-server-timeout": "S",
+    "--llm-sim-profile": "NAME|FILE",
+    "--llm-tokenizer": "NAME|PATH",
+    "--llm-seed": "N",
+    "--llm-baseline-dir": "STORE",
+    "--llm-report": "DIR",
+    "--llm-repeat": "N",
+    "--llm-workers": "N",
+    "--llm-ray-address": "ADDR",
+}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -80,7 +196,9 @@ def server_timeout_option(config: pytest.Config) -> float:
     except (TypeError, ValueError):
         value = float("nan")
     if not value > 0 or value == float("inf"):
-        raise pytest.UsageError(f"--llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got {raw!r}")
+        raise pytest.UsageError(
+            f"--llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got {raw!r}"
+        )
     return value
 
 
@@ -92,7 +210,9 @@ def check_bool_options(config: pytest.Config) -> None:
             try:
                 option(config, ini)
             except (ValueError, pytest.UsageError) as exc:
-                raise pytest.UsageError(f"{flag} / {ini}: expected true or false (also yes/no, on/off, 1/0): {exc}") from None
+                raise pytest.UsageError(
+                    f"{flag} / {ini}: expected true or false (also yes/no, on/off, 1/0): {exc}"
+                ) from None
 
 
 def workers_option(config: pytest.Config, kind: str) -> int | None:
@@ -101,7 +221,9 @@ def workers_option(config: pytest.Config, kind: str) -> int | None:
     raw, address = option(config, "llm_workers"), option(config, "llm_ray_address")
     if raw in (None, ""):
         if address:
-            raise pytest.UsageError("--llm-ray-address / llm_ray_address: needs --llm-workers N, the number of workers to run on the cluster")
+            raise pytest.UsageError(
+                "--llm-ray-address / llm_ray_address: needs --llm-workers N, the number of workers to run on the cluster"
+            )
         return None
     try:
         count = int(raw)
@@ -110,8 +232,10 @@ def workers_option(config: pytest.Config, kind: str) -> int | None:
     if count < 1:
         raise pytest.UsageError(f"--llm-workers / llm_workers: expected an integer >= 1, got {raw!r}")
     if kind == "offline":
-        raise pytest.UsageError("--llm-workers / llm_workers: the offline simulator runs in virtual time, which cannot be shared across processes; "
-                                "drop --llm-offline (the simulator served over HTTP takes workers) or the workers")
+        raise pytest.UsageError(
+            "--llm-workers / llm_workers: the offline simulator runs in virtual time, which cannot be shared across processes; "
+            "drop --llm-offline (the simulator served over HTTP takes workers) or the workers"
+        )
     from ..replayer.workers import import_ray
 
     try:

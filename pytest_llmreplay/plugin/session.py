@@ -47,12 +47,18 @@ class LLMSession:
         self.server_timeout_s = server_timeout_option(config)
         if config.getoption("llm_offline"):  # on the command line it beats an ini endpoint
             if config.getoption("llm_endpoint"):
-                raise pytest.UsageError("--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL")
+                raise pytest.UsageError(
+                    "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL"
+                )
             self.endpoint_url = self.server_cmd = None
         # offline by default; workers need a server, so --llm-workers serves the simulator over HTTP
         # unless --llm-offline itself is on the command line (then workers_option refuses the pair)
         workers_asked = option(config, "llm_workers") not in (None, "")
-        self.offline = bool(option(config, "llm_offline")) and not self.endpoint_url and (bool(config.getoption("llm_offline")) or not workers_asked)
+        self.offline = (
+            bool(option(config, "llm_offline"))
+            and not self.endpoint_url
+            and (bool(config.getoption("llm_offline")) or not workers_asked)
+        )
         from ..replayer.endpoints import APIS, check_endpoint_url
 
         if self.api not in APIS:
@@ -67,7 +73,11 @@ class LLMSession:
         from ..replayer.endpoints import extra_body
 
         try:
-            self.extra_body = extra_body("--llm-extra-body / llm_extra_body", option(config, "llm_extra_body"), bool(option(config, "llm_ignore_eos")))
+            self.extra_body = extra_body(
+                "--llm-extra-body / llm_extra_body",
+                option(config, "llm_extra_body"),
+                bool(option(config, "llm_ignore_eos")),
+            )
         except LLMReplayError as exc:
             raise pytest.UsageError(str(exc)) from None
         if self.kind != "live":  # a name typo fails once, at start-up (the file is read when first used)
@@ -149,7 +159,9 @@ class LLMSession:
         if self.kind == "live":
             model = option(self.config, "llm_model") or None
             key_env = option(self.config, "llm_api_key_env") or None
-            target = live_target(self.endpoint_url, model, "--llm-endpoint", self.api, key_env, self.prompts, self.extra_body)
+            target = live_target(
+                self.endpoint_url, model, "--llm-endpoint", self.api, key_env, self.prompts, self.extra_body
+            )
         else:
             from ..sim.profile import load_profile
 
@@ -158,8 +170,14 @@ class LLMSession:
                 profile = load_profile(name)
             except LLMReplayError as exc:
                 raise LLMReplayError(f"--llm-sim-profile: {exc}") from None
-            target = Target(self.kind, profile=profile, api=self.api, prompts=self.prompts, fingerprint=sim_fingerprint(profile, self.kind),
-                            extra_body=self.extra_body)
+            target = Target(
+                self.kind,
+                profile=profile,
+                api=self.api,
+                prompts=self.prompts,
+                fingerprint=sim_fingerprint(profile, self.kind),
+                extra_body=self.extra_body,
+            )
             if self.kind == "sim-server":
                 target.server = start_sim_server(name, option(self.config, "llm_tokenizer"), self.seed)
                 target.url = target.server.url
@@ -174,9 +192,12 @@ class LLMSession:
             from .verdict import Gate
 
             self._gate = Gate(
-                rootdir=self.config.rootpath, fingerprint=self.target.fingerprint, store=self.store,
+                rootdir=self.config.rootpath,
+                fingerprint=self.target.fingerprint,
+                store=self.store,
                 save=bool(option(self.config, "llm_save")),
-                fail_on_regression=bool(option(self.config, "llm_fail_on_regression")), fail_on_unstable=bool(option(self.config, "llm_fail_on_unstable")),
+                fail_on_regression=bool(option(self.config, "llm_fail_on_regression")),
+                fail_on_unstable=bool(option(self.config, "llm_fail_on_unstable")),
                 report_dir=self.report_dir,
                 history=self.history,
             )
@@ -207,17 +228,41 @@ class LLMSession:
                 from ..search.capacity import find_capacity
                 from .terminal_lines import line_writer
 
-                result = find_capacity(workload, target, self.prompts.salted(salt), spec.capacity, spec.settings, progress=line_writer(self.config)).result
+                result = find_capacity(
+                    workload,
+                    target,
+                    self.prompts.salted(salt),
+                    spec.capacity,
+                    spec.settings,
+                    progress=line_writer(self.config),
+                ).result
             else:
                 if self.workers_count is not None:
-                    run = self.workers.replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, stop_on_signals=True)
+                    run = self.workers.replay(
+                        workload,
+                        target.endpoint(repeat),
+                        self.prompts.salted(salt),
+                        spec.settings,
+                        stop_on_signals=True,
+                    )
                 else:
-                    run = Replay(workload, target.endpoint(repeat), self.prompts.salted(salt), spec.settings, clock=target.clock(), stop_on_signals=True).run()
-                result = Result(run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names())))
+                    run = Replay(
+                        workload,
+                        target.endpoint(repeat),
+                        self.prompts.salted(salt),
+                        spec.settings,
+                        clock=target.clock(),
+                        stop_on_signals=True,
+                    ).run()
+                result = Result(
+                    run, gpus=target.gpus, goodput=per_request_limits(parse_slos(spec.slo, self.extra_metric_names()))
+                )
         for found in self.config.hook.pytest_llmreplay_metrics():
             for name, compute in found.items():
                 if name in result.summary:
-                    raise LLMReplayError(f"pytest_llmreplay_metrics: {name!r} is already a metric of the summary; name yours differently")
+                    raise LLMReplayError(
+                        f"pytest_llmreplay_metrics: {name!r} is already a metric of the summary; name yours differently"
+                    )
                 result.summary[name] = dict(compute(result))
         return result, {"seed": target.run_seed(repeat), "cache_reset": reset}
 
@@ -247,7 +292,9 @@ class live_lock:
             import hashlib
             import tempfile
 
-            self.path = Path(tempfile.gettempdir()) / f"llmreplay-{hashlib.sha256(target.url.encode()).hexdigest()[:16]}.lock"
+            self.path = (
+                Path(tempfile.gettempdir()) / f"llmreplay-{hashlib.sha256(target.url.encode()).hexdigest()[:16]}.lock"
+            )
 
     def __enter__(self) -> None:
         if self.path is not None:
@@ -270,7 +317,11 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     digest = workload_digest(spec.workload)
     asked = spec.repeat or state.repeat
     repeats = 1 if spec.capacity is not None or state.target.deterministic else asked  # a search runs once
-    once = f"ran once, not {asked} times: {state.target.name} without timing jitter gives the same figures on every run" if state.target.deterministic and asked > 1 and spec.capacity is None else None
+    once = (
+        f"ran once, not {asked} times: {state.target.name} without timing jitter gives the same figures on every run"
+        if state.target.deterministic and asked > 1 and spec.capacity is None
+        else None
+    )
     runs = []
     for index in range(repeats):
         runs.append(state.replay(spec, salt=digest, repeat=index, repeats=repeats))
@@ -279,4 +330,13 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
             break
     workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
     results = [result for result, _ in runs]
-    return PerfRun(test, results[-1], workload, spec.slo, spec.regression, earlier=results[:-1], facts=[facts for _, facts in runs], repeats_note=once), results[-1]
+    return PerfRun(
+        test,
+        results[-1],
+        workload,
+        spec.slo,
+        spec.regression,
+        earlier=results[:-1],
+        facts=[facts for _, facts in runs],
+        repeats_note=once,
+    ), results[-1]

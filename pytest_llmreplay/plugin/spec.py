@@ -33,7 +33,15 @@ from ..errors import LLMReplayError, WorkloadError
 from ..replayer.driver import ReplaySettings
 
 SETTING_TYPES = {
-    f.name: ("number" if "float" in str(f.type) else "integer" if "int" in str(f.type) else "boolean" if "bool" in str(f.type) else "string")
+    f.name: (
+        "number"
+        if "float" in str(f.type)
+        else "integer"
+        if "int" in str(f.type)
+        else "boolean"
+        if "bool" in str(f.type)
+        else "string"
+    )
     for f in fields(ReplaySettings)
 }
 SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "repeat", "description", "capacity")
@@ -73,7 +81,9 @@ def marker_settings(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[st
     if args:
         raise LLMReplayError("@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)")
     if "workload" not in kwargs:
-        raise LLMReplayError("@pytest.mark.llmreplay: missing key workload= (the workload file to replay, relative to the rootdir)")
+        raise LLMReplayError(
+            "@pytest.mark.llmreplay: missing key workload= (the workload file to replay, relative to the rootdir)"
+        )
     return dict(kwargs)
 
 
@@ -86,7 +96,9 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
         raise LLMReplayError(f"expected a mapping of keys (workload, slo, ...), got {type(data).__name__}")
     unknown = [key for key in data if key not in SPEC_KEYS and key not in SETTING_TYPES]
     if unknown:
-        raise LLMReplayError(f"{unknown[0]}: unknown key; expected one of {', '.join(SPEC_KEYS + tuple(SETTING_TYPES))}")
+        raise LLMReplayError(
+            f"{unknown[0]}: unknown key; expected one of {', '.join(SPEC_KEYS + tuple(SETTING_TYPES))}"
+        )
     workload = data.get("workload")
     if not isinstance(workload, (str, Path)) or not str(workload):
         raise LLMReplayError(f"workload: expected the path of a workload file, got {workload!r}")
@@ -121,7 +133,9 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
     check_test_slos(parse_slos(slo, extra_metrics), capacity)
     regression = dict(data.get("regression") or {})
     tolerances(regression)
-    return PerfSpec(path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity, repeat)
+    return PerfSpec(
+        path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity, repeat
+    )
 
 
 def _check_format(name: str | None, options: dict[str, Any], workload: Path) -> None:
@@ -146,7 +160,9 @@ MAX_REPEAT = 1000
 
 def check_repeat(name: str, value: Any) -> int:
     """``value`` as a number of runs (1 to :data:`MAX_REPEAT`); LLMReplayError naming ``name``."""
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():  # an integer however given, so "-2" reads as -2, as 0 does
+    if (
+        isinstance(value, str) and value.strip().lstrip("+-").isdigit()
+    ):  # an integer however given, so "-2" reads as -2, as 0 does
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_REPEAT:
         raise LLMReplayError(f"{name}: expected a number of runs from 1 to {MAX_REPEAT}, got {value!r}")
@@ -185,4 +201,3 @@ def read_spec_file(path: Path) -> Any:
         column = f", column {exc.column}" if exc.column is not None else ""
         where = f"line {exc.line}{column}: " if exc.line is not None else ""
         raise LLMReplayError(f"{where}not valid YAML: {exc.reason}") from None
-

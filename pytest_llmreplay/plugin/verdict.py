@@ -29,7 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..gate.baseline import Comparison, compare, comparison_table, gated_tolerances, git_state, interrupted_note, make_record, slo_rows
+from ..gate.baseline import (
+    Comparison,
+    compare,
+    comparison_table,
+    gated_tolerances,
+    git_state,
+    interrupted_note,
+    make_record,
+    slo_rows,
+)
 from ..gate.repeats import pool_records, repeats_line
 from ..errors import LLMReplayError
 from ..gate.store import Store, result_folder, write_new
@@ -38,8 +47,21 @@ from ..metrics.slo import breach_table, check_slos, parse_slos
 if TYPE_CHECKING:
     from ..gate.history import History
 
-KEY_FIGURES = ("ttft.p50", "ttft.p99", "tpot.p50", "itl.p99", "ttfat.p90", "cache_hit_rate.mean", "output_throughput.steady_state", "request_throughput.steady_state", "error_rate.value",
-               "goodput.value", "goodput.rate", "capacity.rate", "capacity.concurrency")
+KEY_FIGURES = (
+    "ttft.p50",
+    "ttft.p99",
+    "tpot.p50",
+    "itl.p99",
+    "ttfat.p90",
+    "cache_hit_rate.mean",
+    "output_throughput.steady_state",
+    "request_throughput.steady_state",
+    "error_rate.value",
+    "goodput.value",
+    "goodput.rate",
+    "capacity.rate",
+    "capacity.concurrency",
+)
 
 
 @dataclass
@@ -99,27 +121,40 @@ class Gate:
         raised AssertionError``), for the report's headline; the body's exception stands."""
         from ..report.terminal import render
 
-        records = [make_record(result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git) for result in run.results]
+        records = [
+            make_record(result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git)
+            for result in run.results
+        ]
         record = pool_records(records, run.facts or [{}] * len(records))
         interrupted = next((result.run.interrupted for result in run.results if result.run.interrupted), None)
         if interrupted:
             record["interrupted"] = interrupted
         checks = check_slos(record["summary"], parse_slos(run.slo, extra_metrics=run.result.summary))
-        every_check = checks + run.result.slo_checks  # the spec's, then the test body's assert_slo calls (on the last run)
+        every_check = (
+            checks + run.result.slo_checks
+        )  # the spec's, then the test body's assert_slo calls (on the last run)
         record["slo"] = slo_rows(every_check)
         capacity = getattr(run.result, "capacity", None)
         if capacity is not None:
             record["capacity"] = capacity.as_dict()
         slo_table = breach_table(checks) if checks else None
-        blocks = ([f"llmreplay: {run.test}"] + ([capacity.table()] if capacity is not None else []) + [render(run.result)]
-                  + ([repeats_line(record)] if len(records) > 1 else []) + ([run.repeats_note] if run.repeats_note else [])
-                  + ([breach_table(every_check)] if every_check else []))
+        blocks = (
+            [f"llmreplay: {run.test}"]
+            + ([capacity.table()] if capacity is not None else [])
+            + [render(run.result)]
+            + ([repeats_line(record)] if len(records) > 1 else [])
+            + ([run.repeats_note] if run.repeats_note else [])
+            + ([breach_table(every_check)] if every_check else [])
+        )
         earlier = self._earlier(run, record)
         found = self._compare(run, record, earlier) if earlier is not None else None
         comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
         compared_text = comparison_table(comparison) if comparison else found
         baseline_blocks = [compared_text] if compared_text else []
-        failures, failed_by = [], [body_failure] if body_failure else []  # the failure texts; what failed the test besides breached SLOs (the report's headline)
+        failures, failed_by = (
+            [],
+            [body_failure] if body_failure else [],
+        )  # the failure texts; what failed the test besides breached SLOs (the report's headline)
         if self.save:
             try:
                 baseline_blocks.append(f"saved baseline {self.store.save(record)}{interrupted_note(record)}")
@@ -139,7 +174,13 @@ class Gate:
         if self.report_dir is not None:
             self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
-        return Outcome("\n\n".join(blocks), baseline_text, key_figures(record, comparison), "\n\n".join(failures) or None, interrupted)
+        return Outcome(
+            "\n\n".join(blocks),
+            baseline_text,
+            key_figures(record, comparison),
+            "\n\n".join(failures) or None,
+            interrupted,
+        )
 
     def _earlier(self, run: PerfRun, record: Mapping[str, Any]) -> History | None:
         """The earlier results like ``record`` on the reference's history (a
@@ -161,7 +202,10 @@ class Gate:
         skipped = newest.skipped_line()
         if newest.record is None:
             readable = "readable " if skipped else ""
-            return f"Compared with {label}: no {readable}stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)" + (f"\n{skipped}" if skipped else "")
+            return (
+                f"Compared with {label}: no {readable}stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
+                + (f"\n{skipped}" if skipped else "")
+            )
         stored_at = f"{label}, stored {newest.key.rsplit('/', 1)[-1][:12]} {newest.record.get('time')}"
         comparison = compare(newest.record, record, gated_tolerances(record, run.regression), label=stored_at)
         if skipped:
@@ -172,7 +216,14 @@ class Gate:
             gate_with_history(comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable))
         return comparison
 
-    def _write_report(self, run: PerfRun, record: Mapping[str, Any], comparison: Comparison | None, earlier: History | None, failed_by: list[str]) -> None:
+    def _write_report(
+        self,
+        run: PerfRun,
+        record: Mapping[str, Any],
+        comparison: Comparison | None,
+        earlier: History | None,
+        failed_by: list[str],
+    ) -> None:
         """The report's record: the stored one, plus the comparison, the trend, and
         ``failed_by`` (what failed the test besides breached SLOs: the report says FAIL)."""
         folder = self.report_dir / "tests"
@@ -194,8 +245,12 @@ class Gate:
 
 def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
     return {
-        "baseline": comparison.baseline_label, "mismatch": comparison.mismatch, "header": comparison.header, "unstable": comparison.unstable,
-        "rows": [vars(row) for row in comparison.rows], "baseline_samples": comparison.baseline_samples,
+        "baseline": comparison.baseline_label,
+        "mismatch": comparison.mismatch,
+        "header": comparison.header,
+        "unstable": comparison.unstable,
+        "rows": [vars(row) for row in comparison.rows],
+        "baseline_samples": comparison.baseline_samples,
     }
 
 

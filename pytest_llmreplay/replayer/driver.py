@@ -131,10 +131,14 @@ class ReplaySettings:
         if self.rate is not None and mode != "rate":
             raise LLMReplayError(f"rate: applies to rate mode; mode is {mode!r}")
         if mode == "timestamps" and self.order != "sequential":
-            raise LLMReplayError(f"order: timestamps mode{' (picked by auto: the trace is timed)' if self.mode == 'auto' else ''} replays sessions "
-                                 "in trace order; order applies to concurrency and rate modes")
+            raise LLMReplayError(
+                f"order: timestamps mode{' (picked by auto: the trace is timed)' if self.mode == 'auto' else ''} replays sessions "
+                "in trace order; order applies to concurrency and rate modes"
+            )
         if mode == "timestamps" and not workload.timed:
-            raise LLMReplayError(f"mode: timestamps needs arrival times, and format {workload.format!r} has none; use concurrency or rate mode")
+            raise LLMReplayError(
+                f"mode: timestamps needs arrival times, and format {workload.format!r} has none; use concurrency or rate mode"
+            )
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -161,7 +165,9 @@ def _cycle_period(sessions: list[Session]) -> float:
     """How much later each pass of a cycled timed trace arrives (:func:`session_plan`)."""
     first, last = min(s.arrival_s for s in sessions), max(s.arrival_s for s in sessions)
     if last <= first:
-        raise LLMReplayError("max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once has no pace to repeat; use concurrency or rate mode")
+        raise LLMReplayError(
+            "max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once has no pace to repeat; use concurrency or rate mode"
+        )
     return (last - first) * len(sessions) / (len(sessions) - 1)
 
 
@@ -184,8 +190,10 @@ def arrival_offsets(plan: list[Session], mode: str, settings: ReplaySettings) ->
 def check_warmup(settings: ReplaySettings, planned_requests: int) -> None:
     """Raise :class:`LLMReplayError` when the warm-up would take every request of the run."""
     if settings.warmup_requests and settings.warmup_requests >= planned_requests:
-        raise LLMReplayError(f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {planned_requests:,} requests this run "
-                             "sends at most; nothing would be measured")
+        raise LLMReplayError(
+            f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {planned_requests:,} requests this run "
+            "sends at most; nothing would be measured"
+        )
 
 
 def mark_warmup(records: list[RequestRecord], settings: ReplaySettings) -> None:
@@ -306,7 +314,9 @@ class Replay:
             if self.part is not None:
                 late = self._start - self.part.start_at
                 if late > 0:
-                    self.warnings.append(f"this worker was ready {late * 1e3:.0f} ms after the common start; its schedule lag counts that delay")
+                    self.warnings.append(
+                        f"this worker was ready {late * 1e3:.0f} ms after the common start; its schedule lag counts that delay"
+                    )
                 else:
                     await self.clock.sleep_until(self.part.start_at)
                 self._start = self.part.start_at
@@ -326,7 +336,12 @@ class Replay:
         return ReplayRun(
             records=self.records,
             warnings=self.warnings,
-            settings={**self.settings.as_dict(), "mode": self.mode, "api": self.endpoint.api, "prompt_format": self.prompt_format},
+            settings={
+                **self.settings.as_dict(),
+                "mode": self.mode,
+                "api": self.endpoint.api,
+                "prompt_format": self.prompt_format,
+            },
             workload=self.workload.source or self.workload.format,
             endpoint=self.endpoint.name,
             duration_s=duration,
@@ -390,7 +405,9 @@ class Replay:
             return
         if self.endpoint.api == "chat" or self.prompt_format == "text":
             self.prompts.word_texts
-        elif self.prompt_format == "ids" or any(extends_previous(session, index) for session in self.plan for index in range(1, len(session.turns))):
+        elif self.prompt_format == "ids" or any(
+            extends_previous(session, index) for session in self.plan for index in range(1, len(session.turns))
+        ):
             self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
@@ -399,7 +416,9 @@ class Replay:
         tasks = self._tasks
         if self.mode == "concurrency":
             queue = iter(zip(self.indices, self.plan))
-            tasks.extend(asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan))))
+            tasks.extend(
+                asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan)))
+            )
         else:
             if self.settings.concurrency is not None:
                 self._slots = asyncio.Semaphore(self.settings.concurrency)
@@ -506,7 +525,10 @@ class Replay:
         record.output_tokens = response.completion_tokens if response.completion_tokens is not None else counted
         if response.completion_tokens is not None and counted and counted != response.completion_tokens:
             record.notes.append(f"usage says {response.completion_tokens} output tokens, chunks carried {counted}")
-            self._warn_once("count", f"the server's usage.completion_tokens differs from the tokens counted in its stream (first: {record.notes[-1]}); metrics use the server's count")
+            self._warn_once(
+                "count",
+                f"the server's usage.completion_tokens differs from the tokens counted in its stream (first: {record.notes[-1]}); metrics use the server's count",
+            )
         if response.error is not None and record.status == "ok":
             record.status = "failed"
         record.error = response.error
@@ -555,4 +577,3 @@ def replay(
 ) -> ReplayRun:
     """Replay ``workload`` against ``endpoint`` and return every request's record."""
     return Replay(workload, endpoint, prompts, settings, clock, on_record).run()
-

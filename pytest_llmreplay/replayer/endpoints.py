@@ -31,7 +31,12 @@ from ..errors import LLMReplayError
 APIS = ("chat", "completions")
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # Prometheus gauges of requests in the engine: vLLM, SGLang
-BUSY_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "sglang:num_running_reqs", "sglang:num_queue_reqs")
+BUSY_GAUGES = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "sglang:num_running_reqs",
+    "sglang:num_queue_reqs",
+)
 TOKENS_SO_FAR = re.compile(r"\bafter (\d+) tokens?\b")  # reads progress()'s count back
 
 
@@ -179,8 +184,12 @@ class HTTPEndpoint:
         # one connection per request in flight (+ a few for /metrics): a smaller pool would queue
         # requests inside the client and count the wait as server latency
         limit = 0 if concurrency is None else concurrency + 4  # aiohttp: 0 = no limit
-        transport = AiohttpTransport(client=lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0)))
-        self._client = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s), transport=transport)
+        transport = AiohttpTransport(
+            client=lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0))
+        )
+        self._client = httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s), transport=transport
+        )
         if self.model is None:
             try:
                 self.model = await self._first_model()
@@ -196,9 +205,13 @@ class HTTPEndpoint:
             reply.raise_for_status()
             return str(reply.json()["data"][0]["id"])
         except httpx.TransportError as exc:
-            raise LLMReplayError(f"{self.url}: no answer to GET /v1/models ({describe_error(exc)}); is the server running?") from None
+            raise LLMReplayError(
+                f"{self.url}: no answer to GET /v1/models ({describe_error(exc)}); is the server running?"
+            ) from None
         except Exception as exc:
-            raise LLMReplayError(f"{self.url}/v1/models: could not read a model name ({describe_error(exc)}); pass the model name (--model)") from None
+            raise LLMReplayError(
+                f"{self.url}/v1/models: could not read a model name ({describe_error(exc)}); pass the model name (--model)"
+            ) from None
 
     async def close(self) -> None:
         if self._client is not None:
@@ -390,7 +403,9 @@ def check_endpoint_url(url: str) -> str:
     route = next((r for r in ROUTES if parts.path.rstrip("/").endswith(r)), None)
     if route is not None:
         base = url.rstrip("/")[: -len(route)]
-        raise LLMReplayError(f"{url!r} names the route {route}; give the server's address, {base!r} (each request's route follows the API setting)")
+        raise LLMReplayError(
+            f"{url!r} names the route {route}; give the server's address, {base!r} (each request's route follows the API setting)"
+        )
     return base_url(url)
 
 
@@ -402,7 +417,7 @@ def busy_requests(metrics_text: str) -> float:
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name not in BUSY_GAUGES:
             continue
-        rest = line[line.rfind("}") + 1:] if "{" in line else line[len(name):]
+        rest = line[line.rfind("}") + 1 :] if "{" in line else line[len(name) :]
         try:
             total += float(rest.split()[0])
         except (IndexError, ValueError):

@@ -102,15 +102,37 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             self._log_start = log.tell()
             try:
-                self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+                self.process = subprocess.Popen(
+                    self.args,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.env,
+                    start_new_session=True,
+                )
             except OSError as exc:
                 self._remove_temporary_log()
-                raise LLMReplayError(f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}") from None
+                raise LLMReplayError(
+                    f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}"
+                ) from None
         try:
             if self.die_with_parent:
-                folder = [str(self.log_path.parent)] if self._temporary_log else []  # removed by the watchdog if this process dies first
-                self._watchdog = subprocess.Popen([sys.executable, watchdog.__file__, str(os.getpid()), str(self.process.pid), str(self.stop_timeout_s), *folder],
-                                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+                folder = (
+                    [str(self.log_path.parent)] if self._temporary_log else []
+                )  # removed by the watchdog if this process dies first
+                self._watchdog = subprocess.Popen(
+                    [
+                        sys.executable,
+                        watchdog.__file__,
+                        str(os.getpid()),
+                        str(self.process.pid),
+                        str(self.stop_timeout_s),
+                        *folder,
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
             self._wait_ready()
         except BaseException:
             self.stop()
@@ -139,7 +161,9 @@ class ServerProcess:
                     )
                 if self.progress is not None and self.clock.now() >= next_report:
                     where = f"at {self.url}" if self.url else "(at the URL it will print)"
-                    self.progress(f"waiting for {shlex.join(self.args)} {where} to become healthy: {elapsed:.0f} s of {self.startup_timeout_s:g} s")
+                    self.progress(
+                        f"waiting for {shlex.join(self.args)} {where} to become healthy: {elapsed:.0f} s of {self.startup_timeout_s:g} s"
+                    )
                     next_report += self.progress_every_s
                 self.clock.pause(0.25)
 

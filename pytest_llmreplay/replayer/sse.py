@@ -126,7 +126,9 @@ def read_chunk(data: str) -> Chunk:
         if "reasoning_content" in delta or "reasoning" in delta:
             pieces = (delta.get("reasoning_content"), delta.get("reasoning"), text)
             text = "".join(p for p in pieces if type(p) is str)
-        has_text_field = "content" in delta or "reasoning_content" in delta or "reasoning" in delta or bool(delta.get("tool_calls"))
+        has_text_field = (
+            "content" in delta or "reasoning_content" in delta or "reasoning" in delta or bool(delta.get("tool_calls"))
+        )
         role_only = not text and "role" in delta
     else:
         text = choice.get("text")

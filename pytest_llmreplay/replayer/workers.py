@@ -99,7 +99,9 @@ def split_concurrency(total: int | None, workers: int) -> list[int | None]:
     return [total // workers + (1 if k < total % workers else 0) for k in range(workers)]
 
 
-def unfinished_records(part: Part, received: Sequence[RequestRecord], cause: str, at_s: float, deadline_s: float | None) -> list[RequestRecord]:
+def unfinished_records(
+    part: Part, received: Sequence[RequestRecord], cause: str, at_s: float, deadline_s: float | None
+) -> list[RequestRecord]:
     """A ``failed`` record (error ``worker: <cause>``) for every request of ``part`` that did not
     come back from its dead worker: the remaining turns of each session that had not ended
     (a session ends at a failed or cancelled turn). Scheduled at the session's offset (open loop)
@@ -117,10 +119,18 @@ def unfinished_records(part: Part, received: Sequence[RequestRecord], cause: str
             continue
         for turn_index, turn in enumerate(session.turns):
             if turn_index not in done.get(index, ()):
-                failed.append(RequestRecord(
-                    session_id=session.id, session_index=index, turn_index=turn_index, turns_in_session=len(session.turns), status="failed",
-                    scheduled_s=max(offset, at_s) if turn_index else offset, planned_output_tokens=turn.output_tokens, error=f"worker: {cause}",
-                ))
+                failed.append(
+                    RequestRecord(
+                        session_id=session.id,
+                        session_index=index,
+                        turn_index=turn_index,
+                        turns_in_session=len(session.turns),
+                        status="failed",
+                        scheduled_s=max(offset, at_s) if turn_index else offset,
+                        planned_output_tokens=turn.output_tokens,
+                        error=f"worker: {cause}",
+                    )
+                )
     return failed
 
 
@@ -133,8 +143,14 @@ def start_ray(address: str | None, cpus: int) -> None:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         else:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            ray.init(num_cpus=cpus, include_dashboard=False, _node_ip_address="127.0.0.1", object_store_memory=OBJECT_STORE_BYTES,
-                     log_to_driver=False, logging_level=logging.WARNING)
+            ray.init(
+                num_cpus=cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                object_store_memory=OBJECT_STORE_BYTES,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+            )
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise LLMReplayError(f"cannot start {where}: {_first_line(exc)}") from None
@@ -167,8 +183,16 @@ class ReplayWorker:
 
         clock.run(once())
 
-    def run(self, workload: Workload, endpoint: Any, prompts: Any, settings: ReplaySettings, indices: tuple[int, ...],
-            offsets: tuple[float, ...] | None, start_epoch: float) -> ReplayRun:
+    def run(
+        self,
+        workload: Workload,
+        endpoint: Any,
+        prompts: Any,
+        settings: ReplaySettings,
+        indices: tuple[int, ...],
+        offsets: tuple[float, ...] | None,
+        start_epoch: float,
+    ) -> ReplayRun:
         """Replay the part from the common start; the records not yet taken come back with the run."""
         clock = WallClock()
         part = Part(indices, workload.sessions, offsets, clock.at_epoch(start_epoch))
@@ -253,8 +277,10 @@ class RayWorkers:
         except ray.exceptions.GetTimeoutError:
             total = ray.cluster_resources().get("CPU", 0)
             self.close()
-            raise LLMReplayError(f"{self.count} workers need {self.count} CPUs of the Ray cluster; not all were placed within "
-                                 f"{ACTOR_START_TIMEOUT_S:.0f} s (the cluster has {total:g} CPUs, some maybe taken by others)") from None
+            raise LLMReplayError(
+                f"{self.count} workers need {self.count} CPUs of the Ray cluster; not all were placed within "
+                f"{ACTOR_START_TIMEOUT_S:.0f} s (the cluster has {total:g} CPUs, some maybe taken by others)"
+            ) from None
         self.pids = ray.get([actor.pid.remote() for actor in self.actors])
 
     def close(self) -> None:
@@ -267,8 +293,15 @@ class RayWorkers:
             self.ray.shutdown()
             self._owns_ray = False
 
-    def replay(self, workload: Workload, endpoint: Any, prompts: Any, settings: ReplaySettings = ReplaySettings(),
-               on_record: Callable[[RequestRecord], None] | None = None, stop_on_signals: bool = False) -> ReplayRun:
+    def replay(
+        self,
+        workload: Workload,
+        endpoint: Any,
+        prompts: Any,
+        settings: ReplaySettings = ReplaySettings(),
+        on_record: Callable[[RequestRecord], None] | None = None,
+        stop_on_signals: bool = False,
+    ) -> ReplayRun:
         """Replay ``workload`` on the workers (module docstring); the merged run. ``endpoint``
         (an HTTP endpoint, not yet opened) is copied to each worker; ``on_record`` sees each
         record as it comes back."""
@@ -289,11 +322,25 @@ class RayWorkers:
         start = self._start = clock.at_epoch(start_epoch)
         running = []
         for k, (positions, cap) in enumerate(zip(shards, caps)):
-            part = Part(tuple(positions), tuple(plan[p] for p in positions), None if offsets is None else tuple(offsets[p] for p in positions), start)
+            part = Part(
+                tuple(positions),
+                tuple(plan[p] for p in positions),
+                None if offsets is None else tuple(offsets[p] for p in positions),
+                start,
+            )
             share = replace(settings, mode=mode, concurrency=cap, check_idle=settings.check_idle and k == 0)
-            worker = _Running(k, self.actors[k], part, WorkerOutcome(k, self.where[k], sum(len(s.turns) for s in part.sessions)), [])
-            worker.run_ref = worker.actor.run.remote(replace(workload, sessions=part.sessions, warnings=()), endpoint, prompts, share,
-                                                     part.indices, part.offsets, start_epoch)
+            worker = _Running(
+                k, self.actors[k], part, WorkerOutcome(k, self.where[k], sum(len(s.turns) for s in part.sessions)), []
+            )
+            worker.run_ref = worker.actor.run.remote(
+                replace(workload, sessions=part.sessions, warnings=()),
+                endpoint,
+                prompts,
+                share,
+                part.indices,
+                part.offsets,
+                start_epoch,
+            )
             running.append(worker)
         handled = self._handle_signals() if stop_on_signals else []
         try:
@@ -317,8 +364,14 @@ class RayWorkers:
             except ray.exceptions.RayError:
                 pass
 
-    def _collect(self, running: list[_Running], settings: ReplaySettings, clock: WallClock, start: float,
-                 on_record: Callable[[RequestRecord], None] | None) -> None:
+    def _collect(
+        self,
+        running: list[_Running],
+        settings: ReplaySettings,
+        clock: WallClock,
+        start: float,
+        on_record: Callable[[RequestRecord], None] | None,
+    ) -> None:
         """Fetch records until every worker's run has ended (or its worker died)."""
         ray = self.ray
         stopping = False
@@ -343,9 +396,19 @@ class RayWorkers:
                     except ray.exceptions.RayTaskError as exc:
                         if isinstance(exc.cause, LLMReplayError):
                             raise exc.cause from None
-                        self._died(worker, f"worker {worker.index} ({worker.outcome.where}) failed: {_first_line(exc.cause)}", clock.now() - start, settings)
+                        self._died(
+                            worker,
+                            f"worker {worker.index} ({worker.outcome.where}) failed: {_first_line(exc.cause)}",
+                            clock.now() - start,
+                            settings,
+                        )
                     except ray.exceptions.RayError as exc:
-                        self._died(worker, f"worker {worker.index} ({worker.outcome.where}) died: {_first_line(exc)}", clock.now() - start, settings)
+                        self._died(
+                            worker,
+                            f"worker {worker.index} ({worker.outcome.where}) died: {_first_line(exc)}",
+                            clock.now() - start,
+                            settings,
+                        )
                     if worker.run is not None:
                         keep(worker, worker.run.records)
                 else:
@@ -358,36 +421,66 @@ class RayWorkers:
         worker.outcome.died = cause
         worker.received.extend(unfinished_records(worker.part, worker.received, cause, at_s, settings.duration_s))
 
-    def _merge(self, running: list[_Running], workload: Workload, endpoint: Any, settings: ReplaySettings, mode: str, ended_s: float) -> ReplayRun:
+    def _merge(
+        self,
+        running: list[_Running],
+        workload: Workload,
+        endpoint: Any,
+        settings: ReplaySettings,
+        mode: str,
+        ended_s: float,
+    ) -> ReplayRun:
         from ..metrics.result import Result
 
-        records = sorted((r for w in running for r in w.received), key=attrgetter("scheduled_s", "session_index", "turn_index"))
+        records = sorted(
+            (r for w in running for r in w.received), key=attrgetter("scheduled_s", "session_index", "turn_index")
+        )
         mark_warmup(records, settings)
         warnings: list[str] = []
         seen: set[str] = set()
         for worker in running:
-            for warning in ([worker.outcome.died] if worker.outcome.died else []) + (worker.run.warnings if worker.run else []):
+            for warning in ([worker.outcome.died] if worker.outcome.died else []) + (
+                worker.run.warnings if worker.run else []
+            ):
                 if warning not in seen:
                     seen.add(warning)
-                    warnings.append(f"worker {worker.index}: {warning}" if not warning.startswith(f"worker {worker.index} ") else warning)
+                    warnings.append(
+                        f"worker {worker.index}: {warning}"
+                        if not warning.startswith(f"worker {worker.index} ")
+                        else warning
+                    )
         outcomes = []
         for worker in running:
             own = sorted(worker.received, key=attrgetter("scheduled_s", "session_index", "turn_index"))
             summary = Result(ReplayRun(own, [], {}, "", "", 0.0, worker.outcome.planned_requests)).summary
             lag = summary.get("schedule_lag") or {}
-            outcomes.append(replace(worker.outcome, records=len(own), schedule_lag_p50=lag.get("p50"), schedule_lag_p99=lag.get("p99"),
-                                    effective_concurrency=summary.get("effective_concurrency", {}).get("value")))
+            outcomes.append(
+                replace(
+                    worker.outcome,
+                    records=len(own),
+                    schedule_lag_p50=lag.get("p50"),
+                    schedule_lag_p99=lag.get("p99"),
+                    effective_concurrency=summary.get("effective_concurrency", {}).get("value"),
+                )
+            )
         stopped = next((w.run.stopped for w in running if w.run is not None and w.run.stopped), None)
         if self._interrupted:  # as one process says it
             warnings.insert(0, f"interrupted by {self._interrupted} {cancelled_note(self._interrupted_at)}")
         return ReplayRun(
             records=records,
             warnings=warnings,
-            settings={**settings.as_dict(), "mode": mode, "api": endpoint.api,
-                      "prompt_format": settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text")},
+            settings={
+                **settings.as_dict(),
+                "mode": mode,
+                "api": endpoint.api,
+                "prompt_format": settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text"),
+            },
             workload=workload.source or workload.format,
             endpoint=endpoint.name,
-            duration_s=max([w.run.duration_s for w in running if w.run is not None] + [ended_s if any(w.outcome.died for w in running) else 0.0]),
+            duration_s=max(
+                [w.run.duration_s for w in running if w.run is not None]
+                + [ended_s if any(w.outcome.died for w in running) else 0.0]
+            ),
             planned_requests=sum(w.outcome.planned_requests for w in running),
             interrupted=self._interrupted,
             stopped=None if self._interrupted else stopped,
@@ -396,6 +489,7 @@ class RayWorkers:
 
     def _handle_signals(self) -> list[tuple[int, Any]]:
         """Stop the workers on SIGINT/SIGTERM (module docstring); the handlers replaced."""
+
         def interrupt(signum: int, frame: Any) -> None:
             for handled, previous in replaced:
                 signal.signal(handled, previous)  # a second signal has its default effect

@@ -37,8 +37,11 @@ def markdown(results: list[Mapping[str, Any]]) -> str:
     would if it did not escape it."""
     from ..gate.baseline import COMPARISON_HEADERS
 
-    lines = [f"## llmreplay: {len(results)} perf test{'s' if len(results) != 1 else ''}", "",
-             _table([overview_row(r) for r in results], OVERVIEW_HEADERS)]
+    lines = [
+        f"## llmreplay: {len(results)} perf test{'s' if len(results) != 1 else ''}",
+        "",
+        _table([overview_row(r) for r in results], OVERVIEW_HEADERS),
+    ]
     for record in results:
         lines += ["", f"### {markdown_text(record['test'])}", "", f"**{markdown_text(headline(record).text())}**"]
         rows = slo_rows(record)
@@ -49,7 +52,11 @@ def markdown(results: list[Mapping[str, Any]]) -> str:
             lines += ["", f"**Compared with {markdown_text(comparison['baseline'])}**", ""]
             if comparison.get("header"):
                 lines += [markdown_text(comparison["header"]), ""]
-            lines.append(markdown_text(comparison["mismatch"]) if comparison.get("mismatch") else _table(comparison_rows(comparison), COMPARISON_HEADERS))
+            lines.append(
+                markdown_text(comparison["mismatch"])
+                if comparison.get("mismatch")
+                else _table(comparison_rows(comparison), COMPARISON_HEADERS)
+            )
             if comparison.get("unstable"):
                 lines += ["", f"**UNSTABLE**: {markdown_text(comparison['unstable'])}"]
     return "\n".join(lines) + "\n"
@@ -69,7 +76,11 @@ def _table(rows: list[list[Any]], headers: Sequence[str]) -> str:
     """A GitHub Markdown table of ``rows``, each text cell through :func:`markdown_text`."""
     from tabulate import tabulate
 
-    return tabulate([[markdown_text(cell) if isinstance(cell, str) else cell for cell in row] for row in rows], headers=headers, tablefmt="github")
+    return tabulate(
+        [[markdown_text(cell) if isinstance(cell, str) else cell for cell in row] for row in rows],
+        headers=headers,
+        tablefmt="github",
+    )
 
 
 OWNER_MARK = ".llmreplay-report"  # in a report folder: this plugin made it, and may clear it
@@ -94,8 +105,15 @@ def claim_report_dir(report_dir: Path) -> None:
         )
     try:
         (report_dir / "tests").mkdir(exist_ok=True)
-        (report_dir / OWNER_MARK).write_text("This folder holds pytest-llmreplay's reports; each session replaces them.\n", encoding="utf-8")
-        for stale in [*(report_dir / "tests").glob("*.json"), *(report_dir / "tests").glob("*.csv"), report_dir / "summary.md", report_dir / "index.html"]:
+        (report_dir / OWNER_MARK).write_text(
+            "This folder holds pytest-llmreplay's reports; each session replaces them.\n", encoding="utf-8"
+        )
+        for stale in [
+            *(report_dir / "tests").glob("*.json"),
+            *(report_dir / "tests").glob("*.csv"),
+            report_dir / "summary.md",
+            report_dir / "index.html",
+        ]:
             stale.unlink(missing_ok=True)
     except OSError as exc:
         raise LLMReplayError(f"cannot write reports to {report_dir}: {exc.strerror or exc}") from None

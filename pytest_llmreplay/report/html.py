@@ -27,12 +27,26 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from ..gate.baseline import COMPARISON_HEADERS
-from .rows import OVERVIEW_HEADERS, SLO_HEADERS, comparison_rows, endpoint_text, headline, overview_row, slo_rows, stored_checks
+from .rows import (
+    OVERVIEW_HEADERS,
+    SLO_HEADERS,
+    comparison_rows,
+    endpoint_text,
+    headline,
+    overview_row,
+    slo_rows,
+    stored_checks,
+)
 from ..metrics.slo import Check
 from ..metrics.units import format_value
 
 # (metric, plot title, what one sample is)
-CDF_METRICS = (("ttft", "TTFT", "requests"), ("tpot", "TPOT", "requests"), ("latency", "Request latency", "requests"), ("ttfat", "TTFAT", "sessions"))
+CDF_METRICS = (
+    ("ttft", "TTFT", "requests"),
+    ("tpot", "TPOT", "requests"),
+    ("latency", "Request latency", "requests"),
+    ("ttfat", "TTFAT", "sessions"),
+)
 NUMBER_UNIT = re.compile(r"(\d) (us|ms|s|tok/s|req/s|pts)\b")  # kept on one line in a table cell
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;padding:0 1em;color:#222}
@@ -58,8 +72,13 @@ def anchor(test: str) -> str:
     return "test-" + slug(test)
 
 
-def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], cell_class: Callable[[str, str], str] = lambda header, cell: "",
-               links: Sequence[str] | None = None, table_class: str = "") -> str:
+def html_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    cell_class: Callable[[str, str], str] = lambda header, cell: "",
+    links: Sequence[str] | None = None,
+    table_class: str = "",
+) -> str:
     """A table of escaped text cells; ``cell_class(header, cell)`` gives a cell its class;
     ``links[i]``: where row i's first cell links to; ``table_class``: the table's class."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
@@ -87,15 +106,19 @@ def headline_section(record: Mapping[str, Any]) -> str:
     line = headline(record)
     rest = html.escape(" · ".join(line.details()))
     commit = record.get("commit")
-    facts = [f"commit {html.escape(str(commit)[:12]) if commit else 'none (not a git checkout)'}{' (dirty)' if record.get('dirty') else ''}",
-             f"endpoint: {html.escape(endpoint_text(record.get('fingerprint')))}"]
+    facts = [
+        f"commit {html.escape(str(commit)[:12]) if commit else 'none (not a git checkout)'}{' (dirty)' if record.get('dirty') else ''}",
+        f"endpoint: {html.escape(endpoint_text(record.get('fingerprint')))}",
+    ]
     workload = record.get("workload") or {}
     if workload.get("path"):
         facts.append(f"workload {html.escape(str(workload['path']))}")
     if record.get("time"):
         facts.append(f"measured {html.escape(str(record['time']))}")
-    return (f'<p class="headline {line.status.lower().replace(" ", "-")}"><span class="status">{html.escape(line.status)}</span> · {rest}</p>'
-            f'<p class="facts">{" · ".join(facts)}</p>')
+    return (
+        f'<p class="headline {line.status.lower().replace(" ", "-")}"><span class="status">{html.escape(line.status)}</span> · {rest}</p>'
+        f'<p class="facts">{" · ".join(facts)}</p>'
+    )
 
 
 def slo_section(record: Mapping[str, Any]) -> str:
@@ -112,8 +135,18 @@ def comparison_section(record: Mapping[str, Any]) -> str:
         title += f"<p>{html.escape(comparison['header'])}</p>"
     if comparison.get("mismatch"):
         return f"{title}<p>{html.escape(comparison['mismatch'])}</p>"
-    unstable = f"<p class='breach'>UNSTABLE: {html.escape(comparison['unstable'])}</p>" if comparison.get("unstable") else ""
-    return title + html_table(COMPARISON_HEADERS, comparison_rows(comparison), lambda header, cell: "regression" if cell in ("REGRESSION", "UNSTABLE") else "") + unstable
+    unstable = (
+        f"<p class='breach'>UNSTABLE: {html.escape(comparison['unstable'])}</p>" if comparison.get("unstable") else ""
+    )
+    return (
+        title
+        + html_table(
+            COMPARISON_HEADERS,
+            comparison_rows(comparison),
+            lambda header, cell: "regression" if cell in ("REGRESSION", "UNSTABLE") else "",
+        )
+        + unstable
+    )
 
 
 def load_curve_section(record: Mapping[str, Any]) -> str:
@@ -129,8 +162,10 @@ def load_curve_section(record: Mapping[str, Any]) -> str:
     by = (capacity.get("plan") or {}).get("by", "rate")
     metric = load_label(by)[0]
     at_least = bool(capacity.get("at_least"))  # no load failed: a lower bound, as llmreplay sweep writes it
-    line = (f"capacity ({by}) {'at least ' if at_least else ''}{format_value(metric, capacity.get(by))}, "
-            f"bracket [{format_value(metric, capacity.get('low'))}, {'-' if at_least else format_value(metric, capacity.get('high'))}]")
+    line = (
+        f"capacity ({by}) {'at least ' if at_least else ''}{format_value(metric, capacity.get(by))}, "
+        f"bracket [{format_value(metric, capacity.get('low'))}, {'-' if at_least else format_value(metric, capacity.get('high'))}]"
+    )
     line += f", {len(capacity.get('points') or ())} runs; {capacity.get('reason', '')}"
     return f'<h3>Load curve</h3><p class="facts">{html.escape(line)}</p><div class="plots">{svg}</div>'
 
@@ -142,13 +177,19 @@ def trend_section(record: Mapping[str, Any]) -> str:
     if not isinstance(block, Mapping):
         return '<p class="facts">Trend over commits: none, this run was not compared (--llm-compare REF plots the stored results per commit)</p>'
     if not block.get("series"):
-        return f'<p class="facts">Trend over commits: none, {html.escape(str(block.get("note", "no stored results")))}</p>'
+        return (
+            f'<p class="facts">Trend over commits: none, {html.escape(str(block.get("note", "no stored results")))}</p>'
+        )
     from .trend import trend_svg
 
-    plots = [trend_svg(f"{anchor(record['test'])}-trend-{slug(key)}", key, series, str(block.get("reference", "")))
-             for key, series in block["series"].items()]
+    plots = [
+        trend_svg(f"{anchor(record['test'])}-trend-{slug(key)}", key, series, str(block.get("reference", "")))
+        for key, series in block["series"].items()
+    ]
     line = f"{block.get('earlier', 0)} earlier results like this one on the first-parent history of {block.get('reference', '')}, then this run"
-    return f'<h3>Trend over commits</h3><p class="facts">{html.escape(line)}</p><div class="plots">{"".join(plots)}</div>'
+    return (
+        f'<h3>Trend over commits</h3><p class="facts">{html.escape(line)}</p><div class="plots">{"".join(plots)}</div>'
+    )
 
 
 def cdf_section(record: Mapping[str, Any]) -> str:
@@ -163,18 +204,35 @@ def cdf_section(record: Mapping[str, Any]) -> str:
             continue
         summary = record["summary"].get(metric, {})
         percentiles = {name: summary[name] for name in ("p50", "p90", "p99") if summary.get(name) is not None}
-        thresholds = [Threshold(f"{c.slo.key} {c.slo.text}", c.slo.value, c.passed) for c in checks if c.slo.metric == metric and c.slo.stat != "count"]
+        thresholds = [
+            Threshold(f"{c.slo.key} {c.slo.text}", c.slo.value, c.passed)
+            for c in checks
+            if c.slo.metric == metric and c.slo.stat != "count"
+        ]
         plot_id = f"{anchor(record['test'])}-{metric}"
         plots.append(cdf_svg(plot_id, metric, label, of, samples, baseline.get(metric) or (), percentiles, thresholds))
     return f'<h3>Distributions</h3><div class="plots">{"".join(plots)}</div>' if plots else ""
 
 
-SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (headline_section, slo_section, comparison_section, load_curve_section, trend_section, cdf_section)
+SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (
+    headline_section,
+    slo_section,
+    comparison_section,
+    load_curve_section,
+    trend_section,
+    cdf_section,
+)
 
 
 def overview_table(results: Sequence[Mapping[str, Any]]) -> str:
     """The summary table, each test's name a link to its section."""
-    return html_table(OVERVIEW_HEADERS, [overview_row(r) for r in results], verdict_class, links=[f"#{anchor(r['test'])}" for r in results], table_class="overview")
+    return html_table(
+        OVERVIEW_HEADERS,
+        [overview_row(r) for r in results],
+        verdict_class,
+        links=[f"#{anchor(r['test'])}" for r in results],
+        table_class="overview",
+    )
 
 
 def html_page(results: Sequence[Mapping[str, Any]]) -> str:
@@ -185,5 +243,7 @@ def html_page(results: Sequence[Mapping[str, Any]]) -> str:
         body.append(f'<section id="{anchor(record["test"])}"><h2>{html.escape(record["test"])}</h2>')
         body += [section(record) for section in SECTIONS]
         body.append("</section>")
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>llmreplay report</title>'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n')
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>llmreplay report</title>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{STYLE}</style></head><body>{"".join(body)}</body></html>\n'
+    )

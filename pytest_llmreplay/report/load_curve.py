@@ -37,7 +37,9 @@ SLO_STYLES = ("-", (0, (5, 3)), (0, (1, 2)), (0, (6, 2, 1, 2)))
 
 def load_label(by: str) -> tuple[str, str]:
     """(metric whose unit the load axis takes, axis title) for a search ``by`` rate or concurrency."""
-    return ("request_throughput", "offered load") if by == "rate" else ("concurrency", "concurrency, sessions in flight")
+    return (
+        ("request_throughput", "offered load") if by == "rate" else ("concurrency", "concurrency, sessions in flight")
+    )
 
 
 def time_slos(plan: Mapping[str, Any]) -> list[Any]:
@@ -59,7 +61,9 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
     """The load curve (module docstring) as an inline ``<svg>``; None when no point is stored."""
     from .plots import new_figure, svg_of, value_axis
 
-    points = sorted((p for p in capacity.get("points") or () if isinstance(p.get("load"), (int, float))), key=lambda p: p["load"])
+    points = sorted(
+        (p for p in capacity.get("points") or () if isinstance(p.get("load"), (int, float))), key=lambda p: p["load"]
+    )
     if not points:
         return None
     plan = capacity.get("plan") or {}
@@ -74,7 +78,10 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
     latency += [(slo.key, [(p.get("slo") or {}).get(slo.key) for p in points]) for slo in slos if slo.key not in drawn]
     throughput = [(label, [p.get(key) for p in points]) for key, label in THROUGHPUT_SERIES]
     failed = [not p.get("passed") for p in points]
-    for axes, series, metric, title in ((latency_axes, latency, "ttft", "latency"), (throughput_axes, throughput, "request_throughput", "throughput")):
+    for axes, series, metric, title in (
+        (latency_axes, latency, "ttft", "latency"),
+        (throughput_axes, throughput, "request_throughput", "throughput"),
+    ):
         x_unit = value_axis(axes, "x", load_metric, load_title, loads)
         values = [v for _, column in series for v in column if v is not None]
         thresholds = [slo.value for slo in slos] if axes is latency_axes else []
@@ -82,42 +89,111 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
         _draw_series(axes, f"{plot_id}-{title}", [in_unit(x, x_unit) for x in loads], series, unit, failed)
         if axes is latency_axes:
             for index, slo in enumerate(slos):
-                axes.axhline(in_unit(slo.value, unit), color=FAILED, linewidth=1.2, linestyle=SLO_STYLES[index % len(SLO_STYLES)],
-                             label=f"SLO {slo.key} {slo.text}", gid=f"{plot_id}-slo-{index}")
-        _mark_capacity(axes, f"{plot_id}-{title}", found, low, high, x_unit, load_metric, bool(capacity.get("at_least")))
+                axes.axhline(
+                    in_unit(slo.value, unit),
+                    color=FAILED,
+                    linewidth=1.2,
+                    linestyle=SLO_STYLES[index % len(SLO_STYLES)],
+                    label=f"SLO {slo.key} {slo.text}",
+                    gid=f"{plot_id}-slo-{index}",
+                )
+        _mark_capacity(
+            axes, f"{plot_id}-{title}", found, low, high, x_unit, load_metric, bool(capacity.get("at_least"))
+        )
         _legend(axes)
     return svg_of(figure, plot_id, f"Load curve of the capacity search by {by}: latency and throughput vs offered load")
 
 
-def _draw_series(axes: Any, plot_id: str, x: Sequence[float], series: Sequence[tuple[str, Sequence[float | None]]], unit: str | None,
-                 failed: Sequence[bool]) -> None:
+def _draw_series(
+    axes: Any,
+    plot_id: str,
+    x: Sequence[float],
+    series: Sequence[tuple[str, Sequence[float | None]]],
+    unit: str | None,
+    failed: Sequence[bool],
+) -> None:
     """A line with dots per series (gaps where a point lacks the figure), failed points crossed."""
     crossed = False
     for index, (label, column) in enumerate(series):
         shown = [float("nan") if v is None else in_unit(v, unit) for v in column]
-        axes.plot(x, shown, marker="o", markersize=3.5, linewidth=1.5, color=SERIES_COLOURS[index % len(SERIES_COLOURS)], label=label,
-                  gid=f"{plot_id}-{label.replace(' ', '-').replace('.', '-')}")
+        axes.plot(
+            x,
+            shown,
+            marker="o",
+            markersize=3.5,
+            linewidth=1.5,
+            color=SERIES_COLOURS[index % len(SERIES_COLOURS)],
+            label=label,
+            gid=f"{plot_id}-{label.replace(' ', '-').replace('.', '-')}",
+        )
         bad = [(px, py) for px, py, f in zip(x, shown, failed) if f and py == py]
         if bad:
-            axes.plot([px for px, _ in bad], [py for _, py in bad], linestyle="none", marker="x", markersize=7, markeredgewidth=1.8, color=FAILED,
-                      label=None if crossed else "failed point", gid=f"{plot_id}-failed-{index}")
+            axes.plot(
+                [px for px, _ in bad],
+                [py for _, py in bad],
+                linestyle="none",
+                marker="x",
+                markersize=7,
+                markeredgewidth=1.8,
+                color=FAILED,
+                label=None if crossed else "failed point",
+                gid=f"{plot_id}-failed-{index}",
+            )
             crossed = True
 
 
-def _mark_capacity(axes: Any, plot_id: str, found: float | None, low: float | None, high: float | None, x_unit: str | None, load_metric: str,
-                   at_least: bool) -> None:
+def _mark_capacity(
+    axes: Any,
+    plot_id: str,
+    found: float | None,
+    low: float | None,
+    high: float | None,
+    x_unit: str | None,
+    load_metric: str,
+    at_least: bool,
+) -> None:
     """The capacity as a vertical line ("at least" when no load failed: a lower bound, as the
     report's line above the plot says) and the bracket [low, high] shaded (none when capacity is 0)."""
     if not found:
-        axes.text(0.02, 0.97, "capacity 0: no load met the SLOs", transform=axes.transAxes, fontsize=8, color=FAILED, va="top", gid=f"{plot_id}-capacity")
+        axes.text(
+            0.02,
+            0.97,
+            "capacity 0: no load met the SLOs",
+            transform=axes.transAxes,
+            fontsize=8,
+            color=FAILED,
+            va="top",
+            gid=f"{plot_id}-capacity",
+        )
         return
     if high is not None and low is not None and high > low:
-        axes.axvspan(in_unit(low, x_unit), in_unit(high, x_unit), color=CAPACITY, alpha=0.12, linewidth=0, label="bracket", gid=f"{plot_id}-bracket")
-    axes.axvline(in_unit(found, x_unit), color=CAPACITY, linewidth=1.6, label=f"capacity {'at least ' if at_least else ''}{format_value(load_metric, found)}", gid=f"{plot_id}-capacity")
+        axes.axvspan(
+            in_unit(low, x_unit),
+            in_unit(high, x_unit),
+            color=CAPACITY,
+            alpha=0.12,
+            linewidth=0,
+            label="bracket",
+            gid=f"{plot_id}-bracket",
+        )
+    axes.axvline(
+        in_unit(found, x_unit),
+        color=CAPACITY,
+        linewidth=1.6,
+        label=f"capacity {'at least ' if at_least else ''}{format_value(load_metric, found)}",
+        gid=f"{plot_id}-capacity",
+    )
 
 
 def _legend(axes: Any) -> None:
     """The legend, the failed-point cross last, in two columns when long."""
     handles, labels = axes.get_legend_handles_labels()
     order = sorted(range(len(labels)), key=lambda i: labels[i] == "failed point")
-    axes.legend([handles[i] for i in order], [labels[i] for i in order], loc="best", fontsize=6.5, framealpha=0.9, ncols=2 if len(labels) > 5 else 1)
+    axes.legend(
+        [handles[i] for i in order],
+        [labels[i] for i in order],
+        loc="best",
+        fontsize=6.5,
+        framealpha=0.9,
+        ncols=2 if len(labels) > 5 else 1,
+    )

@@ -72,7 +72,12 @@ def value_axis(axes: Any, which: str, metric: str, label: str, values: Sequence[
     unit = display_unit(metric, max((abs(v) for v in values), default=0.0))
     low, high = min(values, default=0.0), max(values, default=0.0)
     logarithmic = low > 0 and high / low > LOG_SPREAD
-    axis.set_label_text(f"{label} ({unit}{', log scale' if logarithmic else ''})" if unit else label + (" (log scale)" if logarithmic else ""), fontsize=9)
+    axis.set_label_text(
+        f"{label} ({unit}{', log scale' if logarithmic else ''})"
+        if unit
+        else label + (" (log scale)" if logarithmic else ""),
+        fontsize=9,
+    )
     if logarithmic:
         (axes.set_xscale if which == "x" else axes.set_yscale)("log")
         axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -94,8 +99,16 @@ def cdf_points(values: Sequence[float]) -> tuple[list[float], list[float]]:
     return ordered.tolist(), (np.arange(1, count + 1) / count).tolist()
 
 
-def cdf_svg(plot_id: str, metric: str, label: str, of: str, this_run: Sequence[float], baseline: Sequence[float] = (),
-            percentiles: Mapping[str, float] | None = None, thresholds: Sequence[Threshold] = ()) -> str:
+def cdf_svg(
+    plot_id: str,
+    metric: str,
+    label: str,
+    of: str,
+    this_run: Sequence[float],
+    baseline: Sequence[float] = (),
+    percentiles: Mapping[str, float] | None = None,
+    thresholds: Sequence[Threshold] = (),
+) -> str:
     """The CDF plot of ``metric`` (see the module docstring) as an inline ``<svg>``.
 
     ``of``: what a sample is (``requests``, ``sessions``), for the y axis; ``percentiles``:
@@ -108,7 +121,16 @@ def cdf_svg(plot_id: str, metric: str, label: str, of: str, this_run: Sequence[f
     axes.yaxis.set_major_formatter(_percent_formatter())
     if baseline:
         x, y = cdf_points([in_unit(v, unit) for v in baseline])
-        axes.step(x, y, where="post", color=BASELINE, linestyle=(0, (5, 3)), linewidth=1.4, label="baseline", gid=f"{plot_id}-baseline")
+        axes.step(
+            x,
+            y,
+            where="post",
+            color=BASELINE,
+            linestyle=(0, (5, 3)),
+            linewidth=1.4,
+            label="baseline",
+            gid=f"{plot_id}-baseline",
+        )
     x, y = cdf_points([in_unit(v, unit) for v in this_run])
     axes.step(x, y, where="post", color=THIS_RUN, linewidth=1.8, label="this run", gid=f"{plot_id}-this-run")
     for percent, name in PERCENTILES:
@@ -117,10 +139,22 @@ def cdf_svg(plot_id: str, metric: str, label: str, of: str, this_run: Sequence[f
             continue
         shown = in_unit(value, unit)
         axes.plot([shown], [percent / 100], marker="o", markersize=4, color=THIS_RUN, gid=f"{plot_id}-{name}")
-        axes.annotate(f"{name} {significant(shown, 3)}", (shown, percent / 100), xytext=(5, -9 if percent == 90 else -2),
-                      textcoords="offset points", fontsize=7.5, color="#333333")
+        axes.annotate(
+            f"{name} {significant(shown, 3)}",
+            (shown, percent / 100),
+            xytext=(5, -9 if percent == 90 else -2),
+            textcoords="offset points",
+            fontsize=7.5,
+            color="#333333",
+        )
     for index, threshold in enumerate(thresholds):
-        axes.axvline(in_unit(threshold.value, unit), color=THRESHOLD, linewidth=1.3, label=f"SLO {threshold.label}" + ("" if threshold.passed else " (breached)"), gid=f"{plot_id}-slo-{index}")
+        axes.axvline(
+            in_unit(threshold.value, unit),
+            color=THRESHOLD,
+            linewidth=1.3,
+            label=f"SLO {threshold.label}" + ("" if threshold.passed else " (breached)"),
+            gid=f"{plot_id}-slo-{index}",
+        )
     axes.legend(loc="lower right", fontsize=7.5, framealpha=0.9)
     return svg_of(figure, plot_id, f"{label}: CDF of {of}")
 
@@ -140,7 +174,9 @@ def svg_of(figure: Any, plot_id: str, title: str) -> str:
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": plot_id, "font.family": "sans-serif"}):
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
     escaped = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return re.sub(r"(<svg[^>]*>)", rf'\1<title>{escaped}</title>', text, count=1).replace("<svg ", f'<svg id="{plot_id}" role="img" ', 1)
+    return re.sub(r"(<svg[^>]*>)", rf"\1<title>{escaped}</title>", text, count=1).replace(
+        "<svg ", f'<svg id="{plot_id}" role="img" ', 1
+    )

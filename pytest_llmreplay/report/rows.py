@@ -26,8 +26,12 @@ from ..metrics.units import format_value
 
 # (column header, metric, stat)
 OVERVIEW = (
-    ("TTFT p50", "ttft", "p50"), ("TTFT p99", "ttft", "p99"), ("TPOT p50", "tpot", "p50"),
-    ("TTFAT p90", "ttfat", "p90"), ("cache hit", "cache_hit_rate", "mean"), ("output tok/s", "output_throughput", "steady_state"),
+    ("TTFT p50", "ttft", "p50"),
+    ("TTFT p99", "ttft", "p99"),
+    ("TPOT p50", "tpot", "p50"),
+    ("TTFAT p90", "ttfat", "p90"),
+    ("cache hit", "cache_hit_rate", "mean"),
+    ("output tok/s", "output_throughput", "steady_state"),
 )
 OVERVIEW_HEADERS = ["test", "outcome", "requests ok", *(header for header, *_ in OVERVIEW), "SLOs met", "vs baseline"]
 SLO_HEADERS = ["metric", "threshold", "measured", "margin", "status"]
@@ -84,7 +88,15 @@ def slo_rows(record: Mapping[str, Any]) -> list[list[str]]:
             rows.append(check.row())
         else:
             measured = check.get("measured")
-            rows.append([str(check.get("key")), str(check.get("threshold")), "not measured" if measured is None else f"{measured:.4g}", "", "ok" if check.get("passed") else "BREACH"])
+            rows.append(
+                [
+                    str(check.get("key")),
+                    str(check.get("threshold")),
+                    "not measured" if measured is None else f"{measured:.4g}",
+                    "",
+                    "ok" if check.get("passed") else "BREACH",
+                ]
+            )
     return rows
 
 
@@ -115,7 +127,11 @@ class Headline:
 
     def details(self) -> list[str]:
         """Every part after the status, in order."""
-        return [part for part in (self.failed, self.interrupted, self.slos, self.closest, f"vs baseline: {self.verdict}") if part]
+        return [
+            part
+            for part in (self.failed, self.interrupted, self.slos, self.closest, f"vs baseline: {self.verdict}")
+            if part
+        ]
 
     def text(self) -> str:
         return " · ".join([self.status, *self.details()])
@@ -160,6 +176,7 @@ def comparison_rows(comparison: Mapping[str, Any]) -> list[list[str]]:
 def endpoint_text(fingerprint: Mapping[str, Any] | None) -> str:
     """``kind offline, model meta-llama/..., hardware 1 x H100``: the fingerprint's set fields in
     order, nested mappings as ``outer.inner``."""
+
     def pairs(mapping: Mapping[str, Any], prefix: str = "") -> list[str]:
         found = []
         for key, value in mapping.items():

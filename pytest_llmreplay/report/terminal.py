@@ -41,7 +41,12 @@ WORKLOAD_ROWS = (
     ("uncached_input_throughput", "uncached prompt tok/s"),
     ("output_throughput", "completion tok/s"),
 )
-WORKLOAD_COLUMNS = (("overall", "Overall"), ("last_30s", "Last 30s Window"), ("steady_state", "Steady State"), ("per_gpu", "Steady State / GPU"))
+WORKLOAD_COLUMNS = (
+    ("overall", "Overall"),
+    ("last_30s", "Last 30s Window"),
+    ("steady_state", "Steady State"),
+    ("per_gpu", "Steady State / GPU"),
+)
 
 
 def trace_table(result: Result) -> str:
@@ -52,7 +57,9 @@ def trace_table(result: Result) -> str:
     if not columns:
         return "Per-trace metrics: no request completed"
     rows = [[stat] + [summary[key][stat] * factor for key, _, factor in columns] for stat in ROWS]
-    return "Per-trace metrics\n" + tabulate(rows, headers=["Metric"] + [h for _, h, _ in columns], floatfmt=".3f", tablefmt="simple")
+    return "Per-trace metrics\n" + tabulate(
+        rows, headers=["Metric"] + [h for _, h, _ in columns], floatfmt=".3f", tablefmt="simple"
+    )
 
 
 def workload_table(result: Result) -> str:
@@ -68,7 +75,9 @@ def workload_table(result: Result) -> str:
     rows = [[label] + [summary[key].get(col) for col, _ in columns] for key, label in WORKLOAD_ROWS if key in summary]
     if not rows:
         return title
-    return title + "\n" + tabulate(rows, headers=["Metric"] + [h for _, h in columns], floatfmt=".2f", tablefmt="simple")
+    return (
+        title + "\n" + tabulate(rows, headers=["Metric"] + [h for _, h in columns], floatfmt=".2f", tablefmt="simple")
+    )
 
 
 def client_line(result: Result) -> str:
@@ -83,10 +92,20 @@ def client_line(result: Result) -> str:
     parts.append(f"failed {counts['failed']}, cancelled {counts['cancelled']}, warm-up {counts['warmup']}")
     lines = ["Client: " + "; ".join(parts)]
     for worker in result.run.workers:
-        lag = "no request sent" if worker.schedule_lag_p50 is None else f"schedule lag p50 {worker.schedule_lag_p50 * 1e3:.2f} ms, p99 {worker.schedule_lag_p99 * 1e3:.2f} ms"
-        concurrency = "" if worker.effective_concurrency is None else f"; effective concurrency {worker.effective_concurrency:.1f}"
+        lag = (
+            "no request sent"
+            if worker.schedule_lag_p50 is None
+            else f"schedule lag p50 {worker.schedule_lag_p50 * 1e3:.2f} ms, p99 {worker.schedule_lag_p99 * 1e3:.2f} ms"
+        )
+        concurrency = (
+            ""
+            if worker.effective_concurrency is None
+            else f"; effective concurrency {worker.effective_concurrency:.1f}"
+        )
         died = f"; DIED: {worker.died}" if worker.died else ""
-        lines.append(f"  worker {worker.index} ({worker.where}): {worker.records}/{worker.planned_requests} requests; {lag}{concurrency}{died}")
+        lines.append(
+            f"  worker {worker.index} ({worker.where}): {worker.records}/{worker.planned_requests} requests; {lag}{concurrency}{died}"
+        )
     return "\n".join(lines)
 
 
@@ -100,7 +119,9 @@ def errors_block(result: Result, limit: int = 5) -> str:
     rest = causes[limit:]
     if rest:
         others = sum(cause.count for cause in rest)
-        lines.append(f"  {len(rest)} other cause{'' if len(rest) == 1 else 's'}: {others} request{'' if others == 1 else 's'} (each request's error is in the per-request CSV)")
+        lines.append(
+            f"  {len(rest)} other cause{'' if len(rest) == 1 else 's'}: {others} request{'' if others == 1 else 's'} (each request's error is in the per-request CSV)"
+        )
     return "Errors:\n" + "\n".join(lines)
 
 
@@ -141,9 +162,20 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
             return at_least + format_value("request_throughput", figures["llmreplay.capacity.rate"])
         return at_least + format_value("capacity", figures.get("llmreplay.capacity.concurrency"))
 
-    runs = [(run, outcome, figures) for test, outcome, test_figures in tests for run, figures in figures_by_run(test, test_figures).items()]
+    runs = [
+        (run, outcome, figures)
+        for test, outcome, test_figures in tests
+        for run, figures in figures_by_run(test, test_figures).items()
+    ]
     searched = any(key.startswith("llmreplay.capacity.") for _, _, figures in runs for key in figures)
     headers = ["test", "outcome", *(header for header, _, _ in OVERVIEW)] + (["capacity"] if searched else [])
-    rows = [[run, outcome, *(format_value(metric, figures.get(f"llmreplay.{metric}.{stat}")) for _, metric, stat in OVERVIEW)]
-            + ([capacity(figures)] if searched else []) for run, outcome, figures in runs]
+    rows = [
+        [
+            run,
+            outcome,
+            *(format_value(metric, figures.get(f"llmreplay.{metric}.{stat}")) for _, metric, stat in OVERVIEW),
+        ]
+        + ([capacity(figures)] if searched else [])
+        for run, outcome, figures in runs
+    ]
     return tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)

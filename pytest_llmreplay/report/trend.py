@@ -47,26 +47,71 @@ def trend_svg(plot_id: str, key: str, series: Mapping[str, Any], reference: str)
     unit = value_axis(axes, "y", metric, key, values)
     shown = [in_unit(v, unit) for v in values]
     x = list(range(len(shown)))
-    axes.plot(x[:-1], shown[:-1], marker="o", markersize=3.5, linewidth=1.4, color=THIS_RUN, label="stored results", gid=f"{plot_id}-stored")
+    axes.plot(
+        x[:-1],
+        shown[:-1],
+        marker="o",
+        markersize=3.5,
+        linewidth=1.4,
+        color=THIS_RUN,
+        label="stored results",
+        gid=f"{plot_id}-stored",
+    )
     axes.plot(x[-2:], shown[-2:], linewidth=1.4, linestyle=(0, (2, 2)), color=THIS_RUN)
-    axes.plot([x[-1]], [shown[-1]], linestyle="none", marker="o", markersize=8, markeredgecolor="#333333", color=CURRENT,
-              label=f"this run ({commits[-1][:SHORT_ID]})", gid=f"{plot_id}-this-run", zorder=3)
+    axes.plot(
+        [x[-1]],
+        [shown[-1]],
+        linestyle="none",
+        marker="o",
+        markersize=8,
+        markeredgecolor="#333333",
+        color=CURRENT,
+        label=f"this run ({commits[-1][:SHORT_ID]})",
+        gid=f"{plot_id}-this-run",
+        zorder=3,
+    )
     levels = [in_unit(level, unit) for level in level_means(list(values), list(points))]
     bounds = [0, *points, len(values)]
     for index, (start, end) in enumerate(zip(bounds, bounds[1:])):
-        axes.hlines(levels[start], start - 0.3, end - 0.7, color=LEVEL, linewidth=2.2, alpha=0.7, label="level" if index == 0 else None,
-                    gid=f"{plot_id}-level-{index}")
+        axes.hlines(
+            levels[start],
+            start - 0.3,
+            end - 0.7,
+            color=LEVEL,
+            linewidth=2.2,
+            alpha=0.7,
+            label="level" if index == 0 else None,
+            gid=f"{plot_id}-level-{index}",
+        )
     for index, point in enumerate(points):
-        axes.axvline(point - 0.5, color=THRESHOLD, linewidth=1.3, linestyle=(0, (5, 3)), label="change point" if index == 0 else None,
-                     gid=f"{plot_id}-change-{index}")
+        axes.axvline(
+            point - 0.5,
+            color=THRESHOLD,
+            linewidth=1.3,
+            linestyle=(0, (5, 3)),
+            label="change point" if index == 0 else None,
+            gid=f"{plot_id}-change-{index}",
+        )
         before, after = levels[point - 1], levels[point]
         if before:
-            axes.annotate(f"{after / before - 1:+.1%}", (point - 0.5, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
-                          textcoords="offset points", fontsize=7.5, color=THRESHOLD, gid=f"{plot_id}-change-{index}-label")
+            axes.annotate(
+                f"{after / before - 1:+.1%}",
+                (point - 0.5, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, -10),
+                textcoords="offset points",
+                fontsize=7.5,
+                color=THRESHOLD,
+                gid=f"{plot_id}-change-{index}-label",
+            )
     ticks = tick_positions(len(commits))
     axes.xaxis.set_major_locator(FixedLocator(ticks))
     axes.set_xticklabels([commits[i][:SHORT_ID] for i in ticks], rotation=60, ha="right", fontsize=7)
     axes.set_xlim(-0.6, len(commits) - 0.4)
     axes.set_xlabel(f"commit, first-parent history of {reference}", fontsize=9)
     axes.legend(loc="best", fontsize=7, framealpha=0.9)
-    return svg_of(figure, plot_id, f"{key} per commit: {len(values) - 1} stored results and this run, {len(points)} change point(s)")
+    return svg_of(
+        figure,
+        plot_id,
+        f"{key} per commit: {len(values) - 1} stored results and this run, {len(points)} change point(s)",
+    )

@@ -136,23 +136,35 @@ class CapacityPlan:
             per_request = slo.metric in ("ttft", "tpot", "latency", "itl") and slo.op in ("<", "<=")
             share = slo.metric in ("error_rate", "goodput") and slo.stat == "value"
             if not (per_request or share):
-                raise LLMReplayError(f"capacity.slo {slo.key!r}: cannot be evaluated per request; expected an upper bound (< or <=) on ttft, tpot, "
-                                     "latency or itl, or an error_rate or goodput share")
+                raise LLMReplayError(
+                    f"capacity.slo {slo.key!r}: cannot be evaluated per request; expected an upper bound (< or <=) on ttft, tpot, "
+                    "latency or itl, or an error_rate or goodput share"
+                )
         check_goodput_limits(slos, slos, "capacity.slo", "the search's SLOs")
         for name in ("min", "max"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf
+            ):
                 raise LLMReplayError(f"capacity.{name}: expected a number > 0, got {value!r}")
             if value is not None and self.by == "concurrency" and value != int(value):
                 raise LLMReplayError(f"capacity.{name}: a concurrency is a whole number, got {value!r}")
         if self.min is not None and self.max is not None and self.min >= self.max:
             raise LLMReplayError(f"capacity.min: expected less than the max ({self.max:g}), got {self.min:g}")
-        if isinstance(self.resolution, bool) or not isinstance(self.resolution, (int, float)) or not 0 < self.resolution < 1:
-            raise LLMReplayError(f"capacity.resolution: expected a share between 0 and 1 such as '5%' or 0.05, got {self.resolution!r}")
+        if (
+            isinstance(self.resolution, bool)
+            or not isinstance(self.resolution, (int, float))
+            or not 0 < self.resolution < 1
+        ):
+            raise LLMReplayError(
+                f"capacity.resolution: expected a share between 0 and 1 such as '5%' or 0.05, got {self.resolution!r}"
+            )
         first = self.first_runs
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < first:
             estimates = "" if first == 2 else f": {first - 2} estimate{'s' if first > 3 else ''} and the two ends"
-            raise LLMReplayError(f"capacity.budget: expected a whole number of runs >= {first} (the search starts with {first}{estimates}), got {self.budget!r}")
+            raise LLMReplayError(
+                f"capacity.budget: expected a whole number of runs >= {first} (the search starts with {first}{estimates}), got {self.budget!r}"
+            )
 
     @property
     def first_runs(self) -> int:
@@ -163,7 +175,10 @@ class CapacityPlan:
     def as_dict(self) -> dict[str, Any]:
         """The plan as stored in a result's settings, its SLOs written canonically
         (:func:`~pytest_llmreplay.metrics.slo.canonical`: ``<1s`` and ``< 1000ms`` are one setting)."""
-        return {key: (dict(canonical(slo) for slo in self.slos) if key == "slo" else getattr(self, key)) for key in PLAN_KEYS}
+        return {
+            key: (dict(canonical(slo) for slo in self.slos) if key == "slo" else getattr(self, key))
+            for key in PLAN_KEYS
+        }
 
 
 def parse_resolution(value: Any) -> Any:
@@ -181,7 +196,9 @@ def parse_resolution(value: Any) -> Any:
 def parse_capacity(data: Any) -> CapacityPlan:
     """A checked plan from the marker's or spec file's ``capacity`` mapping."""
     if not isinstance(data, Mapping):
-        raise LLMReplayError(f"capacity: expected a mapping such as {{by: rate, slo: {{ttft.p99: '< 1s'}}}}, got {data!r}")
+        raise LLMReplayError(
+            f"capacity: expected a mapping such as {{by: rate, slo: {{ttft.p99: '< 1s'}}}}, got {data!r}"
+        )
     unknown = [key for key in data if key not in PLAN_KEYS]
     if unknown:
         raise LLMReplayError(f"capacity.{unknown[0]}: unknown key; expected one of {', '.join(PLAN_KEYS)}")
@@ -207,7 +224,9 @@ def check_test_slos(slos: Sequence[SLO], plan: CapacityPlan | None) -> None:
         check_goodput_limits(slos, plan.slos, "slo", "capacity.slo (a capacity test's goodput limits)")
     for slo in slos:
         if slo.metric == "capacity" and plan is None:
-            raise LLMReplayError(f"slo {slo.key!r}: needs the capacity key (what to search: by, slo, min, max, resolution)")
+            raise LLMReplayError(
+                f"slo {slo.key!r}: needs the capacity key (what to search: by, slo, min, max, resolution)"
+            )
         if slo.metric == "capacity" and slo.stat != plan.by:
             raise LLMReplayError(f"slo {slo.key!r}: the capacity search is by {plan.by}; write capacity.{plan.by}")
 
@@ -252,7 +271,9 @@ def trace_rate(workload: Workload) -> float:
     arrivals = [s.arrival_s for s in workload.sessions]
     span = max(arrivals) - min(arrivals)
     if len(arrivals) < 2 or span <= 0:
-        raise LLMReplayError("capacity.arrival: trace needs a workload whose sessions arrive over time; use poisson or constant")
+        raise LLMReplayError(
+            "capacity.arrival: trace needs a workload whose sessions arrive over time; use poisson or constant"
+        )
     return (len(arrivals) - 1) / span
 
 
@@ -264,9 +285,17 @@ Run = tuple[float | None, str, ReplaySettings, bool]
 class Search:
     """One capacity search (see the module docstring); :func:`find_capacity` runs it."""
 
-    def __init__(self, workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan,
-                 settings: ReplaySettings = ReplaySettings(), progress: Callable[[str], None] | None = None, workers: int = 2,
-                 signals: SignalStop | None = None) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        target: Target,
+        prompts: PromptFactory,
+        plan: CapacityPlan,
+        settings: ReplaySettings = ReplaySettings(),
+        progress: Callable[[str], None] | None = None,
+        workers: int = 2,
+        signals: SignalStop | None = None,
+    ) -> None:
         plan.validate()
         settings.validate()
         for name in ("rate", "concurrency"):
@@ -295,13 +324,22 @@ class Search:
         if stop and self.plan.early_stop:
             planned = sum(len(s.turns) for s in session_plan(self.workload, settings))
             saturation = QueueGrowth() if settings.mode in OPEN_LOOP_MODES else None
-            rule = StopRule(self.plan.slos, planned, self.limits, settings.warmup_s, settings.warmup_requests, saturation=saturation)
+            rule = StopRule(
+                self.plan.slos, planned, self.limits, settings.warmup_s, settings.warmup_requests, saturation=saturation
+            )
         return PointJob(self.workload, self.target, self.prompts, settings, rule)
 
     def keep(self, load: float | None, role: str, settings: ReplaySettings, run: ReplayRun) -> Point:
         result = Result(run, gpus=self.target.gpus, goodput=self.limits)
         carried = carried_rate(run, self.sessions)
-        point = Point(carried if load is None else load, role, settings, result, check_slos(result.summary, self.plan.slos), carried)
+        point = Point(
+            carried if load is None else load,
+            role,
+            settings,
+            result,
+            check_slos(result.summary, self.plan.slos),
+            carried,
+        )
         self.points.append(point)
         if self.progress is not None:
             self.progress(point.line(len(self.points), self.plan.budget, self.plan.by))
@@ -386,7 +424,10 @@ class Search:
         try:
             ended, interrupted = self.search(), None
         except Interrupted as stop:
-            ended, interrupted = f"interrupted by {stop} after {len(self.points)} of at most {self.plan.budget} runs", str(stop)
+            ended, interrupted = (
+                f"interrupted by {stop} after {len(self.points)} of at most {self.plan.budget} runs",
+                str(stop),
+            )
         return Capacity(self.plan, self.base, self.points, ended, interrupted)
 
     def search(self) -> str:
@@ -424,8 +465,16 @@ class Search:
         return high - low <= self.plan.resolution * high
 
 
-def find_capacity(workload: Workload, target: Target, prompts: PromptFactory, plan: CapacityPlan, settings: ReplaySettings = ReplaySettings(),
-                  progress: Callable[[str], None] | None = None, workers: int = 2, signals: SignalStop | None = None) -> Capacity:
+def find_capacity(
+    workload: Workload,
+    target: Target,
+    prompts: PromptFactory,
+    plan: CapacityPlan,
+    settings: ReplaySettings = ReplaySettings(),
+    progress: Callable[[str], None] | None = None,
+    workers: int = 2,
+    signals: SignalStop | None = None,
+) -> Capacity:
     """Search the highest load of ``workload`` on ``target`` meeting ``plan``'s SLOs (module
     docstring); ``settings``: every other replay setting of each point; ``progress``: gets a line
     per point as it finishes; ``workers``: processes for the estimates and the ends (offline only);

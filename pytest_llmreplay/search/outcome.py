@@ -92,30 +92,51 @@ class Point:
         summary = self.result.summary
         goodput = summary.get("goodput", {})
         return {
-            "load": self.load, "role": self.role, "passed": self.passed, "stopped": self.stopped, "interrupted": self.interrupted, "carried": self.carried,
-            "settings": {key: getattr(self.settings, key) for key in ("mode", "rate", "concurrency", "arrival", "speedup")},
+            "load": self.load,
+            "role": self.role,
+            "passed": self.passed,
+            "stopped": self.stopped,
+            "interrupted": self.interrupted,
+            "carried": self.carried,
+            "settings": {
+                key: getattr(self.settings, key) for key in ("mode", "rate", "concurrency", "arrival", "speedup")
+            },
             "slo": {c.slo.key: c.measured for c in self.checks},
             "request_throughput": summary.get("request_throughput", {}).get("overall"),
             "output_throughput": summary.get("output_throughput", {}).get("overall"),
-            "goodput": goodput.get("value"), "goodput_rate": goodput.get("rate"),
+            "goodput": goodput.get("value"),
+            "goodput_rate": goodput.get("rate"),
             "error_rate": summary.get("error_rate", {}).get("value"),
-            "ttft_p50": summary.get("ttft", {}).get("p50"), "ttft_p99": summary.get("ttft", {}).get("p99"),
-            "tpot_p50": summary.get("tpot", {}).get("p50"), "tpot_p99": summary.get("tpot", {}).get("p99"),
-            "requests_ok": summary["requests"]["ok"], "requests_planned": summary["requests"]["planned"],
+            "ttft_p50": summary.get("ttft", {}).get("p50"),
+            "ttft_p99": summary.get("ttft", {}).get("p99"),
+            "tpot_p50": summary.get("tpot", {}).get("p50"),
+            "tpot_p99": summary.get("tpot", {}).get("p99"),
+            "requests_ok": summary["requests"]["ok"],
+            "requests_planned": summary["requests"]["planned"],
         }
 
     def verdict(self) -> str:
         """``pass``, ``pass (not carried)``, ``FAIL``, ``FAIL (stopped)`` or ``interrupted``."""
         if self.interrupted:
             return "interrupted"
-        return ("pass" if self.carried_its_load else "pass (not carried)") if self.passed else ("FAIL (stopped)" if self.stopped else "FAIL")
+        return (
+            ("pass" if self.carried_its_load else "pass (not carried)")
+            if self.passed
+            else ("FAIL (stopped)" if self.stopped else "FAIL")
+        )
 
     def line(self, index: int, budget: int, by: str) -> str:
         """The progress line of a finished point."""
         unit = " req/s" if by == "rate" else ""
-        measured = "  ".join(f"{c.slo.key} {'-' if c.measured is None else c.slo.show(c.measured)}" for c in self.checks)
+        measured = "  ".join(
+            f"{c.slo.key} {'-' if c.measured is None else c.slo.show(c.measured)}" for c in self.checks
+        )
         figures = self.figures()
-        goodput = "" if figures["goodput_rate"] is None else f"  goodput {figures['goodput_rate']:.4g} req/s ({figures['goodput'] * 100:.0f}%)"
+        goodput = (
+            ""
+            if figures["goodput_rate"] is None
+            else f"  goodput {figures['goodput_rate']:.4g} req/s ({figures['goodput'] * 100:.0f}%)"
+        )
         verdict = "interrupted" if self.interrupted else "pass" if self.passed else "FAIL"
         stopped = f"  (stopped early: {self.stopped})" if self.stopped else ""
         load = f"{by} {self.load:.4g}{unit}"
@@ -158,7 +179,11 @@ class Capacity:
         """The passing point run at its load with the highest credited load, else the lowest load
         run (an estimate when a signal stopped the search before any)."""
         passed = [p for p in self.load_points if p.passed]
-        return max(passed, key=lambda p: p.credited) if passed else min(self.load_points or self.points, key=lambda p: p.load)
+        return (
+            max(passed, key=lambda p: p.credited)
+            if passed
+            else min(self.load_points or self.points, key=lambda p: p.load)
+        )
 
     @property
     def low(self) -> float:
@@ -187,8 +212,10 @@ class Capacity:
         if not self.ceiling:
             return self.ended
         point = self.at_capacity
-        ceiling = (f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
-                   "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained")
+        ceiling = (
+            f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
+            "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"
+        )
         return f"{self.ended}; {ceiling}" if self.interrupted else ceiling
 
     @property
@@ -211,8 +238,15 @@ class Capacity:
         """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
         upper bound found), reason, ``interrupted`` (the signal that stopped the search, or None),
         the points run at their load and the estimates."""
-        return {"plan": self.plan.as_dict(), **self.figures(), "at_least": self.at_least, "reason": self.reason, "interrupted": self.interrupted,
-                "points": [p.figures() for p in self.load_points], "estimates": [p.figures() for p in self.points if p.estimate]}
+        return {
+            "plan": self.plan.as_dict(),
+            **self.figures(),
+            "at_least": self.at_least,
+            "reason": self.reason,
+            "interrupted": self.interrupted,
+            "points": [p.figures() for p in self.load_points],
+            "estimates": [p.figures() for p in self.points if p.estimate],
+        }
 
     def table(self) -> str:
         """A row per point run at its load, in load order (``pass (not carried)``: it met the SLOs
@@ -228,24 +262,41 @@ class Capacity:
             for point in sorted(points, key=lambda p: p.load):
                 f = point.figures()
                 measured = {c.slo.key: ("-" if c.measured is None else c.slo.show(c.measured)) for c in point.checks}
-                out.append([f"{point.load:.4g}", point.verdict()] + [measured[k] for k in keys]
-                           + [_fmt(f["request_throughput"]), _fmt(f["goodput_rate"]), "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%"])
+                out.append(
+                    [f"{point.load:.4g}", point.verdict()]
+                    + [measured[k] for k in keys]
+                    + [
+                        _fmt(f["request_throughput"]),
+                        _fmt(f["goodput_rate"]),
+                        "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%",
+                    ]
+                )
             return out
 
         tail = ["req/s", "goodput req/s", "good"]
-        text = f"Capacity search by {self.plan.by}\n" + tabulate(rows(self.load_points), headers=[self.plan.by + unit, "verdict"] + keys + tail, tablefmt="simple")
+        text = f"Capacity search by {self.plan.by}\n" + tabulate(
+            rows(self.load_points), headers=[self.plan.by + unit, "verdict"] + keys + tail, tablefmt="simple"
+        )
         estimates = [p for p in self.points if p.estimate]
         if estimates:
-            table = tabulate([[f"{p.role}, {p.settings.concurrency} in flight"] + row for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates))],
-                             headers=["estimate (closed loop)", "carried req/s", "verdict"] + keys + tail, tablefmt="simple")
+            table = tabulate(
+                [
+                    [f"{p.role}, {p.settings.concurrency} in flight"] + row
+                    for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates))
+                ],
+                headers=["estimate (closed loop)", "carried req/s", "verdict"] + keys + tail,
+                tablefmt="simple",
+            )
             text += "\nEstimates (where to look; not rates run, never the capacity)\n" + table
         return text + "\n" + self.headline()
 
     def headline(self) -> str:
         unit = " req/s" if self.plan.by == "rate" else ""
         if self.at_least:
-            return (f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
-                    f"{len(self.points)} runs; {self.reason}")
+            return (
+                f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
+                f"{len(self.points)} runs; {self.reason}"
+            )
         high = "-" if self.high is None else f"{self.high:.4g}"
         return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {high}], {len(self.points)} runs; {self.reason}"
 

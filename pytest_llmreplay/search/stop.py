@@ -80,8 +80,10 @@ class QueueGrowth:
         rss = max(syy - sxy**2 / sxx, 0.0)
         half_width = t_quantile(0.975, effective - 2) * math.sqrt(rss / (n - 2) / sxx * n / effective)
         if slope - half_width > 0:
-            return (f"over-saturated: the wait for a first token grows {slope:.3g} s per s of schedule (95% interval ±{half_width:.2g}) "
-                    f"over the last {n} requests: arrivals outpace completions, the queue grows without bound")
+            return (
+                f"over-saturated: the wait for a first token grows {slope:.3g} s per s of schedule (95% interval ±{half_width:.2g}) "
+                f"over the last {n} requests: arrivals outpace completions, the queue grows without bound"
+            )
         return None
 
     def _shift(self, point: tuple[float, float], sign: int) -> None:
@@ -119,7 +121,9 @@ class StopRule:
         slack = self.warmup_requests
         self.failed += record.status == "failed"
         values = {name: compute(record) for name, compute in REQUEST_VALUE.items()} if record.status == "ok" else {}
-        self.not_good += record.status == "failed" or any(values.get(name) is not None and values[name] > limit for name, limit in self.limits.items())
+        self.not_good += record.status == "failed" or any(
+            values.get(name) is not None and values[name] > limit for name, limit in self.limits.items()
+        )
         n = self.planned
         for slo in self.slos:
             if slo.metric in REQUEST_VALUE and (slo.stat == "max" or slo.stat.startswith("p")):

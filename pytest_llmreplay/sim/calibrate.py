@@ -57,19 +57,28 @@ class CalibrationPlan:
     def validate(self) -> None:
         for name in ("prefill_tokens", "decode_seqs"):
             points = getattr(self, name)
-            if not points or any(not isinstance(p, int) or p < 1 for p in points) or list(points) != sorted(set(points)):
+            if (
+                not points
+                or any(not isinstance(p, int) or p < 1 for p in points)
+                or list(points) != sorted(set(points))
+            ):
                 raise LLMReplayError(f"{name}: expected increasing integers >= 1, got {list(points)}")
         for name in ("decode_prompt_tokens", "repeats"):
             if getattr(self, name) < 1:
                 raise LLMReplayError(f"{name}: expected an integer >= 1, got {getattr(self, name)}")
         if self.decode_output_tokens < 8:
-            raise LLMReplayError(f"decode_output_tokens: expected at least 8 (ITL needs tokens), got {self.decode_output_tokens}")
+            raise LLMReplayError(
+                f"decode_output_tokens: expected at least 8 (ITL needs tokens), got {self.decode_output_tokens}"
+            )
         if not self.budget_s > 0:
             raise LLMReplayError(f"budget_s: expected seconds > 0, got {self.budget_s}")
 
 
 def calibrate(
-    endpoint: HTTPEndpoint, prompts: PromptFactory, plan: CalibrationPlan, name: str,
+    endpoint: HTTPEndpoint,
+    prompts: PromptFactory,
+    plan: CalibrationPlan,
+    name: str,
     progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     """Run the sweep against ``endpoint``; the profile as a JSON-ready dict (checked by
@@ -84,7 +93,8 @@ def calibrate(
         nonlocal run_index
         run_index += 1
         sessions = tuple(
-            Session(f"calibrate-{run_index}-{i}", 0.0, (Turn(input_tokens, output_tokens, Synthetic()),)) for i in range(warmup + count)
+            Session(f"calibrate-{run_index}-{i}", 0.0, (Turn(input_tokens, output_tokens, Synthetic()),))
+            for i in range(warmup + count)
         )
         settings = ReplaySettings(concurrency=concurrency, seed=run_index, check_idle=False, warmup_requests=warmup)
         run = replay(Workload(sessions, "calibrate"), endpoint, prompts, settings, clock=WallClock())
@@ -99,7 +109,10 @@ def calibrate(
             progress(f"budget spent: prefill stops before {length} tokens")
             break
         done = records(plan.repeats, length, 1, 1, warmup=1)
-        point = (statistics.median(r.prompt_tokens or length for r in done), statistics.median(ttft(r) * 1000 for r in done))
+        point = (
+            statistics.median(r.prompt_tokens or length for r in done),
+            statistics.median(ttft(r) * 1000 for r in done),
+        )
         prefill.append(point)
         progress(f"prefill {point[0]:.0f} tokens: {point[1]:.2f} ms")
     decode: list[tuple[int, float]] = []
@@ -169,7 +182,9 @@ def _cache_config(endpoint: HTTPEndpoint) -> dict[str, int]:
     try:
         text = httpx.get(f"{endpoint.url}/metrics", timeout=min(endpoint.timeout_s, 10.0)).text
     except httpx.TransportError as exc:
-        raise LLMReplayError(f"calibrate: {endpoint.url}: no answer to GET /metrics ({describe_error(exc)}); is the server running?") from None
+        raise LLMReplayError(
+            f"calibrate: {endpoint.url}: no answer to GET /metrics ({describe_error(exc)}); is the server running?"
+        ) from None
     except httpx.HTTPError:
         return {}
     line = next((line for line in text.splitlines() if line.startswith("vllm:cache_config_info{")), None)

@@ -74,10 +74,29 @@ from .measured_run import MeasuredRun
 from .profile import Profile, parse_profile
 from .profile_files import profile_path
 
-BOUNDS: dict[str, tuple[float, float]] = {"mfu": (0.05, 1.0), "mbu": (0.05, 1.0), "overhead_ms": (0.01, 100.0), "frontend_ms": (0.01, 1000.0)}
-ENGINE_PARAMETERS = ("mfu", "mbu", "overhead_ms")  # the roofline's own; frontend_ms is the profile's (timing.frontend_ms)
-STATISTICS = (("ttft", "p10"), ("ttft", "p50"), ("ttft", "p90"), ("ttft", "mean"), ("tpot", "p10"), ("tpot", "p50"), ("tpot", "mean"),
-              ("tpot", "p90"), ("latency", "p50"), ("latency", "mean"))
+BOUNDS: dict[str, tuple[float, float]] = {
+    "mfu": (0.05, 1.0),
+    "mbu": (0.05, 1.0),
+    "overhead_ms": (0.01, 100.0),
+    "frontend_ms": (0.01, 1000.0),
+}
+ENGINE_PARAMETERS = (
+    "mfu",
+    "mbu",
+    "overhead_ms",
+)  # the roofline's own; frontend_ms is the profile's (timing.frontend_ms)
+STATISTICS = (
+    ("ttft", "p10"),
+    ("ttft", "p50"),
+    ("ttft", "p90"),
+    ("ttft", "mean"),
+    ("tpot", "p10"),
+    ("tpot", "p50"),
+    ("tpot", "mean"),
+    ("tpot", "p90"),
+    ("latency", "p50"),
+    ("latency", "mean"),
+)
 START_STEP = 0.15  # of each parameter's range: the first simplex's size
 TOLERANCE = 1e-6
 SHIFT_GRID = 61  # log-spaced front-end latencies tried before the golden-section search (6 per decade over 0.01 ms-1 s)
@@ -152,7 +171,11 @@ def best_shift(simulated: MeasuredRun, measured: MeasuredRun, bounds: tuple[floa
 
 def check_pairing(run: MeasuredRun, workload: Workload) -> None:
     """Every request of ``run`` is one of ``workload``'s (same session and turn), else one line."""
-    known = {session_index * KEY_TURNS + turn for session_index, session in enumerate(workload.sessions) for turn in range(len(session.turns))}
+    known = {
+        session_index * KEY_TURNS + turn
+        for session_index, session in enumerate(workload.sessions)
+        for turn in range(len(session.turns))
+    }
     strangers = [int(key) for key in run.keys if int(key) not in known]
     if strangers:
         key = strangers[0]
@@ -189,7 +212,9 @@ def halves(run: MeasuredRun) -> tuple[MeasuredRun, MeasuredRun]:
     return run.subset(even), run.subset(~even)
 
 
-def nelder_mead(function: Callable[[np.ndarray], float], start: np.ndarray, max_evals: int) -> tuple[np.ndarray, float, int]:
+def nelder_mead(
+    function: Callable[[np.ndarray], float], start: np.ndarray, max_evals: int
+) -> tuple[np.ndarray, float, int]:
     """Minimise ``function`` over the unit cube (points clamped into it) from ``start``, restarting
     around the best point while that helps (module doc); returns (best point, its value,
     evaluations)."""
@@ -203,7 +228,9 @@ def nelder_mead(function: Callable[[np.ndarray], float], start: np.ndarray, max_
     return best, score, evals
 
 
-def _simplex_search(function: Callable[[np.ndarray], float], start: np.ndarray, max_evals: int) -> tuple[np.ndarray, float, int]:
+def _simplex_search(
+    function: Callable[[np.ndarray], float], start: np.ndarray, max_evals: int
+) -> tuple[np.ndarray, float, int]:
     """One Nelder-Mead run until the losses converge or ``max_evals``."""
     evals = 0
 
@@ -255,13 +282,17 @@ def check_fit(fit: Sequence[str], run: MeasuredRun, max_evals: int) -> tuple[lis
     if unknown or not fit or len(set(fit)) != len(fit):
         raise LLMReplayError(f"--fit: expected distinct names among {', '.join(BOUNDS)}, got {','.join(fit)}")
     if "frontend_ms" in fit and not run.from_client:
-        raise LLMReplayError(f"--fit: frontend_ms cannot be fitted from {run.path}: vLLM's per-request records are timed from the engine's queue, "
-                             "without the server's front end; fit it from a run a client timed (llmreplay run --out's requests.csv or result.json)")
+        raise LLMReplayError(
+            f"--fit: frontend_ms cannot be fitted from {run.path}: vLLM's per-request records are timed from the engine's queue, "
+            "without the server's front end; fit it from a run a client timed (llmreplay run --out's requests.csv or result.json)"
+        )
     searched = [name for name in fit if name != "frontend_ms"]  # by Nelder-Mead; the front end in closed form
     staged = "frontend_ms" in fit and bool(searched)
     needed = (len(searched) + 1) * (2 if staged else 1)
     if max_evals < needed:
-        raise LLMReplayError(f"--max-evals: expected at least {needed} ({'two simplices' if staged else 'one simplex'}), got {max_evals}")
+        raise LLMReplayError(
+            f"--max-evals: expected at least {needed} ({'two simplices' if staged else 'one simplex'}), got {max_evals}"
+        )
     return searched, staged
 
 
@@ -284,17 +315,26 @@ def calibrate_from_run(
         data.setdefault("engine", {}).update(engine)
     profile = parse_profile(data, origin=str(path))
     if data.get("timing", {}).get("kind") != "roofline":
-        raise LLMReplayError(f"{path}: timing.kind: calibrating from a run fits a roofline profile's efficiencies, got {data.get('timing', {}).get('kind')!r}")
+        raise LLMReplayError(
+            f"{path}: timing.kind: calibrating from a run fits a roofline profile's efficiencies, got {data.get('timing', {}).get('kind')!r}"
+        )
     check_pairing(run, workload)
     fit_half, holdout = halves(run)
-    start = {**{name: float(getattr(profile.timing, name)) for name in ENGINE_PARAMETERS}, "frontend_ms": profile.frontend_ms}
+    start = {
+        **{name: float(getattr(profile.timing, name)) for name in ENGINE_PARAMETERS},
+        "frontend_ms": profile.frontend_ms,
+    }
     timed_from_engine = {} if run.from_client else {"frontend_ms": 0.0}
 
     def values_at(point: np.ndarray) -> dict[str, float]:
-        return {name: BOUNDS[name][0] * (BOUNDS[name][1] / BOUNDS[name][0]) ** float(u) for name, u in zip(searched, point)}
+        return {
+            name: BOUNDS[name][0] * (BOUNDS[name][1] / BOUNDS[name][0]) ** float(u) for name, u in zip(searched, point)
+        }
 
     def replayed(values: Mapping[str, float]) -> MeasuredRun:
-        return simulate(parse_profile(with_timing(data, {**values, **timed_from_engine}), origin=str(path)), workload, prompts)
+        return simulate(
+            parse_profile(with_timing(data, {**values, **timed_from_engine}), origin=str(path)), workload, prompts
+        )
 
     def scored(values: dict[str, float], front_end: bool = True) -> tuple[float, dict[str, float]]:
         """The loss at ``values``; when the front end is fitted (and ``front_end``), at its best value for them."""
@@ -312,8 +352,14 @@ def calibrate_from_run(
 
         return at
 
-    origin = np.array([0.5 if start[name] < BOUNDS[name][0] else math.log(start[name] / BOUNDS[name][0]) / math.log(BOUNDS[name][1] / BOUNDS[name][0])
-                       for name in searched])
+    origin = np.array(
+        [
+            0.5
+            if start[name] < BOUNDS[name][0]
+            else math.log(start[name] / BOUNDS[name][0]) / math.log(BOUNDS[name][1] / BOUNDS[name][0])
+            for name in searched
+        ]
+    )
     first = replayed(start)
     evals = 0
     if staged:
@@ -326,10 +372,14 @@ def calibrate_from_run(
     values = {name: values[name] for name in fit}
     final = replayed(values)
     result = Fit(
-        values={name: _rounded(value) for name, value in values.items()}, start=start,
-        fit_errors=errors(final, fit_half), holdout_errors=errors(final, holdout),
-        start_fit_errors=errors(first, fit_half), start_holdout_errors=errors(first, holdout),
-        evaluations=evals, loss=best_loss,
+        values={name: _rounded(value) for name, value in values.items()},
+        start=start,
+        fit_errors=errors(final, fit_half),
+        holdout_errors=errors(final, holdout),
+        start_fit_errors=errors(first, fit_half),
+        start_holdout_errors=errors(first, holdout),
+        evaluations=evals,
+        loss=best_loss,
     )
     out = with_timing(data, result.values)
     out["name"] = f"{data.get('name', path.stem)}-calibrated"
@@ -349,11 +399,32 @@ def _rounded(value: float) -> float:
 
 def report_lines(result: Fit) -> list[str]:
     """The fit as a table: each statistic's error before and after, on the fit and hold-out halves."""
-    lines = ["| statistic | before (fit half) | after (fit half) | before (hold-out) | after (hold-out) |", "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| statistic | before (fit half) | after (fit half) | before (hold-out) | after (hold-out) |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for key in STATISTICS:
-        cells = [result.start_fit_errors[key], result.fit_errors[key], result.start_holdout_errors[key], result.holdout_errors[key]]
+        cells = [
+            result.start_fit_errors[key],
+            result.fit_errors[key],
+            result.start_holdout_errors[key],
+            result.holdout_errors[key],
+        ]
         lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{c:+.1%}" for c in cells) + " |")
     return lines
 
 
-__all__ = ["BOUNDS", "ENGINE_PARAMETERS", "STATISTICS", "Fit", "best_shift", "calibrate_from_run", "errors", "halves", "loss", "nelder_mead", "report_lines", "simulate"]
+__all__ = [
+    "BOUNDS",
+    "ENGINE_PARAMETERS",
+    "STATISTICS",
+    "Fit",
+    "best_shift",
+    "calibrate_from_run",
+    "errors",
+    "halves",
+    "loss",
+    "nelder_mead",
+    "report_lines",
+    "simulate",
+]

@@ -97,7 +97,9 @@ def transfer_s_per_token(profile: Profile, config: ClusterConfig) -> float:
         return 0.0
     per_token = config.kv_bytes_per_token or (profile.model.kv_bytes_per_token if profile.model else None)
     if per_token is None:
-        raise LLMReplayError(f"kv_bytes_per_token: profile {profile.name!r} has no model to derive it from; give it for disaggregated serving")
+        raise LLMReplayError(
+            f"kv_bytes_per_token: profile {profile.name!r} has no model to derive it from; give it for disaggregated serving"
+        )
     return per_token / (config.kv_transfer_gbps * 1e9)
 
 
@@ -142,7 +144,9 @@ class Job:
 class Pool:
     """Engines of one role and the router that spreads requests over them."""
 
-    def __init__(self, engines: Sequence[Engine], router: str, overlap_weight: float, clock: Clock | None = None) -> None:
+    def __init__(
+        self, engines: Sequence[Engine], router: str, overlap_weight: float, clock: Clock | None = None
+    ) -> None:
         self.engines = list(engines)
         self.router = router
         self.overlap_weight = overlap_weight
@@ -186,23 +190,34 @@ class Pool:
 class Cluster:
     """The engines of one profile on ``clock``; :meth:`submit` routes a request through them."""
 
-    def __init__(self, profile: Profile, clock: Clock, config: ClusterConfig = ClusterConfig(), spans: bool = True, seed: int = 0) -> None:
+    def __init__(
+        self, profile: Profile, clock: Clock, config: ClusterConfig = ClusterConfig(), spans: bool = True, seed: int = 0
+    ) -> None:
         config.validate()
         self.config = config
         self.clock = clock
 
         def engines(role: str, count: int) -> list[Engine]:
-            return [Engine(profile.engine, engine_timing(profile, stable_hash("sim-timing", seed, role, i)), clock, spans) for i in range(count)]
+            return [
+                Engine(profile.engine, engine_timing(profile, stable_hash("sim-timing", seed, role, i)), clock, spans)
+                for i in range(count)
+            ]
 
         data_parallel = profile.hardware.data_parallel if profile.hardware is not None else 1
         if data_parallel > 1:
             if config.engines != 1 or config.prefill_engines:
-                raise LLMReplayError(f"engines: profile {profile.name!r} is one data-parallel server of {data_parallel} engines; "
-                                     "simulate it with engines 1 and no prefill engines")
+                raise LLMReplayError(
+                    f"engines: profile {profile.name!r} is one data-parallel server of {data_parallel} engines; "
+                    "simulate it with engines 1 and no prefill engines"
+                )
             config = replace(config, engines=data_parallel, router="vllm_dp")
             self.config = config
         self.decode = Pool(engines("decode", config.engines), config.router, config.overlap_weight, clock)
-        self.prefill = Pool(engines("prefill", config.prefill_engines), config.router, config.overlap_weight, clock) if config.prefill_engines else None
+        self.prefill = (
+            Pool(engines("prefill", config.prefill_engines), config.router, config.overlap_weight, clock)
+            if config.prefill_engines
+            else None
+        )
         self.transfer_s_per_token = transfer_s_per_token(profile, config)
         self.frontend_s = profile.frontend_ms / 1e3
         self._front_end: deque[tuple[float, Job]] = deque()  # (when it reaches the engines, job), in order received
@@ -263,7 +278,11 @@ class Cluster:
             ready, job = self._front_end.popleft()
             if not job.abandoned:
                 self._route(job, ready)
-        self._front_end_timer = asyncio.get_running_loop().call_later(self._front_end[0][0] - now, self._leave_front_end) if self._front_end else None
+        self._front_end_timer = (
+            asyncio.get_running_loop().call_later(self._front_end[0][0] - now, self._leave_front_end)
+            if self._front_end
+            else None
+        )
 
     def _route(self, job: Job, received_s: float | None) -> None:
         """Hand ``job`` to an engine, or start its prefill -> transfer -> decode pipeline."""

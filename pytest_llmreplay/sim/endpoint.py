@@ -48,7 +48,11 @@ class SimEndpoint:
     preferred_prompt_format = "keyed"
 
     def __init__(
-        self, profile: Profile, prompts: PromptFactory, seed: int = 0, cluster: ClusterConfig = ClusterConfig(),
+        self,
+        profile: Profile,
+        prompts: PromptFactory,
+        seed: int = 0,
+        cluster: ClusterConfig = ClusterConfig(),
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         cluster.validate()

@@ -123,9 +123,28 @@ class SimRequest:
     token exists)."""
 
     __slots__ = (
-        "id", "prompt", "output", "prompt_len", "output_len", "arrival_s", "scheduled_s", "transferred",
-        "blocks", "hashes", "registered", "computed", "generated", "target", "cached", "admitted", "preemptions",
-        "running", "times", "tokens", "done", "on_emit",
+        "id",
+        "prompt",
+        "output",
+        "prompt_len",
+        "output_len",
+        "arrival_s",
+        "scheduled_s",
+        "transferred",
+        "blocks",
+        "hashes",
+        "registered",
+        "computed",
+        "generated",
+        "target",
+        "cached",
+        "admitted",
+        "preemptions",
+        "running",
+        "times",
+        "tokens",
+        "done",
+        "on_emit",
     )
 
     def __init__(self, prompt: Tokens, output: Tokens) -> None:
@@ -171,10 +190,16 @@ class SimRequest:
         output, extending the ones already computed."""
         if len(self.hashes) < full:
             if isinstance(self.prompt, KeyedPrompt):  # all at once: cheap, and no tokens to wait for
-                self.hashes = segment_block_hashes(self.prompt.segments + self.output.segments, size, (self.prompt_len + self.output_len) // size)
+                self.hashes = segment_block_hashes(
+                    self.prompt.segments + self.output.segments, size, (self.prompt_len + self.output_len) // size
+                )
             else:
                 start = len(self.hashes)
-                ids = self.prompt[: full * size] if full * size <= self.prompt_len else list(self.prompt) + list(self.output[: full * size - self.prompt_len])
+                ids = (
+                    self.prompt[: full * size]
+                    if full * size <= self.prompt_len
+                    else list(self.prompt) + list(self.output[: full * size - self.prompt_len])
+                )
                 self.hashes += block_hashes(ids, size, self.hashes[-1] if start else 0, start)
         return self.hashes[:full]
 
@@ -307,7 +332,9 @@ class Engine:
                 if self._grow(request, request.computed + chunk):
                     prefills.append((request, chunk))
                     budget -= chunk
-            elif request.computed < len(request.blocks) * self.config.block_size or self._grow(request, request.computed + 1):
+            elif request.computed < len(request.blocks) * self.config.block_size or self._grow(
+                request, request.computed + 1
+            ):
                 decodes.append(request)
                 budget -= 1
         preempted = self.preemptions_total > preempted_before
@@ -323,7 +350,12 @@ class Engine:
                 continue
             prefills.append((request, chunk))
             budget -= chunk
-        if self.spans and not prefills and decodes and (not self.waiting or len(self.running) >= self.config.max_num_seqs):
+        if (
+            self.spans
+            and not prefills
+            and decodes
+            and (not self.waiting or len(self.running) >= self.config.max_num_seqs)
+        ):
             return self._decode_span(decodes)
         batch = Batch(
             prefill_tokens=sum(c for _, c in prefills),
@@ -456,7 +488,7 @@ class Engine:
         if full <= request.registered:
             return
         hashes = request.block_hashes(full, size)
-        self.cache.register(request.blocks[request.registered:full], hashes[request.registered:full])
+        self.cache.register(request.blocks[request.registered : full], hashes[request.registered : full])
         request.registered = full
 
     def _finish(self, request: SimRequest) -> None:

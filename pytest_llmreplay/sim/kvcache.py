@@ -22,7 +22,7 @@ def block_hashes(ids: Sequence[int], block_size: int, parent: int = 0, start: in
     the hash of block ``start - 1`` (0 for the first block)."""
     hashes = []
     for begin in range(start * block_size, len(ids) - block_size + 1, block_size):
-        parent = hash((parent, tuple(ids[begin:begin + block_size])))
+        parent = hash((parent, tuple(ids[begin : begin + block_size])))
         hashes.append(parent)
     return hashes
 

@@ -46,20 +46,22 @@ class LagWindow:
 
     def _flush(self) -> None:
         """Copy the pending values into the ring, oldest overwritten first."""
-        values = np.asarray(self._pending[-self.size:], dtype=np.float64)
+        values = np.asarray(self._pending[-self.size :], dtype=np.float64)
         self._pending.clear()
         first = min(len(values), self.size - self._next)
-        self._ring[self._next:self._next + first] = values[:first]
-        self._ring[:len(values) - first] = values[first:]
+        self._ring[self._next : self._next + first] = values[:first]
+        self._ring[: len(values) - first] = values[first:]
         self._next = (self._next + len(values)) % self.size
         self._filled = min(self._filled + len(values), self.size)
 
     def values(self) -> np.ndarray:
         """A copy of the window's values (in no particular order)."""
         self._flush()
-        return self._ring[:self._filled].copy()
+        return self._ring[: self._filled].copy()
 
-    async def summaries(self, lag_quantiles: Sequence[float], error_quantiles: Sequence[float]) -> tuple[np.ndarray, np.ndarray, int]:
+    async def summaries(
+        self, lag_quantiles: Sequence[float], error_quantiles: Sequence[float]
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """(quantiles of the lags, quantiles of their absolute values, count), the sorting done
         in a worker thread; NaN quantiles while the window is empty."""
         values = self.values()

@@ -56,7 +56,9 @@ class MeasuredRun:
         return getattr(self, name)
 
     def subset(self, mask: np.ndarray) -> "MeasuredRun":
-        return MeasuredRun(self.path, self.keys[mask], self.ttft[mask], self.tpot[mask], self.latency[mask], self.from_client)
+        return MeasuredRun(
+            self.path, self.keys[mask], self.ttft[mask], self.tpot[mask], self.latency[mask], self.from_client
+        )
 
 
 def read_run(path: str | Path) -> MeasuredRun:
@@ -67,7 +69,9 @@ def read_run(path: str | Path) -> MeasuredRun:
     readers = {".jsonl": _vllm_jsonl, ".csv": _requests_csv, ".json": _result_json}
     reader = readers.get(path.suffix)
     if reader is None:
-        raise LLMReplayError(f"{path}: expected a vLLM per-request .jsonl, a requests.csv or a result.json (llmreplay run --out)")
+        raise LLMReplayError(
+            f"{path}: expected a vLLM per-request .jsonl, a requests.csv or a result.json (llmreplay run --out)"
+        )
     try:
         rows = reader(path)
     except OSError as exc:
@@ -78,7 +82,14 @@ def read_run(path: str | Path) -> MeasuredRun:
     if len({row[0] for row in rows}) != len(rows):
         raise LLMReplayError(f"{path}: a request appears twice (same session and turn)")
     columns = np.array(rows, dtype=np.float64)
-    return MeasuredRun(str(path), columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2], columns[:, 3], from_client=reader is not _vllm_jsonl)
+    return MeasuredRun(
+        str(path),
+        columns[:, 0].astype(np.int64),
+        columns[:, 1],
+        columns[:, 2],
+        columns[:, 3],
+        from_client=reader is not _vllm_jsonl,
+    )
 
 
 def _number(value: Any, where: str, name: str) -> float:
@@ -101,10 +112,14 @@ def _vllm_jsonl(path: Path) -> list[tuple[float, ...]]:
             raise LLMReplayError(f"{where}: expected an object with {', '.join(VLLM_FIELDS)}")
         missing = [name for name in VLLM_FIELDS if name not in row]
         if missing:
-            raise LLMReplayError(f"{where}: missing {', '.join(missing)} (a vLLM per-request record needs {', '.join(VLLM_FIELDS)})")
+            raise LLMReplayError(
+                f"{where}: missing {', '.join(missing)} (a vLLM per-request record needs {', '.join(VLLM_FIELDS)})"
+            )
         output, queued, scheduled, first, last = (_number(row[name], where, name) for name in VLLM_FIELDS)
         if not queued <= scheduled <= first <= last:
-            raise LLMReplayError(f"{where}: times out of order (expected queued_ts <= scheduled_ts <= first_token_ts <= last_token_ts)")
+            raise LLMReplayError(
+                f"{where}: times out of order (expected queued_ts <= scheduled_ts <= first_token_ts <= last_token_ts)"
+            )
         if output < 1:
             raise LLMReplayError(f"{where}: output_toks: expected >= 1, got {output:g}")
         tpot = (last - first) / (output - 1) if output > 1 else math.nan
@@ -118,7 +133,9 @@ def _requests_csv(path: Path) -> list[tuple[float, ...]]:
         reader = csv.DictReader(handle)
         missing = [name for name in needed if name not in (reader.fieldnames or [])]
         if missing:
-            raise LLMReplayError(f"{path}: missing column {', '.join(missing)} (expected llmreplay run --out's requests.csv)")
+            raise LLMReplayError(
+                f"{path}: missing column {', '.join(missing)} (expected llmreplay run --out's requests.csv)"
+            )
         rows = []
         for number, row in enumerate(reader, 2):
             if row["status"] != "ok":
@@ -129,7 +146,9 @@ def _requests_csv(path: Path) -> list[tuple[float, ...]]:
                 ttft, latency = float(row["ttft"]), float(row["latency"])
                 tpot = float(row["tpot"]) if row["tpot"] else math.nan
             except ValueError:
-                raise LLMReplayError(f"{where}: session_index, turn_index, ttft, tpot, latency: expected numbers") from None
+                raise LLMReplayError(
+                    f"{where}: session_index, turn_index, ttft, tpot, latency: expected numbers"
+                ) from None
             if not 0 <= ttft <= latency:
                 raise LLMReplayError(f"{where}: times out of order (expected 0 <= ttft <= latency)")
             rows.append((key, ttft, tpot, latency))
@@ -144,7 +163,9 @@ def _result_json(path: Path) -> list[tuple[float, ...]]:
     samples = record.get("samples") if isinstance(record, dict) else None
     keys = record.get("sample_keys") if isinstance(record, dict) else None
     if not isinstance(samples, dict) or not isinstance(keys, dict):
-        raise LLMReplayError(f"{path}: missing samples and sample_keys (expected a stored result: llmreplay run --out's result.json)")
+        raise LLMReplayError(
+            f"{path}: missing samples and sample_keys (expected a stored result: llmreplay run --out's result.json)"
+        )
     found: dict[str, dict[int, float]] = {}
     for name in METRICS:
         values, names = samples.get(name), keys.get(name)

@@ -48,7 +48,9 @@ class Profile:
     model: ModelSpec | None = None
     hardware: HardwareSpec | None = None
     jitter: float = 0.0  # coefficient of variation of iteration times (sim/timing.py: jitter)
-    frontend_ms: float = 0.0  # the server's per-request latency before the engine sees a request (sim/cluster.py: front end)
+    frontend_ms: float = (
+        0.0  # the server's per-request latency before the engine sees a request (sim/cluster.py: front end)
+    )
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     description: str = ""
@@ -86,7 +88,11 @@ def derive_num_gpu_blocks(
     is KV cache, in blocks of ``block_size`` tokens of this GPU's share of the KV heads.
     Returns <= 0 when nothing is left.
     """
-    free = hardware.memory_bytes * gpu_memory_utilization - weight_bytes_per_gpu(model, hardware) - activation_reserve_gib * GIB
+    free = (
+        hardware.memory_bytes * gpu_memory_utilization
+        - weight_bytes_per_gpu(model, hardware)
+        - activation_reserve_gib * GIB
+    )
     return math.floor(free / (block_size * model.kv_bytes_per_token / model.kv_shards(hardware.tensor_parallel)))
 
 
@@ -119,7 +125,9 @@ class _Fields:
     def fail(self, name: str, message: str) -> NoReturn:
         raise LLMReplayError(f"{self.origin}: {name}: {message}")
 
-    def section(self, data: Mapping[str, Any], key: str, allowed: Sequence[str], required: bool = True) -> Mapping[str, Any] | None:
+    def section(
+        self, data: Mapping[str, Any], key: str, allowed: Sequence[str], required: bool = True
+    ) -> Mapping[str, Any] | None:
         if key not in data:
             if required:
                 self.fail(key, "missing")
@@ -151,7 +159,11 @@ class _Fields:
                 self.fail(name, "missing")
             return default
         value = data[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value))
+        ):
             self.fail(name, f"must be a number, got {value!r}")
         if integer and value != int(value):
             self.fail(name, f"must be a whole number, got {value!r}")
@@ -197,9 +209,15 @@ class _Fields:
             self.fail(name, "must be strictly increasing")
         return [float(v) for v in value]
 
-    def coefficients(self, data: Mapping[str, Any], prefix: str, key: str, default: Sequence[float]) -> tuple[float, ...]:
+    def coefficients(
+        self, data: Mapping[str, Any], prefix: str, key: str, default: Sequence[float]
+    ) -> tuple[float, ...]:
         value = data.get(key, list(default))
-        if not isinstance(value, list) or len(value) != 3 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        if (
+            not isinstance(value, list)
+            or len(value) != 3
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        ):
             self.fail(f"{prefix}.{key}", f"must be [a, b, c] of a*x^2 + b*x + c, got {value!r}")
         try:
             finite = all(math.isfinite(v) for v in value)
@@ -212,15 +230,45 @@ class _Fields:
 
 _TOP = ("name", "description", "model", "hardware", "engine", "timing", "sources", "notes")
 _MODEL = (
-    "name", "parameters", "active_parameters", "layers", "hidden_size", "heads", "kv_heads", "head_dim",
-    "dtype_bytes", "kv_dtype_bytes", "vocab_size", "tie_word_embeddings", "experts", "experts_per_token",
-    "max_position_embeddings", "kv_lora_rank", "qk_rope_head_dim", "moe_layers",
+    "name",
+    "parameters",
+    "active_parameters",
+    "layers",
+    "hidden_size",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "dtype_bytes",
+    "kv_dtype_bytes",
+    "vocab_size",
+    "tie_word_embeddings",
+    "experts",
+    "experts_per_token",
+    "max_position_embeddings",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "moe_layers",
 )
 _HARDWARE = (
-    "name", "peak_flops", "memory_bandwidth", "memory_bytes", "gpus", "tensor_parallel", "data_parallel", "expert_parallel",
-    "interconnect_bandwidth", "allreduce_latency_us",
+    "name",
+    "peak_flops",
+    "memory_bandwidth",
+    "memory_bytes",
+    "gpus",
+    "tensor_parallel",
+    "data_parallel",
+    "expert_parallel",
+    "interconnect_bandwidth",
+    "allreduce_latency_us",
 )
-_ENGINE = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "activation_reserve_gib")
+_ENGINE = (
+    "block_size",
+    "num_gpu_blocks",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "gpu_memory_utilization",
+    "activation_reserve_gib",
+)
 _TIMING = {
     "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter", "frontend_ms"),
     "polynomial": ("kind", "prefill_coefficients", "decode_coefficients", "decode_floor_ms", "jitter", "frontend_ms"),
@@ -240,7 +288,10 @@ def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
     experts = f.number(data, p, "experts", 0, integer=True, inclusive=True)
     per_token = f.number(data, p, "experts_per_token", 0, integer=True, inclusive=True)
     if bool(experts) != bool(per_token):
-        f.fail(f"{p}.{'experts_per_token' if experts else 'experts'}", "missing (a MoE model needs experts and experts_per_token)")
+        f.fail(
+            f"{p}.{'experts_per_token' if experts else 'experts'}",
+            "missing (a MoE model needs experts and experts_per_token)",
+        )
     if experts and per_token >= experts:
         f.fail(f"{p}.experts_per_token", f"must be < experts ({experts}), got {per_token}")
     spec = ModelSpec(
@@ -261,7 +312,11 @@ def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
         max_position_embeddings=f.number(data, p, "max_position_embeddings", 0, integer=True, inclusive=True),
         kv_lora_rank=f.number(data, p, "kv_lora_rank", 0, integer=True, inclusive=True),
         qk_rope_head_dim=f.number(data, p, "qk_rope_head_dim", 0, integer=True, inclusive=True),
-        moe_layers=f.number(data, p, "moe_layers", None, integer=True, maximum=f.number(data, p, "layers", integer=True)) if "moe_layers" in data else None,
+        moe_layers=f.number(
+            data, p, "moe_layers", None, integer=True, maximum=f.number(data, p, "layers", integer=True)
+        )
+        if "moe_layers" in data
+        else None,
     )
     if spec.qk_rope_head_dim and not spec.kv_lora_rank:
         f.fail(f"{p}.kv_lora_rank", "missing (qk_rope_head_dim is MLA's: give kv_lora_rank too)")
@@ -292,8 +347,11 @@ def _hardware(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None) -> H
                 "NCCL's busbw, and allreduce_latency_us)",
             )
         if dp > 1 and model is not None and model.experts:
-            f.fail(f"{p}.interconnect_bandwidth", f"missing (data_parallel {dp} of a MoE model gathers every MoE layer's tokens: "
-                   "give the link's bus bandwidth in bytes/s, NCCL's busbw, and allreduce_latency_us)")
+            f.fail(
+                f"{p}.interconnect_bandwidth",
+                f"missing (data_parallel {dp} of a MoE model gathers every MoE layer's tokens: "
+                "give the link's bus bandwidth in bytes/s, NCCL's busbw, and allreduce_latency_us)",
+            )
     return HardwareSpec(
         name=f.string(data, p, "name"),
         peak_flops=f.number(data, p, "peak_flops"),
@@ -303,12 +361,16 @@ def _hardware(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None) -> H
         tensor_parallel=tp,
         data_parallel=dp,
         expert_parallel=expert_parallel,
-        interconnect_bandwidth=f.number(data, p, "interconnect_bandwidth", 0.0, inclusive="interconnect_bandwidth" not in data),
+        interconnect_bandwidth=f.number(
+            data, p, "interconnect_bandwidth", 0.0, inclusive="interconnect_bandwidth" not in data
+        ),
         allreduce_latency_us=f.number(data, p, "allreduce_latency_us", 0.0, inclusive=True),
     )
 
 
-def _engine(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardware: HardwareSpec | None) -> EngineConfig:
+def _engine(
+    f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardware: HardwareSpec | None
+) -> EngineConfig:
     p = "engine"
     block_size = f.number(data, p, "block_size", integer=True)
     if "num_gpu_blocks" in data:
@@ -327,7 +389,10 @@ def _engine(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardwa
             )
     if blocks > MAX_GPU_BLOCKS:
         how = "" if "num_gpu_blocks" in data else " (derived from the model and hardware)"
-        f.fail(f"{p}.num_gpu_blocks", f"must be <= {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {blocks:,}{how}")
+        f.fail(
+            f"{p}.num_gpu_blocks",
+            f"must be <= {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {blocks:,}{how}",
+        )
     return EngineConfig(
         block_size=block_size,
         num_gpu_blocks=blocks,
@@ -343,17 +408,26 @@ def _table(f: _Fields, data: Mapping[str, Any]) -> TableTiming:
     tokens = f.points(prefill, "timing.prefill", "tokens", increasing=True)
     prefill_ms = f.points(prefill, "timing.prefill", "ms", increasing=False)
     if len(tokens) != len(prefill_ms):
-        f.fail("timing.prefill.ms", f"must have one value per point of timing.prefill.tokens ({len(tokens)}), got {len(prefill_ms)}")
+        f.fail(
+            "timing.prefill.ms",
+            f"must have one value per point of timing.prefill.tokens ({len(tokens)}), got {len(prefill_ms)}",
+        )
     seqs = f.points(decode, "timing.decode", "seqs", increasing=True)
     if "kv_tokens" not in decode:
         decode_ms: Any = f.points(decode, "timing.decode", "ms", increasing=False)
         if len(decode_ms) != len(seqs):
-            f.fail("timing.decode.ms", f"must have one value per point of timing.decode.seqs ({len(seqs)}), got {len(decode_ms)}")
+            f.fail(
+                "timing.decode.ms",
+                f"must have one value per point of timing.decode.seqs ({len(seqs)}), got {len(decode_ms)}",
+            )
         return TableTiming(tokens, prefill_ms, seqs, decode_ms)
     kv = f.points(decode, "timing.decode", "kv_tokens", increasing=True)
     rows = decode.get("ms")
     if not isinstance(rows, list) or len(rows) != len(seqs):
-        f.fail("timing.decode.ms", f"must be {len(seqs)} rows (one per seqs point) of {len(kv)} values (one per kv_tokens point)")
+        f.fail(
+            "timing.decode.ms",
+            f"must be {len(seqs)} rows (one per seqs point) of {len(kv)} values (one per kv_tokens point)",
+        )
     grid = []
     for i, row in enumerate(rows):
         values = f.values(row, f"timing.decode.ms[{i}]", increasing=False)
@@ -432,4 +506,13 @@ def engine_timing(profile: Profile, seed: Any) -> TimingModel:
     return JitteredTiming(profile.timing, profile.jitter, seed) if profile.jitter else profile.timing
 
 
-__all__ = ["Profile", "load_profile", "parse_profile", "derive_num_gpu_blocks", "weight_bytes_per_gpu", "engine_timing", "MAX_JITTER", "TIMING_KINDS"]
+__all__ = [
+    "Profile",
+    "load_profile",
+    "parse_profile",
+    "derive_num_gpu_blocks",
+    "weight_bytes_per_gpu",
+    "engine_timing",
+    "MAX_JITTER",
+    "TIMING_KINDS",
+]

@@ -34,5 +34,7 @@ def profile_path(name_or_path: str | Path) -> Path:
         return path
     bundled = profiles_dir() / f"{text}.json"
     if not bundled.is_file():
-        raise LLMReplayError(f"unknown profile {text!r}; available: {', '.join(available_profiles())} (or give the path of a profile .json file)")
+        raise LLMReplayError(
+            f"unknown profile {text!r}; available: {', '.join(available_profiles())} (or give the path of a profile .json file)"
+        )
     return bundled

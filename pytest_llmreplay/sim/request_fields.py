@@ -41,7 +41,9 @@ FLAGS = ("stream", "ignore_eos", "return_token_ids")
 class BadRequest(Exception):
     """A request the server refuses: ``status``, OpenAI error ``type`` and the ``param`` at fault."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400, kind: str = "BadRequestError") -> None:
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, kind: str = "BadRequestError"
+    ) -> None:
         super().__init__(message)
         self.param, self.status, self.kind = param, status, kind
 
@@ -93,7 +95,8 @@ def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int) -> tup
         raise BadRequest(
             f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains at least "
             f"{prompt_tokens} input tokens, which exceeds this limit even without any output tokens. "
-            f"Please reduce the length of the input prompt. (parameter=input_tokens, value={prompt_tokens})", "input_tokens",
+            f"Please reduce the length of the input prompt. (parameter=input_tokens, value={prompt_tokens})",
+            "input_tokens",
         )
     if prompt_tokens == max_model_len:
         raise BadRequest("max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", "max_tokens")
@@ -102,7 +105,8 @@ def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int) -> tup
     if limits.min_tokens > max_tokens:
         raise BadRequest(
             f"min_tokens: {limits.min_tokens} is more than the {max_tokens} output tokens the context leaves "
-            f"({prompt_tokens} prompt tokens of max_model_len {max_model_len})", "min_tokens",
+            f"({prompt_tokens} prompt tokens of max_model_len {max_model_len})",
+            "min_tokens",
         )
     return max_tokens, limits.min_tokens
 
@@ -117,8 +121,14 @@ def vocabulary_size(profile: Profile, tokenizer: Tokenizer) -> int:
 def check_token_ids(prompt: Any, vocab_size: int) -> None:
     """:class:`BadRequest` naming ``prompt`` unless it is a non-empty list of integers >= 0 below
     ``vocab_size`` (0: no bound)."""
-    if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
-        raise BadRequest("prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt")
+    if (
+        not isinstance(prompt, list)
+        or not prompt
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
+    ):
+        raise BadRequest(
+            "prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt"
+        )
     if vocab_size and max(prompt) >= vocab_size:
         raise BadRequest(f"prompt: Token id {max(prompt)} is out of vocabulary (ids 0 to {vocab_size - 1})", "prompt")
 

@@ -225,7 +225,14 @@ class RooflineTiming:
         self._comm_token = 2 * model.layers * model.hidden_size * model.dtype_bytes * ring  # seconds per token
         if dp > 1 and hardware.interconnect_bandwidth > 0:  # expert dispatch (all-gather) and combine (reduce-scatter)
             self._comm_fixed += 2 * model.moe_layer_count * hardware.allreduce_latency_us / 1e6
-            self._comm_token += 2 * model.moe_layer_count * (dp - 1) * model.hidden_size * model.dtype_bytes / hardware.interconnect_bandwidth
+            self._comm_token += (
+                2
+                * model.moe_layer_count
+                * (dp - 1)
+                * model.hidden_size
+                * model.dtype_bytes
+                / hardware.interconnect_bandwidth
+            )
 
     def _parts(self, p: Any, c: Any, d: Any, k: Any) -> tuple[Any, Any]:
         """(compute_s, memory_s); scalars or numpy arrays alike."""
@@ -244,8 +251,12 @@ class RooflineTiming:
         """compute_s, memory_s, comm_s, the bound that wins and total_s of one iteration."""
         compute, memory = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
         return {
-            "compute_s": compute, "memory_s": memory, "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs),
-            "overhead_s": self._overhead_s, "bound": "compute" if compute >= memory else "memory", "total_s": self.iteration_s(batch),
+            "compute_s": compute,
+            "memory_s": memory,
+            "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs),
+            "overhead_s": self._overhead_s,
+            "bound": "compute" if compute >= memory else "memory",
+            "total_s": self.iteration_s(batch),
         }
 
     def iteration_s(self, batch: Batch) -> float:

@@ -114,7 +114,9 @@ class SimServer:
         if eos_mean_tokens is not None and not 1 <= eos_mean_tokens < math.inf:
             raise LLMReplayError(f"eos_mean_tokens: expected a finite number >= 1, got {eos_mean_tokens!r}")
         if model is not None and not model.strip():
-            raise LLMReplayError(f"model: expected a served model name, got {model!r} (leave it out for the profile's name)")
+            raise LLMReplayError(
+                f"model: expected a served model name, got {model!r} (leave it out for the profile's name)"
+            )
         self.profile = profile
         self.prompts = prompts
         self.model = profile.name if model is None else model
@@ -172,7 +174,13 @@ class SimServer:
             return web.json_response({"error": {"message": "requests in flight; reset when idle"}}, status=409)
         self._resets += 1
         await self.cluster.stop()
-        self.cluster = Cluster(self.profile, self.clock, self.cluster_config, spans=False, seed=stable_hash("sim-reset", self.seed, self._resets))
+        self.cluster = Cluster(
+            self.profile,
+            self.clock,
+            self.cluster_config,
+            spans=False,
+            seed=stable_hash("sim-reset", self.seed, self._resets),
+        )
         self.cluster.start()
         return web.json_response({"status": "ok", "resets": self._resets})
 
@@ -184,12 +192,18 @@ class SimServer:
     async def version(self, request: web.Request) -> web.Response:
         from importlib.metadata import version
 
-        return web.json_response({"version": version("pytest-llmreplay"), "engine": "llmreplay-sim", "profile": self.profile.name})
+        return web.json_response(
+            {"version": version("pytest-llmreplay"), "engine": "llmreplay-sim", "profile": self.profile.name}
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         card = {
-            "id": self.model, "object": "model", "created": self._created, "owned_by": "llmreplay",
-            "root": self.model, "max_model_len": self.profile.max_model_len,
+            "id": self.model,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "llmreplay",
+            "root": self.model,
+            "max_model_len": self.profile.max_model_len,
         }
         return web.json_response({"object": "list", "data": [card]})
 
@@ -214,16 +228,31 @@ class SimServer:
             family = name.removesuffix("_total") if kind == "counter" else name
             lines += [f"# HELP vllm:{family} {help_text}", f"# TYPE vllm:{family} {kind}"]
             for index, values in enumerate(stats):
-                lines.append(f'vllm:{name}{{engine="{index}",model_name="{_label_value(self.model)}"}} {float(values[name])}')
+                lines.append(
+                    f'vllm:{name}{{engine="{index}",model_name="{_label_value(self.model)}"}} {float(values[name])}'
+                )
         config = self.profile.engine
-        lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig", "# TYPE vllm:cache_config_info gauge",
-                  f'vllm:cache_config_info{{block_size="{config.block_size}",enable_prefix_caching="True",'
-                  f'num_gpu_blocks="{config.num_gpu_blocks}"}} 1.0']
+        lines += [
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+            "# TYPE vllm:cache_config_info gauge",
+            f'vllm:cache_config_info{{block_size="{config.block_size}",enable_prefix_caching="True",'
+            f'num_gpu_blocks="{config.num_gpu_blocks}"}} 1.0',
+        ]
         lag_quantiles, error_quantiles = (0.0, 0.01, 0.5, 0.99, 1.0), (0.5, 0.9, 0.99, 1.0)
         lags, errors, count = await self.emit_lags.summaries(lag_quantiles, error_quantiles)
         summaries = (
-            ("emit_lag_seconds", "Chunk write time minus its simulated time (negative: written early).", lag_quantiles, lags),
-            ("emit_error_seconds", "Absolute difference of a chunk's write time and its simulated time.", error_quantiles, errors),
+            (
+                "emit_lag_seconds",
+                "Chunk write time minus its simulated time (negative: written early).",
+                lag_quantiles,
+                lags,
+            ),
+            (
+                "emit_error_seconds",
+                "Absolute difference of a chunk's write time and its simulated time.",
+                error_quantiles,
+                errors,
+            ),
         )
         for name, help_text, quantiles, found in summaries:
             lines += [f"# HELP llmreplay:sim_{name} {help_text}", f"# TYPE llmreplay:sim_{name} summary"]
@@ -311,8 +340,14 @@ class SimServer:
         for index, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise BadRequest(f"messages[{index}]: expected an object with a string 'role'", f"messages[{index}]")
-            content = self._encode(_content(message.get("content"), index), f"messages[{index}].content", context - len(ids))
-            ids += self._header(self._checked_text(message["role"], f"messages[{index}].role")) + content + self._header("")
+            content = self._encode(
+                _content(message.get("content"), index), f"messages[{index}].content", context - len(ids)
+            )
+            ids += (
+                self._header(self._checked_text(message["role"], f"messages[{index}].role"))
+                + content
+                + self._header("")
+            )
             if len(ids) > context:
                 return ids
         return ids + self._header("assistant")
@@ -330,7 +365,9 @@ class SimServer:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            raise BadRequest(f"{field}: the text holds an unpaired surrogate (U+D800 to U+DFFF), which is not valid Unicode", field) from None
+            raise BadRequest(
+                f"{field}: the text holds an unpaired surrogate (U+D800 to U+DFFF), which is not valid Unicode", field
+            ) from None
         return text
 
     def _header(self, role: str) -> list[int]:
@@ -375,29 +412,49 @@ def _content(content: Any, index: int) -> str:
         texts = [p.get("text") for p in content if p.get("type") == "text"]
         for text in texts:
             if not isinstance(text, str):
-                raise BadRequest(f"messages[{index}].content: a text part's text must be a string, got {text!r}", f"messages[{index}].content")
+                raise BadRequest(
+                    f"messages[{index}].content: a text part's text must be a string, got {text!r}",
+                    f"messages[{index}].content",
+                )
         return "".join(texts)
     if content is None:
         return ""
-    raise BadRequest(f"messages[{index}].content: expected a string or a list of content parts", f"messages[{index}].content")
+    raise BadRequest(
+        f"messages[{index}].content: expected a string or a list of content parts", f"messages[{index}].content"
+    )
 
 
 class _Reply:
     """One response, whole or streamed, with its injected fault."""
 
     def __init__(
-        self, server: SimServer, request: web.Request, body: dict[str, Any], chat: bool, number: int,
-        prompt_tokens: int, output: list[int], finish: str, fault: Fault | None,
+        self,
+        server: SimServer,
+        request: web.Request,
+        body: dict[str, Any],
+        chat: bool,
+        number: int,
+        prompt_tokens: int,
+        output: list[int],
+        finish: str,
+        fault: Fault | None,
     ) -> None:
         self.server, self.request, self.body, self.chat = server, request, body, chat
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{number}"
         self.prompt_tokens, self.output, self.finish, self.fault = prompt_tokens, output, finish, fault
-        self.envelope = {"id": self.id, "object": "chat.completion.chunk" if chat else "text_completion",
-                         "created": int(time.time()), "model": server.model}
-        head = _event({**self.envelope, "choices": []})[:-len(b']}\n\n')] + b'{"index":0,'
+        self.envelope = {
+            "id": self.id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": server.model,
+        }
+        head = _event({**self.envelope, "choices": []})[: -len(b"]}\n\n")] + b'{"index":0,'
         self.head = head + (b'"delta":{"content":' if chat else b'"text":')
-        after_text = b'}' if chat else b',"logprobs":null'
-        self.middle = {None: after_text + b',"finish_reason":null', finish: after_text + b',"finish_reason":"%b"' % finish.encode()}
+        after_text = b"}" if chat else b',"logprobs":null'
+        self.middle = {
+            None: after_text + b',"finish_reason":null',
+            finish: after_text + b',"finish_reason":"%b"' % finish.encode(),
+        }
         self.return_ids = bool(body.get("return_token_ids"))
         self.wire = bytes  # how an event goes on the wire: chunked once the response is prepared
         self.pending_fault = fault  # not struck yet
@@ -409,7 +466,8 @@ class _Reply:
     def usage(self, job: Job) -> dict[str, Any]:
         generated = job.generated
         return {
-            "prompt_tokens": self.prompt_tokens, "completion_tokens": generated,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": generated,
             "total_tokens": self.prompt_tokens + generated,
             "prompt_tokens_details": {"cached_tokens": job.cached or 0},
         }
@@ -448,7 +506,9 @@ class _Reply:
         try:
             await reply.prepare(self.request)
             role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
-            await reply.write(_event({**self.envelope, "choices": [role]}) if self.chat else b"")  # b"": the headers only
+            await reply.write(
+                _event({**self.envelope, "choices": [role]}) if self.chat else b""
+            )  # b"": the headers only
             if reply.headers.get("Transfer-Encoding") == "chunked":
                 self.wire = _chunk
             if self.request.transport is None:
@@ -487,7 +547,9 @@ class _Reply:
         if fault is not None and sent + ready >= fault.after_tokens:
             head = fault.after_tokens - sent
             self.sent, self.pending_fault, self.ahead = sent + head, None, None
-            transport.write(self.frame(self.output[sent:self.sent], self.finish if self.sent >= len(self.output) else None))
+            transport.write(
+                self.frame(self.output[sent : self.sent], self.finish if self.sent >= len(self.output) else None)
+            )
             if fault.kind == "disconnect":
                 self.server.cluster.abort(self.job)
                 transport.close()
@@ -499,7 +561,11 @@ class _Reply:
         self.sent = sent = sent + ready
         last = sent >= len(self.output)
         ahead, self.ahead = self.ahead, None
-        transport.write(ahead if ready == 1 and ahead is not None else self.frame(self.output[sent - ready:sent], self.finish if last else None))
+        transport.write(
+            ahead
+            if ready == 1 and ahead is not None
+            else self.frame(self.output[sent - ready : sent], self.finish if last else None)
+        )
         if not last:
             self.server.build_ahead(self)
         if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
@@ -517,7 +583,7 @@ class _Reply:
         for the iteration's end: :meth:`_flush` then only writes it."""
         sent = self.sent
         if sent < len(self.output) and not self.ended.done():
-            self.ahead = self.frame(self.output[sent:sent + 1], self.finish if sent + 1 >= len(self.output) else None)
+            self.ahead = self.frame(self.output[sent : sent + 1], self.finish if sent + 1 >= len(self.output) else None)
 
     def _resume(self) -> None:
         """A stall is over: write what piled up, or end a stream whose last token went before it."""
@@ -535,7 +601,9 @@ def _chunk(data: bytes) -> bytes:
 PARENT_POLL_S = 0.5  # how often a server started with a parent_pid checks that its parent lives
 
 
-async def serve(server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None, parent_pid: int | None = None) -> None:
+async def serve(
+    server: SimServer, host: str = "127.0.0.1", port: int = 8000, ready: Any = None, parent_pid: int | None = None
+) -> None:
     """Serve until SIGINT/SIGTERM, or until process ``parent_pid`` is no longer this one's parent
     (it died: a test run killed by SIGTERM or SIGKILL runs no teardown, and the server must not
     outlive it); ``ready(url)`` is called once listening (port 0: any free)."""

@@ -39,7 +39,9 @@ class Batch:
     """One iteration's work, summed over its requests."""
 
     prefill_tokens: int  # new (uncached) prompt tokens computed this iteration (chunked prefill)
-    prefill_context: int  # Σ over prefilling requests of the context their chunk attends to (cached + earlier chunks + this chunk)
+    prefill_context: (
+        int  # Σ over prefilling requests of the context their chunk attends to (cached + earlier chunks + this chunk)
+    )
     decode_seqs: int  # requests decoding one token this iteration
     kv_tokens: int  # Σ tokens already in KV over the decoding requests (what decode attention reads)
     kv_usage: float  # used KV blocks / total KV blocks, 0..1
@@ -55,7 +57,9 @@ class TimingModel(Protocol):
         ...
 
 
-def decode_span_points(seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
+def decode_span_points(
+    seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """kv_tokens and kv_usage of each step of a decode span (step i: ``kv_tokens + i * seqs``, ``kv_usage + i * usage_step``)."""
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")

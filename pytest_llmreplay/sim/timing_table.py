@@ -37,7 +37,11 @@ class TableTiming:
         self.decode_seqs = np.asarray(decode_seqs, dtype=np.float64)
         self.decode_kv_tokens = None if decode_kv_tokens is None else np.asarray(decode_kv_tokens, dtype=np.float64)
         self.decode_ms_points = np.asarray(decode_ms, dtype=np.float64)
-        expected = (len(self.decode_seqs),) if self.decode_kv_tokens is None else (len(self.decode_seqs), len(self.decode_kv_tokens))
+        expected = (
+            (len(self.decode_seqs),)
+            if self.decode_kv_tokens is None
+            else (len(self.decode_seqs), len(self.decode_kv_tokens))
+        )
         if self.decode_ms_points.shape != expected:
             raise ValueError(f"decode_ms has shape {self.decode_ms_points.shape}, expected {expected}")
 

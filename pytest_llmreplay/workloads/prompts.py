@@ -87,7 +87,9 @@ class PromptFactory:
         ``s0`` of one and of another, or hash id 0 of two traces), so on a real engine one test
         cannot warm the prefix cache for the next. The word list is computed once, here, and
         shared."""
-        factory = PromptFactory(self.tokenizer, seed=stable_hash(self.seed, salt), tokenizer_option=self.tokenizer_option)
+        factory = PromptFactory(
+            self.tokenizer, seed=stable_hash(self.seed, salt), tokenizer_option=self.tokenizer_option
+        )
         factory.words = self.words
         return factory
 
@@ -102,7 +104,9 @@ class PromptFactory:
                 (spaced if text.startswith(" ") else bare).append(token)
         chosen = spaced if len(spaced) >= 64 else spaced + bare
         if len(chosen) < 64:
-            raise LLMReplayError(f"tokenizer {self.tokenizer.name!r} has too few plain word tokens ({len(chosen)}) to build prompts")
+            raise LLMReplayError(
+                f"tokenizer {self.tokenizer.name!r} has too few plain word tokens ({len(chosen)}) to build prompts"
+            )
         return np.array(chosen, dtype=np.int64)
 
     def stream(self, key: int, start: int, count: int) -> list[int]:
@@ -141,13 +145,17 @@ class PromptFactory:
         if isinstance(prompt, HashBlocks):
             return self.hash_blocks(prompt, _length(turn, session, index))
         if isinstance(prompt, Payload):
-            raise LLMReplayError(f"session {session.id!r} turn {index}: a verbatim payload has no token ids; send its body as is")
+            raise LLMReplayError(
+                f"session {session.id!r} turn {index}: a verbatim payload has no token ids; send its body as is"
+            )
         length = _length(turn, session, index)
         head: list[int] = []
         if prompt.extends_previous:
             head = list(history)
         elif prompt.prefix_group is not None:
-            head = self.stream(stable_hash("prefix", self.seed, prompt.prefix_group), 0, min(prompt.prefix_tokens, length))
+            head = self.stream(
+                stable_hash("prefix", self.seed, prompt.prefix_group), 0, min(prompt.prefix_tokens, length)
+            )
         tail = max(length - len(head), 0)
         return head + self.stream(stable_hash("prompt", self.seed, session.id, index), 0, tail)
 
@@ -159,9 +167,13 @@ class PromptFactory:
         prompt = turn.prompt
         if isinstance(prompt, HashBlocks):
             length, size = _length(turn, session, index), prompt.block_size
-            return KeyedPrompt(tuple(
-                (("block", self.seed, h), min(size, length - i * size)) for i, h in enumerate(prompt.hash_ids) if i * size < length
-            ))
+            return KeyedPrompt(
+                tuple(
+                    (("block", self.seed, h), min(size, length - i * size))
+                    for i, h in enumerate(prompt.hash_ids)
+                    if i * size < length
+                )
+            )
         if isinstance(prompt, Synthetic) and not prompt.extends_previous:
             length = _length(turn, session, index)
             head = min(prompt.prefix_tokens, length) if prompt.prefix_group is not None else 0
@@ -284,14 +296,18 @@ class Conversation:
             body = dict(turn.prompt.body)
             return ("chat" if "messages" in body else "completions"), body, turn.input_tokens
         extends = extends_previous(self.session, index)
-        if self.prompt_format == "keyed" and not extends and not (index + 1 < len(self.session.turns) and extends_previous(self.session, index + 1)):
+        if (
+            self.prompt_format == "keyed"
+            and not extends
+            and not (index + 1 < len(self.session.turns) and extends_previous(self.session, index + 1))
+        ):
             keyed = self.factory.keyed(self.session, index)
             if keyed is not None:
                 return self.api, {"prompt": keyed, "max_tokens": turn.output_tokens}, len(keyed)
         planned_response = self.factory.planned_response(self.session, index - 1) if extends else []
         planned_history = self._planned + planned_response if extends else []
         ids = self.factory.turn_ids(self.session, index, planned_history)
-        new_ids = ids[len(planned_history):]
+        new_ids = ids[len(planned_history) :]
         self._planned = ids
         body: dict = {}
         # what the server should count: the history as really sent and answered, plus new tokens

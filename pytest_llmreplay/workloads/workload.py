@@ -161,10 +161,15 @@ def check_limits(workload: Workload, path: str | Path | None = None) -> None:
         for index, turn in enumerate(session.turns):
             for name, tokens in (("input tokens", turn.input_tokens), ("output tokens", turn.output_tokens)):
                 if tokens is not None and tokens > MAX_TOKENS:
-                    raise WorkloadError(f"{tokens:,} is over the limit of {MAX_TOKENS:,} (no model's context is longer)", path=path,
-                                        field=f"session {session.id!r} turn {index}: {name}")
+                    raise WorkloadError(
+                        f"{tokens:,} is over the limit of {MAX_TOKENS:,} (no model's context is longer)",
+                        path=path,
+                        field=f"session {session.id!r} turn {index}: {name}",
+                    )
             if turn.delay_s > MAX_TIME_S:
-                raise WorkloadError(_time_message(turn.delay_s), path=path, field=f"session {session.id!r} turn {index}: delay")
+                raise WorkloadError(
+                    _time_message(turn.delay_s), path=path, field=f"session {session.id!r} turn {index}: delay"
+                )
 
 
 def _time_message(seconds: float) -> str:

@@ -13,9 +13,9 @@ import pytest
 @pytest.mark.llmreplay(
     workload="workloads/synthetic_swe_agent.yaml",
     slo={
-        "ttfat.p90": "< 180s",              # a 30-step task, 1-6 s of tool time a step, finishes its last step in 3 minutes
-        "ttft.p99": "< 1s",                 # no step waits more than a second for its first token
-        "cache_hit_rate.mean": ">= 85%",    # each step's prompt is the last one plus its answer and a tool output
+        "ttfat.p90": "< 180s",  # a 30-step task, 1-6 s of tool time a step, finishes its last step in 3 minutes
+        "ttft.p99": "< 1s",  # no step waits more than a second for its first token
+        "cache_hit_rate.mean": ">= 85%",  # each step's prompt is the last one plus its answer and a tool output
         "error_rate": "== 0",
     },
     regression={"ttfat.p50": "5%"},
@@ -28,9 +28,11 @@ def test_swe_agent_keeps_its_context_cached(llm_result):
 
 def test_office_agents_four_at_a_time(llm_replay):
     result = llm_replay("workloads/trie_office_work_8k_slice.jsonl", concurrency=4)
-    result.assert_slo({
-        "eligible_cache_hit_rate.mean": ">= 95%",   # of what the previous turn left, almost all is a hit
-        "ttft.p99": "< 1s",
-        "tpot.p90": "< 20ms",
-        "error_rate": "== 0",
-    })
+    result.assert_slo(
+        {
+            "eligible_cache_hit_rate.mean": ">= 95%",  # of what the previous turn left, almost all is a hit
+            "ttft.p99": "< 1s",
+            "tpot.p90": "< 20ms",
+            "error_rate": "== 0",
+        }
+    )

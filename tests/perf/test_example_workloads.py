@@ -12,7 +12,11 @@ import pytest
 
 from pytest_llmreplay import TokenIds
 
-WORKLOADS = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "workloads").iterdir() if p.suffix in {".jsonl", ".csv", ".yaml"})
+WORKLOADS = sorted(
+    p.name
+    for p in (Path(__file__).resolve().parents[2] / "workloads").iterdir()
+    if p.suffix in {".jsonl", ".csv", ".yaml"}
+)
 
 
 @pytest.mark.parametrize("name", WORKLOADS)

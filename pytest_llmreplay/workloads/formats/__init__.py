@@ -20,8 +20,7 @@ from ._text import text_lines
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 
 FORMATS: dict[str, ModuleType] = {
-    module.NAME: module
-    for module in (llmservingsim, mooncake, trie, aiperf_payloads, aiperf_inputs, azure, synthetic)
+    module.NAME: module for module in (llmservingsim, mooncake, trie, aiperf_payloads, aiperf_inputs, azure, synthetic)
 }
 
 
@@ -30,8 +29,14 @@ def register_format(module: Any) -> None:
     the built-in ones; registering the same module again is a no-op, another module under a
     taken name is an error."""
     name = getattr(module, "NAME", None)
-    if not isinstance(name, str) or not callable(getattr(module, "detect", None)) or not callable(getattr(module, "load", None)):
-        raise LLMReplayError(f"{getattr(module, '__name__', module)!r}: a format needs NAME (a string), detect(first_line) and load(path)")
+    if (
+        not isinstance(name, str)
+        or not callable(getattr(module, "detect", None))
+        or not callable(getattr(module, "load", None))
+    ):
+        raise LLMReplayError(
+            f"{getattr(module, '__name__', module)!r}: a format needs NAME (a string), detect(first_line) and load(path)"
+        )
     if FORMATS.get(name, module) is not module:
         raise LLMReplayError(f"format name {name!r} is already taken by {FORMATS[name].__name__}")
     FORMATS[name] = module
@@ -153,7 +158,9 @@ def write_workload(workload: Workload, path: str | Path, to: str, *, allow_loss:
         raise LLMReplayError(f"cannot write format {to!r}; writable formats: {writable}")
     path = Path(path)
     if workload.source is not None and _overwrites(Path(workload.source), path):
-        raise LLMReplayError(f"{path}: is the input workload {workload.source} itself; write to another path (the input would be overwritten)")
+        raise LLMReplayError(
+            f"{path}: is the input workload {workload.source} itself; write to another path (the input would be overwritten)"
+        )
     if not path.parent.is_dir():
         raise LLMReplayError(f"{path}: the folder {path.parent} does not exist")
     try:

@@ -40,7 +40,11 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise WorkloadError(too_deep(), path=path, line=number) from None
         except json.JSONDecodeError as exc:
             if text.strip() == "{":
-                raise WorkloadError("a lone '{': JSONL needs each object on one line (is this pretty-printed JSON?)", path=path, line=number) from None
+                raise WorkloadError(
+                    "a lone '{': JSONL needs each object on one line (is this pretty-printed JSON?)",
+                    path=path,
+                    line=number,
+                ) from None
             raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from None
         if not isinstance(value, dict):
             raise WorkloadError(f"expected a JSON object, got {type_name(value)}", path=path, line=number)
@@ -73,7 +77,14 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-_TYPE_NAMES = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a string"), (list, "a list"), (dict, "an object"))
+_TYPE_NAMES = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a float"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "an object"),
+)
 
 
 def type_name(value: Any) -> str:
@@ -122,7 +133,9 @@ class Fields:
             raise self.error(present[1], f"give only one of {' or '.join(keys)}")
         if not present:
             if required:
-                raise self.error(keys[0], f"required field missing{' (or ' + ', '.join(keys[1:]) + ')' if len(keys) > 1 else ''}")
+                raise self.error(
+                    keys[0], f"required field missing{' (or ' + ', '.join(keys[1:]) + ')' if len(keys) > 1 else ''}"
+                )
             return None
         return present[0]
 
@@ -140,7 +153,9 @@ class Fields:
         if value is not None and not isinstance(value, bool):
             raise self.error(key, f"must be true or false (a boolean), got {type_name(value)} {value!r}")
 
-    def number(self, key: str, *, minimum: float = 0.0, required: bool = True, default: float | None = None) -> float | None:
+    def number(
+        self, key: str, *, minimum: float = 0.0, required: bool = True, default: float | None = None
+    ) -> float | None:
         """A finite number (integer or float) >= ``minimum``; strings and booleans are errors."""
         if key not in self.obj:
             if required:
@@ -153,7 +168,9 @@ class Fields:
             raise self.error(key, f"must be a finite number >= {minimum:g}, got {value!r}")
         return float(value)
 
-    def int_list(self, key: str, *, minimum: int = 0, maximum: int | None = None, required: bool = True) -> tuple[int, ...] | None:
+    def int_list(
+        self, key: str, *, minimum: int = 0, maximum: int | None = None, required: bool = True
+    ) -> tuple[int, ...] | None:
         """A list of integers in [``minimum``, ``maximum``]; the failing element is named ``key[i]``."""
         if key not in self.obj:
             if required:
@@ -176,7 +193,12 @@ class Fields:
             raise self.error(key, f"must be a list of numbers, got {type_name(values)}")
         out = []
         for index, value in enumerate(values):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value < minimum
+            ):
                 raise self.error(f"{key}[{index}]", f"must be a finite number >= {minimum:g}, got {value!r}")
             out.append(float(value))
         return tuple(out)
@@ -202,7 +224,9 @@ class Fields:
         if not isinstance(values, list):
             raise self.error(key, f"must be a list, got {type_name(values)}")
         if len(values) < min_length:
-            raise self.error(key, f"must have at least {min_length} entr{'y' if min_length == 1 else 'ies'}, got {len(values)}")
+            raise self.error(
+                key, f"must have at least {min_length} entr{'y' if min_length == 1 else 'ies'}, got {len(values)}"
+            )
         return values
 
 
@@ -233,7 +257,9 @@ def check_messages(record: Fields, key: str = "messages") -> list[dict[str, Any]
         if not isinstance(message, dict):
             raise record.error(f"{key}[{index}]", f"must be a message object, got {type_name(message)}")
         if not isinstance(message.get("role"), str):
-            raise record.error(f"{key}[{index}].role", "required: a string such as 'user', 'assistant', 'system' or 'tool'")
+            raise record.error(
+                f"{key}[{index}].role", "required: a string such as 'user', 'assistant', 'system' or 'tool'"
+            )
     return messages
 
 

@@ -16,7 +16,7 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     with open(path, "rb") as stream:
         for number, raw in enumerate(stream, start=1):
             if number == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
+                raw = raw[len(codecs.BOM_UTF8) :]
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
@@ -28,13 +28,17 @@ def read_text(path: Path, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> s
     name what they hold in ``expected``)."""
     raw = Path(path).read_bytes()
     if raw.startswith(codecs.BOM_UTF8):
-        raw = raw[len(codecs.BOM_UTF8):]
+        raw = raw[len(codecs.BOM_UTF8) :]
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line_start = raw.rfind(b"\n", 0, exc.start) + 1
-        raise _not_utf8(path, raw.count(b"\n", 0, exc.start) + 1, raw[exc.start], exc.start - line_start + 1, expected) from None
+        raise _not_utf8(
+            path, raw.count(b"\n", 0, exc.start) + 1, raw[exc.start], exc.start - line_start + 1, expected
+        ) from None
 
 
-def _not_utf8(path: Path, line: int, byte: int, column: int, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> WorkloadError:
+def _not_utf8(
+    path: Path, line: int, byte: int, column: int, expected: str = "UTF-8 JSONL, JSON, CSV or YAML"
+) -> WorkloadError:
     return WorkloadError(f"not UTF-8: byte 0x{byte:02x} at column {column} (expected {expected})", path=path, line=line)

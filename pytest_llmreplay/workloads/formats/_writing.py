@@ -31,7 +31,9 @@ class Losses:
         notes = [f"{reason} ({count}x)" if count > 1 else reason for reason, count in self.reasons.items()]
         if notes and not allow_loss:
             raise LLMReplayError(
-                f"converting to {self.target} would lose: " + "; ".join(notes) + ". Pass allow_loss=True to convert anyway"  # llmreplay convert: "Pass --allow-loss"
+                f"converting to {self.target} would lose: "
+                + "; ".join(notes)
+                + ". Pass allow_loss=True to convert anyway"  # llmreplay convert: "Pass --allow-loss"
             )
         return notes
 
@@ -91,7 +93,12 @@ def payload_bodies(workload: Workload, target: str, losses: Losses) -> list[list
         bodies = []
         for index, turn in enumerate(session.turns):
             if not isinstance(turn.prompt, Payload):
-                raise cannot(target, session, index, "a prompt that is not a verbatim request body (only payload workloads convert to AIPerf)")
+                raise cannot(
+                    target,
+                    session,
+                    index,
+                    "a prompt that is not a verbatim request body (only payload workloads convert to AIPerf)",
+                )
             if turn.delay_s:
                 losses.add("delays between turns")
             bodies.append(dict(turn.prompt.body))

@@ -17,7 +17,9 @@ class YamlProblem(Exception):
     ``duplicate``: a key given twice (its ``reason`` says so; its column is left out, as JSON
     formats give only the line of theirs)."""
 
-    def __init__(self, reason: str, line: int | None = None, column: int | None = None, duplicate: bool = False) -> None:
+    def __init__(
+        self, reason: str, line: int | None = None, column: int | None = None, duplicate: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason, self.line, self.column, self.duplicate = reason, line, column, duplicate
 
@@ -63,7 +65,9 @@ def _marked_problem(exc: Any, duplicate: bool) -> YamlProblem:
     reason = str(exc.problem or exc.context or "not YAML")
     if exc.context and exc.problem:
         started = exc.context_mark
-        reason += f" ({exc.context}" + (f" that starts at line {started.line + 1}, column {started.column + 1})" if started else ")")
+        reason += f" ({exc.context}" + (
+            f" that starts at line {started.line + 1}, column {started.column + 1})" if started else ")"
+        )
     mark = exc.problem_mark or exc.context_mark
     if mark is None:
         return YamlProblem(reason, duplicate=duplicate)
@@ -91,7 +95,9 @@ def unique_key_loader() -> type:
                     if not isinstance(key, Hashable):
                         continue  # the safe loader refuses it, with its own message
                     if key in seen:
-                        raise DuplicateYamlKey(None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark)
+                        raise DuplicateYamlKey(
+                            None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark
+                        )
                     seen[key] = line
             return super().construct_mapping(node, deep)
 

@@ -44,7 +44,9 @@ def load(path: str | Path) -> Workload:
     try:
         document = json.loads(text, object_pairs_hook=unique_keys)
     except DuplicateKey as exc:
-        raise WorkloadError(f"duplicate key {exc.key!r}", path=path, line=_failing_entry_line(text, DuplicateKey)) from None
+        raise WorkloadError(
+            f"duplicate key {exc.key!r}", path=path, line=_failing_entry_line(text, DuplicateKey)
+        ) from None
     except RecursionError:
         raise WorkloadError(too_deep(), path=path, line=_failing_entry_line(text, RecursionError)) from None
     except json.JSONDecodeError as exc:

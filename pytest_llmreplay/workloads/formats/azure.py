@@ -37,7 +37,9 @@ def load(path: str | Path) -> Workload:
     reader = csv.reader(text for _, text in text_lines(path))
     header = next(reader, None)
     if header is None or tuple(c.strip() for c in header) != HEADER:
-        raise WorkloadError(f"expected the header {','.join(HEADER)}, got {','.join(header or [])!r}", path=path, line=1)
+        raise WorkloadError(
+            f"expected the header {','.join(HEADER)}, got {','.join(header or [])!r}", path=path, line=1
+        )
     for record in reader:
         line = reader.line_num
         if not record or not "".join(record).strip():
@@ -67,11 +69,18 @@ def _seconds(text: str, day_seconds: dict[str, float], path: Path, line: int) ->
             base = day_seconds[date] = (datetime.strptime(date, "%Y-%m-%d").toordinal() - EPOCH_ORDINAL) * 86400.0
         hms, _, fraction = clock.partition(".")
         hours, minutes, seconds = (int(part) for part in hms.split(":"))
-        if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61) or (fraction and not (fraction.isascii() and fraction.isdigit())):
+        if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61) or (
+            fraction and not (fraction.isascii() and fraction.isdigit())
+        ):
             raise ValueError
         return base + hours * 3600 + minutes * 60 + seconds + (float("0." + fraction) if fraction else 0.0)
     except ValueError:
-        raise WorkloadError(f"expected a date-time like 2023-11-16 18:17:03.9799600, got {text!r}", path=path, line=line, field="TIMESTAMP") from None
+        raise WorkloadError(
+            f"expected a date-time like 2023-11-16 18:17:03.9799600, got {text!r}",
+            path=path,
+            line=line,
+            field="TIMESTAMP",
+        ) from None
 
 
 def _count(text: str, name: str, path: Path, line: int) -> int:

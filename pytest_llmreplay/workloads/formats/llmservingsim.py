@@ -53,7 +53,9 @@ def load(path: str | Path) -> Workload:
         if "sub_requests" in obj:
             session = _agentic(row, warnings)
             if session.id in first_line_of:
-                raise row.error("session_id", f"duplicate session id {session.id!r} (first on line {first_line_of[session.id]})")
+                raise row.error(
+                    "session_id", f"duplicate session id {session.id!r} (first on line {first_line_of[session.id]})"
+                )
             first_line_of[session.id] = line
         else:
             row.reject_unknown(FLAT_FIELDS)
@@ -80,8 +82,12 @@ def _agentic(row: Fields, warnings: list[str]) -> Session:
     if delay_s:
         last = len(subs) - 1
         warnings.append(
-            str(row.error(f"sub_requests[{last}].tool_duration_ns",
-                          f"{delay_s:g} s after the last sub-request is ignored (nothing follows it)"))
+            str(
+                row.error(
+                    f"sub_requests[{last}].tool_duration_ns",
+                    f"{delay_s:g} s after the last sub-request is ignored (nothing follows it)",
+                )
+            )
         )
     return Session(session_id, arrival_ns * NS, tuple(turns))
 

@@ -29,18 +29,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import LLMReplayError, WorkloadError
-from ..workload import HashBlocks, Payload, PromptSource, Session, TokenIds, Turn, Workload, next_synthetic, request_name
+from ..workload import (
+    HashBlocks,
+    Payload,
+    PromptSource,
+    Session,
+    TokenIds,
+    Turn,
+    Workload,
+    next_synthetic,
+    request_name,
+)
 from ._fields import Fields, check_messages, iter_json_lines, payload_output_tokens, try_json, type_name
 from ._writing import Losses, tidy, write_json_lines
 
 NAME = "mooncake"
 DEFAULT_BLOCK_SIZE = 512
 DETECTING_FIELDS = frozenset(
-    {"hash_ids", "input_length", "input_tokens", "output_length", "output_tokens", "created_time", "text_input", "payload", "timestamp"}
+    {
+        "hash_ids",
+        "input_length",
+        "input_tokens",
+        "output_length",
+        "output_tokens",
+        "created_time",
+        "text_input",
+        "payload",
+        "timestamp",
+    }
 )
 KNOWN_FIELDS = frozenset(
-    {"timestamp", "created_time", "input_length", "input_tokens", "output_length", "output_tokens",
-     "hash_ids", "session_id", "delay", "delay_ms", "text_input", "messages", "payload"}
+    {
+        "timestamp",
+        "created_time",
+        "input_length",
+        "input_tokens",
+        "output_length",
+        "output_tokens",
+        "hash_ids",
+        "session_id",
+        "delay",
+        "delay_ms",
+        "text_input",
+        "messages",
+        "payload",
+    }
 )
 
 
@@ -87,18 +120,24 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
         previous = sessions.get(session_id) if session_id is not None else None
         input_tokens, prompt = _prompt(row, previous.turns[-1] if previous else None, block_size)
         # only a ``payload`` body can state max_tokens or stream: text_input/messages bodies are ours
-        stated_tokens = payload_output_tokens(row.child(prompt.body, "payload")) if isinstance(prompt, Payload) else None
+        stated_tokens = (
+            payload_output_tokens(row.child(prompt.body, "payload")) if isinstance(prompt, Payload) else None
+        )
         if output_tokens is None:
             if not isinstance(prompt, Payload):
                 raise row.error("output_length", "required field missing (or output_tokens)")
             output_tokens = stated_tokens
         if previous is None:
             if delay_key:
-                raise row.error(delay_key, "a delay is not allowed on a session's first turn (use timestamp for its arrival)")
+                raise row.error(
+                    delay_key, "a delay is not allowed on a session's first turn (use timestamp for its arrival)"
+                )
             if timed is None:
                 timed = stamp_ms is not None
             elif timed != (stamp_ms is not None):
-                raise row.error(stamp_key or "timestamp", "either every session-starting row has a timestamp or none has")
+                raise row.error(
+                    stamp_key or "timestamp", "either every session-starting row has a timestamp or none has"
+                )
             previous = _SessionRows(line, stamp_ms, stamp_ms)
             if session_id is None:
                 independent.append(previous)
@@ -109,7 +148,10 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
             delay_s = delay_ms / 1000.0
         elif stamp_ms is not None and previous.last_ms is not None:
             if stamp_ms < previous.last_ms:
-                raise row.error(stamp_key, f"timestamps must not decrease within session {session_id!r}: {stamp_ms:g} < {previous.last_ms:g}")
+                raise row.error(
+                    stamp_key,
+                    f"timestamps must not decrease within session {session_id!r}: {stamp_ms:g} < {previous.last_ms:g}",
+                )
             delay_s = (stamp_ms - previous.last_ms) / 1000.0
         else:
             delay_s = 0.0
@@ -199,7 +241,9 @@ def _prompt_fields(turn: Turn, losses: Losses, notes: list[str]) -> dict:
         return {"payload": dict(prompt.body)}
     if isinstance(prompt, HashBlocks):
         if prompt.block_size != DEFAULT_BLOCK_SIZE:
-            notes.append(f"hash ids stand for blocks of {prompt.block_size} tokens: load with block_size={prompt.block_size}")
+            notes.append(
+                f"hash ids stand for blocks of {prompt.block_size} tokens: load with block_size={prompt.block_size}"
+            )
         return {"input_length": turn.input_tokens}
     if isinstance(prompt, TokenIds):
         losses.add("token ids (prompts become synthetic)")

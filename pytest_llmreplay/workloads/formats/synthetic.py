@@ -41,7 +41,12 @@ from ._text import read_text
 from ._yaml import YamlProblem, load_yaml
 
 NAME = "synthetic"
-DISTRIBUTIONS = {"fixed": ("value",), "uniform": ("min", "max"), "normal": ("mean", "std"), "lognormal": ("mean", "std")}
+DISTRIBUTIONS = {
+    "fixed": ("value",),
+    "uniform": ("min", "max"),
+    "normal": ("mean", "std"),
+    "lognormal": ("mean", "std"),
+}
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,11 @@ class Distribution:
         if self.dist == "fixed":
             values = np.full(size, p["value"], dtype=float)
         elif self.dist == "uniform":
-            values = rng.integers(int(p["min"]), int(p["max"]) + 1, size).astype(float) if integer else rng.uniform(p["min"], p["max"], size)
+            values = (
+                rng.integers(int(p["min"]), int(p["max"]) + 1, size).astype(float)
+                if integer
+                else rng.uniform(p["min"], p["max"], size)
+            )
         elif self.dist == "normal":
             values = rng.normal(p["mean"], p["std"], size)
         else:  # lognormal, parametrised by the mean and std of the values themselves
@@ -109,7 +118,9 @@ def load(path: str | Path) -> Workload:
     known = {f.name for f in fields(SyntheticSpec)}
     for key in document["synthetic"]:
         if key not in known:
-            raise WorkloadError(f"unknown parameter; expected one of {', '.join(sorted(known))}", path=path, field=f"synthetic.{key}")
+            raise WorkloadError(
+                f"unknown parameter; expected one of {', '.join(sorted(known))}", path=path, field=f"synthetic.{key}"
+            )
     return generate(SyntheticSpec(**document["synthetic"]), source=path)
 
 
@@ -126,17 +137,28 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     interval = _check_number(spec.interval, "interval", where) if spec.interval is not None else None
     inputs_d, outputs_d, turns_d, delay_d = (
         parse_distribution(value, name, where)
-        for value, name in ((spec.input_tokens, "input_tokens"), (spec.output_tokens, "output_tokens"), (spec.turns, "turns"), (spec.delay, "delay"))
+        for value, name in (
+            (spec.input_tokens, "input_tokens"),
+            (spec.output_tokens, "output_tokens"),
+            (spec.turns, "turns"),
+            (spec.delay, "delay"),
+        )
     )
 
-    first_d = parse_distribution(spec.first_input_tokens, "first_input_tokens", where) if spec.first_input_tokens is not None else None
+    first_d = (
+        parse_distribution(spec.first_input_tokens, "first_input_tokens", where)
+        if spec.first_input_tokens is not None
+        else None
+    )
     rng = np.random.default_rng(seed)
     if sessions > MAX_REQUESTS:
         raise WorkloadError(f"must be at most {MAX_REQUESTS:,}, got {sessions:,}", field="synthetic.sessions", **where)
     turn_counts = turns_d.sample(rng, sessions, integer=True)
     total = int(turn_counts.sum())
     if total > MAX_REQUESTS:
-        raise WorkloadError(f"{total:,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", **where)
+        raise WorkloadError(
+            f"{total:,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", **where
+        )
     if rate is not None:
         arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, sessions - 1))))
     else:
@@ -146,9 +168,17 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     out_tokens = outputs_d.sample(rng, total, integer=True).tolist()
     delays = delay_d.sample(rng, total, integer=False).tolist()
     firsts = first_d.sample(rng, sessions, integer=True).tolist() if first_d is not None else None
-    for name, lengths in (("input_tokens", new_tokens), ("output_tokens", out_tokens), ("first_input_tokens", firsts or [0])):
+    for name, lengths in (
+        ("input_tokens", new_tokens),
+        ("output_tokens", out_tokens),
+        ("first_input_tokens", firsts or [0]),
+    ):
         if max(lengths, default=0) > MAX_TOKENS:
-            raise WorkloadError(f"draws {max(lengths):,} tokens, over the limit of {MAX_TOKENS:,} (no model's context is longer)", field=f"synthetic.{name}", **where)
+            raise WorkloadError(
+                f"draws {max(lengths):,} tokens, over the limit of {MAX_TOKENS:,} (no model's context is longer)",
+                field=f"synthetic.{name}",
+                **where,
+            )
 
     out: list[Session] = []
     k = 0
@@ -184,11 +214,15 @@ def parse_distribution(value: Length, name: str, where: Mapping[str, Any]) -> Di
         raise WorkloadError(f"expected a number or a mapping with 'dist', got {type_name(value)}", field=field, **where)
     kind = value.get("dist")
     if kind not in DISTRIBUTIONS:
-        raise WorkloadError(f"'dist' must be one of {', '.join(DISTRIBUTIONS)}, got {kind!r}", field=f"{field}.dist", **where)
+        raise WorkloadError(
+            f"'dist' must be one of {', '.join(DISTRIBUTIONS)}, got {kind!r}", field=f"{field}.dist", **where
+        )
     allowed = {"dist", "min", "max", *DISTRIBUTIONS[kind]}
     for key in value:
         if key not in allowed:
-            raise WorkloadError(f"unknown key for dist {kind}; expected {', '.join(sorted(allowed))}", field=f"{field}.{key}", **where)
+            raise WorkloadError(
+                f"unknown key for dist {kind}; expected {', '.join(sorted(allowed))}", field=f"{field}.{key}", **where
+            )
     numbers = {}
     for key in allowed - {"dist"}:
         if key in value:
@@ -212,7 +246,9 @@ def _check_int(value: Any, name: str, minimum: int, where: Mapping[str, Any]) ->
     return value
 
 
-def _check_number(value: Any, name: str, where: Mapping[str, Any], *, high: float | None = None, positive: bool = False) -> float:
+def _check_number(
+    value: Any, name: str, where: Mapping[str, Any], *, high: float | None = None, positive: bool = False
+) -> float:
     bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
     if bad or (positive and value == 0) or (high is not None and value > high):
         bounds = f"{'> 0' if positive else '>= 0'}{f' and <= {high:g}' if high is not None else ''}"
