@@ -92,8 +92,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import httpx
 import numpy as np
@@ -471,7 +472,7 @@ def main() -> None:
     )
     print(table(runs), "\n")
     print(per_run(runs), "\n")
-    for tool, command in commands.items():
+    for command in commands.values():
         print(f"    {shlex.join(command)}")
     counted = (
         "the server's usage count"

@@ -425,10 +425,15 @@ def report(
         "| run | llmreplay closed | AIPerf closed | llmreplay open loop | other load (ours / AIPerf / open) |",
         "|---:|---|---|---|---|",
     ]
-    for i, (a, b, d) in enumerate(zip(closed, theirs or [{}] * len(closed), opened), 1):
-        cell = lambda x: (
-            f"{x['req_s']:.1f} / {x['tok_s']:,.0f} / {x['wall_s']:.2f} / {fmt(x['first_request_s'], 3)}" if x else ""
-        )
+    for i, (a, b, d) in enumerate(zip(closed, theirs or [{}] * len(closed), opened, strict=True), 1):
+
+        def cell(x):
+            return (
+                f"{x['req_s']:.1f} / {x['tok_s']:,.0f} / {x['wall_s']:.2f} / {fmt(x['first_request_s'], 3)}"
+                if x
+                else ""
+            )
+
         load = " / ".join(
             (f"{x['other_load']:.2f}" + ("!" if x["other_load"] > ARGS.max_other_load else "")) if x else "-"
             for x in (a, b, d)
@@ -515,7 +520,7 @@ def main() -> None:
         closed, theirs, opened, commands = [], [], [], {}
         for i in range(1, ARGS.runs + 1):
             commands["ours closed"], a = quiet(
-                lambda: ours(workload, mock, tmp / f"ours_c{i}", tmp / f"ours_c{i}.log", closed_args)
+                lambda i=i: ours(workload, mock, tmp / f"ours_c{i}", tmp / f"ours_c{i}.log", closed_args)
             )
             closed.append(a)
             print(
@@ -524,7 +529,7 @@ def main() -> None:
             )
             if venv is not None:
                 commands["aiperf closed"], b = quiet(
-                    lambda: aiperf(venv, tokenizer, mock, tmp / f"aiperf_c{i}", tmp / f"aiperf_c{i}.log", legacy)
+                    lambda i=i: aiperf(venv, tokenizer, mock, tmp / f"aiperf_c{i}", tmp / f"aiperf_c{i}.log", legacy)
                 )
                 theirs.append(b)
                 print(
@@ -532,7 +537,7 @@ def main() -> None:
                     file=sys.stderr,
                 )
             commands["ours open"], d = quiet(
-                lambda: ours(workload, mock, tmp / f"ours_r{i}", tmp / f"ours_r{i}.log", open_args)
+                lambda i=i: ours(workload, mock, tmp / f"ours_r{i}", tmp / f"ours_r{i}.log", open_args)
             )
             opened.append(d)
             print(

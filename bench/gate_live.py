@@ -75,19 +75,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from gate_quality import any_regression, asv_check, history_flags, judge, plain_check, rate, table
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, load_tokenizer
 from pytest_llmreplay.gate import baseline, history
-from pytest_llmreplay.replayer.driver import replay
-from pytest_llmreplay.plugin.options import OPTIONS
-from pytest_llmreplay.replayer.server_process import ServerProcess
-from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.gate.repeats import pool_records
+from pytest_llmreplay.plugin.options import OPTIONS
+from pytest_llmreplay.replayer.driver import replay
+from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.target import Target, live_fingerprint
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = SyntheticSpec(
@@ -306,7 +308,7 @@ def report(sides: list[dict[str, Any]], repeat: int) -> str:
     by_step = {(s["kind"], s["step"]): s for s in sides}
     out = []
     for r in sorted({r for r in (1, EARLIER_REPEAT, PLUGIN_REPEAT, repeat) if r <= repeat}):
-        aa = [judged(prev, cur, r) for prev, cur in zip(baseline_sides, baseline_sides[1:])]
+        aa = [judged(prev, cur, r) for prev, cur in pairwise(baseline_sides)]
         out += [
             f"#### A/A: consecutive baseline sides, {r} run(s) per side, {len(aa)} pairs",
             "",

@@ -77,11 +77,11 @@ import numpy as np
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
 from pytest_llmreplay.gate import baseline, history
 from pytest_llmreplay.gate.repeats import pool_records
-from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.timing import Batch, TimingModel
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 
 PROFILE = "llama-3.1-8b-h100"
 SPEC = SyntheticSpec(
@@ -253,8 +253,8 @@ def rate(hits: int, n: int) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
-    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=True)]
+    line = lambda cells: "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"  # noqa: E731
     return "\n".join([line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 

@@ -51,8 +51,8 @@ def main(runs: int) -> None:
     for name in TRACES:
         path = DATA / name
         lines = bare_parse(path)
-        load = median_seconds(lambda: load_workload(path), runs)
-        bare = median_seconds(lambda: bare_parse(path), runs)
+        load = median_seconds(lambda path=path: load_workload(path), runs)
+        bare = median_seconds(lambda path=path: bare_parse(path), runs)
         print(f"| {name} | {lines:,} | {load * 1000:.0f} | {bare * 1000:.0f} | {load / bare:.1f}x |")
 
 

@@ -23,17 +23,17 @@ import sys
 
 import httpx
 
+from pytest_llmreplay.metrics.result import tpot, ttft
 from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.replayer.driver import ReplaySettings, replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
-from pytest_llmreplay.metrics.result import tpot, ttft
-from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.replayer.server_process import ServerProcess
+from pytest_llmreplay.replayer.workers import RayWorkers, start_ray
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.sim.server import READY
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
-from pytest_llmreplay.replayer.workers import RayWorkers, start_ray
 from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 PROFILE = "llama-3.1-8b-h100"
@@ -63,7 +63,7 @@ def main() -> None:
         r.session_id: r
         for r in replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock()).records
     }
-    steps = [ttft(b) - ttft(a) for a, b in zip(offline.values(), list(offline.values())[1:])]
+    steps = [ttft(b) - ttft(a) for a, b in zip(offline.values(), list(offline.values())[1:], strict=True)]
     command = [
         sys.executable,
         "-m",

@@ -25,17 +25,18 @@ import os
 import statistics
 import sys
 import tempfile
+from itertools import pairwise
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_throughput import TICK, Mock, busy_cpu_s, free_port  # noqa: E402
 
+from pytest_llmreplay.metrics.result import Result  # noqa: E402
 from pytest_llmreplay.replayer.driver import Replay, ReplaySettings  # noqa: E402
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint  # noqa: E402
-from pytest_llmreplay.metrics.result import Result  # noqa: E402
+from pytest_llmreplay.replayer.workers import RayWorkers, start_ray  # noqa: E402
 from pytest_llmreplay.workloads.prompts import PromptFactory  # noqa: E402
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer  # noqa: E402
-from pytest_llmreplay.replayer.workers import RayWorkers, start_ray  # noqa: E402
 from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload  # noqa: E402
 
 
@@ -92,7 +93,7 @@ def measure(replay_once, mock: Mock) -> dict[str, float]:
         "lag_p50_ms": summary["schedule_lag"]["p50"] * 1e3,
         "lag_p99_ms": summary["schedule_lag"]["p99"] * 1e3,
         "sent_rate": (len(sent) - 1) / (sent[-1] - sent[0]),
-        "max_gap_ms": max(b - a for a, b in zip(sent, sent[1:])) * 1e3,
+        "max_gap_ms": max(b - a for a, b in pairwise(sent)) * 1e3,
         "machine_busy_cores": busy / run.duration_s if run.duration_s else 0.0,
     }
 
@@ -133,9 +134,9 @@ def main() -> None:
                 }
                 for round_ in range(args.runs):
                     for name, run in configs.items():
-                        results[f"{name} closed"].append(measure(lambda: run(throughput, closed), mock))
+                        results[f"{name} closed"].append(measure(lambda run=run: run(throughput, closed), mock))
                         if name != "1 Ray worker":
-                            results[f"{name} open"].append(measure(lambda: run(lag, opened), mock))
+                            results[f"{name} open"].append(measure(lambda run=run: run(lag, opened), mock))
                     print(f"round {round_ + 1}/{args.runs} done", file=sys.stderr)
         finally:
             mock.stop()

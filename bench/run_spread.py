@@ -49,10 +49,10 @@ import json
 import lzma
 import math
 import multiprocessing
-import os
 import statistics
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -299,9 +299,12 @@ def quantiles(values: list[float]) -> str:
         return "-"
     arr = np.array(values)
     finite = arr[np.isfinite(arr)]
-    q = lambda p: (
-        fmt(float(np.percentile(arr, p))) if np.isfinite(arr).all() or p < 100 * len(finite) / len(arr) else "inf"
-    )  # noqa: E731
+
+    def q(p):
+        return (
+            fmt(float(np.percentile(arr, p))) if np.isfinite(arr).all() or p < 100 * len(finite) / len(arr) else "inf"
+        )
+
     return f"{q(50)} / {q(90)} / {q(99)} / {fmt(float(arr.max()))}"
 
 
@@ -435,9 +438,9 @@ def main() -> None:
     rows = []
     for d in datasets:
         worst = [max(s["ratio"][k] for k in TIME if k in s["ratio"]) for s in d["sides"]]
-        steady = [w for w, s in zip(worst, d["sides"]) if not s["mixed"] and (s["share_range"] or 0) < 0.1]
-        mixed = [w for w, s in zip(worst, d["sides"]) if s["mixed"]]
-        shares = [w for w, s in zip(worst, d["sides"]) if (s["share_range"] or 0) >= 0.1]
+        steady = [w for w, s in zip(worst, d["sides"], strict=True) if not s["mixed"] and (s["share_range"] or 0) < 0.1]
+        mixed = [w for w, s in zip(worst, d["sides"], strict=True) if s["mixed"]]
+        shares = [w for w, s in zip(worst, d["sides"], strict=True) if (s["share_range"] or 0) >= 0.1]
         q = lambda v: f"{quantiles(v)} ({len(v)})" if v else "-"  # noqa: E731
         rows.append(
             [
@@ -504,8 +507,8 @@ def main() -> None:
             by_step = {s["step"]: s for s in a_sides}
             most = max(len(s["records"]) for s in raw)
             for r in sorted({3, most}):
-                stored = lambda s: pool_records(s["records"][:r], s["facts"][:r])  # noqa: E731
-                aa = [(prev, cur, judge(stored(prev), stored(cur))) for prev, cur in zip(a_sides, a_sides[1:])]
+                stored = lambda s, r=r: pool_records(s["records"][:r], s["facts"][:r])  # noqa: E731
+                aa = [(prev, cur, judge(stored(prev), stored(cur))) for prev, cur in pairwise(a_sides)]
                 ab = [
                     (by_step[s["step"]], s, judge(stored(by_step[s["step"]]), stored(s)))
                     for s in raw
@@ -514,7 +517,7 @@ def main() -> None:
                 verdicts[name, r] = (aa, ab)
         print(f"({time.perf_counter() - t0:.0f} s of comparisons; baseline.compare from {baseline.__file__})\n")
         rows = []
-        for (name, r), (aa, ab) in verdicts.items():
+        for (_name, r), (aa, ab) in verdicts.items():
             fa = [p for p in aa if any(row["verdict"] == "regression" for row in p[2]["rows"].values())]
             det = [p for p in ab if p[2]["rows"]["ttft.p50"]["verdict"] == "regression"]
             per_metric = {k: sum(p[2]["rows"][k]["verdict"] == "regression" for p in fa) for k in GATED}
@@ -546,8 +549,8 @@ def main() -> None:
         rows = []
         for rule_name, rule in rule_list:
             cells = []
-            for (name, r), (aa, ab) in verdicts.items():
-                flag = lambda s: rule(live_spread(s, r))  # noqa: E731
+            for (_name, r), (aa, ab) in verdicts.items():
+                flag = lambda s, rule=rule, r=r: rule(live_spread(s, r))  # noqa: E731
                 fa = whole = each = passes = 0
                 for prev, cur, j in aa:
                     flagged = flag(prev) | flag(cur)

@@ -217,7 +217,7 @@ def decode_step_check(real: dict[str, Any], roofline: RooflineTiming, seqs: int)
     col = real["columns"]
     lines = (BENCH / f"{PREFIX}_vllm_timeseries.csv").read_text().splitlines()
     header = lines[0].split(",")
-    rows = [dict(zip(header, map(float, line.split(",")))) for line in lines[1:] if line.strip()]
+    rows = [dict(zip(header, map(float, line.split(",")), strict=True)) for line in lines[1:] if line.strip()]
     chosen = [
         row for row in rows if row["prompt_throughput"] == 0 and row["running"] == seqs and row["gen_throughput"] > 0
     ]

@@ -34,10 +34,10 @@ from pathlib import Path
 import httpx
 
 from pytest_llmreplay import HTTPEndpoint, PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
-from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 
 LLMREPLAY = Path(sys.executable).with_name("llmreplay")
 SAMPLE_S = (

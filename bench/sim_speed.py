@@ -98,11 +98,11 @@ def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
     import time
 
     from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer, load_workload
-    from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
     from pytest_llmreplay.replayer.driver import replay
     from pytest_llmreplay.sim.cluster import ClusterConfig
     from pytest_llmreplay.sim.endpoint import SimEndpoint
     from pytest_llmreplay.sim.profile import load_profile
+    from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 
     prompts = PromptFactory(load_tokenizer(None))
     profile = load_profile("dynamo-mocker-polynomial")

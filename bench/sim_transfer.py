@@ -61,21 +61,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, load_tokenizer
 from pytest_llmreplay.gate.baseline import KEY_TURNS
-from pytest_llmreplay.replayer.driver import replay
-from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.metrics.result import request_values
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.sim.calibrate_run import ENGINE_PARAMETERS, STATISTICS, calibrate_from_run, errors, simulate
 from pytest_llmreplay.sim.measured_run import MeasuredRun
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.target import Target
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 2

@@ -25,11 +25,11 @@ import statistics
 import time
 from pathlib import Path
 
-from pytest_llmreplay.workloads.formats import load_workload
-from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, run_point
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.target import Target
+from pytest_llmreplay.workloads.formats import load_workload
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
+from .errors import LLMReplayError
 from .replayer.clock import Clock, VirtualClock, WallClock
 from .replayer.endpoints import HTTPEndpoint, describe_error
 from .replayer.server_process import ServerProcess
-from .errors import LLMReplayError
 
 KINDS = ("offline", "sim-server", "live")
 DEFAULT_PROFILE = "llama-3.1-8b-h100"

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 from mockserver import free_port
-
-from pytest_llmreplay.workloads.tokenizer import load_tokenizer
-
 from test_plugin_baselines import GIT_ENV, PERF_TEST, git, write_profiles
 from test_plugin_perf import WORKLOAD
+
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 
 @pytest.fixture

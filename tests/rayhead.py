@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from mockserver import free_port
+
 from pytest_llmreplay.replayer import watchdog
 
 STARTED = "Ray runtime started."
@@ -49,7 +50,7 @@ class RayHead:
         self.process: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
 
-    def __enter__(self) -> "RayHead":
+    def __enter__(self) -> RayHead:
         self.folder = Path(tempfile.mkdtemp(prefix="rayhead-", dir="/tmp"))
         port = free_port()
         command = [

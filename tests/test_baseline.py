@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from records import make, rec
 from test_repeats import at95
 
+from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate import baseline, bootstrap
 from pytest_llmreplay.gate.baseline import (
     compare,
@@ -23,11 +23,10 @@ from pytest_llmreplay.gate.baseline import (
     samples,
     tolerances,
 )
+from pytest_llmreplay.gate.store import FolderStore, write_new
 from pytest_llmreplay.gate.stored_record import read_record
-from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.metrics.result import WINDOWS
 from pytest_llmreplay.metrics.slo import check_slos, parse_slos
-from pytest_llmreplay.gate.store import FolderStore, write_new
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,7 +197,7 @@ def test_read_record_directory(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content, missing",
+    ("content", "missing"),
     [
         ([1, 2], "schema, summary, samples, fingerprint"),
         (None, "schema, summary, samples, fingerprint"),
@@ -391,7 +390,7 @@ def test_auto_reference_prefers_origin_head(repo, git_env):
 
 
 @pytest.mark.parametrize(
-    "ref, expected",
+    ("ref", "expected"),
     [
         ("main", ["c3", "c2", "c1"]),
         ("v1", ["c1"]),
@@ -457,7 +456,7 @@ def test_reference_in_a_repository_without_commits(git_env):
 
 
 @pytest.mark.parametrize(
-    "value, expected",
+    ("value", "expected"),
     [
         ("10%", 0.1),
         ("2.5%", 0.025),
@@ -515,7 +514,7 @@ def test_tolerances_overrides():
 
 
 @pytest.mark.parametrize(
-    "key, needle",
+    ("key", "needle"),
     [
         ("itl.p50", "only ttft, tpot, latency"),  # ITL has no samples stored
         ("error_rate.value", "only ttft"),
@@ -696,7 +695,7 @@ def test_same_inputs_same_intervals():
 
 
 @pytest.mark.parametrize(
-    "part, changed, field, words",
+    ("part", "changed", "field", "words"),
     [
         ("fingerprint", {"kind": "sim", "model": "other", "version": "1"}, "model", "endpoint fingerprint differs"),
         ("fingerprint", {"kind": "sim", "model": "m", "version": "2"}, "version", "endpoint fingerprint differs"),

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from test_plugin_baselines import git, no_traceback
 
 from pytest_llmreplay.cli.main import build_parser

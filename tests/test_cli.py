@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pytest_llmreplay import load_workload
-from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.cli.compare import COMPARE_BAD_INPUT
+from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.cli.options import BAD_INPUT
 from pytest_llmreplay.cli.run import RUN_STATUS
 from pytest_llmreplay.cli.sweep import SWEEP_STATUS
@@ -97,7 +97,7 @@ def test_inspect_untimed_agentic_trace(capsys, shared_data):
 
 
 @pytest.mark.parametrize(
-    "name, to",
+    ("name", "to"),
     [
         ("trie/office_work_8k_slice.jsonl", "trie"),
         ("mooncake/mooncake_tiny_arxiv_head16.jsonl", "mooncake"),

@@ -7,7 +7,6 @@ import fnmatch
 import json
 
 import pytest
-
 from mockserver import MockConfig, MockServer, ServerThread
 from test_store import git
 

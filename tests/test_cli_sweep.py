@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from mockserver import MockConfig, MockServer, ServerThread
 
-from pytest_llmreplay.gate.stored_record import read_record
 from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.gate.stored_record import read_record
 from pytest_llmreplay.target import start_sim_server
 
 WORKLOAD = """\
@@ -341,7 +341,7 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (
             ["--slo", "ttft.p99 1s"],

@@ -32,6 +32,7 @@ from mockserver import (
     wait_until_gone,
 )  # noqa: E402
 
+from pytest_llmreplay.errors import LLMReplayError  # noqa: E402
 from pytest_llmreplay.replayer.clock import VirtualClock, WallClock  # noqa: E402
 from pytest_llmreplay.replayer.endpoints import (
     EndpointRequest,
@@ -41,7 +42,6 @@ from pytest_llmreplay.replayer.endpoints import (
     check_endpoint_url,
 )  # noqa: E402
 from pytest_llmreplay.replayer.server_process import ServerProcess  # noqa: E402
-from pytest_llmreplay.errors import LLMReplayError  # noqa: E402
 
 MOCKSERVER = Path(__file__).parent / "mockserver.py"
 PROMPT = "The quick brown fox jumps over the lazy dog while the cat sleeps"
@@ -370,13 +370,18 @@ def test_a_host_name_that_does_not_resolve_says_so():
 
     lookup = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     key = ConnectionKey("llm.example.invalid", 8000, False, True, None, None, None)
-    try:
+
+    def time_out_on_the_lookup() -> None:
         try:
             raise aiohttp.ClientConnectorDNSError(key, lookup) from lookup
         except aiohttp.ClientError as inner:
             raise httpx.ConnectTimeout(str(inner)) from inner
-    except httpx.ConnectTimeout as exc:
-        assert describe_error(exc) == "the host name llm.example.invalid did not resolve (Name or service not known)"
+
+    with pytest.raises(httpx.ConnectTimeout) as caught:
+        time_out_on_the_lookup()
+    assert (
+        describe_error(caught.value) == "the host name llm.example.invalid did not resolve (Name or service not known)"
+    )
 
 
 def test_a_blank_chunk_opening_the_stream_is_no_token(mock):

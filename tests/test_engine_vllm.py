@@ -36,7 +36,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from mockserver import free_port
 from test_cli_sweep import assert_bisected
 from test_plugin_baselines import GIT_ENV, git, stored
@@ -206,7 +205,7 @@ def processes_of(scratch: Path) -> list[int]:
 
 def shared_blocks(ids: list[int], other: list[int]) -> int:
     """How many leading hash ids two requests share."""
-    return next((i for i, (a, b) in enumerate(zip(ids, other)) if a != b), min(len(ids), len(other)))
+    return next((i for i, (a, b) in enumerate(zip(ids, other, strict=False)) if a != b), min(len(ids), len(other)))
 
 
 def mooncake_slice(shared_data: Path) -> list[dict]:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -30,11 +31,11 @@ from mockserver import ServerThread
 from test_engine_vllm import BLOCK, setup_vllm_cpu
 from test_sim_server import tiny_profile
 
-from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.profile import Profile
 from pytest_llmreplay.sim.roofline import ModelSpec
 from pytest_llmreplay.sim.server import SimServer
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 pytestmark = pytest.mark.engine

@@ -131,7 +131,7 @@ INPUTS_CASES = {
 }
 
 
-@pytest.mark.parametrize("entries, line, field, expected", INPUTS_CASES.values(), ids=INPUTS_CASES.keys())
+@pytest.mark.parametrize(("entries", "line", "field", "expected"), INPUTS_CASES.values(), ids=INPUTS_CASES.keys())
 def test_inputs_json_rule_violation(tmp_path, entries, line, field, expected):
     path = tmp_path / "inputs.json"
     path.write_text(inputs_text(entries), encoding="utf-8")
@@ -139,7 +139,7 @@ def test_inputs_json_rule_violation(tmp_path, entries, line, field, expected):
 
 
 @pytest.mark.parametrize(
-    "text, line, field, expected",
+    ("text", "line", "field", "expected"),
     [
         ('{\n  "data": [\n    {"session_id": "a", "payloads": [{"messages": []},]}\n  ]\n}\n', 3, None, "invalid JSON"),
         ('[{"session_id": "a"}]', 1, None, 'expected an object {"data": [...]}, got a list'),
@@ -208,7 +208,7 @@ PAYLOAD_CASES = {
 }
 
 
-@pytest.mark.parametrize("bad, field, expected", PAYLOAD_CASES.values(), ids=PAYLOAD_CASES.keys())
+@pytest.mark.parametrize(("bad", "field", "expected"), PAYLOAD_CASES.values(), ids=PAYLOAD_CASES.keys())
 def test_payload_file_rule_violation(tmp_path, bad, field, expected):
     path = write_jsonl(tmp_path / "payloads.jsonl", [BODY, bad])
     assert_error(path, 2, field, expected, format="aiperf-payloads")

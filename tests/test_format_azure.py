@@ -64,7 +64,7 @@ def test_arrivals_are_relative_to_the_earliest_row_and_sorted(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "stamp, seconds",
+    ("stamp", "seconds"),
     [
         ("2023-11-16 18:17:03", 3.0),
         ("2023-11-16 18:17:03.5", 3.5),
@@ -84,7 +84,7 @@ def test_spaces_and_blank_lines_are_tolerated(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "zone, day",
+    ("zone", "day"),
     [
         ("CET-1CEST,M3.5.0,M10.5.0/3", ("2023-03-26", "2023-03-27")),  # a 23-hour local day
         ("CET-1CEST,M3.5.0,M10.5.0/3", ("2023-10-29", "2023-10-30")),  # a 25-hour local day
@@ -118,7 +118,7 @@ def test_empty_file_has_no_header(tmp_path):
     assert_error(path, 1, None, f"expected the header {HEADER}, got ''")
 
 
-@pytest.mark.parametrize("row, count", [("2023-11-16 18:17:03,5", 2), ("2023-11-16 18:17:03,5,1,0", 4), ("5", 1)])
+@pytest.mark.parametrize(("row", "count"), [("2023-11-16 18:17:03,5", 2), ("2023-11-16 18:17:03,5,1,0", 4), ("5", 1)])
 def test_wrong_column_count(tmp_path, row, count):
     path = write_csv(tmp_path, [HEADER, GOOD, row])
     assert_error(path, 3, None, f"expected 3 columns ({HEADER}), got {count}")
@@ -157,7 +157,7 @@ def test_line_numbers_count_blank_lines(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "name, requests", [("AzureLLMInferenceTrace_code.csv", 8_819), ("AzureLLMInferenceTrace_conv.csv", 19_366)]
+    ("name", "requests"), [("AzureLLMInferenceTrace_code.csv", 8_819), ("AzureLLMInferenceTrace_conv.csv", 19_366)]
 )
 def test_real_traces(shared_data, name, requests):
     workload = load_workload(shared_data / "azure" / name)

@@ -77,7 +77,7 @@ def error_of(call, *args, **kwargs) -> WorkloadError:
     return info.value
 
 
-@pytest.mark.parametrize("text, expected", DETECTED.values(), ids=DETECTED.keys())
+@pytest.mark.parametrize(("text", "expected"), DETECTED.values(), ids=DETECTED.keys())
 def test_detected_and_loaded(tmp_path, text, expected):
     path = write(tmp_path, text)
     assert detect_format(path) == expected
@@ -121,7 +121,7 @@ def test_unknown_format(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "format, options, expected",
+    ("format", "options", "expected"),
     [
         ("trie", {"block_size": 16}, "format 'trie' takes no options; got block_size"),
         ("mooncake", {"block_sizes": 16}, "format 'mooncake' takes block_size; got block_sizes"),
@@ -300,7 +300,7 @@ SHARED_WORKLOADS = {
 NOT_WORKLOADS = {"README.md", "llmservingsim/example_single_run.csv"}
 
 
-@pytest.mark.parametrize("relative, expected", SHARED_WORKLOADS.items(), ids=SHARED_WORKLOADS.keys())
+@pytest.mark.parametrize(("relative", "expected"), SHARED_WORKLOADS.items(), ids=SHARED_WORKLOADS.keys())
 def test_every_shared_trace_loads(shared_data, relative, expected):
     workload = load_workload(shared_data / relative)
     assert (workload.format, len(workload), workload.num_requests, workload.timed) == expected

@@ -226,7 +226,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("bad, field, expected", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize(("bad", "field", "expected"), CASES.values(), ids=CASES.keys())
 def test_rule_violation_names_file_line_field(tmp_path, bad, field, expected):
     path = write_jsonl(tmp_path, [FLAT, bad])
     assert_located(load_error(path), path, 2, field, expected)

@@ -63,7 +63,7 @@ def test_basic_row(tmp_path):
 
 @pytest.mark.parametrize("stamp_key", ["timestamp", "created_time"])
 @pytest.mark.parametrize(
-    "input_key, output_key", [("input_length", "output_length"), ("input_tokens", "output_tokens")]
+    ("input_key", "output_key"), [("input_length", "output_length"), ("input_tokens", "output_tokens")]
 )
 def test_alternative_field_spellings(tmp_path, stamp_key, input_key, output_key):
     record = {stamp_key: 250, input_key: 600, output_key: 20, "hash_ids": [1, 2]}
@@ -72,7 +72,7 @@ def test_alternative_field_spellings(tmp_path, stamp_key, input_key, output_key)
     assert (session.turns[0].input_tokens, session.turns[0].output_tokens) == (600, 20)
 
 
-@pytest.mark.parametrize("input_length, ids", [(1, 1), (512, 1), (513, 2), (1024, 2), (1025, 3)])
+@pytest.mark.parametrize(("input_length", "ids"), [(1, 1), (512, 1), (513, 2), (1024, 2), (1025, 3)])
 def test_hash_ids_cover_the_prompt_last_block_partial(tmp_path, input_length, ids):
     (session,) = load(tmp_path, [row(input_length=input_length, hash_ids=list(range(ids)))]).sessions
     assert session.turns[0].prompt == HashBlocks(tuple(range(ids)), 512)
@@ -93,7 +93,7 @@ def test_custom_block_size(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "input_length, ids, expected",
+    ("input_length", "ids", "expected"),
     [
         (600, [1], "expected ceil(600 / 512) = 2 ids"),
         (1025, [1, 2], "expected ceil(1025 / 512) = 3 ids"),
@@ -210,7 +210,7 @@ def test_independent_row_does_not_replace_a_session_named_like_it(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "key, value, body, stated_output",
+    ("key", "value", "body", "stated_output"),
     [
         ("text_input", "What is ML?", {"messages": [{"role": "user", "content": "What is ML?"}]}, None),
         ("messages", MESSAGES, {"messages": MESSAGES}, None),
@@ -308,13 +308,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("bad, field, expected", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize(("bad", "field", "expected"), CASES.values(), ids=CASES.keys())
 def test_rule_violation_names_file_line_field(tmp_path, bad, field, expected):
     assert_error(tmp_path, [ROW, bad], 2, field, expected)
 
 
 @pytest.mark.parametrize(
-    "key, value", [("text_input", "hi"), ("messages", MESSAGES), ("payload", {"messages": MESSAGES})]
+    ("key", "value"), [("text_input", "hi"), ("messages", MESSAGES), ("payload", {"messages": MESSAGES})]
 )
 def test_hash_ids_with_a_literal_prompt(tmp_path, key, value):
     assert_error(

@@ -94,7 +94,7 @@ def test_later_turns_extend_the_previous_prompt():
     for session in generate_synthetic(spec):
         first, *later = session.turns
         assert (first.input_tokens, first.delay_s, first.prompt) == (100, 0.0, Synthetic())
-        for previous, turn in zip(session.turns, later):
+        for previous, turn in zip(session.turns, later, strict=True):
             assert turn.input_tokens == previous.input_tokens + previous.output_tokens + 100
             assert (turn.prompt, turn.delay_s) == (Synthetic(extends_previous=True), 1.5)
 
@@ -149,7 +149,7 @@ def test_uniform_is_inclusive():
 
 
 @pytest.mark.parametrize(
-    "length, expected",
+    ("length", "expected"),
     [
         (7, 7),
         ({"dist": "fixed", "value": 7}, 7),
@@ -323,7 +323,7 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("params, field, expected", BAD.values(), ids=BAD.keys())
+@pytest.mark.parametrize(("params", "field", "expected"), BAD.values(), ids=BAD.keys())
 def test_bad_parameter_in_code(params, field, expected):
     with pytest.raises(WorkloadError) as info:
         generate_synthetic(SyntheticSpec(**params))
@@ -334,7 +334,7 @@ def test_bad_parameter_in_code(params, field, expected):
 
 
 @pytest.mark.parametrize(
-    "params, field, expected", [BAD[k] for k in ("sessions zero", "rate and interval", "unknown dist")]
+    ("params", "field", "expected"), [BAD[k] for k in ("sessions zero", "rate and interval", "unknown dist")]
 )
 def test_bad_parameter_in_a_file_names_the_file(tmp_path, params, field, expected):
     path = write_spec(tmp_path, json.dumps({"synthetic": params}), "spec.json")
@@ -345,7 +345,7 @@ def test_bad_parameter_in_a_file_names_the_file(tmp_path, params, field, expecte
 
 
 @pytest.mark.parametrize(
-    "text, field, expected",
+    ("text", "field", "expected"),
     [
         (
             "synthetic:\n  sesions: 10\n",
@@ -367,7 +367,7 @@ def test_bad_spec_file(tmp_path, text, field, expected):
 
 
 @pytest.mark.parametrize(
-    "text, message",
+    ("text", "message"),
     [
         (
             "synthetic:\n  sessions: 10\n  turns: [1, 2\n  seed: 3\n",
@@ -403,7 +403,7 @@ def test_invalid_yaml_is_one_line_naming_line_column_and_what_was_expected(tmp_p
 
 
 @pytest.mark.parametrize(
-    "name, text, line, key",
+    ("name", "text", "line", "key"),
     [
         ("spec.json", '{"synthetic": {"sessions": 3, "sessions": 4, "input_tokens": 100}}\n', 1, "sessions"),
         ("spec.json", '{"synthetic": {"sessions": 3},\n "synthetic": {"sessions": 4}}\n', 2, "synthetic"),

@@ -143,7 +143,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("bad, field, expected", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize(("bad", "field", "expected"), CASES.values(), ids=CASES.keys())
 def test_rule_violation_names_file_line_field(tmp_path, bad, field, expected):
     path = write_jsonl(tmp_path, [TRACE, bad])
     with pytest.raises(WorkloadError) as info:
@@ -159,7 +159,7 @@ def test_real_office_slice(shared_data):
     workload = load_workload(path)
     assert (workload.format, workload.timed, len(workload), workload.num_requests) == (FORMAT, False, 8, 193)
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    for session, record in zip(workload.sessions, records):
+    for session, record in zip(workload.sessions, records, strict=True):
         assert len(session.turns) == record["num_turns"] + 1
         assert [(t.input_tokens, t.output_tokens, t.delay_s) for t in session.turns] == expected_turns(record)
         assert 8_000 < session.turns[0].input_tokens < 9_000

@@ -8,11 +8,11 @@ import sys
 
 import numpy as np
 import pytest
+from test_plugin_baselines import git
 
+from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.gate import baseline
 from pytest_llmreplay.gate.baseline import Comparison, Row
-from pytest_llmreplay.cli.main import main
-from pytest_llmreplay.gate.store import FolderStore, result_folder
 from pytest_llmreplay.gate.history import (
     MIN_HISTORY,
     History,
@@ -22,7 +22,7 @@ from pytest_llmreplay.gate.history import (
     prediction_t,
     t_quantile,
 )
-from test_plugin_baselines import git
+from pytest_llmreplay.gate.store import FolderStore, result_folder
 
 TEST = "tests/perf/test_chat.py::test_chat"
 
@@ -122,7 +122,7 @@ def commits(path) -> list[str]:
 
 def seed_store(path, values: list[float]) -> FolderStore:
     store = FolderStore(path / ".llmreplay")
-    for commit, value in zip(commits(path), values):
+    for commit, value in zip(commits(path), values, strict=True):
         store.save(record(value, commit))
     return store
 

@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-
 from records import make, rec
 
 from pytest_llmreplay.metrics.result import Result, itl, latency, prompt_tokens, schedule_lag, stats, tpot, ttft
@@ -585,7 +584,7 @@ def test_itl_and_output_events_keep_records_apart_when_one_has_no_chunks():
     assert result.summary["itl"]["mean"] == approx((0.5 + 0.1 + 0.1 + 0.4) / 4)
     assert result.summary["itl"]["max"] == approx(0.5)
     times, amounts = result._chunks.output_events()
-    assert sorted(zip(times.tolist(), amounts.tolist())) == [
+    assert sorted(zip(times.tolist(), amounts.tolist(), strict=True)) == [
         (1.0, 1.0),
         (1.5, 1.0),
         (2.0, 10.0),

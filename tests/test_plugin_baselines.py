@@ -15,12 +15,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from test_plugin_perf import WORKLOAD  # 8 small sessions: a replay takes well under a second offline
 
 import pytest_llmreplay
 from pytest_llmreplay.gate.history import history_points
 from pytest_llmreplay.gate.store import FolderStore
-
-from test_plugin_perf import WORKLOAD  # 8 small sessions: a replay takes well under a second offline
 
 PERF_TEST = """
 import pytest

@@ -217,7 +217,7 @@ def test_capacity_is_stored_with_every_point_and_gated_on_its_bracket(capacity_p
 
 
 @pytest.mark.parametrize(
-    "marker, message",
+    ("marker", "message"),
     [
         ('capacity={"slo": {"ttft.p90": "< 1s"}}', "capacity.by: missing; expected one of rate, concurrency"),
         (

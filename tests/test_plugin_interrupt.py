@@ -15,7 +15,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from mockserver import free_port
 from test_plugin_perf import refuses_connections
 

@@ -17,8 +17,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from mockserver import free_port, gone, group_members, wait_until_gone
+
 from pytest_llmreplay.sim.profile_files import profile_path
 
 # 8 single-turn sessions, Poisson arrivals: a replay of it takes well under a second offline

@@ -6,9 +6,7 @@ option; a corrupt stored result is one line naming it."""
 
 from __future__ import annotations
 
-
 import pytest
-
 from test_plugin_baselines import TEST_ID, git, no_traceback
 
 from pytest_llmreplay.gate.store_url import open_store
@@ -75,7 +73,7 @@ def test_a_corrupt_stored_result_is_skipped_in_one_line_naming_it(ci):
     # skipped, named, and the result under it is the baseline (issue 31 A1: the gate went off)
     result.stdout.fnmatch_lines(
         [
-            f"Compared with *, stored *",
+            "Compared with *, stored *",
             f"skipped 1 unreadable stored result: {STORE}/{corrupt}: not a stored llmreplay result (*)",
         ]
     )

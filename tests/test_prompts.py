@@ -176,7 +176,7 @@ def test_same_seed_same_tokens_other_seed_other_tokens(tokenizer):
     )
     one, two, other = PromptFactory(tokenizer, 5), PromptFactory(tokenizer, 5), PromptFactory(tokenizer, 6)
     assert one.session_ids(mixed) == two.session_ids(mixed)
-    assert all(a != b for a, b in zip(one.session_ids(mixed), other.session_ids(mixed)))
+    assert all(a != b for a, b in zip(one.session_ids(mixed), other.session_ids(mixed), strict=True))
 
 
 # --- text --------------------------------------------------------------------------------------

@@ -6,11 +6,11 @@ import json
 
 import numpy as np
 import pytest
-
 from mockserver import MockServer, ServerThread
+from test_plugin_baselines import PERF_TEST, stored
+
 from pytest_llmreplay.gate import baseline, bootstrap
 from pytest_llmreplay.gate.repeats import pool_records, run_keys, run_samples
-from test_plugin_baselines import PERF_TEST, stored
 
 
 def at95(draws: bootstrap.Draws) -> tuple[float, float, float]:
@@ -194,16 +194,16 @@ def test_corrupt_runs_in_a_stored_result_is_one_line(project):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            f"Compared with *: no readable stored result of this test there *",
+            "Compared with *: no readable stored result of this test there *",
             f"skipped 1 unreadable stored result: {path}: not a stored llmreplay result (runs: the sizes of ttft do not add up to its * samples)",
         ]
     )
 
 
 def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project):
-    from pytest_llmreplay.workloads.prompts import PromptFactory
     from pytest_llmreplay.sim.profile import load_profile
     from pytest_llmreplay.sim.server import SimServer
+    from pytest_llmreplay.workloads.prompts import PromptFactory
     from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
     server = SimServer(load_profile(str(project.path / "fast.json")), PromptFactory(load_tokenizer(None)))
@@ -282,8 +282,8 @@ def test_runs_that_disagree_several_fold_make_the_comparison_unstable_not_a_regr
     assert comparison.unstable.startswith("the current's 3 runs disagree 4.7x on ttft.p50 (")
     table = baseline.comparison_table(comparison)
     assert ": UNSTABLE, no verdict" in table and f"unstable: {comparison.unstable}" in table
-    from pytest_llmreplay.report.rows import comparison_cell
     from pytest_llmreplay.plugin.verdict import comparison_as_dict
+    from pytest_llmreplay.report.rows import comparison_cell
 
     assert comparison_cell(comparison_as_dict(comparison)) == "UNSTABLE"
     calm = record_of(

@@ -10,15 +10,16 @@ import asyncio
 import os
 import re
 import signal
+from itertools import pairwise
 
 import pytest
 
-from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.endpoints import EndpointRequest, Response
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.workloads.prompts import PromptFactory
-from pytest_llmreplay.replayer.records import cancelled_note
+from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.replayer.driver import Replay, ReplaySettings, replay, session_plan
+from pytest_llmreplay.replayer.endpoints import EndpointRequest, Response
+from pytest_llmreplay.replayer.records import cancelled_note
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.workloads.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
 
@@ -191,7 +192,7 @@ def test_poisson_rate_is_seeded(prompts):
 
     first, again, other = times(1), times(1), times(2)
     assert first == again and first != other
-    gaps = [b - a for a, b in zip(first, first[1:])]
+    gaps = [b - a for a, b in pairwise(first)]
     assert len(set(round(g, 6) for g in gaps)) > 100  # not constant spacing
     assert 0.007 < sum(gaps) / len(gaps) < 0.013  # mean gap near 1 / rate
 
@@ -511,7 +512,6 @@ def test_auto_mode_follows_what_was_given(settings, timed, mode):
 def test_package_replay_is_the_function_whichever_import_came_first(prompts):
     import pytest_llmreplay
     import pytest_llmreplay.replayer.driver  # importing the driver module binds nothing named replay
-
     from pytest_llmreplay import replay as exported
 
     assert exported is replay and pytest_llmreplay.replay is replay

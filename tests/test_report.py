@@ -27,7 +27,7 @@ def table(text: str, title: str) -> tuple[list[str], dict[str, dict[str, str]]]:
         if not line.strip():
             break
         values = cells(line)
-        rows[values[0]] = dict(zip(headers, values))
+        rows[values[0]] = dict(zip(headers, values, strict=True))
     return headers, rows
 
 

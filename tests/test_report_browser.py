@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from browser import chromium, visit
 from test_plugin_baselines import GIT_ENV, git, write_profiles
 

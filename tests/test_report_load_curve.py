@@ -9,12 +9,11 @@ import re
 import xml.etree.ElementTree as ET
 
 import pytest
+from test_cli_sweep import WORKLOAD  # the sweep tests' 40 sessions at 10/s
 
 from pytest_llmreplay.cli.main import main
-from pytest_llmreplay.report.html import html_page, load_curve_section
 from pytest_llmreplay.metrics.units import format_value
-
-from test_cli_sweep import WORKLOAD  # the sweep tests' 40 sessions at 10/s
+from pytest_llmreplay.report.html import html_page, load_curve_section
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -76,7 +75,7 @@ def test_sweep_out_draws_the_load_curve_with_its_slo_lines_and_the_capacity(rate
         assert xs[below] <= line[0][0] < xs[below + 1]
     # the ttft.p90 SLO line lies between the points that met it (below: larger y) and those that did not
     slo_y = vertices(svg, "load-curve-slo-0")[0][1]
-    for point, (_, y) in zip(points, vertices(svg, "load-curve-latency-ttft-p90")):
+    for point, (_, y) in zip(points, vertices(svg, "load-curve-latency-ttft-p90"), strict=True):
         assert (y > slo_y) == (point["slo"]["ttft.p90"] < 0.150), point
     # a cross on every failed point of each latency series
     crosses = group(svg, "load-curve-latency-failed-0").iter(f"{SVG}use")

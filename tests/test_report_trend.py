@@ -8,12 +8,13 @@ from __future__ import annotations
 import sys
 import xml.etree.ElementTree as ET
 
-from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES
-from pytest_llmreplay.gate.history import History, history_points, trend
-from pytest_llmreplay.report.html import trend_section
 from test_history import TEST, commits, record, seed_store
 from test_plugin_baselines import git, head, report_of
 from test_report_load_curve import SVG, group, texts, vertices
+
+from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES
+from pytest_llmreplay.gate.history import History, history_points, trend
+from pytest_llmreplay.report.html import trend_section
 
 STEP = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.120, 0.121, 0.119, 0.120, 0.122, 0.118]  # +20% at the 7th commit
 PLOT = "test-tests-perf-test_chat-py-test_chat-trend-ttft-p50"
@@ -85,7 +86,10 @@ def test_without_history_the_section_is_one_line(repo, monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "otava.analysis", None)  # import fails as if not installed
     block = trend(
-        History([(c, record(v, c)) for c, v in zip(commits(repo), STEP)]), current, ["ttft.p50"], "HEAD~1 (abc)"
+        History([(c, record(v, c)) for c, v in zip(commits(repo), STEP, strict=True)]),
+        current,
+        ["ttft.p50"],
+        "HEAD~1 (abc)",
     )
     assert "none, change points need Apache Otava: pip install &#x27;pytest-llmreplay[history]&#x27;" in one_line(
         trend_section({"test": TEST, "history": block})

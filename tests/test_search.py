@@ -10,20 +10,19 @@ import random
 import signal
 
 import pytest
-
 from records import rec
 
-from pytest_llmreplay.replayer.driver import ReplaySettings
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.workloads.formats import load_workload
-from pytest_llmreplay.metrics.result import stats
-from pytest_llmreplay.workloads.prompts import PromptFactory
-from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, parse_capacity, run_point
 from pytest_llmreplay.gate.history import t_quantile
+from pytest_llmreplay.metrics.result import stats
+from pytest_llmreplay.metrics.slo import parse_slos
+from pytest_llmreplay.replayer.driver import ReplaySettings
+from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, parse_capacity, run_point
 from pytest_llmreplay.search.stop import QueueGrowth, StopRule
 from pytest_llmreplay.sim.profile import load_profile
-from pytest_llmreplay.metrics.slo import parse_slos
 from pytest_llmreplay.target import Target
+from pytest_llmreplay.workloads.formats import load_workload
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 # 60 one-turn sessions: a point replays in a few hundredths of a second offline
@@ -108,7 +107,7 @@ def ran_at(point, by, load):
     return point.settings.mode == "rate" and point.settings.rate == load
 
 
-@pytest.mark.parametrize("by, bounds", [("concurrency", (1, 60)), ("rate", (0.5, 40)), ("rate", (None, None))])
+@pytest.mark.parametrize(("by", "bounds"), [("concurrency", (1, 60)), ("rate", (0.5, 40)), ("rate", (None, None))])
 def test_capacity_lies_within_one_resolution_step_of_an_exhaustive_grid(workload, prompts, grid_capacity, by, bounds):
     plan = CapacityPlan(by=by, slo=SLO, min=bounds[0], max=bounds[1])
     found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
@@ -456,7 +455,7 @@ def test_queue_growth_needs_a_steep_and_certain_trend():
 
 
 @pytest.mark.parametrize(
-    "data, message",
+    ("data", "message"),
     [
         ({"by": "load", "slo": SLO}, "capacity.by: expected one of rate, concurrency, got 'load'"),
         ({"slo": SLO}, "capacity.by: missing"),

@@ -11,10 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from pytest_llmreplay.gate.baseline import workload_digest
-from pytest_llmreplay.workloads.formats import load_workload
-from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity
 from pytest_llmreplay.target import Target, offline_target, start_sim_server
+from pytest_llmreplay.workloads.formats import load_workload
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 # 12 sessions of distinct prompts, no prefix shared between them: offline, no request hits the

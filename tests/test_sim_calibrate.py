@@ -10,13 +10,13 @@ from mockserver import MockServer, ServerThread
 
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.cli.options import BAD_INPUT
-from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.sim.calibrate import CalibrationPlan, calibrate
-from pytest_llmreplay.sim.server import SimServer
 from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.server import SimServer
 from pytest_llmreplay.sim.timing import Batch
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 PROFILE = "llama-3.1-8b-h100"
@@ -43,12 +43,12 @@ def test_the_sweep_recovers_the_servers_timing(sim_url, prompts):
     assert found["name"] == "mine" and timing["kind"] == "table"
     # the prompts' lengths as the server counted them: exactly the planned ones (the same tokenizer)
     assert timing["prefill"]["tokens"] == [256, 2048]
-    for tokens, ms in zip(timing["prefill"]["tokens"], timing["prefill"]["ms"]):
+    for tokens, ms in zip(timing["prefill"]["tokens"], timing["prefill"]["ms"], strict=True):
         # TTFT of a lone request = one prefill iteration, plus the client's and the event loop's share
         expected = profile.timing.iteration_s(Batch(tokens, tokens, 0, 0, 0.0)) * 1000
         assert expected <= ms <= expected * 1.25 + 5
     assert timing["decode"]["seqs"] == [1, 8]
-    for seqs, ms in zip(timing["decode"]["seqs"], timing["decode"]["ms"]):
+    for seqs, ms in zip(timing["decode"]["seqs"], timing["decode"]["ms"], strict=True):
         expected = profile.timing.iteration_s(Batch(0, 0, seqs, seqs * 72, 0.0)) * 1000
         assert ms == pytest.approx(expected, rel=0.1, abs=1.0)
     # block size and GPU blocks come from the server's vllm:cache_config_info, the rest are vLLM's defaults
@@ -173,7 +173,7 @@ def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):
 
 
 @pytest.mark.parametrize(
-    "argv, message",
+    ("argv", "message"),
     [
         (["--prefill-tokens", "512,128"], "--prefill-tokens: expected increasing integers >= 1"),
         (["--decode-seqs", "1,x"], "--decode-seqs: expected comma-separated integers"),

@@ -12,8 +12,6 @@ import pytest
 
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.workloads.formats import load_workload
-from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.sim.calibrate_run import (
     BOUNDS,
     STATISTICS,
@@ -25,6 +23,8 @@ from pytest_llmreplay.sim.calibrate_run import (
 from pytest_llmreplay.sim.measured_run import MIN_REQUESTS, read_run
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
+from pytest_llmreplay.workloads.formats import load_workload
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 BASE = "llama-3.1-8b-h100"  # its efficiencies (the profile's own) are far from TRUTH's
@@ -75,7 +75,7 @@ def vllm_lines(run):
                 "last_token_ts": 100.0 + latency,
             }
         )
-        for i, (ttft, tpot, latency) in enumerate(zip(run.ttft, run.tpot, run.latency))
+        for i, (ttft, tpot, latency) in enumerate(zip(run.ttft, run.tpot, run.latency, strict=True))
     ]
 
 
@@ -213,7 +213,7 @@ GOOD = {"output_toks": 10, "queued_ts": 1.0, "scheduled_ts": 1.1, "first_token_t
 
 
 @pytest.mark.parametrize(
-    "change, message",
+    ("change", "message"),
     [
         ({"first_token_ts": None}, "missing first_token_ts"),
         ({"scheduled_ts": 1.5}, "times out of order"),

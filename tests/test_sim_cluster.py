@@ -13,14 +13,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.replayer.driver import ReplaySettings, replay
 from pytest_llmreplay.sim.cluster import Cluster, ClusterConfig
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.profile import Profile, load_profile
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.workloads.workload import HashBlocks, Session, Synthetic, Turn, Workload
 
@@ -382,7 +382,7 @@ def test_a_duration_limit_cancels_disaggregated_requests_and_frees_every_engine(
 
 
 @pytest.mark.parametrize(
-    "setting, name",
+    ("setting", "name"),
     [
         (dict(router="random"), "router"),
         (dict(engines=0), "engines"),

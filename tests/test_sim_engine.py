@@ -185,12 +185,14 @@ def test_same_inputs_give_identical_times():
     rng = np.random.default_rng(7)
     arrivals = [
         (float(t), rng.integers(0, 50, int(n)).tolist(), int(o))
-        for t, n, o in zip(np.cumsum(rng.exponential(2.0, 40)), rng.integers(4, 60, 40), rng.integers(1, 30, 40))
+        for t, n, o in zip(
+            np.cumsum(rng.exponential(2.0, 40)), rng.integers(4, 60, 40), rng.integers(1, 30, 40), strict=True
+        )
     ]
     config = EngineConfig(block_size=4, num_gpu_blocks=40, max_num_seqs=6, max_num_batched_tokens=32)
     runs = [[(r.times, r.tokens, r.cached, r.preemptions) for r in simulate(config, arrivals)[1]] for _ in range(2)]
     assert runs[0] == runs[1]
-    assert all(sum(tokens) == output for (times, tokens, _, _), (_, _, output) in zip(runs[0], arrivals))
+    assert all(sum(tokens) == output for (times, tokens, _, _), (_, _, output) in zip(runs[0], arrivals, strict=True))
 
 
 def _hand_outs(hand_out_s):

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.workloads.prompts import Conversation, KeyedPrompt, PromptFactory
 from pytest_llmreplay.replayer.driver import ReplaySettings, replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.kvcache import block_hashes, segment_block_hashes
 from pytest_llmreplay.sim.polynomial import PolynomialTiming
 from pytest_llmreplay.sim.profile import Profile
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.workloads.prompts import Conversation, KeyedPrompt, PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.workloads.workload import HashBlocks, Session, Synthetic, TokenIds, Turn, Workload
 
@@ -42,7 +42,7 @@ def shared(a, b):
 
 
 def same_at(a, b):
-    return [x == y for x, y in zip(a, b)]
+    return [x == y for x, y in zip(a, b, strict=True)]
 
 
 # --- segment_block_hashes ----------------------------------------------------------------------

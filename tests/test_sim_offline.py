@@ -7,14 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.metrics.result import Result
-from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.replayer.driver import ReplaySettings, replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.polynomial import PolynomialTiming
 from pytest_llmreplay.sim.profile import Profile, load_profile
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import PIECE_CHARS, load_tokenizer
 from pytest_llmreplay.workloads.workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload
 

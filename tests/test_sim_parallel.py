@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from pytest import approx
+from test_sim_cluster import engine_index, run_cluster, stub_profile
 
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.sim.cluster import ClusterConfig
@@ -14,7 +14,6 @@ from pytest_llmreplay.sim.profile import derive_num_gpu_blocks, parse_profile, w
 from pytest_llmreplay.sim.profile_files import profile_path
 from pytest_llmreplay.sim.roofline import HardwareSpec, ModelSpec, RooflineTiming
 from pytest_llmreplay.sim.timing import Batch
-from test_sim_cluster import engine_index, run_cluster, stub_profile
 
 # A toy MoE: 1e9 dense parameters and 4 experts of 1e9 each, 1 routed per token, 2-byte weights:
 # N = 5e9, A = 2e9, N_exp = (N - A) / (1 - k/E) = 3e9 / 0.75 = 4e9 (16 layers, hidden 1024).
@@ -54,13 +53,13 @@ def test_expert_parallel_halves_each_ranks_expert_bytes_at_equal_tokens_in_the_l
     )
     dense = 1e9 * 2
     # one engine, 2 tokens: each expert touched with probability 1 - 0.75^2 = 0.4375 -> 8e9 B * 0.4375
-    assert weights_read(one, 2) == approx(dense + 8e9 * 0.4375)
+    assert weights_read(one, 2) == pytest.approx(dense + 8e9 * 0.4375)
     # two EP ranks, 1 token each: 2 tokens in every MoE layer, each rank holds 2 experts (4e9 B)
-    assert weights_read(dp2, 1) == approx(dense + 4e9 * 0.4375)
-    assert weights_read(dp2, 1) - dense == approx((weights_read(one, 2) - dense) / 2)
+    assert weights_read(dp2, 1) == pytest.approx(dense + 4e9 * 0.4375)
+    assert weights_read(dp2, 1) - dense == pytest.approx((weights_read(one, 2) - dense) / 2)
     # resident weights per GPU: the dense part on each, the experts split over the two
-    assert weight_bytes_per_gpu(MOE, dp2.hardware) == approx(2e9 + 8e9 / 2)
-    assert weight_bytes_per_gpu(MOE, one.hardware) == approx(10e9)
+    assert weight_bytes_per_gpu(MOE, dp2.hardware) == pytest.approx(2e9 + 8e9 / 2)
+    assert weight_bytes_per_gpu(MOE, one.hardware) == pytest.approx(10e9)
 
 
 def test_expert_dispatch_and_combine_cost_two_collectives_per_moe_layer():
@@ -70,17 +69,19 @@ def test_expert_dispatch_and_combine_cost_two_collectives_per_moe_layer():
         "g", **GPU, gpus=2, data_parallel=2, expert_parallel=True, interconnect_bandwidth=1e9, allreduce_latency_us=10.0
     )
     timing = RooflineTiming(MOE, hardware)
-    assert timing.breakdown(Batch(100, 100, 0, 0, 0.0))["comm_s"] == approx(16 * 2 * (10e-6 + 100 * 1024 * 2 / 1e9))
+    assert timing.breakdown(Batch(100, 100, 0, 0, 0.0))["comm_s"] == pytest.approx(
+        16 * 2 * (10e-6 + 100 * 1024 * 2 / 1e9)
+    )
     # four ranks: each collective moves three ranks' shares
     four = HardwareSpec(
         "g", **GPU, gpus=4, data_parallel=4, expert_parallel=True, interconnect_bandwidth=1e9, allreduce_latency_us=10.0
     )
-    assert RooflineTiming(MOE, four).breakdown(Batch(100, 100, 0, 0, 0.0))["comm_s"] == approx(
+    assert RooflineTiming(MOE, four).breakdown(Batch(100, 100, 0, 0, 0.0))["comm_s"] == pytest.approx(
         16 * 2 * (10e-6 + 3 * 100 * 1024 * 2 / 1e9)
     )
     # only the MoE layers gather: 3 of 16 dense layers (DeepSeek's first_k_dense_replace) take no part
     partly = ModelSpec(**{**MOE.__dict__, "moe_layers": 13})
-    assert RooflineTiming(partly, hardware).breakdown(Batch(100, 100, 0, 0, 0.0))["comm_s"] == approx(
+    assert RooflineTiming(partly, hardware).breakdown(Batch(100, 100, 0, 0, 0.0))["comm_s"] == pytest.approx(
         13 * 2 * (10e-6 + 100 * 1024 * 2 / 1e9)
     )
 
@@ -136,7 +137,7 @@ def test_mla_caches_the_latent_and_the_rope_key_per_layer():
     kv_only = (
         timing.breakdown(Batch(0, 0, 1, 1000, 0.0))["memory_s"] - timing.breakdown(Batch(0, 0, 1, 0, 0.0))["memory_s"]
     )
-    assert kv_only == approx(2 * 512 * 1000 / 2e12)
+    assert kv_only == pytest.approx(2 * 512 * 1000 / 2e12)
 
 
 def routed(router, arrivals, profile=None):
@@ -195,7 +196,7 @@ def test_a_data_parallel_profile_is_one_server_of_dp_engines_balanced_by_vllm(tm
 
 
 @pytest.mark.parametrize(
-    "change, message",
+    ("change", "message"),
     [
         (
             dict(interconnect_bandwidth=None),

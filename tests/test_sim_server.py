@@ -19,25 +19,26 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 from mockserver import ServerThread, wait_until_gone
 
-from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.sim import lag_window
 from pytest_llmreplay.sim.cluster import ClusterConfig
 from pytest_llmreplay.sim.engine import EngineConfig
-from pytest_llmreplay.sim import lag_window
 from pytest_llmreplay.sim.faults import FaultConfig
-from pytest_llmreplay.sim.server import READY, SimServer
 from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.sim.roofline import ModelSpec
+from pytest_llmreplay.sim.server import READY, SimServer
 from pytest_llmreplay.target import start_sim_server
+from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import PIECE_CHARS, load_tokenizer
 
 BLOCK = 16
@@ -758,7 +759,7 @@ def test_a_prompt_past_the_context_is_refused_with_vllms_message(context_sim):
 
 
 @pytest.mark.parametrize(
-    "path, body",
+    ("path", "body"),
     [
         (
             "/v1/chat/completions",
@@ -852,7 +853,8 @@ def test_error_rate_fails_the_requests_the_seed_says(prompts):
 def _cut_stream(url: str, body: dict[str, Any], timeout: float = 1.0) -> int:
     """Stream ``body``; the tokens received before the server closed the connection early."""
     received: list[Any] = []
-    with pytest.raises(httpx.RemoteProtocolError):  # not a timeout: the server closed the connection
+
+    def read_stream() -> None:
         with HTTP.stream(
             "POST", url + "/v1/completions", json={**body, "stream": True, "return_token_ids": True}, timeout=timeout
         ) as response:
@@ -860,6 +862,9 @@ def _cut_stream(url: str, body: dict[str, Any], timeout: float = 1.0) -> int:
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     received.append(line[6:] if line == "data: [DONE]" else json.loads(line[6:]))
+
+    with pytest.raises(httpx.RemoteProtocolError):  # not a timeout: the server closed the connection
+        read_stream()
     assert "[DONE]" not in received
     return len(streamed_ids(received))
 
@@ -1105,9 +1110,9 @@ def test_openai_sdk_chat_and_completions(sdk_url, prompts):
 
 
 def test_replay_an_agentic_workload_against_the_server(sim, prompts):
-    from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
     from pytest_llmreplay.metrics.result import Result
     from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+    from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 
     workload = generate(SyntheticSpec(sessions=6, input_tokens=48, output_tokens=6, turns=3, seed=3))
     assert workload.num_requests == 18

@@ -14,10 +14,10 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.polynomial import PolynomialTiming
 from pytest_llmreplay.sim.profile import GIB, Profile, derive_num_gpu_blocks, engine_timing, load_profile, parse_profile
+from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
 from pytest_llmreplay.sim.roofline import HardwareSpec, ModelSpec, RooflineTiming
 from pytest_llmreplay.sim.timing import Batch, JitteredTiming
 from pytest_llmreplay.sim.timing_table import TableTiming
-from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
 
 BENCH_META = (
     Path(__file__).resolve().parents[1]

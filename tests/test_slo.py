@@ -4,7 +4,6 @@ breach table and ``Result.assert_slo``; expected figures worked out by hand in t
 from __future__ import annotations
 
 import pytest
-
 from records import make, rec
 
 from pytest_llmreplay.errors import LLMReplayError
@@ -32,7 +31,7 @@ def check(key, threshold, summary, extra=()):
 
 
 @pytest.mark.parametrize(
-    "key, threshold, value, unit",
+    ("key", "threshold", "value", "unit"),
     [
         ("ttft.p99", "< 2s", 2.0, "s"),
         ("ttft.p99", "< 250ms", 0.25, "ms"),
@@ -63,7 +62,7 @@ def test_units_convert_to_the_metrics_own_unit(key, threshold, value, unit):
 
 
 @pytest.mark.parametrize(
-    "key, threshold, value",
+    ("key", "threshold", "value"),
     [
         ("cache_hit_rate.mean", ">= 0.8", 0.8),  # a fraction
         ("error_rate", "== 0", 0.0),
@@ -84,7 +83,7 @@ def test_a_bare_number_is_in_the_metrics_own_unit(key, threshold, value):
 
 
 @pytest.mark.parametrize(
-    "key, threshold, written",
+    ("key", "threshold", "written"),
     [
         ("ttft.p90", "< 500", "< 500"),
         ("ttft.p99", "<1000", "< 1000"),
@@ -105,7 +104,7 @@ def test_a_time_without_a_unit_is_refused(key, threshold, written):
 
 
 @pytest.mark.parametrize(
-    "key, threshold",
+    ("key", "threshold"),
     [
         ("ttft.p99", "< -1s"),
         ("tpot.p50", "<= -0.5ms"),
@@ -137,7 +136,7 @@ def test_every_operator(op):
 
 
 @pytest.mark.parametrize(
-    "threshold, op, text",
+    ("threshold", "op", "text"),
     [
         ("<2s", "<", "<2s"),
         ("< 2 s", "<", "< 2 s"),
@@ -185,7 +184,7 @@ def test_the_count_of_a_time_metric_takes_no_time_unit():
 
 
 @pytest.mark.parametrize(
-    "key, threshold, value",
+    ("key", "threshold", "value"),
     [
         # 35%, 70%, 95% and 9 ms are values where n * 0.01 (or n * 1e-3) is not the double nearest
         # to n / 100: the threshold must be the same number the user would get writing 0.35
@@ -253,7 +252,7 @@ def test_a_throughput_metric_needs_a_rate(key):
 
 
 @pytest.mark.parametrize(
-    "key, expected",
+    ("key", "expected"),
     [
         ("ttft.p100", "mean"),
         ("ttft.steady_state", "p99"),  # a rate on a distribution
@@ -271,7 +270,7 @@ def test_wrong_statistic_for_the_metric_family(key, expected):
 
 
 @pytest.mark.parametrize(
-    "key, message",
+    ("key", "message"),
     [
         ("error_rate.p50", "SLO 'error_rate.p50': error_rate takes no statistic such as 'p50'; write error_rate alone"),
         (
@@ -290,7 +289,7 @@ def test_a_single_figure_is_named_by_its_metric_alone(key, message):
 
 
 @pytest.mark.parametrize(
-    "key, threshold, unit, family",
+    ("key", "threshold", "unit", "family"),
     [
         ("ttft.p99", "< 80%", "%", "time"),
         ("ttft.p99", "< 2 tok/s", "tok/s", "time"),
@@ -485,7 +484,7 @@ def test_bare_threshold_margin_has_no_unit():
 
 
 @pytest.mark.parametrize(
-    "op, measured, passed",
+    ("op", "measured", "passed"),
     [
         ("<", 2.0, False),
         ("<=", 2.0, True),
@@ -504,7 +503,7 @@ def test_pass_or_fail_at_the_boundary(op, measured, passed):
     assert c.passed is passed
 
 
-@pytest.mark.parametrize("op, status", [("<", "BREACH"), ("<=", "ok"), (">", "BREACH"), (">=", "ok"), ("==", "ok")])
+@pytest.mark.parametrize(("op", "status"), [("<", "BREACH"), ("<=", "ok"), (">", "BREACH"), (">=", "ok"), ("==", "ok")])
 def test_zero_margin_row(op, status):
     c = check("ttft.p99", f"{op} 2s", {"ttft": {"p99": 2.0}})
     assert c.margin == 0
@@ -581,7 +580,7 @@ def test_breach_table_lists_every_slo_not_just_the_first_failure():
     assert lines[0].split() == ["metric", "threshold", "measured", "margin", "status"]
     body = lines[2:]  # after the header's dashes
     assert len(body) == 6
-    for line, key in zip(body, SLOS):
+    for line, key in zip(body, SLOS, strict=True):
         assert line.startswith(key)
     assert [line.split()[-1] for line in body] == ["ok", "BREACH", "BREACH", "ok", "ok", "BREACH"]
     assert "not measured" in body[5]
@@ -740,7 +739,7 @@ def test_result_goodput_exactly_at_a_percent_threshold_meets_it():
 
 
 @pytest.mark.parametrize(
-    "key, threshold, stat, value",
+    ("key", "threshold", "stat", "value"),
     [
         ("goodput", ">= 5 req/s", "rate", 5.0),  # req/s on goodput: the rate of good requests
         ("goodput.rate", ">= 5", "rate", 5.0),
@@ -755,7 +754,7 @@ def test_goodput_rate_and_capacity_keys(key, threshold, stat, value):
 
 
 @pytest.mark.parametrize(
-    "key, threshold, message",
+    ("key", "threshold", "message"),
     [
         ("capacity", ">= 8 req/s", "name a statistic, e.g. 'capacity.rate'"),
         ("capacity.rate", ">= 8 tok/s", "unit 'tok/s' does not fit capacity.rate (a request rate metric)"),
@@ -794,7 +793,7 @@ def test_result_goodput_rate_is_good_requests_over_the_measured_span():
 
 
 @pytest.mark.parametrize(
-    "key, spellings, written",
+    ("key", "spellings", "written"),
     [
         ("ttft.p99", ["<1s", "< 1s", "<  1.0 s", "< 1000ms", "< 1000000us"], ("ttft.p99", "< 1s")),
         ("ttft.p90", ["<150ms", "< 0.15s", "< 150.0 ms"], ("ttft.p90", "< 150ms")),

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmreplay.gate import baseline
-from pytest_llmreplay.gate.stored_record import read_record
 from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.gate import baseline
 from pytest_llmreplay.gate.git_store import GitStore
 from pytest_llmreplay.gate.store import STALE_TEMPORARY_S, FolderStore, FsspecStore, redact, result_folder, write_new
 from pytest_llmreplay.gate.store_url import open_store
+from pytest_llmreplay.gate.stored_record import read_record
 
 ROOT = Path(__file__).resolve().parent.parent
 

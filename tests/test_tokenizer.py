@@ -9,8 +9,8 @@ import pytest
 from pytest_llmreplay import LLMReplayError
 from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import (
-    PIECE_CHARS,
     BUNDLED_PATH,
+    PIECE_CHARS,
     FastTokenizer,
     TransformersTokenizer,
     encode_within,

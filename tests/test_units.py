@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from pytest_llmreplay.gate.baseline import Comparison, Row, comparison_table
+from pytest_llmreplay.metrics.units import display_unit, format_value, significant
 from pytest_llmreplay.report.files import markdown
 from pytest_llmreplay.report.rows import endpoint_text, headline, overview_row, slo_rows
-from pytest_llmreplay.metrics.units import display_unit, format_value, significant
 
 
 @pytest.mark.parametrize(
-    "value, text",
+    ("value", "text"),
     [
         (0.1288, "0.1288"),
         (128.8, "128.8"),
@@ -32,7 +32,7 @@ def test_significant_has_four_digits_no_exponent(value, text):
 
 
 @pytest.mark.parametrize(
-    "metric, value, text",
+    ("metric", "value", "text"),
     [
         ("ttft", 0.1288, "128.8 ms"),  # under 10 s: ms
         ("ttfat", 9.5, "9,500 ms"),

@@ -9,31 +9,26 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
-import time
 import signal
+import subprocess
 import sys
+import time
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
 import pytest
-
 from mockserver import MockConfig, MockServer, ServerThread, free_port
 from rayhead import RayHead
+
 from pytest_llmreplay.cli.main import main
-from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import Part, ReplaySettings, replay
-from pytest_llmreplay.replayer.records import RequestRecord
-from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.metrics.result import Result, tpot, ttft
-from pytest_llmreplay.workloads.prompts import PromptFactory
-from pytest_llmreplay.report.terminal import client_line
+from pytest_llmreplay.replayer.clock import VirtualClock
+from pytest_llmreplay.replayer.driver import Part, ReplaySettings, replay
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.records import RequestRecord
 from pytest_llmreplay.replayer.server_process import ServerProcess
-from pytest_llmreplay.sim.endpoint import SimEndpoint
-from pytest_llmreplay.sim.profile import load_profile
-from pytest_llmreplay.sim.server import READY
-from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.replayer.workers import (
     LEAD_S,
     RAY_EXTRA,
@@ -44,6 +39,12 @@ from pytest_llmreplay.replayer.workers import (
     start_ray,
     unfinished_records,
 )
+from pytest_llmreplay.report.terminal import client_line
+from pytest_llmreplay.sim.endpoint import SimEndpoint
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.server import READY
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 MOCK = MockConfig(ttft_s=0.02, itl_s=0.002)
@@ -132,7 +133,7 @@ def test_cli_refuses_workers_on_the_virtual_clock(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "options, message",
+    ("options", "message"),
     [
         (["--llm-workers", "0"], "--llm-workers / llm_workers: expected an integer >= 1, got '0'"),
         (
@@ -266,9 +267,9 @@ def test_two_workers_on_the_simulators_server_measure_each_request_as_one_proces
     runs = [{r.session_id: r for r in run.records} for run in (offline, one, two)]
     assert all(list(run) == list(runs[0]) and {r.status for r in run.values()} == {"ok"} for run in runs)
     expected = [ttft(r) for r in runs[0].values()]
-    assert min(b - a for a, b in zip(expected, expected[1:])) > 4 * SIM_TTFT_TOLERANCE_S  # the queue builds as designed
+    assert min(b - a for a, b in pairwise(expected)) > 4 * SIM_TTFT_TOLERANCE_S  # the queue builds as designed
     for reference, measured in zip(
-        runs, runs[1:]
+        runs, runs[1:], strict=True
     ):  # the server against the offline replay; 2 workers against 1 process
         for request, record in measured.items():
             assert ttft(record) == pytest.approx(ttft(reference[request]), abs=SIM_TTFT_TOLERANCE_S), request
@@ -315,7 +316,7 @@ def test_a_killed_worker_is_reported_and_the_others_records_kept(ray_instance, p
 
 
 @pytest.mark.parametrize(
-    "ini, options", [("", ["--llm-workers", "2"]), ("llm_workers = 2\n", [])], ids=["option", "ini"]
+    ("ini", "options"), [("", ["--llm-workers", "2"]), ("llm_workers = 2\n", [])], ids=["option", "ini"]
 )
 def test_plugin_option_runs_the_replay_on_workers(ray_instance, pytester, ini, options):
     pytester.makeini("[pytest]\n" + ini)

@@ -22,8 +22,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .options import BAD_INPUT, add_engine_options, engine_overrides, integer, out_file_option
 from ..errors import LLMReplayError
+from .options import BAD_INPUT, add_engine_options, engine_overrides, integer, out_file_option
 
 
 def add_from_run_options(parser: Any) -> None:
@@ -70,10 +70,10 @@ def _write_out(profile: dict[str, Any], out: Path) -> None:
 
 def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Path) -> int:
     """The workload is read in its detected format (as ``llmreplay run`` does without ``--format``)."""
-    from ..workloads.formats import load_workload
-    from ..workloads.prompts import PromptFactory
     from ..sim.calibrate_run import calibrate_from_run, check_fit, report_lines
     from ..sim.measured_run import read_run
+    from ..workloads.formats import load_workload
+    from ..workloads.prompts import PromptFactory
     from ..workloads.tokenizer import load_tokenizer
 
     if args.endpoint:
@@ -122,8 +122,8 @@ def _points(option: str, text: str) -> tuple[int, ...]:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from ..replayer.endpoints import HTTPEndpoint
-    from ..workloads.prompts import PromptFactory
     from ..sim.calibrate import CalibrationPlan, calibrate
+    from ..workloads.prompts import PromptFactory
     from ..workloads.tokenizer import load_tokenizer
 
     out = out_file_option("--out", args.out, "the simulator profile")

@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .options import BAD_INPUT, open_store_option
 from ..errors import LLMReplayError
-from ..report.rows import endpoint_text
 from ..gate.store import result_folder
+from ..report.rows import endpoint_text
+from .options import BAD_INPUT, open_store_option
 
 
 def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str, str]:
@@ -71,8 +71,8 @@ def _history(store: Any, test: str, commit: str, leave_out: str, current: dict[s
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..gate.baseline import compare, comparison_table, gated_tolerances
-    from ..gate.stored_record import read_record
     from ..gate.history import gate_with_history
+    from ..gate.stored_record import read_record
 
     overrides = _regression_overrides(args.regression)  # every option is checked before anything is read or printed
     if args.test and args.store is None:

@@ -18,8 +18,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from .options import BAD_INPUT, open_store_option
 from ..errors import LLMReplayError
+from .options import BAD_INPUT, open_store_option
 
 
 def cmd_history(args: argparse.Namespace) -> int:
@@ -62,7 +62,7 @@ def _series_table(history: Any, key: str, figure: str) -> str:
     if not values:
         return f"{key}: not measured"
     levels = level_means(values, points)
-    rows = [[commit[:12], format_figure(figure, value)] for commit, value in zip(commits_of, values)]
+    rows = [[commit[:12], format_figure(figure, value)] for commit, value in zip(commits_of, values, strict=True)]
     for i in points:
         if levels[i - 1]:
             rows[i].append(

@@ -27,8 +27,10 @@ import argparse
 import re
 import signal
 import sys
-from typing import NoReturn, Sequence
+from collections.abc import Sequence
+from typing import NoReturn
 
+from ..errors import LLMReplayError
 from .calibrate import add_calibrate_parser
 from .compare import add_compare_parser
 from .history import add_history_parser
@@ -36,7 +38,6 @@ from .options import integer, load_workload_file
 from .run import add_run_parser
 from .sim import add_sim_parser
 from .sweep import add_sweep_parser
-from ..errors import LLMReplayError
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

@@ -174,7 +174,7 @@ ENGINE_OPTIONS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batch
 def add_engine_options(group: Any, *defaults: str) -> None:
     """--block-size, --num-gpu-blocks, --max-num-seqs, --max-num-batched-tokens (vLLM's names)."""
     helps = ("KV block size", "KV blocks per engine", "running requests at most", "tokens per iteration at most")
-    for key, text, default in zip(ENGINE_OPTIONS, helps, defaults):
+    for key, text, default in zip(ENGINE_OPTIONS, helps, defaults, strict=True):
         group.add_argument("--" + key.replace("_", "-"), type=int, metavar="N", help=f"{text} (default: {default})")
 
 

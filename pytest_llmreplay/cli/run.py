@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import LLMReplayError
 from .options import (
     BAD_INPUT,
     header,
@@ -24,7 +25,6 @@ from .options import (
     remember_http_only_defaults,
     share,
 )
-from ..errors import LLMReplayError
 
 # llmreplay run's exit statuses (README: "exit status"); a signal's is 128 + its number; bad input,
 # bad usage included (cli.CommandParser), is 3, as compare's and sweep's
@@ -33,12 +33,12 @@ RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_su
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..gate.baseline import interrupted_note, workload_digest
+    from ..metrics.result import Result
+    from ..replayer.driver import Replay, ReplaySettings
     from ..replayer.endpoints import HTTPEndpoint, extra_body
     from ..replayer.server_process import ServerProcess
-    from ..metrics.result import Result
-    from ..workloads.prompts import PromptFactory
-    from ..replayer.driver import Replay, ReplaySettings
     from ..report.terminal import render
+    from ..workloads.prompts import PromptFactory
     from ..workloads.tokenizer import load_tokenizer
 
     workload = load_workload_file(args, args.file)

@@ -7,8 +7,8 @@ import argparse
 import re
 from typing import Any
 
-from .options import add_engine_options, engine_overrides, number, share
 from ..errors import LLMReplayError
+from .options import add_engine_options, engine_overrides, number, share
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -16,11 +16,11 @@ def cmd_sim(args: argparse.Namespace) -> int:
     import dataclasses
     import socket
 
-    from ..workloads.prompts import PromptFactory
     from ..sim.cluster import ClusterConfig
     from ..sim.faults import FaultConfig
-    from ..sim.server import SimServer, ready_line, serve
     from ..sim.profile import MAX_JITTER, load_profile
+    from ..sim.server import SimServer, ready_line, serve
+    from ..workloads.prompts import PromptFactory
     from ..workloads.tokenizer import load_tokenizer
 
     cluster = ClusterConfig(

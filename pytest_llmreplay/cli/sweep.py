@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..errors import LLMReplayError
 from .options import (
     BAD_INPUT,
     ignored_with_sim,
@@ -41,7 +42,6 @@ from .options import (
     out_folder_option,
     remember_http_only_defaults,
 )
-from ..errors import LLMReplayError
 
 # llmreplay sweep's exit statuses (README: "Capacity at SLO"); a signal's is 128 + its number; bad
 # input, bad usage included (cli.CommandParser), is 3, as run's and compare's
@@ -116,9 +116,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..gate.baseline import git_state, interrupted_note, make_record, workload_digest
     from ..gate.store import write_new
     from ..replayer.driver import ReplaySettings
-    from ..workloads.prompts import PromptFactory
-    from ..search.capacity import find_capacity
     from ..replayer.signal_stop import SignalStop
+    from ..search.capacity import find_capacity
+    from ..workloads.prompts import PromptFactory
     from ..workloads.tokenizer import load_tokenizer
 
     plan = plan_from(args)

@@ -44,20 +44,21 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
 from ..errors import LLMReplayError
+from ..metrics.units import format_figure
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
 from .stored_record import SCHEMA
-from ..metrics.units import format_figure
 
 CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
 SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
@@ -445,7 +446,7 @@ def compare(
         row.change, row.paired = draws.point, paired
         tested.append((row, metric, draws))
     for (row, metric, draws), (confidence, significant) in zip(
-        tested, holm_levels([draws for _, _, draws in tested], 1 - CONFIDENCE)
+        tested, holm_levels([draws for _, _, draws in tested], 1 - CONFIDENCE), strict=True
     ):
         row.low, row.high = draws.interval(confidence)
         row.confidence, row.p_value = confidence, draws.p_value()
@@ -515,7 +516,7 @@ def comparison_table(comparison: Comparison) -> str:
         return f"{title}: {comparison.mismatch}"
     rows = [comparison_cells(row) for row in comparison.rows]
     count = len(comparison.regressions)
-    title += f": UNSTABLE, no verdict" if comparison.unstable else f": {count} regression{'s' if count != 1 else ''}"
+    title += ": UNSTABLE, no verdict" if comparison.unstable else f": {count} regression{'s' if count != 1 else ''}"
     lines = [f"unstable: {comparison.unstable}"] if comparison.unstable else []
     return "\n".join([title, tabulate(rows, headers=COMPARISON_HEADERS, tablefmt="simple"), *lines])
 

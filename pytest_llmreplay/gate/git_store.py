@@ -18,9 +18,9 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from ..errors import LLMReplayError
 from .store import FolderStore, Store, redact, refuse_password

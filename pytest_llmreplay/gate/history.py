@@ -46,11 +46,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from itertools import pairwise
+from typing import Any
 
-from .baseline import CONFIDENCE, LOWER_IS_WORSE, Comparison, mismatch
 from ..errors import LLMReplayError
+from .baseline import CONFIDENCE, LOWER_IS_WORSE, Comparison, mismatch
 from .repeats import run_count
 from .store import Store
 
@@ -188,7 +190,11 @@ def change_points(values: list[float], max_pvalue: float = CHANGE_POINT_PVALUE) 
 def metric_series(history: History, key: str) -> tuple[list[str], list[float], list[int]]:
     """(commits, values, change point indices) of ``key`` over ``history``, oldest first,
     results that did not measure it left out: what a trend plot draws."""
-    pairs = [(commit, value) for (commit, _), value in zip(history.points, history.values(key)) if value is not None]
+    pairs = [
+        (commit, value)
+        for (commit, _), value in zip(history.points, history.values(key), strict=True)
+        if value is not None
+    ]
     commits, values = [c for c, _ in pairs], [v for _, v in pairs]
     return commits, values, change_points(values)
 
@@ -197,7 +203,7 @@ def level_means(values: list[float], points: list[int]) -> list[float]:
     """Each value's level: the mean of the values between the change points around it."""
     bounds = [0, *points, len(values)]
     out: list[float] = []
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in pairwise(bounds):
         out += [statistics.fmean(values[start:end])] * (end - start)
     return out
 

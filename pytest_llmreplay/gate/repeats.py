@@ -21,7 +21,8 @@ is what the comparison's two-level bootstrap resamples
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ def pool_records(records: list[Mapping[str, Any]], facts: list[Mapping[str, Any]
     names = list(first["samples"])
     runs = [
         {"sizes": {name: len(r["samples"].get(name, [])) for name in names}, "summary": r["summary"], **fact}
-        for r, fact in zip(records, facts)
+        for r, fact in zip(records, facts, strict=True)
     ]
     return {
         **first,

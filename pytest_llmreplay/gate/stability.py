@@ -26,10 +26,11 @@ server); otherwise the load on the machine changed between runs.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
-from .repeats import run_samples
 from ..metrics.units import format_figure
+from .repeats import run_samples
 
 UNSTABLE_FIGURES = ("ttft.p50", "ttft.p90", "tpot.p50", "latency.p50", "ttfat.p50")
 UNSTABLE_SPREAD = 3.0  # largest / smallest of one side's runs' values of a figure

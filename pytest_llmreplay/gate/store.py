@@ -40,10 +40,11 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..errors import LLMReplayError
 from .stored_record import parse_record

@@ -50,18 +50,19 @@ after 423 tokens``, ``... after 21 tokens``) are one cause with the range (``aft
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from pathlib import Path
 from itertools import chain
 from operator import attrgetter
-from typing import Any, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..errors import LLMReplayError
-from ..replayer.records import ReplayRun, RequestRecord
 from ..replayer.endpoints import TOKENS_SO_FAR
+from ..replayer.records import ReplayRun, RequestRecord
 from .names import REQUEST_METRICS, SESSION_METRICS
 
 STEADY_SKIP = 0.2
@@ -281,7 +282,7 @@ class Chunks:
         outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.float64, count=len(self.records))
         scale = np.divide(outputs, counted, out=np.zeros_like(outputs), where=counted > 0)
         amounts = self.tokens * np.repeat(scale, self.lengths)
-        bare = [r for r, n in zip(self.records, counted) if not n and r.end_s is not None]
+        bare = [r for r, n in zip(self.records, counted, strict=True) if not n and r.end_s is not None]
         times = np.concatenate([self.times, [r.end_s for r in bare]])
         return times, np.concatenate([amounts, [float(r.output_tokens) for r in bare]])
 

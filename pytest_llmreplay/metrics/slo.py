@@ -26,9 +26,10 @@ from __future__ import annotations
 import math
 import operator
 import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from ..errors import LLMReplayError
 from .names import GOODPUT_METRICS, RATES, REQUEST_METRICS, SESSION_METRICS, STATS
@@ -105,7 +106,7 @@ class SLO:
             return f"{sign}{significant(abs(margin) * 100)} pts"
         return sign + self.show(abs(margin))
 
-    def check(self, summary: Mapping[str, Mapping[str, float]]) -> "Check":
+    def check(self, summary: Mapping[str, Mapping[str, float]]) -> Check:
         measured = summary.get(self.metric, {}).get(self.stat)
         if measured is None or (isinstance(measured, float) and math.isnan(measured)):
             return Check(self, None, None, False)

@@ -16,7 +16,7 @@ a count or a plugin's metric bare. ``format_value("ttft", 0.1288)`` is ``128.8 m
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 TIME_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "schedule_lag", "session_latency", "ttfat")
 SHARE_METRICS = ("cache_hit_rate", "eligible_cache_hit_rate", "error_rate", "goodput")

@@ -16,6 +16,7 @@ the mode (``--llm-offline`` or ``--llm-endpoint``): the ini file may configure t
 from __future__ import annotations
 
 import os
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def warn_if_a_value_moved_the_rootdir(config: pytest.Config) -> None:
     places = [invocation] + [_existing_dir(invocation, arg.split("::")[0]) for arg in config.args]
     base = Path(os.path.commonpath([str(p) for p in places if p is not None]))
     args = [str(arg) for arg in config.invocation_params.args]
-    for flag, value in zip(args, args[1:]):
+    for flag, value in pairwise(args):
         folder = _existing_dir(invocation, value) if flag in flags else None
         if folder is not None and not folder.is_relative_to(base):
             found = f"configfile {config.inipath}" if config.inipath else "no configfile"

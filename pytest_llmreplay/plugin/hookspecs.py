@@ -14,7 +14,8 @@ Implement them in a ``conftest.py`` or a plugin module::
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from ..errors import LLMReplayError
-from .options import option, seed_option, server_timeout_option, check_bool_options, workers_option
+from .options import check_bool_options, option, seed_option, server_timeout_option, workers_option
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -211,11 +211,11 @@ class LLMSession:
         ``repeats``; (the Result, with plugins' metrics added to its summary; the run's seed and
         cache reset, see :mod:`~pytest_llmreplay.gate.repeats`). Generated prompts are salted with
         ``salt`` (the workload's digest): see :meth:`~pytest_llmreplay.workloads.prompts.PromptFactory.salted`."""
-        from ..workloads.formats import load_workload
         from ..metrics.result import Result
-        from ..replayer.driver import Replay
         from ..metrics.slo import parse_slos, per_request_limits
+        from ..replayer.driver import Replay
         from ..target import no_cache_reset_note
+        from ..workloads.formats import load_workload
 
         workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
         target = self.target

@@ -25,9 +25,10 @@ in one mapping is an error naming its line: ``formats._yaml``) and TOML with ``t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import LLMReplayError, WorkloadError
 from ..replayer.driver import ReplaySettings

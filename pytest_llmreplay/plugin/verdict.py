@@ -25,10 +25,12 @@ the test is reported ``interrupted``, not failed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
+from ..errors import LLMReplayError
 from ..gate.baseline import (
     Comparison,
     compare,
@@ -40,7 +42,6 @@ from ..gate.baseline import (
     slo_rows,
 )
 from ..gate.repeats import pool_records, repeats_line
-from ..errors import LLMReplayError
 from ..gate.store import Store, result_folder, write_new
 from ..metrics.slo import breach_table, check_slos, parse_slos
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import selectors
 import time
-from typing import Any, Coroutine, Protocol, TypeVar
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 SETTLE_S = 1e-9  # the virtual clock's settle step: one loop resolution
@@ -81,7 +82,7 @@ class _JumpingSelector(selectors.DefaultSelector):
     blocks for real, as any event loop with nothing to do does.
     """
 
-    def __init__(self, clock: "VirtualClock") -> None:
+    def __init__(self, clock: VirtualClock) -> None:
         super().__init__()
         self._clock = clock
 

@@ -54,16 +54,17 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from .clock import Clock, WallClock
-from .endpoints import Endpoint, EndpointRequest, Response, describe_error
 from ..errors import LLMReplayError
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
-from .records import ReplayRun, RequestRecord, cancelled_note
 from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
+from .clock import Clock, WallClock
+from .endpoints import Endpoint, EndpointRequest, Response, describe_error
+from .records import ReplayRun, RequestRecord, cancelled_note
 
 MODES = ("auto", "timestamps", "concurrency", "rate")
 ARRIVALS = ("poisson", "constant")
@@ -404,18 +405,18 @@ class Replay:
         if not any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for session in self.plan for turn in session.turns):
             return
         if self.endpoint.api == "chat" or self.prompt_format == "text":
-            self.prompts.word_texts
+            _ = self.prompts.word_texts  # a cached property: computed here, read by every request
         elif self.prompt_format == "ids" or any(
             extends_previous(session, index) for session in self.plan for index in range(1, len(session.turns))
         ):
-            self.prompts.words
+            _ = self.prompts.words
 
     async def _drive(self, concurrency: int | None) -> None:
         if self.interrupted or self.stopped:  # a signal came while the endpoint was opening: send nothing
             return
         tasks = self._tasks
         if self.mode == "concurrency":
-            queue = iter(zip(self.indices, self.plan))
+            queue = iter(zip(self.indices, self.plan, strict=True))
             tasks.extend(
                 asyncio.ensure_future(self._worker(queue)) for _ in range(min(concurrency or 1, len(self.plan)))
             )
@@ -452,7 +453,7 @@ class Replay:
             await self._session(index, session, now)
 
     async def _dispatch(self, tasks: list[asyncio.Task]) -> None:
-        for index, session, offset in zip(self.indices, self.plan, self.offsets):
+        for index, session, offset in zip(self.indices, self.plan, self.offsets, strict=True):
             due = self._start + offset
             if self._closed(due):
                 return

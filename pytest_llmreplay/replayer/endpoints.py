@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
-from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk
-from .clock import Clock, WallClock
 from ..errors import LLMReplayError
+from .clock import Clock, WallClock
+from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk
 
 APIS = ("chat", "completions")
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}

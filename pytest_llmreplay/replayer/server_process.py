@@ -15,13 +15,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
+from ..errors import LLMReplayError
 from . import watchdog
 from .clock import Clock, WallClock
 from .endpoints import base_url
-from ..errors import LLMReplayError
 
 
 class ServerProcess:
@@ -86,7 +87,7 @@ class ServerProcess:
         self.process: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         self.start()
         return self
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 DEFAULT_EFFECTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
@@ -36,7 +37,7 @@ class SignalStop:
         self._replay: Any = None  # the replay running now (a driver.Replay)
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "SignalStop":
+    def __enter__(self) -> SignalStop:
         if threading.current_thread() is threading.main_thread():
             self._previous = {signum: signal.signal(signum, self._handle) for signum in SIGNALS}
         return self

@@ -50,15 +50,16 @@ import os
 import signal
 import socket
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
-from typing import Any, Callable, Sequence
+from typing import Any
 
+from ..errors import LLMReplayError
+from ..workloads.workload import Workload
 from .clock import WallClock
 from .driver import Part, Replay, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
-from ..errors import LLMReplayError
 from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note
-from ..workloads.workload import Workload
 
 RAY_EXTRA = "pip install 'pytest-llmreplay[ray]'"
 LEAD_S = 1.0  # from handing out the start instant to the start: workers open their endpoint meanwhile
@@ -113,7 +114,7 @@ def unfinished_records(
         if record.status != "ok":
             ended.add(record.session_index)
     failed = []
-    for position, (index, session) in enumerate(zip(part.indices, part.sessions)):
+    for position, (index, session) in enumerate(zip(part.indices, part.sessions, strict=True)):
         offset = part.offsets[position] if part.offsets is not None else at_s
         if index in ended or (deadline_s is not None and offset >= deadline_s):
             continue
@@ -255,7 +256,7 @@ class RayWorkers:
         self._interrupted_at = 0.0  # seconds from the start
         self._start = 0.0  # the driver's clock reading of the run's common start
 
-    def __enter__(self) -> "RayWorkers":
+    def __enter__(self) -> RayWorkers:
         self.start()
         return self
 
@@ -321,7 +322,7 @@ class RayWorkers:
         start_epoch = clock.epoch() + LEAD_S
         start = self._start = clock.at_epoch(start_epoch)
         running = []
-        for k, (positions, cap) in enumerate(zip(shards, caps)):
+        for k, (positions, cap) in enumerate(zip(shards, caps, strict=True)):
             part = Part(
                 tuple(positions),
                 tuple(plan[p] for p in positions),

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import LLMReplayError
 from .rows import OVERVIEW_HEADERS, SLO_HEADERS, comparison_rows, headline, overview_row, slo_rows

@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..gate.baseline import COMPARISON_HEADERS
+from ..metrics.slo import Check
+from ..metrics.units import format_value
 from .rows import (
     OVERVIEW_HEADERS,
     SLO_HEADERS,
@@ -37,8 +40,6 @@ from .rows import (
     slo_rows,
     stored_checks,
 )
-from ..metrics.slo import Check
-from ..metrics.units import format_value
 
 # (metric, plot title, what one sample is)
 CDF_METRICS = (
@@ -85,7 +86,7 @@ def html_table(
     body = []
     for index, row in enumerate(rows):
         cells = []
-        for column, (header, cell) in enumerate(zip(headers, row)):
+        for column, (header, cell) in enumerate(zip(headers, row, strict=True)):
             css = cell_class(header, cell)
             text = NUMBER_UNIT.sub("\\1&nbsp;\\2", html.escape(cell))
             if column == 0 and links is not None:

@@ -21,7 +21,8 @@ the HTML report (:func:`~pytest_llmreplay.report.html.load_curve_section`) and a
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..errors import LLMReplayError
 from ..metrics.units import format_value, in_unit
@@ -126,7 +127,7 @@ def _draw_series(
             label=label,
             gid=f"{plot_id}-{label.replace(' ', '-').replace('.', '-')}",
         )
-        bad = [(px, py) for px, py, f in zip(x, shown, failed) if f and py == py]
+        bad = [(px, py) for px, py, f in zip(x, shown, failed, strict=True) if f and py == py]
         if bad:
             axes.plot(
                 [px for px, _ in bad],

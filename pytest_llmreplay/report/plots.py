@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..metrics.units import display_unit, in_unit, significant
 
@@ -51,7 +52,7 @@ def new_figure(*titles: str) -> tuple[Any, list[Any]]:
 
     figure = Figure(figsize=(SIZE_IN[0] * len(titles), SIZE_IN[1]), dpi=100, layout="constrained")
     panels = list(figure.subplots(1, len(titles), squeeze=False)[0])
-    for axes, title in zip(panels, titles):
+    for axes, title in zip(panels, titles, strict=True):
         axes.set_title(title, fontsize=11, loc="left")
         axes.grid(True, which="major", color="#dddddd", linewidth=0.8)
         axes.set_axisbelow(True)

@@ -17,8 +17,9 @@ unit (:mod:`pytest_llmreplay.metrics.units`).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import LLMReplayError
 from ..metrics.slo import Check, parse_slo

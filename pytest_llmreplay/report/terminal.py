@@ -17,7 +17,8 @@ measured run in the report overview's columns, each value in its unit.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..metrics.result import Result
 
@@ -153,8 +154,8 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
     ``llmreplay sweep`` prints it) when some run searched one."""
     from tabulate import tabulate
 
-    from .rows import OVERVIEW
     from ..metrics.units import format_value
+    from .rows import OVERVIEW
 
     def capacity(figures: Mapping[str, float]) -> str:
         at_least = "at least " if figures.get("llmreplay.capacity.at_least") else ""

@@ -15,7 +15,9 @@ differently coloured point, named in the legend.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from itertools import pairwise
+from typing import Any
 
 from .plots import THIS_RUN, THRESHOLD
 
@@ -36,8 +38,8 @@ def trend_svg(plot_id: str, key: str, series: Mapping[str, Any], reference: str)
     from matplotlib.ticker import FixedLocator
 
     from ..gate.history import level_means
-    from .plots import new_axes, svg_of, value_axis
     from ..metrics.units import in_unit
+    from .plots import new_axes, svg_of, value_axis
 
     commits: Sequence[str] = series["commits"]
     values: Sequence[float] = series["values"]
@@ -72,7 +74,7 @@ def trend_svg(plot_id: str, key: str, series: Mapping[str, Any], reference: str)
     )
     levels = [in_unit(level, unit) for level in level_means(list(values), list(points))]
     bounds = [0, *points, len(values)]
-    for index, (start, end) in enumerate(zip(bounds, bounds[1:])):
+    for index, (start, end) in enumerate(pairwise(bounds)):
         axes.hlines(
             levels[start],
             start - 0.3,

@@ -55,23 +55,24 @@ from __future__ import annotations
 
 import math
 import pickle
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
-from ..replayer.driver import Replay, ReplaySettings, session_plan
-from ..replayer.records import ReplayRun, RequestRecord
 from ..errors import LLMReplayError
 from ..metrics.result import Result
+from ..metrics.slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
+from ..replayer.driver import Replay, ReplaySettings, session_plan
+from ..replayer.records import ReplayRun, RequestRecord
+from ..replayer.signal_stop import SignalStop
 from ..workloads.prompts import PromptFactory
+from ..workloads.workload import Workload
 from .outcome import Capacity, Point, carried_rate
 from .stop import OPEN_LOOP_MODES, QueueGrowth, StopRule
-from ..replayer.signal_stop import SignalStop
-from ..metrics.slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
-from ..workloads.workload import Workload
 
 BY = ("rate", "concurrency")
 ARRIVALS = ("poisson", "constant", "trace")
@@ -364,7 +365,9 @@ class Search:
                 if not self.interrupted:
                     self.fresh_server()
                 done.append(self.run_here(job))
-        points = [self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(runs, done)]
+        points = [
+            self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(runs, done, strict=True)
+        ]
         if self.interrupted:
             raise Interrupted(self.interrupted)
         return points

@@ -20,15 +20,16 @@ says so in one line.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any
 
-from ..replayer.driver import ReplaySettings
 from ..metrics.result import Result
+from ..metrics.slo import Check
+from ..replayer.driver import ReplaySettings
 from ..replayer.records import ReplayRun
 from .stop import OPEN_LOOP_MODES
-from ..metrics.slo import Check
 
 CARRIED_SHARE = 0.8  # an open-loop point carried its load when it served at least this share of it (module docstring)
 # roles of the closed-loop runs that only say where a rate search looks (search/capacity.py's docstring)
@@ -150,7 +151,7 @@ class CapacityResult(Result):
     lowest run), with the search's settings (so two commits' searches compare) and
     ``summary["capacity"]`` = {by: capacity, ``low``, ``high`` (the bracket), ``runs``}."""
 
-    def __init__(self, run: ReplayRun, gpus: int, goodput: Mapping[str, float], capacity: "Capacity") -> None:
+    def __init__(self, run: ReplayRun, gpus: int, goodput: Mapping[str, float], capacity: Capacity) -> None:
         super().__init__(run, gpus, goodput)
         self.capacity = capacity
         self.summary["capacity"] = capacity.figures()
@@ -282,7 +283,7 @@ class Capacity:
             table = tabulate(
                 [
                     [f"{p.role}, {p.settings.concurrency} in flight"] + row
-                    for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates))
+                    for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates), strict=True)
                 ],
                 headers=["estimate (closed loop)", "carried req/s", "verdict"] + keys + tail,
                 tablefmt="simple",

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
-from ..replayer.records import RequestRecord
 from ..gate.history import t_quantile
 from ..metrics.result import latency, tpot, ttft
 from ..metrics.slo import OPERATORS, SLO
+from ..replayer.records import RequestRecord
 
 # per-request metrics an SLO's percentile bound is counted on
 REQUEST_VALUE = {"ttft": ttft, "tpot": tpot, "latency": latency}

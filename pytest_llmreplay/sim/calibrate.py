@@ -25,17 +25,18 @@ import json
 import re
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ..replayer.clock import WallClock
-from ..replayer.endpoints import HTTPEndpoint, describe_error
 from ..errors import LLMReplayError
 from ..metrics.result import itl, ttft
-from ..workloads.prompts import PromptFactory
+from ..replayer.clock import WallClock
 from ..replayer.driver import ReplaySettings, replay
+from ..replayer.endpoints import HTTPEndpoint, describe_error
+from ..workloads.prompts import PromptFactory
 from ..workloads.workload import Session, Synthetic, Turn, Workload
 from .profile import parse_profile
 

@@ -56,17 +56,18 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from ..errors import LLMReplayError
 from ..gate.baseline import KEY_TURNS
+from ..metrics.result import request_values
 from ..replayer.clock import VirtualClock
 from ..replayer.driver import ReplaySettings, replay
-from ..errors import LLMReplayError
-from ..metrics.result import request_values
 from ..workloads.prompts import PromptFactory
 from ..workloads.workload import Workload
 from .endpoint import SimEndpoint
@@ -328,7 +329,8 @@ def calibrate_from_run(
 
     def values_at(point: np.ndarray) -> dict[str, float]:
         return {
-            name: BOUNDS[name][0] * (BOUNDS[name][1] / BOUNDS[name][0]) ** float(u) for name, u in zip(searched, point)
+            name: BOUNDS[name][0] * (BOUNDS[name][1] / BOUNDS[name][0]) ** float(u)
+            for name, u in zip(searched, point, strict=True)
         }
 
     def replayed(values: Mapping[str, float]) -> MeasuredRun:

@@ -43,11 +43,11 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
-from ..replayer.clock import Clock
 from ..errors import LLMReplayError
+from ..replayer.clock import Clock
 from ..workloads.prompts import stable_hash
 from .engine import Engine, SimRequest, Tokens
 from .profile import Profile, engine_timing

@@ -28,16 +28,17 @@ request cancelled by the replay (duration limit) is aborted in its engine, relea
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from ..errors import LLMReplayError
 from ..replayer.clock import Clock
 from ..replayer.endpoints import EndpointRequest, Response
-from ..errors import LLMReplayError
 from ..workloads.prompts import KeyedPrompt, PromptFactory, stable_hash
 from ..workloads.tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig
-from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 from .profile import Profile
+from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 
 
 class SimEndpoint:

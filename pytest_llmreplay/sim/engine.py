@@ -56,8 +56,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, Union
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ from ..workloads.prompts import KeyedPrompt
 from .kvcache import KVCache, block_hashes, segment_block_hashes
 from .timing import Batch, TimingModel
 
-Tokens = Union[Sequence[int], KeyedPrompt]
+Tokens = Sequence[int] | KeyedPrompt
 _TIMER = object()  # what the engine's wake-up future holds when its iteration timer fired
 TIMING_WINDOW = 31  # iterations whose wake-up lateness and hand-out time set the next lead (medians)
 MAX_LATE_S = 0.005  # bounds of the early start (module docstring): a stalled machine must not
@@ -436,7 +437,7 @@ class Engine:
                 mid = (low + high + 1) // 2
                 low, high = (mid, high) if blocks_needed(mid) <= free else (low, mid - 1)
             k = low
-        for request, room in zip(decodes, rooms):
+        for request, room in zip(decodes, rooms, strict=True):
             if room < k:
                 request.blocks += self.cache.allocate(-((room - k) // size))
         seqs = len(decodes)

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 
 def block_hashes(ids: Sequence[int], block_size: int, parent: int = 0, start: int = 0) -> list[int]:
@@ -111,7 +111,7 @@ class KVCache:
     def register(self, blocks: Sequence[int], hashes: Sequence[int]) -> None:
         """Name full blocks by their hashes so later requests can hit them (first one wins)."""
         hash_of, cached = self.hash_of, self.cached
-        for block, h in zip(blocks, hashes):
+        for block, h in zip(blocks, hashes, strict=True):
             if hash_of[block] is None and h not in cached:
                 hash_of[block] = h
                 cached[h] = block

@@ -19,7 +19,7 @@ the last ``size`` lags.
 from __future__ import annotations
 
 import asyncio
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from ..gate.baseline import KEY_TURNS
 from ..errors import LLMReplayError
+from ..gate.baseline import KEY_TURNS
 
 MIN_REQUESTS = 10  # fewer cannot give a percentile worth fitting, nor two halves
 METRICS = ("ttft", "tpot", "latency")
@@ -55,7 +55,7 @@ class MeasuredRun:
     def metric(self, name: str) -> np.ndarray:
         return getattr(self, name)
 
-    def subset(self, mask: np.ndarray) -> "MeasuredRun":
+    def subset(self, mask: np.ndarray) -> MeasuredRun:
         return MeasuredRun(
             self.path, self.keys[mask], self.ttft[mask], self.tpot[mask], self.latency[mask], self.from_client
         )
@@ -173,7 +173,7 @@ def _result_json(path: Path) -> list[tuple[float, ...]]:
             raise LLMReplayError(f"{path}: samples.{name}: missing (the per-request {name} of each request)")
         if isinstance(values, list) and isinstance(names, list) and len(values) != len(names):
             raise LLMReplayError(f"{path}: samples.{name}: {len(values)} values for {len(names)} sample_keys")
-        found[name] = dict(zip(names or [], values or []))
+        found[name] = dict(zip(names or [], values or [], strict=False))
     rows = []
     for key, ttft in found["ttft"].items():
         latency = found["latency"].get(key)

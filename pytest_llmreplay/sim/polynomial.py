@@ -22,7 +22,8 @@ The coefficients (``prefill_coefficients``, ``decode_coefficients`` as [a, b, c]
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
-from typing import Any, Mapping, NoReturn, Sequence
+from typing import Any, NoReturn
 
 from ..errors import LLMReplayError
 from .engine import MAX_GPU_BLOCKS, EngineConfig
@@ -205,7 +207,7 @@ class _Fields:
         for item in value:
             if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item) or item < 0:
                 self.fail(name, f"must hold numbers >= 0, got {item!r}")
-        if increasing and any(b <= a for a, b in zip(value, value[1:])):
+        if increasing and any(b <= a for a, b in pairwise(value)):
             self.fail(name, "must be strictly increasing")
         return [float(v) for v in value]
 

@@ -28,7 +28,8 @@ each below :func:`vocabulary_size`, the larger of the model's vocabulary and the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from ..workloads.tokenizer import Tokenizer

@@ -56,19 +56,20 @@ import random
 import re
 import signal
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from aiohttp import web
 
-from ..replayer.clock import WallClock
 from ..errors import LLMReplayError
+from ..replayer.clock import WallClock
 from ..workloads.prompts import PromptFactory, stable_hash
 from ..workloads.tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig, Job, transfer_s_per_token
 from .faults import Fault, FaultConfig
 from .lag_window import LagWindow
-from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 from .profile import Profile
+from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 
 LAG_WINDOW = 100_000
 READY = re.compile(r"^llmreplay sim: .* on (http://\S+) \(Ctrl-C stops\)$", re.MULTILINE)  # reads ready_line's URL back
@@ -256,7 +257,10 @@ class SimServer:
         )
         for name, help_text, quantiles, found in summaries:
             lines += [f"# HELP llmreplay:sim_{name} {help_text}", f"# TYPE llmreplay:sim_{name} summary"]
-            lines += [f'llmreplay:sim_{name}{{quantile="{q}"}} {float(value)}' for q, value in zip(quantiles, found)]
+            lines += [
+                f'llmreplay:sim_{name}{{quantile="{q}"}} {float(value)}'
+                for q, value in zip(quantiles, found, strict=True)
+            ]
             lines.append(f"llmreplay:sim_{name}_count {count}")
         return "\n".join(lines) + "\n"
 

@@ -10,7 +10,8 @@ polynomial: iteration = (prefill(P) [P > 0] + decode [D > 0]) / 1000 s.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

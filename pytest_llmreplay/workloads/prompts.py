@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class PromptFactory:
         """The hint that ends such a message: ``use <which> (--option)``."""
         return f"use {which}" + (f" ({self.tokenizer_option})" if self.tokenizer_option else "")
 
-    def salted(self, salt: str) -> "PromptFactory":
+    def salted(self, salt: str) -> PromptFactory:
         """A factory for the same tokenizer whose seed is ``stable_hash(seed, salt)``: with a
         workload's digest as the salt, two workloads never share generated tokens (session
         ``s0`` of one and of another, or hash id 0 of two traces), so on a real engine one test

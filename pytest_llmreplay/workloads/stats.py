@@ -21,8 +21,9 @@ earliest)::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from itertools import pairwise
 
 import numpy as np
 
@@ -83,7 +84,7 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
     history = sum(
         prev.input_tokens + prev.output_tokens
         for session in workload.sessions
-        for prev, turn in zip(session.turns, session.turns[1:])
+        for prev, turn in pairwise(session.turns)
         if isinstance(turn.prompt, Synthetic) and turn.prompt.extends_previous
     )
     return WorkloadStats(

@@ -11,8 +11,9 @@ never added: the ids are the prompt's own.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 from ..errors import LLMReplayError
 

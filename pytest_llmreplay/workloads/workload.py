@@ -15,9 +15,10 @@ Times are seconds (float). ``Session.arrival_s`` is the offset from the start of
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Union
+from typing import Any
 
 from ..errors import WorkloadError
 
@@ -66,7 +67,7 @@ class Synthetic:
     extends_previous: bool = False
 
 
-PromptSource = Union[TokenIds, HashBlocks, Payload, Synthetic]
+PromptSource = TokenIds | HashBlocks | Payload | Synthetic
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ lengths, as text too, with the session's tokenizer, so the lengths a server sees
 generated prompts (hash blocks, synthetic) re-encode to the very same ids.
 """
 
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -48,5 +49,5 @@ def test_mooncake_requests_that_share_hash_ids_share_prompt_tokens(llm_workload,
 def test_trie_turns_grow_by_response_and_tool_output(llm_workload, llm_prompts):
     session = llm_workload("workloads/trie_office_work_8k_slice.jsonl").sessions[0]
     prompts = llm_prompts.session_ids(session)
-    for before, after in zip(prompts, prompts[1:]):
+    for before, after in pairwise(prompts):
         assert after[: len(before)] == before

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 from ...errors import LLMReplayError, WorkloadError
 from ..workload import Workload, check_limits
+from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 from ._fields import too_deep
 from ._text import text_lines
-from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 
 FORMATS: dict[str, ModuleType] = {
     module.NAME: module for module in (llmservingsim, mooncake, trie, aiperf_payloads, aiperf_inputs, azure, synthetic)

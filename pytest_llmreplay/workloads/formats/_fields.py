@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any, Collection, Iterator
+from typing import Any
 
 from ...errors import WorkloadError
 from ._text import text_lines
@@ -110,7 +111,7 @@ class Fields:
         name = f"{self.prefix}{key}" if key is not None else (self.prefix.rstrip(".") or None)
         return WorkloadError(message, path=self.path, line=self.line, field=name)
 
-    def child(self, obj: Any, key: str) -> "Fields":
+    def child(self, obj: Any, key: str) -> Fields:
         """The nested object ``obj`` found under ``key`` (e.g. ``sub_requests[2]``)."""
         name = f"{self.prefix}{key}"
         if not isinstance(obj, dict):

@@ -5,8 +5,8 @@ the line), not a bare "not a text file"."""
 from __future__ import annotations
 
 import codecs
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ...errors import WorkloadError
 

@@ -6,7 +6,8 @@ text can fail to be YAML into one :class:`YamlProblem`, so both say it in one li
 
 from __future__ import annotations
 
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 from ._fields import too_deep
 

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Iterator
-
 
 from ...errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
@@ -105,7 +104,7 @@ def _failing_entry_line(text: str, error: type[Exception]) -> int:
     nesting too deep) starts; 1 when the fault is outside the entries."""
     line = 1
     try:
-        for line in _entry_starts(text, json.JSONDecoder(object_pairs_hook=unique_keys)):
+        for _line in _entry_starts(text, json.JSONDecoder(object_pairs_hook=unique_keys)):
             pass
     except error:
         return line
@@ -117,6 +116,6 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     losses = Losses(NAME)
     bodies = payload_bodies(workload, NAME, losses)
     notes = losses.settle(allow_loss)
-    data = [{"session_id": s.id, "payloads": b} for s, b in zip(workload.sessions, bodies)]
+    data = [{"session_id": s.id, "payloads": b} for s, b in zip(workload.sessions, bodies, strict=True)]
     Path(path).write_text(json.dumps({"data": data}, indent=2) + "\n", encoding="utf-8")
     return notes

@@ -65,7 +65,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
         return notes
     path.mkdir(parents=True, exist_ok=True)
     width = len(str(len(bodies)))
-    for number, (session, session_bodies) in enumerate(zip(workload.sessions, bodies)):
+    for number, (session, session_bodies) in enumerate(zip(workload.sessions, bodies, strict=True)):
         safe = re.sub(r"[^A-Za-z0-9._-]+", "_", session.id)
         write_json_lines(path / f"{number:0{width}d}-{safe}.jsonl", session_bodies)
     return notes + ["directory mode: files are numbered to keep the session order"]

@@ -120,7 +120,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
         if len(requests) == 1:
             rows.append({**requests[0], "arrival_time_ns": arrival})
             continue
-        for request, following in zip(requests, session.turns[1:] + (None,)):
+        for request, following in zip(requests, session.turns[1:] + (None,), strict=True):
             request["tool_duration_ns"] = round(following.delay_s / NS) if following else 0
         rows.append({"session_id": session.id, "arrival_time_ns": arrival, "sub_requests": requests})
     notes = losses.settle(allow_loss)

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Union
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class Distribution:
         return np.maximum(values, 0.0)
 
 
-Length = Union[int, float, Distribution, Mapping[str, Any]]
+Length = int | float | Distribution | Mapping[str, Any]
 
 
 @dataclass(frozen=True)

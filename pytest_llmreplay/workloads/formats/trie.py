@@ -46,7 +46,7 @@ def _session(row: Fields, line: int) -> Session:
     tool_outputs = row.int_list("tool_call_output_length", minimum=0)
     latencies = row.number_list("tool_call_latency")
     final = row.int("final_assistant_response_length", minimum=1)
-    for key, values in zip(LIST_FIELDS, (responses, tool_outputs, latencies)):
+    for key, values in zip(LIST_FIELDS, (responses, tool_outputs, latencies), strict=True):
         if len(values) != num_turns:
             raise row.error(key, f"must have num_turns = {num_turns} entries, got {len(values)}")
 
