@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from enum import IntEnum
 from importlib.metadata import version
 from typing import Any
 
@@ -1479,3 +1480,27 @@ def test_llmreplay_sim_fault_rate_as_a_percentage():
 
     args = build_parser().parse_args(["sim", "--fault-stall-rate", "5%", "--fault-stall-s", "0"])
     assert (args.fault_stall_rate, args.fault_stall_s) == (0.05, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "accepted"),
+    [
+        ([0, 5, 99], True),
+        ([3, IntEnum("Id", {"A": 7}).A], True),  # an int subclass, checked item by item
+        ([], False),
+        ([1, -1], False),
+        ([1, True], False),
+        ([1, 2.0], False),
+        ([1, "2"], False),
+        ("12", False),  # not a list
+        ([1, 100], False),  # out of a vocabulary of 100
+    ],
+)
+def test_token_id_prompts_are_checked_item_by_item(prompt, accepted):
+    from pytest_llmreplay.sim.request_fields import BadRequest, check_token_ids
+
+    if accepted:
+        check_token_ids(prompt, 100)
+    else:
+        with pytest.raises(BadRequest):
+            check_token_ids(prompt, 100)

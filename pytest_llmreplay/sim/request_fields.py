@@ -121,11 +121,16 @@ def vocabulary_size(profile: Profile, tokenizer: Tokenizer) -> int:
 
 def check_token_ids(prompt: Any, vocab_size: int) -> None:
     """:class:`BadRequest` naming ``prompt`` unless it is a non-empty list of integers >= 0 below
-    ``vocab_size`` (0: no bound)."""
+    ``vocab_size`` (0: no bound). Plain ints are checked by ``type``, ``min`` and ``max`` in C (a
+    replay's prompts hold millions of ids); a list holding anything else is checked item by item."""
     if (
         not isinstance(prompt, list)
         or not prompt
-        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
+        or not (
+            set(map(type, prompt)) == {int}
+            and min(prompt) >= 0
+            or all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
+        )
     ):
         raise BadRequest(
             "prompt: expected a non-empty string or a non-empty list of token ids (integers >= 0)", "prompt"

@@ -211,8 +211,8 @@ class PromptFactory:
         exactly ``len(ids)`` tokens.
         """
         table = self.word_texts
-        if table is not None and all(t in table for t in ids):
-            return "".join([table[t] for t in ids]), list(ids)
+        if table is not None and table.keys() >= set(ids):  # set and map: C loops over 10^5-10^6 ids
+            return "".join(map(table.__getitem__, ids)), list(ids)
         vocab = self.tokenizer.vocab_size
         bad = next((t for t in ids if not 0 <= t < vocab), None)
         if bad is not None:
