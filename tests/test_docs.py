@@ -1,0 +1,60 @@
+"""The docs site (mkdocs.yml, docs/) builds with ``mkdocs build --strict``: a broken link or
+anchor, a missing page or a generator that fails is an error (marker ``docs``). The generated
+references hold every option of the code, and the metrics page the formulas of the docstrings."""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_llmreplay.cli.main import build_parser
+from pytest_llmreplay.plugin.options import OPTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_site(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """``mkdocs build --strict`` of the repository's site into ``tmp_path``, from the repository
+    root (the snippets, bench/README.md and the CI workflow, are read relative to it)."""
+    site = tmp_path / "site"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice on every build
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(ROOT / "mkdocs.yml"), "-d", str(site)],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return done, site
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+@pytest.mark.docs
+def test_the_site_builds_strict_with_every_option_and_formula(tmp_path):
+    done, site = build_site(tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    cli = html.unescape((site / "reference" / "cli" / "index.html").read_text())
+    for name, command in subcommands().items():
+        assert f"llmreplay {name}" in cli
+        for action in command._actions:
+            for flag in action.option_strings:
+                assert flag in cli or flag in ("-h", "--help"), (name, flag)
+    options = html.unescape((site / "reference" / "pytest-options" / "index.html").read_text())
+    for flag, ini, *_ in OPTIONS:
+        assert flag in options and ini in options, flag
+    metrics = html.unescape(re.sub(r"<[^>]+>", "", (site / "reference" / "metrics" / "index.html").read_text()))
+    assert "tpot = (latency - ttft) / (output_tokens - 1)" in metrics  # result.py's docstring, rendered
+    assert ":func:" not in metrics and ":data:" not in metrics  # Sphinx roles became code (or links)
