@@ -1,6 +1,8 @@
 """The docs site (mkdocs.yml, docs/) builds with ``mkdocs build --strict``: a broken link or
 anchor, a missing page or a generator that fails is an error (marker ``docs``). The generated
-references hold every option of the code, and the metrics page the formulas of the docstrings."""
+references hold every option of the code, and the metrics page the formulas of the docstrings.
+Without building: every ``llmreplay`` command shown in README.md and docs/ parses with the real
+parser, and every ``--llm-*`` option named there exists."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import argparse
 import html
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,8 @@ from pytest_llmreplay.cli.main import build_parser
 from pytest_llmreplay.plugin.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+CODE_BLOCK = re.compile(r"^```[a-z]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def build_site(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
@@ -58,3 +63,36 @@ def test_the_site_builds_strict_with_every_option_and_formula(tmp_path):
     metrics = html.unescape(re.sub(r"<[^>]+>", "", (site / "reference" / "metrics" / "index.html").read_text()))
     assert "tpot = (latency - ttft) / (output_tokens - 1)" in metrics  # result.py's docstring, rendered
     assert ":func:" not in metrics and ":data:" not in metrics  # Sphinx roles became code (or links)
+
+
+def shown_commands(text: str, program: str) -> list[str]:
+    """The command lines of ``program`` in ``text``'s fenced code blocks (backslash continuations
+    joined, comments and a trailing ``&`` dropped)."""
+    found = []
+    for block in CODE_BLOCK.findall(text):
+        for line in re.sub(r"\\\n", " ", block).splitlines():
+            words = re.sub(r"(^|\s)#.*", "", line).split()
+            if words and words[-1] == "&":
+                words.pop()
+            if words and Path(words[0]).name == program:
+                found.append(" ".join(words))
+    return found
+
+
+def test_every_llmreplay_command_shown_parses(capsys):
+    lines = [(page.name, line) for page in PAGES for line in shown_commands(page.read_text(), "llmreplay")]
+    assert len(lines) > 10, "no llmreplay commands found: the code blocks are not read"
+    failed = []
+    for page, line in lines:
+        try:
+            build_parser().parse_args(shlex.split(line)[1:])
+        except SystemExit:
+            failed.append(f"{page}: {line}")
+    capsys.readouterr()
+    assert failed == []
+
+
+def test_every_llm_option_named_exists():
+    known = {flag for flag, *_ in OPTIONS}
+    named = {(page.name, flag) for page in PAGES for flag in re.findall(r"--llm-[a-z-]*[a-z]", page.read_text())}
+    assert {(page, flag) for page, flag in named if flag not in known} == set()
