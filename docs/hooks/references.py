@@ -20,9 +20,14 @@ MARKER = re.compile(r"^<!-- ([a-z-]+) -->$", re.MULTILINE)
 PAGES = {"reference/cli.md": "llmreplay-cli", "reference/pytest-options.md": "pytest-options"}
 
 
+def prose(text: str) -> str:
+    """``text`` (argparse's help, wrapped or not) as one line of Markdown that shows it as written."""
+    return html.escape(" ".join(text.split()), quote=False).replace("*", "\\*")
+
+
 def cell(text: str) -> str:
-    """``text`` safe in a Markdown table cell: HTML escaped, ``|`` and ``*`` kept literal."""
-    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|").replace("*", "\\*")
+    """``text`` in a Markdown table cell: as :func:`prose`, a ``|`` kept literal."""
+    return prose(text).replace("|", "\\|")
 
 
 def code(text: str) -> str:
@@ -44,7 +49,7 @@ def command_section(name: str, parser: argparse.ArgumentParser, summary: str | N
     formatter = parser._get_formatter()
     lines = [f"## `llmreplay {name}`", ""]
     if parser.description or summary:
-        lines += [cell(parser.description or summary).replace("\\*", "*"), ""]
+        lines += [prose(parser.description or summary), ""]
     usage = parser.format_usage().removeprefix("usage: ").strip()
     lines += ["```text", " ".join(usage.split()), "```", ""]
     for group in parser._action_groups:
