@@ -1,5 +1,5 @@
 """A run against a failing server (issue 24): ``llmreplay run``'s exit statuses, the simulator's
-fault rates as the README states them, and the grouped, readable error lines of the CLI and of
+fault rates as docs/simulator.md states them, and the grouped, readable error lines of the CLI and of
 the plugin's failure output. Bad servers: tests/mockserver.py's scripted faults and
 ``llmreplay sim``'s seeded ones."""
 
@@ -208,7 +208,7 @@ def binomial_band(n: int, p: float, sigmas: float = 4.0) -> tuple[float, float]:
 
 
 def test_each_fault_rate_is_the_share_of_requests_it_strikes(prompts):
-    """README: each rate is the share of requests (counted as the server receives them) that get
+    """docs/simulator.md: each rate is the share of requests (counted as the server receives them) that get
     that fault, at most one each: error -> HTTP 500 before any token; stall -> the stream stops for
     --fault-stall-s after a token in [1, n - 1]; disconnect -> the connection closes after such a
     token. With the client's timeout below the stall, each stall is one timeout after its first

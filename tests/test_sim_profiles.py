@@ -100,7 +100,7 @@ def test_tensor_parallel_2_layout(gpu):
 
 @pytest.mark.parametrize("layout", ["qwen3-30b-a3b-dp2-ep-h100", "qwen3-32b-tp2-h100"])
 def test_neither_layout_fits_two_rtx_4090s(tmp_path, layout):
-    # why README lists no RTX 4090 variant: ~32 GB of bf16 weights per GPU against 24 GB
+    # why docs/simulator.md lists no RTX 4090 variant: ~32 GB of bf16 weights per GPU against 24 GB
     data = copy.deepcopy(raw(layout))
     data["hardware"].update(
         {
