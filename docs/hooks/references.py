@@ -17,6 +17,7 @@ import html
 import re
 
 MARKER = re.compile(r"^<!-- ([a-z-]+) -->$", re.MULTILINE)
+USAGE_WIDTH = 96  # columns of a usage line, as argparse wraps it
 PAGES = {"reference/cli.md": "llmreplay-cli", "reference/pytest-options.md": "pytest-options"}
 
 
@@ -50,8 +51,9 @@ def command_section(name: str, parser: argparse.ArgumentParser, summary: str | N
     lines = [f"## `llmreplay {name}`", ""]
     if parser.description or summary:
         lines += [prose(parser.description or summary), ""]
-    usage = parser.format_usage().removeprefix("usage: ").strip()
-    lines += ["```text", " ".join(usage.split()), "```", ""]
+    usage = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)  # not the terminal's: the same on every build
+    usage.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
+    lines += ["```text", usage.format_help().rstrip(), "```", ""]
     for group in parser._action_groups:
         actions = [a for a in group._group_actions if not isinstance(a, argparse._HelpAction)]
         if not actions:
