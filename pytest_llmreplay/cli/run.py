@@ -26,7 +26,7 @@ from .options import (
     share,
 )
 
-# llmreplay run's exit statuses (README: "exit status"); a signal's is 128 + its number; bad input,
+# llmreplay run's exit statuses (docs/reference/exit-status.md); a signal's is 128 + its number; bad input,
 # bad usage included (cli.CommandParser), is 3, as compare's and sweep's
 RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_succeeded": 4}
 

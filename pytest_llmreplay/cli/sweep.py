@@ -43,7 +43,7 @@ from .options import (
     remember_http_only_defaults,
 )
 
-# llmreplay sweep's exit statuses (README: "Capacity at SLO"); a signal's is 128 + its number; bad
+# llmreplay sweep's exit statuses (docs/reference/exit-status.md); a signal's is 128 + its number; bad
 # input, bad usage included (cli.CommandParser), is 3, as run's and compare's
 SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": BAD_INPUT}
 
