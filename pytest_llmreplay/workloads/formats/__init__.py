@@ -18,6 +18,7 @@ from ...errors import LLMReplayError, WorkloadError
 from ..workload import Workload, check_limits
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 from ._fields import too_deep
+from ._compressed import damage_first
 from ._text import text_lines
 
 FORMATS: dict[str, ModuleType] = {
@@ -65,6 +66,11 @@ def detect_format(path: str | Path) -> str:
         raise WorkloadError("no such file or directory", path=path)
     if path.is_dir():
         return aiperf_payloads.NAME
+    with damage_first(path):
+        return _detect_file(path)
+
+
+def _detect_file(path: Path) -> str:
     number, line = first_line(path)
     if not line:
         raise WorkloadError("the file is empty (or only blank and comment lines)", path=path)
@@ -134,7 +140,8 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
     if not Path(path).exists():
         raise WorkloadError("no such file or directory", path=path)
     try:
-        workload = FORMATS[name].load(path, **options)
+        with damage_first(path):
+            workload = FORMATS[name].load(path, **options)
     except IsADirectoryError:
         raise WorkloadError(f"is a directory; format {name!r} reads a file", path=path) from None
     if not workload.sessions:

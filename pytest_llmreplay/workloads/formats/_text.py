@@ -1,6 +1,8 @@
 """Workload files as UTF-8 text, as every JSON tool reads them: a leading byte-order mark is
 dropped, and a byte that is not UTF-8 is an error at its line and column (byte offset + 1 in
-the line), not a bare "not a text file"."""
+the line), not a bare "not a text file". Every reader of a workload file comes through here, so
+a gzip or zstd file reads as the plain text it holds (:mod:`._compressed`), its line numbers the
+lines of that text."""
 
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import WorkloadError
+from ._compressed import open_decompressed
 
 
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, text)`` for every line of ``path`` (line endings kept), streaming."""
-    with open(path, "rb") as stream:
+    with open_decompressed(path) as stream:
         for number, raw in enumerate(stream, start=1):
             if number == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8) :]
@@ -26,7 +29,8 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
 def read_text(path: Path, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> str:
     """The whole of ``path`` as text (for formats parsed as one document; spec files too, which
     name what they hold in ``expected``)."""
-    raw = Path(path).read_bytes()
+    with open_decompressed(path) as stream:
+        raw = stream.read()
     if raw.startswith(codecs.BOM_UTF8):
         raw = raw[len(codecs.BOM_UTF8) :]
     try:

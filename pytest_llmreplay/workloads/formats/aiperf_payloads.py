@@ -3,7 +3,8 @@
     {"messages": [{"role": "user", "content": "What is ML?"}], "model": "m", "max_tokens": 100}
 
 A file: every line is its own single-turn session (``line<N>``). A directory: every ``*.jsonl``
-file in it (sorted by name) is one session named by the file's stem, its lines the ordered turns;
+file in it (or ``*.jsonl.gz``, ``*.jsonl.zst``; sorted by name) is one session named by the file's
+name without those endings, its lines the ordered turns;
 each line carries its full history, as AIPerf sends them. ``messages`` is required (a non-empty
 list of objects with a ``role``); every other key is passed through untouched. A turn's output
 length is the body's ``max_completion_tokens`` or ``max_tokens`` when it sets one; its ``stream``
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from ...errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
+from ._compressed import uncompressed_name
 from ._fields import Fields, check_messages, iter_json_lines, payload_output_tokens, try_json
 from ._writing import Losses, payload_bodies, write_json_lines
 
@@ -33,8 +35,12 @@ def load(path: str | Path) -> Workload:
     """Load a raw payload file, or a directory of them (one session per file)."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix == ".jsonl" and p.is_file())
-        sessions = [Session(file.stem, 0.0, turns) for file in files if (turns := tuple(_turns(file)))]
+        files = sorted(p for p in path.iterdir() if uncompressed_name(p).endswith(".jsonl") and p.is_file())
+        sessions = [
+            Session(uncompressed_name(file).removesuffix(".jsonl"), 0.0, turns)
+            for file in files
+            if (turns := tuple(_turns(file)))
+        ]
         if not sessions:
             raise WorkloadError("no non-empty *.jsonl files in this directory", path=path)
     else:
