@@ -1,6 +1,6 @@
 """Compressed workloads (gzip, and zstd with the zstandard package): every format loads from one
 as from the plain file, errors keep their line numbers, damaged data and a missing zstandard are
-one line naming the file, and spec files and the marker take them."""
+one line naming the file, convert writes them, and spec files and the marker take them."""
 
 from __future__ import annotations
 
@@ -155,9 +155,46 @@ def test_zstd_without_zstandard_says_what_to_install(capsys, monkeypatch, tmp_pa
     path = tmp_path / name
     path.write_bytes(zstd(f"{GOOD_LINE}\n".encode()))
     monkeypatch.setitem(sys.modules, "zstandard", None)  # import zstandard now fails
-    expected = f"{path}: zstd-compressed: reading it needs the zstandard package (pip install zstandard)"
+    expected = f"{path}: zstd-compressed: reading or writing it needs the zstandard package (pip install zstandard)"
     assert str(error_of(load_workload, path)) == expected
     assert cli(capsys, "inspect", str(path)) == (1, "", f"error: {expected}\n")
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+# one workload per writer: JSON lines, CSV, one JSON document
+TO_WRITE = {
+    "llmservingsim": (
+        "trace.jsonl",
+        f"{GOOD_LINE}\n{json.dumps({'input_toks': 5, 'output_toks': 1, 'arrival_time_ns': 10})}\n",
+    ),
+    "azure": ("azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"),
+    "aiperf-inputs": ("inputs.json", json.dumps({"data": [{"session_id": "a", "payloads": [{"messages": MESSAGES}]}]})),
+}
+
+
+@pytest.mark.parametrize("suffix", COMPRESS)
+@pytest.mark.parametrize("to", TO_WRITE)
+def test_convert_compresses_what_it_writes_by_the_name(capsys, tmp_path, to, suffix):
+    name, text = TO_WRITE[to]
+    source = tmp_path / name
+    source.write_text(text)
+    plain, compressed = tmp_path / f"out-{name}", tmp_path / f"out-{name}{suffix}"
+    for out in (plain, compressed):
+        assert cli(capsys, "convert", str(source), str(out), "--to", to)[0] == 0
+    decompress = gzip.decompress if suffix == ".gz" else zstandard.ZstdDecompressor().decompressobj().decompress
+    assert decompress(compressed.read_bytes()) == plain.read_bytes()
+    assert load_workload(compressed) == same_but_source(load_workload(plain), compressed)
+
+
+def test_the_same_workload_gzips_to_the_same_bytes(capsys, tmp_path):
+    source = tmp_path / "trace.jsonl"
+    source.write_text(TO_WRITE["llmservingsim"][1])
+    first, second = tmp_path / "a" / "out.jsonl.gz", tmp_path / "b" / "out.jsonl.gz"
+    for out in (first, second):
+        out.parent.mkdir()
+        assert cli(capsys, "convert", str(source), str(out), "--to", "llmservingsim")[0] == 0
+    assert first.read_bytes() == second.read_bytes()  # no time stamp in the gzip header
 
 
 # --- the pytest plugin ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Compressed workload files, read as if they were plain.
+"""Compressed workload files, read and written as if they were plain.
 
 A file is gzip when its name ends in ``.gz`` or its first bytes are gzip's magic number, zstd when
 it ends in ``.zst`` or starts with zstd's (so detection never depends on the name alone). gzip
@@ -17,7 +17,7 @@ import zlib
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import BinaryIO, Iterator
+from typing import IO, BinaryIO, Iterator
 
 from ...errors import WorkloadError
 
@@ -73,6 +73,20 @@ def damage_first(path: str | Path) -> Iterator[None]:
         raise
 
 
+def open_for_writing(path: str | Path, newline: str | None = None) -> IO[str]:
+    """``path`` opened to write UTF-8 text, compressed when its name ends in ``.gz`` (with no time
+    stamp in the header, so the same workload gives the same bytes) or ``.zst`` (with the
+    ``zstandard`` package, and a checksum so that a reader can tell damage)."""
+    path = Path(path)
+    if path.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.GzipFile(path, "wb", mtime=0), encoding="utf-8", newline=newline)
+    if path.name.endswith(".zst"):
+        zstandard = _zstandard(path)
+        compressor = zstandard.ZstdCompressor(write_checksum=True)
+        return zstandard.open(path, "wt", cctx=compressor, encoding="utf-8", newline=newline)
+    return open(path, "w", encoding="utf-8", newline=newline)
+
+
 def uncompressed_name(path: str | Path) -> str:
     """``path``'s file name without a ``.gz`` or ``.zst`` ending: what it holds (``a.jsonl``)."""
     return Path(path).name.removesuffix(".gz").removesuffix(".zst")
@@ -92,7 +106,7 @@ def _zstandard(path: Path) -> ModuleType:
         import zstandard
     except ImportError:
         raise WorkloadError(
-            "zstd-compressed: reading it needs the zstandard package (pip install zstandard)", path=path
+            "zstd-compressed: reading or writing it needs the zstandard package (pip install zstandard)", path=path
         ) from None
     return zstandard
 

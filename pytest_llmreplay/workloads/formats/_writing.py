@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import LLMReplayError
 from ..workload import Payload, PromptSource, Session, Synthetic, Workload
+from ._compressed import open_for_writing
 
 
 class Losses:
@@ -79,8 +80,8 @@ def tidy(value: float, digits: int) -> int | float:
 
 
 def write_json_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Write one compact JSON object a line."""
-    with open(path, "w", encoding="utf-8") as stream:
+    """Write one compact JSON object a line (compressed when ``path`` ends in ``.gz`` or ``.zst``)."""
+    with open_for_writing(path) as stream:
         for row in rows:
             stream.write(json.dumps(row, separators=(", ", ": ")) + "\n")
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from ...errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
 from ._fields import DuplicateKey, Fields, payload_output_tokens, too_deep, type_name, unique_keys
+from ._compressed import open_for_writing
 from ._text import read_text
 from ._writing import Losses, payload_bodies
 
@@ -117,5 +118,6 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     bodies = payload_bodies(workload, NAME, losses)
     notes = losses.settle(allow_loss)
     data = [{"session_id": s.id, "payloads": b} for s, b in zip(workload.sessions, bodies, strict=True)]
-    Path(path).write_text(json.dumps({"data": data}, indent=2) + "\n", encoding="utf-8")
+    with open_for_writing(path) as stream:
+        stream.write(json.dumps({"data": data}, indent=2) + "\n")
     return notes

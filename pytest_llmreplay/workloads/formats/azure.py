@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ...errors import WorkloadError
 from ..workload import Session, Synthetic, Turn, Workload
+from ._compressed import open_for_writing
 from ._text import text_lines
 from ._writing import Losses, cannot, known_lengths, lengths_only, untimed_losses
 
@@ -108,7 +109,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
         rows.append((session.arrival_s if workload.timed else 0.0, input_tokens, output_tokens))
     notes = losses.settle(allow_loss)
     base = datetime(2023, 11, 16)
-    with open(path, "w", encoding="utf-8", newline="") as stream:
+    with open_for_writing(path, newline="") as stream:
         out = csv.writer(stream, lineterminator="\n")
         out.writerow(HEADER)
         for arrival, context, generated in rows:
