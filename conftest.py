@@ -1,9 +1,7 @@
-"""Repo-wide test settings: pytester for plugin-behaviour tests, no hub access, and where the
-shared data lives."""
+"""Repo-wide test settings: pytester for plugin-behaviour tests and no hub access."""
 
 import os
 import socket
-from pathlib import Path
 
 import pytest
 
@@ -11,17 +9,6 @@ pytest_plugins = ["pytester"]
 
 # The suite never downloads: transformers and huggingface_hub read this when first imported.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-ROOT = Path(__file__).resolve().parent
-SHARED_DATA = ROOT.parent / "shared" / "data"
-
-
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """``../shared/data``: the real public traces (see its README). Required, never skipped."""
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"{SHARED_DATA} is missing: the tests read the real traces in ../shared/data", pytrace=False)
-    return SHARED_DATA
 
 
 @pytest.fixture

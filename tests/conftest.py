@@ -1,7 +1,8 @@
-"""Fixtures several test modules share: a perf-test project in a git repository, the same
-pushed to a bare repository that CI jobs clone, a bare repository of 16 commits, an S3 server
-(moto's, a process on loopback), the folder the engine tests' vLLM is installed in, the vLLM
-server those tests share, and the bundled tokenizer noting how long a text it is asked to encode."""
+"""Fixtures several test modules share: where the real traces are (tests/data), a perf-test
+project in a git repository, the same pushed to a bare repository that CI jobs clone, a bare
+repository of 16 commits, an S3 server (moto's, a process on loopback), the folder the engine
+tests' vLLM is installed in, the vLLM server those tests share, and the bundled tokenizer noting
+how long a text it is asked to encode."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from test_plugin_baselines import GIT_ENV, PERF_TEST, git, write_profiles
 from test_plugin_perf import WORKLOAD
 
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+
+
+@pytest.fixture(scope="session")
+def trace_data() -> Path:
+    """``tests/data``: the real public traces (and one engine's measured run) the tests read, in
+    the repository, the large ones gzipped; its README names each file's source and licence."""
+    return Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture

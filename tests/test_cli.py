@@ -15,7 +15,7 @@ from pytest_llmreplay.cli.options import BAD_INPUT
 from pytest_llmreplay.cli.run import RUN_STATUS
 from pytest_llmreplay.cli.sweep import SWEEP_STATUS
 
-MOONCAKE = "mooncake/conversation_trace.jsonl"
+MOONCAKE = "mooncake/conversation_trace.jsonl.gz"
 
 
 def run(capsys, *argv):
@@ -27,25 +27,27 @@ def run(capsys, *argv):
 SIMULATOR_OUTPUT = "example_single_run.csv"  # LLMServingSim's per-request results, not a workload
 
 
-def test_validate_every_shared_trace(capsys, shared_data):
+def test_validate_every_real_trace(capsys, trace_data):
     files = sorted(
-        str(p) for p in shared_data.glob("*/*") if p.suffix in {".jsonl", ".csv"} and p.name != SIMULATOR_OUTPUT
+        str(p)
+        for p in trace_data.glob("*/*")
+        if p.name.endswith((".jsonl", ".csv", ".jsonl.gz", ".csv.gz")) and p.name != SIMULATOR_OUTPUT
     )
     code, out, err = run(capsys, "validate", *files)
     assert code == 0, err
     assert out.count("ok ") == len(files) == 9
 
 
-def test_validate_says_a_results_file_is_no_workload(capsys, shared_data):
-    code, _, err = run(capsys, "validate", str(shared_data / "llmservingsim" / SIMULATOR_OUTPUT))
+def test_validate_says_a_results_file_is_no_workload(capsys, trace_data):
+    code, _, err = run(capsys, "validate", str(trace_data / "llmservingsim" / SIMULATOR_OUTPUT))
     assert code == 1
     assert f"{SIMULATOR_OUTPUT}:1: cannot tell the format from the first line 'instance id,request id" in err
 
 
-def test_validate_reports_each_bad_file_and_exits_1(capsys, tmp_path, shared_data):
+def test_validate_reports_each_bad_file_and_exits_1(capsys, tmp_path, trace_data):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"input_toks": 3, "output_toks": 2, "arrival_time_ns": -1}\n')
-    code, out, err = run(capsys, "validate", str(bad), str(shared_data / "trie/office_work_8k_slice.jsonl"))
+    code, out, err = run(capsys, "validate", str(bad), str(trace_data / "trie/office_work_8k_slice.jsonl"))
     assert code == 1
     assert f"error: {bad}:1: arrival_time_ns: must be >= 0, got -1" in err
     assert "Traceback" not in err
@@ -69,8 +71,8 @@ def test_validate_prints_loader_warnings(capsys, tmp_path):
     assert "warning:" in err and "sub_requests[0].tool_duration_ns" in err
 
 
-def test_inspect_mooncake_conversation_figures(capsys, shared_data):
-    code, out, _ = run(capsys, "inspect", str(shared_data / MOONCAKE))
+def test_inspect_mooncake_conversation_figures(capsys, trace_data):
+    code, out, _ = run(capsys, "inspect", str(trace_data / MOONCAKE))
     assert code == 0
     for figure in (
         "mooncake",
@@ -84,14 +86,14 @@ def test_inspect_mooncake_conversation_figures(capsys, shared_data):
         assert figure in out
 
 
-def test_inspect_block_size_option_reaches_the_loader(capsys, shared_data):
-    code, _, err = run(capsys, "inspect", "--block-size", "16", str(shared_data / MOONCAKE))
+def test_inspect_block_size_option_reaches_the_loader(capsys, trace_data):
+    code, _, err = run(capsys, "inspect", "--block-size", "16", str(trace_data / MOONCAKE))
     assert code == 1
     assert "hash_ids: expected ceil(6758 / 16) = 423 ids" in err
 
 
-def test_inspect_untimed_agentic_trace(capsys, shared_data):
-    code, out, _ = run(capsys, "inspect", str(shared_data / "trie/office_work_8k_slice.jsonl"))
+def test_inspect_untimed_agentic_trace(capsys, trace_data):
+    code, out, _ = run(capsys, "inspect", str(trace_data / "trie/office_work_8k_slice.jsonl"))
     assert code == 0
     assert "untimed" in out and "193" in out and "session history share" in out
 
@@ -104,17 +106,17 @@ def test_inspect_untimed_agentic_trace(capsys, shared_data):
         ("llmservingsim/example_trace.jsonl", "llmservingsim"),
     ],
 )
-def test_convert_to_the_same_format_is_byte_identical(capsys, tmp_path, shared_data, name, to):
+def test_convert_to_the_same_format_is_byte_identical(capsys, tmp_path, trace_data, name, to):
     out_path = tmp_path / "out"
-    code, _, err = run(capsys, "convert", str(shared_data / name), str(out_path), "--to", to)
+    code, _, err = run(capsys, "convert", str(trace_data / name), str(out_path), "--to", to)
     assert code == 0, err
-    original = [json.loads(line) for line in (shared_data / name).read_text().splitlines()]
+    original = [json.loads(line) for line in (trace_data / name).read_text().splitlines()]
     written = [json.loads(line) for line in out_path.read_text().splitlines()]
     assert written == original
 
 
-def test_convert_trie_through_llmservingsim_and_back(capsys, tmp_path, shared_data):
-    source = shared_data / "trie/office_work_8k_slice.jsonl"
+def test_convert_trie_through_llmservingsim_and_back(capsys, tmp_path, trace_data):
+    source = trace_data / "trie/office_work_8k_slice.jsonl"
     middle, back = tmp_path / "sim.jsonl", tmp_path / "back.jsonl"
     code, _, err = run(capsys, "convert", str(source), str(middle), "--to", "llmservingsim")
     assert code == 1 and "would lose: untimed workload" in err
@@ -125,8 +127,8 @@ def test_convert_trie_through_llmservingsim_and_back(capsys, tmp_path, shared_da
     assert back.read_text() == source.read_text()
 
 
-def test_convert_azure_keeps_lengths_and_relative_times(capsys, tmp_path, shared_data):
-    source = shared_data / "azure/AzureLLMInferenceTrace_code.csv"
+def test_convert_azure_keeps_lengths_and_relative_times(capsys, tmp_path, trace_data):
+    source = trace_data / "azure/AzureLLMInferenceTrace_code.csv.gz"
     out_path = tmp_path / "a.csv"
     assert run(capsys, "convert", str(source), str(out_path), "--to", "azure")[0] == 0
     before, after = load_workload(source), load_workload(out_path)
@@ -134,17 +136,17 @@ def test_convert_azure_keeps_lengths_and_relative_times(capsys, tmp_path, shared
     assert [round(s.arrival_s, 6) for s in after] == [round(s.arrival_s, 6) for s in before]
 
 
-def test_convert_refuses_silent_loss_and_names_it(capsys, tmp_path, shared_data):
-    code, _, err = run(capsys, "convert", str(shared_data / MOONCAKE), str(tmp_path / "x.csv"), "--to", "azure")
+def test_convert_refuses_silent_loss_and_names_it(capsys, tmp_path, trace_data):
+    code, _, err = run(capsys, "convert", str(trace_data / MOONCAKE), str(tmp_path / "x.csv"), "--to", "azure")
     assert code == 1
     assert "converting to azure would lose: prompt contents" in err and "(12031x)" in err
 
 
-def test_convert_names_what_cannot_be_expressed(capsys, tmp_path, shared_data):
+def test_convert_names_what_cannot_be_expressed(capsys, tmp_path, trace_data):
     code, _, err = run(
         capsys,
         "convert",
-        str(shared_data / "trie/office_work_8k_slice.jsonl"),
+        str(trace_data / "trie/office_work_8k_slice.jsonl"),
         str(tmp_path / "x.csv"),
         "--to",
         "azure",
@@ -154,9 +156,9 @@ def test_convert_names_what_cannot_be_expressed(capsys, tmp_path, shared_data):
     assert "azure cannot express session 'trace1': 25 turns" in err
 
 
-def test_convert_refuses_to_overwrite_its_input_however_spelt(capsys, tmp_path, shared_data):
+def test_convert_refuses_to_overwrite_its_input_however_spelt(capsys, tmp_path, trace_data):
     source = tmp_path / "trace.jsonl"
-    source.write_bytes((shared_data / "trie/office_work_8k_slice.jsonl").read_bytes())
+    source.write_bytes((trace_data / "trie/office_work_8k_slice.jsonl").read_bytes())
     original = source.read_bytes()
     (tmp_path / "sub").mkdir()
     (tmp_path / "link.jsonl").symlink_to(source)
@@ -182,8 +184,8 @@ def test_convert_into_a_folder_of_its_input_payloads_is_refused(capsys, tmp_path
     assert (folder / "a.jsonl").read_text().startswith('{"messages"')
 
 
-def test_convert_to_a_missing_folder_or_a_directory_is_one_line_naming_out(capsys, tmp_path, shared_data):
-    source = str(shared_data / "trie/office_work_8k_slice.jsonl")
+def test_convert_to_a_missing_folder_or_a_directory_is_one_line_naming_out(capsys, tmp_path, trace_data):
+    source = str(trace_data / "trie/office_work_8k_slice.jsonl")
     missing = tmp_path / "nowhere" / "x.jsonl"
     code, _, err = run(capsys, "convert", source, str(missing), "--to", "trie")
     assert (code, err) == (1, f"error: {missing}: the folder {missing.parent} does not exist\n")
@@ -216,12 +218,12 @@ def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
     assert [e["payloads"] for e in json.loads(back.read_text())["data"]] == [e["payloads"] for e in data["data"]]
 
 
-def test_validate_block_size_applies_to_the_files_that_take_one(capsys, tmp_path, shared_data):
+def test_validate_block_size_applies_to_the_files_that_take_one(capsys, tmp_path, trace_data):
     mooncake = tmp_path / "m16.jsonl"  # hash ids of 16 tokens: wrong at the default 512
     mooncake.write_text(
         json.dumps({"timestamp": 0, "input_length": 40, "output_length": 2, "hash_ids": [1, 2, 3]}) + "\n"
     )
-    trie = shared_data / "trie/office_work_8k_slice.jsonl"
+    trie = trace_data / "trie/office_work_8k_slice.jsonl"
     code, out, err = run(capsys, "validate", "--block-size", "16", str(mooncake), str(trie))
     assert code == 0, err
     assert out.count("ok ") == 2

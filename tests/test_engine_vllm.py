@@ -25,6 +25,7 @@ second run compares cleanly; the impossible SLO fails its test with the readable
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import os
 import re
@@ -208,7 +209,7 @@ def shared_blocks(ids: list[int], other: list[int]) -> int:
     return next((i for i, (a, b) in enumerate(zip(ids, other, strict=False)) if a != b), min(len(ids), len(other)))
 
 
-def mooncake_slice(shared_data: Path) -> list[dict]:
+def mooncake_slice(trace_data: Path) -> list[dict]:
     """Of the conversation trace's first ``SLICE_SCANNED`` requests that fit the model (outputs
     capped), in trace order: the first, and every one that shares at least two leading hash ids
     with another of them (26 requests, 114 k prompt tokens). In the trace's first 48 every request
@@ -216,7 +217,7 @@ def mooncake_slice(shared_data: Path) -> list[dict]:
     tokens each and nothing else; these hit 0, 512 and 1,024 to 7,680 tokens, two of them a
     prompt sent whole before (its last token is never cached: 1,902 tokens hit 1,888)."""
     rows = []
-    for line in (shared_data / "mooncake" / "conversation_trace.jsonl").open():
+    for line in gzip.open(trace_data / "mooncake" / "conversation_trace.jsonl.gz", "rt", encoding="utf-8"):
         row = json.loads(line)
         if row["input_length"] < MAX_MODEL_LEN - SLICE_OUTPUT_CAP:
             rows.append({**row, "output_length": min(row["output_length"], SLICE_OUTPUT_CAP)})
@@ -263,7 +264,7 @@ def result_of(report: Path, test: str) -> dict:
 
 
 @pytest.fixture
-def project(pytester, monkeypatch, shared_data):
+def project(pytester, monkeypatch, trace_data):
     """A git repository on main with the three perf tests and their workloads, committed."""
     for key, value in GIT_ENV.items():
         monkeypatch.setenv(key, value)
@@ -271,7 +272,7 @@ def project(pytester, monkeypatch, shared_data):
     pytester.path.joinpath("agent.yaml").write_text(AGENT)
     pytester.path.joinpath("burst.yaml").write_text(BURST)
     pytester.path.joinpath("mooncake_slice.jsonl").write_text(
-        "".join(json.dumps(row) + "\n" for row in mooncake_slice(shared_data))
+        "".join(json.dumps(row) + "\n" for row in mooncake_slice(trace_data))
     )
     pytester.makepyfile(test_perf=PERF_TESTS)
     git(pytester.path, "init", "-q", "-b", "main")
@@ -298,7 +299,7 @@ def vllm_options(url: str, *api: str) -> list[str]:
 COMPLETIONS_IDS = ("--llm-api", "completions", "--llm-extra-body", '{"return_token_ids": true}')
 
 
-def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tmp_path_factory, shared_vllm):
+def test_vllm_cpu_replays_save_and_compare(engine_home, project, trace_data, tmp_path_factory, shared_vllm):
     # the one run that has the plugin start vLLM (--llm-server-cmd) and stop it: every process gone
     # (meanwhile the shared server starts: it takes another free port, not yet bound)
     scratch, port = (
@@ -334,7 +335,7 @@ def test_vllm_cpu_replays_save_and_compare(engine_home, project, shared_data, tm
 
     # Mooncake slice, one request at a time: cached tokens exactly where hash-id prefixes repeat
     rows = requests_of(report, "test_mooncake_slice")
-    assert [int(r["cached_tokens"]) for r in rows] == expected_mooncake_hits(mooncake_slice(shared_data))
+    assert [int(r["cached_tokens"]) for r in rows] == expected_mooncake_hits(mooncake_slice(trace_data))
     assert all(r["output_tokens"] == r["planned_output_tokens"] for r in rows)
 
     # the agent: turn 0 shares nothing; every later turn re-reads its whole history from the cache

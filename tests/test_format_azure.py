@@ -157,10 +157,11 @@ def test_line_numbers_count_blank_lines(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("name", "requests"), [("AzureLLMInferenceTrace_code.csv", 8_819), ("AzureLLMInferenceTrace_conv.csv", 19_366)]
+    ("name", "requests"),
+    [("AzureLLMInferenceTrace_code.csv.gz", 8_819), ("AzureLLMInferenceTrace_conv.csv.gz", 19_366)],
 )
-def test_real_traces(shared_data, name, requests):
-    workload = load_workload(shared_data / "azure" / name)
+def test_real_traces(trace_data, name, requests):
+    workload = load_workload(trace_data / "azure" / name)
     assert (workload.format, workload.timed, workload.num_requests) == (FORMAT, True, requests)
     arrivals = [s.arrival_s for s in workload.sessions]
     assert arrivals[0] == 0.0 and arrivals == sorted(arrivals)

@@ -63,6 +63,27 @@ def test_every_format_detects_and_loads_the_same_compressed(tmp_path, text, expe
     assert load_workload(compressed) == same_but_source(load_workload(plain), compressed)
 
 
+# the small real traces, of three formats, one of them kept gzipped in tests/data
+SMALL_REAL = [
+    "trie/office_work_8k_slice.jsonl",
+    "mooncake/mooncake_tiny_arxiv_head16.jsonl",
+    "llmservingsim/example_trace.jsonl",
+    "llmservingsim/workload_me2_01_mixed.jsonl.gz",
+]
+
+
+@pytest.mark.parametrize("relative", SMALL_REAL)
+def test_a_real_trace_loads_the_same_plain_gzipped_and_zstd(tmp_path, trace_data, relative):
+    data = (trace_data / relative).read_bytes()
+    plain = tmp_path / Path(relative).name.removesuffix(".gz")
+    plain.write_bytes(gzip.decompress(data) if relative.endswith(".gz") else data)
+    expected = load_workload(plain)
+    for suffix, compress in COMPRESS.items():
+        compressed = plain.with_name(plain.name + suffix)
+        compressed.write_bytes(compress(plain.read_bytes()))
+        assert load_workload(compressed) == same_but_source(expected, compressed)
+
+
 @pytest.mark.parametrize("suffix", COMPRESS)
 def test_the_content_tells_compression_not_the_name(tmp_path, suffix):
     named_plain = tmp_path / "trace.jsonl"

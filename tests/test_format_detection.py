@@ -1,5 +1,5 @@
 """load_workload: format detection, explicit format=, options, unusable paths, and every real
-trace in ../shared/data."""
+trace in tests/data."""
 
 from __future__ import annotations
 
@@ -285,36 +285,36 @@ def test_directory_for_a_file_format(tmp_path, format):
 
 # --- every real trace --------------------------------------------------------------------------
 
-# path under ../shared/data -> (format, sessions, requests, timed)
-SHARED_WORKLOADS = {
-    "azure/AzureLLMInferenceTrace_code.csv": ("azure", 8_819, 8_819, True),
-    "azure/AzureLLMInferenceTrace_conv.csv": ("azure", 19_366, 19_366, True),
+# path under tests/data -> (format, sessions, requests, timed)
+REAL_WORKLOADS = {
+    "azure/AzureLLMInferenceTrace_code.csv.gz": ("azure", 8_819, 8_819, True),
+    "azure/AzureLLMInferenceTrace_conv.csv.gz": ("azure", 19_366, 19_366, True),
     "llmservingsim/example_trace.jsonl": ("llmservingsim", 10, 10, True),
-    "llmservingsim/sharegpt-llama-3.1-8b-300-sps10.jsonl": ("llmservingsim", 300, 300, True),
-    "llmservingsim/workload_me2_01_mixed.jsonl": ("llmservingsim", 608, 608, True),
-    "mooncake/conversation_trace.jsonl": ("mooncake", 12_031, 12_031, True),
+    "llmservingsim/sharegpt-llama-3.1-8b-300-sps10.jsonl.gz": ("llmservingsim", 300, 300, True),
+    "llmservingsim/workload_me2_01_mixed.jsonl.gz": ("llmservingsim", 608, 608, True),
+    "mooncake/conversation_trace.jsonl.gz": ("mooncake", 12_031, 12_031, True),
     "mooncake/mooncake_tiny_arxiv_head16.jsonl": ("mooncake", 16, 16, True),
-    "mooncake/synthetic_trace.jsonl": ("mooncake", 3_993, 3_993, True),
+    "mooncake/synthetic_trace.jsonl.gz": ("mooncake", 3_993, 3_993, True),
     "trie/office_work_8k_slice.jsonl": ("trie", 8, 193, False),
 }
-# files in ../shared/data that are not workloads (see its README): results and measurements
+# files in tests/data that are not workloads (see its README): results and measurements
 NOT_WORKLOADS = {"README.md", "llmservingsim/example_single_run.csv"}
 
 
-@pytest.mark.parametrize(("relative", "expected"), SHARED_WORKLOADS.items(), ids=SHARED_WORKLOADS.keys())
-def test_every_shared_trace_loads(shared_data, relative, expected):
-    workload = load_workload(shared_data / relative)
+@pytest.mark.parametrize(("relative", "expected"), REAL_WORKLOADS.items(), ids=REAL_WORKLOADS.keys())
+def test_every_real_trace_loads(trace_data, relative, expected):
+    workload = load_workload(trace_data / relative)
     assert (workload.format, len(workload), workload.num_requests, workload.timed) == expected
     assert workload.warnings == ()
     arrivals = [s.arrival_s for s in workload.sessions]
     assert arrivals == sorted(arrivals) and min(arrivals) >= 0.0
 
 
-def test_the_table_covers_every_shared_file(shared_data):
-    files = {p.relative_to(shared_data).as_posix() for p in shared_data.rglob("*") if p.is_file()}
-    uncovered = {f for f in files - set(SHARED_WORKLOADS) - NOT_WORKLOADS if not f.startswith("llmservingsim/bench/")}
-    assert uncovered == set(), "add these shared files to SHARED_WORKLOADS (or NOT_WORKLOADS)"
-    assert set(SHARED_WORKLOADS) <= files
+def test_the_table_covers_every_data_file(trace_data):
+    files = {p.relative_to(trace_data).as_posix() for p in trace_data.rglob("*") if p.is_file()}
+    uncovered = {f for f in files - set(REAL_WORKLOADS) - NOT_WORKLOADS if not f.startswith("llmservingsim/bench/")}
+    assert uncovered == set(), "add these files to REAL_WORKLOADS (or NOT_WORKLOADS)"
+    assert set(REAL_WORKLOADS) <= files
 
 
 # --- sizes no replay can honour: refused at load, naming where -----------------------------------

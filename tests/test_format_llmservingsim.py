@@ -244,8 +244,8 @@ def test_workload_error_is_an_llmreplay_error(tmp_path):
 # --- the real traces ---------------------------------------------------------------------------
 
 
-def test_sharegpt_trace_has_matching_token_ids(shared_data):
-    workload = load_workload(shared_data / "llmservingsim" / "sharegpt-llama-3.1-8b-300-sps10.jsonl")
+def test_sharegpt_trace_has_matching_token_ids(trace_data):
+    workload = load_workload(trace_data / "llmservingsim" / "sharegpt-llama-3.1-8b-300-sps10.jsonl.gz")
     assert (workload.format, len(workload), workload.num_requests) == (FORMAT, 300, 300)
     turns = [turn for _, _, turn in workload.turns()]
     assert all(isinstance(t.prompt, TokenIds) and len(t.prompt.ids) == t.input_tokens for t in turns)
@@ -257,8 +257,8 @@ def test_sharegpt_trace_has_matching_token_ids(shared_data):
     assert 300 / (arrivals[-1] - arrivals[0]) == pytest.approx(10, rel=0.05)  # 10 req/s
 
 
-def test_mixed_trace_has_no_token_ids(shared_data):
-    workload = load_workload(shared_data / "llmservingsim" / "workload_me2_01_mixed.jsonl")
+def test_mixed_trace_has_no_token_ids(trace_data):
+    workload = load_workload(trace_data / "llmservingsim" / "workload_me2_01_mixed.jsonl.gz")
     assert workload.num_requests == 608
     assert all(isinstance(turn.prompt, Synthetic) for _, _, turn in workload.turns())
     assert workload.sessions[-1].arrival_s - workload.sessions[0].arrival_s == pytest.approx(61, abs=1)

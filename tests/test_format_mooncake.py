@@ -364,8 +364,8 @@ def test_delay_and_delay_ms_together(tmp_path):
 # --- the real traces ---------------------------------------------------------------------------
 
 
-def test_conversation_trace(shared_data):
-    workload = load_workload(shared_data / "mooncake" / "conversation_trace.jsonl")
+def test_conversation_trace(trace_data):
+    workload = load_workload(trace_data / "mooncake" / "conversation_trace.jsonl.gz")
     assert (workload.format, workload.timed, workload.num_requests) == (FORMAT, True, 12_031)
     turns = [turn for _, _, turn in workload.turns()]
     assert all(t.prompt.block_size == 512 and len(t.prompt.hash_ids) == math.ceil(t.input_tokens / 512) for t in turns)
@@ -374,8 +374,8 @@ def test_conversation_trace(shared_data):
     assert arrivals[-1] == pytest.approx(3537, abs=1)
 
 
-def test_real_trace_at_a_wrong_block_size_fails_on_line_1(shared_data):
-    path = shared_data / "mooncake" / "mooncake_tiny_arxiv_head16.jsonl"
+def test_real_trace_at_a_wrong_block_size_fails_on_line_1(trace_data):
+    path = trace_data / "mooncake" / "mooncake_tiny_arxiv_head16.jsonl"
     assert load_workload(path).num_requests == 16
     with pytest.raises(WorkloadError) as info:
         load_workload(path, block_size=256)

@@ -154,8 +154,8 @@ def test_rule_violation_names_file_line_field(tmp_path, bad, field, expected):
     assert expected in error.reason, error.reason
 
 
-def test_real_office_slice(shared_data):
-    path = shared_data / "trie" / "office_work_8k_slice.jsonl"
+def test_real_office_slice(trace_data):
+    path = trace_data / "trie" / "office_work_8k_slice.jsonl"
     workload = load_workload(path)
     assert (workload.format, workload.timed, len(workload), workload.num_requests) == (FORMAT, False, 8, 193)
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

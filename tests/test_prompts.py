@@ -213,8 +213,8 @@ def test_out_of_vocabulary_id(factory, bad):
         factory.text([1, 2, bad])
 
 
-def test_real_trace_ids_from_a_larger_vocabulary(factory, shared_data):
-    workload = load_workload(shared_data / "llmservingsim" / "sharegpt-llama-3.1-8b-300-sps10.jsonl")
+def test_real_trace_ids_from_a_larger_vocabulary(factory, trace_data):
+    workload = load_workload(trace_data / "llmservingsim" / "sharegpt-llama-3.1-8b-300-sps10.jsonl.gz")
     ids = factory.session_ids(workload.sessions[0])[0]
     assert len(ids) == workload.sessions[0].turns[0].input_tokens
     with pytest.raises(LLMReplayError, match="use the tokenizer the trace was made with"):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,7 +28,6 @@ from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 
 BASE = "llama-3.1-8b-h100"  # its efficiencies (the profile's own) are far from TRUTH's
 TRUTH = {"mfu": 0.3, "mbu": 0.45, "overhead_ms": 4.0}
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "llmservingsim"
 
 
 @pytest.fixture(scope="module")
@@ -177,16 +175,16 @@ def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
         assert fitted["timing"]["mbu"] < (base["timing"]["mbu"] + TRUTH["mbu"]) / 2
 
 
-@pytest.mark.skipif(not (DATA / "bench").is_dir(), reason="the public LLMServingSim data is not in ../shared/data")
-def test_the_command_runs_on_the_real_vllm_run(tmp_path, capsys):
+def test_the_command_runs_on_the_real_vllm_run(tmp_path, capsys, trace_data):
+    data = trace_data / "llmservingsim"
     out = tmp_path / "rtx.json"
     code = main(
         [
             "calibrate",
             "--from-run",
-            str(DATA / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_requests.jsonl"),
+            str(data / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_requests.jsonl"),
             "--workload",
-            str(DATA / "sharegpt-llama-3.1-8b-300-sps10.jsonl"),
+            str(data / "sharegpt-llama-3.1-8b-300-sps10.jsonl.gz"),
             "--profile",
             "llama-3.1-8b-rtx-pro-6000",
             "--fit",

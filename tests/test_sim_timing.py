@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,16 +17,6 @@ from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
 from pytest_llmreplay.sim.roofline import HardwareSpec, ModelSpec, RooflineTiming
 from pytest_llmreplay.sim.timing import Batch, JitteredTiming
 from pytest_llmreplay.sim.timing_table import TableTiming
-
-BENCH_META = (
-    Path(__file__).resolve().parents[1]
-    / ".."
-    / "shared"
-    / "data"
-    / "llmservingsim"
-    / "bench"
-    / "RTXPRO6000_Llama-3.1-8B_vllm_meta.json"
-)
 
 
 def approx(value):
@@ -352,7 +341,7 @@ def test_derived_kv_cache_size_follows_the_documented_rule():
     assert load_profile("llama-3.1-8b-rtx-4090").engine.max_num_batched_tokens == 2048
 
 
-def test_rtx_pro_6000_profile_uses_the_benchmark_engine_settings():
+def test_rtx_pro_6000_profile_uses_the_benchmark_engine_settings(trace_data):
     profile = load_profile("llama-3.1-8b-rtx-pro-6000")
     assert (profile.engine.max_num_seqs, profile.engine.max_num_batched_tokens, profile.engine.block_size) == (
         128,
@@ -360,11 +349,11 @@ def test_rtx_pro_6000_profile_uses_the_benchmark_engine_settings():
         16,
     )
     assert profile.engine.num_gpu_blocks == 35_913
-    if BENCH_META.is_file():  # the shared data set, when present
-        engine_args = json.loads(BENCH_META.read_text())["engine_kwargs"]
-        assert engine_args["max_num_seqs"] == profile.engine.max_num_seqs
-        assert engine_args["max_num_batched_tokens"] == profile.engine.max_num_batched_tokens
-        assert engine_args["tensor_parallel_size"] == profile.hardware.tensor_parallel
+    meta = trace_data / "llmservingsim" / "bench" / "RTXPRO6000_Llama-3.1-8B_vllm_meta.json"
+    engine_args = json.loads(meta.read_text())["engine_kwargs"]
+    assert engine_args["max_num_seqs"] == profile.engine.max_num_seqs
+    assert engine_args["max_num_batched_tokens"] == profile.engine.max_num_batched_tokens
+    assert engine_args["tensor_parallel_size"] == profile.hardware.tensor_parallel
 
 
 def test_dynamo_profile_is_the_polynomial_with_the_mocker_defaults():

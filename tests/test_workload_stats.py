@@ -159,8 +159,8 @@ def test_payloads_have_unknown_lengths():
 # --- real traces -------------------------------------------------------------------------------
 
 
-def test_conversation_trace_figures(shared_data):
-    stats = describe(load_workload(shared_data / "mooncake" / "conversation_trace.jsonl"))
+def test_conversation_trace_figures(trace_data):
+    stats = describe(load_workload(trace_data / "mooncake" / "conversation_trace.jsonl.gz"))
     assert (stats.format, stats.sessions, stats.requests) == ("mooncake", 12_031, 12_031)
     assert stats.input_tokens["mean"] == pytest.approx(12_035, abs=1)
     assert (stats.input_tokens["p50"], stats.input_tokens["max"]) == (6_909, 126_195)
@@ -171,15 +171,15 @@ def test_conversation_trace_figures(shared_data):
     assert dict(stats.rows())["reusable prefix share"] == "37.4% (unbounded cache)"
 
 
-def test_synthetic_mooncake_trace_reuses_more(shared_data):
-    stats = describe(load_workload(shared_data / "mooncake" / "synthetic_trace.jsonl"))
+def test_synthetic_mooncake_trace_reuses_more(trace_data):
+    stats = describe(load_workload(trace_data / "mooncake" / "synthetic_trace.jsonl.gz"))
     assert stats.requests == 3_993
     assert stats.input_tokens["mean"] == pytest.approx(15_325, abs=1)
     assert stats.reusable_prefix_share == pytest.approx(0.65, abs=0.01)
 
 
-def test_trie_history_share_matches_the_schema(shared_data):
-    path = shared_data / "trie" / "office_work_8k_slice.jsonl"
+def test_trie_history_share_matches_the_schema(trace_data):
+    path = trace_data / "trie" / "office_work_8k_slice.jsonl"
     history = total = 0
     for record in map(json.loads, path.read_text().splitlines()):
         prompt, responses = record["input_prompt_length"], record["assistant_response_length"]

@@ -17,8 +17,8 @@ from typing import Any
 from ...errors import LLMReplayError, WorkloadError
 from ..workload import Workload, check_limits
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
-from ._fields import too_deep
 from ._compressed import damage_first
+from ._fields import too_deep
 from ._text import text_lines
 
 FORMATS: dict[str, ModuleType] = {

@@ -14,10 +14,11 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import IO, BinaryIO, Iterator
+from typing import IO, BinaryIO
 
 from ...errors import WorkloadError
 

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ...errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
-from ._fields import DuplicateKey, Fields, payload_output_tokens, too_deep, type_name, unique_keys
 from ._compressed import open_for_writing
+from ._fields import DuplicateKey, Fields, payload_output_tokens, too_deep, type_name, unique_keys
 from ._text import read_text
 from ._writing import Losses, payload_bodies
 
