@@ -16,7 +16,7 @@ import zstandard
 from pytest_llmreplay import detect_format, load_workload
 from pytest_llmreplay.cli.main import main
 
-from test_format_detection import DETECTED, MESSAGES, error_of
+from test_format_detection import DETECTED, MESSAGES, error_of, write
 
 
 def zstd(data: bytes) -> bytes:
@@ -30,12 +30,10 @@ BAD_ARRIVAL = json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 
 GOOD_LINE = json.dumps({"input_toks": 3, "output_toks": 2, "arrival_time_ns": 0})
 
 
-def write_compressed(path: Path, text: str, suffix: str) -> Path:
-    """``text`` (a newline added, as test_format_detection.write does) compressed into
-    ``path`` + ``suffix``."""
-    data = (text if text.endswith("\n") else text + "\n").encode()
-    compressed = path.with_name(path.name + suffix)
-    compressed.write_bytes(COMPRESS[suffix](data))
+def compressed_copy(plain: Path, suffix: str) -> Path:
+    """``plain`` compressed beside it, named ``plain`` + ``suffix``."""
+    compressed = plain.with_name(plain.name + suffix)
+    compressed.write_bytes(COMPRESS[suffix](plain.read_bytes()))
     return compressed
 
 
@@ -56,9 +54,8 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("suffix", COMPRESS)
 @pytest.mark.parametrize("text, expected", DETECTED.values(), ids=DETECTED.keys())
 def test_every_format_detects_and_loads_the_same_compressed(tmp_path, text, expected, suffix):
-    plain = tmp_path / "workload.jsonl"
-    plain.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    compressed = write_compressed(plain, text, suffix)
+    plain = write(tmp_path, text)
+    compressed = compressed_copy(plain, suffix)
     assert detect_format(compressed) == expected
     assert load_workload(compressed) == same_but_source(load_workload(plain), compressed)
 
@@ -78,9 +75,8 @@ def test_a_real_trace_loads_the_same_plain_gzipped_and_zstd(tmp_path, trace_data
     plain = tmp_path / Path(relative).name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(data) if relative.endswith(".gz") else data)
     expected = load_workload(plain)
-    for suffix, compress in COMPRESS.items():
-        compressed = plain.with_name(plain.name + suffix)
-        compressed.write_bytes(compress(plain.read_bytes()))
+    for suffix in COMPRESS:
+        compressed = compressed_copy(plain, suffix)
         assert load_workload(compressed) == same_but_source(expected, compressed)
 
 
@@ -116,7 +112,7 @@ def test_a_directory_of_payload_files_takes_compressed_ones(tmp_path):
 
 @pytest.mark.parametrize("suffix", COMPRESS)
 def test_an_error_names_the_compressed_file_and_the_line(tmp_path, suffix):
-    path = write_compressed(tmp_path / "trace.jsonl", "\n".join([GOOD_LINE, GOOD_LINE, BAD_ARRIVAL]), suffix)
+    path = compressed_copy(write(tmp_path, "\n".join([GOOD_LINE, GOOD_LINE, BAD_ARRIVAL])), suffix)
     assert str(error_of(load_workload, path)) == f"{path}:3: arrival_time_ns: must be >= 0, got -1"
 
 
@@ -132,7 +128,7 @@ def test_a_byte_that_is_not_utf8_has_its_line_and_column(tmp_path, suffix):
 @pytest.mark.parametrize("suffix", COMPRESS)
 def test_a_whole_document_format_keeps_its_line_numbers(tmp_path, suffix):
     document = json.dumps({"data": [{"session_id": "a", "payloads": [{"messages": MESSAGES}]}]}, indent=2)
-    path = write_compressed(tmp_path / "inputs.json", document.replace('"a"', '"a",'), suffix)
+    path = compressed_copy(write(tmp_path, document.replace('"a"', '"a",'), "inputs.json"), suffix)
     assert str(error_of(load_workload, path)).startswith(f"{path}:4: invalid JSON: ")
 
 
