@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from test_format_detection import DETECTED, MESSAGES, error_of, write
 
 from pytest_llmreplay import detect_format, load_workload
 from pytest_llmreplay.cli.main import main
-
-from test_format_detection import DETECTED, MESSAGES, error_of, write
 
 
 def zstd(data: bytes) -> bytes:
@@ -52,7 +51,7 @@ def cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("suffix", COMPRESS)
-@pytest.mark.parametrize("text, expected", DETECTED.values(), ids=DETECTED.keys())
+@pytest.mark.parametrize(("text", "expected"), DETECTED.values(), ids=DETECTED.keys())
 def test_every_format_detects_and_loads_the_same_compressed(tmp_path, text, expected, suffix):
     plain = write(tmp_path, text)
     compressed = compressed_copy(plain, suffix)
@@ -155,7 +154,7 @@ def test_damaged_data_is_one_error_naming_the_file(capsys, tmp_path, suffix, dam
 
 
 @pytest.mark.parametrize(
-    "name, data, says",
+    ("name", "data", "says"),
     [
         ("trace.jsonl.gz", f"{GOOD_LINE}\n".encode(), "Not a gzipped file"),  # named gzip, plain text
         ("model.bin", b"\x1f\x8b\x08\x00" + bytes(range(128, 256)), "Error -3 while decompressing"),  # gzip's header
