@@ -22,6 +22,7 @@ import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import cast
 
 import numpy as np
 
@@ -38,6 +39,12 @@ def stable_hash(*parts: object) -> int:
     """A 64-bit hash of ``parts`` that is the same in every process (unlike ``hash()``)."""
     digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+def _ints(array: np.ndarray) -> list[int]:
+    """``array.tolist()`` of a 1-D integer array: Python ints. (numpy's stubs type ``tolist`` by the
+    array's static shape, which indexing loses; the cast says what a 1-D array gives.)"""
+    return cast(list[int], array.tolist())
 
 
 def _mix(values: np.ndarray) -> np.ndarray:
@@ -97,7 +104,8 @@ class PromptFactory:
     def words(self) -> np.ndarray:
         """The word-token ids generated prompts are made of (computed once per factory)."""
         decode, encode = self.tokenizer.decode, self.tokenizer.encode
-        spaced, bare = [], []
+        spaced: list[int] = []
+        bare: list[int] = []
         for token in range(self.tokenizer.vocab_size):
             text = decode([token])
             if _WORD.fullmatch(text) and encode(text) == [token]:
@@ -113,7 +121,7 @@ class PromptFactory:
         """Tokens ``start .. start+count`` of the endless word stream named by ``key``."""
         positions = np.arange(start, start + count, dtype=np.uint64)
         mixed = _mix(positions ^ _mix(np.full(count, key & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64)))
-        return self.words[(mixed % np.uint64(len(self.words))).astype(np.int64)].tolist()
+        return _ints(self.words[(mixed % np.uint64(len(self.words))).astype(np.int64)])
 
     def hash_blocks(self, prompt: HashBlocks, input_tokens: int) -> list[int]:
         """The ``input_tokens`` ids of a hash-id prompt (the last block cut to fit)."""
@@ -126,7 +134,7 @@ class PromptFactory:
             width = np.uint64(n)
             blocks[:, 0] = words[((ids // width) % width).astype(np.int64)]
             blocks[:, 1] = words[(ids % width).astype(np.int64)]
-        return blocks.reshape(-1)[:input_tokens].tolist()
+        return _ints(blocks.reshape(-1)[:input_tokens])
 
     def planned_response(self, session: Session, index: int) -> list[int]:
         """The response ids a turn is planned to get: the trace's, else generated words."""
@@ -293,8 +301,8 @@ class Conversation:
         the messages' content only: the server's chat template adds its own tokens."""
         turn = self.session.turns[index]
         if isinstance(turn.prompt, Payload):
-            body = dict(turn.prompt.body)
-            return ("chat" if "messages" in body else "completions"), body, turn.input_tokens
+            payload = dict(turn.prompt.body)
+            return ("chat" if "messages" in payload else "completions"), payload, turn.input_tokens
         extends = extends_previous(self.session, index)
         if (
             self.prompt_format == "keyed"

@@ -27,6 +27,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from ..errors import LLMReplayError
 from .workload import HashBlocks, Synthetic, TokenIds, Workload
 
 DEFAULT_TOKEN_BLOCK = 16
@@ -40,7 +41,7 @@ class WorkloadStats:
     format: str
     sessions: int
     requests: int
-    turns_per_session: dict[str, float]
+    turns_per_session: dict[str, float] | None  # None for a workload without sessions
     input_tokens: dict[str, float] | None
     output_tokens: dict[str, float] | None
     unknown_lengths: int
@@ -81,12 +82,15 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
     outputs = [t.output_tokens for t in turns if t.output_tokens is not None]
     arrivals = list(request_arrivals(workload))
     span = (max(arrivals) - min(arrivals)) if arrivals else 0.0
-    history = sum(
-        prev.input_tokens + prev.output_tokens
-        for session in workload.sessions
-        for prev, turn in pairwise(session.turns)
-        if isinstance(turn.prompt, Synthetic) and turn.prompt.extends_previous
-    )
+    history = 0
+    for session in workload.sessions:
+        for index, (prev, turn) in enumerate(pairwise(session.turns), start=1):
+            if isinstance(turn.prompt, Synthetic) and turn.prompt.extends_previous:
+                if prev.input_tokens is None or prev.output_tokens is None:
+                    raise LLMReplayError(
+                        f"session {session.id!r} turn {index}: extends a turn of unknown length (a verbatim payload)"
+                    )
+                history += prev.input_tokens + prev.output_tokens
     return WorkloadStats(
         format=workload.format,
         sessions=len(workload.sessions),
@@ -117,9 +121,11 @@ def reusable_prefix_share(workload: Workload, *, token_block_size: int = DEFAULT
     ``None`` when the workload has no such prompts."""
     seen: set[int] = set()
     reusable = total = 0
-    for _, _, turn in workload.turns():
+    for session, index, turn in workload.turns():
         prompt = turn.prompt
         if isinstance(prompt, HashBlocks):
+            if turn.input_tokens is None:
+                raise LLMReplayError(f"session {session.id!r} turn {index}: no input length")
             blocks: Iterable = prompt.hash_ids
             size, length = prompt.block_size, turn.input_tokens
         elif isinstance(prompt, TokenIds):

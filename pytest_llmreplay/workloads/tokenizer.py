@@ -78,7 +78,9 @@ class TransformersTokenizer:
         return list(self._hf.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int]) -> str:
-        return self._hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        text = self._hf.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        assert isinstance(text, str)  # one sequence of ids decodes to one string (a batch, to a list)
+        return text
 
 
 def encode_within(tokenizer: Tokenizer, text: str, limit: int, piece_chars: int = PIECE_CHARS) -> list[int]:

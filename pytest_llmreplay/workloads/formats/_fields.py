@@ -6,12 +6,13 @@ coercing them; unknown keys are rejected (a misspelt optional key must not be si
 
 from __future__ import annotations
 
+import builtins
 import json
 import math
 import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from ...errors import WorkloadError
 from ._text import text_lines
@@ -127,6 +128,13 @@ class Fields:
     def has(self, key: str) -> bool:
         return key in self.obj
 
+    # With required=True (the default) a getter never returns None (a missing field raises), and
+    # its overloads say so. ``int`` and ``list`` are methods here, so annotations in this class
+    # name the built-in types ``builtins.int`` and ``builtins.list``.
+    @overload
+    def one_of(self, *keys: str, required: Literal[True] = True) -> str: ...
+    @overload
+    def one_of(self, *keys: str, required: bool) -> str | None: ...
     def one_of(self, *keys: str, required: bool = True) -> str | None:
         """The single key of ``keys`` that is present (alternative spellings of one field)."""
         present = [k for k in keys if k in self.obj]
@@ -140,7 +148,22 @@ class Fields:
             return None
         return present[0]
 
-    def int(self, key: str, *, minimum: int = 0, required: bool = True, default: int | None = None) -> int | None:
+    @overload
+    def int(
+        self,
+        key: str,
+        *,
+        minimum: builtins.int = 0,
+        required: Literal[True] = True,
+        default: builtins.int | None = None,
+    ) -> builtins.int: ...
+    @overload
+    def int(
+        self, key: str, *, minimum: builtins.int = 0, required: bool, default: builtins.int | None = None
+    ) -> builtins.int | None: ...
+    def int(
+        self, key: str, *, minimum: builtins.int = 0, required: bool = True, default: builtins.int | None = None
+    ) -> builtins.int | None:
         """An integer >= ``minimum``; strings, floats and booleans are errors."""
         if key not in self.obj:
             if required:
@@ -154,6 +177,14 @@ class Fields:
         if value is not None and not isinstance(value, bool):
             raise self.error(key, f"must be true or false (a boolean), got {type_name(value)} {value!r}")
 
+    @overload
+    def number(
+        self, key: str, *, minimum: float = 0.0, required: Literal[True] = True, default: float | None = None
+    ) -> float: ...
+    @overload
+    def number(
+        self, key: str, *, minimum: float = 0.0, required: bool, default: float | None = None
+    ) -> float | None: ...
     def number(
         self, key: str, *, minimum: float = 0.0, required: bool = True, default: float | None = None
     ) -> float | None:
@@ -169,9 +200,22 @@ class Fields:
             raise self.error(key, f"must be a finite number >= {minimum:g}, got {value!r}")
         return float(value)
 
+    @overload
     def int_list(
-        self, key: str, *, minimum: int = 0, maximum: int | None = None, required: bool = True
-    ) -> tuple[int, ...] | None:
+        self,
+        key: str,
+        *,
+        minimum: builtins.int = 0,
+        maximum: builtins.int | None = None,
+        required: Literal[True] = True,
+    ) -> tuple[builtins.int, ...]: ...
+    @overload
+    def int_list(
+        self, key: str, *, minimum: builtins.int = 0, maximum: builtins.int | None = None, required: bool
+    ) -> tuple[builtins.int, ...] | None: ...
+    def int_list(
+        self, key: str, *, minimum: builtins.int = 0, maximum: builtins.int | None = None, required: bool = True
+    ) -> tuple[builtins.int, ...] | None:
         """A list of integers in [``minimum``, ``maximum``]; the failing element is named ``key[i]``."""
         if key not in self.obj:
             if required:
@@ -204,6 +248,10 @@ class Fields:
             out.append(float(value))
         return tuple(out)
 
+    @overload
+    def identifier(self, key: str, *, required: Literal[True] = True, allow_int: bool = True) -> str: ...
+    @overload
+    def identifier(self, key: str, *, required: bool, allow_int: bool = True) -> str | None: ...
     def identifier(self, key: str, *, required: bool = True, allow_int: bool = True) -> str | None:
         """A non-empty string (or an integer, when ``allow_int``), returned as a string."""
         if key not in self.obj:
@@ -217,7 +265,7 @@ class Fields:
             raise self.error(key, f"must be {expected}, got {type_name(value)} {value!r}")
         return str(value)
 
-    def list(self, key: str, *, min_length: int = 0) -> list[Any]:
+    def list(self, key: str, *, min_length: builtins.int = 0) -> builtins.list[Any]:
         """A required list with at least ``min_length`` entries."""
         if key not in self.obj:
             raise self.error(key, "required field missing")

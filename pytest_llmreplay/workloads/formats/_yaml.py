@@ -7,9 +7,12 @@ text can fail to be YAML into one :class:`YamlProblem`, so both say it in one li
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._fields import too_deep
+
+if TYPE_CHECKING:
+    import yaml
 
 
 class YamlProblem(Exception):
@@ -32,11 +35,11 @@ def load_yaml(text: str) -> Any:
     recursion limit (PyYAML reads them recursively; its ``RecursionError`` would be a traceback)."""
     import yaml
 
-    loader = unique_key_loader()
+    loader, duplicate_error = unique_key_loader()
     try:
         return _read(text, loader)
     except yaml.MarkedYAMLError as exc:
-        raise _marked_problem(exc, isinstance(exc, loader.duplicate_error)) from None
+        raise _marked_problem(exc, isinstance(exc, duplicate_error)) from None
     except yaml.reader.ReaderError as exc:  # raised as the loader is made: it checks every character first
         line_start = text.rfind("\n", 0, exc.position) + 1
         reason = f"character #x{exc.character:04x} is not allowed (expected printable characters, tabs and line breaks)"
@@ -75,18 +78,17 @@ def _marked_problem(exc: Any, duplicate: bool) -> YamlProblem:
     return YamlProblem(reason, mark.line + 1, None if duplicate else mark.column + 1, duplicate)
 
 
-def unique_key_loader() -> type:
+def unique_key_loader() -> tuple[type[yaml.SafeLoader], type[yaml.constructor.ConstructorError]]:
     """A ``yaml.SafeLoader`` subclass whose mappings raise :class:`DuplicateYamlKey`, a
     ``ConstructorError`` with ``problem = "duplicate key 'k' (first on line N)"`` and
-    ``problem_mark`` at the repeat, when a key is given twice (yaml is imported here, lazily)."""
+    ``problem_mark`` at the repeat, when a key is given twice, and that error's class (yaml is
+    imported here, lazily)."""
     import yaml
 
     class DuplicateYamlKey(yaml.constructor.ConstructorError):
         """A key given twice in one mapping."""
 
     class UniqueKeyLoader(yaml.SafeLoader):
-        duplicate_error = DuplicateYamlKey
-
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             if isinstance(node, yaml.MappingNode):
                 seen: dict[Any, int] = {}
@@ -102,4 +104,4 @@ def unique_key_loader() -> type:
                     seen[key] = line
             return super().construct_mapping(node, deep)
 
-    return UniqueKeyLoader
+    return UniqueKeyLoader, DuplicateYamlKey

@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -62,6 +62,7 @@ class Distribution:
     def sample(self, rng: np.random.Generator, size: int, *, integer: bool) -> np.ndarray:
         """``size`` draws, clamped to [low, high]; integers are rounded and at least 1."""
         p = dict(self.params)
+        values: np.ndarray
         if self.dist == "fixed":
             values = np.full(size, p["value"], dtype=float)
         elif self.dist == "uniform":
@@ -133,7 +134,7 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     seed = _check_int(spec.seed, "seed", 0, where)
     ratio = _check_number(spec.shared_prefix_ratio, "shared_prefix_ratio", where, high=1.0)
     if spec.rate is not None and spec.interval is not None:
-        raise WorkloadError("give rate or interval, not both", field="synthetic.rate", **where)
+        raise WorkloadError("give rate or interval, not both", field="synthetic.rate", path=source)
     rate = _check_number(spec.rate, "rate", where, positive=True) if spec.rate is not None else None
     interval = _check_number(spec.interval, "interval", where) if spec.interval is not None else None
     inputs_d, outputs_d, turns_d, delay_d = (
@@ -153,22 +154,25 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     )
     rng = np.random.default_rng(seed)
     if sessions > MAX_REQUESTS:
-        raise WorkloadError(f"must be at most {MAX_REQUESTS:,}, got {sessions:,}", field="synthetic.sessions", **where)
+        raise WorkloadError(
+            f"must be at most {MAX_REQUESTS:,}, got {sessions:,}", field="synthetic.sessions", path=source
+        )
     turn_counts = turns_d.sample(rng, sessions, integer=True)
     total = int(turn_counts.sum())
     if total > MAX_REQUESTS:
         raise WorkloadError(
-            f"{total:,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", **where
+            f"{total:,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", path=source
         )
     if rate is not None:
         arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, sessions - 1))))
     else:
         arrivals = np.arange(sessions) * (interval or 0.0)
     group_of = rng.integers(0, groups, sessions)
-    new_tokens = inputs_d.sample(rng, total, integer=True).tolist()
-    out_tokens = outputs_d.sample(rng, total, integer=True).tolist()
-    delays = delay_d.sample(rng, total, integer=False).tolist()
-    firsts = first_d.sample(rng, sessions, integer=True).tolist() if first_d is not None else None
+    # tolist() of 1-D arrays: lists of Python ints or floats (numpy's stubs cannot see the dimension)
+    new_tokens = cast(list[int], inputs_d.sample(rng, total, integer=True).tolist())
+    out_tokens = cast(list[int], outputs_d.sample(rng, total, integer=True).tolist())
+    delays = cast(list[float], delay_d.sample(rng, total, integer=False).tolist())
+    firsts = cast(list[int], first_d.sample(rng, sessions, integer=True).tolist()) if first_d is not None else None
     for name, lengths in (
         ("input_tokens", new_tokens),
         ("output_tokens", out_tokens),
@@ -178,22 +182,22 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
             raise WorkloadError(
                 f"draws {max(lengths):,} tokens, over the limit of {MAX_TOKENS:,} (no model's context is longer)",
                 field=f"synthetic.{name}",
-                **where,
+                path=source,
             )
 
     out: list[Session] = []
     k = 0
     for index in range(sessions):
         turns: list[Turn] = []
+        length = 0
         for t in range(int(turn_counts[index])):
             if t == 0:
                 length = firsts[index] if firsts is not None else new_tokens[k]
                 prompt = Synthetic(int(group_of[index]), int(ratio * length)) if ratio > 0 else Synthetic()
                 turns.append(Turn(length, out_tokens[k], prompt))
-            else:
-                previous = turns[-1]
-                grown = previous.input_tokens + previous.output_tokens + new_tokens[k]
-                turns.append(Turn(grown, out_tokens[k], Synthetic(extends_previous=True), float(delays[k])))
+            else:  # the previous prompt + its response + new tokens
+                length += out_tokens[k - 1] + new_tokens[k]
+                turns.append(Turn(length, out_tokens[k], Synthetic(extends_previous=True), float(delays[k])))
             k += 1
         out.append(Session(f"session{index}", float(arrivals[index]), tuple(turns)))
     timed = rate is not None or interval is not None

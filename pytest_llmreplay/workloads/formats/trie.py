@@ -75,24 +75,28 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
 
 
 def _trace_row(session: Session, losses: Losses) -> dict:
-    known_lengths(NAME, session, 0)
+    first_input, previous_output = known_lengths(NAME, session, 0)
     first, rest = session.turns[0], session.turns[1:]
     if not lengths_only(first.prompt):
         losses.add("the first prompt's contents (token ids, hash ids or prefix group): only its length is kept")
-    responses, tools, latencies = [], [], []
-    previous = first
+    responses: list[int] = []
+    tools: list[int] = []
+    latencies: list[float] = []
+    previous_input = first_input
     for index, turn in enumerate(rest, start=1):
         if not (isinstance(turn.prompt, Synthetic) and turn.prompt.extends_previous):
             raise cannot(NAME, session, index, "a turn that does not extend the previous prompt + response")
-        responses.append(previous.output_tokens)
-        tools.append(turn.input_tokens - previous.input_tokens - previous.output_tokens)
+        if turn.input_tokens is None or turn.output_tokens is None:
+            raise cannot(NAME, session, index, "a turn without token counts")
+        responses.append(previous_output)
+        tools.append(turn.input_tokens - previous_input - previous_output)
         latencies.append(tidy(turn.delay_s, 9))
-        previous = turn
+        previous_input, previous_output = turn.input_tokens, turn.output_tokens
     return {
         "num_turns": len(rest),
-        "input_prompt_length": first.input_tokens,
+        "input_prompt_length": first_input,
         "assistant_response_length": responses,
         "tool_call_output_length": tools,
         "tool_call_latency": latencies,
-        "final_assistant_response_length": previous.output_tokens,
+        "final_assistant_response_length": previous_output,
     }
