@@ -7,6 +7,7 @@ import json
 import math
 import textwrap
 from fnmatch import fnmatch
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -92,9 +93,9 @@ def test_later_turns_extend_the_previous_prompt():
         sessions=4, input_tokens=100, output_tokens={"dist": "uniform", "min": 5, "max": 50}, turns=3, delay=1.5
     )
     for session in generate_synthetic(spec):
-        first, *later = session.turns
+        first = session.turns[0]
         assert (first.input_tokens, first.delay_s, first.prompt) == (100, 0.0, Synthetic())
-        for previous, turn in zip(session.turns, later, strict=True):
+        for previous, turn in pairwise(session.turns):
             assert turn.input_tokens == previous.input_tokens + previous.output_tokens + 100
             assert (turn.prompt, turn.delay_s) == (Synthetic(extends_previous=True), 1.5)
 
