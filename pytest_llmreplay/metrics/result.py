@@ -171,27 +171,29 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     decode_tokens = decode_time = 0.0
     cached = prompts = eligible = history_hits = outputs = 0
     reported = True  # every turn has the server's cached count and a prompt count
-    history = None  # prompt + output of the previous turn: what this turn could find cached
+    history: int | None = None  # prompt + output of the previous turn: what this turn could find cached
     for turn in turns:
         outputs += turn.output_tokens
-        if turn.output_tokens > 1 and turn.first_token_s is not None and turn.last_token_s > turn.first_token_s:
+        first_token, last_token = turn.first_token_s, turn.last_token_s  # both set, or neither
+        if turn.output_tokens > 1 and first_token is not None and last_token is not None and last_token > first_token:
             decode_tokens += turn.output_tokens - 1
-            decode_time += turn.last_token_s - turn.first_token_s
-        prompt = prompt_tokens(turn)
-        reported = reported and turn.cached_tokens is not None and prompt is not None
-        if reported:
-            cached += turn.cached_tokens
+            decode_time += last_token - first_token
+        prompt, turn_cached = prompt_tokens(turn), turn.cached_tokens
+        if turn_cached is None or prompt is None:
+            reported = False
+        elif reported:
+            cached += turn_cached
             prompts += prompt
             if history is not None:
                 eligible += history
-                history_hits += min(turn.cached_tokens, history)
+                history_hits += min(turn_cached, history)
             history = prompt + turn.output_tokens
     return {
         "session_id": first.session_id,
         "session_index": first.session_index,
         "turns": len(turns),
-        "session_latency": last.end_s - first.sent_s,
-        "ttfat": None if last.first_token_s is None else last.first_token_s - first.sent_s,
+        "session_latency": None if last.end_s is None or first.sent_s is None else last.end_s - first.sent_s,
+        "ttfat": None if last.first_token_s is None or first.sent_s is None else last.first_token_s - first.sent_s,
         "decode_tps": decode_tokens / decode_time if decode_time > 0 else None,
         "cache_hit_rate": cached / prompts if reported and prompts else None,
         "eligible_cache_hit_rate": history_hits / eligible if reported and eligible else None,

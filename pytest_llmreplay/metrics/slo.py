@@ -132,6 +132,7 @@ class Check:
         slo = self.slo
         if self.measured is None:
             return [slo.key, slo.text, "not measured", "", "BREACH"]
+        assert self.margin is not None  # measured and margin are None together (SLO.check)
         margin = slo.show_margin(self.margin)  # in the threshold's unit, a zero one too: "0 pts", "0 s"
         if self.margin and slo.value:
             relative = self.margin / abs(slo.value) * 100
