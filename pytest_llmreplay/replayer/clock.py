@@ -120,8 +120,8 @@ class VirtualClock:
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         loop = asyncio.SelectorEventLoop(_JumpingSelector(self))
-        loop.time = self.now  # type: ignore[method-assign]
-        loop._clock_resolution = 1e-9  # type: ignore[attr-defined]  # timers fire at their time, not a tick later
+        loop.time = self.now  # type: ignore[method-assign]  # on purpose: the loop's timers run on this virtual clock
+        loop._clock_resolution = 1e-9  # type: ignore[attr-defined]  # private, not in the stubs; timers fire at their time, not a tick later
         try:
             return loop.run_until_complete(main)
         finally:

@@ -54,7 +54,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 from typing import Any
@@ -180,11 +180,14 @@ def arrival_offsets(plan: list[Session], mode: str, settings: ReplaySettings) ->
         return None
     if mode == "timestamps":
         return [session.arrival_s / settings.speedup for session in plan]
+    rate = settings.rate
+    if rate is None:  # ReplaySettings.validate refuses this
+        raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
     rng = random.Random(settings.seed)
     offsets, t = [], 0.0
     for _ in plan:
         offsets.append(t)
-        t += rng.expovariate(settings.rate) if settings.arrival == "poisson" else 1.0 / settings.rate
+        t += rng.expovariate(rate) if settings.arrival == "poisson" else 1.0 / rate
     return offsets
 
 
@@ -273,12 +276,13 @@ class Replay:
         self.clock = clock or WallClock()
         self.on_record = on_record
         self.mode = settings.resolved_mode(workload)
-        self.prompt_format = settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text")
+        preferred: str = getattr(endpoint, "preferred_prompt_format", "text")
+        self.prompt_format = settings.prompt_format or preferred
         self.part = part
         if part is None:
             self.plan = session_plan(workload, settings)
-            self.indices: list[int] | tuple[int, ...] = range(len(self.plan))  # type: ignore[assignment]
-            self.offsets = arrival_offsets(self.plan, self.mode, settings)
+            self.indices: Sequence[int] = range(len(self.plan))
+            self.offsets: Sequence[float] | None = arrival_offsets(self.plan, self.mode, settings)
             check_warmup(settings, sum(len(session.turns) for session in self.plan))
         else:  # planned by the whole run: limits, order and warm-up are the whole run's business
             self.plan, self.indices, self.offsets = list(part.sessions), part.indices, part.offsets
@@ -355,7 +359,7 @@ class Replay:
         """Stop on SIGINT/SIGTERM (module docstring); the signals handled (none off the main
         thread, or where the loop cannot handle signals)."""
         loop = asyncio.get_running_loop()
-        handled = []
+        handled: list[int] = []
         for signum in (signal.SIGINT, signal.SIGTERM):
             try:
                 loop.add_signal_handler(signum, self._interrupt, signum)
@@ -424,7 +428,8 @@ class Replay:
             if self.settings.concurrency is not None:
                 self._slots = asyncio.Semaphore(self.settings.concurrency)
             tasks.append(asyncio.ensure_future(self._dispatch(tasks)))
-        limit = None if self._deadline is None else self.settings.duration_s + self.settings.grace_s
+        duration_s = self.settings.duration_s  # set exactly when there is a deadline
+        limit = None if duration_s is None else duration_s + self.settings.grace_s
         await self._finish(tasks, limit)
 
     async def _finish(self, tasks: list[asyncio.Task], limit: float | None) -> None:
@@ -443,7 +448,9 @@ class Replay:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if failed is not None:
-            raise failed.exception()
+            error = failed.exception()
+            assert error is not None  # failed was picked for having one
+            raise error
 
     async def _worker(self, queue: Iterator[tuple[int, Session]]) -> None:
         for index, session in queue:
@@ -453,6 +460,7 @@ class Replay:
             await self._session(index, session, now)
 
     async def _dispatch(self, tasks: list[asyncio.Task]) -> None:
+        assert self.offsets is not None  # None only in concurrency mode, which has no dispatcher
         for index, session, offset in zip(self.indices, self.plan, self.offsets, strict=True):
             due = self._start + offset
             if self._closed(due):
@@ -533,8 +541,9 @@ class Replay:
         if response.error is not None and record.status == "ok":
             record.status = "failed"
         record.error = response.error
-        if record.status == "ok" and record.prompt_tokens is not None and record.planned_prompt_tokens is not None:
-            self._check_prompt(record, api, body)
+        planned, server = record.planned_prompt_tokens, record.prompt_tokens
+        if record.status == "ok" and server is not None and planned is not None:
+            self._check_prompt(record, planned, server, api, body)
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
@@ -542,13 +551,13 @@ class Replay:
     def _relative(self, t: float | None) -> float | None:
         return None if t is None else t - self._start
 
-    def _check_prompt(self, record: RequestRecord, api: str, body: dict) -> None:
-        """Warn once when the server's prompt_tokens cannot come from our tokenizer's count.
+    def _check_prompt(self, record: RequestRecord, planned: int, server: int, api: str, body: dict) -> None:
+        """Warn once when the server's prompt_tokens (``server``) cannot come from our tokenizer's
+        count (``planned``), both the record's.
 
         Completions: they must be equal. Chat: the template may add 0 to
         ``64 + 16 * messages`` tokens (Llama-3's adds about 25 + 5 per message).
         """
-        planned, server = record.planned_prompt_tokens, record.prompt_tokens
         if api == "chat":
             fixed, per_message = CHAT_TEMPLATE_ALLOWANCE
             ok = 0 <= server - planned <= fixed + per_message * len(body.get("messages", ()))

@@ -170,6 +170,8 @@ class ServerProcess:
 
     def _announced_url(self) -> str | None:
         """The URL the command printed (``announce``'s first group) since this start, or None."""
+        assert self.log_path is not None  # start() sets it before it waits
+        assert self.announce is not None  # asked only while there is no url, so there is a pattern (__init__)
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(self._log_start)
@@ -212,7 +214,7 @@ class ServerProcess:
                     os.killpg(process.pid, sig)
                 except ProcessLookupError:
                     return
-                if self._group_gone(wait):
+                if self._group_gone(process, wait):
                     return
         finally:
             if self._watchdog is not None:
@@ -225,13 +227,13 @@ class ServerProcess:
         if self._temporary_log and self.log_path is not None:
             shutil.rmtree(self.log_path.parent, ignore_errors=True)
 
-    def _group_gone(self, wait_s: float) -> bool:
-        """Wait up to ``wait_s`` for the leader to exit and the rest of its group to go."""
+    def _group_gone(self, process: subprocess.Popen, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` for the leader ``process`` to exit and the rest of its group to go."""
         deadline = self.clock.now() + wait_s
         while True:
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 try:
-                    os.killpg(self.process.pid, 0)
+                    os.killpg(process.pid, 0)
                 except ProcessLookupError:
                     return True
             if self.clock.now() >= deadline:

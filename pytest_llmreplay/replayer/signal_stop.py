@@ -21,12 +21,18 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-DEFAULT_EFFECTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+# what signal.signal takes: a handler, SIG_DFL or SIG_IGN (ints), or None
+Handler = Callable[[int, FrameType | None], Any] | int | None
+DEFAULT_EFFECTS: dict[signal.Signals, Handler] = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+}
 
 
 class SignalStop:

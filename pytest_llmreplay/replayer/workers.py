@@ -197,13 +197,15 @@ class ReplayWorker:
         """Replay the part from the common start; the records not yet taken come back with the run."""
         clock = WallClock()
         part = Part(indices, workload.sessions, offsets, clock.at_epoch(start_epoch))
-        self.replay = Replay(workload, endpoint, prompts, settings, clock, on_record=self.pending.append, part=part)
+        self.replay = replay = Replay(
+            workload, endpoint, prompts, settings, clock, on_record=self.pending.append, part=part
+        )
 
         async def main() -> ReplayRun:
             self.loop = asyncio.get_running_loop()
             if self.stop_reason is not None:
-                self.replay.stop(self.stop_reason)
-            return await self.replay.run_async()
+                replay.stop(self.stop_reason)
+            return await replay.run_async()
 
         run = clock.run(main())
         run.records = self.take()
