@@ -20,6 +20,7 @@ import dataclasses
 import os
 import statistics
 import sys
+from itertools import pairwise
 
 import httpx
 
@@ -63,7 +64,7 @@ def main() -> None:
         r.session_id: r
         for r in replay(workload, SimEndpoint(profile, prompts), prompts, settings, clock=VirtualClock()).records
     }
-    steps = [ttft(b) - ttft(a) for a, b in zip(offline.values(), list(offline.values())[1:], strict=True)]
+    steps = [ttft(b) - ttft(a) for a, b in pairwise(offline.values())]
     command = [
         sys.executable,
         "-m",
