@@ -226,7 +226,8 @@ def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]
     does), then its first-parent ancestors; the words name the branch used. Otherwise ``ref`` is
     any commit, tag or branch git can resolve."""
     cwd = Path(cwd)
-    if _git(cwd, "rev-parse", "HEAD") is None:
+    head = _git(cwd, "rev-parse", "HEAD")
+    if head is None:
         raise LLMReplayError(
             f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit"
         )
@@ -239,7 +240,7 @@ def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]
                     label = f"merge-base with {candidate} ({base[:12]})"
                     break
         if not base:
-            base, label = _git(cwd, "rev-parse", "HEAD"), "HEAD"
+            base, label = head, "HEAD"
     else:
         base = resolve_commit(cwd, ref)
         if base is None:
@@ -434,14 +435,15 @@ def compare(
             row.note = "baseline is 0"
             continue
         if run_count(baseline) > 1 or run_count(current) > 1:
-            keys = [*(run_keys(baseline, metric) or [None]), *(run_keys(current, metric) or [None])]
+            missing: list[list[int] | None] = [None]  # a side without keys, which pairs with nothing
+            keys = [*(run_keys(baseline, metric) or missing), *(run_keys(current, metric) or missing)]
             paired = keys[0] is not None and all(k == keys[0] for k in keys)
             draws = hierarchical_bootstrap_change(
                 run_samples(baseline, metric), run_samples(current, metric), stat, seed, paired
             )
         else:
-            keys = (baseline.get("sample_keys") or {}).get(metric)
-            paired = keys is not None and keys == (current.get("sample_keys") or {}).get(metric)
+            sample_keys = (baseline.get("sample_keys") or {}).get(metric)
+            paired = sample_keys is not None and sample_keys == (current.get("sample_keys") or {}).get(metric)
             draws = bootstrap_change(base, cur, stat, seed, paired)
         row.change, row.paired = draws.point, paired
         tested.append((row, metric, draws))
@@ -461,15 +463,18 @@ def compare(
 def _verdict(row: Row, metric: str, significant: bool = True) -> None:
     """Regression, improved, noise or ok from the row's change, interval and tolerance; a change
     beyond the tolerance that is not ``significant`` (Holm's step-down) is noise."""
+    point, low, high, tolerance = row.change, row.low, row.high, row.tolerance
+    assert point is not None and low is not None and high is not None  # set before a verdict is drawn
+    assert tolerance is not None  # a row compared has its allowed change (compare's tolerance mapping)
     worse = -1.0 if metric in LOWER_IS_WORSE else 1.0
     change, near, far = (
-        worse * row.change,
-        min(worse * row.low, worse * row.high),
-        max(worse * row.low, worse * row.high),
+        worse * point,
+        min(worse * low, worse * high),
+        max(worse * low, worse * high),
     )
-    if change > row.tolerance:
+    if change > tolerance:
         row.verdict = "regression" if near > 0 and significant else "noise"
-    elif change < -row.tolerance:
+    elif change < -tolerance:
         row.verdict = "improved" if far < 0 and significant else "noise"
     else:
         row.verdict = "ok"
@@ -526,6 +531,7 @@ def change_cell(change: float | None, low: float | None, high: float | None) -> 
     upper end); empty when not computed."""
     if change is None:
         return ""
+    assert low is not None  # a change comes with its interval, which is open only above
     return f"{change * 100:+.1f}% [{low * 100:+.1f}%, " + ("open]" if high is None else f"{high * 100:+.1f}%]")
 
 

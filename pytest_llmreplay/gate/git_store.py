@@ -47,7 +47,7 @@ class GitStore(Store):
     ``env``: git's environment (no prompts, an author, the user's repository's ``http.*`` and
     ``credential.*`` settings so that the job's credentials apply)."""
 
-    label: str  # type: ignore[misc]
+    label: str
     url: str
     ref: str
     work: Path

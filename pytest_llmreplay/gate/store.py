@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMReplayError
 from .stored_record import parse_record
@@ -167,7 +167,12 @@ class Store:
     """Stored results, one folder per test. A kind lists, reads and adds files by key
     (``<test folder>/<name>``); saving, finding and reading results are common to all."""
 
-    label: str  # where, for messages: never holds a credential
+    if TYPE_CHECKING:  # no attribute at run time: a kind has a field or a property of that name
+
+        @property
+        def label(self) -> str:
+            """Where, for messages: never holds a credential."""
+            ...
 
     def check(self, writing: bool) -> None:
         """Raise :class:`LLMReplayError` (one line) when the store cannot be used; a git store
@@ -248,7 +253,7 @@ class FolderStore(Store):
     root: Path
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:
         return str(self.root)
 
     def check(self, writing: bool) -> None:
@@ -280,7 +285,7 @@ class FsspecStore(Store):
     root: str
 
     @property
-    def label(self) -> str:  # type: ignore[override]
+    def label(self) -> str:
         return redact(self.url.rstrip("/"))
 
     def _path(self, key: str = "") -> str:
