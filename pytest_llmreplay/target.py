@@ -73,6 +73,13 @@ class Target:
             return f"sim:{self.profile.name} (offline, virtual time)"
         if self.kind == "sim-server":
             return f"sim:{self.profile.name} at {self.url}"
+        return self.http_url
+
+    @property
+    def http_url(self) -> str:
+        """``url``, which every kind but offline has (a live one from the start, a sim-server one
+        from when its server announced it)."""
+        assert self.url is not None, f"a {self.kind} target without a url"
         return self.url
 
     @property
@@ -91,9 +98,11 @@ class Target:
         if self.kind == "offline":
             from .sim.endpoint import SimEndpoint
 
-            return SimEndpoint(self.profile, self.prompts, seed=self.run_seed(repeat), extra_body=self.extra_body)
+            seed = self.run_seed(repeat)
+            assert seed is not None  # offline, there is one
+            return SimEndpoint(self.profile, self.prompts, seed=seed, extra_body=self.extra_body)
         return HTTPEndpoint(
-            self.url,
+            self.http_url,
             model=self.model if self.model_named else None,
             api=self.api,
             api_key_env=self.api_key_env,
@@ -117,7 +126,7 @@ class Target:
             return None
         import httpx
 
-        base = self.url.rstrip("/").removesuffix("/v1")
+        base = self.http_url.rstrip("/").removesuffix("/v1")
         wall = WallClock()
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}

@@ -224,11 +224,13 @@ def check_test_slos(slos: Sequence[SLO], plan: CapacityPlan | None) -> None:
     else:
         check_goodput_limits(slos, plan.slos, "slo", "capacity.slo (a capacity test's goodput limits)")
     for slo in slos:
-        if slo.metric == "capacity" and plan is None:
+        if slo.metric != "capacity":
+            continue
+        if plan is None:
             raise LLMReplayError(
                 f"slo {slo.key!r}: needs the capacity key (what to search: by, slo, min, max, resolution)"
             )
-        if slo.metric == "capacity" and slo.stat != plan.by:
+        if slo.stat != plan.by:
             raise LLMReplayError(f"slo {slo.key!r}: the capacity search is by {plan.by}; write capacity.{plan.by}")
 
 
@@ -317,6 +319,7 @@ class Search:
         if self.plan.by == "concurrency":
             return replace(self.base, mode="concurrency", concurrency=int(load))
         if self.plan.arrival == "trace":
+            assert self.native_rate is not None  # read for a trace-paced plan (__init__)
             return replace(self.base, mode="timestamps", speedup=load / self.native_rate)
         return replace(self.base, mode="rate", rate=load, arrival=self.plan.arrival)
 
@@ -390,6 +393,8 @@ class Search:
         self.reset_missing = True
         if self.progress is not None:
             from ..target import no_cache_reset_note
+
+            assert self.target.url is not None  # a target that is not offline is at a URL
 
             self.progress(f"note: {no_cache_reset_note(self.target.url, 'point')}")
 

@@ -122,7 +122,7 @@ class StopRule:
         self.failed += record.status == "failed"
         values = {name: compute(record) for name, compute in REQUEST_VALUE.items()} if record.status == "ok" else {}
         self.not_good += record.status == "failed" or any(
-            values.get(name) is not None and values[name] > limit for name, limit in self.limits.items()
+            (value := values.get(name)) is not None and value > limit for name, limit in self.limits.items()
         )
         n = self.planned
         for slo in self.slos:
