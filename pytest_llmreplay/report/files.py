@@ -31,7 +31,7 @@ def read_results(report_dir: Path) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: r["test"])
 
 
-def markdown(results: list[Mapping[str, Any]]) -> str:
+def markdown(results: Sequence[Mapping[str, Any]]) -> str:
     """summary.md: the summary table, then per test its headline, SLO table and comparison.
     Every text from a result (a test id, a workload path in a message, a comparison's header)
     goes through :func:`markdown_text`: GitHub renders HTML in a step summary, as index.html

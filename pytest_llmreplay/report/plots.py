@@ -19,7 +19,7 @@ import io
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..metrics.units import display_unit, in_unit, significant
 
@@ -96,8 +96,11 @@ def cdf_points(values: Sequence[float]) -> tuple[list[float], list[float]]:
     count = len(ordered)
     if count > CDF_POINTS:
         shares = np.linspace(1 / CDF_POINTS, 1.0, CDF_POINTS)
-        return np.quantile(ordered, shares).tolist(), shares.tolist()
-    return ordered.tolist(), (np.arange(1, count + 1) / count).tolist()
+        x, y = np.quantile(ordered, shares), shares
+    else:
+        x, y = ordered, np.arange(1, count + 1) / count
+    # tolist() of 1-D float arrays: floats (numpy's stubs type it by a shape they cannot see here)
+    return cast(list[float], x.tolist()), cast(list[float], y.tolist())
 
 
 def cdf_svg(

@@ -93,10 +93,11 @@ def client_line(result: Result) -> str:
     parts.append(f"failed {counts['failed']}, cancelled {counts['cancelled']}, warm-up {counts['warmup']}")
     lines = ["Client: " + "; ".join(parts)]
     for worker in result.run.workers:
-        lag = (
+        p50, p99 = worker.schedule_lag_p50, worker.schedule_lag_p99  # both None, or both set (one summary's)
+        worker_lag = (
             "no request sent"
-            if worker.schedule_lag_p50 is None
-            else f"schedule lag p50 {worker.schedule_lag_p50 * 1e3:.2f} ms, p99 {worker.schedule_lag_p99 * 1e3:.2f} ms"
+            if p50 is None or p99 is None
+            else f"schedule lag p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms"
         )
         concurrency = (
             ""
@@ -105,7 +106,7 @@ def client_line(result: Result) -> str:
         )
         died = f"; DIED: {worker.died}" if worker.died else ""
         lines.append(
-            f"  worker {worker.index} ({worker.where}): {worker.records}/{worker.planned_requests} requests; {lag}{concurrency}{died}"
+            f"  worker {worker.index} ({worker.where}): {worker.records}/{worker.planned_requests} requests; {worker_lag}{concurrency}{died}"
         )
     return "\n".join(lines)
 
