@@ -21,13 +21,13 @@ is what the comparison's two-level bootstrap resamples
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 
-def pool_records(records: list[Mapping[str, Any]], facts: list[Mapping[str, Any]]) -> dict[str, Any]:
+def pool_records(records: Sequence[Mapping[str, Any]], facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """One stored record of ``records`` (one per run, equal workload and settings) with each
     run's ``facts`` (seed, cache_reset) kept in ``runs`` (see the module docstring)."""
     if len(records) == 1:

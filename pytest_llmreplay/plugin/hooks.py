@@ -72,10 +72,10 @@ class SummaryHooks:
             return
         from .interrupt import INTERRUPTED_PROPERTY
 
-        figures = {
+        figures = {  # the key figures (verdict.key_figures): numbers; pytest types a property's value as object
             name: value
             for name, value in report.user_properties
-            if str(name).startswith("llmreplay.") and name != INTERRUPTED_PROPERTY
+            if str(name).startswith("llmreplay.") and name != INTERRUPTED_PROPERTY and isinstance(value, (int, float))
         }
         interrupted = INTERRUPTED_PROPERTY in dict(report.user_properties)
         outcome = (

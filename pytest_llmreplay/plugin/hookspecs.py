@@ -21,10 +21,11 @@ import pytest
 
 
 @pytest.hookspec
-def pytest_llmreplay_formats() -> list[Any]:
+def pytest_llmreplay_formats() -> list[Any] | None:
     """Workload format modules to add, each with ``NAME``, ``detect(first_line) -> bool`` and
     ``load(path, **options) -> Workload`` (and optionally ``write``). They are tried after the
-    built-in formats when detecting; a name already taken is an error."""
+    built-in formats when detecting; a name already taken is an error. (None adds nothing:
+    pluggy leaves an implementation's None out of the hook's results.)"""
 
 
 @pytest.hookspec
@@ -35,7 +36,7 @@ def pytest_llmreplay_fingerprint(config: pytest.Config, fingerprint: dict[str, A
 
 
 @pytest.hookspec
-def pytest_llmreplay_metrics() -> Mapping[str, Callable[[Any], Mapping[str, float]]]:
+def pytest_llmreplay_metrics() -> Mapping[str, Callable[[Any], Mapping[str, float]]] | None:
     """Extra metrics: name -> function of a :class:`~pytest_llmreplay.metrics.result.Result` returning
     ``{stat: value}`` (``{"value": x}`` for a single figure). They join the summary, so SLO keys,
-    reports and stored results can name them."""
+    reports and stored results can name them. (None adds nothing, as for the formats.)"""

@@ -7,7 +7,7 @@ Each option has an ini key of the same name with ``_`` for ``-`` (``--llm-seed``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -168,7 +168,8 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(flag, dest=ini, nargs="?", const="auto", default=None, metavar="REF", help=help_text)
         else:
             group.addoption(flag, dest=ini, default=None, metavar=METAVARS.get(flag), help=help_text)
-        parser.addini(ini, help=help_text, type="bool" if kind == "bool" else "string", default=default)
+        ini_type: Literal["bool", "string"] = "bool" if kind == "bool" else "string"
+        parser.addini(ini, help=help_text, type=ini_type, default=default)
 
 
 def option(config: pytest.Config, name: str) -> Any:

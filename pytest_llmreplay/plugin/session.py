@@ -15,12 +15,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..errors import LLMReplayError
 from .options import check_bool_options, option, seed_option, server_timeout_option, workers_option
+
+if TYPE_CHECKING:
+    from ..replayer.workers import RayWorkers
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -87,7 +90,8 @@ class LLMSession:
                 profile_path(option(config, "llm_sim_profile"))
             except LLMReplayError as exc:
                 raise pytest.UsageError(f"--llm-sim-profile / llm_sim_profile: {exc}") from None
-        self.workers_count, self._workers = workers_option(config, self.kind), None
+        self.workers_count = workers_option(config, self.kind)
+        self._workers: RayWorkers | None = None
         self.compare_ref = option(config, "llm_compare") or None
         self.history: tuple[str, list[str]] | None = None
         if self.compare_ref is not None:
@@ -157,6 +161,7 @@ class LLMSession:
         from ..target import Target, live_target, sim_fingerprint, start_sim_server
 
         if self.kind == "live":
+            assert self.endpoint_url is not None  # the kind is live when there is one
             model = option(self.config, "llm_model") or None
             key_env = option(self.config, "llm_api_key_env") or None
             target = live_target(
@@ -228,7 +233,7 @@ class LLMSession:
                 from ..search.capacity import find_capacity
                 from .terminal_lines import line_writer
 
-                result = find_capacity(
+                result: Result = find_capacity(
                     workload,
                     target,
                     self.prompts.salted(salt),
@@ -272,6 +277,7 @@ class LLMSession:
         if self._workers is None:
             from ..replayer.workers import RayWorkers
 
+            assert self.workers_count is not None  # asked for only with --llm-workers
             self._workers = RayWorkers(self.workers_count, option(self.config, "llm_ray_address") or None)
         return self._workers
 

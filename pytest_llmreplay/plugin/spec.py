@@ -25,6 +25,7 @@ in one mapping is an error naming its line: ``formats._yaml``) and TOML with ``t
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -184,16 +185,17 @@ def read_spec_file(path: Path) -> Any:
     except OSError as exc:
         raise LLMReplayError(f"cannot read: {exc}") from None
     if path.name.endswith(".toml"):
-        try:
+        if sys.version_info < (3, 11):  # no tomllib
+            raise LLMReplayError("TOML spec files need Python >= 3.11 (tomllib); use .llmreplay.yaml")
+        else:  # an else, not code after the raise: mypy's 3.10 pass skips it (no tomllib there)
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            raise LLMReplayError("TOML spec files need Python >= 3.11 (tomllib); use .llmreplay.yaml") from None
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise LLMReplayError(f"not valid TOML: {exc}") from None
-        except RecursionError:
-            raise LLMReplayError(f"not valid TOML: {too_deep()}") from None
+
+            try:
+                return tomllib.loads(text)
+            except tomllib.TOMLDecodeError as exc:
+                raise LLMReplayError(f"not valid TOML: {exc}") from None
+            except RecursionError:
+                raise LLMReplayError(f"not valid TOML: {too_deep()}") from None
     from ..workloads.formats._yaml import YamlProblem, load_yaml
 
     try:

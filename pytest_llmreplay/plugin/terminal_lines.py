@@ -33,6 +33,7 @@ def line_writer(config: pytest.Config) -> Callable[[str], None] | None:
                 sys.stderr.write(f"[{worker}] {line}\n")
                 sys.stderr.flush()
                 return
+            assert terminal is not None  # not on a worker, so there is one (checked above)
             terminal.ensure_newline()  # ends the line of "file.py .." that pytest knows is open
             if config.get_terminal_writer().width_of_current_line:  # -q's letters: one it does not
                 terminal.write("\n")

@@ -138,7 +138,6 @@ class Gate:
         capacity = getattr(run.result, "capacity", None)
         if capacity is not None:
             record["capacity"] = capacity.as_dict()
-        slo_table = breach_table(checks) if checks else None
         blocks = (
             [f"llmreplay: {run.test}"]
             + ([capacity.table()] if capacity is not None else [])
@@ -149,8 +148,9 @@ class Gate:
         )
         earlier = self._earlier(run, record)
         found = self._compare(run, record, earlier) if earlier is not None else None
-        comparison = found if isinstance(found, Comparison) else None  # else None or why there is none
-        compared_text = comparison_table(comparison) if comparison else found
+        comparison = found if isinstance(found, Comparison) else None
+        # its table; else None, or why there is none
+        compared_text = comparison_table(found) if isinstance(found, Comparison) else found
         baseline_blocks = [compared_text] if compared_text else []
         failures, failed_by = (
             [],
@@ -165,13 +165,15 @@ class Gate:
                 failed_by.append("not saved (--llm-save)")
         if not interrupted:  # a partial result is reported, never judged
             if not all(c.passed for c in checks):
-                failures.append(slo_table)
-            if self.fail_on_regression and comparison is not None and comparison.regressions:
-                failures.append(compared_text)
-                failed_by.append("regressions fail the test (--llm-fail-on-regression)")
-            if self.fail_on_unstable and comparison is not None and comparison.unstable:
-                failures.append(compared_text)
-                failed_by.append("an unstable comparison fails the test (--llm-fail-on-unstable)")
+                failures.append(breach_table(checks))
+            if comparison is not None:
+                assert compared_text is not None  # the comparison's table
+                if self.fail_on_regression and comparison.regressions:
+                    failures.append(compared_text)
+                    failed_by.append("regressions fail the test (--llm-fail-on-regression)")
+                if self.fail_on_unstable and comparison.unstable:
+                    failures.append(compared_text)
+                    failed_by.append("an unstable comparison fails the test (--llm-fail-on-unstable)")
         if self.report_dir is not None:
             self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
@@ -195,6 +197,7 @@ class Gate:
         return history_points(self.store, run.test, self.history[1], like=record, limit=window)
 
     def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
+        assert self.history is not None  # there are earlier results only with a reference (_earlier)
         label, commits = self.history
         try:
             newest = self.store.newest_complete(run.test, commits)
@@ -207,6 +210,7 @@ class Gate:
                 f"Compared with {label}: no {readable}stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
                 + (f"\n{skipped}" if skipped else "")
             )
+        assert newest.key is not None  # found with its record
         stored_at = f"{label}, stored {newest.key.rsplit('/', 1)[-1][:12]} {newest.record.get('time')}"
         comparison = compare(newest.record, record, gated_tolerances(record, run.regression), label=stored_at)
         if skipped:
@@ -227,6 +231,7 @@ class Gate:
     ) -> None:
         """The report's record: the stored one, plus the comparison, the trend, and
         ``failed_by`` (what failed the test besides breached SLOs: the report says FAIL)."""
+        assert self.report_dir is not None  # finish writes a report only then
         folder = self.report_dir / "tests"
         name = result_folder(run.test)
         stored = dict(record)
@@ -236,6 +241,8 @@ class Gate:
             stored["comparison"] = comparison_as_dict(comparison)
         if earlier is not None:  # the trend plot's series (report/trend.py), in the report only, not in the store
             from ..gate.history import trend
+
+            assert self.history is not None  # there are earlier results only with a reference (_earlier)
 
             stored["history"] = trend(earlier, record, list(gated_tolerances(record, run.regression)), self.history[0])
         for old in (folder / f"{name}.json", folder / f"{name}.csv"):
