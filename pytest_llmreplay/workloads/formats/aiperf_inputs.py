@@ -105,8 +105,8 @@ def _failing_entry_line(text: str, error: type[Exception]) -> int:
     nesting too deep) starts; 1 when the fault is outside the entries."""
     line = 1
     try:
-        for _line in _entry_starts(text, json.JSONDecoder(object_pairs_hook=unique_keys)):
-            pass
+        for start in _entry_starts(text, json.JSONDecoder(object_pairs_hook=unique_keys)):
+            line = start  # the entry being decoded when the error comes
     except error:
         return line
     return 1
