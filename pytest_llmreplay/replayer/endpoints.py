@@ -120,7 +120,11 @@ def _int_or(value: Any, default: int | None) -> int | None:
 class Endpoint(Protocol):
     """Where the replay driver sends requests. ``open`` before the first, ``close`` after."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """What the run's results name it by (read only: the endpoints derive it)."""
+        ...
+
     api: str
 
     async def open(self, clock: Clock, concurrency: int | None) -> None:

@@ -36,6 +36,7 @@ from ..metrics.result import itl, ttft
 from ..replayer.clock import WallClock
 from ..replayer.driver import ReplaySettings, replay
 from ..replayer.endpoints import HTTPEndpoint, describe_error
+from ..replayer.records import RequestRecord
 from ..workloads.prompts import PromptFactory
 from ..workloads.workload import Session, Synthetic, Turn, Workload
 from .profile import parse_profile
@@ -112,7 +113,7 @@ def calibrate(
         done = records(plan.repeats, length, 1, 1, warmup=1)
         point = (
             statistics.median(r.prompt_tokens or length for r in done),
-            statistics.median(ttft(r) * 1000 for r in done),
+            statistics.median(_ttft(r, endpoint.url) * 1000 for r in done),
         )
         prefill.append(point)
         progress(f"prefill {point[0]:.0f} tokens: {point[1]:.2f} ms")
@@ -146,6 +147,14 @@ def calibrate(
     }
     parse_profile(profile, origin="calibrated profile")  # the file must load
     return profile
+
+
+def _ttft(record: RequestRecord, url: str) -> float:
+    """The TTFT of an ok calibration request, which must have sent a token."""
+    value = ttft(record)
+    if value is None:
+        raise LLMReplayError(f"calibrate: a request to {url} answered without a token")
+    return value
 
 
 def _increasing(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -343,7 +343,8 @@ def calibrate_from_run(
         if not (front_end and "frontend_ms" in fit):
             return loss(replayed(values), fit_half), values
         without = replayed({**values, "frontend_ms": 0.0})
-        front_end_s = best_shift(without, fit_half, tuple(bound / 1e3 for bound in BOUNDS["frontend_ms"]))
+        low_ms, high_ms = BOUNDS["frontend_ms"]
+        front_end_s = best_shift(without, fit_half, (low_ms / 1e3, high_ms / 1e3))
         return loss(shifted(without, front_end_s), fit_half), {**values, "frontend_ms": front_end_s * 1e3}
 
     def objective(front_end: bool) -> Callable[[np.ndarray], float]:

@@ -301,6 +301,7 @@ class Cluster:
     async def _disaggregated(self, job: Job, received_s: float | None) -> None:
         first = job.first
         first.output_len = 1  # the prefill engine produces the first token only
+        assert self.prefill is not None  # a disaggregated cluster has its prefill pool
         self._enqueue(job, self.prefill, first, received_s)
         await first.done
         job.engine = None

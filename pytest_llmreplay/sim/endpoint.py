@@ -109,8 +109,10 @@ class SimEndpoint:
         raise LLMReplayError("simulator: a request needs 'prompt' (token ids or text) or 'messages'")
 
     async def send(self, request: EndpointRequest, response: Response) -> None:
+        cluster, clock = self.cluster, self._clock
+        assert cluster is not None and clock is not None  # open() sets both
         body = {**self.extra_body, **request.body} if self.extra_body else request.body
-        response.sent_s = self._clock.now()
+        response.sent_s = clock.now()
         chat = "messages" in body
         try:
             limits = check_fields(body, chat)
@@ -120,25 +122,25 @@ class SimEndpoint:
             response.end_s = response.sent_s
             response.fail("http", f"{exc.status} {exc}")
             return
-        keyed = isinstance(prompt, KeyedPrompt)
-        if keyed:
+        output: Sequence[int] | KeyedPrompt  # keyed as the prompt is
+        if isinstance(prompt, KeyedPrompt):
             output = KeyedPrompt(((("sim-output", self.seed, self._sent), count),))
         else:
             output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
         self._sent += 1
-        submitted = self.cluster.submit(prompt, output)
+        submitted = cluster.submit(prompt, output)
         response.chunk_times, response.chunk_tokens = submitted.times, submitted.tokens
         try:
             await submitted.done
         except asyncio.CancelledError:
-            self.cluster.abort(submitted)
+            cluster.abort(submitted)
             raise
         finally:
-            response.end_s = self._clock.now()
+            response.end_s = clock.now()
             response.prompt_tokens = submitted.prompt_len
             response.cached_tokens = submitted.cached
             response.completion_tokens = submitted.generated
-            if not keyed:
+            if not isinstance(output, KeyedPrompt):
                 response.token_ids = list(output[: submitted.generated])
                 response.text_parts = [self.prompts.text(response.token_ids)[0]] if response.token_ids else []
             response.queue_s = submitted.queue_s

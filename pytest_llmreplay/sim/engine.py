@@ -190,16 +190,19 @@ class SimRequest:
         """The chained hashes of the first ``full`` blocks (of ``size`` tokens) of prompt +
         output, extending the ones already computed."""
         if len(self.hashes) < full:
-            if isinstance(self.prompt, KeyedPrompt):  # all at once: cheap, and no tokens to wait for
+            prompt, output = self.prompt, self.output  # both keyed, or both token ids (__init__)
+            if isinstance(prompt, KeyedPrompt):  # all at once: cheap, and no tokens to wait for
+                assert isinstance(output, KeyedPrompt)
                 self.hashes = segment_block_hashes(
-                    self.prompt.segments + self.output.segments, size, (self.prompt_len + self.output_len) // size
+                    prompt.segments + output.segments, size, (self.prompt_len + self.output_len) // size
                 )
             else:
+                assert not isinstance(output, KeyedPrompt)
                 start = len(self.hashes)
                 ids = (
-                    self.prompt[: full * size]
+                    prompt[: full * size]
                     if full * size <= self.prompt_len
-                    else list(self.prompt) + list(self.output[: full * size - self.prompt_len])
+                    else list(prompt) + list(output[: full * size - self.prompt_len])
                 )
                 self.hashes += block_hashes(ids, size, self.hashes[-1] if start else 0, start)
         return self.hashes[:full]
@@ -342,15 +345,15 @@ class Engine:
         decodes = [r for r in decodes if r.running]  # a later request's growth may preempt an earlier one
         prefills = [(r, c) for r, c in prefills if r.running]
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not preempted:
-            chunk = self._admit(self.waiting[0], budget)
-            if chunk is None:
+            admitted = self._admit(self.waiting[0], budget)
+            if admitted is None:
                 break
             request = self.waiting.popleft()
             if request.transferred:
                 self._register(request)  # its KV arrived whole: decoding from the next iteration
                 continue
-            prefills.append((request, chunk))
-            budget -= chunk
+            prefills.append((request, admitted))
+            budget -= admitted
         if (
             self.spans
             and not prefills
@@ -381,7 +384,9 @@ class Engine:
         if need > self.cache.free_blocks - reusable:
             return None
         self.cache.take_cached(hit)
-        request.blocks = hit + self.cache.allocate(need)
+        fresh = self.cache.allocate(need)
+        assert fresh is not None  # checked just above: enough blocks are free
+        request.blocks = hit + fresh
         request.registered = len(hit)
         request.computed = computed
         if not request.admitted:
@@ -439,7 +444,9 @@ class Engine:
             k = low
         for request, room in zip(decodes, rooms, strict=True):
             if room < k:
-                request.blocks += self.cache.allocate(-((room - k) // size))
+                fresh = self.cache.allocate(-((room - k) // size))
+                assert fresh is not None  # k was chosen so that blocks_needed(k) are free
+                request.blocks += fresh
         seqs = len(decodes)
         usage_step = seqs / size / self.cache.num_blocks
         durations = self.timing.decode_span_s(seqs, sum(r.computed for r in decodes), self.cache.usage, usage_step, k)

@@ -61,6 +61,9 @@ class MeasuredRun:
         )
 
 
+Row = tuple[int, float, float, float]  # a request's (key, ttft, tpot, latency), as a reader gives it
+
+
 def read_run(path: str | Path) -> MeasuredRun:
     """The run in ``path`` (module doc); at least :data:`MIN_REQUESTS` usable requests."""
     path = Path(path)
@@ -98,8 +101,8 @@ def _number(value: Any, where: str, name: str) -> float:
     return float(value)
 
 
-def _vllm_jsonl(path: Path) -> list[tuple[float, ...]]:
-    rows = []
+def _vllm_jsonl(path: Path) -> list[Row]:
+    rows: list[Row] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -127,7 +130,7 @@ def _vllm_jsonl(path: Path) -> list[tuple[float, ...]]:
     return rows
 
 
-def _requests_csv(path: Path) -> list[tuple[float, ...]]:
+def _requests_csv(path: Path) -> list[Row]:
     needed = ("session_index", "turn_index", "status", *METRICS)
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
@@ -155,7 +158,7 @@ def _requests_csv(path: Path) -> list[tuple[float, ...]]:
     return rows
 
 
-def _result_json(path: Path) -> list[tuple[float, ...]]:
+def _result_json(path: Path) -> list[Row]:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -56,8 +56,8 @@ import random
 import re
 import signal
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypedDict
 
 from aiohttp import web
 
@@ -90,13 +90,20 @@ def _label_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class RunnerOptions(TypedDict):
+    """The aiohttp runner's options that :class:`SimServer` needs (its ``runner_options``)."""
+
+    access_log: None
+    handler_cancellation: bool
+
+
 class SimServer:
     """The HTTP face of a :class:`~.cluster.Cluster` of ``profile``; ``app()`` for aiohttp, served
     by a runner with ``runner_options``."""
 
     # cancel the handler of a client that went away, so that a non-streaming request it gave up
     # on stops generating and frees its engine slot (aiohttp >= 3.9 lets such a handler run on)
-    runner_options = {"access_log": None, "handler_cancellation": True}
+    runner_options: ClassVar[RunnerOptions] = {"access_log": None, "handler_cancellation": True}
 
     def __init__(
         self,
@@ -167,6 +174,12 @@ class SimServer:
         if self.cluster is not None:
             await self.cluster.stop()
 
+    @property
+    def running(self) -> Cluster:
+        """The cluster, made when the app starts: before any request is handled."""
+        assert self.cluster is not None, "the simulator's app has not started"
+        return self.cluster
+
     async def reset_prefix_cache(self, request: web.Request) -> web.Response:
         """vLLM's ``POST /reset_prefix_cache``: here a fresh engine (empty cache, idle) whose
         timing jitter draws from a new seed, ``stable_hash("sim-reset", seed, resets)``, as each
@@ -174,7 +187,7 @@ class SimServer:
         if self._handlers:
             return web.json_response({"error": {"message": "requests in flight; reset when idle"}}, status=409)
         self._resets += 1
-        await self.cluster.stop()
+        await self.running.stop()
         self.cluster = Cluster(
             self.profile,
             self.clock,
@@ -223,7 +236,7 @@ class SimServer:
             ("generation_tokens_total", "counter", "Number of generation tokens processed."),
             ("num_preemptions_total", "counter", "Cumulative number of preemption from the engine."),
         )
-        stats = [engine.stats() for engine in self.cluster.engines]
+        stats = [engine.stats() for engine in self.running.engines]
         lines = []
         for name, kind, help_text in names:
             family = name.removesuffix("_total") if kind == "counter" else name
@@ -284,17 +297,18 @@ class SimServer:
         if fault is not None and fault.kind == "error":
             return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response()
         output = self.prompts.stream(stable_hash("sim-output", self.seed, number), 0, count)
-        job = self.cluster.submit(prompt, output, received)
+        job = self.running.submit(prompt, output, received)
         finish = "length" if count == max_tokens else "stop"
         reply = _Reply(self, request, body, chat, number, len(prompt), output, finish, fault)
         handler = asyncio.current_task()
+        assert handler is not None  # aiohttp runs each handler in a task
         self._handlers.add(handler)
         try:
             if body.get("stream"):
                 return await reply.stream(job)
             return await reply.whole(job)
         except BaseException:  # the client went away, or the server stops: free the engine
-            self.cluster.abort(job)
+            self.running.abort(job)
             raise
         finally:
             self._handlers.discard(handler)
@@ -460,7 +474,8 @@ class _Reply:
             finish: after_text + b',"finish_reason":"%b"' % finish.encode(),
         }
         self.return_ids = bool(body.get("return_token_ids"))
-        self.wire = bytes  # how an event goes on the wire: chunked once the response is prepared
+        # how an event goes on the wire: chunked once the response is prepared
+        self.wire: Callable[[bytes], bytes] = bytes
         self.pending_fault = fault  # not struck yet
         self.chunks = self.sent = self.held = 0  # engine chunks consumed, tokens written, tokens held by a stall
         self.stalled = False
@@ -487,7 +502,8 @@ class _Reply:
         if self.fault is not None:
             await asyncio.sleep(self.server.faults.stall_s if self.fault.kind == "stall" else 0)
             if self.fault.kind == "disconnect":
-                self.request.transport.close()
+                if self.request.transport is not None:  # None: the client is gone already
+                    self.request.transport.close()
                 return web.Response(status=499)
         choice: dict[str, Any] = {"index": 0, "finish_reason": self.finish}
         text = self.server.text(self.output)
@@ -526,7 +542,7 @@ class _Reply:
             await reply.write(b"data: [DONE]\n\n")
             await reply.write_eof()
         except ConnectionError:  # the client went away: not the server's error, no traceback
-            self.server.cluster.abort(job)
+            self.server.running.abort(job)
         return reply
 
     def _flush(self) -> None:
@@ -555,7 +571,7 @@ class _Reply:
                 self.frame(self.output[sent : self.sent], self.finish if self.sent >= len(self.output) else None)
             )
             if fault.kind == "disconnect":
-                self.server.cluster.abort(self.job)
+                self.server.running.abort(self.job)
                 transport.close()
                 self.ended.set_result(False)
                 return
@@ -597,6 +613,12 @@ class _Reply:
         self._flush()
 
 
+def _set_once(stop: asyncio.Future) -> None:
+    """End the serving once: a second signal finds it ended already."""
+    if not stop.done():
+        stop.set_result(None)
+
+
 def _chunk(data: bytes) -> bytes:
     """``data`` as one HTTP/1.1 chunk (the response's ``Transfer-Encoding: chunked``)."""
     return b"%x\r\n%b\r\n" % (len(data), data)
@@ -615,12 +637,12 @@ async def serve(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    bound = runner.addresses[0][1]  # the site's socket: (host, port)
     if ready is not None:
         ready(f"http://{host}:{bound}")
     stop = asyncio.get_running_loop().create_future()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(signum, lambda: stop.done() or stop.set_result(None))
+        asyncio.get_running_loop().add_signal_handler(signum, _set_once, stop)
     if parent_pid is not None:
         asyncio.ensure_future(_stop_when_orphaned(parent_pid, stop))
     try:
