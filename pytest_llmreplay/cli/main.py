@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     names = sorted(FORMATS)
     writable = sorted(name for name, module in FORMATS.items() if hasattr(module, "write"))
-    common = argparse.ArgumentParser(add_help=False)
+    common = CommandParser(add_help=False)  # a parent of the subcommands' parsers, which are CommandParsers
     common.add_argument("--format", choices=names, help="the input's format (default: detected from its first line)")
     common.add_argument("--block-size", type=integer(1), metavar="N", help="tokens per Mooncake hash id (default 512)")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -124,31 +125,28 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
     print(render(result))
-    record = (
-        _record(result, args, digest, sim.fingerprint if sim is not None else None)
-        if out is not None or store is not None
-        else None
-    )
-    if out is not None:
-        from ..gate.store import write_new
+    if out is not None or store is not None:
+        record = _record(result, args, digest, sim.fingerprint if sim is not None else None)
+        if out is not None:
+            from ..gate.store import write_new
 
-        (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
-        print(
-            f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}"
-        )
-    if store is not None:
-        try:
+            (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
             print(
-                f"saved {store.save(record)}{interrupted_note(record)} as test {record['test']!r} (compare --store's --test)"
+                f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}"
             )
-        except LLMReplayError as exc:
-            raise LLMReplayError(f"--save-to: {exc}") from None
+        if store is not None:
+            try:
+                print(
+                    f"saved {store.save(record)}{interrupted_note(record)} as test {record['test']!r} (compare --store's --test)"
+                )
+            except LLMReplayError as exc:
+                raise LLMReplayError(f"--save-to: {exc}") from None
     if run.interrupted:
         return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
     return _run_status(result.summary["requests"], args.max_error_rate)
 
 
-def _run_status(counts: dict[str, int], max_error_rate: float) -> int:
+def _run_status(counts: Mapping[str, float], max_error_rate: float) -> int:
     """:data:`RUN_STATUS` of a finished run from its measured request counts: nothing succeeded,
     else failed / (ok + failed) beyond ``max_error_rate``, else ok; a line on stderr says why."""
     ok, failed = counts["ok"], counts["failed"]
