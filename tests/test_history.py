@@ -122,7 +122,7 @@ def commits(path) -> list[str]:
 
 def seed_store(path, values: list[float]) -> FolderStore:
     store = FolderStore(path / ".llmreplay")
-    for commit, value in zip(commits(path), values, strict=True):
+    for commit, value in zip(commits(path)[: len(values)], values, strict=True):  # the oldest commits, one a value
         store.save(record(value, commit))
     return store
 
