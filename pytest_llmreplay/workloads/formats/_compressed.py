@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from ...errors import WorkloadError
 
@@ -28,7 +28,7 @@ CHUNK = 1 << 16
 
 
 @contextmanager
-def open_decompressed(path: str | Path) -> Iterator[BinaryIO]:
+def open_decompressed(path: str | Path) -> Iterator[io.BufferedIOBase]:
     """``path``'s bytes, decompressed when it is gzip or zstd, as a binary stream (iterable by
     line). Errors of the data, wherever in the stream they surface, leave as one
     :class:`WorkloadError` naming ``path``; opening it raises what ``open`` raises (a missing file,
@@ -37,6 +37,8 @@ def open_decompressed(path: str | Path) -> Iterator[BinaryIO]:
     with open(path, "rb") as raw:
         codec = _codec(path, raw.read(len(ZSTD_MAGIC)))
         raw.seek(0)
+        errors: tuple[type[BaseException], ...]
+        stream: io.BufferedIOBase
         if codec == "gzip":
             errors = (gzip.BadGzipFile, EOFError, zlib.error)
             stream = gzip.GzipFile(fileobj=raw, mode="rb")
@@ -119,7 +121,9 @@ class _ZstdFrames(io.RawIOBase):
     def __init__(self, raw: BinaryIO, zstandard: ModuleType) -> None:
         self._raw = raw
         self._zstandard = zstandard
-        self._frame = None  # the decompressor of the frame under way; None between frames
+        self._frame: Any = (
+            None  # zstandard's decompressor of the frame under way (the module is imported lazily); None between frames
+        )
         self._pending = memoryview(b"")
 
     def readable(self) -> bool:
