@@ -68,3 +68,11 @@ def test_pre_commit_pins_the_versions_the_test_extra_installs():
     pinned = dict(re.findall(r'"(ruff|mypy)==([\d.]+)"', extra))
     assert set(re.findall(r'"ruff==([\d.]+)"', hooks)) == {pinned["ruff"]}
     assert "mypy" in pinned
+
+
+def test_the_readme_and_ci_run_the_suite_through_scripts_check():
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```bash\n(.*?)\n```", readme, re.S)
+    assert any(command.endswith("&& scripts/check") for command in commands), commands
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1].startswith("scripts/check"), ci[-1]
