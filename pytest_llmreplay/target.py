@@ -120,8 +120,10 @@ class Target:
         ``VLLM_SERVER_DEV_MODE=1``, and our simulated server, which also starts a fresh engine
         with a new jitter seed), else ``POST /flush_cache`` (SGLang). The request that answered
         2xx, or None when neither did (or offline, where every run has a fresh engine anyway).
-        A 409 (our server while requests are in flight, as just after a run stopped early, before
-        it has seen the client's disconnects) is asked again every 0.1 s for up to ``busy_wait_s``."""
+        A refusal while requests are in flight is asked again every 0.1 s for up to
+        ``busy_wait_s``: our server's 409 (just after a run stopped early, before it has seen the
+        client's disconnects) and vLLM's ``200 {"success": false}`` (blocks still held, e.g. by
+        requests it has not yet aborted); one still refused then is no reset."""
         if self.kind == "offline":
             return None
         import httpx
@@ -135,10 +137,10 @@ class Target:
                 with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
                     deadline = wall.now() + busy_wait_s
                     answer = client.post(path)
-                    while answer.status_code == 409 and wall.now() < deadline:
+                    while _refused_while_busy(answer) and wall.now() < deadline:
                         wall.pause(0.1)
                         answer = client.post(path)
-                    if answer.is_success:
+                    if answer.is_success and not _refused_while_busy(answer):
                         return f"POST {path}"
             except httpx.HTTPError:
                 continue
@@ -151,6 +153,20 @@ class Target:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+def _refused_while_busy(answer: Any) -> bool:
+    """Whether a cache reset's ``answer`` (an ``httpx.Response``) says "not now": a 409, or a 2xx
+    whose JSON body is ``{"success": false, ...}`` (vLLM's dev router, 0.32 as the engine tests install it)."""
+    if answer.status_code == 409:
+        return True
+    if not answer.is_success or not answer.content:
+        return False
+    try:
+        body = answer.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("success") is False
 
 
 def sim_fingerprint(profile: Any, kind: str) -> dict[str, Any]:

@@ -5,6 +5,7 @@ of the same request offline; a server with no reset is named once."""
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -63,17 +64,21 @@ def test_points_over_http_count_the_tokens_of_the_offline_points(tmp_path):
 
 
 class FakeServer(BaseHTTPRequestHandler):
-    """Answers POST /reset_prefix_cache with the next of ``answers`` (then 200), 404 elsewhere."""
+    """Answers POST /reset_prefix_cache with the next of ``answers`` (a status, or a status and a
+    JSON body; then 200), 404 elsewhere."""
 
-    answers: list[int] = []
+    answers: list[int | tuple[int, dict]] = []
     posts: list[str] = []
 
     def do_POST(self):
         self.posts.append(self.path)
-        status = (self.answers.pop(0) if self.answers else 200) if self.path == "/reset_prefix_cache" else 404
+        answer = (self.answers.pop(0) if self.answers else 200) if self.path == "/reset_prefix_cache" else 404
+        status, body = answer if isinstance(answer, tuple) else (answer, None)
+        data = json.dumps(body).encode() if body is not None else b""
         self.send_response(status)
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
+        self.wfile.write(data)
 
     def log_message(self, *args):
         pass
@@ -95,6 +100,19 @@ def test_a_reset_refused_while_requests_are_in_flight_is_asked_again(fake_server
     FakeServer.answers = [409, 409]
     assert Target("live", fake_server).reset_cache() == "POST /reset_prefix_cache"
     assert FakeServer.posts == ["/reset_prefix_cache"] * 3
+
+
+def test_vllm_refusing_a_reset_while_blocks_are_held_is_asked_again(fake_server):
+    # vLLM's dev router answers 200 {"success": false} while blocks are held
+    FakeServer.answers = [(200, {"success": False}), (200, {"success": False}), (200, {"success": True})]
+    assert Target("live", fake_server).reset_cache() == "POST /reset_prefix_cache"
+    assert FakeServer.posts == ["/reset_prefix_cache"] * 3
+
+
+def test_a_reset_vllm_never_grants_is_no_reset(fake_server):
+    FakeServer.answers = [(200, {"success": False})] * 1000
+    assert Target("live", fake_server).reset_cache(busy_wait_s=0.3) is None
+    assert FakeServer.posts.count("/reset_prefix_cache") >= 2
 
 
 def test_a_server_busy_past_the_wait_has_no_reset(fake_server):
