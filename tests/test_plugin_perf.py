@@ -1308,6 +1308,58 @@ def test_github_step_summary_gets_the_markdown_appended(project, monkeypatch):
     assert "test_rep.py::test_chat" in written
 
 
+@pytest.mark.parametrize("step_summary", [True, False], ids=["GITHUB_STEP_SUMMARY set", "unset"])
+def test_the_step_summary_needs_no_report_folder(project, monkeypatch, step_summary):
+    summary = project.path / "step_summary.md"
+    private = project.path / "tmp"
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))  # where the records' temporary folder goes
+    if step_summary:
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    else:
+        monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    project.makepyfile(test_rep=MARKED_TESTS)
+    project.runpytest_subprocess("--llm-offline", "-p", "no:cacheprovider").assert_outcomes(passed=1, failed=1)
+    assert summary.exists() == step_summary  # no file at all when the variable is unset
+    if step_summary:
+        text = summary.read_text()
+        assert text.startswith("## llmreplay: 2 perf tests\n")
+        assert re.search(r"^\| ttft\.p99 +\| < 1us +\| .+ \| .+ \| BREACH +\|$", text, re.M), text  # with its margin
+        assert re.search(r"^Endpoint: kind offline, .*model ", text, re.M), text  # the server each test measured
+    assert not list(private.iterdir())  # the temporary records are gone
+
+
+def test_llm_summary_md_writes_the_step_summary_anywhere(project, monkeypatch):
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(project.path / "step_summary.md"))
+    project.makepyfile(test_rep=MARKED_TESTS)
+    result = project.runpytest("--llm-offline", "--llm-summary-md", "out/summary.md")
+    result.assert_outcomes(passed=1, failed=1)
+    written = (project.path / "out" / "summary.md").read_text()
+    assert written == (project.path / "step_summary.md").read_text()
+    assert "test_rep.py::test_chat" in written and "test_rep.py::test_breach" in written
+    assert f"wrote {project.path / 'out' / 'summary.md'}" in result.stdout.str()
+
+
+def test_a_step_summary_near_githubs_limit_gets_a_cut_summary(project, monkeypatch):
+    from pytest_llmreplay.report.files import STEP_SUMMARY_LIMIT
+
+    step_summary = project.path / "step_summary.md"
+    step_summary.write_text("x" * (STEP_SUMMARY_LIMIT - 1200) + "\n")  # earlier steps left 1.2 KB of room
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    project.makepyfile(test_rep=MARKED_TESTS)
+    project.runpytest("--llm-offline", "--llm-summary-md", "whole.md").assert_outcomes(passed=1, failed=1)
+    assert step_summary.stat().st_size <= STEP_SUMMARY_LIMIT
+    appended = step_summary.read_text().split("\n", 1)[1]
+    whole = (project.path / "whole.md").read_text()
+    kept, cut_line = appended.rsplit("\n\n", 1)
+    assert whole.startswith(kept) and len(kept) > 0
+    cut = whole.count("\n") - kept.count("\n") - 1
+    assert (
+        cut_line
+        == f"_{cut} more lines of this summary cut here, to stay under GitHub's 1024 KiB step-summary limit: the whole of it is in --llm-summary-md or --llm-report's summary.md._\n"
+    )
+
+
 def test_junit_xml_carries_the_key_figures(project):
     project.makepyfile(test_rep=MARKED_TESTS)
     project.runpytest("--llm-offline", "--junitxml=out.xml").assert_outcomes(passed=1, failed=1)
@@ -1331,9 +1383,13 @@ def test_junit_xml_carries_the_key_figures(project):
 # ------------------------------------------------------------------------ pytest-xdist
 
 
-def test_xdist_workers_measure_and_the_controller_reports_every_test(project, monkeypatch):
+@pytest.mark.parametrize("report", [True, False], ids=["--llm-report", "the step summary alone"])
+def test_xdist_workers_measure_and_the_controller_reports_every_test(project, monkeypatch, report):
     step_summary = project.path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    private = project.path / "tmp"
+    private.mkdir()
+    monkeypatch.setenv("TMPDIR", str(private))  # where the records' temporary folder goes without a report
     project.makepyfile(
         test_many="""
         import pytest
@@ -1344,22 +1400,27 @@ def test_xdist_workers_measure_and_the_controller_reports_every_test(project, mo
     """
     )
     project.path.joinpath("spec.llmreplay.yaml").write_text("workload: wl.yaml\nslo:\n  error_rate: == 0\n")
-    result = project.runpytest_subprocess("-n", "2", "--llm-offline", "--llm-report", "rep", "-p", "no:cacheprovider")
+    report_args = ["--llm-report", "rep"] if report else []
+    result = project.runpytest_subprocess("-n", "2", "--llm-offline", *report_args, "-p", "no:cacheprovider")
     result.assert_outcomes(passed=5)
     tests = [f"test_many.py::test_marked[{c}]" for c in (1, 2, 3, 4)] + ["spec.llmreplay.yaml::spec"]
     out = result.stdout.str()
     summary_section = out.split("= llmreplay =", 1)[1]
     for test in tests:  # the overview: one row per test, from the workers' reports
         assert re.search(rf"^{re.escape(test)} +passed +[0-9.]+ ", summary_section, re.M), test
-    assert sorted(report_files(project.path / "rep")) == sorted(tests)
-    summary = (project.path / "rep" / "summary.md").read_text()
+    summary = step_summary.read_text()  # by the controller alone, once
     assert summary.startswith("## llmreplay: 5 perf tests\n")
     for test in tests:
         assert f"| {test} " in summary, test
-    assert step_summary.read_text() == summary  # by the controller alone, once
-    result.stdout.fnmatch_lines(
-        [f"llmreplay reports: wrote {project.path / 'rep' / 'summary.md'}, {project.path / 'rep' / 'index.html'}"]
-    )
+    if report:
+        assert sorted(report_files(project.path / "rep")) == sorted(tests)
+        assert (project.path / "rep" / "summary.md").read_text() == summary
+        result.stdout.fnmatch_lines(
+            [f"llmreplay reports: wrote {project.path / 'rep' / 'summary.md'}, {project.path / 'rep' / 'index.html'}"]
+        )
+    else:
+        assert not (project.path / "rep").exists()
+        assert not list(private.iterdir())  # the workers' records, in the controller's temporary folder, are gone
 
 
 # ------------------------------------------------------------------------ hooks

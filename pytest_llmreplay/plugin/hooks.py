@@ -41,7 +41,7 @@ import pytest
 
 from ..errors import LLMReplayError
 from .options import add_options, option
-from .session import LLMSession, is_worker, perf_run
+from .session import RECORDS_DIR_KEY, LLMSession, is_worker, perf_run
 from .terminal_lines import line_writer
 
 RUNS = pytest.StashKey[list]()
@@ -173,12 +173,27 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         state.server.stop()
         if died:
             state.notes.append(("llmreplay server", f"warning: {died}"))
-    if state.report_dir is not None and not is_worker(session.config):
-        from ..report.files import write_session_reports
+    if not is_worker(session.config):
+        from ..report.files import write_session_reports, write_summaries
 
-        written = write_session_reports(state.report_dir)
+        written = write_session_reports(state.report_dir) if state.report_dir is not None else []
+        if state.records_dir is not None:
+            try:
+                written += write_summaries(state.records_dir, state.summary_path)
+            except LLMReplayError as exc:
+                state.notes.append(("llmreplay reports", f"warning: {exc}"))
+            state.remove_private_records()
         if written:
             state.notes.append(("llmreplay reports", "wrote " + ", ".join(str(p) for p in written)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist, on the controller: each worker writes its tests' records where the
+    controller reads them (:func:`~pytest_llmreplay.plugin.session.records_folder`)."""
+    records_dir = session_of(node.config).records_dir
+    if records_dir is not None:
+        node.workerinput[RECORDS_DIR_KEY] = str(records_dir)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -118,6 +118,13 @@ OPTIONS = (
     ),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
     (
+        "--llm-summary-md",
+        "llm_summary_md",
+        "string",
+        None,
+        "write the Markdown summary (per test: verdict, SLO margins, regressions, server) to PATH; on GitHub Actions it is also appended to $GITHUB_STEP_SUMMARY",
+    ),
+    (
         "--llm-repeat",
         "llm_repeat",
         "string",
@@ -152,6 +159,7 @@ METAVARS = {
     "--llm-seed": "N",
     "--llm-baseline-dir": "STORE",
     "--llm-report": "DIR",
+    "--llm-summary-md": "PATH",
     "--llm-repeat": "N",
     "--llm-workers": "N",
     "--llm-ray-address": "ADDR",

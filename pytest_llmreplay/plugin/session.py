@@ -30,6 +30,30 @@ def is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+RECORDS_DIR_KEY = "llmreplay_records_dir"  # the xdist workerinput key of the controller's records folder
+
+
+def records_folder(
+    config: pytest.Config, report_dir: Path | None, summary_path: Path | None
+) -> tuple[Path | None, bool]:
+    """Where each perf test's report record (one JSON file per test) goes, for the session's
+    reports, and whether that folder is this session's own temporary one: ``DIR/tests`` with
+    ``--llm-report DIR``; else, when a Markdown summary is wanted (``--llm-summary-md``, or
+    ``$GITHUB_STEP_SUMMARY`` set by GitHub Actions), a temporary folder that the controller makes
+    and passes to its xdist workers (``pytest_configure_node``) and removes at the end; else None,
+    and no record is written."""
+    if report_dir is not None:
+        return report_dir / "tests", False
+    if is_worker(config):
+        given = config.workerinput.get(RECORDS_DIR_KEY)  # type: ignore[attr-defined]  # xdist sets workerinput on a worker's config
+        return (Path(given) if given else None), False
+    if summary_path is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
+        return None, False
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="llmreplay-records-")), True
+
+
 class LLMSession:
     """The options of one pytest process, and what it starts lazily: tokenizer, target, gate."""
 
@@ -105,6 +129,13 @@ class LLMSession:
         if report is not None and not report.strip():
             raise pytest.UsageError("--llm-report / llm_report: empty; expected a folder for the reports")
         self.report_dir = Path(config.rootpath, report) if report is not None else None
+        summary = option(config, "llm_summary_md")
+        if summary is not None and not summary.strip():
+            raise pytest.UsageError(
+                "--llm-summary-md / llm_summary_md: empty; expected a file for the Markdown summary"
+            )
+        self.summary_path = Path(config.rootpath, summary) if summary is not None else None
+        self.records_dir, self.private_records = records_folder(config, self.report_dir, self.summary_path)
         from ..gate.store import FolderStore
         from ..gate.store_url import open_store
 
@@ -204,6 +235,7 @@ class LLMSession:
                 fail_on_regression=bool(option(self.config, "llm_fail_on_regression")),
                 fail_on_unstable=bool(option(self.config, "llm_fail_on_unstable")),
                 report_dir=self.report_dir,
+                records_dir=self.records_dir,
                 history=self.history,
             )
         return self._gate
@@ -286,6 +318,13 @@ class LLMSession:
             self._workers.close()
         if self._target is not None:
             self._target.close()
+
+    def remove_private_records(self) -> None:
+        """Remove the temporary records folder of :func:`records_folder`, once the summary is written."""
+        if self.private_records and self.records_dir is not None:
+            import shutil
+
+            shutil.rmtree(self.records_dir, ignore_errors=True)
 
 
 class live_lock:

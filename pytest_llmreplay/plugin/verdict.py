@@ -4,7 +4,8 @@ stored result, the report files, and the verdict.
 Order (nothing measured is lost): check every SLO; compare with the reference's stored result
 (``--llm-compare``; with >= 5 earlier results on the reference's history, their spread
 confirms or vetoes each call of the bootstrap: :mod:`~pytest_llmreplay.gate.history`); save this result (``--llm-save``); write its report files
-(``--llm-report``; with ``--llm-compare`` the report's record also holds ``history``, each gated
+(``--llm-report``: its record and CSV; or its record alone, for the Markdown summary of
+``--llm-summary-md`` and ``$GITHUB_STEP_SUMMARY``: ``records_dir``; with ``--llm-compare`` the report's record also holds ``history``, each gated
 figure over those earlier results and this run with its change points,
 :func:`~pytest_llmreplay.gate.history.trend`, which the HTML report plots); then fail the test if an SLO is breached, or a regression was called and
 ``--llm-fail-on-regression`` is on, or the result could not be saved. The report's record
@@ -107,7 +108,8 @@ class Gate:
     save: bool = False
     fail_on_regression: bool = False
     fail_on_unstable: bool = False
-    report_dir: Path | None = None
+    report_dir: Path | None = None  # --llm-report: the records, each test's CSV, and a trend per record
+    records_dir: Path | None = None  # where each test's record goes (see session.records_folder)
     history: tuple[str, list[str]] | None = None  # the --llm-compare reference: (label, commits)
     _git: dict[str, Any] | None = None
 
@@ -174,7 +176,7 @@ class Gate:
                 if self.fail_on_unstable and comparison.unstable:
                     failures.append(compared_text)
                     failed_by.append("an unstable comparison fails the test (--llm-fail-on-unstable)")
-        if self.report_dir is not None:
+        if self.records_dir is not None:
             self._write_report(run, record, comparison, earlier, failed_by)
         baseline_text = "\n".join([f"llmreplay: {run.test}"] + baseline_blocks) if baseline_blocks else ""
         return Outcome(
@@ -231,8 +233,8 @@ class Gate:
     ) -> None:
         """The report's record: the stored one, plus the comparison, the trend, and
         ``failed_by`` (what failed the test besides breached SLOs: the report says FAIL)."""
-        assert self.report_dir is not None  # finish writes a report only then
-        folder = self.report_dir / "tests"
+        assert self.records_dir is not None  # finish writes a report only then
+        folder = self.records_dir
         name = result_folder(run.test)
         stored = dict(record)
         if failed_by:
@@ -248,7 +250,8 @@ class Gate:
         for old in (folder / f"{name}.json", folder / f"{name}.csv"):
             old.unlink(missing_ok=True)  # this session's rerun of the test replaces it
         write_new(folder / f"{name}.json", stored)
-        run.result.write_csv(folder / f"{name}.csv")
+        if self.report_dir is not None:
+            run.result.write_csv(folder / f"{name}.csv")
 
 
 def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:

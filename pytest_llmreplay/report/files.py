@@ -5,11 +5,14 @@ comparison and the baseline's samples when compared) and ``DIR/tests/<test>.csv`
 request). From the JSON files this module writes:
 
 - ``DIR/summary.md``: one row per test (the outcome, requests, TTFT p50/p99, TPOT p50, TTFAT p90, cache hit
-  rate, output throughput, SLOs met, regressions), then each test's headline, SLO and comparison
-  tables (:mod:`~pytest_llmreplay.report.rows`); also appended to ``$GITHUB_STEP_SUMMARY`` when
-  that variable is set (GitHub Actions);
+  rate, output throughput, SLOs met, regressions), then each test's headline (with the server),
+  SLO table with margins and comparison with intervals (:mod:`~pytest_llmreplay.report.rows`);
 - ``DIR/index.html``: the same with CDF plots, one self-contained page
   (:mod:`~pytest_llmreplay.report.html`, plots by :mod:`~pytest_llmreplay.report.plots`).
+
+The same Markdown, with or without ``--llm-report`` (:func:`write_summaries`), goes to
+``--llm-summary-md PATH`` and is appended to ``$GITHUB_STEP_SUMMARY`` when GitHub Actions sets it,
+cut to fit what is left of GitHub's :data:`STEP_SUMMARY_LIMIT` (:func:`fit_to`).
 """
 
 from __future__ import annotations
@@ -22,17 +25,28 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LLMReplayError
-from .rows import OVERVIEW_HEADERS, SLO_HEADERS, comparison_rows, headline, overview_row, slo_rows
+from .rows import (
+    OVERVIEW_HEADERS,
+    SLO_HEADERS,
+    comparison_rows,
+    endpoint_text,
+    headline,
+    overview_row,
+    slo_rows,
+)
+
+STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes: GitHub refuses a step's summary file larger than 1 MiB
 
 
-def read_results(report_dir: Path) -> list[dict[str, Any]]:
-    """Every test's stored result in ``report_dir/tests``, by test id."""
-    found = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((report_dir / "tests").glob("*.json"))]
+def read_results(records_dir: Path) -> list[dict[str, Any]]:
+    """Every test's report record in ``records_dir`` (one JSON file each), by test id."""
+    found = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(records_dir.glob("*.json"))]
     return sorted(found, key=lambda r: r["test"])
 
 
 def markdown(results: Sequence[Mapping[str, Any]]) -> str:
-    """summary.md: the summary table, then per test its headline, SLO table and comparison.
+    """summary.md: the summary table, then per test its headline, the endpoint it measured (the
+    fingerprint's words), SLO table and comparison.
     Every text from a result (a test id, a workload path in a message, a comparison's header)
     goes through :func:`markdown_text`: GitHub renders HTML in a step summary, as index.html
     would if it did not escape it."""
@@ -45,6 +59,7 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
     ]
     for record in results:
         lines += ["", f"### {markdown_text(record['test'])}", "", f"**{markdown_text(headline(record).text())}**"]
+        lines += ["", f"Endpoint: {markdown_text(endpoint_text(record.get('fingerprint')))}"]
         rows = slo_rows(record)
         if rows:
             lines += ["", "**SLOs**", "", _table(rows, SLO_HEADERS)]
@@ -121,9 +136,8 @@ def claim_report_dir(report_dir: Path) -> None:
 
 
 def write_session_reports(report_dir: Path) -> list[Path]:
-    """summary.md and index.html from the tests' JSON files (none when no perf test ran);
-    the Markdown is appended to ``$GITHUB_STEP_SUMMARY`` when set."""
-    results = read_results(report_dir)
+    """summary.md and index.html from the tests' JSON files (none when no perf test ran)."""
+    results = read_results(report_dir / "tests")
     if not results:
         return []
     text = markdown(results)
@@ -133,8 +147,60 @@ def write_session_reports(report_dir: Path) -> list[Path]:
     from .html import html_page
 
     page.write_text(html_page(results), encoding="utf-8")
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        with open(step_summary, "a", encoding="utf-8") as stream:
-            stream.write(text)
     return [summary, page]
+
+
+def write_summaries(records_dir: Path, summary_path: Path | None) -> list[Path]:
+    """The Markdown summary of the records in ``records_dir``, written whole to ``summary_path``
+    (its folders made) and appended to ``$GITHUB_STEP_SUMMARY`` when set, cut to the room left
+    there; the files written whole. Nothing when neither is asked for or no perf test ran. A file
+    that cannot be written is an :class:`LLMReplayError` naming it."""
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path is None and not step_summary:
+        return []
+    results = read_results(records_dir)
+    if not results:
+        return []
+    text = markdown(results)
+    if summary_path is not None:
+        try:
+            summary_path.parent.mkdir(parents=True, exist_ok=True)
+            summary_path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise LLMReplayError(f"--llm-summary-md {summary_path}: cannot write it: {exc.strerror or exc}") from None
+    if step_summary:
+        path = Path(step_summary)
+        try:
+            used = path.stat().st_size if path.exists() else 0
+            with open(path, "a", encoding="utf-8") as stream:
+                stream.write(fit_to(text, STEP_SUMMARY_LIMIT - used))
+        except OSError as exc:
+            raise LLMReplayError(f"$GITHUB_STEP_SUMMARY {path}: cannot append to it: {exc.strerror or exc}") from None
+    return [summary_path] if summary_path is not None else []
+
+
+def fit_to(text: str, room: int) -> str:
+    """``text`` when its UTF-8 size is at most ``room`` bytes; else its first whole lines and, after
+    a blank line (which ends a Markdown table), one line saying how many lines were cut and where
+    the whole summary is, all within ``room``; empty when not even that line fits."""
+    if len(text.encode()) <= room:
+        return text
+    lines = text.splitlines(keepends=True)
+
+    def cut_line(cut: int) -> str:
+        return (
+            f"\n_{cut} more line{'s' if cut != 1 else ''} of this summary cut here, to stay under GitHub's "
+            f"{STEP_SUMMARY_LIMIT // 1024} KiB step-summary limit: the whole of it is in --llm-summary-md or "
+            "--llm-report's summary.md._\n"
+        )
+
+    budget = room - len(cut_line(len(lines)).encode())  # the longest count: the line never outgrows it
+    if budget < 0:
+        return ""
+    kept, size = 0, 0
+    for line in lines:
+        size += len(line.encode())
+        if size > budget:
+            break
+        kept += 1
+    return "".join(lines[:kept]) + cut_line(len(lines) - kept)
