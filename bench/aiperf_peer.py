@@ -100,7 +100,7 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKENIZER = ROOT / "pytest_llmreplay" / "assets" / "tokenizer.json"
+TOKENIZER = ROOT / "pytest_llmreplay" / "workloads" / "assets" / "tokenizer.json"
 LLMREPLAY = Path(sys.executable).with_name("llmreplay")
 SETUP_VLLM = ROOT / "scripts" / "setup_vllm_cpu.py"
 HEALTH_TIMEOUT = 300  # s; vLLM's CPU build takes 20-60 s on 2 cores

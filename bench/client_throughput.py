@@ -50,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MOCK = ROOT / "tests" / "mockserver.py"
-TOKENIZER = ROOT / "pytest_llmreplay" / "assets" / "tokenizer.json"
+TOKENIZER = ROOT / "pytest_llmreplay" / "workloads" / "assets" / "tokenizer.json"
 LLMREPLAY = Path(sys.executable).with_name("llmreplay")
 DEFAULT_AIPERF_VENV = "/tmp/aiperf-work/venv"
 TARGETS = {"first_request_s": 1.0, "lag_p99_ms": 2.0}

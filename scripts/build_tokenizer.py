@@ -1,4 +1,4 @@
-"""Build the bundled default tokenizer (pytest_llmreplay/assets/tokenizer.json), offline.
+"""Build the bundled default tokenizer (pytest_llmreplay/workloads/assets/tokenizer.json), offline.
 
 A byte-level BPE (GPT-2/Llama-3 style pre-tokenisation, so any text round-trips) with a
 4,096-token vocabulary, trained with the ``tokenizers`` library on the Python language reference
@@ -15,7 +15,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 VOCAB_SIZE = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-DEFAULT_OUT = Path(__file__).resolve().parent.parent / "pytest_llmreplay" / "assets" / "tokenizer.json"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "pytest_llmreplay" / "workloads" / "assets" / "tokenizer.json"
 
 
 def corpus() -> list[str]:

