@@ -57,6 +57,7 @@ FLAGS = (
     "--llm-fail-on-regression",
     "--llm-fail-on-unstable",
     "--llm-report",
+    "--llm-summary-md",
     "--llm-repeat",
     "--llm-workers",
     "--llm-ray-address",
