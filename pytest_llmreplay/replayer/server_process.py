@@ -29,8 +29,8 @@ class ServerProcess:
     """A server started from a command line, for the length of a ``with`` block.
 
     ``start()`` launches ``command`` in its own process group with stdout and stderr going to a
-    log file, then polls ``url`` + ``/health`` (or ``/v1/models`` when that is 404) until it
-    answers 200, the process exits (error with the log's last lines) or ``startup_timeout_s``
+    log file, then polls ``url`` + ``/health`` (or ``/v1/models`` when that is 404; only
+    ``url`` + ``health`` when that path is given) until it answers 200, the process exits (error with the log's last lines) or ``startup_timeout_s``
     passes (error naming ``timeout_option``, the option that sets it; process stopped). While it
     waits, ``progress(line)`` is called at once and then every ``progress_every_s``. ``stop()``
     sends SIGTERM to the group, waits up to ``stop_timeout_s``, then SIGKILL. ``exit_message()``
@@ -64,6 +64,7 @@ class ServerProcess:
         progress: Callable[[str], None] | None = None,
         progress_every_s: float = 10.0,
         timeout_option: str | None = None,
+        health: str | None = None,
     ) -> None:
         self.args = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.args:
@@ -84,6 +85,7 @@ class ServerProcess:
         self.progress = progress
         self.progress_every_s = progress_every_s
         self.timeout_option = timeout_option
+        self.probes = (health,) if health else ("/health", "/v1/models")
         self.process: subprocess.Popen | None = None
         self._watchdog: subprocess.Popen | None = None
 
@@ -150,11 +152,11 @@ class ServerProcess:
                     raise LLMReplayError(message)
                 if self.url is None:
                     self.url = self._announced_url()
-                if self.url is not None and _answers(client, self.url):
+                if self.url is not None and _answers(client, self.url, self.probes):
                     return
                 elapsed = self.clock.now() - started
                 if elapsed >= self.startup_timeout_s:
-                    where = f"at {self.url}/health" if self.url else "(it never printed the URL it listens on)"
+                    where = f"at {self.url}{self.probes[0]}" if self.url else "(it never printed the URL it listens on)"
                     longer = f" (raise {self.timeout_option} if it needs longer)" if self.timeout_option else ""
                     raise LLMReplayError(
                         f"server command {shlex.join(self.args)!r} was not ready {where} within {self.startup_timeout_s:g} s{longer}; "
@@ -241,8 +243,9 @@ class ServerProcess:
             self.clock.pause(0.05)
 
 
-def _answers(client: Any, url: str) -> bool:
-    for path in ("/health", "/v1/models"):
+def _answers(client: Any, url: str, paths: Sequence[str]) -> bool:
+    """Whether ``url`` answers 200 at the first of ``paths`` that is not 404."""
+    for path in paths:
         try:
             reply = client.get(url + path)
         except Exception:
