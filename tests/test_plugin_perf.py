@@ -47,6 +47,7 @@ FLAGS = (
     "--llm-extra-body",
     "--llm-server-cmd",
     "--llm-server-timeout",
+    "--llm-max-servers",
     "--llm-sim-profile",
     "--llm-offline",
     "--llm-tokenizer",

@@ -11,9 +11,12 @@ healthy (up to ``--llm-server-timeout``, saying so every 10 s), stops it at the 
 watchdog stops it if pytest dies first), else the built-in simulator: in process in virtual time
 (``llm_offline``, the default: seconds per test, deterministic), or with ``llm_offline = false``
 (or ``--llm-workers``, which need a server) served over HTTP on a free loopback port, one per
-process (xdist worker).
+process (xdist worker). A test may declare its own server instead (``server`` in its marker or
+spec file, or an ``llm_server`` parameter): :mod:`~pytest_llmreplay.plugin.servers` pools them,
+and collection groups the tests by the server they declare.
 
 Fixtures: ``llm_endpoint`` (the session's :class:`~pytest_llmreplay.target.Target`),
+``llm_server`` (the test's declared server config, None unless parametrized),
 ``llm_replay`` (``llm_replay("workloads/x.jsonl", concurrency=8, slo={...}) -> Result``),
 ``llm_result`` (the replay of the test's ``llmreplay`` marker), ``llm_workload``,
 ``llm_tokenizer``, ``llm_prompts``. Every replay of a test goes through the gate
@@ -254,10 +257,30 @@ def llm_workload(pytestconfig: pytest.Config) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> Callable[..., Any]:
+def llm_server() -> Any:
+    """The test's declared server when no ``server=`` is given: None (the session's endpoint);
+    ``@pytest.mark.parametrize("llm_server", [CONFIG, ...])`` runs a test on each config, with
+    ids made of their commands (:func:`pytest_make_parametrize_id`)."""
+    return None
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A ``llm_server`` parameter's id: its command without the port (``llmreplay sim --profile P``)."""
+    if argname != "llm_server":
+        return None
+    from .servers import parse_server
+
+    try:
+        return parse_server(val).label
+    except LLMReplayError:
+        return None  # pytest's own id; the test fails with the error when it runs
+
+
+@pytest.fixture
+def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config, llm_server: Any) -> Callable[..., Any]:
     """``llm_replay(workload, *, name=None, format=None, format_options=None, slo=None,
-    regression=None, repeat=None, **replay_settings) -> Result`` (with repeats: the last run's).
-    Each call is one measured run of the test:
+    regression=None, repeat=None, server=llm_server, **replay_settings) -> Result`` (with
+    repeats: the last run's). Each call is one measured run of the test:
     checked against ``slo``, compared and stored (baseline key: the test id, plus ``name`` or
     the call's number after the first) when the test body ends."""
     state = session_of(pytestconfig)
@@ -269,6 +292,8 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> C
             pytest.fail(f"llm_replay: name {name!r} is already used by another run of this test", pytrace=False)
         from .spec import parse_spec
 
+        if llm_server is not None:
+            spec.setdefault("server", llm_server)
         checked = _fail_on_user_error(
             lambda: parse_spec({"workload": workload, **spec}, pytestconfig.rootpath, state.extra_metric_names())
         )
@@ -308,7 +333,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test carrying the marker replays its workload even if it does not ask for llm_result."""
+    """A test carrying the marker replays its workload even if it does not ask for llm_result;
+    tests are grouped by the server they declare (:func:`declared_server`), so that each
+    declared server starts once."""
+    from .servers import order_by_server
+
+    items[:] = order_by_server(items, declared_server)
     for item in items:
         if (
             item.get_closest_marker("llmreplay") is not None
@@ -316,6 +346,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             and "llm_result" not in item.fixturenames
         ):
             item.fixturenames.append("llm_result")
+
+
+def declared_server(item: pytest.Item) -> Any:
+    """The :class:`~pytest_llmreplay.plugin.servers.ServerConfig` an item declares where
+    collection sees it (its spec file's ``server``, its marker's, else its ``llm_server``
+    parameter), or None: none, or a bad one (the test fails with the error when it runs)."""
+    if isinstance(item, SpecItem):
+        return item.spec.server
+    marker = item.get_closest_marker("llmreplay")
+    value = marker.kwargs.get("server") if marker is not None else None
+    callspec = getattr(item, "callspec", None)
+    if value is None and callspec is not None:
+        value = callspec.params.get("llm_server")
+    if value is None:
+        return None
+    from .servers import parse_server
+
+    try:
+        return parse_server(value)
+    except LLMReplayError:
+        return None
 
 
 # ------------------------------------------------------------------------ verdicts

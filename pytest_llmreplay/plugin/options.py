@@ -60,6 +60,13 @@ OPTIONS = (
         "seconds --llm-server-cmd's server may take to become healthy (default 600)",
     ),
     (
+        "--llm-max-servers",
+        "llm_max_servers",
+        "string",
+        "1",
+        "servers declared by tests (server: {cmd: ...}) running at once; the least recently used is stopped before another starts (default 1)",
+    ),
+    (
         "--llm-sim-profile",
         "llm_sim_profile",
         "string",
@@ -154,6 +161,7 @@ METAVARS = {
     "--llm-api-key-env": "NAME",
     "--llm-server-cmd": "CMD",
     "--llm-server-timeout": "S",
+    "--llm-max-servers": "N",
     "--llm-sim-profile": "NAME|FILE",
     "--llm-tokenizer": "NAME|PATH",
     "--llm-seed": "N",
@@ -208,6 +216,18 @@ def server_timeout_option(config: pytest.Config) -> float:
         raise pytest.UsageError(
             f"--llm-server-timeout / llm_server_timeout: expected a number of seconds > 0, got {raw!r}"
         )
+    return value
+
+
+def max_servers_option(config: pytest.Config) -> int:
+    """``--llm-max-servers``: an integer >= 1."""
+    raw = option(config, "llm_max_servers")
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise pytest.UsageError(f"--llm-max-servers / llm_max_servers: expected an integer >= 1, got {raw!r}")
     return value
 
 

@@ -3,7 +3,8 @@
 :class:`LLMSession` reads and checks the plugin's options once (a bad one is a
 ``pytest.UsageError`` naming the option and its ini twin), and starts lazily what replays need:
 the tokenizer and prompts, the :class:`~pytest_llmreplay.target.Target` (the simulator, or the
-live server), the :class:`~pytest_llmreplay.plugin.verdict.Gate`, the Ray workers. :func:`perf_run` replays
+live server; a test's declared server is one of :mod:`~pytest_llmreplay.plugin.servers`' pool),
+the :class:`~pytest_llmreplay.plugin.verdict.Gate`, the Ray workers. :func:`perf_run` replays
 a test's checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on it, repeats and Ctrl-C included;
 :class:`live_lock` keeps replays against one live URL from overlapping across processes.
 What the session gathers for the terminal summary (``reports``, ``notes``) is filled by the hooks
@@ -20,10 +21,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import LLMReplayError
-from .options import check_bool_options, option, seed_option, server_timeout_option, workers_option
+from .options import (
+    check_bool_options,
+    max_servers_option,
+    option,
+    seed_option,
+    server_timeout_option,
+    workers_option,
+)
 
 if TYPE_CHECKING:
     from ..replayer.workers import RayWorkers
+    from .servers import ServerConfig, ServerPool
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -72,6 +81,9 @@ class LLMSession:
         self.api = option(config, "llm_api")
         self.server_cmd = option(config, "llm_server_cmd") or None
         self.server_timeout_s = server_timeout_option(config)
+        self.max_servers = max_servers_option(config)
+        self._servers: ServerPool | None = None
+        self.declared_ignored = False  # the note that --llm-endpoint overrides declared servers is given
         if config.getoption("llm_offline"):  # on the command line it beats an ini endpoint
             if config.getoption("llm_endpoint"):
                 raise pytest.UsageError(
@@ -217,10 +229,72 @@ class LLMSession:
             if self.kind == "sim-server":
                 target.server = start_sim_server(name, option(self.config, "llm_tokenizer"), self.seed)
                 target.url = target.server.url
+        return self._fingerprinted(target)
+
+    def _fingerprinted(self, target: Any) -> Any:
+        """``target`` with the session's additions to its fingerprint: the extra body, plugins' fields."""
         if self.extra_body:  # what every request also asks changes what is measured
             target.fingerprint["extra_body"] = self.extra_body
         self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
         return target
+
+    def target_for(self, server: ServerConfig | None) -> Any:
+        """Where a test runs: its declared ``server`` (started by the pool if it is not running),
+        else the session's :attr:`target`; ``--llm-endpoint`` wins over a declared server, said
+        once in the notes."""
+        if server is None:
+            return self.target
+        if self.kind == "live":
+            if not self.declared_ignored:
+                self.declared_ignored = True
+                self.notes.append(
+                    (
+                        "llmreplay servers",
+                        f"--llm-endpoint {self.endpoint_url} served every test: the declared servers were not started",
+                    )
+                )
+            return self.target
+        return self.servers.target(server, self._declared_target)
+
+    def check_server(self, server: ServerConfig | None) -> None:
+        """Raise LLMReplayError (exit status, the log's last lines) if ``server`` was started and died."""
+        if server is not None and self._servers is not None:
+            self._servers.check(server)
+
+    def _declared_target(self, server: ServerConfig, url: str) -> Any:
+        from ..target import live_target
+
+        target = live_target(
+            url,
+            option(self.config, "llm_model") or None,
+            f"server {server.cmd!r} at",
+            self.api,
+            option(self.config, "llm_api_key_env") or None,
+            self.prompts,
+            self.extra_body,
+        )
+        target.fingerprint["server"] = server.fingerprint
+        return self._fingerprinted(target)
+
+    @property
+    def servers(self) -> ServerPool:
+        """The pool of declared servers, made when a test first declares one; logs go to
+        ``--llm-report``'s ``servers/`` folder, else to pytest's temporary folder."""
+        if self._servers is None:
+            from ..target import cache_reset_env
+            from .servers import ServerPool
+            from .terminal_lines import line_writer
+
+            self._servers = ServerPool(
+                self.max_servers, self._server_logs, line_writer(self.config), cache_reset_env(os.environ)
+            )
+        return self._servers
+
+    def _server_logs(self) -> Path:
+        if self.report_dir is not None:
+            return self.report_dir / "servers"
+        factory = self.config._tmp_path_factory  # type: ignore[attr-defined]  # pytest's tmp_path_factory, set by its tmpdir plugin
+        return factory.getbasetemp() / "llmreplay-servers"
 
     @property
     def gate(self) -> Any:
@@ -229,7 +303,6 @@ class LLMSession:
 
             self._gate = Gate(
                 rootdir=self.config.rootpath,
-                fingerprint=self.target.fingerprint,
                 store=self.store,
                 save=bool(option(self.config, "llm_save")),
                 fail_on_regression=bool(option(self.config, "llm_fail_on_regression")),
@@ -243,8 +316,10 @@ class LLMSession:
     def extra_metric_names(self) -> tuple[str, ...]:
         return tuple(name for found in self.config.hook.pytest_llmreplay_metrics() for name in found)
 
-    def replay(self, spec: Any, salt: str, repeat: int = 0, repeats: int = 1) -> tuple[Any, dict[str, Any]]:
-        """Replay a :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on the target: run ``repeat`` of
+    def replay(
+        self, target: Any, spec: Any, salt: str, repeat: int = 0, repeats: int = 1
+    ) -> tuple[Any, dict[str, Any]]:
+        """Replay a :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on ``target``: run ``repeat`` of
         ``repeats``; (the Result, with plugins' metrics added to its summary; the run's seed and
         cache reset, see :mod:`~pytest_llmreplay.gate.repeats`). Generated prompts are salted with
         ``salt`` (the workload's digest): see :meth:`~pytest_llmreplay.workloads.prompts.PromptFactory.salted`."""
@@ -255,7 +330,6 @@ class LLMSession:
         from ..workloads.formats import load_workload
 
         workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
-        target = self.target
         with live_lock(target):
             reset = target.reset_cache() if repeats > 1 else None
             if repeats > 1 and reset is None and target.kind == "live" and not self.cache_reset_missing:
@@ -316,6 +390,8 @@ class LLMSession:
     def close(self) -> None:
         if self._workers is not None:
             self._workers.close()
+        if self._servers is not None:
+            self._servers.close()
         if self._target is not None:
             self._target.close()
 
@@ -361,15 +437,17 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     state.interruption.check_not_interrupted()
     digest = workload_digest(spec.workload)
     asked = spec.repeat or state.repeat
-    repeats = 1 if spec.capacity is not None or state.target.deterministic else asked  # a search runs once
+    target = state.target_for(spec.server)
+    repeats = 1 if spec.capacity is not None or target.deterministic else asked  # a search runs once
     once = (
-        f"ran once, not {asked} times: {state.target.name} without timing jitter gives the same figures on every run"
-        if state.target.deterministic and asked > 1 and spec.capacity is None
+        f"ran once, not {asked} times: {target.name} without timing jitter gives the same figures on every run"
+        if target.deterministic and asked > 1 and spec.capacity is None
         else None
     )
     runs = []
     for index in range(repeats):
-        runs.append(state.replay(spec, salt=digest, repeat=index, repeats=repeats))
+        runs.append(state.replay(target, spec, salt=digest, repeat=index, repeats=repeats))
+        state.check_server(spec.server)  # a declared server that died during the run fails the test
         if state.interruption.observe(runs[-1][0], test):  # Ctrl-C: no more repeats (see plugin/interrupt.py)
             state.notes.append(("llmreplay interrupted", state.interruption.note()))
             break
@@ -379,6 +457,7 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
         test,
         results[-1],
         workload,
+        target.fingerprint,
         spec.slo,
         spec.regression,
         earlier=results[:-1],

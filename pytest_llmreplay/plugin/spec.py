@@ -16,6 +16,10 @@ Keys (the same in both)::
                                       # search sets mode, rate, concurrency and arrival itself
     repeat: 3                         # runs of the test (default: --llm-repeat; a capacity
                                       # search runs once), see gate/repeats.py
+    server: {cmd: "vllm serve M --port {port}", env: {K: V}, health: /health, ready_timeout: 600}
+                                      # optional: the server this test runs against, started by
+                                      # the plugin on a free port and shared by the tests that
+                                      # declare an equal one (plugin/servers.py)
     description: free text            # optional, shown nowhere but read by people
 
 Everything is checked before anything is sent; a problem is one :class:`LLMReplayError` naming
@@ -33,6 +37,7 @@ from typing import Any
 
 from ..errors import LLMReplayError, WorkloadError
 from ..replayer.driver import ReplaySettings
+from .servers import ServerConfig, parse_server
 
 SETTING_TYPES = {
     f.name: (
@@ -46,7 +51,17 @@ SETTING_TYPES = {
     )
     for f in fields(ReplaySettings)
 }
-SPEC_KEYS = ("workload", "format", "format_options", "slo", "regression", "repeat", "description", "capacity")
+SPEC_KEYS = (
+    "workload",
+    "format",
+    "format_options",
+    "slo",
+    "regression",
+    "repeat",
+    "description",
+    "capacity",
+    "server",
+)
 SPEC_SUFFIXES = (".llmreplay.yaml", ".llmreplay.yml", ".llmreplay.toml")
 
 
@@ -62,6 +77,7 @@ class PerfSpec:
     regression: dict[str, Any] = field(default_factory=dict)
     capacity: Any = None  # a search.CapacityPlan, or None: one replay
     repeat: int | None = None  # None: the session's --llm-repeat
+    server: ServerConfig | None = None  # None: the session's endpoint
 
 
 def _typed(key: str, value: Any) -> Any:
@@ -79,13 +95,16 @@ def _typed(key: str, value: Any) -> Any:
 
 def marker_settings(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of an ``@pytest.mark.llmreplay(...)``: every one by name, ``workload=``
-    among them (the rest is checked by :func:`parse_spec` when the test runs)."""
+    among them, and ``server=`` checked if given (the rest is checked by :func:`parse_spec`
+    when the test runs)."""
     if args:
         raise LLMReplayError("@pytest.mark.llmreplay: give every setting by name (workload=..., slo=...)")
     if "workload" not in kwargs:
         raise LLMReplayError(
             "@pytest.mark.llmreplay: missing key workload= (the workload file to replay, relative to the rootdir)"
         )
+    if "server" in kwargs:
+        parse_server(kwargs["server"])
     return dict(kwargs)
 
 
@@ -135,8 +154,17 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
     check_test_slos(parse_slos(slo, extra_metrics), capacity)
     regression = dict(data.get("regression") or {})
     tolerances(regression)
+    server = parse_server(data["server"]) if data.get("server") is not None else None
     return PerfSpec(
-        path, data.get("format"), dict(data.get("format_options") or {}), settings, slo, regression, capacity, repeat
+        path,
+        data.get("format"),
+        dict(data.get("format_options") or {}),
+        settings,
+        slo,
+        regression,
+        capacity,
+        repeat,
+        server,
     )
 
 

@@ -76,6 +76,7 @@ class PerfRun:
     test: str
     result: Any
     workload: Mapping[str, Any]
+    fingerprint: Mapping[str, Any]  # the endpoint it ran on (the session's, or its declared server's)
     slo: Mapping[str, str] = field(default_factory=dict)
     regression: Mapping[str, Any] = field(default_factory=dict)
     earlier: list[Any] = field(default_factory=list)
@@ -103,7 +104,6 @@ class Gate:
     """The session's settings for what follows a replay (see the module docstring)."""
 
     rootdir: Path
-    fingerprint: Mapping[str, Any]
     store: Store
     save: bool = False
     fail_on_regression: bool = False
@@ -125,7 +125,7 @@ class Gate:
         from ..report.terminal import render
 
         records = [
-            make_record(result, test=run.test, fingerprint=self.fingerprint, workload=run.workload, git=self.git)
+            make_record(result, test=run.test, fingerprint=run.fingerprint, workload=run.workload, git=self.git)
             for result in run.results
         ]
         record = pool_records(records, run.facts or [{}] * len(records))

@@ -1,0 +1,269 @@
+"""Servers declared by tests (``server:`` in the marker, a spec file or an ``llm_server``
+parameter), as a user meets them (pytester): pooled by config, started once each in collection
+order, at most ``--llm-max-servers`` at once, a log per start, a dead one failing only its
+test, bad configs refused in one line. The servers are ``llmreplay sim`` over HTTP; each start
+is a log file in ``--llm-report``'s ``servers/`` folder, whose ready line has the server's URL."""
+
+import json
+import re
+import sys
+
+import pytest
+from mockserver import free_port
+from test_plugin_perf import TINY_WORKLOAD, refuses_connections
+
+SIM = f"{sys.executable} -m pytest_llmreplay.cli.main sim --port {{port}}"
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("tiny.yaml").write_text(TINY_WORKLOAD)
+    return pytester
+
+
+def server_ports(report) -> dict[str, int]:
+    """Log file name -> the port its server listened on, from its ready line."""
+    return {
+        log.name: int(re.search(r"on http://127\.0\.0\.1:(\d+) ", log.read_text()).group(1))
+        for log in sorted((report / "servers").iterdir())
+    }
+
+
+# interleaved in the file; EXPECTED_WHILE_B: the configs whose servers run during test_b1
+TWO_CONFIGS = """
+import pathlib
+import re
+import socket
+
+import pytest
+
+from pytest_llmreplay.plugin.servers import parse_server
+
+A = {"cmd": "SIM --seed 1"}
+B = {"cmd": "SIM --seed 2", "env": {"X": "1"}}
+NAMES = {parse_server(A).digest: "a", parse_server(B).digest: "b"}
+
+
+def running():
+    up = set()
+    for log in pathlib.Path("report/servers").iterdir():
+        port = int(re.search(r"127\\.0\\.0\\.1:(\\d+)", log.read_text()).group(1))
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                up.add(NAMES[log.name.split("-")[1]])
+    return up
+
+
+@pytest.mark.llmreplay(workload="tiny.yaml", concurrency=3, server=A)
+def test_a1(llm_result):
+    assert llm_result.summary["requests"]["ok"] == 3
+
+
+@pytest.mark.llmreplay(workload="tiny.yaml", concurrency=3, server=B)
+def test_b1(llm_result):
+    assert running() == EXPECTED_WHILE_B
+
+
+@pytest.mark.llmreplay(workload="tiny.yaml", concurrency=3, server=A)
+def test_a2(llm_result):
+    assert running() == {"a"}
+
+
+@pytest.mark.parametrize("llm_server", [A, B])
+def test_each(llm_replay):
+    assert llm_replay("tiny.yaml", concurrency=3).summary["requests"]["ok"] == 3
+""".replace("SIM", SIM)
+
+
+@pytest.mark.parametrize(("max_servers", "while_b"), [(None, {"b"}), ("2", {"a", "b"})])
+def test_two_declared_configs_start_two_servers_each_once(project, max_servers, while_b):
+    """Six tests (markers, a parametrized pair, a spec file) over two configs, interleaved in
+    the files: collection groups them, so each config starts once (one log each); with one
+    server at a time the first is stopped before the second starts, with two both stay up."""
+    project.makepyfile(test_servers=TWO_CONFIGS.replace("EXPECTED_WHILE_B", repr(while_b)))
+    spec = {"workload": "tiny.yaml", "concurrency": 3, "server": {"cmd": f"{SIM} --seed 1"}}
+    project.path.joinpath("zz.llmreplay.yaml").write_text(json.dumps(spec))
+    flags = ["--llm-max-servers", max_servers] if max_servers else []
+    result = project.runpytest("-v", "--llm-repeat", "1", "--llm-report", "report", *flags)
+    result.assert_outcomes(passed=6)
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_a1 PASSED*",
+            "*::test_a2 PASSED*",
+            "*::test_each?* sim --seed 1? PASSED*",
+            "*zz.llmreplay.yaml::zz PASSED*",
+            "*::test_b1 PASSED*",
+            "*::test_each?* sim --seed 2? PASSED*",
+        ]
+    )
+    ports = server_ports(project.path / "report")
+    assert len(ports) == 2 and all(name.endswith("-1.log") for name in ports), ports
+    assert all(refuses_connections(port) for port in ports.values()), "a server outlived the session"
+    commands = {
+        json.loads(path.read_text())["fingerprint"]["server"]["cmd"]
+        for path in (project.path / "report" / "tests").glob("*.json")
+    }
+    assert commands == {f"{SIM} --seed 1", f"{SIM} --seed 2"}  # {port} as written
+
+
+def test_a_server_that_exits_at_once_fails_only_its_test_and_starts_again_for_the_next(project):
+    project.makepyfile("""
+        import pytest
+
+        BROKEN = {"cmd": "sh -c 'echo cannot load the model on {port}; exit 3'"}
+
+        @pytest.mark.llmreplay(workload="tiny.yaml", server=BROKEN)
+        def test_one(llm_result):
+            pass
+
+        def test_offline(llm_replay):
+            llm_replay("tiny.yaml")
+
+        @pytest.mark.llmreplay(workload="tiny.yaml", server=BROKEN)
+        def test_two(llm_result):
+            pass
+    """)
+    result = project.runpytest("--llm-repeat", "1", "--llm-report", "report")
+    result.assert_outcomes(passed=1, errors=2)  # the marker's replay runs in its fixture: a setup error
+    logs = sorted((project.path / "report" / "servers").iterdir())
+    assert [path.name.rsplit("-", 1)[1] for path in logs] == ["1.log", "2.log"]
+    for log in logs:
+        result.stdout.fnmatch_lines(
+            [
+                f"server command \"sh -c 'echo cannot load the model on *; exit 3'\" exited with status 3; "
+                f"last lines of its log ({log}):",
+                "cannot load the model on *",
+            ]
+        )
+    assert "Traceback" not in result.stdout.str()
+    assert not re.search(r"pytest_llmreplay/\S+\.py:\d+", result.stdout.str()), "a frame of ours is shown"
+
+
+def test_a_server_that_dies_during_a_test_fails_it_and_the_next_test_gets_a_fresh_one(project):
+    """The test body has its server killed while a replay runs: that test fails with the exit
+    status and the log, and the next test of the config starts the server again."""
+    project.path.joinpath("long.yaml").write_text(
+        "synthetic:\n  sessions: 2\n  input_tokens: 32\n  output_tokens: 400\n  seed: 1\n"
+    )
+    project.makepyfile(
+        """
+        import os, signal, threading
+
+        import pytest
+
+        SERVER = {"cmd": "sh -c 'echo $$ >> pids.txt; exec SIM'"}
+
+        @pytest.mark.parametrize("llm_server", [SERVER])
+        def test_killed(llm_replay):
+            llm_replay("tiny.yaml", concurrency=3)  # starts it
+            pid = int(open("pids.txt").read().split()[-1])
+            threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+            llm_replay("long.yaml", concurrency=1, name="long")
+
+        @pytest.mark.parametrize("llm_server", [SERVER])
+        def test_next(llm_replay):
+            assert llm_replay("tiny.yaml", concurrency=3).summary["requests"]["ok"] == 3
+    """.replace("SIM", SIM)
+    )
+    result = project.runpytest("--llm-repeat", "1")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["server command * exited with status -9; last lines of its log (*-1.log):"])
+    assert len(project.path.joinpath("pids.txt").read_text().split()) == 2
+
+
+@pytest.mark.parametrize(
+    ("server", "error"),
+    [
+        ("'vllm serve M'", "server: expected a mapping with cmd (and env, health, ready_timeout), got 'vllm serve M'"),
+        (
+            {"cmd": "vllm serve M --port {port}", "gpus": 1},
+            "server.gpus: unknown field; expected one of cmd, env, health, ready_timeout",
+        ),
+        (
+            {"cmd": "vllm serve M --port 8000"},
+            "server.cmd: 'vllm serve M --port 8000' has no {port}: the plugin picks a free port and puts it there (... --port {port})",
+        ),
+        ({"env": {"A": "1"}}, "server.cmd: expected the command that starts the server, got None"),
+        (
+            {"cmd": "vllm serve M --port {port}", "env": {"N": 64}},
+            "server.env.N: expected a string value (quote it), got 64",
+        ),
+        (
+            {"cmd": "vllm serve M --port {port}", "health": "health"},
+            "server.health: expected a path starting with /, e.g. /health, got 'health'",
+        ),
+        (
+            {"cmd": "vllm serve M --port {port}", "ready_timeout": 0},
+            "server.ready_timeout: expected a number of seconds > 0, got 0",
+        ),
+        (
+            {"cmd": "vllm serve M --port {port}", "ready_timeout": True},
+            "server.ready_timeout: expected a number of seconds > 0, got True",
+        ),
+        (
+            {"cmd": "vllm serve 'M --port {port}"},
+            'server.cmd: cannot split "vllm serve \'M --port {port}" into words: No closing quotation',
+        ),
+    ],
+)
+def test_a_bad_server_is_one_error_naming_the_field(project, server, error):
+    """In a marker: a collection error of the test; in a spec file: of the file, named."""
+    project.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="tiny.yaml", server={server if isinstance(server, str) else repr(server)})
+        def test_x(llm_result):
+            pass
+    """)
+    spec = project.path / "bad.llmreplay.yaml"
+    spec.write_text(
+        json.dumps({"workload": "tiny.yaml", "server": server.strip("'") if isinstance(server, str) else server})
+    )
+    result = project.runpytest()
+    assert result.ret == 2
+    result.stdout.fnmatch_lines([f"{spec}: {error}"])
+    result.stdout.fnmatch_lines([f"In test_x: {error}"])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_a_server_not_healthy_at_its_health_path_within_ready_timeout_fails_its_test(project):
+    """``health`` replaces the default probe: the simulator answers /health, not /nope."""
+    project.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.parametrize("llm_server", [{{"cmd": "{SIM}", "health": "/nope", "ready_timeout": 1.5}}])
+        def test_x(llm_replay):
+            llm_replay("tiny.yaml")
+    """)
+    result = project.runpytest("--llm-repeat", "1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "server command * was not ready at http://127.0.0.1:*/nope within 1.5 s "
+            "(raise server.ready_timeout if it needs longer); last lines of its log (*-1.log):",
+            "llmreplay sim: * on http://127.0.0.1:* (Ctrl-C stops)",
+        ]
+    )
+
+
+def test_llm_endpoint_wins_over_declared_servers_which_are_not_started(project):
+    port = free_port()
+    project.makepyfile("""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="tiny.yaml", server={"cmd": "sh -c 'touch started; sleep 60 {port}'"})
+        def test_x(llm_result):
+            pass
+    """)
+    command = f"{SIM.replace('{port}', str(port))}"
+    result = project.runpytest(
+        "--llm-repeat", "1", "--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command
+    )
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"llmreplay servers: --llm-endpoint http://127.0.0.1:{port} served every test: the declared servers were not started"
+        ]
+    )
+    assert not project.path.joinpath("started").exists()
