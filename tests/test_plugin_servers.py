@@ -267,3 +267,28 @@ def test_llm_endpoint_wins_over_declared_servers_which_are_not_started(project):
         ]
     )
     assert not project.path.joinpath("started").exists()
+
+
+def test_under_xdist_each_worker_pools_its_own_servers_and_logs_in_a_folder_of_its_own(project):
+    """Two workers, two configs: a worker starts a config at most once, and its logs go to
+    ``servers/gwN/`` (two workers' first starts of a config would otherwise share one file)."""
+    project.makepyfile(
+        """
+        import pytest
+
+        A = {"cmd": "SIM --seed 1"}
+        B = {"cmd": "SIM --seed 2"}
+
+        @pytest.mark.parametrize("llm_server", [A, B])
+        @pytest.mark.parametrize("n", [1, 2, 3])
+        def test_x(llm_replay, n):
+            assert llm_replay("tiny.yaml", concurrency=3).summary["requests"]["ok"] == 3
+    """.replace("SIM", SIM)
+    )
+    result = project.runpytest_subprocess(
+        "-n", "2", "--llm-repeat", "1", "--llm-report", "report", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=6)
+    logs = sorted((project.path / "report" / "servers").glob("*/*.log"))
+    assert {log.parent.name for log in logs} <= {"gw0", "gw1"} and 2 <= len(logs) <= 4, logs
+    assert all(log.name.endswith("-1.log") and "(Ctrl-C stops)" in log.read_text() for log in logs)

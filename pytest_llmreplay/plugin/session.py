@@ -291,10 +291,14 @@ class LLMSession:
         return self._servers
 
     def _server_logs(self) -> Path:
+        """``--llm-report``'s ``servers/``, else pytest's basetemp's ``llmreplay-servers/``; an
+        xdist worker's in a folder of its own (``gw0/``) there."""
         if self.report_dir is not None:
-            return self.report_dir / "servers"
-        factory = self.config._tmp_path_factory  # type: ignore[attr-defined]  # pytest's tmp_path_factory, set by its tmpdir plugin
-        return factory.getbasetemp() / "llmreplay-servers"
+            folder = self.report_dir / "servers"
+        else:
+            factory = self.config._tmp_path_factory  # type: ignore[attr-defined]  # pytest's tmp_path_factory, set by its tmpdir plugin
+            folder = factory.getbasetemp() / "llmreplay-servers"
+        return folder / self.config.workerinput["workerid"] if is_worker(self.config) else folder  # type: ignore[attr-defined]  # xdist sets workerinput on a worker's config
 
     @property
     def gate(self) -> Any:
