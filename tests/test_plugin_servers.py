@@ -41,7 +41,7 @@ import pytest
 from pytest_llmreplay.plugin.servers import parse_server
 
 A = {"cmd": "SIM --seed 1"}
-B = {"cmd": "SIM --seed 2", "env": {"X": "1"}}
+B = {"cmd": "SIM --seed 2", "env": {"X": "1", "HF_TOKEN": "s3cret"}}
 NAMES = {parse_server(A).digest: "a", parse_server(B).digest: "b"}
 
 
@@ -105,6 +105,9 @@ def test_two_declared_configs_start_two_servers_each_once(project, max_servers, 
         for path in (project.path / "report" / "tests").glob("*.json")
     }
     assert commands == {f"{SIM} --seed 1", f"{SIM} --seed 2"}  # {port} as written
+    summary = (project.path / "report" / "summary.md").read_text()  # the endpoint line of each test
+    assert f"server.cmd {SIM} --seed 2, server.env.HF_TOKEN ***, server.env.X 1" in summary
+    assert "s3cret" not in summary + "".join(p.read_text() for p in (project.path / "report" / "tests").iterdir())
 
 
 def test_a_server_that_exits_at_once_fails_only_its_test_and_starts_again_for_the_next(project):
