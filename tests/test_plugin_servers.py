@@ -5,12 +5,15 @@ test, bad configs refused in one line. The servers are ``llmreplay sim`` over HT
 is a log file in ``--llm-report``'s ``servers/`` folder, whose ready line has the server's URL."""
 
 import json
+import os
 import re
+import signal
+import subprocess
 import sys
 
 import pytest
-from mockserver import free_port
-from test_plugin_perf import TINY_WORKLOAD, refuses_connections
+from mockserver import free_port, gone, wait_until_gone
+from test_plugin_perf import TINY_WORKLOAD, refuses_connections, wait_for_file
 
 SIM = f"{sys.executable} -m pytest_llmreplay.cli.main sim --port {{port}}"
 
@@ -295,3 +298,40 @@ def test_under_xdist_each_worker_pools_its_own_servers_and_logs_in_a_folder_of_i
     logs = sorted((project.path / "report" / "servers").glob("*/*.log"))
     assert {log.parent.name for log in logs} <= {"gw0", "gw1"} and 2 <= len(logs) <= 4, logs
     assert all(log.name.endswith("-1.log") and "(Ctrl-C stops)" in log.read_text() for log in logs)
+
+
+def test_a_declared_server_dies_with_a_pytest_run_killed_by_sigkill(project):
+    """No teardown runs after SIGKILL: the watchdog that every started server has stops it."""
+    project.makepyfile(
+        """
+        import time
+        from pathlib import Path
+
+        import pytest
+
+        @pytest.mark.parametrize("llm_server", [{"cmd": "sh -c 'echo $$ > server.pid; exec SIM'"}])
+        def test_wait(llm_replay):
+            llm_replay("tiny.yaml")
+            Path("running").touch()
+            time.sleep(600)
+    """.replace("SIM", SIM)
+    )
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--llm-repeat", "1"],
+        cwd=project.path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    pid = None
+    try:
+        wait_for_file(project.path / "running", run)
+        pid = int(project.path.joinpath("server.pid").read_text())
+        assert not gone(pid)
+        run.send_signal(signal.SIGKILL)
+        run.wait(30)
+        assert wait_until_gone(pid, 30), "the declared server outlived the pytest run killed by SIGKILL"
+    finally:
+        run.kill()
+        run.wait()
+        if pid is not None and not gone(pid):
+            os.kill(pid, signal.SIGKILL)
