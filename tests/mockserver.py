@@ -46,6 +46,8 @@ class MockConfig:
     busy: float = 0.0  # what /metrics reports as running requests
     count_prompts: bool = True
     envelope: bool = False  # add id/object/created/model to streamed chunks, as real servers do (AIPerf needs "object")
+    metrics: bool = True  # serve /metrics (False: 404, a server without it)
+    metrics_delay_s: float = 0.0  # how long /metrics takes to answer
 
 
 @dataclass
@@ -63,7 +65,8 @@ class MockServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/health", self.health)
-        app.router.add_get("/metrics", self.metrics)
+        if self.config.metrics:
+            app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/mock/stats", self.stats)
         app.router.add_delete("/mock/stats", self.stats)
         return app
@@ -88,6 +91,7 @@ class MockServer:
         return web.Response(text="ok")
 
     async def metrics(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(self.config.metrics_delay_s)
         busy = self.config.busy
         text = (
             "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"

@@ -10,7 +10,10 @@ its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary
 steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits, with
 ``sample_keys`` naming each value's request (session * 2^20 + turn), session or window; and
 ``interrupted`` (the signal's name, only when one stopped the run: it measured part of its
-workload, and is never taken as a baseline, see :meth:`~pytest_llmreplay.gate.store.Store.newest_complete`).
+workload, and is never taken as a baseline, see :meth:`~pytest_llmreplay.gate.store.Store.newest_complete`);
+``server_metrics`` (only when the server's ``/metrics`` was scraped): its series, name ->
+``[[t, value], ...]`` with ``t`` in seconds from the run's start (a repeated test keeps its
+first run's).
 
 Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_llmreplay.gate.store`'s job.
 
@@ -198,6 +201,7 @@ def make_record(
         "slo": slo_rows(slo_checks),
         **_split(_keyed_samples(result)),
         **({"interrupted": result.run.interrupted} if result.run.interrupted else {}),
+        **({"server_metrics": result.run.server_metrics} if result.run.server_metrics else {}),
     }
 
 

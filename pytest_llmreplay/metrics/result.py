@@ -39,6 +39,12 @@ Workload, over the measured span T (first measured request sent to last one ende
   requests / T (DistServe's goodput, requests per second); ``effective_concurrency`` =
   Σ (end - sent) / T.
 
+Server side (only when the server's ``/metrics`` was scraped): ``server`` with the figures of
+:mod:`~pytest_llmreplay.metrics.server` (``server.preemptions``, ``server.kv_cache_usage.max``, ...);
+:attr:`Result.client_hit_rate` = Σ cached / Σ prompt over every ok request reporting
+``cached_tokens`` (warm-up included, as the server's counters include it), to set beside the
+server's ``prefix_cache_hit_rate``.
+
 Statistics of a distribution: mean, min, p50, p90, p95, p99, max, std (numpy, linear
 interpolation, as vLLM's ``bench serve``) and count.
 
@@ -64,6 +70,7 @@ from ..errors import LLMReplayError
 from ..replayer.endpoints import TOKENS_SO_FAR
 from ..replayer.records import ReplayRun, RequestRecord
 from .names import REQUEST_METRICS, SESSION_METRICS
+from .server import server_figures
 
 STEADY_SKIP = 0.2
 LAST_WINDOW_S = 30.0
@@ -384,6 +391,9 @@ class Result:
         if end > start:
             busy = sum(latency(r) or 0.0 for r in self.measured)
             summary["effective_concurrency"] = {"value": busy / (end - start)}
+        server = server_figures(self.run.server_metrics)
+        if server:
+            summary["server"] = server
         summary["requests"] = {
             "ok": len(self.ok),
             "failed": failed,
@@ -393,6 +403,14 @@ class Result:
             "sessions_complete": len(self.session_rows),
         }
         return summary
+
+    @cached_property
+    def client_hit_rate(self) -> float | None:
+        """Σ cached / Σ prompt tokens over the ok requests reporting ``cached_tokens`` (module
+        docstring); None when none reported it, or their prompts hold no token."""
+        reported = [r for r in self.run.records if r.status == "ok" and r.cached_tokens is not None]
+        prompts = sum(prompt_tokens(r) or 0 for r in reported)
+        return sum(r.cached_tokens or 0 for r in reported) / prompts if prompts else None
 
     @cached_property
     def throughput_events(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:

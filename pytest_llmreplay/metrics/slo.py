@@ -4,12 +4,15 @@ A key is ``<metric>.<stat>`` (``ttft.p99``, ``output_throughput.steady_state``) 
 metric alone (``error_rate``, ``goodput``, ``effective_concurrency``). ``goodput`` with a
 ``req/s`` threshold (or ``goodput.rate``) is the rate of good requests, alone (or ``.value``) the
 share; ``capacity.rate`` (req/s) and ``capacity.concurrency`` are what a capacity search found
-(:mod:`~pytest_llmreplay.search.capacity`). A threshold is an operator
+(:mod:`~pytest_llmreplay.search.capacity`); ``server.<figure>`` are the server's own, from its
+``/metrics`` (:mod:`~pytest_llmreplay.metrics.server`: ``server.preemptions == 0``,
+``server.kv_cache_usage.max < 90%``). A threshold is an operator
 (``<``, ``<=``, ``>``, ``>=``, ``==``), a number and an optional unit:
 
 - time: ``us``, ``ms``, ``s`` (metrics in seconds: ``ttft``, ``itl``, ``tpot``, ``latency``,
   ``queue``, ``schedule_lag``, ``session_latency``, ``ttfat``);
-- share: ``%`` (``cache_hit_rate``, ``eligible_cache_hit_rate``, ``error_rate``, ``goodput``);
+- share: ``%`` (``cache_hit_rate``, ``eligible_cache_hit_rate``, ``error_rate``, ``goodput``,
+  ``server.kv_cache_usage.*``, ``server.prefix_cache_hit_rate``);
 - rate: ``tok/s`` (token throughputs, ``decode_tps``), ``req/s`` (``request_throughput``);
 - no unit: the metric's own unit (a fraction 0..1, tokens, tokens/s, requests/s); a share over 1
   without ``%`` is refused (``>= 80`` means ``>= 80%``?), and so is a time without a unit
@@ -33,6 +36,7 @@ from typing import Any
 
 from ..errors import LLMReplayError
 from .names import GOODPUT_METRICS, RATES, REQUEST_METRICS, SESSION_METRICS, STATS
+from .server import SERVER_STATS
 from .units import STAT_FAMILIES, UNITS, display_unit, format_value, significant
 from .units import unit_family as _unit_family
 
@@ -45,7 +49,7 @@ THROUGHPUT_METRICS = (
 )
 SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
 DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
-KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity",)
+KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity", "server")
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
@@ -71,6 +75,8 @@ def stats_of(metric: str) -> tuple[str, ...]:
         return ("value", "rate")
     if metric == "capacity":
         return ("rate", "concurrency")
+    if metric == "server":
+        return SERVER_STATS
     if metric in SINGLE_METRICS:
         return ("value",)
     if metric in THROUGHPUT_METRICS:

@@ -43,6 +43,9 @@ STAT_FAMILIES = {
     ("goodput", "rate"): "request_rate",
     ("capacity", "rate"): "request_rate",
     ("capacity", "concurrency"): "count",
+    ("server", "kv_cache_usage.max"): "share",
+    ("server", "kv_cache_usage.mean"): "share",
+    ("server", "prefix_cache_hit_rate"): "share",
 }
 SECONDS_FROM = 10.0  # times of at least this many seconds are shown in s, shorter ones in ms
 DIGITS = 4

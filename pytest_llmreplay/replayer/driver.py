@@ -335,6 +335,9 @@ class Replay:
                 asyncio.get_running_loop().remove_signal_handler(signum)
             await self.endpoint.close()
         self._finished = True  # an interrupt from now on is too late to cut anything
+        scraped = getattr(self.endpoint, "scraped", None)  # an HTTP endpoint's /metrics series
+        if scraped is not None:
+            self.warnings.extend(scraped.notes)
         self.records.sort(key=attrgetter("scheduled_s", "session_index", "turn_index"))
         if self.part is None:
             mark_warmup(self.records, self.settings)
@@ -353,6 +356,7 @@ class Replay:
             planned_requests=sum(len(s.turns) for s in self.plan),
             interrupted=self.interrupted,
             stopped=self.stopped,
+            server_metrics={} if scraped is None else scraped.relative_to(self._start),
         )
 
     def _handle_signals(self) -> list[int]:

@@ -18,6 +18,7 @@ A server the run starts itself is :mod:`~pytest_llmreplay.replayer.server_proces
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 from ..errors import LLMReplayError
 from .clock import Clock, WallClock
+from .server_metrics import Scraped, Scraper
 from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk
 
 APIS = ("chat", "completions")
@@ -147,7 +149,10 @@ class HTTPEndpoint:
     name of the environment variable holding the API key (read when opened, sent as a bearer
     token, never stored on this object or printed). ``headers``/``extra_body``: merged into every
     request (e.g. ``{"ignore_eos": True}``). ``timeout_s``: the longest wait for any byte from
-    the server (connect, or between reads) before the request fails.
+    the server (connect, or between reads) before the request fails. ``metrics_interval_s``:
+    while open, the server's ``/metrics`` is scraped that often
+    (:mod:`~pytest_llmreplay.replayer.server_metrics`; 0: never); :attr:`scraped` holds what
+    :meth:`close` collected.
     """
 
     url: str
@@ -158,6 +163,7 @@ class HTTPEndpoint:
     headers: Mapping[str, str] = field(default_factory=dict)
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0
+    metrics_interval_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
@@ -169,6 +175,8 @@ class HTTPEndpoint:
         self._named_model = self.extra_body.get("model", self.model)  # what the user asked for, if anything
         self._client: Any = None
         self._clock: Clock = WallClock()
+        self._scraper: Scraper | None = None
+        self.scraped: Scraped | None = None
 
     @property
     def name(self) -> str:
@@ -186,6 +194,9 @@ class HTTPEndpoint:
             if not key:
                 raise LLMReplayError(f"API key: environment variable {self.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
+        if self.metrics_interval_s > 0:
+            self._scraper = Scraper(self.url, self.metrics_interval_s, headers)
+            self._scraper.start()
         # one connection per request in flight (+ a few for /metrics): a smaller pool would queue
         # requests inside the client and count the wait as server latency
         limit = 0 if concurrency is None else concurrency + 4  # aiohttp: 0 = no limit
@@ -219,6 +230,9 @@ class HTTPEndpoint:
             ) from None
 
     async def close(self) -> None:
+        if self._scraper is not None:
+            self.scraped = await asyncio.to_thread(self._scraper.stop)
+            self._scraper = None
         if self._client is not None:
             await self._client.aclose()
             self._client = None

@@ -64,7 +64,10 @@ class WorkerOutcome:
 @dataclass
 class ReplayRun:
     """The raw outcome of a replay: records (in schedule order), warnings, and the run's span;
-    ``workers``: one outcome per worker process when the run was split over workers."""
+    ``workers``: one outcome per worker process when the run was split over workers;
+    ``server_metrics``: the server's own series scraped during the run, name -> ``[[t, value],
+    ...]`` with ``t`` in seconds from the start (:mod:`~pytest_llmreplay.replayer.server_metrics`;
+    empty when none were)."""
 
     records: list[RequestRecord]
     warnings: list[str]
@@ -76,6 +79,7 @@ class ReplayRun:
     interrupted: str | None = None  # the signal that stopped the run early (SIGINT, SIGTERM)
     stopped: str | None = None  # why Replay.stop ended the run early
     workers: list[WorkerOutcome] = field(default_factory=list)
+    server_metrics: dict[str, list[list[float]]] = field(default_factory=dict)
 
 
 def cancelled_note(elapsed_s: float | None) -> str:

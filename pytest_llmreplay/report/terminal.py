@@ -10,6 +10,9 @@
   is seen instead of silently inflating TTFT; on workers (:mod:`~pytest_llmreplay.replayer.workers`) one
   more line per worker with its own figures; then error causes (grouped, most frequent first)
   and warnings.
+- **Server** line (when its ``/metrics`` was scraped, :mod:`~pytest_llmreplay.metrics.server`):
+  the ``server.*`` figures, its prefix-cache hit rate beside the client's (from
+  ``cached_tokens``), and a warning when the two are more than 5 points apart.
 
 The session's **summary** (:func:`summary_table`, the plugin's terminal summary) is a row per
 measured run in the report overview's columns, each value in its unit.
@@ -111,6 +114,25 @@ def client_line(result: Result) -> str:
     return "\n".join(lines)
 
 
+def server_lines(result: Result) -> list[str]:
+    """The server's own figures in one line (each key with its value, :func:`format_figure`),
+    the client's hit rate beside the server's, and the gap warning when there is one; none
+    when the server's ``/metrics`` was not scraped."""
+    from ..metrics.server import hit_rate_gap
+    from ..metrics.units import format_figure
+
+    figures = result.summary.get("server")
+    if not figures:
+        return []
+    parts = [f"{stat} {format_figure(f'server.{stat}', value)}" for stat, value in figures.items()]
+    client, server_rate = result.client_hit_rate, figures.get("prefix_cache_hit_rate")
+    gap = None
+    if server_rate is not None and client is not None:
+        parts.append(f"client prefix-cache hit rate (cached_tokens) {format_figure('cache_hit_rate.mean', client)}")
+        gap = hit_rate_gap(server_rate, client)
+    return ["Server (/metrics): " + "; ".join(parts)] + ([f"warning: {gap}"] if gap else [])
+
+
 def errors_block(result: Result, limit: int = 5) -> str:
     """The ``limit`` most frequent error causes, grouped (:func:`~pytest_llmreplay.metrics.result.error_causes`), each
     with its count; then how many requests the other causes failed."""
@@ -129,7 +151,13 @@ def errors_block(result: Result, limit: int = 5) -> str:
 
 def render(result: Result) -> str:
     """Every table and line, ready to print."""
-    blocks: list[Any] = [trace_table(result), workload_table(result), client_line(result), errors_block(result)]
+    blocks: list[Any] = [
+        trace_table(result),
+        workload_table(result),
+        client_line(result),
+        "\n".join(server_lines(result)),
+        errors_block(result),
+    ]
     blocks += [f"warning: {w}" for w in result.warnings]
     return "\n\n".join(b for b in blocks if b)
 

@@ -1,0 +1,231 @@
+"""The server's /metrics during a run (pytest_llmreplay/replayer/server_metrics.py,
+pytest_llmreplay/metrics/server.py): each engine's text mapped to our series, the ``server``
+figures and their SLO keys, and scraping against our simulated server, a server without
+/metrics, and with scraping off. The engines' texts in tests/data/metrics are hand-written from
+their sources (see the README there)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from mockserver import MockConfig, MockServer, ServerThread
+from test_sim_server import serving, tiny_profile
+
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.gate.baseline import make_record
+from pytest_llmreplay.metrics.result import Result
+from pytest_llmreplay.metrics.server import hit_rate_gap, increase, server_figures
+from pytest_llmreplay.metrics.slo import SLOBreach, parse_slos
+from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.server_metrics import ExpositionError, parse_exposition
+from pytest_llmreplay.report.terminal import render
+from pytest_llmreplay.workloads.prompts import PromptFactory
+from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
+
+DATA = Path(__file__).with_name("data") / "metrics"
+
+
+@pytest.fixture(scope="module")
+def prompts() -> PromptFactory:
+    return PromptFactory(load_tokenizer(None))
+
+
+def agent(index: int, turns: int = 4) -> Session:
+    """A session whose turns extend each other: later turns hit the prefix cache."""
+    items = [Turn(256, 16, Synthetic())]
+    for _ in range(turns - 1):
+        items.append(Turn(items[-1].input_tokens + 16 + 64, 16, Synthetic(extends_previous=True)))
+    return Session(f"s{index}", 0.0, tuple(items))
+
+
+AGENTS = Workload(tuple(agent(i) for i in range(8)), "test")
+
+
+def run_against(url: str, prompts: PromptFactory, interval: float, workload: Workload = AGENTS) -> Result:
+    endpoint = HTTPEndpoint(url, api="completions", metrics_interval_s=interval)
+    return Result(replay(workload, endpoint, prompts, ReplaySettings(concurrency=4)))
+
+
+# -- each engine's text ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        # two engines: requests and counters summed, usage the fuller engine's, from
+        # kv_cache_usage_perc (0.8125), not the deprecated gpu_cache_usage_perc (0.5) beside it
+        (
+            "vllm",
+            {
+                "running": 21,
+                "waiting": 3,
+                "kv_cache_usage": 0.8125,
+                "preemptions": 3,
+                "prefix_cache_queries": 61440,
+                "prefix_cache_hits": 40960,
+            },
+        ),
+        (
+            "vllm-0.8",
+            {
+                "running": 4,
+                "waiting": 1,
+                "kv_cache_usage": 0.25,
+                "preemptions": 0,
+                "prefix_cache_queries": 1000,
+                "prefix_cache_hits": 250,
+            },
+        ),
+        ("llamacpp", {"running": 2, "waiting": 1, "kv_cache_usage": 0.0625}),
+        (
+            "sglang",
+            {
+                "running": 162,
+                "waiting": 2826,
+                "kv_cache_usage": 0.28,
+                "preemptions": 7,
+                "prefix_cache_queries": 8128902,
+                "prefix_cache_hits": 4064451,
+            },
+        ),
+    ],
+)
+def test_each_engines_text_maps_to_our_series(engine, expected):
+    assert parse_exposition((DATA / f"{engine}.txt").read_text()) == expected
+
+
+def test_text_that_is_not_prometheus_is_refused():
+    with pytest.raises(ExpositionError, match="invalid metric name"):
+        parse_exposition("<html>not found</html>")
+
+
+# -- the figures -----------------------------------------------------------------------------------
+
+
+def test_a_counters_increase_counts_a_restart_from_zero():
+    assert increase([[-0.1, 5], [1, 7], [2, 7], [3, 2], [4, 4]]) == 2 + 0 + 2 + 2
+
+
+def test_figures_read_gauges_during_the_run_and_counters_over_all_of_it():
+    series = {
+        "kv_cache_usage": [[-0.2, 0.99], [0.5, 0.4], [1.5, 0.6]],  # the pre-run scrape is no gauge reading
+        "running": [[-0.2, 50], [0.5, 3], [1.5, 5]],
+        "waiting": [[-0.2, 0], [0.5, 2], [1.5, 0]],
+        "preemptions": [[-0.2, 10], [0.5, 10], [1.5, 12]],
+        "prefix_cache_queries": [[-0.2, 1000], [1.5, 1400]],
+        "prefix_cache_hits": [[-0.2, 100], [1.5, 400]],
+    }
+    assert server_figures(series) == pytest.approx(
+        {
+            "preemptions": 2,
+            "kv_cache_usage.max": 0.6,
+            "kv_cache_usage.mean": 0.5,
+            "running.max": 5,
+            "waiting.max": 2,
+            "prefix_cache_hit_rate": 0.75,
+        }
+    )
+
+
+def test_figures_the_server_does_not_report_are_absent_not_zero():
+    """llama.cpp: no preemption or prefix-cache counter; nothing queried: no hit rate."""
+    series = {"running": [[0.1, 1]], "prefix_cache_queries": [[0, 5], [1, 5]], "prefix_cache_hits": [[0, 0], [1, 0]]}
+    assert server_figures(series) == {"running.max": 1}
+    assert server_figures({}) == {}
+
+
+def test_hit_rates_further_apart_than_five_points_are_called_out():
+    assert hit_rate_gap(0.70, 0.66) is None
+    assert "73.0%" in (hit_rate_gap(0.73, 0.67) or "") and "6.0 points apart" in (hit_rate_gap(0.73, 0.67) or "")
+
+
+def test_server_slo_keys_parse_in_their_units_and_are_checked():
+    slos = parse_slos({"server.preemptions": "== 0", "server.kv_cache_usage.max": "< 90%"})
+    assert [(s.metric, s.stat, s.value) for s in slos] == [
+        ("server", "preemptions", 0),
+        ("server", "kv_cache_usage.max", 0.9),
+    ]
+    for key, threshold, message in (
+        ("server.kv_cache_usage.max", "< 90", "is a share between 0 and 1"),
+        ("server.preemptions", "< 2s", "unit 's' does not fit server.preemptions"),
+        ("server.kv_cache", "< 90%", "server has no statistic 'kv_cache'"),
+        ("server", "== 0", "name a statistic"),
+    ):
+        with pytest.raises(LLMReplayError, match=message):
+            parse_slos({key: threshold})
+
+
+# -- scraping during a replay ----------------------------------------------------------------------
+
+
+def test_a_replay_against_the_simulated_server_collects_its_series(prompts):
+    with serving(prompts, tiny_profile(0.005)) as sim:
+        result = run_against(sim.url, prompts, interval=0.05)
+    series = result.run.server_metrics
+    assert set(series) == {
+        "running",
+        "waiting",
+        "kv_cache_usage",
+        "preemptions",
+        "prefix_cache_queries",
+        "prefix_cache_hits",
+    }
+    times = [t for t, _ in series["running"]]
+    assert times == sorted(times) and len(times) >= 5  # every 50 ms over a run of ~1 s
+    assert times[0] < 0 < times[-1]  # one scrape before the first request, one after the run
+    server = result.summary["server"]
+    assert server["running.max"] == 4  # the concurrency
+    assert 0 < server["kv_cache_usage.max"] < 1 and server["preemptions"] == 0
+    # the first scrape comes before the first request, so the counters cover the whole run:
+    # the server's hit rate is the client's
+    assert server["prefix_cache_hit_rate"] == pytest.approx(result.client_hit_rate)
+    result.assert_slo({"server.preemptions": "== 0", "server.kv_cache_usage.max": "< 90%"})
+    with pytest.raises(SLOBreach, match="server.waiting.max"):
+        result.assert_slo({"server.running.max": "<= 4", "server.waiting.max": "> 1000"})
+    text = render(result)
+    assert "Server (/metrics): preemptions 0;" in text and "client prefix-cache hit rate (cached_tokens)" in text
+    assert "one of the two counts is wrong" not in text
+    record = make_record(result, test="t", fingerprint={}, workload={}, git={})
+    assert record["server_metrics"] == series and record["summary"]["server"] == server
+
+
+def test_the_first_scrape_comes_before_the_first_request(prompts):
+    """Even from a server slow to answer /metrics: the run waits for the first scrape, so that
+    the counters' increase covers every request."""
+    with ServerThread(MockServer(MockConfig(metrics_delay_s=0.2))) as server:
+        result = run_against(server.url, prompts, interval=0.05, workload=Workload(AGENTS.sessions[:1], "test"))
+    first_scrape = result.run.server_metrics["running"][0][0]
+    assert first_scrape < 0 <= min(r.sent_s for r in result.records if r.sent_s is not None)
+
+
+def test_a_server_without_metrics_gives_one_note_and_the_run_goes_on(prompts):
+    with ServerThread(MockServer(MockConfig(metrics=False))) as server:
+        result = run_against(server.url, prompts, interval=0.01)
+    assert [r.status for r in result.records] == ["ok"] * 32
+    notes = [w for w in result.warnings if "server metrics" in w]
+    assert notes == [f"server metrics: {server.url}/metrics answered 404; the server has no /metrics, none scraped"]
+    assert result.run.server_metrics == {} and "server" not in result.summary
+    assert "server_metrics" not in make_record(result, test="t", fingerprint={}, workload={}, git={})
+    with pytest.raises(SLOBreach, match="not measured"):
+        result.assert_slo({"server.preemptions": "== 0"})
+
+
+def test_interval_zero_scrapes_nothing(prompts):
+    with serving(prompts) as sim:
+        result = run_against(sim.url, prompts, interval=0)
+    assert result.run.server_metrics == {} and "server" not in result.summary
+    assert not [w for w in result.warnings if "server metrics" in w]
+
+
+def test_without_prometheus_client_one_note_says_scraping_is_off(prompts, monkeypatch):
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import fails
+    with serving(prompts) as sim:
+        result = run_against(sim.url, prompts, interval=0.01)
+    assert result.run.server_metrics == {}
+    assert [w for w in result.warnings if "server metrics" in w] == [
+        "server metrics: not scraped, prometheus_client is not installed (pip install 'pytest-llmreplay[metrics]')"
+    ]
