@@ -53,7 +53,8 @@ class Target:
     ``url``: the HTTP address (sim-server and live); ``extra_body``: fields merged into every
     request body (offline too: the in-process simulator checks them as its server does).
     ``model``: the served model; ``model_named``: the user named it (``--llm-model``), so it
-    replaces a verbatim payload's own, which is sent otherwise."""
+    replaces a verbatim payload's own, which is sent otherwise. ``metrics_interval_s``: how often
+    an HTTP replay scrapes the server's ``/metrics`` (0: never; :mod:`~pytest_llmreplay.replayer.server_metrics`)."""
 
     kind: str
     url: str | None = None
@@ -66,6 +67,7 @@ class Target:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     server: ServerProcess | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    metrics_interval_s: float = 1.0
 
     @property
     def name(self) -> str:
@@ -107,6 +109,7 @@ class Target:
             api=self.api,
             api_key_env=self.api_key_env,
             extra_body=self.extra_body,
+            metrics_interval_s=self.metrics_interval_s,
         )
 
     def run_seed(self, repeat: int) -> int | None:

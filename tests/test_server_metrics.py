@@ -229,3 +229,64 @@ def test_without_prometheus_client_one_note_says_scraping_is_off(prompts, monkey
     assert [w for w in result.warnings if "server metrics" in w] == [
         "server metrics: not scraped, prometheus_client is not installed (pip install 'pytest-llmreplay[metrics]')"
     ]
+
+
+# -- the options -----------------------------------------------------------------------------------
+
+TINY = "synthetic:\n  sessions: 3\n  input_tokens: 32\n  output_tokens: 4\n  seed: 1\n"
+SCRAPING_TEST = """
+import json
+
+def test_served(llm_replay):
+    result = llm_replay("tiny.yaml", concurrency=3, slo={"server.preemptions": "== 0", "server.kv_cache_usage.max": "< 90%"})
+    json.dump(result.run.server_metrics, open("series.json", "w"))
+"""
+
+
+@pytest.mark.parametrize(("interval", "scraped"), [("0.05", True), ("0", False)])
+def test_the_plugin_scrapes_the_served_simulator_at_its_interval(pytester, interval, scraped):
+    import json
+
+    pytester.path.joinpath("tiny.yaml").write_text(TINY)
+    pytester.makepyfile(SCRAPING_TEST)
+    result = pytester.runpytest(
+        "-o", "llm_offline=false", "--llm-repeat", "1", f"--llm-metrics-interval={interval}", "--llm-report", "out"
+    )
+    if scraped:  # the server SLOs measured, and met
+        result.assert_outcomes(passed=1)
+        series = json.loads(pytester.path.joinpath("series.json").read_text())
+        assert {"running", "kv_cache_usage", "preemptions"} <= set(series)
+    else:  # no series: the server SLOs are not measured, so they fail
+        result.assert_outcomes(failed=1)
+        assert json.loads(pytester.path.joinpath("series.json").read_text()) == {}
+        result.stdout.fnmatch_lines(["*server.preemptions*not measured*BREACH*"])
+
+
+def test_a_bad_metrics_interval_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-o", "llm_metrics_interval=often")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--llm-metrics-interval / llm_metrics_interval: expected a number of seconds >= 0 (0: off), got 'often'*"]
+    )
+
+
+def test_llmreplay_run_scrapes_and_stores_the_series(prompts, tmp_path, capsys):
+    import json
+
+    from pytest_llmreplay.cli.main import main
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(TINY)
+    with serving(prompts) as sim:
+        for interval, out in (("0.05", "on"), ("0", "off")):
+            args = ["run", str(workload), "--endpoint", sim.url, "--concurrency", "2", "--out", str(tmp_path / out)]
+            assert main([*args, "--metrics-interval", interval]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("Server (/metrics): preemptions 0;") == 1  # the run with scraping on
+    stored = {out: json.loads((tmp_path / out / "result.json").read_text()) for out in ("on", "off")}
+    assert stored["on"]["summary"]["server"]["preemptions"] == 0 and "server" not in stored["off"]["summary"]
+    assert (
+        set(stored["on"]["server_metrics"]) >= {"running", "prefix_cache_hits"}
+        and "server_metrics" not in stored["off"]
+    )

@@ -145,7 +145,17 @@ def share(text: str) -> float:
 
 
 # what only an HTTP endpoint reads: with --sim (the simulator in process) these are ignored
-HTTP_ONLY_OPTIONS = ("model", "api", "api_key_env", "header", "no_stream", "timeout", "server_timeout", "no_idle_check")
+HTTP_ONLY_OPTIONS = (
+    "model",
+    "api",
+    "api_key_env",
+    "header",
+    "no_stream",
+    "timeout",
+    "server_timeout",
+    "metrics_interval",
+    "no_idle_check",
+)
 
 
 def remember_http_only_defaults(parser: argparse.ArgumentParser) -> None:

@@ -89,6 +89,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 headers=dict(header(h) for h in args.header),
                 extra_body=body,
                 timeout_s=args.timeout,
+                metrics_interval_s=args.metrics_interval,
             ),
             None,
         )
@@ -348,6 +349,13 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         default=600.0,
         metavar="S",
         help="how long the server command may take to get ready (default 600)",
+    )
+    target.add_argument(
+        "--metrics-interval",
+        type=number(False),
+        default=1.0,
+        metavar="S",
+        help="scrape the server's /metrics every S seconds during the run (default 1; 0: off)",
     )
     target.add_argument(
         "--no-idle-check",

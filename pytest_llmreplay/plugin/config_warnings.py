@@ -6,7 +6,8 @@ Ignored options (:func:`warn_of_ignored_options`), each warned about once, namin
 - ``--llm-server-timeout`` without ``--llm-server-cmd``: no server is started, so none is waited for;
 - ``--llm-sim-profile`` with ``--llm-endpoint``: the live server is measured, not the simulator;
 - ``--llm-model`` with the simulator (offline or served): it serves its profile's model whatever
-  the request names (``llmreplay sim --model`` would refuse another name with a 404).
+  the request names (``llmreplay sim --model`` would refuse another name with a 404);
+- ``--llm-metrics-interval`` offline: the in-process simulator has no ``/metrics`` to scrape.
 
 An option counts as given when it is on the command line, or in the ini file with a value other
 than its default. One set only in the ini file is not warned about when the command line picked
@@ -27,6 +28,7 @@ IGNORED = {  # option (ini key) -> why it does nothing, for the modes where it d
     "llm_server_timeout": "ignored without --llm-server-cmd: no server is started here, so none is waited for",
     "llm_sim_profile": "ignored with --llm-endpoint: the live server is measured, not the simulator",
     "llm_model": "ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint",
+    "llm_metrics_interval": "ignored offline: the in-process simulator has no /metrics to scrape (-o llm_offline=false serves it over HTTP)",
 }
 
 
@@ -35,7 +37,12 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
     target kind (offline, sim-server, live); ``server_cmd``: the server command it starts, if
     any."""
     defaults = {ini: default for _, ini, _, default, _ in OPTIONS}
-    ignored = {"llm_server_timeout": server_cmd is None, "llm_sim_profile": kind == "live", "llm_model": kind != "live"}
+    ignored = {
+        "llm_server_timeout": server_cmd is None,
+        "llm_sim_profile": kind == "live",
+        "llm_model": kind != "live",
+        "llm_metrics_interval": kind == "offline",
+    }
     mode_on_command_line = bool(config.getoption("llm_offline") or config.getoption("llm_endpoint"))
     for ini, why in IGNORED.items():
         on_command_line = config.getoption(ini) is not None

@@ -67,6 +67,13 @@ OPTIONS = (
         "servers declared by tests (server: {cmd: ...}) running at once; the least recently used is stopped before another starts (default 1)",
     ),
     (
+        "--llm-metrics-interval",
+        "llm_metrics_interval",
+        "string",
+        "1",
+        "scrape the server's Prometheus /metrics every S seconds during each replay over HTTP, for the server.* figures (default 1; 0: off)",
+    ),
+    (
         "--llm-sim-profile",
         "llm_sim_profile",
         "string",
@@ -162,6 +169,7 @@ METAVARS = {
     "--llm-server-cmd": "CMD",
     "--llm-server-timeout": "S",
     "--llm-max-servers": "N",
+    "--llm-metrics-interval": "S",
     "--llm-sim-profile": "NAME|FILE",
     "--llm-tokenizer": "NAME|PATH",
     "--llm-seed": "N",
@@ -228,6 +236,20 @@ def max_servers_option(config: pytest.Config) -> int:
         value = 0
     if value < 1:
         raise pytest.UsageError(f"--llm-max-servers / llm_max_servers: expected an integer >= 1, got {raw!r}")
+    return value
+
+
+def metrics_interval_option(config: pytest.Config) -> float:
+    """``--llm-metrics-interval``: seconds >= 0 between scrapes of the server's /metrics (0: off)."""
+    raw = option(config, "llm_metrics_interval")
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise pytest.UsageError(
+            f"--llm-metrics-interval / llm_metrics_interval: expected a number of seconds >= 0 (0: off), got {raw!r}"
+        )
     return value
 
 

@@ -24,6 +24,7 @@ from ..errors import LLMReplayError
 from .options import (
     check_bool_options,
     max_servers_option,
+    metrics_interval_option,
     option,
     seed_option,
     server_timeout_option,
@@ -84,6 +85,7 @@ class LLMSession:
         self.max_servers = max_servers_option(config)
         self._servers: ServerPool | None = None
         self.declared_ignored = False  # the note that --llm-endpoint overrides declared servers is given
+        self.metrics_interval_s = metrics_interval_option(config)
         if config.getoption("llm_offline"):  # on the command line it beats an ini endpoint
             if config.getoption("llm_endpoint"):
                 raise pytest.UsageError(
@@ -229,10 +231,12 @@ class LLMSession:
             if self.kind == "sim-server":
                 target.server = start_sim_server(name, option(self.config, "llm_tokenizer"), self.seed)
                 target.url = target.server.url
-        return self._fingerprinted(target)
+        return self._with_session_settings(target)
 
-    def _fingerprinted(self, target: Any) -> Any:
-        """``target`` with the session's additions to its fingerprint: the extra body, plugins' fields."""
+    def _with_session_settings(self, target: Any) -> Any:
+        """``target`` with the session's settings: its /metrics scrape interval, and its
+        fingerprint's additions (the extra body, plugins' fields)."""
+        target.metrics_interval_s = self.metrics_interval_s
         if self.extra_body:  # what every request also asks changes what is measured
             target.fingerprint["extra_body"] = self.extra_body
         self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
@@ -274,7 +278,7 @@ class LLMSession:
             self.extra_body,
         )
         target.fingerprint["server"] = server.fingerprint
-        return self._fingerprinted(target)
+        return self._with_session_settings(target)
 
     @property
     def servers(self) -> ServerPool:
