@@ -21,6 +21,7 @@ from pytest_llmreplay.metrics.slo import SLOBreach, parse_slos
 from pytest_llmreplay.replayer.driver import ReplaySettings, replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.replayer.server_metrics import ExpositionError, parse_exposition
+from pytest_llmreplay.report.html import html_page
 from pytest_llmreplay.report.terminal import render
 from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
@@ -143,6 +144,27 @@ def test_hit_rates_further_apart_than_five_points_are_called_out():
     assert "73.0%" in (hit_rate_gap(0.73, 0.67) or "") and "6.0 points apart" in (hit_rate_gap(0.73, 0.67) or "")
 
 
+@pytest.mark.parametrize(("hits", "warned"), [(80, True), (52, False)])
+def test_the_servers_hit_rate_is_set_beside_the_clients_and_a_gap_is_warned_of(hits, warned):
+    """Two requests of 100 prompt tokens, 50 cached each (client: 50%); the server counts
+    ``hits`` of 200 queried tokens."""
+    from pytest_llmreplay.replayer.records import ReplayRun, RequestRecord
+
+    records = [
+        RequestRecord(f"s{i}", i, 0, 1, "ok", 0.0, sent_s=0.1, end_s=0.5, prompt_tokens=100, cached_tokens=50)
+        for i in range(2)
+    ]
+    series = {"prefix_cache_queries": [[-0.1, 0], [0.6, 200]], "prefix_cache_hits": [[-0.1, 0], [0.6, 2 * hits]]}
+    result = Result(ReplayRun(records, [], {}, "w", "e", 0.6, 2, server_metrics=series))
+    assert result.summary["server"]["prefix_cache_hit_rate"] == hits / 100 and result.client_hit_rate == 0.5
+    text = render(result)
+    assert f"prefix_cache_hit_rate {hits}%; client prefix-cache hit rate (cached_tokens) 50%" in text
+    gap = f"prefix-cache hit rate: the server's /metrics says {hits:.1f}%, its responses' cached_tokens 50.0%"
+    assert (gap in text) == warned
+    stored = make_record(result, test="t", fingerprint={}, workload={}, git={})["warnings"]
+    assert [w for w in stored if w.startswith(gap)] == ([result.hit_rate_gap] if warned else [])
+
+
 def test_server_slo_keys_parse_in_their_units_and_are_checked():
     slos = parse_slos({"server.preemptions": "== 0", "server.kv_cache_usage.max": "< 90%"})
     assert [(s.metric, s.stat, s.value) for s in slos] == [
@@ -209,7 +231,8 @@ def test_a_server_without_metrics_gives_one_note_and_the_run_goes_on(prompts):
     notes = [w for w in result.warnings if "server metrics" in w]
     assert notes == [f"server metrics: {server.url}/metrics answered 404; the server has no /metrics, none scraped"]
     assert result.run.server_metrics == {} and "server" not in result.summary
-    assert "server_metrics" not in make_record(result, test="t", fingerprint={}, workload={}, git={})
+    record = make_record(result, test="t", fingerprint={}, workload={}, git={})
+    assert "server_metrics" not in record and "Server (/metrics)" not in html_page([record])
     with pytest.raises(SLOBreach, match="not measured"):
         result.assert_slo({"server.preemptions": "== 0"})
 
@@ -256,6 +279,16 @@ def test_the_plugin_scrapes_the_served_simulator_at_its_interval(pytester, inter
         result.assert_outcomes(passed=1)
         series = json.loads(pytester.path.joinpath("series.json").read_text())
         assert {"running", "kv_cache_usage", "preemptions"} <= set(series)
+        page = pytester.path.joinpath("out", "index.html").read_text()
+        assert "<h3>Server (/metrics)</h3>" in page
+        for text in (
+            "Requests on the server",
+            "KV-cache usage",
+            "Preemptions since the start",
+            "SLO server.kv_cache_usage.max &lt; 90%",
+        ):
+            assert text in page
+        assert page.index("<h3>Distributions</h3>") < page.index("<h3>Server (/metrics)</h3>")  # under the CDFs
     else:  # no series: the server SLOs are not measured, so they fail
         result.assert_outcomes(failed=1)
         assert json.loads(pytester.path.joinpath("series.json").read_text()) == {}

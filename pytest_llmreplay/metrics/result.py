@@ -70,7 +70,7 @@ from ..errors import LLMReplayError
 from ..replayer.endpoints import TOKENS_SO_FAR
 from ..replayer.records import ReplayRun, RequestRecord
 from .names import REQUEST_METRICS, SESSION_METRICS
-from .server import server_figures
+from .server import hit_rate_gap, server_figures
 
 STEADY_SKIP = 0.2
 LAST_WINDOW_S = 30.0
@@ -320,7 +320,16 @@ class Result:
 
     @property
     def warnings(self) -> list[str]:
-        return self.run.warnings
+        """The run's warnings, then :attr:`hit_rate_gap` when there is one."""
+        return [*self.run.warnings, *([self.hit_rate_gap] if self.hit_rate_gap else [])]
+
+    @cached_property
+    def hit_rate_gap(self) -> str | None:
+        """The line saying that the server's prefix-cache hit rate and :attr:`client_hit_rate`
+        disagree (:func:`~pytest_llmreplay.metrics.server.hit_rate_gap`); None when they agree
+        or either is missing."""
+        server, client = self.summary.get("server", {}).get("prefix_cache_hit_rate"), self.client_hit_rate
+        return None if server is None or client is None else hit_rate_gap(server, client)
 
     @cached_property
     def measured(self) -> list[RequestRecord]:
@@ -536,7 +545,7 @@ class Result:
             "duration_s": self.run.duration_s,
             "gpus": self.gpus,
             "goodput_thresholds": dict(self.goodput),
-            "warnings": list(self.run.warnings),
+            "warnings": self.warnings,
             "summary": self.summary,
         }
 

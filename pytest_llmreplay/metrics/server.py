@@ -56,6 +56,13 @@ def server_figures(series: Mapping[str, Sequence[Sequence[float]]]) -> dict[str,
     return figures
 
 
+def figures_text(figures: Mapping[str, float]) -> str:
+    """``preemptions 0; kv_cache_usage.max 81.25%; ...``: each figure in its unit."""
+    from .units import format_figure
+
+    return "; ".join(f"{stat} {format_figure(f'server.{stat}', value)}" for stat, value in figures.items())
+
+
 def hit_rate_gap(server: float, client: float) -> str | None:
     """A line when the server's prefix-cache hit rate and the client's (Σcached/Σprompt from the
     responses' ``cached_tokens``) differ by more than :data:`HIT_RATE_GAP`; None otherwise."""

@@ -13,7 +13,10 @@ function from the stored result to HTML (empty when it has nothing to say):
 - :func:`trend_section`: each gated figure over the stored commits, change points marked, this
   run highlighted (:mod:`~pytest_llmreplay.report.trend`), or one line saying why there is none;
 - :func:`cdf_section`: CDF plots of TTFT, TPOT, request latency and TTFAT with percentiles and
-  SLO thresholds marked, the baseline's curve dashed.
+  SLO thresholds marked, the baseline's curve dashed;
+- :func:`server_section`: when the server's ``/metrics`` was scraped, its ``server.*`` figures
+  and its series over the run (:mod:`~pytest_llmreplay.report.server_plot`), ``server.*`` SLOs
+  marked.
 
 A new view of a stored result (a trend over commits, a load curve) is one more such function,
 drawn with :func:`~pytest_llmreplay.report.plots.new_axes` in the same style, added to
@@ -215,6 +218,24 @@ def cdf_section(record: Mapping[str, Any]) -> str:
     return f'<h3>Distributions</h3><div class="plots">{"".join(plots)}</div>' if plots else ""
 
 
+def server_section(record: Mapping[str, Any]) -> str:
+    from ..metrics.server import figures_text
+    from .plots import Threshold
+    from .server_plot import server_svg
+
+    series = record.get("server_metrics")
+    if not isinstance(series, Mapping) or not series:
+        return ""
+    thresholds: dict[str, list[Threshold]] = {}
+    for check in stored_checks(record):
+        if isinstance(check, Check) and check.slo.metric == "server":
+            mark = Threshold(f"{check.slo.key} {check.slo.text}", check.slo.value, check.passed)
+            thresholds.setdefault(check.slo.stat.split(".")[0], []).append(mark)
+    line = figures_text(record["summary"].get("server", {}))
+    svg = server_svg(f"{anchor(record['test'])}-server", series, thresholds) or ""
+    return f'<h3>Server (/metrics)</h3><p class="facts">{html.escape(line)}</p><div class="plots">{svg}</div>'
+
+
 SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (
     headline_section,
     slo_section,
@@ -222,6 +243,7 @@ SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (
     load_curve_section,
     trend_section,
     cdf_section,
+    server_section,
 )
 
 

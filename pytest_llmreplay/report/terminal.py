@@ -12,7 +12,7 @@
   and warnings.
 - **Server** line (when its ``/metrics`` was scraped, :mod:`~pytest_llmreplay.metrics.server`):
   the ``server.*`` figures, its prefix-cache hit rate beside the client's (from
-  ``cached_tokens``), and a warning when the two are more than 5 points apart.
+  ``cached_tokens``); a warning among the others when the two are more than 5 points apart.
 
 The session's **summary** (:func:`summary_table`, the plugin's terminal summary) is a row per
 measured run in the report overview's columns, each value in its unit.
@@ -114,23 +114,20 @@ def client_line(result: Result) -> str:
     return "\n".join(lines)
 
 
-def server_lines(result: Result) -> list[str]:
-    """The server's own figures in one line (each key with its value, :func:`format_figure`),
-    the client's hit rate beside the server's, and the gap warning when there is one; none
-    when the server's ``/metrics`` was not scraped."""
-    from ..metrics.server import hit_rate_gap
+def server_line(result: Result) -> str:
+    """The server's own figures in one line (each with its value, :func:`format_figure`), and
+    the client's prefix-cache hit rate beside the server's; empty when the server's
+    ``/metrics`` was not scraped (the warning on a gap between the two is among the warnings)."""
+    from ..metrics.server import figures_text
     from ..metrics.units import format_figure
 
     figures = result.summary.get("server")
     if not figures:
-        return []
-    parts = [f"{stat} {format_figure(f'server.{stat}', value)}" for stat, value in figures.items()]
-    client, server_rate = result.client_hit_rate, figures.get("prefix_cache_hit_rate")
-    gap = None
-    if server_rate is not None and client is not None:
-        parts.append(f"client prefix-cache hit rate (cached_tokens) {format_figure('cache_hit_rate.mean', client)}")
-        gap = hit_rate_gap(server_rate, client)
-    return ["Server (/metrics): " + "; ".join(parts)] + ([f"warning: {gap}"] if gap else [])
+        return ""
+    line = "Server (/metrics): " + figures_text(figures)
+    if "prefix_cache_hit_rate" in figures and result.client_hit_rate is not None:
+        line += f"; client prefix-cache hit rate (cached_tokens) {format_figure('cache_hit_rate.mean', result.client_hit_rate)}"
+    return line
 
 
 def errors_block(result: Result, limit: int = 5) -> str:
@@ -155,7 +152,7 @@ def render(result: Result) -> str:
         trace_table(result),
         workload_table(result),
         client_line(result),
-        "\n".join(server_lines(result)),
+        server_line(result),
         errors_block(result),
     ]
     blocks += [f"warning: {w}" for w in result.warnings]
