@@ -209,6 +209,10 @@ def test_two_workers_keep_the_global_schedule_and_measure_what_one_process_does(
     # the mock's 20 ms either way (load may add some); a start misaligned with the common instant would put the lead into TTFT
     assert abs(a["ttft"]["p50"] - b["ttft"]["p50"]) < LEAD_S / 2
     assert [w.records for w in two.workers] == [45, 45] and all(w.schedule_lag_p99 is not None for w in two.workers)
+    # the mock's /metrics gauges, scraped once for the run by this process: before the common start and after the end
+    assert set(two.server_metrics) == set(one.server_metrics) == {"running", "waiting"}
+    times = [t for t, _ in two.server_metrics["running"]]
+    assert times[0] < 0 < times[-1] and not any("server metrics" in w for w in two.warnings)
     lines = client_line(Result(two)).splitlines()
     assert lines[0].startswith("Client: schedule lag") and [line.split(" (")[0] for line in lines[1:]] == [
         "  worker 0",

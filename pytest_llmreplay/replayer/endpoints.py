@@ -182,20 +182,33 @@ class HTTPEndpoint:
     def name(self) -> str:
         return self.url
 
-    async def open(self, clock: Clock, concurrency: int | None) -> None:
-        import aiohttp
-        import httpx
-        from httpx_aiohttp import AiohttpTransport
-
-        self._clock = clock
+    def request_headers(self) -> dict[str, str]:
+        """``headers`` and the API key as a bearer token (read now from ``api_key_env``)."""
         headers = dict(self.headers)
         if self.api_key_env:
             key = os.environ.get(self.api_key_env)
             if not key:
                 raise LLMReplayError(f"API key: environment variable {self.api_key_env} is not set")
             headers["Authorization"] = f"Bearer {key}"
-        if self.metrics_interval_s > 0:
-            self._scraper = Scraper(self.url, self.metrics_interval_s, headers)
+        return headers
+
+    def metrics_scraper(self) -> Scraper | None:
+        """A scraper of this server's ``/metrics`` every ``metrics_interval_s``, not yet started;
+        None when that is 0. :meth:`open` starts one; a run on workers starts one in the
+        process that drives them (:mod:`~pytest_llmreplay.replayer.workers`)."""
+        if self.metrics_interval_s <= 0:
+            return None
+        return Scraper(self.url, self.metrics_interval_s, self.request_headers())
+
+    async def open(self, clock: Clock, concurrency: int | None) -> None:
+        import aiohttp
+        import httpx
+        from httpx_aiohttp import AiohttpTransport
+
+        self._clock = clock
+        headers = self.request_headers()
+        self._scraper = self.metrics_scraper()
+        if self._scraper is not None:
             self._scraper.start()
         # one connection per request in flight (+ a few for /metrics): a smaller pool would queue
         # requests inside the client and count the wait as server latency

@@ -34,6 +34,9 @@ The rules:
   :class:`~pytest_llmreplay.replayer.records.ReplayRun` with the whole run's settings, so the Result, the
   baseline, the reports and the gate are those of a single-process run; ``workers`` adds each
   worker's own schedule lag and effective concurrency.
+- **Server metrics**: the server's ``/metrics`` is scraped here, once for the whole run
+  (:meth:`~pytest_llmreplay.replayer.endpoints.HTTPEndpoint.metrics_scraper`), not by the workers,
+  whose endpoints are sent with scraping off.
 - **A worker that dies** (killed, its node lost) is reported: every request of its part that
   had not come back is a ``failed`` record with the cause (:func:`unfinished_records`); the run
   finishes and what the other workers measured is kept.
@@ -59,6 +62,7 @@ from ..errors import LLMReplayError
 from ..workloads.workload import Workload
 from .clock import WallClock
 from .driver import Part, Replay, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
+from .endpoints import HTTPEndpoint
 from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note
 
 RAY_EXTRA = "pip install 'pytest-llmreplay[ray]'"
@@ -318,8 +322,13 @@ class RayWorkers:
         shards = shard_sessions([len(session.turns) for session in plan], min(self.count, concurrency or self.count))
         caps = split_concurrency(concurrency, len(shards))
         self.start()
+        scraper = endpoint.metrics_scraper() if isinstance(endpoint, HTTPEndpoint) else None
+        if scraper is not None:  # this process scrapes the server's /metrics once, the workers not
+            endpoint = replace(endpoint, metrics_interval_s=0.0)
         self._warm(endpoint, len(shards))
         self._interrupted = None
+        if scraper is not None:
+            scraper.start()
         clock = WallClock()
         start_epoch = clock.epoch() + LEAD_S
         start = self._start = clock.at_epoch(start_epoch)
@@ -351,7 +360,12 @@ class RayWorkers:
         finally:
             for signum, previous in handled:
                 signal.signal(signum, previous)
-        return self._merge(running, workload, endpoint, settings, mode, clock.now() - start)
+            scraped = scraper.stop() if scraper is not None else None
+        merged = self._merge(running, workload, endpoint, settings, mode, clock.now() - start)
+        if scraped is not None:
+            merged.warnings.extend(scraped.notes)
+            merged.server_metrics = scraped.relative_to(start)
+        return merged
 
     def _warm(self, endpoint: Any, count: int) -> None:
         """The first ``count`` workers open and close ``endpoint`` once (:meth:`ReplayWorker.warm`);
