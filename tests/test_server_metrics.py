@@ -6,10 +6,13 @@ their sources (see the README there)."""
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from mockserver import MockConfig, MockServer, ServerThread
 from test_sim_server import serving, tiny_profile
 
@@ -237,6 +240,35 @@ def test_a_server_without_metrics_gives_one_note_and_the_run_goes_on(prompts):
         result.assert_slo({"server.preemptions": "== 0"})
 
 
+def test_scrapes_that_fail_are_counted_in_one_note():
+    from mockserver import free_port
+
+    from pytest_llmreplay.replayer.server_metrics import Scraper
+
+    scraper = Scraper(f"http://127.0.0.1:{free_port()}", 0.01)  # nothing listens there
+    scraper.start()
+    time.sleep(0.1)
+    scraped = scraper.stop()
+    assert scraped.series == {} and len(scraped.notes) == 1
+    assert re.fullmatch(
+        r"server metrics: \d+ scrapes of http://\S+/metrics failed \(first: ConnectError: .*\)", scraped.notes[0]
+    )
+    assert int(scraped.notes[0].split()[2]) >= 3  # the first, some every 10 ms, the last
+
+
+def test_metrics_that_are_not_prometheus_text_are_noted_once(prompts):
+    class HTMLMetrics(MockServer):
+        async def metrics(self, request):
+            return web.Response(text="<html>a dashboard</html>", content_type="text/html")
+
+    with ServerThread(HTMLMetrics(MockConfig())) as server:
+        result = run_against(server.url, prompts, interval=0.01)
+    assert [w for w in result.warnings if "server metrics" in w] == [
+        f"server metrics: {server.url}/metrics is not Prometheus text (invalid metric name:<html>a dashboard</html>); none scraped"
+    ]
+    assert result.run.server_metrics == {} and {r.status for r in result.records} == {"ok"}
+
+
 def test_interval_zero_scrapes_nothing(prompts):
     with serving(prompts) as sim:
         result = run_against(sim.url, prompts, interval=0)
@@ -322,4 +354,16 @@ def test_llmreplay_run_scrapes_and_stores_the_series(prompts, tmp_path, capsys):
     assert (
         set(stored["on"]["server_metrics"]) >= {"running", "prefix_cache_hits"}
         and "server_metrics" not in stored["off"]
+    )
+
+
+def test_a_bad_cli_metrics_interval_is_one_error_line(tmp_path, capsys):
+    from pytest_llmreplay.cli.main import main
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(TINY)
+    with pytest.raises(SystemExit):
+        main(["run", str(workload), "--endpoint", "http://127.0.0.1:9", "--metrics-interval", "-1"])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "llmreplay run: error: argument --metrics-interval: expected a finite number >= 0, got '-1'"
     )

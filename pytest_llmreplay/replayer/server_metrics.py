@@ -111,7 +111,8 @@ class Scraper:
         self.scraped = Scraped()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failed: list[str] = []
+        self._failures = 0
+        self._first_failure = ""
         self._halted = False
         self._first = threading.Event()
 
@@ -133,9 +134,9 @@ class Scraper:
             self._stop.set()
             self._thread.join()
             self._thread = None
-            if self._failed:
+            if self._failures:
                 self.scraped.notes.append(
-                    f"server metrics: {len(self._failed)} scrape{'s' if len(self._failed) > 1 else ''} of {self.url} failed (first: {self._failed[0]})"
+                    f"server metrics: {self._failures} scrape{'s' if self._failures > 1 else ''} of {self.url} failed (first: {self._first_failure})"
                 )
         return self.scraped
 
@@ -159,7 +160,7 @@ class Scraper:
         try:
             reply = client.get(self.url)
         except Exception as exc:  # a scrape that fails is counted, never raised into the run
-            self._failed.append(f"{type(exc).__name__}: {str(exc).strip()[:120]}")
+            self._failed(f"{type(exc).__name__}: {str(exc).strip()[:120]}")
             return
         now = time.perf_counter()  # the clock of WallClock.now(), the replay's
         if reply.status_code == 404:
@@ -169,7 +170,7 @@ class Scraper:
             self._halted = True
             return
         if reply.status_code != 200:
-            self._failed.append(f"HTTP {reply.status_code}")
+            self._failed(f"HTTP {reply.status_code}")
             return
         try:
             found = parse_exposition(reply.text)
@@ -179,3 +180,7 @@ class Scraper:
             return
         for name, value in found.items():
             self.scraped.series.setdefault(name, []).append([now, value])
+
+    def _failed(self, why: str) -> None:
+        self._failures += 1
+        self._first_failure = self._first_failure or why
