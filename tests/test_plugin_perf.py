@@ -48,6 +48,7 @@ FLAGS = (
     "--llm-server-cmd",
     "--llm-server-timeout",
     "--llm-max-servers",
+    "--llm-metrics-interval",
     "--llm-sim-profile",
     "--llm-offline",
     "--llm-tokenizer",

@@ -1,7 +1,7 @@
 """The server's /metrics during a run (pytest_llmreplay/replayer/server_metrics.py,
 pytest_llmreplay/metrics/server.py): each engine's text mapped to our series, the ``server``
 figures and their SLO keys, and scraping against our simulated server, a server without
-/metrics, and with scraping off. The engines' texts in tests/data/metrics are hand-written from
+/metrics, and with scraping off. The engines' texts in fixtures/metrics are hand-written from
 their sources (see the README there)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
-DATA = Path(__file__).with_name("data") / "metrics"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
 
 @pytest.fixture(scope="module")
