@@ -164,8 +164,12 @@ def test_the_servers_hit_rate_is_set_beside_the_clients_and_a_gap_is_warned_of(h
     assert f"prefix_cache_hit_rate {hits}%; client prefix-cache hit rate (cached_tokens) 50%" in text
     gap = f"prefix-cache hit rate: the server's /metrics says {hits:.1f}%, its responses' cached_tokens 50.0%"
     assert (gap in text) == warned
-    stored = make_record(result, test="t", fingerprint={}, workload={}, git={})["warnings"]
-    assert [w for w in stored if w.startswith(gap)] == ([result.hit_rate_gap] if warned else [])
+    record = make_record(result, test="t", fingerprint={}, workload={}, git={})
+    assert record["client_hit_rate"] == 0.5
+    assert [w for w in record["warnings"] if w.startswith(gap)] == ([result.hit_rate_gap] if warned else [])
+    page = html_page([record])  # the report: both rates on the server's line, the gap in red
+    assert "client prefix-cache hit rate (cached_tokens) 50%" in page
+    assert (f'<p class="breach">{gap}'.replace("'", "&#x27;") in page) == warned
 
 
 def test_server_slo_keys_parse_in_their_units_and_are_checked():

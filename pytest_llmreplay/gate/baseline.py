@@ -13,7 +13,8 @@ steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant di
 workload, and is never taken as a baseline, see :meth:`~pytest_llmreplay.gate.store.Store.newest_complete`);
 ``server_metrics`` (only when the server's ``/metrics`` was scraped): its series, name ->
 ``[[t, value], ...]`` with ``t`` in seconds from the run's start (a repeated test keeps its
-first run's).
+first run's), and ``client_hit_rate``, the client's Σ cached / Σ prompt tokens to set beside
+the server's prefix-cache hit rate (:attr:`~pytest_llmreplay.metrics.result.Result.client_hit_rate`).
 
 Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_llmreplay.gate.store`'s job.
 
@@ -201,8 +202,17 @@ def make_record(
         "slo": slo_rows(slo_checks),
         **_split(_keyed_samples(result)),
         **({"interrupted": result.run.interrupted} if result.run.interrupted else {}),
-        **({"server_metrics": result.run.server_metrics} if result.run.server_metrics else {}),
+        **server_part(result),
     }
+
+
+def server_part(result: Any) -> dict[str, Any]:
+    """What a record keeps of the server's ``/metrics`` (module docstring): nothing when none
+    was scraped."""
+    if not result.run.server_metrics:
+        return {}
+    client = result.client_hit_rate
+    return {"server_metrics": result.run.server_metrics, **({"client_hit_rate": client} if client is not None else {})}
 
 
 def interrupted_note(record: Mapping[str, Any]) -> str:

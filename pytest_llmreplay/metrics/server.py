@@ -56,11 +56,18 @@ def server_figures(series: Mapping[str, Sequence[Sequence[float]]]) -> dict[str,
     return figures
 
 
-def figures_text(figures: Mapping[str, float]) -> str:
-    """``preemptions 0; kv_cache_usage.max 81.25%; ...``: each figure in its unit."""
+def figures_text(figures: Mapping[str, float], client_hit_rate: float | None = None) -> str:
+    """``preemptions 0; kv_cache_usage.max 81.25%; ...``: each figure in its unit, then the
+    client's prefix-cache hit rate (Σ cached / Σ prompt from the responses) beside the server's
+    when both are known."""
     from .units import format_figure
 
-    return "; ".join(f"{stat} {format_figure(f'server.{stat}', value)}" for stat, value in figures.items())
+    parts = [f"{stat} {format_figure(f'server.{stat}', value)}" for stat, value in figures.items()]
+    if "prefix_cache_hit_rate" in figures and client_hit_rate is not None:
+        parts.append(
+            f"client prefix-cache hit rate (cached_tokens) {format_figure('cache_hit_rate.mean', client_hit_rate)}"
+        )
+    return "; ".join(parts)
 
 
 def hit_rate_gap(server: float, client: float) -> str | None:

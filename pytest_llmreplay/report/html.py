@@ -15,7 +15,8 @@ function from the stored result to HTML (empty when it has nothing to say):
 - :func:`cdf_section`: CDF plots of TTFT, TPOT, request latency and TTFAT with percentiles and
   SLO thresholds marked, the baseline's curve dashed;
 - :func:`server_section`: when the server's ``/metrics`` was scraped, its ``server.*`` figures
-  and its series over the run (:mod:`~pytest_llmreplay.report.server_plot`), ``server.*`` SLOs
+  (its prefix-cache hit rate beside the client's, a warning when they are more than 5 points
+  apart) and its series over the run (:mod:`~pytest_llmreplay.report.server_plot`), ``server.*`` SLOs
   marked.
 
 A new view of a stored result (a trend over commits, a load curve) is one more such function,
@@ -219,7 +220,7 @@ def cdf_section(record: Mapping[str, Any]) -> str:
 
 
 def server_section(record: Mapping[str, Any]) -> str:
-    from ..metrics.server import figures_text
+    from ..metrics.server import figures_text, hit_rate_gap
     from .plots import Threshold
     from .server_plot import server_svg
 
@@ -231,9 +232,13 @@ def server_section(record: Mapping[str, Any]) -> str:
         if isinstance(check, Check) and check.slo.metric == "server":
             mark = Threshold(f"{check.slo.key} {check.slo.text}", check.slo.value, check.passed)
             thresholds.setdefault(check.slo.stat.split(".")[0], []).append(mark)
-    line = figures_text(record["summary"].get("server", {}))
+    figures, client = record["summary"].get("server", {}), record.get("client_hit_rate")
+    server_rate = figures.get("prefix_cache_hit_rate")
+    gap = hit_rate_gap(server_rate, client) if server_rate is not None and client is not None else None
+    warning = f'<p class="breach">{html.escape(gap)}</p>' if gap else ""
     svg = server_svg(f"{anchor(record['test'])}-server", series, thresholds) or ""
-    return f'<h3>Server (/metrics)</h3><p class="facts">{html.escape(line)}</p><div class="plots">{svg}</div>'
+    line = html.escape(figures_text(figures, client))
+    return f'<h3>Server (/metrics)</h3><p class="facts">{line}</p>{warning}<div class="plots">{svg}</div>'
 
 
 SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (

@@ -119,15 +119,9 @@ def server_line(result: Result) -> str:
     the client's prefix-cache hit rate beside the server's; empty when the server's
     ``/metrics`` was not scraped (the warning on a gap between the two is among the warnings)."""
     from ..metrics.server import figures_text
-    from ..metrics.units import format_figure
 
     figures = result.summary.get("server")
-    if not figures:
-        return ""
-    line = "Server (/metrics): " + figures_text(figures)
-    if "prefix_cache_hit_rate" in figures and result.client_hit_rate is not None:
-        line += f"; client prefix-cache hit rate (cached_tokens) {format_figure('cache_hit_rate.mean', result.client_hit_rate)}"
-    return line
+    return "Server (/metrics): " + figures_text(figures, result.client_hit_rate) if figures else ""
 
 
 def errors_block(result: Result, limit: int = 5) -> str:
