@@ -39,6 +39,11 @@ class Threshold:
     value: float
     passed: bool
 
+    @property
+    def legend(self) -> str:
+        """``SLO ttft.p99 < 500ms``, and ``(breached)`` when the run did not meet it."""
+        return f"SLO {self.label}" + ("" if self.passed else " (breached)")
+
 
 def new_axes(title: str) -> tuple[Any, Any]:
     """(figure, axes) in the house style: a titled plot with a light grid."""
@@ -156,7 +161,7 @@ def cdf_svg(
             in_unit(threshold.value, unit),
             color=THRESHOLD,
             linewidth=1.3,
-            label=f"SLO {threshold.label}" + ("" if threshold.passed else " (breached)"),
+            label=threshold.legend,
             gid=f"{plot_id}-slo-{index}",
         )
     axes.legend(loc="lower right", fontsize=7.5, framealpha=0.9)

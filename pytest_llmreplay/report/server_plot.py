@@ -68,7 +68,7 @@ def server_svg(
                 in_unit(mark.value, unit),
                 color=THRESHOLD,
                 linewidth=1.2,
-                label=f"SLO {mark.label}" + ("" if mark.passed else " (breached)"),
+                label=mark.legend,
                 gid=f"{plot_id}-{lines[0][0]}-slo-{index}",
             )
         axes.legend(loc="upper right", fontsize=7.5, framealpha=0.9)
