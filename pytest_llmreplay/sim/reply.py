@@ -1,0 +1,201 @@
+"""One simulated response as :class:`~pytest_llmreplay.sim.server.SimServer` writes it: whole
+(one JSON body) or streamed (SSE ``data:`` events, one HTTP chunk per write, each token written
+when its engine iteration ends), with the request's injected fault (:mod:`.faults`) and the
+server's emit-lag record of each chunk's write time against its simulated time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from .cluster import Job
+from .faults import Fault
+
+if TYPE_CHECKING:
+    from .server import SimServer
+
+
+def event(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class Reply:
+    """One response, whole or streamed, with its injected fault."""
+
+    def __init__(
+        self,
+        server: SimServer,
+        request: web.Request,
+        body: dict[str, Any],
+        chat: bool,
+        number: int,
+        prompt_tokens: int,
+        output: list[int],
+        finish: str,
+        fault: Fault | None,
+    ) -> None:
+        self.server, self.request, self.body, self.chat = server, request, body, chat
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{number}"
+        self.prompt_tokens, self.output, self.finish, self.fault = prompt_tokens, output, finish, fault
+        self.envelope = {
+            "id": self.id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": server.model,
+        }
+        head = event({**self.envelope, "choices": []})[: -len(b"]}\n\n")] + b'{"index":0,'
+        self.head = head + (b'"delta":{"content":' if chat else b'"text":')
+        after_text = b"}" if chat else b',"logprobs":null'
+        self.middle = {
+            None: after_text + b',"finish_reason":null',
+            finish: after_text + b',"finish_reason":"%b"' % finish.encode(),
+        }
+        self.return_ids = bool(body.get("return_token_ids"))
+        # how an event goes on the wire: chunked once the response is prepared
+        self.wire: Callable[[bytes], bytes] = bytes
+        self.pending_fault = fault  # not struck yet
+        self.chunks = self.sent = self.held = 0  # engine chunks consumed, tokens written, tokens held by a stall
+        self.stalled = False
+        self.ahead: bytes | None = None  # the event of the token ``output[sent]`` alone, built ahead of time
+        self.transport: Any = None  # the connection, once the response's headers are sent
+
+    def usage(self, job: Job) -> dict[str, Any]:
+        generated = job.generated
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": generated,
+            "total_tokens": self.prompt_tokens + generated,
+            "prompt_tokens_details": {"cached_tokens": job.cached or 0},
+        }
+
+    def frame(self, ids: Sequence[int], finish: str | None) -> bytes:
+        """One SSE event carrying ``ids``, as it goes on the wire (built from cached pieces: no
+        JSON encoder per token)."""
+        extra = b',"token_ids":%b' % json.dumps(list(ids)).encode() if self.return_ids else b""
+        return self.wire(b"%b%b%b%b}]}\n\n" % (self.head, self.server.json_text(ids), self.middle[finish], extra))
+
+    async def whole(self, job: Job) -> web.StreamResponse:
+        await job.done
+        if self.fault is not None:
+            await asyncio.sleep(self.server.faults.stall_s if self.fault.kind == "stall" else 0)
+            if self.fault.kind == "disconnect":
+                if self.request.transport is not None:  # None: the client is gone already
+                    self.request.transport.close()
+                return web.Response(status=499)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": self.finish}
+        text = self.server.text(self.output)
+        if self.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice.update(text=text, logprobs=None)
+        if self.body.get("return_token_ids"):
+            choice["token_ids"] = self.output
+        kind = "chat.completion" if self.chat else "text_completion"
+        return web.json_response({**self.envelope, "object": kind, "choices": [choice], "usage": self.usage(job)})
+
+    async def stream(self, job: Job) -> web.StreamResponse:
+        """Stream ``job``: the headers (and chat's role event) now, then every chunk written by
+        :meth:`_flush` from inside the engine's iteration, then usage and ``[DONE]``."""
+        reply = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        self.job, self.times, self.tokens = job, job.times, job.tokens
+        self.ended = asyncio.get_running_loop().create_future()
+        job.first.on_emit = self._flush  # now: a disaggregated job's decode half copies it when the prefill ends
+        try:
+            await reply.prepare(self.request)
+            role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+            await reply.write(
+                event({**self.envelope, "choices": [role]}) if self.chat else b""
+            )  # b"": the headers only
+            if reply.headers.get("Transfer-Encoding") == "chunked":
+                self.wire = chunk
+            if self.request.transport is None:
+                raise ConnectionResetError("the client closed the connection")
+            self.transport = self.request.transport
+            self._flush()  # what came out before the headers were sent
+            if not await self.ended:
+                return reply  # cut by a fault
+            if (self.body.get("stream_options") or {}).get("include_usage"):
+                await reply.write(event({**self.envelope, "choices": [], "usage": self.usage(job)}))
+            await reply.write(b"data: [DONE]\n\n")
+            await reply.write_eof()
+        except ConnectionError:  # the client went away: not the server's error, no traceback
+            self.server.running.abort(job)
+        return reply
+
+    def _flush(self) -> None:
+        """Write what the engine produced since the last call as one event: one per iteration
+        while the server keeps up (under load vLLM also merges what piled up).
+
+        Synchronous, called by the engine right after each of this request's chunks: 1,000
+        streams cost 1,000 socket writes per iteration and no task switch. A fault strikes right
+        after its drawn token: a disconnect closes the connection, a stall holds the stream for
+        ``stall_s`` and what piled up meanwhile goes as one event. ``ended`` resolves True after
+        the last token, False on a disconnect, with ConnectionResetError if the client left."""
+        start, times = self.chunks, self.times
+        end = len(times)
+        transport = self.transport
+        if (end == start and not self.held) or self.stalled or transport is None or self.ended.done():
+            return  # nothing new, held by a stall, headers not sent yet, or over
+        if transport.is_closing():
+            self.ended.set_exception(ConnectionResetError("the client closed the connection"))
+            return
+        ready = self.held + (self.tokens[start] if end == start + 1 else sum(self.tokens[start:end]))
+        self.chunks, self.held, sent, fault = end, 0, self.sent, self.pending_fault
+        if fault is not None and sent + ready >= fault.after_tokens:
+            head = fault.after_tokens - sent
+            self.sent, self.pending_fault, self.ahead = sent + head, None, None
+            transport.write(
+                self.frame(self.output[sent : self.sent], self.finish if self.sent >= len(self.output) else None)
+            )
+            if fault.kind == "disconnect":
+                self.server.running.abort(self.job)
+                transport.close()
+                self.ended.set_result(False)
+                return
+            self.stalled, self.held = True, ready - head
+            asyncio.get_running_loop().call_later(self.server.faults.stall_s, self._resume)
+            return
+        self.sent = sent = sent + ready
+        last = sent >= len(self.output)
+        ahead, self.ahead = self.ahead, None
+        transport.write(
+            ahead
+            if ready == 1 and ahead is not None
+            else self.frame(self.output[sent - ready : sent], self.finish if last else None)
+        )
+        if not last:
+            self.server.build_ahead(self)
+        if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
+            now = self.server.clock.now()
+            if end == start + 1:
+                self.server.emit_lags.add(now - times[start])
+            else:
+                self.server.emit_lags.extend([now - t for t in times[start:end]])
+        if last:
+            self.server.emit_lags.trim()  # a stream's end builds nothing ahead (_build_all trims the others')
+            self.ended.set_result(True)
+
+    def build_ahead(self) -> None:
+        """Build the event of the next token alone (the usual next chunk), while the engine waits
+        for the iteration's end: :meth:`_flush` then only writes it."""
+        sent = self.sent
+        if sent < len(self.output) and not self.ended.done():
+            self.ahead = self.frame(self.output[sent : sent + 1], self.finish if sent + 1 >= len(self.output) else None)
+
+    def _resume(self) -> None:
+        """A stall is over: write what piled up, or end a stream whose last token went before it."""
+        self.stalled = False
+        if self.sent >= len(self.output) and not self.ended.done():
+            self.ended.set_result(True)
+        self._flush()
+
+
+def chunk(data: bytes) -> bytes:
+    """``data`` as one HTTP/1.1 chunk (the response's ``Transfer-Encoding: chunked``)."""
+    return b"%x\r\n%b\r\n" % (len(data), data)
