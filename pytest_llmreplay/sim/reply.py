@@ -10,15 +10,33 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from .cluster import Job
-from .faults import Fault
+from ..replayer.clock import WallClock
+from .cluster import Cluster, Job
+from .faults import Fault, FaultConfig
+from .lag_window import LagWindow
 
-if TYPE_CHECKING:
-    from .server import SimServer
+
+class ReplyServer(Protocol):
+    """What a :class:`Reply` uses of its :class:`~pytest_llmreplay.sim.server.SimServer` (named
+    here, not imported: the server imports this module)."""
+
+    model: str
+    clock: WallClock
+    faults: FaultConfig
+    emit_lags: LagWindow
+
+    @property
+    def running(self) -> Cluster: ...
+
+    def build_ahead(self, reply: Reply) -> None: ...
+
+    def text(self, ids: Sequence[int]) -> str: ...
+
+    def json_text(self, ids: Sequence[int]) -> bytes: ...
 
 
 def event(payload: dict[str, Any]) -> bytes:
@@ -30,7 +48,7 @@ class Reply:
 
     def __init__(
         self,
-        server: SimServer,
+        server: ReplyServer,
         request: web.Request,
         body: dict[str, Any],
         chat: bool,
