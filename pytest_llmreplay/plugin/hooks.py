@@ -176,16 +176,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         state.server.stop()
         if died:
             state.notes.append(("llmreplay server", f"warning: {died}"))
-    if not is_worker(session.config):
-        from ..report.files import write_session_reports, write_summaries
+    if state.records_dir is not None and not is_worker(session.config):
+        from ..report.files import write_session_reports
 
-        written = write_session_reports(state.report_dir) if state.report_dir is not None else []
-        if state.records_dir is not None:
-            try:
-                written += write_summaries(state.records_dir, state.summary_path)
-            except LLMReplayError as exc:
-                state.notes.append(("llmreplay reports", f"warning: {exc}"))
-            state.remove_private_records()
+        written, failed = write_session_reports(state.records_dir, state.report_dir, state.summary_path)
+        state.remove_private_records()
+        if failed:
+            state.notes.append(("llmreplay reports", f"warning: {failed}"))
         if written:
             state.notes.append(("llmreplay reports", "wrote " + ", ".join(str(p) for p in written)))
 

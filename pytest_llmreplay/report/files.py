@@ -135,33 +135,35 @@ def claim_report_dir(report_dir: Path) -> None:
         raise LLMReplayError(f"cannot write reports to {report_dir}: {exc.strerror or exc}") from None
 
 
-def write_session_reports(report_dir: Path) -> list[Path]:
-    """summary.md and index.html from the tests' JSON files (none when no perf test ran)."""
-    results = read_results(report_dir / "tests")
-    if not results:
-        return []
-    text = markdown(results)
-    summary = report_dir / "summary.md"
-    summary.write_text(text, encoding="utf-8")
-    page = report_dir / "index.html"
-    from .html import html_page
-
-    page.write_text(html_page(results), encoding="utf-8")
-    return [summary, page]
-
-
-def write_summaries(records_dir: Path, summary_path: Path | None) -> list[Path]:
-    """The Markdown summary of the records in ``records_dir``, written whole to ``summary_path``
-    (its folders made) and appended to ``$GITHUB_STEP_SUMMARY`` when set, cut to the room left
-    there; the files written whole. Nothing when neither is asked for or no perf test ran. A file
-    that cannot be written is an :class:`LLMReplayError` naming it."""
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_path is None and not step_summary:
-        return []
+def write_session_reports(
+    records_dir: Path, report_dir: Path | None, summary_path: Path | None
+) -> tuple[list[Path], str | None]:
+    """From the tests' records in ``records_dir`` (nothing when no perf test ran), read and made
+    into Markdown once: with ``report_dir``, its summary.md and index.html; the Markdown summary
+    to ``summary_path`` and ``$GITHUB_STEP_SUMMARY`` (:func:`write_summaries`). The files written,
+    and why a summary could not be written (None when it could)."""
     results = read_results(records_dir)
     if not results:
-        return []
+        return [], None
     text = markdown(results)
+    written = []
+    if report_dir is not None:
+        from .html import html_page
+
+        written = [report_dir / "summary.md", report_dir / "index.html"]
+        written[0].write_text(text, encoding="utf-8")
+        written[1].write_text(html_page(results), encoding="utf-8")
+    try:
+        return written + write_summaries(text, summary_path), None
+    except LLMReplayError as exc:
+        return written, str(exc)
+
+
+def write_summaries(text: str, summary_path: Path | None) -> list[Path]:
+    """The Markdown summary ``text``, written whole to ``summary_path`` (its folders made) and
+    appended to ``$GITHUB_STEP_SUMMARY`` when set, cut to the room left there; the files written
+    whole. A file that cannot be written is an :class:`LLMReplayError` naming it."""
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path is not None:
         try:
             summary_path.parent.mkdir(parents=True, exist_ok=True)
