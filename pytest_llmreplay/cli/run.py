@@ -67,7 +67,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     out = out_folder_option("--out", args.out, "result.json and requests.csv")
     store = open_store_option("--save-to", args.save_to, writing=True) if args.save_to is not None else None
     body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
-    # salted with the workload's digest, as the plugin does: two workloads share no prompt tokens
+    # salted with the workload's digest (the plugin adds the test's id): two workloads share no prompt tokens
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(
         digest

@@ -330,7 +330,7 @@ class LLMSession:
         """Replay a :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on ``target``: run ``repeat`` of
         ``repeats``; (the Result, with plugins' metrics added to its summary; the run's seed and
         cache reset, see :mod:`~pytest_llmreplay.gate.repeats`). Generated prompts are salted with
-        ``salt`` (the workload's digest): see :meth:`~pytest_llmreplay.workloads.prompts.PromptFactory.salted`."""
+        ``salt`` (the workload's digest and the test's baseline key): see :meth:`~pytest_llmreplay.workloads.prompts.PromptFactory.salted`."""
         from ..metrics.result import Result
         from ..metrics.slo import parse_slos, per_request_limits
         from ..replayer.driver import Replay
@@ -454,7 +454,7 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     )
     runs = []
     for index in range(repeats):
-        runs.append(state.replay(target, spec, salt=digest, repeat=index, repeats=repeats))
+        runs.append(state.replay(target, spec, salt=f"{digest} {test}", repeat=index, repeats=repeats))
         state.check_server(spec.server)  # a declared server that died during the run fails the test
         if state.interruption.observe(runs[-1][0], test):  # Ctrl-C: no more repeats (see plugin/interrupt.py)
             state.notes.append(("llmreplay interrupted", state.interruption.note()))

@@ -90,9 +90,10 @@ class PromptFactory:
 
     def salted(self, salt: str) -> PromptFactory:
         """A factory for the same tokenizer whose seed is ``stable_hash(seed, salt)``: with a
-        workload's digest as the salt, two workloads never share generated tokens (session
-        ``s0`` of one and of another, or hash id 0 of two traces), so on a real engine one test
-        cannot warm the prefix cache for the next. The word list is computed once, here, and
+        workload's digest and a test's id as the salt (the plugin's), two tests never share
+        generated tokens (session ``s0`` of one and of another, hash id 0 of two traces, or the
+        same workload in two tests), so on a real engine one test cannot warm the prefix cache
+        for the next, and a test's figures do not depend on which tests ran before it. The word list is computed once, here, and
         shared."""
         factory = PromptFactory(
             self.tokenizer, seed=stable_hash(self.seed, salt), tokenizer_option=self.tokenizer_option
