@@ -10,6 +10,8 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from mockserver import free_port, gone, wait_until_gone
@@ -298,6 +300,41 @@ def test_under_xdist_each_worker_pools_its_own_servers_and_logs_in_a_folder_of_i
     logs = sorted((project.path / "report" / "servers").glob("*/*.log"))
     assert {log.parent.name for log in logs} <= {"gw0", "gw1"} and 2 <= len(logs) <= 4, logs
     assert all(log.name.endswith("-1.log") and "(Ctrl-C stops)" in log.read_text() for log in logs)
+
+
+def test_under_xdist_loadgroup_each_config_runs_on_one_worker_and_starts_once(project):
+    """``--dist loadgroup``: a declared server's tests are one group, sent to one worker, so each
+    config starts exactly once in the whole run (with ``load`` it may start on each worker)."""
+    project.makepyfile(
+        """
+        import pytest
+
+        A = {"cmd": "SIM --seed 1"}
+        B = {"cmd": "SIM --seed 2"}
+
+        @pytest.mark.parametrize("llm_server", [A, B])
+        @pytest.mark.parametrize("n", [1, 2, 3, 4])
+        def test_x(llm_replay, n):
+            assert llm_replay("tiny.yaml", concurrency=3).summary["requests"]["ok"] == 3
+
+        @pytest.mark.parametrize("n", [1, 2, 3, 4])
+        def test_plain(n):
+            pass
+    """.replace("SIM", SIM)
+    )
+    before = set(Path(tempfile.gettempdir()).glob("llmreplay-groups-*"))
+    result = project.runpytest_subprocess(
+        "-n", "2", "--dist", "loadgroup", "--llm-repeat", "1", "--llm-report", "report", "-v", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=12)
+    logs = sorted((project.path / "report" / "servers").glob("*/*.log"))
+    digests = [log.name.split("-")[1] for log in logs]
+    assert len(logs) == 2 and len(set(digests)) == 2, logs
+    workers_of = {}
+    for worker, seed in re.findall(r"\[(gw\d)\] .*PASSED .*test_x\[\d-.*--seed (\d)\]", result.stdout.str()):
+        workers_of.setdefault(seed, set()).add(worker)
+    assert {seed: len(workers) for seed, workers in workers_of.items()} == {"1": 1, "2": 1}, workers_of
+    assert set(Path(tempfile.gettempdir()).glob("llmreplay-groups-*")) <= before, "the groups folder outlived the session"
 
 
 def test_a_declared_server_dies_with_a_pytest_run_killed_by_sigkill(project):

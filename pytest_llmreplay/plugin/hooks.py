@@ -185,15 +185,38 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             state.notes.append(("llmreplay reports", f"warning: {failed}"))
         if written:
             state.notes.append(("llmreplay reports", "wrote " + ", ".join(str(p) for p in written)))
+    from .xdist_groups import remove_groups_folder
+
+    remove_groups_folder(session.config)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, on the controller: each worker writes its tests' records where the
-    controller reads them (:func:`~pytest_llmreplay.plugin.session.records_folder`)."""
+    controller reads them (:func:`~pytest_llmreplay.plugin.session.records_folder`), and, under
+    ``--dist loadgroup``, which server each test declares (:mod:`~pytest_llmreplay.plugin.xdist_groups`)."""
+    from .xdist_groups import GROUPS_DIR_KEY, groups_folder
+
     records_dir = session_of(node.config).records_dir
     if records_dir is not None:
         node.workerinput[RECORDS_DIR_KEY] = str(records_dir)
+    folder = groups_folder(node.config)
+    if folder is not None:
+        node.workerinput[GROUPS_DIR_KEY] = str(folder)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist, on the controller: under ``--dist loadgroup``, a scheduler that keeps each
+    declared server's tests on one worker; otherwise xdist's own."""
+    from .xdist_groups import groups_folder
+
+    folder = groups_folder(config)
+    if folder is None:
+        return None
+    from .xdist_scheduler import ServerGroupScheduling
+
+    return ServerGroupScheduling(config, log, folder)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -224,7 +247,7 @@ def llm_tokenizer(pytestconfig: pytest.Config):
 @pytest.fixture(scope="session")
 def llm_prompts(pytestconfig: pytest.Config):
     """A :class:`~pytest_llmreplay.workloads.prompts.PromptFactory` for the session's tokenizer and seed
-    (each replay salts it with its workload's digest: ``llm_prompts.salted(digest)``)."""
+    (each replay salts it with its workload's digest and its test's id: ``llm_prompts.salted(f"{digest} {test}")``)."""
     return _fail_on_user_error(lambda: session_of(pytestconfig).prompts)
 
 
@@ -329,13 +352,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         pytest.fail(f"In {metafunc.definition.name}: {message}", pytrace=False)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test carrying the marker replays its workload even if it does not ask for llm_result;
     tests are grouped by the server they declare (:func:`declared_server`), so that each
-    declared server starts once."""
+    declared server starts once (on one xdist worker under ``--dist loadgroup``:
+    :mod:`~pytest_llmreplay.plugin.xdist_groups`)."""
     from .servers import order_by_server
+    from .xdist_groups import write_groups
 
     items[:] = order_by_server(items, declared_server)
+    write_groups(config, items, lambda item: server.digest if (server := declared_server(item)) else None)
     for item in items:
         if (
             item.get_closest_marker("llmreplay") is not None

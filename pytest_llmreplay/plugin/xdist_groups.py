@@ -1,0 +1,71 @@
+"""Under ``pytest -n N --dist loadgroup``, the tests of one declared server run on one worker.
+
+pytest-xdist's ``loadgroup`` sends each group of tests to one worker, a group being the tests
+whose node id ends in ``@NAME``; under pytest 9 the ``xdist_group`` marker no longer makes that
+suffix (xdist 3.8 writes ``item._nodeid``, which pytest 9's ``nodeid`` does not read), and the
+controller, which collects nothing, cannot see which server a test declares. So:
+
+1. the controller makes a folder (:func:`groups_folder`) and passes it to each worker
+   (``pytest_configure_node``, key :data:`GROUPS_DIR_KEY`);
+2. each worker, once it has collected, writes ``WORKERID.json`` there: node id -> the digest of
+   the server config the test declares (:func:`write_groups`; tests without one are left out);
+3. the controller's scheduler (:class:`~pytest_llmreplay.plugin.xdist_scheduler.ServerGroupScheduling`)
+   reads them when it first splits the collection into groups: a declared server's tests are
+   one group, every other test a group of its own (as ``loadgroup`` does for tests without a
+   group). Every worker has written its file by then: it writes before it reports its collection.
+
+Other ``--dist`` modes are left alone: ``load`` spreads tests one by one, and each worker starts
+the servers its tests declare.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GROUPS_DIR_KEY = "llmreplay_server_groups_dir"  # the xdist workerinput key of the groups folder
+GROUPS_FOLDER = pytest.StashKey[Path]()
+
+
+def groups_folder(config: pytest.Config) -> Path | None:
+    """On an xdist controller running ``--dist loadgroup``, its groups folder (made once, on first
+    use; :func:`remove_groups_folder` removes it); else None."""
+    if not config.pluginmanager.hasplugin("dsession") or config.getvalue("dist") != "loadgroup":
+        return None
+    if GROUPS_FOLDER not in config.stash:
+        config.stash[GROUPS_FOLDER] = Path(tempfile.mkdtemp(prefix="llmreplay-groups-"))
+    return config.stash[GROUPS_FOLDER]
+
+
+def remove_groups_folder(config: pytest.Config) -> None:
+    folder = config.stash.get(GROUPS_FOLDER, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_groups(config: pytest.Config, items: Iterable[pytest.Item], digest_of: Callable[[Any], str | None]) -> None:
+    """On a worker given a groups folder: write ``WORKERID.json``, node id -> ``digest_of(item)``
+    for the items whose digest is not None."""
+    workerinput = getattr(config, "workerinput", {})
+    folder = workerinput.get(GROUPS_DIR_KEY)
+    if folder is None:
+        return
+    groups = {item.nodeid: digest for item in items if (digest := digest_of(item)) is not None}
+    target = Path(folder) / f"{workerinput['workerid']}.json"
+    partial = target.with_suffix(".partial")
+    partial.write_text(json.dumps(groups))
+    partial.replace(target)  # whole or absent: the controller never reads half a file
+
+
+def read_groups(folder: Path) -> dict[str, str]:
+    """Node id -> server digest, from every worker's file in ``folder``."""
+    groups: dict[str, str] = {}
+    for path in sorted(folder.glob("*.json")):
+        groups.update(json.loads(path.read_text()))
+    return groups
