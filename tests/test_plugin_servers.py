@@ -334,11 +334,15 @@ def test_under_xdist_loadgroup_each_config_runs_on_one_worker_and_starts_once(pr
     for worker, seed in re.findall(r"\[(gw\d)\] .*PASSED .*test_x\[\d-.*--seed (\d)\]", result.stdout.str()):
         workers_of.setdefault(seed, set()).add(worker)
     assert {seed: len(workers) for seed, workers in workers_of.items()} == {"1": 1, "2": 1}, workers_of
-    assert set(Path(tempfile.gettempdir()).glob("llmreplay-groups-*")) <= before, "the groups folder outlived the session"
+    assert set(Path(tempfile.gettempdir()).glob("llmreplay-groups-*")) <= before, (
+        "the groups folder outlived the session"
+    )
 
 
-def test_a_declared_server_dies_with_a_pytest_run_killed_by_sigkill(project):
-    """No teardown runs after SIGKILL: the watchdog that every started server has stops it."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_a_declared_server_dies_with_a_pytest_run_stopped_by_ctrl_c_or_killed(project, signum):
+    """Ctrl-C (SIGINT) in a test: pytest stops and the session's end stops the server. No
+    teardown runs after SIGKILL: the watchdog that every started server has stops it."""
     project.makepyfile(
         """
         import time
@@ -364,9 +368,10 @@ def test_a_declared_server_dies_with_a_pytest_run_killed_by_sigkill(project):
         wait_for_file(project.path / "running", run)
         pid = int(project.path.joinpath("server.pid").read_text())
         assert not gone(pid)
-        run.send_signal(signal.SIGKILL)
-        run.wait(30)
-        assert wait_until_gone(pid, 30), "the declared server outlived the pytest run killed by SIGKILL"
+        run.send_signal(signum)
+        returncode = run.wait(60)
+        assert wait_until_gone(pid, 30), f"the declared server outlived the pytest run stopped by {signum.name}"
+        assert returncode == (pytest.ExitCode.INTERRUPTED if signum == signal.SIGINT else -signal.SIGKILL)
     finally:
         run.kill()
         run.wait()
