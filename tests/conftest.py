@@ -147,6 +147,16 @@ def vllm_url(shared_vllm) -> str:
     return shared_vllm.cold()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The engine tests are one xdist group: under ``-n N --dist loadgroup`` (scripts/check) they
+    run on one worker, in order, sharing one vLLM server, while the other workers run the rest
+    (the plugin's scheduler honours ``xdist_group``: ``pytest_llmreplay/plugin/xdist_groups.py``)."""
+    for item in items:
+        if item.get_closest_marker("engine") is not None:
+            item.add_marker(pytest.mark.xdist_group("engine"))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
     """Stop the shared vLLM server (its processes hold about 3 GB of memory)

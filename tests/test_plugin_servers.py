@@ -304,7 +304,8 @@ def test_under_xdist_each_worker_pools_its_own_servers_and_logs_in_a_folder_of_i
 
 def test_under_xdist_loadgroup_each_config_runs_on_one_worker_and_starts_once(project):
     """``--dist loadgroup``: a declared server's tests are one group, sent to one worker, so each
-    config starts exactly once in the whole run (with ``load`` it may start on each worker)."""
+    config starts exactly once in the whole run (with ``load`` it may start on each worker); the
+    tests of an ``xdist_group`` marker are one group too (xdist's own grouping fails under pytest 9)."""
     project.makepyfile(
         """
         import pytest
@@ -320,13 +321,19 @@ def test_under_xdist_loadgroup_each_config_runs_on_one_worker_and_starts_once(pr
         @pytest.mark.parametrize("n", [1, 2, 3, 4])
         def test_plain(n):
             pass
+
+        @pytest.mark.xdist_group("g")
+        @pytest.mark.parametrize("n", [1, 2, 3, 4])
+        def test_grouped(n):
+            pass
     """.replace("SIM", SIM)
     )
     before = set(Path(tempfile.gettempdir()).glob("llmreplay-groups-*"))
     result = project.runpytest_subprocess(
         "-n", "2", "--dist", "loadgroup", "--llm-repeat", "1", "--llm-report", "report", "-v", "-p", "no:cacheprovider"
     )
-    result.assert_outcomes(passed=12)
+    result.assert_outcomes(passed=16)
+    assert len(set(re.findall(r"\[(gw\d)\] .*PASSED .*test_grouped\[", result.stdout.str()))) == 1  # xdist_group too
     logs = sorted((project.path / "report" / "servers").glob("*/*.log"))
     digests = [log.name.split("-")[1] for log in logs]
     assert len(logs) == 2 and len(set(digests)) == 2, logs

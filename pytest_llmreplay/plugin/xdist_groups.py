@@ -1,4 +1,5 @@
-"""Under ``pytest -n N --dist loadgroup``, the tests of one declared server run on one worker.
+"""Under ``pytest -n N --dist loadgroup``, the tests of one declared server run on one worker,
+and so do the tests of one ``xdist_group`` marker.
 
 pytest-xdist's ``loadgroup`` sends each group of tests to one worker, a group being the tests
 whose node id ends in ``@NAME``; under pytest 9 the ``xdist_group`` marker no longer makes that
@@ -7,11 +8,13 @@ controller, which collects nothing, cannot see which server a test declares. So:
 
 1. the controller makes a folder (:func:`groups_folder`) and passes it to each worker
    (``pytest_configure_node``, key :data:`GROUPS_DIR_KEY`);
-2. each worker, once it has collected, writes ``WORKERID.json`` there: node id -> the digest of
-   the server config the test declares (:func:`write_groups`; tests without one are left out);
+2. each worker, once it has collected, writes ``WORKERID.json`` there: node id -> its group
+   (:func:`write_groups`): ``llmreplay-server-DIGEST`` for a test that declares a server (the
+   config's digest), else the name of its ``xdist_group`` marker (the sorted names joined by
+   ``_``, as xdist joins them); tests with neither are left out;
 3. the controller's scheduler (:class:`~pytest_llmreplay.plugin.xdist_scheduler.ServerGroupScheduling`)
-   reads them when it first splits the collection into groups: a declared server's tests are
-   one group, every other test a group of its own (as ``loadgroup`` does for tests without a
+   reads them when it first splits the collection into groups: a group's tests go to one
+   worker, every other test is a group of its own (as ``loadgroup`` does for tests without a
    group). Every worker has written its file by then: it writes before it reports its collection.
 
 Other ``--dist`` modes are left alone: ``load`` spreads tests one by one, and each worker starts
@@ -49,14 +52,29 @@ def remove_groups_folder(config: pytest.Config) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def write_groups(config: pytest.Config, items: Iterable[pytest.Item], digest_of: Callable[[Any], str | None]) -> None:
-    """On a worker given a groups folder: write ``WORKERID.json``, node id -> ``digest_of(item)``
-    for the items whose digest is not None."""
+def group_of(item: pytest.Item, server_digest: str | None) -> str | None:
+    """The item's group: its declared server's (``server_digest``), else its ``xdist_group``
+    markers' names, else None."""
+    if server_digest is not None:
+        return f"llmreplay-server-{server_digest}"
+    names = {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
+    return "_".join(sorted(names)) or None
+
+
+def write_groups(
+    config: pytest.Config, items: Iterable[pytest.Item], server_digest_of: Callable[[Any], str | None]
+) -> None:
+    """On a worker given a groups folder: write ``WORKERID.json``, node id -> :func:`group_of`
+    for the items that have a group (``server_digest_of(item)``: the digest of the server the
+    item declares, or None)."""
     workerinput = getattr(config, "workerinput", {})
     folder = workerinput.get(GROUPS_DIR_KEY)
     if folder is None:
         return
-    groups = {item.nodeid: digest for item in items if (digest := digest_of(item)) is not None}
+    groups = {item.nodeid: group for item in items if (group := group_of(item, server_digest_of(item))) is not None}
     target = Path(folder) / f"{workerinput['workerid']}.json"
     partial = target.with_suffix(".partial")
     partial.write_text(json.dumps(groups))
@@ -64,7 +82,7 @@ def write_groups(config: pytest.Config, items: Iterable[pytest.Item], digest_of:
 
 
 def read_groups(folder: Path) -> dict[str, str]:
-    """Node id -> server digest, from every worker's file in ``folder``."""
+    """Node id -> group, from every worker's file in ``folder``."""
     groups: dict[str, str] = {}
     for path in sorted(folder.glob("*.json")):
         groups.update(json.loads(path.read_text()))

@@ -14,8 +14,9 @@ from .xdist_groups import read_groups
 
 
 class ServerGroupScheduling(LoadGroupScheduling):
-    """``loadgroup`` whose groups are also the declared servers' (scope ``llmreplay-server-DIGEST``);
-    tests without a declared server are grouped as ``loadgroup`` groups them."""
+    """``loadgroup`` whose groups are the declared servers' (scope ``llmreplay-server-DIGEST``) and
+    the ``xdist_group`` markers' that the workers wrote; any other test is grouped as
+    ``loadgroup`` groups it."""
 
     def __init__(self, config: pytest.Config, log: Any, groups_folder: Path) -> None:
         super().__init__(config, log)
@@ -25,5 +26,5 @@ class ServerGroupScheduling(LoadGroupScheduling):
     def _split_scope(self, nodeid: str) -> str:
         if self.groups is None:  # first called once every worker has collected (and written its file)
             self.groups = read_groups(self.groups_folder)
-        digest = self.groups.get(nodeid)
-        return f"llmreplay-server-{digest}" if digest is not None else super()._split_scope(nodeid)
+        group = self.groups.get(nodeid)
+        return group if group is not None else super()._split_scope(nodeid)
