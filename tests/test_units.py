@@ -9,7 +9,7 @@ import pytest
 from pytest_llmreplay.gate.baseline import Comparison, Row, comparison_table
 from pytest_llmreplay.metrics.units import display_unit, format_value, significant
 from pytest_llmreplay.report.files import markdown
-from pytest_llmreplay.report.rows import endpoint_text, headline, overview_row, slo_rows
+from pytest_llmreplay.report.rows import OVERVIEW_HEADERS, endpoint_text, headline, overview_row, slo_rows
 
 
 @pytest.mark.parametrize(
@@ -224,3 +224,19 @@ def test_overview_row_and_endpoint_are_readable():
     ]
     assert endpoint_text(record([])["fingerprint"]) == "kind offline, model m, hardware.gpu H100, hardware.count 1"
     assert endpoint_text(None) == "unknown"
+
+
+def test_markdown_summary_keeps_a_pipe_in_its_cell_and_a_masked_secret_as_written():
+    """A ``|`` in a test id would end its table cell and shift the row; a masked env value
+    ``***`` would render as emphasis: both are escaped, and read back as written."""
+    stored = {
+        **record(MARKER_SLOS),
+        "test": "t.py::test_x[sh -c 'a | b']",
+        "fingerprint": {"kind": "live", "server": {"cmd": "x --port {port}", "env": {"HF_TOKEN": "***"}}},
+    }
+    text = markdown([stored])
+    row = next(line for line in text.splitlines() if line.startswith("| t.py::test_x"))
+    assert "test_x[sh -c 'a \\| b']" in row
+    assert row.count("|") - row.count("\\|") == len(OVERVIEW_HEADERS) + 1  # one cell per header
+    endpoint = next(line for line in text.splitlines() if line.startswith("Endpoint:"))
+    assert endpoint.endswith("server.env.HF_TOKEN \\*\\*\\*")

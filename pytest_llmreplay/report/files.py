@@ -78,22 +78,25 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)")
+_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)|\*")
+_ESCAPES = {"<": "&lt;", "&": "&amp;", "*": "\\*"}
 
 
 def markdown_text(text: str) -> str:
     """``text`` read as plain text in GitHub-flavoured Markdown: a ``<`` that would open an HTML
-    tag, comment or autolink is written ``&lt;``, an ``&`` that would start an entity ``&amp;``;
-    every other character stays as it is, so ``ttft.p99 < 20ms`` reads the same in the file."""
-    return _MARKUP.sub(lambda found: "&lt;" if found.group() == "<" else "&amp;", text)
+    tag, comment or autolink is written ``&lt;``, an ``&`` that would start an entity ``&amp;``,
+    and a ``*`` (emphasis; a masked secret's ``***``) ``\\*``; every other character stays as it
+    is, so ``ttft.p99 < 20ms`` reads the same in the file."""
+    return _MARKUP.sub(lambda found: _ESCAPES[found.group()], text)
 
 
 def _table(rows: list[list[Any]], headers: Sequence[str]) -> str:
-    """A GitHub Markdown table of ``rows``, each text cell through :func:`markdown_text`."""
+    """A GitHub Markdown table of ``rows``, each text cell through :func:`markdown_text` and its
+    ``|`` written ``\\|`` (else it would end the cell: a test id ``test_x[a|b]``)."""
     from tabulate import tabulate
 
     return tabulate(
-        [[markdown_text(cell) if isinstance(cell, str) else cell for cell in row] for row in rows],
+        [[markdown_text(cell).replace("|", "\\|") if isinstance(cell, str) else cell for cell in row] for row in rows],
         headers=headers,
         tablefmt="github",
     )
