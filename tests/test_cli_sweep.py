@@ -358,7 +358,7 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
         (
             ["--slo", "goodput>=90%"],
             "error: --slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the search's SLOs; "
-            "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s",
+            "add an upper bound (< or <=) on ttft, ttfo, tpot, latency or itl, e.g. ttft.p99 < 1s",
         ),
         (
             ["--slo", "ttft.p99<1s", "--slo", "ttft.p99 < 2s"],

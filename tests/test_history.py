@@ -186,7 +186,7 @@ def test_history_command_without_a_change_point_has_two_columns_and_reads_single
         ),
         (
             ["history", TEST, "--metric", "bogus.p50"],
-            "error: --metric 'bogus.p50': unknown metric 'bogus'; expected one of cache_hit_rate, *",
+            "error: --metric 'bogus.p50': unknown metric 'bogus'; expected one of answer_decode_tps, *ttfo, ttfr, ttft, *",
         ),
         (
             ["history", TEST, "--metric", "ttft.p42"],

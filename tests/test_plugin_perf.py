@@ -995,7 +995,7 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
         (
             "workload: wl.yaml\nslo:\n  goodput: '>= 5 req/s'\n  ttft.p99: '> 1ms'\n",
             "slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set by the test's slo; "
-            "add an upper bound (< or <=) on ttft, tpot, latency or itl, e.g. ttft.p99 < 1s",
+            "add an upper bound (< or <=) on ttft, ttfo, tpot, latency or itl, e.g. ttft.p99 < 1s",
         ),
     ],
 )

@@ -693,7 +693,7 @@ def test_result_assert_slo_on_goodput_needs_a_per_request_limit():
     with pytest.raises(
         LLMReplayError,
         match=r"^assert_slo 'goodput': goodput counts the requests that meet every per-request limit, and none is set; "
-        r"add an upper bound on ttft, tpot, latency or itl to this call",
+        r"add an upper bound on ttft, ttfo, tpot, latency or itl to this call",
     ):
         result().assert_slo({"goodput": ">= 90%"})
     records = result().run.records

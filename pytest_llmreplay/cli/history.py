@@ -23,11 +23,10 @@ from .options import BAD_INPUT, open_store_option
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from ..gate.baseline import DEFAULT_TOLERANCES, reference_history
+    from ..gate.baseline import gated_tolerances, reference_history
     from ..gate.history import change_points, history_points
     from ..metrics.slo import parse_key
 
-    keys = args.metric or list(DEFAULT_TOLERANCES)
     change_points([])  # without the [history] extra: one line naming it, before anything is printed
     store = open_store_option("--baseline-dir", args.baseline_dir, False)
     try:
@@ -37,6 +36,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     history = history_points(store, args.test, commits)
     if not history.points:
         raise LLMReplayError(f"{args.test}: no stored result in {store.label} on the first-parent history of {label}")
+    keys = args.metric or list(gated_tolerances(history.points[-1][1]))  # what the newest result is gated on
     # a key as an SLO key is read (error_rate alone is its value); a plugin's metric is one the results hold
     stored = {metric for _, record in history.points for metric in record.get("summary") or {}}
     figures = {key: ".".join(parse_key(key, f"--metric {key!r}", stored)) for key in keys}

@@ -5,7 +5,9 @@
 a repository), ``time`` (UTC ISO 8601), ``fingerprint`` (the endpoint: kind, model, server
 version, sim profile, hardware, plus fields from plugins), ``workload`` (path, format, digest of
 its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary`), ``slo``
-(checks), and ``samples``: the per-request ``ttft``, ``tpot``, ``latency``; the per-session
+(checks), and ``samples``: the per-request ``ttft``, ``tpot``, ``latency`` (and ``ttfo`` in a run
+with reasoning: :mod:`~pytest_llmreplay.metrics.reasoning`; a result stored before it has none,
+and compares on the others); the per-session
 ``ttfat``, ``cache_hit_rate``, ``eligible_cache_hit_rate``; and for throughputs the rates of the
 steady span's windows (:meth:`Result.window_rates`), rounded to 6 significant digits, with
 ``sample_keys`` naming each value's request (session * 2^20 + turn), session or window; and
@@ -65,7 +67,7 @@ from .stability import instability
 from .stored_record import SCHEMA
 
 CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
-SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency")
+SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency", "ttfo")
 SAMPLED_SESSION_METRICS = ("ttfat", "cache_hit_rate", "eligible_cache_hit_rate")
 WINDOWED_METRICS = ("output_throughput", "request_throughput")
 LOWER_IS_WORSE = (
@@ -87,6 +89,8 @@ DEFAULT_TOLERANCES = {
     "cache_hit_rate.mean": 0.02,
     "output_throughput.steady_state": 0.05,
 }
+# gated besides those when the run has reasoning: the time to the first answer token
+REASONING_TOLERANCES = {"ttfo.p50": 0.05}
 CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
 COMPARISON_HEADERS = ["metric", "baseline", "current", "change [Holm CI]", "allowed", "verdict"]
 HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
@@ -109,12 +113,12 @@ def _keyed_samples(result: Any) -> dict[str, tuple[list[int], list[float]]]:
     from ..metrics.result import request_values
 
     requests = sorted(result.ok, key=lambda r: (r.session_index, r.turn_index))
-    request_rows = [(r.session_index * KEY_TURNS + r.turn_index, request_values(r)) for r in requests]
+    request_rows = [(r.session_index * KEY_TURNS + r.turn_index, request_values(r, result.reasoning)) for r in requests]
     session_rows = sorted(((row["session_index"], row) for row in result.session_rows), key=lambda pair: pair[0])
     found = {}
     for names, rows in ((SAMPLED_REQUEST_METRICS, request_rows), (SAMPLED_SESSION_METRICS, session_rows)):
         for name in names:
-            kept = [(key, row[name]) for key, row in rows if row[name] is not None and not math.isnan(row[name])]
+            kept = [(key, row[name]) for key, row in rows if row.get(name) is not None and not math.isnan(row[name])]
             found[name] = ([key for key, _ in kept], _compact(value for _, value in kept))
     for name in WINDOWED_METRICS:
         rates = _compact(result.window_rates(name))
@@ -325,10 +329,14 @@ def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | N
     """What comparing ``record`` with its baseline gates, each figure with its allowed change: a
     stored capacity search's capacity alone (``capacity.rate`` or ``capacity.concurrency``,
     :data:`CAPACITY_TOLERANCE`; its point's latencies are measured at a different load on each
-    side), else :data:`DEFAULT_TOLERANCES`; ``overrides`` (a test's ``regression``,
-    ``llmreplay compare --regression``) applied as :func:`tolerances` applies them."""
+    side), else :data:`DEFAULT_TOLERANCES`, and :data:`REASONING_TOLERANCES` when ``record`` has
+    reasoning (its summary holds ``ttfo``); ``overrides`` (a test's ``regression``, ``llmreplay
+    compare --regression``) applied as :func:`tolerances` applies them."""
     by = (record.get("capacity") or {}).get("plan", {}).get("by")
-    return tolerances(overrides, {f"capacity.{by}": CAPACITY_TOLERANCE} if by else DEFAULT_TOLERANCES)
+    if by:
+        return tolerances(overrides, {f"capacity.{by}": CAPACITY_TOLERANCE})
+    reasoning = REASONING_TOLERANCES if "ttfo" in (record.get("summary") or {}) else {}
+    return tolerances(overrides, {**DEFAULT_TOLERANCES, **reasoning})
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The names of metrics and of their statistics (DESIGN.md's), which :mod:`~pytest_llmreplay.metrics.result`
 computes and :mod:`~pytest_llmreplay.metrics.slo` checks: both read them here, so neither imports the other
-for them (see metrics/result.py's docstring for each formula)."""
+for them (see metrics/result.py's docstring for each formula, metrics/reasoning.py's for the
+reasoning metrics)."""
 
 STATS = ("mean", "min", "p50", "p90", "p95", "p99", "max", "std")
 RATES = ("overall", "steady_state", "last_30s", "per_gpu")
@@ -15,6 +16,15 @@ REQUEST_METRICS = (
     "output_tokens",
     "schedule_lag",
 )
+# per request, only in a run with reasoning (metrics/reasoning.py's docstring)
+REASONING_METRICS = (
+    "ttfr",
+    "ttfo",
+    "reasoning_tokens",
+    "answer_tokens",
+    "reasoning_decode_tps",
+    "answer_decode_tps",
+)
 SESSION_METRICS = (
     "session_latency",
     "ttfat",
@@ -24,4 +34,4 @@ SESSION_METRICS = (
     "output_tokens_per_session",
 )
 # per-request metrics a goodput threshold may name
-GOODPUT_METRICS = ("ttft", "tpot", "latency", "itl")
+GOODPUT_METRICS = ("ttft", "ttfo", "tpot", "latency", "itl")

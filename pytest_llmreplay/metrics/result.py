@@ -11,12 +11,17 @@ Per request (seconds, tokens):
   chunk, once per token (trie's rule; a server merging tokens per event does not inflate it);
 - ``queue`` (simulator only), ``prompt_tokens`` (server's count, else planned),
   ``cached_tokens``, ``output_tokens``; ``schedule_lag`` = sent - scheduled (the client's own
-  health: when it grows, the client is the bottleneck and TTFT is inflated).
+  health: when it grows, the client is the bottleneck and TTFT is inflated);
+- in a run with reasoning only: ``ttfr``, ``ttfo``, ``reasoning_tokens``, ``answer_tokens``,
+  ``reasoning_decode_tps``, ``answer_decode_tps`` (:mod:`~pytest_llmreplay.metrics.reasoning`).
 
 Per complete session (every turn measured and ok):
 
 - ``session_latency`` = last response end - first request sent;
-- ``ttfat`` = first token of the last request - first request sent (time to first agent token);
+- ``ttfat`` = first *answer* token of the last request - first request sent (time to first
+  agent token: what the agent's user waits for; a reasoning model's thinking before it answers
+  counts in it, not as its end; the first answer token is content or a tool call,
+  :func:`~pytest_llmreplay.metrics.reasoning.answer_start`);
 - ``decode_tps`` = Σ(output_i - 1) / Σ(last token_i - first token_i), over the turns whose
   tokens arrived over time (a one-chunk answer has no measurable decode);
 - ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
@@ -69,10 +74,13 @@ import numpy as np
 from ..errors import LLMReplayError
 from ..replayer.endpoints import TOKENS_SO_FAR
 from ..replayer.records import ReplayRun, RequestRecord
-from .names import REQUEST_METRICS, SESSION_METRICS
+from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
+from .reasoning import answer_start, has_reasoning, reasoning_values
 from .server import hit_rate_gap, server_figures
 
 STEADY_SKIP = 0.2
+# a record's fields of reasoning, left out of the request table of a run without
+REASONING_FIELDS = ("first_reasoning_s", "last_reasoning_s", "first_answer_s", "last_answer_s", "reasoning_tokens")
 LAST_WINDOW_S = 30.0
 WINDOWS = 10  # windows of the steady span that repeat a throughput measurement
 
@@ -158,9 +166,10 @@ def schedule_lag(record: RequestRecord) -> float | None:
     return None if record.sent_s is None else record.sent_s - record.scheduled_s
 
 
-def request_values(record: RequestRecord) -> dict[str, Any]:
-    """The per-request metrics of one record (None where not defined)."""
-    return {
+def request_values(record: RequestRecord, reasoning: bool = False) -> dict[str, Any]:
+    """The per-request metrics of one record (None where not defined); with ``reasoning`` (the
+    record is of a run with reasoning) its reasoning metrics too."""
+    values = {
         "ttft": ttft(record),
         "tpot": tpot(record),
         "latency": latency(record),
@@ -170,11 +179,15 @@ def request_values(record: RequestRecord) -> dict[str, Any]:
         "output_tokens": record.output_tokens,
         "schedule_lag": schedule_lag(record),
     }
+    if reasoning:
+        values.update(reasoning_values(record))
+    return values
 
 
 def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     """The per-session metrics of one complete session's records (in turn order), in one pass."""
     first, last = turns[0], turns[-1]
+    answered = answer_start(last)
     decode_tokens = decode_time = 0.0
     cached = prompts = eligible = history_hits = outputs = 0
     reported = True  # every turn has the server's cached count and a prompt count
@@ -200,7 +213,7 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
         "session_index": first.session_index,
         "turns": len(turns),
         "session_latency": None if last.end_s is None or first.sent_s is None else last.end_s - first.sent_s,
-        "ttfat": None if last.first_token_s is None or first.sent_s is None else last.first_token_s - first.sent_s,
+        "ttfat": None if answered is None or first.sent_s is None else answered - first.sent_s,
         "decode_tps": decode_tokens / decode_time if decode_time > 0 else None,
         "cache_hit_rate": cached / prompts if reported and prompts else None,
         "eligible_cache_hit_rate": history_hits / eligible if reported and eligible else None,
@@ -345,6 +358,12 @@ class Result:
         return [r for r in self.measured if r.status == "ok"]
 
     @cached_property
+    def reasoning(self) -> bool:
+        """Whether the run has reasoning (an ok measured request reasoned): only then does it
+        show the reasoning metrics (:mod:`~pytest_llmreplay.metrics.reasoning`)."""
+        return has_reasoning(self.ok)
+
+    @cached_property
     def error_causes(self) -> list[ErrorCause]:
         """The measured failed requests' causes, grouped (:func:`error_causes`)."""
         return error_causes(self.measured)
@@ -375,8 +394,8 @@ class Result:
         """metric -> stat -> value. Distributions have :data:`STATS` and ``count``; throughputs
         have :data:`RATES`; single figures have ``value``. Metrics with no samples are absent."""
         summary: dict[str, dict[str, float]] = {}
-        rows = [request_values(r) for r in self.ok]
-        for name in REQUEST_METRICS:
+        rows = [request_values(r, self.reasoning) for r in self.ok]
+        for name in REQUEST_METRICS + (REASONING_METRICS if self.reasoning else ()):
             if name == "itl":
                 found = stats(*self._chunks.itl())
             elif name == "schedule_lag":
@@ -465,12 +484,12 @@ class Result:
         (ok + failed), ``rate`` = good / the measured span (module docstring)."""
         counted = sum(r.status in ("ok", "failed") for r in self.measured)
         start, end = self.span
-        good = sum(self._good(r, limits) for r in self.ok)
+        good = sum(self._good(r, limits, self.reasoning) for r in self.ok)
         return {"value": good / counted if counted else 0.0, "rate": good / (end - start) if end > start else 0.0}
 
     @staticmethod
-    def _good(record: RequestRecord, limits: Mapping[str, float]) -> bool:
-        values = request_values(record)
+    def _good(record: RequestRecord, limits: Mapping[str, float], reasoning: bool) -> bool:
+        values = request_values(record, reasoning)
         gaps = itl_chunks(record)
         values["itl"] = max(gap for gap, _ in gaps) if gaps else None
         for name, limit in limits.items():
@@ -485,7 +504,7 @@ class Result:
         breached one in a table. Keyword form: ``assert_slo({}, error_rate="== 0")``.
 
         ``goodput`` is counted under the per-request limits of this call's own SLOs (every upper
-        bound on ttft, tpot, latency or itl, :func:`~pytest_llmreplay.metrics.slo.per_request_limits`),
+        bound on ttft, ttfo, tpot, latency or itl, :func:`~pytest_llmreplay.metrics.slo.per_request_limits`),
         else under the test's. A bad threshold raises ``LLMReplayError`` naming the key, before
         anything is checked.
         Every check, met or not, is appended to :attr:`slo_checks`: the pytest plugin stores
@@ -502,7 +521,7 @@ class Result:
             if not limits:
                 raise LLMReplayError(
                     f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and none is set; "
-                    "add an upper bound on ttft, tpot, latency or itl to this call (e.g. ttft.p99 < 1s) or to the test's slo"
+                    f"add an upper bound on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]} to this call (e.g. ttft.p99 < 1s) or to the test's slo"
                 )
             if limits != dict(self.goodput) and any(r.status in ("ok", "failed") for r in self.measured):
                 summary = {**summary, "goodput": self.goodput_figures(limits)}
@@ -516,7 +535,7 @@ class Result:
         """Every record with its per-request metrics, as a pandas DataFrame (one row each)."""
         import pandas as pd
 
-        return pd.DataFrame([self._request_row(r) for r in self.run.records])
+        return pd.DataFrame([self._request_row(r, self.reasoning) for r in self.run.records])
 
     def session_table(self):
         """Per-session metrics of complete sessions, as a pandas DataFrame."""
@@ -525,13 +544,11 @@ class Result:
         return pd.DataFrame(self.session_rows, columns=["session_id", "session_index", "turns", *SESSION_METRICS])
 
     @staticmethod
-    def _request_row(record: RequestRecord) -> dict[str, Any]:
-        row = {
-            f.name: getattr(record, f.name)
-            for f in fields(record)
-            if f.name not in ("chunk_times", "chunk_tokens", "notes")
-        }
-        row.update(request_values(record))
+    def _request_row(record: RequestRecord, reasoning: bool) -> dict[str, Any]:
+        """The record's fields (those of reasoning only in a run with reasoning) and its metrics."""
+        left_out = ("chunk_times", "chunk_tokens", "notes") + (() if reasoning else REASONING_FIELDS)
+        row = {f.name: getattr(record, f.name) for f in fields(record) if f.name not in left_out}
+        row.update(request_values(record, reasoning))
         row["chunks"] = len(record.chunk_times)
         row["notes"] = "; ".join(record.notes)
         return row

@@ -9,19 +9,21 @@ share; ``capacity.rate`` (req/s) and ``capacity.concurrency`` are what a capacit
 ``server.kv_cache_usage.max < 90%``). A threshold is an operator
 (``<``, ``<=``, ``>``, ``>=``, ``==``), a number and an optional unit:
 
-- time: ``us``, ``ms``, ``s`` (metrics in seconds: ``ttft``, ``itl``, ``tpot``, ``latency``,
-  ``queue``, ``schedule_lag``, ``session_latency``, ``ttfat``);
+- time: ``us``, ``ms``, ``s`` (metrics in seconds: ``ttft``, ``ttfr``, ``ttfo``, ``itl``,
+  ``tpot``, ``latency``, ``queue``, ``schedule_lag``, ``session_latency``, ``ttfat``);
 - share: ``%`` (``cache_hit_rate``, ``eligible_cache_hit_rate``, ``error_rate``, ``goodput``,
   ``server.kv_cache_usage.*``, ``server.prefix_cache_hit_rate``);
-- rate: ``tok/s`` (token throughputs, ``decode_tps``), ``req/s`` (``request_throughput``);
+- rate: ``tok/s`` (token throughputs, ``decode_tps``, ``reasoning_decode_tps``,
+  ``answer_decode_tps``), ``req/s`` (``request_throughput``);
 - no unit: the metric's own unit (a fraction 0..1, tokens, tokens/s, requests/s); a share over 1
   without ``%`` is refused (``>= 80`` means ``>= 80%``?), and so is a time without a unit
   (``"< 500"`` on ``ttft``: 500 ms or 500 s? the classic slip, which would pass as 500 s).
 
 The margin of a check is its headroom in the threshold's unit: threshold - measured for ``<``
 and ``<=``, measured - threshold for ``>`` and ``>=``, -|measured - threshold| for ``==``;
-negative when breached. A metric the run did not measure (no complete session for ``ttfat``)
-is a breach: an SLO that cannot be checked does not pass.
+negative when breached. A metric the run did not measure (no complete session for ``ttfat``,
+no reasoning for ``ttfo.p90 < 20s`` or ``reasoning_tokens.mean < 4000``) is a breach: an SLO
+that cannot be checked does not pass.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..errors import LLMReplayError
-from .names import GOODPUT_METRICS, RATES, REQUEST_METRICS, SESSION_METRICS, STATS
+from .names import GOODPUT_METRICS, RATES, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS, STATS
 from .server import SERVER_STATS
 from .units import STAT_FAMILIES, UNITS, display_unit, format_value, significant
 from .units import unit_family as _unit_family
@@ -48,7 +50,7 @@ THROUGHPUT_METRICS = (
     "uncached_input_throughput",
 )
 SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
-DISTRIBUTION_METRICS = REQUEST_METRICS + SESSION_METRICS
+DISTRIBUTION_METRICS = REQUEST_METRICS + REASONING_METRICS + SESSION_METRICS
 KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity", "server")
 
 OPERATORS: dict[str, Callable[[float, float], bool]] = {

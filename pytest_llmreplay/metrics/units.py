@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-TIME_METRICS = ("ttft", "itl", "tpot", "latency", "queue", "schedule_lag", "session_latency", "ttfat")
+TIME_METRICS = ("ttft", "ttfr", "ttfo", "itl", "tpot", "latency", "queue", "schedule_lag", "session_latency", "ttfat")
 SHARE_METRICS = ("cache_hit_rate", "eligible_cache_hit_rate", "error_rate", "goodput")
 TOKEN_RATE_METRICS = (
     "output_throughput",
@@ -26,6 +26,8 @@ TOKEN_RATE_METRICS = (
     "cached_input_throughput",
     "uncached_input_throughput",
     "decode_tps",
+    "reasoning_decode_tps",
+    "answer_decode_tps",
 )
 REQUEST_RATE_METRICS = ("request_throughput",)
 

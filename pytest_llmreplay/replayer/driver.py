@@ -542,6 +542,7 @@ class Replay:
                 "count",
                 f"the server's usage.completion_tokens differs from the tokens counted in its stream (first: {record.notes[-1]}); metrics use the server's count",
             )
+        self._keep_reasoning(record, response, counted)
         if response.error is not None and record.status == "ok":
             record.status = "failed"
         record.error = response.error
@@ -551,6 +552,23 @@ class Replay:
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
+
+    def _keep_reasoning(self, record: RequestRecord, response: Response, counted: int) -> None:
+        """The reasoning's and the answer's times (made relative) and the reasoning's count: the
+        server's, else the stream's count scaled as ``output_tokens`` was (a server that merges
+        tokens per event says so in ``completion_tokens``), else None when no reasoning came."""
+        rel = self._relative
+        record.first_reasoning_s, record.last_reasoning_s = (
+            rel(response.first_reasoning_s),
+            rel(response.last_reasoning_s),
+        )
+        record.first_answer_s, record.last_answer_s = rel(response.first_answer_s), rel(response.last_answer_s)
+        record.tool_calls = response.tool_calls
+        if response.reasoning_tokens is not None:
+            record.reasoning_tokens = min(response.reasoning_tokens, record.output_tokens)
+        elif response.reasoning_counted:
+            scale = record.output_tokens / counted if counted else 1.0
+            record.reasoning_tokens = min(round(response.reasoning_counted * scale), record.output_tokens)
 
     def _relative(self, t: float | None) -> float | None:
         return None if t is None else t - self._start

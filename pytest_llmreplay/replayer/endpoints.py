@@ -57,9 +57,18 @@ class Response:
     """What came back, filled while it arrives. Times are ``clock.now()`` values.
 
     ``chunk_times[i]`` is when the read holding token chunk ``i`` arrived and ``chunk_tokens[i]``
-    how many tokens it carried. ``prompt_tokens``/``cached_tokens``/``completion_tokens`` are the
-    server's ``usage`` (None when it gave none). ``error`` is ``kind: detail`` with kind one of
-    connect, closed, timeout, http, stream, protocol, server, client.
+    how many tokens it carried. ``prompt_tokens``/``cached_tokens``/``completion_tokens``/
+    ``reasoning_tokens`` are the server's ``usage`` (None when it gave none). ``error`` is ``kind:
+    detail`` with kind one of connect, closed, timeout, http, stream, protocol, server, client.
+
+    Reasoning apart from the answer: a stream parser (one per API) reports each delta with
+    :meth:`reasoning_delta`, :meth:`answer_delta` (content) or :meth:`tool_call_delta` (an
+    answer too: the model acts instead of thinking), and the usage with :meth:`set_usage`;
+    ``first_reasoning_s``/``last_reasoning_s`` and ``first_answer_s``/``last_answer_s`` are the
+    arrival times of the first and last chunk of each kind, ``reasoning_counted`` the reasoning
+    tokens the stream carried and ``tool_calls`` the tool-call chunks. An endpoint that fills
+    ``chunk_times`` itself (the in-process simulator) says which tokens were reasoning with
+    :meth:`split_reasoning`.
     """
 
     sent_s: float | None = None
@@ -71,9 +80,16 @@ class Response:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
     queue_s: float | None = None  # time in the engine's queue, when the endpoint knows it (simulator)
+    first_reasoning_s: float | None = None
+    last_reasoning_s: float | None = None
+    first_answer_s: float | None = None
+    last_answer_s: float | None = None
+    reasoning_counted: int = 0
+    tool_calls: int = 0
 
     @property
     def text(self) -> str:
@@ -83,13 +99,80 @@ class Response:
         if self.error is None:
             self.error = f"{kind}: {detail}"
 
+    def reasoning_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
+        """``tokens`` reasoning tokens (``text``) arrived at ``now`` (:meth:`answer_delta`'s rules)."""
+        if self._chunk(now, tokens, text, blank):
+            if self.first_reasoning_s is None:
+                self.first_reasoning_s = now
+            self.last_reasoning_s = now
+            self.reasoning_counted += tokens
+
+    def answer_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
+        """``tokens`` answer tokens (``text``) arrived at ``now``; ``blank``: one token of empty
+        text, which counts only once a token came (servers open streams with one)."""
+        if self._chunk(now, tokens, text, blank):
+            if self.first_answer_s is None:
+                self.first_answer_s = now
+            self.last_answer_s = now
+
+    def tool_call_delta(self, now: float, tokens: int, text: str = "") -> None:
+        """A piece of a tool call (``tokens`` of its name or arguments) arrived at ``now``: an
+        answer, the first of which ends the time to the first answer token."""
+        self.tool_calls += 1
+        self.answer_delta(now, tokens, text)
+
+    def _chunk(self, now: float, tokens: int, text: str, blank: bool) -> bool:
+        """Keep ``text``, and the chunk when it holds a token; whether it did."""
+        if text:
+            self.text_parts.append(text)
+        if not tokens or (blank and not self.chunk_times):  # a blank chunk opening the stream is no token
+            return False
+        self.chunk_times.append(now)
+        self.chunk_tokens.append(tokens)
+        return True
+
+    def split_reasoning(self, reasoning: int) -> None:
+        """The first ``reasoning`` tokens of the chunks in ``chunk_times`` were reasoning, the
+        rest the answer (a chunk is one or the other: the simulator ends its chunks at the
+        boundary); sets the times of both kinds and ``reasoning_counted``."""
+        seen = 0
+        for time, tokens in zip(self.chunk_times, self.chunk_tokens, strict=True):
+            if seen < reasoning:
+                if self.first_reasoning_s is None:
+                    self.first_reasoning_s = time
+                self.last_reasoning_s = time
+                self.reasoning_counted += tokens
+            else:
+                if self.first_answer_s is None:
+                    self.first_answer_s = time
+                self.last_answer_s = time
+            seen += tokens
+
+    def set_usage(
+        self,
+        prompt_tokens: Any = None,
+        completion_tokens: Any = None,
+        cached_tokens: Any = None,
+        reasoning_tokens: Any = None,
+    ) -> None:
+        """Take the counts a server's usage gave (each kept only when it is a number: a later,
+        partial usage does not erase an earlier count)."""
+        self.prompt_tokens = _int_or(prompt_tokens, self.prompt_tokens)
+        self.completion_tokens = _int_or(completion_tokens, self.completion_tokens)
+        self.cached_tokens = _int_or(cached_tokens, self.cached_tokens)
+        self.reasoning_tokens = _int_or(reasoning_tokens, self.reasoning_tokens)
+
     def take_usage(self, usage: Mapping[str, Any]) -> None:
-        """Read ``prompt_tokens``, ``completion_tokens`` and ``prompt_tokens_details.cached_tokens``."""
-        self.prompt_tokens = _int_or(usage.get("prompt_tokens"), self.prompt_tokens)
-        self.completion_tokens = _int_or(usage.get("completion_tokens"), self.completion_tokens)
-        details = usage.get("prompt_tokens_details")
-        if isinstance(details, dict):
-            self.cached_tokens = _int_or(details.get("cached_tokens"), self.cached_tokens)
+        """Read the OpenAI ``usage`` of chat and completions: ``prompt_tokens``,
+        ``completion_tokens``, ``prompt_tokens_details.cached_tokens`` and
+        ``completion_tokens_details.reasoning_tokens``."""
+        prompt_details, completion_details = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
+        self.set_usage(
+            usage.get("prompt_tokens"),
+            usage.get("completion_tokens"),
+            prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None,
+            completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None,
+        )
 
 
 def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
@@ -312,21 +395,30 @@ class HTTPEndpoint:
             obj = json.loads(raw)
         except ValueError:
             raise StreamError("protocol", f"response is not JSON: {raw[:120]!r}") from None
-        message = error_message(obj)
-        if message is not None:
-            raise StreamError("server", message)
+        error = error_message(obj)
+        if error is not None:
+            raise StreamError("server", error)
         choice = (obj.get("choices") or [{}])[0]
-        message_obj = choice.get("message")
-        text = message_obj.get("content") if isinstance(message_obj, dict) else choice.get("text")
-        response.text_parts.append(text if isinstance(text, str) else "")
+        message: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
+        text = message.get("content") if message else choice.get("text")
+        text = text if isinstance(text, str) else ""
+        thought = "".join(p for p in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(p, str))
         if isinstance(choice.get("token_ids"), list):
             response.token_ids = [int(t) for t in choice["token_ids"]]
         response.finish_reason = choice.get("finish_reason")
         if isinstance(obj.get("usage"), dict):
             response.take_usage(obj["usage"])
         tokens = response.completion_tokens if response.completion_tokens is not None else len(response.token_ids or ())
+        # one chunk: the reasoning's and the answer's times are both its arrival
+        response.text_parts.append(thought + text)
         response.chunk_times.append(now)
         response.chunk_tokens.append(tokens)
+        if thought:
+            response.first_reasoning_s = response.last_reasoning_s = now
+        calls = message.get("tool_calls")
+        response.tool_calls = len(calls) if isinstance(calls, list) else 0
+        if text or response.tool_calls or not thought:
+            response.first_answer_s = response.last_answer_s = now
 
 
 def _take_event(data: str, now: float, response: Response) -> bool:
@@ -340,11 +432,12 @@ def _take_event(data: str, now: float, response: Response) -> bool:
         response.finish_reason = chunk.finish_reason
     if chunk.token_ids is not None:
         response.token_ids = (response.token_ids or []) + chunk.token_ids
-    if chunk.text:
-        response.text_parts.append(chunk.text)
-    if chunk.tokens and not (chunk.blank and not response.chunk_times):  # a blank chunk opening the stream is no token
-        response.chunk_times.append(now)
-        response.chunk_tokens.append(chunk.tokens)
+    if chunk.reasoning:
+        response.reasoning_delta(now, chunk.tokens, chunk.text, chunk.blank)
+    elif chunk.tool_call:
+        response.tool_call_delta(now, chunk.tokens, chunk.text)
+    else:
+        response.answer_delta(now, chunk.tokens, chunk.text, chunk.blank)
     return False
 
 

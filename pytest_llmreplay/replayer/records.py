@@ -19,6 +19,14 @@ class RequestRecord:
     ``status``: ``ok``, ``failed`` (``error`` says why: ``kind: detail``) or ``cancelled`` (in
     flight when the duration limit's grace ran out). ``history``: where the previous response
     in this prompt came from (``server``/``planned``), None for turns that do not extend one.
+
+    Reasoning apart from the answer (None: not seen; a record made before these fields existed
+    has none, and its first token counts as its first answer token):
+    ``first_reasoning_s``/``last_reasoning_s`` and ``first_answer_s``/``last_answer_s``, the
+    first and last chunk of each kind (an answer is content or a tool call);
+    ``reasoning_tokens``: of ``output_tokens``, those that were reasoning (the server's
+    ``completion_tokens_details.reasoning_tokens``, else counted in the stream); ``tool_calls``:
+    the chunks that carried a tool call.
     """
 
     session_id: str
@@ -43,6 +51,12 @@ class RequestRecord:
     warmup: bool = False
     queue_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    first_reasoning_s: float | None = None
+    last_reasoning_s: float | None = None
+    first_answer_s: float | None = None
+    last_answer_s: float | None = None
+    reasoning_tokens: int | None = None
+    tool_calls: int = 0
 
 
 @dataclass

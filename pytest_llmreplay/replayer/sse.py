@@ -6,8 +6,10 @@ Pure functions and a small incremental decoder, no I/O, so every quirk is unit-t
   (``\\n``, ``\\r\\n`` or ``\\r`` line ends, several ``data:`` lines joined by ``\\n``, comments and
   other fields ignored), as the WHATWG EventSource rules say;
 - :func:`read_chunk` turns one ``data:`` payload of a completions or chat stream into a
-  :class:`Chunk`: how many tokens it carries, their text and ids, usage, finish reason, or the
-  error object a server put in the stream.
+  :class:`Chunk`: how many tokens it carries, their text and ids, whether they are reasoning (a
+  chat delta's ``reasoning_content`` or ``reasoning``, as vLLM and SGLang stream them with a
+  reasoning parser on) or a tool call, usage, finish reason, or the error object a server put in
+  the stream.
 """
 
 from __future__ import annotations
@@ -77,10 +79,15 @@ class StreamError(Exception):
 @dataclass(slots=True)
 class Chunk:
     """What one event carried. ``tokens`` is 0 for role-only, usage-only or closing chunks;
-    ``blank``: its one token is an empty text (see :func:`read_chunk`)."""
+    ``blank``: its one token is an empty text (see :func:`read_chunk`); ``reasoning``: its tokens
+    are reasoning (a chat delta with reasoning text and neither content nor a tool call);
+    ``tool_call``: it carries a piece of a tool call (``delta.tool_calls``). ``text`` is the
+    reasoning text then the content."""
 
     tokens: int = 0
     blank: bool = False
+    reasoning: bool = False
+    tool_call: bool = False
     text: str = ""
     token_ids: list[int] | None = None
     usage: dict[str, Any] | None = None
@@ -90,8 +97,8 @@ class Chunk:
 def read_chunk(data: str) -> Chunk:
     """Interpret one event's data (not ``[DONE]``).
 
-    A choice counts as tokens when it has text, token ids or logprobs, or when it is an
-    empty-text chunk with neither a role nor a finish reason (engines emit those for tokens that
+    A choice counts as tokens when it has text, token ids, logprobs or a tool call, or when it is
+    an empty-text chunk with neither a role nor a finish reason (engines emit those for tokens that
     decode to nothing); such a chunk is marked ``blank``, and a blank chunk before any token is
     no token (:mod:`~pytest_llmreplay.replayer.endpoints` skips it: servers open streams with one, which
     made the first token early and one too many). Tokens per chunk: ``len(token_ids)``, else the
@@ -123,12 +130,12 @@ def read_chunk(data: str) -> Chunk:
     if type(delta) is dict:  # chat
         text = delta.get("content")
         text = text if type(text) is str else ""
+        chunk.tool_call = bool(delta.get("tool_calls"))
         if "reasoning_content" in delta or "reasoning" in delta:
-            pieces = (delta.get("reasoning_content"), delta.get("reasoning"), text)
-            text = "".join(p for p in pieces if type(p) is str)
-        has_text_field = (
-            "content" in delta or "reasoning_content" in delta or "reasoning" in delta or bool(delta.get("tool_calls"))
-        )
+            thought = "".join(p for p in (delta.get("reasoning_content"), delta.get("reasoning")) if type(p) is str)
+            chunk.reasoning = not text and not chunk.tool_call and (bool(thought) or "content" not in delta)
+            text = thought + text
+        has_text_field = "content" in delta or "reasoning_content" in delta or "reasoning" in delta or chunk.tool_call
         role_only = not text and "role" in delta
     else:
         text = choice.get("text")
@@ -143,9 +150,9 @@ def read_chunk(data: str) -> Chunk:
         chunk.tokens = len(chunk.token_ids)
     elif logprobs:
         chunk.tokens = logprobs
-    elif text or (has_text_field and not role_only and chunk.finish_reason is None):
+    elif text or chunk.tool_call or (has_text_field and not role_only and chunk.finish_reason is None):
         chunk.tokens = 1
-        chunk.blank = not text
+        chunk.blank = not text and not chunk.tool_call
     return chunk
 
 

@@ -48,6 +48,7 @@ from .rows import (
 # (metric, plot title, what one sample is)
 CDF_METRICS = (
     ("ttft", "TTFT", "requests"),
+    ("ttfo", "TTFO (first answer token)", "requests"),
     ("tpot", "TPOT", "requests"),
     ("latency", "Request latency", "requests"),
     ("ttfat", "TTFAT", "sessions"),

@@ -1,8 +1,9 @@
 """Terminal tables of a :class:`~pytest_llmreplay.metrics.result.Result`, in the layout trie users know.
 
 - **Per-trace metrics**: one row per statistic (mean, min, p50 ... max), one column per metric
-  (latency, TTFT, TTFAT, decode TPOT, ITL, output tokens per turn and per trace, cache hit rates);
-  columns without samples are left out. A trace is a session; a flat request is a one-turn one.
+  (latency, TTFT, TTFO, TTFAT, decode TPOT, ITL, output and reasoning tokens per turn, output
+  tokens per trace, cache hit rates); columns without samples are left out (TTFO and reasoning
+  tokens but in a run with reasoning). A trace is a session; a flat request is a one-turn one.
 - **Workload metrics**: throughputs (requests/s, prompt, cached and uncached prompt, completion
   tokens/s) over the whole run, the last 30 s, and the steady state (after the first 20%), also
   per GPU.
@@ -30,10 +31,12 @@ ROWS = ("mean", "min", "p50", "p90", "p95", "p99", "max")
 TRACE_COLUMNS = (
     ("latency", "Latency (s)", 1.0),
     ("ttft", "TTFT (s)", 1.0),
+    ("ttfo", "TTFO (s)", 1.0),
     ("ttfat", "TTFAT (s)", 1.0),
     ("tpot", "Decode TPOT (ms/tok)", 1e3),
     ("itl", "ITL (ms)", 1e3),
     ("output_tokens", "Output tokens/turn", 1.0),
+    ("reasoning_tokens", "Reasoning tokens/turn", 1.0),
     ("output_tokens_per_session", "Output tokens/trace", 1.0),
     ("cache_hit_rate", "Cache hit rate (%)", 100.0),
     ("eligible_cache_hit_rate", "Eligible cache hit rate (%)", 100.0),

@@ -64,6 +64,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from ..errors import LLMReplayError
+from ..metrics.names import GOODPUT_METRICS
 from ..metrics.result import Result
 from ..metrics.slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
 from ..replayer.driver import Replay, ReplaySettings, session_plan
@@ -134,12 +135,12 @@ class CapacityPlan:
         except LLMReplayError as exc:
             raise LLMReplayError(f"capacity.slo: {exc}") from None
         for slo in slos:
-            per_request = slo.metric in ("ttft", "tpot", "latency", "itl") and slo.op in ("<", "<=")
+            per_request = slo.metric in GOODPUT_METRICS and slo.op in ("<", "<=")
             share = slo.metric in ("error_rate", "goodput") and slo.stat == "value"
             if not (per_request or share):
                 raise LLMReplayError(
-                    f"capacity.slo {slo.key!r}: cannot be evaluated per request; expected an upper bound (< or <=) on ttft, tpot, "
-                    "latency or itl, or an error_rate or goodput share"
+                    f"capacity.slo {slo.key!r}: cannot be evaluated per request; expected an upper bound (< or <=) on "
+                    f"{', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]}, or an error_rate or goodput share"
                 )
         check_goodput_limits(slos, slos, "capacity.slo", "the search's SLOs")
         for name in ("min", "max"):

@@ -1,0 +1,280 @@
+"""Reasoning measured apart from the answer: the stream parser's bookkeeping (chat deltas as vLLM
+and SGLang stream them with a reasoning parser on), the per-request and per-session metrics on
+hand-built records, SLO keys, and what the gate stores and compares."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+
+import pytest
+from records import make, rec
+
+from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES, compare, gated_tolerances, make_record
+from pytest_llmreplay.metrics.names import REASONING_METRICS
+from pytest_llmreplay.metrics.slo import SLOBreach, parse_slo
+from pytest_llmreplay.metrics.units import format_value
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint, Response, _take_event
+from pytest_llmreplay.replayer.sse import read_chunk
+
+
+def approx(value):
+    return pytest.approx(value, rel=1e-9, abs=1e-12)
+
+
+def chat_event(delta: dict, finish: str | None = None, **extra) -> str:
+    return json.dumps(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            **extra,
+        }
+    )
+
+
+def usage_event(completion: int, reasoning: int | None = None) -> str:
+    usage: dict = {"prompt_tokens": 10, "completion_tokens": completion, "total_tokens": 10 + completion}
+    if reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return json.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+
+
+def parse(events: list[tuple[float, str]]) -> Response:
+    response = Response(sent_s=0.0)
+    for now, data in events:
+        _take_event(data, now, response)
+    return response
+
+
+# ---------------------------------------------------------------- the stream
+
+
+def test_a_chunk_says_whether_it_is_reasoning_an_answer_or_a_tool_call():
+    thought = read_chunk(chat_event({"reasoning_content": "Let me"}))
+    assert (thought.tokens, thought.reasoning, thought.tool_call, thought.text) == (1, True, False, "Let me")
+    assert read_chunk(chat_event({"reasoning": "hmm"})).reasoning  # vLLM's newer field name
+    answer = read_chunk(chat_event({"reasoning_content": None, "content": "Paris"}))
+    assert (answer.reasoning, answer.text) == (False, "Paris")
+    both = read_chunk(chat_event({"reasoning_content": "so ", "content": "Paris"}))  # the turn between the two
+    assert (both.reasoning, both.text) == (False, "so Paris")
+    call = read_chunk(chat_event({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}))
+    # a tool call's piece is a token, never a blank one (a stream may open with it)
+    assert (call.tokens, call.blank, call.tool_call, call.reasoning) == (1, False, True, False)
+
+
+def test_reasoning_then_content_stream_is_measured_apart():
+    events = [
+        (0.01, chat_event({"role": "assistant", "content": ""})),
+        (0.10, chat_event({"reasoning_content": "The"})),
+        (0.12, chat_event({"reasoning_content": " user"})),
+        (0.14, chat_event({"reasoning_content": " asks"})),
+        (0.50, chat_event({"content": "Paris"})),
+        (0.52, chat_event({"content": "."}, finish="stop")),
+        (0.53, usage_event(completion=5, reasoning=3)),
+    ]
+    response = parse(events)
+    assert response.chunk_times == [0.10, 0.12, 0.14, 0.50, 0.52]
+    assert (response.first_reasoning_s, response.last_reasoning_s) == (0.10, 0.14)
+    assert (response.first_answer_s, response.last_answer_s) == (0.50, 0.52)
+    assert (response.reasoning_counted, response.reasoning_tokens, response.completion_tokens) == (3, 3, 5)
+    assert response.text == "The user asksParis."
+
+
+def test_a_tool_call_is_the_first_answer_token():
+    events = [
+        (0.10, chat_event({"reasoning": "I need the weather"})),
+        (
+            0.30,
+            chat_event({"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "weather", "arguments": ""}}]}),
+        ),
+        (0.32, chat_event({"tool_calls": [{"index": 0, "function": {"arguments": '{"city":"Paris"}'}}]})),
+        (0.33, chat_event({}, finish="tool_calls")),
+    ]
+    response = parse(events)
+    assert response.first_reasoning_s == 0.10
+    assert (response.first_answer_s, response.tool_calls) == (0.30, 2)
+    assert response.reasoning_tokens is None  # no usage: counted from the stream only
+
+
+def test_non_streamed_reasoning_is_one_chunk_with_the_usage_split():
+    class Reply:
+        async def aread(self) -> bytes:
+            return json.dumps(
+                {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "reasoning_content": "think", "content": "Paris"},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": 8,
+                        "completion_tokens": 40,
+                        "completion_tokens_details": {"reasoning_tokens": 31},
+                    },
+                }
+            ).encode()
+
+    endpoint = HTTPEndpoint("http://127.0.0.1:9", model="m")
+    response = Response(sent_s=0.0)
+    asyncio.run(endpoint._read_whole(Reply(), response))
+    assert response.chunk_tokens == [40]
+    assert response.first_reasoning_s == response.first_answer_s == response.chunk_times[0]
+    assert (response.reasoning_tokens, response.text) == (31, "thinkParis")
+
+
+def test_split_reasoning_marks_the_leading_tokens_of_the_chunks():
+    response = Response(chunk_times=[1.0, 2.0, 3.0, 4.0], chunk_tokens=[1, 9, 1, 5])
+    response.split_reasoning(10)
+    assert (response.first_reasoning_s, response.last_reasoning_s, response.reasoning_counted) == (1.0, 2.0, 10)
+    assert (response.first_answer_s, response.last_answer_s) == (3.0, 4.0)
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def thinking(session, *, sent, reasoning_chunks, answer_chunks, reasoning=None, end=None, turn=0, turns=1):
+    """A record of a response that reasoned over ``reasoning_chunks`` then answered over
+    ``answer_chunks`` ((time, tokens) each), as the driver keeps it."""
+    chunks = tuple(reasoning_chunks) + tuple(answer_chunks)
+    record = rec(session, turn, turns, sent=sent, chunks=chunks, end=end if end is not None else chunks[-1][0])
+    counted = sum(n for _, n in reasoning_chunks)
+    return replace(
+        record,
+        first_reasoning_s=reasoning_chunks[0][0] if reasoning_chunks else None,
+        last_reasoning_s=reasoning_chunks[-1][0] if reasoning_chunks else None,
+        first_answer_s=answer_chunks[0][0] if answer_chunks else None,
+        last_answer_s=answer_chunks[-1][0] if answer_chunks else None,
+        reasoning_tokens=counted if reasoning is None else reasoning,
+    )
+
+
+def test_reasoning_metrics_per_request():
+    # sent at 1.0; 101 reasoning tokens from 1.2 to 3.2; 21 answer tokens from 3.25 to 3.65
+    a = thinking(0, sent=1.0, reasoning_chunks=((1.2, 1), (3.2, 100)), answer_chunks=((3.25, 1), (3.65, 20)))
+    s = make([a]).summary
+    assert s["ttft"]["mean"] == approx(0.2)  # the first token is the first reasoning token
+    assert s["ttfr"]["mean"] == approx(0.2)
+    assert s["ttfo"]["mean"] == approx(2.25)  # 3.25 - 1.0: the user's wait for the answer
+    assert s["reasoning_tokens"]["mean"] == 101
+    assert s["answer_tokens"]["mean"] == 21
+    assert s["output_tokens"]["mean"] == 122  # both, as the server's completion_tokens
+    assert s["reasoning_decode_tps"]["mean"] == approx(100 / 2.0)
+    assert s["answer_decode_tps"]["mean"] == approx(20 / 0.4)
+
+
+def test_a_request_that_did_not_reason_in_a_reasoning_run():
+    a = thinking(0, sent=0.0, reasoning_chunks=((0.1, 1), (0.5, 9)), answer_chunks=((0.6, 1),))
+    b = rec(1, sent=0.0, chunks=((0.2, 1), (0.3, 4)), end=0.3)  # no reasoning: its first token is its answer's
+    s = make([a, b]).summary
+    assert s["ttfo"]["count"] == 2 and s["ttfo"]["max"] == approx(0.6) and s["ttfo"]["min"] == approx(0.2)
+    assert s["ttfr"]["count"] == 1  # only the request that reasoned has a first reasoning token
+    assert (s["reasoning_tokens"]["min"], s["answer_tokens"]["max"]) == (0, 5)
+
+
+def test_a_request_cut_while_reasoning_has_no_answer():
+    a = thinking(0, sent=0.0, reasoning_chunks=((0.1, 1), (0.9, 15)), answer_chunks=())
+    b = thinking(1, sent=0.0, reasoning_chunks=((0.1, 1),), answer_chunks=((0.2, 1),))
+    s = make([a, b]).summary
+    assert s["ttfo"]["count"] == 1 and s["ttfo"]["mean"] == approx(0.2)
+    assert s["answer_tokens"]["min"] == 0
+
+
+def test_a_run_without_reasoning_shows_none_of_the_reasoning_metrics():
+    result = make([rec(0, sent=0.0, chunks=((0.1, 1), (0.2, 3)), end=0.2)])
+    assert not set(REASONING_METRICS) & set(result.summary)
+    assert not {"ttfo", "first_answer_s", "reasoning_tokens"} & set(result.request_table().columns)
+    with pytest.raises(SLOBreach, match="not measured"):
+        result.assert_slo({"ttfo.p90": "< 20s"})
+
+
+def test_usage_reasoning_count_of_zero_is_no_reasoning():
+    record = replace(rec(0, sent=0.0, chunks=((0.1, 1), (0.2, 3)), end=0.2), reasoning_tokens=0, first_answer_s=0.1)
+    assert "ttfo" not in make([record]).summary
+
+
+def test_ttfat_ends_at_the_first_answer_token_of_the_last_request():
+    first = thinking(0, sent=0.0, reasoning_chunks=((0.1, 1),), answer_chunks=((0.2, 4),), turns=2)
+    last = thinking(
+        0, turn=1, turns=2, sent=1.0, reasoning_chunks=((1.1, 1), (3.0, 50)), answer_chunks=((3.4, 1), (3.6, 9))
+    )
+    result = make([first, last])
+    assert result.session_rows[0]["ttfat"] == approx(3.4)  # not 1.1, its first reasoning token
+
+
+def test_ttfat_of_records_without_answer_times_is_their_first_token():
+    first = rec(0, 0, 2, sent=0.0, chunks=((0.1, 1),), end=0.1)
+    last = rec(0, 1, 2, sent=0.5, chunks=((0.7, 1), (0.8, 1)), end=0.8)
+    assert make([first, last]).session_rows[0]["ttfat"] == approx(0.7)
+
+
+def test_reasoning_slos_and_units():
+    a = thinking(0, sent=0.0, reasoning_chunks=((0.1, 1), (12.0, 2999)), answer_chunks=((12.5, 1), (13.0, 99)))
+    result = make([a])
+    result.assert_slo({"ttfo.p90": "< 20s", "reasoning_tokens.mean": "< 4000", "answer_decode_tps.p50": "> 100 tok/s"})
+    with pytest.raises(SLOBreach) as breach:
+        result.assert_slo({"ttfo.p90": "< 10s"})
+    assert "ttfo.p90" in str(breach.value) and "12.5 s" in str(breach.value)
+    assert parse_slo("ttfr.p99", "< 500ms").value == approx(0.5)
+    with pytest.raises(Exception, match="no unit, and ttfo is a time"):
+        parse_slo("ttfo.p90", "< 20")
+    assert format_value("reasoning_decode_tps", 50.0) == "50 tok/s"
+
+
+def test_a_ttfo_limit_counts_in_goodput():
+    fast = thinking(0, sent=0.0, reasoning_chunks=((0.1, 1),), answer_chunks=((0.5, 2),))
+    slow = thinking(1, sent=0.0, reasoning_chunks=((0.1, 1),), answer_chunks=((5.0, 2),))
+    result = make([fast, slow])
+    assert result.goodput_figures({"ttfo": 1.0})["value"] == approx(0.5)  # the slow answer is not good
+    assert result.goodput_figures({"ttft": 1.0})["value"] == approx(1.0)  # though both began to think at once
+
+
+# ---------------------------------------------------------------- the gate
+
+
+def stored(result) -> dict:
+    return make_record(result, test="t", fingerprint={}, workload={}, git={})
+
+
+def reasoning_run(answer_at: float):
+    return make(
+        [
+            thinking(
+                i, sent=float(i), reasoning_chunks=((i + 0.1, 1), (i + 0.5, 9)), answer_chunks=((i + answer_at, 5),)
+            )
+            for i in range(8)
+        ]
+    )
+
+
+def test_a_run_with_reasoning_stores_ttfo_samples_and_is_gated_on_ttfo():
+    record = stored(reasoning_run(0.6))
+    assert len(record["samples"]["ttfo"]) == 8
+    assert gated_tolerances(record) == {**DEFAULT_TOLERANCES, "ttfo.p50": 0.05}
+    plain = stored(make([rec(0, sent=0.0, chunks=((0.1, 1), (0.2, 1)), end=0.2)]))
+    assert "ttfo" not in plain["samples"] and "ttfo.p50" not in gated_tolerances(plain)
+
+
+def test_a_slower_answer_is_a_ttfo_regression():
+    comparison = compare(
+        stored(reasoning_run(0.6)), stored(reasoning_run(1.2)), gated_tolerances(stored(reasoning_run(1.2)))
+    )
+    row = next(row for row in comparison.rows if row.key == "ttfo.p50")
+    assert row.verdict == "regression"
+    assert next(row for row in comparison.rows if row.key == "ttft.p50").verdict == "ok"  # the first token did not move
+
+
+def test_a_baseline_stored_before_reasoning_was_measured_compares_on_the_rest():
+    current = stored(reasoning_run(0.6))
+    old = json.loads(json.dumps(current))  # as a result stored before these metrics existed
+    del old["samples"]["ttfo"], old["sample_keys"]["ttfo"]
+    for name in REASONING_METRICS:
+        old["summary"].pop(name, None)
+    comparison = compare(old, current, gated_tolerances(current))
+    rows = {row.key: row for row in comparison.rows}
+    assert rows["ttfo.p50"].verdict == "skipped" and rows["ttfo.p50"].note == "too few samples"
+    assert rows["ttft.p50"].verdict == "ok"
