@@ -26,7 +26,6 @@ A key given twice (``sessions:`` twice, or ``synthetic:`` twice) is an error nam
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -37,52 +36,11 @@ import numpy as np
 
 from ...errors import WorkloadError
 from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
-from ._fields import type_name
 from ._text import read_text
 from ._yaml import YamlProblem, load_yaml
+from .distribution import Length, check_number, parse_distribution
 
 NAME = "synthetic"
-DISTRIBUTIONS = {
-    "fixed": ("value",),
-    "uniform": ("min", "max"),
-    "normal": ("mean", "std"),
-    "lognormal": ("mean", "std"),
-}
-
-
-@dataclass(frozen=True)
-class Distribution:
-    """A length or delay distribution; see the module docstring for the forms."""
-
-    dist: str
-    params: tuple[tuple[str, float], ...]
-    low: float | None = None
-    high: float | None = None
-
-    def sample(self, rng: np.random.Generator, size: int, *, integer: bool) -> np.ndarray:
-        """``size`` draws, clamped to [low, high]; integers are rounded and at least 1."""
-        p = dict(self.params)
-        values: np.ndarray
-        if self.dist == "fixed":
-            values = np.full(size, p["value"], dtype=float)
-        elif self.dist == "uniform":
-            values = (
-                rng.integers(int(p["min"]), int(p["max"]) + 1, size).astype(float)
-                if integer
-                else rng.uniform(p["min"], p["max"], size)
-            )
-        elif self.dist == "normal":
-            values = rng.normal(p["mean"], p["std"], size)
-        else:  # lognormal, parametrised by the mean and std of the values themselves
-            sigma2 = math.log1p((p["std"] / p["mean"]) ** 2)
-            values = rng.lognormal(math.log(p["mean"]) - sigma2 / 2, math.sqrt(sigma2), size)
-        values = np.clip(values, self.low, self.high) if (self.low is not None or self.high is not None) else values
-        if integer:
-            return np.maximum(np.rint(values), 1).astype(np.int64)
-        return np.maximum(values, 0.0)
-
-
-Length = int | float | Distribution | Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -132,13 +90,13 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     sessions = _check_int(spec.sessions, "sessions", 1, where)
     groups = _check_int(spec.prefix_groups, "prefix_groups", 1, where)
     seed = _check_int(spec.seed, "seed", 0, where)
-    ratio = _check_number(spec.shared_prefix_ratio, "shared_prefix_ratio", where, high=1.0)
+    ratio = check_number(spec.shared_prefix_ratio, "synthetic.shared_prefix_ratio", where, high=1.0)
     if spec.rate is not None and spec.interval is not None:
         raise WorkloadError("give rate or interval, not both", field="synthetic.rate", path=source)
-    rate = _check_number(spec.rate, "rate", where, positive=True) if spec.rate is not None else None
-    interval = _check_number(spec.interval, "interval", where) if spec.interval is not None else None
+    rate = check_number(spec.rate, "synthetic.rate", where, positive=True) if spec.rate is not None else None
+    interval = check_number(spec.interval, "synthetic.interval", where) if spec.interval is not None else None
     inputs_d, outputs_d, turns_d, delay_d = (
-        parse_distribution(value, name, where)
+        parse_distribution(value, f"synthetic.{name}", where)
         for value, name in (
             (spec.input_tokens, "input_tokens"),
             (spec.output_tokens, "output_tokens"),
@@ -148,7 +106,7 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     )
 
     first_d = (
-        parse_distribution(spec.first_input_tokens, "first_input_tokens", where)
+        parse_distribution(spec.first_input_tokens, "synthetic.first_input_tokens", where)
         if spec.first_input_tokens is not None
         else None
     )
@@ -206,56 +164,7 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     return workload
 
 
-def parse_distribution(value: Length, name: str, where: Mapping[str, Any]) -> Distribution:
-    """A :class:`Distribution` from a number or a ``{dist: ..., ...}`` mapping, checked."""
-    field = f"synthetic.{name}"
-    if isinstance(value, Distribution):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value) or value < 0:
-            raise WorkloadError(f"must be a finite number >= 0, got {value!r}", field=field, **where)
-        return Distribution("fixed", (("value", float(value)),))
-    if not isinstance(value, Mapping):
-        raise WorkloadError(f"expected a number or a mapping with 'dist', got {type_name(value)}", field=field, **where)
-    kind = value.get("dist")
-    if kind not in DISTRIBUTIONS:
-        raise WorkloadError(
-            f"'dist' must be one of {', '.join(DISTRIBUTIONS)}, got {kind!r}", field=f"{field}.dist", **where
-        )
-    allowed = {"dist", "min", "max", *DISTRIBUTIONS[kind]}
-    for key in value:
-        if key not in allowed:
-            raise WorkloadError(
-                f"unknown key for dist {kind}; expected {', '.join(sorted(allowed))}", field=f"{field}.{key}", **where
-            )
-    numbers = {}
-    for key in allowed - {"dist"}:
-        if key in value:
-            numbers[key] = _check_number(value[key], f"{name}.{key}", where)
-        elif key in DISTRIBUTIONS[kind]:
-            raise WorkloadError(f"required for dist {kind}", field=f"{field}.{key}", **where)
-    if kind == "lognormal" and numbers["mean"] <= 0:
-        raise WorkloadError("must be > 0 for a lognormal", field=f"{field}.mean", **where)
-    low, high = numbers.get("min"), numbers.get("max")
-    if low is not None and high is not None and low > high:
-        raise WorkloadError(f"min {low:g} is greater than max {high:g}", field=f"{field}.min", **where)
-    params = tuple((k, numbers[k]) for k in DISTRIBUTIONS[kind])
-    if kind == "uniform":
-        return Distribution(kind, params)
-    return Distribution(kind, params, low, high)
-
-
 def _check_int(value: Any, name: str, minimum: int, where: Mapping[str, Any]) -> int:
     if type(value) is not int or value < minimum:
         raise WorkloadError(f"must be an integer >= {minimum}, got {value!r}", field=f"synthetic.{name}", **where)
     return value
-
-
-def _check_number(
-    value: Any, name: str, where: Mapping[str, Any], *, high: float | None = None, positive: bool = False
-) -> float:
-    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
-    if bad or (positive and value == 0) or (high is not None and value > high):
-        bounds = f"{'> 0' if positive else '>= 0'}{f' and <= {high:g}' if high is not None else ''}"
-        raise WorkloadError(f"must be a number {bounds}, got {value!r}", field=f"synthetic.{name}", **where)
-    return float(value)
