@@ -53,7 +53,10 @@ def test_docstring_spec_file(tmp_path):
     workload = load_workload(path)
     assert (workload.format, workload.source, workload.timed, len(workload)) == ("synthetic", str(path), True, 200)
     assert {len(s.turns) for s in workload} == {1, 2, 3, 4}
-    assert all(t.output_tokens == 128 for _, _, t in workload.turns())
+    assert all(
+        t.output_tokens == 128 + t.reasoning_tokens for _, _, t in workload.turns()
+    )  # each answer after its reasoning
+    assert len({t.reasoning_tokens for _, _, t in workload.turns()}) > 10  # drawn per turn
     assert all(0.5 <= t.delay_s <= 2.0 for s in workload for t in s.turns[1:])
     assert {t.prompt.prefix_group for t in first_turns(workload)} == {0, 1, 2, 3}
 

@@ -977,7 +977,7 @@ def test_the_servers_own_tokenizing_is_not_model_time(prompts):
     with serving(slow, tiny_profile(0.2)) as thread:
         jobs: list[Any] = []
         submit = thread.server.cluster.submit
-        thread.server.cluster.submit = lambda *args: jobs.append(submit(*args)) or jobs[-1]
+        thread.server.cluster.submit = lambda *args, **options: jobs.append(submit(*args, **options)) or jobs[-1]
         for attempt in range(2):  # the second: the engine went idle after an iteration
             items = stream(thread.url, "/v1/completions", {"prompt": TEXT * 2 + str(attempt), "max_tokens": 1})
             assert finish_reasons(items) == ["length"]

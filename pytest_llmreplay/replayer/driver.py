@@ -509,7 +509,7 @@ class Replay:
                 await self.clock.sleep_until(scheduled)
             response = Response()
             try:
-                await self.endpoint.send(EndpointRequest(api, body), response)
+                await self.endpoint.send(EndpointRequest(api, body, turn.reasoning_tokens), response)
             except asyncio.CancelledError:
                 record.status = "cancelled"
                 self._keep(record, response, api, body)

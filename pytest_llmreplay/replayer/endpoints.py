@@ -41,15 +41,20 @@ BUSY_GAUGES = (
     "sglang:num_queue_reqs",
 )
 TOKENS_SO_FAR = re.compile(r"\bafter (\d+) tokens?\b")  # reads progress()'s count back
+SIM_REASONING_FIELD = "sim_reasoning_tokens"  # the simulator's request option: reasoning tokens before the answer
 
 
 @dataclass(slots=True)
 class EndpointRequest:
     """One call: ``api`` is ``chat`` or ``completions``; ``body`` is the JSON body without the
-    endpoint's own fields (model, stream), which the endpoint adds unless the body has them."""
+    endpoint's own fields (model, stream), which the endpoint adds unless the body has them;
+    ``reasoning_tokens``: how many of its output tokens its workload says a reasoning model
+    thinks before answering (None: it does not say), which the simulator streams as reasoning
+    (a real server's model decides for itself)."""
 
     api: str
     body: dict[str, Any]
+    reasoning_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -135,18 +140,15 @@ class Response:
         """The first ``reasoning`` tokens of the chunks in ``chunk_times`` were reasoning, the
         rest the answer (a chunk is one or the other: the simulator ends its chunks at the
         boundary); sets the times of both kinds and ``reasoning_counted``."""
-        seen = 0
-        for time, tokens in zip(self.chunk_times, self.chunk_tokens, strict=True):
-            if seen < reasoning:
-                if self.first_reasoning_s is None:
-                    self.first_reasoning_s = time
-                self.last_reasoning_s = time
-                self.reasoning_counted += tokens
-            else:
-                if self.first_answer_s is None:
-                    self.first_answer_s = time
-                self.last_answer_s = time
-            seen += tokens
+        times, tokens = self.chunk_times, self.chunk_tokens
+        boundary = seen = 0
+        while boundary < len(times) and seen < reasoning:
+            seen += tokens[boundary]
+            boundary += 1
+        if boundary:
+            self.first_reasoning_s, self.last_reasoning_s, self.reasoning_counted = times[0], times[boundary - 1], seen
+        if boundary < len(times):
+            self.first_answer_s, self.last_answer_s = times[boundary], times[-1]
 
     def set_usage(
         self,
@@ -235,7 +237,9 @@ class HTTPEndpoint:
     the server (connect, or between reads) before the request fails. ``metrics_interval_s``:
     while open, the server's ``/metrics`` is scraped that often
     (:mod:`~pytest_llmreplay.replayer.server_metrics`; 0: never); :attr:`scraped` holds what
-    :meth:`close` collected.
+    :meth:`close` collected. ``reasoning_hint``: the server is our simulator, so a request's
+    planned reasoning goes in its body as :data:`SIM_REASONING_FIELD` (a real server would ignore
+    the field, or refuse it: never sent to one).
     """
 
     url: str
@@ -247,6 +251,7 @@ class HTTPEndpoint:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0
     metrics_interval_s: float = 1.0
+    reasoning_hint: bool = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
@@ -348,7 +353,8 @@ class HTTPEndpoint:
 
     def body(self, request: EndpointRequest) -> dict[str, Any]:
         """The JSON sent: model and streaming settings, then ``extra_body``, then the request's;
-        a model the user named (``model`` or ``extra_body``) replaces a verbatim payload's."""
+        a model the user named (``model`` or ``extra_body``) replaces a verbatim payload's; the
+        planned reasoning last (``reasoning_hint``)."""
         body: dict[str, Any] = {"model": self.model, "stream": self.stream}
         if self.stream:
             body["stream_options"] = {"include_usage": True}
@@ -356,6 +362,8 @@ class HTTPEndpoint:
         body.update(request.body)
         if self._named_model is not None:
             body["model"] = self._named_model
+        if self.reasoning_hint and request.reasoning_tokens is not None:
+            body[SIM_REASONING_FIELD] = request.reasoning_tokens
         return body
 
     async def send(self, request: EndpointRequest, response: Response) -> None:

@@ -250,12 +250,13 @@ class Cluster:
         for engine in self.engines:
             await engine.stop()
 
-    def submit(self, prompt: Tokens, output: Tokens, received_s: float | None = None) -> Job:
+    def submit(self, prompt: Tokens, output: Tokens, received_s: float | None = None, reasoning_len: int = 0) -> Job:
         """Route a request that generates exactly ``len(output)`` tokens (fit it to the profile's
-        ``max_model_len`` first: a request larger than the cache would wait forever);
-        ``received_s``: when the server received it (:meth:`Engine.enqueue`); it reaches the
-        engines ``frontend_s`` later (module doc: front end)."""
-        job = Job(SimRequest(prompt, output))
+        ``max_model_len`` first: a request larger than the cache would wait forever), the first
+        ``reasoning_len`` of them reasoning (:mod:`.reasoning`); ``received_s``: when the server
+        received it (:meth:`Engine.enqueue`); it reaches the engines ``frontend_s`` later
+        (module doc: front end)."""
+        job = Job(SimRequest(prompt, output, reasoning_len))
         disaggregated = self.prefill is not None and job.first.output_len > 1
         if disaggregated:
             job.done = asyncio.get_running_loop().create_future()

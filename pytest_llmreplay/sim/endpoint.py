@@ -19,6 +19,9 @@ engine's cache saw them; a keyed prompt's output is keyed too and returns no
 tokens or text (no later turn extends it).
 Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission) and
 ``completion_tokens``; ``queue_s`` is admission time - arrival time (in the first engine). A
+request that reasons (:mod:`.reasoning`: the request's ``sim_reasoning_tokens``, its turn's
+planned reasoning, else the profile's ``reasoning``) has its first tokens reported as reasoning
+and their count as ``reasoning_tokens``, as the HTTP server's chat stream reports them. A
 prompt that leaves no room in ``max_model_len`` fails at once with ``http: 400 ...``, as vLLM
 refuses it; a text prompt is tokenized only until it is past ``max_model_len``, so a huge one
 costs the memory of one piece of it, not of its whole tokenization. A
@@ -33,11 +36,12 @@ from typing import Any
 
 from ..errors import LLMReplayError
 from ..replayer.clock import Clock
-from ..replayer.endpoints import EndpointRequest, Response
+from ..replayer.endpoints import SIM_REASONING_FIELD, EndpointRequest, Response
 from ..workloads.prompts import KeyedPrompt, PromptFactory, stable_hash
 from ..workloads.tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig
 from .profile import Profile
+from .reasoning import reasoning_tokens
 from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 
 
@@ -112,6 +116,8 @@ class SimEndpoint:
         cluster, clock = self.cluster, self._clock
         assert cluster is not None and clock is not None  # open() sets both
         body = {**self.extra_body, **request.body} if self.extra_body else request.body
+        if request.reasoning_tokens is not None:  # the turn's own, sent as the HTTP client sends it to the server
+            body = {**body, SIM_REASONING_FIELD: request.reasoning_tokens}
         response.sent_s = clock.now()
         chat = "messages" in body
         try:
@@ -127,8 +133,9 @@ class SimEndpoint:
             output = KeyedPrompt(((("sim-output", self.seed, self._sent), count),))
         else:
             output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
+        thought = min(reasoning_tokens(limits.reasoning, self.profile, self.seed, self._sent), count)
         self._sent += 1
-        submitted = cluster.submit(prompt, output)
+        submitted = cluster.submit(prompt, output, reasoning_len=thought)
         response.chunk_times, response.chunk_tokens = submitted.times, submitted.tokens
         try:
             await submitted.done
@@ -140,6 +147,9 @@ class SimEndpoint:
             response.prompt_tokens = submitted.prompt_len
             response.cached_tokens = submitted.cached
             response.completion_tokens = submitted.generated
+            if thought:
+                response.reasoning_tokens = min(thought, submitted.generated)
+            response.split_reasoning(thought)
             if not isinstance(output, KeyedPrompt):
                 response.token_ids = list(output[: submitted.generated])
                 response.text_parts = [self.prompts.text(response.token_ids)[0]] if response.token_ids else []

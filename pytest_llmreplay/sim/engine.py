@@ -20,7 +20,9 @@ finish, or the last step before a block shortage) and computes their durations a
 (``timing.decode_span_s``). An arrival during a span cuts it after the iteration in progress.
 So the Python work grows with arrivals, completions and admissions, not with tokens. Tokens of a
 span reach a request as one chunk at the span's end (``times``/``tokens``): TTFT is exact; ITL
-within a span is its mean. ``spans=False`` (the HTTP server, which must stream every token at its
+within a span is its mean. A request whose first ``reasoning_len`` tokens are reasoning
+(:mod:`.reasoning`) also ends a span at its last reasoning token and takes its first answer
+token in a span of its own, so that its first answer token's time is exact too. ``spans=False`` (the HTTP server, which must stream every token at its
 time) runs every iteration on its own; the times are the same.
 
 Handing tokens out takes clock time on a wall clock (the HTTP server writes one event per stream
@@ -129,6 +131,7 @@ class SimRequest:
         "output",
         "prompt_len",
         "output_len",
+        "reasoning_len",
         "arrival_s",
         "scheduled_s",
         "transferred",
@@ -148,7 +151,7 @@ class SimRequest:
         "on_emit",
     )
 
-    def __init__(self, prompt: Tokens, output: Tokens) -> None:
+    def __init__(self, prompt: Tokens, output: Tokens, reasoning_len: int = 0) -> None:
         if not len(output):
             raise ValueError("a request must generate at least one token")
         if isinstance(prompt, KeyedPrompt) != isinstance(output, KeyedPrompt):
@@ -158,6 +161,7 @@ class SimRequest:
         self.output = output
         self.prompt_len = len(prompt)
         self.output_len = len(output)
+        self.reasoning_len = min(reasoning_len, self.output_len)  # leading output tokens that are reasoning
         self.arrival_s = 0.0
         self.scheduled_s: float | None = None
         self.transferred = False  # the prompt's KV arrives from a prefill engine (disaggregated)
@@ -179,7 +183,7 @@ class SimRequest:
     def continue_after_prefill(self) -> SimRequest:
         """The decode half of this request in a disaggregated cluster: the prompt's KV arrives
         complete, the first token is already out, and tokens go on into the same lists."""
-        rest = SimRequest(self.prompt, self.output)
+        rest = SimRequest(self.prompt, self.output, self.reasoning_len)
         rest.transferred = True
         rest.generated = 1
         rest.hashes = self.hashes
@@ -244,9 +248,10 @@ class Engine:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    def submit(self, prompt: Tokens, output: Tokens) -> SimRequest:
-        """Queue a request that generates exactly ``len(output)`` tokens (see :meth:`enqueue`)."""
-        return self.enqueue(SimRequest(prompt, output))
+    def submit(self, prompt: Tokens, output: Tokens, reasoning_len: int = 0) -> SimRequest:
+        """Queue a request that generates exactly ``len(output)`` tokens, the first
+        ``reasoning_len`` of them reasoning (see :meth:`enqueue`)."""
+        return self.enqueue(SimRequest(prompt, output, reasoning_len))
 
     def enqueue(self, request: SimRequest, received_s: float | None = None) -> SimRequest:
         """Queue ``request``; it is admitted at the next iteration boundary. ``received_s``: when
@@ -427,9 +432,13 @@ class Engine:
         self.waiting.appendleft(request)
 
     def _decode_span(self, decodes: list[SimRequest]) -> _Plan:
-        """k decode-only iterations up to the first completion or block shortage."""
+        """k decode-only iterations up to the first completion, block shortage, or end of a
+        request's reasoning (then its first answer token alone: module docstring)."""
         size = self.config.block_size
-        k = min(r.output_len - r.generated for r in decodes)
+        k = min(
+            (r.output_len if r.generated > r.reasoning_len else max(r.reasoning_len, r.generated + 1)) - r.generated
+            for r in decodes
+        )
         rooms = [len(r.blocks) * size - r.computed for r in decodes]  # tokens each fits in the blocks it holds
 
         def blocks_needed(steps: int) -> int:

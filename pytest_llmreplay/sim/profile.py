@@ -14,8 +14,9 @@ replicas: ``N * b / tp``), ``kv_shards`` = tp (each GPU holds its KV heads' shar
 (the latent is replicated on every TP rank), ``reserve`` = ``activation_reserve_gib`` GiB per GPU (peak activations of the profiling
 forward pass, CUDA graphs, non-torch memory such as the CUDA context).
 
-Every field is read strictly: an error names the profile file and the dotted field
-(``profile.json: engine.block_size: must be > 0, got 0``).
+``reasoning`` (optional): the reasoning tokens before each answer, a number or a distribution
+(:mod:`.reasoning`). Every field is read strictly: an error names the profile file and the
+dotted field (``profile.json: engine.block_size: must be > 0, got 0``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import LLMReplayError
+from ..workloads.formats.distribution import Distribution, parse_distribution
 from .engine import MAX_GPU_BLOCKS, EngineConfig
 from .polynomial import DYNAMO_DECODE, DYNAMO_DECODE_FLOOR_MS, DYNAMO_PREFILL, PolynomialTiming
 from .profile_files import profile_path
@@ -53,6 +55,7 @@ class Profile:
     frontend_ms: float = (
         0.0  # the server's per-request latency before the engine sees a request (sim/cluster.py: front end)
     )
+    reasoning: Distribution | None = None  # reasoning tokens before each answer (sim/reasoning.py)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     description: str = ""
@@ -230,7 +233,7 @@ class _Fields:
         return tuple(float(v) for v in value)
 
 
-_TOP = ("name", "description", "model", "hardware", "engine", "timing", "sources", "notes")
+_TOP = ("name", "description", "model", "hardware", "engine", "timing", "reasoning", "sources", "notes")
 _MODEL = (
     "name",
     "parameters",
@@ -495,6 +498,7 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
         hardware=hardware,
         jitter=f.number(data["timing"], "timing", "jitter", 0.0, maximum=MAX_JITTER, inclusive=True),
         frontend_ms=f.number(data["timing"], "timing", "frontend_ms", 0.0, maximum=MAX_FRONTEND_MS, inclusive=True),
+        reasoning=parse_distribution(data["reasoning"], "reasoning", {"path": origin}) if "reasoning" in data else None,
         sources=f.strings(data, "sources"),
         notes=f.strings(data, "notes"),
         description=description,

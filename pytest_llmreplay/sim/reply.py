@@ -2,6 +2,12 @@
 (one JSON body) or streamed (SSE ``data:`` events, one HTTP chunk per write, each token written
 when its engine iteration ends), with the request's injected fault (:mod:`.faults`) and the
 server's emit-lag record of each chunk's write time against its simulated time.
+
+A chat response that reasons (:mod:`.reasoning`) is written as vLLM writes one with a reasoning
+parser: its first ``reasoning`` tokens as ``reasoning_content`` deltas (an event never holds
+both kinds: a write across the boundary is two events), then ``content``; whole, as the
+message's ``reasoning_content`` and ``content`` (null when no answer came); its usage has
+``completion_tokens_details.reasoning_tokens``. A completions response is all text, as vLLM's.
 """
 
 from __future__ import annotations
@@ -57,8 +63,10 @@ class Reply:
         output: list[int],
         finish: str,
         fault: Fault | None,
+        reasoning: int = 0,
     ) -> None:
         self.server, self.request, self.body, self.chat = server, request, body, chat
+        self.reasoning = reasoning if chat else 0  # leading output tokens written as reasoning
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{number}"
         self.prompt_tokens, self.output, self.finish, self.fault = prompt_tokens, output, finish, fault
         self.envelope = {
@@ -69,6 +77,7 @@ class Reply:
         }
         head = event({**self.envelope, "choices": []})[: -len(b"]}\n\n")] + b'{"index":0,'
         self.head = head + (b'"delta":{"content":' if chat else b'"text":')
+        self.thinking_head = head + b'"delta":{"reasoning_content":'
         after_text = b"}" if chat else b',"logprobs":null'
         self.middle = {
             None: after_text + b',"finish_reason":null',
@@ -85,18 +94,34 @@ class Reply:
 
     def usage(self, job: Job) -> dict[str, Any]:
         generated = job.generated
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": generated,
             "total_tokens": self.prompt_tokens + generated,
             "prompt_tokens_details": {"cached_tokens": job.cached or 0},
         }
+        if self.reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": min(self.reasoning, generated)}
+        return usage
 
-    def frame(self, ids: Sequence[int], finish: str | None) -> bytes:
-        """One SSE event carrying ``ids``, as it goes on the wire (built from cached pieces: no
-        JSON encoder per token)."""
+    def frames(self, start: int, end: int) -> bytes:
+        """The SSE events carrying tokens ``output[start:end]`` as they go on the wire: one, or
+        two where they cross the end of the reasoning; the last token's carries the finish
+        reason."""
+        split = min(max(self.reasoning, start), end)
+        finish = self.finish if end >= len(self.output) else None
+        if split == start:
+            return self.frame(self.output[start:end], finish)
+        if split == end:
+            return self.frame(self.output[start:end], finish, thinking=True)
+        return self.frame(self.output[start:split], None, thinking=True) + self.frame(self.output[split:end], finish)
+
+    def frame(self, ids: Sequence[int], finish: str | None, thinking: bool = False) -> bytes:
+        """One SSE event carrying ``ids`` (as reasoning when ``thinking``), as it goes on the
+        wire (built from cached pieces: no JSON encoder per token)."""
         extra = b',"token_ids":%b' % json.dumps(list(ids)).encode() if self.return_ids else b""
-        return self.wire(b"%b%b%b%b}]}\n\n" % (self.head, self.server.json_text(ids), self.middle[finish], extra))
+        head = self.thinking_head if thinking else self.head
+        return self.wire(b"%b%b%b%b}]}\n\n" % (head, self.server.json_text(ids), self.middle[finish], extra))
 
     async def whole(self, job: Job) -> web.StreamResponse:
         await job.done
@@ -107,11 +132,17 @@ class Reply:
                     self.request.transport.close()
                 return web.Response(status=499)
         choice: dict[str, Any] = {"index": 0, "finish_reason": self.finish}
-        text = self.server.text(self.output)
-        if self.chat:
-            choice["message"] = {"role": "assistant", "content": text}
+        if self.reasoning:
+            answer = self.output[self.reasoning :]
+            choice["message"] = {
+                "role": "assistant",
+                "reasoning_content": self.server.text(self.output[: self.reasoning]),
+                "content": self.server.text(answer) if answer else None,
+            }
+        elif self.chat:
+            choice["message"] = {"role": "assistant", "content": self.server.text(self.output)}
         else:
-            choice.update(text=text, logprobs=None)
+            choice.update(text=self.server.text(self.output), logprobs=None)
         if self.body.get("return_token_ids"):
             choice["token_ids"] = self.output
         kind = "chat.completion" if self.chat else "text_completion"
@@ -147,8 +178,9 @@ class Reply:
         return reply
 
     def _flush(self) -> None:
-        """Write what the engine produced since the last call as one event: one per iteration
-        while the server keeps up (under load vLLM also merges what piled up).
+        """Write what the engine produced since the last call as one event (two across the end
+        of the reasoning: :meth:`frames`): one per iteration while the server keeps up (under
+        load vLLM also merges what piled up).
 
         Synchronous, called by the engine right after each of this request's chunks: 1,000
         streams cost 1,000 socket writes per iteration and no task switch. A fault strikes right
@@ -168,9 +200,7 @@ class Reply:
         if fault is not None and sent + ready >= fault.after_tokens:
             head = fault.after_tokens - sent
             self.sent, self.pending_fault, self.ahead = sent + head, None, None
-            transport.write(
-                self.frame(self.output[sent : self.sent], self.finish if self.sent >= len(self.output) else None)
-            )
+            transport.write(self.frames(sent, self.sent))
             if fault.kind == "disconnect":
                 self.server.running.abort(self.job)
                 transport.close()
@@ -182,11 +212,7 @@ class Reply:
         self.sent = sent = sent + ready
         last = sent >= len(self.output)
         ahead, self.ahead = self.ahead, None
-        transport.write(
-            ahead
-            if ready == 1 and ahead is not None
-            else self.frame(self.output[sent - ready : sent], self.finish if last else None)
-        )
+        transport.write(ahead if ready == 1 and ahead is not None else self.frames(sent - ready, sent))
         if not last:
             self.server.build_ahead(self)
         if self.fault is None:  # a faulty stream's lag is its fault, not the server's error
@@ -204,7 +230,7 @@ class Reply:
         for the iteration's end: :meth:`_flush` then only writes it."""
         sent = self.sent
         if sent < len(self.output) and not self.ended.done():
-            self.ahead = self.frame(self.output[sent : sent + 1], self.finish if sent + 1 >= len(self.output) else None)
+            self.ahead = self.frames(sent, sent + 1)
 
     def _resume(self) -> None:
         """A stall is over: write what piled up, or end a stream whose last token went before it."""

@@ -10,7 +10,8 @@ the field at fault, so a body the server refuses is refused by the offline simul
 - ``stream_options``: an object or absent;
 - the output limit: ``max_tokens``, or for chat ``max_completion_tokens`` when given: an integer
   >= 1;
-- ``min_tokens``: an integer >= 0, default 0.
+- ``min_tokens``: an integer >= 0, default 0;
+- ``sim_reasoning_tokens`` (the simulator's own, :mod:`.reasoning`): an integer >= 0 or absent.
 
 Once the prompt is tokenized, :func:`output_limits` fits them to the model's context
 ``max_model_len`` as vLLM (0.32) does: a prompt of more than ``max_model_len`` tokens, or of exactly
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..replayer.endpoints import SIM_REASONING_FIELD
 
 if TYPE_CHECKING:
     from ..workloads.tokenizer import Tokenizer
@@ -60,6 +63,7 @@ class Limits(NamedTuple):
     max_tokens: int | None  # None: not given (the default depends on the prompt: output_limits)
     min_tokens: int
     limit_name: str  # the field that set max_tokens: max_tokens or max_completion_tokens
+    reasoning: int | None = None  # sim_reasoning_tokens; None: not given
 
 
 def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
@@ -84,7 +88,8 @@ def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
     min_tokens = 0 if get("min_tokens") is None else _integer(body, "min_tokens", 0, 0)
     if max_tokens is not None and min_tokens > max_tokens:
         raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
-    return Limits(max_tokens, min_tokens, limit_name)
+    reasoning = None if get(SIM_REASONING_FIELD) is None else _integer(body, SIM_REASONING_FIELD, 0, 0)
+    return Limits(max_tokens, min_tokens, limit_name, reasoning)
 
 
 def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int) -> tuple[int, int]:

@@ -15,7 +15,14 @@ Requests:
   ``min(min_tokens + natural, max_tokens)``, ``natural`` drawn per request (geometric with that
   mean: a constant chance of EOS per token, the EOS token counted), with ``finish_reason``
   ``stop`` when it stopped early. ``min_tokens`` adds to the natural length because vLLM masks
-  EOS for the first ``min_tokens`` tokens and the chance of EOS is the same at every later one.
+  EOS for the first ``min_tokens`` tokens and the chance of EOS is the same at every later one;
+  so does a reasoning model's thinking (the natural length is its answer's):
+  ``max(min_tokens, reasoning) + natural``.
+- Reasoning (:mod:`.reasoning`): the request's ``sim_reasoning_tokens``, else the profile's
+  ``reasoning``, are the output's first tokens; a chat response streams them as
+  ``reasoning_content`` deltas, then ``content``, with
+  ``usage.completion_tokens_details.reasoning_tokens`` (:mod:`.reply`), as vLLM with a
+  reasoning parser.
 - ``stream`` with ``stream_options.include_usage``; ``return_token_ids`` adds each chunk's
   ``token_ids`` (as vLLM does). ``usage`` has ``prompt_tokens_details.cached_tokens``: the prompt's
   prefix found in the engine's cache at admission.
@@ -69,6 +76,7 @@ from .cluster import Cluster, ClusterConfig, transfer_s_per_token
 from .faults import FaultConfig
 from .lag_window import LagWindow
 from .profile import Profile
+from .reasoning import reasoning_tokens
 from .reply import Reply
 from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
 
@@ -287,16 +295,16 @@ class SimServer:
         number = self._requests
         self._requests += 1
         try:
-            body, prompt, max_tokens, count = await self._parse(request, chat, number)
+            body, prompt, max_tokens, count, thought = await self._parse(request, chat, number)
         except BadRequest as exc:
             return exc.response()
         fault = self.faults.draw(number, count)
         if fault is not None and fault.kind == "error":
             return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response()
         output = self.prompts.stream(stable_hash("sim-output", self.seed, number), 0, count)
-        job = self.running.submit(prompt, output, received)
+        job = self.running.submit(prompt, output, received, reasoning_len=thought)
         finish = "length" if count == max_tokens else "stop"
-        reply = Reply(self, request, body, chat, number, len(prompt), output, finish, fault)
+        reply = Reply(self, request, body, chat, number, len(prompt), output, finish, fault, thought)
         handler = asyncio.current_task()
         assert handler is not None  # aiohttp runs each handler in a task
         self._handlers.add(handler)
@@ -310,8 +318,11 @@ class SimServer:
         finally:
             self._handlers.discard(handler)
 
-    async def _parse(self, request: web.Request, chat: bool, number: int) -> tuple[dict[str, Any], list[int], int, int]:
-        """(body, prompt ids, max_tokens, tokens to generate), or :class:`BadRequest`."""
+    async def _parse(
+        self, request: web.Request, chat: bool, number: int
+    ) -> tuple[dict[str, Any], list[int], int, int, int]:
+        """(body, prompt ids, max_tokens, tokens to generate, the first of them that are
+        reasoning: :mod:`.reasoning`), or :class:`BadRequest`."""
         try:
             body = await request.json()
         except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
@@ -324,17 +335,20 @@ class SimServer:
         limits = check_fields(body, chat)
         prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
         max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len)
-        return body, prompt, max_tokens, self._output_length(body, max_tokens, min_tokens, number)
+        thought = reasoning_tokens(limits.reasoning, self.profile, self.seed, number)
+        count = self._output_length(body, max_tokens, max(min_tokens, thought), number)
+        return body, prompt, max_tokens, count, min(thought, count)
 
-    def _output_length(self, body: dict[str, Any], max_tokens: int, min_tokens: int, number: int) -> int:
-        """``max_tokens``, or ``min(min_tokens + natural, max_tokens)`` when EOS is simulated
-        (module docstring)."""
+    def _output_length(self, body: dict[str, Any], max_tokens: int, before_eos: int, number: int) -> int:
+        """``max_tokens``, or ``min(before_eos + natural, max_tokens)`` when EOS is simulated
+        (module docstring; ``before_eos``: the tokens no EOS can end, ``min_tokens`` and the
+        reasoning)."""
         if self.eos_mean_tokens is None or body.get("ignore_eos"):
             return max_tokens
         rng = random.Random(stable_hash("eos", self.seed, number))
         p = 1.0 / self.eos_mean_tokens
         natural = 1 if p >= 1 else 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p))
-        return min(min_tokens + natural, max_tokens)
+        return min(before_eos + natural, max_tokens)
 
     def _prompt_ids(self, prompt: Any) -> list[int]:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):

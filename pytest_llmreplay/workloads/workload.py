@@ -77,6 +77,9 @@ class Turn:
     ``input_tokens``/``output_tokens`` are ``None`` only for verbatim payloads whose lengths the
     file does not state (they depend on the server's tokenizer and chat template).
     ``output_token_ids`` are the planned response tokens when the trace has them.
+    ``reasoning_tokens``: of ``output_tokens``, how many a reasoning model thinks before it
+    answers, where the workload says (None: it does not); the simulator streams that many as
+    reasoning.
     """
 
     input_tokens: int | None
@@ -84,6 +87,7 @@ class Turn:
     prompt: PromptSource
     delay_s: float = 0.0
     output_token_ids: tuple[int, ...] | None = None
+    reasoning_tokens: int | None = None
 
 
 def next_synthetic(previous: Turn | None, input_tokens: int) -> Synthetic:
@@ -153,7 +157,8 @@ def check_limits(workload: Workload, path: str | Path | None = None) -> None:
     """Raise :class:`WorkloadError` for sizes no replay can honour: more than
     :data:`MAX_REQUESTS` requests, a prompt or response over :data:`MAX_TOKENS` tokens (its
     prompt could not be made), an arrival or delay over :data:`MAX_TIME_S` (the replay would
-    wait for months). Names the session and turn (a flat trace's session is ``line<N>``)."""
+    wait for months), reasoning tokens below 0 or over the turn's output tokens. Names the
+    session and turn (a flat trace's session is ``line<N>``)."""
     if workload.num_requests > MAX_REQUESTS:
         raise WorkloadError(f"{workload.num_requests:,} requests is over the limit of {MAX_REQUESTS:,}", path=path)
     for session in workload.sessions:
@@ -170,6 +175,15 @@ def check_limits(workload: Workload, path: str | Path | None = None) -> None:
             if turn.delay_s > MAX_TIME_S:
                 raise WorkloadError(
                     _time_message(turn.delay_s), path=path, field=f"session {session.id!r} turn {index}: delay"
+                )
+            thought = turn.reasoning_tokens
+            if thought is not None and (
+                thought < 0 or (turn.output_tokens is not None and thought > turn.output_tokens)
+            ):
+                raise WorkloadError(
+                    f"{thought} must be >= 0 and at most the turn's output tokens ({turn.output_tokens}): reasoning is part of them",
+                    path=path,
+                    field=f"session {session.id!r} turn {index}: reasoning tokens",
                 )
 
 

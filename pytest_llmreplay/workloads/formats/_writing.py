@@ -66,6 +66,13 @@ def untimed_losses(workload: Workload, losses: Losses) -> None:
         losses.add("untimed workload: every session is written at time 0")
 
 
+def reasoning_losses(workload: Workload, losses: Losses) -> None:
+    """Record the loss of the turns' reasoning lengths for a target that has no field for them
+    (their output lengths keep the reasoning)."""
+    if any(turn.reasoning_tokens is not None for _, _, turn in workload.turns()):
+        losses.add("reasoning lengths (the target has no field for them; output lengths still count them)")
+
+
 def arrival_losses(workload: Workload, losses: Losses) -> None:
     """Record the loss of arrival times for a target that has none."""
     if workload.timed and any(s.arrival_s for s in workload.sessions):

@@ -26,7 +26,7 @@ from ..workload import Payload, Session, Turn, Workload
 from ._compressed import open_for_writing
 from ._fields import DuplicateKey, Fields, payload_output_tokens, too_deep, type_name, unique_keys
 from ._text import read_text
-from ._writing import Losses, payload_bodies
+from ._writing import Losses, payload_bodies, reasoning_losses
 
 NAME = "aiperf-inputs"
 _DATA_ARRAY = re.compile(r'\s*\{\s*"data"\s*:\s*\[')
@@ -115,6 +115,7 @@ def _failing_entry_line(text: str, error: type[Exception]) -> int:
 def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> list[str]:
     """Write ``{"data": [...]}`` (indent 2, as AIPerf does); only payload workloads convert."""
     losses = Losses(NAME)
+    reasoning_losses(workload, losses)
     bodies = payload_bodies(workload, NAME, losses)
     notes = losses.settle(allow_loss)
     data = [{"session_id": s.id, "payloads": b} for s, b in zip(workload.sessions, bodies, strict=True)]

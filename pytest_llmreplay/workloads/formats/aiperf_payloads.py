@@ -20,7 +20,7 @@ from ...errors import WorkloadError
 from ..workload import Payload, Session, Turn, Workload
 from ._compressed import uncompressed_name
 from ._fields import Fields, check_messages, iter_json_lines, payload_output_tokens, try_json
-from ._writing import Losses, payload_bodies, write_json_lines
+from ._writing import Losses, payload_bodies, reasoning_losses, write_json_lines
 
 NAME = "aiperf-payloads"
 
@@ -63,6 +63,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     """One-turn sessions: a JSONL file, a body a line. Multi-turn sessions: ``path`` becomes a
     directory with one ``<session id>.jsonl`` per session. Only payload workloads convert."""
     losses = Losses(NAME)
+    reasoning_losses(workload, losses)
     bodies = payload_bodies(workload, NAME, losses)
     notes = losses.settle(allow_loss)
     path = Path(path)

@@ -18,7 +18,7 @@ from ...errors import WorkloadError
 from ..workload import Session, Synthetic, Turn, Workload
 from ._compressed import open_for_writing
 from ._text import text_lines
-from ._writing import Losses, cannot, known_lengths, lengths_only, untimed_losses
+from ._writing import Losses, cannot, known_lengths, lengths_only, reasoning_losses, untimed_losses
 
 NAME = "azure"
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -98,6 +98,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     contents (token ids, hash ids, prefix groups) and an untimed workload's arrivals are losses.
     """
     losses = Losses(NAME)
+    reasoning_losses(workload, losses)
     untimed_losses(workload, losses)
     rows = []
     for session in workload.sessions:

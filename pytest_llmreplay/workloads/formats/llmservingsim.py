@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..workload import HashBlocks, Session, Synthetic, TokenIds, Turn, Workload, next_synthetic, request_name
 from ._fields import Fields, iter_json_lines, try_json
-from ._writing import Losses, known_lengths, untimed_losses, write_json_lines
+from ._writing import Losses, known_lengths, reasoning_losses, untimed_losses, write_json_lines
 
 NAME = "llmservingsim"
 REQUEST_FIELDS = frozenset({"input_toks", "output_toks", "input_tok_ids", "output_tok_ids"})
@@ -112,6 +112,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     workload's missing arrivals are losses; verbatim payloads cannot be expressed.
     """
     losses = Losses(NAME)
+    reasoning_losses(workload, losses)
     untimed_losses(workload, losses)
     rows = []
     for session in workload.sessions:

@@ -41,7 +41,7 @@ from ..workload import (
     request_name,
 )
 from ._fields import Fields, check_messages, iter_json_lines, payload_output_tokens, try_json, type_name
-from ._writing import Losses, tidy, write_json_lines
+from ._writing import Losses, reasoning_losses, tidy, write_json_lines
 
 NAME = "mooncake"
 DEFAULT_BLOCK_SIZE = 512
@@ -213,6 +213,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     another block size than 512 are kept and noted: load the file with that ``block_size``.
     """
     losses = Losses(NAME)
+    reasoning_losses(workload, losses)
     notes: list[str] = []
     rows = []
     for session in workload.sessions:

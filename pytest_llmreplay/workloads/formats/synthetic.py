@@ -7,6 +7,7 @@ In code, ``generate(SyntheticSpec(...))``; as a file, a YAML or JSON spec under 
       input_tokens: {dist: normal, mean: 1024, std: 256}
       first_input_tokens: 8000      # optional: turn 1's length, when it differs (agents)
       output_tokens: 128
+      reasoning_tokens: {dist: lognormal, mean: 900, std: 600}   # optional: thinking before each answer
       rate: 8                       # Poisson arrivals, sessions/s (or interval: seconds apart)
       turns: {dist: uniform, min: 1, max: 4}
       delay: {dist: uniform, min: 0.5, max: 2.0}   # seconds between turns
@@ -21,6 +22,10 @@ least 1. ``delay`` takes the same forms in seconds (>= 0, not rounded). Turn 1 o
 ``first_input_tokens`` tokens (default: drawn from ``input_tokens``), its first ``floor(shared_prefix_ratio * input)`` from the session's
 prefix group (groups drawn uniformly); turn k > 1 extends turn k-1 by ``input_tokens`` new tokens.
 Without ``rate`` or ``interval`` the workload is untimed (replayed by concurrency).
+``reasoning_tokens`` (a length, at least 0 here) is a reasoning model's thinking before each
+answer of ``output_tokens``: a turn's output is both (``max_tokens`` covers both, as a reasoning
+model's does), the first ``reasoning_tokens`` of it reasoning (``Turn.reasoning_tokens``, which
+the simulator streams as reasoning; a later turn's prompt holds the whole previous response).
 A key given twice (``sessions:`` twice, or ``synthetic:`` twice) is an error naming its line.
 """
 
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,6 +56,7 @@ class SyntheticSpec:
     input_tokens: Length = 512
     first_input_tokens: Length | None = None
     output_tokens: Length = 128
+    reasoning_tokens: Length | None = None
     rate: float | None = None
     interval: float | None = None
     turns: Length = 1
@@ -105,10 +111,12 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
         )
     )
 
-    first_d = (
-        parse_distribution(spec.first_input_tokens, "synthetic.first_input_tokens", where)
-        if spec.first_input_tokens is not None
-        else None
+    first_d, thought_d = (
+        parse_distribution(value, f"synthetic.{name}", where) if value is not None else None
+        for value, name in (
+            (spec.first_input_tokens, "first_input_tokens"),
+            (spec.reasoning_tokens, "reasoning_tokens"),
+        )
     )
     rng = np.random.default_rng(seed)
     if sessions > MAX_REQUESTS:
@@ -131,6 +139,12 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     out_tokens = cast(list[int], outputs_d.sample(rng, total, integer=True).tolist())
     delays = cast(list[float], delay_d.sample(rng, total, integer=False).tolist())
     firsts = cast(list[int], first_d.sample(rng, sessions, integer=True).tolist()) if first_d is not None else None
+    thoughts = (  # drawn last: a spec without reasoning draws what it drew before reasoning existed
+        cast(list[int], thought_d.sample(rng, total, integer=True, minimum=0).tolist())
+        if thought_d is not None
+        else [0] * total
+    )
+    out_tokens = [answer + thought for answer, thought in zip(out_tokens, thoughts, strict=True)]
     for name, lengths in (
         ("input_tokens", new_tokens),
         ("output_tokens", out_tokens),
@@ -152,10 +166,11 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
             if t == 0:
                 length = firsts[index] if firsts is not None else new_tokens[k]
                 prompt = Synthetic(int(group_of[index]), int(ratio * length)) if ratio > 0 else Synthetic()
-                turns.append(Turn(length, out_tokens[k], prompt))
+                turn = Turn(length, out_tokens[k], prompt)
             else:  # the previous prompt + its response + new tokens
                 length += out_tokens[k - 1] + new_tokens[k]
-                turns.append(Turn(length, out_tokens[k], Synthetic(extends_previous=True), float(delays[k])))
+                turn = Turn(length, out_tokens[k], Synthetic(extends_previous=True), float(delays[k]))
+            turns.append(replace(turn, reasoning_tokens=thoughts[k]) if thought_d is not None else turn)
             k += 1
         out.append(Session(f"session{index}", float(arrivals[index]), tuple(turns)))
     timed = rate is not None or interval is not None

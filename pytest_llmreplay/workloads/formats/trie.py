@@ -18,7 +18,16 @@ from pathlib import Path
 
 from ..workload import Session, Synthetic, Turn, Workload
 from ._fields import Fields, iter_json_lines, try_json
-from ._writing import Losses, arrival_losses, cannot, known_lengths, lengths_only, tidy, write_json_lines
+from ._writing import (
+    Losses,
+    arrival_losses,
+    cannot,
+    known_lengths,
+    lengths_only,
+    reasoning_losses,
+    tidy,
+    write_json_lines,
+)
 
 NAME = "trie"
 LIST_FIELDS = ("assistant_response_length", "tool_call_output_length", "tool_call_latency")
@@ -67,6 +76,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     own prompt, then turns that extend the previous prompt + response. Arrival times and the
     first prompt's token ids, hash ids or prefix group are losses."""
     losses = Losses(NAME)
+    reasoning_losses(workload, losses)
     arrival_losses(workload, losses)
     rows = [_trace_row(session, losses) for session in workload.sessions]
     notes = losses.settle(allow_loss)
