@@ -13,10 +13,12 @@ from records import make, rec
 
 from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES, compare, gated_tolerances, make_record
 from pytest_llmreplay.metrics.names import REASONING_METRICS
-from pytest_llmreplay.metrics.slo import SLOBreach, parse_slo
+from pytest_llmreplay.metrics.slo import SLOBreach, parse_slo, parse_slos
 from pytest_llmreplay.metrics.units import format_value
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint, Response, _take_event
 from pytest_llmreplay.replayer.sse import read_chunk
+from pytest_llmreplay.search.capacity import parse_capacity
+from pytest_llmreplay.search.stop import StopRule
 
 
 def approx(value):
@@ -278,3 +280,15 @@ def test_a_baseline_stored_before_reasoning_was_measured_compares_on_the_rest():
     rows = {row.key: row for row in comparison.rows}
     assert rows["ttfo.p50"].verdict == "skipped" and rows["ttfo.p50"].note == "too few samples"
     assert rows["ttft.p50"].verdict == "ok"
+
+
+# ---------------------------------------------------------------- capacity
+
+
+def test_a_capacity_search_may_bound_ttfo_and_its_point_stops_once_the_bound_is_lost():
+    parse_capacity({"by": "concurrency", "slo": {"ttfo.p50": "< 1s"}}).validate()
+    rule = StopRule(parse_slos({"ttfo.p50": "< 1s"}), planned=3, limits={"ttfo": 1.0})
+    slow = [thinking(i, sent=0.0, reasoning_chunks=((0.1, 1),), answer_chunks=((2.0, 1),)) for i in range(2)]
+    assert rule.reason(slow[0]) is None  # a quick first token: thinking, not answering
+    assert rule.reason(slow[1]) == "ttfo.p50 < 1s is lost: 2 of at most 3 requests over it"
+    assert rule.not_good == 2

@@ -224,7 +224,7 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         action="append",
         required=True,
         metavar="KEY<VALUE",
-        help="an SLO every point must meet, e.g. 'ttft.p99<1s' or 'tpot.p90<=50ms' (repeatable): upper bounds on ttft, tpot, latency, itl; error_rate; goodput share",
+        help="an SLO every point must meet, e.g. 'ttft.p99<1s' or 'tpot.p90<=50ms' (repeatable): upper bounds on ttft, ttfo, tpot, latency, itl; error_rate; goodput share",
     )
     sweep.add_argument(
         "--by",

@@ -58,6 +58,11 @@ def _since_sent(record: RequestRecord, time: float | None) -> float | None:
     return None if time is None or record.sent_s is None else time - record.sent_s
 
 
+def ttfo(record: RequestRecord) -> float | None:
+    """First answer token - sent (:func:`answer_start`); None when no answer came."""
+    return _since_sent(record, answer_start(record))
+
+
 def _decode_tps(tokens: int | None, first: float | None, last: float | None) -> float | None:
     """(tokens - 1) / (last - first); None for one token or fewer, or no time between them."""
     if tokens is None or tokens <= 1 or first is None or last is None or last <= first:
@@ -71,7 +76,7 @@ def reasoning_values(record: RequestRecord) -> dict[str, Any]:
     answer = None if thought is None else max(record.output_tokens - thought, 0)
     return {
         "ttfr": _since_sent(record, record.first_reasoning_s),
-        "ttfo": _since_sent(record, answer_start(record)),
+        "ttfo": ttfo(record),
         "reasoning_tokens": thought,
         "answer_tokens": answer,
         "reasoning_decode_tps": _decode_tps(thought, record.first_reasoning_s, record.last_reasoning_s),

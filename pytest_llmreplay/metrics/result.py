@@ -314,7 +314,7 @@ class Result:
     """The outcome of a replay: records, the metrics computed from them, and writers.
 
     ``gpus`` divides steady-state throughput into ``per_gpu``; ``goodput`` maps per-request
-    metrics (``ttft``, ``tpot``, ``latency``, ``itl`` = the request's worst gap) to the most
+    metrics (``ttft``, ``ttfo``, ``tpot``, ``latency``, ``itl`` = the request's worst gap) to the most
     seconds a good request may take.
     """
 

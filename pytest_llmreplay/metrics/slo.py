@@ -274,7 +274,7 @@ def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()
 
 def per_request_limits(slos: Iterable[SLO]) -> dict[str, float]:
     """Goodput's per-request limits from a test's SLOs (DistServe): every upper bound (``<``,
-    ``<=``) on a per-request metric (``ttft``, ``tpot``, ``latency``, ``itl``), whatever its
+    ``<=``) on a per-request metric (``ttft``, ``ttfo``, ``tpot``, ``latency``, ``itl``), whatever its
     statistic, is a limit each good request's own value must meet (``ttft.p99 < 1s``: a good
     request's TTFT is at most 1 s; ``itl``: its worst gap); the tightest bound per metric wins."""
     limits: dict[str, float] = {}

@@ -25,12 +25,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import LLMReplayError
+from ..metrics.names import GOODPUT_METRICS
 from ..metrics.units import format_value, in_unit
 
 # (point figure, series label, metric): what the latency plot draws of every point
 LATENCY_SERIES = (("ttft_p50", "TTFT p50", "ttft"), ("ttft_p99", "TTFT p99", "ttft"), ("tpot_p50", "TPOT p50", "tpot"))
 THROUGHPUT_SERIES = (("request_throughput", "throughput"), ("goodput_rate", "goodput"))
-TIME_SLO_METRICS = ("ttft", "tpot", "latency", "itl")
+TIME_SLO_METRICS = GOODPUT_METRICS  # the per-request times a capacity SLO may bound (search/capacity.py)
 SERIES_COLOURS = ("#1f5fa8", "#e07b00", "#2a9d8f", "#7b4fa0", "#8c564b")
 FAILED, CAPACITY = "#c62828", "#2e7d32"
 SLO_STYLES = ("-", (0, (5, 3)), (0, (1, 2)), (0, (6, 2, 1, 2)))

@@ -3,8 +3,8 @@
 **Early stop** (:class:`StopRule`, on by default): a point stops once its SLOs can no longer be
 met whatever its remaining requests do, as GuideLLM stops an over-saturated benchmark. With N
 the requests planned (an upper bound on those measured) and b the requests seen so far that
-breach a limit: an upper bound on a percentile ``pq`` (``max``: q = 1) of ``ttft``, ``tpot`` or
-``latency`` is lost once b >= N - floor((N - 1) q) (the value at position floor((N - 1) q) of the
+breach a limit: an upper bound on a percentile ``pq`` (``max``: q = 1) of ``ttft``, ``ttfo``,
+``tpot`` or ``latency`` is lost once b >= N - floor((N - 1) q) (the value at position floor((N - 1) q) of the
 sorted N is then a breaching one, and linear interpolation cannot pull the percentile under the
 limit); ``error_rate < x`` (``<=``, ``==``) once failed / N is over what it allows; ``goodput >=
 x`` (share) once (N - not good) / N < x. An overloaded open-loop point's queue, and so its TTFT,
@@ -36,12 +36,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..gate.history import t_quantile
+from ..metrics.reasoning import ttfo
 from ..metrics.result import latency, tpot, ttft
 from ..metrics.slo import OPERATORS, SLO
 from ..replayer.records import RequestRecord
 
 # per-request metrics an SLO's percentile bound is counted on
-REQUEST_VALUE = {"ttft": ttft, "tpot": tpot, "latency": latency}
+REQUEST_VALUE = {"ttft": ttft, "ttfo": ttfo, "tpot": tpot, "latency": latency}
 # over-saturation (module docstring)
 SATURATION_WINDOW = 0.75
 SATURATION_MIN_REQUESTS = 10
