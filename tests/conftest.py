@@ -2,7 +2,8 @@
 project in a git repository, the same pushed to a bare repository that CI jobs clone, a bare
 repository of 16 commits, an S3 server (moto's, a process on loopback), the folder the engine
 tests' vLLM is installed in, the vLLM server those tests share, and the bundled tokenizer noting
-how long a text it is asked to encode."""
+how long a text it is asked to encode, a prompt factory on it and a simulator's server on a
+tiny profile that the reasoning and tool-call tests share."""
 
 from __future__ import annotations
 
@@ -109,6 +110,24 @@ def s3_env(monkeypatch, tmp_path):
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def bundled_prompts():
+    """A prompt factory on the bundled tokenizer, seed 0."""
+    from pytest_llmreplay.workloads.prompts import PromptFactory
+
+    return PromptFactory(load_tokenizer(None))
+
+
+@pytest.fixture(scope="session")
+def tiny_sim(bundled_prompts):
+    """The simulator's HTTP server in a thread, on ``test_sim_server.tiny_profile`` (every engine
+    iteration 1 ms), shared by the tests of reasoning and tool calls."""
+    from test_sim_server import serving
+
+    with serving(bundled_prompts) as thread:
+        yield thread
 
 
 @pytest.fixture(scope="session")

@@ -37,10 +37,10 @@ from pytest_llmreplay.replayer.clock import VirtualClock, WallClock  # noqa: E40
 from pytest_llmreplay.replayer.endpoints import (
     EndpointRequest,
     HTTPEndpoint,
-    Response,
     busy_requests,
     check_endpoint_url,
 )  # noqa: E402
+from pytest_llmreplay.replayer.response import Response  # noqa: E402
 from pytest_llmreplay.replayer.server_process import ServerProcess  # noqa: E402
 
 MOCKSERVER = Path(__file__).parent / "mockserver.py"

@@ -1,11 +1,13 @@
-"""Reasoning models through the plugin (pytester): SLOs on TTFO and reasoning tokens, the tables
-that show them, the gate on ``ttfo.p50``, and the simulator's server reasoning as the workload
-plans (each project a git repository: conftest's ``project``)."""
+"""Reasoning models and tool calls through the plugin (pytester): SLOs on TTFO and reasoning
+tokens, the tables that show them, the gate on ``ttfo.p50``, the simulator's server reasoning as
+the workload plans, and a test's ``tool_calls`` (each project a git repository: conftest's
+``project``)."""
 
 from __future__ import annotations
 
 import json
 
+from test_format_trie import trace
 from test_plugin_baselines import git, head
 
 # agent sessions whose every answer of 16 tokens follows 300 tokens of reasoning
@@ -94,3 +96,28 @@ def test_the_simulators_server_reasons_as_the_workload_plans(project):
     assert (summary["reasoning_tokens"]["mean"], summary["answer_tokens"]["mean"]) == (20, 16)
     assert summary["ttfo"]["p50"] > summary["ttft"]["p50"]
     assert len(record["samples"]["ttfo"]) == 12
+
+
+def test_a_test_asks_its_agent_trace_for_tool_calls(project):
+    """``tool_calls`` is a replay setting: a marker key, stored with the result (a result
+    with it is not compared with one without)."""
+    row = trace(input_prompt_length=64, assistant_response_length=[6, 4], tool_call_output_length=[20, 12])
+    project.path.joinpath("agents.jsonl").write_text(
+        (json.dumps({**row, "final_assistant_response_length": 9}) + "\n") * 3
+    )
+    project.makepyfile(
+        test_agents="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="agents.jsonl", tool_calls=True, concurrency=3)
+        def test_agents(llm_result):
+            calls = sorted((r.turn_index, r.tool_calls) for r in llm_result.records)
+            assert calls == [(0, 1)] * 3 + [(1, 1)] * 3 + [(2, 0)] * 3  # the final answers call none
+            assert llm_result.run.settings["tool_calls"] is True
+
+        @pytest.mark.llmreplay(workload="agents.jsonl", concurrency=3)
+        def test_agents_without(llm_result):
+            assert not any(r.tool_calls for r in llm_result.records)
+        """
+    )
+    project.runpytest("--llm-offline", "test_agents.py").assert_outcomes(passed=2)

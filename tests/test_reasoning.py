@@ -15,8 +15,9 @@ from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES, compare, gated_to
 from pytest_llmreplay.metrics.names import REASONING_METRICS
 from pytest_llmreplay.metrics.slo import SLOBreach, parse_slo, parse_slos
 from pytest_llmreplay.metrics.units import format_value
-from pytest_llmreplay.replayer.endpoints import HTTPEndpoint, Response, _take_event
-from pytest_llmreplay.replayer.sse import read_chunk
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint, _take_event
+from pytest_llmreplay.replayer.response import Response
+from pytest_llmreplay.replayer.sse import ToolCallPiece, read_chunk
 from pytest_llmreplay.search.capacity import parse_capacity
 from pytest_llmreplay.search.stop import StopRule
 
@@ -56,7 +57,7 @@ def parse(events: list[tuple[float, str]]) -> Response:
 
 def test_a_chunk_says_whether_it_is_reasoning_an_answer_or_a_tool_call():
     thought = read_chunk(chat_event({"reasoning_content": "Let me"}))
-    assert (thought.tokens, thought.reasoning, thought.tool_call, thought.text) == (1, True, False, "Let me")
+    assert (thought.tokens, thought.reasoning, thought.tool_calls, thought.text) == (1, True, (), "Let me")
     assert read_chunk(chat_event({"reasoning": "hmm"})).reasoning  # vLLM's newer field name
     answer = read_chunk(chat_event({"reasoning_content": None, "content": "Paris"}))
     assert (answer.reasoning, answer.text) == (False, "Paris")
@@ -64,7 +65,8 @@ def test_a_chunk_says_whether_it_is_reasoning_an_answer_or_a_tool_call():
     assert (both.reasoning, both.text) == (False, "so Paris")
     call = read_chunk(chat_event({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}))
     # a tool call's piece is a token, never a blank one (a stream may open with it)
-    assert (call.tokens, call.blank, call.tool_call, call.reasoning) == (1, False, True, False)
+    assert (call.tokens, call.blank, call.reasoning) == (1, False, False)
+    assert call.tool_calls == (ToolCallPiece(0, None, None, '{"ci'),)
 
 
 def test_reasoning_then_content_stream_is_measured_apart():
@@ -97,7 +99,8 @@ def test_a_tool_call_is_the_first_answer_token():
     ]
     response = parse(events)
     assert response.first_reasoning_s == 0.10
-    assert (response.first_answer_s, response.tool_calls) == (0.30, 2)
+    assert response.first_answer_s == 0.30
+    assert response.calls == [{"id": "c1", "name": "weather", "arguments": '{"city":"Paris"}'}]
     assert response.reasoning_tokens is None  # no usage: counted from the stream only
 
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
-from mockserver import ServerThread
 from test_sim_server import serving, stream, tiny_profile
 
 from pytest_llmreplay.errors import LLMReplayError, WorkloadError
@@ -26,23 +24,10 @@ from pytest_llmreplay.sim.profile_files import profile_path
 from pytest_llmreplay.workloads.formats import write_workload
 from pytest_llmreplay.workloads.formats.distribution import parse_distribution
 from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
-from pytest_llmreplay.workloads.prompts import PromptFactory
-from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload, check_limits
 
 ITERATION_S = 0.001  # tiny_profile: every engine iteration lasts 1 ms
 REASONING, ANSWER = 60, 12
-
-
-@pytest.fixture(scope="module")
-def prompts() -> PromptFactory:
-    return PromptFactory(load_tokenizer(None))
-
-
-@pytest.fixture(scope="module")
-def sim(prompts) -> Iterator[ServerThread]:
-    with serving(prompts) as thread:
-        yield thread
 
 
 def agents(sessions: int = 3, reasoning=REASONING) -> Workload:
@@ -100,10 +85,10 @@ def test_converting_reasoning_lengths_to_a_format_without_them_is_a_loss(tmp_pat
 # ---------------------------------------------------------------- offline
 
 
-def test_ttfo_follows_ttft_by_the_reasoning_time(prompts):
+def test_ttfo_follows_ttft_by_the_reasoning_time(bundled_prompts):
     """One request at a time on 1 ms iterations: the first answer token is token REASONING + 1,
     REASONING iterations after the first (reasoning) token."""
-    result = offline(agents(), prompts, concurrency=1)
+    result = offline(agents(), bundled_prompts, concurrency=1)
     s = result.summary
     assert s["ttfo"]["min"] - s["ttft"]["max"] == pytest.approx(REASONING * ITERATION_S)
     assert s["ttfo"]["max"] - s["ttft"]["min"] == pytest.approx(REASONING * ITERATION_S)
@@ -119,11 +104,13 @@ def test_ttfo_follows_ttft_by_the_reasoning_time(prompts):
         assert last.first_answer_s - last.first_token_s == pytest.approx(REASONING * ITERATION_S)
 
 
-def test_offline_spans_end_at_the_reasoning_and_hand_out_the_first_answer_token_alone(prompts):
+def test_offline_spans_end_at_the_reasoning_and_hand_out_the_first_answer_token_alone(bundled_prompts):
     """On a real profile, under load, decode spans give many tokens per chunk; the first answer
     token still comes in a chunk of its own, right after the chunk of the last reasoning token."""
     workload = Workload(tuple(plain(f"s{i}", 300) for i in range(16)), "test")
-    result = offline(workload, prompts, load_profile("llama-3.1-8b-h100"), extra_body={"sim_reasoning_tokens": 200})
+    result = offline(
+        workload, bundled_prompts, load_profile("llama-3.1-8b-h100"), extra_body={"sim_reasoning_tokens": 200}
+    )
     for record in result.records:
         assert max(record.chunk_tokens) > 1  # spans, not one chunk per token
         boundary = record.chunk_times.index(record.first_answer_s)
@@ -132,31 +119,33 @@ def test_offline_spans_end_at_the_reasoning_and_hand_out_the_first_answer_token_
         assert record.last_reasoning_s == record.chunk_times[boundary - 1]
 
 
-def test_the_profile_draws_each_requests_reasoning_and_a_request_option_wins(prompts):
+def test_the_profile_draws_each_requests_reasoning_and_a_request_option_wins(bundled_prompts):
     profile = dataclasses.replace(
         tiny_profile(), reasoning=parse_distribution({"dist": "uniform", "min": 5, "max": 40}, "reasoning", {})
     )
     workload = Workload(tuple(plain(f"s{i}", 50) for i in range(30)), "test")
-    drawn = [r.reasoning_tokens for r in offline(workload, prompts, profile).records]
+    drawn = [r.reasoning_tokens for r in offline(workload, bundled_prompts, profile).records]
     assert min(drawn) >= 5 and max(drawn) <= 40 and len(set(drawn)) > 5
-    assert drawn == [r.reasoning_tokens for r in offline(workload, prompts, profile).records]  # seeded
-    asked = offline(workload, prompts, profile, extra_body={"sim_reasoning_tokens": 3}).records
+    assert drawn == [r.reasoning_tokens for r in offline(workload, bundled_prompts, profile).records]  # seeded
+    asked = offline(workload, bundled_prompts, profile, extra_body={"sim_reasoning_tokens": 3}).records
     assert {r.reasoning_tokens for r in asked} == {3}
 
 
-def test_reasoning_that_runs_past_max_tokens_leaves_no_answer(prompts):
+def test_reasoning_that_runs_past_max_tokens_leaves_no_answer(bundled_prompts):
     workload = Workload((plain("s", 30),), "test")
-    record = offline(workload, prompts, extra_body={"sim_reasoning_tokens": 500}).records[0]
+    record = offline(workload, bundled_prompts, extra_body={"sim_reasoning_tokens": 500}).records[0]
     assert (record.output_tokens, record.reasoning_tokens, record.first_answer_s) == (30, 30, None)
-    assert "ttfo" not in offline(workload, prompts, extra_body={"sim_reasoning_tokens": 500}).summary
+    assert "ttfo" not in offline(workload, bundled_prompts, extra_body={"sim_reasoning_tokens": 500}).summary
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, "7", True])
-def test_a_bad_request_option_is_refused_naming_it(prompts, sim, value):
-    record = offline(Workload((plain("s", 5),), "test"), prompts, extra_body={"sim_reasoning_tokens": value}).records[0]
+def test_a_bad_request_option_is_refused_naming_it(bundled_prompts, tiny_sim, value):
+    record = offline(
+        Workload((plain("s", 5),), "test"), bundled_prompts, extra_body={"sim_reasoning_tokens": value}
+    ).records[0]
     assert record.status == "failed" and "sim_reasoning_tokens: expected an integer >= 0" in record.error
     reply = httpx.post(
-        sim.url + "/v1/chat/completions",
+        tiny_sim.url + "/v1/chat/completions",
         json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "sim_reasoning_tokens": value},
     )
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "sim_reasoning_tokens"
@@ -175,36 +164,38 @@ def test_a_profile_reasoning_field_is_read_strictly():
 # ---------------------------------------------------------------- over HTTP, as vLLM streams it
 
 
-def test_the_server_streams_reasoning_content_then_content_with_the_usage(sim):
+def test_the_server_streams_reasoning_content_then_content_with_the_usage(tiny_sim):
     body = {
         "messages": [{"role": "user", "content": "hi"}],
         "max_tokens": 8,
         "sim_reasoning_tokens": 5,
         "stream_options": {"include_usage": True},
     }
-    got = stream(sim.url, "/v1/chat/completions", body)
+    got = stream(tiny_sim.url, "/v1/chat/completions", body)
     deltas = [e["choices"][0]["delta"] for e in got if isinstance(e, dict) and e["choices"]][1:]  # after the role's
     kinds = ["reasoning_content" if "reasoning_content" in d else "content" for d in deltas]
     assert kinds == ["reasoning_content"] * 5 + ["content"] * 3
     usage = got[-2]["usage"]
     assert (usage["completion_tokens"], usage["completion_tokens_details"]) == (8, {"reasoning_tokens": 5})
-    whole = httpx.post(sim.url + "/v1/chat/completions", json={**body, "stream": False}).json()
+    whole = httpx.post(tiny_sim.url + "/v1/chat/completions", json={**body, "stream": False}).json()
     message = whole["choices"][0]["message"]
     assert message["reasoning_content"] and message["content"]
     assert whole["usage"]["completion_tokens_details"] == {"reasoning_tokens": 5}
 
 
-def test_completions_carry_no_reasoning_as_vllms(sim):
+def test_completions_carry_no_reasoning_as_vllms(tiny_sim):
     body = {"prompt": "hi", "max_tokens": 6, "sim_reasoning_tokens": 4, "stream_options": {"include_usage": True}}
-    got = stream(sim.url, "/v1/completions", body)
+    got = stream(tiny_sim.url, "/v1/completions", body)
     assert all("text" in e["choices"][0] for e in got if isinstance(e, dict) and e["choices"])
     assert "completion_tokens_details" not in got[-2]["usage"]
 
 
-def test_offline_and_http_agree_request_by_request(prompts, sim):
+def test_offline_and_http_agree_request_by_request(bundled_prompts, tiny_sim):
     workload = agents()
-    here = offline(workload, prompts, concurrency=1)
-    there = over_http(sim.url, workload, prompts, extra_body={"return_token_ids": True})  # exact tokens per event
+    here = offline(workload, bundled_prompts, concurrency=1)
+    there = over_http(
+        tiny_sim.url, workload, bundled_prompts, extra_body={"return_token_ids": True}
+    )  # exact tokens per event
     key = lambda r: (r.session_index, r.turn_index)  # noqa: E731
     for a, b in zip(sorted(here.records, key=key), sorted(there.records, key=key), strict=True):
         assert (a.status, b.status) == ("ok", "ok")
@@ -227,35 +218,35 @@ def test_offline_and_http_agree_request_by_request(prompts, sim):
     assert set(REASONING_METRICS) <= set(here.summary) & set(there.summary)
 
 
-def test_the_same_profile_draws_the_same_reasoning_offline_and_over_http(prompts):
+def test_the_same_profile_draws_the_same_reasoning_offline_and_over_http(bundled_prompts):
     profile = dataclasses.replace(
         tiny_profile(), reasoning=parse_distribution({"dist": "uniform", "min": 1, "max": 30}, "reasoning", {})
     )
     workload = Workload(tuple(plain(f"s{i}", 40) for i in range(8)), "test")
-    with serving(prompts, profile) as server:
-        there = [r.reasoning_tokens for r in over_http(server.url, workload, prompts).records]
-    here = [r.reasoning_tokens for r in offline(workload, prompts, profile, concurrency=1).records]
+    with serving(bundled_prompts, profile) as server:
+        there = [r.reasoning_tokens for r in over_http(server.url, workload, bundled_prompts).records]
+    here = [r.reasoning_tokens for r in offline(workload, bundled_prompts, profile, concurrency=1).records]
     assert here == there and len(set(here)) > 1
 
 
-def test_a_non_streamed_reply_keeps_the_servers_reasoning_count(prompts, sim):
-    result = over_http(sim.url, agents(sessions=1), prompts, stream=False)
+def test_a_non_streamed_reply_keeps_the_servers_reasoning_count(bundled_prompts, tiny_sim):
+    result = over_http(tiny_sim.url, agents(sessions=1), bundled_prompts, stream=False)
     record = result.records[0]
     assert (record.reasoning_tokens, record.output_tokens) == (REASONING, REASONING + ANSWER)
     assert record.first_reasoning_s == record.first_answer_s  # one chunk: both arrived with it
     assert result.summary["answer_tokens"]["mean"] == ANSWER
 
 
-def test_the_reasoning_is_sent_only_to_the_simulator(sim):
+def test_the_reasoning_is_sent_only_to_the_simulator(tiny_sim):
     """A real server's model decides how long it thinks: the turn's planned reasoning is no field
     of the request it gets (a hosted API would refuse an unknown one)."""
     request = EndpointRequest("chat", {"messages": []}, reasoning_tokens=7)
-    assert "sim_reasoning_tokens" not in HTTPEndpoint(sim.url, model="m").body(request)
-    assert HTTPEndpoint(sim.url, model="m", reasoning_hint=True).body(request)["sim_reasoning_tokens"] == 7
+    assert "sim_reasoning_tokens" not in HTTPEndpoint(tiny_sim.url, model="m").body(request)
+    assert HTTPEndpoint(tiny_sim.url, model="m", reasoning_hint=True).body(request)["sim_reasoning_tokens"] == 7
 
 
-def test_eos_ends_the_answer_not_the_reasoning(prompts):
-    with serving(prompts, eos_mean_tokens=1.0) as server:
+def test_eos_ends_the_answer_not_the_reasoning(bundled_prompts):
+    with serving(bundled_prompts, eos_mean_tokens=1.0) as server:
         got = httpx.post(
             server.url + "/v1/chat/completions",
             json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 50, "sim_reasoning_tokens": 10},

@@ -61,6 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         prompt_format=args.prompt_format,
         check_idle=not args.no_idle_check,
+        tool_calls=args.tool_calls,
     )
     settings.validate()
     workers = _workers(args)
@@ -312,6 +313,11 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     target.add_argument(
         "--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)"
+    )
+    target.add_argument(
+        "--tool-calls",
+        action="store_true",
+        help="chat: a turn that ends in a tool call (an agent trace's turns but the last) asks for one, and the next sends it back with the tool's output",
     )
     target.add_argument(
         "--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)"

@@ -31,6 +31,13 @@ keys, not generated; ids for agent chains), which only in-process endpoints unde
 Session order (concurrency and rate modes): ``sequential``, ``shuffled`` (a seeded permutation
 per pass) or ``sampled`` (seeded draws with replacement), as AIPerf offers for inputs.json.
 
+Tool calls (``tool_calls``, off by default: it changes what a real server generates): a turn
+whose workload says it ends in a tool call (``Turn.tool_call``: an agent trace's turns but the
+last) asks for one, on chat with ``tools`` and a ``tool_choice`` naming the one tool
+(:mod:`~pytest_llmreplay.workloads.prompts`), and its answer's tool call goes back in the next
+turn's history, the tool's output as a ``tool`` message, after the tool's ``delay_s``; the
+simulator answers with one.
+
 Every request yields a :class:`~pytest_llmreplay.replayer.records.RequestRecord`, whatever happened to it; a failed request ends its
 session (an agent cannot go on without the answer). Times in records are seconds from the start.
 
@@ -63,8 +70,9 @@ from ..errors import LLMReplayError
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
 from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, WallClock
-from .endpoints import Endpoint, EndpointRequest, Response, describe_error
+from .endpoints import Endpoint, EndpointRequest, describe_error
 from .records import ReplayRun, RequestRecord, cancelled_note
+from .response import Response
 
 MODES = ("auto", "timestamps", "concurrency", "rate")
 ARRIVALS = ("poisson", "constant")
@@ -93,6 +101,7 @@ class ReplaySettings:
     seed: int = 0
     prompt_format: str | None = None
     check_idle: bool = True
+    tool_calls: bool = False
 
     def resolved_mode(self, workload: Workload) -> str:
         if self.mode != "auto":
@@ -121,6 +130,8 @@ class ReplaySettings:
                 raise LLMReplayError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise LLMReplayError(f"seed: expected an integer >= 0, got {self.seed!r}")
+        if not isinstance(self.tool_calls, bool):
+            raise LLMReplayError(f"tool_calls: expected true or false, got {self.tool_calls!r}")
         if self.mode == "rate" and self.rate is None:
             raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
 
@@ -483,7 +494,9 @@ class Replay:
             await self._turns(index, session, due)
 
     async def _turns(self, index: int, session: Session, due: float) -> None:
-        conversation = Conversation(self.prompts, session, self.endpoint.api, self.prompt_format)
+        conversation = Conversation(
+            self.prompts, session, self.endpoint.api, self.prompt_format, self.settings.tool_calls
+        )
         scheduled = due
         for turn_index, turn in enumerate(session.turns):
             if turn_index:
@@ -509,7 +522,8 @@ class Replay:
                 await self.clock.sleep_until(scheduled)
             response = Response()
             try:
-                await self.endpoint.send(EndpointRequest(api, body, turn.reasoning_tokens), response)
+                asked = EndpointRequest(api, body, turn.reasoning_tokens, self.settings.tool_calls and turn.tool_call)
+                await self.endpoint.send(asked, response)
             except asyncio.CancelledError:
                 record.status = "cancelled"
                 self._keep(record, response, api, body)
@@ -521,7 +535,7 @@ class Replay:
             self._keep(record, response, api, body)
             if record.status != "ok":
                 return
-            conversation.respond(response.text, response.token_ids, record.output_tokens)
+            conversation.respond(response.text, response.token_ids, record.output_tokens, response.calls)
 
     def _keep(self, record: RequestRecord, response: Response, api: str, body: dict) -> None:
         """Copy the response into the record (times made relative), check counts, store it."""
@@ -563,7 +577,7 @@ class Replay:
             rel(response.last_reasoning_s),
         )
         record.first_answer_s, record.last_answer_s = rel(response.first_answer_s), rel(response.last_answer_s)
-        record.tool_calls = response.tool_calls
+        record.tool_calls = len(response.calls)
         if response.reasoning_tokens is not None:
             record.reasoning_tokens = min(response.reasoning_tokens, record.output_tokens)
         elif response.reasoning_counted:

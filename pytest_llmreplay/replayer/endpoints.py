@@ -1,7 +1,7 @@
 """Endpoints: where requests go. The protocol and the HTTP endpoint.
 
-An :class:`Endpoint` takes an :class:`EndpointRequest` and fills a :class:`Response` in place as
-chunks arrive (so a request cancelled half-way keeps what it measured). Every time it stamps
+An :class:`Endpoint` takes an :class:`EndpointRequest` and fills a
+:class:`~pytest_llmreplay.replayer.response.Response` in place as chunks arrive (so a request cancelled half-way keeps what it measured). Every time it stamps
 comes from the clock it was opened with. Faults never raise out of :meth:`Endpoint.send`: a
 refused connection, an HTTP error, a timeout, a stream cut mid-way or a malformed event ends as
 ``response.error`` (``kind: detail``). A failure part-way through a response says how far it
@@ -28,8 +28,9 @@ from typing import Any, Protocol
 
 from ..errors import LLMReplayError
 from .clock import Clock, WallClock
+from .response import Response
 from .server_metrics import Scraped, Scraper
-from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk
+from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk, tool_call_pieces
 
 APIS = ("chat", "completions")
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -50,131 +51,14 @@ class EndpointRequest:
     endpoint's own fields (model, stream), which the endpoint adds unless the body has them;
     ``reasoning_tokens``: how many of its output tokens its workload says a reasoning model
     thinks before answering (None: it does not say), which the simulator streams as reasoning
-    (a real server's model decides for itself)."""
+    (a real server's model decides for itself); ``tool_call``: it asks for a tool call (on chat
+    its body has ``tools`` and ``tool_choice``; the in-process simulator, which takes no chat
+    bodies, reads this)."""
 
     api: str
     body: dict[str, Any]
     reasoning_tokens: int | None = None
-
-
-@dataclass(slots=True)
-class Response:
-    """What came back, filled while it arrives. Times are ``clock.now()`` values.
-
-    ``chunk_times[i]`` is when the read holding token chunk ``i`` arrived and ``chunk_tokens[i]``
-    how many tokens it carried. ``prompt_tokens``/``cached_tokens``/``completion_tokens``/
-    ``reasoning_tokens`` are the server's ``usage`` (None when it gave none). ``error`` is ``kind:
-    detail`` with kind one of connect, closed, timeout, http, stream, protocol, server, client.
-
-    Reasoning apart from the answer: a stream parser (one per API) reports each delta with
-    :meth:`reasoning_delta`, :meth:`answer_delta` (content) or :meth:`tool_call_delta` (an
-    answer too: the model acts instead of thinking), and the usage with :meth:`set_usage`;
-    ``first_reasoning_s``/``last_reasoning_s`` and ``first_answer_s``/``last_answer_s`` are the
-    arrival times of the first and last chunk of each kind, ``reasoning_counted`` the reasoning
-    tokens the stream carried and ``tool_calls`` the tool-call chunks. An endpoint that fills
-    ``chunk_times`` itself (the in-process simulator) says which tokens were reasoning with
-    :meth:`split_reasoning`.
-    """
-
-    sent_s: float | None = None
-    end_s: float | None = None
-    chunk_times: list[float] = field(default_factory=list)
-    chunk_tokens: list[int] = field(default_factory=list)
-    text_parts: list[str] = field(default_factory=list)
-    token_ids: list[int] | None = None
-    prompt_tokens: int | None = None
-    cached_tokens: int | None = None
-    completion_tokens: int | None = None
-    reasoning_tokens: int | None = None
-    finish_reason: str | None = None
-    error: str | None = None
-    queue_s: float | None = None  # time in the engine's queue, when the endpoint knows it (simulator)
-    first_reasoning_s: float | None = None
-    last_reasoning_s: float | None = None
-    first_answer_s: float | None = None
-    last_answer_s: float | None = None
-    reasoning_counted: int = 0
-    tool_calls: int = 0
-
-    @property
-    def text(self) -> str:
-        return "".join(self.text_parts)
-
-    def fail(self, kind: str, detail: str) -> None:
-        if self.error is None:
-            self.error = f"{kind}: {detail}"
-
-    def reasoning_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
-        """``tokens`` reasoning tokens (``text``) arrived at ``now`` (:meth:`answer_delta`'s rules)."""
-        if self._chunk(now, tokens, text, blank):
-            if self.first_reasoning_s is None:
-                self.first_reasoning_s = now
-            self.last_reasoning_s = now
-            self.reasoning_counted += tokens
-
-    def answer_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
-        """``tokens`` answer tokens (``text``) arrived at ``now``; ``blank``: one token of empty
-        text, which counts only once a token came (servers open streams with one)."""
-        if self._chunk(now, tokens, text, blank):
-            if self.first_answer_s is None:
-                self.first_answer_s = now
-            self.last_answer_s = now
-
-    def tool_call_delta(self, now: float, tokens: int, text: str = "") -> None:
-        """A piece of a tool call (``tokens`` of its name or arguments) arrived at ``now``: an
-        answer, the first of which ends the time to the first answer token."""
-        self.tool_calls += 1
-        self.answer_delta(now, tokens, text)
-
-    def _chunk(self, now: float, tokens: int, text: str, blank: bool) -> bool:
-        """Keep ``text``, and the chunk when it holds a token; whether it did."""
-        if text:
-            self.text_parts.append(text)
-        if not tokens or (blank and not self.chunk_times):  # a blank chunk opening the stream is no token
-            return False
-        self.chunk_times.append(now)
-        self.chunk_tokens.append(tokens)
-        return True
-
-    def split_reasoning(self, reasoning: int) -> None:
-        """The first ``reasoning`` tokens of the chunks in ``chunk_times`` were reasoning, the
-        rest the answer (a chunk is one or the other: the simulator ends its chunks at the
-        boundary); sets the times of both kinds and ``reasoning_counted``."""
-        times, tokens = self.chunk_times, self.chunk_tokens
-        boundary = seen = 0
-        while boundary < len(times) and seen < reasoning:
-            seen += tokens[boundary]
-            boundary += 1
-        if boundary:
-            self.first_reasoning_s, self.last_reasoning_s, self.reasoning_counted = times[0], times[boundary - 1], seen
-        if boundary < len(times):
-            self.first_answer_s, self.last_answer_s = times[boundary], times[-1]
-
-    def set_usage(
-        self,
-        prompt_tokens: Any = None,
-        completion_tokens: Any = None,
-        cached_tokens: Any = None,
-        reasoning_tokens: Any = None,
-    ) -> None:
-        """Take the counts a server's usage gave (each kept only when it is a number: a later,
-        partial usage does not erase an earlier count)."""
-        self.prompt_tokens = _int_or(prompt_tokens, self.prompt_tokens)
-        self.completion_tokens = _int_or(completion_tokens, self.completion_tokens)
-        self.cached_tokens = _int_or(cached_tokens, self.cached_tokens)
-        self.reasoning_tokens = _int_or(reasoning_tokens, self.reasoning_tokens)
-
-    def take_usage(self, usage: Mapping[str, Any]) -> None:
-        """Read the OpenAI ``usage`` of chat and completions: ``prompt_tokens``,
-        ``completion_tokens``, ``prompt_tokens_details.cached_tokens`` and
-        ``completion_tokens_details.reasoning_tokens``."""
-        prompt_details, completion_details = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
-        self.set_usage(
-            usage.get("prompt_tokens"),
-            usage.get("completion_tokens"),
-            prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None,
-            completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None,
-        )
+    tool_call: bool = False
 
 
 def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
@@ -198,10 +82,6 @@ def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[
     if ignore_eos:
         fields["ignore_eos"] = True
     return fields
-
-
-def _int_or(value: Any, default: int | None) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
 class Endpoint(Protocol):
@@ -423,9 +303,10 @@ class HTTPEndpoint:
         response.chunk_tokens.append(tokens)
         if thought:
             response.first_reasoning_s = response.last_reasoning_s = now
-        calls = message.get("tool_calls")
-        response.tool_calls = len(calls) if isinstance(calls, list) else 0
-        if text or response.tool_calls or not thought:
+        pieces = tool_call_pieces(message.get("tool_calls"))
+        if pieces:
+            response.tool_call_delta(now, 0, pieces)
+        if text or pieces or not thought:
             response.first_answer_s = response.last_answer_s = now
 
 
@@ -442,8 +323,8 @@ def _take_event(data: str, now: float, response: Response) -> bool:
         response.token_ids = (response.token_ids or []) + chunk.token_ids
     if chunk.reasoning:
         response.reasoning_delta(now, chunk.tokens, chunk.text, chunk.blank)
-    elif chunk.tool_call:
-        response.tool_call_delta(now, chunk.tokens, chunk.text)
+    elif chunk.tool_calls:
+        response.tool_call_delta(now, chunk.tokens, chunk.tool_calls, chunk.text)
     else:
         response.answer_delta(now, chunk.tokens, chunk.text, chunk.blank)
     return False

@@ -26,7 +26,7 @@ class RequestRecord:
     first and last chunk of each kind (an answer is content or a tool call);
     ``reasoning_tokens``: of ``output_tokens``, those that were reasoning (the server's
     ``completion_tokens_details.reasoning_tokens``, else counted in the stream); ``tool_calls``:
-    the chunks that carried a tool call.
+    how many tool calls the response made.
     """
 
     session_id: str

@@ -76,18 +76,31 @@ class StreamError(Exception):
         self.kind = kind
 
 
+@dataclass(frozen=True, slots=True)
+class ToolCallPiece:
+    """A piece of the tool call numbered ``index`` in its response: its first piece names it
+    (``id``, ``name``), every piece may add to its ``arguments`` (any API's parser reports
+    these: a chat delta's ``tool_calls`` entries, a Responses API's function-call arguments, a
+    Messages API's ``tool_use`` block)."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
 @dataclass(slots=True)
 class Chunk:
     """What one event carried. ``tokens`` is 0 for role-only, usage-only or closing chunks;
     ``blank``: its one token is an empty text (see :func:`read_chunk`); ``reasoning``: its tokens
     are reasoning (a chat delta with reasoning text and neither content nor a tool call);
-    ``tool_call``: it carries a piece of a tool call (``delta.tool_calls``). ``text`` is the
+    ``tool_calls``: the pieces of tool calls it carries (``delta.tool_calls``). ``text`` is the
     reasoning text then the content."""
 
     tokens: int = 0
     blank: bool = False
     reasoning: bool = False
-    tool_call: bool = False
+    tool_calls: tuple[ToolCallPiece, ...] = ()
     text: str = ""
     token_ids: list[int] | None = None
     usage: dict[str, Any] | None = None
@@ -130,12 +143,14 @@ def read_chunk(data: str) -> Chunk:
     if type(delta) is dict:  # chat
         text = delta.get("content")
         text = text if type(text) is str else ""
-        chunk.tool_call = bool(delta.get("tool_calls"))
+        chunk.tool_calls = tool_call_pieces(delta.get("tool_calls"))
         if "reasoning_content" in delta or "reasoning" in delta:
             thought = "".join(p for p in (delta.get("reasoning_content"), delta.get("reasoning")) if type(p) is str)
-            chunk.reasoning = not text and not chunk.tool_call and (bool(thought) or "content" not in delta)
+            chunk.reasoning = not text and not chunk.tool_calls and (bool(thought) or "content" not in delta)
             text = thought + text
-        has_text_field = "content" in delta or "reasoning_content" in delta or "reasoning" in delta or chunk.tool_call
+        has_text_field = (
+            "content" in delta or "reasoning_content" in delta or "reasoning" in delta or bool(chunk.tool_calls)
+        )
         role_only = not text and "role" in delta
     else:
         text = choice.get("text")
@@ -150,10 +165,33 @@ def read_chunk(data: str) -> Chunk:
         chunk.tokens = len(chunk.token_ids)
     elif logprobs:
         chunk.tokens = logprobs
-    elif text or chunk.tool_call or (has_text_field and not role_only and chunk.finish_reason is None):
+    elif text or chunk.tool_calls or (has_text_field and not role_only and chunk.finish_reason is None):
         chunk.tokens = 1
-        chunk.blank = not text and not chunk.tool_call
+        chunk.blank = not text and not chunk.tool_calls
     return chunk
+
+
+def tool_call_pieces(entries: Any) -> tuple[ToolCallPiece, ...]:
+    """The :class:`ToolCallPiece` of each entry of an OpenAI chat ``tool_calls`` list (a stream's
+    delta, numbered by ``index``, or a whole message's, numbered by position); entries that are
+    not objects are left out."""
+    if type(entries) is not list:
+        return ()
+    pieces = []
+    for position, entry in enumerate(entries):
+        if type(entry) is not dict:
+            continue
+        function: dict[str, Any] = entry["function"] if type(entry.get("function")) is dict else {}
+        index, name, arguments = entry.get("index", position), function.get("name"), function.get("arguments")
+        pieces.append(
+            ToolCallPiece(
+                index if type(index) is int else position,
+                entry["id"] if type(entry.get("id")) is str else None,
+                name if type(name) is str else None,
+                arguments if type(arguments) is str else "",
+            )
+        )
+    return tuple(pieces)
 
 
 def _logprob_count(logprobs: Any) -> int:

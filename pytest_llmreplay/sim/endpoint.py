@@ -21,7 +21,10 @@ Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission)
 ``completion_tokens``; ``queue_s`` is admission time - arrival time (in the first engine). A
 request that reasons (:mod:`.reasoning`: the request's ``sim_reasoning_tokens``, its turn's
 planned reasoning, else the profile's ``reasoning``) has its first tokens reported as reasoning
-and their count as ``reasoning_tokens``, as the HTTP server's chat stream reports them. A
+and their count as ``reasoning_tokens``, as the HTTP server's chat stream reports them; one that
+asks for a tool call (its turn's, :class:`~pytest_llmreplay.replayer.endpoints.EndpointRequest`,
+or a chat body's ``tool_choice``) answers with one call, ``call_<n>``, whose arguments are its
+answer's text. A
 prompt that leaves no room in ``max_model_len`` fails at once with ``http: 400 ...``, as vLLM
 refuses it; a text prompt is tokenized only until it is past ``max_model_len``, so a huge one
 costs the memory of one piece of it, not of its whole tokenization. A
@@ -36,8 +39,9 @@ from typing import Any
 
 from ..errors import LLMReplayError
 from ..replayer.clock import Clock
-from ..replayer.endpoints import SIM_REASONING_FIELD, EndpointRequest, Response
-from ..workloads.prompts import KeyedPrompt, PromptFactory, stable_hash
+from ..replayer.endpoints import SIM_REASONING_FIELD, EndpointRequest
+from ..replayer.response import Response
+from ..workloads.prompts import TOOL_NAME, KeyedPrompt, PromptFactory, stable_hash
 from ..workloads.tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig
 from .profile import Profile
@@ -134,6 +138,8 @@ class SimEndpoint:
         else:
             output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
         thought = min(reasoning_tokens(limits.reasoning, self.profile, self.seed, self._sent), count)
+        tool = limits.tool or (TOOL_NAME if request.tool_call else None)
+        number = self._sent
         self._sent += 1
         submitted = cluster.submit(prompt, output, reasoning_len=thought)
         response.chunk_times, response.chunk_tokens = submitted.times, submitted.tokens
@@ -150,6 +156,13 @@ class SimEndpoint:
             if thought:
                 response.reasoning_tokens = min(thought, submitted.generated)
             response.split_reasoning(thought)
+            if tool is not None and submitted.generated > thought:
+                arguments = (
+                    ""
+                    if isinstance(output, KeyedPrompt)
+                    else self.prompts.text(output[thought : submitted.generated])[0]
+                )
+                response.calls = [{"id": f"call_{number}", "name": tool, "arguments": arguments}]
             if not isinstance(output, KeyedPrompt):
                 response.token_ids = list(output[: submitted.generated])
                 response.text_parts = [self.prompts.text(response.token_ids)[0]] if response.token_ids else []

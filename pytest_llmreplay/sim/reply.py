@@ -7,7 +7,12 @@ A chat response that reasons (:mod:`.reasoning`) is written as vLLM writes one w
 parser: its first ``reasoning`` tokens as ``reasoning_content`` deltas (an event never holds
 both kinds: a write across the boundary is two events), then ``content``; whole, as the
 message's ``reasoning_content`` and ``content`` (null when no answer came); its usage has
-``completion_tokens_details.reasoning_tokens``. A completions response is all text, as vLLM's.
+``completion_tokens_details.reasoning_tokens``. A chat response that calls a ``tool`` (the
+request's ``tool_choice``) answers with one call instead of content, as OpenAI streams one: the
+first answer delta opens it (``tool_calls[0]`` with its ``id``, ``call_<n>``, ``type`` and the
+function's ``name``), every delta adds its tokens' text to the ``arguments`` (the generated
+words: not JSON), and the finish reason is ``tool_calls``; whole, as the message's
+``tool_calls``. A completions response is all text, as vLLM's.
 """
 
 from __future__ import annotations
@@ -64,9 +69,12 @@ class Reply:
         finish: str,
         fault: Fault | None,
         reasoning: int = 0,
+        tool: str | None = None,
     ) -> None:
         self.server, self.request, self.body, self.chat = server, request, body, chat
         self.reasoning = reasoning if chat else 0  # leading output tokens written as reasoning
+        self.tool = tool if chat else None  # the function the answer calls
+        self.call_id = f"call_{number}"
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{number}"
         self.prompt_tokens, self.output, self.finish, self.fault = prompt_tokens, output, finish, fault
         self.envelope = {
@@ -75,13 +83,28 @@ class Reply:
             "created": int(time.time()),
             "model": server.model,
         }
+        # an event is a kind's head, the tokens' text as JSON, then the kind's tail with the finish reason
         head = event({**self.envelope, "choices": []})[: -len(b"]}\n\n")] + b'{"index":0,'
-        self.head = head + (b'"delta":{"content":' if chat else b'"text":')
-        self.thinking_head = head + b'"delta":{"reasoning_content":'
-        after_text = b"}" if chat else b',"logprobs":null'
-        self.middle = {
-            None: after_text + b',"finish_reason":null',
-            finish: after_text + b',"finish_reason":"%b"' % finish.encode(),
+        call = b'"delta":{"tool_calls":[{"index":0,%b"function":{%b"arguments":'
+        self.heads = {
+            "content": head + (b'"delta":{"content":' if chat else b'"text":'),
+            "reasoning": head + b'"delta":{"reasoning_content":',
+            "call_start": head
+            + call
+            % (b'"id":"%b","type":"function",' % self.call_id.encode(), b'"name":%b,' % json.dumps(tool).encode()),
+            "call": head + call % (b"", b""),
+        }
+        closers = {
+            "content": b"}" if chat else b',"logprobs":null',
+            "reasoning": b"}",
+            "call_start": b"}}]}",
+            "call": b"}}]}",
+        }
+        self.tails = {
+            (kind, reason): closer
+            + (b',"finish_reason":null' if reason is None else b',"finish_reason":"%b"' % reason.encode())
+            for kind, closer in closers.items()
+            for reason in (None, finish)
         }
         self.return_ids = bool(body.get("return_token_ids"))
         # how an event goes on the wire: chunked once the response is prepared
@@ -107,21 +130,24 @@ class Reply:
     def frames(self, start: int, end: int) -> bytes:
         """The SSE events carrying tokens ``output[start:end]`` as they go on the wire: one, or
         two where they cross the end of the reasoning; the last token's carries the finish
-        reason."""
+        reason (module docstring: the kinds of event)."""
         split = min(max(self.reasoning, start), end)
         finish = self.finish if end >= len(self.output) else None
-        if split == start:
-            return self.frame(self.output[start:end], finish)
-        if split == end:
-            return self.frame(self.output[start:end], finish, thinking=True)
-        return self.frame(self.output[start:split], None, thinking=True) + self.frame(self.output[split:end], finish)
+        written = b""
+        if split > start:
+            written = self.frame(self.output[start:split], finish if split == end else None, "reasoning")
+        if split < end:
+            kind = "content" if self.tool is None else "call_start" if split == self.reasoning else "call"
+            written += self.frame(self.output[split:end], finish, kind)
+        return written
 
-    def frame(self, ids: Sequence[int], finish: str | None, thinking: bool = False) -> bytes:
-        """One SSE event carrying ``ids`` (as reasoning when ``thinking``), as it goes on the
-        wire (built from cached pieces: no JSON encoder per token)."""
+    def frame(self, ids: Sequence[int], finish: str | None, kind: str) -> bytes:
+        """One SSE event of ``kind`` carrying ``ids``, as it goes on the wire (built from cached
+        pieces: no JSON encoder per token)."""
         extra = b',"token_ids":%b' % json.dumps(list(ids)).encode() if self.return_ids else b""
-        head = self.thinking_head if thinking else self.head
-        return self.wire(b"%b%b%b%b}]}\n\n" % (head, self.server.json_text(ids), self.middle[finish], extra))
+        return self.wire(
+            b"%b%b%b%b}]}\n\n" % (self.heads[kind], self.server.json_text(ids), self.tails[kind, finish], extra)
+        )
 
     async def whole(self, job: Job) -> web.StreamResponse:
         await job.done
@@ -132,21 +158,28 @@ class Reply:
                     self.request.transport.close()
                 return web.Response(status=499)
         choice: dict[str, Any] = {"index": 0, "finish_reason": self.finish}
-        if self.reasoning:
-            answer = self.output[self.reasoning :]
-            choice["message"] = {
-                "role": "assistant",
-                "reasoning_content": self.server.text(self.output[: self.reasoning]),
-                "content": self.server.text(answer) if answer else None,
-            }
-        elif self.chat:
-            choice["message"] = {"role": "assistant", "content": self.server.text(self.output)}
+        if self.chat:
+            choice["message"] = self.message()
         else:
             choice.update(text=self.server.text(self.output), logprobs=None)
         if self.body.get("return_token_ids"):
             choice["token_ids"] = self.output
         kind = "chat.completion" if self.chat else "text_completion"
         return web.json_response({**self.envelope, "object": kind, "choices": [choice], "usage": self.usage(job)})
+
+    def message(self) -> dict[str, Any]:
+        """The whole chat response's message: its reasoning, then its content or tool call
+        (module docstring)."""
+        answer = self.output[self.reasoning :]
+        message: dict[str, Any] = {"role": "assistant"}
+        if self.reasoning:
+            message["reasoning_content"] = self.server.text(self.output[: self.reasoning])
+        if self.tool is None:
+            message["content"] = self.server.text(answer) if answer or not self.reasoning else None
+        elif answer:
+            function = {"name": self.tool, "arguments": self.server.text(answer)}
+            message.update(content=None, tool_calls=[{"id": self.call_id, "type": "function", "function": function}])
+        return message
 
     async def stream(self, job: Job) -> web.StreamResponse:
         """Stream ``job``: the headers (and chat's role event) now, then every chunk written by

@@ -11,7 +11,11 @@ the field at fault, so a body the server refuses is refused by the offline simul
 - the output limit: ``max_tokens``, or for chat ``max_completion_tokens`` when given: an integer
   >= 1;
 - ``min_tokens``: an integer >= 0, default 0;
-- ``sim_reasoning_tokens`` (the simulator's own, :mod:`.reasoning`): an integer >= 0 or absent.
+- ``sim_reasoning_tokens`` (the simulator's own, :mod:`.reasoning`): an integer >= 0 or absent;
+- chat ``tools``: a list of ``{"type": "function", "function": {"name": ...}}``; ``tool_choice``:
+  ``none``, ``auto`` (the simulator calls no tool of its own accord), ``required`` (it calls the
+  first tool: there must be one) or ``{"type": "function", "function": {"name": N}}`` (it calls
+  N: one of the tools).
 
 Once the prompt is tokenized, :func:`output_limits` fits them to the model's context
 ``max_model_len`` as vLLM (0.32) does: a prompt of more than ``max_model_len`` tokens, or of exactly
@@ -64,6 +68,7 @@ class Limits(NamedTuple):
     min_tokens: int
     limit_name: str  # the field that set max_tokens: max_tokens or max_completion_tokens
     reasoning: int | None = None  # sim_reasoning_tokens; None: not given
+    tool: str | None = None  # the function the answer calls (tool_choice); None: no call
 
 
 def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
@@ -89,7 +94,42 @@ def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
     if max_tokens is not None and min_tokens > max_tokens:
         raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
     reasoning = None if get(SIM_REASONING_FIELD) is None else _integer(body, SIM_REASONING_FIELD, 0, 0)
-    return Limits(max_tokens, min_tokens, limit_name, reasoning)
+    tool = _called_tool(body) if chat and (get("tool_choice") is not None or get("tools") is not None) else None
+    return Limits(max_tokens, min_tokens, limit_name, reasoning, tool)
+
+
+def _called_tool(body: Mapping[str, Any]) -> str | None:
+    """The function a chat request makes the answer call (module docstring), or None."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    names = []
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise BadRequest(f"tools: expected a list of tools, got {tools!r}", "tools")
+        for index, tool in enumerate(tools):
+            function = tool.get("function") if isinstance(tool, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if not isinstance(name, str) or not name:
+                raise BadRequest(
+                    f"tools[{index}]: expected {{type: function, function: {{name: ...}}}}, got {tool!r}",
+                    f"tools[{index}]",
+                )
+            names.append(name)
+    if choice is None or choice in ("none", "auto"):
+        return None
+    if choice == "required":
+        if not names:
+            raise BadRequest("tool_choice: 'required' needs at least one tool in tools", "tool_choice")
+        return names[0]
+    function = choice.get("function") if isinstance(choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str):
+        raise BadRequest(
+            f"tool_choice: expected none, auto, required or {{type: function, function: {{name: ...}}}}, got {choice!r}",
+            "tool_choice",
+        )
+    if name not in names:
+        raise BadRequest(f"tool_choice: the function {name!r} is not one of the tools", "tool_choice")
+    return name
 
 
 def output_limits(limits: Limits, prompt_tokens: int, max_model_len: int) -> tuple[int, int]:

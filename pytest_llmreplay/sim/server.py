@@ -23,12 +23,15 @@ Requests:
   ``reasoning_content`` deltas, then ``content``, with
   ``usage.completion_tokens_details.reasoning_tokens`` (:mod:`.reply`), as vLLM with a
   reasoning parser.
+- Tool calls: chat ``tools`` and a ``tool_choice`` that is ``required`` or names one of them
+  (:mod:`.request_fields`) make the answer a call of that tool (:mod:`.reply`), with the
+  finish reason ``tool_calls``.
 - ``stream`` with ``stream_options.include_usage``; ``return_token_ids`` adds each chunk's
   ``token_ids`` (as vLLM does). ``usage`` has ``prompt_tokens_details.cached_tokens``: the prompt's
   prefix found in the engine's cache at admission.
-- Chat prompts are each message as ``<|role|>\\n`` + content + ``\\n`` (encoded message by
-  message, so a conversation's earlier turns keep their token ids and hit the cache), then
-  ``<|assistant|>\\n``. Token-id prompts are taken as they are; an id past both the profile's
+- Chat prompts are each message as ``<|role|>\\n`` + content (an assistant's tool calls: their
+  arguments after it) + ``\\n`` (encoded message by message, so a conversation's earlier turns
+  keep their token ids and hit the cache), then ``<|assistant|>\\n``. Token-id prompts are taken as they are; an id past both the profile's
   model's ``vocab_size`` and the tokenizer's is refused as vLLM refuses it (no limit when the
   profile gives no ``vocab_size``); the text it writes comes from the project's tokenizer.
 - Refused with 400 and an OpenAI error object naming the field: a body that is not JSON, no
@@ -64,7 +67,7 @@ import re
 import signal
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar, TypedDict
+from typing import Any, ClassVar, NamedTuple, TypedDict
 
 from aiohttp import web
 
@@ -93,6 +96,19 @@ def ready_line(profile: str, model: str, url: str) -> str:
 def _label_value(text: str) -> str:
     """``text`` escaped for a Prometheus label value (backslash, double quote, newline)."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Asked(NamedTuple):
+    """What a request asks: its ``body``, ``prompt`` ids, ``max_tokens``, the tokens to generate
+    (``length``), the first of them that are ``reasoning`` (:mod:`.reasoning`), and the ``tool``
+    its answer calls (:mod:`.request_fields`; None: it answers with content)."""
+
+    body: dict[str, Any]
+    prompt: list[int]
+    max_tokens: int
+    length: int
+    reasoning: int
+    tool: str | None
 
 
 class RunnerOptions(TypedDict):
@@ -295,16 +311,19 @@ class SimServer:
         number = self._requests
         self._requests += 1
         try:
-            body, prompt, max_tokens, count, thought = await self._parse(request, chat, number)
+            asked = await self._parse(request, chat, number)
         except BadRequest as exc:
             return exc.response()
+        body, count = asked.body, asked.length
         fault = self.faults.draw(number, count)
         if fault is not None and fault.kind == "error":
             return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response()
         output = self.prompts.stream(stable_hash("sim-output", self.seed, number), 0, count)
-        job = self.running.submit(prompt, output, received, reasoning_len=thought)
-        finish = "length" if count == max_tokens else "stop"
-        reply = Reply(self, request, body, chat, number, len(prompt), output, finish, fault, thought)
+        job = self.running.submit(asked.prompt, output, received, reasoning_len=asked.reasoning)
+        finish = "tool_calls" if asked.tool else "length" if count == asked.max_tokens else "stop"
+        reply = Reply(
+            self, request, body, chat, number, len(asked.prompt), output, finish, fault, asked.reasoning, asked.tool
+        )
         handler = asyncio.current_task()
         assert handler is not None  # aiohttp runs each handler in a task
         self._handlers.add(handler)
@@ -318,11 +337,8 @@ class SimServer:
         finally:
             self._handlers.discard(handler)
 
-    async def _parse(
-        self, request: web.Request, chat: bool, number: int
-    ) -> tuple[dict[str, Any], list[int], int, int, int]:
-        """(body, prompt ids, max_tokens, tokens to generate, the first of them that are
-        reasoning: :mod:`.reasoning`), or :class:`BadRequest`."""
+    async def _parse(self, request: web.Request, chat: bool, number: int) -> Asked:
+        """What the request asks, or :class:`BadRequest`."""
         try:
             body = await request.json()
         except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
@@ -337,7 +353,7 @@ class SimServer:
         max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len)
         thought = reasoning_tokens(limits.reasoning, self.profile, self.seed, number)
         count = self._output_length(body, max_tokens, max(min_tokens, thought), number)
-        return body, prompt, max_tokens, count, min(thought, count)
+        return Asked(body, prompt, max_tokens, count, min(thought, count), limits.tool)
 
     def _output_length(self, body: dict[str, Any], max_tokens: int, before_eos: int, number: int) -> int:
         """``max_tokens``, or ``min(before_eos + natural, max_tokens)`` when EOS is simulated
@@ -369,9 +385,8 @@ class SimServer:
         for index, message in enumerate(messages):
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise BadRequest(f"messages[{index}]: expected an object with a string 'role'", f"messages[{index}]")
-            content = self._encode(
-                _content(message.get("content"), index), f"messages[{index}].content", context - len(ids)
-            )
+            text = _content(message.get("content"), index) + _call_arguments(message.get("tool_calls"), index)
+            content = self._encode(text, f"messages[{index}].content", context - len(ids))
             ids += (
                 self._header(self._checked_text(message["role"], f"messages[{index}].role"))
                 + content
@@ -451,6 +466,22 @@ def _content(content: Any, index: int) -> str:
     raise BadRequest(
         f"messages[{index}].content: expected a string or a list of content parts", f"messages[{index}].content"
     )
+
+
+def _call_arguments(calls: Any, index: int) -> str:
+    """The arguments of an assistant message's ``tool_calls``, joined: what the template shows of
+    them (the tokens the model generated for them)."""
+    if calls is None:
+        return ""
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls
+    ):
+        raise BadRequest(
+            f"messages[{index}].tool_calls: expected a list of {{id, type, function: {{name, arguments}}}}",
+            f"messages[{index}].tool_calls",
+        )
+    arguments = [c["function"].get("arguments") for c in calls]
+    return "".join(a for a in arguments if isinstance(a, str))
 
 
 def _set_once(stop: asyncio.Future) -> None:

@@ -22,7 +22,7 @@ import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -243,6 +243,20 @@ class PromptFactory:
         raise LLMReplayError(f"could not make text of exactly {target} tokens with tokenizer {self.tokenizer.name!r}")
 
 
+# the one tool a replayed agent trace's turns call (the trace says when, not which): its
+# arguments are the tokens the model generates for the call
+TOOL_NAME = "replayed_tool"
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Runs the next step of the agent whose trace is replayed",
+        "parameters": {"type": "object", "properties": {"input": {"type": "string"}}},
+    },
+}
+TOOL_CHOICE = {"type": "function", "function": {"name": TOOL_NAME}}
+
+
 def extends_previous(session: Session, index: int) -> bool:
     """Whether turn ``index`` carries the previous turn's prompt and response (an agent loop);
     a verbatim payload never does (its body already holds its history)."""
@@ -265,22 +279,30 @@ class Conversation:
     plus the server's *actual* response, as a real agent does:
 
     - chat: the previous messages + ``assistant: <response text>`` + ``user: <new tokens>``;
+      after a tool call, the assistant message carries the call (``tool_calls``) and the new
+      tokens are the tool's output (``tool``: its ``tool_call_id``, the first call's);
     - completions, text: previous prompt text + response text + new text;
     - completions, ids: previous prompt ids + the response's token ids when the server returned
       them, else the planned response ids.
 
     :meth:`history_source` says which (``server`` or ``planned``). Verbatim payloads are sent as
-    they are (their ``messages`` or ``prompt`` already hold the history).
+    they are (their ``messages`` or ``prompt`` already hold the history). With ``tool_calls``, a
+    chat turn that ends in a tool call (``Turn.tool_call``) asks for one: ``tools`` holds
+    :data:`TOOL`, and ``tool_choice`` names it.
     """
 
-    def __init__(self, factory: PromptFactory, session: Session, api: str, prompt_format: str = "text") -> None:
+    def __init__(
+        self, factory: PromptFactory, session: Session, api: str, prompt_format: str = "text", tool_calls: bool = False
+    ) -> None:
         self.factory = factory
         self.session = session
         self.api = api
         self.prompt_format = prompt_format
+        self.tool_calls = tool_calls
+        self._calls: list[dict[str, str]] = []  # the tool calls of the previous response
         self._planned: list[int] = []  # prompt ids of the previous turn, as planned
         self._sent: list[int] = []  # prompt ids of the previous turn, as sent (ids format)
-        self._messages: list[dict[str, str]] = []
+        self._messages: list[dict[str, Any]] = []
         self._prompt_text = ""
         self._response_text = ""
         self._response_ids: list[int] | None = None
@@ -324,9 +346,12 @@ class Conversation:
         planned_tokens = self._tokens
         if self.api == "chat":
             text, _ = self.factory.text(new_ids)
-            history = self._messages + [{"role": "assistant", "content": self._response_text}] if extends else []
-            self._messages = history + [{"role": "user", "content": text}]
+            self._messages = (
+                (self._messages + self._answer_messages(text)) if extends else [{"role": "user", "content": text}]
+            )
             body["messages"] = list(self._messages)
+            if self.tool_calls and turn.tool_call:
+                body["tools"], body["tool_choice"] = [TOOL], TOOL_CHOICE
         elif self.prompt_format in ("ids", "keyed"):
             response = self._response_ids if self._response_ids is not None else planned_response
             self._sent = (self._sent + response if extends else []) + new_ids
@@ -340,9 +365,27 @@ class Conversation:
             body["max_tokens"] = turn.output_tokens
         return self.api, body, planned_tokens
 
-    def respond(self, text: str, token_ids: Sequence[int] | None, tokens: int) -> None:
+    def _answer_messages(self, text: str) -> list[dict[str, Any]]:
+        """The previous response and then ``text`` (the new tokens), as chat messages (class
+        docstring): the tool's output after a tool call, else the user's."""
+        if not self._calls:
+            return [{"role": "assistant", "content": self._response_text}, {"role": "user", "content": text}]
+        calls = [
+            {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
+            for call in self._calls
+        ]
+        return [
+            {"role": "assistant", "content": self._response_text or None, "tool_calls": calls},
+            {"role": "tool", "tool_call_id": calls[0]["id"], "content": text},
+        ]
+
+    def respond(
+        self, text: str, token_ids: Sequence[int] | None, tokens: int, calls: Sequence[dict[str, str]] = ()
+    ) -> None:
         """Record the server's response to the last request (what the next turn extends):
-        its text, its token ids when the server returned them, and its token count."""
+        its text, its token ids when the server returned them, its token count, and its tool
+        calls (``id``, ``name``, ``arguments``)."""
         self._response_text = text
         self._response_ids = list(token_ids) if token_ids is not None else None
         self._response_tokens = len(self._response_ids) if self._response_ids is not None else tokens
+        self._calls = list(calls)

@@ -79,7 +79,9 @@ class Turn:
     ``output_token_ids`` are the planned response tokens when the trace has them.
     ``reasoning_tokens``: of ``output_tokens``, how many a reasoning model thinks before it
     answers, where the workload says (None: it does not); the simulator streams that many as
-    reasoning.
+    reasoning. ``tool_call``: the turn's answer is a tool call, which runs for the next turn's
+    ``delay_s`` and whose output the next turn's prompt carries (an agent trace's turns but the
+    last: trie's, LLMServingSim's agentic sessions').
     """
 
     input_tokens: int | None
@@ -88,6 +90,7 @@ class Turn:
     delay_s: float = 0.0
     output_token_ids: tuple[int, ...] | None = None
     reasoning_tokens: int | None = None
+    tool_call: bool = False
 
 
 def next_synthetic(previous: Turn | None, input_tokens: int) -> Synthetic:

@@ -73,6 +73,12 @@ def reasoning_losses(workload: Workload, losses: Losses) -> None:
         losses.add("reasoning lengths (the target has no field for them; output lengths still count them)")
 
 
+def tool_call_losses(workload: Workload, losses: Losses) -> None:
+    """Record the loss of which turns end in a tool call, for a target that does not say."""
+    if any(turn.tool_call for _, _, turn in workload.turns()):
+        losses.add("tool calls (the target does not mark the turns that end in one)")
+
+
 def arrival_losses(workload: Workload, losses: Losses) -> None:
     """Record the loss of arrival times for a target that has none."""
     if workload.timed and any(s.arrival_s for s in workload.sessions):

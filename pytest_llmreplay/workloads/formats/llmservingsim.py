@@ -17,6 +17,8 @@ integers (a string or float is an error, not coerced); ``input_toks``/``output_t
 sub-request; ``tool_duration_ns >= 0``, the wait after that sub-request completes before the next
 is sent (a non-zero value on the last sub-request means nothing: accepted with a warning); session
 ids unique. ``input_toks`` of a sub-request is its full prompt. Sessions are sorted by arrival.
+Every sub-request but a session's last ends in a tool call (``Turn.tool_call``): the tool runs
+for its ``tool_duration_ns``.
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ def _agentic(row: Fields, warnings: list[str]) -> Session:
     for index, sub_obj in enumerate(subs):
         sub = row.child(sub_obj, f"sub_requests[{index}]")
         sub.reject_unknown(SUB_REQUEST_FIELDS)
-        turns.append(_turn(sub, turns[-1] if turns else None, delay_s))
+        turn = _turn(sub, turns[-1] if turns else None, delay_s)
+        turns.append(replace(turn, tool_call=True) if index < len(subs) - 1 else turn)  # a tool runs between
         delay_s = sub.int("tool_duration_ns") * NS
     if delay_s:
         last = len(subs) - 1

@@ -41,7 +41,7 @@ from ..workload import (
     request_name,
 )
 from ._fields import Fields, check_messages, iter_json_lines, payload_output_tokens, try_json, type_name
-from ._writing import Losses, reasoning_losses, tidy, write_json_lines
+from ._writing import Losses, reasoning_losses, tidy, tool_call_losses, write_json_lines
 
 NAME = "mooncake"
 DEFAULT_BLOCK_SIZE = 512
@@ -214,6 +214,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     """
     losses = Losses(NAME)
     reasoning_losses(workload, losses)
+    tool_call_losses(workload, losses)
     notes: list[str] = []
     rows = []
     for session in workload.sessions:

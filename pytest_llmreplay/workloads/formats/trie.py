@@ -9,7 +9,8 @@ A trace is ``num_turns + 1`` requests. Request 0 sends the initial prompt and ge
 ``tool_call_latency[k-1]`` seconds after request k-1 completes, and its prompt is request k-1's
 prompt + its response + ``tool_call_output_length[k-1]`` tool-output tokens; the last request gets
 ``final_assistant_response_length`` tokens. Every list has exactly ``num_turns`` entries. trie
-traces have no arrival times: the workload is untimed (replayed by concurrency).
+traces have no arrival times: the workload is untimed (replayed by concurrency). Requests 0 to
+``num_turns - 1`` end in a tool call (``Turn.tool_call``).
 """
 
 from __future__ import annotations
@@ -62,12 +63,15 @@ def _session(row: Fields, line: int) -> Session:
     turns = []
     input_tokens = prompt_length
     for k in range(num_turns + 1):
+        calls = k < num_turns  # each assistant response but the final one calls a tool
         if k == 0:
-            turns.append(Turn(input_tokens, responses[0] if num_turns else final, Synthetic()))
+            turns.append(Turn(input_tokens, responses[0] if num_turns else final, Synthetic(), tool_call=calls))
             continue
         input_tokens += responses[k - 1] + tool_outputs[k - 1]
         output_tokens = responses[k] if k < num_turns else final
-        turns.append(Turn(input_tokens, output_tokens, Synthetic(extends_previous=True), latencies[k - 1]))
+        turns.append(
+            Turn(input_tokens, output_tokens, Synthetic(extends_previous=True), latencies[k - 1], tool_call=calls)
+        )
     return Session(f"trace{line}", 0.0, tuple(turns))
 
 

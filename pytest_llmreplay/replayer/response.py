@@ -1,0 +1,146 @@
+"""What came back from one request, filled while it arrives: :class:`Response`.
+
+Every API's parser reports to it the same way (:mod:`~pytest_llmreplay.replayer.endpoints`' for
+chat and completions): token chunks as reasoning, answer or tool-call deltas, and the usage's
+counts, so that the replay driver keeps each part's times and counts whatever API spoke.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sse import ToolCallPiece
+
+
+@dataclass(slots=True)
+class Response:
+    """What came back, filled while it arrives. Times are ``clock.now()`` values.
+
+    ``chunk_times[i]`` is when the read holding token chunk ``i`` arrived and ``chunk_tokens[i]``
+    how many tokens it carried. ``prompt_tokens``/``cached_tokens``/``completion_tokens``/
+    ``reasoning_tokens`` are the server's ``usage`` (None when it gave none). ``error`` is ``kind:
+    detail`` with kind one of connect, closed, timeout, http, stream, protocol, server, client.
+
+    Reasoning apart from the answer: a stream parser (one per API) reports each delta with
+    :meth:`reasoning_delta`, :meth:`answer_delta` (content) or :meth:`tool_call_delta` (an
+    answer too: the model acts instead of thinking), and the usage with :meth:`set_usage`;
+    ``first_reasoning_s``/``last_reasoning_s`` and ``first_answer_s``/``last_answer_s`` are the
+    arrival times of the first and last chunk of each kind, ``reasoning_counted`` the reasoning
+    tokens the stream carried and ``calls`` the tool calls its pieces built (``id``, ``name``,
+    ``arguments``, in their order: what an agent's next turn sends back). An endpoint that fills
+    ``chunk_times`` itself (the in-process simulator) says which tokens were reasoning with
+    :meth:`split_reasoning`.
+    """
+
+    sent_s: float | None = None
+    end_s: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    text_parts: list[str] = field(default_factory=list)
+    token_ids: list[int] | None = None
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None
+    queue_s: float | None = None  # time in the engine's queue, when the endpoint knows it (simulator)
+    first_reasoning_s: float | None = None
+    last_reasoning_s: float | None = None
+    first_answer_s: float | None = None
+    last_answer_s: float | None = None
+    reasoning_counted: int = 0
+    calls: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    def fail(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            self.error = f"{kind}: {detail}"
+
+    def reasoning_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
+        """``tokens`` reasoning tokens (``text``) arrived at ``now`` (:meth:`answer_delta`'s rules)."""
+        if self._chunk(now, tokens, text, blank):
+            if self.first_reasoning_s is None:
+                self.first_reasoning_s = now
+            self.last_reasoning_s = now
+            self.reasoning_counted += tokens
+
+    def answer_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
+        """``tokens`` answer tokens (``text``) arrived at ``now``; ``blank``: one token of empty
+        text, which counts only once a token came (servers open streams with one)."""
+        if self._chunk(now, tokens, text, blank):
+            if self.first_answer_s is None:
+                self.first_answer_s = now
+            self.last_answer_s = now
+
+    def tool_call_delta(self, now: float, tokens: int, pieces: Sequence[ToolCallPiece], text: str = "") -> None:
+        """``pieces`` of tool calls (``tokens`` of their names or arguments) arrived at ``now``:
+        an answer, the first of which ends the time to the first answer token; a piece of a call
+        not seen before starts it (in :attr:`calls`), a later one adds to its arguments."""
+        for piece in pieces:
+            while len(self.calls) <= piece.index:
+                self.calls.append({"id": f"call_{len(self.calls)}", "name": "", "arguments": ""})
+            call = self.calls[piece.index]
+            call["id"] = piece.id or call["id"]
+            call["name"] = piece.name or call["name"]
+            call["arguments"] += piece.arguments
+        self.answer_delta(now, tokens, text)
+
+    def _chunk(self, now: float, tokens: int, text: str, blank: bool) -> bool:
+        """Keep ``text``, and the chunk when it holds a token; whether it did."""
+        if text:
+            self.text_parts.append(text)
+        if not tokens or (blank and not self.chunk_times):  # a blank chunk opening the stream is no token
+            return False
+        self.chunk_times.append(now)
+        self.chunk_tokens.append(tokens)
+        return True
+
+    def split_reasoning(self, reasoning: int) -> None:
+        """The first ``reasoning`` tokens of the chunks in ``chunk_times`` were reasoning, the
+        rest the answer (a chunk is one or the other: the simulator ends its chunks at the
+        boundary); sets the times of both kinds and ``reasoning_counted``."""
+        times, tokens = self.chunk_times, self.chunk_tokens
+        boundary = seen = 0
+        while boundary < len(times) and seen < reasoning:
+            seen += tokens[boundary]
+            boundary += 1
+        if boundary:
+            self.first_reasoning_s, self.last_reasoning_s, self.reasoning_counted = times[0], times[boundary - 1], seen
+        if boundary < len(times):
+            self.first_answer_s, self.last_answer_s = times[boundary], times[-1]
+
+    def set_usage(
+        self,
+        prompt_tokens: Any = None,
+        completion_tokens: Any = None,
+        cached_tokens: Any = None,
+        reasoning_tokens: Any = None,
+    ) -> None:
+        """Take the counts a server's usage gave (each kept only when it is a number: a later,
+        partial usage does not erase an earlier count)."""
+        self.prompt_tokens = _int_or(prompt_tokens, self.prompt_tokens)
+        self.completion_tokens = _int_or(completion_tokens, self.completion_tokens)
+        self.cached_tokens = _int_or(cached_tokens, self.cached_tokens)
+        self.reasoning_tokens = _int_or(reasoning_tokens, self.reasoning_tokens)
+
+    def take_usage(self, usage: Mapping[str, Any]) -> None:
+        """Read the OpenAI ``usage`` of chat and completions: ``prompt_tokens``,
+        ``completion_tokens``, ``prompt_tokens_details.cached_tokens`` and
+        ``completion_tokens_details.reasoning_tokens``."""
+        prompt_details, completion_details = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
+        self.set_usage(
+            usage.get("prompt_tokens"),
+            usage.get("completion_tokens"),
+            prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None,
+            completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None,
+        )
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
