@@ -106,18 +106,18 @@ def test_a_test_asks_its_agent_trace_for_tool_calls(project):
         (json.dumps({**row, "final_assistant_response_length": 9}) + "\n") * 3
     )
     project.makepyfile(
-        test_agents="""
+        test_tool_agents="""
         import pytest
 
         @pytest.mark.llmreplay(workload="agents.jsonl", tool_calls=True, concurrency=3)
-        def test_agents(llm_result):
+        def test_tool_agents(llm_result):
             calls = sorted((r.turn_index, r.tool_calls) for r in llm_result.records)
             assert calls == [(0, 1)] * 3 + [(1, 1)] * 3 + [(2, 0)] * 3  # the final answers call none
             assert llm_result.run.settings["tool_calls"] is True
 
         @pytest.mark.llmreplay(workload="agents.jsonl", concurrency=3)
-        def test_agents_without(llm_result):
+        def test_tool_agents_without(llm_result):
             assert not any(r.tool_calls for r in llm_result.records)
         """
     )
-    project.runpytest("--llm-offline", "test_agents.py").assert_outcomes(passed=2)
+    project.runpytest("--llm-offline", "test_tool_agents.py").assert_outcomes(passed=2)

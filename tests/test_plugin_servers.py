@@ -111,7 +111,7 @@ def test_two_declared_configs_start_two_servers_each_once(project, max_servers, 
     }
     assert commands == {f"{SIM} --seed 1", f"{SIM} --seed 2"}  # {port} as written
     summary = (project.path / "report" / "summary.md").read_text()  # the endpoint line of each test
-    assert f"server.cmd {SIM} --seed 2, server.env.HF_TOKEN ***, server.env.X 1" in summary
+    assert f"server.cmd {SIM} --seed 2, server.env.HF_TOKEN \\*\\*\\*, server.env.X 1" in summary  # masked, escaped
     assert "s3cret" not in summary + "".join(p.read_text() for p in (project.path / "report" / "tests").iterdir())
 
 

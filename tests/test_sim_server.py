@@ -85,11 +85,12 @@ def sim(prompts) -> Iterator[ServerThread]:
 
 # -- helpers ---------------------------------------------------------------------------------------
 
-HTTP = httpx.Client(timeout=10)  # one client for the module (a new one builds an SSL context: ~40 ms)
+HTTP = httpx.Client(timeout=10)  # one client for the process (a new one builds an SSL context: ~40 ms)
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def _close_http() -> Iterator[None]:
+    """Closed at the session's end, not the module's: other test modules import :func:`stream`."""
     yield
     HTTP.close()
 
