@@ -18,12 +18,12 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LLMReplayError
-from .store import FolderStore, Store, redact, refuse_password
+from .store import BATCH, FolderStore, Store, redact, refuse_password
 
 PUSH_ATTEMPTS = 8  # fetch-commit-push rounds before a save to a git store gives up
 PUSH_BACKOFF_S = 0.2  # the first wait between rounds; doubled each round (capped), times 0.5..1.5
@@ -135,6 +135,27 @@ class GitStore(Store):
         if self.tip is None:
             raise LLMReplayError(f"{self.label}/{key}: not stored")
         return self.git("cat-file", "blob", f"{self.tip}:{key}")
+
+    def read_many_bytes(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | LLMReplayError]]:
+        """One ``git cat-file --batch`` per :data:`~pytest_llmreplay.gate.store.BATCH` keys (a
+        process per file would cost more than the reading)."""
+        for start in range(0, len(keys), BATCH):
+            chunk = keys[start : start + BATCH]
+            if self.tip is None:
+                yield from ((key, LLMReplayError(f"{self.label}/{key}: not stored")) for key in chunk)
+                continue
+            out = self.git("cat-file", "--batch", data="".join(f"{self.tip}:{key}\n" for key in chunk).encode())
+            at = 0
+            for key in chunk:
+                end = out.index(b"\n", at)
+                header = out[at:end].split()
+                if len(header) != 3:  # "<name> missing"
+                    at = end + 1
+                    yield key, LLMReplayError(f"{self.label}/{key}: not stored")
+                    continue
+                size = int(header[2])
+                yield key, out[end + 1 : end + 1 + size]
+                at = end + 1 + size + 1  # the content, then a newline
 
     def add(self, key: str, data: bytes) -> str:
         """Put the file in the outbox, then push the outbox; a push that fails in the end keeps

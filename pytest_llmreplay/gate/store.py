@@ -40,7 +40,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LLMReplayError
 from .stored_record import parse_record
 
+BATCH = 500  # stored files read in one go by the kinds that can (Store.read_many_bytes)
 STALE_TEMPORARY_S = 3600.0  # a write_new temporary file this old, of no running process, was left by a killed writer
 _TEMPORARY = re.compile(r"\..+\.(\d+)\.[0-9a-f]{8}\.tmp")  # write_new's .NAME.PID.HEX.tmp
 
@@ -238,9 +239,31 @@ class Store:
 
     def read(self, key: str) -> dict[str, Any]:
         """The stored result at ``key``; one line naming it when it is not one."""
+        return self._parse(key, self.read_bytes(key))
+
+    def read_many_bytes(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | LLMReplayError]]:
+        """Each of ``keys`` with its bytes, or the error that says why they cannot be read, in
+        order. One :meth:`read_bytes` each here; a kind that can fetch many files in one go (a
+        git store's one ``cat-file --batch``, an object store's concurrent gets) overrides it."""
+        for key in keys:
+            try:
+                yield key, self.read_bytes(key)
+            except LLMReplayError as exc:
+                yield key, exc
+
+    def read_many(self, keys: Sequence[str]) -> Iterator[tuple[str, dict[str, Any] | LLMReplayError]]:
+        """Each of ``keys`` with its stored result (:meth:`read`), or the error that says why it is
+        not one, in order: what reads a whole store (``llmreplay dashboard``) uses."""
+        for key, data in self.read_many_bytes(keys):
+            try:
+                yield key, data if isinstance(data, LLMReplayError) else self._parse(key, data)
+            except LLMReplayError as exc:
+                yield key, exc
+
+    def _parse(self, key: str, data: bytes) -> dict[str, Any]:
         where = f"{self.label}/{key}"
         try:
-            text = self.read_bytes(key).decode("utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise LLMReplayError(f"{where}: not a stored llmreplay result ({exc})") from None
         return parse_record(text, where)
@@ -316,6 +339,27 @@ class FsspecStore(Store):
             return bytes(self.fs.cat_file(self._path(key)))
         except Exception as exc:  # noqa: BLE001
             raise LLMReplayError(f"{self.label}/{key}: cannot read ({one_line(exc)})") from None
+
+    def read_many_bytes(self, keys: Sequence[str]) -> Iterator[tuple[str, bytes | LLMReplayError]]:
+        """fsspec's ``cat`` of :data:`BATCH` keys at a time (an async back-end such as s3fs gets
+        them concurrently), each failure kept as its key's error."""
+        for start in range(0, len(keys), BATCH):
+            chunk = keys[start : start + BATCH]
+            paths = [self._path(key) for key in chunk]
+            try:
+                found = self.fs.cat(paths, on_error="return")
+            except Exception as exc:  # noqa: BLE001 - the whole batch failed: one line for each key
+                found = dict.fromkeys(paths, exc)
+            for key, path in zip(chunk, paths, strict=True):
+                data = found.get(path, FileNotFoundError(path))
+                yield (
+                    key,
+                    (
+                        LLMReplayError(f"{self.label}/{key}: cannot read ({one_line(data)})")
+                        if isinstance(data, BaseException)
+                        else bytes(data)
+                    ),
+                )
 
     def add(self, key: str, data: bytes) -> str:
         try:

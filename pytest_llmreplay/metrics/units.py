@@ -108,13 +108,20 @@ def format_value(metric: str, value: float | None, unit: str | None = None) -> s
     return _written(value, lambda known: unit or display_unit(metric, known))
 
 
-def format_figure(key: str, value: float | None) -> str:
-    """``value`` of the figure ``key`` (``metric.stat``, or a single-figure metric alone) as
-    :func:`format_value` writes its metric's, but in its statistic's own unit where that differs:
-    a ``count`` bare, ``goodput.rate`` and ``capacity.rate`` in req/s, ``capacity.concurrency`` bare."""
+def figure_unit(key: str, value: float) -> str | None:
+    """The unit ``value`` of the figure ``key`` (``metric.stat``) reads best in: its metric's
+    (:func:`display_unit`), but its statistic's own where that differs: a ``count`` bare,
+    ``goodput.rate`` and ``capacity.rate`` in req/s, ``capacity.concurrency`` bare. For a whole
+    axis pass its largest magnitude."""
     metric, _, stat = key.partition(".")
     family = "count" if stat == "count" else STAT_FAMILIES.get((metric, stat), unit_family(metric))
-    return _written(value, lambda known: _family_unit(family, known))
+    return _family_unit(family, value)
+
+
+def format_figure(key: str, value: float | None) -> str:
+    """``value`` of the figure ``key`` (``metric.stat``, or a single-figure metric alone) as
+    :func:`format_value` writes its metric's, in :func:`figure_unit`."""
+    return _written(value, lambda known: figure_unit(key, known))
 
 
 def _written(value: float | None, unit_of: Callable[[float], str | None]) -> str:
