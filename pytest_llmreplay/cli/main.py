@@ -10,11 +10,12 @@
     llmreplay calibrate --endpoint URL    measure a live server, write a simulator profile (cli/calibrate.py)
     llmreplay sweep FILE --sim P --slo K  capacity at SLO: the highest load meeting the SLOs (cli/sweep.py)
     llmreplay history TEST                a test's stored figures per commit, change points (cli/history.py)
+    llmreplay dashboard --out DIR         a static site of every test's figures over commits (cli/dashboard.py)
 
 Common options: ``--format NAME`` (skip detection), ``--block-size N`` (tokens per Mooncake
 hash id, default 512). Errors are one line on stderr, never a traceback; exit status 1 for bad
 input, 2 for bad usage (argparse's message: an unknown option, a value of the wrong form). ``run``,
-``compare``, ``sweep``, ``calibrate`` and ``history``, whose statuses CI scripts read, exit 3 for
+``compare``, ``sweep``, ``calibrate``, ``history`` and ``dashboard``, whose statuses CI scripts read, exit 3 for
 both (:data:`~pytest_llmreplay.cli.options.BAD_INPUT`: :data:`~pytest_llmreplay.cli.run.RUN_STATUS`, :data:`~pytest_llmreplay.cli.compare.COMPARE_BAD_INPUT`,
 :data:`~pytest_llmreplay.cli.sweep.SWEEP_STATUS`), so that compare's 2 means only "not comparable". ``run`` exits 1 when more requests failed than ``--max-error-rate`` allows
 (default none) and 4 when no request succeeded; stopped by SIGINT/SIGTERM it still reports what
@@ -33,6 +34,7 @@ from typing import NoReturn
 from ..errors import LLMReplayError
 from .calibrate import add_calibrate_parser
 from .compare import add_compare_parser
+from .dashboard import add_dashboard_parser
 from .history import add_history_parser
 from .options import integer, load_workload_file
 from .run import add_run_parser
@@ -130,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(commands)
     add_sweep_parser(commands, common)
     add_history_parser(commands)
+    add_dashboard_parser(commands)
     for command in commands.choices.values():
         command.set_defaults(option_names=option_names(command), parser=command)
     return parser

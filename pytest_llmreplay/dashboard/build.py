@@ -1,0 +1,175 @@
+"""One build of the site: the store's results along a reference's history -> ``OUT/``.
+
+    OUT/index.html                  the index (:mod:`.pages`)
+    OUT/tests/<test folder>.html    a page per test
+    OUT/assets/                     Plotly.js, the site's script and style (:mod:`.assets`)
+    OUT/.llmreplay-dashboard/       what the next build reuses (:mod:`.cache`)
+
+**Incremental.** A rebuild reads from the store only the results it has not read before
+(:func:`~.cache.gather`), runs Otava only on a series whose values changed, compares only a
+line whose newest results changed (:class:`~.cache.DigestCache`), and writes a test's page only
+when what it shows changed (the digest of its results, verdicts and the site's settings, kept in
+``pages.json``); the index is written each time. Plotly.js is copied once.
+
+``--out`` must be a new or empty folder, or one a build wrote (it holds
+``.llmreplay-dashboard/``): a build removes the pages of tests it no longer draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import LLMReplayError
+from ..gate.store import Store
+from . import DEFAULT_DEPTH, DEFAULT_RECENT
+from .assets import copy_assets, plotly_js
+from .cache import STATE, DigestCache, gather, read_json, write_json
+from .commits import first_parent_history
+from .moved import ORDER, rank, recent_moves
+from .pages import Site, TestEntry, index_page, test_page
+from .series import change_point_finder, test_lines
+from .verdicts import latest_verdict
+
+PAGE_VERSION = 1  # of what a page shows (with the package's version): a page of another is written again
+
+
+@dataclass
+class Built:
+    """What a build did, for its summary line."""
+
+    out: Path
+    tests: int = 0
+    results: int = 0
+    read: int = 0
+    cached: int = 0
+    pages: int = 0
+    change_points: int = 0
+    verdicts: int = 0
+    moved: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    interrupted: int = 0
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"wrote {self.out / 'index.html'}: {self.tests} tests ({self.moved} moved recently), {self.results:,} results "
+            f"({self.read:,} read from the store, {self.cached:,} from the cache); {self.pages} test pages written, "
+            f"Otava run on {self.change_points} series, {self.verdicts} latest verdicts compared"
+        ]
+        if self.interrupted:
+            lines.append(f"left out {self.interrupted} interrupted result(s): they measured part of their workload")
+        if self.unreadable:
+            count = len(self.unreadable)
+            lines.append(f"skipped {count} unreadable stored result{'s' if count != 1 else ''}: {self.unreadable[0]}")
+        return lines
+
+
+def check_out(out: Path) -> None:
+    """``out`` is new, empty or a dashboard's (module docstring); else :class:`LLMReplayError`."""
+    if out.exists() and not out.is_dir():
+        raise LLMReplayError(f"--out: {out} is a file; expected a folder for the dashboard")
+    if out.is_dir() and any(out.iterdir()) and not (out / STATE).is_dir():
+        raise LLMReplayError(
+            f"--out: {out} holds other files (no {STATE}/ of an earlier build); give a new or empty folder, or the one a build wrote"
+        )
+
+
+def build_dashboard(
+    store: Store,
+    out: Path,
+    cwd: Path,
+    ref: str = "HEAD",
+    *,
+    commit_url: str | None = None,
+    depth: int = DEFAULT_DEPTH,
+    recent: int = DEFAULT_RECENT,
+) -> Built:
+    """Build or update the site in ``out`` from ``store``'s results on the first-parent history
+    of ``ref`` in the repository at ``cwd`` (its newest ``depth`` commits); ``recent``: the
+    newest commits whose moves put a test first; ``commit_url``: where a click on a point goes,
+    ``{commit}`` standing for the commit's id."""
+    plotly_js()  # the extra is missing: say so before anything is read
+    check_out(out)
+    commits = first_parent_history(cwd, ref, depth)
+    if not commits:
+        raise LLMReplayError(f"--ref {ref}: no commit to draw")
+    positions = {commit.short: index for index, commit in enumerate(commits)}
+    gathered = gather(store, out, positions)
+    if not gathered.tests:
+        raise LLMReplayError(
+            f"--baseline-dir: no stored result in {store.label} at the newest {len(commits):,} commits of {ref}'s first-parent history"
+            + (f" ({len(gathered.unreadable)} unreadable)" if gathered.unreadable else "")
+        )
+    site = Site(store.label, ref, commits, recent, commit_url)
+    change_points, verdicts = DigestCache(out, "change_points"), DigestCache(out, "verdicts")
+    find = change_point_finder(change_points)
+    entries = []
+    for folder, results in gathered.tests.items():
+        lines = test_lines(folder, results, positions, find)
+        judged = [latest_verdict(verdicts, store, line) for line in lines.lines]
+        moves = recent_moves(lines, site.since)
+        newest = [line.newest.position for line in lines.lines]
+        entries.append(TestEntry(lines, judged, moves, rank(moves, judged, newest, site.since)))
+    entries.sort(key=lambda entry: (ORDER.index(entry.rank), entry.lines.test))
+    built = Built(out, len(entries), sum(len(r) for r in gathered.tests.values()), gathered.read, gathered.cached)
+    built.unreadable, built.interrupted = gathered.unreadable, gathered.interrupted
+    built.pages = write_test_pages(out, site, entries)
+    copy_assets(out / "assets")
+    (out / "index.html").write_text(index_page(site, entries), encoding="utf-8")
+    change_points.save()
+    verdicts.save()
+    built.change_points, built.verdicts, built.moved = (
+        change_points.made,
+        verdicts.made,
+        sum(entry.rank != "steady" for entry in entries),
+    )
+    return built
+
+
+def package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pytest-llmreplay")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
+def page_digest(site: Site, entry: TestEntry) -> str:
+    """What a test's page shows depends on: its results and where they sit, its verdicts, the
+    site's settings (module docstring)."""
+    used = sorted({p.position for line in entry.lines.lines for p in line.points})
+    facts = [
+        PAGE_VERSION,
+        package_version(),
+        site.store,
+        site.reference,
+        site.commit_url,
+        [(p, site.commits[p].id) for p in used],
+        [[p.key for p in line.points] for line in entry.lines.lines],
+        entry.verdicts,
+    ]
+    return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:24]
+
+
+def write_test_pages(out: Path, site: Site, entries: list[TestEntry]) -> int:
+    """Write each test's page whose digest changed, remove those of tests no longer drawn; how many written."""
+    record = out / STATE / "pages.json"
+    known = read_json(record)
+    known = known if isinstance(known, dict) else {}
+    digests = {}
+    written = 0
+    for entry in entries:
+        digest = page_digest(site, entry)
+        digests[entry.lines.folder] = digest
+        path = out / entry.href
+        if known.get(entry.lines.folder) != digest or not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(test_page(site, entry), encoding="utf-8")
+            written += 1
+    for folder in set(known) - set(digests):
+        (out / "tests" / f"{folder}.html").unlink(missing_ok=True)
+    write_json(record, digests)
+    return written

@@ -1,0 +1,128 @@
+"""The store's results, each read once: the figures of every result read so far
+(:func:`~.extract.extract`) are kept in the output folder, so that a rebuild reads only the
+results saved since.
+
+**Keyed by the result's key** (``<test folder>/<name>``): every store kind gives each result a
+name no other result gets and never replaces or removes a file (:mod:`~pytest_llmreplay.gate.store`),
+so a key always names the same bytes. The cache is one JSON file per test folder under
+``OUT/.llmreplay-dashboard/results/``, holding the store's label and :data:`~.extract.VERSION`:
+written for another store or by another version, it is read again from the store.
+
+Only results at commits of the drawn history are read (a name starts with its commit's first 12
+hex digits). Results that cannot be read are cached as such, named in the build's summary, and
+never fatal; so are interrupted ones (left out of every series, as the history leaves them out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Container
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import LLMReplayError
+from ..gate.store import Store
+from .extract import VERSION, extract
+
+STATE = ".llmreplay-dashboard"  # the output folder's state: caches, not pages
+
+
+@dataclass
+class Gathered:
+    """What :func:`gather` found: ``tests``: test folder -> its results on the history, each
+    ``(name, figures)``, in name order (oldest first within a commit); counts of the results
+    ``read`` from the store this time and taken from the cache (``cached``), the ``unreadable``
+    ones (why, for each) and the ``interrupted`` ones."""
+
+    tests: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    read: int = 0
+    cached: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    interrupted: int = 0
+
+
+def write_json(path: Path, data: Any) -> None:
+    """``data`` as JSON at ``path``, replaced atomically (a killed build leaves the old file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON at ``path``, or None when it is missing or not JSON (a cache is then rebuilt)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _cached(path: Path, label: str) -> dict[str, Any]:
+    found = read_json(path)
+    if isinstance(found, dict) and found.get("store") == label and found.get("version") == VERSION:
+        return dict(found.get("results") or {})
+    return {}
+
+
+def gather(store: Store, out: Path, commits: Container[str]) -> Gathered:
+    """Every result of ``store`` at one of ``commits`` (ids of 12 hex digits), its figures from
+    the cache in ``out`` or read now (module docstring)."""
+    gathered = Gathered()
+    for folder in sorted(store.names("")):
+        names = sorted(n for n in store.names(folder) if n.endswith(".json") and n[:12] in commits)
+        path = out / STATE / "results" / f"{folder}.json"
+        cache = _cached(path, store.label)
+        missing = [name for name in names if name not in cache]
+        for key, record in store.read_many([f"{folder}/{name}" for name in missing]):
+            name = key.rsplit("/", 1)[1]
+            if isinstance(record, LLMReplayError):
+                cache[name] = {"unreadable": str(record)}
+            else:
+                try:
+                    cache[name] = extract(record)
+                except (LLMReplayError, AttributeError, TypeError, ValueError) as exc:
+                    cache[name] = {"unreadable": f"{store.label}/{key}: cannot draw its figures ({exc})"}
+        if missing:
+            write_json(path, {"store": store.label, "version": VERSION, "results": cache})
+        gathered.read += len(missing)
+        gathered.cached += len(names) - len(missing)
+        kept = []
+        for name in names:
+            figures = cache[name]
+            if "unreadable" in figures:
+                gathered.unreadable.append(figures["unreadable"])
+            elif "interrupted" in figures:
+                gathered.interrupted += 1
+            else:
+                kept.append((name, figures))
+        if kept:
+            gathered.tests[folder] = kept
+    return gathered
+
+
+class DigestCache:
+    """Values made from inputs that a digest names (a series' values, the keys of the results
+    behind a verdict), kept in ``OUT/.llmreplay-dashboard/<name>.json``: :meth:`get` makes a
+    value only for a digest it does not know; :meth:`save` keeps those asked for in this build."""
+
+    def __init__(self, out: Path, name: str) -> None:
+        self.path = out / STATE / f"{name}.json"
+        found = read_json(self.path)
+        self.known: dict[str, Any] = found if isinstance(found, dict) and found.get("version") == VERSION else {}
+        self.used: dict[str, Any] = {"version": VERSION}
+        self.made = 0
+
+    def get(self, inputs: str, make: Callable[[], Any]) -> Any:
+        digest = hashlib.sha256(inputs.encode()).hexdigest()[:24]
+        if digest not in self.known:
+            self.known[digest] = make()
+            self.made += 1
+        self.used[digest] = self.known[digest]
+        return self.used[digest]
+
+    def save(self) -> None:
+        if self.made or len(self.used) != len(self.known):
+            write_json(self.path, self.used)
