@@ -57,9 +57,11 @@ class PageVisit:
     png: bytes = b""
 
 
-def visit(browser: str, url: str, expression: str, width: int = 1280) -> PageVisit:
+def visit(browser: str, url: str, expression: str, width: int = 1280, hover: str | None = None) -> PageVisit:
     """Load ``url`` in a fresh headless ``browser``, evaluate ``expression`` (JavaScript whose
-    value is JSON-serialisable) once loaded, and screenshot the whole page ``width`` px wide."""
+    value, or a promise's, is JSON-serialisable) once loaded, and screenshot the whole page
+    ``width`` px wide. ``hover``: JavaScript giving ``{x, y}`` (or a promise of them) in the
+    viewport, where the mouse is moved (a real input event) before ``expression`` runs."""
     # Chromium's helper processes (crashpad, zygote) may still write to the profile for a moment
     # after the browser process is gone: a file they add during the removal is left behind
     with tempfile.TemporaryDirectory(prefix="llmreplay-chromium-", ignore_cleanup_errors=True) as profile:
@@ -70,7 +72,7 @@ def visit(browser: str, url: str, expression: str, width: int = 1280) -> PageVis
         )
         try:
             port = _devtools_port(Path(profile), process)
-            return asyncio.run(_visit(port, url, expression, width))
+            return asyncio.run(_visit(port, url, expression, width, hover))
         finally:
             process.terminate()
             try:
@@ -94,7 +96,7 @@ def _devtools_port(profile: Path, process: subprocess.Popen) -> int:
     raise AssertionError(f"chromium did not open its DevTools port within {START_TIMEOUT_S} s")
 
 
-async def _visit(port: int, url: str, expression: str, width: int) -> PageVisit:
+async def _visit(port: int, url: str, expression: str, width: int, hover: str | None) -> PageVisit:
     import aiohttp
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=STEP_TIMEOUT_S) as answer:
@@ -114,9 +116,10 @@ async def _visit(port: int, url: str, expression: str, width: int) -> PageVisit:
         loaded = session_state.expect("Page.loadEventFired")
         await session_state.call("Page.navigate", url=url)
         await asyncio.wait_for(loaded, STEP_TIMEOUT_S)
-        evaluated = await session_state.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        assert "exceptionDetails" not in evaluated, f"the check expression failed: {evaluated['exceptionDetails']}"
-        found.facts = evaluated["result"].get("value")
+        if hover is not None:
+            where = await session_state.evaluate(hover)
+            await session_state.call("Input.dispatchMouseEvent", type="mouseMoved", x=where["x"], y=where["y"])
+        found.facts = await session_state.evaluate(expression)
         shot = await session_state.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         found.png = base64.b64decode(shot["data"])
         listener.cancel()
@@ -140,6 +143,12 @@ class _Session:
         reply = await asyncio.wait_for(answer, STEP_TIMEOUT_S)
         assert "error" not in reply, f"{method}: {reply['error']}"
         return reply.get("result", {})
+
+    async def evaluate(self, expression: str) -> Any:
+        """The value of ``expression`` (awaited when it is a promise); AssertionError when it throws."""
+        evaluated = await self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        assert "exceptionDetails" not in evaluated, f"the check expression failed: {evaluated['exceptionDetails']}"
+        return evaluated["result"].get("value")
 
     def expect(self, event: str) -> asyncio.Future:
         self.waiting[event] = asyncio.get_running_loop().create_future()
