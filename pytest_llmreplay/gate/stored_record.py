@@ -81,7 +81,7 @@ def shape_problem(record: Mapping[str, Any]) -> str | None:
     if not isinstance(samples, dict):
         return f"samples: expected an object of lists of numbers, got {_kind(samples)}"
     for metric, values in samples.items():
-        if not isinstance(values, list) or not all(_is_number(v) and math.isfinite(v) for v in values):
+        if not _finite_numbers(values):
             return f"samples.{metric}: expected a list of numbers, got {_kind(values)}"
     keys = record.get("sample_keys")
     if keys is not None:
@@ -90,7 +90,7 @@ def shape_problem(record: Mapping[str, Any]) -> str | None:
         for metric, listed in keys.items():
             if not isinstance(listed, list):
                 return f"sample_keys.{metric}: expected a list of integers, got {_kind(listed)}"
-            odd = [k for k in listed if not isinstance(k, int) or isinstance(k, bool)]
+            odd = [] if set(map(type, listed)) <= {int} else [k for k in listed if type(k) is not int]
             if odd:
                 return f"sample_keys.{metric}: expected a list of integers, got {json.dumps(odd[0])[:20]} in it"
             if len(listed) != len(samples.get(metric, ())):
@@ -131,6 +131,12 @@ def _runs_problem(record: Mapping[str, Any]) -> str | None:
         if sum(run["sizes"].get(metric, 0) for run in runs) != len(values):
             return f"runs: the sizes of {metric} do not add up to its {len(values)} samples"
     return None
+
+
+def _finite_numbers(values: Any) -> bool:
+    """Whether ``values`` is a list of finite numbers (JSON's: ``int`` and ``float``, no
+    ``bool``), checked at the speed of C (``map``): a stored result holds thousands of samples."""
+    return isinstance(values, list) and set(map(type, values)) <= {int, float} and all(map(math.isfinite, values))
 
 
 def _is_number(value: Any) -> bool:

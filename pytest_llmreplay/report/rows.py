@@ -81,10 +81,11 @@ def stored_checks(record: Mapping[str, Any]) -> list[Check | Mapping[str, Any]]:
     return found
 
 
-def slo_rows(record: Mapping[str, Any]) -> list[list[str]]:
-    """:data:`SLO_HEADERS` cells of each stored SLO (see :func:`stored_checks`)."""
+def slo_rows(record: Mapping[str, Any], checks: list[Check | Mapping[str, Any]] | None = None) -> list[list[str]]:
+    """:data:`SLO_HEADERS` cells of each stored SLO (see :func:`stored_checks`; ``checks``: its
+    result when the caller has it)."""
     rows = []
-    for check in stored_checks(record):
+    for check in stored_checks(record) if checks is None else checks:
         if isinstance(check, Check):
             rows.append(check.row())
         else:
@@ -138,8 +139,9 @@ class Headline:
         return " · ".join([self.status, *self.details()])
 
 
-def headline(record: Mapping[str, Any]) -> Headline:
-    checks = [c for c in stored_checks(record) if isinstance(c, Check)]
+def headline(record: Mapping[str, Any], stored: list[Check | Mapping[str, Any]] | None = None) -> Headline:
+    """The record's :class:`Headline` (``stored``: its :func:`stored_checks` when the caller has them)."""
+    checks = [c for c in (stored_checks(record) if stored is None else stored) if isinstance(c, Check)]
     entries = record.get("slo") or []
     breached = sum(not e.get("passed") for e in entries)
     if not entries:
