@@ -1,7 +1,7 @@
 """``llmreplay dashboard``: the static results site over a store (:mod:`~pytest_llmreplay.dashboard`).
 
     llmreplay dashboard --baseline-dir STORE --out DIR [--ref REF] [--commit-url TEMPLATE]
-                        [--depth N] [--recent N]
+                        [--depth N] [--recent N] [--workers N]
 
 Writes (or updates: only what changed is read and written) the site in ``--out``: an index of
 every test in the store along the first-parent history of ``--ref``, and a page per test with
@@ -26,6 +26,7 @@ from .options import BAD_INPUT, integer, open_store_option
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from ..dashboard.assets import plotly_js
     from ..dashboard.build import build_dashboard
+    from ..dashboard.cache import default_workers
     from ..gate.history import change_points
 
     if args.commit_url is not None and "{commit}" not in args.commit_url:
@@ -45,6 +46,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         commit_url=args.commit_url,
         depth=args.depth,
         recent=args.recent,
+        workers=args.workers or default_workers(),
     )
     print("\n".join(built.summary()))
     return 0
@@ -96,5 +98,12 @@ def add_dashboard_parser(commands: Any) -> None:
         default=DEFAULT_RECENT,
         metavar="N",
         help=f"a change point or regression in the newest N commits puts a test first (default {DEFAULT_RECENT})",
+    )
+    dashboard.add_argument(
+        "--workers",
+        type=integer(1),
+        metavar="N",
+        help="processes that read the results of a first build (thousands of new results; default: the cores "
+        "this process may use, at most 8; 1: this process alone)",
     )
     dashboard.set_defaults(run=cmd_dashboard, bad_input_status=BAD_INPUT)

@@ -30,7 +30,11 @@ OWN = ("dashboard.js", "dashboard.css")
 def plotly_js() -> Path:
     """The ``plotly.min.js`` of the installed ``plotly`` package; :class:`LLMReplayError` naming
     the extra when it is not installed."""
-    if find_spec("plotly") is None:
+    try:
+        found_spec = find_spec("plotly")
+    except (ImportError, ValueError):  # a broken or blocked install
+        found_spec = None
+    if found_spec is None:
         raise LLMReplayError(f"the dashboard draws its charts with Plotly.js, from the plotly package: {EXTRA}")
     found = Path(str(resources.files("plotly") / "package_data" / "plotly.min.js"))
     if not found.is_file():

@@ -85,18 +85,20 @@ def build_dashboard(
     commit_url: str | None = None,
     depth: int = DEFAULT_DEPTH,
     recent: int = DEFAULT_RECENT,
+    workers: int = 1,
 ) -> Built:
     """Build or update the site in ``out`` from ``store``'s results on the first-parent history
     of ``ref`` in the repository at ``cwd`` (its newest ``depth`` commits); ``recent``: the
     newest commits whose moves put a test first; ``commit_url``: where a click on a point goes,
-    ``{commit}`` standing for the commit's id."""
+    ``{commit}`` standing for the commit's id; ``workers``: the processes that read many new
+    results (:func:`~.cache.read_all`)."""
     plotly_js()  # the extra is missing: say so before anything is read
     check_out(out)
     commits = first_parent_history(cwd, ref, depth)
     if not commits:
         raise LLMReplayError(f"--ref {ref}: no commit to draw")
     positions = {commit.short: index for index, commit in enumerate(commits)}
-    gathered = gather(store, out, positions)
+    gathered = gather(store, out, positions, workers)
     if not gathered.tests:
         raise LLMReplayError(
             f"--baseline-dir: no stored result in {store.label} at the newest {len(commits):,} commits of {ref}'s first-parent history"

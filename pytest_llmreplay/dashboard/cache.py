@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from ..gate.store import Store
 from .extract import VERSION, extract
 
 STATE = ".llmreplay-dashboard"  # the output folder's state: caches, not pages
+PARALLEL_FROM = 2000  # results to read from which a build reads them in several processes
 
 
 @dataclass
@@ -67,31 +68,73 @@ def _cached(path: Path, label: str) -> dict[str, Any]:
     return {}
 
 
-def gather(store: Store, out: Path, commits: Container[str]) -> Gathered:
+def read_results(store: Store, folder: str, names: list[str]) -> dict[str, dict[str, Any]]:
+    """The figures of each of ``names`` in ``folder`` (:func:`~.extract.extract`), or why it
+    cannot be read (``{"unreadable": why}``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for key, record in store.read_many([f"{folder}/{name}" for name in names]):
+        name = key.rsplit("/", 1)[1]
+        if isinstance(record, LLMReplayError):
+            found[name] = {"unreadable": str(record)}
+            continue
+        try:
+            found[name] = extract(record)
+        except (LLMReplayError, AttributeError, TypeError, ValueError) as exc:
+            found[name] = {"unreadable": f"{store.label}/{key}: cannot draw its figures ({exc})"}
+    return found
+
+
+def read_all(
+    store: Store, missing: dict[str, list[str]], workers: int
+) -> Iterator[tuple[str, dict[str, dict[str, Any]]]]:
+    """:func:`read_results` of each folder of ``missing``; in ``workers`` processes (a folder at
+    a time each) when there are :data:`PARALLEL_FROM` results or more to read (a first build:
+    reading and parsing is most of its time), else in this one."""
+    if workers < 2 or sum(len(names) for names in missing.values()) < PARALLEL_FROM:
+        for folder, names in missing.items():
+            yield folder, read_results(store, folder, names)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    folders = list(missing)
+    # spawned, not forked: a store's client (an object store's event loop thread) does not survive a fork
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        found = pool.map(read_results, [store] * len(folders), folders, [missing[f] for f in folders])
+        yield from zip(folders, found, strict=True)
+
+
+def default_workers() -> int:
+    """The cores this process may use, at most 8: how many processes read a first build's results."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return min(cores, 8)
+
+
+def gather(store: Store, out: Path, commits: Container[str], workers: int = 1) -> Gathered:
     """Every result of ``store`` at one of ``commits`` (ids of 12 hex digits), its figures from
-    the cache in ``out`` or read now (module docstring)."""
+    the cache in ``out`` or read now, by ``workers`` processes when many (:func:`read_all`)."""
     gathered = Gathered()
+    names: dict[str, list[str]] = {}
+    caches: dict[str, dict[str, Any]] = {}
     for folder in sorted(store.names("")):
-        names = sorted(n for n in store.names(folder) if n.endswith(".json") and n[:12] in commits)
-        path = out / STATE / "results" / f"{folder}.json"
-        cache = _cached(path, store.label)
-        missing = [name for name in names if name not in cache]
-        for key, record in store.read_many([f"{folder}/{name}" for name in missing]):
-            name = key.rsplit("/", 1)[1]
-            if isinstance(record, LLMReplayError):
-                cache[name] = {"unreadable": str(record)}
-            else:
-                try:
-                    cache[name] = extract(record)
-                except (LLMReplayError, AttributeError, TypeError, ValueError) as exc:
-                    cache[name] = {"unreadable": f"{store.label}/{key}: cannot draw its figures ({exc})"}
-        if missing:
-            write_json(path, {"store": store.label, "version": VERSION, "results": cache})
-        gathered.read += len(missing)
-        gathered.cached += len(names) - len(missing)
+        names[folder] = sorted(n for n in store.names(folder) if n.endswith(".json") and n[:12] in commits)
+        caches[folder] = _cached(out / STATE / "results" / f"{folder}.json", store.label)
+    missing = {folder: [n for n in listed if n not in caches[folder]] for folder, listed in names.items()}
+    for folder, found in read_all(store, {folder: listed for folder, listed in missing.items() if listed}, workers):
+        caches[folder].update(found)
+        write_json(
+            out / STATE / "results" / f"{folder}.json",
+            {"store": store.label, "version": VERSION, "results": caches[folder]},
+        )
+    for folder, listed in names.items():
+        gathered.read += len(missing[folder])
+        gathered.cached += len(listed) - len(missing[folder])
         kept = []
-        for name in names:
-            figures = cache[name]
+        for name in listed:
+            figures = caches[folder][name]
             if "unreadable" in figures:
                 gathered.unreadable.append(figures["unreadable"])
             elif "interrupted" in figures:

@@ -15,7 +15,8 @@ commit's words are written once per page, not once per figure; a click opens the
 through ``--commit-url``.
 
 **A sparkline** (:func:`sparkline`): the index's small line of one figure, each line of the
-test, change points flagged regression marked; no axes, no hover.
+test, change points flagged regression marked; no axes, no hover; its y axis from zero, so that
+a step of 20% stands out and the noise of a flat figure does not.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ def sparkline(key: str, lines: Sequence[Line]) -> dict[str, Any]:
         "width": 150,
         "margin": {"l": 2, "r": 2, "t": 2, "b": 2},
         "xaxis": {"visible": False},
-        "yaxis": {"visible": False},
+        "yaxis": {"visible": False, "rangemode": "tozero"},  # from zero: a step stands out, the noise does not
         "showlegend": False,
     }
     return {"data": data, "layout": layout}

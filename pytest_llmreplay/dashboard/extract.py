@@ -28,12 +28,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import LLMReplayError
 from ..gate.baseline import gated_tolerances
 from ..gate.history import figure
 from ..gate.repeats import run_count
-from ..metrics.slo import parse_slo
-from ..report.rows import headline, slo_rows
+from ..metrics.slo import Check
+from ..report.rows import headline, slo_rows, stored_checks
 
 VERSION = 1  # of what extract() returns: a cache written by another version is read again
 
@@ -48,19 +47,20 @@ def line_of(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def slo_figures(record: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each SLO of ``record`` that reads back: its ``figure`` (``metric.stat``), ``value`` (the
-    threshold in the metric's own unit), ``op`` and ``text`` (``ttft.p99 < 500ms``)."""
-    found = []
-    for entry in record.get("slo") or []:
-        try:
-            slo = parse_slo(entry["key"], entry["threshold"], extra_metrics=record.get("summary") or {})
-        except (LLMReplayError, KeyError, TypeError):
-            continue
-        found.append(
-            {"figure": f"{slo.metric}.{slo.stat}", "value": slo.value, "op": slo.op, "text": f"{slo.key} {slo.text}"}
-        )
-    return found
+def slo_figures(checks: list[Check | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each SLO that reads back (of the record's :func:`~pytest_llmreplay.report.rows.stored_checks`):
+    its ``figure`` (``metric.stat``), ``value`` (the threshold in the metric's own unit), ``op``
+    and ``text`` (``ttft.p99 < 500ms``)."""
+    return [
+        {
+            "figure": f"{check.slo.metric}.{check.slo.stat}",
+            "value": check.slo.value,
+            "op": check.slo.op,
+            "text": f"{check.slo.key} {check.slo.text}",
+        }
+        for check in checks
+        if isinstance(check, Check)
+    ]
 
 
 def intervals(record: Mapping[str, Any], keys: list[str]) -> dict[str, list[float | None]]:
@@ -85,10 +85,11 @@ def extract(record: Mapping[str, Any]) -> dict[str, Any]:
     if record.get("interrupted"):
         return {"interrupted": str(record["interrupted"])}
     tolerances = gated_tolerances(record)
-    slos = slo_figures(record)
+    checks = stored_checks(record)  # the SLOs read once, for the three uses below
+    slos = slo_figures(checks)
     keys = list(dict.fromkeys([*tolerances, *(slo["figure"] for slo in slos)]))
     figures = {key: value for key in keys if (value := figure(record, key)) is not None}
-    line = headline(record)
+    line = headline(record, checks)
     return {
         "test": str(record.get("test")),
         "commit": record.get("commit"),
@@ -103,5 +104,5 @@ def extract(record: Mapping[str, Any]) -> dict[str, Any]:
         "intervals": intervals(record, keys),
         "slos": slos,
         "headline": {"status": line.status, "slos": line.slos, "closest": line.closest},
-        "slo_rows": slo_rows(record),
+        "slo_rows": slo_rows(record, checks),
     }
