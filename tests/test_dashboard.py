@@ -1,0 +1,224 @@
+"""``llmreplay dashboard`` end to end, without a browser (tests/test_dashboard_browser.py draws
+it): from each store kind (a folder, a git ref, an S3 bucket of a real S3 server), the index lists
+every test with the ones that moved first, a test's page carries each figure's series with its
+change point flagged and its SLO threshold, several endpoints are lines side by side (never
+pooled), a rebuild after one new result reads and writes only what changed, and bad input is
+one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import dashboard_site
+import pytest
+from dashboard_site import COMMITS, STEP, base_records, make_repo_and_results, stored_test_ids
+from test_plugin_baselines import git
+
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.gate.store import result_folder
+from pytest_llmreplay.gate.store_url import open_store
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return base_records(tmp_path_factory.mktemp("base"))
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch, base):
+    """The repository (the cwd) and its results in a folder store; returns the store's path."""
+    ids, files = make_repo_and_results(tmp_path, base)
+    dashboard_site.dashboard_store.write_folder(tmp_path / "store", iter(files))
+    monkeypatch.chdir(tmp_path / "repo")
+    return tmp_path / "store"
+
+
+def page_data(path: Path) -> dict:
+    """The JSON block a page hands to its script."""
+    text = path.read_text()
+    return json.loads(re.search(r'<script type="application/json" id="page-data">(.*?)</script>', text, re.S).group(1))
+
+
+def page_of(out: Path, test: str) -> Path:
+    return out / "tests" / f"{result_folder(test)}.html"
+
+
+def build(store: str, out: Path, capsys, *more: str) -> str:
+    assert main(["dashboard", "--baseline-dir", store, "--out", str(out), *more]) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
+def test_index_lists_every_test_the_moved_ones_first(site, tmp_path, capsys):
+    printed = build(str(site), tmp_path / "out", capsys, "--recent", str(COMMITS - STEP))
+    total = COMMITS * 6  # five tests, test 0 on two profiles
+    assert printed.startswith(
+        f"wrote {tmp_path / 'out' / 'index.html'}: 5 tests (2 moved recently), {total} results ({total} read"
+    )
+    index = (tmp_path / "out" / "index.html").read_text()
+    listed = re.findall(r'<td class="test"><a href="tests/[^"]+\.html">([^<]+)</a>', index)
+    tests = stored_test_ids()
+    assert listed == [tests[0], tests[2], tests[1], tests[3], tests[4]]  # the regression, the improvement, the rest
+    step = git(site.parent / "repo", "rev-list", "--reverse", "HEAD").split()[STEP][:7]
+    ago = COMMITS - 1 - STEP
+    assert re.search(
+        rf"regression</span> at {step} \({ago} commits ago\) <span class=muted>\(sim_profile llama-3.1-8b-h100\)</span>: [^<]*ttft.p50 \+(19|20|21)\.\d%",
+        index,
+    )
+    assert re.search(
+        rf"improved</span> at {step} \({ago} commits ago\): output_throughput.steady_state \+2\d\.\d%, [^<]*ttft.p50 -(19|20|21)\.\d%",
+        index,
+    )
+    assert index.count('<script src="assets/plotly.min.js">') == 1
+    assert [p.name for p in (tmp_path / "out").rglob("plotly.min.js")] == ["plotly.min.js"]  # one copy per site
+    for test in tests:
+        assert page_of(tmp_path / "out", test).is_file()
+
+
+def test_a_test_page_draws_each_figure_with_its_change_point_and_slo(site, tmp_path, capsys):
+    build(str(site), tmp_path / "out", capsys, "--commit-url", "https://example.invalid/c/{commit}")
+    data = page_data(page_of(tmp_path / "out", stored_test_ids()[2]))
+    commits = git(site.parent / "repo", "rev-list", "--reverse", "HEAD").split()
+    assert data["commitUrl"] == "https://example.invalid/c/{commit}"
+    assert data["commits"][str(STEP)][:3] == [commits[STEP], commits[STEP][:12], data["commits"][str(STEP)][2]]
+    titles = [chart["layout"]["title"]["text"] for chart in data["charts"].values()]
+    assert titles[:2] == ["ttft.p50 (gated, allowed change 5%)", "ttft.p90 (gated, allowed change 10%)"]
+    assert {"ttft.p99 (an SLO's figure)", "error_rate (an SLO's figure)"} <= set(titles)
+    ttft = next(c for c in data["charts"].values() if c["layout"]["title"]["text"].startswith("ttft.p50"))
+    results, *rest = ttft["data"]
+    assert results["x"] == list(range(COMMITS)) and results["customdata"] == list(range(COMMITS))
+    assert results["hovertemplate"].startswith("<b>%{customdata[1]}</b> %{customdata[2]}")  # commit, date
+    assert min(results["y"][STEP:]) < max(results["y"][:STEP]) * 0.9  # 20% faster from STEP on, in ms
+    improved = next(t for t in rest if t["name"] == "change point: improved")
+    assert improved["x"] == [STEP] and re.match(
+        r"improved: level [\d.]+ ms to [\d.]+ ms \(-\d\d\.\d%\), allowed 5%", improved["text"][0]
+    )
+    throughput = next(
+        c for c in data["charts"].values() if c["layout"]["title"]["text"].startswith("output_throughput")
+    )
+    assert any(t["name"] == "change point: improved" for t in throughput["data"])  # higher is better there
+    slo = next(c for c in data["charts"].values() if c["layout"]["title"]["text"].startswith("ttft.p99"))
+    threshold = next(t for t in slo["data"] if t["name"] == "SLO ttft.p99 < 500ms")
+    assert threshold["y"] == [500, 500] and slo["layout"]["yaxis"]["title"]["text"] == "ttft.p99 (ms)"
+
+
+def test_several_endpoints_are_lines_side_by_side_never_pooled(site, tmp_path, capsys):
+    build(str(site), tmp_path / "out", capsys)
+    page = page_of(tmp_path / "out", stored_test_ids()[0])
+    data = page_data(page)
+    ttft = data["charts"]["0"]
+    lines = [t for t in ttft["data"] if t.get("mode") == "lines+markers"]
+    assert [t["name"] for t in lines] == [
+        "sim_profile llama-3.1-8b-h100, hardware 1 x NVIDIA H100 SXM5 80GB",
+        "sim_profile llama-3.1-8b-h200, hardware 1 x NVIDIA H200 SXM 141GB",
+    ]
+    assert [len(t["y"]) for t in lines] == [COMMITS, COMMITS]  # each its own results
+    assert all(a > b for a, b in zip(lines[0]["y"], lines[1]["y"], strict=True))  # the H200's a fifth faster
+    regressions = [t for t in ttft["data"] if t["name"] == "change point: regression"]
+    assert [t["x"] for t in regressions] == [[STEP], [STEP]] and [t["showlegend"] for t in regressions] == [True, False]
+    assert "2 lines side by side, never pooled" in page.read_text()
+
+
+def test_a_result_with_runs_draws_their_range(site, tmp_path, capsys):
+    build(str(site), tmp_path / "out", capsys)
+    ttft = page_data(page_of(tmp_path / "out", stored_test_ids()[4]))["charts"]["0"]
+    results = ttft["data"][0]
+    assert results["error_y"]["type"] == "data" and all(up >= 0 for up in results["error_y"]["array"])
+    assert any(up > 0 for up in results["error_y"]["array"])
+    assert re.fullmatch(r"<br>range of 3 runs: [\d.]+ ms to [\d.]+ ms", results["text"][0])
+
+
+def test_a_rebuild_after_one_new_result_reads_and_writes_only_that(site, tmp_path, capsys, base):
+    out = tmp_path / "out"
+    build(str(site), out, capsys)
+    untouched = page_of(out, stored_test_ids()[1])
+    before = untouched.stat().st_mtime_ns
+    assert "0 read from the store" in build(str(site), out, capsys)  # nothing new: all from the cache
+    repo = site.parent / "repo"
+    new = dashboard_site.dashboard_store.add_commit(repo)
+    ids = git(repo, "rev-list", "--reverse", "HEAD").split()
+    fresh = [
+        (key, data)
+        for key, data in dashboard_site.dashboard_store.results(base, 4, ids, first=len(ids) - 1)
+        if "test_03" in key
+    ]
+    dashboard_site.dashboard_store.write_folder(site, iter(fresh))
+    printed = build(str(site), out, capsys)
+    assert f"(1 read from the store, {COMMITS * 6} from the cache)" in printed
+    assert "; 1 test pages written" in printed and "1 latest verdicts compared" in printed
+    assert untouched.stat().st_mtime_ns == before
+    data = page_data(page_of(out, stored_test_ids()[3]))
+    assert data["commits"][str(COMMITS)][0] == new and data["charts"]["0"]["data"][0]["x"][-1] == COMMITS
+
+
+def test_unreadable_and_interrupted_results_are_left_out_and_named(site, tmp_path, capsys):
+    folder = site / result_folder(stored_test_ids()[1])
+    first, second = sorted(folder.iterdir())[:2]
+    first.write_text("{not json")
+    second.write_text(json.dumps({**json.loads(second.read_text()), "interrupted": "SIGINT"}))
+    printed = build(str(site), tmp_path / "out", capsys)
+    assert "left out 1 interrupted result(s)" in printed
+    assert f"skipped 1 unreadable stored result: {first}: not a stored llmreplay result (" in printed
+
+
+def test_from_a_git_ref(tmp_path, monkeypatch, base, capsys):
+    ids, files = make_repo_and_results(tmp_path, base)
+    dashboard_site.dashboard_store.write_git(tmp_path / "repo", iter(files))
+    monkeypatch.chdir(tmp_path / "repo")
+    printed = build(f"git:{tmp_path / 'repo'}#refs/llmreplay/results", tmp_path / "out", capsys)
+    assert f"5 tests (2 moved recently), {COMMITS * 6} results ({COMMITS * 6} read from the store" in printed
+    data = page_data(page_of(tmp_path / "out", stored_test_ids()[0]))
+    assert len(data["charts"]["0"]["data"][0]["y"]) == COMMITS
+
+
+def test_from_an_s3_bucket(tmp_path, monkeypatch, base, capsys, s3_env):
+    ids, files = make_repo_and_results(tmp_path, base)
+    monkeypatch.chdir(tmp_path / "repo")
+    store = open_store("s3://results/perf", tmp_path)
+    for key, data in files:
+        store.add(key, data)
+    printed = build("s3://results/perf", tmp_path / "out", capsys)
+    assert f"5 tests (2 moved recently), {COMMITS * 6} results ({COMMITS * 6} read from the store" in printed
+    data = page_data(page_of(tmp_path / "out", stored_test_ids()[0]))
+    assert len(data["charts"]["0"]["data"][0]["y"]) == COMMITS
+    assert s3_env["AWS_SECRET_ACCESS_KEY"] not in (tmp_path / "out" / "index.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--commit-url", "https://x/commit"],
+            "error: --commit-url 'https://x/commit': expected a template with {commit}, *",
+        ),
+        (["--ref", "no-such-branch"], "error: --ref no-such-branch: git cannot walk its history in * (fatal: *)"),
+        (["--baseline-dir", "nowhere"], "error: --baseline-dir: */nowhere: no such folder; *"),
+        (
+            ["--baseline-dir", "empty"],
+            "error: --baseline-dir: no stored result in */empty at the newest 30 commits of HEAD's first-parent history",
+        ),
+        (["--out", "busy"], "error: --out: busy holds other files (no .llmreplay-dashboard/ of an earlier build); *"),
+    ],
+)
+def test_bad_input_is_one_line_with_the_bad_input_status(site, capsys, args, message):
+    from fnmatch import fnmatch
+
+    Path("empty").mkdir()
+    Path("busy").mkdir()
+    Path("busy", "notes.txt").write_text("mine\n")
+    given = {"--baseline-dir": str(site), "--out": "site", **dict(zip(args[::2], args[1::2], strict=True))}
+    assert main(["dashboard", *[word for pair in given.items() for word in pair]]) == 3
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and fnmatch(err, message), err
+    assert not Path("site").exists() or not any(Path("site").iterdir())
+
+
+def test_without_plotly_the_extra_is_named_before_anything_is_read(site, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "plotly", None)  # as if not installed
+    assert main(["dashboard", "--baseline-dir", str(site), "--out", "site"]) == 3
+    assert capsys.readouterr().err == (
+        "error: the dashboard draws its charts with Plotly.js, from the plotly package: pip install 'pytest-llmreplay[dashboard]'\n"
+    )
+    assert not Path("site").exists()
