@@ -360,6 +360,18 @@ def skips_unreadable_results(store, newest: str) -> None:
     )
     assert "29990101T" in found.unreadable[1] and "not a stored llmreplay result" in found.unreadable[1]
     assert found.skipped_line().startswith("skipped 2 unreadable stored results: the newest, ")
+    reads_many_in_order(store, newest, f"{folder}/{'a' * 12}-29990101T000000000000Z-1-000000.json")
+
+
+def reads_many_in_order(store, readable: str, garbage: str) -> None:
+    """read_many (the dashboard's, a git store's batch) gives each key its record or its error,
+    in the order asked, a missing and a corrupt file in between included."""
+    missing = f"{readable.split('/')[0]}/{'a' * 12}-nothing.json"
+    found = list(store.read_many([readable, missing, garbage, readable]))
+    assert [key for key, _ in found] == [readable, missing, garbage, readable]
+    assert found[0][1]["summary"] == {"n": {"value": 2}} and found[3][1] == found[0][1]
+    assert isinstance(found[1][1], LLMReplayError) and missing in str(found[1][1])
+    assert isinstance(found[2][1], LLMReplayError) and "not a stored llmreplay result" in str(found[2][1])
 
 
 def test_memory_store(tmp_path):

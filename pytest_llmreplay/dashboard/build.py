@@ -109,7 +109,7 @@ def build_dashboard(
     find = change_point_finder(change_points)
     entries = []
     for folder, results in gathered.tests.items():
-        lines = test_lines(folder, results, positions, find)
+        lines = test_lines(folder, results, gathered.facts[folder], positions, find)
         judged = [latest_verdict(verdicts, store, line) for line in lines.lines]
         moves = recent_moves(lines, site.since)
         newest = [line.newest.position for line in lines.lines]

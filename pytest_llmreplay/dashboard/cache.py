@@ -4,9 +4,9 @@ results saved since.
 
 **Keyed by the result's key** (``<test folder>/<name>``): every store kind gives each result a
 name no other result gets and never replaces or removes a file (:mod:`~pytest_llmreplay.gate.store`),
-so a key always names the same bytes. The cache is one JSON file per test folder under
-``OUT/.llmreplay-dashboard/results/``, holding the store's label and :data:`~.extract.VERSION`:
-written for another store or by another version, it is read again from the store.
+so a key always names the same bytes. The cache is a file per test folder
+(:class:`FolderCache`), to which a build appends the results it read: written for another store
+or by another version, it is read again from the store.
 
 Only results at commits of the drawn history are read (a name starts with its commit's first 12
 hex digits). Results that cannot be read are cached as such, named in the build's summary, and
@@ -34,11 +34,13 @@ PARALLEL_FROM = 2000  # results to read from which a build reads them in several
 @dataclass
 class Gathered:
     """What :func:`gather` found: ``tests``: test folder -> its results on the history, each
-    ``(name, figures)``, in name order (oldest first within a commit); counts of the results
+    ``(name, figures)``, in name order (oldest first within a commit); ``facts``: test folder ->
+    each line's facts (:func:`~.extract.extract`); counts of the results
     ``read`` from the store this time and taken from the cache (``cached``), the ``unreadable``
     ones (why, for each) and the ``interrupted`` ones."""
 
     tests: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
+    facts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # folder -> line -> its facts
     read: int = 0
     cached: int = 0
     unreadable: list[str] = field(default_factory=list)
@@ -61,11 +63,54 @@ def read_json(path: Path) -> Any:
         return None
 
 
-def _cached(path: Path, label: str) -> dict[str, Any]:
-    found = read_json(path)
-    if isinstance(found, dict) and found.get("store") == label and found.get("version") == VERSION:
-        return dict(found.get("results") or {})
-    return {}
+class FolderCache:
+    """The figures of one test folder's results read so far: ``OUT/.llmreplay-dashboard/results/
+    <folder>.jsonl``, a first line naming the store and :data:`~.extract.VERSION`, then a line
+    per result (``name`` and its figures) and, before a line's first result, its ``facts``
+    (``{"line": id, "facts": ...}``). A build appends what it read; a file of another store or
+    version is written anew."""
+
+    def __init__(self, out: Path, folder: str, label: str) -> None:
+        self.path = out / STATE / "results" / f"{folder}.jsonl"
+        self.header = {"store": label, "version": VERSION}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.fresh = True  # nothing usable on disk: the next save writes the file whole
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return
+        try:
+            if not lines or json.loads(lines[0]) != self.header:
+                return
+            for line in lines[1:]:
+                entry = json.loads(line)
+                if "facts" in entry:
+                    self.facts[entry["line"]] = entry["facts"]
+                else:
+                    self.results[entry.pop("name")] = entry
+        except (ValueError, KeyError, TypeError):  # a torn or foreign file: read the store again
+            self.results, self.facts = {}, {}
+            return
+        self.fresh = False
+
+    def add(self, found: dict[str, dict[str, Any]]) -> None:
+        """Keep ``found`` (name -> :func:`~.extract.extract`'s figures) here and on disk."""
+        lines = []
+        for name, figures in found.items():
+            facts = figures.pop("facts", None)
+            if facts is not None and figures["line"] not in self.facts:
+                self.facts[figures["line"]] = facts
+                lines.append({"line": figures["line"], "facts": facts})
+            self.results[name] = figures
+            lines.append({"name": name, **figures})
+        if self.fresh:
+            lines = [self.header] + [{"line": k, "facts": v} for k, v in self.facts.items()]
+            lines += [{"name": name, **figures} for name, figures in self.results.items()]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("w" if self.fresh else "a", encoding="utf-8") as file:
+            file.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+        self.fresh = False
 
 
 def read_results(store: Store, folder: str, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -118,23 +163,19 @@ def gather(store: Store, out: Path, commits: Container[str], workers: int = 1) -
     the cache in ``out`` or read now, by ``workers`` processes when many (:func:`read_all`)."""
     gathered = Gathered()
     names: dict[str, list[str]] = {}
-    caches: dict[str, dict[str, Any]] = {}
+    caches: dict[str, FolderCache] = {}
     for folder in sorted(store.names("")):
         names[folder] = sorted(n for n in store.names(folder) if n.endswith(".json") and n[:12] in commits)
-        caches[folder] = _cached(out / STATE / "results" / f"{folder}.json", store.label)
-    missing = {folder: [n for n in listed if n not in caches[folder]] for folder, listed in names.items()}
+        caches[folder] = FolderCache(out, folder, store.label)
+    missing = {folder: [n for n in listed if n not in caches[folder].results] for folder, listed in names.items()}
     for folder, found in read_all(store, {folder: listed for folder, listed in missing.items() if listed}, workers):
-        caches[folder].update(found)
-        write_json(
-            out / STATE / "results" / f"{folder}.json",
-            {"store": store.label, "version": VERSION, "results": caches[folder]},
-        )
+        caches[folder].add(found)
     for folder, listed in names.items():
         gathered.read += len(missing[folder])
         gathered.cached += len(listed) - len(missing[folder])
         kept = []
         for name in listed:
-            figures = caches[folder][name]
+            figures = caches[folder].results[name]
             if "unreadable" in figures:
                 gathered.unreadable.append(figures["unreadable"])
             elif "interrupted" in figures:
@@ -143,6 +184,7 @@ def gather(store: Store, out: Path, commits: Container[str], workers: int = 1) -
                 kept.append((name, figures))
         if kept:
             gathered.tests[folder] = kept
+            gathered.facts[folder] = caches[folder].facts
     return gathered
 
 

@@ -74,7 +74,7 @@ def _result_trace(line: Line, series: Series, unit: str | None, colour: str, lab
         low, high = interval
         down.append(rounded(in_unit(value - low, unit)) if low is not None else 0.0)
         up.append(rounded(in_unit(high - value, unit)) if high is not None else 0.0)
-        what = "bracket" if series.key.startswith("capacity.") else f"range of {line.newest.figures['runs']} runs"
+        what = "bracket" if series.key.startswith("capacity.") else f"range of {line.facts['runs']} runs"
         texts.append(f"<br>{what}: {shown(low, unit)} to {shown(high, unit)}")
     trace: dict[str, Any] = {
         "type": "scatter",

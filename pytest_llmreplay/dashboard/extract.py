@@ -3,19 +3,21 @@
 
 Of a result (:mod:`~pytest_llmreplay.gate.baseline`'s stored form) it keeps:
 
-- ``test``, ``commit``, ``time``; ``line``: the digest of what must be equal for two results to
-  be gated against each other (fingerprint, workload, settings: :func:`~pytest_llmreplay.gate.baseline.mismatch`;
+- ``commit``, ``time``; ``line``: the digest of what must be equal for two results to be gated
+  against each other (fingerprint, workload, settings: :func:`~pytest_llmreplay.gate.baseline.mismatch`;
   and the number of runs, as :func:`~pytest_llmreplay.gate.history.history_points` requires),
-  with the ``fingerprint``, ``workload``, ``settings`` and ``runs`` themselves to label the line;
-- ``tolerances``: the gated figures and their allowed changes
+  and ``facts``, the same for every result of a line (:mod:`.cache` keeps them once per line):
+  ``test``, the ``fingerprint``, ``workload``, ``settings`` and ``runs`` that label the line, and
+  ``tolerances``, the gated figures and their allowed changes
   (:func:`~pytest_llmreplay.gate.baseline.gated_tolerances`: a capacity test's capacity, else the
-  default seven); ``figures``: each gated figure and each SLO's figure (``metric.stat``), where
+  default seven);
+- ``figures``: each gated figure and each SLO's figure (``metric.stat``), where
   measured; ``intervals``: ``[low, high]`` per figure where the result gives one: the range of
   its runs' own figures (``--llm-repeat``), a capacity's search bracket (``high`` None when no
   load failed);
-- ``slos``: each SLO's figure, threshold (in the metric's own unit), operator and text;
-  ``headline``: PASS/FAIL and the SLO closest to failing, and ``slo_rows``: the SLO table, as the
-  HTML report writes them (:mod:`~pytest_llmreplay.report.rows`).
+- ``slo`` (the stored checks as they are), ``failed_by`` and ``plugin_metrics``, from which
+  :func:`point_slos` reads the SLOs (figure, threshold in the metric's own unit, operator, text)
+  and :func:`outcome` writes the headline and SLO table, of the results a page shows them of.
 
 A result stopped by a signal is kept as ``{"interrupted": SIGNAL}`` and one that cannot be read
 as ``{"unreadable": why}``: the series leave both out, as the history does.
@@ -23,18 +25,20 @@ as ``{"unreadable": why}``: the series leave both out, as the history does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import LLMReplayError
 from ..gate.baseline import gated_tolerances
 from ..gate.history import figure
 from ..gate.repeats import run_count
-from ..metrics.slo import Check
-from ..report.rows import headline, slo_rows, stored_checks
+from ..metrics.slo import KNOWN_METRICS, parse_slo
+from ..report.rows import Headline, headline, slo_rows, stored_checks
 
-VERSION = 1  # of what extract() returns: a cache written by another version is read again
+VERSION = 3  # of what extract() returns: a cache written by another version is read again
 
 
 def line_of(record: Mapping[str, Any]) -> str:
@@ -47,20 +51,37 @@ def line_of(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def slo_figures(checks: list[Check | Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Each SLO that reads back (of the record's :func:`~pytest_llmreplay.report.rows.stored_checks`):
-    its ``figure`` (``metric.stat``), ``value`` (the threshold in the metric's own unit), ``op``
-    and ``text`` (``ttft.p99 < 500ms``)."""
-    return [
-        {
-            "figure": f"{check.slo.metric}.{check.slo.stat}",
-            "value": check.slo.value,
-            "op": check.slo.op,
-            "text": f"{check.slo.key} {check.slo.text}",
-        }
-        for check in checks
-        if isinstance(check, Check)
-    ]
+@functools.lru_cache(maxsize=4096)
+def slo_figure(key: str, threshold: str, extra: tuple[str, ...]) -> dict[str, Any] | None:
+    """An SLO's ``figure`` (``metric.stat``), ``value`` (the threshold in the metric's own unit),
+    ``op`` and ``text`` (``ttft.p99 < 500ms``); None when it does not read back. Cached: the
+    results of one test carry the same SLOs, read once."""
+    try:
+        slo = parse_slo(key, threshold, extra_metrics=extra)
+    except (LLMReplayError, TypeError):
+        return None
+    return {"figure": f"{slo.metric}.{slo.stat}", "value": slo.value, "op": slo.op, "text": f"{slo.key} {slo.text}"}
+
+
+def plugin_metrics(record: Mapping[str, Any]) -> tuple[str, ...]:
+    """The metrics of ``record``'s summary that plugins add (an SLO may name them)."""
+    return tuple(metric for metric in record.get("summary") or {} if metric not in KNOWN_METRICS)
+
+
+def slo_figures(entries: Any, extra: tuple[str, ...]) -> list[dict[str, Any]]:
+    """:func:`slo_figure` of each of a result's stored SLO ``entries`` that reads back;
+    ``extra``: its :func:`plugin_metrics`."""
+    found = (
+        slo_figure(str(entry.get("key")), str(entry.get("threshold")), extra)
+        for entry in entries or []
+        if isinstance(entry, Mapping)
+    )
+    return [slo for slo in found if slo is not None]
+
+
+def point_slos(point: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """:func:`slo_figures` of what :func:`extract` kept of a result."""
+    return slo_figures(point["slo"], tuple(point["plugin_metrics"]))
 
 
 def intervals(record: Mapping[str, Any], keys: list[str]) -> dict[str, list[float | None]]:
@@ -85,24 +106,37 @@ def extract(record: Mapping[str, Any]) -> dict[str, Any]:
     if record.get("interrupted"):
         return {"interrupted": str(record["interrupted"])}
     tolerances = gated_tolerances(record)
-    checks = stored_checks(record)  # the SLOs read once, for the three uses below
-    slos = slo_figures(checks)
-    keys = list(dict.fromkeys([*tolerances, *(slo["figure"] for slo in slos)]))
-    figures = {key: value for key in keys if (value := figure(record, key)) is not None}
-    line = headline(record, checks)
+    keys = list(
+        dict.fromkeys([*tolerances, *(slo["figure"] for slo in slo_figures(record.get("slo"), plugin_metrics(record)))])
+    )
     return {
-        "test": str(record.get("test")),
+        "line": line_of(record),
+        "facts": {
+            "test": str(record.get("test")),
+            "fingerprint": record.get("fingerprint") or {},
+            "workload": record.get("workload") or {},
+            "settings": record.get("settings") or {},
+            "runs": run_count(record),
+            "tolerances": tolerances,
+        },
         "commit": record.get("commit"),
         "time": record.get("time"),
-        "line": line_of(record),
-        "fingerprint": record.get("fingerprint") or {},
-        "workload": record.get("workload") or {},
-        "settings": record.get("settings") or {},
-        "runs": run_count(record),
-        "tolerances": tolerances,
-        "figures": figures,
+        "figures": {key: value for key in keys if (value := figure(record, key)) is not None},
         "intervals": intervals(record, keys),
-        "slos": slos,
-        "headline": {"status": line.status, "slos": line.slos, "closest": line.closest},
-        "slo_rows": slo_rows(record, checks),
+        "slo": list(record.get("slo") or []),
+        "failed_by": list(record.get("failed_by") or []),
+        "plugin_metrics": list(plugin_metrics(record)),
     }
+
+
+def outcome(figures: Mapping[str, Any]) -> tuple[Headline, list[list[str]]]:
+    """The headline and the SLO table of a result as the HTML report writes them
+    (:mod:`~pytest_llmreplay.report.rows`), from what :func:`extract` kept of it: the pages
+    need them of each line's newest result only."""
+    record = {
+        "slo": figures["slo"],
+        "failed_by": figures["failed_by"],
+        "summary": dict.fromkeys(figures["plugin_metrics"], {}),
+    }
+    checks = stored_checks(record)
+    return headline(record, checks), slo_rows(record, checks)

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..metrics.units import format_figure
-from ..report.rows import SLO_HEADERS
+from ..report.rows import SLO_HEADERS, Headline
 from .charts import figure_chart, sparkline
 from .commits import Commit
+from .extract import outcome, point_slos
 from .moved import Move, grouped
 from .series import TestLines
 
@@ -66,7 +67,7 @@ class TestEntry:
 
 def figure_keys(test: TestLines) -> list[str]:
     """The test's figures, gated ones first (each line's tolerance order), then SLO-only ones."""
-    gated = [key for line in test.lines for key in line.newest.figures["tolerances"] if key in line.series]
+    gated = [key for line in test.lines for key in line.facts["tolerances"] if key in line.series]
     others = [key for line in test.lines for key in line.series]
     return list(dict.fromkeys([*gated, *others]))
 
@@ -97,11 +98,10 @@ def verdict_html(verdict: Mapping[str, Any]) -> str:
     return f'<span class="{css}">{html.escape(cell)}</span>{vs}'
 
 
-def headline_html(figures: Mapping[str, Any]) -> str:
-    line = figures["headline"]
-    css = {"PASS": "good", "FAIL": "bad"}.get(line["status"], "")
-    parts = [html.escape(part) for part in (line["slos"], line["closest"]) if part]
-    return f'<span class="status {css}">{html.escape(line["status"])}</span> · ' + " · ".join(parts)
+def headline_html(line: Headline) -> str:
+    css = {"PASS": "good", "FAIL": "bad"}.get(line.status, "")
+    parts = [html.escape(part) for part in (line.failed, line.slos, line.closest) if part]
+    return f'<span class="status {css}">{html.escape(line.status)}</span> · ' + " · ".join(parts)
 
 
 def figure_name(key: str) -> str:
@@ -134,13 +134,14 @@ def index_row(entry: TestEntry, site: Site, charts: dict[str, Any]) -> str:
     states = []
     for line, verdict in zip(test.lines, entry.verdicts, strict=True):
         label = f'<div class="label">{html.escape(short_label(line.label))}</div>' if len(test.lines) > 1 else ""
+        head, rows = outcome(line.newest.figures)
         margins = "".join(
             f"<li>{html.escape(key)} {html.escape(measured)} vs {html.escape(threshold)}: "
             f'<span class="{"good" if status == "ok" else "bad"}">{html.escape(margin or status)}</span></li>'
-            for key, threshold, measured, margin, status in line.newest.figures["slo_rows"]
+            for key, threshold, measured, margin, status in rows
         )
         states.append(
-            f'<div class="state">{label}<div>{headline_html(line.newest.figures)}</div>'
+            f'<div class="state">{label}<div>{headline_html(head)}</div>'
             f"<div>latest verdict: {verdict_html(verdict)}</div>"
             + (f'<ul class="margins">{margins}</ul>' if margins else "")
             + "</div>"
@@ -214,16 +215,17 @@ def test_page(site: Site, entry: TestEntry) -> str:
         newest = line.newest
         commit = site.commits[newest.position]
         title = html.escape(line.label) if len(test.lines) > 1 else "newest result"
+        head, rows = outcome(newest.figures)
         blocks.append(
-            f'<section class="line"><h2>{title}</h2><p>{headline_html(newest.figures)}</p>'
+            f'<section class="line"><h2>{title}</h2><p>{headline_html(head)}</p>'
             f'<p class="facts">{len(line.points)} results; the newest at {html.escape(commit.id[:12])} '
             f"({html.escape(commit.date)}); latest verdict: {verdict_html(verdict)}</p>"
-            + (slo_table(newest.figures["slo_rows"]) if newest.figures["slo_rows"] else "")
+            + (slo_table(rows) if rows else "")
             + "</section>"
         )
     charts: dict[str, Any] = {}
     divs = []
-    thresholds = {slo["figure"]: slo for line in reversed(test.lines) for slo in line.newest.figures["slos"]}
+    thresholds = {slo["figure"]: slo for line in reversed(test.lines) for slo in point_slos(line.newest.figures)}
     for index, key in enumerate(figure_keys(test)):
         charts[str(index)] = figure_chart(
             key, test.lines, [c.id for c in site.commits], site.reference, thresholds.get(key)

@@ -10,15 +10,20 @@ words first, ``server.cmd vllm serve ... --max-num-seqs 64``).
 reference's first-parent history (several results at one commit in the order they were saved),
 as :func:`~pytest_llmreplay.gate.history.history_points` gives them to ``llmreplay history``.
 
-**Change points** (:class:`Change`): Apache Otava's e-divisive over the series
-(:func:`~pytest_llmreplay.gate.history.change_points`, the same call ``llmreplay history`` makes),
-each with the mean level before and after it (:func:`~pytest_llmreplay.gate.history.level_means`)
-and its change ``after / before - 1``. A change point is flagged ``regression`` when its change
+**Change points** (:class:`Change`): Apache Otava's e-divisive
+(:func:`~pytest_llmreplay.gate.history.change_points`, the call ``llmreplay history`` makes on
+the newest 200 commits), run over the series in blocks (:func:`blocks`): each block's core of
+:data:`CORE` results, and :data:`CONTEXT` results on each side of it (a step at a core's edge has
+a window of results on both sides), and a change point is taken from the block whose core it
+lies in. A series only grows at its end, so every block but the last keeps its values, and its
+change points are cached by their digest: a rebuild runs Otava on the last block of a series,
+at most CORE + 2 CONTEXT results, however long the history. Each change point comes with the
+mean level before and after it (:func:`~pytest_llmreplay.gate.history.level_means`) and its
+change ``after / before - 1``. A change point is flagged ``regression`` when its change
 is worse than the figure's gate tolerance (higher for times, lower for throughputs, cache hit
 rates and capacities: :data:`~pytest_llmreplay.gate.baseline.LOWER_IS_WORSE`), ``improved``
 when it is as much better, else ``shift`` (a figure no tolerance gates, an SLO's, is always a
-shift). A series' change points are cached by the digest of its values
-(:func:`change_point_finder`): a rebuild runs Otava only on the series that changed.
+shift).
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ..gate.baseline import LOWER_IS_WORSE
 from ..gate.history import change_points, level_means
 from .cache import DigestCache
+from .extract import point_slos
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class Line:
 
     id: str
     points: list[Point]
+    facts: Mapping[str, Any]  # the same for each result (extract.extract's facts)
     label: str = ""
     series: dict[str, Series] = field(default_factory=dict)
 
@@ -97,9 +105,35 @@ class TestLines:
     lines: list[Line]
 
 
+CORE = 200  # results of a series whose change points one Otava run gives (llmreplay history reads 200 commits)
+CONTEXT = 50  # results on each side of a core that the run sees too (Otava's own window)
+
+
+def blocks(count: int) -> list[tuple[int, int, int, int]]:
+    """The runs over a series of ``count`` results (module docstring): ``(start, end, core
+    start, core end)`` each, the cores a partition of ``0..count``. Fixed blocks have cores of
+    :data:`CORE` results and :data:`CONTEXT` more on each side; the last core holds the rest
+    (from CONTEXT to CORE + CONTEXT results) with its context before it."""
+    fixed = max(0, (count - CONTEXT) // CORE)
+    found = [(max(0, k * CORE - CONTEXT), (k + 1) * CORE + CONTEXT, k * CORE, (k + 1) * CORE) for k in range(fixed)]
+    last = fixed * CORE
+    return [*found, (max(0, last - CONTEXT), count, last, count)]
+
+
 def change_point_finder(cache: DigestCache) -> Callable[[Sequence[float]], list[int]]:
-    """:func:`~pytest_llmreplay.gate.history.change_points`, cached by the digest of the values."""
-    return lambda values: cache.get(json.dumps(list(values)), lambda: change_points(list(values)))
+    """Change points of a series (module docstring): Otava's
+    (:func:`~pytest_llmreplay.gate.history.change_points`) over each of its :func:`blocks`, those
+    in the block's core kept; each block's cached by the digest of its values."""
+
+    def find(values: Sequence[float]) -> list[int]:
+        found = []
+        for start, end, core_start, core_end in blocks(len(values)):
+            part = list(values[start:end])
+            points = cache.get(json.dumps(part), partial(change_points, part))
+            found += [start + i for i in points if core_start <= start + i < core_end]
+        return found
+
+    return find
 
 
 def flag(key: str, change: float | None, tolerance: float | None) -> str:
@@ -144,12 +178,11 @@ def labels(lines: Sequence[Line]) -> list[str]:
         return ["results"]
     facts = []
     for line in lines:
-        newest = line.newest.figures
         parts = {
-            **flattened(newest["fingerprint"]),
-            **flattened(newest["workload"], "workload."),
-            **flattened(newest["settings"], "settings."),
-            "runs": str(newest["runs"]),
+            **flattened(line.facts["fingerprint"]),
+            **flattened(line.facts["workload"], "workload."),
+            **flattened(line.facts["settings"], "settings."),
+            "runs": str(line.facts["runs"]),
         }
         facts.append(parts)
     keys = [key for key in dict.fromkeys(k for parts in facts for k in parts) if len({p.get(key) for p in facts}) > 1]
@@ -161,23 +194,28 @@ def labels(lines: Sequence[Line]) -> list[str]:
 def test_lines(
     folder: str,
     results: Sequence[tuple[str, Mapping[str, Any]]],
+    facts: Mapping[str, Mapping[str, Any]],
     positions: Mapping[str, int],
     find: Callable[[Sequence[float]], list[int]],
 ) -> TestLines:
-    """The lines of one test folder's ``results`` (``(name, figures)``; ``positions``: a
-    commit's 12 hex digits -> its place in the history), each gated or SLO'd figure a series."""
+    """The lines of one test folder's ``results`` (``(name, figures)``; ``facts``: line -> its
+    facts; ``positions``: a commit's 12 hex digits -> its place in the history), each gated or
+    SLO'd figure of a line's newest result a series."""
     by_line: dict[str, list[Point]] = {}
     for name, figures in results:
         point = Point(positions[name[:12]], f"{folder}/{name}", figures)
         by_line.setdefault(figures["line"], []).append(point)
-    lines = [Line(line_id, sorted(points, key=lambda p: (p.position, p.key))) for line_id, points in by_line.items()]
+    lines = [
+        Line(line_id, sorted(points, key=lambda p: (p.position, p.key)), facts[line_id])
+        for line_id, points in by_line.items()
+    ]
     lines.sort(key=lambda line: (-line.newest.position, line.newest.key))
     for line, label in zip(lines, labels(lines), strict=True):
         line.label = label
-        newest = line.newest.figures
-        keys = dict.fromkeys([*newest["tolerances"], *(slo["figure"] for slo in newest["slos"])])
+        tolerances = line.facts["tolerances"]
+        keys = dict.fromkeys([*tolerances, *(slo["figure"] for slo in point_slos(line.newest.figures))])
         for key in keys:
-            series = figure_series(key, line.points, newest["tolerances"].get(key), find)
+            series = figure_series(key, line.points, tolerances.get(key), find)
             if series.values:
                 line.series[key] = series
-    return TestLines(lines[0].newest.figures["test"], folder, lines)
+    return TestLines(lines[0].facts["test"], folder, lines)

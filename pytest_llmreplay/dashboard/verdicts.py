@@ -46,7 +46,7 @@ def judged(store: Store, line: Line) -> dict[str, Any]:
         if isinstance(record, LLMReplayError):
             return {"cell": "-", "rows": [], "why": str(record)}
     assert isinstance(base, dict) and isinstance(current, dict)  # errors returned above
-    comparison = compare(base, current, newest.figures["tolerances"], label=earlier.key)
+    comparison = compare(base, current, line.facts["tolerances"], label=earlier.key)
     if comparison.mismatch is None:
         history: list[tuple[str, Mapping[str, Any]]] = [(p.key, summary_of(p)) for p in line.points[:-1]]
         history = history[-HISTORY_WINDOW:]
