@@ -1,9 +1,10 @@
 """The example CI workflow (examples/ci/github-actions.yml) is not a stale example: every
 ``pytest``/``llmreplay`` command line of its ``run:`` steps, and every ``PYTEST_ADDOPTS`` it sets
 or shows in a comment, parses with the plugin's and the CLI's real parsers; the README's "In CI"
-section shows the very same command lines; and the save-then-compare commands work for real: two
-CI jobs (fresh clones of one bare repository) on the offline simulator, the push to main saving,
-the pull request comparing with it through the git store."""
+section shows the very same command lines; and the save-then-compare commands work for real: CI
+jobs (fresh clones of one bare repository) on the offline simulator, the push to main saving,
+the dashboard job building the results site from what it saved, the pull request comparing with
+it, all through the git store."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 from test_plugin_baselines import git, no_traceback
 
 from pytest_llmreplay.cli.main import build_parser
+from pytest_llmreplay.cli.main import main as llmreplay
 from pytest_llmreplay.plugin.options import OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,17 +135,36 @@ def test_the_readme_shows_the_workflows_commands():
 # ------------------------------------------------------------------------ end to end
 
 
-def job_command(line: str) -> list[str]:
-    """A workflow command line as the runner's bash would pass it to pytest: words split,
-    ``$VARIABLES`` expanded, the leading ``pytest`` dropped."""
+def job_command(line: str, program: str = "pytest") -> list[str]:
+    """A workflow command line as the runner's bash would pass it to ``program``: words split,
+    ``$VARIABLES`` expanded, the leading ``program`` dropped."""
     words = [os.path.expandvars(word) for word in shlex.split(line)]
-    assert words[0] == "pytest"
+    assert words[0] == program
     return words[1:]
 
 
-def test_the_workflow_saves_on_main_and_gates_a_pull_request(ci, project, monkeypatch, tmp_path):
+def publish_the_dashboard(job, line: str, saved: str, monkeypatch, capsys) -> None:
+    """The dashboard job after the save: a fresh checkout builds the site from the git store, each
+    point linking to its commit on the forge."""
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "org/perf")
+    pages = job("dashboard")
+    monkeypatch.chdir(pages)
+    capsys.readouterr()
+    assert llmreplay(job_command(line, "llmreplay")) == 0, capsys.readouterr().err
+    assert "1 tests (0 moved recently), 1 results (1 read from the store" in capsys.readouterr().out
+    index = (pages / "dashboard" / "index.html").read_text()
+    assert (
+        ">tests/perf/test_perf.py::test_chat</a>" in index
+        and (pages / "dashboard" / "assets" / "plotly.min.js").is_file()
+    )
+    page = next((pages / "dashboard" / "tests").iterdir()).read_text()
+    assert '"commitUrl":"https://github.com/org/perf/commit/{commit}"' in page and saved in page
+
+
+def test_the_workflow_saves_on_main_and_gates_a_pull_request(ci, project, monkeypatch, tmp_path, capsys):
     text = WORKFLOW.read_text()
-    save, compare = workflow_commands(text)
+    save, compare, dashboard = workflow_commands(text)
     assert "--llm-save" in save and "--llm-fail-on-regression" in compare
     job, _ = ci
     monkeypatch.setenv("PYTEST_ADDOPTS", yaml.safe_load(text)["jobs"]["perf"]["env"]["PYTEST_ADDOPTS"])
@@ -166,6 +187,7 @@ def test_the_workflow_saves_on_main_and_gates_a_pull_request(ci, project, monkey
     )
     assert (tmp_path / "main_summary.md").read_text() == (main / "perf-report" / "summary.md").read_text()
     saved = git(main, "rev-parse", "HEAD")[:12]
+    publish_the_dashboard(job, dashboard, git(main, "rev-parse", "HEAD"), monkeypatch, capsys)
 
     # a pull request onto main: a fresh runner, checked out at its merge commit (detached), as on GitHub
     pull = job("pull-request")
