@@ -28,6 +28,7 @@ from .replayer.server_process import ServerProcess
 KINDS = ("offline", "sim-server", "live")
 DEFAULT_PROFILE = "llama-3.1-8b-h100"
 CACHE_RESETS = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
+SLOT_ERASE = "POST /slots/{id}?action=erase"  # llama.cpp (--slot-save-path), once per slot of GET /slots
 
 
 def cache_reset_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -42,8 +43,8 @@ def no_cache_reset_note(url: str, run: str = "repeat") -> str:
     """What is said once when a server offers no cache reset between runs: ``run`` names them
     (``repeat``: the session summary; ``point``: a capacity search's progress)."""
     return (
-        f"{url} answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
-        f"each {run} may measure a prefix cache the previous one warmed"
+        f"{url} answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1), POST /flush_cache (SGLang) "
+        f"nor {SLOT_ERASE} (llama.cpp: --slot-save-path): each {run} may measure a prefix cache the previous one warmed"
     )
 
 
@@ -122,8 +123,10 @@ class Target:
         """Empty the server's prefix cache before a repeat (or a capacity search's point), so that
         it does not measure a cache the previous run warmed: ``POST /reset_prefix_cache`` (vLLM with
         ``VLLM_SERVER_DEV_MODE=1``, and our simulated server, which also starts a fresh engine
-        with a new jitter seed), else ``POST /flush_cache`` (SGLang). The request that answered
-        2xx, or None when neither did (or offline, where every run has a fresh engine anyway).
+        with a new jitter seed), else ``POST /flush_cache`` (SGLang), else every slot of
+        ``GET /slots`` erased (llama.cpp, :func:`_erase_slots`). The request that answered 2xx
+        (for llama.cpp ``POST /slots/{id}?action=erase (N slots)``), or None when none did (or
+        offline, where every run has a fresh engine anyway).
         A refusal while requests are in flight is asked again every 0.1 s for up to
         ``busy_wait_s``: our server's 409 (just after a run stopped early, before it has seen the
         client's disconnects) and vLLM's ``200 {"success": false}`` (blocks still held, e.g. by
@@ -148,7 +151,11 @@ class Target:
                         return f"POST {path}"
             except httpx.HTTPError:
                 continue
-        return None
+        try:
+            with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
+                return _erase_slots(client)
+        except httpx.HTTPError:
+            return None
 
     def clock(self) -> Clock:
         return VirtualClock() if self.kind == "offline" else WallClock()
@@ -157,6 +164,37 @@ class Target:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+def _erase_slots(client: Any) -> str | None:
+    """llama.cpp's cache reset: ``POST /slots/{id}?action=erase`` for each slot ``GET /slots``
+    lists (the server runs it once that slot is idle, so it also waits out a request still
+    running). It empties the slots' KV cache, not the host-memory prompt cache (``--cache-ram``,
+    on by default), which a server measured across repeats runs without (``--cache-ram 0``).
+    :data:`SLOT_ERASE` with the slot count, or None when the server has no slots endpoint
+    (``--no-slots``), no slot actions (no ``--slot-save-path``: 501) or is not llama.cpp."""
+    listing = client.get("/slots")
+    try:
+        ids = [int(slot["id"]) for slot in listing.json()] if listing.status_code == 200 else []
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not ids:
+        return None
+    for slot in ids:
+        if not client.post(f"/slots/{slot}", params={"action": "erase"}).is_success:
+            return None
+    return f"{SLOT_ERASE} ({len(ids)} slot{'s' if len(ids) > 1 else ''})"
+
+
+def _llamacpp_build(client: Any) -> str | None:
+    """``llama.cpp <build_info>`` from ``GET /props``, or None when it has no such field."""
+    reply = client.get("/props")
+    try:
+        body = reply.json() if reply.status_code == 200 else None
+    except ValueError:  # another server's page at /props: no version from it
+        return None
+    build = body.get("build_info") if isinstance(body, dict) else None
+    return f"llama.cpp {build}" if isinstance(build, str) and build else None
 
 
 def _refused_while_busy(answer: Any) -> bool:
@@ -260,7 +298,9 @@ def live_target(
 
 def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str | None = None) -> dict[str, Any]:
     """kind, model and server version of a live server: ``GET /version`` (vLLM, SGLang, our
-    simulator), else the model list's ``owned_by``; the model is the first served one unless named.
+    simulator), else ``GET /props``' ``build_info`` (llama.cpp, which has no ``/version``:
+    ``llama.cpp b0-0c1e57098``), else the model list's ``owned_by``; the model is the first
+    served one unless named.
     A server whose ``/v1/models`` cannot be read raises an error naming ``option`` (the option
     that gave ``url``) and the URL."""
     import os
@@ -277,6 +317,8 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
             reply = client.get("/version")
             if reply.status_code == 200:
                 version = str(reply.json().get("version"))
+            else:
+                version = _llamacpp_build(client)
             listing = client.get("/v1/models")
             listing.raise_for_status()
             served = listing.json()["data"]

@@ -224,7 +224,7 @@ def test_repeats_against_a_server_without_a_cache_reset_say_so_once(project):
     assert result.stdout.str().count("answers neither POST /reset_prefix_cache") == 1
     result.stdout.fnmatch_lines(
         [
-            "llmreplay repeats: http://127.0.0.1:* answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): *"
+            "llmreplay repeats: http://127.0.0.1:* answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1), POST /flush_cache (SGLang) nor POST /slots/{id}?action=erase (llama.cpp: --slot-save-path): *"
         ]
     )
     assert [run["cache_reset"] for run in json.loads(stored(project.path)[0].read_text())["runs"]] == [None, None]

@@ -143,6 +143,6 @@ def test_a_server_with_no_reset_is_named_once_in_the_progress(tmp_path):
     search.fresh_server()
     assert target.resets == 2
     assert lines == [
-        "note: http://127.0.0.1:9/v1 answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1) nor POST /flush_cache (SGLang): "
-        "each point may measure a prefix cache the previous one warmed"
+        "note: http://127.0.0.1:9/v1 answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1), POST /flush_cache (SGLang) "
+        "nor POST /slots/{id}?action=erase (llama.cpp: --slot-save-path): each point may measure a prefix cache the previous one warmed"
     ]

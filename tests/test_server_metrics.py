@@ -2,7 +2,7 @@
 pytest_llmreplay/metrics/server.py): each engine's text mapped to our series, the ``server``
 figures and their SLO keys, and scraping against our simulated server, a server without
 /metrics, and with scraping off. The engines' texts in fixtures/metrics are hand-written from
-their sources (see the README there)."""
+their sources, but for one captured from llama.cpp (see the README there)."""
 
 from __future__ import annotations
 
@@ -85,6 +85,11 @@ def run_against(url: str, prompts: PromptFactory, interval: float, workload: Wor
             },
         ),
         ("llamacpp", {"running": 2, "waiting": 1, "kv_cache_usage": 0.0625}),
+        # captured: prompt_tokens_total counts the tokens computed, the queried ones are it plus the cached
+        (
+            "llamacpp-0c1e57098",
+            {"running": 0, "waiting": 0, "prefix_cache_queries": 8219 + 29, "prefix_cache_hits": 29},
+        ),
         (
             "sglang",
             {

@@ -36,7 +36,7 @@ OPTIONS = (
         "llm_ignore_eos",
         "bool",
         False,
-        "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, the simulator)",
+        "send ignore_eos: true, so outputs are exactly as long as the workload plans (vLLM, SGLang, llama.cpp, the simulator)",
     ),
     (
         "--llm-extra-body",

@@ -34,13 +34,16 @@ from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk, tool_
 
 APIS = ("chat", "completions")
 PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-# Prometheus gauges of requests in the engine: vLLM, SGLang
+# Prometheus gauges of requests in the engine: vLLM, SGLang, llama.cpp
 BUSY_GAUGES = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
     "sglang:num_running_reqs",
     "sglang:num_queue_reqs",
+    "llamacpp:requests_processing",
+    "llamacpp:requests_deferred",
 )
+LLAMACPP_SERVER = "llama.cpp"  # the Server header of llama.cpp's llama-server
 TOKENS_SO_FAR = re.compile(r"\bafter (\d+) tokens?\b")  # reads progress()'s count back
 SIM_REASONING_FIELD = "sim_reasoning_tokens"  # the simulator's request option: reasoning tokens before the answer
 
@@ -142,6 +145,9 @@ class HTTPEndpoint:
             raise LLMReplayError(f"endpoint: {exc}") from None
         self._named_model = self.extra_body.get("model", self.model)  # what the user asked for, if anything
         self._client: Any = None
+        self._retired: list[Any] = []  # clients replaced by _note_server, closed with the endpoint
+        self._reuse = True  # whether requests share pooled connections (see _note_server)
+        self._limit = 0
         self._clock: Clock = WallClock()
         self._scraper: Scraper | None = None
         self.scraped: Scraped | None = None
@@ -169,24 +175,14 @@ class HTTPEndpoint:
         return Scraper(self.url, self.metrics_interval_s, self.request_headers())
 
     async def open(self, clock: Clock, concurrency: int | None) -> None:
-        import aiohttp
-        import httpx
-        from httpx_aiohttp import AiohttpTransport
-
         self._clock = clock
-        headers = self.request_headers()
         self._scraper = self.metrics_scraper()
         if self._scraper is not None:
             self._scraper.start()
         # one connection per request in flight (+ a few for /metrics): a smaller pool would queue
         # requests inside the client and count the wait as server latency
-        limit = 0 if concurrency is None else concurrency + 4  # aiohttp: 0 = no limit
-        transport = AiohttpTransport(
-            client=lambda: aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0))
-        )
-        self._client = httpx.AsyncClient(
-            base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s), transport=transport
-        )
+        self._limit = 0 if concurrency is None else concurrency + 4  # aiohttp: 0 = no limit
+        self._client = self._new_client(reuse=True)
         if self.model is None:
             try:
                 self.model = await self._first_model()
@@ -194,11 +190,44 @@ class HTTPEndpoint:
                 await self.close()  # open failed: the driver will not close what it never got
                 raise
 
+    def _new_client(self, reuse: bool) -> Any:
+        """The httpx client of the requests, on aiohttp with :attr:`_limit` connections; each
+        closed after its response unless ``reuse``."""
+        import aiohttp
+        import httpx
+        from httpx_aiohttp import AiohttpTransport
+
+        limit = self._limit
+        transport = AiohttpTransport(
+            client=lambda: aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, force_close=not reuse)
+            )
+        )
+        return httpx.AsyncClient(
+            base_url=self.url,
+            headers=self.request_headers(),
+            timeout=httpx.Timeout(self.timeout_s),
+            transport=transport,
+        )
+
+    def _note_server(self, reply: Any) -> None:
+        """Stop reusing connections once a reply says it is llama.cpp's (``Server: llama.cpp``),
+        which closes the connection after every streamed response (its last chunk ends the write
+        as failed) though it answers ``Keep-Alive``: a request sent on a pooled connection then
+        fails at random (``Server disconnected``, ``Can not write request body``). Later
+        requests go through a client that opens a connection per request; the first reply's
+        headers come before any response ends, so no request takes a connection closed so."""
+        if self._reuse and reply.headers.get("server") == LLAMACPP_SERVER:
+            self._reuse = False
+            self._retired.append(self._client)
+            self._client = self._new_client(reuse=False)
+
     async def _first_model(self) -> str:
         import httpx
 
         try:
             reply = await self._client.get("/v1/models")
+            self._note_server(reply)
             reply.raise_for_status()
             return str(reply.json()["data"][0]["id"])
         except httpx.TransportError as exc:
@@ -214,9 +243,10 @@ class HTTPEndpoint:
         if self._scraper is not None:
             self.scraped = await asyncio.to_thread(self._scraper.stop)
             self._scraper = None
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        for client in [*self._retired, self._client]:
+            if client is not None:
+                await client.aclose()
+        self._client, self._retired = None, []
 
     async def idle_warning(self) -> str | None:
         """A warning when the server's ``/metrics`` shows requests running or waiting."""
@@ -251,6 +281,7 @@ class HTTPEndpoint:
         response.sent_s = self._clock.now()
         try:
             async with self._client.stream("POST", PATHS[request.api], json=body) as reply:
+                self._note_server(reply)
                 if reply.status_code >= 400:
                     detail = (await reply.aread()).decode("utf-8", errors="replace")
                     response.fail("http", f"HTTP {reply.status_code}: {_error_detail(detail)}")
@@ -296,6 +327,8 @@ class HTTPEndpoint:
         response.finish_reason = choice.get("finish_reason")
         if isinstance(obj.get("usage"), dict):
             response.take_usage(obj["usage"])
+        if isinstance(obj.get("timings"), dict):
+            response.take_timings(obj["timings"], 0)  # cache_n only: the one chunk is counted by usage
         tokens = response.completion_tokens if response.completion_tokens is not None else len(response.token_ids or ())
         # one chunk: the reasoning's and the answer's times are both its arrival
         response.text_parts.append(thought + text)
@@ -317,6 +350,10 @@ def _take_event(data: str, now: float, response: Response) -> bool:
     chunk = read_chunk(data)
     if chunk.usage is not None:
         response.take_usage(chunk.usage)
+    if chunk.timings is not None:
+        counted = response.take_timings(chunk.timings, chunk.tokens)
+        if counted is not None:  # tokens the server says it generated, text or not
+            chunk.tokens, chunk.blank = counted, False
     if chunk.finish_reason is not None:
         response.finish_reason = chunk.finish_reason
     if chunk.token_ids is not None:

@@ -53,6 +53,7 @@ class Response:
     last_answer_s: float | None = None
     reasoning_counted: int = 0
     calls: list[dict[str, str]] = field(default_factory=list)
+    decoded: int | None = None  # llama.cpp's timings.predicted_n at the last token chunk that had it (take_timings)
 
     @property
     def text(self) -> str:
@@ -140,6 +141,29 @@ class Response:
             prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None,
             completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None,
         )
+
+    def take_timings(self, timings: Mapping[str, Any], tokens: int) -> int | None:
+        """Read llama.cpp's ``timings`` of a chunk counted as ``tokens``; return how many tokens
+        the chunk holds when the timings tell (None: they do not).
+
+        ``cache_n`` (prompt tokens reused from the slot's cache) is ``cached_tokens`` unless
+        ``usage`` gave them: builds before ``prompt_tokens_details`` report the hit only there
+        (read whichever comes first; usage's, when it comes, wins). ``predicted_n`` is the
+        count of tokens generated so far, on every chunk with ``timings_per_token: true``:
+        llama.cpp holds back a token whose text ends inside a UTF-8 sequence and sends it with
+        the next (several tokens in one chunk, no ids to say so), or never when it is the last.
+        Trusted only when every token chunk so far carried it (without ``timings_per_token``
+        only the closing chunk has timings): a chunk with tokens then holds ``predicted_n``
+        minus the last token chunk's (at least the count it was given), and a chunk without
+        text (the closing one) those generated since."""
+        if self.cached_tokens is None:
+            self.cached_tokens = _int_or(timings.get("cache_n"), None)
+        decoded = _int_or(timings.get("predicted_n"), None)
+        if decoded is None or (self.decoded is None and (not tokens or self.chunk_tokens)):
+            return None
+        held = decoded - (self.decoded or 0)
+        self.decoded = max(decoded, self.decoded or 0)
+        return max(tokens, held)
 
 
 def _int_or(value: Any, default: int | None) -> int | None:

@@ -11,17 +11,19 @@ stops. Failed scrapes are counted and noted once at the end. Without ``prometheu
 Each scrape is parsed with ``prometheus_client.parser.text_string_to_metric_families`` and
 mapped to our series names by :data:`SERIES`: per name, the engines' sample names in order of
 preference (the first present in a scrape is used, so vLLM 0.9-0.10, which exposes both
-``kv_cache_usage_perc`` and the deprecated ``gpu_cache_usage_perc``, is read once). Samples of
-one name with different labels (vLLM's ``engine``, data-parallel ranks) are combined: summed,
-except usage (a share), of which the highest is kept. Sources (hand-checked):
+``kv_cache_usage_perc`` and the deprecated ``gpu_cache_usage_perc``, is read once); a candidate
+that is a tuple of names is their sum, present when all of them are. Samples of one name with
+different labels (vLLM's ``engine``, data-parallel ranks) are combined: summed, except usage (a
+share), of which the highest is kept. Sources (hand-checked):
 
 - vLLM ``vllm/v1/metrics/loggers.py``: ``num_requests_running``, ``num_requests_waiting``,
   ``kv_cache_usage_perc`` (before 0.9 ``gpu_cache_usage_perc``), counters
   ``num_preemptions``, ``prefix_cache_queries``, ``prefix_cache_hits`` (tokens; before 0.9
   ``gpu_prefix_cache_*``);
 - llama.cpp ``tools/server`` (``--metrics``): ``llamacpp:requests_processing``,
-  ``requests_deferred``, ``kv_cache_usage_ratio`` (older builds only); no preemptions or
-  prefix-cache counters;
+  ``requests_deferred``, ``kv_cache_usage_ratio`` (older builds only), and (newer builds,
+  ``0c1e57098`` as the engine tests build it) prefix-cache hits as ``prompt_tokens_cached_total``
+  over that plus ``prompt_tokens_total`` (which counts only the tokens computed); no preemptions;
 - SGLang ``python/sglang/srt/metrics/collector.py``: ``num_running_reqs``, ``num_queue_reqs``,
   ``token_usage``, ``num_retracted_requests_total`` (its preemption), and prefix-cache hits as
   ``cached_tokens_total`` over ``prompt_tokens_total`` (both tokens);
@@ -39,7 +41,7 @@ from typing import Any
 TIMEOUT_S = 2.0  # the longest a scrape may take; the next one waits for it
 USAGE = "kv_cache_usage"
 COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits")
-SERIES: dict[str, tuple[str, ...]] = {
+SERIES: dict[str, tuple[str | tuple[str, ...], ...]] = {
     "running": ("vllm:num_requests_running", "llamacpp:requests_processing", "sglang:num_running_reqs"),
     "waiting": ("vllm:num_requests_waiting", "llamacpp:requests_deferred", "sglang:num_queue_reqs"),
     USAGE: (
@@ -53,11 +55,13 @@ SERIES: dict[str, tuple[str, ...]] = {
         "vllm:prefix_cache_queries_total",
         "vllm:gpu_prefix_cache_queries_total",
         "sglang:prompt_tokens_total",
+        ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cached_total"),
     ),
     "prefix_cache_hits": (
         "vllm:prefix_cache_hits_total",
         "vllm:gpu_prefix_cache_hits_total",
         "sglang:cached_tokens_total",
+        "llamacpp:prompt_tokens_cached_total",
     ),
 }
 
@@ -80,9 +84,11 @@ def parse_exposition(text: str) -> dict[str, float]:
         raise ExpositionError(str(exc).splitlines()[0] if str(exc) else "unreadable") from None
     found = {}
     for name, candidates in SERIES.items():
-        present = next((values[c] for c in candidates if c in values), None)
-        if present is not None:
-            found[name] = max(present) if name == USAGE else sum(present)
+        for candidate in candidates:
+            parts = (candidate,) if isinstance(candidate, str) else candidate
+            if all(part in values for part in parts):
+                found[name] = max(values[parts[0]]) if name == USAGE else sum(sum(values[part]) for part in parts)
+                break
     return found
 
 

@@ -8,8 +8,8 @@ Pure functions and a small incremental decoder, no I/O, so every quirk is unit-t
 - :func:`read_chunk` turns one ``data:`` payload of a completions or chat stream into a
   :class:`Chunk`: how many tokens it carries, their text and ids, whether they are reasoning (a
   chat delta's ``reasoning_content`` or ``reasoning``, as vLLM and SGLang stream them with a
-  reasoning parser on) or a tool call, usage, finish reason, or the error object a server put in
-  the stream.
+  reasoning parser on) or a tool call, usage (and llama.cpp's ``timings``), finish reason, or the
+  error object a server put in the stream.
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ class Chunk:
     ``blank``: its one token is an empty text (see :func:`read_chunk`); ``reasoning``: its tokens
     are reasoning (a chat delta with reasoning text and neither content nor a tool call);
     ``tool_calls``: the pieces of tool calls it carries (``delta.tool_calls``). ``text`` is the
-    reasoning text then the content."""
+    reasoning text then the content. ``timings``: llama.cpp's per-request figures on its
+    last chunk (``cache_n``: prompt tokens taken from the cache)."""
 
     tokens: int = 0
     blank: bool = False
@@ -105,6 +106,7 @@ class Chunk:
     token_ids: list[int] | None = None
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    timings: dict[str, Any] | None = None
 
 
 def read_chunk(data: str) -> Chunk:
@@ -128,8 +130,8 @@ def read_chunk(data: str) -> Chunk:
         message = error_message(obj)
         if message is not None:
             raise StreamError("server", f"error in stream: {message}")
-    usage = obj.get("usage")
-    chunk = Chunk(usage=usage if type(usage) is dict else None)
+    usage, timings = obj.get("usage"), obj.get("timings")
+    chunk = Chunk(usage=usage if type(usage) is dict else None, timings=timings if type(timings) is dict else None)
     choices = obj.get("choices")
     if choices is None and chunk.usage is None:
         raise StreamError("protocol", f"malformed SSE event, no choices and no usage: {_clip(data)}")
