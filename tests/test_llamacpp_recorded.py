@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from handlers import Handler, serving
 
 from pytest_llmreplay.replayer.clock import WallClock
 from pytest_llmreplay.replayer.endpoints import EndpointRequest, HTTPEndpoint, Response, busy_requests
 from pytest_llmreplay.target import Target
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NOT_FOUND = b'{"error":{"message":"File Not Found","type":"not_found_error","code":404}}'  # llama.cpp's 404
 RECORDED = FIXTURES / "llamacpp"
 
 
-class Recorded(BaseHTTPRequestHandler):
+class Recorded(Handler):
     """Answers every POST to a completions route with ``reply`` (status, content type, bytes)
     and the slot routes as llama.cpp does with ``slots`` slots (``erase``: the erase status).
     HTTP/1.1 with keep-alive, as ``name`` (the Server header); ``ports`` notes the client port
@@ -45,49 +45,32 @@ class Recorded(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path == "/slots":
-            self._send(200, "application/json", json.dumps([{"id": i} for i in range(self.slots)]).encode())
+            self.answer(200, json.dumps([{"id": i} for i in range(self.slots)]).encode(), "application/json")
         else:
-            self._send(
-                404, "application/json", b'{"error":{"message":"File Not Found","type":"not_found_error","code":404}}'
-            )
+            self.answer(404, NOT_FOUND, "application/json")
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.posts.append(self.path)
         if self.path.endswith("/completions"):
             self.ports.append(self.client_address[1])
-            self._send(*self.reply)
+            status, content_type, data = self.reply
+            self.answer(status, data, content_type)
             if self.close_after:
                 time.sleep(0.05)
                 self.close_connection = True
         elif self.path.startswith("/slots/") and self.path.endswith("?action=erase"):
-            self._send(self.erase, "application/json", b'{"id_slot":0,"n_erased":0}')
+            self.answer(self.erase, b'{"id_slot":0,"n_erased":0}', "application/json")
         else:
-            self._send(
-                404, "application/json", b'{"error":{"message":"File Not Found","type":"not_found_error","code":404}}'
-            )
-
-    def _send(self, status: int, content_type: str, data: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+            self.answer(404, NOT_FOUND, "application/json")
 
 
 @pytest.fixture
 def recorded() -> Iterator[str]:
     Recorded.posts, Recorded.ports, Recorded.slots, Recorded.erase = [], [], 2, 200
     Recorded.name, Recorded.close_after = "llama.cpp", False
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Recorded)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Recorded) as url:
+        yield url
 
 
 def replay_recorded(url: str, api: str, data: bytes, status: int = 200, requests: int = 1) -> list[Response]:

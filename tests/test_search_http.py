@@ -6,10 +6,9 @@ of the same request offline; a server with no reset is named once."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from handlers import Handler, serving
 
 from pytest_llmreplay.gate.baseline import workload_digest
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity
@@ -63,7 +62,7 @@ def test_points_over_http_count_the_tokens_of_the_offline_points(tmp_path):
     assert online == offline
 
 
-class FakeServer(BaseHTTPRequestHandler):
+class FakeServer(Handler):
     """Answers POST /reset_prefix_cache with the next of ``answers`` (a status, or a status and a
     JSON body; then 200), 404 elsewhere."""
 
@@ -74,25 +73,14 @@ class FakeServer(BaseHTTPRequestHandler):
         self.posts.append(self.path)
         answer = (self.answers.pop(0) if self.answers else 200) if self.path == "/reset_prefix_cache" else 404
         status, body = answer if isinstance(answer, tuple) else (answer, None)
-        data = json.dumps(body).encode() if body is not None else b""
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.answer(status, json.dumps(body).encode() if body is not None else b"")
 
 
 @pytest.fixture
 def fake_server():
     FakeServer.answers, FakeServer.posts = [], []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(FakeServer) as url:
+        yield url + "/v1"
 
 
 def test_a_reset_refused_while_requests_are_in_flight_is_asked_again(fake_server):
