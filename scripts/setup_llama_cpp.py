@@ -53,6 +53,10 @@ SHAPE = RECIPE.with_name("build_tiny_model.py")  # the recipe takes the shape an
 TOKENIZER = ROOT / "pytest_llmreplay" / "workloads" / "assets" / "tokenizer.json"
 CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release",
+    # -O1, not Release's -O3: a quarter less compiling (measured: 8.7 CPU minutes, -O3 11.4), and
+    # the tiny model's server is no slower for the tests (ggml's kernels are intrinsics)
+    "-DCMAKE_C_FLAGS_RELEASE=-O1 -DNDEBUG",
+    "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -DNDEBUG",
     "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary: the build folder can go
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
