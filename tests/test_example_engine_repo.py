@@ -1,7 +1,7 @@
 """examples/engine-repo/tests/perf, the suite an engine repository copies, run as its users run it
 (a pytester project holding a copy of the example): against the simulator's HTTP server (the
 example's own ``sim`` table, with fewer requests), and, marked ``engine``, against vLLM's CPU
-build serving the tiny model.
+build and llama.cpp's llama-server, each serving the tiny model.
 
 What must hold: every category passes; the two server configs the tests declare start exactly
 one server each, in the order that starts each once; the results carry each test's config; the
@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from engines import run_setup
 from test_engine_vllm import vllm_server_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,4 +132,20 @@ def test_example_suite_on_vllm_cpu(example, engine_home, tmp_path, tmp_path_fact
     configs = {"default": "", "chunked_prefill_512": "--max-num-batched-tokens 512"}
     engines = engines_file(tmp_path / "engines.toml", "vllm-cpu", serve, configs, requests=6, rate=1)
     result = run_example(example, engines, "vllm-cpu", "--llm-ignore-eos")
+    check_suite_ran(example, result, {name: f"{serve} {args}".strip() for name, args in configs.items()})
+
+
+@pytest.mark.engine
+def test_example_suite_on_llama_cpp(example, tmp_path, tmp_path_factory):
+    """llama.cpp's llama-server with the tiny GGUF model: the setup script's command (``--port
+    {port}`` as a declared server takes it), with per-token timings (llama.cpp holds back a
+    token that ends inside a UTF-8 sequence; its timings count it)."""
+    serve = run_setup("setup_llama_cpp.py", "--port", "{port}", "--scratch", str(tmp_path_factory.mktemp("exl")))[
+        "command"
+    ]
+    configs = {"default": "", "chunked_prefill_512": "--batch-size 512 --ubatch-size 512"}
+    engines = engines_file(tmp_path / "engines.toml", "llama-cpp-cpu", serve, configs, requests=6, rate=1)
+    result = run_example(
+        example, engines, "llama-cpp-cpu", "--llm-ignore-eos", "--llm-extra-body", '{"timings_per_token": true}'
+    )
     check_suite_ran(example, result, {name: f"{serve} {args}".strip() for name, args in configs.items()})
