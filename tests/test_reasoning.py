@@ -15,7 +15,9 @@ from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES, compare, gated_to
 from pytest_llmreplay.metrics.names import REASONING_METRICS
 from pytest_llmreplay.metrics.slo import SLOBreach, parse_slo, parse_slos
 from pytest_llmreplay.metrics.units import format_value
-from pytest_llmreplay.replayer.endpoints import HTTPEndpoint, _take_event
+from pytest_llmreplay.replayer.api_chat import ChatParser
+from pytest_llmreplay.replayer.apis import API_TABLE
+from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.replayer.response import Response
 from pytest_llmreplay.replayer.sse import ToolCallPiece, read_chunk
 from pytest_llmreplay.search.capacity import parse_capacity
@@ -46,9 +48,9 @@ def usage_event(completion: int, reasoning: int | None = None) -> str:
 
 
 def parse(events: list[tuple[float, str]]) -> Response:
-    response = Response(sent_s=0.0)
+    response, parser = Response(sent_s=0.0), ChatParser()
     for now, data in events:
-        _take_event(data, now, response)
+        parser.event(data, now, response)
     return response
 
 
@@ -126,7 +128,7 @@ def test_non_streamed_reasoning_is_one_chunk_with_the_usage_split():
 
     endpoint = HTTPEndpoint("http://127.0.0.1:9", model="m")
     response = Response(sent_s=0.0)
-    asyncio.run(endpoint._read_whole(Reply(), response))
+    asyncio.run(endpoint._read_whole(Reply(), response, API_TABLE["chat"]))
     assert response.chunk_tokens == [40]
     assert response.first_reasoning_s == response.first_answer_s == response.chunk_times[0]
     assert (response.reasoning_tokens, response.text) == (31, "thinkParis")

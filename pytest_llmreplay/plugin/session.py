@@ -100,7 +100,8 @@ class LLMSession:
             and not self.endpoint_url
             and (bool(config.getoption("llm_offline")) or not workers_asked)
         )
-        from ..replayer.endpoints import APIS, check_endpoint_url
+        from ..replayer.apis import APIS
+        from ..replayer.endpoints import check_endpoint_url
 
         if self.api not in APIS:
             raise pytest.UsageError(f"--llm-api / llm_api: expected one of {', '.join(APIS)}, got {self.api!r}")

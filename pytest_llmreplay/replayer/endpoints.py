@@ -1,17 +1,18 @@
 """Endpoints: where requests go. The protocol and the HTTP endpoint.
 
 An :class:`Endpoint` takes an :class:`EndpointRequest` and fills a
-:class:`~pytest_llmreplay.replayer.response.Response` in place as chunks arrive (so a request cancelled half-way keeps what it measured). Every time it stamps
-comes from the clock it was opened with. Faults never raise out of :meth:`Endpoint.send`: a
+:class:`~pytest_llmreplay.replayer.response.Response` in place as chunks arrive (so a request
+cancelled half-way keeps what it measured). Every time it stamps comes from the clock it was
+opened with. Faults never raise out of :meth:`Endpoint.send`: a
 refused connection, an HTTP error, a timeout, a stream cut mid-way or a malformed event ends as
 ``response.error`` (``kind: detail``). A failure part-way through a response says how far it
 got in the words of :func:`progress` (``before the first token``, ``after 423 tokens``;
 :data:`TOKENS_SO_FAR` reads the count back), so that reports can group such causes.
 
-:class:`HTTPEndpoint` speaks the OpenAI API (``/v1/completions``, ``/v1/chat/completions``),
-streaming with ``stream_options.include_usage`` or not, on one shared httpx client whose
-transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a core in its
-connection pool at concurrency 64 (see bench/README.md).
+:class:`HTTPEndpoint` speaks the APIs of :mod:`~pytest_llmreplay.replayer.apis` (OpenAI's chat
+and completions), streaming or not, each reply read by that API's parser, on one shared httpx
+client whose transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a core
+in its connection pool at concurrency 64 (see bench/README.md).
 
 A server the run starts itself is :mod:`~pytest_llmreplay.replayer.server_process`'s.
 """
@@ -27,13 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import LLMReplayError
+from .apis import API, API_TABLE, APIS
 from .clock import Clock, WallClock
 from .response import Response
 from .server_metrics import Scraped, Scraper
-from .sse import DONE, SSEDecoder, StreamError, error_message, read_chunk, tool_call_pieces
+from .sse import SSEDecoder, StreamError, error_message, event_object
 
-APIS = ("chat", "completions")
-PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 # Prometheus gauges of requests in the engine: vLLM, SGLang, llama.cpp
 BUSY_GAUGES = (
     "vllm:num_requests_running",
@@ -50,8 +50,8 @@ SIM_REASONING_FIELD = "sim_reasoning_tokens"  # the simulator's request option: 
 
 @dataclass(slots=True)
 class EndpointRequest:
-    """One call: ``api`` is ``chat`` or ``completions``; ``body`` is the JSON body without the
-    endpoint's own fields (model, stream), which the endpoint adds unless the body has them;
+    """One call: ``api`` is one of :data:`~pytest_llmreplay.replayer.apis.APIS`; ``body`` is the
+    JSON body without the endpoint's own fields (model, stream), which the endpoint adds unless the body has them;
     ``reasoning_tokens``: how many of its output tokens its workload says a reasoning model
     thinks before answering (None: it does not say), which the simulator streams as reasoning
     (a real server's model decides for itself); ``tool_call``: it asks for a tool call (on chat
@@ -183,12 +183,12 @@ class HTTPEndpoint:
         # requests inside the client and count the wait as server latency
         self._limit = 0 if concurrency is None else concurrency + 4  # aiohttp: 0 = no limit
         self._client = self._new_client(reuse=True)
-        if self.model is None:
-            try:
+        try:
+            if self.model is None:
                 self.model = await self._first_model()
-            except BaseException:
-                await self.close()  # open failed: the driver will not close what it never got
-                raise
+        except BaseException:
+            await self.close()  # open failed: the driver will not close what it never got
+            raise
 
     def _new_client(self, reuse: bool) -> Any:
         """The httpx client of the requests, on aiohttp with :attr:`_limit` connections; each
@@ -266,7 +266,7 @@ class HTTPEndpoint:
         a model the user named (``model`` or ``extra_body``) replaces a verbatim payload's; the
         planned reasoning last (``reasoning_hint``)."""
         body: dict[str, Any] = {"model": self.model, "stream": self.stream}
-        if self.stream:
+        if self.stream and API_TABLE[request.api].usage_on_request:
             body["stream_options"] = {"include_usage": True}
         body.update(self.extra_body)
         body.update(request.body)
@@ -278,17 +278,18 @@ class HTTPEndpoint:
 
     async def send(self, request: EndpointRequest, response: Response) -> None:
         body = self.body(request)
+        api = API_TABLE[request.api]
         response.sent_s = self._clock.now()
         try:
-            async with self._client.stream("POST", PATHS[request.api], json=body) as reply:
+            async with self._client.stream("POST", api.path, json=body) as reply:
                 self._note_server(reply)
                 if reply.status_code >= 400:
                     detail = (await reply.aread()).decode("utf-8", errors="replace")
                     response.fail("http", f"HTTP {reply.status_code}: {_error_detail(detail)}")
                 elif body.get("stream"):
-                    await self._read_stream(reply, response)
+                    await self._read_stream(reply, response, api)
                 else:
-                    await self._read_whole(reply, response)
+                    await self._read_whole(reply, response, api)
         except StreamError as exc:
             response.fail(exc.kind, str(exc))
         except Exception as exc:  # every transport fault becomes a failed record
@@ -296,75 +297,28 @@ class HTTPEndpoint:
         finally:
             response.end_s = self._clock.now()
 
-    async def _read_stream(self, reply: Any, response: Response) -> None:
-        decoder, done = SSEDecoder(), False
+    async def _read_stream(self, reply: Any, response: Response, api: API) -> None:
+        decoder, parser, done = SSEDecoder(), api.parser(), False
         async for raw in reply.aiter_raw():
             now = self._clock.now()
             for data in decoder.feed(raw):
-                done = done or _take_event(data, now, response)
+                done = parser.event(data, now, response) or done
         for data in decoder.close():
-            done = done or _take_event(data, self._clock.now(), response)
+            done = parser.event(data, self._clock.now(), response) or done
         if not done:
-            response.fail("stream", f"stream ended before [DONE] {progress(response)}")
+            response.fail("stream", f"stream ended before {api.end} {progress(response)}")
 
-    async def _read_whole(self, reply: Any, response: Response) -> None:
+    async def _read_whole(self, reply: Any, response: Response, api: API) -> None:
         raw = await reply.aread()
         now = self._clock.now()
         try:
-            obj = json.loads(raw)
-        except ValueError:
-            raise StreamError("protocol", f"response is not JSON: {raw[:120]!r}") from None
+            obj = event_object(raw.decode("utf-8", errors="replace"))
+        except StreamError:
+            raise StreamError("protocol", f"response is not a JSON object: {raw[:120]!r}") from None
         error = error_message(obj)
         if error is not None:
             raise StreamError("server", error)
-        choice = (obj.get("choices") or [{}])[0]
-        message: dict[str, Any] = choice["message"] if isinstance(choice.get("message"), dict) else {}
-        text = message.get("content") if message else choice.get("text")
-        text = text if isinstance(text, str) else ""
-        thought = "".join(p for p in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(p, str))
-        if isinstance(choice.get("token_ids"), list):
-            response.token_ids = [int(t) for t in choice["token_ids"]]
-        response.finish_reason = choice.get("finish_reason")
-        if isinstance(obj.get("usage"), dict):
-            response.take_usage(obj["usage"])
-        if isinstance(obj.get("timings"), dict):
-            response.take_timings(obj["timings"], 0)  # cache_n only: the one chunk is counted by usage
-        tokens = response.completion_tokens if response.completion_tokens is not None else len(response.token_ids or ())
-        # one chunk: the reasoning's and the answer's times are both its arrival
-        response.text_parts.append(thought + text)
-        response.chunk_times.append(now)
-        response.chunk_tokens.append(tokens)
-        if thought:
-            response.first_reasoning_s = response.last_reasoning_s = now
-        pieces = tool_call_pieces(message.get("tool_calls"))
-        if pieces:
-            response.tool_call_delta(now, 0, pieces)
-        if text or pieces or not thought:
-            response.first_answer_s = response.last_answer_s = now
-
-
-def _take_event(data: str, now: float, response: Response) -> bool:
-    """Add one event to the response; True at ``[DONE]``."""
-    if data.strip() == DONE:
-        return True
-    chunk = read_chunk(data)
-    if chunk.usage is not None:
-        response.take_usage(chunk.usage)
-    if chunk.timings is not None:
-        counted = response.take_timings(chunk.timings, chunk.tokens)
-        if counted is not None:  # tokens the server says it generated, text or not
-            chunk.tokens, chunk.blank = counted, False
-    if chunk.finish_reason is not None:
-        response.finish_reason = chunk.finish_reason
-    if chunk.token_ids is not None:
-        response.token_ids = (response.token_ids or []) + chunk.token_ids
-    if chunk.reasoning:
-        response.reasoning_delta(now, chunk.tokens, chunk.text, chunk.blank)
-    elif chunk.tool_calls:
-        response.tool_call_delta(now, chunk.tokens, chunk.tool_calls, chunk.text)
-    else:
-        response.answer_delta(now, chunk.tokens, chunk.text, chunk.blank)
-    return False
+        api.parser().whole(obj, now, response)
 
 
 def _error_detail(body: str) -> str:

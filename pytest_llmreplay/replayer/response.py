@@ -1,7 +1,6 @@
 """What came back from one request, filled while it arrives: :class:`Response`.
 
-Every API's parser reports to it the same way (:mod:`~pytest_llmreplay.replayer.endpoints`' for
-chat and completions): token chunks as reasoning, answer or tool-call deltas, and the usage's
+Every API's parser (:mod:`~pytest_llmreplay.replayer.apis`) reports to it the same way: token chunks as reasoning, answer or tool-call deltas, and the usage's
 counts, so that the replay driver keeps each part's times and counts whatever API spoke.
 """
 
@@ -31,7 +30,7 @@ class Response:
     tokens the stream carried and ``calls`` the tool calls its pieces built (``id``, ``name``,
     ``arguments``, in their order: what an agent's next turn sends back). An endpoint that fills
     ``chunk_times`` itself (the in-process simulator) says which tokens were reasoning with
-    :meth:`split_reasoning`.
+    :meth:`split_reasoning`; a parser of a whole (not streamed) reply calls :meth:`whole`.
     """
 
     sent_s: float | None = None
@@ -115,6 +114,22 @@ class Response:
             self.first_reasoning_s, self.last_reasoning_s, self.reasoning_counted = times[0], times[boundary - 1], seen
         if boundary < len(times):
             self.first_answer_s, self.last_answer_s = times[boundary], times[-1]
+
+    def whole(self, now: float, thought: str, answer: str, pieces: Sequence[ToolCallPiece] = ()) -> None:
+        """A whole (not streamed) reply arrived at ``now`` with the reasoning ``thought``, the
+        ``answer`` and the tool calls ``pieces`` (its usage already set): one chunk of
+        ``completion_tokens`` tokens (else of the token ids returned), whose arrival is both the
+        reasoning's and the answer's time (the answer's also when nothing but reasoning came)."""
+        tokens = self.completion_tokens if self.completion_tokens is not None else len(self.token_ids or ())
+        self.text_parts.append(thought + answer)
+        self.chunk_times.append(now)
+        self.chunk_tokens.append(tokens)
+        if thought:
+            self.first_reasoning_s = self.last_reasoning_s = now
+        if pieces:
+            self.tool_call_delta(now, 0, pieces)
+        if answer or pieces or not thought:
+            self.first_answer_s = self.last_answer_s = now
 
     def set_usage(
         self,

@@ -120,12 +120,7 @@ def read_chunk(data: str) -> Chunk:
     number of logprobs entries, else 1 (a server that merges tokens without saying so is
     corrected by ``usage``).
     """
-    try:
-        obj = _loads(data)
-    except ValueError:
-        raise StreamError("protocol", f"malformed SSE event, not JSON: {_clip(data)}") from None
-    if type(obj) is not dict:
-        raise StreamError("protocol", f"malformed SSE event, not a JSON object: {_clip(data)}")
+    obj = event_object(data)
     if "error" in obj or obj.get("object") == "error":
         message = error_message(obj)
         if message is not None:
@@ -196,6 +191,17 @@ def tool_call_pieces(entries: Any) -> tuple[ToolCallPiece, ...]:
     return tuple(pieces)
 
 
+def event_object(data: str) -> dict[str, Any]:
+    """One event's data as a JSON object, or :class:`StreamError` (``protocol``) saying it is not one."""
+    try:
+        obj = _loads(data)
+    except ValueError:
+        raise StreamError("protocol", f"malformed SSE event, not JSON: {_clip(data)}") from None
+    if type(obj) is not dict:
+        raise StreamError("protocol", f"malformed SSE event, not a JSON object: {_clip(data)}")
+    return obj
+
+
 def _logprob_count(logprobs: Any) -> int:
     if isinstance(logprobs, dict):
         entries = logprobs.get("content", logprobs.get("tokens"))
@@ -205,8 +211,9 @@ def _logprob_count(logprobs: Any) -> int:
 
 
 def error_message(obj: Any) -> str | None:
-    """The message of an OpenAI-style error object (``{"error": {...}}`` or
-    ``{"object": "error", "message": ...}``), else None."""
+    """The message of an error object: OpenAI's and Anthropic's (``{"error": {"message": ...}}``,
+    Anthropic's with ``"type": "error"`` beside it), vLLM's older ``{"object": "error",
+    "message": ...}``, FastAPI's ``{"detail": "Not Found"}``; else None."""
     if not isinstance(obj, dict):
         return None
     error = obj.get("error")
@@ -216,6 +223,8 @@ def error_message(obj: Any) -> str | None:
         return error
     if obj.get("object") == "error":
         return str(obj.get("message") or obj)
+    if isinstance(obj.get("detail"), str) and obj["detail"]:  # FastAPI's own (vLLM, SGLang): an unknown route
+        return obj["detail"]
     return None
 
 
