@@ -192,7 +192,10 @@ def test_ini_llm_save_and_llm_report(project):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--llm-api", "grpc"], "--llm-api / llm_api: expected one of chat, completions, got 'grpc'"),
+        (
+            ["--llm-api", "grpc"],
+            "--llm-api / llm_api: expected one of chat, completions, responses, messages, got 'grpc'",
+        ),
         (
             ["--llm-endpoint", "localhost:8000"],
             "--llm-endpoint / llm_endpoint: expected http://host:port (or https://), got 'localhost:8000'",
@@ -246,7 +249,9 @@ def test_ini_api_is_checked_like_the_option(project):
     project.makepyfile("def test_x(): pass")
     result = project.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: --llm-api / llm_api: expected one of chat, completions, got 'grpc'"])
+    result.stderr.fnmatch_lines(
+        ["ERROR: --llm-api / llm_api: expected one of chat, completions, responses, messages, got 'grpc'"]
+    )
 
 
 def test_command_line_offline_wins_over_an_ini_endpoint(project):

@@ -270,6 +270,7 @@ class ProgressLine:
 
 
 def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    from ..replayer.apis import APIS
     from ..replayer.driver import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
 
     run = commands.add_parser(
@@ -309,7 +310,10 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)",
     )
     target.add_argument(
-        "--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)"
+        "--api",
+        choices=APIS,
+        default="chat",
+        help="which API to call: chat (/v1/chat/completions), completions, responses (/v1/responses) or messages (/v1/messages); default chat",
     )
     target.add_argument(
         "--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)"

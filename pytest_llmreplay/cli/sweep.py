@@ -199,6 +199,7 @@ def write_load_curve(capacity: Any, path: Path) -> Path:
 
 
 def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    from ..replayer.apis import APIS
     from ..search.capacity import ARRIVALS, BY, DEFAULT_BUDGET
 
     sweep = commands.add_parser(
@@ -280,7 +281,10 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     sweep.add_argument("--model", help="model name to send (default: the first of /v1/models)")
     sweep.add_argument(
-        "--api", choices=("chat", "completions"), default="chat", help="which API to call (default chat)"
+        "--api",
+        choices=APIS,
+        default="chat",
+        help="which API to call: chat, completions, responses or messages (default chat)",
     )
     sweep.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
     sweep.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one)")

@@ -29,7 +29,13 @@ OPTIONS = (
         None,
         "model name to send, replacing a verbatim payload's (default: the payload's, else the first of /v1/models)",
     ),
-    ("--llm-api", "llm_api", "string", "chat", "API to call: chat or completions (default chat)"),
+    (
+        "--llm-api",
+        "llm_api",
+        "string",
+        "chat",
+        "API to call: chat (/v1/chat/completions), completions (/v1/completions), responses (/v1/responses) or messages (/v1/messages); default chat",
+    ),
     ("--llm-api-key-env", "llm_api_key_env", "string", None, "name of the environment variable holding the API key"),
     (
         "--llm-ignore-eos",
@@ -164,7 +170,7 @@ METAVARS = {
     "--llm-endpoint": "URL",
     "--llm-extra-body": "JSON",
     "--llm-model": "NAME",
-    "--llm-api": "chat|completions",
+    "--llm-api": "chat|completions|responses|messages",
     "--llm-api-key-env": "NAME",
     "--llm-server-cmd": "CMD",
     "--llm-server-timeout": "S",

@@ -418,12 +418,13 @@ class Replay:
 
     def _prepare_prompts(self) -> None:
         """Compute the prompt factory's word tables now, not in the first request's time, for
-        the generated tokens the requests will carry (synthetic and hash-block turns): text (chat,
-        or the text format) needs the word texts, ids only the word list. Keyed prompts carry no
-        tokens, except in agent chains (a turn extending the previous one), which go as ids."""
+        the generated tokens the requests will carry (synthetic and hash-block turns): text (every
+        API but completions, or the text format) needs the word texts, ids only the word list.
+        Keyed prompts carry no tokens, except in agent chains (a turn extending the previous
+        one), which go as ids."""
         if not any(isinstance(turn.prompt, (Synthetic, HashBlocks)) for session in self.plan for turn in session.turns):
             return
-        if self.endpoint.api == "chat" or self.prompt_format == "text":
+        if self.endpoint.api != "completions" or self.prompt_format == "text":
             _ = self.prompts.word_texts  # a cached property: computed here, read by every request
         elif self.prompt_format == "ids" or any(
             extends_previous(session, index) for session in self.plan for index in range(1, len(session.turns))
@@ -563,6 +564,13 @@ class Replay:
         planned, server = record.planned_prompt_tokens, record.prompt_tokens
         if record.status == "ok" and server is not None and planned is not None:
             self._check_prompt(record, planned, server, api, body)
+        if api == "messages" and record.status == "ok" and record.output_tokens < (record.planned_output_tokens or 0):
+            self._warn_once(
+                "messages-length",
+                f"the Messages API takes neither ignore_eos nor min_tokens (vLLM drops both): outputs end where the model stops "
+                f"(first: session {record.session_id!r} turn {record.turn_index}, {record.output_tokens} of {record.planned_output_tokens} planned tokens); "
+                "output figures are the model's lengths, not the workload's",
+            )
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
@@ -570,7 +578,10 @@ class Replay:
     def _keep_reasoning(self, record: RequestRecord, response: Response, counted: int) -> None:
         """The reasoning's and the answer's times (made relative) and the reasoning's count: the
         server's, else the stream's count scaled as ``output_tokens`` was (a server that merges
-        tokens per event says so in ``completion_tokens``), else None when no reasoning came."""
+        tokens per event says so in ``completion_tokens``), else None when no reasoning came. A
+        server's 0 beside reasoning the stream carried is not taken: vLLM (0.32) counts only the
+        reasoning that follows a ``<think>`` the model generated, so with a chat template that
+        opens it in the prompt (DeepSeek-R1's) it reports 0 on every request."""
         rel = self._relative
         record.first_reasoning_s, record.last_reasoning_s = (
             rel(response.first_reasoning_s),
@@ -578,7 +589,7 @@ class Replay:
         )
         record.first_answer_s, record.last_answer_s = rel(response.first_answer_s), rel(response.last_answer_s)
         record.tool_calls = len(response.calls)
-        if response.reasoning_tokens is not None:
+        if response.reasoning_tokens is not None and (response.reasoning_tokens or not response.reasoning_counted):
             record.reasoning_tokens = min(response.reasoning_tokens, record.output_tokens)
         elif response.reasoning_counted:
             scale = record.output_tokens / counted if counted else 1.0
@@ -591,12 +602,17 @@ class Replay:
         """Warn once when the server's prompt_tokens (``server``) cannot come from our tokenizer's
         count (``planned``), both the record's.
 
-        Completions: they must be equal. Chat: the template may add 0 to
-        ``64 + 16 * messages`` tokens (Llama-3's adds about 25 + 5 per message).
+        Completions: they must be equal. Chat, responses, messages: the template may add 0 to
+        ``64 + 16 * messages`` tokens (Llama-3's adds about 25 + 5 per message), a system prompt
+        given apart (``system``, ``instructions``) counting as one.
         """
-        if api == "chat":
+        if api != "completions":
             fixed, per_message = CHAT_TEMPLATE_ALLOWANCE
-            ok = 0 <= server - planned <= fixed + per_message * len(body.get("messages", ()))
+            messages = body.get("messages", body.get("input"))
+            count = (len(messages) if isinstance(messages, list) else 1) + bool(
+                body.get("system") or body.get("instructions")
+            )
+            ok = 0 <= server - planned <= fixed + per_message * count
         else:
             ok = server == planned
         if not ok:

@@ -9,10 +9,10 @@ refused connection, an HTTP error, a timeout, a stream cut mid-way or a malforme
 got in the words of :func:`progress` (``before the first token``, ``after 423 tokens``;
 :data:`TOKENS_SO_FAR` reads the count back), so that reports can group such causes.
 
-:class:`HTTPEndpoint` speaks the APIs of :mod:`~pytest_llmreplay.replayer.apis` (OpenAI's chat
-and completions), streaming or not, each reply read by that API's parser, on one shared httpx
-client whose transport is aiohttp (httpx-aiohttp): httpx's own transport spends most of a core
-in its connection pool at concurrency 64 (see bench/README.md).
+:class:`HTTPEndpoint` speaks the APIs of :mod:`~pytest_llmreplay.replayer.apis` (OpenAI's chat,
+completions and Responses, Anthropic's Messages), streaming or not, each reply read by that API's
+parser, on one shared httpx client whose transport is aiohttp (httpx-aiohttp): httpx's own
+transport spends most of a core in its connection pool at concurrency 64 (see bench/README.md).
 
 A server the run starts itself is :mod:`~pytest_llmreplay.replayer.server_process`'s.
 """
@@ -186,6 +186,8 @@ class HTTPEndpoint:
         try:
             if self.model is None:
                 self.model = await self._first_model()
+            if API_TABLE[self.api].probed:
+                await self._check_served(API_TABLE[self.api])
         except BaseException:
             await self.close()  # open failed: the driver will not close what it never got
             raise
@@ -221,6 +223,25 @@ class HTTPEndpoint:
             self._reuse = False
             self._retired.append(self._client)
             self._client = self._new_client(reuse=False)
+
+    async def _check_served(self, api: API) -> None:
+        """:class:`LLMReplayError` when the server does not serve ``api``: a POST of ``{}`` to its
+        route answered 404 (no such route) or 405 (the route, for other methods only), as FastAPI
+        servers (vLLM, SGLang) and the simulator answer; a server that serves it refuses the empty
+        body (400) without generating anything."""
+        import httpx
+
+        try:
+            reply = await self._client.post(api.path, json={})
+        except httpx.TransportError as exc:
+            raise LLMReplayError(
+                f"{self.url}: no answer to POST {api.path} ({describe_error(exc)}); is the server running?"
+            ) from None
+        if reply.status_code in (404, 405):
+            raise LLMReplayError(
+                f"{self.url} does not serve the {api.title} API (api {api.name}): POST {api.path} answered "
+                f"HTTP {reply.status_code} ({_error_detail(reply.text)}); replay with an API it serves (pytest --llm-api, llmreplay --api)"
+            )
 
     async def _first_model(self) -> str:
         import httpx

@@ -264,6 +264,18 @@ def extends_previous(session: Session, index: int) -> bool:
     return index > 0 and not isinstance(prompt, Payload) and getattr(prompt, "extends_previous", False)
 
 
+def payload_api(payload: dict, api: str) -> str:
+    """The API a verbatim payload goes to: the run's ``api`` when the payload has that API's
+    shape (``messages`` for chat and messages, ``input`` for responses, ``prompt`` for
+    completions; an Anthropic payload and a chat payload both hold ``messages``: the run's API
+    tells them apart), else the one its shape names (``messages``: chat, ``input``: responses,
+    else completions)."""
+    key = {"chat": "messages", "messages": "messages", "responses": "input"}.get(api, "prompt")
+    if key in payload:
+        return api
+    return "chat" if "messages" in payload else "responses" if "input" in payload else "completions"
+
+
 def _length(turn: Turn, session: Session, index: int) -> int:
     if turn.input_tokens is None:
         raise LLMReplayError(f"session {session.id!r} turn {index}: no input length")
@@ -273,22 +285,29 @@ def _length(turn: Turn, session: Session, index: int) -> int:
 class Conversation:
     """The requests of one session, built turn by turn as the replay goes.
 
-    ``api`` is ``chat`` or ``completions``; ``prompt_format`` (completions only) is ``text``,
-    ``ids`` or ``keyed`` (in-process endpoints only: a :class:`KeyedPrompt` for every turn that
-    neither extends the previous one nor is extended by the next, ids for the others). A turn that extends the previous one (an agent loop) carries the previous prompt
-    plus the server's *actual* response, as a real agent does:
+    ``api`` is ``chat``, ``completions``, ``responses`` or ``messages``; ``prompt_format``
+    (completions only) is ``text``, ``ids`` or ``keyed`` (in-process endpoints only: a
+    :class:`KeyedPrompt` for every turn that neither extends the previous one nor is extended by
+    the next, ids for the others). Each API's body holds the turn in its own shape: chat
+    ``messages`` and ``max_tokens``; Responses ``input`` (a list of ``{role, content}`` input
+    items: the whole history, as the API is used without server-side state) and
+    ``max_output_tokens``; Messages ``messages`` and ``max_tokens`` (a system prompt would go in
+    ``system``: generated prompts have none). A turn that extends the previous one (an agent loop)
+    carries the previous prompt plus the server's *actual* response, as a real agent does:
 
-    - chat: the previous messages + ``assistant: <response text>`` + ``user: <new tokens>``;
-      after a tool call, the assistant message carries the call (``tool_calls``) and the new
-      tokens are the tool's output (``tool``: its ``tool_call_id``, the first call's);
+    - chat, responses, messages: the previous messages + ``assistant: <response text>`` +
+      ``user: <new tokens>``; on chat, after a tool call, the assistant message carries the call
+      (``tool_calls``) and the new tokens are the tool's output (``tool``: its ``tool_call_id``,
+      the first call's);
     - completions, text: previous prompt text + response text + new text;
     - completions, ids: previous prompt ids + the response's token ids when the server returned
       them, else the planned response ids.
 
     :meth:`history_source` says which (``server`` or ``planned``). Verbatim payloads are sent as
-    they are (their ``messages`` or ``prompt`` already hold the history). With ``tool_calls``, a
-    chat turn that ends in a tool call (``Turn.tool_call``) asks for one: ``tools`` holds
-    :data:`TOOL`, and ``tool_choice`` names it.
+    they are (their ``messages``, ``input`` or ``prompt`` already hold the history), to the API
+    :func:`payload_api` names. With ``tool_calls``, a chat turn that ends in a tool call
+    (``Turn.tool_call``) asks for one: ``tools`` holds :data:`TOOL`, and ``tool_choice`` names it
+    (the Responses and Messages APIs are not asked for tool calls).
     """
 
     def __init__(
@@ -319,16 +338,18 @@ class Conversation:
         return "server"
 
     def request(self, index: int) -> tuple[str, dict, int | None]:
-        """(api, body, planned prompt tokens) of turn ``index``; ``body`` has the prompt and
-        ``max_tokens`` (the endpoint adds model and streaming). On chat the planned count is
-        the messages' content only: the server's chat template adds its own tokens."""
+        """(api, body, planned prompt tokens) of turn ``index``; ``body`` has the prompt and the
+        output limit (the endpoint adds model and streaming). On chat, responses and messages the
+        planned count is the messages' content only: the server's chat template adds its own
+        tokens."""
         turn = self.session.turns[index]
         if isinstance(turn.prompt, Payload):
             payload = dict(turn.prompt.body)
-            return ("chat" if "messages" in payload else "completions"), payload, turn.input_tokens
+            return payload_api(payload, self.api), payload, turn.input_tokens
         extends = extends_previous(self.session, index)
         if (
-            self.prompt_format == "keyed"
+            self.api == "completions"
+            and self.prompt_format == "keyed"
             and not extends
             and not (index + 1 < len(self.session.turns) and extends_previous(self.session, index + 1))
         ):
@@ -344,13 +365,13 @@ class Conversation:
         # what the server should count: the history as really sent and answered, plus new tokens
         self._tokens = (self._tokens + self._response_tokens if extends else 0) + len(new_ids)
         planned_tokens = self._tokens
-        if self.api == "chat":
+        if self.api != "completions":
             text, _ = self.factory.text(new_ids)
             self._messages = (
                 (self._messages + self._answer_messages(text)) if extends else [{"role": "user", "content": text}]
             )
-            body["messages"] = list(self._messages)
-            if self.tool_calls and turn.tool_call:
+            body["input" if self.api == "responses" else "messages"] = list(self._messages)
+            if self.tool_calls and turn.tool_call and self.api == "chat":
                 body["tools"], body["tool_choice"] = [TOOL], TOOL_CHOICE
         elif self.prompt_format in ("ids", "keyed"):
             response = self._response_ids if self._response_ids is not None else planned_response
@@ -362,13 +383,13 @@ class Conversation:
             self._prompt_text = (self._prompt_text + self._response_text if extends else "") + text
             body["prompt"] = self._prompt_text
         if turn.output_tokens is not None:
-            body["max_tokens"] = turn.output_tokens
+            body["max_output_tokens" if self.api == "responses" else "max_tokens"] = turn.output_tokens
         return self.api, body, planned_tokens
 
     def _answer_messages(self, text: str) -> list[dict[str, Any]]:
-        """The previous response and then ``text`` (the new tokens), as chat messages (class
-        docstring): the tool's output after a tool call, else the user's."""
-        if not self._calls:
+        """The previous response and then ``text`` (the new tokens), as messages (class
+        docstring): on chat the tool's output after a tool call, else the user's."""
+        if not self._calls or self.api != "chat":
             return [{"role": "assistant", "content": self._response_text}, {"role": "user", "content": text}]
         calls = [
             {"id": call["id"], "type": "function", "function": {"name": call["name"], "arguments": call["arguments"]}}
