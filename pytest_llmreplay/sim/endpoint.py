@@ -7,11 +7,12 @@ trace replays in seconds, and the same inputs and seed give the same numbers.
 
 A request's prompt is a :class:`~pytest_llmreplay.workloads.prompts.KeyedPrompt` (the replay's preferred
 format: hash-id and synthetic prompts named by keys, no tokens made), token ids (``prompt`` as a
-list, refused as the server refuses them: an id past the vocabulary, an empty list), else its text (``prompt``, or chat ``messages`` contents joined) encoded with the
-factory's tokenizer. ``extra_body`` fields are merged under every request's, as the HTTP
-client merges them, and the body's fields are checked as the HTTP server checks them
-(:mod:`.request_fields`: a body the server refuses fails here with ``http: 400 ...`` too). It
-generates exactly ``max_tokens`` tokens (``ignore_eos`` semantics; fitted to the profile's
+list, refused as the server refuses them: an id past the vocabulary, an empty list), else its
+text (``prompt``, or the texts of a chat, Responses or Messages request's messages joined:
+:mod:`.request_prompt`) encoded with the factory's tokenizer. ``extra_body`` fields are merged
+under every request's, as the HTTP client merges them, and the body's fields are checked as the
+HTTP server checks them (:mod:`.request_fields`: a body the server refuses fails here with
+``http: 400 ...`` too). It generates exactly ``max_tokens`` tokens (``ignore_eos`` semantics; fitted to the profile's
 ``max_model_len`` as the server fits it: default 16 for completions, the context left for chat,
 cut to the context left), seeded word
 tokens that it returns as ``token_ids`` and text, so agent histories grow exactly as the
@@ -47,13 +48,16 @@ from .cluster import Cluster, ClusterConfig
 from .profile import Profile
 from .reasoning import reasoning_tokens
 from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
+from .request_prompt import prompt_messages
 
 
 class SimEndpoint:
     """The simulator of ``profile``, in process. ``preferred_prompt_format`` is ``keyed``: the
-    replay then sends keyed prompts or token ids, so nothing is decoded or re-encoded."""
+    replay then sends keyed prompts or token ids, so nothing is decoded or re-encoded. ``api``:
+    the API whose request shape the replay sends; ``completions`` (the default) is the one that
+    takes keyed prompts, the others carry text that is encoded here, as their HTTP server does
+    (so that one workload replayed in each API's shape can be compared)."""
 
-    api = "completions"
     preferred_prompt_format = "keyed"
 
     def __init__(
@@ -63,8 +67,10 @@ class SimEndpoint:
         seed: int = 0,
         cluster: ClusterConfig = ClusterConfig(),
         extra_body: Mapping[str, Any] | None = None,
+        api: str = "completions",
     ) -> None:
         cluster.validate()
+        self.api = api
         self.profile = profile
         self.extra_body = dict(extra_body or {})
         self.prompts = prompts
@@ -99,9 +105,13 @@ class SimEndpoint:
     async def idle_warning(self) -> str | None:
         return None
 
-    def prompt_ids(self, body: dict[str, Any]) -> Sequence[int] | KeyedPrompt:
-        """The prompt of ``body`` (module docstring); a text past the context is tokenized only
-        until it is (:func:`~pytest_llmreplay.workloads.tokenizer.encode_within`)."""
+    def prompt_ids(self, body: dict[str, Any], api: str = "completions") -> Sequence[int] | KeyedPrompt:
+        """The prompt of ``body``, a request of ``api`` (module docstring); a text past the
+        context is tokenized only until it is
+        (:func:`~pytest_llmreplay.workloads.tokenizer.encode_within`)."""
+        if api != "completions":
+            text = "".join(text for _, text, _ in prompt_messages(body, api))
+            return encode_within(self.prompts.tokenizer, text, self.profile.max_model_len)
         prompt = body.get("prompt")
         if isinstance(prompt, KeyedPrompt):
             return prompt
@@ -110,11 +120,7 @@ class SimEndpoint:
             return prompt
         if isinstance(prompt, str):
             return encode_within(self.prompts.tokenizer, prompt, self.profile.max_model_len)
-        messages = body.get("messages")
-        if isinstance(messages, list):
-            text = "".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-            return encode_within(self.prompts.tokenizer, text, self.profile.max_model_len)
-        raise LLMReplayError("simulator: a request needs 'prompt' (token ids or text) or 'messages'")
+        raise LLMReplayError("simulator: a completions request needs 'prompt' (token ids or text)")
 
     async def send(self, request: EndpointRequest, response: Response) -> None:
         cluster, clock = self.cluster, self._clock
@@ -123,10 +129,9 @@ class SimEndpoint:
         if request.reasoning_tokens is not None:  # the turn's own, sent as the HTTP client sends it to the server
             body = {**body, SIM_REASONING_FIELD: request.reasoning_tokens}
         response.sent_s = clock.now()
-        chat = "messages" in body
         try:
-            limits = check_fields(body, chat)
-            prompt = self.prompt_ids(body)
+            limits = check_fields(body, request.api)
+            prompt = self.prompt_ids(body, request.api)
             count, _ = output_limits(limits, len(prompt), self.profile.max_model_len)
         except BadRequest as exc:
             response.end_s = response.sent_s

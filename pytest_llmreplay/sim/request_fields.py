@@ -1,16 +1,18 @@
 """The request fields the simulator honours, checked alike over HTTP and in process.
 
-:func:`check_fields` reads a completions or chat request body (prompt aside) and returns
-:class:`Limits`, or raises :class:`BadRequest` with the HTTP status, the OpenAI error type and
-the field at fault, so a body the server refuses is refused by the offline simulator too:
+:func:`check_fields` reads a request body of one of the four APIs (prompt aside:
+:mod:`.request_prompt`) and returns :class:`Limits`, or raises :class:`BadRequest` with the HTTP
+status, the OpenAI error type and the field at fault, so a body the server refuses is refused by
+the offline simulator too:
 
 - ``n``: 1 or absent (one choice per request);
 - ``stream``, ``ignore_eos``, ``return_token_ids``, ``stream_options.include_usage``: true, false
   or absent (a string such as ``"false"`` is refused, not taken as true);
 - ``stream_options``: an object or absent;
-- the output limit: ``max_tokens``, or for chat ``max_completion_tokens`` when given: an integer
-  >= 1;
-- ``min_tokens``: an integer >= 0, default 0;
+- the output limit: ``max_tokens``, for chat ``max_completion_tokens`` when given, for the
+  Responses API ``max_output_tokens``: an integer >= 1; required by the Messages API;
+- ``min_tokens``: an integer >= 0, default 0; ignored by the Responses and Messages APIs, and so
+  is ``ignore_eos`` by the Messages API, as vLLM 0.32 ignores them (it has no such fields there);
 - ``sim_reasoning_tokens`` (the simulator's own, :mod:`.reasoning`): an integer >= 0 or absent;
 - chat ``tools``: a list of ``{"type": "function", "function": {"name": ...}}``; ``tool_choice``:
   ``none``, ``auto`` (the simulator calls no tool of its own accord), ``required`` (it calls the
@@ -22,7 +24,7 @@ Once the prompt is tokenized, :func:`output_limits` fits them to the model's con
 that many (no room for one output token), is refused with vLLM's message and ``param``
 (``input_tokens``, ``max_tokens``); the output limit is ``min(max_tokens, max_model_len - prompt)``,
 so a ``max_tokens`` past the context is cut to what is left, not refused; without ``max_tokens``
-(absent or ``null``) it is the context left for chat, and 16 (:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`)
+(absent or ``null``) it is the context left for chat and Responses, and 16 (:data:`COMPLETIONS_DEFAULT_MAX_TOKENS`)
 for completions (vLLM's ``CompletionRequest`` default); then ``min_tokens`` must not exceed the
 limit. ``tests/test_engine_vllm_sim.py`` holds these against vLLM's CPU build.
 
@@ -44,6 +46,10 @@ if TYPE_CHECKING:
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # vLLM's CompletionRequest.max_tokens default
 FLAGS = ("stream", "ignore_eos", "return_token_ids")
+DROPS_MIN_TOKENS = ("responses", "messages")  # vLLM has no min_tokens there (and no ignore_eos on messages)
+
+
+ANTHROPIC_ERRORS = {400: "invalid_request_error", 404: "not_found_error", 500: "api_error"}
 
 
 class BadRequest(Exception):
@@ -55,10 +61,16 @@ class BadRequest(Exception):
         super().__init__(message)
         self.param, self.status, self.kind = param, status, kind
 
-    def response(self) -> Any:
-        """The OpenAI error object as an aiohttp response."""
+    def response(self, api: str = "chat") -> Any:
+        """The error as an aiohttp response: OpenAI's error object, or for the Messages API
+        Anthropic's (``{"type": "error", "error": {"type", "message"}}``)."""
         from aiohttp import web
 
+        if api == "messages":
+            kind = ANTHROPIC_ERRORS.get(self.status, "api_error")
+            return web.json_response(
+                {"type": "error", "error": {"type": kind, "message": str(self)}}, status=self.status
+            )
         error = {"message": str(self), "type": self.kind, "param": self.param, "code": self.status}
         return web.json_response({"error": error}, status=self.status)
 
@@ -66,15 +78,18 @@ class BadRequest(Exception):
 class Limits(NamedTuple):
     max_tokens: int | None  # None: not given (the default depends on the prompt: output_limits)
     min_tokens: int
-    limit_name: str  # the field that set max_tokens: max_tokens or max_completion_tokens
+    limit_name: str  # the field that set max_tokens: max_tokens, max_completion_tokens, max_output_tokens
     reasoning: int | None = None  # sim_reasoning_tokens; None: not given
     tool: str | None = None  # the function the answer calls (tool_choice); None: no call
+    ignore_eos: bool = False
 
 
-def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
-    """The output limits of ``body``, or :class:`BadRequest` naming the first bad field.
-    (Absent fields cost one lookup each: the offline simulator checks every request.)"""
+def check_fields(body: Mapping[str, Any], api: str) -> Limits:
+    """The output limits of ``body``, a request of ``api``, or :class:`BadRequest` naming the
+    first bad field. (Absent fields cost one lookup each: the offline simulator checks every
+    request.)"""
     get = body.get
+    chat = api != "completions"
     if get("n") is not None and _integer(body, "n", 1, 1) != 1:
         raise BadRequest(f"n: only 1 is supported, got {get('n')!r}", "n")
     for name in FLAGS:
@@ -85,17 +100,23 @@ def check_fields(body: Mapping[str, Any], chat: bool) -> Limits:
         if not isinstance(options, dict):
             raise BadRequest(f"stream_options: expected an object, got {options!r}", "stream_options")
         _check_flag(options, "include_usage", "stream_options.include_usage")
-    limit_name = "max_completion_tokens" if chat and get("max_completion_tokens") is not None else "max_tokens"
+    limit_name = "max_output_tokens" if api == "responses" else "max_tokens"
+    if api == "chat" and get("max_completion_tokens") is not None:
+        limit_name = "max_completion_tokens"
     if get(limit_name) is not None:
         max_tokens: int | None = _integer(body, limit_name, 0, 1)
-    else:  # absent or null: 16 for completions, the context left for chat (vLLM)
+    elif api == "messages":
+        raise BadRequest("max_tokens: Field required", "max_tokens")
+    else:  # absent or null: 16 for completions, the context left for the others (vLLM)
         max_tokens = None if chat else COMPLETIONS_DEFAULT_MAX_TOKENS
-    min_tokens = 0 if get("min_tokens") is None else _integer(body, "min_tokens", 0, 0)
+    min_tokens = 0 if get("min_tokens") is None or api in DROPS_MIN_TOKENS else _integer(body, "min_tokens", 0, 0)
     if max_tokens is not None and min_tokens > max_tokens:
         raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
     reasoning = None if get(SIM_REASONING_FIELD) is None else _integer(body, SIM_REASONING_FIELD, 0, 0)
-    tool = _called_tool(body) if chat and (get("tool_choice") is not None or get("tools") is not None) else None
-    return Limits(max_tokens, min_tokens, limit_name, reasoning, tool)
+    asks_tool = api == "chat" and (get("tool_choice") is not None or get("tools") is not None)
+    tool = _called_tool(body) if asks_tool else None
+    ignore_eos = bool(get("ignore_eos")) and api != "messages"
+    return Limits(max_tokens, min_tokens, limit_name, reasoning, tool, ignore_eos)
 
 
 def _called_tool(body: Mapping[str, Any]) -> str | None:

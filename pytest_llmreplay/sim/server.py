@@ -1,7 +1,9 @@
 """The simulator as an OpenAI-compatible HTTP server (``llmreplay sim --profile P --port N``).
 
 Routes: ``POST /v1/completions`` (``prompt``: text, or token ids), ``POST /v1/chat/completions``,
-``GET /v1/models``, ``/version``, ``/health``, ``/metrics``. The engines run in real time
+``POST /v1/responses`` (OpenAI's Responses API) and ``POST /v1/messages`` (Anthropic's Messages
+API), each written in its own format (:mod:`.framing`, :mod:`.framing_events`) with the same
+timing, ``GET /v1/models``, ``/version``, ``/health``, ``/metrics``. The engines run in real time
 (:class:`~pytest_llmreplay.replayer.clock.WallClock`, one iteration at a time) and every token is streamed
 when its iteration ends.
 
@@ -29,13 +31,17 @@ Requests:
 - ``stream`` with ``stream_options.include_usage``; ``return_token_ids`` adds each chunk's
   ``token_ids`` (as vLLM does). ``usage`` has ``prompt_tokens_details.cached_tokens``: the prompt's
   prefix found in the engine's cache at admission.
-- Chat prompts are each message as ``<|role|>\\n`` + content (an assistant's tool calls: their
-  arguments after it) + ``\\n`` (encoded message by message, so a conversation's earlier turns
-  keep their token ids and hit the cache), then ``<|assistant|>\\n``. Token-id prompts are taken as they are; an id past both the profile's
-  model's ``vocab_size`` and the tokenizer's is refused as vLLM refuses it (no limit when the
-  profile gives no ``vocab_size``); the text it writes comes from the project's tokenizer.
-- Refused with 400 and an OpenAI error object naming the field: a body that is not JSON, no
-  prompt, batched prompts, ``n`` other than 1, a bad ``max_tokens``/``min_tokens``, a flag
+- Chat prompts (and the Responses and Messages APIs', whose system prompt is ``instructions`` or
+  ``system`` and whose history is the ``input`` items or ``messages``: :mod:`.request_prompt`)
+  are each message as ``<|role|>\\n`` + content (an assistant's tool calls: their arguments
+  after it) + ``\\n`` (encoded message by message, so a conversation's earlier turns keep their
+  token ids and hit the cache), then ``<|assistant|>\\n``. Token-id prompts are taken as they
+  are; an id past both the profile's model's ``vocab_size`` and the tokenizer's is refused as
+  vLLM refuses it (no limit when the profile gives no ``vocab_size``); the text it writes comes
+  from the project's tokenizer.
+- Refused with 400 and an OpenAI error object naming the field (Anthropic's error object on
+  ``/v1/messages``): a body that is not JSON, no prompt, batched prompts, ``n`` other than 1, a
+  bad or (Messages API) missing ``max_tokens``, a bad ``min_tokens``, a flag
   (``stream``, ``ignore_eos``, ``return_token_ids``, ``stream_options.include_usage``) that is
   not true or false, ``stream_options`` that is not an object, a prompt that leaves no room
   in ``max_model_len`` (vLLM's message and ``param``; a text prompt is tokenized only until it
@@ -66,12 +72,13 @@ import random
 import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, NamedTuple, TypedDict
 
 from aiohttp import web
 
 from ..errors import LLMReplayError
+from ..replayer.apis import API_TABLE
 from ..replayer.clock import WallClock
 from ..workloads.prompts import PromptFactory, stable_hash
 from ..workloads.tokenizer import encode_within
@@ -80,8 +87,9 @@ from .faults import FaultConfig
 from .lag_window import LagWindow
 from .profile import Profile
 from .reasoning import reasoning_tokens
-from .reply import Reply
+from .reply import Reply, framing
 from .request_fields import BadRequest, check_fields, check_token_ids, output_limits, vocabulary_size
+from .request_prompt import prompt_messages
 
 LAG_WINDOW = 100_000
 READY = re.compile(r"^llmreplay sim: .* on (http://\S+) \(Ctrl-C stops\)$", re.MULTILINE)  # reads ready_line's URL back
@@ -169,8 +177,8 @@ class SimServer:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30)
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions", self.chat)
+        for api in API_TABLE.values():
+            app.router.add_post(api.path, self._handler(api.name))
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/version", self.version)
         app.router.add_get("/health", self.health)
@@ -300,44 +308,43 @@ class SimServer:
 
     # -- generation ------------------------------------------------------------------------------
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=False)
+    def _handler(self, api: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def generate(request: web.Request) -> web.StreamResponse:
+            return await self._generate(request, api)
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, chat=True)
+        return generate
 
-    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
         received = self.clock.now()  # the engine's arrival: parsing and tokenizing are not model time
         number = self._requests
         self._requests += 1
         try:
-            asked = await self._parse(request, chat, number)
+            asked = await self._parse(request, api, number)
         except BadRequest as exc:
-            return exc.response()
+            return exc.response(api)
         body, count = asked.body, asked.length
         fault = self.faults.draw(number, count)
         if fault is not None and fault.kind == "error":
-            return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response()
+            return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response(api)
         output = self.prompts.stream(stable_hash("sim-output", self.seed, number), 0, count)
         job = self.running.submit(asked.prompt, output, received, reasoning_len=asked.reasoning)
         finish = "tool_calls" if asked.tool else "length" if count == asked.max_tokens else "stop"
-        reply = Reply(
-            self, request, body, chat, number, len(asked.prompt), output, finish, fault, asked.reasoning, asked.tool
-        )
+        written = framing(api, self, job, body, number, len(asked.prompt), output, finish, asked.reasoning, asked.tool)
+        reply = Reply(self, request, written, job, output, fault)
         handler = asyncio.current_task()
         assert handler is not None  # aiohttp runs each handler in a task
         self._handlers.add(handler)
         try:
             if body.get("stream"):
-                return await reply.stream(job)
-            return await reply.whole(job)
+                return await reply.stream()
+            return await reply.whole()
         except BaseException:  # the client went away, or the server stops: free the engine
             self.running.abort(job)
             raise
         finally:
             self._handlers.discard(handler)
 
-    async def _parse(self, request: web.Request, chat: bool, number: int) -> Asked:
+    async def _parse(self, request: web.Request, api: str, number: int) -> Asked:
         """What the request asks, or :class:`BadRequest`."""
         try:
             body = await request.json()
@@ -348,18 +355,21 @@ class SimServer:
         model = body.get("model")
         if model is not None and model != self.model:
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
-        limits = check_fields(body, chat)
-        prompt = self._chat_ids(body.get("messages")) if chat else self._prompt_ids(body.get("prompt"))
+        limits = check_fields(body, api)
+        if api == "completions":
+            prompt = self._prompt_ids(body.get("prompt"))
+        else:
+            prompt = self._chat_ids(prompt_messages(body, api))
         max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len)
         thought = reasoning_tokens(limits.reasoning, self.profile, self.seed, number)
-        count = self._output_length(body, max_tokens, max(min_tokens, thought), number)
+        count = self._output_length(limits.ignore_eos, max_tokens, max(min_tokens, thought), number)
         return Asked(body, prompt, max_tokens, count, min(thought, count), limits.tool)
 
-    def _output_length(self, body: dict[str, Any], max_tokens: int, before_eos: int, number: int) -> int:
+    def _output_length(self, ignore_eos: bool, max_tokens: int, before_eos: int, number: int) -> int:
         """``max_tokens``, or ``min(before_eos + natural, max_tokens)`` when EOS is simulated
         (module docstring; ``before_eos``: the tokens no EOS can end, ``min_tokens`` and the
         reasoning)."""
-        if self.eos_mean_tokens is None or body.get("ignore_eos"):
+        if self.eos_mean_tokens is None or ignore_eos:
             return max_tokens
         rng = random.Random(stable_hash("eos", self.seed, number))
         p = 1.0 / self.eos_mean_tokens
@@ -376,22 +386,15 @@ class SimServer:
         check_token_ids(prompt, self.vocab_size)
         return prompt
 
-    def _chat_ids(self, messages: Any) -> list[int]:
-        """The template's ids; once they pass the context, the ids so far (``_encode``)."""
-        if not isinstance(messages, list) or not messages:
-            raise BadRequest("messages: expected a non-empty list of {role, content} objects", "messages")
+    def _chat_ids(self, messages: list[tuple[str, str, str]]) -> list[int]:
+        """The template's ids of ``messages`` (:func:`~.request_prompt.prompt_messages`); once
+        they pass the context, the ids so far (``_encode``)."""
         context = self.profile.max_model_len
         ids: list[int] = []
-        for index, message in enumerate(messages):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                raise BadRequest(f"messages[{index}]: expected an object with a string 'role'", f"messages[{index}]")
-            text = _content(message.get("content"), index) + _call_arguments(message.get("tool_calls"), index)
-            content = self._encode(text, f"messages[{index}].content", context - len(ids))
-            ids += (
-                self._header(self._checked_text(message["role"], f"messages[{index}].role"))
-                + content
-                + self._header("")
-            )
+        for role, text, field in messages:
+            content = self._encode(text, field, context - len(ids))
+            ids += self._header(self._checked_text(role, field.removesuffix(".content") + ".role")) + content
+            ids += self._header("")
             if len(ids) > context:
                 return ids
         return ids + self._header("assistant")
@@ -446,42 +449,6 @@ class SimServer:
         if cached is None:
             cached = self._json_texts[ids[0]] = json.dumps(self.text(ids)).encode()
         return cached
-
-
-def _content(content: Any, index: int) -> str:
-    """A message's text: a string, or the ``text`` of its ``{"type": "text"}`` parts."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(isinstance(p, dict) for p in content):
-        texts = [p.get("text") for p in content if p.get("type") == "text"]
-        for text in texts:
-            if not isinstance(text, str):
-                raise BadRequest(
-                    f"messages[{index}].content: a text part's text must be a string, got {text!r}",
-                    f"messages[{index}].content",
-                )
-        return "".join(texts)
-    if content is None:
-        return ""
-    raise BadRequest(
-        f"messages[{index}].content: expected a string or a list of content parts", f"messages[{index}].content"
-    )
-
-
-def _call_arguments(calls: Any, index: int) -> str:
-    """The arguments of an assistant message's ``tool_calls``, joined: what the template shows of
-    them (the tokens the model generated for them)."""
-    if calls is None:
-        return ""
-    if not isinstance(calls, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("function"), dict) for c in calls
-    ):
-        raise BadRequest(
-            f"messages[{index}].tool_calls: expected a list of {{id, type, function: {{name, arguments}}}}",
-            f"messages[{index}].tool_calls",
-        )
-    arguments = [c["function"].get("arguments") for c in calls]
-    return "".join(a for a in arguments if isinstance(a, str))
 
 
 def _set_once(stop: asyncio.Future) -> None:
