@@ -244,13 +244,13 @@ def expected_mooncake_hits(rows: list[dict]) -> list[int]:
     return hits
 
 
-def report_file(report: Path, test: str, suffix: str) -> Path:
-    (found,) = (report / "tests").glob(f"test_perf.py_{test}-*{suffix}")
+def report_file(report: Path, test: str, suffix: str, module: str = "test_perf.py") -> Path:
+    (found,) = (report / "tests").glob(f"{module}_{test}-*{suffix}")
     return found
 
 
-def requests_of(report: Path, test: str) -> list[dict]:
-    with report_file(report, test, ".csv").open() as rows:
+def requests_of(report: Path, test: str, module: str = "test_perf.py") -> list[dict]:
+    with report_file(report, test, ".csv", module).open() as rows:
         return list(csv.DictReader(rows))
 
 
@@ -401,6 +401,53 @@ def test_vllm_cpu_chat_agent_hits_its_history(project, vllm_url):
                 turn,
                 cached,
             )
+
+
+APIS_WORKLOAD = (
+    "synthetic:\n  sessions: 3\n  input_tokens: 64\n  output_tokens: 8\n  turns: 2\n  delay: 0.01\n  seed: 3\n"
+)
+APIS_TEST = """
+import pytest
+
+@pytest.mark.llmreplay(workload="apis.yaml", concurrency=1, slo={"error_rate": "== 0"})
+def test_api(llm_result):
+    pass
+"""
+
+
+def test_vllm_cpu_responses_and_messages_apis(project, shared_vllm):
+    """vLLM 0.32's CPU build serves both (no flag needed): one short run over each, on an empty
+    cache. Each turn's history goes in the API's own shape and hits the cache; the first turns,
+    the same prompts rendered by the same chat template, count the same prompt tokens on both.
+    The Responses API honours ignore_eos (every output is 8 tokens); the Messages API drops it, so
+    its outputs may end early (the random-weight model samples EOS now and then)."""
+    project.path.joinpath("apis.yaml").write_text(APIS_WORKLOAD)
+    project.makepyfile(test_apis=APIS_TEST)
+    rows = {}
+    for api in ("responses", "messages"):
+        url = shared_vllm.cold()
+        result = project.runpytest_subprocess(
+            *vllm_options(url, "--llm-api", api), "test_apis.py", "--llm-report", api, timeout=RUN_TIMEOUT_S
+        )
+        result.assert_outcomes(passed=1)
+        rows[api] = {
+            (r["session_id"], int(r["turn_index"])): r
+            for r in requests_of(project.path / api, "test_api", "test_apis.py")
+        }
+        assert len(rows[api]) == 6 and {r["status"] for r in rows[api].values()} == {"ok"}, api
+        for (session, turn), row in rows[api].items():
+            cached, prompt = int(row["cached_tokens"]), int(row["prompt_tokens"])
+            assert prompt > int(row["planned_prompt_tokens"]), (api, session, turn)  # the template's tokens
+            assert 1 <= int(row["output_tokens"]) <= 8, (api, session, turn)
+            if turn:  # the history, sent again in the API's shape, is found in the cache
+                previous = int(rows[api][session, 0]["prompt_tokens"])
+                assert cached >= vllm_prefix_hit(previous, prompt) > 0, (api, session, cached)
+            else:
+                assert cached == 0, (api, session)
+    assert {int(r["output_tokens"]) for r in rows["responses"].values()} == {8}
+    for session, turn in rows["responses"]:
+        if turn == 0:
+            assert rows["responses"][session, 0]["prompt_tokens"] == rows["messages"][session, 0]["prompt_tokens"]
 
 
 # 40 sessions of 128 tokens (--llm-ignore-eos) on a server that runs 16 at once (--max-num-seqs).
