@@ -350,6 +350,10 @@ def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(p
             "--llm-model / llm_model: ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint",
         ),
         (["--llm-model=foo"], "--llm-model / llm_model: ignored by the simulator, *"),
+        (
+            ["--llm-api=messages"],
+            "--llm-api / llm_api: ignored offline: the in-process simulator takes every request *",
+        ),
     ],
 )
 def test_an_option_the_session_ignores_is_warned_about_once(project, args, warning):

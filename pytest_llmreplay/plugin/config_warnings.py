@@ -7,7 +7,9 @@ Ignored options (:func:`warn_of_ignored_options`), each warned about once, namin
 - ``--llm-sim-profile`` with ``--llm-endpoint``: the live server is measured, not the simulator;
 - ``--llm-model`` with the simulator (offline or served): it serves its profile's model whatever
   the request names (``llmreplay sim --model`` would refuse another name with a 404);
-- ``--llm-metrics-interval`` offline: the in-process simulator has no ``/metrics`` to scrape.
+- ``--llm-metrics-interval`` offline: the in-process simulator has no ``/metrics`` to scrape;
+- ``--llm-api`` offline: the in-process simulator takes every request in one form (its figures
+  are the same over the four APIs: ``tests/test_sim_apis.py``).
 
 An option counts as given when it is on the command line, or in the ini file with a value other
 than its default. One set only in the ini file is not warned about when the command line picked
@@ -29,6 +31,7 @@ IGNORED = {  # option (ini key) -> why it does nothing, for the modes where it d
     "llm_sim_profile": "ignored with --llm-endpoint: the live server is measured, not the simulator",
     "llm_model": "ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint",
     "llm_metrics_interval": "ignored offline: the in-process simulator has no /metrics to scrape (-o llm_offline=false serves it over HTTP)",
+    "llm_api": "ignored offline: the in-process simulator takes every request in one form, and measures the same over any API (-o llm_offline=false serves it over HTTP, on each API's route)",
 }
 
 
@@ -42,6 +45,7 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
         "llm_sim_profile": kind == "live",
         "llm_model": kind != "live",
         "llm_metrics_interval": kind == "offline",
+        "llm_api": kind == "offline",
     }
     mode_on_command_line = bool(config.getoption("llm_offline") or config.getoption("llm_endpoint"))
     for ini, why in IGNORED.items():
