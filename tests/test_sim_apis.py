@@ -16,7 +16,7 @@ import pytest
 from mockserver import ServerThread
 from test_api_streams import parse_stream
 from test_plugin_perf import TINY_WORKLOAD
-from test_sim_server import post, serving, tiny_profile
+from test_sim_server import serving, tiny_profile
 
 from pytest_llmreplay.metrics.result import Result
 from pytest_llmreplay.replayer.apis import APIS
@@ -41,6 +41,13 @@ def prompts() -> PromptFactory:
 def sim(prompts) -> Iterator[ServerThread]:
     with serving(prompts) as thread:
         yield thread
+
+
+def post(url: str, path: str, body: Any) -> httpx.Response:
+    """A POST of its own (``test_sim_server``'s shared client is closed once that module's tests end)."""
+    if isinstance(body, bytes):
+        return httpx.post(url + path, content=body, timeout=10)
+    return httpx.post(url + path, json=body, timeout=10)
 
 
 def recording_client(http: ModuleType) -> tuple[Any, list[bytes]]:

@@ -34,7 +34,7 @@ import json
 from typing import Any
 
 from .response import Response
-from .sse import StreamError, ToolCallPiece, error_message, event_object
+from .sse import CallNumbers, StreamError, error_message, event_object
 
 STOP_REASONS = {"max_tokens": "length", "end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls"}
 
@@ -67,22 +67,13 @@ def take_stop_reason(reason: Any, response: Response) -> None:
         response.finish_reason = STOP_REASONS.get(reason, reason)
 
 
-def tool_use(block: dict[str, Any], number: int, arguments: str) -> ToolCallPiece:
-    """A ``tool_use`` block as tool call ``number``'s piece: its ``id``, ``name`` and the
-    ``arguments`` given (a stream's come in ``input_json_delta``\\ s, a whole reply's ``input``)."""
-    call_id, name = block.get("id"), block.get("name")
-    return ToolCallPiece(
-        number, call_id if isinstance(call_id, str) else None, name if isinstance(name, str) else None, arguments
-    )
-
-
 class MessagesParser:
     """One Messages reply, streamed or whole; ``usage`` is the merged usage so far, ``calls`` the
     number of the tool call (in the message's order) of each ``tool_use`` block's index."""
 
     def __init__(self) -> None:
         self.usage: dict[str, Any] = {}
-        self.calls: dict[Any, int] = {}
+        self.calls = CallNumbers()
 
     def event(self, data: str, now: float, response: Response) -> bool:
         """Add one event's data to ``response``; True once ``message_delta`` (or
@@ -97,8 +88,9 @@ class MessagesParser:
         if kind == "content_block_start" and isinstance(obj.get("content_block"), dict):
             block = obj["content_block"]
             if block.get("type") == "tool_use":  # names the call; no token yet
-                number = self.calls.setdefault(obj.get("index"), len(self.calls))
-                response.tool_call_delta(now, 0, (tool_use(block, number, ""),))
+                response.tool_call_delta(
+                    now, 0, (self.calls.piece(obj.get("index"), block.get("id"), block.get("name")),)
+                )
             return False
         if kind == "message_start":
             message = obj.get("message")
@@ -131,8 +123,7 @@ class MessagesParser:
         elif kind == "thinking_delta":
             response.reasoning_delta(now, 1, text, blank=not text)
         else:
-            number = self.calls.setdefault(index, len(self.calls))
-            response.tool_call_delta(now, 1, (ToolCallPiece(number, arguments=text),), text)
+            response.tool_call_delta(now, 1, (self.calls.piece(index, arguments=text),), text)
 
     def _merge(self, usage: Any, response: Response) -> None:
         if isinstance(usage, dict):
@@ -145,11 +136,12 @@ class MessagesParser:
         take_stop_reason(obj.get("stop_reason"), response)
         thought: list[str] = []
         answer: list[str] = []
-        calls: list[ToolCallPiece] = []
-        for block in obj.get("content") or ():
+        numbers, calls = CallNumbers(), []
+        for position, block in enumerate(obj.get("content") or ()):
             kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "tool_use":
-                calls.append(tool_use(block, len(calls), json.dumps(block.get("input", {}))))
+            if kind == "tool_use":  # its input as the JSON a stream's input_json_deltas spell
+                arguments = json.dumps(block.get("input", {}))
+                calls.append(numbers.piece(position, block.get("id"), block.get("name"), arguments))
             elif kind == "text" and isinstance(block.get("text"), str):
                 answer.append(block["text"])
             elif kind == "thinking" and isinstance(block.get("thinking"), str):

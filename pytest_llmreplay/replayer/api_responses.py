@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from .response import Response
-from .sse import StreamError, ToolCallPiece, error_message, event_object
+from .sse import CallNumbers, StreamError, error_message, event_object
 
 ANSWER_DELTAS = frozenset({"response.output_text.delta", "response.refusal.delta"})
 REASONING_DELTAS = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
@@ -45,13 +45,7 @@ def take_response(obj: Any, response: Response) -> None:
         raise StreamError("protocol", f"expected a response object, got {type(obj).__name__}")
     usage = obj.get("usage")
     if isinstance(usage, dict):
-        inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
-        response.set_usage(
-            usage.get("input_tokens"),
-            usage.get("output_tokens"),
-            inputs.get("cached_tokens") if isinstance(inputs, dict) else None,
-            outputs.get("reasoning_tokens") if isinstance(outputs, dict) else None,
-        )
+        response.take_usage(usage, "input", "output")
     status = obj.get("status")
     if status == "failed":
         error = obj.get("error")
@@ -70,7 +64,7 @@ class ResponsesParser:
     response's order) of each ``function_call`` item's ``output_index``."""
 
     def __init__(self) -> None:
-        self.calls: dict[Any, int] = {}
+        self.calls = CallNumbers()
 
     def event(self, data: str, now: float, response: Response) -> bool:
         """Add one event's data to ``response``; True at the terminal event."""
@@ -82,8 +76,8 @@ class ResponsesParser:
             logprobs = obj.get("logprobs")
             tokens = len(logprobs) if isinstance(logprobs, list) and logprobs else 1
             if kind == TOOL_CALL_DELTA:
-                number = self.calls.setdefault(obj.get("output_index"), len(self.calls))
-                response.tool_call_delta(now, tokens, (ToolCallPiece(number, arguments=text),), text)
+                piece = self.calls.piece(obj.get("output_index"), arguments=text)
+                response.tool_call_delta(now, tokens, (piece,), text)
             elif kind in REASONING_DELTAS:
                 response.reasoning_delta(now, tokens, text, blank=not text)
             else:
@@ -92,8 +86,8 @@ class ResponsesParser:
         if kind == "response.output_item.added" and isinstance(obj.get("item"), dict):
             item = obj["item"]
             if item.get("type") == "function_call":  # names the call; no token yet
-                number = self.calls.setdefault(obj.get("output_index"), len(self.calls))
-                response.tool_call_delta(now, 0, (function_call(item, number, ""),))
+                piece = self.calls.piece(obj.get("output_index"), item.get("call_id"), item.get("name"))
+                response.tool_call_delta(now, 0, (piece,))
             return False
         if kind in ENDS:
             take_response(obj.get("response"), response)
@@ -110,26 +104,18 @@ class ResponsesParser:
         take_response(obj, response)
         thought: list[str] = []
         answer: list[str] = []
-        calls: list[ToolCallPiece] = []
-        for item in obj.get("output") or ():
+        numbers, calls = CallNumbers(), []
+        for position, item in enumerate(obj.get("output") or ()):
             kind = item.get("type") if isinstance(item, dict) else None
             if kind == "function_call":
                 arguments = item.get("arguments")
-                calls.append(function_call(item, len(calls), arguments if isinstance(arguments, str) else ""))
+                arguments = arguments if isinstance(arguments, str) else ""
+                calls.append(numbers.piece(position, item.get("call_id"), item.get("name"), arguments))
             elif kind == "message":
                 answer += _texts(item.get("content"))
             elif kind == "reasoning":
                 thought += _texts(item.get("content")) + _texts(item.get("summary"))
         response.whole(now, "".join(thought), "".join(answer), calls)
-
-
-def function_call(item: dict[str, Any], number: int, arguments: str) -> ToolCallPiece:
-    """A ``function_call`` item as tool call ``number``'s piece: its ``call_id``, ``name`` and
-    ``arguments``."""
-    call_id, name = item.get("call_id"), item.get("name")
-    return ToolCallPiece(
-        number, call_id if isinstance(call_id, str) else None, name if isinstance(name, str) else None, arguments
-    )
 
 
 def _texts(parts: Any) -> list[str]:

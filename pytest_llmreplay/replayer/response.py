@@ -145,14 +145,15 @@ class Response:
         self.cached_tokens = _int_or(cached_tokens, self.cached_tokens)
         self.reasoning_tokens = _int_or(reasoning_tokens, self.reasoning_tokens)
 
-    def take_usage(self, usage: Mapping[str, Any]) -> None:
-        """Read the OpenAI ``usage`` of chat and completions: ``prompt_tokens``,
-        ``completion_tokens``, ``prompt_tokens_details.cached_tokens`` and
-        ``completion_tokens_details.reasoning_tokens``."""
-        prompt_details, completion_details = usage.get("prompt_tokens_details"), usage.get("completion_tokens_details")
+    def take_usage(self, usage: Mapping[str, Any], prompt: str = "prompt", completion: str = "completion") -> None:
+        """Read an OpenAI ``usage`` object: ``{prompt}_tokens``, ``{completion}_tokens``,
+        ``{prompt}_tokens_details.cached_tokens`` and ``{completion}_tokens_details.reasoning_tokens``
+        (chat and completions; the Responses API names them ``input`` and ``output``)."""
+        prompt_details = usage.get(f"{prompt}_tokens_details")
+        completion_details = usage.get(f"{completion}_tokens_details")
         self.set_usage(
-            usage.get("prompt_tokens"),
-            usage.get("completion_tokens"),
+            usage.get(f"{prompt}_tokens"),
+            usage.get(f"{completion}_tokens"),
             prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else None,
             completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None,
         )

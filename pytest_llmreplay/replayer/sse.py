@@ -89,6 +89,22 @@ class ToolCallPiece:
     arguments: str = ""
 
 
+class CallNumbers:
+    """Numbers the tool calls of one response in their order, by the key each API's events name
+    a call's item with (a Responses ``output_index``, a Messages block ``index``)."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[Any, int] = {}
+
+    def piece(self, key: Any, call_id: Any = None, name: Any = None, arguments: str = "") -> ToolCallPiece:
+        """The piece of the call ``key`` names (numbered on first sight): ``call_id`` and
+        ``name`` when they are strings, and ``arguments``."""
+        number = self.numbers.setdefault(key, len(self.numbers))
+        return ToolCallPiece(
+            number, call_id if type(call_id) is str else None, name if type(name) is str else None, arguments
+        )
+
+
 @dataclass(slots=True)
 class Chunk:
     """What one event carried. ``tokens`` is 0 for role-only, usage-only or closing chunks;

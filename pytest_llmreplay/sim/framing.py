@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .cluster import Job
@@ -63,10 +64,27 @@ def event(payload: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
-class ChatFraming:
-    """A chat or completions response: ``data:`` events of chunks, ``[DONE]`` at the end, the usage
-    in a last chunk when the request asks (``stream_options.include_usage``); ``return_token_ids``
-    adds each chunk's ids. Token events are built from cached pieces: no JSON encoder per token.
+@dataclass
+class Written:
+    """What every framing writes from: request ``number`` of ``server``, ``job`` in its engines,
+    whose ``output`` (after a prompt of ``prompt_tokens``) ends for ``finish`` (``length``: its
+    limit; ``stop``; ``tool_calls``) and begins with ``reasoning`` tokens of reasoning."""
+
+    server: FramingServer
+    job: Job
+    number: int
+    prompt_tokens: int
+    output: list[int]
+    finish: str
+    reasoning: int
+
+
+@dataclass
+class ChatFraming(Written):
+    """A chat or completions response (``chat``; the request's ``body``): ``data:`` events of
+    chunks, ``[DONE]`` at the end, the usage in a last chunk when the request asks
+    (``stream_options.include_usage``); ``return_token_ids`` adds each chunk's ids. Token events
+    are built from cached pieces: no JSON encoder per token.
 
     A chat response that calls a ``tool`` (the request's ``tool_choice``) answers with one call
     instead of content, as OpenAI streams one: the first answer delta opens it (``tool_calls[0]``
@@ -74,29 +92,20 @@ class ChatFraming:
     tokens' text to the ``arguments`` (the generated words: not JSON), and the finish reason is
     ``tool_calls``; whole, as the message's ``tool_calls``."""
 
-    def __init__(
-        self,
-        server: FramingServer,
-        job: Job,
-        body: dict[str, Any],
-        chat: bool,
-        number: int,
-        prompt_tokens: int,
-        output: list[int],
-        finish: str,
-        reasoning: int,
-        tool: str | None = None,
-    ) -> None:
-        self.server, self.job, self.body, self.chat = server, job, body, chat
-        self.reasoning = reasoning if chat else 0  # leading output tokens written as reasoning
-        self.tool = tool if chat else None  # the function the answer calls
+    body: dict[str, Any]
+    chat: bool
+    tool: str | None = None
+
+    def __post_init__(self) -> None:
+        chat, finish, number = self.chat, self.finish, self.number
+        self.reasoning = self.reasoning if chat else 0  # leading output tokens written as reasoning
+        tool = self.tool = self.tool if chat else None  # the function the answer calls
         self.call_id = f"call_{number}"
-        self.prompt_tokens, self.output, self.finish = prompt_tokens, output, finish
         self.envelope = {
             "id": f"{'chatcmpl' if chat else 'cmpl'}-{number}",
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": int(time.time()),
-            "model": server.model,
+            "model": self.server.model,
         }
         # an event is a kind's head, the tokens' text as JSON, then the kind's tail with the finish reason
         head = event({**self.envelope, "choices": []})[: -len(b"]}\n\n")] + b'{"index":0,'
@@ -121,7 +130,7 @@ class ChatFraming:
             for kind, closer in closers.items()
             for reason in (None, finish)
         }
-        self.return_ids = bool(body.get("return_token_ids"))
+        self.return_ids = bool(self.body.get("return_token_ids"))
 
     def usage(self) -> dict[str, Any]:
         generated = self.job.generated

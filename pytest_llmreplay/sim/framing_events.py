@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from .cluster import Job
-from .framing import FramingServer
+from .framing import Written
 
 
 def typed_event(kind: str, payload: dict[str, Any]) -> bytes:
@@ -43,7 +43,8 @@ def typed_event(kind: str, payload: dict[str, Any]) -> bytes:
     return b"event: %b\ndata: %b\n\n" % (kind.encode(), data)
 
 
-class ResponsesFraming:
+@dataclass
+class ResponsesFraming(Written):
     """A Responses API response (module docstring)."""
 
     DELTA = (
@@ -51,18 +52,8 @@ class ResponsesFraming:
         b'"output_index":%d,"content_index":0,"delta":%b%b}\n\n'
     )
 
-    def __init__(
-        self,
-        server: FramingServer,
-        job: Job,
-        number: int,
-        prompt_tokens: int,
-        output: list[int],
-        finish: str,
-        reasoning: int,
-    ) -> None:
-        self.server, self.job, self.prompt_tokens, self.output, self.finish = server, job, prompt_tokens, output, finish
-        self.reasoning = reasoning
+    def __post_init__(self) -> None:
+        number, reasoning = self.number, self.reasoning
         self.id, self.created = f"resp_{number}", int(time.time())
         self.reasoning_id, self.message_id = f"rs_{number}", f"msg_{number}"
         self.answer_index = 1 if reasoning else 0  # the message item's output_index
@@ -197,7 +188,8 @@ class ResponsesFraming:
         return out, sequence + len(events)
 
 
-class MessagesFraming:
+@dataclass
+class MessagesFraming(Written):
     """A Messages API response (module docstring)."""
 
     DELTA = (
@@ -205,22 +197,12 @@ class MessagesFraming:
         b'"delta":{"type":"%b_delta","%b":%b}}\n\n'
     )
 
-    def __init__(
-        self,
-        server: FramingServer,
-        job: Job,
-        number: int,
-        prompt_tokens: int,
-        output: list[int],
-        finish: str,
-        reasoning: int,
-    ) -> None:
-        self.server, self.job, self.prompt_tokens, self.output, self.finish = server, job, prompt_tokens, output, finish
-        self.reasoning = reasoning
+    def __post_init__(self) -> None:
+        number, reasoning = self.number, self.reasoning
         self.id = f"msg_{number}"
         self.signature = f"sim-{number}"
         self.answer_index = 1 if reasoning else 0  # the text block's index
-        self.stop_reason = "max_tokens" if finish == "length" else "end_turn"
+        self.stop_reason = "max_tokens" if self.finish == "length" else "end_turn"
 
     def usage(self, output_tokens: int) -> dict[str, Any]:
         cached = self.job.cached or 0

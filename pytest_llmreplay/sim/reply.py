@@ -57,11 +57,12 @@ def framing(
     engines, whose ``output`` ends for ``finish`` (``length``: its limit; ``stop``;
     ``tool_calls``) and begins with ``reasoning`` tokens of reasoning; on chat its answer calls
     ``tool`` (None: it answers with content)."""
+    written = (server, job, number, prompt_tokens, output, finish, reasoning)
     if api == "responses":
-        return ResponsesFraming(server, job, number, prompt_tokens, output, finish, reasoning)
+        return ResponsesFraming(*written)
     if api == "messages":
-        return MessagesFraming(server, job, number, prompt_tokens, output, finish, reasoning)
-    return ChatFraming(server, job, body, api == "chat", number, prompt_tokens, output, finish, reasoning, tool)
+        return MessagesFraming(*written)
+    return ChatFraming(*written, body=body, chat=api == "chat", tool=tool)
 
 
 class Reply:
