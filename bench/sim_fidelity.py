@@ -25,11 +25,24 @@ metrics). Error = (simulated - measured) / measured. The issue's acceptance crit
 |error| <= 15% for TPOT mean and TTFT p50. The last column repeats LLMServingSim's own simulator's
 error from its ``*_validation_summary.txt``, for context.
 
+Per part (``parts_report``), both sides from the request's arrival at the server: vLLM's
+``arrival_time`` (the front end's wall clock) is put on the engine's monotonic clock by the
+smallest ``queued_ts - arrival_time`` of the run (the hop of a request that found the engine
+idle), so vLLM's parts are: arrival to ``queued_ts`` (the front end's hop beyond its fastest, and
+the wait for the iteration in progress: vLLM adds a request to its scheduler between
+iterations), ``queued_ts`` to ``scheduled_ts`` (the queue), ``scheduled_ts`` to the first token
+(the prefill, and under async scheduling the batch in flight when it was scheduled), then the
+decode (TPOT). Ours: arrival to admission (``queue_s``: the wait for the iteration boundary and
+the queue), admission to first token, TPOT. The prefill is also split by load: requests vLLM
+scheduled at once (``scheduled_ts - queued_ts`` < 1 ms) and the queued ones, each with a
+least-squares line against prompt length. Steps at full batch come from vLLM's once-a-second
+timeseries (``full_batch_steps``), against the profile's timing model at the same batch.
+
 The simulator runs RUNS times (fresh endpoint each time); the wall time is the median of the
 ``replay()`` calls (the trace is loaded once, outside the timing); every run must give the same
 summary (the virtual clock is deterministic).
 
-    .venv/bin/python bench/sim_fidelity.py [--runs 3] [--write FILE]
+    .venv/bin/python bench/sim_fidelity.py [--runs 3] [--profile NAME_OR_FILE] [--write FILE]
 """
 
 from __future__ import annotations
@@ -109,12 +122,16 @@ def load_vllm(trace_lines: list[dict[str, Any]]) -> dict[str, Any]:
     trace_out = np.array([line["output_toks"] for line in trace_lines])
     trace_arrival = np.array([line["arrival_time_ns"] for line in trace_lines]) / 1e9
     queued = col["queued_ts"]
+    arrived = col["arrival_time"] + (queued - col["arrival_time"]).min()  # on the engine's clock (module doc)
     metrics = {
         "ttft": col["first_token_ts"] - queued,
         "tpot": (col["last_token_ts"] - col["first_token_ts"]) / (out_toks - 1),
         "latency": col["last_token_ts"] - queued,
         "queue": col["scheduled_ts"] - queued,
         "prefill": col["first_token_ts"] - col["scheduled_ts"],
+        "ttft_from_arrival": col["first_token_ts"] - arrived,
+        "to_scheduled": col["scheduled_ts"] - arrived,
+        "to_queued": queued - arrived,
     }
     span = float(col["last_token_ts"].max() - queued.min())
     return {
@@ -152,10 +169,10 @@ def load_their_errors() -> dict[tuple[str, str], float]:
 # ---------------------------------------------------------------------------- the simulated run
 
 
-def simulate(workload, runs: int) -> dict[str, Any]:
+def simulate(workload, runs: int, profile_name: str = PROFILE) -> dict[str, Any]:
     walls, summaries, last = [], [], None
     for _ in range(runs):
-        profile = load_profile(PROFILE)
+        profile = load_profile(profile_name)
         prompts = PromptFactory(load_tokenizer(None), seed=0)
         endpoint = SimEndpoint(profile, prompts)
         start = time.perf_counter()
@@ -178,6 +195,7 @@ def simulate(workload, runs: int) -> dict[str, Any]:
         "queue": np.array([r.queue_s for r in ok]),
         "prefill": np.array([r.first_token_s - (r.sent_s + r.queue_s) for r in ok]),
     }
+    metrics["ttft_from_arrival"], metrics["to_scheduled"] = metrics["ttft"], metrics["queue"]
     for name in ("ttft", "tpot", "latency", "queue"):  # the same figures as the library's own summary
         ours, theirs = stats(metrics[name]), result.summary[name]
         if any(not np.isclose(ours[k], theirs[k], rtol=1e-9) for k in STATS):
@@ -205,37 +223,51 @@ def simulate(workload, runs: int) -> dict[str, Any]:
     }
 
 
-def decode_step_check(real: dict[str, Any], roofline: RooflineTiming, seqs: int) -> str:
-    """vLLM's decode-only step at full batch, from its once-a-second timeseries, against the roofline.
+def full_batch_steps(real: dict[str, Any], timing: Any, seqs: int) -> list[dict[str, Any]]:
+    """vLLM's steps in the seconds of its once-a-second timeseries with ``seqs`` requests running,
+    each with the timing model's step for the same batch.
 
-    Seconds with no prompt throughput and ``seqs`` requests running are decode-only: each running
-    request gets one token per step, so step = running / generation throughput. The KV context
-    at the middle of that second comes from the per-request data (input + tokens generated so
-    far, linear between first and last token). The timeseries' t counts from the run's start,
-    which the meta puts within 0.1 s of the first arrival; the first queued_ts stands for it.
+    Each running request gets one token per step, so steps per second = generation throughput /
+    running, a step = 1 / that, and its prefill tokens = prompt throughput / steps per second
+    (one fresh chunk: context = the chunk). The decoding requests' KV context at the middle of
+    that second comes from the per-request data (input + tokens generated so far, linear between
+    first and last token). The timeseries' t counts from the run's start, which the meta puts
+    within 0.1 s of the first arrival; the first queued_ts stands for it.
     """
     col = real["columns"]
     lines = (BENCH / f"{PREFIX}_vllm_timeseries.csv").read_text().splitlines()
     header = lines[0].split(",")
     rows = [dict(zip(header, map(float, line.split(",")), strict=True)) for line in lines[1:] if line.strip()]
-    chosen = [
-        row for row in rows if row["prompt_throughput"] == 0 and row["running"] == seqs and row["gen_throughput"] > 0
-    ]
-    if not chosen:
-        return "- no decode-only full-batch second in vLLM's timeseries to compare the decode step with."
-    measured, predicted, implied = [], [], []
-    for row in chosen:
+    out = []
+    for row in rows:
+        if row["running"] != seqs or row["gen_throughput"] <= 0:
+            continue
         now = col["queued_ts"].min() + row["t"] - 0.5
         active = (col["scheduled_ts"] <= now) & (col["last_token_ts"] > now)
         progress = np.clip((now - col["first_token_ts"]) / (col["last_token_ts"] - col["first_token_ts"]), 0, 1)
         generated = np.where(now >= col["first_token_ts"], 1 + progress * (col["output_toks"] - 1), 0)
         kv = int(((col["input_toks"] + generated) * active).sum())
         step = row["running"] / row["gen_throughput"]
-        parts = roofline.breakdown(Batch(0, 0, int(active.sum()), kv, 0.0))
-        measured.append(step)
-        predicted.append(parts["total_s"])
-        implied.append(roofline.mbu * parts["memory_s"] / (step - parts["overhead_s"]))
-    ticks = ", ".join(f"{row['t']:g}" for row in chosen)
+        chunk = int(round(row["prompt_throughput"] * step))
+        batch = Batch(chunk, chunk, int(active.sum()) - (1 if chunk else 0), kv, 0.0)
+        out.append(
+            {"t": row["t"], "prefill": chunk, "batch": batch, "measured": step, "predicted": timing.iteration_s(batch)}
+        )
+    return out
+
+
+def decode_step_check(real: dict[str, Any], roofline: RooflineTiming, seqs: int) -> str:
+    """vLLM's decode-only step at full batch (seconds without prompt throughput, ``full_batch_steps``) against the roofline."""
+    chosen = [step for step in full_batch_steps(real, roofline, seqs) if not step["prefill"]]
+    if not chosen:
+        return "- no decode-only full-batch second in vLLM's timeseries to compare the decode step with."
+    measured = [step["measured"] for step in chosen]
+    predicted = [step["predicted"] for step in chosen]
+    implied = []
+    for step in chosen:
+        parts = roofline.breakdown(step["batch"])
+        implied.append(roofline.mbu * parts["memory_s"] / (step["measured"] - parts["overhead_s"]))
+    ticks = ", ".join(f"{step['t']:g}" for step in chosen)
     return (
         f"- decode-only steps at {seqs} running (vLLM timeseries seconds t = {ticks}): "
         f"measured {np.mean(measured) * 1000:.1f} ms a step (running / generation tok/s), roofline at the same KV context "
@@ -375,9 +407,74 @@ def build_report(real: dict[str, Any], sim: dict[str, Any], their: dict[tuple[st
     return "\n".join(out) + "\n"
 
 
+PREFILL_BINS = ((1, 100), (100, 250), (250, 10**9))  # prefill tokens per step at full batch
+
+
+def parts_report(real: dict[str, Any], sim: dict[str, Any]) -> str:
+    """Each part of a request's time, measured against simulated (module doc), and the steps at full batch."""
+    rows = ["| part | vLLM | simulated | error |", "|---|---:|---:|---:|"]
+
+    def add(label: str, measured: float, simulated: float, unit: str = "ms") -> None:
+        rows.append(f"| {label} ({unit}) | {measured:,.1f} | {simulated:,.1f} | {pct(error(simulated, measured))} |")
+
+    parts = (
+        ("TTFT from arrival", "ttft_from_arrival", 1000),
+        ("arrival to scheduled (the iteration in progress, the queue)", "to_scheduled", 1000),
+        ("scheduled to first token (the prefill, and the batch in flight)", "prefill", 1000),
+        ("TPOT", "tpot", 1000),
+    )
+    for label, key, scale in parts:
+        measured, simulated = stats(real["metrics"][key]), stats(sim["metrics"][key])
+        for stat in ("mean", "p50"):
+            add(f"{label} {stat}", measured[stat] * scale, simulated[stat] * scale)
+    admitted_at_once = real["metrics"]["queue"] < 0.001
+    prompt = real["input"]
+    for label, chosen in (("scheduled at once", admitted_at_once), ("queued first", ~admitted_at_once)):
+        measured, simulated = real["metrics"]["prefill"][chosen], sim["metrics"]["prefill"][chosen]
+        add(
+            f"scheduled to first token, the {chosen.sum()} requests vLLM {label}: mean",
+            measured.mean() * 1000,
+            simulated.mean() * 1000,
+        )
+        fits = []
+        for values in (measured, simulated):
+            slope, intercept = np.polyfit(prompt[chosen], values * 1000, 1)
+            fits.append((intercept, slope * 1000))
+        rows.append(
+            f"| ... fitted: intercept (ms) / per 1k prompt tokens (ms) | {fits[0][0]:.1f} / {fits[0][1]:.1f} "
+            f"| {fits[1][0]:.1f} / {fits[1][1]:.1f} | {pct(error(fits[1][0], fits[0][0]))} / {pct(error(fits[1][1], fits[0][1]))} |"
+        )
+    profile = sim["profile"]
+    steps = full_batch_steps(real, profile.timing, profile.engine.max_num_seqs)
+    for low, high in ((0, 1), *PREFILL_BINS):
+        chosen = [step for step in steps if low <= step["prefill"] < high]
+        if chosen:
+            what = "decode only" if high == 1 else f"{low}-{high - 1 if high < 10**9 else 'more'} prefill tokens"
+            add(
+                f"step at {profile.engine.max_num_seqs} running, {what} ({len(chosen)} s of the timeseries)",
+                np.mean([step["measured"] for step in chosen]) * 1000,
+                np.mean([step["predicted"] for step in chosen]) * 1000,
+            )
+    hop = stats(real["metrics"]["to_queued"] * 1000)
+    return "\n".join(
+        [
+            "Per part, both from the request's arrival at the server (module doc):",
+            "",
+            *rows,
+            "",
+            f"vLLM alone: arrival to queued_ts (the front end's hop beyond its fastest, and the wait for the "
+            f"iteration in progress) mean {hop['mean']:.1f} ms, p50 {hop['p50']:.1f}, p90 {hop['p90']:.1f}, p99 {hop['p99']:.1f} ms.",
+            "",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="simulator runs; the wall time is their median (default 3)")
+    parser.add_argument(
+        "--profile", default=PROFILE, help=f"the simulator profile, a bundled name or a file (default {PROFILE})"
+    )
     parser.add_argument("--write", metavar="FILE", help="also write the Markdown report to FILE")
     args = parser.parse_args()
     if args.runs < 1:
@@ -385,8 +482,8 @@ def main() -> None:
     trace_lines = [json.loads(line) for line in TRACE.read_text().splitlines() if line.strip()]
     real = load_vllm(trace_lines)
     workload = load_workload(TRACE)
-    sim = simulate(workload, args.runs)
-    report = build_report(real, sim, load_their_errors())
+    sim = simulate(workload, args.runs, args.profile)
+    report = build_report(real, sim, load_their_errors()) + "\n" + parts_report(real, sim)
     print(report, end="")
     if args.write:
         Path(args.write).write_text(report)

@@ -169,6 +169,23 @@ def test_an_arrival_cuts_a_decode_span_at_the_iteration_in_progress():
     assert sum(a.tokens) == 30
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_async_scheduling_decides_each_batch_one_iteration_ahead(async_scheduling):
+    """vLLM's batch queue (sim/engine.py, async scheduling): a request arriving while iteration k
+    runs joins iteration k + 2, stamped scheduled at k's end; a freed slot serves one later too."""
+    config = EngineConfig(block_size=16, num_gpu_blocks=100, max_num_seqs=2, async_scheduling=async_scheduling)
+    ahead = int(async_scheduling)
+    # an idle engine takes A at once; B arrives during A's span, at 10.5 (iteration [10, 11])
+    _, (a, b) = simulate(config, [(0, list(range(8)), 30), (10.5, list(range(50, 58)), 2)])
+    assert a.scheduled_s == 0.0 and a.times[0] == 1.0
+    assert b.scheduled_s == 11.0 and b.times[0] == 12.0 + ahead
+    assert sum(a.tokens) == 30
+    # two slots: C ends at 2; D, waiting since 0, takes its slot in iteration 3, or 4 one ahead
+    _, (c, e, d) = simulate(config, [(0, list(range(8)), 2), (0, list(range(20, 28)), 10), (0, list(range(40, 48)), 2)])
+    assert c.times[-1] == 2.0 and e.times[-1] == 10.0
+    assert d.scheduled_s == 2.0 and d.times[0] == 3.0 + ahead
+
+
 def test_kv_usage_and_decode_batch_reach_the_timing_model():
     timing = OneSecond()
     simulate(

@@ -113,3 +113,17 @@ def test_neither_layout_fits_two_rtx_4090s(tmp_path, layout):
     with pytest.raises(LLMReplayError, match="engine.num_gpu_blocks: no memory left for the KV cache"):
         load_profile(str(path))
     parse_profile(raw(layout))  # the same layout on the H100 loads
+
+
+def test_each_gpu_profile_schedules_asynchronously_as_vllm_does_and_says_why():
+    for name in roofline_profiles():
+        assert load_profile(name).engine.async_scheduling, name
+        assert any(s.startswith("Async scheduling") and "v0.14.0" in s for s in raw(name)["sources"]), name
+    assert not load_profile("dynamo-mocker-polynomial").engine.async_scheduling  # Dynamo's mocker steps in sync
+
+
+def test_async_scheduling_must_be_a_boolean():
+    data = raw("llama-3.1-8b-h100")
+    data["engine"]["async_scheduling"] = "yes"
+    with pytest.raises(LLMReplayError, match=r"x.json: engine.async_scheduling: must be true or false, got 'yes'"):
+        parse_profile(data, origin="x.json")

@@ -41,7 +41,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         profile = load_profile(args.profile)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--profile: {exc}") from None
-    overrides = engine_overrides(args)
+    overrides: dict[str, Any] = dict(engine_overrides(args))  # integers, for an EngineConfig that has a flag too
     if overrides:
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, **overrides))
     if args.timing_jitter is not None:

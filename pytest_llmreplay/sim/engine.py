@@ -49,6 +49,22 @@ and tokenized it: the simulator's own request handling (its tokenizer takes abou
 calibrated profile's prefill times already hold the real server's share). The first token still
 cannot go out before the request has been handled. On the virtual clock both are the same instant.
 
+Async scheduling (``EngineConfig.async_scheduling``; vLLM's default on GPUs since v0.14.0, whose
+release notes say "Async scheduling is now enabled by default", PR #27614, except with pipeline
+parallelism, the CPU backend and some speculative decoding): vLLM's engine core then keeps two
+batches in flight (``max_concurrent_batches`` 2, vllm/config/vllm.py) and
+``EngineCore.step_with_batch_queue`` (vllm/v1/engine/core.py) schedules batch k+1 while batch k
+runs, then blocks on batch k and processes its outputs. A request that reaches the engine core
+while batch k runs is added (``queued_ts``) and scheduled (``scheduled_ts``) when batch k's
+outputs are in, into batch k+2, which runs after batch k+1: from ``scheduled_ts`` its first token
+takes the whole of batch k+1 and then its own batch, one iteration more than a synchronous
+scheduler. A slot or KV blocks freed by batch k's finished requests serve batch k+2 likewise.
+Modelled: when an iteration starts at the end of the previous one, which started at ``s``, a
+waiting request joins it only if it arrived at or before ``s`` (its ``scheduled_s`` is then
+``s``, when vLLM decided the batch), and the slots and blocks of the requests that finished at
+the end of the previous iteration stay taken for this one. An engine with nothing running has
+no batch in flight and admits at once, as vLLM's empty batch queue does.
+
 Disaggregated serving: a request marked ``transferred`` (its prompt's KV came from a prefill
 engine) takes blocks for its whole prompt at admission, computes nothing and decodes from the
 next iteration on.
@@ -116,6 +132,7 @@ class EngineConfig:
     num_gpu_blocks: int = 8192
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
+    async_scheduling: bool = False  # vLLM's --async-scheduling: batches decided one iteration ahead (module doc)
 
 
 class SimRequest:
@@ -236,6 +253,9 @@ class Engine:
         self._next_id = 0
         self._wake: asyncio.Future | None = None
         self._start = 0.0  # when the iteration being scheduled starts
+        self._decided: float | None = None  # async scheduling: when vLLM decided that iteration (None: at its start)
+        self._held_slots = 0  # async scheduling: requests that finished as it started, still counted as running
+        self._held_blocks = 0  # ... and the blocks they released
         self.wake_timing = WakeTiming()  # how early hand-outs start (module docstring)
         self._task: asyncio.Task | None = None
 
@@ -294,6 +314,7 @@ class Engine:
                 await self._wake
                 now = self.clock.now()
                 start = max(idle_from, min(now, self.waiting[0].arrival_s if self.waiting else now))
+                self._decided = None  # no batch in flight: the next one is decided as it starts
                 continue
             self._wake = None
             await self.clock.settle()  # requests sent at this very instant join this iteration
@@ -318,6 +339,9 @@ class Engine:
             applied = self.clock.now()
             if woken_by is _TIMER:
                 self.wake_timing.lateness.append(applied - max(due, asked))
+            if self.config.async_scheduling:  # the next iteration was decided as the last one applied started
+                self._decided = start + (float(plan.ends[steps - 2]) if steps > 1 else 0.0)
+                self._held_slots = self._held_blocks = 0
             handed = self._apply(plan, steps, start)
             self.wake_timing.handed_out(self.clock.now() - applied, handed)
             # back to back: the next iteration starts when this one ended in simulated time, even
@@ -349,7 +373,16 @@ class Engine:
         preempted = self.preemptions_total > preempted_before
         decodes = [r for r in decodes if r.running]  # a later request's growth may preempt an earlier one
         prefills = [(r, c) for r, c in prefills if r.running]
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs and not preempted:
+        if not self.running:  # nothing in flight (async scheduling: module doc)
+            self._decided, self._held_slots, self._held_blocks = None, 0, 0
+        decided = self._decided
+        while (
+            self.waiting
+            and budget > 0
+            and len(self.running) + self._held_slots < self.config.max_num_seqs
+            and not preempted
+            and (decided is None or self.waiting[0].arrival_s <= decided)
+        ):
             admitted = self._admit(self.waiting[0], budget)
             if admitted is None:
                 break
@@ -386,7 +419,7 @@ class Engine:
         chunk = min(request.target - computed, budget)
         need = -(-(computed + chunk) // size) - len(hit)
         reusable = sum(1 for block in hit if self.cache.ref[block] == 0)
-        if need > self.cache.free_blocks - reusable:
+        if need > self.cache.free_blocks - reusable - self._held_blocks:
             return None
         self.cache.take_cached(hit)
         fresh = self.cache.allocate(need)
@@ -397,7 +430,7 @@ class Engine:
         if not request.admitted:
             request.admitted = True
             request.cached = computed
-            request.scheduled_s = max(self._start, request.arrival_s)
+            request.scheduled_s = max(self._start if self._decided is None else self._decided, request.arrival_s)
             if not request.transferred:
                 self.cache.queries += request.prompt_len
                 self.cache.hits += computed
@@ -512,6 +545,9 @@ class Engine:
         self._register(request)
         self.running.remove(request)
         request.running = False
+        if self.config.async_scheduling:
+            self._held_slots += 1
+            self._held_blocks += len(request.blocks)
         self.cache.release(request.blocks)
         request.blocks = []
         if not request.done.done():

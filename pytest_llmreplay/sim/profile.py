@@ -14,6 +14,9 @@ replicas: ``N * b / tp``), ``kv_shards`` = tp (each GPU holds its KV heads' shar
 (the latent is replicated on every TP rank), ``reserve`` = ``activation_reserve_gib`` GiB per GPU (peak activations of the profiling
 forward pass, CUDA graphs, non-torch memory such as the CUDA context).
 
+``engine.async_scheduling`` (default false): vLLM's ``--async-scheduling``, batches decided one
+iteration ahead (sim/engine.py); vLLM's default on GPUs since v0.14.0, off on its CPU backend.
+
 ``reasoning`` (optional): the reasoning tokens before each answer, a number or a distribution
 (:mod:`.reasoning`). Every field is read strictly: an error names the profile file and the
 dotted field (``profile.json: engine.block_size: must be > 0, got 0``).
@@ -273,6 +276,7 @@ _ENGINE = (
     "max_num_batched_tokens",
     "gpu_memory_utilization",
     "activation_reserve_gib",
+    "async_scheduling",
 )
 _TIMING = {
     "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter", "frontend_ms"),
@@ -398,11 +402,15 @@ def _engine(
             f"{p}.num_gpu_blocks",
             f"must be <= {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {blocks:,}{how}",
         )
+    async_scheduling = data.get("async_scheduling", False)
+    if not isinstance(async_scheduling, bool):
+        f.fail(f"{p}.async_scheduling", f"must be true or false, got {async_scheduling!r}")
     return EngineConfig(
         block_size=block_size,
         num_gpu_blocks=blocks,
         max_num_seqs=f.number(data, p, "max_num_seqs", integer=True),
         max_num_batched_tokens=f.number(data, p, "max_num_batched_tokens", integer=True),
+        async_scheduling=async_scheduling,
     )
 
 
