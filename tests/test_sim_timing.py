@@ -118,6 +118,22 @@ def test_roofline_mixed_batch_and_cached_context():
     assert timing.iteration_s(batch) == approx(max(flops / 1e12, memory / 1e11))
 
 
+def test_roofline_sums_the_linear_layers_and_attention_each_at_its_own_bound():
+    timing = tiny_roofline()
+    # a 200-token chunk beside 3 decodes over 1e9 KV tokens: the GEMMs are compute-bound, the
+    # decodes' attention reads the KV (memory-bound); the step takes both, one after the other
+    batch = Batch(prefill_tokens=200, prefill_context=200, decode_seqs=3, kv_tokens=10**9, kv_usage=0.5)
+    linear = max(2e9 * 203 / 1e12, 1e9 / 1e11)  # 0.406 s of compute against 0.01 s of weights
+    attention = max(8 * (200 * 200 - 200 * 200 / 2 + 10**9) / 1e12, 4 * (10**9 + 200 + 203) / 1e11)  # 0.04 s of KV
+    assert timing.iteration_s(batch) == approx(linear + attention)
+    parts = timing.breakdown(batch)
+    assert (parts["linear_s"], parts["attention_s"]) == (approx(linear), approx(attention))
+    assert parts["total_s"] > max(parts["compute_s"], parts["memory_s"])  # one max over the totals hid the KV reads
+    # a decode span's steps are the same sums
+    span = timing.decode_span_s(3, 10**9, 0.0, 0.0, 2)
+    assert span[1] == approx(timing.iteration_s(decode(3, 10**9 + 3)))
+
+
 def test_roofline_embedding_is_a_lookup_and_the_lm_head_runs_once_per_sequence():
     # vocab 10 x hidden 8 = 80 parameters each for the untied embedding and LM head
     model = ModelSpec(

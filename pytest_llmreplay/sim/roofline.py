@@ -61,9 +61,21 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   L_moe = ``moe_layers`` (default: every layer). Router logits (T * E values) are left out.
   Not modelled: vLLM's MoE DP ranks step in lockstep (an idle rank runs dummy batches), so a
   busy rank waits for the slowest; each engine here steps on its own batch alone.
-- time = max(FLOPs / (F * tp * mfu), Bytes / (B * tp * mbu)) + comm + overhead, with ``mfu``
-  and ``mbu`` the achievable shares of peak compute and bandwidth and ``overhead`` a fixed host
-  cost per iteration.
+- Two phases, each bound by its own resource: the linear layers (FLOPs 2 * A_mm * T + 2 * V * h * S;
+  Bytes the weights) and attention (FLOPs 4 * L * H * d * (P * C - P^2 / 2 + K); Bytes the KV
+  terms). Each layer runs its projections and MLP as GEMMs and its attention as a kernel of its
+  own, one after the other on one stream (vLLM compiles the model in pieces split at the
+  attention op: ``splitting_ops`` ``vllm::unified_attention_with_output`` in its compilation
+  config), so a step takes the sum of the phases, not the max of their totals: the roofline per
+  operator of LLM-Viewer (Yuan et al. 2024, "LLM Inference Unveiled: Survey and Roofline Model
+  Insights", https://arxiv.org/abs/2402.16363). A decode-only step (both phases memory-bound)
+  or a large prefill (both compute-bound) takes the same either way; a step that mixes a
+  prefill chunk into many decodes does not: its GEMMs turn compute-bound while its decode
+  attention still reads the whole KV context, where one max over the totals hid up to ~450
+  prefill tokens of a full decode batch under the KV reads (bench/README.md, sim_fidelity).
+- time = max(FLOPs_lin / (F * tp * mfu), Bytes_lin / (B * tp * mbu)) + max(FLOPs_attn / (F * tp *
+  mfu), Bytes_attn / (B * tp * mbu)) + comm + overhead, with ``mfu`` and ``mbu`` the achievable
+  shares of peak compute and bandwidth and ``overhead`` a fixed host cost per iteration.
 
 Defaults (public knowledge, not fitted to any measurement in this project): ``mfu`` 0.5 (Meta's
 Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al. 2022,
@@ -194,7 +206,8 @@ class HardwareSpec:
 
 
 class RooflineTiming:
-    """max(compute, memory) per iteration from public model and hardware specs (module doc)."""
+    """Per iteration, the linear layers' and attention's max(compute, memory), summed, from public
+    model and hardware specs (module doc)."""
 
     def __init__(
         self,
@@ -234,25 +247,37 @@ class RooflineTiming:
                 / hardware.interconnect_bandwidth
             )
 
-    def _parts(self, p: Any, c: Any, d: Any, k: Any) -> tuple[Any, Any]:
-        """(compute_s, memory_s); scalars or numpy arrays alike."""
+    def _parts(self, p: Any, c: Any, d: Any, k: Any) -> tuple[Any, Any, Any, Any]:
+        """(linear compute_s, linear memory_s, attention compute_s, attention memory_s); scalars
+        or numpy arrays alike."""
         tokens = p + d
         seqs = d + (p > 0)
-        flops = self._flops_token * tokens + self._flops_seq * seqs + self._flops_pair * (p * c - 0.5 * p * p + k)
+        linear_flops = self._flops_token * tokens + self._flops_seq * seqs
+        attention_flops = self._flops_pair * (p * c - 0.5 * p * p + k)
         weights = self._dense_bytes + self._expert_bytes * (1 - self._expert_miss ** (self._layer_tokens * tokens))
-        memory = weights + self._kv_bytes * (k + c + tokens)
-        return flops / self._compute_rate, memory / self._memory_rate
+        kv = self._kv_bytes * (k + c + tokens)
+        return (
+            linear_flops / self._compute_rate,
+            weights / self._memory_rate,
+            attention_flops / self._compute_rate,
+            kv / self._memory_rate,
+        )
 
     def _comm(self, tokens: Any) -> Any:
         """The tensor-parallel all-reduces of one iteration of ``tokens`` tokens (module doc)."""
         return self._comm_fixed + self._comm_token * tokens
 
     def breakdown(self, batch: Batch) -> dict[str, Any]:
-        """compute_s, memory_s, comm_s, the bound that wins and total_s of one iteration."""
-        compute, memory = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
+        """compute_s and memory_s (both phases together), linear_s and attention_s (each phase's
+        bound), comm_s, overhead_s, the bound of the larger total and total_s of one iteration."""
+        parts = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
+        linear_compute, linear_memory, attention_compute, attention_memory = parts
+        compute, memory = linear_compute + attention_compute, linear_memory + attention_memory
         return {
             "compute_s": compute,
             "memory_s": memory,
+            "linear_s": max(linear_compute, linear_memory),
+            "attention_s": max(attention_compute, attention_memory),
             "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs),
             "overhead_s": self._overhead_s,
             "bound": "compute" if compute >= memory else "memory",
@@ -263,15 +288,19 @@ class RooflineTiming:
         tokens = batch.prefill_tokens + batch.decode_seqs
         if tokens <= 0:
             return 0.0
-        compute, memory = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
-        return max(compute, memory) + self._comm(tokens) + self._overhead_s
+        linear_compute, linear_memory, attention_compute, attention_memory = self._parts(
+            batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens
+        )  # the sum of the phases (module doc), with Python's max: a float per call, no numpy scalars
+        phases = max(linear_compute, linear_memory) + max(attention_compute, attention_memory)
+        return phases + self._comm(tokens) + self._overhead_s
 
     def decode_span_s(self, seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> np.ndarray:
         kv, _ = decode_span_points(seqs, kv_tokens, kv_usage, usage_step, steps)
         if seqs <= 0:
             return np.zeros(steps)
-        compute, memory = self._parts(0, 0, seqs, kv)
-        return np.maximum(compute, memory) + self._comm(seqs) + self._overhead_s
+        linear_compute, linear_memory, attention_compute, attention_memory = self._parts(0, 0, seqs, kv)
+        phases = np.maximum(linear_compute, linear_memory) + np.maximum(attention_compute, attention_memory)
+        return phases + self._comm(seqs) + self._overhead_s
 
 
 __all__ = ["ModelSpec", "HardwareSpec", "RooflineTiming", "DEFAULT_MFU", "DEFAULT_MBU", "DEFAULT_OVERHEAD_MS"]
