@@ -63,7 +63,7 @@ import numpy as np
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer, load_workload
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.sim.endpoint import SimEndpoint
-from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.profile import Profile, load_profile
 from pytest_llmreplay.sim.roofline import RooflineTiming
 from pytest_llmreplay.sim.timing import Batch
 
@@ -130,6 +130,7 @@ def load_vllm(trace_lines: list[dict[str, Any]]) -> dict[str, Any]:
         "queue": col["scheduled_ts"] - queued,
         "prefill": col["first_token_ts"] - col["scheduled_ts"],
         "ttft_from_arrival": col["first_token_ts"] - arrived,
+        "latency_from_arrival": col["last_token_ts"] - arrived,
         "to_scheduled": col["scheduled_ts"] - arrived,
         "to_queued": queued - arrived,
     }
@@ -169,10 +170,11 @@ def load_their_errors() -> dict[tuple[str, str], float]:
 # ---------------------------------------------------------------------------- the simulated run
 
 
-def simulate(workload, runs: int, profile_name: str = PROFILE) -> dict[str, Any]:
+def simulate(workload, runs: int, profile_name: str | Profile = PROFILE) -> dict[str, Any]:
+    """RUNS offline replays of ``workload`` on the profile (a name, a file or a :class:`Profile`)."""
     walls, summaries, last = [], [], None
     for _ in range(runs):
-        profile = load_profile(profile_name)
+        profile = profile_name if isinstance(profile_name, Profile) else load_profile(profile_name)
         prompts = PromptFactory(load_tokenizer(None), seed=0)
         endpoint = SimEndpoint(profile, prompts)
         start = time.perf_counter()
@@ -196,6 +198,7 @@ def simulate(workload, runs: int, profile_name: str = PROFILE) -> dict[str, Any]
         "prefill": np.array([r.first_token_s - (r.sent_s + r.queue_s) for r in ok]),
     }
     metrics["ttft_from_arrival"], metrics["to_scheduled"] = metrics["ttft"], metrics["queue"]
+    metrics["latency_from_arrival"] = metrics["latency"]
     for name in ("ttft", "tpot", "latency", "queue"):  # the same figures as the library's own summary
         ours, theirs = stats(metrics[name]), result.summary[name]
         if any(not np.isclose(ours[k], theirs[k], rtol=1e-9) for k in STATS):

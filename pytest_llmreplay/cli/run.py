@@ -7,6 +7,7 @@ the plugin marks its own: never taken as a comparison baseline)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 from collections.abc import Mapping
@@ -74,6 +75,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         digest
     )
     sim = _sim_target(args, prompts, body) if args.sim else None
+    if args.band is not None:
+        _check_band(args.band, sim)
     ignored = ignored_with_sim(args)
     if ignored:
         print(ignored, file=sys.stderr)
@@ -127,6 +130,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
     print(render(result))
+    if sim is not None and args.band:
+        from ..sim.profile_band import band_lines, headline_bands
+
+        def summarise(profile: Any) -> Mapping[str, Any]:  # the same replay, on a drawn profile
+            target = dataclasses.replace(sim, profile=profile)
+            return Result(Replay(workload, target.endpoint(), prompts, settings, clock=target.clock()).run()).summary
+
+        print(
+            band_lines(
+                sim.profile, result.summary, headline_bands(sim.profile, args.band, args.seed, summarise), args.band
+            )
+        )
     if out is not None or store is not None:
         record = _record(result, args, digest, sim.fingerprint if sim is not None else None)
         if out is not None:
@@ -146,6 +161,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run.interrupted:
         return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
     return _run_status(result.summary["requests"], args.max_error_rate)
+
+
+def _check_band(draws: int, sim: Any) -> None:
+    """Refuse a ``--band`` that cannot run, before the replay: no ``--sim``, fewer than 2 draws,
+    a profile without uncertain parameters."""
+    if sim is None:
+        raise LLMReplayError("--band: draws a simulator profile's uncertain parameters; give --sim PROFILE")
+    if draws < 2:
+        raise LLMReplayError(f"--band: expected at least 2 draws (20 or more give a steadier band), got {draws}")
+    if not sim.profile.uncertainty:
+        raise LLMReplayError(
+            f'--band: profile {sim.profile.name!r} states no uncertain parameters (its "uncertainty" section: '
+            "each parameter's range and source, docs/simulator.md#error-band)"
+        )
 
 
 def _run_status(counts: Mapping[str, float], max_error_rate: float) -> int:
@@ -286,6 +315,14 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "--sim",
         metavar="PROFILE|FILE",
         help="no server: the simulator of this profile in process, in virtual time (as the plugin's --llm-offline)",
+    )
+    run.add_argument(
+        "--band",
+        type=int,
+        metavar="N",
+        help="with --sim: also replay N times with the profile's uncertain parameters drawn over their ranges "
+        '(its "uncertainty" section; seeded by --seed) and print each headline figure with its 10th-90th '
+        "percentile band, e.g. TTFT p50 61 ms (45-80) (default: no band)",
     )
     run.add_argument(
         "--save-to",

@@ -17,6 +17,9 @@ forward pass, CUDA graphs, non-torch memory such as the CUDA context).
 ``engine.async_scheduling`` (default false): vLLM's ``--async-scheduling``, batches decided one
 iteration ahead (sim/engine.py); vLLM's default on GPUs since v0.14.0, off on its CPU backend.
 
+``uncertainty`` (optional): the uncertain parameters, each with its range and the range's source
+(:mod:`.profile_ranges`); ``llmreplay run --sim --band N`` draws them (:mod:`.profile_band`).
+
 ``reasoning`` (optional): the reasoning tokens before each answer, a number or a distribution
 (:mod:`.reasoning`). Every field is read strictly: an error names the profile file and the
 dotted field (``profile.json: engine.block_size: must be > 0, got 0``).
@@ -37,6 +40,7 @@ from ..workloads.formats.distribution import Distribution, parse_distribution
 from .engine import MAX_GPU_BLOCKS, EngineConfig
 from .polynomial import DYNAMO_DECODE, DYNAMO_DECODE_FLOOR_MS, DYNAMO_PREFILL, PolynomialTiming
 from .profile_files import profile_path
+from .profile_ranges import Uncertain, parse_uncertainty
 from .roofline import DEFAULT_MBU, DEFAULT_MFU, DEFAULT_OVERHEAD_MS, HardwareSpec, ModelSpec, RooflineTiming
 from .timing import JitteredTiming, TimingModel
 from .timing_table import TableTiming
@@ -59,6 +63,7 @@ class Profile:
         0.0  # the server's per-request latency before the engine sees a request (sim/cluster.py: front end)
     )
     reasoning: Distribution | None = None  # reasoning tokens before each answer (sim/reasoning.py)
+    uncertainty: tuple[Uncertain, ...] = ()  # uncertain parameters, their ranges and sources (sim/profile_ranges.py)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     description: str = ""
@@ -236,7 +241,7 @@ class _Fields:
         return tuple(float(v) for v in value)
 
 
-_TOP = ("name", "description", "model", "hardware", "engine", "timing", "reasoning", "sources", "notes")
+_TOP = ("name", "description", "model", "hardware", "engine", "timing", "reasoning", "uncertainty", "sources", "notes")
 _MODEL = (
     "name",
     "parameters",
@@ -498,15 +503,27 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
     model = _model(f, model_data) if model_data is not None else None
     hardware = _hardware(f, hardware_data, model) if hardware_data is not None else None
     assert engine_data is not None
+    timing = _timing(f, data["timing"], model, hardware)
+    frontend_ms = f.number(data["timing"], "timing", "frontend_ms", 0.0, maximum=MAX_FRONTEND_MS, inclusive=True)
+
+    def value_of(name: str) -> float | None:
+        section, _, key = name.partition(".")
+        if name == "timing.frontend_ms":
+            return frontend_ms
+        if not isinstance(timing, RooflineTiming):
+            return None
+        return float(getattr(timing if section == "timing" else timing.hardware, key))
+
     return Profile(
         name=f.string(data, "", "name", default_name or "profile"),
-        timing=_timing(f, data["timing"], model, hardware),
+        timing=timing,
         engine=_engine(f, engine_data, model, hardware),
         model=model,
         hardware=hardware,
         jitter=f.number(data["timing"], "timing", "jitter", 0.0, maximum=MAX_JITTER, inclusive=True),
-        frontend_ms=f.number(data["timing"], "timing", "frontend_ms", 0.0, maximum=MAX_FRONTEND_MS, inclusive=True),
+        frontend_ms=frontend_ms,
         reasoning=parse_distribution(data["reasoning"], "reasoning", {"path": origin}) if "reasoning" in data else None,
+        uncertainty=parse_uncertainty(data["uncertainty"], value_of, f.fail) if "uncertainty" in data else (),
         sources=f.strings(data, "sources"),
         notes=f.strings(data, "notes"),
         description=description,

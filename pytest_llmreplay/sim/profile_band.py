@@ -1,0 +1,108 @@
+"""An error band around a simulated prediction: the profile's uncertain parameters drawn over their ranges.
+
+A prediction from a profile built from specs is one value of figures that are each known only
+within a range (:mod:`.profile_ranges`). The band propagates them: ``draws`` profiles, each with
+every uncertain parameter drawn uniformly from its range (independently, from
+``numpy.random.default_rng(seed)``: the same seed gives the same draws), replay the same workload;
+each headline figure's band is the 10th to 90th percentile of its values over the draws (numpy's
+linear percentile), a nominal 80% band: if each range held its parameter's true value with the
+spread a uniform draw gives, and the model's structure were right, the measured figure would fall
+inside its band four times in five. The prediction itself stays the profile's own values'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..metrics.units import display_unit, in_unit, significant, with_unit
+from .profile import Profile
+from .roofline import RooflineTiming
+
+BAND_PERCENTILES = (10.0, 90.0)  # a nominal 80% band
+HEADLINE = (
+    ("TTFT p50", "ttft", "p50"),
+    ("TTFT p90", "ttft", "p90"),
+    ("TPOT mean", "tpot", "mean"),
+    ("TPOT p50", "tpot", "p50"),
+    ("latency p50", "latency", "p50"),
+    ("requests/s", "request_throughput", "overall"),
+    ("output tok/s", "output_throughput", "overall"),
+)
+
+
+def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
+    """``profile`` with the dotted fields of ``values`` (:data:`~.profile_ranges.UNCERTAIN_FIELDS`) set."""
+    changes: dict[str, Any] = {}
+    if "timing.frontend_ms" in values:
+        changes["frontend_ms"] = values["timing.frontend_ms"]
+    roofline = {name.partition(".")[2]: value for name, value in values.items() if name != "timing.frontend_ms"}
+    if roofline:
+        timing = profile.timing
+        assert isinstance(timing, RooflineTiming)  # parse_uncertainty allows these fields on a roofline only
+        hardware = dataclasses.replace(
+            timing.hardware,
+            peak_flops=roofline.get("peak_flops", timing.hardware.peak_flops),
+            memory_bandwidth=roofline.get("memory_bandwidth", timing.hardware.memory_bandwidth),
+        )
+        changes["hardware"] = hardware
+        changes["timing"] = RooflineTiming(
+            timing.model,
+            hardware,
+            mfu=roofline.get("mfu", timing.mfu),
+            mbu=roofline.get("mbu", timing.mbu),
+            overhead_ms=roofline.get("overhead_ms", timing.overhead_ms),
+        )
+    return dataclasses.replace(profile, **changes)
+
+
+def draw_profiles(profile: Profile, draws: int, seed: int) -> list[Profile]:
+    """``draws`` profiles, each with every uncertain parameter drawn uniformly from its range (module doc)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(draws):
+        values = {u.field: float(rng.uniform(u.low, u.high)) for u in profile.uncertainty}
+        out.append(with_values(profile, values))
+    return out
+
+
+def band(values: Sequence[float]) -> tuple[float, float]:
+    """(low, high): the :data:`BAND_PERCENTILES` of ``values``."""
+    low, high = np.percentile(np.asarray(values, dtype=np.float64), BAND_PERCENTILES)
+    return float(low), float(high)
+
+
+def headline_bands(
+    profile: Profile, draws: int, seed: int, summarise: Callable[[Profile], Mapping[str, Any]]
+) -> dict[str, tuple[float, float]]:
+    """Each :data:`HEADLINE` figure's band over ``draws`` drawn profiles; ``summarise(profile)``
+    replays the workload with a profile and gives its result's summary."""
+    summaries = [summarise(drawn) for drawn in draw_profiles(profile, draws, seed)]
+    return {label: band([s[metric][stat] for s in summaries]) for label, metric, stat in HEADLINE}
+
+
+def band_lines(
+    profile: Profile, summary: Mapping[str, Any], bands: Mapping[str, tuple[float, float]], draws: int
+) -> str:
+    """The headline figures of ``summary`` with their bands: ``TTFT p50 61 ms (45-80)``, one a line,
+    under a line saying what was drawn."""
+    fields = ", ".join(f"{u.field} {u.low:g}-{u.high:g}" for u in profile.uncertainty)
+    lines = [
+        f"Error band: {draws} draws of the profile's uncertain parameters ({fields}), "
+        f"{BAND_PERCENTILES[0]:g}th-{BAND_PERCENTILES[1]:g}th percentile of each figure (a nominal 80% band):"
+    ]
+    for label, metric, stat in HEADLINE:
+        value = summary[metric][stat]
+        low, high = bands[label]
+        unit = display_unit(metric, max(abs(value), abs(high)))
+        lines.append(
+            f"  {label} {with_unit(significant(in_unit(value, unit)), unit)} "
+            f"({significant(in_unit(low, unit))}-{significant(in_unit(high, unit))})"
+        )
+    return "\n".join(lines)
+
+
+__all__ = ["with_values", "draw_profiles", "band", "headline_bands", "band_lines", "HEADLINE", "BAND_PERCENTILES"]

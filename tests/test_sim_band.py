@@ -1,0 +1,134 @@
+"""The error band: a profile's uncertain parameters, read strictly, drawn over their ranges, and
+``llmreplay run --sim --band N`` printing each headline figure with the band they make."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from pytest_llmreplay.cli.main import main
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.sim.profile import load_profile, parse_profile
+from pytest_llmreplay.sim.profile_band import draw_profiles
+from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
+
+TRACE = "llmservingsim/example_trace.jsonl"  # 10 single-turn requests
+
+
+def raw(name):
+    return json.loads((profiles_dir() / f"{name}.json").read_text())
+
+
+def test_each_roofline_profile_states_its_efficiencies_and_overhead_as_ranges_with_sources():
+    for name in available_profiles():
+        data = raw(name)
+        if data["timing"]["kind"] != "roofline":
+            continue
+        profile = load_profile(name)  # the parser checks each range holds the profile's own value
+        assert {u.field for u in profile.uncertainty} == {"timing.mfu", "timing.mbu", "timing.overhead_ms"}, name
+        assert all("https://" in u.source for u in profile.uncertainty), name
+
+
+def test_draws_are_seeded_and_inside_their_ranges():
+    profile = load_profile("llama-3.1-8b-h100")
+    first, again, other = (draw_profiles(profile, 8, seed) for seed in (1, 1, 2))
+    values = [(p.timing.mfu, p.timing.mbu, p.timing.overhead_ms) for p in first]
+    assert values == [(p.timing.mfu, p.timing.mbu, p.timing.overhead_ms) for p in again]
+    assert values != [(p.timing.mfu, p.timing.mbu, p.timing.overhead_ms) for p in other]
+    ranges = {u.field: (u.low, u.high) for u in profile.uncertainty}
+    for mfu, mbu, overhead in values:
+        assert ranges["timing.mfu"][0] <= mfu <= ranges["timing.mfu"][1]
+        assert ranges["timing.mbu"][0] <= mbu <= ranges["timing.mbu"][1]
+        assert ranges["timing.overhead_ms"][0] <= overhead <= ranges["timing.overhead_ms"][1]
+    assert profile.timing.mfu == 0.5  # the profile drawn from is left as it was
+
+
+@pytest.mark.parametrize(
+    ("uncertainty", "message"),
+    [
+        ({"timing.speed": {"range": [1, 2], "source": "s"}}, r"uncertainty\.timing\.speed: unknown field"),
+        ({"timing.mfu": {"range": [0.4, 0.6]}}, r'uncertainty\.timing\.mfu: must be \{"range"'),
+        ({"timing.mfu": {"range": [0.4, 0.6], "source": ""}}, r"uncertainty\.timing\.mfu\.source: must be a non-empty"),
+        (
+            {"timing.mfu": {"range": [0.6, 0.4], "source": "s"}},
+            r"uncertainty\.timing\.mfu\.range: must be 0 < low < high <= 1",
+        ),
+        (
+            {"timing.mbu": {"range": [0.5, 1.2], "source": "s"}},
+            r"uncertainty\.timing\.mbu\.range: must be 0 < low < high <= 1",
+        ),
+        (
+            {"timing.mfu": {"range": [0.6, 0.9], "source": "s"}},
+            r"uncertainty\.timing\.mfu\.range: must hold the profile's own value 0\.5",
+        ),
+        ({"timing.mfu": {"range": ["a", 1], "source": "s"}}, r"uncertainty\.timing\.mfu\.range: must be \[low, high\]"),
+        ([], r"uncertainty: must be an object"),
+    ],
+)
+def test_a_bad_uncertainty_section_names_its_field(uncertainty, message):
+    data = raw("llama-3.1-8b-h100")
+    data["uncertainty"] = uncertainty
+    with pytest.raises(LLMReplayError, match=rf"^x\.json: {message}"):
+        parse_profile(data, origin="x.json")
+
+
+def test_the_roofline_fields_need_a_roofline():
+    data = raw("dynamo-mocker-polynomial")
+    data["uncertainty"] = {"timing.mbu": {"range": [0.5, 0.9], "source": "s"}}
+    with pytest.raises(LLMReplayError, match=r"uncertainty\.timing\.mbu: the profile's timing model has no such"):
+        parse_profile(data, origin="x.json")
+
+
+def test_the_band_is_the_10th_to_90th_percentile_of_the_draws(capsys, tmp_path, trace_data):
+    """A front end uncertain over 10-30 ms delays every request's arrival at the engine by the same
+    amount, so each draw's TTFT p50 is the TTFT p50 without a front end plus the drawn front end:
+    the band printed is that plus the 10th and 90th percentiles of the seeded draws."""
+    data = raw("dynamo-mocker-polynomial")
+    data["timing"]["frontend_ms"] = 20.0
+    data["uncertainty"] = {"timing.frontend_ms": {"range": [10.0, 30.0], "source": "a test's"}}
+    path = tmp_path / "fe.json"
+    path.write_text(json.dumps(data))
+    trace = str(trace_data / TRACE)
+    assert main(["run", trace, "--sim", str(path), "--seed", "3"]) == 0
+    assert "Error band" not in capsys.readouterr().out  # off by default
+    del data["uncertainty"], data["timing"]["frontend_ms"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    assert main(["run", trace, "--sim", str(bare), "--seed", "3", "--out", str(tmp_path / "bare")]) == 0
+    ttft = json.loads((tmp_path / "bare" / "result.json").read_text())["summary"]["ttft"]["p50"] * 1000
+    capsys.readouterr()
+    assert main(["run", trace, "--sim", str(path), "--seed", "3", "--band", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "Error band: 6 draws of the profile's uncertain parameters (timing.frontend_ms 10-30)" in out
+    found = re.search(r"^  TTFT p50 ([\d.]+) ms \(([\d.]+)-([\d.]+)\)$", out, re.M)
+    assert found, out
+    drawn = np.random.default_rng(3).uniform(10.0, 30.0, 6)
+    assert float(found[1]) == pytest.approx(ttft + 20.0, rel=1e-3)
+    assert float(found[2]) == pytest.approx(ttft + np.percentile(drawn, 10), rel=1e-3)
+    assert float(found[3]) == pytest.approx(ttft + np.percentile(drawn, 90), rel=1e-3)
+    for label in ("TTFT p90", "TPOT mean", "TPOT p50", "latency p50", "requests/s", "output tok/s"):
+        assert re.search(rf"^  {label} \S+ \S* ?\([\d.,]+-[\d.,]+\)$", out, re.M), label
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--endpoint", "http://127.0.0.1:9", "--band", "5"],
+            "--band: draws a simulator profile's uncertain parameters; give --sim PROFILE",
+        ),
+        (["--sim", "llama-3.1-8b-h100", "--band", "1"], "--band: expected at least 2 draws"),
+        (
+            ["--sim", "dynamo-mocker-polynomial", "--band", "5"],
+            "--band: profile 'dynamo-mocker-polynomial' states no uncertain parameters",
+        ),
+    ],
+)
+def test_a_band_that_cannot_run_is_one_line_before_the_replay(capsys, trace_data, argv, message):
+    assert main(["run", str(trace_data / TRACE), *argv]) != 0
+    out, err = capsys.readouterr()
+    assert message in err and "Traceback" not in err
+    assert "Per-trace metrics" not in out  # refused before replaying
