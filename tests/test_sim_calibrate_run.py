@@ -3,7 +3,6 @@ with, runs on the real vLLM run end to end, and refuses unusable run files in on
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 
@@ -21,7 +20,7 @@ from pytest_llmreplay.sim.calibrate_run import (
     with_timing,
 )
 from pytest_llmreplay.sim.measured_run import MIN_REQUESTS, read_run
-from pytest_llmreplay.sim.profile import parse_profile
+from pytest_llmreplay.sim.profile import load_profile, parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
 from pytest_llmreplay.sim.timing import Batch
 from pytest_llmreplay.workloads.formats import load_workload
@@ -125,8 +124,7 @@ def test_a_client_timed_run_also_recovers_the_front_end_latency(trace, tmp_path,
     base["engine"]["async_scheduling"] = False
     base_path = tmp_path / "base.json"
     base_path.write_text(json.dumps(base))
-    truth = copy.deepcopy(base)
-    truth["timing"].update(TRUTH, frontend_ms=15.0)
+    truth = with_timing(base, {**TRUTH, "frontend_ms": 15.0})
     truth_path = tmp_path / "truth.json"
     truth_path.write_text(json.dumps(truth))
     assert main(["run", str(trace), "--sim", str(truth_path), "--out", str(tmp_path / "run")]) == 0
@@ -155,8 +153,7 @@ def test_a_client_timed_run_also_recovers_the_front_end_latency(trace, tmp_path,
 
 
 def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
-    truth = base_json()
-    truth["timing"].update(TRUTH)
+    truth = with_timing(base_json(), TRUTH)
     truth_path = tmp_path / "truth.json"
     truth_path.write_text(json.dumps(truth))
     assert main(["run", str(trace), "--sim", str(truth_path), "--out", str(tmp_path / "run")]) == 0
@@ -214,7 +211,11 @@ def test_the_command_runs_on_the_real_vllm_run(tmp_path, capsys, trace_data):
     printed = capsys.readouterr().out
     assert "300 requests" in printed
     assert all(f"| {metric} {stat} |" in printed for metric, stat in STATISTICS)
-    assert json.loads(out.read_text())["name"] == "llama-3.1-8b-rtx-pro-6000-calibrated"
+    fitted = json.loads(out.read_text())
+    assert fitted["name"] == "llama-3.1-8b-rtx-pro-6000-calibrated"
+    # the fitted fields' spec ranges go (they stated how sure the replaced values were); mfu's stays
+    assert list(fitted["uncertainty"]) == ["timing.mfu"]
+    assert [u.field for u in load_profile(out).uncertainty] == ["timing.mfu"]
 
 
 def write(path, lines):

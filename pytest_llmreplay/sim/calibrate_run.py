@@ -187,9 +187,17 @@ def check_pairing(run: MeasuredRun, workload: Workload) -> None:
 
 
 def with_timing(base: Mapping[str, Any], values: Mapping[str, float]) -> dict[str, Any]:
-    """The profile JSON ``base`` with its timing's ``values`` replaced."""
+    """The profile JSON ``base`` with its timing's ``values`` replaced, and the ranges its
+    ``uncertainty`` section gave those fields dropped (sim/profile_ranges.py): they state how
+    sure the values replaced were, not the fitted ones (a section left empty goes too)."""
     data = json.loads(json.dumps(base))
     data["timing"].update({name: float(value) for name, value in values.items()})
+    ranges = data.get("uncertainty")
+    if isinstance(ranges, dict):
+        for name in values:
+            ranges.pop(f"timing.{name}", None)
+        if not ranges:
+            del data["uncertainty"]
     return data
 
 
