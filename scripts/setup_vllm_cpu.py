@@ -100,12 +100,14 @@ def ensure_model(home: Path, python: Path, preset: str) -> Path:
 
 def server_command(python: Path, model: Path, port: int, scratch: Path) -> list[str]:
     """The command that serves ``model`` as ``tiny`` on 127.0.0.1:``port`` with prefix caching
-    and per-request cached-token counts, keeping vLLM's caches, temp files and sockets in
-    folders under ``scratch`` (made here: vLLM needs them to exist). KV cache: 1 GiB."""
-    folders = {
-        name: scratch / name.lower()
-        for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR", "VLLM_RPC_BASE_PATH")
-    }
+    and per-request cached-token counts, keeping vLLM's caches and temp files in folders under
+    ``scratch`` (made here: vLLM needs them to exist). Its sockets go in a short folder of the
+    system's temp folder named by a digest of ``scratch``: a Unix socket's path holds at most 107
+    bytes, and vLLM adds a 36-character name to the folder (a pytest-xdist worker's basetemp
+    alone made it too long). KV cache: 1 GiB."""
+    folders = {name: scratch / name.lower() for name in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR")}
+    digest = hashlib.sha256(str(scratch.resolve()).encode()).hexdigest()[:12]
+    folders["VLLM_RPC_BASE_PATH"] = Path(tempfile.gettempdir()) / f"llmreplay-rpc-{digest}"
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", **{name: str(path) for name, path in folders.items()}}

@@ -121,11 +121,10 @@ def test_a_bad_engine_field_is_one_line(example, tmp_path):
 
 
 @pytest.mark.engine
-def test_example_suite_on_vllm_cpu(example, engine_home, tmp_path, tmp_path_factory):
-    """vLLM's CPU build with the tiny model: the setup script's command, its port the plugin's
-    (its scratch folder short: vLLM's sockets there must fit a Unix socket path's 107 bytes)."""
+def test_example_suite_on_vllm_cpu(example, engine_home, tmp_path):
+    """vLLM's CPU build with the tiny model: the setup script's command, its port the plugin's."""
     placeholder = 65533
-    command = vllm_server_command(engine_home, placeholder, tmp_path_factory.mktemp("exv"))
+    command = vllm_server_command(engine_home, placeholder, tmp_path / "vllm")
     words = shlex.split(command)
     words[words.index(str(placeholder))] = "{port}"
     serve = shlex.join(words)
