@@ -7,7 +7,8 @@
 
 **Incremental.** A rebuild reads from the store only the results it has not read before
 (:func:`~.cache.gather`), runs Otava only on a series whose values changed, compares only a
-line whose newest results changed (:class:`~.cache.DigestCache`), and writes a test's page only
+line whose newest results changed (:class:`~.cache.DigestCache`; in threads while the series
+are drawn: :class:`~.verdicts.Judge`), and writes a test's page only
 when what it shows changed (the digest of its results, verdicts and the site's settings, kept in
 ``pages.json``); the index is written each time. Plotly.js is copied once.
 
@@ -27,11 +28,12 @@ from ..gate.store import Store
 from . import DEFAULT_DEPTH, DEFAULT_RECENT
 from .assets import copy_assets, plotly_js
 from .cache import STATE, DigestCache, gather, read_json, write_json
+from .changes import finder
 from .commits import first_parent_history
 from .moved import ORDER, rank, recent_moves
-from .pages import Site, TestEntry, index_page, test_page
-from .series import change_point_finder, test_lines
-from .verdicts import latest_verdict
+from .pages import Charts, Site, TestEntry, index_page, test_charts, test_page
+from .series import TestLines, add_series, ints, test_lines
+from .verdicts import Judge
 
 PAGE_VERSION = 1  # of what a page shows (with the package's version): a page of another is written again
 
@@ -91,7 +93,8 @@ def build_dashboard(
     of ``ref`` in the repository at ``cwd`` (its newest ``depth`` commits); ``recent``: the
     newest commits whose moves put a test first; ``commit_url``: where a click on a point goes,
     ``{commit}`` standing for the commit's id; ``workers``: the processes that read many new
-    results (:func:`~.cache.read_all`)."""
+    results (:func:`~.cache.read_all`) and the threads that compare latest verdicts
+    (:class:`~.verdicts.Judge`)."""
     plotly_js()  # the extra is missing: say so before anything is read
     check_out(out)
     commits = first_parent_history(cwd, ref, depth)
@@ -105,23 +108,32 @@ def build_dashboard(
             + (f" ({len(gathered.unreadable)} unreadable)" if gathered.unreadable else "")
         )
     site = Site(store.label, ref, commits, recent, commit_url)
-    change_points, verdicts = DigestCache(out, "change_points"), DigestCache(out, "verdicts")
-    find = change_point_finder(change_points)
+    change_points, windows, verdicts = (DigestCache(out, name) for name in ("change_points", "windows", "verdicts"))
+    find = finder(change_points, windows)
+    tests = [test_lines(folder, results, names, positions) for folder, (results, names) in gathered.tests.items()]
+    pages = Pages(out, site)
+    with Judge(verdicts, store, workers) as judge:
+        asked = judge.ask([line for test in tests for line in test.lines])  # compared while the charts are drawn
+        for test in tests:
+            add_series(test, find)
+            pages.draw(test)
+        judged = iter(judge.verdicts(asked))
     entries = []
-    for folder, results in gathered.tests.items():
-        lines = test_lines(folder, results, gathered.facts[folder], positions, find)
-        judged = [latest_verdict(verdicts, store, line) for line in lines.lines]
-        moves = recent_moves(lines, site.since)
-        newest = [line.newest.position for line in lines.lines]
-        entries.append(TestEntry(lines, judged, moves, rank(moves, judged, newest, site.since)))
+    for test in tests:
+        lines_judged = [next(judged) for _ in test.lines]
+        moves = recent_moves(test, site.since)
+        newest = [int(line.positions[-1]) for line in test.lines]
+        entries.append(TestEntry(test, lines_judged, moves, rank(moves, lines_judged, newest, site.since)))
     entries.sort(key=lambda entry: (ORDER.index(entry.rank), entry.lines.test))
-    built = Built(out, len(entries), sum(len(r) for r in gathered.tests.values()), gathered.read, gathered.cached)
+    built = Built(
+        out, len(entries), sum(len(names) for _, names in gathered.tests.values()), gathered.read, gathered.cached
+    )
     built.unreadable, built.interrupted = gathered.unreadable, gathered.interrupted
-    built.pages = write_test_pages(out, site, entries)
+    built.pages = pages.write(entries)
     copy_assets(out / "assets")
     (out / "index.html").write_text(index_page(site, entries), encoding="utf-8")
-    change_points.save()
-    verdicts.save()
+    for cache in (change_points, windows, verdicts):
+        cache.save()
     built.change_points, built.verdicts, built.moved = (
         change_points.made,
         verdicts.made,
@@ -139,10 +151,10 @@ def package_version() -> str:
         return "unknown"
 
 
-def page_digest(site: Site, entry: TestEntry) -> str:
-    """What a test's page shows depends on: its results and where they sit, its verdicts, the
-    site's settings (module docstring)."""
-    used = sorted({p.position for line in entry.lines.lines for p in line.points})
+def page_digest(site: Site, test: TestLines) -> str:
+    """What a test's page shows depends on: its results and where they sit, the site's settings
+    (module docstring). Its verdicts too, which its results' keys decide (:mod:`.verdicts`)."""
+    used = sorted({p for line in test.lines for p in ints(line.positions)})
     facts = [
         PAGE_VERSION,
         package_version(),
@@ -150,28 +162,38 @@ def page_digest(site: Site, entry: TestEntry) -> str:
         site.reference,
         site.commit_url,
         [(p, site.commits[p].id) for p in used],
-        [[p.key for p in line.points] for line in entry.lines.lines],
-        entry.verdicts,
+        [line.keys for line in test.lines],
     ]
     return hashlib.sha256(json.dumps(facts, default=str).encode()).hexdigest()[:24]
 
 
-def write_test_pages(out: Path, site: Site, entries: list[TestEntry]) -> int:
-    """Write each test's page whose digest changed, remove those of tests no longer drawn; how many written."""
-    record = out / STATE / "pages.json"
-    known = read_json(record)
-    known = known if isinstance(known, dict) else {}
-    digests = {}
-    written = 0
-    for entry in entries:
-        digest = page_digest(site, entry)
-        digests[entry.lines.folder] = digest
-        path = out / entry.href
-        if known.get(entry.lines.folder) != digest or not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(test_page(site, entry), encoding="utf-8")
-            written += 1
-    for folder in set(known) - set(digests):
-        (out / "tests" / f"{folder}.html").unlink(missing_ok=True)
-    write_json(record, digests)
-    return written
+class Pages:
+    """The test pages of a build: :meth:`draw` draws the charts of a test whose page's digest
+    changed (or whose page is missing), :meth:`write` writes those pages and removes the pages
+    of tests no longer drawn; the digests are kept in ``pages.json``."""
+
+    def __init__(self, out: Path, site: Site) -> None:
+        self.out, self.site = out, site
+        self.record = out / STATE / "pages.json"
+        known = read_json(self.record)
+        self.known: dict[str, str] = known if isinstance(known, dict) else {}
+        self.digests: dict[str, str] = {}
+        self.drawn: dict[str, Charts] = {}
+
+    def draw(self, test: TestLines) -> None:
+        digest = self.digests[test.folder] = page_digest(self.site, test)
+        if self.known.get(test.folder) != digest or not (self.out / "tests" / f"{test.folder}.html").is_file():
+            self.drawn[test.folder] = test_charts(self.site, test)
+
+    def write(self, entries: list[TestEntry]) -> int:
+        """Write the drawn tests' pages; how many."""
+        for entry in entries:
+            charts = self.drawn.get(entry.lines.folder)
+            if charts is not None:
+                path = self.out / entry.href
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(test_page(self.site, entry, charts), encoding="utf-8")
+        for folder in set(self.known) - set(self.digests):
+            (self.out / "tests" / f"{folder}.html").unlink(missing_ok=True)
+        write_json(self.record, self.digests)
+        return len(self.drawn)

@@ -4,9 +4,11 @@ results saved since.
 
 **Keyed by the result's key** (``<test folder>/<name>``): every store kind gives each result a
 name no other result gets and never replaces or removes a file (:mod:`~pytest_llmreplay.gate.store`),
-so a key always names the same bytes. The cache is a file per test folder
-(:class:`FolderCache`), to which a build appends the results it read: written for another store
-or by another version, it is read again from the store.
+so a key always names the same bytes. The cache is a file per test folder (:class:`FolderCache`):
+its results as arrays (:class:`Results`: a row per result, a column per figure), which a build
+loads in a few milliseconds however many results it holds, and writes anew when it read new
+results of the folder; written for another store or by another version, it is read again from
+the store.
 
 Only results at commits of the drawn history are read (a name starts with its commit's first 12
 hex digits). Results that cannot be read are cached as such, named in the build's summary, and
@@ -15,17 +17,21 @@ never fatal; so are interrupted ones (left out of every series, as the history l
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-from collections.abc import Callable, Container, Iterator
+import zipfile
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..errors import LLMReplayError
 from ..gate.store import Store
-from .extract import VERSION, extract
+from .extract import OUTCOME, VERSION, extract
 
 STATE = ".llmreplay-dashboard"  # the output folder's state: caches, not pages
 PARALLEL_FROM = 2000  # results to read from which a build reads them in several processes
@@ -33,14 +39,13 @@ PARALLEL_FROM = 2000  # results to read from which a build reads them in several
 
 @dataclass
 class Gathered:
-    """What :func:`gather` found: ``tests``: test folder -> its results on the history, each
-    ``(name, figures)``, in name order (oldest first within a commit); ``facts``: test folder ->
-    each line's facts (:func:`~.extract.extract`); counts of the results
-    ``read`` from the store this time and taken from the cache (``cached``), the ``unreadable``
-    ones (why, for each) and the ``interrupted`` ones."""
+    """What :func:`gather` found: ``tests``: test folder -> its :class:`Results` and the names of
+    those at commits of the history that a series draws (not unreadable, not interrupted), in
+    name order (oldest first within a commit); counts of the results ``read`` from the store
+    this time and taken from the cache (``cached``), the ``unreadable`` ones (why, for each) and
+    the ``interrupted`` ones."""
 
-    tests: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
-    facts: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # folder -> line -> its facts
+    tests: dict[str, tuple[Results, list[str]]] = field(default_factory=dict)
     read: int = 0
     cached: int = 0
     unreadable: list[str] = field(default_factory=list)
@@ -63,54 +68,123 @@ def read_json(path: Path) -> Any:
         return None
 
 
+class Results:
+    """One test folder's results read so far, as arrays: row ``i`` is the result ``names[i]``,
+    of the line ``lines[i]`` (:func:`~.extract.line_of`); ``figures[i, j]`` its figure
+    ``keys[j]`` (NaN where not measured); ``low``/``high`` the figure's interval (``low`` NaN:
+    none; ``high`` NaN with a ``low``: open); ``outcomes[i]`` its ``slo``, ``failed_by`` and
+    ``plugin_metrics`` as JSON text (decoded for the results a page shows the outcome of);
+    ``facts``: line -> its facts; ``skipped``: name -> ``{"unreadable": why}`` or
+    ``{"interrupted": signal}``, the results no series draws."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.lines: list[str] = []
+        self.keys: list[str] = []
+        self.figures = self.low = self.high = np.empty((0, 0))
+        self.outcomes: list[str] = []
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.skipped: dict[str, dict[str, str]] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.skipped or name in self.rows
+
+    @functools.cached_property
+    def rows(self) -> dict[str, int]:
+        """name -> its row."""
+        return {name: row for row, name in enumerate(self.names)}
+
+    def add(self, found: Mapping[str, Mapping[str, Any]]) -> None:
+        """Append ``found`` (name -> :func:`~.extract.extract`'s figures) as rows."""
+        drawn = {name: figures for name, figures in found.items() if "line" in figures}
+        self.skipped.update({name: dict(figures) for name, figures in found.items() if "line" not in figures})
+        if not drawn:
+            return
+        self.keys += [
+            key for key in dict.fromkeys(k for f in drawn.values() for k in f["figures"]) if key not in self.keys
+        ]
+        column = {key: index for index, key in enumerate(self.keys)}
+        added = np.full((3, len(drawn), len(self.keys)), np.nan)
+        for row, figures in enumerate(drawn.values()):
+            for key, value in figures["figures"].items():
+                added[0, row, column[key]] = value
+            for key, (low, high) in figures["intervals"].items():
+                added[1, row, column[key]] = low
+                added[2, row, column[key]] = np.nan if high is None else high
+            self.facts.setdefault(figures["line"], figures["facts"])
+        width = len(self.keys)
+        old = [
+            np.pad(array, ((0, 0), (0, width - array.shape[1])), constant_values=np.nan)
+            for array in (self.figures, self.low, self.high)
+        ]
+        self.figures, self.low, self.high = (
+            np.concatenate([o.reshape(-1, width), a]) for o, a in zip(old, added, strict=True)
+        )
+        self.names += list(drawn)
+        self.lines += [figures["line"] for figures in drawn.values()]
+        self.outcomes += [
+            json.dumps({part: figures[part] for part in OUTCOME}, separators=(",", ":")) for figures in drawn.values()
+        ]
+        self.__dict__.pop("rows", None)
+
+    def outcome(self, row: int) -> dict[str, Any]:
+        """What :func:`~.extract.outcome` and :func:`~.extract.point_slos` read of row ``row``:
+        its figures and its :data:`OUTCOME` parts."""
+        figures = {key: float(value) for key, value in zip(self.keys, self.figures[row], strict=True) if value == value}
+        return {"figures": figures, **json.loads(self.outcomes[row])}
+
+
 class FolderCache:
-    """The figures of one test folder's results read so far: ``OUT/.llmreplay-dashboard/results/
-    <folder>.jsonl``, a first line naming the store and :data:`~.extract.VERSION`, then a line
-    per result (``name`` and its figures) and, before a line's first result, its ``facts``
-    (``{"line": id, "facts": ...}``). A build appends what it read; a file of another store or
-    version is written anew."""
+    """The :class:`Results` of one test folder, kept in ``OUT/.llmreplay-dashboard/results/
+    <folder>.npz``: the arrays, and the rest as JSON in its ``meta`` array, with the store and
+    :data:`~.extract.VERSION` it was written for (a file of another store or version, or one
+    that does not read back, is read again from the store). A build that read new results of
+    the folder writes the file anew (atomically)."""
 
     def __init__(self, out: Path, folder: str, label: str) -> None:
-        self.path = out / STATE / "results" / f"{folder}.jsonl"
+        self.path = out / STATE / "results" / f"{folder}.npz"
         self.header = {"store": label, "version": VERSION}
-        self.results: dict[str, dict[str, Any]] = {}
-        self.facts: dict[str, dict[str, Any]] = {}
-        self.fresh = True  # nothing usable on disk: the next save writes the file whole
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except OSError:
-            return
-        try:
-            if not lines or json.loads(lines[0]) != self.header:
-                return
-            for line in lines[1:]:
-                entry = json.loads(line)
-                if "facts" in entry:
-                    self.facts[entry["line"]] = entry["facts"]
-                else:
-                    self.results[entry.pop("name")] = entry
-        except (ValueError, KeyError, TypeError):  # a torn or foreign file: read the store again
-            self.results, self.facts = {}, {}
-            return
-        self.fresh = False
+        self.results = self.load() or Results()
 
-    def add(self, found: dict[str, dict[str, Any]]) -> None:
+    def load(self) -> Results | None:
+        try:
+            with np.load(self.path, allow_pickle=False) as stored:
+                meta = json.loads(stored["meta"].tobytes())
+                arrays = [stored[name] for name in ("figures", "low", "high")]
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # missing, torn or foreign
+            return None
+        if not isinstance(meta, dict) or meta.get("header") != self.header:
+            return None
+        results = Results()
+        try:
+            results.names, results.lines, results.keys = meta["names"], meta["lines"], meta["keys"]
+            results.outcomes, results.facts, results.skipped = meta["outcomes"], meta["facts"], meta["skipped"]
+        except (KeyError, TypeError):
+            return None
+        shape = (len(results.names), len(results.keys))
+        if any(array.shape != shape for array in arrays) or not len(results.lines) == len(results.outcomes) == shape[0]:
+            return None
+        results.figures, results.low, results.high = arrays
+        return results
+
+    def add(self, found: Mapping[str, Mapping[str, Any]]) -> None:
         """Keep ``found`` (name -> :func:`~.extract.extract`'s figures) here and on disk."""
-        lines = []
-        for name, figures in found.items():
-            facts = figures.pop("facts", None)
-            if facts is not None and figures["line"] not in self.facts:
-                self.facts[figures["line"]] = facts
-                lines.append({"line": figures["line"], "facts": facts})
-            self.results[name] = figures
-            lines.append({"name": name, **figures})
-        if self.fresh:
-            lines = [self.header] + [{"line": k, "facts": v} for k, v in self.facts.items()]
-            lines += [{"name": name, **figures} for name, figures in self.results.items()]
+        results = self.results
+        results.add(found)
+        meta = {
+            "header": self.header,
+            **{part: getattr(results, part) for part in ("names", "lines", "keys", "outcomes", "facts", "skipped")},
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("w" if self.fresh else "a", encoding="utf-8") as file:
-            file.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
-        self.fresh = False
+        temporary = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(
+            temporary,
+            figures=results.figures,
+            low=results.low,
+            high=results.high,
+            meta=np.frombuffer(json.dumps(meta, separators=(",", ":")).encode(), dtype=np.uint8),
+        )
+        os.replace(temporary, self.path)
 
 
 def read_results(store: Store, folder: str, names: list[str]) -> dict[str, dict[str, Any]]:
@@ -173,25 +247,26 @@ def gather(store: Store, out: Path, commits: Container[str], workers: int = 1) -
     for folder, listed in names.items():
         gathered.read += len(missing[folder])
         gathered.cached += len(listed) - len(missing[folder])
+        results = caches[folder].results
         kept = []
         for name in listed:
-            figures = caches[folder].results[name]
-            if "unreadable" in figures:
-                gathered.unreadable.append(figures["unreadable"])
-            elif "interrupted" in figures:
-                gathered.interrupted += 1
+            skipped = results.skipped.get(name)
+            if skipped is None:
+                kept.append(name)
+            elif "unreadable" in skipped:
+                gathered.unreadable.append(skipped["unreadable"])
             else:
-                kept.append((name, figures))
+                gathered.interrupted += 1
         if kept:
-            gathered.tests[folder] = kept
-            gathered.facts[folder] = caches[folder].facts
+            gathered.tests[folder] = (results, kept)
     return gathered
 
 
 class DigestCache:
     """Values made from inputs that a digest names (a series' values, the keys of the results
     behind a verdict), kept in ``OUT/.llmreplay-dashboard/<name>.json``: :meth:`get` makes a
-    value only for a digest it does not know; :meth:`save` keeps those asked for in this build."""
+    value only for a digest it does not know (:meth:`find`, then :meth:`put` for a value made
+    elsewhere); :meth:`save` keeps those asked for in this build."""
 
     def __init__(self, out: Path, name: str) -> None:
         self.path = out / STATE / f"{name}.json"
@@ -200,13 +275,23 @@ class DigestCache:
         self.used: dict[str, Any] = {"version": VERSION}
         self.made = 0
 
-    def get(self, inputs: str, make: Callable[[], Any]) -> Any:
-        digest = hashlib.sha256(inputs.encode()).hexdigest()[:24]
-        if digest not in self.known:
-            self.known[digest] = make()
-            self.made += 1
-        self.used[digest] = self.known[digest]
-        return self.used[digest]
+    def find(self, inputs: str | bytes) -> tuple[str, Any]:
+        """The digest of ``inputs`` and its value, None when not known."""
+        digest = hashlib.sha256(inputs.encode() if isinstance(inputs, str) else inputs).hexdigest()[:24]
+        value = self.known.get(digest)
+        if value is not None:
+            self.used[digest] = value
+        return digest, value
+
+    def put(self, digest: str, value: Any) -> Any:
+        """Keep ``value``, made for ``digest``; returns it."""
+        self.known[digest] = self.used[digest] = value
+        self.made += 1
+        return value
+
+    def get(self, inputs: str | bytes, make: Callable[[], Any]) -> Any:
+        digest, value = self.find(inputs)
+        return self.put(digest, make()) if value is None else value
 
     def save(self) -> None:
         if self.made or len(self.used) != len(self.known):

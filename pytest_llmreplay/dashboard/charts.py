@@ -25,8 +25,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from ..metrics.units import figure_unit, in_unit, significant, with_unit
-from .series import Line, Series
+from .series import Line, Series, floats, ints
 
 FLAG_COLOURS = {"regression": "#c62828", "improved": "#2e7d32", "shift": "#757575"}
 THRESHOLD_COLOUR = "#c62828"
@@ -45,8 +47,16 @@ def rounded(value: float) -> float:
 
 def axis_unit(key: str, lines: Sequence[Line]) -> str | None:
     """One unit for every line's values of ``key`` (their largest magnitude's)."""
-    largest = max((abs(v) for line in lines if key in line.series for v in line.series[key].values), default=0.0)
+    largest = max((float(np.abs(line.series[key].values).max()) for line in lines if key in line.series), default=0.0)
     return figure_unit(key, largest)
+
+
+def drawn_values(series: Series, unit: str | None) -> list[float]:
+    """``series``' values in ``unit``, :func:`rounded`: what a chart draws; made once per unit
+    (a page and the index draw the same values)."""
+    if unit not in series.drawn:
+        series.drawn[unit] = [rounded(in_unit(v, unit)) for v in floats(series.values)]
+    return series.drawn[unit]
 
 
 def ticks(positions: Sequence[int], commits: Sequence[str]) -> dict[str, Any]:
@@ -63,27 +73,34 @@ def shown(value: float | None, unit: str | None) -> str:
 
 
 def _result_trace(line: Line, series: Series, unit: str | None, colour: str, label: str) -> dict[str, Any]:
-    y = [rounded(in_unit(v, unit)) for v in series.values]
+    y = drawn_values(series, unit)
     up, down, texts = [], [], []
-    for value, interval in zip(series.values, series.intervals, strict=True):
-        if interval is None:
-            up.append(0.0)
-            down.append(0.0)
-            texts.append("")
-            continue
-        low, high = interval
-        down.append(rounded(in_unit(value - low, unit)) if low is not None else 0.0)
-        up.append(rounded(in_unit(high - value, unit)) if high is not None else 0.0)
+    has_interval = ~np.isnan(series.low)
+    if has_interval.any():
         what = "bracket" if series.key.startswith("capacity.") else f"range of {line.facts['runs']} runs"
-        texts.append(f"<br>{what}: {shown(low, unit)} to {shown(high, unit)}")
+        for value, low, high, given in zip(
+            floats(series.values), floats(series.low), floats(series.high), has_interval, strict=True
+        ):
+            if not given:
+                up.append(0.0)
+                down.append(0.0)
+                texts.append("")
+                continue
+            top = None if math.isnan(high) else high
+            down.append(rounded(in_unit(value - low, unit)))
+            up.append(rounded(in_unit(top - value, unit)) if top is not None else 0.0)
+            texts.append(f"<br>{what}: {shown(low, unit)} to {shown(top, unit)}")
+    else:
+        texts = [""] * len(y)
+    x = ints(series.positions)
     trace: dict[str, Any] = {
         "type": "scatter",
         "mode": "lines+markers",
         "name": label,
         "legendgroup": line.id,
-        "x": [p.position for p in series.points],
+        "x": x,
         "y": y,
-        "customdata": [p.position for p in series.points],
+        "customdata": x,
         "text": texts,
         "line": {"color": colour, "width": 1.5},
         "marker": {"color": colour, "size": 5},
@@ -93,7 +110,7 @@ def _result_trace(line: Line, series: Series, unit: str | None, colour: str, lab
             f"<extra>{label}</extra>"
         ),
     }
-    if any(interval is not None for interval in series.intervals):
+    if has_interval.any():
         trace["error_y"] = {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "color": colour}
     return trace
 
@@ -103,8 +120,10 @@ def _change_traces(line: Line, series: Series, unit: str | None, label: str, nam
     legend once per chart: ``named`` holds the flags already there)."""
     if not series.changes:
         return []
-    x = [p.position for p in series.points]
-    levels = [rounded(in_unit(v, unit)) for v in series.levels]
+    x = ints(series.positions)
+    means = series.levels
+    shown_levels = {mean: rounded(in_unit(mean, unit)) for mean in set(means)}  # a few levels, each rounded once
+    levels = [shown_levels[mean] for mean in means]
     traces: list[dict[str, Any]] = [
         {
             "type": "scatter",
@@ -161,7 +180,7 @@ def figure_chart(
     for index, line in enumerate(drawn):
         series = line.series[key]
         label = line.label
-        positions += [p.position for p in series.points]
+        positions += ints(series.positions)
         data.append(_result_trace(line, series, unit, PALETTE[index % len(PALETTE)], label))
         data += _change_traces(line, series, unit, label, named)
     if threshold is not None:
@@ -203,13 +222,14 @@ def sparkline(key: str, lines: Sequence[Line]) -> dict[str, Any]:
     data = []
     for index, line in enumerate(drawn):
         series = line.series[key]
-        x = [p.position for p in series.points]
+        x = ints(series.positions)
+        y = drawn_values(series, unit)
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines",
                 "x": x,
-                "y": [rounded(in_unit(v, unit)) for v in series.values],
+                "y": y,
                 "line": {"width": 1.2, "color": PALETTE[index % len(PALETTE)]},
                 "hoverinfo": "skip",
             }
@@ -221,7 +241,7 @@ def sparkline(key: str, lines: Sequence[Line]) -> dict[str, Any]:
                     "type": "scatter",
                     "mode": "markers",
                     "x": [x[c.index] for c in flagged],
-                    "y": [rounded(in_unit(series.values[c.index], unit)) for c in flagged],
+                    "y": [y[c.index] for c in flagged],
                     "marker": {"color": FLAG_COLOURS["regression"], "size": 5},
                     "hoverinfo": "skip",
                 }

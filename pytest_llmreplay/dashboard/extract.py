@@ -3,7 +3,7 @@
 
 Of a result (:mod:`~pytest_llmreplay.gate.baseline`'s stored form) it keeps:
 
-- ``commit``, ``time``; ``line``: the digest of what must be equal for two results to be gated
+- ``line``: the digest of what must be equal for two results to be gated
   against each other (fingerprint, workload, settings: :func:`~pytest_llmreplay.gate.baseline.mismatch`;
   and the number of runs, as :func:`~pytest_llmreplay.gate.history.history_points` requires),
   and ``facts``, the same for every result of a line (:mod:`.cache` keeps them once per line):
@@ -38,7 +38,8 @@ from ..gate.repeats import run_count
 from ..metrics.slo import KNOWN_METRICS, parse_slo
 from ..report.rows import Headline, headline, slo_rows, stored_checks
 
-VERSION = 3  # of what extract() returns: a cache written by another version is read again
+VERSION = 4  # of what extract() returns and the cache keeps of it: a cache of another version is read again
+OUTCOME = ("slo", "failed_by", "plugin_metrics")  # what outcome() and point_slos() read besides the figures
 
 
 def line_of(record: Mapping[str, Any]) -> str:
@@ -119,8 +120,6 @@ def extract(record: Mapping[str, Any]) -> dict[str, Any]:
             "runs": run_count(record),
             "tolerances": tolerances,
         },
-        "commit": record.get("commit"),
-        "time": record.get("time"),
         "figures": {key: value for key in keys if (value := figure(record, key)) is not None},
         "intervals": intervals(record, keys),
         "slo": list(record.get("slo") or []),

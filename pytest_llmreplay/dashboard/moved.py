@@ -33,11 +33,11 @@ class Move:
 def recent_moves(test: TestLines, since: int) -> list[Move]:
     """The change points of ``test`` at positions >= ``since``, regressions first, then by size."""
     moves = [
-        Move(key, line.label, series.points[change.index].position, change.change, change.flag)
+        Move(key, line.label, int(series.positions[change.index]), change.change, change.flag)
         for line in test.lines
         for key, series in line.series.items()
         for change in series.changes
-        if series.points[change.index].position >= since
+        if series.positions[change.index] >= since
     ]
     return sorted(moves, key=lambda m: (m.flag != "regression", -abs(m.change or 0.0)))
 

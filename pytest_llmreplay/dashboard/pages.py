@@ -27,7 +27,7 @@ from .charts import figure_chart, sparkline
 from .commits import Commit
 from .extract import outcome, point_slos
 from .moved import Move, grouped
-from .series import TestLines
+from .series import TestLines, ints
 
 VERDICT_CLASSES = {"REGRESSION": "bad", "UNSTABLE": "bad", "no regression": "good"}
 
@@ -77,14 +77,15 @@ def script_json(data: Any) -> str:
     return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
 
 
-def page(title: str, body: str, data: Mapping[str, Any], assets: str) -> str:
-    """A whole page: ``body``, its charts' ``data``, the shared style and scripts under ``assets``."""
+def page(title: str, body: str, data: str, assets: str) -> str:
+    """A whole page: ``body``, its charts' ``data`` (:func:`script_json`), the shared style and
+    scripts under ``assets``."""
     return (
         "<!doctype html>\n"
         f'<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<link rel="stylesheet" href="{assets}dashboard.css"></head>\n<body>\n{body}\n'
-        f'<script type="application/json" id="page-data">{script_json(data)}</script>\n'
+        f'<script type="application/json" id="page-data">{data}</script>\n'
         f'<script src="{assets}plotly.min.js"></script>\n<script src="{assets}dashboard.js"></script>\n'
         "</body></html>\n"
     )
@@ -151,14 +152,14 @@ def index_row(entry: TestEntry, site: Site, charts: dict[str, Any]) -> str:
     for key in figure_keys(test):
         chart_id = f"{test.folder}:{key}"
         charts[chart_id] = sparkline(key, test.lines)
-        newest = next(line.series[key].values[-1] for line in test.lines if key in line.series)
+        newest = next(float(line.series[key].values[-1]) for line in test.lines if key in line.series)
         sparks.append(
             f'<figure><div class="chart spark" data-chart="{html.escape(chart_id)}"></div>'
             f"<figcaption>{html.escape(figure_name(key))} {html.escape(format_figure(key, newest))}</figcaption></figure>"
         )
     return (
         f'<tr class="{entry.rank}"><td class="test"><a href="{html.escape(entry.href)}">{html.escape(test.test)}</a>'
-        f'<div class="muted">{sum(len(line.points) for line in test.lines)} results'
+        f'<div class="muted">{sum(len(line) for line in test.lines)} results'
         + (f", {len(test.lines)} lines side by side" if len(test.lines) > 1 else "")
         + f"</div></td><td>{''.join(states)}</td>"
         f'<td><ul class="moves">{moves or "<li class=muted>nothing</li>"}</ul></td>'
@@ -180,7 +181,7 @@ def index_page(site: Site, entries: Sequence[TestEntry]) -> str:
     charts: dict[str, Any] = {}
     rows = "".join(index_row(entry, site, charts) for entry in entries)
     moved = sum(entry.rank != "steady" for entry in entries)
-    results = sum(len(line.points) for entry in entries for line in entry.lines.lines)
+    results = sum(len(line) for entry in entries for line in entry.lines.lines)
     body = (
         "<h1>Perf results over commits</h1>"
         f'<p class="facts">{drawn_line(site, len(entries), results)}</p>'
@@ -191,7 +192,8 @@ def index_page(site: Site, entries: Sequence[TestEntry]) -> str:
         f"<th>moved in the last {site.recent} commits</th><th>figures over commits</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
-    return page("Perf results over commits", body, {"charts": charts, "commits": {}, "commitUrl": None}, "assets/")
+    data = script_json({"charts": charts, "commits": {}, "commitUrl": None})
+    return page("Perf results over commits", body, data, "assets/")
 
 
 def slo_table(rows: Sequence[Sequence[str]]) -> str:
@@ -208,21 +210,16 @@ def slo_table(rows: Sequence[Sequence[str]]) -> str:
     return f'<table class="slo"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def test_page(site: Site, entry: TestEntry) -> str:
-    test = entry.lines
-    blocks = []
-    for line, verdict in zip(test.lines, entry.verdicts, strict=True):
-        newest = line.newest
-        commit = site.commits[newest.position]
-        title = html.escape(line.label) if len(test.lines) > 1 else "newest result"
-        head, rows = outcome(newest.figures)
-        blocks.append(
-            f'<section class="line"><h2>{title}</h2><p>{headline_html(head)}</p>'
-            f'<p class="facts">{len(line.points)} results; the newest at {html.escape(commit.id[:12])} '
-            f"({html.escape(commit.date)}); latest verdict: {verdict_html(verdict)}</p>"
-            + (slo_table(rows) if rows else "")
-            + "</section>"
-        )
+@dataclass(frozen=True)
+class Charts:
+    """A test page's charts: their ``divs`` and the page's ``data`` (:func:`script_json`),
+    drawn before the page's verdicts are known (the build draws them while they are compared)."""
+
+    divs: str
+    data: str
+
+
+def test_charts(site: Site, test: TestLines) -> Charts:
     charts: dict[str, Any] = {}
     divs = []
     thresholds = {slo["figure"]: slo for line in reversed(test.lines) for slo in point_slos(line.newest.figures)}
@@ -233,20 +230,37 @@ def test_page(site: Site, entry: TestEntry) -> str:
         divs.append(
             f'<div class="chart figure" id="chart-{index}" data-chart="{index}" data-key="{html.escape(key)}"></div>'
         )
-    used = sorted({p.position for line in test.lines for p in line.points})
+    used = sorted({p for line in test.lines for p in ints(line.positions)})
     commits = {
         p: [site.commits[p].id, site.commits[p].id[:12], site.commits[p].date, site.commits[p].subject] for p in used
     }
+    return Charts("".join(divs), script_json({"charts": charts, "commits": commits, "commitUrl": site.commit_url}))
+
+
+def test_page(site: Site, entry: TestEntry, charts: Charts) -> str:
+    test = entry.lines
+    blocks = []
+    for line, verdict in zip(test.lines, entry.verdicts, strict=True):
+        newest = line.newest
+        commit = site.commits[newest.position]
+        title = html.escape(line.label) if len(test.lines) > 1 else "newest result"
+        head, rows = outcome(newest.figures)
+        blocks.append(
+            f'<section class="line"><h2>{title}</h2><p>{headline_html(head)}</p>'
+            f'<p class="facts">{len(line)} results; the newest at {html.escape(commit.id[:12])} '
+            f"({html.escape(commit.date)}); latest verdict: {verdict_html(verdict)}</p>"
+            + (slo_table(rows) if rows else "")
+            + "</section>"
+        )
     side = f" · {len(test.lines)} lines side by side, never pooled" if len(test.lines) > 1 else ""
     body = (
         f'<p><a href="../index.html">all tests</a></p><h1>{html.escape(test.test)}</h1>'
-        f'<p class="facts">{sum(len(line.points) for line in test.lines):,} results in {html.escape(site.store)}, '
+        f'<p class="facts">{sum(len(line) for line in test.lines):,} results in {html.escape(site.store)}, '
         f"along the first-parent history of {html.escape(site.reference)}{side}</p>"
         + "".join(blocks)
         + '<h2>Figures over commits</h2><p class="muted">Hover a point for its commit, a click opens it'
         + (" (--commit-url)" if site.commit_url else " (with --commit-url)")
         + "; a diamond is a change point (Otava), red where the level got worse than the gate allows.</p>"
-        + f'<div class="charts">{"".join(divs)}</div>'
+        + f'<div class="charts">{charts.divs}</div>'
     )
-    data = {"charts": charts, "commits": commits, "commitUrl": site.commit_url}
-    return page(test.test, body, data, "../assets/")
+    return page(test.test, body, charts.data, "../assets/")

@@ -10,17 +10,12 @@ words first, ``server.cmd vllm serve ... --max-num-seqs 64``).
 reference's first-parent history (several results at one commit in the order they were saved),
 as :func:`~pytest_llmreplay.gate.history.history_points` gives them to ``llmreplay history``.
 
-**Change points** (:class:`Change`): Apache Otava's e-divisive
-(:func:`~pytest_llmreplay.gate.history.change_points`, the call ``llmreplay history`` makes on
-the newest 200 commits), run over the series in blocks (:func:`blocks`): each block's core of
-:data:`CORE` results, and :data:`CONTEXT` results on each side of it (a step at a core's edge has
-a window of results on both sides), and a change point is taken from the block whose core it
-lies in. A series only grows at its end, so every block but the last keeps its values, and its
-change points are cached by their digest: a rebuild runs Otava on the last block of a series,
-at most CORE + 2 CONTEXT results, however long the history. Each change point comes with the
-mean level before and after it (:func:`~pytest_llmreplay.gate.history.level_means`) and its
-change ``after / before - 1``. A change point is flagged ``regression`` when its change
-is worse than the figure's gate tolerance (higher for times, lower for throughputs, cache hit
+**Change points** (:class:`Change`): Apache Otava's e-divisive over the line's whole series,
+the call ``llmreplay history`` makes (:func:`~pytest_llmreplay.gate.history.change_points`;
+:func:`~.changes.change_points` gives the same indices, running Otava's windows only where the
+series changed). Each change point comes with the mean level before and after it
+(:func:`~pytest_llmreplay.gate.history.level_means`) and its change ``after / before - 1``. A
+change point is flagged ``regression`` when its change is worse than the figure's gate tolerance (higher for times, lower for throughputs, cache hit
 rates and capacities: :data:`~pytest_llmreplay.gate.baseline.LOWER_IS_WORSE`), ``improved``
 when it is as much better, else ``shift`` (a figure no tolerance gates, an SLO's, is always a
 shift).
@@ -28,22 +23,38 @@ shift).
 
 from __future__ import annotations
 
-import json
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
 
 from ..gate.baseline import LOWER_IS_WORSE
-from ..gate.history import change_points, level_means
-from .cache import DigestCache
+from ..gate.history import level_means
+from .cache import Results
 from .extract import point_slos
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.intp]
+
+
+def floats(array: Floats) -> list[float]:
+    """A 1-D array as Python floats (what JSON, :func:`json.dumps` and :mod:`statistics` take)."""
+    return cast(list[float], array.tolist())
+
+
+def ints(array: Ints) -> list[int]:
+    """A 1-D array as Python ints."""
+    return cast(list[int], array.tolist())
 
 
 @dataclass(frozen=True)
 class Point:
     """One result on a line: its commit's ``position`` in the history (0 the oldest drawn), its
-    store ``key`` and its extracted ``figures`` (:func:`~.extract.extract`)."""
+    store ``key`` and what a page shows of it (:meth:`~.cache.Results.outcome`: its ``figures``
+    and SLO checks)."""
 
     position: int
     key: str
@@ -65,34 +76,49 @@ class Change:
 
 @dataclass
 class Series:
-    """One figure of a line over commits: ``points`` (the line's results that measured it),
-    ``values``, ``intervals`` (``[low, high]`` or None per value), ``changes``."""
+    """One figure of a line over commits: the ``positions`` of the line's results that measured
+    it, their ``values``, each value's interval (``low`` NaN: none; ``high`` NaN with a ``low``:
+    open), ``changes``; ``drawn``: the values as the charts draw them, per unit
+    (:func:`~.charts.drawn_values` fills it, so that a page and the index round them once)."""
 
     key: str
-    points: list[Point]
-    values: list[float]
-    intervals: list[list[float | None] | None]
+    positions: Ints
+    values: Floats
+    low: Floats
+    high: Floats
     changes: list[Change] = field(default_factory=list)
     tolerance: float | None = None
+    drawn: dict[str | None, list[float]] = field(default_factory=dict, repr=False)
 
     @property
     def levels(self) -> list[float]:
-        return level_means(self.values, [c.index for c in self.changes])
+        return level_means(floats(self.values), [c.index for c in self.changes])
 
 
 @dataclass
 class Line:
-    """The results of one test that may be gated against each other, oldest first."""
+    """The results of one test that may be gated against each other, oldest first: their
+    ``rows`` in the test's :class:`~.cache.Results`, store ``keys`` and ``positions``."""
 
     id: str
-    points: list[Point]
+    results: Results
+    rows: Ints
+    keys: list[str]
+    positions: Ints
     facts: Mapping[str, Any]  # the same for each result (extract.extract's facts)
     label: str = ""
     series: dict[str, Series] = field(default_factory=dict)
 
-    @property
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @functools.cached_property
     def newest(self) -> Point:
-        return self.points[-1]
+        return Point(int(self.positions[-1]), self.keys[-1], self.results.outcome(int(self.rows[-1])))
+
+    def figures(self, index: int) -> dict[str, float]:
+        """The figures of the line's ``index``-th result."""
+        return self.results.outcome(int(self.rows[index]))["figures"]
 
 
 @dataclass
@@ -105,37 +131,6 @@ class TestLines:
     lines: list[Line]
 
 
-CORE = 200  # results of a series whose change points one Otava run gives (llmreplay history reads 200 commits)
-CONTEXT = 50  # results on each side of a core that the run sees too (Otava's own window)
-
-
-def blocks(count: int) -> list[tuple[int, int, int, int]]:
-    """The runs over a series of ``count`` results (module docstring): ``(start, end, core
-    start, core end)`` each, the cores a partition of ``0..count``. Fixed blocks have cores of
-    :data:`CORE` results and :data:`CONTEXT` more on each side; the last core holds the rest
-    (from CONTEXT to CORE + CONTEXT results) with its context before it."""
-    fixed = max(0, (count - CONTEXT) // CORE)
-    found = [(max(0, k * CORE - CONTEXT), (k + 1) * CORE + CONTEXT, k * CORE, (k + 1) * CORE) for k in range(fixed)]
-    last = fixed * CORE
-    return [*found, (max(0, last - CONTEXT), count, last, count)]
-
-
-def change_point_finder(cache: DigestCache) -> Callable[[Sequence[float]], list[int]]:
-    """Change points of a series (module docstring): Otava's
-    (:func:`~pytest_llmreplay.gate.history.change_points`) over each of its :func:`blocks`, those
-    in the block's core kept; each block's cached by the digest of its values."""
-
-    def find(values: Sequence[float]) -> list[int]:
-        found = []
-        for start, end, core_start, core_end in blocks(len(values)):
-            part = list(values[start:end])
-            points = cache.get(json.dumps(part), partial(change_points, part))
-            found += [start + i for i in points if core_start <= start + i < core_end]
-        return found
-
-    return find
-
-
 def flag(key: str, change: float | None, tolerance: float | None) -> str:
     """regression, improved or shift (module docstring)."""
     if change is None or tolerance is None:
@@ -144,15 +139,28 @@ def flag(key: str, change: float | None, tolerance: float | None) -> str:
     return "regression" if worse > tolerance else "improved" if worse < -tolerance else "shift"
 
 
-def figure_series(
-    key: str, points: list[Point], tolerance: float | None, find: Callable[[Sequence[float]], list[int]]
-) -> Series:
-    """The series of ``key`` over ``points`` with its change points (module docstring)."""
-    measured = [p for p in points if key in p.figures["figures"]]
-    values = [float(p.figures["figures"][key]) for p in measured]
-    series = Series(key, measured, values, [p.figures["intervals"].get(key) for p in measured], tolerance=tolerance)
-    indices = find(values)
-    levels = level_means(values, indices)
+def figure_series(key: str, line: Line, tolerance: float | None, find: Callable[[Floats], list[int]]) -> Series | None:
+    """The series of ``key`` over ``line`` with its change points (module docstring); None when
+    none of its results measured it."""
+    results = line.results
+    try:
+        column = results.keys.index(key)
+    except ValueError:
+        return None
+    values = results.figures[line.rows, column]
+    measured = ~np.isnan(values)
+    if not measured.any():
+        return None
+    series = Series(
+        key,
+        line.positions[measured],
+        values[measured],
+        results.low[line.rows, column][measured],
+        results.high[line.rows, column][measured],
+        tolerance=tolerance,
+    )
+    indices = find(series.values)
+    levels = level_means(floats(series.values), indices)
     for index in indices:
         before, after = levels[index - 1], levels[index]
         change = after / before - 1 if before else None
@@ -191,31 +199,33 @@ def labels(lines: Sequence[Line]) -> list[str]:
     ]
 
 
-def test_lines(
-    folder: str,
-    results: Sequence[tuple[str, Mapping[str, Any]]],
-    facts: Mapping[str, Mapping[str, Any]],
-    positions: Mapping[str, int],
-    find: Callable[[Sequence[float]], list[int]],
-) -> TestLines:
-    """The lines of one test folder's ``results`` (``(name, figures)``; ``facts``: line -> its
-    facts; ``positions``: a commit's 12 hex digits -> its place in the history), each gated or
-    SLO'd figure of a line's newest result a series."""
-    by_line: dict[str, list[Point]] = {}
-    for name, figures in results:
-        point = Point(positions[name[:12]], f"{folder}/{name}", figures)
-        by_line.setdefault(figures["line"], []).append(point)
-    lines = [
-        Line(line_id, sorted(points, key=lambda p: (p.position, p.key)), facts[line_id])
-        for line_id, points in by_line.items()
-    ]
-    lines.sort(key=lambda line: (-line.newest.position, line.newest.key))
+def test_lines(folder: str, results: Results, names: Sequence[str], positions: Mapping[str, int]) -> TestLines:
+    """The lines of one test folder's results ``names`` (in name order; ``positions``: a
+    commit's 12 hex digits -> its place in the history), labelled; :func:`add_series` draws
+    their figures."""
+    rows = np.fromiter((results.rows[name] for name in names), dtype=np.intp, count=len(names))
+    at = np.fromiter((positions[name[:12]] for name in names), dtype=np.intp, count=len(names))
+    by_line: dict[str, list[int]] = {}
+    for index, row in enumerate(ints(rows)):
+        by_line.setdefault(results.lines[row], []).append(index)
+    lines = []
+    for line_id, indices in by_line.items():
+        chosen = np.array(indices)
+        order = chosen[np.argsort(at[chosen], kind="stable")]  # by commit, then by name (saved order)
+        keys = [f"{folder}/{names[i]}" for i in ints(order)]
+        lines.append(Line(line_id, results, rows[order], keys, at[order], results.facts[line_id]))
+    lines.sort(key=lambda line: (-line.positions[-1], line.keys[-1]))
     for line, label in zip(lines, labels(lines), strict=True):
         line.label = label
+    return TestLines(lines[0].facts["test"], folder, lines)
+
+
+def add_series(test: TestLines, find: Callable[[Floats], list[int]]) -> None:
+    """Each gated or SLO'd figure of a line's newest result a series of the line."""
+    for line in test.lines:
         tolerances = line.facts["tolerances"]
         keys = dict.fromkeys([*tolerances, *(slo["figure"] for slo in point_slos(line.newest.figures))])
         for key in keys:
-            series = figure_series(key, line.points, tolerances.get(key), find)
-            if series.values:
+            series = figure_series(key, line, tolerances.get(key), find)
+            if series is not None:
                 line.series[key] = series
-    return TestLines(lines[0].facts["test"], folder, lines)

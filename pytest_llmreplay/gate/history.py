@@ -61,6 +61,7 @@ HISTORY_WINDOW = 20
 TREND_WINDOW = 50  # the newest earlier results a trend plot draws
 MIN_TREND = 2  # earlier results a trend plot needs
 CHANGE_POINT_PVALUE = 0.001  # Otava's default significance for a change point
+CHANGE_POINT_WINDOW = 50  # results in each window of Otava's split step
 EXTRA = "pip install 'pytest-llmreplay[history]'"
 
 
@@ -183,7 +184,7 @@ def change_points(values: list[float], max_pvalue: float = CHANGE_POINT_PVALUE) 
         raise LLMReplayError(f"change points need Apache Otava: {EXTRA}") from None
     if len(values) < 3:
         return []
-    found, _ = compute_change_points(values, window_len=50, max_pvalue=max_pvalue)
+    found, _ = compute_change_points(values, window_len=CHANGE_POINT_WINDOW, max_pvalue=max_pvalue)
     return sorted(int(point.index) for point in found)
 
 
