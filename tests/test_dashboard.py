@@ -88,8 +88,13 @@ def test_a_test_page_draws_each_figure_with_its_change_point_and_slo(site, tmp_p
     assert {"ttft.p99 (an SLO's figure)", "error_rate (an SLO's figure)"} <= set(titles)
     ttft = next(c for c in data["charts"].values() if c["layout"]["title"]["text"].startswith("ttft.p50"))
     results, *rest = ttft["data"]
-    assert results["x"] == list(range(COMMITS)) and results["customdata"] == list(range(COMMITS))
-    assert results["hovertemplate"].startswith("<b>%{customdata[1]}</b> %{customdata[2]}")  # commit, date
+    assert results["x"] == list(range(COMMITS))  # each point's x is its commit's key in the page's commits
+    assert results["hovertemplate"].startswith(
+        "<b>%{customdata[1]}</b> %{customdata[2]}"
+    )  # commit, date (the script's)
+    level = next(t for t in rest if t["name"].endswith(": level"))
+    assert level["x"] == [0, STEP, COMMITS - 1] and level["line"]["shape"] == "hv"  # the levels from where each starts
+    assert level["y"][1] == level["y"][2] < level["y"][0] * 0.9
     assert min(results["y"][STEP:]) < max(results["y"][:STEP]) * 0.9  # 20% faster from STEP on, in ms
     improved = next(t for t in rest if t["name"] == "change point: improved")
     assert improved["x"] == [STEP] and re.match(
@@ -151,6 +156,23 @@ def test_a_rebuild_after_one_new_result_reads_and_writes_only_that(site, tmp_pat
     assert untouched.stat().st_mtime_ns == before
     data = page_data(page_of(out, stored_test_ids()[3]))
     assert data["commits"][str(COMMITS)][0] == new and data["charts"]["0"]["data"][0]["x"][-1] == COMMITS
+
+
+def test_an_update_after_one_more_commit_writes_the_pages_a_build_from_scratch_writes(site, tmp_path, capsys, base):
+    out, scratch = tmp_path / "out", tmp_path / "scratch"
+    build(str(site), out, capsys)
+    repo = site.parent / "repo"
+    dashboard_site.dashboard_store.add_commit(repo)
+    ids = git(repo, "rev-list", "--reverse", "HEAD").split()
+    fresh = list(dashboard_site.dashboard_store.results(base, 5, ids, first=len(ids) - 1))
+    dashboard_site.dashboard_store.write_folder(site, iter(fresh))
+    assert f"({len(fresh)} read from the store, {COMMITS * 6} from the cache)" in build(str(site), out, capsys)
+    build(str(site), scratch, capsys)
+    pages = sorted(path.relative_to(out) for path in out.rglob("*.html"))
+    assert pages == sorted(path.relative_to(scratch) for path in scratch.rglob("*.html")) and len(pages) == 6
+    for page in pages:
+        assert (out / page).read_bytes() == (scratch / page).read_bytes(), page
+    assert len(page_data(page_of(out, stored_test_ids()[0]))["charts"]["0"]["data"][0]["x"]) == COMMITS + 1
 
 
 def test_unreadable_and_interrupted_results_are_left_out_and_named(site, tmp_path, capsys):
@@ -220,5 +242,14 @@ def test_without_plotly_the_extra_is_named_before_anything_is_read(site, capsys,
     assert main(["dashboard", "--baseline-dir", str(site), "--out", "site"]) == 3
     assert capsys.readouterr().err == (
         "error: the dashboard draws its charts with Plotly.js, from the plotly package: pip install 'pytest-llmreplay[dashboard]'\n"
+    )
+    assert not Path("site").exists()
+
+
+def test_without_otava_the_extra_is_named_before_anything_is_read(site, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "otava", None)  # as if not installed
+    assert main(["dashboard", "--baseline-dir", str(site), "--out", "site"]) == 3
+    assert (
+        capsys.readouterr().err == "error: change points need Apache Otava: pip install 'pytest-llmreplay[history]'\n"
     )
     assert not Path("site").exists()

@@ -27,7 +27,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from ..dashboard.assets import plotly_js
     from ..dashboard.build import build_dashboard
     from ..dashboard.cache import default_workers
-    from ..gate.history import change_points
+    from ..dashboard.changes import require_otava
 
     if args.commit_url is not None and "{commit}" not in args.commit_url:
         raise LLMReplayError(
@@ -36,7 +36,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     if not args.out.strip():
         raise LLMReplayError("--out: empty; expected a folder for the dashboard")
     plotly_js()
-    change_points([])  # without the [history] extra: one line naming it, before anything is read
+    require_otava()  # without the [history] extra: one line naming it, before anything is read
     store = open_store_option("--baseline-dir", args.baseline_dir, False)
     built = build_dashboard(
         store,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import LLMReplayError
 from ..gate.store import Store
@@ -72,8 +73,9 @@ class Results:
     """One test folder's results read so far, as arrays: row ``i`` is the result ``names[i]``,
     of the line ``lines[i]`` (:func:`~.extract.line_of`); ``figures[i, j]`` its figure
     ``keys[j]`` (NaN where not measured); ``low``/``high`` the figure's interval (``low`` NaN:
-    none; ``high`` NaN with a ``low``: open); ``outcomes[i]`` its ``slo``, ``failed_by`` and
-    ``plugin_metrics`` as JSON text (decoded for the results a page shows the outcome of);
+    none; ``high`` NaN with a ``low``: open); its ``slo``, ``failed_by`` and ``plugin_metrics``
+    as JSON, ``outcomes[ends[i - 1]:ends[i]]`` (UTF-8 bytes, decoded for the results a page
+    shows the outcome of: :meth:`outcome`);
     ``facts``: line -> its facts; ``skipped``: name -> ``{"unreadable": why}`` or
     ``{"interrupted": signal}``, the results no series draws."""
 
@@ -82,7 +84,8 @@ class Results:
         self.lines: list[str] = []
         self.keys: list[str] = []
         self.figures = self.low = self.high = np.empty((0, 0))
-        self.outcomes: list[str] = []
+        self.outcomes: npt.NDArray[np.uint8] = np.empty(0, dtype=np.uint8)
+        self.ends: npt.NDArray[np.int64] = np.empty(0, dtype=np.int64)
         self.facts: dict[str, dict[str, Any]] = {}
         self.skipped: dict[str, dict[str, str]] = {}
 
@@ -122,21 +125,26 @@ class Results:
         )
         self.names += list(drawn)
         self.lines += [figures["line"] for figures in drawn.values()]
-        self.outcomes += [
-            json.dumps({part: figures[part] for part in OUTCOME}, separators=(",", ":")) for figures in drawn.values()
+        texts = [
+            json.dumps({part: figures[part] for part in OUTCOME}, separators=(",", ":")).encode()
+            for figures in drawn.values()
         ]
+        start = int(self.ends[-1]) if len(self.ends) else 0
+        self.outcomes = np.concatenate([self.outcomes, np.frombuffer(b"".join(texts), dtype=np.uint8)])
+        self.ends = np.concatenate([self.ends, start + np.cumsum([len(text) for text in texts], dtype=np.int64)])
         self.__dict__.pop("rows", None)
 
     def outcome(self, row: int) -> dict[str, Any]:
         """What :func:`~.extract.outcome` and :func:`~.extract.point_slos` read of row ``row``:
         its figures and its :data:`OUTCOME` parts."""
         figures = {key: float(value) for key, value in zip(self.keys, self.figures[row], strict=True) if value == value}
-        return {"figures": figures, **json.loads(self.outcomes[row])}
+        start = int(self.ends[row - 1]) if row else 0
+        return {"figures": figures, **json.loads(self.outcomes[start : self.ends[row]].tobytes())}
 
 
 class FolderCache:
     """The :class:`Results` of one test folder, kept in ``OUT/.llmreplay-dashboard/results/
-    <folder>.npz``: the arrays, and the rest as JSON in its ``meta`` array, with the store and
+    <folder>.npz``: its arrays, and the rest as JSON in a ``meta`` array, with the store and
     :data:`~.extract.VERSION` it was written for (a file of another store or version, or one
     that does not read back, is read again from the store). A build that read new results of
     the folder writes the file anew (atomically)."""
@@ -151,6 +159,7 @@ class FolderCache:
             with np.load(self.path, allow_pickle=False) as stored:
                 meta = json.loads(stored["meta"].tobytes())
                 arrays = [stored[name] for name in ("figures", "low", "high")]
+                outcomes, ends = stored["outcomes"], stored["ends"]
         except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # missing, torn or foreign
             return None
         if not isinstance(meta, dict) or meta.get("header") != self.header:
@@ -158,13 +167,16 @@ class FolderCache:
         results = Results()
         try:
             results.names, results.lines, results.keys = meta["names"], meta["lines"], meta["keys"]
-            results.outcomes, results.facts, results.skipped = meta["outcomes"], meta["facts"], meta["skipped"]
+            results.facts, results.skipped = meta["facts"], meta["skipped"]
         except (KeyError, TypeError):
             return None
         shape = (len(results.names), len(results.keys))
-        if any(array.shape != shape for array in arrays) or not len(results.lines) == len(results.outcomes) == shape[0]:
+        if any(array.shape != shape for array in arrays) or len(results.lines) != shape[0] or ends.shape != shape[:1]:
+            return None
+        if shape[0] and (int(ends[-1]) != len(outcomes) or (np.diff(ends, prepend=0) < 0).any()):
             return None
         results.figures, results.low, results.high = arrays
+        results.outcomes, results.ends = outcomes, ends
         return results
 
     def add(self, found: Mapping[str, Mapping[str, Any]]) -> None:
@@ -173,7 +185,7 @@ class FolderCache:
         results.add(found)
         meta = {
             "header": self.header,
-            **{part: getattr(results, part) for part in ("names", "lines", "keys", "outcomes", "facts", "skipped")},
+            **{part: getattr(results, part) for part in ("names", "lines", "keys", "facts", "skipped")},
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp.npz")
@@ -182,6 +194,8 @@ class FolderCache:
             figures=results.figures,
             low=results.low,
             high=results.high,
+            outcomes=results.outcomes,
+            ends=results.ends,
             meta=np.frombuffer(json.dumps(meta, separators=(",", ":")).encode(), dtype=np.uint8),
         )
         os.replace(temporary, self.path)

@@ -8,11 +8,12 @@ capacity's bracket), its levels between change points dotted, each change point 
 coloured by its flag (regression red, improved green, shift grey) whose hover gives the levels
 and the change. The newest SLO threshold on the figure is a red dashed line named in the legend.
 
-Hover on a result gives the commit (short id, date, subject), the value and the interval. The
-points' ``customdata`` is the index of their commit in the page's commit table: the page's
-script (``assets/dashboard.js``) puts the commit's fields there before Plotly draws, so a
-commit's words are written once per page, not once per figure; a click opens the commit
-through ``--commit-url``.
+Hover on a result gives the commit (short id, date, subject), the value and the interval. A
+point's x is also the key of its commit in the page's commit table: the page's script
+(``assets/dashboard.js``) gives each trace whose hover names its ``customdata`` the commits of
+its x before Plotly draws, so a commit's words are written once per page, not once per figure;
+a click opens the commit through ``--commit-url``. A line's levels are drawn from where each
+starts (a step line), not from every result.
 
 **A sparkline** (:func:`sparkline`): the index's small line of one figure, each line of the
 test, change points flagged regression marked; no axes, no hover; its y axis from zero, so that
@@ -23,26 +24,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
+import numpy.typing as npt
 
-from ..metrics.units import figure_unit, in_unit, significant, with_unit
-from .series import Line, Series, floats, ints
+from ..metrics.units import UNITS, figure_unit, in_unit, significant, with_unit
+from .digits import rounded, rounded_all
+from .series import Floats, Line, Series, floats, ints
 
 FLAG_COLOURS = {"regression": "#c62828", "improved": "#2e7d32", "shift": "#757575"}
 THRESHOLD_COLOUR = "#c62828"
 PALETTE = ("#1f77b4", "#ff7f0e", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#bcbd22", "#7f7f7f")  # a line each
 TICKS = 8  # commits named on a chart's x axis at most
-DIGITS = 5
-HOVER_VALUE = "%{y:,.4~g}"  # Plotly's hover template of a value: 4 significant digits  # significant digits a value keeps in the page's data
+HOVER_VALUE = "%{y:,.4~g}"  # Plotly's hover template of a value: 4 significant digits
 
 
-def rounded(value: float) -> float:
-    """``value`` to :data:`DIGITS` significant digits (the page's data stays small)."""
-    if value == 0 or not math.isfinite(value):
-        return value
-    return round(value, DIGITS - 1 - math.floor(math.log10(abs(value))))
+def in_unit_all(values: Floats, unit: str | None) -> Floats:
+    """:func:`~pytest_llmreplay.metrics.units.in_unit` of each of ``values``."""
+    return cast(Floats, values / UNITS[unit][1]) if unit else values
 
 
 def axis_unit(key: str, lines: Sequence[Line]) -> str | None:
@@ -55,7 +55,7 @@ def drawn_values(series: Series, unit: str | None) -> list[float]:
     """``series``' values in ``unit``, :func:`rounded`: what a chart draws; made once per unit
     (a page and the index draw the same values)."""
     if unit not in series.drawn:
-        series.drawn[unit] = [rounded(in_unit(v, unit)) for v in floats(series.values)]
+        series.drawn[unit] = rounded_all(in_unit_all(series.values, unit))
     return series.drawn[unit]
 
 
@@ -73,46 +73,50 @@ def shown(value: float | None, unit: str | None) -> str:
 
 
 def _result_trace(line: Line, series: Series, unit: str | None, colour: str, label: str) -> dict[str, Any]:
-    y = drawn_values(series, unit)
-    up, down, texts = [], [], []
     has_interval = ~np.isnan(series.low)
-    if has_interval.any():
-        what = "bracket" if series.key.startswith("capacity.") else f"range of {line.facts['runs']} runs"
-        for value, low, high, given in zip(
-            floats(series.values), floats(series.low), floats(series.high), has_interval, strict=True
-        ):
-            if not given:
-                up.append(0.0)
-                down.append(0.0)
-                texts.append("")
-                continue
-            top = None if math.isnan(high) else high
-            down.append(rounded(in_unit(value - low, unit)))
-            up.append(rounded(in_unit(top - value, unit)) if top is not None else 0.0)
-            texts.append(f"<br>{what}: {shown(low, unit)} to {shown(top, unit)}")
-    else:
-        texts = [""] * len(y)
-    x = ints(series.positions)
     trace: dict[str, Any] = {
         "type": "scatter",
         "mode": "lines+markers",
         "name": label,
         "legendgroup": line.id,
-        "x": x,
-        "y": y,
-        "customdata": x,
-        "text": texts,
+        "x": ints(series.positions),
+        "y": drawn_values(series, unit),
         "line": {"color": colour, "width": 1.5},
         "marker": {"color": colour, "size": 5},
         "hovertemplate": (
             "<b>%{customdata[1]}</b> %{customdata[2]}<br>%{customdata[3]}<br>"
-            f"{series.key}: {with_unit(HOVER_VALUE, unit)}%{{text}}"
+            f"{series.key}: {with_unit(HOVER_VALUE, unit)}{'%{text}' if has_interval.any() else ''}"
             f"<extra>{label}</extra>"
         ),
     }
     if has_interval.any():
-        trace["error_y"] = {"type": "data", "symmetric": False, "array": up, "arrayminus": down, "color": colour}
+        trace.update(_intervals(line, series, unit, colour, has_interval))
     return trace
+
+
+def _intervals(
+    line: Line, series: Series, unit: str | None, colour: str, given: npt.NDArray[np.bool_]
+) -> dict[str, Any]:
+    """The error bars of a series with intervals and each value's words on hover (``open``: a
+    bracket without a top)."""
+    open_top = np.isnan(series.high)
+    down = np.where(given, series.values - series.low, 0.0)
+    up = np.where(given & ~open_top, series.high - series.values, 0.0)
+    what = "bracket" if series.key.startswith("capacity.") else f"range of {line.facts['runs']} runs"
+    texts = [
+        f"<br>{what}: {shown(low, unit)} to {shown(None if no_top else high, unit)}" if has else ""
+        for has, low, high, no_top in zip(given, floats(series.low), floats(series.high), open_top, strict=True)
+    ]
+    return {
+        "text": texts,
+        "error_y": {
+            "type": "data",
+            "symmetric": False,
+            "array": rounded_all(in_unit_all(up, unit)),
+            "arrayminus": rounded_all(in_unit_all(down, unit)),
+            "color": colour,
+        },
+    }
 
 
 def _change_traces(line: Line, series: Series, unit: str | None, label: str, named: set[str]) -> list[dict[str, Any]]:
@@ -121,9 +125,9 @@ def _change_traces(line: Line, series: Series, unit: str | None, label: str, nam
     if not series.changes:
         return []
     x = ints(series.positions)
+    starts = [0, *(c.index for c in series.changes)]
     means = series.levels
-    shown_levels = {mean: rounded(in_unit(mean, unit)) for mean in set(means)}  # a few levels, each rounded once
-    levels = [shown_levels[mean] for mean in means]
+    levels = [rounded(in_unit(means[start], unit)) for start in starts]  # each level from where it starts
     traces: list[dict[str, Any]] = [
         {
             "type": "scatter",
@@ -132,8 +136,8 @@ def _change_traces(line: Line, series: Series, unit: str | None, label: str, nam
             "legendgroup": line.id,
             "showlegend": False,
             "hoverinfo": "skip",
-            "x": x,
-            "y": levels,
+            "x": [x[start] for start in starts] + [x[-1]],
+            "y": levels + levels[-1:],
             "line": {"color": "#9e9e9e", "width": 1, "dash": "dot", "shape": "hv"},
         }
     ]
@@ -157,8 +161,7 @@ def _change_traces(line: Line, series: Series, unit: str | None, label: str, nam
                 "legendgroup": f"change-{name}",
                 "showlegend": legend,
                 "x": [x[c.index] for c in changes],
-                "y": [levels[c.index] for c in changes],
-                "customdata": [x[c.index] for c in changes],
+                "y": [levels[starts.index(c.index)] for c in changes],
                 "text": texts,
                 "marker": {"color": colour, "size": 11, "symbol": "diamond", "line": {"color": "#fff", "width": 1}},
                 "hovertemplate": "<b>%{customdata[1]}</b> %{customdata[2]}<br>%{text}<extra>" + label + "</extra>",

@@ -287,7 +287,7 @@ class FolderStore(Store):
 
     def names(self, folder: str) -> list[str]:
         path = self.root / folder
-        return [p.name for p in path.iterdir() if not p.name.startswith(".")] if path.is_dir() else []
+        return [name for name in os.listdir(path) if not name.startswith(".")] if path.is_dir() else []
 
     def read_bytes(self, key: str) -> bytes:
         try:

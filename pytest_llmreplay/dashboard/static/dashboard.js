@@ -1,7 +1,8 @@
 // The dashboard's pages: each chart's Plotly figure is in the page's JSON block (#page-data);
-// this hands them to Plotly.js, which draws them. Points carry their commit's index in the
-// page's commit table, replaced here by [id, short id, date, subject] for the hover; a click
-// on a point opens its commit through --commit-url. Sparklines are static and drawn a few at a
+// this hands them to Plotly.js, which draws them. A point's x is its commit's key in the
+// page's commit table: a trace whose hover names its customdata gets [id, short id, date,
+// subject] of each point's commit there; a click on a point opens its commit through
+// --commit-url. Sparklines are static and drawn a few at a
 // time (the page answers at once); each chart's div gets data-drawn once drawn.
 (function () {
   "use strict";
@@ -10,7 +11,9 @@
 
   function withCommits(figure) {
     for (const trace of figure.data) {
-      if (trace.customdata) trace.customdata = trace.customdata.map((p) => commits[p] || [String(p), String(p), "", ""]);
+      if (String(trace.hovertemplate || "").includes("customdata")) {
+        trace.customdata = trace.x.map((p) => commits[p] || [String(p), String(p), "", ""]);
+      }
     }
     return figure;
   }
