@@ -29,8 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import dashboard_store  # noqa: E402
+import dashboard_store  # bench/dashboard_store.py: run as a script, this one's folder is on the path
 
 COMMITS, TESTS = 1000, 30
 

@@ -1,32 +1,39 @@
 """A synthetic store for ``llmreplay dashboard``: COMMITS commits x TESTS tests, made from real
 stored results.
 
-**Base results**: the project's example perf tests (``tests/perf``, six tests) replayed once on
-the offline simulator as Llama-3.1-8B on an H100 and once on an H200 (``--llm-save``: real
-stored results, 6-21 KB each, with samples and SLOs). **Tests**: test i is base result i mod 6
+**Base results** (``--base perf``, the default): the project's example perf tests
+(``tests/perf``, six tests) replayed once on the offline simulator as Llama-3.1-8B on an H100
+and once on an H200 (``--llm-save``: real stored results, 6-21 KB each, with samples and SLOs).
+``--base chat``: a 16-session chat (:data:`CHAT`) run once on each profile by ``llmreplay run``,
+with three SLOs (:data:`CHAT_SLOS`): seconds instead of a minute (the dashboard's tests use it). **Tests**: test i is base result i mod 6
 renamed ``tests/perf/test_bench_NN.py::test_NN``; every seventh test also has the H200's
 results (two lines side by side), and every fifth stores three runs per result
 (``--llm-repeat 3``: an interval per figure). **Commits**: a git repository of COMMITS empty
 commits on main, an hour apart (``git fast-import``). **Figures over commits**: each test's
 times are scaled by a level times noise (times x f, throughputs / f, samples and summaries
 alike, its SLO checks redone): the level starts at 1 and takes two steps of 5-25% either way at
-random commits; the noise is 1.5% (a normal draw per result); one test in six gets a 15% step
-in the newest ten commits, so the index has tests that moved. Seeded: the same arguments make
-the same store.
+random commits, and one test in six a 15% step in the newest ten commits, so the index has
+tests that moved; or only the steps ``--steps`` names (``0@22:+0.2``: test 0 20% slower from
+commit 22 on). The noise is 1.5% (a normal draw per result). Seeded: the same arguments make the
+same store.
 
 The store is a folder (``--store folder``, ``REPO/../store``) or a git ref of the repository
 itself (``--store git``, ``git:REPO#refs/llmreplay/results``, one commit made by fast-import).
 
     .venv/bin/python bench/dashboard_store.py /tmp/dash --commits 1000 --tests 30 --store folder
+    .venv/bin/python bench/dashboard_store.py /tmp/dash --tests 30 --store folder --add-commit
 
-bench/dashboard_speed.py times the dashboard on it; tests/test_dashboard_browser.py draws a
-small one. :func:`add_commit` adds one commit with a result of every test (the update).
+``--add-commit`` adds one commit to the store's repository, with a result of every test at it
+(the update). bench/dashboard_speed.py times the dashboard on it; the dashboard's tests build
+from a small one (tests/dashboard_site.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import json
 import math
 import random
@@ -45,25 +52,54 @@ RATES = ("output_throughput", "request_throughput", "input_throughput", "decode_
 PROFILES = ("llama-3.1-8b-h100", "llama-3.1-8b-h200")
 GIT = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost"}
 START = 1_760_000_000  # the first commit's time (UNIX seconds)
+CHAT = (
+    "synthetic:\n  sessions: 16\n  input_tokens: {dist: uniform, min: 64, max: 1024}\n"
+    "  output_tokens: {dist: uniform, min: 8, max: 128}\n  rate: 4\n  seed: 7\n"
+)
+CHAT_SLOS = (("ttft.p99", "< 500ms"), ("tpot.p50", "< 30ms"), ("error_rate", "== 0"))
+Steps = dict[int, list[tuple[int, float]]]  # test -> its steps: (commit, relative change)
 
 
-def make_base(folder: Path) -> dict[str, list[dict[str, Any]]]:
-    """The base results: ``tests/perf`` on each of :data:`PROFILES` (module docstring), saved
-    under ``folder/<profile>`` once; profile -> its records, by test id."""
+def make_base(folder: Path, kind: str = "perf") -> dict[str, list[dict[str, Any]]]:
+    """The base results (module docstring), made under ``folder/<profile>`` once; profile -> its
+    records, by test id."""
     found = {}
     for profile in PROFILES:
         store = folder / profile
         if not store.is_dir():
-            subprocess.run(
-                [sys.executable, "-m", "pytest", "tests/perf", "-q", "-p", "no:cacheprovider", "--llm-offline"]
-                + ["--llm-save", f"--llm-baseline-dir={store}", f"--llm-sim-profile={profile}"],
-                cwd=ROOT,
-                check=True,
-                capture_output=True,
-            )
+            (replay_perf if kind == "perf" else run_chat)(store, profile)
         records = [json.loads(path.read_text()) for path in sorted(store.glob("*/*.json"))]
         found[profile] = sorted(records, key=lambda record: record["test"])
     return found
+
+
+def replay_perf(store: Path, profile: str) -> None:
+    """``tests/perf`` replayed on ``profile``, saved in ``store``."""
+    subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/perf", "-q", "-p", "no:cacheprovider", "--llm-offline"]
+        + ["--llm-save", f"--llm-baseline-dir={store}", f"--llm-sim-profile={profile}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
+
+
+def run_chat(store: Path, profile: str) -> None:
+    """:data:`CHAT` (one file for both profiles: the same workload) run once on ``profile``
+    with :data:`CHAT_SLOS`, kept as ``store/chat/<profile>.json``."""
+    from pytest_llmreplay.cli.main import main
+
+    workload, run = store.parent / "chat.yaml", store.parent / "runs" / profile
+    workload.parent.mkdir(parents=True, exist_ok=True)
+    workload.write_text(CHAT)
+    with contextlib.redirect_stdout(io.StringIO()):  # its tables: this script prints what it made
+        status = main(["run", str(workload), "--sim", profile, "--out", str(run)])
+    if status != 0:
+        raise SystemExit(f"llmreplay run on {profile} failed")
+    record = json.loads((run / "result.json").read_text())
+    record["slo"] = [{"key": key, "threshold": text, "measured": None, "passed": True} for key, text in CHAT_SLOS]
+    (store / "chat").mkdir(parents=True)
+    (store / "chat" / f"{profile}.json").write_text(json.dumps(record))
 
 
 def git(repo: Path, *args: str, data: bytes | None = None) -> str:
@@ -144,14 +180,19 @@ def repeated(base: Mapping[str, Any], factors: list[float]) -> dict[str, Any]:
     return record
 
 
-def level(test: int, commits: int) -> Callable[[int], float]:
-    """Test ``test``'s level at each commit: two random steps, and a recent one for every sixth
-    test (module docstring)."""
-    rng = random.Random(1000 + test)
-    steps = [(rng.randrange(commits // 10, commits), rng.choice((-1, 1)) * rng.uniform(0.05, 0.25)) for _ in range(2)]
-    if test % 6 == 3:
-        steps.append((commits - 1 - rng.randrange(2, 9), 0.15))
-    return lambda commit: math.prod(1 + size for at, size in steps if commit >= at)
+def level(test: int, commits: int, steps: Steps | None = None) -> Callable[[int], float]:
+    """Test ``test``'s level at each commit: its ``steps`` when given, else two random steps and
+    a recent one for every sixth test (module docstring)."""
+    if steps is not None:
+        chosen = steps.get(test, [])
+    else:
+        rng = random.Random(1000 + test)
+        chosen = [
+            (rng.randrange(commits // 10, commits), rng.choice((-1, 1)) * rng.uniform(0.05, 0.25)) for _ in range(2)
+        ]
+        if test % 6 == 3:
+            chosen.append((commits - 1 - rng.randrange(2, 9), 0.15))
+    return lambda commit: math.prod(1 + size for at, size in chosen if commit >= at)
 
 
 def results(
@@ -159,12 +200,12 @@ def results(
     tests: int,
     commits: list[str],
     first: int = 0,
-    levels_of: Callable[[int, int], Callable[[int], float]] = level,
+    steps: Steps | None = None,
 ) -> Iterator[tuple[str, bytes]]:
     """(store key, bytes) of every test's result at ``commits[first:]`` (module docstring);
-    ``levels_of(test, commits)``: the test's level at each commit (default :func:`level`)."""
+    ``steps``: each test's steps (default: :func:`level`'s random ones)."""
     for test in range(tests):
-        levels = levels_of(test, len(commits))
+        levels = level(test, len(commits), steps)
         for index in range(first, len(commits)):
             noise = random.Random(test * 1_000_003 + index)
             profiles = PROFILES if test % 7 == 0 else PROFILES[:1]
@@ -224,24 +265,33 @@ def store_spec(out: Path, kind: str) -> str:
     return str(out / "store") if kind == "folder" else f"git:{out / 'repo'}#refs/llmreplay/results"
 
 
-def make_store(out: Path, commits: int, tests: int, kind: str) -> list[str]:
-    """The repository ``out/repo`` and the store (module docstring); the commit ids."""
-    base = make_base(out / "base")
+def make_store(out: Path, commits: int, tests: int, kind: str, base: str = "perf", steps: Steps | None = None) -> None:
+    """The repository ``out/repo`` and the store (module docstring)."""
+    records = make_base(out / "base", base)
     ids = make_repo(out / "repo", commits)
-    files = results(base, tests, ids)
+    files = results(records, tests, ids, steps=steps)
     count = write_folder(out / "store", files) if kind == "folder" else write_git(out / "repo", files)
     print(f"{count:,} results of {tests} tests at {commits:,} commits in {store_spec(out, kind)}")
-    return ids
 
 
-def add_results(out: Path, tests: int, kind: str) -> str:
+def add_results(out: Path, tests: int, kind: str, base: str = "perf", steps: Steps | None = None) -> str:
     """One more commit with a result of every test (the update); the commit's id."""
-    base = make_base(out / "base")
+    records = make_base(out / "base", base)
     add_commit(out / "repo")
     ids = git(out / "repo", "rev-list", "--reverse", "main").split()
-    files = results(base, tests, ids, first=len(ids) - 1)
+    files = results(records, tests, ids, first=len(ids) - 1, steps=steps)
     (write_folder(out / "store", files) if kind == "folder" else write_git(out / "repo", files))
     return ids[-1]
+
+
+def step(text: str) -> tuple[int, int, float]:
+    """``TEST@COMMIT:CHANGE`` (``0@22:+0.2``) -> (test, commit, change)."""
+    try:
+        test, rest = text.split("@")
+        commit, change = rest.split(":")
+        return int(test), int(commit), float(change)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected TEST@COMMIT:CHANGE, e.g. 0@22:+0.2") from None
 
 
 def main() -> None:
@@ -250,8 +300,23 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=1000)
     parser.add_argument("--tests", type=int, default=30)
     parser.add_argument("--store", choices=("folder", "git"), default="folder")
+    parser.add_argument("--base", choices=("perf", "chat"), default="perf", help="the base results (module docstring)")
+    parser.add_argument(
+        "--steps", nargs="+", type=step, metavar="TEST@COMMIT:CHANGE", help="the only steps (default: random ones)"
+    )
+    parser.add_argument(
+        "--add-commit", action="store_true", help="add one commit with a result of every test to the store in OUT"
+    )
     args = parser.parse_args()
-    make_store(args.out, args.commits, args.tests, args.store)
+    steps: Steps | None = None
+    if args.steps is not None:
+        steps = {}
+        for test, commit, change in args.steps:
+            steps.setdefault(test, []).append((commit, change))
+    if args.add_commit:
+        print(add_results(args.out, args.tests, args.store, args.base, steps))
+    else:
+        make_store(args.out, args.commits, args.tests, args.store, args.base, steps)
 
 
 if __name__ == "__main__":

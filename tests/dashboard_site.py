@@ -1,56 +1,54 @@
-"""Stores for the dashboard's tests: the synthetic store of bench/dashboard_store.py (real stored
-results scaled per commit), small, with base results made here by the offline simulator (a
-16-session chat on an H100 and an H200 profile, with three SLOs) instead of tests/perf's.
+"""The small synthetic store the dashboard's tests build from: bench/dashboard_store.py run as a
+script, on its chat base (a 16-session chat on the simulator's H100 and H200 profiles, three
+SLOs) instead of tests/perf's.
 
 Five tests over COMMITS commits: test 0 has both profiles' results (two lines side by side) and
 steps 20% slower at commit :data:`STEP` (a regression), test 2 steps 20% faster there (an
 improvement), test 4 stores three runs per result (an interval per figure), tests 1 and 3 are
-flat. Each result has 1.5% noise."""
+flat. Each result has 1.5% noise. :func:`make` runs the script once (a module's tests copy what
+it made: :func:`copy_of`); :func:`add_commit` runs it again for one more commit."""
 
 from __future__ import annotations
 
-import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))  # the bench's store generator, which the dashboard's benchmark times
-
-import dashboard_store  # noqa: E402
-
-from pytest_llmreplay.cli.main import main  # noqa: E402
-
+SCRIPT = ROOT / "bench" / "dashboard_store.py"
 COMMITS, TESTS, STEP = 30, 5, 22
-SLOS = (("ttft.p99", "< 500ms"), ("tpot.p50", "< 30ms"), ("error_rate", "== 0"))
-WORKLOAD = (
-    "synthetic:\n  sessions: 16\n  input_tokens: {dist: uniform, min: 64, max: 1024}\n"
-    "  output_tokens: {dist: uniform, min: 8, max: 128}\n  rate: 4\n  seed: 7\n"
-)
+STEPS = (f"0@{STEP}:+0.2", f"2@{STEP}:-0.2")
 
 
-def base_records(folder: Path) -> dict[str, list[dict]]:
-    """profile -> [one stored result of the simulator on that profile, with :data:`SLOS`]."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "chat.yaml").write_text(WORKLOAD)
-    found = {}
-    for profile in dashboard_store.PROFILES:
-        out = folder / profile
-        assert main(["run", str(folder / "chat.yaml"), "--sim", profile, "--out", str(out)]) == 0
-        record = json.loads((out / "result.json").read_text())
-        record["slo"] = [{"key": key, "threshold": text, "measured": None, "passed": True} for key, text in SLOS]
-        found[profile] = [record]
-    return found
+def store_script(out: Path, *more: str) -> str:
+    """bench/dashboard_store.py on ``out`` with this store's arguments and ``more``; what it printed."""
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), "--commits", str(COMMITS), "--tests", str(TESTS), "--base", "chat"]
+        + ["--steps", *STEPS, *more],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
-def levels(test: int, commits: int):
-    step = {0: 0.2, 2: -0.2}.get(test, 0.0)
-    return lambda commit: 1 + step if commit >= STEP else 1.0
+def make(out: Path, kind: str = "folder") -> Path:
+    """The store made in ``out`` (``repo/``, ``store/`` for the folder kind, ``base/``); ``out``."""
+    store_script(out, "--store", kind)
+    return out
 
 
-def make_repo_and_results(path: Path, base: dict[str, list[dict]]) -> tuple[list[str], list[tuple[str, bytes]]]:
-    """A repository of :data:`COMMITS` commits at ``path/repo`` and the results to store."""
-    ids = dashboard_store.make_repo(path / "repo", COMMITS)
-    return ids, list(dashboard_store.results(base, TESTS, ids, levels_of=levels))
+def copy_of(made: Path, path: Path) -> Path:
+    """A copy of what :func:`make` made at ``path`` (a store the test may change); its store."""
+    shutil.copytree(made, path, dirs_exist_ok=True)
+    return path / "store"
+
+
+def add_commit(out: Path) -> str:
+    """One more commit in ``out/repo`` with a result of every test in ``out/store``; its id."""
+    return store_script(out, "--add-commit").split()[-1]
 
 
 def stored_test_ids() -> list[str]:

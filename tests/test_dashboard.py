@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dashboard_site
 import pytest
-from dashboard_site import COMMITS, STEP, base_records, make_repo_and_results, stored_test_ids
+from dashboard_site import COMMITS, STEP, stored_test_ids
 from test_plugin_baselines import git
 
 from pytest_llmreplay.cli.main import main
@@ -23,17 +23,17 @@ from pytest_llmreplay.gate.store_url import open_store
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return base_records(tmp_path_factory.mktemp("base"))
+def made(tmp_path_factory):
+    """The synthetic store (tests/dashboard_site.py), made once for the module."""
+    return dashboard_site.make(tmp_path_factory.mktemp("made"))
 
 
 @pytest.fixture
-def site(tmp_path, monkeypatch, base):
-    """The repository (the cwd) and its results in a folder store; returns the store's path."""
-    ids, files = make_repo_and_results(tmp_path, base)
-    dashboard_site.dashboard_store.write_folder(tmp_path / "store", iter(files))
+def site(tmp_path, monkeypatch, made):
+    """A copy of the repository (the cwd) and its results in a folder store; returns the store's path."""
+    store = dashboard_site.copy_of(made, tmp_path)
     monkeypatch.chdir(tmp_path / "repo")
-    return tmp_path / "store"
+    return store
 
 
 def page_data(path: Path) -> dict:
@@ -135,21 +135,16 @@ def test_a_result_with_runs_draws_their_range(site, tmp_path, capsys):
     assert re.fullmatch(r"<br>range of 3 runs: [\d.]+ ms to [\d.]+ ms", results["text"][0])
 
 
-def test_a_rebuild_after_one_new_result_reads_and_writes_only_that(site, tmp_path, capsys, base):
+def test_a_rebuild_after_one_new_result_reads_and_writes_only_that(site, tmp_path, capsys):
     out = tmp_path / "out"
     build(str(site), out, capsys)
     untouched = page_of(out, stored_test_ids()[1])
     before = untouched.stat().st_mtime_ns
     assert "0 read from the store" in build(str(site), out, capsys)  # nothing new: all from the cache
-    repo = site.parent / "repo"
-    new = dashboard_site.dashboard_store.add_commit(repo)
-    ids = git(repo, "rev-list", "--reverse", "HEAD").split()
-    fresh = [
-        (key, data)
-        for key, data in dashboard_site.dashboard_store.results(base, 4, ids, first=len(ids) - 1)
-        if "test_03" in key
-    ]
-    dashboard_site.dashboard_store.write_folder(site, iter(fresh))
+    new = dashboard_site.add_commit(tmp_path)
+    for path in site.glob(f"*/{new[:12]}-*.json"):  # the new commit's results but test 3's
+        if path.parent.name != result_folder(stored_test_ids()[3]):
+            path.unlink()
     printed = build(str(site), out, capsys)
     assert f"(1 read from the store, {COMMITS * 6} from the cache)" in printed
     assert "; 1 test pages written" in printed and "1 latest verdicts compared" in printed
@@ -158,15 +153,12 @@ def test_a_rebuild_after_one_new_result_reads_and_writes_only_that(site, tmp_pat
     assert data["commits"][str(COMMITS)][0] == new and data["charts"]["0"]["data"][0]["x"][-1] == COMMITS
 
 
-def test_an_update_after_one_more_commit_writes_the_pages_a_build_from_scratch_writes(site, tmp_path, capsys, base):
+def test_an_update_after_one_more_commit_writes_the_pages_a_build_from_scratch_writes(site, tmp_path, capsys):
     out, scratch = tmp_path / "out", tmp_path / "scratch"
     build(str(site), out, capsys)
-    repo = site.parent / "repo"
-    dashboard_site.dashboard_store.add_commit(repo)
-    ids = git(repo, "rev-list", "--reverse", "HEAD").split()
-    fresh = list(dashboard_site.dashboard_store.results(base, 5, ids, first=len(ids) - 1))
-    dashboard_site.dashboard_store.write_folder(site, iter(fresh))
-    assert f"({len(fresh)} read from the store, {COMMITS * 6} from the cache)" in build(str(site), out, capsys)
+    new = dashboard_site.add_commit(tmp_path)
+    assert len(list(site.glob(f"*/{new[:12]}-*.json"))) == 6  # a result of every test, two of test 0
+    assert f"(6 read from the store, {COMMITS * 6} from the cache)" in build(str(site), out, capsys)
     build(str(site), scratch, capsys)
     pages = sorted(path.relative_to(out) for path in out.rglob("*.html"))
     assert pages == sorted(path.relative_to(scratch) for path in scratch.rglob("*.html")) and len(pages) == 6
@@ -185,9 +177,9 @@ def test_unreadable_and_interrupted_results_are_left_out_and_named(site, tmp_pat
     assert f"skipped 1 unreadable stored result: {first}: not a stored llmreplay result (" in printed
 
 
-def test_from_a_git_ref(tmp_path, monkeypatch, base, capsys):
-    ids, files = make_repo_and_results(tmp_path, base)
-    dashboard_site.dashboard_store.write_git(tmp_path / "repo", iter(files))
+def test_from_a_git_ref(tmp_path, monkeypatch, capsys):
+    dashboard_site.make(tmp_path, "git")
+    assert not (tmp_path / "store").exists()
     monkeypatch.chdir(tmp_path / "repo")
     printed = build(f"git:{tmp_path / 'repo'}#refs/llmreplay/results", tmp_path / "out", capsys)
     assert f"5 tests (2 moved recently), {COMMITS * 6} results ({COMMITS * 6} read from the store" in printed
@@ -195,12 +187,10 @@ def test_from_a_git_ref(tmp_path, monkeypatch, base, capsys):
     assert len(data["charts"]["0"]["data"][0]["y"]) == COMMITS
 
 
-def test_from_an_s3_bucket(tmp_path, monkeypatch, base, capsys, s3_env):
-    ids, files = make_repo_and_results(tmp_path, base)
-    monkeypatch.chdir(tmp_path / "repo")
+def test_from_an_s3_bucket(site, tmp_path, capsys, s3_env):
     store = open_store("s3://results/perf", tmp_path)
-    for key, data in files:
-        store.add(key, data)
+    for path in sorted(site.glob("*/*.json")):
+        store.add(path.relative_to(site).as_posix(), path.read_bytes())
     printed = build("s3://results/perf", tmp_path / "out", capsys)
     assert f"5 tests (2 moved recently), {COMMITS * 6} results ({COMMITS * 6} read from the store" in printed
     data = page_data(page_of(tmp_path / "out", stored_test_ids()[0]))

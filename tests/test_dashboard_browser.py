@@ -15,7 +15,7 @@ from pathlib import Path
 import dashboard_site
 import pytest
 from browser import chromium, visit
-from dashboard_site import COMMITS, base_records, make_repo_and_results, stored_test_ids
+from dashboard_site import COMMITS, stored_test_ids
 
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.gate.store import result_folder
@@ -67,9 +67,7 @@ def browser() -> str:
 def site(tmp_path_factory) -> Path:
     """The site built from the synthetic store; its folder. The repository's commits are in
     ``site.parent / "repo"``."""
-    path = tmp_path_factory.mktemp("dashboard")
-    ids, files = make_repo_and_results(path, base_records(path / "base"))
-    dashboard_site.dashboard_store.write_folder(path / "store", iter(files))
+    path = dashboard_site.make(tmp_path_factory.mktemp("dashboard"))
     cwd = Path.cwd()
     os.chdir(path / "repo")
     try:
