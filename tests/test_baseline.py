@@ -894,3 +894,13 @@ def test_bootstrap_where_every_resample_is_empty_on_both_sides_is_nan_without_a_
     undefined = np.full(1000, np.nan)  # every resample 0 / 0: no change to measure
     assert all(np.isnan(end) for end in bootstrap.Draws(np.nan, undefined).interval(0.95))
     assert bootstrap.Draws(np.nan, undefined).p_value() == 1.0
+
+
+@pytest.mark.parametrize("length", [2, 32, 96, bootstrap.SORTED_UP_TO, bootstrap.SORTED_UP_TO + 1, 900])
+@pytest.mark.parametrize("stat", ["p50", "p90", "p99", "p99.9", "mean"])
+def test_a_statistic_of_resamples_is_numpys_along_each_row(length, stat):
+    rng = np.random.default_rng(length)
+    samples = np.round(rng.lognormal(0, 1, length), 3)  # ties among the values, as stored figures have
+    draws = samples[rng.integers(0, length, (400, length))]
+    expected = bootstrap.statistic(stat, draws.copy())
+    assert np.array_equal(bootstrap.resampled(stat, draws), expected)  # to the last bit
