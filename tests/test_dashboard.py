@@ -109,6 +109,22 @@ def test_a_test_page_draws_each_figure_with_its_change_point_and_slo(site, tmp_p
     assert threshold["y"] == [500, 500] and slo["layout"]["yaxis"]["title"]["text"] == "ttft.p99 (ms)"
 
 
+def test_change_points_are_the_ones_llmreplay_history_prints(site, tmp_path, capsys):
+    build(str(site), tmp_path / "out", capsys)
+    test = stored_test_ids()[2]
+    data = page_data(page_of(tmp_path / "out", test))
+    assert main(["history", test, "--baseline-dir", str(site)]) == 0
+    printed = dict(re.findall(r"^([\w.]+): (change points at [\w, ]+|no change point)$", capsys.readouterr().out, re.M))
+    drawn = {}
+    for chart in data["charts"].values():
+        key = chart["layout"]["title"]["text"].split(" ")[0]
+        marked = sorted(x for t in chart["data"] if t["name"].startswith("change point") for x in t["x"])
+        drawn[key] = (
+            f"change points at {', '.join(data['commits'][str(x)][1] for x in marked)}" if marked else "no change point"
+        )
+    assert len(printed) == 7 and {key: drawn[key] for key in printed} == printed
+
+
 def test_several_endpoints_are_lines_side_by_side_never_pooled(site, tmp_path, capsys):
     build(str(site), tmp_path / "out", capsys)
     page = page_of(tmp_path / "out", stored_test_ids()[0])

@@ -103,7 +103,8 @@ def add_dashboard_parser(commands: Any) -> None:
         "--workers",
         type=integer(1),
         metavar="N",
-        help="processes that read the results of a first build (thousands of new results; default: the cores "
-        "this process may use, at most 8; 1: this process alone)",
+        help="processes that read the results of a first build (thousands of new results) and threads that "
+        "compare the latest verdicts of lines with new results (default: the cores this process may use, at most "
+        "8; 1: this thread alone)",
     )
     dashboard.set_defaults(run=cmd_dashboard, bad_input_status=BAD_INPUT)

@@ -6,11 +6,12 @@
     OUT/.llmreplay-dashboard/       what the next build reuses (:mod:`.cache`)
 
 **Incremental.** A rebuild reads from the store only the results it has not read before
-(:func:`~.cache.gather`), runs Otava only on a series whose values changed, compares only a
-line whose newest results changed (:class:`~.cache.DigestCache`; in threads while the series
-are drawn: :class:`~.verdicts.Judge`), and writes a test's page only
-when what it shows changed (the digest of its results, verdicts and the site's settings, kept in
-``pages.json``); the index is written each time. Plotly.js is copied once.
+(:func:`~.cache.gather`), runs Otava only on a series whose values changed, and there only on
+the windows its new values reach (:mod:`.changes`), compares only a line whose newest results
+changed (:class:`~.cache.DigestCache`; in threads while the series and charts are drawn:
+:class:`~.verdicts.Judge`), and draws and writes a test's page only when what it shows changed
+(the digest of its results' keys and places and the site's settings, kept in ``pages.json``:
+:class:`Pages`); the index is written each time. Plotly.js is copied once.
 
 ``--out`` must be a new or empty folder, or one a build wrote (it holds
 ``.llmreplay-dashboard/``): a build removes the pages of tests it no longer draws.

@@ -238,7 +238,8 @@ def read_all(
 
 
 def default_workers() -> int:
-    """The cores this process may use, at most 8: how many processes read a first build's results."""
+    """The cores this process may use, at most 8: how many processes read a first build's
+    results, and threads compare latest verdicts."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
