@@ -168,12 +168,15 @@ def vllm_url(shared_vllm) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The engine tests are one xdist group: under ``-n N --dist loadgroup`` (scripts/check) they
-    run on one worker, in order, sharing one vLLM server, while the other workers run the rest
-    (the plugin's scheduler honours ``xdist_group``: ``pytest_llmreplay/plugin/xdist_groups.py``)."""
+    """The engine tests are one xdist group, ``serial``: under ``-n N --dist loadgroup``
+    (scripts/check) they run on one worker, in order, sharing one vLLM server, while the other
+    workers run the rest (the plugin's scheduler honours ``xdist_group``:
+    ``pytest_llmreplay/plugin/xdist_groups.py``). A test whose timing tolerance a second busy
+    worker breaks joins the group with ``@pytest.mark.xdist_group("serial")``: it then never runs
+    beside an engine server."""
     for item in items:
         if item.get_closest_marker("engine") is not None:
-            item.add_marker(pytest.mark.xdist_group("engine"))
+            item.add_marker(pytest.mark.xdist_group("serial"))
 
 
 @pytest.hookimpl(trylast=True)
