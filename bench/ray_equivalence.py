@@ -26,8 +26,9 @@ import httpx
 
 from pytest_llmreplay.metrics.result import tpot, ttft
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.replayer.workers import RayWorkers, start_ray
 from pytest_llmreplay.sim.endpoint import SimEndpoint

@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_throughput import TICK, Mock, busy_cpu_s, free_port  # noqa: E402
 
 from pytest_llmreplay.metrics.result import Result  # noqa: E402
-from pytest_llmreplay.replayer.driver import Replay, ReplaySettings  # noqa: E402
+from pytest_llmreplay.replayer.driver import Replay  # noqa: E402
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint  # noqa: E402
+from pytest_llmreplay.replayer.plan import ReplaySettings  # noqa: E402
 from pytest_llmreplay.replayer.workers import RayWorkers, start_ray  # noqa: E402
 from pytest_llmreplay.workloads.prompts import PromptFactory  # noqa: E402
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer  # noqa: E402

@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pytest_llmreplay.metrics.result import Result  # noqa: E402
 from pytest_llmreplay.replayer.apis import APIS  # noqa: E402
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay  # noqa: E402
+from pytest_llmreplay.replayer.driver import replay  # noqa: E402
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint  # noqa: E402
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.replayer.server_metrics import Scraper  # noqa: E402
 from pytest_llmreplay.target import DEFAULT_PROFILE, start_sim_server  # noqa: E402
 from pytest_llmreplay.workloads.prompts import PromptFactory  # noqa: E402

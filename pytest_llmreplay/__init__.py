@@ -29,7 +29,7 @@ _EXPORTS = {
     "HTTPEndpoint": "replayer.endpoints",
     "ServerProcess": "replayer.server_process",
     "PromptFactory": "workloads.prompts",
-    "ReplaySettings": "replayer.driver",
+    "ReplaySettings": "replayer.plan",
     "RequestRecord": "replayer.records",
     "replay": "replayer.driver",
     "Result": "metrics.result",

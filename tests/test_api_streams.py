@@ -20,8 +20,9 @@ from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.replayer.apis import API_TABLE
 from pytest_llmreplay.replayer.clock import WallClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import EndpointRequest, HTTPEndpoint
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.replayer.response import Response
 from pytest_llmreplay.replayer.sse import SSEDecoder, StreamError
 from pytest_llmreplay.workloads.prompts import Conversation, PromptFactory, payload_api

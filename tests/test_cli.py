@@ -258,7 +258,7 @@ def test_every_replay_setting_of_run_is_an_option_named_after_it():
     from dataclasses import fields
 
     from pytest_llmreplay.cli.main import build_parser, spelled
-    from pytest_llmreplay.replayer.driver import ReplaySettings
+    from pytest_llmreplay.replayer.plan import ReplaySettings
 
     names = build_parser().parse_args(["run", "w.jsonl", "--endpoint", "http://h"]).option_names
     cli_only = {"check_idle"}  # set by --no-idle-check

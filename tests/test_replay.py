@@ -16,8 +16,9 @@ import pytest
 
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import Replay, ReplaySettings, replay, session_plan
+from pytest_llmreplay.replayer.driver import Replay, replay
 from pytest_llmreplay.replayer.endpoints import EndpointRequest
+from pytest_llmreplay.replayer.plan import ReplaySettings, session_plan
 from pytest_llmreplay.replayer.records import cancelled_note
 from pytest_llmreplay.replayer.response import Response
 from pytest_llmreplay.workloads.prompts import PromptFactory

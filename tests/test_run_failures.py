@@ -16,8 +16,9 @@ from test_sim_server import serving
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.cli.run import RUN_STATUS
 from pytest_llmreplay.metrics.result import Result
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.sim.faults import FaultConfig
 from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer

@@ -16,7 +16,7 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate.history import t_quantile
 from pytest_llmreplay.metrics.result import stats
 from pytest_llmreplay.metrics.slo import parse_slos
-from pytest_llmreplay.replayer.driver import ReplaySettings
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, parse_capacity, run_point
 from pytest_llmreplay.search.stop import QueueGrowth, StopRule
 from pytest_llmreplay.sim.profile import load_profile

@@ -21,8 +21,9 @@ from pytest_llmreplay.gate.baseline import make_record
 from pytest_llmreplay.metrics.result import Result
 from pytest_llmreplay.metrics.server import hit_rate_gap, increase, server_figures
 from pytest_llmreplay.metrics.slo import SLOBreach, parse_slos
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.replayer.server_metrics import ExpositionError, parse_exposition
 from pytest_llmreplay.report.html import html_page
 from pytest_llmreplay.report.terminal import render

@@ -21,8 +21,9 @@ from test_sim_server import serving, tiny_profile
 from pytest_llmreplay.metrics.result import Result
 from pytest_llmreplay.replayer.apis import APIS
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 from pytest_llmreplay.workloads.prompts import PromptFactory

@@ -15,7 +15,8 @@ import pytest
 
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.sim.cluster import Cluster, ClusterConfig
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig

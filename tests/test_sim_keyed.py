@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.kvcache import block_hashes, segment_block_hashes

@@ -9,7 +9,8 @@ import pytest
 
 from pytest_llmreplay.metrics.result import Result
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.engine import EngineConfig
 from pytest_llmreplay.sim.polynomial import PolynomialTiming

@@ -16,8 +16,9 @@ from pytest_llmreplay.errors import LLMReplayError, WorkloadError
 from pytest_llmreplay.metrics.names import REASONING_METRICS
 from pytest_llmreplay.metrics.result import Result
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import EndpointRequest, HTTPEndpoint
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.sim.profile import load_profile, parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path

@@ -1113,8 +1113,9 @@ def test_openai_sdk_chat_and_completions(sdk_url, prompts):
 
 def test_replay_an_agentic_workload_against_the_server(sim, prompts):
     from pytest_llmreplay.metrics.result import Result
-    from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+    from pytest_llmreplay.replayer.driver import replay
     from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+    from pytest_llmreplay.replayer.plan import ReplaySettings
 
     workload = generate(SyntheticSpec(sessions=6, input_tokens=48, output_tokens=6, turns=3, seed=3))
     assert workload.num_requests == 18

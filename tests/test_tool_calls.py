@@ -15,8 +15,9 @@ from test_sim_server import stream, tiny_profile
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.metrics.result import Result
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.sim.endpoint import SimEndpoint
 from pytest_llmreplay.workloads.formats import load_workload, write_workload
 from pytest_llmreplay.workloads.prompts import TOOL, TOOL_CHOICE, TOOL_NAME, Conversation

@@ -25,8 +25,9 @@ from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.metrics.result import Result, tpot, ttft
 from pytest_llmreplay.replayer.clock import VirtualClock
-from pytest_llmreplay.replayer.driver import Part, ReplaySettings, replay
+from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
+from pytest_llmreplay.replayer.plan import Part, ReplaySettings
 from pytest_llmreplay.replayer.records import RequestRecord
 from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.replayer.workers import (

@@ -36,8 +36,9 @@ RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_su
 def cmd_run(args: argparse.Namespace) -> int:
     from ..gate.baseline import interrupted_note, workload_digest
     from ..metrics.result import Result
-    from ..replayer.driver import Replay, ReplaySettings
+    from ..replayer.driver import Replay
     from ..replayer.endpoints import HTTPEndpoint, extra_body
+    from ..replayer.plan import ReplaySettings
     from ..replayer.server_process import ServerProcess
     from ..report.terminal import render
     from ..workloads.prompts import PromptFactory
@@ -300,7 +301,7 @@ class ProgressLine:
 
 def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     from ..replayer.apis import APIS
-    from ..replayer.driver import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
+    from ..replayer.plan import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
 
     run = commands.add_parser(
         "run",

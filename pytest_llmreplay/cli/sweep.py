@@ -115,7 +115,7 @@ def plan_from(args: argparse.Namespace) -> Any:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..gate.baseline import git_state, interrupted_note, make_record, workload_digest
     from ..gate.store import write_new
-    from ..replayer.driver import ReplaySettings
+    from ..replayer.plan import ReplaySettings
     from ..replayer.signal_stop import SignalStop
     from ..search.capacity import find_capacity
     from ..workloads.prompts import PromptFactory

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LLMReplayError, WorkloadError
-from ..replayer.driver import ReplaySettings
+from ..replayer.plan import ReplaySettings
 from .servers import ServerConfig, parse_server
 
 SETTING_TYPES = {

@@ -49,219 +49,31 @@ callback that has seen enough), with ``stopped`` giving the reason; :meth:`Repla
 a signal does, from a signal handler that outlives the run (several replays under one handler:
 :mod:`~pytest_llmreplay.replayer.signal_stop`).
 
-Parts (:class:`Part`, planned by :mod:`~pytest_llmreplay.replayer.workers`): a run split over processes
+Parts (:class:`~pytest_llmreplay.replayer.plan.Part`, planned by :mod:`~pytest_llmreplay.replayer.workers`): a run split over processes
 gives each a part of the whole run's plan, with the sessions' indices and start offsets in it,
 and one start instant ``start_at`` (this process's clock reading of the common start); records
 then count from that instant and carry the whole run's session indices, so the parts' records
-merge into the whole run's. Warm-up marks need the whole run: :func:`mark_warmup` on the merge.
+merge into the whole run's. Warm-up marks need the whole run: :func:`~pytest_llmreplay.replayer.plan.mark_warmup` on the merge.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
 from operator import attrgetter
-from typing import Any
 
 from ..errors import LLMReplayError
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
 from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, WallClock
 from .endpoints import Endpoint, EndpointRequest, describe_error
+from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
 from .records import ReplayRun, RequestRecord, cancelled_note
 from .response import Response
 
-MODES = ("auto", "timestamps", "concurrency", "rate")
-ARRIVALS = ("poisson", "constant")
-ORDERS = ("sequential", "shuffled", "sampled")
-PROMPT_FORMATS = ("text", "ids")
 LEAD_S = 0.05  # a session's first request is built this long before it is due
 CHAT_TEMPLATE_ALLOWANCE = (64, 16)  # tokens a chat template may add: fixed, per message
-
-
-@dataclass(frozen=True)
-class ReplaySettings:
-    """How to replay; see the module docstring. Durations in seconds."""
-
-    mode: str = "auto"
-    speedup: float = 1.0
-    concurrency: int | None = None
-    rate: float | None = None
-    arrival: str = "poisson"
-    duration_s: float | None = None
-    grace_s: float = 30.0
-    max_requests: int | None = None
-    max_sessions: int | None = None
-    warmup_requests: int = 0
-    warmup_s: float = 0.0
-    order: str = "sequential"
-    seed: int = 0
-    prompt_format: str | None = None
-    check_idle: bool = True
-    tool_calls: bool = False
-
-    def resolved_mode(self, workload: Workload) -> str:
-        if self.mode != "auto":
-            return self.mode
-        if self.rate is not None:
-            return "rate"
-        return "concurrency" if self.concurrency is not None or not workload.timed else "timestamps"
-
-    def validate(self) -> None:
-        """Raise :class:`LLMReplayError` naming the first bad setting."""
-        _choice("mode", self.mode, MODES)
-        _choice("arrival", self.arrival, ARRIVALS)
-        _choice("order", self.order, ORDERS)
-        if self.prompt_format is not None:
-            _choice("prompt_format", self.prompt_format, PROMPT_FORMATS)
-        for name in ("speedup", "rate", "duration_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise LLMReplayError(f"{name}: expected a number > 0, got {value!r}")
-        for name in ("concurrency", "max_requests", "max_sessions"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise LLMReplayError(f"{name}: expected an integer >= 1, got {value!r}")
-        for name in ("grace_s", "warmup_s", "warmup_requests"):
-            if getattr(self, name) < 0:
-                raise LLMReplayError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise LLMReplayError(f"seed: expected an integer >= 0, got {self.seed!r}")
-        if not isinstance(self.tool_calls, bool):
-            raise LLMReplayError(f"tool_calls: expected true or false, got {self.tool_calls!r}")
-        if self.mode == "rate" and self.rate is None:
-            raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
-
-    def check_for(self, workload: Workload) -> None:
-        """Raise :class:`LLMReplayError` for settings that contradict the mode they resolve to
-        on ``workload`` (a rate outside rate mode, an order in timestamps mode, timestamps mode
-        on a trace without times)."""
-        mode = self.resolved_mode(workload)
-        if self.rate is not None and mode != "rate":
-            raise LLMReplayError(f"rate: applies to rate mode; mode is {mode!r}")
-        if mode == "timestamps" and self.order != "sequential":
-            raise LLMReplayError(
-                f"order: timestamps mode{' (picked by auto: the trace is timed)' if self.mode == 'auto' else ''} replays sessions "
-                "in trace order; order applies to concurrency and rate modes"
-            )
-        if mode == "timestamps" and not workload.timed:
-            raise LLMReplayError(
-                f"mode: timestamps needs arrival times, and format {workload.format!r} has none; use concurrency or rate mode"
-            )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise LLMReplayError(f"{name}: expected one of {', '.join(allowed)}, got {value!r}")
-
-
-@dataclass(frozen=True)
-class Part:
-    """A part of a run planned elsewhere (module docstring): ``sessions`` with their ``indices``
-    in the whole run's plan and their start ``offsets`` (seconds from the start; None in
-    concurrency mode), to run from the clock reading ``start_at``."""
-
-    indices: tuple[int, ...]
-    sessions: tuple[Session, ...]
-    offsets: tuple[float, ...] | None
-    start_at: float
-
-
-def _cycle_period(sessions: list[Session]) -> float:
-    """How much later each pass of a cycled timed trace arrives (:func:`session_plan`)."""
-    first, last = min(s.arrival_s for s in sessions), max(s.arrival_s for s in sessions)
-    if last <= first:
-        raise LLMReplayError(
-            "max_requests/max_sessions: cycling a timed trace whose sessions all arrive at once has no pace to repeat; use concurrency or rate mode"
-        )
-    return (last - first) * len(sessions) / (len(sessions) - 1)
-
-
-def arrival_offsets(plan: list[Session], mode: str, settings: ReplaySettings) -> list[float] | None:
-    """Start offsets (seconds from the start) of the planned sessions: ``arrival_s / speedup``
-    in timestamps mode, seeded Poisson or constant gaps at ``rate`` in rate mode; None in
-    concurrency mode (sessions start as others end)."""
-    if mode == "concurrency":
-        return None
-    if mode == "timestamps":
-        return [session.arrival_s / settings.speedup for session in plan]
-    rate = settings.rate
-    if rate is None:  # ReplaySettings.validate refuses this
-        raise LLMReplayError("rate: mode 'rate' needs a rate (sessions per second)")
-    rng = random.Random(settings.seed)
-    offsets, t = [], 0.0
-    for _ in plan:
-        offsets.append(t)
-        t += rng.expovariate(rate) if settings.arrival == "poisson" else 1.0 / rate
-    return offsets
-
-
-def check_warmup(settings: ReplaySettings, planned_requests: int) -> None:
-    """Raise :class:`LLMReplayError` when the warm-up would take every request of the run."""
-    if settings.warmup_requests and settings.warmup_requests >= planned_requests:
-        raise LLMReplayError(
-            f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {planned_requests:,} requests this run "
-            "sends at most; nothing would be measured"
-        )
-
-
-def mark_warmup(records: list[RequestRecord], settings: ReplaySettings) -> None:
-    """Flag the first ``warmup_requests`` records (``records`` in schedule order) and every one
-    scheduled in the first ``warmup_s`` seconds as warm-up."""
-    for position, record in enumerate(records):
-        record.warmup = position < settings.warmup_requests or record.scheduled_s < settings.warmup_s
-
-
-def session_plan(workload: Workload, settings: ReplaySettings) -> list[Session]:
-    """The sessions to run, in admission order, after order and count limits.
-
-    Count limits take whole sessions until the count is reached, cycling when the workload is
-    shorter; without a limit each session runs once (``sampled`` draws ``len(workload)``). In
-    timestamps mode pass *p* of a cycle arrives ``p * period`` later, ``period`` = the trace's
-    span of arrivals * n / (n - 1) for n sessions (the span plus one mean gap), so the passes
-    follow each other at the trace's own pace.
-    """
-    sessions = list(workload.sessions)
-    if not sessions:
-        raise LLMReplayError("the workload holds no sessions")
-    rng = random.Random(settings.seed)
-    limited = settings.max_requests is not None or settings.max_sessions is not None
-    period = _cycle_period(sessions) if limited and settings.resolved_mode(workload) == "timestamps" else 0.0
-
-    def stream() -> Iterator[Session]:
-        passes = 0
-        while True:
-            if settings.order == "sampled":
-                yield rng.choice(sessions)
-                continue
-            batch = sessions[:]
-            if settings.order == "shuffled":
-                rng.shuffle(batch)
-            if passes:
-                batch = [replace(s, arrival_s=s.arrival_s + passes * period) for s in batch]
-            yield from batch
-            passes += 1
-            if not limited:
-                return
-
-    plan: list[Session] = []
-    requests = 0
-    for session in stream():
-        if settings.max_sessions is not None and len(plan) >= settings.max_sessions:
-            break
-        if settings.max_requests is not None and requests >= settings.max_requests:
-            break
-        if not limited and settings.order == "sampled" and len(plan) >= len(sessions):
-            break
-        plan.append(session)
-        requests += len(session.turns)
-    return plan
 
 
 class Replay:

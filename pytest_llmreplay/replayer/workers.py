@@ -9,8 +9,8 @@ nodes. Ray is an optional extra, imported only here, when workers are asked for.
 The rules:
 
 - **Plan**: the whole run is planned once, here, as one process would (order, count limits,
-  arrival offsets: :func:`~pytest_llmreplay.replayer.driver.session_plan`,
-  :func:`~pytest_llmreplay.replayer.driver.arrival_offsets`).
+  arrival offsets: :func:`~pytest_llmreplay.replayer.plan.session_plan`,
+  :func:`~pytest_llmreplay.replayer.plan.arrival_offsets`).
 - **Sharding** (:func:`shard_sessions`): whole sessions go to workers (a session's turns stay in
   one process: its loop is closed); each session, in plan order, goes to the worker with the
   fewest planned requests so far (lowest index on a tie), so at every point of the schedule the
@@ -61,8 +61,9 @@ from typing import Any
 from ..errors import LLMReplayError
 from ..workloads.workload import Workload
 from .clock import WallClock
-from .driver import Part, Replay, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
+from .driver import Replay
 from .endpoints import HTTPEndpoint
+from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
 from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note
 
 RAY_EXTRA = "pip install 'pytest-llmreplay[ray]'"

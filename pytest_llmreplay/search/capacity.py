@@ -67,7 +67,8 @@ from ..errors import LLMReplayError
 from ..metrics.names import GOODPUT_METRICS
 from ..metrics.result import Result
 from ..metrics.slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
-from ..replayer.driver import Replay, ReplaySettings, session_plan
+from ..replayer.driver import Replay
+from ..replayer.plan import ReplaySettings, session_plan
 from ..replayer.records import ReplayRun, RequestRecord
 from ..replayer.signal_stop import SignalStop
 from ..workloads.prompts import PromptFactory

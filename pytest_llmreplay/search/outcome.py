@@ -27,7 +27,7 @@ from typing import Any
 
 from ..metrics.result import Result
 from ..metrics.slo import Check
-from ..replayer.driver import ReplaySettings
+from ..replayer.plan import ReplaySettings
 from ..replayer.records import ReplayRun
 from .stop import OPEN_LOOP_MODES
 

@@ -34,8 +34,9 @@ from typing import Any
 from ..errors import LLMReplayError
 from ..metrics.result import itl, ttft
 from ..replayer.clock import WallClock
-from ..replayer.driver import ReplaySettings, replay
+from ..replayer.driver import replay
 from ..replayer.endpoints import HTTPEndpoint, describe_error
+from ..replayer.plan import ReplaySettings
 from ..replayer.records import RequestRecord
 from ..workloads.prompts import PromptFactory
 from ..workloads.workload import Session, Synthetic, Turn, Workload

@@ -67,7 +67,8 @@ from ..errors import LLMReplayError
 from ..gate.baseline import KEY_TURNS
 from ..metrics.result import request_values
 from ..replayer.clock import VirtualClock
-from ..replayer.driver import ReplaySettings, replay
+from ..replayer.driver import replay
+from ..replayer.plan import ReplaySettings
 from ..workloads.prompts import PromptFactory
 from ..workloads.workload import Workload
 from .endpoint import SimEndpoint
