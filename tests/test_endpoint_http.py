@@ -593,7 +593,9 @@ def server_process(tmp_path):
 
     def make(command, url: str | None = None, **options: Any) -> ServerProcess:
         options.setdefault("log_path", tmp_path / "server.log")
-        options.setdefault("startup_timeout_s", 5)  # a regression fails fast instead of waiting 600 s
+        # A regression fails in a minute instead of waiting 600 s; 5 s was too short for a Python
+        # server's start on a CI machine busy with engine tests.
+        options.setdefault("startup_timeout_s", 60)
         server = ServerProcess(
             command, url if "announce" in options else url or f"http://127.0.0.1:{free_port()}", **options
         )
