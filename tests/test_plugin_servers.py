@@ -61,8 +61,9 @@ def running():
 
 
 @pytest.mark.llmreplay(workload="tiny.yaml", concurrency=3, server=A)
-def test_a1(llm_result):
+def test_a1(llm_result, llm_endpoint):
     assert llm_result.summary["requests"]["ok"] == 3
+    assert llm_endpoint.kind == "live" and llm_endpoint.fingerprint["server"]["cmd"] == A["cmd"]
 
 
 @pytest.mark.llmreplay(workload="tiny.yaml", concurrency=3, server=B)
@@ -76,7 +77,8 @@ def test_a2(llm_result):
 
 
 @pytest.mark.parametrize("llm_server", [A, B])
-def test_each(llm_replay):
+def test_each(llm_replay, llm_endpoint, llm_server):
+    assert llm_endpoint.fingerprint["server"]["cmd"] == llm_server["cmd"]
     assert llm_replay("tiny.yaml", concurrency=3).summary["requests"]["ok"] == 3
 """.replace("SIM", SIM)
 
@@ -257,13 +259,15 @@ def test_a_server_not_healthy_at_its_health_path_within_ready_timeout_fails_its_
 
 def test_llm_endpoint_wins_over_declared_servers_which_are_not_started(project):
     port = free_port()
-    project.makepyfile("""
+    project.makepyfile(
+        """
         import pytest
 
         @pytest.mark.llmreplay(workload="tiny.yaml", server={"cmd": "sh -c 'touch started; sleep 60 {port}'"})
-        def test_x(llm_result):
-            pass
-    """)
+        def test_x(llm_result, llm_endpoint):
+            assert llm_endpoint.url == "http://127.0.0.1:PORT" and "server" not in llm_endpoint.fingerprint
+    """.replace("PORT", str(port))
+    )
     command = f"{SIM.replace('{port}', str(port))}"
     result = project.runpytest(
         "--llm-repeat", "1", "--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command

@@ -15,7 +15,8 @@ process (xdist worker). A test may declare its own server instead (``server`` in
 spec file, or an ``llm_server`` parameter): :mod:`~pytest_llmreplay.plugin.servers` pools them,
 and collection groups the tests by the server they declare.
 
-Fixtures: ``llm_endpoint`` (the session's :class:`~pytest_llmreplay.target.Target`),
+Fixtures: ``llm_endpoint`` (the test's :class:`~pytest_llmreplay.target.Target`: its declared
+server's, else the session's),
 ``llm_server`` (the test's declared server config, None unless parametrized),
 ``llm_replay`` (``llm_replay("workloads/x.jsonl", concurrency=8, slo={...}) -> Result``),
 ``llm_result`` (the replay of the test's ``llmreplay`` marker), ``llm_workload``,
@@ -251,11 +252,15 @@ def llm_prompts(pytestconfig: pytest.Config):
     return _fail_on_user_error(lambda: session_of(pytestconfig).prompts)
 
 
-@pytest.fixture(scope="session")
-def llm_endpoint(pytestconfig: pytest.Config):
-    """The session's :class:`~pytest_llmreplay.target.Target`: the simulator (started once per
-    process) or the live server; ``.name``, ``.kind``, ``.url``, ``.fingerprint``."""
-    return _fail_on_user_error(lambda: session_of(pytestconfig).target)
+@pytest.fixture
+def llm_endpoint(request: pytest.FixtureRequest, pytestconfig: pytest.Config):
+    """Where this test's replays go, a :class:`~pytest_llmreplay.target.Target`
+    (``.name``, ``.kind``, ``.url``, ``.fingerprint``): the server the test declares (its
+    marker's ``server`` or its ``llm_server`` parameter; started by the pool if it is not
+    running), else the session's: the simulator (started once per process) or the live server.
+    ``--llm-endpoint`` wins over a declared server, as it does for the replays."""
+    state = session_of(pytestconfig)
+    return _fail_on_user_error(lambda: state.target_for(_parsed_server(request.node)))
 
 
 @pytest.fixture(scope="session")
@@ -373,8 +378,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def declared_server(item: pytest.Item) -> Any:
     """The :class:`~pytest_llmreplay.plugin.servers.ServerConfig` an item declares where
-    collection sees it (its spec file's ``server``, its marker's, else its ``llm_server``
-    parameter), or None: none, or a bad one (the test fails with the error when it runs)."""
+    collection sees it (:func:`_parsed_server`), or None: none, or a bad one (the test fails
+    with the error when it runs)."""
+    try:
+        return _parsed_server(item)
+    except LLMReplayError:
+        return None
+
+
+def _parsed_server(item: pytest.Item) -> Any:
+    """The server config an item declares (its spec file's ``server``, its marker's, else its
+    ``llm_server`` parameter), or None; raises LLMReplayError for a bad one."""
     if isinstance(item, SpecItem):
         return item.spec.server
     marker = item.get_closest_marker("llmreplay")
@@ -386,10 +400,7 @@ def declared_server(item: pytest.Item) -> Any:
         return None
     from .servers import parse_server
 
-    try:
-        return parse_server(value)
-    except LLMReplayError:
-        return None
+    return parse_server(value)
 
 
 # ------------------------------------------------------------------------ verdicts
