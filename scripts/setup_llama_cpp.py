@@ -3,7 +3,9 @@
 Run: ``python scripts/setup_llama_cpp.py [--port P] [--scratch DIR] [--json]`` with a Python that
 has the ``gguf`` package (the project's ``[test]`` extra; it writes the model). The script itself
 is standard library only. It is idempotent: a finished step leaves a stamp and is skipped next
-time, so the engine tests call it on every run and pay the build once per machine.
+time, so the engine tests call it on every run and pay the build once per machine. The server's
+stamp names the sources, the cmake options and the CPU's flags (the build is for the building
+CPU), so a cache moved to another CPU, or a changed option, builds again.
 
 Where things go (``$LLMREPLAY_ENGINE_HOME``, default ``$XDG_CACHE_HOME/llmreplay/engines``, else
 ``~/.cache/llmreplay/engines``, as for ``setup_vllm_cpu.py``)::
@@ -33,6 +35,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import shlex
 import sys
 import tarfile
@@ -87,11 +90,34 @@ def fetch_sources(work: Path) -> Path:
     return work / VENDORED
 
 
+def cpu_flags() -> str:
+    """This CPU's instruction-set flags (``/proc/cpuinfo``'s first ``flags`` line), else the
+    machine's name: ggml's default ``GGML_NATIVE`` compiles for the building CPU
+    (``-march=native``), so a binary from a cache restored onto another CPU may die of SIGILL."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine() + " " + platform.processor()
+
+
+def build_identity() -> str:
+    """What the binary depends on, as its stamp says it: the sources' digest, the cmake options
+    and :func:`cpu_flags`; a change in any builds again."""
+    built_for = hashlib.sha256("\n".join((*CMAKE_OPTIONS, cpu_flags())).encode()).hexdigest()[:16]
+    return f"{SDIST_SHA256} options+cpu {built_for}"
+
+
 def ensure_server(home: Path) -> Path:
-    """``llama-server``'s path, building it if its stamp is missing."""
+    """``llama-server``'s path, building it if its stamp is missing or names another
+    :func:`build_identity`."""
     folder = home / f"llama-cpp-{VERSION}"
     server = folder / "bin" / "llama-server"
-    if is_stamped(folder, SDIST_SHA256):
+    identity = build_identity()
+    if is_stamped(folder, identity):
         return server
     with tempfile.TemporaryDirectory(prefix="llama-cpp-build-", dir=home) as work:
         source = fetch_sources(Path(work))
@@ -105,7 +131,7 @@ def ensure_server(home: Path) -> Path:
         server.parent.mkdir(parents=True, exist_ok=True)
         (build / "bin" / "llama-server").replace(server)
     run(SCRIPT, [str(server), "--version"], "checking that llama-server runs")
-    stamp(folder, SDIST_SHA256)
+    stamp(folder, identity)
     return server
 
 
