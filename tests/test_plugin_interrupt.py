@@ -13,6 +13,7 @@ import time
 import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mockserver import free_port
@@ -48,6 +49,41 @@ def finished(url: str) -> int:
         return 0
 
 
+def signalled_pytest(pytester, options: list[str], replies: int, signum: int) -> tuple[Any, str, str, int]:
+    """Run pytest in ``pytester.path`` against a slow mock server it starts
+    (``--llm-server-cmd``, 50 ms a token), send ``signum`` to pytest's process group once the
+    server has streamed ``replies`` replies to their end; (the process, stdout, stderr, port)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        f"--llm-endpoint={url}",
+        f"--llm-server-cmd={sys.executable} {MOCK} --port {port} --itl-s 0.05",
+        *options,
+    ]
+    run = subprocess.Popen(
+        command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while (
+            finished(url) < replies
+        ):  # replies finished, not begun: workers that start late send their first requests at once
+            assert run.poll() is None and time.monotonic() < deadline, "the replay did not get going"
+            time.sleep(0.05)
+        time.sleep(0.3)  # the client has read the last reply's end well before this
+        os.killpg(run.pid, signum)
+        out, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+        run.wait()
+    return run, out, err, port
+
+
 @pytest.mark.parametrize(
     ("signum", "workers"),
     [(signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, 2)],
@@ -63,37 +99,9 @@ def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytes
     pytester.makeini("[pytest]\n")
     pytester.path.joinpath("slow.yaml").write_text(SLOW_WORKLOAD)
     pytester.makepyfile(test_perf=TESTS)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-p",
-        "no:cacheprovider",
-        f"--llm-endpoint={url}",
-        f"--llm-server-cmd={sys.executable} {MOCK} --port {port} --itl-s 0.05",
-        "--llm-save",
-        "--llm-report=report",
-        "--junitxml=junit.xml",
-    ]
-    command += [] if workers is None else [f"--llm-workers={workers}"]
-    run = subprocess.Popen(
-        command, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while (
-            finished(url) < 3
-        ):  # replies finished, not begun: workers that start late send their first requests at once
-            assert run.poll() is None and time.monotonic() < deadline, "the replay did not get going"
-            time.sleep(0.05)
-        time.sleep(0.3)  # the client has read the third reply's end well before this
-        os.killpg(run.pid, signum)
-        out, err = run.communicate(timeout=120)
-    finally:
-        run.kill()
-        run.wait()
+    options = ["--llm-save", "--llm-report=report", "--junitxml=junit.xml"]
+    options += [] if workers is None else [f"--llm-workers={workers}"]
+    run, out, err, port = signalled_pytest(pytester, options, replies=3, signum=signum)
     assert run.returncode == (pytest.ExitCode.INTERRUPTED if signum == signal.SIGINT else 128 + signal.SIGTERM), (
         out + err
     )
@@ -128,3 +136,43 @@ def test_a_signal_mid_replay_keeps_what_was_measured_and_stops_the_session(pytes
     properties = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
     assert properties["llmreplay.interrupted"] == signum.name
     assert refuses_connections(port)  # the --llm-server-cmd server was stopped
+
+
+CAPACITY_TESTS = """
+    import pytest
+
+    @pytest.mark.llmreplay(
+        workload="short.yaml",
+        capacity={"by": "rate", "min": 4, "max": 8, "slo": {"ttft.p99": "< 30s"}, "arrival": "constant"},
+    )
+    def test_capacity(llm_result):
+        pass
+
+    def test_after(): pass
+"""
+SHORT_WORKLOAD = """\
+synthetic:
+  sessions: 20
+  input_tokens: 32
+  output_tokens: 4
+  seed: 1
+"""
+
+
+def test_a_signal_mid_capacity_search_keeps_the_points_run_and_stops_the_session(pytester):
+    """A search's points are replays: the first signal cuts the one running and starts no other,
+    as ``llmreplay sweep`` does; the result (the point at capacity) is stored marked interrupted."""
+    pytester.makeini("[pytest]\n")
+    pytester.path.joinpath("short.yaml").write_text(SHORT_WORKLOAD)
+    pytester.makepyfile(test_perf=CAPACITY_TESTS)
+    run, out, err, port = signalled_pytest(pytester, ["--llm-save"], replies=22, signum=signal.SIGINT)
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, out + err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in out + err
+    assert "test_after" not in out and "1 interrupted" in out.splitlines()[-1], out
+    (stored,) = pytester.path.joinpath(".llmreplay").glob("*/*.json")
+    record = json.loads(stored.read_text())
+    assert record["interrupted"] == "SIGINT" and record["summary"]["requests"]["ok"] == 20  # the low point, run out
+    assert any(
+        w.startswith("the capacity search was interrupted by SIGINT after 2 of at most ") for w in record["warnings"]
+    )
+    assert refuses_connections(port)

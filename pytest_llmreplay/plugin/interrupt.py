@@ -22,6 +22,10 @@ The contract, as ``llmreplay run`` keeps it (:mod:`~pytest_llmreplay.replayer.dr
 - a second signal has its default effect (the driver removes its handlers at the first): Ctrl-C
   raises KeyboardInterrupt at once, SIGTERM ends the process (the server's watchdog stops it).
 
+A capacity search (the ``capacity`` setting) is a row of replays: the signal cuts the one
+running, no other starts, and the result (the point at capacity among those run) is marked
+interrupted (:class:`~pytest_llmreplay.replayer.signal_stop.SignalStop`, as ``llmreplay sweep``).
+
 Outside a replay (collection, a test body, the gate) signals are pytest's, as ever.
 """
 

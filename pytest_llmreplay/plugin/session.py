@@ -345,17 +345,20 @@ class LLMSession:
                 self.cache_reset_missing = True
                 self.notes.append(("llmreplay repeats", no_cache_reset_note(target.url)))
             if spec.capacity is not None:  # a search: the result is the point at capacity; a line per point as it ends
+                from ..replayer.signal_stop import SignalStop
                 from ..search.capacity import find_capacity
                 from .terminal_lines import line_writer
 
-                result: Result = find_capacity(
-                    workload,
-                    target,
-                    self.prompts.salted(salt),
-                    spec.capacity,
-                    spec.settings,
-                    progress=line_writer(self.config),
-                ).result
+                with SignalStop() as signals:  # a signal cuts the point running, and no other starts
+                    result: Result = find_capacity(
+                        workload,
+                        target,
+                        self.prompts.salted(salt),
+                        spec.capacity,
+                        spec.settings,
+                        progress=line_writer(self.config),
+                        signals=signals,
+                    ).result
             else:
                 if self.workers_count is not None:
                     run = self.workers.replay(

@@ -231,9 +231,22 @@ class Capacity:
 
     @cached_property
     def result(self) -> CapacityResult:
+        """The point at capacity's result, with the search's settings; a search a signal cut
+        short marks it ``interrupted`` (with a warning when that point itself ran out), so that
+        it is kept but never taken as a baseline, as an interrupted replay is."""
         point = self.at_capacity.result
         settings = {**self.base.as_dict(), "capacity": self.plan.as_dict()}
-        return CapacityResult(replace(point.run, settings=settings), point.gpus, point.goodput, self)
+        run = replace(point.run, settings=settings)
+        if self.interrupted and not run.interrupted:
+            run = replace(
+                run,
+                interrupted=self.interrupted,
+                warnings=[
+                    *run.warnings,
+                    f"the capacity search was {self.ended}: its capacity is what those runs found",
+                ],
+            )
+        return CapacityResult(run, point.gpus, point.goodput, self)
 
     def as_dict(self) -> dict[str, Any]:
         """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
