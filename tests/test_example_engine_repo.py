@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from engines import run_setup
 from test_engine_vllm import vllm_server_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,13 +134,11 @@ def test_example_suite_on_vllm_cpu(example, engine_home, tmp_path):
 
 
 @pytest.mark.engine
-def test_example_suite_on_llama_cpp(example, tmp_path, tmp_path_factory):
+def test_example_suite_on_llama_cpp(llamacpp, example, tmp_path):
     """llama.cpp's llama-server with the tiny GGUF model: the setup script's command (``--port
     {port}`` as a declared server takes it), with per-token timings (llama.cpp holds back a
     token that ends inside a UTF-8 sequence; its timings count it)."""
-    serve = run_setup("setup_llama_cpp.py", "--port", "{port}", "--scratch", str(tmp_path_factory.mktemp("exl")))[
-        "command"
-    ]
+    serve = llamacpp["command"]
     configs = {"default": "", "chunked_prefill_512": "--batch-size 512 --ubatch-size 512"}
     engines = engines_file(tmp_path / "engines.toml", "llama-cpp-cpu", serve, configs, requests=6, rate=1)
     result = run_example(
