@@ -16,7 +16,9 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate.history import t_quantile
 from pytest_llmreplay.metrics.result import stats
 from pytest_llmreplay.metrics.slo import parse_slos
+from pytest_llmreplay.metrics.units import format_value
 from pytest_llmreplay.replayer.plan import ReplaySettings
+from pytest_llmreplay.report.html import load_curve_section
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, parse_capacity, run_point
 from pytest_llmreplay.search.stop import QueueGrowth, StopRule
 from pytest_llmreplay.sim.profile import load_profile
@@ -250,8 +252,13 @@ def test_rates_that_pass_without_being_carried_give_a_ceiling_not_at_least(workl
     stored = found.as_dict()
     assert (
         stored["at_least"] is False
+        and stored["upper_bound_found"] is False
         and stored["rate"] == stored["low"] == stored["high"] == found.value
         and stored["reason"] == found.reason
+    )
+    rate = format_value("request_throughput", found.value)  # the HTML report's line, as the headline: no top
+    assert f"capacity (rate) {rate}, bracket [{rate}, -], 6 runs" in load_curve_section(
+        {"test": "t", "capacity": stored}
     )
     assert found.result.summary["capacity"] == {"rate": found.value, "low": found.value, "high": found.value, "runs": 6}
 

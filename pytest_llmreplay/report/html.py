@@ -168,11 +168,14 @@ def load_curve_section(record: Mapping[str, Any]) -> str:
     by = (capacity.get("plan") or {}).get("by", "rate")
     metric = load_label(by)[0]
     at_least = bool(capacity.get("at_least"))  # no load failed: a lower bound, as llmreplay sweep writes it
+    # no failing load above (a lower bound, or a ceiling): the bracket has no top, as llmreplay sweep prints it
+    topless = at_least or capacity.get("upper_bound_found") is False
     line = (
         f"capacity ({by}) {'at least ' if at_least else ''}{format_value(metric, capacity.get(by))}, "
-        f"bracket [{format_value(metric, capacity.get('low'))}, {'-' if at_least else format_value(metric, capacity.get('high'))}]"
+        f"bracket [{format_value(metric, capacity.get('low'))}, {'-' if topless else format_value(metric, capacity.get('high'))}]"
     )
-    line += f", {len(capacity.get('points') or ())} runs; {capacity.get('reason', '')}"
+    runs = len(capacity.get("points") or ()) + len(capacity.get("estimates") or ())  # as the headline counts them
+    line += f", {runs} runs; {capacity.get('reason', '')}"
     return f'<h3>Load curve</h3><p class="facts">{html.escape(line)}</p><div class="plots">{svg}</div>'
 
 

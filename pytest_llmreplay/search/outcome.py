@@ -250,12 +250,15 @@ class Capacity:
 
     def as_dict(self) -> dict[str, Any]:
         """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
-        upper bound found), reason, ``interrupted`` (the signal that stopped the search, or None),
-        the points run at their load and the estimates."""
+        upper bound found and the capacity no ceiling), ``upper_bound_found`` (a failing load
+        above the capacity: else the bracket's ``high`` is only the capacity repeated), reason,
+        ``interrupted`` (the signal that stopped the search, or None), the points run at their
+        load and the estimates."""
         return {
             "plan": self.plan.as_dict(),
             **self.figures(),
             "at_least": self.at_least,
+            "upper_bound_found": self.high is not None,
             "reason": self.reason,
             "interrupted": self.interrupted,
             "points": [p.figures() for p in self.load_points],
