@@ -295,6 +295,26 @@ def test_a_signal_between_points_ends_the_search_with_the_points_run(workload, p
     )
 
 
+def test_a_signal_during_the_first_point_of_a_batch_keeps_that_point_and_runs_no_other(workload, prompts):
+    # the signal is there before the first of the two ends runs: it starts, at once interrupted,
+    # and is kept; the second end never starts (the batch used to fail in zip(strict=True))
+    from pytest_llmreplay.replayer.signal_stop import SignalStop
+
+    previous = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        with SignalStop() as signals:
+            os.kill(os.getpid(), signal.SIGINT)
+            found = find_capacity(
+                workload, target(prompts), prompts, CapacityPlan(by="concurrency", slo=SLO), workers=1, signals=signals
+            )
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+    assert [(p.role, p.interrupted) for p in found.points] == [("low", "SIGINT")]
+    assert found.reason == "interrupted by SIGINT after 1 of at most 12 runs" and found.value == 0
+    assert found.result.run.interrupted == "SIGINT"
+
+
 def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):
     # every session at once is concurrency 60, run in closed loop like every other point: the
     # bracket's top when it fails, the capacity (at least) when it passes; no estimates

@@ -370,8 +370,9 @@ class Search:
                 if not self.interrupted:
                     self.fresh_server()
                 done.append(self.run_here(job))
-        points = [
-            self.keep(load, role, settings, run) for (load, role, settings, _), run in zip(runs, done, strict=True)
+        points = [  # after a signal, fewer runs than planned
+            self.keep(load, role, settings, run)
+            for (load, role, settings, _), run in zip(runs[: len(done)], done, strict=True)
         ]
         if self.interrupted:
             raise Interrupted(self.interrupted)
