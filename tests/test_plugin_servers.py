@@ -77,15 +77,19 @@ def test_a2(llm_result):
 
 
 @pytest.mark.parametrize("llm_server", [A, B])
-def test_each(llm_replay, llm_endpoint, llm_server):
-    assert llm_endpoint.fingerprint["server"]["cmd"] == llm_server["cmd"]
+def test_each(llm_replay):
     assert llm_replay("tiny.yaml", concurrency=3).summary["requests"]["ok"] == 3
+
+
+@pytest.mark.parametrize("llm_server", [B])
+def test_endpoint_only(llm_endpoint):  # llm_endpoint alone takes the parameter
+    assert llm_endpoint.fingerprint["server"]["cmd"] == B["cmd"]
 """.replace("SIM", SIM)
 
 
 @pytest.mark.parametrize(("max_servers", "while_b"), [(None, {"b"}), ("2", {"a", "b"})])
 def test_two_declared_configs_start_two_servers_each_once(project, max_servers, while_b):
-    """Six tests (markers, a parametrized pair, a spec file) over two configs, interleaved in
+    """Seven tests (markers, a parametrized pair and one, a spec file) over two configs, interleaved in
     the files: collection groups them, so each config starts once (one log each); with one
     server at a time the first is stopped before the second starts, with two both stay up."""
     project.makepyfile(test_servers=TWO_CONFIGS.replace("EXPECTED_WHILE_B", repr(while_b)))
@@ -93,7 +97,7 @@ def test_two_declared_configs_start_two_servers_each_once(project, max_servers, 
     project.path.joinpath("zz.llmreplay.yaml").write_text(json.dumps(spec))
     flags = ["--llm-max-servers", max_servers] if max_servers else []
     result = project.runpytest("-v", "--llm-repeat", "1", "--llm-report", "report", *flags)
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(
         [
             "*::test_a1 PASSED*",
@@ -102,6 +106,7 @@ def test_two_declared_configs_start_two_servers_each_once(project, max_servers, 
             "*zz.llmreplay.yaml::zz PASSED*",
             "*::test_b1 PASSED*",
             "*::test_each?* sim --seed 2? PASSED*",
+            "*::test_endpoint_only?* sim --seed 2? PASSED*",
         ]
     )
     ports = server_ports(project.path / "report")

@@ -253,14 +253,14 @@ def llm_prompts(pytestconfig: pytest.Config):
 
 
 @pytest.fixture
-def llm_endpoint(request: pytest.FixtureRequest, pytestconfig: pytest.Config):
+def llm_endpoint(request: pytest.FixtureRequest, pytestconfig: pytest.Config, llm_server: Any):
     """Where this test's replays go, a :class:`~pytest_llmreplay.target.Target`
     (``.name``, ``.kind``, ``.url``, ``.fingerprint``): the server the test declares (its
     marker's ``server`` or its ``llm_server`` parameter; started by the pool if it is not
     running), else the session's: the simulator (started once per process) or the live server.
     ``--llm-endpoint`` wins over a declared server, as it does for the replays."""
     state = session_of(pytestconfig)
-    return _fail_on_user_error(lambda: state.target_for(_parsed_server(request.node)))
+    return _fail_on_user_error(lambda: state.target_for(_parsed_server(request.node, llm_server)))
 
 
 @pytest.fixture(scope="session")
@@ -380,22 +380,22 @@ def declared_server(item: pytest.Item) -> Any:
     """The :class:`~pytest_llmreplay.plugin.servers.ServerConfig` an item declares where
     collection sees it (:func:`_parsed_server`), or None: none, or a bad one (the test fails
     with the error when it runs)."""
+    callspec = getattr(item, "callspec", None)
     try:
-        return _parsed_server(item)
+        return _parsed_server(item, callspec.params.get("llm_server") if callspec is not None else None)
     except LLMReplayError:
         return None
 
 
-def _parsed_server(item: pytest.Item) -> Any:
-    """The server config an item declares (its spec file's ``server``, its marker's, else its
-    ``llm_server`` parameter), or None; raises LLMReplayError for a bad one."""
+def _parsed_server(item: pytest.Item, parameter: Any) -> Any:
+    """The server config an item declares (its spec file's ``server``, its marker's, else
+    ``parameter``, its ``llm_server``), or None; raises LLMReplayError for a bad one."""
     if isinstance(item, SpecItem):
         return item.spec.server
     marker = item.get_closest_marker("llmreplay")
     value = marker.kwargs.get("server") if marker is not None else None
-    callspec = getattr(item, "callspec", None)
-    if value is None and callspec is not None:
-        value = callspec.params.get("llm_server")
+    if value is None:
+        value = parameter
     if value is None:
         return None
     from .servers import parse_server
