@@ -96,3 +96,29 @@ def test_every_llm_option_named_exists():
     known = {flag for flag, *_ in OPTIONS}
     named = {(page.name, flag) for page in PAGES for flag in re.findall(r"--llm-[a-z-]*[a-z]", page.read_text())}
     assert {(page, flag) for page, flag in named if flag not in known} == set()
+
+
+def test_the_readmes_first_perf_test_prints_what_the_readme_shows(pytester):
+    """The quick start's ``test_first.py``, run as the README says (the simulator is
+    deterministic): its summary row and its SLO margin are the README's, so a simulator change
+    that moves them makes the README say so."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("Save this as `test_first.py`") :]
+    source, output = CODE_BLOCK.findall(section)[:2]
+    shown_row = next(line for line in output.splitlines() if line.startswith("test_first.py::test_chat "))
+    pytester.makepyfile(test_first=source)
+    (pytester.path / "workloads").mkdir()
+    (pytester.path / "workloads" / "synthetic_chat.yaml").write_bytes(
+        (ROOT / "workloads" / "synthetic_chat.yaml").read_bytes()
+    )
+    pytester.makeini("[pytest]\n")
+    result = pytester.runpytest("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert shown_row.split() in [line.split() for line in result.outlines], result.stdout.str()
+    margin = re.search(r"`ttft\.p99 < 500ms`\s+measured ([\d.,]+ ms), ([+-][\d.,]+ ms)\)", readme)
+    assert margin is not None, "the README no longer quotes the ttft.p99 margin"
+    measured, headroom = margin.groups()
+    assert any(
+        re.search(rf"ttft\.p99\s+< 500ms\s+{re.escape(measured)}\s+{re.escape(headroom)} ", line)
+        for line in result.outlines
+    ), result.stdout.str()

@@ -62,7 +62,7 @@ def add_dashboard_parser(commands: Any) -> None:
         "of every test in the store, each with its latest verdict, SLO margins and a small line per gated figure "
         "(tests that moved in the last --recent commits first), and a page per test with each figure over the "
         "first-parent history of --ref, change points marked and flagged, SLO thresholds drawn, and the lines of "
-        "several endpoints or server configs side by side. Needs pip install 'pytest-llmreplay[dashboard,history]'.",
+        "several endpoints or server configs side by side. Needs pip install 'pytest-llmreplay[dashboard]' (Plotly.js and Otava's change points).",
     )
     dashboard.add_argument(
         "--baseline-dir",
