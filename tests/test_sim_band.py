@@ -100,17 +100,21 @@ def test_the_band_is_the_10th_to_90th_percentile_of_the_draws(capsys, tmp_path, 
     assert main(["run", trace, "--sim", str(bare), "--seed", "3", "--out", str(tmp_path / "bare")]) == 0
     ttft = json.loads((tmp_path / "bare" / "result.json").read_text())["summary"]["ttft"]["p50"] * 1000
     capsys.readouterr()
-    assert main(["run", trace, "--sim", str(path), "--seed", "3", "--band", "6"]) == 0
+    assert main(["run", trace, "--sim", str(path), "--seed", "3", "--band", "10", "--out", str(tmp_path / "fe")]) == 0
     out = capsys.readouterr().out
-    assert "Error band: 6 draws of the profile's uncertain parameters (timing.frontend_ms 10-30)" in out
+    assert "Error band: 10 draws of the profile's uncertain parameters (timing.frontend_ms 10-30)" in out
     found = re.search(r"^  TTFT p50 ([\d.]+) ms \(([\d.]+)-([\d.]+)\)$", out, re.M)
     assert found, out
-    drawn = np.random.default_rng(3).uniform(10.0, 30.0, 6)
+    drawn = np.random.default_rng(3).uniform(10.0, 30.0, 10)
     assert float(found[1]) == pytest.approx(ttft + 20.0, rel=1e-3)
     assert float(found[2]) == pytest.approx(ttft + np.percentile(drawn, 10), rel=1e-3)
     assert float(found[3]) == pytest.approx(ttft + np.percentile(drawn, 90), rel=1e-3)
     for label in ("TTFT p90", "TPOT mean", "TPOT p50", "latency p50", "requests/s", "output tok/s"):
         assert re.search(rf"^  {label} \S+ \S* ?\([\d.,]+-[\d.,]+\)$", out, re.M), label
+    stored = json.loads((tmp_path / "fe" / "result.json").read_text())["band"]  # the band kept with the result
+    assert stored["draws"] == 10 and stored["parameters"] == {"timing.frontend_ms": [10.0, 30.0]}
+    low, high = stored["figures"]["ttft.p50"]
+    assert (low * 1000, high * 1000) == pytest.approx((float(found[2]), float(found[3])), rel=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -120,9 +124,9 @@ def test_the_band_is_the_10th_to_90th_percentile_of_the_draws(capsys, tmp_path, 
             ["--endpoint", "http://127.0.0.1:9", "--band", "5"],
             "--band: draws a simulator profile's uncertain parameters; give --sim PROFILE",
         ),
-        (["--sim", "llama-3.1-8b-h100", "--band", "1"], "--band: expected at least 2 draws"),
+        (["--sim", "llama-3.1-8b-h100", "--band", "2"], "--band: expected at least 10 draws"),
         (
-            ["--sim", "dynamo-mocker-polynomial", "--band", "5"],
+            ["--sim", "dynamo-mocker-polynomial", "--band", "10"],
             "--band: profile 'dynamo-mocker-polynomial' states no uncertain parameters",
         ),
     ],

@@ -30,6 +30,7 @@ from .options import (
 
 # llmreplay run's exit statuses (docs/reference/exit-status.md); a signal's is 128 + its number; bad input,
 # bad usage included (cli.CommandParser), is 3, as compare's and sweep's
+MIN_BAND_DRAWS = 10  # --band: the 10th-90th percentile of fewer draws is their extremes
 RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_succeeded": 4}
 
 
@@ -131,6 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 print(f"warning: {died}", file=sys.stderr)
     result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
     print(render(result))
+    bands = None
     if sim is not None and args.band:
         from ..sim.profile_band import band_lines, headline_bands
 
@@ -138,13 +140,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             target = dataclasses.replace(sim, profile=profile)
             return Result(Replay(workload, target.endpoint(), prompts, settings, clock=target.clock()).run()).summary
 
-        print(
-            band_lines(
-                sim.profile, result.summary, headline_bands(sim.profile, args.band, args.seed, summarise), args.band
-            )
-        )
+        bands = headline_bands(sim.profile, args.band, args.seed, summarise)
+        print(band_lines(sim.profile, result.summary, bands, args.band))
     if out is not None or store is not None:
         record = _record(result, args, digest, sim.fingerprint if sim is not None else None)
+        if bands is not None and sim is not None:
+            from ..sim.profile_band import band_record
+
+            record["band"] = band_record(sim.profile, bands, args.band)
         if out is not None:
             from ..gate.store import write_new
 
@@ -165,12 +168,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _check_band(draws: int, sim: Any) -> None:
-    """Refuse a ``--band`` that cannot run, before the replay: no ``--sim``, fewer than 2 draws,
+    """Refuse a ``--band`` that cannot run, before the replay: no ``--sim``, fewer than
+    :data:`MIN_BAND_DRAWS` draws,
     a profile without uncertain parameters."""
     if sim is None:
         raise LLMReplayError("--band: draws a simulator profile's uncertain parameters; give --sim PROFILE")
-    if draws < 2:
-        raise LLMReplayError(f"--band: expected at least 2 draws (20 or more give a steadier band), got {draws}")
+    if draws < MIN_BAND_DRAWS:
+        raise LLMReplayError(
+            f"--band: expected at least {MIN_BAND_DRAWS} draws (the 10th and 90th percentiles of fewer are the "
+            f"extremes of a handful; 20 or more give a steadier band), got {draws}"
+        )
     if not sim.profile.uncertainty:
         raise LLMReplayError(
             f'--band: profile {sim.profile.name!r} states no uncertain parameters (its "uncertainty" section: '
@@ -323,7 +330,9 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --sim: also replay N times with the profile's uncertain parameters drawn over their ranges "
         '(its "uncertainty" section; seeded by --seed) and print each headline figure with its 10th-90th '
-        "percentile band, e.g. TTFT p50 61 ms (45-80) (default: no band)",
+        "percentile band, e.g. TTFT p50 61 ms (45-80), kept in --out's result.json as 'band'; at least 10 draws; "
+        "the figure itself is the profile's nominal one, which can lie outside the band when its parameters sit "
+        "near an end of their ranges (default: no band)",
     )
     run.add_argument(
         "--save-to",

@@ -84,6 +84,18 @@ def headline_bands(
     return {label: band([s[metric][stat] for s in summaries]) for label, metric, stat in HEADLINE}
 
 
+def band_record(profile: Profile, bands: Mapping[str, tuple[float, float]], draws: int) -> dict[str, Any]:
+    """The band as stored in a result (``result.json``'s ``band``): the draws, the percentiles,
+    each uncertain parameter's range, and each :data:`HEADLINE` figure's ``[low, high]`` under
+    its summary key (``ttft.p50``), in the summary's units (seconds, tokens/s)."""
+    return {
+        "draws": draws,
+        "percentiles": list(BAND_PERCENTILES),
+        "parameters": {u.field: [u.low, u.high] for u in profile.uncertainty},
+        "figures": {f"{metric}.{stat}": list(bands[label]) for label, metric, stat in HEADLINE},
+    }
+
+
 def band_lines(
     profile: Profile, summary: Mapping[str, Any], bands: Mapping[str, tuple[float, float]], draws: int
 ) -> str:
@@ -105,4 +117,13 @@ def band_lines(
     return "\n".join(lines)
 
 
-__all__ = ["with_values", "draw_profiles", "band", "headline_bands", "band_lines", "HEADLINE", "BAND_PERCENTILES"]
+__all__ = [
+    "with_values",
+    "draw_profiles",
+    "band",
+    "headline_bands",
+    "band_record",
+    "band_lines",
+    "HEADLINE",
+    "BAND_PERCENTILES",
+]
