@@ -17,6 +17,8 @@ import pytest
 from mockserver import free_port, gone, wait_until_gone
 from test_plugin_perf import TINY_WORKLOAD, refuses_connections, wait_for_file
 
+from pytest_llmreplay.gate.repeats import run_count
+
 SIM = f"{sys.executable} -m pytest_llmreplay.cli.main sim --port {{port}}"
 
 
@@ -185,6 +187,50 @@ def test_a_server_that_dies_during_a_test_fails_it_and_the_next_test_gets_a_fres
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["server command * exited with status -9; last lines of its log (*-1.log):"])
     assert len(project.path.joinpath("pids.txt").read_text().split()) == 2
+
+
+def test_a_server_that_dies_after_a_repeat_keeps_the_runs_before_it(project):
+    """Killed after its second of three runs (by a metrics hook, which runs after each replay):
+    the test fails with the server's error, and the first run is stored and reported, never lost."""
+    project.makeconftest(
+        """
+        import os, pathlib, signal, time
+
+        def pytest_llmreplay_metrics():
+            def kill_after_the_second_run(result):
+                calls = pathlib.Path("calls.txt")
+                calls.write_text(calls.read_text() + "x" if calls.exists() else "x")
+                if calls.read_text() == "xx":
+                    pid = int(pathlib.Path("pids.txt").read_text().split()[-1])
+                    os.kill(pid, signal.SIGKILL)
+                    while pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+                        time.sleep(0.01)  # dead, not yet reaped: the plugin's check sees it
+                return {}
+            return {"kill_switch": kill_after_the_second_run}
+        """
+    )
+    project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.llmreplay(workload="tiny.yaml", concurrency=3, server={"cmd": "sh -c 'echo $$ >> pids.txt; exec SIM'"})
+        def test_dies(llm_result):
+            pass
+    """.replace("SIM", SIM)
+    )
+    result = project.runpytest_subprocess("--llm-repeat", "3", "--llm-save", "--llm-report", "report")
+    result.assert_outcomes(errors=1)
+    # the plugin sees it dead after the second run (1 kept), or, its process not yet reaped then,
+    # when the third cannot start (2 kept)
+    kept = re.search(r"^\(the (\d) runs? before it (?:is|are) kept\)$", result.stdout.str(), re.M)
+    assert kept is not None, result.stdout.str()
+    runs = int(kept[1])
+    (stored,) = project.path.joinpath(".llmreplay").glob("*/*.json")
+    record = json.loads(stored.read_text())
+    assert record["summary"]["requests"]["ok"] == 3 and run_count(record) == runs
+    assert any(w.startswith(f"ran {runs} of 3 times: run {runs + 1} failed (") for w in record["warnings"])
+    (reported,) = (project.path / "report" / "tests").glob("*.json")
+    assert json.loads(reported.read_text())["failed_by"] == ["its server died"]
 
 
 @pytest.mark.parametrize(

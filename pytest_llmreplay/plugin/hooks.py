@@ -324,6 +324,7 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config, llm_
         )
         perf, result = _fail_on_user_error(lambda: perf_run(state, test, checked))
         runs.append(perf)
+        keep_runs_if_server_died(request.node, perf)
         skip_body_if_interrupted(request.node, result)
         return result
 
@@ -438,6 +439,16 @@ def finish_runs(item: pytest.Item, body_failure: str | None = None) -> str | Non
     return "\n\n".join(failures) or None
 
 
+def keep_runs_if_server_died(item: pytest.Item, run: Any) -> None:
+    """When the test's declared server died after its first run, gate the runs before it now
+    (stored and reported, their count said) and fail the test with the server's error: what was
+    measured is never lost, and no body judges fewer runs than it asked for."""
+    if run.server_died is None:
+        return
+    failure = finish_runs(item, "its server died")
+    pytest.fail(run.server_died + (f"\n\n{failure}" if failure else ""), pytrace=False)
+
+
 def skip_body_if_interrupted(item: pytest.Item, result: Any) -> None:
     """When a signal stopped ``result``'s replay, gate what it measured now (stored and reported,
     marked interrupted) and skip the rest of the test: a body must not judge a partial result.
@@ -537,6 +548,7 @@ class SpecItem(pytest.Item):
         state = session_of(self.config)
         run, result = perf_run(state, self.nodeid, self.spec)
         self.stash.setdefault(RUNS, []).append(run)
+        keep_runs_if_server_died(self, run)
         skip_body_if_interrupted(self, result)
         failure = finish_runs(self)
         if failure:

@@ -442,7 +442,9 @@ class live_lock:
 
 
 def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
-    """Replay a checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec`; return (PerfRun, Result)."""
+    """Replay a checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec`; return (PerfRun, Result).
+    A server that dies (or stops answering) during the first run raises its error; during a
+    later repeat, the runs before are returned, with ``server_died`` saying so (:func:`~pytest_llmreplay.plugin.hooks.keep_runs_if_server_died`)."""
     from ..gate.baseline import workload_digest
     from .verdict import PerfRun
 
@@ -457,14 +459,25 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
         else None
     )
     runs = []
+    died = None
     for index in range(repeats):
-        runs.append(state.replay(target, spec, salt=f"{digest} {test}", repeat=index, repeats=repeats))
-        state.check_server(spec.server)  # a declared server that died during the run fails the test
+        try:
+            runs.append(state.replay(target, spec, salt=f"{digest} {test}", repeat=index, repeats=repeats))
+            state.check_server(spec.server)  # a declared server that died during the run fails the test
+        except LLMReplayError as exc:  # a server that died or stopped answering
+            if index == 0:
+                raise
+            del runs[index:]  # the run it failed in measured the failure; the runs before it are kept
+            died = f"{exc}\n(the {index} run{'s' if index > 1 else ''} before it {'are' if index > 1 else 'is'} kept)"
+            once = f"ran {index} of {repeats} times: run {index + 1} failed ({str(exc).splitlines()[0]})"
+            break
         if state.interruption.observe(runs[-1][0], test):  # Ctrl-C: no more repeats (see plugin/interrupt.py)
             state.notes.append(("llmreplay interrupted", state.interruption.note()))
             break
     workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
     results = [result for result, _ in runs]
+    if died is not None and once is not None:  # said in the stored result too, where the terminal's text is not kept
+        results[-1].run.warnings.append(once)
     return PerfRun(
         test,
         results[-1],
@@ -475,4 +488,5 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
         earlier=results[:-1],
         facts=[facts for _, facts in runs],
         repeats_note=once,
+        server_died=died,
     ), results[-1]

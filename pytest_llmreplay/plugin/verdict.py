@@ -84,7 +84,8 @@ class PerfRun:
     regression: Mapping[str, Any] = field(default_factory=dict)
     earlier: list[Any] = field(default_factory=list)
     facts: list[Mapping[str, Any]] = field(default_factory=list)
-    repeats_note: str | None = None  # why it ran fewer times than asked (runs that cannot differ)
+    repeats_note: str | None = None  # why it ran fewer times than asked (runs that cannot differ, a server that died)
+    server_died: str | None = None  # the error of a declared server that died after the first run
 
     @property
     def results(self) -> list[Any]:
