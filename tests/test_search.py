@@ -315,6 +315,23 @@ def test_a_signal_during_the_first_point_of_a_batch_keeps_that_point_and_runs_no
     assert found.result.run.interrupted == "SIGINT"
 
 
+def test_a_rate_of_multi_turn_sessions_is_said_in_sessions_per_second(tmp_path, workload, prompts):
+    # the rate starts sessions; with three turns each, the requests answered per second are about
+    # three times the sessions carried, so a load labelled req/s contradicted its own row
+    path = tmp_path / "turns.yaml"
+    path.write_text(WORKLOAD.replace("sessions: 60", "sessions: 20\n  turns: 3\n  delay: 0.1"))
+    plan = CapacityPlan(by="rate", slo=SLO, min=1, max=4, budget=3)
+    lines: list[str] = []
+    found = find_capacity(load_workload(path), target(prompts), prompts, plan, progress=lines.append, workers=1)
+    assert found.rate_unit == "sessions/s" and found.as_dict()["rate_unit"] == "sessions/s"
+    assert lines[0].startswith("point 1/3    low rate 1 sessions/s: ")
+    assert f"capacity (rate): {found.value:.4g} sessions/s" in found.headline()
+    assert "rate sessions/s" in found.table() and "req/s" in found.table()  # the requests' own columns stay req/s
+    assert "sessions/s" in load_curve_section({"test": "t", "capacity": found.as_dict()})
+    single = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    assert single.rate_unit == "req/s"  # one request a session: the two rates are one
+
+
 def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):
     # every session at once is concurrency 60, run in closed loop like every other point: the
     # bracket's top when it fails, the capacity (at least) when it passes; no estimates

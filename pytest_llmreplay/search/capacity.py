@@ -311,7 +311,9 @@ class Search:
         self.workload, self.target, self.prompts, self.plan, self.base = workload, target, prompts, plan, settings
         self.progress, self.signals = progress, signals
         self.workers = workers if target.kind == "offline" else 1
-        self.sessions = len(session_plan(workload, replace(settings, mode="concurrency")))
+        planned = session_plan(workload, replace(settings, mode="concurrency"))
+        self.sessions = len(planned)
+        self.rate_unit = "sessions/s" if any(len(session.turns) > 1 for session in planned) else "req/s"
         self.native_rate = trace_rate(workload) if plan.arrival == "trace" else None
         self.limits = per_request_limits(plan.slos)
         self.points: list[Point] = []
@@ -348,7 +350,7 @@ class Search:
         )
         self.points.append(point)
         if self.progress is not None:
-            self.progress(point.line(len(self.points), self.plan.budget, self.plan.by))
+            self.progress(point.line(len(self.points), self.plan.budget, self.plan.by, self.rate_unit))
         return point
 
     @property
@@ -439,7 +441,7 @@ class Search:
                 f"interrupted by {stop} after {len(self.points)} of at most {self.plan.budget} runs",
                 str(stop),
             )
-        return Capacity(self.plan, self.base, self.points, ended, interrupted)
+        return Capacity(self.plan, self.base, self.points, ended, interrupted, self.rate_unit)
 
     def search(self) -> str:
         """Steps 1 to 4 of the module docstring; why the search ended."""

@@ -126,9 +126,10 @@ class Point:
             else ("FAIL (stopped)" if self.stopped else "FAIL")
         )
 
-    def line(self, index: int, budget: int, by: str) -> str:
-        """The progress line of a finished point."""
-        unit = " req/s" if by == "rate" else ""
+    def line(self, index: int, budget: int, by: str, rate_unit: str = "req/s") -> str:
+        """The progress line of a finished point; ``rate_unit``: what a rate counts
+        (:attr:`Capacity.rate_unit`)."""
+        unit = f" {rate_unit}" if by == "rate" else ""
         measured = "  ".join(
             f"{c.slo.key} {'-' if c.measured is None else c.slo.show(c.measured)}" for c in self.checks
         )
@@ -142,7 +143,7 @@ class Point:
         stopped = f"  (stopped early: {self.stopped})" if self.stopped else ""
         load = f"{by} {self.load:.4g}{unit}"
         if self.estimate:
-            load = f"estimate, {self.settings.concurrency} in flight: carried {self.load:.4g} req/s"
+            load = f"estimate, {self.settings.concurrency} in flight: carried {self.load:.4g} {rate_unit}"
         return f"point {index}/{budget} {self.role:>6} {load}: {verdict}  {measured}{goodput}{stopped}"
 
 
@@ -168,6 +169,9 @@ class Capacity:
     points: list[Point]
     ended: str
     interrupted: str | None = None
+    # what a rate counts: sessions start at the rate, so with multi-turn sessions it is sessions/s
+    # (the requests/s columns are the requests answered); req/s when every session is one request
+    rate_unit: str = "req/s"
 
     @property
     def high(self) -> float | None:
@@ -214,7 +218,7 @@ class Capacity:
             return self.ended
         point = self.at_capacity
         ceiling = (
-            f"the {point.load:.4g} req/s point met the SLOs carrying only {point.carried:.4g} req/s: its run ended before a queue could build "
+            f"the {point.load:.4g} {self.rate_unit} point met the SLOs carrying only {point.carried:.4g} {self.rate_unit}: its run ended before a queue could build "
             "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"
         )
         return f"{self.ended}; {ceiling}" if self.interrupted else ceiling
@@ -259,6 +263,7 @@ class Capacity:
             **self.figures(),
             "at_least": self.at_least,
             "upper_bound_found": self.high is not None,
+            "rate_unit": self.rate_unit,
             "reason": self.reason,
             "interrupted": self.interrupted,
             "points": [p.figures() for p in self.load_points],
@@ -272,7 +277,7 @@ class Capacity:
         from tabulate import tabulate
 
         keys = [slo.key for slo in self.plan.slos]
-        unit = " req/s" if self.plan.by == "rate" else ""
+        unit = f" {self.rate_unit}" if self.plan.by == "rate" else ""
 
         def rows(points: list[Point]) -> list[list[str]]:
             out = []
@@ -301,14 +306,14 @@ class Capacity:
                     [f"{p.role}, {p.settings.concurrency} in flight"] + row
                     for p, row in zip(sorted(estimates, key=lambda p: p.load), rows(estimates), strict=True)
                 ],
-                headers=["estimate (closed loop)", "carried req/s", "verdict"] + keys + tail,
+                headers=["estimate (closed loop)", f"carried {self.rate_unit}", "verdict"] + keys + tail,
                 tablefmt="simple",
             )
             text += "\nEstimates (where to look; not rates run, never the capacity)\n" + table
         return text + "\n" + self.headline()
 
     def headline(self) -> str:
-        unit = " req/s" if self.plan.by == "rate" else ""
+        unit = f" {self.rate_unit}" if self.plan.by == "rate" else ""
         if self.at_least:
             return (
                 f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
