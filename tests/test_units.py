@@ -9,7 +9,8 @@ import pytest
 from pytest_llmreplay.gate.baseline import Comparison, Row, comparison_table
 from pytest_llmreplay.metrics.units import display_unit, format_value, significant
 from pytest_llmreplay.report.files import markdown
-from pytest_llmreplay.report.rows import OVERVIEW_HEADERS, endpoint_text, headline, overview_row, slo_rows
+from pytest_llmreplay.report.rows import endpoint_text, headline, overview_headers, overview_row, slo_rows
+from pytest_llmreplay.report.terminal import summary_table
 
 
 @pytest.mark.parametrize(
@@ -226,6 +227,21 @@ def test_overview_row_and_endpoint_are_readable():
     assert endpoint_text(None) == "unknown"
 
 
+def test_a_run_with_reasoning_adds_the_ttfo_column_to_every_overview():
+    """TTFT is the first reasoning token; what a user waits for is TTFO: the overview shows it
+    after TTFT p99 when some result had reasoning (the terminal's table as the files')."""
+    plain = record(MARKER_SLOS)
+    thinking = {**plain, "test": "t.py::test_r", "summary": {**plain["summary"], "ttfo": {"p50": 2.5}}}
+    assert "TTFO p50" not in overview_headers([plain])
+    headers = overview_headers([plain, thinking])
+    assert headers[headers.index("TTFT p99") + 1] == "TTFO p50"
+    assert overview_row(thinking, reasoning=True)[headers.index("TTFO p50")] == "2,500 ms"
+    assert overview_row(plain, reasoning=True)[headers.index("TTFO p50")] == "-"
+    table = summary_table([("t.py::test_r", "passed", {"llmreplay.ttft.p50": 0.04, "llmreplay.ttfo.p50": 2.5})])
+    assert "TTFO p50" in table.splitlines()[0] and "2,500 ms" in table
+    assert "TTFO p50" not in summary_table([("t.py::test_x", "passed", {"llmreplay.ttft.p50": 0.04})])
+
+
 def test_markdown_summary_keeps_a_pipe_in_its_cell_and_a_masked_secret_as_written():
     """A ``|`` in a test id would end its table cell and shift the row; a masked env value
     ``***`` would render as emphasis: both are escaped, and read back as written."""
@@ -237,6 +253,6 @@ def test_markdown_summary_keeps_a_pipe_in_its_cell_and_a_masked_secret_as_writte
     text = markdown([stored])
     row = next(line for line in text.splitlines() if line.startswith("| t.py::test_x"))
     assert "test_x[sh -c 'a \\| b']" in row
-    assert row.count("|") - row.count("\\|") == len(OVERVIEW_HEADERS) + 1  # one cell per header
+    assert row.count("|") - row.count("\\|") == len(overview_headers([stored])) + 1  # one cell per header
     endpoint = next(line for line in text.splitlines() if line.startswith("Endpoint:"))
     assert endpoint.endswith("server.env.HF_TOKEN \\*\\*\\*")

@@ -26,12 +26,13 @@ from typing import Any
 
 from ..errors import LLMReplayError
 from .rows import (
-    OVERVIEW_HEADERS,
     SLO_HEADERS,
     comparison_rows,
     endpoint_text,
     headline,
+    overview_headers,
     overview_row,
+    reasoning_in,
     slo_rows,
 )
 
@@ -55,7 +56,7 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
     lines = [
         f"## llmreplay: {len(results)} perf test{'s' if len(results) != 1 else ''}",
         "",
-        _table([overview_row(r) for r in results], OVERVIEW_HEADERS),
+        _table([overview_row(r, reasoning_in(results)) for r in results], overview_headers(results)),
     ]
     for record in results:
         lines += ["", f"### {markdown_text(record['test'])}", "", f"**{markdown_text(headline(record).text())}**"]

@@ -1,6 +1,6 @@
 """``index.html`` of ``--llm-report DIR``: one self-contained page (inline CSS and SVG, no script).
 
-At the top, the summary table (:data:`~pytest_llmreplay.report.rows.OVERVIEW_HEADERS`), each test
+At the top, the summary table (:func:`~pytest_llmreplay.report.rows.overview_headers`), each test
 linking to its section. Then one section per test, made of :data:`SECTIONS` in order: each is a
 function from the stored result to HTML (empty when it has nothing to say):
 
@@ -35,12 +35,13 @@ from ..gate.baseline import COMPARISON_HEADERS
 from ..metrics.slo import Check
 from ..metrics.units import format_value
 from .rows import (
-    OVERVIEW_HEADERS,
     SLO_HEADERS,
     comparison_rows,
     endpoint_text,
     headline,
+    overview_headers,
     overview_row,
+    reasoning_in,
     slo_rows,
     stored_checks,
 )
@@ -265,8 +266,8 @@ SECTIONS: tuple[Callable[[Mapping[str, Any]], str], ...] = (
 def overview_table(results: Sequence[Mapping[str, Any]]) -> str:
     """The summary table, each test's name a link to its section."""
     return html_table(
-        OVERVIEW_HEADERS,
-        [overview_row(r) for r in results],
+        overview_headers(results),
+        [overview_row(r, reasoning_in(results)) for r in results],
         verdict_class,
         links=[f"#{anchor(r['test'])}" for r in results],
         table_class="overview",

@@ -2,8 +2,9 @@
 as text cells shared by the Markdown summary and the HTML page; every value in its metric's
 unit (:mod:`pytest_llmreplay.metrics.units`).
 
-- :func:`overview_row`: one row of the summary table (the outcome, requests, TTFT p50/p99, TPOT
-  p50, TTFAT p90, cache hit rate, output throughput, SLOs met, the comparison's verdict);
+- :func:`overview_row`: one row of the summary table (the outcome, requests, TTFT p50/p99, TTFO
+  p50 when a run had reasoning, TPOT p50, TTFAT p90, cache hit rate, output throughput, SLOs met,
+  the comparison's verdict);
 - :func:`stored_checks` and :func:`slo_rows`: the SLOs of the result (those of the test's marker
   or spec and those checked in code, whatever its ``slo`` list holds) read back as checks: metric,
   threshold, measured and margin in the threshold's unit, status;
@@ -17,7 +18,7 @@ unit (:mod:`pytest_llmreplay.metrics.units`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -34,16 +35,35 @@ OVERVIEW = (
     ("cache hit", "cache_hit_rate", "mean"),
     ("output tok/s", "output_throughput", "steady_state"),
 )
-OVERVIEW_HEADERS = ["test", "outcome", "requests ok", *(header for header, *_ in OVERVIEW), "SLOs met", "vs baseline"]
+# after TTFT p99 when some run had reasoning: the wait for the answer, which TTFT (the first reasoning token) is not
+REASONING_COLUMN = ("TTFO p50", "ttfo", "p50")
 SLO_HEADERS = ["metric", "threshold", "measured", "margin", "status"]
 
 
-def overview_row(record: Mapping[str, Any]) -> list[str]:
-    """The summary table's row of one stored result (:data:`OVERVIEW_HEADERS`)."""
+def overview_columns(reasoning: bool) -> tuple[tuple[str, str, str], ...]:
+    """:data:`OVERVIEW`, with :data:`REASONING_COLUMN` after TTFT p99 when some run had reasoning."""
+    return OVERVIEW[:2] + (REASONING_COLUMN,) + OVERVIEW[2:] if reasoning else OVERVIEW
+
+
+def reasoning_in(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some result had reasoning (its summary has ``ttfo``): the overview's TTFO column."""
+    return any("ttfo" in r["summary"] for r in records)
+
+
+def overview_headers(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The summary table's headers: test, outcome, requests ok, :func:`overview_columns`, SLOs
+    met, vs baseline (:func:`overview_row`)."""
+    columns = overview_columns(reasoning_in(records))
+    return ["test", "outcome", "requests ok", *(header for header, *_ in columns), "SLOs met", "vs baseline"]
+
+
+def overview_row(record: Mapping[str, Any], reasoning: bool = False) -> list[str]:
+    """The summary table's row of one stored result (:func:`overview_headers`; ``reasoning``:
+    whether the table has the TTFO column)."""
     summary = record["summary"]
     counts = summary.get("requests", {})
     row = [record["test"], headline(record).status, f"{counts.get('ok', 0)}/{counts.get('planned', 0)}"]
-    row += [format_value(metric, summary.get(metric, {}).get(stat)) for _, metric, stat in OVERVIEW]
+    row += [format_value(metric, summary.get(metric, {}).get(stat)) for _, metric, stat in overview_columns(reasoning)]
     checks = record.get("slo") or []
     row.append(f"{sum(bool(c['passed']) for c in checks)}/{len(checks)}" if checks else "-")
     row.append(comparison_cell(record.get("comparison")))

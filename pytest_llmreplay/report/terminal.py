@@ -171,14 +171,15 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
     """A row per measured run (:func:`figures_by_run`) of each (test id, outcome, key figures):
     the run's id, the test's outcome, and its key figures (``llmreplay.<metric>.<stat>``, as
     :func:`~pytest_llmreplay.plugin.verdict.key_figures` gives them to JUnit) in the columns of the
-    report's overview (:data:`~pytest_llmreplay.report.rows.OVERVIEW`: ``TTFT p50 128.8 ms``),
+    report's overview (:func:`~pytest_llmreplay.report.rows.overview_columns`: ``TTFT p50 128.8 ms``;
+    TTFO p50 when some run had reasoning),
     each written by :func:`~pytest_llmreplay.metrics.units.format_value`; plus a ``capacity`` column
     (``10.03 req/s`` or a concurrency; ``at least 40`` when the search found no failing load, as
     ``llmreplay sweep`` prints it) when some run searched one."""
     from tabulate import tabulate
 
     from ..metrics.units import format_value
-    from .rows import OVERVIEW
+    from .rows import overview_columns
 
     def capacity(figures: Mapping[str, float]) -> str:
         at_least = "at least " if figures.get("llmreplay.capacity.at_least") else ""
@@ -192,12 +193,13 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
         for run, figures in figures_by_run(test, test_figures).items()
     ]
     searched = any(key.startswith("llmreplay.capacity.") for _, _, figures in runs for key in figures)
-    headers = ["test", "outcome", *(header for header, _, _ in OVERVIEW)] + (["capacity"] if searched else [])
+    columns = overview_columns(any("llmreplay.ttfo.p50" in figures for _, _, figures in runs))
+    headers = ["test", "outcome", *(header for header, _, _ in columns)] + (["capacity"] if searched else [])
     rows = [
         [
             run,
             outcome,
-            *(format_value(metric, figures.get(f"llmreplay.{metric}.{stat}")) for _, metric, stat in OVERVIEW),
+            *(format_value(metric, figures.get(f"llmreplay.{metric}.{stat}")) for _, metric, stat in columns),
         ]
         + ([capacity(figures)] if searched else [])
         for run, outcome, figures in runs
