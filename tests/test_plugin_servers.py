@@ -101,6 +101,9 @@ def test_two_declared_configs_start_two_servers_each_once(project, max_servers, 
     result = project.runpytest("-v", "--llm-repeat", "1", "--llm-report", "report", *flags)
     result.assert_outcomes(passed=7)
     result.stdout.fnmatch_lines(
+        ["llmreplay servers: 7 tests declare a server (2 configs), each started once when first needed"]
+    )
+    result.stdout.fnmatch_lines(
         [
             "*::test_a1 PASSED*",
             "*::test_a2 PASSED*",
@@ -143,6 +146,12 @@ def test_a_server_that_exits_at_once_fails_only_its_test_and_starts_again_for_th
     """)
     result = project.runpytest("--llm-repeat", "1", "--llm-report", "report")
     result.assert_outcomes(passed=1, errors=2)  # the marker's replay runs in its fixture: a setup error
+    result.stdout.fnmatch_lines(
+        [
+            "llmreplay servers: 2 tests declare a server (1 config), each started once when first needed; "
+            "the other perf test runs on the session's endpoint above"
+        ]
+    )
     logs = sorted((project.path / "report" / "servers").iterdir())
     assert [path.name.rsplit("-", 1)[1] for path in logs] == ["1.log", "2.log"]
     for log in logs:
@@ -326,7 +335,8 @@ def test_llm_endpoint_wins_over_declared_servers_which_are_not_started(project):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            f"llmreplay servers: --llm-endpoint http://127.0.0.1:{port} served every test: the declared servers were not started"
+            "llmreplay servers: 1 test declares a server (1 config), not started: --llm-endpoint serves every test",
+            f"llmreplay servers: --llm-endpoint http://127.0.0.1:{port} served every test: the declared servers were not started",
         ]
     )
     assert not project.path.joinpath("started").exists()

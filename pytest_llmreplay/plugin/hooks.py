@@ -228,6 +228,36 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"llmreplay: {state.describe()}; baselines {state.store.label} ({save}, {compare}); tokenizer {tokenizer}, seed {state.seed}"
 
 
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    """When tests declare their own servers, one line under the header (which names the
+    session's endpoint) saying how many do, on how many configs, and where the others run."""
+    declared = [server for item in items if (server := declared_server(item)) is not None]
+    if not declared:
+        return None
+    state = session_of(config)
+    configs = len({server.digest for server in declared})
+    where = (
+        f"{len(declared)} test{'s' if len(declared) != 1 else ''} declare{'s' if len(declared) == 1 else ''} "
+        f"a server ({configs} config{'s' if configs != 1 else ''})"
+    )
+    if state.kind == "live":
+        return f"llmreplay servers: {where}, not started: --llm-endpoint serves every test"
+    perf = [
+        item
+        for item in items
+        if isinstance(item, SpecItem) or {"llm_replay", "llm_result"} & set(getattr(item, "fixturenames", ()))
+    ]
+    others = len(perf) - len(declared)
+    rest = (
+        ""
+        if others <= 0
+        else "; the other perf test runs on the session's endpoint above"
+        if others == 1
+        else f"; the other {others} perf tests run on the session's endpoint above"
+    )
+    return f"llmreplay servers: {where}, each started once when first needed{rest}"
+
+
 # ------------------------------------------------------------------------ fixtures
 
 
