@@ -12,7 +12,7 @@ import pytest
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.sim.calibrate_run import (
-    BOUNDS,
+    ENGINE_PARAMETERS,
     STATISTICS,
     calibrate_from_run,
     nelder_mead,
@@ -131,7 +131,12 @@ def test_a_client_timed_run_also_recovers_the_front_end_latency(trace, tmp_path,
     run = read_run(tmp_path / "run" / "requests.csv")
     assert run.from_client
     profile, fit = calibrate_from_run(
-        base_path, load_workload(trace), run, lambda: PromptFactory(tokenizer), fit=tuple(BOUNDS), max_evals=100
+        base_path,
+        load_workload(trace),
+        run,
+        lambda: PromptFactory(tokenizer),
+        fit=(*ENGINE_PARAMETERS, "frontend_ms"),
+        max_evals=100,
     )
     for name in ("mfu", "frontend_ms"):
         assert fit.values[name] == pytest.approx({**TRUTH, "frontend_ms": 15.0}[name], rel=0.1), name

@@ -31,19 +31,30 @@ def add_from_run_options(parser: Any) -> None:
     group.add_argument(
         "--from-run",
         metavar="RUN",
+        action="append",
         help="a recorded run: vLLM per-request .jsonl (queued/scheduled/first/last token times), "
-        "or llmreplay run --out's requests.csv or result.json",
+        "or llmreplay run --out's requests.csv or result.json; repeat it to fit several runs of one machine at once",
     )
-    group.add_argument("--workload", metavar="TRACE", help="the workload the run served (with --from-run)")
     group.add_argument(
-        "--profile", metavar="NAME|FILE", help="the roofline profile to fit (model, hardware, engine; with --from-run)"
+        "--workload",
+        metavar="TRACE",
+        action="append",
+        help="the workload the run served (with --from-run; once, or once per --from-run in the same order)",
+    )
+    group.add_argument(
+        "--profile",
+        metavar="NAME|FILE",
+        action="append",
+        help="the roofline profile to fit (model, hardware, engine; with --from-run; once, or once per --from-run: "
+        "each run's own model); the first is the one written",
     )
     group.add_argument(
         "--fit",
         default="mfu,mbu,overhead_ms",
         metavar="P,P,...",
-        help="parameters to fit, among mfu, mbu, overhead_ms, frontend_ms (default the first three; "
-        "frontend_ms only from a run a client timed, requests.csv or result.json)",
+        help="parameters to fit, among mfu, mbu, overhead_ms, layer_overhead_ms, frontend_ms (default the first three; "
+        "layer_overhead_ms only from runs of two layer counts; frontend_ms only from a run a client timed, "
+        "requests.csv or result.json, best a light one)",
     )
     group.add_argument(
         "--max-evals", type=int, default=40, metavar="N", help="offline replays the search may spend (default 40)"
@@ -68,9 +79,20 @@ def _write_out(profile: dict[str, Any], out: Path) -> None:
     )
 
 
+def per_run(option: str, given: list[str] | None, runs: int) -> list[str]:
+    """``--workload`` or ``--profile`` for each of ``runs`` runs: given once (for every run) or once per run."""
+    if not given:
+        raise LLMReplayError(f"--{option}: missing (--from-run needs --workload TRACE and --profile NAME|FILE)")
+    if len(given) not in (1, runs):
+        raise LLMReplayError(
+            f"--{option}: expected one, or one per --from-run ({runs}), got {len(given)}: {', '.join(given)}"
+        )
+    return given * runs if len(given) == 1 else given
+
+
 def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Path) -> int:
     """The workload is read in its detected format (as ``llmreplay run`` does without ``--format``)."""
-    from ..sim.calibrate_run import calibrate_from_run, check_fit, report_lines
+    from ..sim.calibrate_run import FitRun, calibrate_from_runs, check_fit, layers, read_base, report_lines
     from ..sim.measured_run import read_run
     from ..workloads.formats import load_workload
     from ..workloads.prompts import PromptFactory
@@ -80,22 +102,28 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
         raise LLMReplayError(
             "--from-run: give either --endpoint (a live sweep) or --from-run (a recorded run), not both"
         )
-    for option in ("workload", "profile"):
-        if not getattr(args, option):
-            raise LLMReplayError(f"--{option}: missing (--from-run needs --workload TRACE and --profile NAME|FILE)")
-    run = read_run(args.from_run)
-    workload = load_workload(args.workload)
+    workloads = per_run("workload", args.workload, len(args.from_run))
+    profiles = per_run("profile", args.profile, len(args.from_run))
+    runs = [read_run(path) for path in args.from_run]
+    counts = [layers(read_base(profile, engine)[2]) for profile in profiles]
     tokenizer = load_tokenizer(args.tokenizer)
     fit = [name.strip() for name in args.fit.split(",") if name.strip()]
-    check_fit(fit, run, args.max_evals)  # refused before the line that says the fit begins
+    check_fit(fit, runs, args.max_evals, counts)  # refused before the line that says the fit begins
+    parts = [
+        FitRun(profile, load_workload(workload), run)
+        for profile, workload, run in zip(profiles, workloads, runs, strict=True)
+    ]
     print(
-        f"calibrating {args.profile} on {args.from_run} ({len(run.keys)} requests) with {args.workload}: fitting {', '.join(fit)}",
+        "calibrating "
+        + "; ".join(
+            f"{profile} on {path} ({len(run.keys)} requests) with {workload}"
+            for profile, path, run, workload in zip(profiles, args.from_run, runs, workloads, strict=True)
+        )
+        + f": fitting {', '.join(fit)}",
         flush=True,
     )
-    profile, result = calibrate_from_run(
-        args.profile,
-        workload,
-        run,
+    profile, result = calibrate_from_runs(
+        parts,
         lambda: PromptFactory(tokenizer, seed=args.seed),
         fit=fit,
         max_evals=args.max_evals,

@@ -6,9 +6,22 @@ parameters that bring the simulated statistics closest to the measured ones win.
 
 - Parameters (few and physical, each in a bounded range, :data:`BOUNDS`): ``mfu`` (share of peak
   compute reached), ``mbu`` (share of peak memory bandwidth), ``overhead_ms`` (fixed host cost
-  per iteration) and ``frontend_ms`` (the server's fixed latency per request before the engine
-  sees it, sim/cluster.py), or the subset ``fit`` names (default the first three); the others
-  keep the base profile's values. ``frontend_ms`` is fitted only when asked for, and only from a
+  per iteration), ``layer_overhead_ms`` (host cost per layer per iteration, sim/roofline.py) and
+  ``frontend_ms`` (the server's fixed latency per request before the engine sees it,
+  sim/cluster.py), or the subset ``fit`` names (default the first three); the others keep the
+  base profile's values.
+- Several runs (:func:`calibrate_from_runs`): runs of one machine and engine, each with the
+  roofline profile of its own model, fitted at once: every candidate is replayed on each run's
+  profile, and the loss is the mean of the runs' losses. What one run cannot tell apart, the
+  runs together can: ``layer_overhead_ms`` needs models of two layer counts (one model's runs
+  see only ``overhead_ms + layer_overhead_ms * L``, one number; refused otherwise), and
+  ``frontend_ms`` is pinned by a run at light load with short prompts, whose TTFT is the front
+  end plus one short step while its TPOT is one decode step (bench/sim_transfer.py's ``light``
+  run); from a loaded run whose TTFT is mostly prefill it is not. A run is light when at least
+  :data:`LIGHT_SHARE` of its requests had the server to themselves (:func:`alone_share`); with
+  one among the runs, the front end is searched with the rest from the start, not in a second
+  stage (on runs the simulator made with known values, the stages spent half the replays on a
+  path the light run rules out, and ended 40% off in mbu where one stage came within 11%). ``frontend_ms`` is fitted only when asked for, and only from a
   run timed by a client: one run rarely tells it apart from the prefill's compute (fitted on a
   vLLM CPU run whose TTFT is mostly prefill, it came out anywhere from 9 to 163 ms depending on
   the search's path, bench/README.md). A run timed from the engine's queue (vLLM's records) has
@@ -73,6 +86,7 @@ from ..workloads.prompts import PromptFactory
 from ..workloads.workload import Workload
 from .endpoint import SimEndpoint
 from .measured_run import MeasuredRun
+from .nelder_mead import nelder_mead
 from .profile import Profile, parse_profile
 from .profile_files import profile_path
 
@@ -80,13 +94,14 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "mfu": (0.05, 1.0),
     "mbu": (0.05, 1.0),
     "overhead_ms": (0.01, 100.0),
+    "layer_overhead_ms": (0.01, 100.0),
     "frontend_ms": (0.01, 1000.0),
 }
 ENGINE_PARAMETERS = (
     "mfu",
     "mbu",
     "overhead_ms",
-)  # the roofline's own; frontend_ms is the profile's (timing.frontend_ms)
+)  # the roofline's default fit; layer_overhead_ms and frontend_ms (timing.frontend_ms) on request
 STATISTICS = (
     ("ttft", "p10"),
     ("ttft", "p50"),
@@ -99,8 +114,7 @@ STATISTICS = (
     ("latency", "p50"),
     ("latency", "mean"),
 )
-START_STEP = 0.15  # of each parameter's range: the first simplex's size
-TOLERANCE = 1e-6
+LIGHT_SHARE = 0.8  # a run is light when at least this share of its requests had the server to themselves
 SHIFT_GRID = 61  # log-spaced front-end latencies tried before the golden-section search (6 per decade over 0.01 ms-1 s)
 
 
@@ -152,23 +166,50 @@ def shifted(run: MeasuredRun, seconds: float) -> MeasuredRun:
     return MeasuredRun(run.path, run.keys, run.ttft + seconds, run.tpot, run.latency + seconds, run.from_client)
 
 
-def best_shift(simulated: MeasuredRun, measured: MeasuredRun, bounds: tuple[float, float]) -> float:
-    """The constant front-end latency in ``bounds`` (seconds) that minimises
-    ``loss(shifted(simulated, c), measured)``: the best of :data:`SHIFT_GRID` log-spaced points,
-    then golden-section search between its neighbours to 1 microsecond (module doc)."""
+def best_shift(pairs: Sequence[tuple[MeasuredRun, MeasuredRun]], bounds: tuple[float, float]) -> float:
+    """The constant front-end latency in ``bounds`` (seconds) that minimises the mean over
+    ``pairs`` (simulated, measured) of ``loss(shifted(simulated, c), measured)``: the best of
+    :data:`SHIFT_GRID` log-spaced points, then golden-section search between its neighbours to 1
+    microsecond (module doc)."""
+
+    def total(c: float) -> float:
+        return sum(loss(shifted(simulated, c), measured) for simulated, measured in pairs) / len(pairs)
+
     lo, hi = bounds
     grid = np.geomspace(lo, hi, SHIFT_GRID)
-    scores = [loss(shifted(simulated, float(c)), measured) for c in grid]
+    scores = [total(float(c)) for c in grid]
     i = int(np.argmin(scores))
     a, b = float(grid[max(i - 1, 0)]), float(grid[min(i + 1, len(grid) - 1)])
     ratio = (math.sqrt(5) - 1) / 2
     while b - a > 1e-6:
         left, right = b - ratio * (b - a), a + ratio * (b - a)
-        if loss(shifted(simulated, left), measured) <= loss(shifted(simulated, right), measured):
+        if total(left) <= total(right):
             b = right
         else:
             a = left
     return (a + b) / 2
+
+
+def alone_share(run: MeasuredRun, workload: Workload) -> float:
+    """The share of ``run``'s requests that had the server to themselves: single-turn sessions
+    whose [arrival, arrival + latency] overlaps no other request's (a later turn's send time
+    depends on the answers before it, so multi-turn sessions count as not alone)."""
+    starts = {
+        session_index * KEY_TURNS: session.arrival_s
+        for session_index, session in enumerate(workload.sessions)
+        if len(session.turns) == 1
+    }
+    spans = sorted(
+        (starts[int(key)], starts[int(key)] + float(latency))
+        for key, latency in zip(run.keys, run.latency, strict=True)
+        if int(key) in starts
+    )
+    alone = sum(
+        1
+        for i, (start, end) in enumerate(spans)
+        if (i == 0 or spans[i - 1][1] <= start) and (i + 1 == len(spans) or end <= spans[i + 1][0])
+    )
+    return alone / len(run.keys)
 
 
 def check_pairing(run: MeasuredRun, workload: Workload) -> None:
@@ -202,18 +243,53 @@ def with_timing(base: Mapping[str, Any], values: Mapping[str, float]) -> dict[st
     return data
 
 
-@dataclass
-class Fit:
-    """A calibration's outcome: the fitted values, the error per statistic on both halves."""
+@dataclass(frozen=True)
+class FitRun:
+    """One run to fit: the roofline profile of its model and hardware (a bundled name or a file),
+    the workload it served, and what it measured."""
 
-    values: dict[str, float]
-    start: dict[str, float]
+    base: str | Path
+    workload: Workload
+    run: MeasuredRun
+
+
+@dataclass
+class RunErrors:
+    """One fitted run's error per statistic, before and after the fit, on both halves."""
+
+    path: str
     fit_errors: dict[tuple[str, str], float]
     holdout_errors: dict[tuple[str, str], float]
     start_fit_errors: dict[tuple[str, str], float]
     start_holdout_errors: dict[tuple[str, str], float]
+
+
+@dataclass
+class Fit:
+    """A calibration's outcome: the fitted values, each run's errors (:class:`RunErrors`, in the
+    order given; the ``*_errors`` properties are the first run's)."""
+
+    values: dict[str, float]
+    start: dict[str, float]
+    runs: list[RunErrors]
     evaluations: int
     loss: float
+
+    @property
+    def fit_errors(self) -> dict[tuple[str, str], float]:
+        return self.runs[0].fit_errors
+
+    @property
+    def holdout_errors(self) -> dict[tuple[str, str], float]:
+        return self.runs[0].holdout_errors
+
+    @property
+    def start_fit_errors(self) -> dict[tuple[str, str], float]:
+        return self.runs[0].start_fit_errors
+
+    @property
+    def start_holdout_errors(self) -> dict[tuple[str, str], float]:
+        return self.runs[0].start_holdout_errors
 
 
 def halves(run: MeasuredRun) -> tuple[MeasuredRun, MeasuredRun]:
@@ -222,79 +298,28 @@ def halves(run: MeasuredRun) -> tuple[MeasuredRun, MeasuredRun]:
     return run.subset(even), run.subset(~even)
 
 
-def nelder_mead(
-    function: Callable[[np.ndarray], float], start: np.ndarray, max_evals: int
-) -> tuple[np.ndarray, float, int]:
-    """Minimise ``function`` over the unit cube (points clamped into it) from ``start``, restarting
-    around the best point while that helps (module doc); returns (best point, its value,
-    evaluations)."""
-    best, score, evals = _simplex_search(function, np.clip(start, 0, 1), max_evals)
-    while evals < max_evals:
-        point, again, used = _simplex_search(function, best, max_evals - evals)
-        evals += used
-        if again >= score - TOLERANCE:
-            break
-        best, score = point, again
-    return best, score, evals
-
-
-def _simplex_search(
-    function: Callable[[np.ndarray], float], start: np.ndarray, max_evals: int
-) -> tuple[np.ndarray, float, int]:
-    """One Nelder-Mead run until the losses converge or ``max_evals``."""
-    evals = 0
-
-    def value(point: np.ndarray) -> float:
-        nonlocal evals
-        evals += 1
-        return function(point)
-
-    dims = len(start)
-    simplex = [start]
-    for i in range(dims):
-        vertex = simplex[0].copy()
-        vertex[i] = vertex[i] + START_STEP if vertex[i] + START_STEP <= 1 else vertex[i] - START_STEP
-        simplex.append(vertex)
-    scores = [value(p) for p in simplex]
-    while evals < max_evals:
-        order = np.argsort(scores)
-        simplex, scores = [simplex[i] for i in order], [scores[i] for i in order]
-        if scores[-1] - scores[0] < TOLERANCE:
-            break
-        centroid = np.mean(simplex[:-1], axis=0)
-        reflected = np.clip(centroid + (centroid - simplex[-1]), 0, 1)
-        r_score = value(reflected)
-        if r_score < scores[0]:
-            expanded = np.clip(centroid + 2 * (centroid - simplex[-1]), 0, 1)
-            e_score = value(expanded)
-            simplex[-1], scores[-1] = (expanded, e_score) if e_score < r_score else (reflected, r_score)
-        elif r_score < scores[-2]:
-            simplex[-1], scores[-1] = reflected, r_score
-        else:
-            contracted = np.clip(centroid + 0.5 * (simplex[-1] - centroid), 0, 1)
-            c_score = value(contracted)
-            if c_score < scores[-1]:
-                simplex[-1], scores[-1] = contracted, c_score
-            else:
-                for i in range(1, len(simplex)):
-                    simplex[i] = simplex[0] + 0.5 * (simplex[i] - simplex[0])
-                    scores[i] = value(simplex[i])
-    best = int(np.argmin(scores))
-    return simplex[best], scores[best], evals
-
-
-def check_fit(fit: Sequence[str], run: MeasuredRun, max_evals: int) -> tuple[list[str], bool]:
-    """Refuse a fit that cannot run (unknown or repeated names, ``frontend_ms`` from engine-timed
-    records, a budget below one simplex: len(searched) + 1 replays, twice when staged) before
-    anything is replayed. Returns (the names Nelder-Mead searches, whether the front end is fitted
-    in a second stage after them)."""
+def check_fit(
+    fit: Sequence[str], runs: Sequence[MeasuredRun], max_evals: int, layer_counts: Sequence[int] = ()
+) -> tuple[list[str], bool]:
+    """Refuse a fit that cannot run or cannot be identified (unknown or repeated names,
+    ``frontend_ms`` with no run timed by a client, ``layer_overhead_ms`` without runs of two layer
+    counts among ``layer_counts`` (one per run), a budget below one simplex: len(searched) + 1 replays,
+    twice when staged) before anything is replayed. Returns (the names Nelder-Mead searches,
+    whether the front end is fitted in a second stage after them)."""
     unknown = [name for name in fit if name not in BOUNDS]
     if unknown or not fit or len(set(fit)) != len(fit):
         raise LLMReplayError(f"--fit: expected distinct names among {', '.join(BOUNDS)}, got {','.join(fit)}")
-    if "frontend_ms" in fit and not run.from_client:
+    if "frontend_ms" in fit and not any(run.from_client for run in runs):
         raise LLMReplayError(
-            f"--fit: frontend_ms cannot be fitted from {run.path}: vLLM's per-request records are timed from the engine's queue, "
+            f"--fit: frontend_ms cannot be fitted from {runs[0].path}: vLLM's per-request records are timed from the engine's queue, "
             "without the server's front end; fit it from a run a client timed (llmreplay run --out's requests.csv or result.json)"
+        )
+    if "layer_overhead_ms" in fit and len(set(layer_counts)) < 2:
+        raise LLMReplayError(
+            "--fit: layer_overhead_ms needs runs of models with different layer counts on the same machine "
+            f"(got {len(runs)} run{'s' if len(runs) != 1 else ''} of {' and '.join(map(str, sorted(set(layer_counts)))) or 'no'} layers): "
+            "one model's runs cannot tell the host's cost per layer from its cost per step; "
+            "give --from-run, --workload and --profile once per model"
         )
     searched = [name for name in fit if name != "frontend_ms"]  # by Nelder-Mead; the front end in closed form
     staged = "frontend_ms" in fit and bool(searched)
@@ -304,6 +329,26 @@ def check_fit(fit: Sequence[str], run: MeasuredRun, max_evals: int) -> tuple[lis
             f"--max-evals: expected at least {needed} ({'two simplices' if staged else 'one simplex'}), got {max_evals}"
         )
     return searched, staged
+
+
+def read_base(base: str | Path, engine: Mapping[str, int] | None) -> tuple[Path, dict[str, Any], Profile]:
+    """A roofline base profile's path, JSON (``engine`` overrides applied) and parsed profile
+    (which has a model: a roofline needs one)."""
+    path = profile_path(base)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if engine:
+        data.setdefault("engine", {}).update(engine)
+    profile = parse_profile(data, origin=str(path))
+    if data.get("timing", {}).get("kind") != "roofline":
+        raise LLMReplayError(
+            f"{path}: timing.kind: calibrating from a run fits a roofline profile's efficiencies, got {data.get('timing', {}).get('kind')!r}"
+        )
+    return path, data, profile
+
+
+def layers(profile: Profile) -> int:
+    """The number of layers of a roofline profile's model."""
+    return profile.model.layers if profile.model is not None else 0
 
 
 def calibrate_from_run(
@@ -318,23 +363,34 @@ def calibrate_from_run(
 ) -> tuple[dict[str, Any], Fit]:
     """Fit ``fit`` of the roofline profile ``base`` (a bundled name or a file) to ``run`` of
     ``workload``; ``engine`` overrides engine settings. Returns (profile JSON, :class:`Fit`)."""
-    searched, staged = check_fit(fit, run, max_evals)
-    path = profile_path(base)
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if engine:
-        data.setdefault("engine", {}).update(engine)
-    profile = parse_profile(data, origin=str(path))
-    if data.get("timing", {}).get("kind") != "roofline":
-        raise LLMReplayError(
-            f"{path}: timing.kind: calibrating from a run fits a roofline profile's efficiencies, got {data.get('timing', {}).get('kind')!r}"
-        )
-    check_pairing(run, workload)
-    fit_half, holdout = halves(run)
+    return calibrate_from_runs([FitRun(base, workload, run)], prompts, fit, max_evals, engine, progress)
+
+
+def calibrate_from_runs(
+    runs: Sequence[FitRun],
+    prompts: Callable[[], PromptFactory],
+    fit: Sequence[str] = ENGINE_PARAMETERS,
+    max_evals: int = 40,
+    engine: Mapping[str, int] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> tuple[dict[str, Any], Fit]:
+    """Fit ``fit`` to several runs on one machine at once (module doc: several runs): each run is
+    replayed on its own base profile with the same timing values, and the loss is the mean of
+    the runs' losses. Returns (the first run's profile JSON with the fitted values, :class:`Fit`)."""
+    bases = [read_base(part.base, engine) for part in runs]
+    searched, staged = check_fit(
+        fit, [part.run for part in runs], max_evals, [layers(profile) for _, _, profile in bases]
+    )
+    for part in runs:
+        check_pairing(part.run, part.workload)
+    if any(part.run.from_client and alone_share(part.run, part.workload) >= LIGHT_SHARE for part in runs):
+        staged = False  # a light run pins the front end from the first replay (module doc)
+    split = [halves(part.run) for part in runs]
+    first_profile = bases[0][2]
     start = {
-        **{name: float(getattr(profile.timing, name)) for name in ENGINE_PARAMETERS},
-        "frontend_ms": profile.frontend_ms,
+        **{name: float(getattr(first_profile.timing, name)) for name in (*ENGINE_PARAMETERS, "layer_overhead_ms")},
+        "frontend_ms": first_profile.frontend_ms,
     }
-    timed_from_engine = {} if run.from_client else {"frontend_ms": 0.0}
 
     def values_at(point: np.ndarray) -> dict[str, float]:
         return {
@@ -342,19 +398,40 @@ def calibrate_from_run(
             for name, u in zip(searched, point, strict=True)
         }
 
-    def replayed(values: Mapping[str, float]) -> MeasuredRun:
-        return simulate(
-            parse_profile(with_timing(data, {**values, **timed_from_engine}), origin=str(path)), workload, prompts
-        )
+    def replayed(values: Mapping[str, float]) -> list[MeasuredRun]:
+        """Each run's workload replayed on its base profile with ``values`` (a run timed from the
+        engine's queue without a front end)."""
+        return [
+            simulate(
+                parse_profile(
+                    with_timing(data, {**values, **({} if part.run.from_client else {"frontend_ms": 0.0})}),
+                    origin=str(path),
+                ),
+                part.workload,
+                prompts,
+            )
+            for part, (path, data, _) in zip(runs, bases, strict=True)
+        ]
+
+    def mean_loss(simulated: Sequence[MeasuredRun]) -> float:
+        return sum(loss(sim, fit_half) for sim, (fit_half, _) in zip(simulated, split, strict=True)) / len(runs)
 
     def scored(values: dict[str, float], front_end: bool = True) -> tuple[float, dict[str, float]]:
         """The loss at ``values``; when the front end is fitted (and ``front_end``), at its best value for them."""
         if not (front_end and "frontend_ms" in fit):
-            return loss(replayed(values), fit_half), values
+            return mean_loss(replayed(values)), values
         without = replayed({**values, "frontend_ms": 0.0})
         low_ms, high_ms = BOUNDS["frontend_ms"]
-        front_end_s = best_shift(without, fit_half, (low_ms / 1e3, high_ms / 1e3))
-        return loss(shifted(without, front_end_s), fit_half), {**values, "frontend_ms": front_end_s * 1e3}
+        client = [
+            (sim, fit_half)
+            for sim, (fit_half, _), part in zip(without, split, runs, strict=True)
+            if part.run.from_client
+        ]
+        front_end_s = best_shift(client, (low_ms / 1e3, high_ms / 1e3))
+        moved = [
+            shifted(sim, front_end_s) if part.run.from_client else sim for sim, part in zip(without, runs, strict=True)
+        ]
+        return mean_loss(moved), {**values, "frontend_ms": front_end_s * 1e3}
 
     def objective(front_end: bool) -> Callable[[np.ndarray], float]:
         def at(point: np.ndarray) -> float:
@@ -386,20 +463,31 @@ def calibrate_from_run(
     result = Fit(
         values={name: _rounded(value) for name, value in values.items()},
         start=start,
-        fit_errors=errors(final, fit_half),
-        holdout_errors=errors(final, holdout),
-        start_fit_errors=errors(first, fit_half),
-        start_holdout_errors=errors(first, holdout),
+        runs=[
+            RunErrors(
+                part.run.path,
+                errors(after, fit_half),
+                errors(after, holdout),
+                errors(before, fit_half),
+                errors(before, holdout),
+            )
+            for part, after, before, (fit_half, holdout) in zip(runs, final, first, split, strict=True)
+        ],
         evaluations=evals,
         loss=best_loss,
     )
+    path, data, _ = bases[0]
     out = with_timing(data, result.values)
     out["name"] = f"{data.get('name', path.stem)}-calibrated"
     out.setdefault("notes", []).append(
-        f"timing {', '.join(f'{k} {v:g}' for k, v in result.values.items())} fitted by llmreplay calibrate --from-run {run.path} "
-        f"({len(run.keys)} requests; fit on half, hold-out errors: "
-        + ", ".join(f"{m} {s} {e:+.1%}" for (m, s), e in result.holdout_errors.items() if math.isfinite(e))
-        + f"); started from {', '.join(f'{k} {start[k]:g}' for k in fit)}. Transfers to the same GPU and engine with another "
+        f"timing {', '.join(f'{k} {v:g}' for k, v in result.values.items())} fitted by llmreplay calibrate --from-run "
+        + "; ".join(
+            f"{errs.path} ({len(part.run.keys)} requests on {profile.model.name if profile.model else '?'}; fit on half, hold-out errors: "
+            + ", ".join(f"{m} {s} {e:+.1%}" for (m, s), e in errs.holdout_errors.items() if math.isfinite(e))
+            + ")"
+            for errs, part, (_, _, profile) in zip(result.runs, runs, bases, strict=True)
+        )
+        + f"; started from {', '.join(f'{k} {start[k]:g}' for k in fit)}. Transfers to the same GPU and engine with another "
         "workload or model; not to another GPU, engine, dtype or parallel layout."
     )
     return out, result
@@ -410,19 +498,23 @@ def _rounded(value: float) -> float:
 
 
 def report_lines(result: Fit) -> list[str]:
-    """The fit as a table: each statistic's error before and after, on the fit and hold-out halves."""
-    lines = [
-        "| statistic | before (fit half) | after (fit half) | before (hold-out) | after (hold-out) |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for key in STATISTICS:
-        cells = [
-            result.start_fit_errors[key],
-            result.fit_errors[key],
-            result.start_holdout_errors[key],
-            result.holdout_errors[key],
+    """The fit as a table per run: each statistic's error before and after, on the fit and hold-out halves."""
+    lines: list[str] = []
+    for errs in result.runs:
+        if len(result.runs) > 1:
+            lines += ([""] if lines else []) + [f"{errs.path}:"]
+        lines += [
+            "| statistic | before (fit half) | after (fit half) | before (hold-out) | after (hold-out) |",
+            "|---|---:|---:|---:|---:|",
         ]
-        lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{c:+.1%}" for c in cells) + " |")
+        for key in STATISTICS:
+            cells = [
+                errs.start_fit_errors[key],
+                errs.fit_errors[key],
+                errs.start_holdout_errors[key],
+                errs.holdout_errors[key],
+            ]
+            lines.append(f"| {key[0]} {key[1]} | " + " | ".join(f"{c:+.1%}" for c in cells) + " |")
     return lines
 
 
@@ -431,8 +523,11 @@ __all__ = [
     "ENGINE_PARAMETERS",
     "STATISTICS",
     "Fit",
+    "FitRun",
+    "RunErrors",
     "best_shift",
     "calibrate_from_run",
+    "calibrate_from_runs",
     "errors",
     "halves",
     "loss",

@@ -284,7 +284,7 @@ _ENGINE = (
     "async_scheduling",
 )
 _TIMING = {
-    "roofline": ("kind", "mfu", "mbu", "overhead_ms", "jitter", "frontend_ms"),
+    "roofline": ("kind", "mfu", "mbu", "overhead_ms", "layer_overhead_ms", "jitter", "frontend_ms"),
     "polynomial": ("kind", "prefill_coefficients", "decode_coefficients", "decode_floor_ms", "jitter", "frontend_ms"),
     "table": ("kind", "prefill", "decode", "jitter", "frontend_ms"),
 }
@@ -472,6 +472,7 @@ def _timing(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardwa
             mfu=f.number(section, "timing", "mfu", DEFAULT_MFU, maximum=1.0),
             mbu=f.number(section, "timing", "mbu", DEFAULT_MBU, maximum=1.0),
             overhead_ms=f.number(section, "timing", "overhead_ms", DEFAULT_OVERHEAD_MS, inclusive=True),
+            layer_overhead_ms=f.number(section, "timing", "layer_overhead_ms", 0.0, inclusive=True),
         )
     if kind == "polynomial":
         return PolynomialTiming(

@@ -55,6 +55,7 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
             mfu=roofline.get("mfu", timing.mfu),
             mbu=roofline.get("mbu", timing.mbu),
             overhead_ms=roofline.get("overhead_ms", timing.overhead_ms),
+            layer_overhead_ms=timing.layer_overhead_ms,
         )
     return dataclasses.replace(profile, **changes)
 

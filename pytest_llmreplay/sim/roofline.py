@@ -75,7 +75,15 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   prefill tokens of a full decode batch under the KV reads (bench/README.md, sim_fidelity).
 - time = max(FLOPs_lin / (F * tp * mfu), Bytes_lin / (B * tp * mbu)) + max(FLOPs_attn / (F * tp *
   mfu), Bytes_attn / (B * tp * mbu)) + comm + overhead, with ``mfu`` and ``mbu`` the achievable
-  shares of peak compute and bandwidth and ``overhead`` a fixed host cost per iteration.
+  shares of peak compute and bandwidth and overhead = ``overhead_ms`` + ``layer_overhead_ms`` * L
+  the host's cost per iteration: a fixed part (scheduling, input preparation, sampling, output
+  handling) and a part per layer (default 0). The part per layer is the host launching each
+  layer's operators one by one, as an engine does when it runs the model eagerly (vLLM's
+  ``--enforce-eager``, and its CPU build: no CUDA graph replays a whole step), the host's time then
+  growing with the number of layers whatever their width (PyTorch's "Performance Tuning Guide":
+  small operators are bound by the framework's per-operator overhead; CUDA graphs exist to remove
+  exactly that launch cost per operator). A calibration tells the two apart only from runs of two
+  layer counts on the same machine (sim/calibrate_run.py).
 
 Defaults (public knowledge, not fitted to any measurement in this project): ``mfu`` 0.5 (Meta's
 Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al. 2022,
@@ -216,9 +224,10 @@ class RooflineTiming:
         mfu: float = DEFAULT_MFU,
         mbu: float = DEFAULT_MBU,
         overhead_ms: float = DEFAULT_OVERHEAD_MS,
+        layer_overhead_ms: float = 0.0,
     ) -> None:
         self.model, self.hardware = model, hardware
-        self.mfu, self.mbu, self.overhead_ms = mfu, mbu, overhead_ms
+        self.mfu, self.mbu, self.overhead_ms, self.layer_overhead_ms = mfu, mbu, overhead_ms, layer_overhead_ms
         tp = hardware.tensor_parallel
         self._flops_token = 2 * model.matmul_parameters  # 2 * A_mm
         self._flops_seq = 2.0 * model.vocab_size * model.hidden_size  # 2 * V * h
@@ -231,7 +240,7 @@ class RooflineTiming:
         self._expert_miss = 1 - model.experts_per_token / model.experts if model.experts else 0.0
         self._compute_rate = hardware.peak_flops * tp * mfu
         self._memory_rate = hardware.memory_bandwidth * tp * mbu
-        self._overhead_s = overhead_ms / 1000
+        self._overhead_s = (overhead_ms + layer_overhead_ms * model.layers) / 1000
         communicates = tp > 1 and hardware.interconnect_bandwidth > 0
         self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if communicates else 0.0
         ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if communicates else 0.0
