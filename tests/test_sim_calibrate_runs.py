@@ -11,7 +11,7 @@ import pytest
 
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.sim.calibrate_run import FitRun, calibrate_from_runs, errors, simulate, with_timing
+from pytest_llmreplay.sim.calibrate_run import FitRun, calibrate_from_runs, errors, loss, simulate, with_timing
 from pytest_llmreplay.sim.measured_run import MeasuredRun
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
@@ -156,3 +156,16 @@ def test_the_command_takes_one_workload_and_profile_per_run_or_one_for_all(tmp_p
     assert written["model"]["layers"] == 32 and set(TRUTH) <= set(written["timing"])
     assert main(["calibrate", *both, "--profile", str(deep), "--out", str(out)]) == 3
     assert "--profile: expected one, or one per --from-run (2), got 3" in capsys.readouterr().err
+
+
+def test_the_loss_reads_only_the_statistics_it_is_given():
+    """A client starved for CPU reads tokens in bursts: its TPOT p10 says nothing of the server,
+    and a fit may leave it out."""
+    keys = np.arange(20)
+    tpot = np.linspace(0.01, 0.03, 20)
+    measured = MeasuredRun("run", keys, np.full(20, 0.1), tpot, np.full(20, 1.0))
+    bursts = tpot.copy()
+    bursts[:3] = 1e-5  # three requests whose tokens came at once
+    simulated = MeasuredRun("sim", keys, np.full(20, 0.1), bursts, np.full(20, 1.0))
+    assert loss(simulated, measured) > 1.0
+    assert loss(simulated, measured, (("ttft", "p50"), ("tpot", "p50"), ("latency", "mean"))) == 0.0

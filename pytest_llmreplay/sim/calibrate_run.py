@@ -138,9 +138,10 @@ def errors(simulated: MeasuredRun, measured: MeasuredRun) -> dict[tuple[str, str
     return out
 
 
-def loss(simulated: MeasuredRun, measured: MeasuredRun) -> float:
-    """Mean of log(simulated / measured)^2 over :data:`STATISTICS` (module doc)."""
-    terms = [math.log1p(err) ** 2 for err in errors(simulated, measured).values() if math.isfinite(err) and err > -1]
+def loss(simulated: MeasuredRun, measured: MeasuredRun, statistics: Sequence[tuple[str, str]] = STATISTICS) -> float:
+    """Mean of log(simulated / measured)^2 over ``statistics`` (default :data:`STATISTICS`; module doc)."""
+    found = errors(simulated, measured)
+    terms = [math.log1p(found[key]) ** 2 for key in statistics if math.isfinite(found[key]) and found[key] > -1]
     return sum(terms) / len(terms) if terms else math.inf
 
 
@@ -166,14 +167,18 @@ def shifted(run: MeasuredRun, seconds: float) -> MeasuredRun:
     return MeasuredRun(run.path, run.keys, run.ttft + seconds, run.tpot, run.latency + seconds, run.from_client)
 
 
-def best_shift(pairs: Sequence[tuple[MeasuredRun, MeasuredRun]], bounds: tuple[float, float]) -> float:
+def best_shift(
+    pairs: Sequence[tuple[MeasuredRun, MeasuredRun]],
+    bounds: tuple[float, float],
+    statistics: Sequence[tuple[str, str]] = STATISTICS,
+) -> float:
     """The constant front-end latency in ``bounds`` (seconds) that minimises the mean over
     ``pairs`` (simulated, measured) of ``loss(shifted(simulated, c), measured)``: the best of
     :data:`SHIFT_GRID` log-spaced points, then golden-section search between its neighbours to 1
     microsecond (module doc)."""
 
     def total(c: float) -> float:
-        return sum(loss(shifted(simulated, c), measured) for simulated, measured in pairs) / len(pairs)
+        return sum(loss(shifted(simulated, c), measured, statistics) for simulated, measured in pairs) / len(pairs)
 
     lo, hi = bounds
     grid = np.geomspace(lo, hi, SHIFT_GRID)
@@ -373,10 +378,12 @@ def calibrate_from_runs(
     max_evals: int = 40,
     engine: Mapping[str, int] | None = None,
     progress: Callable[[str], None] = lambda line: None,
+    statistics: Sequence[tuple[str, str]] = STATISTICS,
 ) -> tuple[dict[str, Any], Fit]:
     """Fit ``fit`` to several runs on one machine at once (module doc: several runs): each run is
     replayed on its own base profile with the same timing values, and the loss is the mean of
-    the runs' losses. Returns (the first run's profile JSON with the fitted values, :class:`Fit`)."""
+    the runs' losses over ``statistics`` (the errors reported are every one of :data:`STATISTICS`).
+    Returns (the first run's profile JSON with the fitted values, :class:`Fit`)."""
     bases = [read_base(part.base, engine) for part in runs]
     searched, staged = check_fit(
         fit, [part.run for part in runs], max_evals, [layers(profile) for _, _, profile in bases]
@@ -414,7 +421,9 @@ def calibrate_from_runs(
         ]
 
     def mean_loss(simulated: Sequence[MeasuredRun]) -> float:
-        return sum(loss(sim, fit_half) for sim, (fit_half, _) in zip(simulated, split, strict=True)) / len(runs)
+        return sum(loss(sim, fit_half, statistics) for sim, (fit_half, _) in zip(simulated, split, strict=True)) / len(
+            runs
+        )
 
     def scored(values: dict[str, float], front_end: bool = True) -> tuple[float, dict[str, float]]:
         """The loss at ``values``; when the front end is fitted (and ``front_end``), at its best value for them."""
@@ -427,7 +436,7 @@ def calibrate_from_runs(
             for sim, (fit_half, _), part in zip(without, split, runs, strict=True)
             if part.run.from_client
         ]
-        front_end_s = best_shift(client, (low_ms / 1e3, high_ms / 1e3))
+        front_end_s = best_shift(client, (low_ms / 1e3, high_ms / 1e3), statistics)
         moved = [
             shifted(sim, front_end_s) if part.run.from_client else sim for sim, part in zip(without, runs, strict=True)
         ]
