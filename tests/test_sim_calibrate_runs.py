@@ -169,3 +169,27 @@ def test_the_loss_reads_only_the_statistics_it_is_given():
     simulated = MeasuredRun("sim", keys, np.full(20, 0.1), bursts, np.full(20, 1.0))
     assert loss(simulated, measured) > 1.0
     assert loss(simulated, measured, (("ttft", "p50"), ("tpot", "p50"), ("latency", "mean"))) == 0.0
+
+
+def test_a_front_end_fitted_without_a_light_run_is_said_to_be_weakly_pinned(tmp_path, prompts):
+    path, data = model(tmp_path, 16)
+    notes: list[str] = []
+    busy = loaded(1)
+    calibrate_from_runs(
+        [FitRun(path, busy, truth_run(data, busy, prompts))],
+        prompts,
+        fit=("overhead_ms", "frontend_ms"),
+        max_evals=4,
+        progress=notes.append,
+    )
+    assert any(line.startswith("note: no run is light") and "another --from-run" in line for line in notes)
+    notes.clear()
+    quiet = light()
+    calibrate_from_runs(
+        [FitRun(path, quiet, truth_run(data, quiet, prompts))],
+        prompts,
+        fit=("overhead_ms", "frontend_ms"),
+        max_evals=4,
+        progress=notes.append,
+    )
+    assert not any(line.startswith("note:") for line in notes)

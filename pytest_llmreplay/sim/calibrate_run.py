@@ -392,6 +392,12 @@ def calibrate_from_runs(
         check_pairing(part.run, part.workload)
     if any(part.run.from_client and alone_share(part.run, part.workload) >= LIGHT_SHARE for part in runs):
         staged = False  # a light run pins the front end from the first replay (module doc)
+    elif "frontend_ms" in fit:
+        progress(
+            f"note: no run is light (at least {LIGHT_SHARE:.0%} of its requests alone on the server): frontend_ms "
+            "trades against the engine's parameters there and is fitted after them; a run of short requests sent "
+            "one at a time pins it down (add it with another --from-run)"
+        )
     split = [halves(part.run) for part in runs]
     first_profile = bases[0][2]
     start = {
