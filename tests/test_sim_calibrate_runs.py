@@ -11,7 +11,16 @@ import pytest
 
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.sim.calibrate_run import FitRun, calibrate_from_runs, errors, loss, simulate, with_timing
+from pytest_llmreplay.gate.baseline import KEY_TURNS
+from pytest_llmreplay.sim.calibrate_run import (
+    FitRun,
+    alone_share,
+    calibrate_from_runs,
+    errors,
+    loss,
+    simulate,
+    with_timing,
+)
 from pytest_llmreplay.sim.measured_run import MeasuredRun
 from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
@@ -193,3 +202,11 @@ def test_a_front_end_fitted_without_a_light_run_is_said_to_be_weakly_pinned(tmp_
         progress=notes.append,
     )
     assert not any(line.startswith("note:") for line in notes)
+
+
+def test_a_request_is_alone_only_when_no_other_overlaps_it_even_a_long_earlier_one():
+    sessions = tuple(Session(f"s{i}", t, (Turn(8, 8, Synthetic()),)) for i, t in enumerate((0.0, 1.0, 2.0, 5.0)))
+    keys = np.arange(4) * KEY_TURNS
+    # the first runs 0-3 s, over the second (1-1.5 s) and the third (2-2.5 s); the fourth is alone
+    run = MeasuredRun("run", keys, np.full(4, 0.1), np.full(4, 0.01), np.array([3.0, 0.5, 0.5, 0.5]))
+    assert alone_share(run, Workload(sessions, "w")) == 0.25

@@ -21,13 +21,15 @@ parameters that bring the simulated statistics closest to the measured ones win.
   :data:`LIGHT_SHARE` of its requests had the server to themselves (:func:`alone_share`); with
   one among the runs, the front end is searched with the rest from the start, not in a second
   stage (on runs the simulator made with known values, the stages spent half the replays on a
-  path the light run rules out, and ended 40% off in mbu where one stage came within 11%). ``frontend_ms`` is fitted only when asked for, and only from a
-  run timed by a client: one run rarely tells it apart from the prefill's compute (fitted on a
-  vLLM CPU run whose TTFT is mostly prefill, it came out anywhere from 9 to 163 ms depending on
-  the search's path, bench/README.md). A run timed from the engine's queue (vLLM's records) has
+  path the light run rules out, and ended 40% off in mbu where one stage came within 11%).
+  ``frontend_ms`` is fitted only when asked for, and only from a run timed by a client: one
+  loaded run rarely tells it apart from the prefill's compute (fitted on a vLLM CPU run whose
+  TTFT is mostly prefill, it came out anywhere from 9 to 163 ms depending on the search's path,
+  bench/README.md). A run timed from the engine's queue (vLLM's records) has
   no front end in its TTFT: its replays run with ``frontend_ms`` 0, whatever the profile says,
   and the profile written keeps its own.
-- Loss: the mean over the statistics in :data:`STATISTICS` of ``log(simulated / measured)^2``
+- Loss: the mean over the statistics in :data:`STATISTICS` (or the subset ``statistics``
+  names) of ``log(simulated / measured)^2``
   (a relative error, symmetric in over- and under-estimate, blind to units). The p10s stand for
   the lightly loaded requests (a prefill or a decode step of few sequences: fixed overhead and
   weight reads), the p50/p90/means for the loaded ones (bandwidth and compute): together they
@@ -209,10 +211,11 @@ def alone_share(run: MeasuredRun, workload: Workload) -> float:
         for key, latency in zip(run.keys, run.latency, strict=True)
         if int(key) in starts
     )
+    ended_before = np.maximum.accumulate([-math.inf] + [end for _, end in spans])  # the latest end before span i
     alone = sum(
         1
         for i, (start, end) in enumerate(spans)
-        if (i == 0 or spans[i - 1][1] <= start) and (i + 1 == len(spans) or end <= spans[i + 1][0])
+        if ended_before[i] <= start and (i + 1 == len(spans) or end <= spans[i + 1][0])
     )
     return alone / len(run.keys)
 
@@ -539,7 +542,9 @@ __all__ = [
     "STATISTICS",
     "Fit",
     "FitRun",
+    "LIGHT_SHARE",
     "RunErrors",
+    "alone_share",
     "best_shift",
     "calibrate_from_run",
     "calibrate_from_runs",
