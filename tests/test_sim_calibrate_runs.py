@@ -182,26 +182,16 @@ def test_the_loss_reads_only_the_statistics_it_is_given():
 
 def test_a_front_end_fitted_without_a_light_run_is_said_to_be_weakly_pinned(tmp_path, prompts):
     path, data = model(tmp_path, 16)
-    notes: list[str] = []
-    busy = loaded(1)
-    calibrate_from_runs(
-        [FitRun(path, busy, truth_run(data, busy, prompts))],
-        prompts,
-        fit=("overhead_ms", "frontend_ms"),
-        max_evals=4,
-        progress=notes.append,
-    )
-    assert any(line.startswith("note: no run is light") and "another --from-run" in line for line in notes)
-    notes.clear()
-    quiet = light()
-    calibrate_from_runs(
-        [FitRun(path, quiet, truth_run(data, quiet, prompts))],
-        prompts,
-        fit=("overhead_ms", "frontend_ms"),
-        max_evals=4,
-        progress=notes.append,
-    )
-    assert not any(line.startswith("note:") for line in notes)
+
+    def notes(workload: Workload) -> list[str]:
+        said: list[str] = []
+        run = FitRun(path, workload, truth_run(data, workload, prompts))
+        calibrate_from_runs([run], prompts, fit=("overhead_ms", "frontend_ms"), max_evals=4, progress=said.append)
+        return [line for line in said if line.startswith("note:")]
+
+    (busy,) = notes(loaded(1))
+    assert busy.startswith("note: no run is light") and "another --from-run" in busy
+    assert notes(light()) == []
 
 
 def test_a_request_is_alone_only_when_no_other_overlaps_it_even_a_long_earlier_one():
