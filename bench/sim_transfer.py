@@ -27,11 +27,12 @@ workload against its run 1 is the run-to-run noise: the floor under any predicti
 Requests are token ids on the completions API with ``ignore_eos`` (exact lengths), sent at the
 workload's own times (open loop), through the same client the CLI uses.
 
-**Calibration**: ``calibrate_from_run`` (what ``llmreplay calibrate --from-run`` runs: mfu, mbu and
-overhead_ms, or what ``--fit`` names, by Nelder-Mead on offline replays of the run's workload, :data:`MAX_EVALS` replays) on
-run 1 of the fitted workload; every other run is predicted by an offline replay of its own
-workload with the fitted profile (and with the uncalibrated one), and each statistic's error is
-(simulated - measured) / measured, statistics as the calibration's (:data:`STATISTICS`).
+**Calibration**: ``calibrate_from_runs`` (what ``llmreplay calibrate --from-run``, once or
+repeated, runs: the parameters each of :data:`CALIBRATIONS` names, by Nelder-Mead on offline
+replays of the runs' workloads, ``--max-evals`` replays) on run 1 of the fitted (model,
+workload) pairs; every run is predicted by an offline replay of its own workload on its own
+model's profile with the fitted timing, and each statistic's error is (simulated - measured) /
+measured, statistics as the calibration's (:data:`STATISTICS`).
 
 The parts (issue 36): a third model, "shallow" (the small one's width with 2 layers, 8.1 M
 parameters), tells the host's cost per layer from its cost per step; the ``light`` workload
