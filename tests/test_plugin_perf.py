@@ -976,6 +976,7 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
             "regression 'ttft.p50': expected an allowed change such as '10%', 0.1 or 'off', got 'lots'",
         ),
         ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
+        ("# nothing yet\n", "empty: expected a mapping of keys, at least workload (and slo, ...)"),
         (
             "workload: wl.yaml\nslo:\n  ttft.p99: < 2s\nconcurrency: 2\nslo:\n  error_rate: == 0\n",
             "line 5: not valid YAML: duplicate key 'slo' (first on line 2)",
@@ -1016,6 +1017,19 @@ def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, 
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
         ["*ERROR collecting broken.llmreplay.yaml*", f"{path}: {message.format(dir=project.path)}"]
+    )
+    no_traceback(result)
+
+
+def test_a_workload_that_is_not_the_spec_files_format_names_the_format_key(project):
+    # wl.yaml is a synthetic spec; read as Mooncake JSON lines it fails at its first line, and
+    # the message says it was read so because of the test's format setting
+    path = project.path / "wrong.llmreplay.yaml"
+    path.write_text("workload: wl.yaml\nformat: mooncake\n")
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [f"format: {project.path / 'wl.yaml'}:1: * (read as 'mooncake', as the test's format says)"]
     )
     no_traceback(result)
 

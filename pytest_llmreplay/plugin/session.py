@@ -338,7 +338,12 @@ class LLMSession:
         from ..target import no_cache_reset_note
         from ..workloads.formats import load_workload
 
-        workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
+        try:
+            workload = load_workload(spec.workload, format=spec.format, **spec.format_options)
+        except LLMReplayError as exc:
+            if spec.format is None:
+                raise
+            raise LLMReplayError(f"format: {exc} (read as {spec.format!r}, as the test's format says)") from None
         with live_lock(target):
             reset = target.reset_cache() if repeats > 1 else None
             if repeats > 1 and reset is None and target.kind == "live" and not self.cache_reset_missing:

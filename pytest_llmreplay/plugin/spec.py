@@ -113,6 +113,8 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
     from ..gate.baseline import tolerances
     from ..metrics.slo import parse_slos
 
+    if data is None:  # an empty file
+        raise LLMReplayError("empty: expected a mapping of keys, at least workload (and slo, ...)")
     if not isinstance(data, Mapping):
         raise LLMReplayError(f"expected a mapping of keys (workload, slo, ...), got {type(data).__name__}")
     unknown = [key for key in data if key not in SPEC_KEYS and key not in SETTING_TYPES]
