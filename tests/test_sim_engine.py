@@ -134,7 +134,8 @@ def test_cache_names_stay_one_to_one_through_random_allocations_registrations_an
             cache.release(held.pop(rng.randrange(len(held))))
         named = {b: h for b, h in enumerate(cache.hash_of) if h is not None}
         assert {b: h for h, b in cache.cached.items()} == named
-        assert len(cache.free) == sum(r == 0 for r in cache.ref)
+        assert sorted(cache.free_queue()) == [b for b, r in enumerate(cache.ref) if r == 0]
+        assert cache.free_blocks == len(cache.free_queue())
 
 
 def test_engine_eviction_keeps_the_prefix_of_a_finished_request():

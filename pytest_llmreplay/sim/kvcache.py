@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
 
@@ -55,7 +54,14 @@ def segment_block_hashes(segments: Sequence[tuple[Hashable, int]], block_size: i
 class KVCache:
     """Block pool with prefix caching. Counters: ``queries``/``hits`` in tokens (vLLM's
     ``prefix_cache_queries``/``prefix_cache_hits``). Names are one to one: ``hash_of[b] == h``
-    exactly when ``cached[h] == b``."""
+    exactly when ``cached[h] == b``.
+
+    The free queue is a list read from ``_head`` (taking ``count`` blocks is one slice) and
+    appended at its tail. A cached block taken while free (a prefix hit) leaves a stale entry
+    behind, counted in ``_stale`` (block -> stale entries) until the head passes it: a block's
+    stale entries are always older than its live one, so the head skips a block's entries while
+    it has stale ones. With none stale (no hit on a free block since the head passed the last),
+    allocation is the slice alone."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -63,24 +69,39 @@ class KVCache:
         self.ref = [0] * num_blocks
         self.hash_of: list[int | None] = [None] * num_blocks
         self.cached: dict[int, int] = {}  # hash -> block id
-        self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self._queue = list(range(num_blocks))  # free blocks, least recently released first, from _head on
+        self._head = 0
+        self._stale: dict[int, int] = {}  # block -> entries of it in the queue that are not free
+        self._stale_total = 0
         self.queries = 0
         self.hits = 0
 
     @property
     def free_blocks(self) -> int:
         """Blocks a request could take now (unused, or cached with no holder)."""
-        return len(self.free)
+        return len(self._queue) - self._head - self._stale_total
 
     @property
     def usage(self) -> float:
-        return 1.0 - len(self.free) / self.num_blocks
+        return 1.0 - self.free_blocks / self.num_blocks
+
+    def free_queue(self) -> list[int]:
+        """The free blocks in the order they will be taken (tests)."""
+        stale = dict(self._stale)
+        free = []
+        for block in self._queue[self._head :]:
+            if stale.get(block):
+                stale[block] -= 1
+            else:
+                free.append(block)
+        return free
 
     def match(self, hashes: Sequence[int]) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes`` (not yet taken)."""
         found = []
+        cached = self.cached
         for h in hashes:
-            block = self.cached.get(h)
+            block = cached.get(h)
             if block is None:
                 break
             found.append(block)
@@ -88,17 +109,39 @@ class KVCache:
 
     def take_cached(self, blocks: Sequence[int]) -> None:
         """Hold cached blocks (a prefix hit): one more reference each, out of the free queue."""
+        ref, stale = self.ref, self._stale
         for block in blocks:
-            if self.ref[block] == 0:
-                del self.free[block]
-            self.ref[block] += 1
+            if ref[block] == 0:
+                stale[block] = stale.get(block, 0) + 1
+                self._stale_total += 1
+            ref[block] += 1
 
     def allocate(self, count: int) -> list[int] | None:
         """``count`` fresh blocks (evicting LRU cached ones), or None if fewer are free."""
-        free = self.free
-        if count > len(free):
+        if count > self.free_blocks:
             return None
-        taken = [free.popitem(last=False)[0] for _ in range(count)]
+        queue, head = self._queue, self._head
+        if not self._stale_total:
+            taken = queue[head : head + count]
+            head += count
+        else:
+            taken, stale = [], self._stale
+            while len(taken) < count:
+                block = queue[head]
+                head += 1
+                left = stale.get(block)
+                if left:  # an entry of a block taken while free (its live entry, if any, is later)
+                    if left == 1:
+                        del stale[block]
+                    else:
+                        stale[block] = left - 1
+                    self._stale_total -= 1
+                else:
+                    taken.append(block)
+        if head > 4096 and head * 2 > len(queue):  # drop the consumed entries now and then
+            del queue[:head]
+            head = 0
+        self._head = head
         hash_of, ref, cached = self.hash_of, self.ref, self.cached
         for block in taken:
             old = hash_of[block]
@@ -118,8 +161,8 @@ class KVCache:
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference of each block; blocks nobody holds join the free queue, tail first."""
-        ref, free = self.ref, self.free
+        ref, append = self.ref, self._queue.append
         for block in reversed(blocks):
             ref[block] -= 1
             if not ref[block]:
-                free[block] = None
+                append(block)
