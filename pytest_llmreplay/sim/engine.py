@@ -256,6 +256,7 @@ class Engine:
         self._decided: float | None = None  # async scheduling: when vLLM decided that iteration (None: at its start)
         self._held_slots = 0  # async scheduling: requests that finished as it started, still counted as running
         self._held_blocks = 0  # ... and the blocks they released
+        self._aborts = 0  # aborts since the last hand-out: only then can a planned request have left
         self.wake_timing = WakeTiming()  # how early hand-outs start (module docstring)
         self._task: asyncio.Task | None = None
 
@@ -287,6 +288,7 @@ class Engine:
 
     def abort(self, request: SimRequest) -> None:
         """Drop a request the client gave up on, releasing its blocks."""
+        self._aborts += 1  # the iteration in flight hands nothing to it
         if request.running:
             self.running.remove(request)
             request.running = False
@@ -354,25 +356,26 @@ class Engine:
 
     def _schedule(self) -> _Plan:
         budget = self.config.max_num_batched_tokens
+        size = self.config.block_size
         prefills: list[tuple[SimRequest, int]] = []
         decodes: list[SimRequest] = []
         preempted_before = self.preemptions_total
         for request in list(self.running):
             if not request.running or budget <= 0:
                 continue
-            if request.computed < request.target:
-                chunk = min(request.target - request.computed, budget)
-                if self._grow(request, request.computed + chunk):
+            computed = request.computed
+            if computed < request.target:
+                chunk = min(request.target - computed, budget)
+                if self._grow(request, computed + chunk):
                     prefills.append((request, chunk))
                     budget -= chunk
-            elif request.computed < len(request.blocks) * self.config.block_size or self._grow(
-                request, request.computed + 1
-            ):
+            elif computed < len(request.blocks) * size or self._grow(request, computed + 1):
                 decodes.append(request)
                 budget -= 1
         preempted = self.preemptions_total > preempted_before
-        decodes = [r for r in decodes if r.running]  # a later request's growth may preempt an earlier one
-        prefills = [(r, c) for r, c in prefills if r.running]
+        if preempted:  # a later request's growth may have preempted an earlier one
+            decodes = [r for r in decodes if r.running]
+            prefills = [(r, c) for r, c in prefills if r.running]
         if not self.running:  # nothing in flight (async scheduling: module doc)
             self._decided, self._held_slots, self._held_blocks = None, 0, 0
         decided = self._decided
@@ -511,16 +514,17 @@ class Engine:
                 if not request.generated:  # vLLM counts a request's whole prompt, cached or not, once
                     self.prompt_tokens_total += request.prompt_len
         self._hand_out(firsts, now, 1)
-        decodes = [request for request in plan.decodes if request.running]
-        for request in decodes:
-            request.computed += steps
-        self._hand_out(decodes, now, steps)
+        decodes = [request for request in plan.decodes if request.running] if self._aborts else plan.decodes
+        self._aborts = 0
+        self._hand_out(decodes, now, steps, steps)
         return len(firsts) + len(decodes)
 
-    def _hand_out(self, requests: list[SimRequest], now: float, count: int) -> None:
-        """``count`` tokens to each of ``requests`` at ``now``; finish those done, tell their
-        streams. One inline loop, no call per request: a long decode span's hot path."""
+    def _hand_out(self, requests: list[SimRequest], now: float, count: int, computed: int = 0) -> None:
+        """``count`` tokens to each of ``requests`` at ``now`` (and ``computed`` more tokens'
+        KV); finish those done, tell their streams. One inline loop, no call per request: a long
+        decode span's hot path."""
         for request in requests:
+            request.computed += computed
             request.generated += count
             request.times.append(now)
             request.tokens.append(count)
