@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import chain
+from operator import attrgetter, is_not
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +167,9 @@ def check_limits(workload: Workload, path: str | Path | None = None) -> None:
     session and turn (a flat trace's session is ``line<N>``)."""
     if workload.num_requests > MAX_REQUESTS:
         raise WorkloadError(f"{workload.num_requests:,} requests is over the limit of {MAX_REQUESTS:,}", path=path)
-    for session in workload.sessions:
+    if _within_limits(workload.sessions):
+        return
+    for session in workload.sessions:  # something is over a limit (or NaN): find the first to name it
         if session.arrival_s > MAX_TIME_S:
             raise WorkloadError(_time_message(session.arrival_s), path=path, field=f"session {session.id!r}: arrival")
         for index, turn in enumerate(session.turns):
@@ -188,6 +193,22 @@ def check_limits(workload: Workload, path: str | Path | None = None) -> None:
                     path=path,
                     field=f"session {session.id!r} turn {index}: reasoning tokens",
                 )
+
+
+def _within_limits(sessions: tuple[Session, ...]) -> bool:
+    """True when :func:`check_limits` has nothing to say, from maxima taken in C (a generated
+    workload holds up to a million turns); False also for a NaN, which the detailed check judges."""
+    turns = list(chain.from_iterable(map(attrgetter("turns"), sessions)))
+    return (
+        max(map(attrgetter("arrival_s"), sessions), default=0.0) <= MAX_TIME_S
+        and max(map(attrgetter("delay_s"), turns), default=0.0) <= MAX_TIME_S
+        and max(filter(_given, map(attrgetter("input_tokens"), turns)), default=0) <= MAX_TOKENS
+        and max(filter(_given, map(attrgetter("output_tokens"), turns)), default=0) <= MAX_TOKENS
+        and not any(map(attrgetter("reasoning_tokens"), turns))  # None or 0 everywhere: nothing to check
+    )
+
+
+_given = partial(is_not, None)
 
 
 def _time_message(seconds: float) -> str:

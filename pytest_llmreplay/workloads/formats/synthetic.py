@@ -43,7 +43,7 @@ from ...errors import WorkloadError
 from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
 from ._text import read_text
 from ._yaml import YamlProblem, load_yaml
-from .distribution import Length, check_number, parse_distribution
+from .distribution import Distribution, Length, check_number, parse_distribution
 
 NAME = "synthetic"
 
@@ -159,24 +159,38 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
 
     out: list[Session] = []
     k = 0
+    # turns are frozen: equal ones are one object (a fixed-length spec makes one turn for all)
+    turn_of: dict[tuple[Any, ...], Turn] = {}
+    alone, extending = Synthetic(), Synthetic(extends_previous=True)
+    counts, starts = cast(list[int], turn_counts.tolist()), cast(list[float], arrivals.tolist())
+    group_list = cast(list[int], group_of.tolist())
     for index in range(sessions):
         turns: list[Turn] = []
         length = 0
-        for t in range(int(turn_counts[index])):
+        for t in range(counts[index]):
             if t == 0:
                 length = firsts[index] if firsts is not None else new_tokens[k]
-                prompt = Synthetic(int(group_of[index]), int(ratio * length)) if ratio > 0 else Synthetic()
-                turn = Turn(length, out_tokens[k], prompt)
+                key: tuple[Any, ...] = (length, out_tokens[k], group_list[index] if ratio > 0 else None, thoughts[k])
+                found = turn_of.get(key)
+                if found is None:
+                    prompt = Synthetic(group_list[index], int(ratio * length)) if ratio > 0 else alone
+                    found = turn_of[key] = _with_reasoning(Turn(length, out_tokens[k], prompt), thought_d, thoughts[k])
+                turn = found
             else:  # the previous prompt + its response + new tokens
                 length += out_tokens[k - 1] + new_tokens[k]
-                turn = Turn(length, out_tokens[k], Synthetic(extends_previous=True), float(delays[k]))
-            turns.append(replace(turn, reasoning_tokens=thoughts[k]) if thought_d is not None else turn)
+                turn = _with_reasoning(Turn(length, out_tokens[k], extending, delays[k]), thought_d, thoughts[k])
+            turns.append(turn)
             k += 1
-        out.append(Session(f"session{index}", float(arrivals[index]), tuple(turns)))
+        out.append(Session(f"session{index}", starts[index], tuple(turns)))
     timed = rate is not None or interval is not None
     workload = Workload(tuple(out), format=NAME, source=str(source) if source else None, timed=timed)
     check_limits(workload, source)  # turns that grow past the limit, arrivals at a tiny rate
     return workload
+
+
+def _with_reasoning(turn: Turn, drawn: Distribution | None, thought: int) -> Turn:
+    """``turn`` with its reasoning tokens when the spec draws them."""
+    return replace(turn, reasoning_tokens=thought) if drawn is not None else turn
 
 
 def _check_int(value: Any, name: str, minimum: int, where: Mapping[str, Any]) -> int:
