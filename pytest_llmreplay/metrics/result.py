@@ -65,7 +65,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,7 @@ def stats(values: Iterable[float | None], weights: Iterable[int] | None = None) 
     if isinstance(values, np.ndarray):
         array = values.astype(float)
     else:
-        array = np.array([np.nan if v is None else v for v in values], dtype=float)
+        array = np.array(list(values), dtype=float)  # None -> NaN
     counts = (
         np.ones(array.size, dtype=np.int64)
         if weights is None
@@ -376,8 +376,14 @@ class Result:
             by_session.setdefault(record.session_index, []).append(record)
         rows = []
         for turns in by_session.values():
-            turns.sort(key=attrgetter("turn_index"))
-            complete = len(turns) == turns[0].turns_in_session and all(r.status == "ok" and not r.warmup for r in turns)
+            if len(turns) > 1:
+                turns.sort(key=attrgetter("turn_index"))
+                complete = len(turns) == turns[0].turns_in_session and all(
+                    r.status == "ok" and not r.warmup for r in turns
+                )
+            else:  # a flat trace's session: no sort, no generator
+                only = turns[0]
+                complete = only.turns_in_session == 1 and only.status == "ok" and not only.warmup
             if complete:
                 rows.append(session_values(turns))
         return rows
@@ -401,11 +407,11 @@ class Result:
             elif name == "schedule_lag":
                 found = stats(schedule_lag(r) for r in self.measured)
             else:
-                found = stats(row[name] for row in rows)
+                found = stats(map(itemgetter(name), rows))
             if found:
                 summary[name] = found
         for name in SESSION_METRICS:
-            found = stats(row[name] for row in self.session_rows)
+            found = stats(map(itemgetter(name), self.session_rows))
             if found:
                 summary[name] = found
         summary.update(self._throughput())
