@@ -354,7 +354,8 @@ class Replay:
         """Copy the response into the record (times made relative), check counts, store it."""
         rel = self._relative
         record.sent_s, record.end_s = rel(response.sent_s), rel(response.end_s)
-        record.chunk_times = [t - self._start for t in response.chunk_times]
+        start = self._start
+        record.chunk_times = [t - start for t in response.chunk_times] if start else list(response.chunk_times)
         record.chunk_tokens = list(response.chunk_tokens)
         if record.chunk_times:
             record.first_token_s, record.last_token_s = record.chunk_times[0], record.chunk_times[-1]

@@ -68,7 +68,7 @@ class KeyedPrompt:
     length: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "length", sum(count for _, count in self.segments))
+        object.__setattr__(self, "length", sum([count for _, count in self.segments]))  # a list: no generator frame
 
     def __len__(self) -> int:
         return self.length
