@@ -359,6 +359,7 @@ class Engine:
         size = self.config.block_size
         prefills: list[tuple[SimRequest, int]] = []
         decodes: list[SimRequest] = []
+        kv_tokens = 0  # Σ computed over the decodes
         preempted_before = self.preemptions_total
         for request in list(self.running):
             if not request.running or budget <= 0:
@@ -371,11 +372,13 @@ class Engine:
                     budget -= chunk
             elif computed < len(request.blocks) * size or self._grow(request, computed + 1):
                 decodes.append(request)
+                kv_tokens += computed
                 budget -= 1
         preempted = self.preemptions_total > preempted_before
         if preempted:  # a later request's growth may have preempted an earlier one
             decodes = [r for r in decodes if r.running]
             prefills = [(r, c) for r, c in prefills if r.running]
+            kv_tokens = sum(r.computed for r in decodes)
         if not self.running:  # nothing in flight (async scheduling: module doc)
             self._decided, self._held_slots, self._held_blocks = None, 0, 0
         decided = self._decided
@@ -401,12 +404,12 @@ class Engine:
             and decodes
             and (not self.waiting or len(self.running) >= self.config.max_num_seqs)
         ):
-            return self._decode_span(decodes)
+            return self._decode_span(decodes, kv_tokens)
         batch = Batch(
             prefill_tokens=sum(c for _, c in prefills),
             prefill_context=sum(r.computed + c for r, c in prefills),
             decode_seqs=len(decodes),
-            kv_tokens=sum(r.computed for r in decodes),
+            kv_tokens=kv_tokens,
             kv_usage=self.cache.usage,
         )
         return _Plan(prefills, decodes, np.array([self.timing.iteration_s(batch)]))
@@ -467,9 +470,10 @@ class Engine:
         self.preemptions_total += 1
         self.waiting.appendleft(request)
 
-    def _decode_span(self, decodes: list[SimRequest]) -> _Plan:
+    def _decode_span(self, decodes: list[SimRequest], kv_tokens: int) -> _Plan:
         """k decode-only iterations up to the first completion, block shortage, or end of a
-        request's reasoning (then its first answer token alone: module docstring)."""
+        request's reasoning (then its first answer token alone: module docstring);
+        ``kv_tokens``: Σ computed over ``decodes``, summed by the caller's walk."""
         size = self.config.block_size
         k = min(
             (r.output_len if r.generated > r.reasoning_len else max(r.reasoning_len, r.generated + 1)) - r.generated
@@ -494,7 +498,7 @@ class Engine:
                 request.blocks += fresh
         seqs = len(decodes)
         usage_step = seqs / size / self.cache.num_blocks
-        durations = self.timing.decode_span_s(seqs, sum(r.computed for r in decodes), self.cache.usage, usage_step, k)
+        durations = self.timing.decode_span_s(seqs, kv_tokens, self.cache.usage, usage_step, k)
         return _Plan([], decodes, np.cumsum(durations))
 
     # -- applying -----------------------------------------------------------------------------
