@@ -73,6 +73,7 @@ next iteration on.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -102,6 +103,8 @@ class WakeTiming:
 
     def early_s(self, requests: int) -> float:
         """lead + late for a hand-out to ``requests`` requests."""
+        if not any(self.lateness) and not any(self.per_request):  # all 0 (the virtual clock's): no sorting
+            return 0.0
         late = min(max(_median(self.lateness), 0.0), MAX_LATE_S)
         return late + min(0.5 * _median(self.per_request) * requests, MAX_LEAD_S)
 
@@ -233,7 +236,9 @@ class SimRequest:
 class _Plan:
     prefills: list[tuple[SimRequest, int]]
     decodes: list[SimRequest]
-    ends: np.ndarray  # cumulative end of each planned iteration, from the plan's start
+    ends: list[
+        float
+    ]  # cumulative end of each planned iteration, from the plan's start (floats: no numpy scalar per read)
 
 
 class Engine:
@@ -325,7 +330,7 @@ class Engine:
             steps = len(plan.ends)
             early = self.wake_timing.early_s(len(plan.prefills) + len(plan.decodes))
             while True:
-                due = start + float(plan.ends[steps - 1]) - early
+                due = start + plan.ends[steps - 1] - early
                 self._wake = loop.create_future()
                 asked = self.clock.now()
                 timer = loop.call_later(max(due - asked, 0.0), _set, self._wake, _TIMER)
@@ -336,19 +341,19 @@ class Engine:
                         break
                     continue
                 # an arrival: finish the iteration in progress, then let it join
-                steps = min(int(np.searchsorted(plan.ends, self.clock.now() - start, side="right")) + 1, steps)
+                steps = min(bisect_right(plan.ends, self.clock.now() - start) + 1, steps)
             self._wake = None
             applied = self.clock.now()
             if woken_by is _TIMER:
                 self.wake_timing.lateness.append(applied - max(due, asked))
             if self.config.async_scheduling:  # the next iteration was decided as the last one applied started
-                self._decided = start + (float(plan.ends[steps - 2]) if steps > 1 else 0.0)
+                self._decided = start + (plan.ends[steps - 2] if steps > 1 else 0.0)
                 self._held_slots = self._held_blocks = 0
             handed = self._apply(plan, steps, start)
             self.wake_timing.handed_out(self.clock.now() - applied, handed)
             # back to back: the next iteration starts when this one ended in simulated time, even
             # if the event loop woke late (wall clock), so lateness does not pile up
-            start += float(plan.ends[steps - 1])
+            start += plan.ends[steps - 1]
             if self.clock.now() < start:
                 await self.clock.sleep_until(start)  # its tokens went out early: the next iteration starts on time
 
@@ -412,7 +417,7 @@ class Engine:
             kv_tokens=kv_tokens,
             kv_usage=self.cache.usage,
         )
-        return _Plan(prefills, decodes, np.array([self.timing.iteration_s(batch)]))
+        return _Plan(prefills, decodes, [float(self.timing.iteration_s(batch))])
 
     def _admit(self, request: SimRequest, budget: int) -> int | None:
         """Take the longest cached prefix and blocks for the first chunk; the chunk, or None.
@@ -499,14 +504,14 @@ class Engine:
         seqs = len(decodes)
         usage_step = seqs / size / self.cache.num_blocks
         durations = self.timing.decode_span_s(seqs, kv_tokens, self.cache.usage, usage_step, k)
-        return _Plan([], decodes, np.cumsum(durations))
+        return _Plan([], decodes, np.cumsum(durations).tolist())
 
     # -- applying -----------------------------------------------------------------------------
 
     def _apply(self, plan: _Plan, steps: int, start: float) -> int:
         """The planned iteration(s) ended: requests aborted meanwhile get nothing. Returns how
         many requests got tokens."""
-        now = start + float(plan.ends[steps - 1])
+        now = start + plan.ends[steps - 1]
         firsts = []  # prefills that completed: their first token is out
         for request, chunk in plan.prefills:
             if not request.running:
