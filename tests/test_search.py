@@ -327,7 +327,9 @@ def test_a_rate_of_multi_turn_sessions_is_said_in_sessions_per_second(tmp_path, 
     assert lines[0].startswith("point 1/3    low rate 1 sessions/s: ")
     assert f"capacity (rate): {found.value:.4g} sessions/s" in found.headline()
     assert "rate sessions/s" in found.table() and "req/s" in found.table()  # the requests' own columns stay req/s
-    assert "sessions/s" in load_curve_section({"test": "t", "capacity": found.as_dict()})
+    section = load_curve_section({"test": "t", "capacity": found.as_dict()})
+    assert f"capacity (rate) {format_value('session_throughput', found.value)}," in section
+    assert "offered load (sessions/s" in section and "offered load (req/s" not in section  # the plots' axes
     single = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     assert single.rate_unit == "req/s"  # one request a session: the two rates are one
 

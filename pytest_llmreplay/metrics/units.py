@@ -30,6 +30,8 @@ TOKEN_RATE_METRICS = (
     "answer_decode_tps",
 )
 REQUEST_RATE_METRICS = ("request_throughput",)
+# a capacity search's load by rate over multi-turn sessions: sessions started per second
+SESSION_RATE_METRICS = ("session_throughput",)
 
 # unit -> (family, factor to the metric's own unit)
 UNITS = {
@@ -39,6 +41,7 @@ UNITS = {
     "%": ("share", 0.01),
     "tok/s": ("token_rate", 1.0),
     "req/s": ("request_rate", 1.0),
+    "sessions/s": ("session_rate", 1.0),
 }
 # (metric, stat) whose unit family is not the metric's own
 STAT_FAMILIES = {
@@ -54,13 +57,14 @@ DIGITS = 4
 
 
 def unit_family(metric: str) -> str | None:
-    """``time``, ``share``, ``token_rate`` or ``request_rate``; None for a metric without a unit
-    (a count, a plugin's metric)."""
+    """``time``, ``share``, ``token_rate``, ``request_rate`` or ``session_rate``; None for a
+    metric without a unit (a count, a plugin's metric)."""
     for family, metrics in (
         ("time", TIME_METRICS),
         ("share", SHARE_METRICS),
         ("token_rate", TOKEN_RATE_METRICS),
         ("request_rate", REQUEST_RATE_METRICS),
+        ("session_rate", SESSION_RATE_METRICS),
     ):
         if metric in metrics:
             return family
@@ -77,7 +81,9 @@ def display_unit(metric: str, value: float) -> str | None:
 def _family_unit(family: str | None, value: float) -> str | None:
     if family == "time":
         return "s" if abs(value) >= SECONDS_FROM else "ms"
-    return {"share": "%", "token_rate": "tok/s", "request_rate": "req/s"}.get(family or "")
+    return {"share": "%", "token_rate": "tok/s", "request_rate": "req/s", "session_rate": "sessions/s"}.get(
+        family or ""
+    )
 
 
 def in_unit(value: float, unit: str | None) -> float:

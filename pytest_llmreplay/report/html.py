@@ -167,19 +167,13 @@ def load_curve_section(record: Mapping[str, Any]) -> str:
     if svg is None:
         return ""
     by = (capacity.get("plan") or {}).get("by", "rate")
-    metric = load_label(by)[0]
+    metric = load_label(by, capacity.get("rate_unit", "req/s"))[0]
     at_least = bool(capacity.get("at_least"))  # no load failed: a lower bound, as llmreplay sweep writes it
     # no failing load above (a lower bound, or a ceiling): the bracket has no top, as llmreplay sweep prints it
     topless = at_least or capacity.get("upper_bound_found") is False
-    rate_unit = capacity.get("rate_unit", "req/s")  # a rate of multi-turn sessions counts sessions
-
-    def load(value: Any) -> str:
-        text = format_value(metric, value)
-        return text.replace(" req/s", f" {rate_unit}") if by == "rate" else text
-
     line = (
-        f"capacity ({by}) {'at least ' if at_least else ''}{load(capacity.get(by))}, "
-        f"bracket [{load(capacity.get('low'))}, {'-' if topless else load(capacity.get('high'))}]"
+        f"capacity ({by}) {'at least ' if at_least else ''}{format_value(metric, capacity.get(by))}, "
+        f"bracket [{format_value(metric, capacity.get('low'))}, {'-' if topless else format_value(metric, capacity.get('high'))}]"
     )
     runs = len(capacity.get("points") or ()) + len(capacity.get("estimates") or ())  # as the headline counts them
     line += f", {runs} runs; {capacity.get('reason', '')}"

@@ -37,11 +37,12 @@ FAILED, CAPACITY = "#c62828", "#2e7d32"
 SLO_STYLES = ("-", (0, (5, 3)), (0, (1, 2)), (0, (6, 2, 1, 2)))
 
 
-def load_label(by: str) -> tuple[str, str]:
-    """(metric whose unit the load axis takes, axis title) for a search ``by`` rate or concurrency."""
-    return (
-        ("request_throughput", "offered load") if by == "rate" else ("concurrency", "concurrency, sessions in flight")
-    )
+def load_label(by: str, rate_unit: str = "req/s") -> tuple[str, str]:
+    """(metric whose unit the load axis takes, axis title) for a search ``by`` rate or
+    concurrency; a rate of multi-turn sessions (``rate_unit`` sessions/s) in sessions/s."""
+    if by != "rate":
+        return "concurrency", "concurrency, sessions in flight"
+    return ("session_throughput" if rate_unit == "sessions/s" else "request_throughput"), "offered load"
 
 
 def time_slos(plan: Mapping[str, Any]) -> list[Any]:
@@ -70,7 +71,7 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
         return None
     plan = capacity.get("plan") or {}
     by = plan.get("by", "rate")
-    load_metric, load_title = load_label(by)
+    load_metric, load_title = load_label(by, capacity.get("rate_unit", "req/s"))
     found, low, high = capacity.get(by), capacity.get("low"), capacity.get("high")
     figure, (latency_axes, throughput_axes) = new_figure("Latency vs load", "Throughput vs load")
     loads = [p["load"] for p in points]
