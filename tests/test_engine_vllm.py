@@ -497,4 +497,6 @@ def test_vllm_cpu_capacity_search(project, vllm_url):
     (found,) = (project.path / "capacity" / "tests").glob("test_capacity.py_test_capacity-*.json")
     search = json.loads(found.read_text())["capacity"]
     assert_bisected(search, 0.4)
-    assert len(search["points"]) == 4 and all(point["error_rate"] == 0 for point in search["points"]), search["points"]
+    assert len(search["points"]) == 4 and all(point["error_rate"] == 0 for point in search["points"]), [
+        (point["load"], point["errors"]) for point in search["points"]
+    ]

@@ -10,7 +10,7 @@ import random
 import signal
 
 import pytest
-from records import rec
+from records import make, rec
 
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate.history import t_quantile
@@ -20,6 +20,7 @@ from pytest_llmreplay.metrics.units import format_value
 from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.report.html import load_curve_section
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, parse_capacity, run_point
+from pytest_llmreplay.search.outcome import Point
 from pytest_llmreplay.search.stop import QueueGrowth, StopRule
 from pytest_llmreplay.sim.profile import load_profile
 from pytest_llmreplay.target import Target
@@ -332,6 +333,22 @@ def test_a_rate_of_multi_turn_sessions_is_said_in_sessions_per_second(tmp_path, 
     assert "offered load (sessions/s" in section and "offered load (req/s" not in section  # the plots' axes
     single = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     assert single.rate_unit == "req/s"  # one request a session: the two rates are one
+
+
+def test_a_point_keeps_its_commonest_errors_with_its_figures():
+    # a search stores only the result at capacity: a point's own figures say why it failed
+    failures = ["http: HTTP 500: boom"] * 3 + ["timeout: no data for 60 s after 2 tokens"] + ["stream: lost"] * 2
+    records = [rec(i, status="failed", sent=0.1, end=0.2, error=e) for i, e in enumerate(failures)]
+    records += [rec(9, status="failed", sent=0.1, end=0.2), rec(10, sent=0.1, chunks=((0.2, 1),), end=0.3)]
+    point = Point(4.0, "bisect", ReplaySettings(mode="concurrency", concurrency=4), make(records), [], 1.0)
+    assert point.figures()["errors"] == {
+        "http: HTTP 500: boom": 3,
+        "stream: lost": 2,
+        "timeout: no data for 60 s after 2 tokens": 1,
+    }
+    assert list(point.errors(most=1)) == ["http: HTTP 500: boom"]
+    clean = Point(4.0, "bisect", ReplaySettings(mode="concurrency", concurrency=4), make(records[-1:]), [], 1.0)
+    assert clean.figures()["errors"] == {}
 
 
 def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):

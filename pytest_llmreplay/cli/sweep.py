@@ -175,14 +175,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def write_points(found: Any, path: Path) -> Path:
     """A row per point in run order: load, role, verdict, why it stopped, each SLO's measured
-    value (``slo:<key>``) and the point's throughput, goodput and latency figures."""
+    value (``slo:<key>``), the point's throughput, goodput and latency figures, and its commonest
+    errors (``text (xN); ...``)."""
     import csv
 
     rows = []
     for point in found.points:
         figures = point.figures()
-        settings, measured = figures.pop("settings"), figures.pop("slo")
-        rows.append({**figures, **{f"slo:{key}": value for key, value in measured.items()}, "mode": settings["mode"]})
+        settings, measured, errors = figures.pop("settings"), figures.pop("slo"), figures.pop("errors")
+        rows.append(
+            {
+                **figures,
+                **{f"slo:{key}": value for key, value in measured.items()},
+                "mode": settings["mode"],
+                "errors": "; ".join(f"{text} (x{count})" for text, count in errors.items()),
+            }
+        )
     with path.open("w", newline="", encoding="utf-8") as file:
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -89,7 +89,8 @@ class Point:
 
     def figures(self) -> dict[str, Any]:
         """What is kept of the point in the stored result (and drawn in a load curve): the load,
-        the verdict, each SLO's measured value, throughput, goodput, error rate and counts."""
+        the verdict, each SLO's measured value, throughput, goodput, error rate, counts and the
+        commonest errors (:meth:`errors`)."""
         summary = self.result.summary
         goodput = summary.get("goodput", {})
         return {
@@ -114,7 +115,16 @@ class Point:
             "tpot_p99": summary.get("tpot", {}).get("p99"),
             "requests_ok": summary["requests"]["ok"],
             "requests_planned": summary["requests"]["planned"],
+            "errors": self.errors(),
         }
+
+    def errors(self, most: int = 3) -> dict[str, int]:
+        """The ``most`` commonest error texts of the point's failed requests, with their counts:
+        a search stores only the result at capacity, so this is what says why a point failed."""
+        from collections import Counter
+
+        found = Counter(record.error or "unknown" for record in self.result.records if record.status == "failed")
+        return dict(found.most_common(most))
 
     def verdict(self) -> str:
         """``pass``, ``pass (not carried)``, ``FAIL``, ``FAIL (stopped)`` or ``interrupted``."""
