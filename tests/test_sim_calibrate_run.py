@@ -104,9 +104,9 @@ def test_the_fit_recovers_the_parameters_a_simulated_run_was_made_with(trace, tr
         assert fit.values[name] == pytest.approx(value, rel=0.1), name
         assert profile["timing"][name] == fit.values[name]
     # the base profile's defaults were far off; the fitted ones reproduce both halves of the run
-    assert max(abs(fit.start_holdout_errors[key]) for key in STATISTICS) > 0.2
-    assert max(abs(fit.fit_errors[key]) for key in STATISTICS) < 0.02
-    assert max(abs(fit.holdout_errors[key]) for key in STATISTICS) < 0.03
+    assert max(abs(fit.runs[0].start_holdout_errors[key]) for key in STATISTICS) > 0.2
+    assert max(abs(fit.runs[0].fit_errors[key]) for key in STATISTICS) < 0.02
+    assert max(abs(fit.runs[0].holdout_errors[key]) for key in STATISTICS) < 0.03
     assert any("calibrate --from-run" in note for note in profile["notes"])
     parse_profile(profile)  # a loadable profile
 
@@ -145,7 +145,7 @@ def test_a_client_timed_run_also_recovers_the_front_end_latency(trace, tmp_path,
         step = Batch(0, 0, seqs, seqs * 1600, 0.0)
         assert fitted.iteration_s(step) == pytest.approx(true.iteration_s(step), rel=0.03), seqs
     assert profile["timing"]["frontend_ms"] == fit.values["frontend_ms"]
-    assert max(abs(fit.holdout_errors[key]) for key in STATISTICS) < 0.03
+    assert max(abs(fit.runs[0].holdout_errors[key]) for key in STATISTICS) < 0.03
     engine_timed = read_run(write(tmp_path / "run.jsonl", vllm_lines(run)))
     assert not engine_timed.from_client
     with pytest.raises(

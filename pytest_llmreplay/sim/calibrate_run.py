@@ -275,29 +275,13 @@ class RunErrors:
 @dataclass
 class Fit:
     """A calibration's outcome: the fitted values, each run's errors (:class:`RunErrors`, in the
-    order given; the ``*_errors`` properties are the first run's)."""
+    order given)."""
 
     values: dict[str, float]
     start: dict[str, float]
     runs: list[RunErrors]
     evaluations: int
     loss: float
-
-    @property
-    def fit_errors(self) -> dict[tuple[str, str], float]:
-        return self.runs[0].fit_errors
-
-    @property
-    def holdout_errors(self) -> dict[tuple[str, str], float]:
-        return self.runs[0].holdout_errors
-
-    @property
-    def start_fit_errors(self) -> dict[tuple[str, str], float]:
-        return self.runs[0].start_fit_errors
-
-    @property
-    def start_holdout_errors(self) -> dict[tuple[str, str], float]:
-        return self.runs[0].start_holdout_errors
 
 
 def halves(run: MeasuredRun) -> tuple[MeasuredRun, MeasuredRun]:
