@@ -856,6 +856,18 @@ def test_a_baseline_capacity_with_no_failing_load_still_proves_a_drop_below_it()
     assert row.verdict == "regression" and row.low == pytest.approx(-1.0) and row.high == pytest.approx(11 / 16 - 1)
 
 
+def test_a_multi_turn_capacity_is_compared_with_one_stored_under_its_old_name():
+    """A multi-turn search stored its sessions/s as ``capacity.rate`` before it had its own key:
+    such a baseline still gates a new ``capacity.session_rate``, read from its bracket."""
+    current = with_capacity(10, 11)
+    current["summary"]["capacity"] = {"session_rate": 10, "low": 10, "high": 11, "runs": 8.0}
+    current["capacity"]["rate_unit"] = "sessions/s"
+    current["capacity"]["plan"] = {"by": "rate"}
+    (row,) = compare(with_capacity(16, 17), current, baseline.gated_tolerances(current)).rows
+    assert row.key == "capacity.session_rate" and (row.baseline, row.current) == (16, 10)
+    assert row.verdict == "regression" and baseline.comparison_cells(row)[1:3] == ["16 sessions/s", "10 sessions/s"]
+
+
 def test_auto_reference_falls_back_to_the_remote_tracking_default_branch(git_env):
     # a clone that knows only refs/remotes/origin/master (no local main/master, no origin/HEAD)
     forge = git_env / "forge.git"

@@ -3,8 +3,11 @@ test's ``slo``; the ``capacity`` key searches the load; the SLO keys, the stored
 gate on capacity. The search itself: ``test_search.py``."""
 
 import json
+import re
 
 import pytest
+
+from pytest_llmreplay.metrics.units import format_figure
 
 # 8 single-turn sessions, Poisson arrivals at 4/s (as test_plugin_perf.py's)
 WORKLOAD = """\
@@ -318,3 +321,42 @@ def test_a_capacity_by_rate_is_never_above_the_throughput_its_point_achieved(cap
     assert all(min(p["load"], p["carried"]) <= capacity["rate"] for p in capacity["points"] if p["passed"])
     shown = format_value("request_throughput", capacity["rate"])
     result.stdout.fnmatch_lines([f"test_cap.py::test_capacity*passed* {shown}", f"capacity.rate*>= 1 req/s*{shown}*ok"])
+
+
+def test_a_multi_turn_capacity_is_in_sessions_per_second_everywhere(capacity_project):
+    # a rate over three-turn sessions starts sessions: the summary column, the SLO row, JUnit
+    # and the gate's table all say sessions/s, where they said req/s of a figure ~3x smaller
+    # than the requests answered per second
+    from test_plugin_baselines import stored
+
+    capacity_project.path.joinpath("cap.yaml").write_text(
+        CAP_WORKLOAD.replace("sessions: 40", "sessions: 20\n  turns: 3\n  delay: 0.1")
+    )
+    capacity_project.makepyfile(
+        test_cap="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="cap.yaml", capacity={"by": "rate", "slo": {"ttft.p90": "< 500ms"}, "min": 0.5, "max": 8, "budget": 4},
+                               slo={"capacity.session_rate": ">= 0.5 sessions/s"})
+        def test_capacity(llm_result):
+            pass
+    """
+    )
+    result = capacity_project.runpytest("--llm-offline", "--llm-save", "--junitxml=out.xml", "-v")
+    result.assert_outcomes(passed=1)
+    (path,) = stored(capacity_project.path, test="test_cap.py::test_capacity")
+    record = json.loads(path.read_text())
+    value = record["summary"]["capacity"]["session_rate"]
+    assert value > 0 and "rate" not in record["summary"]["capacity"]
+    shown = format_figure("capacity.session_rate", value)
+    assert shown.endswith(" sessions/s")
+    result.stdout.fnmatch_lines(
+        [f"test_cap.py::test_capacity*passed* {shown}", f"capacity.session_rate*>= 0.5 sessions/s*{shown}*ok"]
+    )
+    junit = re.search(
+        r'name="llmreplay.capacity.session_rate" value="([0-9.]+)"', (capacity_project.path / "out.xml").read_text()
+    )
+    assert junit and float(junit.group(1)) == pytest.approx(value, rel=1e-5)
+    again = capacity_project.runpytest("--llm-offline", "--llm-compare", "-v")
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines([f"capacity.session_rate*{shown}*{shown}*+0.0%*5%*ok"])

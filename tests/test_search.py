@@ -16,7 +16,7 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate.history import t_quantile
 from pytest_llmreplay.metrics.result import stats
 from pytest_llmreplay.metrics.slo import parse_slos
-from pytest_llmreplay.metrics.units import format_value
+from pytest_llmreplay.metrics.units import format_figure, format_value, significant
 from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.report.html import load_curve_section
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity, parse_capacity, run_point
@@ -331,8 +331,42 @@ def test_a_rate_of_multi_turn_sessions_is_said_in_sessions_per_second(tmp_path, 
     section = load_curve_section({"test": "t", "capacity": found.as_dict()})
     assert f"capacity (rate) {format_value('session_throughput', found.value)}," in section
     assert "offered load (sessions/s" in section and "offered load (req/s" not in section  # the plots' axes
+    # the figure itself: stored under its own key, so every reader of a summary writes sessions/s
+    capacity = found.result.summary["capacity"]
+    assert capacity["session_rate"] == found.value and "rate" not in capacity
+    assert format_figure("capacity.session_rate", found.value) == f"{significant(found.value)} sessions/s"
     single = find_capacity(workload, target(prompts), prompts, plan, workers=1)
     assert single.rate_unit == "req/s"  # one request a session: the two rates are one
+    assert (
+        single.result.summary["capacity"]["rate"] == single.value
+        and "session_rate" not in single.result.summary["capacity"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("turns", "key", "expected"),
+    [
+        (3, "capacity.rate", r"write capacity.session_rate \(sessions/s\)$"),
+        (1, "capacity.session_rate", "write capacity.rate"),
+    ],
+)
+def test_a_capacity_slo_on_the_other_rate_stops_before_the_first_point(tmp_path, prompts, turns, key, expected):
+    # which rate a search stores is known once the workload's sessions are planned: an SLO that
+    # names the other would read "not measured" after the whole search
+    path = tmp_path / "turns.yaml"
+    path.write_text(WORKLOAD.replace("sessions: 60", f"sessions: 20\n  turns: {turns}\n  delay: 0.1"))
+    runs: list[str] = []
+    with pytest.raises(LLMReplayError, match=expected) as raised:
+        find_capacity(
+            load_workload(path),
+            target(prompts),
+            prompts,
+            CapacityPlan(by="rate", slo=SLO, min=1, max=4, budget=3),
+            progress=runs.append,
+            workers=1,
+            test_slos=parse_slos({key: ">= 1"}),
+        )
+    assert str(raised.value).startswith(f"slo {key!r}: ") and runs == []
 
 
 def test_a_point_keeps_its_commonest_errors_with_its_figures():

@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LLMReplayError
+from ..metrics.names import CAPACITY_STATS, capacity_stat
 from ..metrics.units import format_figure
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
@@ -308,8 +309,8 @@ def tolerances(
         )
     for key, value in overrides.items():
         metric, _, stat = str(key).partition(".")
-        if metric == "capacity" and stat not in ("rate", "concurrency"):
-            raise LLMReplayError(f"regression {key!r}: compare capacity by rate or concurrency")
+        if metric == "capacity" and stat not in CAPACITY_STATS:
+            raise LLMReplayError(f"regression {key!r}: compare capacity by {', '.join(CAPACITY_STATS)}")
         if metric != "capacity" and metric not in SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS:
             raise LLMReplayError(
                 f"regression {key!r}: only {', '.join(SAMPLED_REQUEST_METRICS + SAMPLED_SESSION_METRICS + WINDOWED_METRICS)} are compared"
@@ -327,14 +328,16 @@ def tolerances(
 
 def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
     """What comparing ``record`` with its baseline gates, each figure with its allowed change: a
-    stored capacity search's capacity alone (``capacity.rate`` or ``capacity.concurrency``,
+    stored capacity search's capacity alone (``capacity.rate``, ``capacity.session_rate`` or ``capacity.concurrency``,
     :data:`CAPACITY_TOLERANCE`; its point's latencies are measured at a different load on each
     side), else :data:`DEFAULT_TOLERANCES`, and :data:`REASONING_TOLERANCES` when ``record`` has
     reasoning (its summary holds ``ttfo``); ``overrides`` (a test's ``regression``, ``llmreplay
     compare --regression``) applied as :func:`tolerances` applies them."""
-    by = (record.get("capacity") or {}).get("plan", {}).get("by")
+    search = record.get("capacity") or {}
+    by = search.get("plan", {}).get("by")
     if by:
-        return tolerances(overrides, {f"capacity.{by}": CAPACITY_TOLERANCE})
+        stat = capacity_stat(by, search.get("rate_unit", "req/s"))
+        return tolerances(overrides, {f"capacity.{stat}": CAPACITY_TOLERANCE})
     reasoning = REASONING_TOLERANCES if "ttfo" in (record.get("summary") or {}) else {}
     return tolerances(overrides, {**DEFAULT_TOLERANCES, **reasoning})
 
@@ -517,7 +520,11 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
     current / baseline - 1 runs from low_current / high_baseline - 1 to
     high_current / low_baseline - 1; a regression needs the whole of it below zero (the
     brackets do not overlap) and the change beyond the tolerance. An interval open above is
-    stored with ``high`` None."""
+    stored with ``high`` None. Each side's capacity is its bracket's ``low``, whatever name the
+    figure is stored under: a multi-turn search's ``capacity.session_rate`` was ``capacity.rate``
+    in results stored before it had its own key, and both sides of one comparison ran the same
+    search on the same workload (their settings are equal)."""
+    row.baseline, row.current = baseline.get("low"), current.get("low")
     if row.baseline is None or row.current is None:
         row.note = "not measured"
         return

@@ -33,5 +33,17 @@ SESSION_METRICS = (
     "eligible_cache_hit_rate",
     "output_tokens_per_session",
 )
+# what a capacity search found (search/outcome.py): the highest rate, ``session_rate`` when the rate
+# starts multi-turn sessions (sessions/s, a multiple of the requests per second), or concurrency
+CAPACITY_STATS = ("rate", "session_rate", "concurrency")
+
+
+def capacity_stat(by: str, rate_unit: str) -> str:
+    """The statistic a capacity search by ``by`` stores its capacity under: ``session_rate`` for a
+    rate whose unit (``Capacity.rate_unit``) is ``sessions/s``, else ``by`` itself (``rate`` in
+    req/s, ``concurrency``)."""
+    return "session_rate" if by == "rate" and rate_unit == "sessions/s" else by
+
+
 # per-request metrics a goodput threshold may name
 GOODPUT_METRICS = ("ttft", "ttfo", "tpot", "latency", "itl")

@@ -3,7 +3,8 @@
 A key is ``<metric>.<stat>`` (``ttft.p99``, ``output_throughput.steady_state``) or a single-figure
 metric alone (``error_rate``, ``goodput``, ``effective_concurrency``). ``goodput`` with a
 ``req/s`` threshold (or ``goodput.rate``) is the rate of good requests, alone (or ``.value``) the
-share; ``capacity.rate`` (req/s) and ``capacity.concurrency`` are what a capacity search found
+share; ``capacity.rate`` (req/s), ``capacity.session_rate`` (sessions/s: a search by rate over
+multi-turn sessions) and ``capacity.concurrency`` are what a capacity search found
 (:mod:`~pytest_llmreplay.search.capacity`); ``server.<figure>`` are the server's own, from its
 ``/metrics`` (:mod:`~pytest_llmreplay.metrics.server`: ``server.preemptions == 0``,
 ``server.kv_cache_usage.max < 90%``). A threshold is an operator
@@ -14,7 +15,8 @@ share; ``capacity.rate`` (req/s) and ``capacity.concurrency`` are what a capacit
 - share: ``%`` (``cache_hit_rate``, ``eligible_cache_hit_rate``, ``error_rate``, ``goodput``,
   ``server.kv_cache_usage.*``, ``server.prefix_cache_hit_rate``);
 - rate: ``tok/s`` (token throughputs, ``decode_tps``, ``reasoning_decode_tps``,
-  ``answer_decode_tps``), ``req/s`` (``request_throughput``);
+  ``answer_decode_tps``), ``req/s`` (``request_throughput``, ``goodput.rate``, ``capacity.rate``),
+  ``sessions/s`` (``capacity.session_rate``);
 - no unit: the metric's own unit (a fraction 0..1, tokens, tokens/s, requests/s); a share over 1
   without ``%`` is refused (``>= 80`` means ``>= 80%``?), and so is a time without a unit
   (``"< 500"`` on ``ttft``: 500 ms or 500 s? the classic slip, which would pass as 500 s).
@@ -37,7 +39,7 @@ from decimal import Decimal
 from typing import Any
 
 from ..errors import LLMReplayError
-from .names import GOODPUT_METRICS, RATES, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS, STATS
+from .names import CAPACITY_STATS, GOODPUT_METRICS, RATES, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS, STATS
 from .server import SERVER_STATS
 from .units import STAT_FAMILIES, UNITS, display_unit, format_value, significant
 from .units import unit_family as _unit_family
@@ -60,8 +62,11 @@ OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
     ">": operator.gt,
 }
+# every unit of UNITS, the longest first (``sessions/s`` before ``s``)
 THRESHOLD = re.compile(
-    r"^\s*(<=|>=|==|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(us|ms|s|%|tok/s|req/s)?\s*$"
+    r"^\s*(<=|>=|==|<|>)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*("
+    + "|".join(map(re.escape, sorted(UNITS, key=len, reverse=True)))
+    + r")?\s*$"
 )
 
 
@@ -76,7 +81,7 @@ def stats_of(metric: str) -> tuple[str, ...]:
     if metric == "goodput":
         return ("value", "rate")
     if metric == "capacity":
-        return ("rate", "concurrency")
+        return CAPACITY_STATS
     if metric == "server":
         return SERVER_STATS
     if metric in SINGLE_METRICS:
@@ -231,7 +236,7 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
         raise LLMReplayError(f"SLO {key!r}: expected a threshold string such as '< 2s' or '>= 80%', got {threshold!r}")
     if not match:
         raise LLMReplayError(
-            f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit (us, ms, s, %, tok/s, req/s), e.g. '< 2s'"
+            f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit ({', '.join(UNITS)}), e.g. '< 2s'"
         )
     op, number, unit = match.groups()
     family = stat_family(metric, stat)

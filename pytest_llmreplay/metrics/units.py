@@ -47,6 +47,7 @@ UNITS = {
 STAT_FAMILIES = {
     ("goodput", "rate"): "request_rate",
     ("capacity", "rate"): "request_rate",
+    ("capacity", "session_rate"): "session_rate",
     ("capacity", "concurrency"): "count",
     ("server", "kv_cache_usage.max"): "share",
     ("server", "kv_cache_usage.mean"): "share",
@@ -117,7 +118,8 @@ def format_value(metric: str, value: float | None, unit: str | None = None) -> s
 def figure_unit(key: str, value: float) -> str | None:
     """The unit ``value`` of the figure ``key`` (``metric.stat``) reads best in: its metric's
     (:func:`display_unit`), but its statistic's own where that differs: a ``count`` bare,
-    ``goodput.rate`` and ``capacity.rate`` in req/s, ``capacity.concurrency`` bare. For a whole
+    ``goodput.rate`` and ``capacity.rate`` in req/s, ``capacity.session_rate`` in sessions/s,
+    ``capacity.concurrency`` bare. For a whole
     axis pass its largest magnitude."""
     metric, _, stat = key.partition(".")
     family = "count" if stat == "count" else STAT_FAMILIES.get((metric, stat), unit_family(metric))

@@ -363,6 +363,7 @@ class LLMSession:
                         spec.settings,
                         progress=line_writer(self.config),
                         signals=signals,
+                        test_slos=parse_slos(spec.slo, self.extra_metric_names()),
                     ).result
             else:
                 if self.workers_count is not None:

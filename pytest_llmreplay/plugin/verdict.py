@@ -65,6 +65,7 @@ KEY_FIGURES = (
     "goodput.value",
     "goodput.rate",
     "capacity.rate",
+    "capacity.session_rate",
     "capacity.concurrency",
 )
 

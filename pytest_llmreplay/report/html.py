@@ -172,7 +172,8 @@ def load_curve_section(record: Mapping[str, Any]) -> str:
     # no failing load above (a lower bound, or a ceiling): the bracket has no top, as llmreplay sweep prints it
     topless = at_least or capacity.get("upper_bound_found") is False
     line = (
-        f"capacity ({by}) {'at least ' if at_least else ''}{format_value(metric, capacity.get(by))}, "
+        # the capacity is the bracket's bottom, whatever its stored name (rate, session_rate, concurrency)
+        f"capacity ({by}) {'at least ' if at_least else ''}{format_value(metric, capacity.get('low'))}, "
         f"bracket [{format_value(metric, capacity.get('low'))}, {'-' if topless else format_value(metric, capacity.get('high'))}]"
     )
     runs = len(capacity.get("points") or ()) + len(capacity.get("estimates") or ())  # as the headline counts them

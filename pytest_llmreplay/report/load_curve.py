@@ -72,7 +72,7 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
     plan = capacity.get("plan") or {}
     by = plan.get("by", "rate")
     load_metric, load_title = load_label(by, capacity.get("rate_unit", "req/s"))
-    found, low, high = capacity.get(by), capacity.get("low"), capacity.get("high")
+    low, high = capacity.get("low"), capacity.get("high")  # the capacity is the bracket's bottom
     figure, (latency_axes, throughput_axes) = new_figure("Latency vs load", "Throughput vs load")
     loads = [p["load"] for p in points]
     slos = time_slos(plan)
@@ -100,9 +100,7 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
                     label=f"SLO {slo.key} {slo.text}",
                     gid=f"{plot_id}-slo-{index}",
                 )
-        _mark_capacity(
-            axes, f"{plot_id}-{title}", found, low, high, x_unit, load_metric, bool(capacity.get("at_least"))
-        )
+        _mark_capacity(axes, f"{plot_id}-{title}", low, high, x_unit, load_metric, bool(capacity.get("at_least")))
         _legend(axes)
     return svg_of(figure, plot_id, f"Load curve of the capacity search by {by}: latency and throughput vs offered load")
 
@@ -148,16 +146,16 @@ def _draw_series(
 def _mark_capacity(
     axes: Any,
     plot_id: str,
-    found: float | None,
     low: float | None,
     high: float | None,
     x_unit: str | None,
     load_metric: str,
     at_least: bool,
 ) -> None:
-    """The capacity as a vertical line ("at least" when no load failed: a lower bound, as the
-    report's line above the plot says) and the bracket [low, high] shaded (none when capacity is 0)."""
-    if not found:
+    """The capacity, the bracket's bottom ``low``, as a vertical line ("at least" when no load
+    failed: a lower bound, as the report's line above the plot says) and the bracket [low, high]
+    shaded (none when capacity is 0)."""
+    if not low:
         axes.text(
             0.02,
             0.97,
@@ -169,7 +167,7 @@ def _mark_capacity(
             gid=f"{plot_id}-capacity",
         )
         return
-    if high is not None and low is not None and high > low:
+    if high is not None and high > low:
         axes.axvspan(
             in_unit(low, x_unit),
             in_unit(high, x_unit),
@@ -180,10 +178,10 @@ def _mark_capacity(
             gid=f"{plot_id}-bracket",
         )
     axes.axvline(
-        in_unit(found, x_unit),
+        in_unit(low, x_unit),
         color=CAPACITY,
         linewidth=1.6,
-        label=f"capacity {'at least ' if at_least else ''}{format_value(load_metric, found)}",
+        label=f"capacity {'at least ' if at_least else ''}{format_value(load_metric, low)}",
         gid=f"{plot_id}-capacity",
     )
 

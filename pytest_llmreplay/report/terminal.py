@@ -174,18 +174,18 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
     report's overview (:func:`~pytest_llmreplay.report.rows.overview_columns`: ``TTFT p50 128.8 ms``;
     TTFO p50 when some run had reasoning),
     each written by :func:`~pytest_llmreplay.metrics.units.format_value`; plus a ``capacity`` column
-    (``10.03 req/s`` or a concurrency; ``at least 40`` when the search found no failing load, as
+    (``10.03 req/s``, ``3.2 sessions/s`` or a concurrency; ``at least 40`` when the search found no failing load, as
     ``llmreplay sweep`` prints it) when some run searched one."""
     from tabulate import tabulate
 
-    from ..metrics.units import format_value
+    from ..metrics.names import CAPACITY_STATS
+    from ..metrics.units import format_figure, format_value
     from .rows import overview_columns
 
     def capacity(figures: Mapping[str, float]) -> str:
         at_least = "at least " if figures.get("llmreplay.capacity.at_least") else ""
-        if figures.get("llmreplay.capacity.rate") is not None:
-            return at_least + format_value("request_throughput", figures["llmreplay.capacity.rate"])
-        return at_least + format_value("capacity", figures.get("llmreplay.capacity.concurrency"))
+        stat = next((s for s in CAPACITY_STATS if f"llmreplay.capacity.{s}" in figures), "concurrency")
+        return at_least + format_figure(f"capacity.{stat}", figures.get(f"llmreplay.capacity.{stat}"))
 
     runs = [
         (run, outcome, figures)

@@ -38,7 +38,10 @@ offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_s
    ``concurrency`` the highest load that passed (low); by ``rate`` max over the passing points
    of min(load, carried), never above the throughput a point achieved, and a ceiling when its
    point did not carry its load (the workload too short for that rate: the reason says so).
-   Its uncertainty is the bracket [capacity, high], high a load run that failed.
+   Its uncertainty is the bracket [capacity, high], high a load run that failed. It is stored
+   as ``capacity.rate`` (req/s), ``capacity.concurrency``, or ``capacity.session_rate`` when the
+   rate starts sessions of several turns: sessions/s, about turns-per-session times fewer than the
+   requests answered per second (:func:`~pytest_llmreplay.metrics.names.capacity_stat`).
 
 **Early stop and over-saturation**: a point's :class:`~pytest_llmreplay.search.stop.StopRule`
 (on by default; the rules and their constants: :mod:`~pytest_llmreplay.search.stop`) stops it
@@ -64,7 +67,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from ..errors import LLMReplayError
-from ..metrics.names import GOODPUT_METRICS
+from ..metrics.names import GOODPUT_METRICS, capacity_stat
 from ..metrics.result import Result
 from ..metrics.slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
 from ..replayer.driver import Replay
@@ -232,8 +235,27 @@ def check_test_slos(slos: Sequence[SLO], plan: CapacityPlan | None) -> None:
             raise LLMReplayError(
                 f"slo {slo.key!r}: needs the capacity key (what to search: by, slo, min, max, resolution)"
             )
-        if slo.stat != plan.by:
+        stats = ("rate", "session_rate") if plan.by == "rate" else (plan.by,)
+        if slo.stat not in stats:
             raise LLMReplayError(f"slo {slo.key!r}: the capacity search is by {plan.by}; write capacity.{plan.by}")
+
+
+def check_capacity_unit(slos: Sequence[SLO], stat: str) -> None:
+    """A test's ``capacity.*`` SLOs must name the statistic the search stores its capacity under
+    (``stat``: :func:`~pytest_llmreplay.metrics.names.capacity_stat`), known once the workload's
+    sessions are planned: a rate over multi-turn sessions is ``capacity.session_rate``."""
+    for slo in slos:
+        if slo.metric != "capacity" or slo.stat == stat:
+            continue
+        if stat == "session_rate":
+            raise LLMReplayError(
+                f"slo {slo.key!r}: this workload's sessions have several turns, so the search's rate starts "
+                "sessions; write capacity.session_rate (sessions/s)"
+            )
+        raise LLMReplayError(
+            f"slo {slo.key!r}: each of this workload's sessions is one request, so the search's rate is "
+            f"requests; write capacity.{stat}"
+        )
 
 
 @dataclass(frozen=True)
@@ -300,6 +322,7 @@ class Search:
         progress: Callable[[str], None] | None = None,
         workers: int = 2,
         signals: SignalStop | None = None,
+        test_slos: Sequence[SLO] = (),
     ) -> None:
         plan.validate()
         settings.validate()
@@ -314,6 +337,7 @@ class Search:
         planned = session_plan(workload, replace(settings, mode="concurrency"))
         self.sessions = len(planned)
         self.rate_unit = "sessions/s" if any(len(session.turns) > 1 for session in planned) else "req/s"
+        check_capacity_unit(test_slos, capacity_stat(plan.by, self.rate_unit))
         self.native_rate = trace_rate(workload) if plan.arrival == "trace" else None
         self.limits = per_request_limits(plan.slos)
         self.points: list[Point] = []
@@ -487,10 +511,13 @@ def find_capacity(
     progress: Callable[[str], None] | None = None,
     workers: int = 2,
     signals: SignalStop | None = None,
+    test_slos: Sequence[SLO] = (),
 ) -> Capacity:
     """Search the highest load of ``workload`` on ``target`` meeting ``plan``'s SLOs (module
     docstring); ``settings``: every other replay setting of each point; ``progress``: gets a line
     per point as it finishes; ``workers``: processes for the estimates and the ends (offline only);
     ``signals``: an entered :class:`~pytest_llmreplay.replayer.signal_stop.SignalStop`, whose first signal
-    cuts the point running in this process at once and ends the search with what it measured."""
-    return Search(workload, target, prompts, plan, settings, progress, workers, signals).run()
+    cuts the point running in this process at once and ends the search with what it measured;
+    ``test_slos``: the test's own SLOs, whose ``capacity.*`` keys are checked against the
+    search's (:func:`check_capacity_unit`) before any point runs."""
+    return Search(workload, target, prompts, plan, settings, progress, workers, signals, test_slos).run()

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from ..metrics.names import capacity_stat
 from ..metrics.result import Result
 from ..metrics.slo import Check
 from ..replayer.plan import ReplaySettings
@@ -239,9 +240,16 @@ class Capacity:
         return [p for p in self.points if not p.estimate]
 
     def figures(self) -> dict[str, float]:
-        """``summary["capacity"]``; with no upper bound, ``high`` = ``low`` (the capacity)."""
+        """``summary["capacity"]``: the capacity under its statistic (``rate``, ``session_rate`` or
+        ``concurrency``: :func:`~pytest_llmreplay.metrics.names.capacity_stat`), ``low``, ``high``
+        (with no upper bound, ``high`` = ``low``) and ``runs``."""
         high = self.low if self.high is None else self.high
-        return {self.plan.by: self.low, "low": self.low, "high": high, "runs": float(len(self.points))}
+        return {
+            capacity_stat(self.plan.by, self.rate_unit): self.low,
+            "low": self.low,
+            "high": high,
+            "runs": float(len(self.points)),
+        }
 
     @cached_property
     def result(self) -> CapacityResult:
