@@ -51,6 +51,8 @@ from .terminal_lines import line_writer
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
 SESSION = pytest.StashKey["LLMSession"]()
+# an item's declared server as collection parsed it (declared_server), parsed once
+DECLARED_SERVER = pytest.StashKey[Any]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -410,12 +412,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def declared_server(item: pytest.Item) -> Any:
     """The :class:`~pytest_llmreplay.plugin.servers.ServerConfig` an item declares where
     collection sees it (:func:`_parsed_server`), or None: none, or a bad one (the test fails
-    with the error when it runs)."""
-    callspec = getattr(item, "callspec", None)
-    try:
-        return _parsed_server(item, callspec.params.get("llm_server") if callspec is not None else None)
-    except LLMReplayError:
-        return None
+    with the error when it runs); parsed once per item, as the ordering, the xdist groups and
+    the header line each ask."""
+    if DECLARED_SERVER not in item.stash:
+        callspec = getattr(item, "callspec", None)
+        try:
+            parsed = _parsed_server(item, callspec.params.get("llm_server") if callspec is not None else None)
+        except LLMReplayError:
+            parsed = None
+        item.stash[DECLARED_SERVER] = parsed
+    return item.stash[DECLARED_SERVER]
 
 
 def _parsed_server(item: pytest.Item, parameter: Any) -> Any:
