@@ -372,12 +372,43 @@ def test_sweep_where_no_load_meets_the_slos_exits_1(capsys, workload):
             ["--slo", "ttft.p99<1s", "--out", ""],
             "error: --out: empty; expected a folder for result.json, requests.csv, points.csv and load_curve.svg",
         ),
+        (["--slo", "ttft.p99<1s", "--band", "5"], "error: --band: expected at least 10 draws"),
     ],
 )
 def test_sweep_bad_options_are_one_line(capsys, workload, args, message):
     code, out, err = run(capsys, "sweep", workload, "--sim", "llama-3.1-8b-h100", *args)
     assert code == 3 and err.strip() == err.strip().splitlines()[0]
     assert err.startswith(message), err
+
+
+def test_sweep_band_says_how_sure_the_capacity_is(capsys, workload, tmp_path):
+    # --band 10: ten more searches on drawn profiles; the band is the 10th-90th percentile of the
+    # capacities they found, each printed as it finishes, and kept in result.json
+    import numpy as np
+
+    argv = ["sweep", workload, "--sim", "llama-3.1-8b-h100", "--by", "concurrency", "--slo", "ttft.p90<150ms"]
+    code, out, err = run(capsys, *argv, "--band", "10", "--out", str(tmp_path / "out"))
+    assert code == 0, err
+    drawn = [float(v) for v in re.findall(r"^band draw \d+/10: capacity (?:at least )?([0-9.]+)$", err, re.M)]
+    assert len(drawn) == 10 and len(set(drawn)) > 1  # the drawn parameters move the capacity
+    low, high = np.percentile(drawn, [10, 90])
+    (line,) = [line for line in out.splitlines() if line.startswith("capacity band: ")]
+    assert line.startswith(
+        f"capacity band: {low:.4g} to {high:.4g} (10th-90th percentile of 10 searches on profiles drawn over timing.mfu "
+    )
+    band = read_record(tmp_path / "out" / "result.json")["band"]
+    assert band["figures"] == {"capacity.concurrency": [low, high]} and band["capacities"] == drawn
+    assert band["draws"] == 10 and set(band["parameters"]) == {"timing.mfu", "timing.mbu", "timing.overhead_ms"}
+    code, again, again_err = run(capsys, *argv, "--band", "10")
+    assert code == 0 and line in again.splitlines()  # seeded by --seed: the same draws again
+    assert re.findall("^band draw .*$", again_err, re.M) == re.findall("^band draw .*$", err, re.M)
+
+
+def test_sweep_band_needs_the_simulator(capsys, workload):
+    code, _, err = run(
+        capsys, "sweep", workload, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft.p99<1s", "--band", "10"
+    )
+    assert code == 3 and err.startswith("error: --band: draws a simulator profile's uncertain parameters; give --sim")
 
 
 def test_sweep_names_an_unknown_profile(capsys, workload):

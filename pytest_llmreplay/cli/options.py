@@ -2,7 +2,8 @@
 ``--block-size``, the store behind ``--save-to``/``--store`` and the folder or file behind
 ``--out``, checked before anything is measured (errors name the option), argparse
 value types (checked while parsing, so a bad value is a usage error naming the option: status 2,
-or the command's bad-input status, see cli/main.py), and the engine options of ``sim`` and ``calibrate`` (vLLM's names)."""
+or the command's bad-input status, see cli/main.py), the engine options of ``sim`` and ``calibrate`` (vLLM's names), and the check of ``run``'s and
+``sweep``'s ``--band``."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..errors import LLMReplayError
 # the exit status of bad input and bad usage (cli.CommandParser) of the commands whose statuses
 # CI scripts read (run, compare, sweep, calibrate, history): apart from each one's 1 and 2
 BAD_INPUT = 3
+MIN_BAND_DRAWS = 10  # --band: the 10th-90th percentile of fewer draws is their extremes
 
 
 def load_workload_file(args: argparse.Namespace, path: str):
@@ -202,3 +204,21 @@ def engine_overrides(args: argparse.Namespace) -> dict[str, int]:
                 f"--num-gpu-blocks: expected at most {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {value:,}"
             )
     return given
+
+
+def check_band(draws: int, sim: Any) -> None:
+    """Refuse a ``--band`` (``run``'s and ``sweep``'s) that cannot run, before anything is
+    replayed: no ``--sim`` (``sim``, the offline target, None), fewer than
+    :data:`MIN_BAND_DRAWS` draws, a profile without uncertain parameters."""
+    if sim is None:
+        raise LLMReplayError("--band: draws a simulator profile's uncertain parameters; give --sim PROFILE")
+    if draws < MIN_BAND_DRAWS:
+        raise LLMReplayError(
+            f"--band: expected at least {MIN_BAND_DRAWS} draws (the 10th and 90th percentiles of fewer are the "
+            f"extremes of a handful; 20 or more give a steadier band), got {draws}"
+        )
+    if not sim.profile.uncertainty:
+        raise LLMReplayError(
+            f'--band: profile {sim.profile.name!r} states no uncertain parameters (its "uncertainty" section: '
+            "each parameter's range and source, docs/simulator.md#error-band)"
+        )

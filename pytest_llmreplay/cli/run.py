@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import LLMReplayError
 from .options import (
     BAD_INPUT,
+    check_band,
     header,
     ignored_with_sim,
     integer,
@@ -30,7 +31,6 @@ from .options import (
 
 # llmreplay run's exit statuses (docs/reference/exit-status.md); a signal's is 128 + its number; bad input,
 # bad usage included (cli.CommandParser), is 3, as compare's and sweep's
-MIN_BAND_DRAWS = 10  # --band: the 10th-90th percentile of fewer draws is their extremes
 RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_succeeded": 4}
 
 
@@ -78,7 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     sim = _sim_target(args, prompts, body) if args.sim else None
     if args.band is not None:
-        _check_band(args.band, sim)
+        check_band(args.band, sim)
     ignored = ignored_with_sim(args)
     if ignored:
         print(ignored, file=sys.stderr)
@@ -165,24 +165,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if run.interrupted:
         return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
     return _run_status(result.summary["requests"], args.max_error_rate)
-
-
-def _check_band(draws: int, sim: Any) -> None:
-    """Refuse a ``--band`` that cannot run, before the replay: no ``--sim``, fewer than
-    :data:`MIN_BAND_DRAWS` draws,
-    a profile without uncertain parameters."""
-    if sim is None:
-        raise LLMReplayError("--band: draws a simulator profile's uncertain parameters; give --sim PROFILE")
-    if draws < MIN_BAND_DRAWS:
-        raise LLMReplayError(
-            f"--band: expected at least {MIN_BAND_DRAWS} draws (the 10th and 90th percentiles of fewer are the "
-            f"extremes of a handful; 20 or more give a steadier band), got {draws}"
-        )
-    if not sim.profile.uncertainty:
-        raise LLMReplayError(
-            f'--band: profile {sim.profile.name!r} states no uncertain parameters (its "uncertainty" section: '
-            "each parameter's range and source, docs/simulator.md#error-band)"
-        )
 
 
 def _run_status(counts: Mapping[str, float], max_error_rate: float) -> int:

@@ -2,7 +2,7 @@
 
     llmreplay sweep FILE (--endpoint URL | --sim PROFILE) --slo 'ttft.p99<1s' [--slo ...]
                     [--by rate|concurrency] [--min X] [--max X] [--resolution 5%] [--budget N]
-                    [--arrival poisson|constant|trace] [--out DIR]
+                    [--arrival poisson|constant|trace] [--band N] [--out DIR]
 
 A line per point on stderr as it finishes; then a table of the points (by load; a rate search's
 estimates, closed-loop runs that only say where to look, apart below it) and the capacity with
@@ -20,7 +20,11 @@ hold every point measured until then, ``result.json`` marked ``"interrupted"`` (
 comparison baseline), and the exit status is 128 + the signal's number (130, 143).
 
 ``--sim PROFILE`` runs the simulator in process on the virtual clock (seconds for an hour of
-traffic), through :func:`sim_target`. cli/main.py registers the command with :func:`add_sweep_parser`.
+traffic), through :func:`sim_target`. ``--band N`` (with ``--sim``) then says how sure that
+capacity is (:func:`capacity_band`): the same search again on N profiles whose uncertain
+parameters are drawn over their ranges (:mod:`~pytest_llmreplay.sim.profile_band`), and the 10th
+to 90th percentile of the N capacities found, a nominal 80% band, printed under the capacity and
+kept in ``result.json`` as ``band``. cli/main.py registers the command with :func:`add_sweep_parser`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 from ..errors import LLMReplayError
 from .options import (
     BAD_INPUT,
+    check_band,
     ignored_with_sim,
     integer,
     load_workload_file,
@@ -132,7 +137,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(
         digest
     )
-    target = sim_target(args.sim, prompts) if args.sim else live_target(args, prompts)
+    sim = sim_target(args.sim, prompts) if args.sim else None
+    if args.band is not None:
+        check_band(args.band, sim)  # before a server is asked anything
+    target = sim or live_target(args, prompts)
     ignored = ignored_with_sim(args)
     if ignored:
         print(ignored, file=sys.stderr)
@@ -147,7 +155,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             workers=args.workers,
             signals=signals,
         )
+        band = None
+        if args.band and not found.interrupted:
+            band = capacity_band(found, args, workload, target, prompts, plan, settings, signals)
     print(found.table())
+    if band is not None:
+        print(band["line"])
     if out is not None:
         result = found.result
         record = make_record(
@@ -158,6 +171,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             git=git_state(Path.cwd()),
         )
         record["capacity"] = found.as_dict()
+        if band is not None:
+            record["band"] = {key: value for key, value in band.items() if key != "line"}
         if found.interrupted:  # a search cut short: kept, never a comparison baseline (as run's)
             record["interrupted"] = found.interrupted
         written = []
@@ -168,9 +183,76 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         written.append(write_points(found, out / "points.csv"))
         written.append(write_load_curve(record["capacity"], out / "load_curve.svg"))
         print("wrote " + ", ".join(str(path) for path in written) + interrupted_note(record))
-    if found.interrupted:
-        return 128 + getattr(signal, found.interrupted)  # the shell's status for a process a signal ended
+    stopped = found.interrupted or (band or {}).get("interrupted")
+    if stopped:
+        return 128 + getattr(signal, stopped)  # the shell's status for a process a signal ended
     return SWEEP_STATUS["capacity_found"] if found.value > 0 else SWEEP_STATUS["no_load_meets_the_slos"]
+
+
+def capacity_band(
+    found: Any,
+    args: argparse.Namespace,
+    workload: Any,
+    target: Any,
+    prompts: Any,
+    plan: Any,
+    settings: Any,
+    signals: Any,
+) -> dict[str, Any]:
+    """``--band N``: the search of ``found`` run again, one search per drawn profile
+    (:func:`~pytest_llmreplay.sim.profile_band.draw_profiles`, seeded by ``--seed``), a line per
+    draw on stderr; the band is the 10th-90th percentile of the N capacities. A draw whose search
+    found no failing load gives its capacity as a lower bound, counted in ``lower_bounds``, and one
+    whose capacity is a ceiling (the rate carried, the workload too short) in ``ceilings``. The
+    stored band: how it was drawn (:func:`~pytest_llmreplay.sim.profile_band.band_facts`),
+    ``figures`` {capacity key: [low, high]}, ``capacities`` (each draw's), ``lower_bounds``,
+    ``ceilings`` and ``line``, the line printed under the capacity. A signal ends the draws: no band, the line says
+    so, and ``interrupted`` names the signal."""
+    import dataclasses
+
+    from ..metrics.names import capacity_stat
+    from ..metrics.units import format_figure
+    from ..search.capacity import find_capacity
+    from ..sim.profile_band import band, band_facts, draw_profiles, drawn_parameters
+
+    key = f"capacity.{capacity_stat(plan.by, found.rate_unit)}"
+    capacities: list[float] = []
+    lower_bounds = ceilings = 0
+    for index, profile in enumerate(draw_profiles(target.profile, args.band, args.seed), 1):
+        drawn = find_capacity(
+            workload,
+            dataclasses.replace(target, profile=profile),
+            prompts,
+            plan,
+            settings,
+            workers=args.workers,
+            signals=signals,
+        )
+        if drawn.interrupted:
+            line = f"capacity band: none, {drawn.ended} during draw {index} of {args.band}"
+            return {"line": line, "interrupted": drawn.interrupted}
+        capacities.append(drawn.value)
+        lower_bounds += drawn.at_least
+        ceilings += drawn.ceiling
+        shown = ("at least " if drawn.at_least else "") + format_figure(key, drawn.value)
+        print(f"band draw {index}/{args.band}: capacity {shown}", file=sys.stderr, flush=True)
+    low, high = band(capacities)
+    line = (
+        f"capacity band: {format_figure(key, low)} to {format_figure(key, high)} (10th-90th percentile of "
+        f"{args.band} searches on profiles drawn over {drawn_parameters(target.profile)})"
+    )
+    if lower_bounds:
+        line += f"; {lower_bounds} of {args.band} found no failing load, their capacity a lower bound"
+    if ceilings:
+        line += f"; {ceilings} of {args.band} a ceiling, the rate carried (the workload is too short for the rate)"
+    return {
+        **band_facts(target.profile, args.band),
+        "figures": {key: [low, high]},
+        "capacities": capacities,
+        "lower_bounds": lower_bounds,
+        "ceilings": ceilings,
+        "line": line,
+    }
 
 
 def write_points(found: Any, path: Path) -> Path:
@@ -281,6 +363,15 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         default=2,
         metavar="N",
         help="processes for the two estimates and the two ends with --sim (default 2)",
+    )
+    sweep.add_argument(
+        "--band",
+        type=int,
+        metavar="N",
+        help="with --sim: how sure the capacity is: the same search on N profiles with the profile's uncertain "
+        'parameters drawn over their ranges (its "uncertainty" section; seeded by --seed), printing the 10th-90th '
+        "percentile of the N capacities found and keeping it in --out's result.json as 'band'; at least 10 draws, "
+        "each a whole search (default: no band)",
     )
     sweep.add_argument(
         "--out",

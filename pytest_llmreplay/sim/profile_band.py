@@ -90,11 +90,24 @@ def band_record(profile: Profile, bands: Mapping[str, tuple[float, float]], draw
     each uncertain parameter's range, and each :data:`HEADLINE` figure's ``[low, high]`` under
     its summary key (``ttft.p50``), in the summary's units (seconds, tokens/s)."""
     return {
+        **band_facts(profile, draws),
+        "figures": {f"{metric}.{stat}": list(bands[label]) for label, metric, stat in HEADLINE},
+    }
+
+
+def band_facts(profile: Profile, draws: int) -> dict[str, Any]:
+    """What any stored band says of how it was drawn: the draws, the percentiles and each
+    uncertain parameter's range."""
+    return {
         "draws": draws,
         "percentiles": list(BAND_PERCENTILES),
         "parameters": {u.field: [u.low, u.high] for u in profile.uncertainty},
-        "figures": {f"{metric}.{stat}": list(bands[label]) for label, metric, stat in HEADLINE},
     }
+
+
+def drawn_parameters(profile: Profile) -> str:
+    """``timing.mfu 0.39-0.78, timing.mbu 0.51-0.87``: the parameters a band draws, with their ranges."""
+    return ", ".join(f"{u.field} {u.low:g}-{u.high:g}" for u in profile.uncertainty)
 
 
 def band_lines(
@@ -102,9 +115,8 @@ def band_lines(
 ) -> str:
     """The headline figures of ``summary`` with their bands: ``TTFT p50 61 ms (45-80)``, one a line,
     under a line saying what was drawn."""
-    fields = ", ".join(f"{u.field} {u.low:g}-{u.high:g}" for u in profile.uncertainty)
     lines = [
-        f"Error band: {draws} draws of the profile's uncertain parameters ({fields}), "
+        f"Error band: {draws} draws of the profile's uncertain parameters ({drawn_parameters(profile)}), "
         f"{BAND_PERCENTILES[0]:g}th-{BAND_PERCENTILES[1]:g}th percentile of each figure (a nominal 80% band):"
     ]
     for label, metric, stat in HEADLINE:
@@ -124,6 +136,8 @@ __all__ = [
     "band",
     "headline_bands",
     "band_record",
+    "band_facts",
+    "drawn_parameters",
     "band_lines",
     "HEADLINE",
     "BAND_PERCENTILES",
