@@ -258,6 +258,28 @@ def test_too_few_requests_and_missing_columns_are_refused(tmp_path):
         read_run(write(tmp_path / "run.txt", ["x"]))
 
 
+def test_a_compressed_run_reads_as_the_plain_one(trace, tmp_path):
+    # as every workload reads: run.jsonl.gz, requests.csv.gz, result.json.gz; damage names the file
+    import gzip
+
+    truth_path = tmp_path / "truth.json"
+    truth_path.write_text(json.dumps(with_timing(base_json(), TRUTH)))
+    assert main(["run", str(trace), "--sim", str(truth_path), "--out", str(tmp_path / "run")]) == 0
+    vllm = write(
+        tmp_path / "run" / "vllm.jsonl", [json.dumps({**GOOD, "last_token_ts": 2.0 + i / 10}) for i in range(12)]
+    )
+    for plain in (tmp_path / "run" / "requests.csv", tmp_path / "run" / "result.json", vllm):
+        packed = plain.with_name(plain.name + ".gz")
+        packed.write_bytes(gzip.compress(plain.read_bytes()))
+        want, got = read_run(plain), read_run(packed)
+        assert len(got.keys) >= MIN_REQUESTS and got.from_client == want.from_client
+        for name in ("keys", "ttft", "tpot", "latency"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        packed.write_bytes(packed.read_bytes()[:-12])  # cut inside the gzip trailer
+        with pytest.raises(LLMReplayError, match=rf"{packed}.*gzip data is truncated or corrupt"):
+            read_run(packed)
+
+
 def test_a_run_of_another_workload_does_not_pair(trace, tmp_path, tokenizer, capsys):
     path = write(tmp_path / "long.jsonl", [json.dumps(GOOD)] * 130)
     code = main(

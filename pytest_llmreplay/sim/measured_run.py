@@ -1,6 +1,7 @@
 """A recorded run of a real server, read as per-request TTFT, TPOT and latency (for calibration).
 
-Three files are understood (by their suffix):
+Three files are understood (by their suffix; each may be gzip- or zstd-compressed, read as the
+workloads are: ``run.jsonl.gz``):
 
 - ``*.jsonl``: one request a line as vLLM's own per-request timestamps are recorded in
   LLMServingSim's benchmark (``*_vllm_requests.jsonl``): ``output_toks``, ``queued_ts``,
@@ -23,6 +24,7 @@ a missing column, times out of order, fewer than :data:`MIN_REQUESTS` requests.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -66,17 +68,21 @@ Row = tuple[int, float, float, float]  # a request's (key, ttft, tpot, latency),
 
 def read_run(path: str | Path) -> MeasuredRun:
     """The run in ``path`` (module doc); at least :data:`MIN_REQUESTS` usable requests."""
+    from ..workloads.formats._compressed import uncompressed_name
+    from ..workloads.formats._text import read_text
+
     path = Path(path)
     if not path.is_file():
         raise LLMReplayError(f"{path}: run file not found")
     readers = {".jsonl": _vllm_jsonl, ".csv": _requests_csv, ".json": _result_json}
-    reader = readers.get(path.suffix)
+    reader = readers.get(Path(uncompressed_name(path)).suffix)
     if reader is None:
         raise LLMReplayError(
-            f"{path}: expected a vLLM per-request .jsonl, a requests.csv or a result.json (llmreplay run --out)"
+            f"{path}: expected a vLLM per-request .jsonl, a requests.csv or a result.json (llmreplay run --out), "
+            "plain or compressed (.gz, .zst)"
         )
     try:
-        rows = reader(path)
+        rows = reader(path, read_text(path, "UTF-8 JSONL, CSV or JSON"))
     except OSError as exc:
         raise LLMReplayError(f"{path}: cannot read: {exc.strerror}") from None
     if len(rows) < MIN_REQUESTS:
@@ -101,9 +107,9 @@ def _number(value: Any, where: str, name: str) -> float:
     return float(value)
 
 
-def _vllm_jsonl(path: Path) -> list[Row]:
+def _vllm_jsonl(path: Path, text: str) -> list[Row]:
     rows: list[Row] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -130,9 +136,9 @@ def _vllm_jsonl(path: Path) -> list[Row]:
     return rows
 
 
-def _requests_csv(path: Path) -> list[Row]:
+def _requests_csv(path: Path, text: str) -> list[Row]:
     needed = ("session_index", "turn_index", "status", *METRICS)
-    with path.open(newline="", encoding="utf-8") as handle:
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         missing = [name for name in needed if name not in (reader.fieldnames or [])]
         if missing:
@@ -158,9 +164,9 @@ def _requests_csv(path: Path) -> list[Row]:
     return rows
 
 
-def _result_json(path: Path) -> list[Row]:
+def _result_json(path: Path, text: str) -> list[Row]:
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LLMReplayError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
     samples = record.get("samples") if isinstance(record, dict) else None
