@@ -20,6 +20,7 @@ Contract of a clock:
 from __future__ import annotations
 
 import asyncio
+import gc
 import selectors
 import time
 from collections.abc import Coroutine
@@ -119,6 +120,20 @@ class VirtualClock:
         await asyncio.sleep(SETTLE_S)
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
+        """Run ``main`` on an event loop whose time is this clock, with the cyclic garbage
+        collector paused (and resumed after, if it was on): an offline replay keeps every
+        record it makes and creates no reference cycles (reference counting frees the rest),
+        so the collector's passes found nothing to free and only re-walked the growing list of
+        records, a sixth of a 100,000-request replay's CPU time."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(main)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self, main: Coroutine[Any, Any, T]) -> T:
         loop = asyncio.SelectorEventLoop(_JumpingSelector(self))
         loop.time = self.now  # type: ignore[method-assign]  # on purpose: the loop's timers run on this virtual clock
         loop._clock_resolution = 1e-9  # type: ignore[attr-defined]  # private, not in the stubs; timers fire at their time, not a tick later
