@@ -1,4 +1,6 @@
-"""The simulator's fast block pool gives exactly the figures of a plain LRU block pool.
+"""The simulator's fast paths give exactly the figures of the plain ones they replaced.
+
+The block pool:
 
 :class:`~pytest_llmreplay.sim.kvcache.KVCache` takes free blocks by slicing a list and skips the
 stale entries a prefix hit leaves behind (its docstring). :class:`LRUPool` below is the plain
@@ -7,6 +9,11 @@ free queue), the pure path the fast one replaced. Every bundled workload (``work
 ``tests/perf`` replays) goes through the offline simulator twice with a fixed seed, once with each
 pool, on a cache small enough to evict cached prefixes and preempt requests: every record's
 virtual-time figures and every engine counter must be equal, bit for bit.
+
+The summary: :attr:`~pytest_llmreplay.metrics.result.Result.summary` computes its distributions
+from flat arrays (:mod:`~pytest_llmreplay.metrics.columns`); on the same replays (and with
+reasoning) every statistic must equal, bit for bit, the one of the per-record functions
+(``request_values``, ``session_rows``) it replaced.
 """
 
 from __future__ import annotations
@@ -18,9 +25,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_llmreplay.metrics.names import REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
+from pytest_llmreplay.metrics.result import Result, request_values, schedule_lag, stats
 from pytest_llmreplay.replayer.clock import VirtualClock
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.plan import ReplaySettings
+from pytest_llmreplay.replayer.records import ReplayRun
 from pytest_llmreplay.sim import engine as engine_module
 from pytest_llmreplay.sim.cluster import ClusterConfig
 from pytest_llmreplay.sim.endpoint import SimEndpoint
@@ -104,19 +114,27 @@ class LRUPool:
                 self.free[block] = None
 
 
-def replay_figures(name: str, monkeypatch: pytest.MonkeyPatch, pool: type | None) -> tuple[list, dict]:
-    """Every record's figures and the engines' counters of ``name`` replayed offline (seed 3,
-    two engines routed by KV overlap, 256 blocks of 16 tokens each), with ``pool`` as the block
-    pool (None: the simulator's own)."""
-    if pool is not None:
-        monkeypatch.setattr(engine_module, "KVCache", pool)
+def replayed(name: str, extra_body: dict | None = None) -> tuple[ReplayRun, SimEndpoint]:
+    """``name`` replayed offline (seed 3, two engines routed by KV overlap, 1024 blocks of 64
+    tokens each, 120 requests), and the endpoint; ``extra_body``: the simulator's request options."""
     profile = load_profile("llama-3.1-8b-h100")
     small = dataclasses.replace(profile.engine, block_size=64, num_gpu_blocks=BLOCKS, max_num_seqs=16)
     profile = dataclasses.replace(profile, engine=small)
     prompts = PromptFactory(load_tokenizer(None))
-    endpoint = SimEndpoint(profile, prompts, seed=3, cluster=ClusterConfig(engines=2, router="kv_aware"))
+    endpoint = SimEndpoint(
+        profile, prompts, seed=3, cluster=ClusterConfig(engines=2, router="kv_aware"), extra_body=extra_body
+    )
     workload = load_workload(Path(__file__).parents[1] / "workloads" / name)
     run = replay(workload, endpoint, prompts, ReplaySettings(concurrency=8, max_requests=120), clock=VirtualClock())
+    return run, endpoint
+
+
+def replay_figures(name: str, monkeypatch: pytest.MonkeyPatch, pool: type | None) -> tuple[list, dict]:
+    """Every record's figures and the engines' counters of ``name`` replayed (:func:`replayed`),
+    with ``pool`` as the block pool (None: the simulator's own)."""
+    if pool is not None:
+        monkeypatch.setattr(engine_module, "KVCache", pool)
+    run, endpoint = replayed(name)
     assert endpoint.cluster is not None
     records = [[getattr(record, field) for field in FIGURES] for record in run.records]
     return records, {**endpoint.cluster.stats(), "duration_s": run.duration_s}
@@ -131,3 +149,32 @@ def test_the_fast_block_pool_replays_every_bundled_workload_exactly_as_the_plain
     # the comparison has teeth: prefixes were hit and the small cache made requests wait or evict
     # the comparison has teeth: prefixes were hit in every workload whose prompts share any
     assert fast_counters["prefix_cache_hits_total"] > 0 or name in NOTHING_SHARED
+
+
+def per_record_distributions(result: Result) -> dict[str, dict | None]:
+    """The summary's distributions (ITL's apart: its path did not change) as the per-record
+    functions give them."""
+    rows = [request_values(record, result.reasoning) for record in result.ok]
+    names = [name for name in REQUEST_METRICS + (REASONING_METRICS if result.reasoning else ()) if name != "itl"]
+    found = {
+        name: stats(
+            [schedule_lag(r) for r in result.measured] if name == "schedule_lag" else [row[name] for row in rows]
+        )
+        for name in names
+    }
+    found.update((name, stats(row[name] for row in result.session_rows)) for name in SESSION_METRICS)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "reasoning"), [(name, None) for name in WORKLOADS] + [("synthetic_swe_agent.yaml", 7)]
+)
+def test_the_summary_from_columns_equals_the_per_record_functions(name, reasoning):
+    run, _ = replayed(name, None if reasoning is None else {"sim_reasoning_tokens": reasoning})
+    result = Result(run)
+    expected = per_record_distributions(result)
+    assert {name: result.summary.get(name) for name in expected} == expected
+    assert result.summary["requests"]["sessions_complete"] == len(result.session_rows)
+    # the comparison has teeth: sessions were complete, and the reasoning run reasoned
+    assert result.session_rows and expected["ttft"] is not None
+    assert result.reasoning == (reasoning is not None)

@@ -74,6 +74,7 @@ import numpy as np
 from ..errors import LLMReplayError
 from ..replayer.endpoints import TOKENS_SO_FAR
 from ..replayer.records import ReplayRun, RequestRecord
+from .columns import one_turn_session_columns, request_columns, schedule_lag_column
 from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
 from .reasoning import answer_start, has_reasoning, reasoning_values
 from .server import hit_rate_gap, server_figures
@@ -219,6 +220,25 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
         "eligible_cache_hit_rate": history_hits / eligible if reported and eligible else None,
         "output_tokens_per_session": outputs,
     }
+
+
+def complete_sessions(records: Iterable[RequestRecord]) -> list[list[RequestRecord]]:
+    """The records of every complete session among ``records`` (each of its turns there, ok and
+    not warm-up), in turn order; sessions in the order of their first record."""
+    by_session: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        by_session.setdefault(record.session_index, []).append(record)
+    complete = []
+    for turns in by_session.values():
+        if len(turns) > 1:
+            turns.sort(key=attrgetter("turn_index"))
+            if len(turns) == turns[0].turns_in_session and all(r.status == "ok" and not r.warmup for r in turns):
+                complete.append(turns)
+        else:  # a flat trace's session: no sort, no generator
+            only = turns[0]
+            if only.turns_in_session == 1 and only.status == "ok" and not only.warmup:
+                complete.append(turns)
+    return complete
 
 
 @dataclass(frozen=True)
@@ -371,22 +391,7 @@ class Result:
     @cached_property
     def session_rows(self) -> list[dict[str, Any]]:
         """Per-session metrics of every complete session (all turns measured and ok)."""
-        by_session: dict[int, list[RequestRecord]] = {}
-        for record in self.run.records:
-            by_session.setdefault(record.session_index, []).append(record)
-        rows = []
-        for turns in by_session.values():
-            if len(turns) > 1:
-                turns.sort(key=attrgetter("turn_index"))
-                complete = len(turns) == turns[0].turns_in_session and all(
-                    r.status == "ok" and not r.warmup for r in turns
-                )
-            else:  # a flat trace's session: no sort, no generator
-                only = turns[0]
-                complete = only.turns_in_session == 1 and only.status == "ok" and not only.warmup
-            if complete:
-                rows.append(session_values(turns))
-        return rows
+        return [session_values(turns) for turns in complete_sessions(self.run.records)]
 
     @cached_property
     def span(self) -> tuple[float, float]:
@@ -400,18 +405,28 @@ class Result:
         """metric -> stat -> value. Distributions have :data:`STATS` and ``count``; throughputs
         have :data:`RATES`; single figures have ``value``. Metrics with no samples are absent."""
         summary: dict[str, dict[str, float]] = {}
-        rows = [request_values(r, self.reasoning) for r in self.ok]
+        requests = request_columns(self.ok)
+        samples: dict[str, Any] = {
+            **requests,
+            "itl": self._chunks.itl(),
+            "schedule_lag": schedule_lag_column(self.measured),
+        }
+        if self.reasoning:
+            rows = [reasoning_values(r) for r in self.ok]
+            samples.update((name, list(map(itemgetter(name), rows))) for name in REASONING_METRICS)
         for name in REQUEST_METRICS + (REASONING_METRICS if self.reasoning else ()):
-            if name == "itl":
-                found = stats(*self._chunks.itl())
-            elif name == "schedule_lag":
-                found = stats(schedule_lag(r) for r in self.measured)
-            else:
-                found = stats(map(itemgetter(name), rows))
+            found = stats(*samples[name]) if name == "itl" else stats(samples[name])
             if found:
                 summary[name] = found
-        for name in SESSION_METRICS:
-            found = stats(map(itemgetter(name), self.session_rows))
+        singles = [r for r in self.ok if r.turns_in_session == 1]
+        longer = [
+            session_values(turns) for turns in complete_sessions(r for r in self.run.records if r.turns_in_session > 1)
+        ]
+        one_turn = one_turn_session_columns(
+            singles, requests if len(singles) == len(self.ok) else request_columns(singles)
+        )
+        for name in SESSION_METRICS:  # stats sort their values: the order of the sessions does not count
+            found = stats(np.concatenate([one_turn[name], np.array([row[name] for row in longer], dtype=float)]))
             if found:
                 summary[name] = found
         summary.update(self._throughput())
@@ -434,7 +449,7 @@ class Result:
             "cancelled": sum(r.status == "cancelled" for r in self.run.records),
             "warmup": sum(r.warmup for r in self.run.records),
             "planned": self.run.planned_requests,
-            "sessions_complete": len(self.session_rows),
+            "sessions_complete": len(singles) + len(longer),
         }
         return summary
 
