@@ -161,7 +161,18 @@ def child(command: list[str]) -> dict:
     return {"process_wall_s": wall, "process_cpu_s": usage.ru_utime + usage.ru_stime, **found}
 
 
+def child_main(argv: list[str]) -> None:
+    """The ours child (``[--concurrency N] --child SCENARIO [--floor]``, as the harness starts it):
+    its arguments read by hand, so that argparse and the harness's other modules are not
+    imported into the process being timed."""
+    concurrency = int(argv[argv.index("--concurrency") + 1]) if "--concurrency" in argv else 100
+    print(json.dumps(ours(argv[argv.index("--child") + 1], "--floor" in argv, concurrency)))
+
+
 def main() -> None:
+    if "--child" in sys.argv:
+        child_main(sys.argv[1:])
+        return
     import argparse
     import compileall
     import platform
@@ -172,15 +183,10 @@ def main() -> None:
         "--dynamo-python", metavar="PATH", help="python of a venv with ai-dynamo 1.6.1 (omit: ours only)"
     )
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
-    parser.add_argument("--child", choices=SCENARIOS, help=argparse.SUPPRESS)
     parser.add_argument(
         "--concurrency", type=int, default=100, help="sessions in flight in the synthetic scenarios (default 100)"
     )
-    parser.add_argument("--floor", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(ours(args.child, args.floor, args.concurrency)))
-        return
     # ours from bytecode, as an installed wheel runs (pip compiles it; Dynamo's is): an editable
     # install under PYTHONDONTWRITEBYTECODE would compile every module in every child
     compileall.compile_dir(ROOT / "pytest_llmreplay", quiet=1, force=False)
