@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass
+@dataclass(slots=True)
 class RequestRecord:
     """Everything measured about one request. Times are seconds from the start of the run
     (None: it never happened); ``cached_tokens`` is None when the server does not report it.
