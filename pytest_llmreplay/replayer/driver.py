@@ -352,9 +352,9 @@ class Replay:
 
     def _keep(self, record: RequestRecord, response: Response, api: str, body: dict) -> None:
         """Copy the response into the record (times made relative), check counts, store it."""
-        rel = self._relative
-        record.sent_s, record.end_s = rel(response.sent_s), rel(response.end_s)
         start = self._start
+        record.sent_s = None if response.sent_s is None else response.sent_s - start
+        record.end_s = None if response.end_s is None else response.end_s - start
         record.chunk_times = [t - start for t in response.chunk_times] if start else list(response.chunk_times)
         record.chunk_tokens = list(response.chunk_tokens)
         if record.chunk_times:
@@ -396,11 +396,12 @@ class Replay:
         reasoning that follows a ``<think>`` the model generated, so with a chat template that
         opens it in the prompt (DeepSeek-R1's) it reports 0 on every request."""
         rel = self._relative
-        record.first_reasoning_s, record.last_reasoning_s = (
-            rel(response.first_reasoning_s),
-            rel(response.last_reasoning_s),
-        )
-        record.first_answer_s, record.last_answer_s = rel(response.first_answer_s), rel(response.last_answer_s)
+        if response.first_reasoning_s is not None or response.last_reasoning_s is not None:
+            record.first_reasoning_s = rel(response.first_reasoning_s)
+            record.last_reasoning_s = rel(response.last_reasoning_s)
+        if response.first_answer_s is not None or response.last_answer_s is not None:
+            record.first_answer_s = rel(response.first_answer_s)
+            record.last_answer_s = rel(response.last_answer_s)
         record.tool_calls = len(response.calls)
         if response.reasoning_tokens is not None and (response.reasoning_tokens or not response.reasoning_counted):
             record.reasoning_tokens = min(response.reasoning_tokens, record.output_tokens)

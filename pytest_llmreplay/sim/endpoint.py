@@ -139,7 +139,7 @@ class SimEndpoint:
             return
         output: Sequence[int] | KeyedPrompt  # keyed as the prompt is
         if isinstance(prompt, KeyedPrompt):
-            output = KeyedPrompt(((("sim-output", self.seed, self._sent), count),))
+            output = KeyedPrompt(((("sim-output", self.seed, self._sent), count),), count)
         else:
             output = self.prompts.stream(stable_hash("sim-output", self.seed, self._sent), 0, count)
         thought = min(reasoning_tokens(limits.reasoning, self.profile, self.seed, self._sent), count)

@@ -429,10 +429,11 @@ class Engine:
         computed = request.target if request.transferred else len(hit) * size
         chunk = min(request.target - computed, budget)
         need = -(-(computed + chunk) // size) - len(hit)
-        reusable = sum(1 for block in hit if self.cache.ref[block] == 0)
+        reusable = sum(1 for block in hit if self.cache.ref[block] == 0) if hit else 0
         if need > self.cache.free_blocks - reusable - self._held_blocks:
             return None
-        self.cache.take_cached(hit)
+        if hit:
+            self.cache.take_cached(hit)
         fresh = self.cache.allocate(need)
         assert fresh is not None  # checked just above: enough blocks are free
         request.blocks = hit + fresh

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, cast
 
@@ -56,22 +55,43 @@ def _mix(values: np.ndarray) -> np.ndarray:
         return z ^ (z >> np.uint64(31))
 
 
-@dataclass(frozen=True, slots=True)
 class KeyedPrompt:
     """Tokens described, not generated: ``segments`` are ``(key, count)``, each ``count`` tokens
     that depend only on ``key``; the prompt is their concatenation. In-process endpoints (the
     simulator) name cache blocks from the keys (``sim.kvcache.segment_block_hashes``) without
     ever making the tokens. Keys are hashable values compared within one process (the
-    simulator hashes them with ``hash()``), so plain tuples do: nothing needs a digest."""
+    simulator hashes them with ``hash()``), so plain tuples do: nothing needs a digest.
 
+    Immutable, equal and hashed by its segments; ``length`` (``len``) is the sum of the counts,
+    given by a caller that knows it (one request each: no sum to take) or summed here."""
+
+    __slots__ = ("segments", "length")
     segments: tuple[tuple[Hashable, int], ...]
-    length: int = field(init=False, repr=False, compare=False)
+    length: int
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "length", sum([count for _, count in self.segments]))  # a list: no generator frame
+    def __init__(self, segments: tuple[tuple[Hashable, int], ...], length: int | None = None) -> None:
+        object.__setattr__(self, "segments", segments)
+        object.__setattr__(
+            self, "length", sum([count for _, count in segments]) if length is None else length
+        )  # a list: no generator frame
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"KeyedPrompt is immutable: cannot set {name!r}")
 
     def __len__(self) -> int:
         return self.length
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KeyedPrompt) and other.segments == self.segments
+
+    def __hash__(self) -> int:
+        return hash(self.segments)
+
+    def __repr__(self) -> str:
+        return f"KeyedPrompt(segments={self.segments!r})"
+
+    def __reduce__(self) -> tuple[type, tuple]:
+        return KeyedPrompt, (self.segments, self.length)
 
 
 class PromptFactory:
@@ -188,7 +208,7 @@ class PromptFactory:
             head = min(prompt.prefix_tokens, length) if prompt.prefix_group is not None else 0
             segments = ((("prefix", self.seed, prompt.prefix_group), head),) if head else ()
             tail = ((("prompt", self.seed, session.id, index), length - head),) if length > head else ()
-            return KeyedPrompt(segments + tail)
+            return KeyedPrompt(segments + tail, length)  # head <= length
         return None
 
     def session_ids(self, session: Session) -> list[list[int]]:
