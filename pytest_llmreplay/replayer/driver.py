@@ -348,7 +348,8 @@ class Replay:
             self._keep(record, response, api, body)
             if record.status != "ok":
                 return
-            conversation.respond(response.text, response.token_ids, record.output_tokens, response.calls)
+            if turn_index + 1 < len(session.turns):  # what the next turn extends (none after the last)
+                conversation.respond(response.text, response.token_ids, record.output_tokens, response.calls)
 
     def _keep(self, record: RequestRecord, response: Response, api: str, body: dict) -> None:
         """Copy the response into the record (times made relative), check counts, store it."""
