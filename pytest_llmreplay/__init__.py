@@ -25,7 +25,7 @@ _EXPORTS = {
     "TokenIds": "workloads.workload",
     "Turn": "workloads.workload",
     "Workload": "workloads.workload",
-    "Endpoint": "replayer.endpoints",
+    "Endpoint": "replayer.endpoint_types",
     "HTTPEndpoint": "replayer.endpoints",
     "ServerProcess": "replayer.server_process",
     "PromptFactory": "workloads.prompts",

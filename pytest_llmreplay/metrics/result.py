@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LLMReplayError
-from ..replayer.endpoints import TOKENS_SO_FAR
+from ..replayer.endpoint_types import TOKENS_SO_FAR
 from ..replayer.records import ReplayRun, RequestRecord
 from .columns import one_turn_session_columns, request_columns, schedule_lag_column
 from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS

@@ -67,7 +67,7 @@ from ..errors import LLMReplayError
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
 from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, WallClock
-from .endpoints import Endpoint, EndpointRequest, describe_error
+from .endpoint_types import Endpoint, EndpointRequest, describe_error
 from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
 from .records import ReplayRun, RequestRecord, cancelled_note
 from .response import Response

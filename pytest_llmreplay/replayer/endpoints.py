@@ -1,6 +1,7 @@
-"""Endpoints: where requests go. The protocol and the HTTP endpoint.
+"""Endpoints: where requests go. The HTTP endpoint, and the protocol (its names defined in
+:mod:`~pytest_llmreplay.replayer.endpoint_types`, which an offline replay imports alone).
 
-An :class:`Endpoint` takes an :class:`EndpointRequest` and fills a
+An :class:`~pytest_llmreplay.replayer.endpoint_types.Endpoint` takes an :class:`EndpointRequest` and fills a
 :class:`~pytest_llmreplay.replayer.response.Response` in place as chunks arrive (so a request
 cancelled half-way keeps what it measured). Every time it stamps comes from the clock it was
 opened with. Faults never raise out of :meth:`Endpoint.send`: a
@@ -25,11 +26,12 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import LLMReplayError
 from .apis import API, API_TABLE, APIS
 from .clock import Clock, WallClock
+from .endpoint_types import SIM_REASONING_FIELD, EndpointRequest, describe_error
 from .response import Response
 from .server_metrics import Scraped, Scraper
 from .sse import SSEDecoder, StreamError, error_message, event_object
@@ -44,24 +46,6 @@ BUSY_GAUGES = (
     "llamacpp:requests_deferred",
 )
 LLAMACPP_SERVER = "llama.cpp"  # the Server header of llama.cpp's llama-server
-TOKENS_SO_FAR = re.compile(r"\bafter (\d+) tokens?\b")  # reads progress()'s count back
-SIM_REASONING_FIELD = "sim_reasoning_tokens"  # the simulator's request option: reasoning tokens before the answer
-
-
-@dataclass(slots=True)
-class EndpointRequest:
-    """One call: ``api`` is one of :data:`~pytest_llmreplay.replayer.apis.APIS`; ``body`` is the
-    JSON body without the endpoint's own fields (model, stream), which the endpoint adds unless the body has them;
-    ``reasoning_tokens``: how many of its output tokens its workload says a reasoning model
-    thinks before answering (None: it does not say), which the simulator streams as reasoning
-    (a real server's model decides for itself); ``tool_call``: it asks for a tool call (on chat
-    its body has ``tools`` and ``tool_choice``; the in-process simulator, which takes no chat
-    bodies, reads this)."""
-
-    api: str
-    body: dict[str, Any]
-    reasoning_tokens: int | None = None
-    tool_call: bool = False
 
 
 def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
@@ -85,26 +69,6 @@ def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[
     if ignore_eos:
         fields["ignore_eos"] = True
     return fields
-
-
-class Endpoint(Protocol):
-    """Where the replay driver sends requests. ``open`` before the first, ``close`` after."""
-
-    @property
-    def name(self) -> str:
-        """What the run's results name it by (read only: the endpoints derive it)."""
-        ...
-
-    api: str
-
-    async def open(self, clock: Clock, concurrency: int | None) -> None:
-        """Get ready for up to ``concurrency`` requests at once (None: no bound)."""
-
-    async def send(self, request: EndpointRequest, response: Response) -> None: ...
-
-    async def idle_warning(self) -> str | None: ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass
@@ -378,29 +342,6 @@ def _classify(exc: BaseException, response: Response, timeout_s: float) -> tuple
     if isinstance(exc, httpx.TransportError):
         return "connect", describe_error(cause)
     return "client", describe_error(exc)
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line: ``connection refused`` when a refused connection is anywhere in ``exc``'s chain
-    of causes (httpx-aiohttp calls it a ConnectTimeout), ``the host name HOST did not resolve
-    (...)`` when a failed name lookup is, else ``Type: message``'s first line (httpx adds a
-    second, a link to MDN), or just ``Type`` when the message is empty (timeouts)."""
-    import socket
-
-    cause: BaseException | None = exc
-    host = None
-    for _ in range(8):  # a chain is a few links; a cycle must not hang
-        if cause is None:
-            break
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        host = host or getattr(cause, "host", None)  # aiohttp's connector errors name it
-        if isinstance(cause, socket.gaierror):
-            named = f" {host}" if host else ""
-            return f"the host name{named} did not resolve ({cause.strerror or cause})"
-        cause = cause.__cause__ or cause.__context__
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/chat/completions", "/completions", "/models")

@@ -1,4 +1,4 @@
-"""The simulated engine as an in-process :class:`~pytest_llmreplay.replayer.endpoints.Endpoint`.
+"""The simulated engine as an in-process :class:`~pytest_llmreplay.replayer.endpoint_types.Endpoint`.
 
 Requests go straight into a :class:`~.cluster.Cluster` of engines (one by default) running on the
 replay's clock: with the
@@ -23,7 +23,7 @@ Usage carries ``prompt_tokens``, ``cached_tokens`` (the prefix hit at admission)
 request that reasons (:mod:`.reasoning`: the request's ``sim_reasoning_tokens``, its turn's
 planned reasoning, else the profile's ``reasoning``) has its first tokens reported as reasoning
 and their count as ``reasoning_tokens``, as the HTTP server's chat stream reports them; one that
-asks for a tool call (its turn's, :class:`~pytest_llmreplay.replayer.endpoints.EndpointRequest`,
+asks for a tool call (its turn's, :class:`~pytest_llmreplay.replayer.endpoint_types.EndpointRequest`,
 or a chat body's ``tool_choice``) answers with one call, ``call_<n>``, whose arguments are its
 answer's text. A
 prompt that leaves no room in ``max_model_len`` fails at once with ``http: 400 ...``, as vLLM
@@ -40,7 +40,7 @@ from typing import Any
 
 from ..errors import LLMReplayError
 from ..replayer.clock import Clock
-from ..replayer.endpoints import SIM_REASONING_FIELD, EndpointRequest
+from ..replayer.endpoint_types import SIM_REASONING_FIELD, EndpointRequest
 from ..replayer.response import Response
 from ..workloads.prompts import TOOL_NAME, KeyedPrompt, PromptFactory, stable_hash
 from ..workloads.tokenizer import encode_within

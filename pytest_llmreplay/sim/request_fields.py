@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..replayer.endpoints import SIM_REASONING_FIELD
+from ..replayer.endpoint_types import SIM_REASONING_FIELD
 
 if TYPE_CHECKING:
     from ..workloads.tokenizer import Tokenizer
