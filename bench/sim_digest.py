@@ -20,15 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from sim_speed import TRACE  # noqa: E402
+from sim_speed import scenario_inputs  # noqa: E402
 
-from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer  # noqa: E402
+from pytest_llmreplay import PromptFactory, Result, VirtualClock, load_tokenizer  # noqa: E402
 from pytest_llmreplay.replayer.driver import replay  # noqa: E402
-from pytest_llmreplay.sim.cluster import ClusterConfig  # noqa: E402
 from pytest_llmreplay.sim.endpoint import SimEndpoint  # noqa: E402
 from pytest_llmreplay.sim.profile import load_profile  # noqa: E402
-from pytest_llmreplay.workloads.formats import load_workload  # noqa: E402
-from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate  # noqa: E402
 
 SCENARIOS = ("synthetic", "synthetic256", "trace")
 
@@ -36,18 +33,10 @@ SCENARIOS = ("synthetic", "synthetic256", "trace")
 def digest(scenario: str) -> str:
     """The SHA-256 of one seeded replay of ``scenario`` (module docstring)."""
     prompts = PromptFactory(load_tokenizer(None))
-    profile = load_profile("dynamo-mocker-polynomial")
-    if scenario == "trace":
-        profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, block_size=512))
-        workload, cluster, settings = (
-            load_workload(TRACE),
-            ClusterConfig(engines=8, router="round_robin"),
-            ReplaySettings(),
-        )
-    else:
-        spec = SyntheticSpec(sessions=10_000, input_tokens=1000, output_tokens=100, seed=1)
-        concurrency = 256 if scenario == "synthetic256" else 100
-        workload, cluster, settings = generate(spec), ClusterConfig(), ReplaySettings(concurrency=concurrency)
+    concurrency = 256 if scenario == "synthetic256" else 100
+    profile, workload, cluster, settings = scenario_inputs(
+        "synthetic" if scenario == "synthetic256" else scenario, load_profile("dynamo-mocker-polynomial"), concurrency
+    )
     endpoint = SimEndpoint(profile, prompts, cluster=cluster)
     run = replay(workload, endpoint, prompts, settings, clock=VirtualClock())
     assert endpoint.cluster is not None

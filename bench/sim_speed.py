@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 # argparse, platform, statistics and subprocess are imported where used: a child that times
 # ours loads this module, and the harness's own imports must not count as ours
@@ -93,35 +94,40 @@ class InstantEndpoint:
         )
 
 
-def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
-    """One timed run of ours in this process (call it in a fresh one); ``floor``: with
-    :class:`InstantEndpoint` instead of the simulator; ``concurrency``: the synthetic scenarios'."""
+def scenario_inputs(scenario: str, profile: Any, concurrency: int = 100) -> tuple[Any, Any, Any, Any]:
+    """(profile, workload, cluster, settings) of ``scenario`` (module docstring) from the bundled
+    ``profile``: what :func:`ours` times and ``bench/sim_digest.py`` hashes. ``concurrency``:
+    the synthetic scenarios'."""
     import dataclasses
-    import resource
-    import time
 
-    from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer
-    from pytest_llmreplay.replayer.driver import replay
+    from pytest_llmreplay import ReplaySettings
     from pytest_llmreplay.sim.cluster import ClusterConfig
-    from pytest_llmreplay.sim.endpoint import SimEndpoint
-    from pytest_llmreplay.sim.profile import load_profile
     from pytest_llmreplay.workloads.formats.synthetic import SyntheticSpec, generate
 
-    prompts = PromptFactory(load_tokenizer(None))
-    profile = load_profile("dynamo-mocker-polynomial")
-    start = time.perf_counter()
     if scenario == "trace":
         from pytest_llmreplay.workloads.formats import load_workload  # every format's loader: the trace's only
 
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, block_size=512))
-        workload, cluster, settings = (
-            load_workload(TRACE),
-            ClusterConfig(engines=8, router="round_robin"),
-            ReplaySettings(),
-        )
-    else:
-        spec = SyntheticSpec(sessions=SYNTHETIC_REQUESTS[scenario], input_tokens=1000, output_tokens=100, seed=1)
-        workload, cluster, settings = generate(spec), ClusterConfig(), ReplaySettings(concurrency=concurrency)
+        return profile, load_workload(TRACE), ClusterConfig(engines=8, router="round_robin"), ReplaySettings()
+    spec = SyntheticSpec(sessions=SYNTHETIC_REQUESTS[scenario], input_tokens=1000, output_tokens=100, seed=1)
+    return profile, generate(spec), ClusterConfig(), ReplaySettings(concurrency=concurrency)
+
+
+def ours(scenario: str, floor: bool = False, concurrency: int = 100) -> dict:
+    """One timed run of ours in this process (call it in a fresh one); ``floor``: with
+    :class:`InstantEndpoint` instead of the simulator; ``concurrency``: the synthetic scenarios'."""
+    import resource
+    import time
+
+    from pytest_llmreplay import PromptFactory, Result, VirtualClock, load_tokenizer
+    from pytest_llmreplay.replayer.driver import replay
+    from pytest_llmreplay.sim.endpoint import SimEndpoint
+    from pytest_llmreplay.sim.profile import load_profile
+
+    prompts = PromptFactory(load_tokenizer(None))
+    profile = load_profile("dynamo-mocker-polynomial")
+    start = time.perf_counter()
+    profile, workload, cluster, settings = scenario_inputs(scenario, profile, concurrency)
     endpoint = InstantEndpoint() if floor else SimEndpoint(profile, prompts, cluster=cluster)
     result = Result(replay(workload, endpoint, prompts, settings, clock=VirtualClock()))
     summary = result.summary
