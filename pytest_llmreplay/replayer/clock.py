@@ -124,7 +124,8 @@ class VirtualClock:
         collector paused (and resumed after, if it was on): an offline replay keeps every
         record it makes and creates no reference cycles (reference counting frees the rest),
         so the collector's passes found nothing to free and only re-walked the growing list of
-        records, a sixth of a 100,000-request replay's CPU time."""
+        records: 3% of a 100,000-request replay's instructions, and more of its time, the walks
+        missing the cache (bench/README.md)."""
         collecting = gc.isenabled()
         gc.disable()
         try:
