@@ -1,4 +1,5 @@
-"""Per-request and one-turn-session metrics of many records at once, as flat numpy arrays, for
+"""Per-request and one-turn-session metrics of many records at once, as flat numpy arrays, and
+the complete sessions among records (:func:`complete_sessions`), for
 :attr:`~pytest_llmreplay.metrics.result.Result.summary` (a dict per request cost more than the
 statistics over 100,000 requests).
 
@@ -13,7 +14,7 @@ the order of the values, so the summary is the same too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
 import numpy as np
@@ -79,3 +80,22 @@ def one_turn_session_columns(
         "eligible_cache_hit_rate": np.full(len(records), np.nan),
         "output_tokens_per_session": outputs,
     }
+
+
+def complete_sessions(records: Iterable[RequestRecord]) -> list[list[RequestRecord]]:
+    """The records of every complete session among ``records`` (each of its turns there, ok and
+    not warm-up), in turn order; sessions in the order of their first record."""
+    by_session: dict[int, list[RequestRecord]] = {}
+    for record in records:
+        by_session.setdefault(record.session_index, []).append(record)
+    complete = []
+    for turns in by_session.values():
+        if len(turns) > 1:
+            turns.sort(key=attrgetter("turn_index"))
+            if len(turns) == turns[0].turns_in_session and all(r.status == "ok" and not r.warmup for r in turns):
+                complete.append(turns)
+        else:  # a flat trace's session: no sort, no generator
+            only = turns[0]
+            if only.turns_in_session == 1 and only.status == "ok" and not only.warmup:
+                complete.append(turns)
+    return complete

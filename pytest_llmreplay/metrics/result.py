@@ -65,7 +65,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,7 @@ import numpy as np
 from ..errors import LLMReplayError
 from ..replayer.endpoint_types import TOKENS_SO_FAR
 from ..replayer.records import ReplayRun, RequestRecord
-from .columns import one_turn_session_columns, request_columns, schedule_lag_column
+from .columns import complete_sessions, one_turn_session_columns, request_columns, schedule_lag_column
 from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
 from .reasoning import answer_start, has_reasoning, reasoning_values
 from .server import hit_rate_gap, server_figures
@@ -220,25 +220,6 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
         "eligible_cache_hit_rate": history_hits / eligible if reported and eligible else None,
         "output_tokens_per_session": outputs,
     }
-
-
-def complete_sessions(records: Iterable[RequestRecord]) -> list[list[RequestRecord]]:
-    """The records of every complete session among ``records`` (each of its turns there, ok and
-    not warm-up), in turn order; sessions in the order of their first record."""
-    by_session: dict[int, list[RequestRecord]] = {}
-    for record in records:
-        by_session.setdefault(record.session_index, []).append(record)
-    complete = []
-    for turns in by_session.values():
-        if len(turns) > 1:
-            turns.sort(key=attrgetter("turn_index"))
-            if len(turns) == turns[0].turns_in_session and all(r.status == "ok" and not r.warmup for r in turns):
-                complete.append(turns)
-        else:  # a flat trace's session: no sort, no generator
-            only = turns[0]
-            if only.turns_in_session == 1 and only.status == "ok" and not only.warmup:
-                complete.append(turns)
-    return complete
 
 
 @dataclass(frozen=True)
