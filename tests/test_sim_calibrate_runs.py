@@ -1,6 +1,7 @@
-"""Calibrating on several runs at once (``calibrate --from-run`` repeated): the server's front end
-and the host's cost per layer told apart from the engine, so that a calibration carries to a
-model it never saw. The runs are made by the simulator with known values."""
+"""Calibrating on several runs at once (``calibrate --from-run`` repeated): the server's front end,
+the host's cost per layer and its set-up of each new request told apart from the engine, so that
+a calibration carries to a model it never saw. The runs are made by the simulator with known
+values."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from pytest_llmreplay.workloads.tokenizer import load_tokenizer
 from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
 
 TRUTH = {"mfu": 0.3, "mbu": 0.45, "overhead_ms": 2.0, "layer_overhead_ms": 0.25, "frontend_ms": 15.0}
+ADMITTING = {**TRUTH, "admission_overhead_ms": 3.0}  # a server whose model runner sets up each new request
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +72,20 @@ def loaded(seed: int) -> Workload:
     return Workload(sessions, "loaded")
 
 
-def truth_run(data: dict, workload: Workload, prompts) -> MeasuredRun:
-    """What a client would have measured on a server with :data:`TRUTH`'s timing."""
-    return simulate(parse_profile(with_timing(data, TRUTH), origin="truth"), workload, prompts)
+def busy() -> Workload:
+    """120 requests at 20 a second, 20-100 tokens out: a dozen decoding whenever one arrives."""
+    rng = np.random.default_rng(3)
+    arrivals = np.cumsum(rng.exponential(0.05, 120))
+    sessions = tuple(
+        Session(f"busy-{i}", float(t), (Turn(int(rng.integers(200, 2000)), int(rng.integers(20, 100)), Synthetic()),))
+        for i, t in enumerate(arrivals)
+    )
+    return Workload(sessions, "busy")
+
+
+def truth_run(data: dict, workload: Workload, prompts, truth: dict = TRUTH) -> MeasuredRun:
+    """What a client would have measured on a server with ``truth``'s timing (default :data:`TRUTH`)."""
+    return simulate(parse_profile(with_timing(data, truth), origin="truth"), workload, prompts)
 
 
 def test_the_roofline_pays_the_host_cost_of_every_layer_each_iteration(tmp_path):
@@ -83,6 +96,43 @@ def test_the_roofline_pays_the_host_cost_of_every_layer_each_iteration(tmp_path)
     assert layered.iteration_s(batch) - plain.iteration_s(batch) == pytest.approx(16 * 0.25e-3)
     spans = layered.decode_span_s(4, 4000, 0.1, 0.0, 3) - plain.decode_span_s(4, 4000, 0.1, 0.0, 3)
     assert np.allclose(spans, 16 * 0.25e-3)
+
+
+def test_the_iteration_that_admits_a_request_pays_its_set_up_and_so_do_the_requests_decoding_in_it(tmp_path, prompts):
+    _, data = model(tmp_path, 16)
+    plain = parse_profile(with_timing(data, {"overhead_ms": 2.0}), origin="plain")
+    admitting = parse_profile(with_timing(data, {"overhead_ms": 2.0, "admission_overhead_ms": 3.0}), origin="admitting")
+    batch = Batch(prefill_tokens=300, prefill_context=300, decode_seqs=4, kv_tokens=4000, kv_usage=0.1, new_requests=2)
+    assert admitting.timing.iteration_s(batch) - plain.timing.iteration_s(batch) == pytest.approx(2 * 3e-3)
+    assert admitting.timing.breakdown(batch)["overhead_s"] == pytest.approx(2e-3 + 2 * 3e-3)
+    assert np.array_equal(
+        admitting.timing.decode_span_s(4, 4000, 0.1, 0.0, 3), plain.timing.decode_span_s(4, 4000, 0.1, 0.0, 3)
+    )
+    alone = light()  # each request alone: its first token 3 ms later, its other tokens as before
+    before, after = simulate(plain, alone, prompts), simulate(admitting, alone, prompts)
+    assert np.allclose(after.ttft - before.ttft, 3e-3) and np.allclose(after.tpot, before.tpot)
+    crowded = busy()  # others arrive while a request decodes: each arrival lengthens its step by 3 ms
+    before, after = simulate(plain, crowded, prompts), simulate(admitting, crowded, prompts)
+    assert np.nanmean(after.tpot) > np.nanmean(before.tpot) * 1.05
+
+
+def test_a_busy_run_tells_the_set_up_of_a_new_request_from_the_front_end(tmp_path, prompts):
+    """Both lengthen a request's TTFT by a constant: from a light run only their sum comes back;
+    with a busy run beside it, where each new request's set-up lengthens the steps of those
+    decoding and the front end delays nobody else, each comes back (the model's other terms
+    known)."""
+    path, data = model(tmp_path, 16)
+    path.write_text(
+        json.dumps(with_timing(data, {"mbu": TRUTH["mbu"], "layer_overhead_ms": TRUTH["layer_overhead_ms"]}))
+    )
+    fitted = ("overhead_ms", "admission_overhead_ms", "frontend_ms")
+    runs = [FitRun(path, workload, truth_run(data, workload, prompts, ADMITTING)) for workload in (light(), busy())]
+    _, alone = calibrate_from_runs(runs[:1], prompts, fit=fitted, max_evals=20)
+    total = ADMITTING["admission_overhead_ms"] + ADMITTING["frontend_ms"]
+    assert alone.values["admission_overhead_ms"] + alone.values["frontend_ms"] == pytest.approx(total, rel=0.05)
+    _, both = calibrate_from_runs(runs, prompts, fit=fitted, max_evals=30)
+    for name in fitted:
+        assert both.values[name] == pytest.approx(ADMITTING[name], rel=0.15), (name, both.values)
 
 
 def test_two_models_and_a_light_run_recover_the_front_end_and_the_cost_per_layer_and_transfer(tmp_path, prompts):

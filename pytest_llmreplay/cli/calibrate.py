@@ -52,9 +52,10 @@ def add_from_run_options(parser: Any) -> None:
         "--fit",
         default="mfu,mbu,overhead_ms",
         metavar="P,P,...",
-        help="parameters to fit, among mfu, mbu, overhead_ms, layer_overhead_ms, frontend_ms (default the first three; "
-        "layer_overhead_ms only from runs of two layer counts; frontend_ms only from a run a client timed, "
-        "requests.csv or result.json, best a light one)",
+        help="parameters to fit, among mfu, mbu, overhead_ms, layer_overhead_ms, admission_overhead_ms, frontend_ms "
+        "(default the first three; layer_overhead_ms only from runs of two layer counts; frontend_ms only from a run "
+        "a client timed, requests.csv or result.json, best a light one; admission_overhead_ms beside it needs a "
+        "loaded run too)",
     )
     group.add_argument(
         "--max-evals", type=int, default=40, metavar="N", help="offline replays the search may spend (default 40)"

@@ -6,10 +6,11 @@ parameters that bring the simulated statistics closest to the measured ones win.
 
 - Parameters (few and physical, each in a bounded range, :data:`BOUNDS`): ``mfu`` (share of peak
   compute reached), ``mbu`` (share of peak memory bandwidth), ``overhead_ms`` (fixed host cost
-  per iteration), ``layer_overhead_ms`` (host cost per layer per iteration, sim/roofline.py) and
-  ``frontend_ms`` (the server's fixed latency per request before the engine sees it,
-  sim/cluster.py), or the subset ``fit`` names (default the first three); the others keep the
-  base profile's values.
+  per iteration), ``layer_overhead_ms`` (host cost per layer per iteration, sim/roofline.py),
+  ``admission_overhead_ms`` (host cost per request in the iteration that first schedules it,
+  sim/roofline.py) and ``frontend_ms`` (the server's fixed latency per request before the engine
+  sees it, sim/cluster.py), or the subset ``fit`` names (default the first three); the others keep
+  the base profile's values.
 - Several runs (:func:`calibrate_from_runs`): runs of one machine and engine, each with the
   roofline profile of its own model, fitted at once: every candidate is replayed on each run's
   profile, and the loss is the mean of the runs' losses. What one run cannot tell apart, the
@@ -22,6 +23,12 @@ parameters that bring the simulated statistics closest to the measured ones win.
   one among the runs, the front end is searched with the rest from the start, not in a second
   stage (on runs the simulator made with known values, the stages spent half the replays on a
   path the light run rules out, and ended 40% off in mbu where one stage came within 11%).
+  ``admission_overhead_ms`` and ``frontend_ms`` both lengthen a request's TTFT by a constant; a
+  request alone on the server cannot tell them apart (a light run pins their sum). The admission
+  lengthens the step of every request decoding beside it, the front end delays nobody else: a
+  loaded run, where requests arrive while others decode, tells them apart, in proportion to how
+  often that happens (on runs the simulator made with dozens running at once, both came back
+  within 15%; on vLLM CPU runs at 0.6 requests/s, bench/sim_transfer.py, see there).
   ``frontend_ms`` is fitted only when asked for, and only from a run timed by a client: one
   loaded run rarely tells it apart from the prefill's compute (fitted on a vLLM CPU run whose
   TTFT is mostly prefill, it came out anywhere from 9 to 163 ms depending on the search's path,
@@ -97,13 +104,14 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "mbu": (0.05, 1.0),
     "overhead_ms": (0.01, 100.0),
     "layer_overhead_ms": (0.01, 100.0),
+    "admission_overhead_ms": (0.01, 100.0),
     "frontend_ms": (0.01, 1000.0),
 }
 ENGINE_PARAMETERS = (
     "mfu",
     "mbu",
     "overhead_ms",
-)  # the roofline's default fit; layer_overhead_ms and frontend_ms (timing.frontend_ms) on request
+)  # the roofline's default fit; layer_overhead_ms, admission_overhead_ms and frontend_ms (timing.frontend_ms) on request
 STATISTICS = (
     ("ttft", "p10"),
     ("ttft", "p50"),
@@ -388,7 +396,10 @@ def calibrate_from_runs(
     split = [halves(part.run) for part in runs]
     first_profile = bases[0][2]
     start = {
-        **{name: float(getattr(first_profile.timing, name)) for name in (*ENGINE_PARAMETERS, "layer_overhead_ms")},
+        **{
+            name: float(getattr(first_profile.timing, name))
+            for name in (*ENGINE_PARAMETERS, "layer_overhead_ms", "admission_overhead_ms")
+        },
         "frontend_ms": first_profile.frontend_ms,
     }
 

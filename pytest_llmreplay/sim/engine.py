@@ -387,6 +387,7 @@ class Engine:
         if not self.running:  # nothing in flight (async scheduling: module doc)
             self._decided, self._held_slots, self._held_blocks = None, 0, 0
         decided = self._decided
+        admitted_now = 0  # requests scheduled for the first time, or again after a preemption (Batch.new_requests)
         while (
             self.waiting
             and budget > 0
@@ -403,6 +404,7 @@ class Engine:
                 continue
             prefills.append((request, admitted))
             budget -= admitted
+            admitted_now += 1
         if (
             self.spans
             and not prefills
@@ -416,6 +418,7 @@ class Engine:
             decode_seqs=len(decodes),
             kv_tokens=kv_tokens,
             kv_usage=self.cache.usage,
+            new_requests=admitted_now,
         )
         return _Plan(prefills, decodes, [float(self.timing.iteration_s(batch))])
 

@@ -284,7 +284,16 @@ _ENGINE = (
     "async_scheduling",
 )
 _TIMING = {
-    "roofline": ("kind", "mfu", "mbu", "overhead_ms", "layer_overhead_ms", "jitter", "frontend_ms"),
+    "roofline": (
+        "kind",
+        "mfu",
+        "mbu",
+        "overhead_ms",
+        "layer_overhead_ms",
+        "admission_overhead_ms",
+        "jitter",
+        "frontend_ms",
+    ),
     "polynomial": ("kind", "prefill_coefficients", "decode_coefficients", "decode_floor_ms", "jitter", "frontend_ms"),
     "table": ("kind", "prefill", "decode", "jitter", "frontend_ms"),
 }
@@ -473,6 +482,7 @@ def _timing(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardwa
             mbu=f.number(section, "timing", "mbu", DEFAULT_MBU, maximum=1.0),
             overhead_ms=f.number(section, "timing", "overhead_ms", DEFAULT_OVERHEAD_MS, inclusive=True),
             layer_overhead_ms=f.number(section, "timing", "layer_overhead_ms", 0.0, inclusive=True),
+            admission_overhead_ms=f.number(section, "timing", "admission_overhead_ms", 0.0, inclusive=True),
         )
     if kind == "polynomial":
         return PolynomialTiming(

@@ -56,6 +56,7 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
             mbu=roofline.get("mbu", timing.mbu),
             overhead_ms=roofline.get("overhead_ms", timing.overhead_ms),
             layer_overhead_ms=timing.layer_overhead_ms,
+            admission_overhead_ms=timing.admission_overhead_ms,
         )
     return dataclasses.replace(profile, **changes)
 

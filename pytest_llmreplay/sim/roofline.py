@@ -74,7 +74,7 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   attention still reads the whole KV context, where one max over the totals hid up to ~450
   prefill tokens of a full decode batch under the KV reads (bench/README.md, sim_fidelity).
 - time = max(FLOPs_lin / (F * tp * mfu), Bytes_lin / (B * tp * mbu)) + max(FLOPs_attn / (F * tp *
-  mfu), Bytes_attn / (B * tp * mbu)) + comm + overhead, with ``mfu`` and ``mbu`` the achievable
+  mfu), Bytes_attn / (B * tp * mbu)) + comm + overhead + admission_overhead_ms * R, with ``mfu`` and ``mbu`` the achievable
   shares of peak compute and bandwidth and overhead = ``overhead_ms`` + ``layer_overhead_ms`` * L
   the host's cost per iteration: a fixed part (scheduling, input preparation, sampling, output
   handling) and a part per layer (default 0). The part per layer is the host launching each
@@ -84,6 +84,21 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   small operators are bound by the framework's per-operator overhead; CUDA graphs exist to remove
   exactly that launch cost per operator). A calibration tells the two apart only from runs of two
   layer counts on the same machine (sim/calibrate_run.py).
+- The host's set-up of each request an iteration schedules for the first time (or again after a
+  preemption), ``admission_overhead_ms`` * R (default 0), in that iteration only: vLLM's model
+  runner, before the step's forward pass (``GPUModelRunner._update_states``,
+  vllm/v1/worker/gpu_model_runner.py, which its CPU build's ``CPUModelRunner`` inherits), makes a
+  ``CachedRequestState`` for each of the scheduler's ``scheduled_new_reqs`` (resumed ones are
+  re-added the same way), copies its prompt's token ids, sampling parameters and block ids into
+  the persistent batch (``InputBatch.add_request``, gpu_input_batch.py), and rebuilds the sampling
+  metadata because the batch changed (``InputBatch.refresh_metadata``); before that the
+  scheduler looked its blocks up in the prefix cache and allocated its slots
+  (``Scheduler.schedule``: ``kv_cache_manager.get_computed_blocks``, ``allocate_slots``). None of
+  it depends on the model's size, and a decode step of requests already in the batch does none of
+  it. So an iteration that admits R requests costs R times this more than one of the same tokens
+  that admits none, and every request decoding in it waits for that too: what tells it apart from
+  the server's front end (sim/cluster.py), which also delays a request's first token by a
+  constant but delays nobody else (sim/calibrate_run.py).
 
 Defaults (public knowledge, not fitted to any measurement in this project): ``mfu`` 0.5 (Meta's
 Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al. 2022,
@@ -225,9 +240,12 @@ class RooflineTiming:
         mbu: float = DEFAULT_MBU,
         overhead_ms: float = DEFAULT_OVERHEAD_MS,
         layer_overhead_ms: float = 0.0,
+        admission_overhead_ms: float = 0.0,
     ) -> None:
         self.model, self.hardware = model, hardware
         self.mfu, self.mbu, self.overhead_ms, self.layer_overhead_ms = mfu, mbu, overhead_ms, layer_overhead_ms
+        self.admission_overhead_ms = admission_overhead_ms
+        self._admission_s = admission_overhead_ms / 1000
         tp = hardware.tensor_parallel
         self._flops_token = 2 * model.matmul_parameters  # 2 * A_mm
         self._flops_seq = 2.0 * model.vocab_size * model.hidden_size  # 2 * V * h
@@ -278,7 +296,8 @@ class RooflineTiming:
 
     def breakdown(self, batch: Batch) -> dict[str, Any]:
         """compute_s and memory_s (both phases together), linear_s and attention_s (each phase's
-        bound), comm_s, overhead_s, the bound of the larger total and total_s of one iteration."""
+        bound), comm_s, overhead_s (the host's: per iteration, per layer and per request admitted),
+        the bound of the larger total and total_s of one iteration."""
         parts = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
         linear_compute, linear_memory, attention_compute, attention_memory = parts
         compute, memory = linear_compute + attention_compute, linear_memory + attention_memory
@@ -288,7 +307,7 @@ class RooflineTiming:
             "linear_s": max(linear_compute, linear_memory),
             "attention_s": max(attention_compute, attention_memory),
             "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs),
-            "overhead_s": self._overhead_s,
+            "overhead_s": self._overhead_s + self._admission_s * batch.new_requests,
             "bound": "compute" if compute >= memory else "memory",
             "total_s": self.iteration_s(batch),
         }
@@ -301,7 +320,7 @@ class RooflineTiming:
             batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens
         )  # the sum of the phases (module doc), with Python's max: a float per call, no numpy scalars
         phases = max(linear_compute, linear_memory) + max(attention_compute, attention_memory)
-        return phases + self._comm(tokens) + self._overhead_s
+        return phases + self._comm(tokens) + self._overhead_s + self._admission_s * batch.new_requests
 
     def decode_span_s(self, seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> np.ndarray:
         kv, _ = decode_span_points(seqs, kv_tokens, kv_usage, usage_step, steps)

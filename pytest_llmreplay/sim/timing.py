@@ -8,7 +8,9 @@ decode in the same batch): how long does it take? A :class:`Batch` describes the
 ``kv_usage + i * usage_step``. An empty batch (no token computed) takes 0 s in every model.
 
 Notation for one batch: ``P`` = ``prefill_tokens``, ``C`` = ``prefill_context``, ``D`` =
-``decode_seqs``, ``K`` = ``kv_tokens``, ``u`` = ``kv_usage``; ``T = P + D`` tokens computed.
+``decode_seqs``, ``K`` = ``kv_tokens``, ``u`` = ``kv_usage``, ``R`` = ``new_requests`` (only the
+roofline reads it: the host's set-up of each request it schedules for the first time); ``T = P +
+D`` tokens computed. A decode span admits nobody (``R`` = 0).
 
 The models: :mod:`.roofline` (from public model and hardware specs), :mod:`.polynomial` (NVIDIA
 Dynamo mocker's fit), :mod:`.timing_table` (interpolated measured points). :mod:`.profile` reads
@@ -45,6 +47,7 @@ class Batch:
     decode_seqs: int  # requests decoding one token this iteration
     kv_tokens: int  # Σ tokens already in KV over the decoding requests (what decode attention reads)
     kv_usage: float  # used KV blocks / total KV blocks, 0..1
+    new_requests: int = 0  # requests scheduled for the first time (or again after a preemption) this iteration
 
 
 class TimingModel(Protocol):
