@@ -42,15 +42,11 @@ TTFT splits into the engine core's queue and prefill and the front end (sim_tran
 The calibrations (:data:`CALIBRATIONS`): the three parameters on one loaded run of small (what
 ``calibrate --from-run`` did before), with the front end and the light run, and on small and
 shallow together with ``layer_overhead_ms`` (the front end fitted, or set beforehand to vLLM's
-own split of the light runs), and with ``admission_overhead_ms`` as well (the model runner's
-set-up of each new request, sim/roofline.py; at these loads a request rarely arrives while
-another decodes, so the client's figures pin only its sum with the front end, and the
-calibration with the front end set from vLLM's split is the one that tells them apart); every profile takes the median of the servers'
-micro-benchmarks (one machine), and the loss the p50s and means (:data:`FITTED_STATISTICS`).
-Models no calibration is fitted on: "tiny" and "deep" (the small one's width with 8 layers,
-26.2 M parameters, whose steps are long against the front end's noise); each calibration ends
-with their verdict (sim_transfer_verdict.py: every run predicted, against the noise of its own
-runs, counts within 15%).
+own split of the light runs), with ``admission_overhead_ms`` too (the set-up of a new request:
+at these loads the client's figures pin only its sum with the front end); every profile takes the
+median of the servers' micro-benchmarks (one machine), the loss the p50s and means
+(:data:`FITTED_STATISTICS`). No calibration sees "tiny" or "deep" (the small one's width, 8
+layers, 26.2 M); each ends with their verdict (sim_transfer_verdict.py).
 
 Workloads (:data:`WORKLOADS`), light enough for the small model on one core (measured here: a
 384-token prefill takes 1.3 s, a decode step 14 ms): ``chat``, 60 single requests at 0.6 req/s
