@@ -12,11 +12,10 @@ parameters, bf16) and, for the other-model row, the "tiny" one (0.34 M).
 ``config.json`` and the parameter count of its ``model.safetensors``; ``peak_flops`` and
 ``memory_bandwidth`` from micro-benchmarks run here, in the engine's own torch, pinned to the core
 vLLM binds its worker to, with one thread as vLLM runs it (:data:`MICRO_BENCHMARK`: a matmul of
-the small model's MLP shape, 512 x 512 x 1536, in fp32, and a bf16 copy of 256 MiB, bytes read
-plus written; median of 7). fp32, not bf16: this machine's processor (AMD EPYC, AVX2 and FMA, no
-AVX512-BF16 or AMX) has no bf16 arithmetic, so bf16 kernels compute in fp32; torch's own bf16
-matmul took a slow fallback here (1.3 GFLOP/s, the first try of this script, whose fit then sat
-at mfu = 1, the bound). Engine settings as that command gives them to vLLM (block 32, 16
+the small model's MLP shape, 512 x 512 x 1536, and a bf16 copy of 256 MiB, bytes read
+plus written; median of 7). The matmul in fp32 and in bf16 (``linear``), the faster counting: the
+2026-11-25 host (AVX2, FMA) had no bf16 arithmetic (torch's bf16 matmul: 1.3 GFLOP/s), the
+2026-11-27 one has AVX512-BF16 (bf16 about twice fp32; bench/README.md). Engine settings as that command gives them to vLLM (block 32, 16
 sequences, 2,048 batched tokens: vLLM's CPU default for the API server, ``vllm/engine/arg_utils.py``)
 and the KV blocks vLLM's log reports (``CPU KV cache size: N tokens``, / 32). Timing starts from
 the project's published defaults (mfu 0.5, mbu 0.7, overhead 1 ms): the "uncalibrated" rows.
@@ -182,6 +181,7 @@ MICRO_BENCHMARK = r"""
 import json, os, statistics, time, torch
 os.sched_setaffinity(0, {%(core)d}); torch.set_num_threads(1)
 a, b = torch.randn(512, 512, dtype=torch.float32), torch.randn(512, 1536, dtype=torch.float32)
+x16, w16 = torch.randn(512, 512, dtype=torch.bfloat16), torch.randn(1536, 512, dtype=torch.bfloat16)
 x = torch.empty(128 * 1024 * 1024, dtype=torch.bfloat16); y = torch.empty_like(x)
 def timed(work, repeats):
     work(); times = []
@@ -190,7 +190,9 @@ def timed(work, repeats):
         for _ in range(repeats): work()
         times.append((time.perf_counter() - t) / repeats)
     return statistics.median(times)
-flops = 2 * 512 * 512 * 1536 / timed(lambda: torch.matmul(a, b), 20)
+fp32 = 2 * 512 * 512 * 1536 / timed(lambda: torch.matmul(a, b), 20)
+bf16 = 2 * 512 * 512 * 1536 / timed(lambda: torch.nn.functional.linear(x16, w16), 20)
+flops = max(fp32, bf16)
 bandwidth = 2 * x.numel() * x.element_size() / timed(lambda: y.copy_(x), 3)
 print(json.dumps({"peak_flops": flops, "memory_bandwidth": bandwidth}))
 """
