@@ -44,6 +44,7 @@ from typing import Any
 import pytest
 
 from ..errors import LLMReplayError
+from .declared_servers import declared_server, parsed_server
 from .options import add_options, option
 from .session import RECORDS_DIR_KEY, LLMSession, is_worker, perf_run
 from .terminal_lines import line_writer
@@ -51,8 +52,6 @@ from .terminal_lines import line_writer
 RUNS = pytest.StashKey[list]()
 OUTCOMES = pytest.StashKey[list]()
 SESSION = pytest.StashKey["LLMSession"]()
-# an item's declared server as collection parsed it (declared_server), parsed once
-DECLARED_SERVER = pytest.StashKey[Any]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -292,7 +291,7 @@ def llm_endpoint(request: pytest.FixtureRequest, pytestconfig: pytest.Config, ll
     running), else the session's: the simulator (started once per process) or the live server.
     ``--llm-endpoint`` wins over a declared server, as it does for the replays."""
     state = session_of(pytestconfig)
-    return _fail_on_user_error(lambda: state.target_for(_parsed_server(request.node, llm_server)))
+    return _fail_on_user_error(lambda: state.target_for(parsed_server(request.node, llm_server)))
 
 
 @pytest.fixture(scope="session")
@@ -407,37 +406,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             and "llm_result" not in item.fixturenames
         ):
             item.fixturenames.append("llm_result")
-
-
-def declared_server(item: pytest.Item) -> Any:
-    """The :class:`~pytest_llmreplay.plugin.servers.ServerConfig` an item declares where
-    collection sees it (:func:`_parsed_server`), or None: none, or a bad one (the test fails
-    with the error when it runs); parsed once per item, as the ordering, the xdist groups and
-    the header line each ask."""
-    if DECLARED_SERVER not in item.stash:
-        callspec = getattr(item, "callspec", None)
-        try:
-            parsed = _parsed_server(item, callspec.params.get("llm_server") if callspec is not None else None)
-        except LLMReplayError:
-            parsed = None
-        item.stash[DECLARED_SERVER] = parsed
-    return item.stash[DECLARED_SERVER]
-
-
-def _parsed_server(item: pytest.Item, parameter: Any) -> Any:
-    """The server config an item declares (its spec file's ``server``, its marker's, else
-    ``parameter``, its ``llm_server``), or None; raises LLMReplayError for a bad one."""
-    if isinstance(item, SpecItem):
-        return item.spec.server
-    marker = item.get_closest_marker("llmreplay")
-    value = marker.kwargs.get("server") if marker is not None else None
-    if value is None:
-        value = parameter
-    if value is None:
-        return None
-    from .servers import parse_server
-
-    return parse_server(value)
 
 
 # ------------------------------------------------------------------------ verdicts
