@@ -432,8 +432,8 @@ def test_connection_closed_without_a_response():
     listener.listen()
     port = listener.getsockname()[1]
 
-    def serve():
-        for _ in range(2):
+    def serve():  # every connection, until the listener closes: another xdist worker's readiness
+        while True:  # probe may take this port for its server's free one and connect here too
             try:
                 connection, _ = listener.accept()
             except OSError:
@@ -446,7 +446,7 @@ def test_connection_closed_without_a_response():
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
-        response = send(f"http://127.0.0.1:{port}", "chat", BODIES["chat"])
+        response = send(f"http://127.0.0.1:{port}", "chat", BODIES["chat"], timeout_s=60)
     finally:
         listener.close()
     assert response.error.startswith("closed: ")
