@@ -20,7 +20,8 @@ parent (``process_wall_s``: start to exit; ``process_cpu_s``: user + system from
 interpreter and imports included, the issue's measure; and ``wall_s``, the child's own timing of
 loading the workload (or generating it), replaying it on the virtual clock and computing the
 summary, the same work Dynamo's one call does. Ours runs from bytecode, as an installed wheel
-does: the harness byte-compiles the package before the first child. Peak RSS: the child
+does: the harness byte-compiles the package before the first child; and its process set up as
+the ``llmreplay`` command sets up its own (numpy's OpenBLAS on one thread: cli/process.py). Peak RSS: the child
 process's ``ru_maxrss``, interpreter included for both.
 
     .venv/bin/python bench/sim_speed.py --runs 3 [--dynamo-python /tmp/dynamo-work/venv/bin/python] [--scenarios trace synthetic synthetic100k] [--concurrency 100]
@@ -171,6 +172,9 @@ def child_main(argv: list[str]) -> None:
     """The ours child (``[--concurrency N] --child SCENARIO [--floor]``, as the harness starts it):
     its arguments read by hand, so that argparse and the harness's other modules are not
     imported into the process being timed."""
+    from pytest_llmreplay.cli.process import single_threaded_blas
+
+    single_threaded_blas()  # as the llmreplay command sets up the process it owns
     concurrency = int(argv[argv.index("--concurrency") + 1]) if "--concurrency" in argv else 100
     print(json.dumps(ours(argv[argv.index("--child") + 1], "--floor" in argv, concurrency)))
 

@@ -37,6 +37,7 @@ from .compare import add_compare_parser
 from .dashboard import add_dashboard_parser
 from .history import add_history_parser
 from .options import integer, load_workload_file
+from .process import single_threaded_blas
 from .run import add_run_parser
 from .sim import add_sim_parser
 from .sweep import add_sweep_parser
@@ -168,6 +169,7 @@ def spelled(text: str, names: dict[str, str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    single_threaded_blas()  # first: building the parser loads numpy
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # the command's error, not the top parser's: its status, its usage line
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
