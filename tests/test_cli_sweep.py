@@ -404,6 +404,37 @@ def test_sweep_band_says_how_sure_the_capacity_is(capsys, workload, tmp_path):
     assert re.findall("^band draw .*$", again_err, re.M) == re.findall("^band draw .*$", err, re.M)
 
 
+def test_a_signal_during_the_band_keeps_the_capacity_and_the_draws_done(workload, tmp_path):
+    # no band from part of the draws (its percentiles would claim a coverage they lack), but no
+    # measured draw lost either: result.json holds each one printed, the status is 130
+    out = tmp_path / "out"
+    argv = ["sweep", workload, "--sim", "llama-3.1-8b-h100", "--by", "concurrency", "--slo", "ttft.p90<150ms"]
+    command = [sys.executable, "-m", "pytest_llmreplay.cli.main", *argv, "--band", "200", "--out", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    seen = []
+    for line in process.stderr:  # two draws done, then the signal
+        seen.append(line)
+        if line.startswith("band draw 2/200: "):
+            process.send_signal(signal.SIGINT)
+            break
+    stdout, rest = process.communicate(timeout=120)
+    err = "".join(seen) + rest
+    assert process.returncode == 128 + signal.SIGINT, err
+    drawn = [float(v) for v in re.findall(r"^band draw \d+/200: capacity (?:at least )?([0-9.]+)$", err, re.M)]
+    assert 2 <= len(drawn) < 200
+    band = read_record(out / "result.json")["band"]
+    assert band["interrupted"] == "SIGINT" and "figures" not in band
+    assert band["capacities"] == drawn and band["draws"] == 200
+    (line,) = [line for line in stdout.splitlines() if line.startswith("capacity band: ")]
+    assert re.fullmatch(
+        rf"capacity band: none, draw {len(drawn) + 1} of 200 interrupted by SIGINT after \d+ of at most \d+ runs "
+        rf"\(the {len(drawn)} draws done kept in result.json\)",
+        line,
+    ), line
+    assert read_record(out / "result.json")["capacity"]["interrupted"] is None  # its search ended before
+
+
 def test_sweep_band_needs_the_simulator(capsys, workload):
     code, _, err = run(
         capsys, "sweep", workload, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft.p99<1s", "--band", "10"

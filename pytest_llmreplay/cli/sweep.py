@@ -206,8 +206,9 @@ def capacity_band(
     whose capacity is a ceiling (the rate carried, the workload too short) in ``ceilings``. The
     stored band: how it was drawn (:func:`~pytest_llmreplay.sim.profile_band.band_facts`),
     ``figures`` {capacity key: [low, high]}, ``capacities`` (each draw's), ``lower_bounds``,
-    ``ceilings`` and ``line``, the line printed under the capacity. A signal ends the draws: no band, the line says
-    so, and ``interrupted`` names the signal."""
+    ``ceilings`` and ``line``, the line printed under the capacity. A signal ends the draws: no
+    ``figures``, the line says so, ``interrupted`` names the signal, and the draws done are kept
+    (``capacities``, ``lower_bounds``, ``ceilings``)."""
     import dataclasses
 
     from ..metrics.names import capacity_stat
@@ -228,9 +229,18 @@ def capacity_band(
             workers=args.workers,
             signals=signals,
         )
-        if drawn.interrupted:
-            line = f"capacity band: none, {drawn.ended} during draw {index} of {args.band}"
-            return {"line": line, "interrupted": drawn.interrupted}
+        if drawn.interrupted:  # no band; the draws done are kept
+            line = f"capacity band: none, draw {index} of {args.band} {drawn.ended}"
+            if capacities:
+                line += f" (the {len(capacities)} draw{'s' if len(capacities) > 1 else ''} done kept in result.json)"
+            return {
+                **band_facts(target.profile, args.band),
+                "capacities": capacities,
+                "lower_bounds": lower_bounds,
+                "ceilings": ceilings,
+                "line": line,
+                "interrupted": drawn.interrupted,
+            }
         capacities.append(drawn.value)
         lower_bounds += drawn.at_least
         ceilings += drawn.ceiling
