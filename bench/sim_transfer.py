@@ -13,11 +13,11 @@ parameters, bf16) and, for the other-model row, the "tiny" one (0.34 M).
 ``memory_bandwidth`` from micro-benchmarks run here, in the engine's own torch, pinned to the core
 vLLM binds its worker to, with one thread as vLLM runs it (:data:`MICRO_BENCHMARK`: a matmul of
 the small model's MLP shape, 512 x 512 x 1536, and a bf16 copy of 256 MiB, bytes read
-plus written; median of 7). The matmul in fp32 and in bf16 (``linear``), the faster counting: the
-2026-11-25 host (AVX2, FMA) had no bf16 arithmetic (torch's bf16 matmul: 1.3 GFLOP/s), the
-2026-11-27 one has AVX512-BF16 (bf16 about twice fp32; bench/README.md). Engine settings as that command gives them to vLLM (block 32, 16
-sequences, 2,048 batched tokens: vLLM's CPU default for the API server, ``vllm/engine/arg_utils.py``)
-and the KV blocks vLLM's log reports (``CPU KV cache size: N tokens``, / 32). Timing starts from
+plus written; median of 7). The matmul in fp32 and in bf16 (``linear``), the faster counting
+(the host of 2026-11-27 has AVX512-BF16, that of 11-25 had none: bench/README.md). Engine
+settings as that command gives them to vLLM (block 32, 16 sequences, 2,048 batched tokens:
+vLLM's CPU default for the API server, ``vllm/engine/arg_utils.py``) and the KV blocks vLLM's
+log reports (``CPU KV cache size: N tokens``, / 32). Timing starts from
 the project's published defaults (mfu 0.5, mbu 0.7, overhead 1 ms): the "uncalibrated" rows.
 
 **Runs**: one server per model (``VLLM_SERVER_DEV_MODE=1``; a prefix-cache reset before every
@@ -33,11 +33,10 @@ workload) pairs; every run is predicted by an offline replay of its own workload
 model's profile with the fitted timing, and each statistic's error is (simulated - measured) /
 measured, statistics as the calibration's (:data:`STATISTICS`).
 
-The parts (issue 36): a third model, "shallow" (the small one's width with 2 layers, 8.1 M
-parameters), tells the host's cost per layer from its cost per step; the ``light`` workload
-(:func:`light_workload`: one request at a time, short prompts) pins the front end; and before and
-after every run the script reads vLLM's own histograms (:data:`SERVER_HISTOGRAMS`), so each run's
-TTFT splits into the engine core's queue and prefill and the front end (sim_transfer_parts.py).
+The parts (issue 36): "shallow" (the small one's width, 2 layers, 8.1 M parameters) tells the
+host's cost per layer from its cost per step; ``light`` (:func:`light_workload`: one request at a
+time, short prompts) pins the front end; vLLM's own histograms (:data:`SERVER_HISTOGRAMS`), read
+around every run, split its TTFT into queue, prefill and front end (sim_transfer_parts.py).
 The calibrations (:data:`CALIBRATIONS`): the three parameters on one loaded run of small (what
 ``calibrate --from-run`` did before), with the front end and the light run, and on small and
 shallow together with ``layer_overhead_ms`` (the front end fitted, or set beforehand to vLLM's
