@@ -361,7 +361,14 @@ def test_under_xdist_each_worker_pools_its_own_servers_and_logs_in_a_folder_of_i
     result = project.runpytest_subprocess(
         "-n", "2", "--llm-repeat", "1", "--llm-report", "report", "-p", "no:cacheprovider"
     )
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=6, warnings=1)  # the first worker's, once
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestWarning: llmreplay: 6 tests declare a server (2 configs); under --dist load each of the 2 workers may "
+            "start every config its tests use, up to 2 servers at once (--llm-max-servers counts per worker); run with "
+            "--dist loadgroup to start each config once, on one worker"
+        ]
+    )
     logs = sorted((project.path / "report" / "servers").glob("*/*.log"))
     assert {log.parent.name for log in logs} <= {"gw0", "gw1"} and 2 <= len(logs) <= 4, logs
     assert all(log.name.endswith("-1.log") and "(Ctrl-C stops)" in log.read_text() for log in logs)
@@ -397,7 +404,7 @@ def test_under_xdist_loadgroup_each_config_runs_on_one_worker_and_starts_once(pr
     result = project.runpytest_subprocess(
         "-n", "2", "--dist", "loadgroup", "--llm-repeat", "1", "--llm-report", "report", "-v", "-p", "no:cacheprovider"
     )
-    result.assert_outcomes(passed=16)
+    result.assert_outcomes(passed=16)  # and no warning: each config starts once
     assert len(set(re.findall(r"\[(gw\d)\] .*PASSED .*test_grouped\[", result.stdout.str()))) == 1  # xdist_group too
     logs = sorted((project.path / "report" / "servers").glob("*/*.log"))
     digests = [log.name.split("-")[1] for log in logs]

@@ -196,12 +196,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_configure_node(node: Any) -> None:
     """pytest-xdist, on the controller: each worker writes its tests' records where the
     controller reads them (:func:`~pytest_llmreplay.plugin.session.records_folder`), and, under
-    ``--dist loadgroup``, which server each test declares (:mod:`~pytest_llmreplay.plugin.xdist_groups`)."""
-    from .xdist_groups import GROUPS_DIR_KEY, groups_folder
+    ``--dist loadgroup``, which server each test declares (:mod:`~pytest_llmreplay.plugin.xdist_groups`);
+    the ``--dist`` mode goes to each worker (its own reads ``no``)."""
+    from .xdist_groups import DIST_KEY, GROUPS_DIR_KEY, groups_folder
 
     records_dir = session_of(node.config).records_dir
     if records_dir is not None:
         node.workerinput[RECORDS_DIR_KEY] = str(records_dir)
+    node.workerinput[DIST_KEY] = node.config.getvalue("dist")
     folder = groups_folder(node.config)
     if folder is not None:
         node.workerinput[GROUPS_DIR_KEY] = str(folder)
@@ -395,10 +397,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     declared server starts once (on one xdist worker under ``--dist loadgroup``:
     :mod:`~pytest_llmreplay.plugin.xdist_groups`)."""
     from .servers import order_by_server
-    from .xdist_groups import write_groups
+    from .xdist_groups import warn_servers_per_worker, write_groups
+
+    def digest_of(item: pytest.Item) -> str | None:
+        server = declared_server(item)
+        return server.digest if server is not None else None
 
     items[:] = order_by_server(items, declared_server)
-    write_groups(config, items, lambda item: server.digest if (server := declared_server(item)) else None)
+    write_groups(config, items, digest_of)
+    warn_servers_per_worker(config, items, digest_of)
     for item in items:
         if (
             item.get_closest_marker("llmreplay") is not None

@@ -18,7 +18,7 @@ controller, which collects nothing, cannot see which server a test declares. So:
    group). Every worker has written its file by then: it writes before it reports its collection.
 
 Other ``--dist`` modes are left alone: ``load`` spreads tests one by one, and each worker starts
-the servers its tests declare.
+the servers its tests declare; the first worker says so in a warning (:func:`warn_servers_per_worker`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from typing import Any
 import pytest
 
 GROUPS_DIR_KEY = "llmreplay_server_groups_dir"  # the xdist workerinput key of the groups folder
+DIST_KEY = "llmreplay_dist"  # ... and of the controller's --dist mode
 GROUPS_FOLDER = pytest.StashKey[Path]()
 
 
@@ -79,6 +81,34 @@ def write_groups(
     partial = target.with_suffix(".partial")
     partial.write_text(json.dumps(groups))
     partial.replace(target)  # whole or absent: the controller never reads half a file
+
+
+def warn_servers_per_worker(
+    config: pytest.Config, items: Iterable[pytest.Item], server_digest_of: Callable[[Any], str | None]
+) -> None:
+    """On xdist's first worker (gw0; every worker collects every test) under a ``--dist`` mode
+    other than ``loadgroup``, when tests declare servers: a warning, relayed to the
+    controller's summary, that each worker may start every config its tests use, so that up to
+    workers x ``--llm-max-servers`` run at once (on one GPU, more models than it holds)."""
+    from .options import max_servers_option
+
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or workerinput.get("workerid") != "gw0" or workerinput.get(DIST_KEY) == "loadgroup":
+        return
+    dist = workerinput.get(DIST_KEY, "load")
+    digests = [digest for item in items if (digest := server_digest_of(item)) is not None]
+    if not digests:
+        return
+    workers, configs = int(workerinput["workercount"]), len(set(digests))
+    warnings.warn(
+        pytest.PytestWarning(
+            f"llmreplay: {len(digests)} test{'s' if len(digests) > 1 else ''} declare a server "
+            f"({configs} config{'s' if configs > 1 else ''}); under --dist {dist} each of the {workers} workers may "
+            f"start every config its tests use, up to {workers * max_servers_option(config)} servers at once "
+            "(--llm-max-servers counts per worker); run with --dist loadgroup to start each config once, on one worker"
+        ),
+        stacklevel=1,
+    )
 
 
 def read_groups(folder: Path) -> dict[str, str]:
