@@ -14,6 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+# httpx imports httpcore at its first request and maps httpcore's exception classes then, once;
+# pytester's inline runs drop every module first imported during them, so a first request made
+# in one (a declared server's readiness probe) left a map of classes that later requests no longer
+# raise: a refused connection escaped as httpcore.ConnectError. Imported here, one httpcore
+# serves the whole session.
+import httpcore  # noqa: F401
 import pytest
 from mockserver import free_port
 from test_plugin_baselines import GIT_ENV, PERF_TEST, git, write_profiles
