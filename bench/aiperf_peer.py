@@ -87,7 +87,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -98,6 +97,8 @@ from typing import NamedTuple
 
 import httpx
 import numpy as np
+
+from pytest_llmreplay.plugin.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "pytest_llmreplay" / "workloads" / "assets" / "tokenizer.json"
@@ -179,13 +180,6 @@ def write_workload(folder: Path, args: argparse.Namespace) -> Path:
         f"synthetic:\n  sessions: {args.requests}\n  input_tokens: {args.isl}\n  output_tokens: {output}\n  turns: 1\n  seed: 42\n"
     )
     return path
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now; every run's server reuses it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server(NamedTuple):

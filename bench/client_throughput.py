@@ -38,7 +38,6 @@ import re
 import resource
 import shlex
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,8 @@ import time
 import urllib.request
 from importlib import metadata
 from pathlib import Path
+
+from pytest_llmreplay.plugin.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MOCK = ROOT / "tests" / "mockserver.py"
@@ -84,12 +85,6 @@ def write_tokenizer_folder(folder: Path) -> Path:
     }
     (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
     return folder
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(method: str, url: str, body: dict | None = None, timeout: float = 5.0) -> bytes:

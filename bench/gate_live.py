@@ -69,7 +69,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -86,6 +85,7 @@ from pytest_llmreplay import PromptFactory, ReplaySettings, Result, load_tokeniz
 from pytest_llmreplay.gate import baseline, history
 from pytest_llmreplay.gate.repeats import pool_records
 from pytest_llmreplay.plugin.options import OPTIONS
+from pytest_llmreplay.plugin.servers import free_port
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.target import Target, live_fingerprint
@@ -108,12 +108,6 @@ STARTUP_TIMEOUT_S = 900.0
 HISTORY_DEPTHS = (5, 10)  # earlier results the history gate reads (it needs at least 5)
 EARLIER_REPEAT = 3  # --llm-repeat's default until 2026-11-26, among the rows when --repeat allows
 PLUGIN_REPEAT = int(next(default for flag, _, _, default, _ in OPTIONS if flag == "--llm-repeat"))  # its default now
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def server_command(port: int, scratch: Path, extra: list[str]) -> str:

@@ -85,6 +85,7 @@ from sim_transfer_verdict import verdict_lines
 from pytest_llmreplay import PromptFactory, ReplaySettings, load_tokenizer
 from pytest_llmreplay.gate.baseline import KEY_TURNS
 from pytest_llmreplay.metrics.result import request_values
+from pytest_llmreplay.plugin.servers import free_port
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.sim.calibrate_run import (
@@ -314,14 +315,6 @@ def vllm(model: str, log_dir: Path) -> Iterator[tuple[ServerProcess, dict[str, s
     )
     with server:
         yield server, found
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def kv_tokens(log: Path) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+
+from pytest_llmreplay.plugin.servers import free_port as plugin_free_port
 
 CHAT_OVERHEAD = 3
 
@@ -246,12 +247,11 @@ def _event(obj: dict[str, Any]) -> bytes:
 
 
 def free_port() -> int:
-    """A port free at the time of the call (bound, read, closed), for a test that starts a server on
-    a port of its choosing; another process may take it meanwhile, so a test that needs an address
-    that refuses connections uses the ``refused_url`` fixture (conftest.py) instead."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free at the time of the call, for a test that starts a server on a port of its
+    choosing: the plugin's own choice for declared servers (below the ephemeral range, which
+    every other test's bind to port 0 draws from). A test that needs an address that refuses
+    connections uses the ``refused_url`` fixture (conftest.py) instead."""
+    return plugin_free_port()
 
 
 def gone(pid: int) -> bool:

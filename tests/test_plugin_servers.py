@@ -456,3 +456,33 @@ def test_a_declared_server_dies_with_a_pytest_run_stopped_by_ctrl_c_or_killed(pr
         run.wait()
         if pid is not None and not gone(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_declared_servers_port_is_drawn_below_the_ephemeral_range_where_no_bind_to_port_0_lands():
+    """The CI failure this prevents: a test's own listener, bound to port 0, got the port a
+    declared server had been given and was still starting on, and took its readiness probes."""
+    import socket
+
+    from pytest_llmreplay.plugin import servers
+
+    start = servers.ephemeral_start()
+    ports = {servers.free_port() for _ in range(20)}
+    assert all(start - servers.FREE_PORT_SPAN <= port < start for port in ports) and len(ports) > 1, ports
+    with socket.socket() as sock:  # free: it binds
+        sock.bind(("127.0.0.1", ports.pop()))
+    kernel = {socket.create_server(("127.0.0.1", 0)) for _ in range(20)}  # what bind to port 0 gives
+    try:
+        assert all(sock.getsockname()[1] >= start for sock in kernel)
+    finally:
+        for sock in kernel:
+            sock.close()
+
+
+def test_where_the_ephemeral_range_leaves_no_room_below_the_kernel_picks_the_port(monkeypatch, tmp_path):
+    from pytest_llmreplay.plugin import servers
+
+    real_start = servers.ephemeral_start()
+    (tmp_path / "range").write_text("2000\t65535\n")
+    monkeypatch.setattr(servers, "EPHEMERAL_PORTS", tmp_path / "range")
+    assert servers.ephemeral_start() == 2000
+    assert servers.free_port() >= real_start  # not one drawn below 2000: the kernel's own pick

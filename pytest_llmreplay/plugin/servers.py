@@ -117,11 +117,40 @@ def order_by_server(items: list[T], config_of: Callable[[T], ServerConfig | None
     return [items[index] for index in order]
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+FREE_PORT_SPAN = 10_000  # ports below the ephemeral range that free_port draws from
+
+
+def ephemeral_start() -> int:
+    """The first port of the kernel's ephemeral range (Linux's ``ip_local_port_range``; 32768,
+    the IANA and Linux default's start, where it cannot be read)."""
+    try:
+        return int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A loopback port free now (bound, read, closed): the command binds it a moment later."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port free now (bound, read, closed), which the command binds a moment later:
+    one of the :data:`FREE_PORT_SPAN` ports below the kernel's ephemeral range, at random. The
+    kernel hands out ports of that range to every bind to port 0 and every outgoing connection,
+    so another process could take one in the moment before the command binds it (a server
+    that takes seconds to start leaves a long moment); a port below the range is taken only by
+    a process that names it. Where the range starts too low to leave the span (or 50 draws
+    are all taken), a port the kernel picks."""
+    import random
+
+    end = ephemeral_start()
+    draw = random.Random()  # its own: a seeded global generator would give every process the same ports
+    candidates = [draw.randrange(end - FREE_PORT_SPAN, end) for _ in range(50)] if end - FREE_PORT_SPAN >= 1024 else []
+    for port in [*candidates, 0]:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise LLMReplayError("no free loopback port to start a declared server on")
 
 
 @dataclass
