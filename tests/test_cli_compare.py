@@ -51,6 +51,23 @@ def test_a_slower_ttft_is_a_regression_with_exit_1(write, capsys):
     assert "ttft.p50" in printed and "REGRESSION" in printed
 
 
+@pytest.mark.parametrize("side", ["A", "B"])
+def test_an_interrupted_result_is_shown_but_not_judged(write, capsys, side):
+    # a run or sweep stopped by a signal measured part of its workload (its result.json says
+    # "interrupted"): as the plugin's gate, compare shows it, judges nothing, and exits 2
+    a, b = record(seed=1), record(1.3, seed=2)
+    (a if side == "A" else b)["interrupted"] = "SIGINT"
+    status = main(["compare", write("a.json", a), write("b.json", b)])
+    printed = capsys.readouterr().out
+    assert status == 2
+    assert f"{side}: t, no commit, 2026-11-22T00:00:00+00:00, interrupted by SIGINT, endpoint: " in printed
+    assert "ttft.p50" in printed  # the table is shown
+    assert printed.rstrip().endswith(
+        f"not judged: {side} was interrupted and measured part of the workload; the comparison is shown, "
+        "its verdicts hold for no whole run (exit status 2: not comparable)"
+    )
+
+
 def test_allowed_change_from_the_command_line(write, capsys):
     status = main(
         [

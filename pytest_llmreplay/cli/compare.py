@@ -2,8 +2,9 @@
 a test at two commits) compared metric by metric. With ``--store`` the verdicts also come from
 the test's history, as the plugin's gate does: the results stored on A's first-parent history
 (A's own included, B's commit left out), through :func:`~pytest_llmreplay.gate.history.gate_with_history`
-once there are enough of them. Exit status 0 no regression, 1 a regression, 2 not comparable,
-3 bad input (:data:`COMPARE_BAD_INPUT`), 4 unstable (:data:`COMPARE_UNSTABLE`)."""
+once there are enough of them. Exit status 0 no regression, 1 a regression, 2 not comparable
+(a result file marked interrupted, which measured part of its workload, is compared and shown
+but not judged: 2 too), 3 bad input (:data:`COMPARE_BAD_INPUT`), 4 unstable (:data:`COMPARE_UNSTABLE`)."""
 
 from __future__ import annotations
 
@@ -96,8 +97,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if record.get("commit")
             else "no commit"
         )
+        stopped = f", interrupted by {record['interrupted']}" if record.get("interrupted") else ""
         print(
-            f"{name}: {record.get('test')}, {where}, {record.get('time')}, endpoint: {endpoint_text(record['fingerprint'])}"
+            f"{name}: {record.get('test')}, {where}, {record.get('time')}{stopped}, endpoint: {endpoint_text(record['fingerprint'])}"
         )
     comparison = compare(
         baseline, current, gated_tolerances(current, overrides), label=f"A ({source})", across_endpoints=True
@@ -106,6 +108,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         gate_with_history(comparison, current, history)
     print(comparison_table(comparison))
     if comparison.mismatch:
+        return 2
+    partial = [name for name, record in (("A", baseline), ("B", current)) if record.get("interrupted")]
+    if partial:  # as the plugin's gate: shown, never judged
+        print(
+            f"not judged: {' and '.join(partial)} {'was' if len(partial) == 1 else 'were'} interrupted and measured "
+            "part of the workload; the comparison is shown, its verdicts hold for no whole run (exit status 2: not comparable)"
+        )
         return 2
     if comparison.unstable:
         return COMPARE_UNSTABLE
@@ -145,7 +154,8 @@ def add_compare_parser(commands: Any) -> None:
         help="compare two stored results (baselines, reports, run --out)",
         description="Compare stored result B against A, metric by metric, with bootstrap intervals. "
         "Different endpoints (vLLM against SGLang) on the same workload and settings may be compared; "
-        "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable, 3 bad input, "
+        "the header says so. Exit status: 0 no regression, 1 a regression, 2 not comparable (or a side interrupted: "
+        "shown, not judged), 3 bad input, "
         "4 unstable (a side's runs disagree too much for a verdict).",
     )
     compare.add_argument(
