@@ -374,6 +374,10 @@ def test_progress_line_redraws_on_a_terminal_and_writes_plain_lines_to_a_log(tty
             "http://127.0.0.1: 80",
             "error: --endpoint: a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'\n",
         ),
+        (
+            "http://[::1",
+            "error: --endpoint: not a URL (Invalid IPv6 URL); expected http://host:port, got 'http://[::1'\n",
+        ),
     ],
 )
 def test_run_checks_the_endpoint_url_before_anything_is_sent(capsys, url, message):

@@ -351,12 +351,18 @@ def check_endpoint_url(url: str) -> str:
     """The base URL of the server ``url`` names (``http[s]://HOST[:PORT][/PREFIX]``, a trailing
     ``/v1`` dropped), or :class:`LLMReplayError` (reason only, the caller names its option) for a
     space, another scheme, no host, a port outside 1..65535, a query or fragment, or a route of
-    the API (``/v1/chat/completions``: the replay adds the route of each request itself)."""
+    the API (``/v1/chat/completions``: the replay adds the route of each request itself), and for
+    anything else that urllib or httpx cannot read as a URL (``http://[::1``)."""
     from urllib.parse import urlsplit
+
+    import httpx
 
     if re.search(r"\s", url):
         raise LLMReplayError(f"a space in the URL; expected http://host:port, got {url!r}")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise LLMReplayError(f"not a URL ({exc}); expected http://host:port, got {url!r}") from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise LLMReplayError(f"expected http://host:port (or https://), got {url!r}")
     try:
@@ -373,6 +379,10 @@ def check_endpoint_url(url: str) -> str:
         raise LLMReplayError(
             f"{url!r} names the route {route}; give the server's address, {base!r} (each request's route follows the API setting)"
         )
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise LLMReplayError(f"not a URL ({exc}); expected http://host:port, got {url!r}") from None
     return base_url(url)
 
 
