@@ -281,11 +281,11 @@ def key_figures(record: Mapping[str, Any], comparison: Comparison | None) -> dic
         metric, stat = key.split(".")
         value = summary.get(metric, {}).get(stat)
         if value is not None:
-            figures[f"llmreplay.{key.removesuffix('.value')}"] = round(float(value), 6)
+            figures[f"llmreplay.{key.removesuffix('.value')}"] = float(value)  # unrounded: the summary row formats it
     if (record.get("capacity") or {}).get("at_least"):
         figures["llmreplay.capacity.at_least"] = 1.0
     if comparison is not None:
         for row in comparison.rows:
             if row.change is not None:
-                figures[f"llmreplay.change.{row.key}"] = round(row.change, 6)
+                figures[f"llmreplay.change.{row.key}"] = row.change
     return figures
