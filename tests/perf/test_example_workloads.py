@@ -1,6 +1,6 @@
 """The example perf tests (the project's main job).
 
-They check what a perf test needs from its inputs (test_simulated_slos.py replays them): each
+They check what a perf test needs from its inputs (the spec files and test_*.py beside it replay them): each
 shipped workload loads and validates, and its prompts come out at exactly the planned token
 lengths, as text too, with the session's tokenizer, so the lengths a server sees are the trace's;
 generated prompts (hash blocks, synthetic) re-encode to the very same ids.
