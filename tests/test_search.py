@@ -15,7 +15,7 @@ from records import make, rec
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate.history import t_quantile
 from pytest_llmreplay.metrics.result import stats
-from pytest_llmreplay.metrics.slo import parse_slos
+from pytest_llmreplay.metrics.slo import Check, parse_slos
 from pytest_llmreplay.metrics.units import format_figure, format_value, significant
 from pytest_llmreplay.replayer.plan import ReplaySettings
 from pytest_llmreplay.report.html import load_curve_section
@@ -383,6 +383,29 @@ def test_a_point_keeps_its_commonest_errors_with_its_figures():
     assert list(point.errors(most=1)) == ["http: HTTP 500: boom"]
     clean = Point(4.0, "bisect", ReplaySettings(mode="concurrency", concurrency=4), make(records[-1:]), [], 1.0)
     assert clean.figures()["errors"] == {}
+
+
+def test_the_headline_says_where_a_capacity_below_its_offered_load_was_carried():
+    # the capacity is the rate carried (here 9 of 10 offered, no ceiling: over 80% carried) and the
+    # bracket's top a load offered: the line says both, so "within the 5% resolution" of a bracket
+    # [9, 10.4] is no contradiction
+    from pytest_llmreplay.search.outcome import Capacity
+
+    plan = CapacityPlan(by="rate", slo=SLO)
+    rate = ReplaySettings(mode="rate", rate=10.0)
+    run = make([rec(0, sent=0.1, chunks=((0.2, 1),), end=0.3)])
+    failing = Check(parse_slos({"ttft.p90": "< 1ms"})[0], 0.1, -0.099, False)
+    points = [Point(10.0, "low", rate, run, [], 9.0), Point(10.4, "high", rate, run, [failing], 10.3)]
+    found = Capacity(plan, rate, points, "bracket within the 5% resolution")
+    assert found.low == 9.0 and found.high == 10.4 and not found.ceiling
+    assert found.headline() == (
+        "capacity (rate): 9 req/s (carried at 10 req/s offered: the search's resolution is between loads offered), "
+        "bracket [9, 10.4], 2 runs; bracket within the 5% resolution"
+    )
+    points[0] = Point(10.0, "low", rate, run, [], 10.0)  # carried all it was offered: nothing to add
+    assert Capacity(plan, rate, points, "bracket within the 5% resolution").headline() == (
+        "capacity (rate): 10 req/s, bracket [10, 10.4], 2 runs; bracket within the 5% resolution"
+    )
 
 
 def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):

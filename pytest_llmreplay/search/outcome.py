@@ -338,7 +338,16 @@ class Capacity:
                 f"{len(self.points)} runs; {self.reason}"
             )
         high = "-" if self.high is None else f"{self.high:.4g}"
-        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, bracket [{self.low:.4g}, {high}], {len(self.points)} runs; {self.reason}"
+        point = self.at_capacity
+        offered = (
+            f" (carried at {point.load:.4g}{unit} offered: the search's resolution is between loads offered)"
+            if point.passed and not point.estimate and point.credited < point.load and not self.ceiling
+            else ""  # a ceiling's reason says it already
+        )
+        return (
+            f"capacity ({self.plan.by}): {self.low:.4g}{unit}{offered}, bracket [{self.low:.4g}, {high}], "
+            f"{len(self.points)} runs; {self.reason}"
+        )
 
 
 def _fmt(value: float | None) -> str:
