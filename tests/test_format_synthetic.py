@@ -158,8 +158,7 @@ def test_uniform_is_inclusive():
         (7, 7),
         ({"dist": "fixed", "value": 7}, 7),
         (7.6, 8),
-        (0, 1),
-        ({"dist": "fixed", "value": 0}, 1),
+        (0.6, 1),
         ({"dist": "fixed", "value": 50, "max": 20}, 20),
     ],
 )
@@ -318,6 +317,21 @@ BAD = {
         {"input_tokens": {"dist": "normal", "mean": 5, "std": -1}},
         "synthetic.input_tokens.std",
         "must be a number >= 0, got -1",
+    ),
+    "no turn": (
+        {"turns": {"dist": "uniform", "min": 0, "max": 0}},
+        "synthetic.turns",
+        "gives at most 0; expected at least 1 turn per session",
+    ),
+    "no output token": (
+        {"output_tokens": 0},
+        "synthetic.output_tokens",
+        "expected at least 1 output token per request",
+    ),
+    "clamped below one": (
+        {"input_tokens": {"dist": "normal", "mean": 5, "std": 1, "max": 0.4}},
+        "synthetic.input_tokens",
+        "gives at most 0.4; expected at least 1 prompt token per request",
     ),
     "param string": (
         {"delay": {"dist": "uniform", "min": "0", "max": 1}},

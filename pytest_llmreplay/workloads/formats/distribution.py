@@ -36,6 +36,13 @@ class Distribution:
     low: float | None = None
     high: float | None = None
 
+    def highest(self) -> float:
+        """The largest value it can give: a fixed value, a uniform's max, else its ``max`` clamp
+        (infinite without one)."""
+        p = dict(self.params)
+        top = p["value"] if self.dist == "fixed" else p["max"] if self.dist == "uniform" else math.inf
+        return min(top, self.high) if self.high is not None else top
+
     def sample(self, rng: np.random.Generator, size: int, *, integer: bool, minimum: int = 1) -> np.ndarray:
         """``size`` draws, clamped to [low, high]; integers are rounded and at least ``minimum``,
         other values at least 0."""

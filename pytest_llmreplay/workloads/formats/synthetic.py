@@ -18,7 +18,7 @@ In code, ``generate(SyntheticSpec(...))``; as a file, a YAML or JSON spec under 
 A length is an integer or a distribution: ``{dist: fixed, value}``, ``{dist: uniform, min, max}``
 (inclusive), ``{dist: normal, mean, std}`` or ``{dist: lognormal, mean, std}`` (mean and std of
 the lengths themselves), each with optional ``min``/``max`` clamps; lengths are rounded and at
-least 1. ``delay`` takes the same forms in seconds (>= 0, not rounded). Turn 1 of a session has
+least 1 (a length or turn count that can never round to 1 or more is an error). ``delay`` takes the same forms in seconds (>= 0, not rounded). Turn 1 of a session has
 ``first_input_tokens`` tokens (default: drawn from ``input_tokens``), its first ``floor(shared_prefix_ratio * input)`` from the session's
 prefix group (groups drawn uniformly); turn k > 1 extends turn k-1 by ``input_tokens`` new tokens.
 Without ``rate`` or ``interval`` the workload is untimed (replayed by concurrency).
@@ -110,6 +110,17 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
             (spec.delay, "delay"),
         )
     )
+    for given, name, what in (
+        (inputs_d, "input_tokens", "prompt token"),
+        (outputs_d, "output_tokens", "output token"),
+        (turns_d, "turns", "turn"),
+    ):
+        if given.highest() <= 0.5:  # counts are rounded (half to even) and raised to 1: none would silently be 1
+            raise WorkloadError(
+                f"gives at most {given.highest():g}; expected at least 1 {what} per {'session' if name == 'turns' else 'request'}",
+                field=f"synthetic.{name}",
+                path=source,
+            )
 
     first_d, thought_d = (
         parse_distribution(value, f"synthetic.{name}", where) if value is not None else None
