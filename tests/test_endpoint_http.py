@@ -223,6 +223,11 @@ def test_bad_api_or_url_is_refused():
         ("http://127.0.0.1:http", "invalid port 'http' in 'http://127.0.0.1:http'; expected 1 to 65535"),
         ("http://127.0.0.1: 80", "a space in the URL; expected http://host:port, got 'http://127.0.0.1: 80'"),
         ("ftp://127.0.0.1:21", "expected http://host:port (or https://), got 'ftp://127.0.0.1:21'"),
+        (
+            "http://user:pw@127.0.0.1:8000",
+            "a user name or password in the URL (user:***@); expected http://host:port (an API key is read from an "
+            "environment variable: --api-key-env / --llm-api-key-env NAME)",
+        ),
         ("http://[::1", "not a URL (Invalid IPv6 URL); expected http://host:port, got 'http://?::1'"),
         ("http://[::1]x:80", "not a URL (Invalid port: 'x:80'); expected http://host:port, got 'http://?::1?x:80'"),
         ("http://", "expected http://host:port (or https://), got 'http://'"),

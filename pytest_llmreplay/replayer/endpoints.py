@@ -350,7 +350,7 @@ ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/chat/comple
 def check_endpoint_url(url: str) -> str:
     """The base URL of the server ``url`` names (``http[s]://HOST[:PORT][/PREFIX]``, a trailing
     ``/v1`` dropped), or :class:`LLMReplayError` (reason only, the caller names its option) for a
-    space, another scheme, no host, a port outside 1..65535, a query or fragment, or a route of
+    space, another scheme, no host, a user name or password, a port outside 1..65535, a query or fragment, or a route of
     the API (``/v1/chat/completions``: the replay adds the route of each request itself), and for
     anything else that urllib or httpx cannot read as a URL (``http://[::1``)."""
     from urllib.parse import urlsplit
@@ -365,6 +365,11 @@ def check_endpoint_url(url: str) -> str:
         raise LLMReplayError(f"not a URL ({exc}); expected http://host:port, got {url!r}") from None
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise LLMReplayError(f"expected http://host:port (or https://), got {url!r}")
+    if parts.username is not None or parts.password is not None:
+        raise LLMReplayError(
+            f"a user name or password in the URL ({parts.username or ''}{':***' if parts.password else ''}@); expected http://host:port "
+            "(an API key is read from an environment variable: --api-key-env / --llm-api-key-env NAME)"
+        )
     try:
         port = parts.port
     except ValueError:
