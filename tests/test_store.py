@@ -276,6 +276,11 @@ def test_open_store_kinds(tmp_path):
             "git:https://***@git.example.com/x.git#refs/x: a password in the URL; give credentials to git",
         ),
         ("git:#refs/x", "git:#refs/x: expected git:REMOTE#REF"),
+        (
+            "s3:/bucket/x",
+            "s3:bucket/x: s3: without //; expected s3://bucket/x (a folder whose name starts s3: is written ./ first)",
+        ),
+        ("s3:/KEY:s3cr3t@bucket/x", "s3:***@bucket/x: s3: without //; expected s3://***@bucket/x"),
         ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of"),
     ],
 )

@@ -27,8 +27,8 @@ EXTRAS = {
 def open_store(text: str, rootdir: str | Path) -> Store:
     """The store ``text`` names: ``git:REMOTE#REF``, ``SCHEME://...`` (``file://`` a folder, any
     other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
-    (:meth:`Store.check` does that); an empty ``text``, an unknown scheme, a missing extra or a
-    password in the URL is an :class:`LLMReplayError`."""
+    (:meth:`Store.check` does that); an empty ``text``, an unknown scheme, a store scheme without
+    its ``//`` (``s3:/x``), a missing extra or a password in the URL is an :class:`LLMReplayError`."""
     if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
         raise LLMReplayError("empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX")
     rootdir = Path(rootdir)
@@ -38,6 +38,14 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     if re.match(r"(?i)file:", text):
         return FolderStore(file_url_path(text))
     if match is None:
+        typo = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):/*(?!/)", text)
+        if typo is not None and typo.group(1).lower() in (*EXTRAS, "memory", "http", "https"):
+            scheme = typo.group(1)  # s3:/x or s3:x: a URL with a slash missing, not a folder named "s3:"
+            suggested = redact(f"{scheme}://{text[typo.end() :]}")
+            raise LLMReplayError(
+                f"{suggested.replace('://', ':', 1)}: {scheme}: without //; expected {suggested} "
+                f"(a folder whose name starts {scheme}: is written ./ first)"
+            )
         return FolderStore(Path(rootdir, text))
     scheme = match.group(1).lower()
     refuse_password(text, text, "in the environment (the back-end's own variables)")
