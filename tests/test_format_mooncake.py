@@ -414,3 +414,15 @@ def test_literal_payload_with_a_bad_field_the_replay_reads_names_it(tmp_path, ro
     with pytest.raises(WorkloadError) as info:
         load_workload(path)
     assert str(info.value) == f"{path}:1: {message}"
+
+
+@pytest.mark.parametrize(
+    ("bad", "where"),
+    [
+        ('{"timestamp": 5, "input_length": 100', "Expecting ',' delimiter (column 37, the end of the line)"),
+        ('{"timestamp": 5, "input_length": }', "Expecting value (column 34)"),
+    ],
+)
+def test_invalid_json_names_the_column_on_the_line(tmp_path, bad, where):
+    # a line cut short: json reads on into its newline and says column 1 of a line that is not there
+    assert_error(tmp_path, [ROW, bad], 2, None, f"invalid JSON: {where}")

@@ -47,7 +47,9 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     path=path,
                     line=number,
                 ) from None
-            raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=number) from None
+            end = len(text.rstrip("\r\n"))  # json reads past the line's end into its newline: a line cut short
+            where = f"column {exc.colno}" if exc.pos < end else f"column {end + 1}, the end of the line"
+            raise WorkloadError(f"invalid JSON: {exc.msg} ({where})", path=path, line=number) from None
         if not isinstance(value, dict):
             raise WorkloadError(f"expected a JSON object, got {type_name(value)}", path=path, line=number)
         yield number, value
