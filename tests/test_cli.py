@@ -386,6 +386,16 @@ def test_run_checks_the_endpoint_url_before_anything_is_sent(capsys, url, messag
     assert code != 0 and err == message  # one line, and the server command was never started
 
 
+def test_an_error_of_a_file_read_with_format_names_the_format(capsys):
+    # the format may be the mistake: the line says how the file was read, as pytest's does
+    workload = Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    code, _, err = run(capsys, "run", str(workload), "--format", "mooncake", "--sim", "llama-3.1-8b-h100")
+    assert code == 3
+    assert (
+        err == f"error: {workload}:1: invalid JSON: Expecting value (column 1) (read as 'mooncake', as --format says)\n"
+    )
+
+
 @pytest.mark.parametrize(
     "body", ['{"min_tokens": 2, "min_tokens": 8}', '{"sampling": {"min_tokens": 2, "min_tokens": 8}}']
 )

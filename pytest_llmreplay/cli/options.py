@@ -25,7 +25,8 @@ MIN_BAND_DRAWS = 10  # --band: the 10th-90th percentile of fewer draws is their 
 
 def load_workload_file(args: argparse.Namespace, path: str):
     """``path`` loaded with ``--format`` and ``--block-size``; the block size goes only to formats
-    that take one (``validate --block-size 16 *.jsonl`` checks a mix), with a warning for the others."""
+    that take one (``validate --block-size 16 *.jsonl`` checks a mix), with a warning for the others.
+    An error of a file read with ``--format`` says so (the format may be the mistake)."""
     from ..workloads.formats import detect_format, load_workload, loader_options
 
     options: dict[str, Any] = {}
@@ -38,7 +39,12 @@ def load_workload_file(args: argparse.Namespace, path: str):
                 f"warning: {path}: --block-size does not apply to format {name!r} (only to hash-id traces: mooncake); ignored",
                 file=sys.stderr,
             )
-    return load_workload(path, format=args.format, **options)
+    try:
+        return load_workload(path, format=args.format, **options)
+    except LLMReplayError as exc:
+        if args.format is None:
+            raise
+        raise LLMReplayError(f"{exc} (read as {args.format!r}, as --format says)") from None
 
 
 def open_store_option(option: str, text: str, writing: bool) -> Any:
