@@ -252,7 +252,7 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     ]
     others = len(perf) - len(declared)
     rest = (
-        ""
+        "; the session's endpoint above serves none of them"
         if others <= 0
         else "; the other perf test runs on the session's endpoint above"
         if others == 1
