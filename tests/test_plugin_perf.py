@@ -1069,6 +1069,18 @@ def test_bad_toml_spec_file_is_a_collection_error(project, text):
     no_traceback(result)
 
 
+def test_a_key_given_twice_in_a_toml_spec_file_shows_its_line(project):
+    # tomllib's message names no key ("Cannot overwrite a value"): the line it points at does
+    path = project.path / "twice.llmreplay.toml"
+    path.write_text('workload = "wl.yaml"\nconcurrency = 2\nconcurrency = 4\n')
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [f"{path}: not valid TOML: Cannot overwrite a value (at line 3, column 16): `concurrency = 4`"]
+    )
+    no_traceback(result)
+
+
 # ------------------------------------------------------------------------ endpoint fixtures
 
 

@@ -29,6 +29,7 @@ in one mapping is an error naming its line: ``formats._yaml``) and TOML with ``t
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -223,7 +224,7 @@ def read_spec_file(path: Path) -> Any:
             try:
                 return tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
-                raise LLMReplayError(f"not valid TOML: {exc}") from None
+                raise LLMReplayError(f"not valid TOML: {exc}{toml_line_shown(str(exc), text)}") from None
             except RecursionError:
                 raise LLMReplayError(f"not valid TOML: {too_deep()}") from None
     from ..workloads.formats._yaml import YamlProblem, load_yaml
@@ -234,3 +235,13 @@ def read_spec_file(path: Path) -> Any:
         column = f", column {exc.column}" if exc.column is not None else ""
         where = f"line {exc.line}{column}: " if exc.line is not None else ""
         raise LLMReplayError(f"{where}not valid YAML: {exc.reason}") from None
+
+
+def toml_line_shown(message: str, text: str) -> str:
+    """``: `LINE` `` for the line a tomllib message points at (``(at line N, column M)``; its error
+    names no key, so a key given twice reads ``Cannot overwrite a value``), else nothing."""
+    found = re.search(r"\(at line (\d+), column \d+\)", message)
+    lines = text.splitlines()
+    if found is None or not 1 <= int(found.group(1)) <= len(lines):
+        return ""
+    return f": `{lines[int(found.group(1)) - 1].strip()[:120]}`"
