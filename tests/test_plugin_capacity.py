@@ -320,7 +320,10 @@ def test_a_capacity_by_rate_is_never_above_the_throughput_its_point_achieved(cap
     )
     assert all(min(p["load"], p["carried"]) <= capacity["rate"] for p in capacity["points"] if p["passed"])
     shown = format_value("request_throughput", capacity["rate"])
-    result.stdout.fnmatch_lines([f"test_cap.py::test_capacity*passed* {shown}", f"capacity.rate*>= 1 req/s*{shown}*ok"])
+    result.stdout.fnmatch_lines(
+        [f"test_cap.py::test_capacity*passed* {shown} (ceiling)", f"capacity.rate*>= 1 req/s*{shown}*ok"]
+    )  # the summary row says ceiling without -v's reason line
+    assert capacity["ceiling"] is True
 
 
 def test_a_multi_turn_capacity_is_in_sessions_per_second_everywhere(capacity_project):
@@ -350,8 +353,9 @@ def test_a_multi_turn_capacity_is_in_sessions_per_second_everywhere(capacity_pro
     assert value > 0 and "rate" not in record["summary"]["capacity"]
     shown = format_figure("capacity.session_rate", value)
     assert shown.endswith(" sessions/s")
+    ceiling = " (ceiling)" if record["capacity"]["ceiling"] else ""
     result.stdout.fnmatch_lines(
-        [f"test_cap.py::test_capacity*passed* {shown}", f"capacity.session_rate*>= 0.5 sessions/s*{shown}*ok"]
+        [f"test_cap.py::test_capacity*passed* {shown}{ceiling}", f"capacity.session_rate*>= 0.5 sessions/s*{shown}*ok"]
     )
     junit = re.search(
         r'name="llmreplay.capacity.session_rate" value="([0-9.]+)"', (capacity_project.path / "out.xml").read_text()

@@ -272,7 +272,8 @@ def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
 
 def key_figures(record: Mapping[str, Any], comparison: Comparison | None) -> dict[str, float]:
     """``llmreplay.<metric>.<stat>`` -> value for the headline metrics of the stored ``record``,
-    ``llmreplay.capacity.at_least`` (1) when its capacity search found no failing load, and each
+    ``llmreplay.capacity.at_least`` (1) when its capacity search found no failing load,
+    ``llmreplay.capacity.ceiling`` (1) when its capacity is a ceiling (the rate carried), and each
     compared metric's change (``llmreplay.change.<key>``): what CI dashboards read from JUnit XML
     and the terminal summary shows."""
     summary = record["summary"]
@@ -284,6 +285,8 @@ def key_figures(record: Mapping[str, Any], comparison: Comparison | None) -> dic
             figures[f"llmreplay.{key.removesuffix('.value')}"] = float(value)  # unrounded: the summary row formats it
     if (record.get("capacity") or {}).get("at_least"):
         figures["llmreplay.capacity.at_least"] = 1.0
+    if (record.get("capacity") or {}).get("ceiling"):
+        figures["llmreplay.capacity.ceiling"] = 1.0
     if comparison is not None:
         for row in comparison.rows:
             if row.change is not None:

@@ -185,7 +185,8 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
     def capacity(figures: Mapping[str, float]) -> str:
         at_least = "at least " if figures.get("llmreplay.capacity.at_least") else ""
         stat = next((s for s in CAPACITY_STATS if f"llmreplay.capacity.{s}" in figures), "concurrency")
-        return at_least + format_figure(f"capacity.{stat}", figures.get(f"llmreplay.capacity.{stat}"))
+        ceiling = " (ceiling)" if figures.get("llmreplay.capacity.ceiling") else ""  # the rate carried: -v says why
+        return at_least + format_figure(f"capacity.{stat}", figures.get(f"llmreplay.capacity.{stat}")) + ceiling
 
     runs = [
         (run, outcome, figures)

@@ -272,7 +272,8 @@ class Capacity:
 
     def as_dict(self) -> dict[str, Any]:
         """The search as stored beside the result: plan, capacity, bracket, ``at_least`` (no
-        upper bound found and the capacity no ceiling), ``upper_bound_found`` (a failing load
+        upper bound found and the capacity no ceiling), ``ceiling`` (the capacity is the rate its
+        point carried, the workload too short for its rate), ``upper_bound_found`` (a failing load
         above the capacity: else the bracket's ``high`` is only the capacity repeated), reason,
         ``interrupted`` (the signal that stopped the search, or None), the points run at their
         load and the estimates."""
@@ -280,6 +281,7 @@ class Capacity:
             "plan": self.plan.as_dict(),
             **self.figures(),
             "at_least": self.at_least,
+            "ceiling": self.ceiling,
             "upper_bound_found": self.high is not None,
             "rate_unit": self.rate_unit,
             "reason": self.reason,
