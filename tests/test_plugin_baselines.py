@@ -240,6 +240,16 @@ def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(
     points = history_points(FolderStore(project.path / ".llmreplay"), TEST_ID, [head(project.path)]).points
     assert [point["summary"]["ttft"] for _, point in points] == [json.loads(complete.read_text())["summary"]["ttft"]]
 
+    complete.unlink()  # only the interrupted one left: the line says it was passed over, and why
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "Compared with *: no complete stored result of this test there or in its 0 ancestors; passed over 1 "
+            "interrupted one (part of the workload each: never a baseline) (save one with --llm-save)"
+        ]
+    )
+
 
 @pytest.mark.parametrize("bad", ["{garbage", "truncated", "samples null"])
 def test_an_unreadable_newest_result_is_skipped_and_the_gate_still_fails(project, bad):

@@ -213,8 +213,15 @@ class Gate:
         skipped = newest.skipped_line()
         if newest.record is None:
             readable = "readable " if skipped else ""
+            passed_over = (
+                f"; passed over {newest.interrupted} interrupted one{'s' if newest.interrupted != 1 else ''} (part of "
+                "the workload each: never a baseline)"
+                if newest.interrupted
+                else ""
+            )
             return (
-                f"Compared with {label}: no {readable}stored result of this test there or in its {len(commits) - 1} ancestors (save one with --llm-save)"
+                f"Compared with {label}: no {readable}{'complete ' if newest.interrupted else ''}stored result of this test there or in its "
+                f"{len(commits) - 1} ancestors{passed_over} (save one with --llm-save)"
                 + (f"\n{skipped}" if skipped else "")
             )
         assert newest.key is not None  # found with its record
