@@ -82,15 +82,22 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+USAGE_LINES = 3  # argparse's usage longer than this hides the error: a short one instead
+
+
 class CommandParser(argparse.ArgumentParser):
     """argparse's parser, whose usage errors exit with the command's ``bad_input_status`` default
-    where it sets one (argparse's message and 2 otherwise)."""
+    where it sets one (2 otherwise), after argparse's usage (a command with so many options that
+    it runs past :data:`USAGE_LINES` lines: one line naming its arguments and ``--help``) and
+    message."""
 
     def error(self, message: str) -> NoReturn:
-        try:
-            super().error(message)  # prints the usage and the message, exits 2
-        except SystemExit:
-            raise SystemExit(self.get_default("bad_input_status") or 2) from None
+        usage = self.format_usage()
+        if usage.count("\n") > USAGE_LINES:  # the message would scroll behind every option
+            arguments = [str(a.metavar or a.dest.upper()) for a in self._actions if not a.option_strings]
+            usage = f"usage: {' '.join([self.prog, *arguments])} [options] (each option: {self.prog} --help)\n"
+        sys.stderr.write(usage)
+        self.exit(self.get_default("bad_input_status") or 2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
