@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sim_transfer import CALIBRATIONS, FITTED_STATISTICS, WORKLOADS, light_workload, read_runs
+from sim_transfer import WORKLOADS, light_workload, read_runs
+from sim_transfer_calibrations import BEST_WIDTH_512, CALIBRATIONS, FITTED_STATISTICS
 from sim_transfer_parts import measured_parts
 
 from pytest_llmreplay import PromptFactory, load_tokenizer
@@ -47,7 +48,7 @@ from pytest_llmreplay.workloads.formats.synthetic import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FOLDER = ROOT / "bench" / "results" / "sim_transfer_2026-11-27-deep-2-bf16"
-CALIBRATION = CALIBRATIONS[-1]  # small+shallow, light+chat, layers+admission, front end from vLLM's split
+CALIBRATION = next(c for c in CALIBRATIONS if c[0] == BEST_WIDTH_512)  # the transfer's best on small and shallow
 DRAWS = 40
 UNCERTAIN = ("mfu", "mbu", "overhead_ms", "frontend_ms")  # the fitted parameters the band may draw
 FIGURES = {

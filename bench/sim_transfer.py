@@ -37,14 +37,9 @@ The parts (issue 36): "shallow" (the small one's width, 2 layers, 8.1 M paramete
 host's cost per layer from its cost per step; ``light`` (:func:`light_workload`: one request at a
 time, short prompts) pins the front end; vLLM's own histograms (:data:`SERVER_HISTOGRAMS`), read
 around every run, split its TTFT into queue, prefill and front end (sim_transfer_parts.py).
-The calibrations (:data:`CALIBRATIONS`): the three parameters on one loaded run of small (what
-``calibrate --from-run`` did before), with the front end and the light run, and on small and
-shallow together with ``layer_overhead_ms`` (the front end fitted, or set beforehand to vLLM's
-own split of the light runs), with ``admission_overhead_ms`` too (the set-up of a new request:
-at these loads the client's figures pin only its sum with the front end); every profile takes the
-median of the servers' micro-benchmarks (one machine), the loss the p50s and means
-(:data:`FITTED_STATISTICS`). No calibration sees "tiny" or "deep" (the small one's width, 8
-layers, 26.2 M); each ends with their verdict (sim_transfer_verdict.py).
+The calibrations: ``sim_transfer_calibrations.py``; every profile takes the median of the
+servers' micro-benchmarks (one machine). Each ends with its verdict on the models it did not see
+(sim_transfer_verdict.py); "deep" is the small one's width with 8 layers, 26.2 M.
 
 Workloads (:data:`WORKLOADS`), light enough for the small model on one core (measured here: a
 384-token prefill takes 1.3 s, a decode step 14 ms): ``chat``, 60 single requests at 0.6 req/s
@@ -79,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sim_transfer_calibrations import CALIBRATIONS, FITTED_STATISTICS
 from sim_transfer_parts import PARTS_HEADER, measured_parts, parts_rows, simulated_parts
 from sim_transfer_verdict import verdict_lines
 
@@ -89,7 +85,6 @@ from pytest_llmreplay.plugin.servers import free_port
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.server_process import ServerProcess
 from pytest_llmreplay.sim.calibrate_run import (
-    ENGINE_PARAMETERS,
     STATISTICS,
     FitRun,
     calibrate_from_runs,
@@ -142,41 +137,6 @@ SERVER_HISTOGRAMS = (
     "request_time_per_output_token_seconds",
     "iteration_tokens_total",
 )  # vLLM's own per-request parts (vllm/v1/metrics/loggers.py, stats.py): sums and counts per run
-FITTED_STATISTICS = tuple(key for key in STATISTICS if key[1] in ("p50", "mean"))
-# the loss leaves out TTFT's and TPOT's p10 and p90: on this shared 2-core machine the client and
-# vLLM's API server share a core with other work, and a starved client reads tokens in bursts
-# (TPOT p10 under 0.1 ms, where vLLM's own step is 3 ms or more: +3,000% to +60,000% errors
-# that no timing value can fit)
-CALIBRATIONS = (
-    ("small-chat", (("small", "chat"),), ENGINE_PARAMETERS, False),  # one loaded run, as calibrate did before
-    ("small-agent", (("small", "agent"),), ENGINE_PARAMETERS, False),
-    ("small-light-chat+frontend", (("small", "light"), ("small", "chat")), (*ENGINE_PARAMETERS, "frontend_ms"), False),
-    (
-        "small+shallow-light-chat+frontend+layers",
-        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
-        (*ENGINE_PARAMETERS, "layer_overhead_ms", "frontend_ms"),
-        False,
-    ),
-    (
-        "small+shallow-light-chat+layers+admission+frontend",
-        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
-        (*ENGINE_PARAMETERS, "layer_overhead_ms", "admission_overhead_ms", "frontend_ms"),
-        False,
-    ),
-    (
-        "small+shallow-light-chat+layers, front end from vLLM's split",
-        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
-        (*ENGINE_PARAMETERS, "layer_overhead_ms"),
-        True,
-    ),
-    (
-        "small+shallow-light-chat+layers+admission, front end from vLLM's split",
-        (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat")),
-        (*ENGINE_PARAMETERS, "layer_overhead_ms", "admission_overhead_ms"),
-        True,
-    ),
-)  # (name, the (model, workload) pairs whose run 1 is fitted, the parameters fitted, whether the
-# profiles' frontend_ms is set beforehand to vLLM's own split of the fitted models' light runs 1)
 MICRO_BENCHMARK = r"""
 import json, os, statistics, time, torch
 os.sched_setaffinity(0, {%(core)d}); torch.set_num_threads(1)
