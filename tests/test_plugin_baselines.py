@@ -281,13 +281,17 @@ def test_an_unreadable_newest_result_is_skipped_and_the_gate_still_fails(project
     result = project.runpytest(
         "--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare", "--llm-fail-on-regression"
     )
-    result.assert_outcomes(passed=1)  # nothing readable is left to compare with: said, as with no stored result
-    result.stdout.fnmatch_lines(
-        [
-            "Compared with *: no readable stored result of this test there *",
-            f"skipped 1 unreadable stored result: {corrupt}: *",
-        ]
-    )
+    # nothing readable is left to compare with: the gate cannot run, which fails the test that
+    # asked for it (it passed: a corrupt store turned the gate off, exit status 0)
+    result.assert_outcomes(failed=1)
+    lines = [
+        "Compared with *: no readable stored result of this test there *",
+        f"skipped 1 unreadable stored result: {corrupt}: *",
+    ]
+    result.stdout.fnmatch_lines([*lines, f"FAILED {TEST_ID} - Failed: Compared with *"])
+    result = project.runpytest("--llm-offline", "--llm-sim-profile", "slow.json", "--llm-compare")
+    result.assert_outcomes(passed=1)  # without --llm-fail-on-regression nothing fails: said, as with no stored result
+    result.stdout.fnmatch_lines(lines)
 
 
 def test_ini_fail_on_regression(project):

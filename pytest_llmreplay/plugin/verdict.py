@@ -8,7 +8,8 @@ confirms or vetoes each call of the bootstrap: :mod:`~pytest_llmreplay.gate.hist
 ``--llm-summary-md`` and ``$GITHUB_STEP_SUMMARY``: ``records_dir``; with ``--llm-compare`` the report's record also holds ``history``, each gated
 figure over those earlier results and this run with its change points,
 :func:`~pytest_llmreplay.gate.history.trend`, which the HTML report plots); then fail the test if an SLO is breached, or a regression was called and
-``--llm-fail-on-regression`` is on, or the result could not be saved. The report's record
+``--llm-fail-on-regression`` is on (and then also when stored results exist but none could be
+read: the gate could not run), or the result could not be saved. The report's record
 holds ``failed_by`` when the test fails for a reason other than a breached SLO (those three, or
 its own body raising after it measured), so its headline says FAIL as pytest does. The checks the test body made with ``Result.assert_slo`` are
 stored and shown with the run's own SLOs, but do not decide here (a breach already raised). The
@@ -93,6 +94,16 @@ class PerfRun:
         return [*self.earlier, self.result]
 
 
+@dataclass(frozen=True)
+class NotCompared:
+    """Why a test was not compared; ``unreadable``: stored results exist but none could be read
+    (or the store could not be listed), so the gate could not run, which fails the test under
+    ``--llm-fail-on-regression`` (a corrupt store never passes a regression silently)."""
+
+    text: str
+    unreadable: bool = False
+
+
 @dataclass
 class Outcome:
     """``text``: every table of the run; ``baseline_text``: its comparison and where it was saved."""
@@ -157,7 +168,7 @@ class Gate:
         found = self._compare(run, record, earlier) if earlier is not None else None
         comparison = found if isinstance(found, Comparison) else None
         # its table; else None, or why there is none
-        compared_text = comparison_table(found) if isinstance(found, Comparison) else found
+        compared_text = comparison_table(found) if isinstance(found, Comparison) else found.text if found else None
         baseline_blocks = [compared_text] if compared_text else []
         failures, failed_by = (
             [],
@@ -173,6 +184,9 @@ class Gate:
         if not interrupted:  # a partial result is reported, never judged
             if not all(c.passed for c in checks):
                 failures.append(breach_table(checks))
+            if isinstance(found, NotCompared) and found.unreadable and self.fail_on_regression:
+                failures.append(found.text)  # the gate could not run: never a silent pass
+                failed_by.append("no readable stored result to gate against (--llm-fail-on-regression)")
             if comparison is not None:
                 assert compared_text is not None  # the comparison's table
                 if self.fail_on_regression and comparison.regressions:
@@ -203,13 +217,13 @@ class Gate:
         window = TREND_WINDOW if self.report_dir is not None else HISTORY_WINDOW
         return history_points(self.store, run.test, self.history[1], like=record, limit=window)
 
-    def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | str:
+    def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | NotCompared:
         assert self.history is not None  # there are earlier results only with a reference (_earlier)
         label, commits = self.history
         try:
             newest = self.store.newest_complete(run.test, commits)
         except LLMReplayError as exc:  # the store could not be listed
-            return f"Compared with {label}: cannot read the stored results ({exc})"
+            return NotCompared(f"Compared with {label}: cannot read the stored results ({exc})", unreadable=True)
         skipped = newest.skipped_line()
         if newest.record is None:
             readable = "readable " if skipped else ""
@@ -219,10 +233,11 @@ class Gate:
                 if newest.interrupted
                 else ""
             )
-            return (
+            return NotCompared(
                 f"Compared with {label}: no {readable}{'complete ' if newest.interrupted else ''}stored result of this test there or in its "
                 f"{len(commits) - 1} ancestors{passed_over} (save one with --llm-save)"
-                + (f"\n{skipped}" if skipped else "")
+                + (f"\n{skipped}" if skipped else ""),
+                unreadable=bool(skipped),
             )
         assert newest.key is not None  # found with its record
         stored_at = f"{label}, stored {newest.key.rsplit('/', 1)[-1][:12]} {newest.record.get('time')}"
