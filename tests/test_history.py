@@ -18,6 +18,7 @@ from pytest_llmreplay.gate.history import (
     History,
     gate_with_history,
     history_points,
+    last_step,
     metric_series,
     prediction_t,
     t_quantile,
@@ -75,6 +76,35 @@ def test_history_spread_suppresses_a_false_alarm_that_one_run_per_side_raises():
     comparison = Comparison("base", rows=[row(0.30)])
     gate_with_history(comparison, record(float(np.mean(spread)) * 1.30), History([("c", record(v)) for v in spread]))
     assert comparison.rows[0].verdict == "regression"
+
+
+def test_an_accepted_step_in_the_history_does_not_veto_the_next_regression():
+    """Eight earlier results, a +35% step four commits ago (a change accepted then): over all
+    eight, their spread is the step's, and a second +19% regression read as noise (history t
+    +2.18 < 2.36). The history is the current level's: the four since the step are too few, so
+    the bootstrap's call stands; with six since, their own spread judges it (and confirms it)."""
+    rng = np.random.default_rng(1)
+    noise = list(0.01 * rng.standard_normal(10))
+    stepped = [1.0 + n for n in noise[:4]] + [1.35 + n for n in noise[4:8]]
+    assert last_step(stepped) == 4
+    current = 1.35 * 1.19
+    comparison = Comparison("base", rows=[row(0.19)])
+    gate_with_history(comparison, record(current), History([("c", record(v)) for v in stepped]))
+    assert comparison.rows[0].verdict == "regression"
+    assert comparison.rows[0].note == "a step 4 results ago: history unused"
+    longer = stepped + [1.35 + n for n in noise[8:]]
+    comparison = Comparison("base", rows=[row(0.19)])
+    gate_with_history(comparison, record(current), History([("c", record(v)) for v in longer]))
+    assert comparison.rows[0].verdict == "regression"
+    assert re.fullmatch(r"history t \+\d+\.\d\d over the 6 since a step \(> 2\.57\)", comparison.rows[0].note)
+
+
+def test_a_step_is_a_level_shift_not_one_outlier():
+    rng = np.random.default_rng(2)
+    steady = list(1.0 + 0.04 * rng.standard_normal(12))
+    assert last_step(steady) is None  # 4% noise: no step
+    assert last_step([*steady[:6], 1.5, *steady[6:]]) is None  # one slow run between others
+    assert last_step([*steady[:7], *(v + 0.5 for v in steady[7:])]) == 7
 
 
 def test_the_history_confirms_or_vetoes_the_bootstrap_never_overrules_it():

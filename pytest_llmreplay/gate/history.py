@@ -21,7 +21,11 @@ bootstrap called one (the change against the baseline beyond the tolerance, its 
 of zero: the runs of this job do not explain it) *and* worse > t_{K-1}(q), the one-sided
 quantile q = 1 - (1 - CONFIDENCE) / 2 (0.975 at the default 95%: the level at which the
 bootstrap's two-sided interval lies clear of zero): the earlier jobs' spread does not explain it
-either. Each test guards against one source of noise, so the history only vetoes: an
+either. The history is the current level's: values before the newest step in it
+(:func:`last_step`: an accepted change, which would widen ``s`` and move ``m`` so that a
+second change of the same size reads as noise) are left out, and a row with fewer than
+:data:`MIN_HISTORY` values since the step is judged by the bootstrap alone. Each test guards
+against one source of noise, so the history only vetoes: an
 intersection-union test (Berger, *Technometrics* 1982), whose false-alarm rate is at most that of
 either test alone, where letting the history overrule the bootstrap would call a regression that
 the job's own runs contradict (runs of one side that disagree widely, measured on a live engine
@@ -57,6 +61,7 @@ from .repeats import run_count
 from .store import Store
 
 MIN_HISTORY = 5
+STEP_SPREADS = 6.0  # a level shift of more than 6 robust SDs is a step (last_step), not noise
 HISTORY_WINDOW = 20
 TREND_WINDOW = 50  # the newest earlier results a trend plot draws
 MIN_TREND = 2  # earlier results a trend plot needs
@@ -165,12 +170,45 @@ def gate_with_history(
         value = figure(current, row.key)
         if row.change is None or value is None or len(values) < MIN_HISTORY:
             continue
+        step = last_step(values)
+        since = "" if step is None else f" over the {len(values) - step} since a step"
+        values = values[step or 0 :]  # the current level: a step's spread is no run-to-run noise
+        if len(values) < MIN_HISTORY:
+            row.note = f"a step {len(values)} results ago: history unused"
+            continue
         t = worse_t(row.key, values, value)
-        row.note = f"history t {t:+.2f}"
-        if row.verdict == "regression" and not t > threshold:
+        bar = t_threshold(len(values), confidence)
+        row.note = f"history t {t:+.2f}{since}" + (f" (> {bar:.2f})" if step is not None else "")
+        if row.verdict == "regression" and not t > bar:
             row.verdict = "noise"
-        elif row.verdict == "improved" and not t < -threshold:
+        elif row.verdict == "improved" and not t < -bar:
             row.verdict = "noise"
+
+
+def last_step(values: Sequence[float], threshold: float = STEP_SPREADS) -> int | None:
+    """The index where the newest level of ``values`` (oldest first) starts, or None. Binary
+    segmentation from the oldest value on: the split of the values left (at least two each side)
+    whose means differ most against the spread about them (1.4826 x the median absolute
+    deviation of every value from its own side's median: a normal SD's estimate that the step
+    does not inflate, as the sample SD is) is a step when that ratio passes ``threshold``; the
+    search goes on after it. A history without spread (an exact simulator) steps wherever its
+    means differ beyond rounding."""
+    start, found = 0, None
+    while len(values) - start >= 4:
+        best, best_ratio = None, threshold
+        for i in range(start + 2, len(values) - 1):
+            left, right = values[start:i], values[i:]
+            middles = statistics.median(left), statistics.median(right)
+            deviations = [abs(v - middles[0]) for v in left] + [abs(v - middles[1]) for v in right]
+            spread = max(1.4826 * statistics.median(deviations), 1e-9 * abs(middles[0]) / threshold)
+            shift = abs(statistics.fmean(right) - statistics.fmean(left))  # means place the split exactly
+            ratio = shift / spread if spread > 0 else math.inf if shift else 0.0
+            if ratio > best_ratio:
+                best, best_ratio = i, ratio
+        if best is None:
+            break
+        start = found = best
+    return found
 
 
 # ------------------------------------------------------------------------ change points
