@@ -228,6 +228,7 @@ def test_from_an_s3_bucket(site, tmp_path, capsys, s3_env):
             "error: --baseline-dir: no stored result in */empty at the newest 30 commits of HEAD's first-parent history",
         ),
         (["--out", "busy"], "error: --out: busy holds other files (no .llmreplay-dashboard/ of an earlier build); *"),
+        (["--out", "busy/notes.txt/site"], "error: --out: cannot make the folder busy/notes.txt/site: Not a directory"),
     ],
 )
 def test_bad_input_is_one_line_with_the_bad_input_status(site, capsys, args, message):

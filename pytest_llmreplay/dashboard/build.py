@@ -70,9 +70,15 @@ class Built:
 
 
 def check_out(out: Path) -> None:
-    """``out`` is new, empty or a dashboard's (module docstring); else :class:`LLMReplayError`."""
+    """``out`` is new, empty or a dashboard's (module docstring), and made if new; else
+    :class:`LLMReplayError` (a file, a folder of other files, or one that cannot be made: under a
+    file, on a read-only file system)."""
     if out.exists() and not out.is_dir():
         raise LLMReplayError(f"--out: {out} is a file; expected a folder for the dashboard")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LLMReplayError(f"--out: cannot make the folder {out}: {exc.strerror or exc}") from None
     if out.is_dir() and any(out.iterdir()) and not (out / STATE).is_dir():
         raise LLMReplayError(
             f"--out: {out} holds other files (no {STATE}/ of an earlier build); give a new or empty folder, or the one a build wrote"
