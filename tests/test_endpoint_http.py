@@ -277,6 +277,32 @@ def test_errors_from_the_server_are_one_line(mock, refused_url):
     assert str(info.value) == f"{refused_url}: no answer to GET /v1/models (connection refused); is the server running?"
 
 
+def test_an_html_error_page_is_named_by_its_title_on_one_line():
+    # a web server or proxy in front of the engine answers with a page, not an OpenAI error
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = b"<!DOCTYPE HTML>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<h1>nginx</h1>\n</body></html>\n"
+            self.send_response(502)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    import threading
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        response = send(f"http://127.0.0.1:{server.server_address[1]}", "chat", BODIES["chat"], timeout_s=30)
+    finally:
+        server.shutdown()
+    assert response.error == "http: HTTP 502: an HTML page: 502 Bad Gateway"
+
+
 # --- faults ----------------------------------------------------------------------------------
 
 

@@ -307,11 +307,16 @@ class HTTPEndpoint:
 
 
 def _error_detail(body: str) -> str:
+    """An error reply's message (the JSON error's, else the body), on one line of at most 200
+    characters; an HTML page (a proxy's, a web server's) by its title."""
     try:
         message = error_message(json.loads(body))
     except ValueError:
         message = None
-    text = message if message is not None else body.strip()
+    if message is None and re.match(r"\s*<(!doctype html|html)", body, re.I):
+        title = re.search(r"<title>(.*?)</title>", body, re.I | re.S)
+        message = f"an HTML page: {title.group(1)}" if title else "an HTML page"
+    text = " ".join((message if message is not None else body).split())
     return text[:200] or "(empty body)"
 
 
