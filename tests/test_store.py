@@ -225,6 +225,22 @@ def test_newest_complete_skips_interrupted_results(tmp_path):
     assert newest_key(store, "t", [c1]) is None  # only an interrupted one there
 
 
+def test_a_result_saved_from_a_dirty_tree_is_a_baseline_only_where_its_commit_has_no_other(tmp_path):
+    # saved with tracked files changed: not the commit's code, so the commit's clean result wins
+    # even when older; at a commit with none clean, the dirty one is taken (the caller says so)
+    from pytest_llmreplay.gate.history import history_points
+
+    store = FolderStore(tmp_path)
+    c1, c2 = "1" * 40, "2" * 40
+    clean = put(store, "t", c2, "20240101T000000000000Z")
+    put(store, "t", c2, "20240105T000000000000Z", dirty=True)  # newer, from a dirty tree
+    only_dirty = put(store, "t", c1, "20250101T000000000000Z", dirty=True)
+    assert newest_key(store, "t", [c2, c1]) == key(clean)
+    assert newest_key(store, "t", [c1]) == key(only_dirty)
+    points = history_points(store, "t", [c2, c1]).points
+    assert [(commit, bool(point.get("dirty"))) for commit, point in points] == [(c1, True), (c2, False)]
+
+
 def test_saved_files_sort_in_saving_order(tmp_path):
     store = FolderStore(tmp_path)
     paths = [key(Path(store.save(record(summary={"n": {"value": i}})))) for i in range(5)]

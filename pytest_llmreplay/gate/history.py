@@ -97,10 +97,13 @@ def history_points(
     store: Store, test: str, commits: Iterable[str], like: Mapping[str, Any] | None = None, limit: int | None = None
 ) -> History:
     """The stored results of ``test`` at ``commits`` (newest first), matching ``like`` when given
-    (see the module docstring), at most ``limit`` of the newest, returned oldest first."""
+    (see the module docstring), at most ``limit`` of the newest, returned oldest first. At a
+    commit that holds a result saved from a clean tree, those saved from a dirty one (tracked
+    files changed: not the commit's code) are left out."""
     found: list[tuple[str, Mapping[str, Any]]] = []
     unreadable = 0
     for commit in commits:
+        here = []
         for key in reversed(store.stored(test, commit)):
             try:
                 record = store.read(key)
@@ -110,7 +113,9 @@ def history_points(
             if record.get("interrupted"):
                 continue
             if like is None or (mismatch(like, record) is None and run_count(like) == run_count(record)):
-                found.append((commit, record))
+                here.append(record)
+        clean = [record for record in here if not record.get("dirty")]
+        found += [(commit, record) for record in (clean or here)]  # a dirty tree's is no commit's own
         if limit is not None and len(found) >= limit:
             break
     return History(list(reversed(found[:limit] if limit is not None else found)), unreadable)

@@ -206,21 +206,29 @@ class Store:
     def newest_complete(self, test: str, commits: Iterable[str]) -> Newest:
         """The newest stored result of ``test`` that was not interrupted (no ``"interrupted"``:
         it measured its whole workload) and can be read, at the first of ``commits`` holding one:
-        what a comparison takes as a baseline. A file that cannot be read (not JSON, not shaped
+        what a comparison takes as a baseline; one saved from a clean tree before any saved from
+        a dirty one (``"dirty"``: tracked files changed, not the commit's code), which is taken only
+        where the commit has no other. A file that cannot be read (not JSON, not shaped
         as a stored result: :mod:`~pytest_llmreplay.gate.stored_record`) is skipped and named in
         :attr:`Newest.unreadable`, so that one bad file never hides the results under it."""
         unreadable: list[str] = []
         interrupted = 0
         for commit in commits:
+            dirty: tuple[str, dict[str, Any]] | None = None
             for key in reversed(self.stored(test, commit)):
                 try:
                     record = self.read(key)
                 except LLMReplayError as exc:
                     unreadable.append(str(exc))
                     continue
-                if not record.get("interrupted"):
+                if record.get("interrupted"):
+                    interrupted += 1
+                elif not record.get("dirty"):
                     return Newest(key, record, unreadable, interrupted)
-                interrupted += 1
+                elif dirty is None:
+                    dirty = (key, record)
+            if dirty is not None:  # no clean one at this commit: its newest dirty one, said so by the caller
+                return Newest(dirty[0], dirty[1], unreadable, interrupted)
         return Newest(None, None, unreadable, interrupted)
 
     def tests(self, limit: int = 20) -> list[str]:

@@ -240,7 +240,8 @@ class Gate:
                 unreadable=bool(skipped),
             )
         assert newest.key is not None  # found with its record
-        stored_at = f"{label}, stored {newest.key.rsplit('/', 1)[-1][:12]} {newest.record.get('time')}"
+        dirty = " (saved from a dirty tree: tracked files changed)" if newest.record.get("dirty") else ""
+        stored_at = f"{label}, stored {newest.key.rsplit('/', 1)[-1][:12]} {newest.record.get('time')}{dirty}"
         comparison = compare(newest.record, record, gated_tolerances(record, run.regression), label=stored_at)
         if skipped:
             comparison.header = f"{comparison.header}\n{skipped}" if comparison.header else skipped
