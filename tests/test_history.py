@@ -196,6 +196,22 @@ def test_history_command_prints_each_commit_and_the_change_point(repo, capsys):
     )
 
 
+def test_history_command_draws_one_series_the_newest_results(repo, capsys):
+    # a result of another endpoint at a commit is no point of the newest one's series: pooled,
+    # it read as a +171% change point
+    seed_store(repo, STEP)
+    other = record(0.5, commits(repo)[10], fingerprint={"kind": "offline", "profile": "another"})
+    FolderStore(repo / ".llmreplay").save(other)
+    assert main(["history", TEST, "--metric", "ttft.p50"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "oldest first; 1 of another endpoint, workload, "
+        "settings or run count than the newest left out (llmreplay dashboard draws each as its own line)"
+    ) in out
+    assert "16 stored results on the first-parent history of HEAD" in out
+    assert "500 ms" not in out and out.count("level ") == 1
+
+
 def test_history_command_without_a_change_point_has_two_columns_and_reads_single_figure_keys(repo, capsys):
     seed_store(repo, [0.1] * 16)
     assert main(["history", TEST, "--metric", "tpot.p50", "--metric", "error_rate"]) == 0

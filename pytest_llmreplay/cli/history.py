@@ -24,7 +24,7 @@ from .options import BAD_INPUT, open_store_option
 
 def cmd_history(args: argparse.Namespace) -> int:
     from ..gate.baseline import gated_tolerances, reference_history
-    from ..gate.history import change_points, history_points
+    from ..gate.history import History, alike, change_points, history_points
     from ..metrics.slo import parse_key
 
     change_points([])  # without the [history] extra: one line naming it, before anything is printed
@@ -33,16 +33,27 @@ def cmd_history(args: argparse.Namespace) -> int:
         label, commits = reference_history(Path.cwd(), args.ref)
     except LLMReplayError as exc:
         raise LLMReplayError(str(exc).replace("--llm-compare", "--ref")) from None
-    history = history_points(store, args.test, commits)
-    if not history.points:
+    every = history_points(store, args.test, commits)
+    if not every.points:
         raise LLMReplayError(f"{args.test}: no stored result in {store.label} on the first-parent history of {label}")
-    keys = args.metric or list(gated_tolerances(history.points[-1][1]))  # what the newest result is gated on
+    newest = every.points[-1][
+        1
+    ]  # its series: results of another endpoint, workload or settings are never one line with it
+    history = History([(commit, record) for commit, record in every.points if alike(newest, record)], every.unreadable)
+    others = len(every.points) - len(history.points)
+    keys = args.metric or list(gated_tolerances(newest))  # what the newest result is gated on
     # a key as an SLO key is read (error_rate alone is its value); a plugin's metric is one the results hold
     stored = {metric for _, record in history.points for metric in record.get("summary") or {}}
     figures = {key: ".".join(parse_key(key, f"--metric {key!r}", stored)) for key in keys}
     print(
         f"{args.test}: {len(history.points)} stored results on the first-parent history of {label}, oldest first"
         + (f"; {history.unreadable} unreadable file(s) skipped" if history.unreadable else "")
+        + (
+            f"; {others} of another endpoint, workload, settings or run count than the newest left out "
+            "(llmreplay dashboard draws each as its own line)"
+            if others
+            else ""
+        )
     )
     for key, figure in figures.items():
         print("\n" + _series_table(history, key, figure))

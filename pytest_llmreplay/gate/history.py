@@ -93,6 +93,12 @@ def figure(record: Mapping[str, Any], key: str) -> float | None:
     )
 
 
+def alike(like: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
+    """``record`` is a point of ``like``'s history: the same fingerprint, workload and settings
+    (nothing :func:`~pytest_llmreplay.gate.baseline.mismatch` names) and as many runs."""
+    return mismatch(like, record) is None and run_count(like) == run_count(record)
+
+
 def history_points(
     store: Store, test: str, commits: Iterable[str], like: Mapping[str, Any] | None = None, limit: int | None = None
 ) -> History:
@@ -112,7 +118,7 @@ def history_points(
                 continue
             if record.get("interrupted"):
                 continue
-            if like is None or (mismatch(like, record) is None and run_count(like) == run_count(record)):
+            if like is None or alike(like, record):
                 here.append(record)
         clean = [record for record in here if not record.get("dirty")]
         found += [(commit, record) for record in (clean or here)]  # a dirty tree's is no commit's own
