@@ -111,7 +111,7 @@ class Target:
             api_key_env=self.api_key_env,
             extra_body=self.extra_body,
             metrics_interval_s=self.metrics_interval_s,
-            reasoning_hint=self.kind == "sim-server",
+            reasoning_hint=True if self.kind == "sim-server" else None,  # a live server: asked when opened
         )
 
     def run_seed(self, repeat: int) -> int | None:

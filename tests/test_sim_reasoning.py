@@ -5,17 +5,19 @@ synthetic workload's ``reasoning_tokens``."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 
 import httpx
 import pytest
+from mockserver import MockServer, ServerThread
 from test_sim_server import serving, stream, tiny_profile
 
 from pytest_llmreplay.errors import LLMReplayError, WorkloadError
 from pytest_llmreplay.metrics.names import REASONING_METRICS
 from pytest_llmreplay.metrics.result import Result
-from pytest_llmreplay.replayer.clock import VirtualClock
+from pytest_llmreplay.replayer.clock import VirtualClock, WallClock
 from pytest_llmreplay.replayer.driver import replay
 from pytest_llmreplay.replayer.endpoints import EndpointRequest, HTTPEndpoint
 from pytest_llmreplay.replayer.plan import ReplaySettings
@@ -244,6 +246,24 @@ def test_the_reasoning_is_sent_only_to_the_simulator(tiny_sim):
     request = EndpointRequest("chat", {"messages": []}, reasoning_tokens=7)
     assert "sim_reasoning_tokens" not in HTTPEndpoint(tiny_sim.url, model="m").body(request)
     assert HTTPEndpoint(tiny_sim.url, model="m", reasoning_hint=True).body(request)["sim_reasoning_tokens"] == 7
+
+
+def test_a_hint_left_to_the_endpoint_asks_the_server_whether_it_is_the_simulator(tiny_sim):
+    """``llmreplay run --endpoint`` at an ``llmreplay sim`` started by hand: its ``/version`` names
+    the simulator, so the planned reasoning is sent (before, the run had no reasoning at all);
+    any other server (here the mock, which has no ``/version``) is sent none."""
+
+    async def opened(url):
+        endpoint = HTTPEndpoint(url, model="m", reasoning_hint=None, metrics_interval_s=0)
+        await endpoint.open(WallClock(), 1)
+        try:
+            return endpoint.body(EndpointRequest("chat", {"messages": []}, reasoning_tokens=7))
+        finally:
+            await endpoint.close()
+
+    assert asyncio.run(opened(tiny_sim.url))["sim_reasoning_tokens"] == 7
+    with ServerThread(MockServer()) as mock:
+        assert "sim_reasoning_tokens" not in asyncio.run(opened(mock.url))
 
 
 def test_eos_ends_the_answer_not_the_reasoning(bundled_prompts):

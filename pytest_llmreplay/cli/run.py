@@ -96,6 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 extra_body=body,
                 timeout_s=args.timeout,
                 metrics_interval_s=args.metrics_interval,
+                reasoning_hint=None,  # asked when opened: llmreplay sim started by hand takes the planned reasoning
             ),
             None,
         )

@@ -15,6 +15,7 @@ from .response import Response
 
 TOKENS_SO_FAR = re.compile(r"\bafter (\d+) tokens?\b")  # reads endpoints.progress()'s count back
 SIM_REASONING_FIELD = "sim_reasoning_tokens"  # the simulator's request option: reasoning tokens before the answer
+SIM_ENGINE = "llmreplay-sim"  # the engine the simulator's GET /version names
 
 
 @dataclass(slots=True)

@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import LLMReplayError
 from .apis import API, API_TABLE, APIS
 from .clock import Clock, WallClock
-from .endpoint_types import SIM_REASONING_FIELD, EndpointRequest, describe_error
+from .endpoint_types import SIM_ENGINE, SIM_REASONING_FIELD, EndpointRequest, describe_error
 from .response import Response
 from .server_metrics import Scraped, Scraper
 from .sse import SSEDecoder, StreamError, error_message, event_object
@@ -86,7 +86,8 @@ class HTTPEndpoint:
     (:mod:`~pytest_llmreplay.replayer.server_metrics`; 0: never); :attr:`scraped` holds what
     :meth:`close` collected. ``reasoning_hint``: the server is our simulator, so a request's
     planned reasoning goes in its body as :data:`SIM_REASONING_FIELD` (a real server would ignore
-    the field, or refuse it: never sent to one).
+    the field, or refuse it: never sent to one); None: ask the server when opened (its
+    ``GET /version`` names the engine :data:`SIM_ENGINE`: ``llmreplay sim`` started by hand).
     """
 
     url: str
@@ -98,7 +99,7 @@ class HTTPEndpoint:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     timeout_s: float = 600.0
     metrics_interval_s: float = 1.0
-    reasoning_hint: bool = False
+    reasoning_hint: bool | None = False
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
@@ -150,6 +151,8 @@ class HTTPEndpoint:
         try:
             if self.model is None:
                 self.model = await self._first_model()
+            if self.reasoning_hint is None:
+                self.reasoning_hint = await self._is_simulator()
             if API_TABLE[self.api].probed:
                 await self._check_served(API_TABLE[self.api])
         except BaseException:
@@ -206,6 +209,15 @@ class HTTPEndpoint:
                 f"{self.url} does not serve the {api.title} API (api {api.name}): POST {api.path} answered "
                 f"HTTP {reply.status_code} ({_error_detail(reply.text)}); replay with an API it serves (pytest --llm-api, llmreplay --api)"
             )
+
+    async def _is_simulator(self) -> bool:
+        """Whether the server is our simulator: its ``GET /version`` names :data:`SIM_ENGINE`
+        (any other answer, or none, is a server that must not be sent the simulator's fields)."""
+        try:
+            reply = await self._client.get("/version")
+            return reply.status_code == 200 and reply.json().get("engine") == SIM_ENGINE
+        except Exception:  # noqa: BLE001 - no /version, not JSON, not a mapping: not the simulator
+            return False
 
     async def _first_model(self) -> str:
         import httpx

@@ -80,6 +80,7 @@ from aiohttp import web
 from ..errors import LLMReplayError
 from ..replayer.apis import API_TABLE
 from ..replayer.clock import WallClock
+from ..replayer.endpoint_types import SIM_ENGINE
 from ..workloads.prompts import PromptFactory, stable_hash
 from ..workloads.tokenizer import encode_within
 from .cluster import Cluster, ClusterConfig, transfer_s_per_token
@@ -236,7 +237,7 @@ class SimServer:
         from importlib.metadata import version
 
         return web.json_response(
-            {"version": version("pytest-llmreplay"), "engine": "llmreplay-sim", "profile": self.profile.name}
+            {"version": version("pytest-llmreplay"), "engine": SIM_ENGINE, "profile": self.profile.name}
         )
 
     async def models(self, request: web.Request) -> web.Response:
