@@ -178,6 +178,16 @@ def test_metric_series_finds_the_step(repo):
     assert points == [8]
 
 
+def test_a_change_point_moves_the_level_by_one_percent_at_least():
+    # on the simulator's near noise-free results e-divisive finds a 0.2% shift significant
+    from pytest_llmreplay.gate.history import change_points, sizeable
+
+    tiny_shift = [0.1000, 0.1001, 0.1000, 0.1001, 0.1000, 0.1001, 0.1002, 0.1003, 0.1002, 0.1003, 0.1002, 0.1003]
+    assert change_points(tiny_shift) == []
+    assert sizeable(STEP, [3, 8]) == [8]  # the 0.1% "level" at 3 goes, the 20% step stays
+    assert change_points(STEP) == [8]
+
+
 def test_history_command_prints_each_commit_and_the_change_point(repo, capsys):
     seed_store(repo, STEP)
     (repo / ".llmreplay" / result_folder(TEST) / f"{commits(repo)[2][:12]}-corrupt.json").write_text("[]")

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LLMReplayError
-from ..gate.history import CHANGE_POINT_PVALUE, CHANGE_POINT_WINDOW, EXTRA
+from ..gate.history import CHANGE_POINT_PVALUE, CHANGE_POINT_WINDOW, EXTRA, sizeable
 from .cache import DigestCache
 from .series import Floats
 
@@ -90,7 +90,9 @@ def change_points(
     candidates = [CandidateChangePoint(index, 0.0) for index in sorted(weak)]
     intervals = tester.get_intervals(candidates)
     points = [tester.change_point(candidate, series, intervals) for candidate in candidates]
-    return sorted(int(point.index) for point in merge(points, series, max_pvalue, 0.0))
+    return sizeable(
+        [float(v) for v in series], sorted(int(point.index) for point in merge(points, series, max_pvalue, 0.0))
+    )
 
 
 def split_window(detector: Any, window: Floats) -> list[int]:

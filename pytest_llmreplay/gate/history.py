@@ -61,6 +61,7 @@ from .repeats import run_count
 from .store import Store
 
 MIN_HISTORY = 5
+MIN_LEVEL_CHANGE = 0.01  # a change point's level change must be at least 1% (sizeable)
 STEP_SPREADS = 6.0  # a level shift of more than 6 robust SDs is a step (last_step), not noise
 HISTORY_WINDOW = 20
 TREND_WINDOW = 50  # the newest earlier results a trend plot draws
@@ -234,7 +235,23 @@ def change_points(values: list[float], max_pvalue: float = CHANGE_POINT_PVALUE) 
     if len(values) < 3:
         return []
     found, _ = compute_change_points(values, window_len=CHANGE_POINT_WINDOW, max_pvalue=max_pvalue)
-    return sorted(int(point.index) for point in found)
+    return sizeable(values, sorted(int(point.index) for point in found))
+
+
+def sizeable(values: Sequence[float], points: Sequence[int], minimum: float = MIN_LEVEL_CHANGE) -> list[int]:
+    """``points`` without those whose level change (after / before - 1 of :func:`level_means`)
+    is under ``minimum``: the smallest dropped first and the levels taken again after each drop.
+    On results with little noise (the simulator's) e-divisive finds 0.1% shifts significant,
+    which no one would act on."""
+    kept = list(points)
+    while kept:
+        levels = level_means(list(values), kept)
+        sizes = [abs(levels[i] / levels[i - 1] - 1) if levels[i - 1] else math.inf for i in kept]
+        smallest = min(range(len(kept)), key=sizes.__getitem__)
+        if sizes[smallest] >= minimum:
+            break
+        del kept[smallest]
+    return kept
 
 
 def metric_series(history: History, key: str) -> tuple[list[str], list[float], list[int]]:
