@@ -17,7 +17,8 @@ against :func:`~pytest_llmreplay.gate.history.change_points` on growing series),
 dashboard marks on each line's whole series the change points ``llmreplay history`` prints
 for it. A series whose values a build has seen before is not run at all (:func:`finder`).
 
-Both digests carry Otava's version: another Otava's windows are run again.
+Both digests carry Otava's version: another Otava's windows are run again; a series' carries
+the smallest level change kept (:func:`~pytest_llmreplay.gate.history.sizeable`) too.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LLMReplayError
-from ..gate.history import CHANGE_POINT_PVALUE, CHANGE_POINT_WINDOW, EXTRA, sizeable
+from ..gate.history import CHANGE_POINT_PVALUE, CHANGE_POINT_WINDOW, EXTRA, MIN_LEVEL_CHANGE, sizeable
 from .cache import DigestCache
 from .series import Floats
 
@@ -105,7 +106,8 @@ def finder(series: DigestCache, windows: DigestCache) -> Callable[[Floats], list
     build has seen before is not run again."""
 
     def find(values: Floats) -> list[int]:
-        found: list[int] = series.get(otava_version() + values.tobytes(), lambda: change_points(values, windows))
+        key = otava_version() + f"min level change {MIN_LEVEL_CHANGE}\n".encode() + values.tobytes()
+        found: list[int] = series.get(key, lambda: change_points(values, windows))  # finds of another rule: not these
         return found
 
     return find
