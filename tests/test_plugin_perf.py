@@ -1022,17 +1022,27 @@ def test_bad_spec_file_is_a_collection_error_naming_file_and_key(project, text, 
     no_traceback(result)
 
 
+def spec_file_says(project, name: str, text: str, line: str, **outcomes: int) -> None:
+    """A spec file ``name`` holding ``text`` gives ``outcomes`` and prints ``line`` (``{path}``:
+    the file's), with no traceback."""
+    path = project.path / name
+    path.write_text(text)
+    result = project.runpytest("--llm-offline")
+    result.assert_outcomes(**outcomes)
+    result.stdout.fnmatch_lines([line.format(path=path, dir=project.path)])
+    no_traceback(result)
+
+
 def test_a_workload_that_is_not_the_spec_files_format_names_the_format_key(project):
     # wl.yaml is a synthetic spec; read as Mooncake JSON lines it fails at its first line, and
     # the message says it was read so because of the test's format setting
-    path = project.path / "wrong.llmreplay.yaml"
-    path.write_text("workload: wl.yaml\nformat: mooncake\n")
-    result = project.runpytest("--llm-offline")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(
-        [f"format: {project.path / 'wl.yaml'}:1: * (read as 'mooncake', as the test's format says)"]
+    spec_file_says(
+        project,
+        "wrong.llmreplay.yaml",
+        "workload: wl.yaml\nformat: mooncake\n",
+        "format: {dir}/wl.yaml:1: * (read as 'mooncake', as the test's format says)",
+        failed=1,
     )
-    no_traceback(result)
 
 
 @pytest.mark.parametrize(
@@ -1071,14 +1081,13 @@ def test_bad_toml_spec_file_is_a_collection_error(project, text):
 
 def test_a_key_given_twice_in_a_toml_spec_file_shows_its_line(project):
     # tomllib's message names no key ("Cannot overwrite a value"): the line it points at does
-    path = project.path / "twice.llmreplay.toml"
-    path.write_text('workload = "wl.yaml"\nconcurrency = 2\nconcurrency = 4\n')
-    result = project.runpytest("--llm-offline")
-    result.assert_outcomes(errors=1)
-    result.stdout.fnmatch_lines(
-        [f"{path}: not valid TOML: Cannot overwrite a value (at line 3, column 16): `concurrency = 4`"]
+    spec_file_says(
+        project,
+        "twice.llmreplay.toml",
+        'workload = "wl.yaml"\nconcurrency = 2\nconcurrency = 4\n',
+        "{path}: not valid TOML: Cannot overwrite a value (at line 3, column 16): `concurrency = 4`",
+        errors=1,
     )
-    no_traceback(result)
 
 
 # ------------------------------------------------------------------------ endpoint fixtures
