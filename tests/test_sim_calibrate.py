@@ -13,7 +13,7 @@ from pytest_llmreplay.cli.options import BAD_INPUT
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.replayer.endpoints import HTTPEndpoint
 from pytest_llmreplay.sim.calibrate import CalibrationPlan, calibrate
-from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.sim.profile import load_profile, parse_profile
 from pytest_llmreplay.sim.server import SimServer
 from pytest_llmreplay.sim.timing import Batch
 from pytest_llmreplay.workloads.prompts import PromptFactory
@@ -57,8 +57,13 @@ def test_the_sweep_recovers_the_servers_timing(sim_url, prompts):
         "num_gpu_blocks": profile.engine.num_gpu_blocks,
         "max_num_seqs": 256,
         "max_num_batched_tokens": 8192,
+        "max_model_len": profile.max_model_len,  # the server's context, from its /v1/models
     }
     assert any("cache_config_info" in note for note in found["notes"])
+    assert f"engine.max_model_len = {profile.max_model_len}: the server's /v1/models" in found["notes"]
+    # the calibrated profile serves that context, not what its KV cache would hold
+    calibrated = parse_profile(found)
+    assert calibrated.max_model_len == profile.max_model_len < calibrated.engine.num_gpu_blocks * 16
 
 
 def test_the_command_writes_a_profile_the_simulator_loads(sim_url, tmp_path, capsys):

@@ -182,7 +182,25 @@ def _engine_settings(endpoint: HTTPEndpoint, plan: CalibrationPlan) -> tuple[dic
         else:
             raise LLMReplayError("calibrate: the server does not export vllm:cache_config_info; give --num-gpu-blocks")
         notes.append(f"engine.{key} = {engine[key]}: {origin}")
+    context = _served_context(endpoint)
+    if context is not None:  # else the profile serves what its KV cache holds (Profile.max_model_len)
+        engine["max_model_len"] = context
+        notes.append(f"engine.max_model_len = {context}: the server's /v1/models")
     return engine, notes
+
+
+def _served_context(endpoint: HTTPEndpoint) -> int | None:
+    """``max_model_len`` of the served model in the server's ``GET /v1/models`` (vLLM's, SGLang's
+    and our simulator's list it; the endpoint's model, else the first), or None."""
+    import httpx
+
+    try:
+        listed = httpx.get(f"{endpoint.url}/v1/models", timeout=min(endpoint.timeout_s, 10.0)).json()["data"]
+        entry = next((m for m in listed if m.get("id") == endpoint.model), listed[0])
+        value = entry.get("max_model_len")
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def _cache_config(endpoint: HTTPEndpoint) -> dict[str, int]:

@@ -71,13 +71,15 @@ class Profile:
 
     @property
     def max_model_len(self) -> int:
-        """The longest prompt + output served (``/v1/models``' ``max_model_len``): the model's
-        context ``max_position_embeddings``, capped at what one engine's KV cache holds
+        """The longest prompt + output served (``/v1/models``' ``max_model_len``): the engine's
+        ``max_model_len`` (a served context: ``llmreplay calibrate`` writes the server's), else the
+        model's context ``max_position_embeddings``, capped at what one engine's KV cache holds
         (``num_gpu_blocks * block_size``: where vLLM would refuse to start, or with
         ``--max-model-len auto`` take the largest length that fits); the KV cache alone when the
         profile gives no context length."""
         kv_tokens = self.engine.num_gpu_blocks * self.engine.block_size
-        context = self.model.max_position_embeddings if self.model is not None else 0
+        model_context = self.model.max_position_embeddings if self.model is not None else 0
+        context = self.engine.max_model_len or model_context
         return min(context, kv_tokens) if context else kv_tokens
 
     @property
@@ -282,6 +284,7 @@ _ENGINE = (
     "gpu_memory_utilization",
     "activation_reserve_gib",
     "async_scheduling",
+    "max_model_len",
 )
 _TIMING = {
     "roofline": (
@@ -425,6 +428,7 @@ def _engine(
         max_num_seqs=f.number(data, p, "max_num_seqs", integer=True),
         max_num_batched_tokens=f.number(data, p, "max_num_batched_tokens", integer=True),
         async_scheduling=async_scheduling,
+        max_model_len=f.number(data, p, "max_model_len", integer=True) if "max_model_len" in data else None,
     )
 
 
