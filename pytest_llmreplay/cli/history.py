@@ -36,9 +36,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     every = history_points(store, args.test, commits)
     if not every.points:
         raise LLMReplayError(f"{args.test}: no stored result in {store.label} on the first-parent history of {label}")
-    newest = every.points[-1][
-        1
-    ]  # its series: results of another endpoint, workload or settings are never one line with it
+    # the newest result's series: results of another endpoint, workload or settings are never one line with it
+    newest = every.points[-1][1]
     history = History([(commit, record) for commit, record in every.points if alike(newest, record)], every.unreadable)
     others = len(every.points) - len(history.points)
     keys = args.metric or list(gated_tolerances(newest))  # what the newest result is gated on

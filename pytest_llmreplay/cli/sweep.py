@@ -219,6 +219,12 @@ def capacity_band(
     key = f"capacity.{capacity_stat(plan.by, found.rate_unit)}"
     capacities: list[float] = []
     lower_bounds = ceilings = 0
+
+    def stored(line: str, **more: Any) -> dict[str, Any]:
+        """The band as kept: how it was drawn, ``more``, the draws done so far and ``line``."""
+        counts = {"capacities": capacities, "lower_bounds": lower_bounds, "ceilings": ceilings}
+        return {**band_facts(target.profile, args.band), **more, **counts, "line": line}
+
     for index, profile in enumerate(draw_profiles(target.profile, args.band, args.seed), 1):
         drawn = find_capacity(
             workload,
@@ -233,14 +239,7 @@ def capacity_band(
             line = f"capacity band: none, draw {index} of {args.band} {drawn.ended}"
             if capacities:
                 line += f" (the {len(capacities)} draw{'s' if len(capacities) > 1 else ''} done kept in result.json)"
-            return {
-                **band_facts(target.profile, args.band),
-                "capacities": capacities,
-                "lower_bounds": lower_bounds,
-                "ceilings": ceilings,
-                "line": line,
-                "interrupted": drawn.interrupted,
-            }
+            return stored(line, interrupted=drawn.interrupted)
         capacities.append(drawn.value)
         lower_bounds += drawn.at_least
         ceilings += drawn.ceiling
@@ -255,14 +254,7 @@ def capacity_band(
         line += f"; {lower_bounds} of {args.band} found no failing load, their capacity a lower bound"
     if ceilings:
         line += f"; {ceilings} of {args.band} a ceiling, the rate carried (the workload is too short for the rate)"
-    return {
-        **band_facts(target.profile, args.band),
-        "figures": {key: [low, high]},
-        "capacities": capacities,
-        "lower_bounds": lower_bounds,
-        "ceilings": ceilings,
-        "line": line,
-    }
+    return stored(line, figures={key: [low, high]})
 
 
 def write_points(found: Any, path: Path) -> Path:

@@ -136,9 +136,8 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     async_scheduling: bool = False  # vLLM's --async-scheduling: batches decided one iteration ahead (module doc)
-    max_model_len: int | None = (
-        None  # the context served (vLLM's --max-model-len); None: the model's (Profile.max_model_len)
-    )
+    # the context served (vLLM's --max-model-len); None: the model's (Profile.max_model_len)
+    max_model_len: int | None = None
 
 
 class SimRequest:
