@@ -35,9 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sim_transfer import WORKLOADS, light_workload, read_runs
+from sim_transfer import WORKLOADS, front_end_bases, light_workload, measured_front_end, read_runs
 from sim_transfer_calibrations import BEST_WIDTH_512, CALIBRATIONS, FITTED_STATISTICS
-from sim_transfer_parts import measured_parts
 
 from pytest_llmreplay import PromptFactory, load_tokenizer
 from pytest_llmreplay.sim.calibrate_run import FitRun, calibrate_from_runs, simulate
@@ -64,14 +63,9 @@ def fit_on_run(
     """:data:`CALIBRATION` fitted on run ``index`` (0-based) of its pairs, the front end set to vLLM's
     split of the same run of the fitted models' light workload; the fitted values and frontend_ms."""
     _, pairs, fit, _ = CALIBRATION
-    models = sorted({model for model, _ in pairs})
-    front_end = float(np.mean([measured_parts(stored[model]["light"][index])["front end"] for model in models]))
-    bases = {}
-    for model in models:
-        data = json.loads((folder / f"{model}-machine.json").read_text())
-        data["timing"]["frontend_ms"] = round(front_end, 2)
-        bases[model] = scratch / f"{model}-run{index + 1}.json"
-        bases[model].write_text(json.dumps(data))
+    models = {model for model, _ in pairs}
+    front_end = measured_front_end(stored, models, index)
+    bases = front_end_bases(folder, models, front_end, scratch, f"run{index + 1}")
     _, found = calibrate_from_runs(
         [FitRun(bases[model], workloads[workload], runs[model, workload][index]) for model, workload in pairs],
         prompts,

@@ -370,11 +370,24 @@ def read_runs(out: Path) -> dict[tuple[str, str], list[MeasuredRun]]:
     }
 
 
-def measured_front_end(stored: dict[str, Any], models: set[str]) -> float:
-    """The front end (ms) of vLLM's own split (sim_transfer_parts.py) of ``models``' light runs 1,
-    their mean: at light load no request waits for a step in progress, which the simulator counts
-    in its queue, not in its front end."""
-    return float(np.mean([measured_parts(stored[model]["light"][0])["front end"] for model in sorted(models)]))
+def measured_front_end(stored: dict[str, Any], models: set[str], index: int = 0) -> float:
+    """The front end (ms) of vLLM's own split (sim_transfer_parts.py) of ``models``' light runs
+    ``index + 1``, their mean: at light load no request waits for a step in progress, which the
+    simulator counts in its queue, not in its front end."""
+    return float(np.mean([measured_parts(stored[model]["light"][index])["front end"] for model in sorted(models)]))
+
+
+def front_end_bases(folder: Path, models: set[str], front_end: float, into: Path, suffix: str) -> dict[str, Path]:
+    """Each of ``models``' ``MODEL-machine.json`` in ``folder`` with ``frontend_ms`` set to
+    ``front_end`` (rounded to 0.01 ms), written as ``into/MODEL-SUFFIX.json``: the bases a fit
+    with the front end set beforehand starts from."""
+    bases = {}
+    for model in sorted(models):
+        data = json.loads((folder / f"{model}-machine.json").read_text())
+        data["timing"]["frontend_ms"] = round(front_end, 2)
+        bases[model] = into / f"{model}-{suffix}.json"
+        bases[model].write_text(json.dumps(data, indent=2))
+    return bases
 
 
 def fitted_profile(
@@ -392,11 +405,7 @@ def fitted_profile(
     if front_end_measured:
         front_end = measured_front_end(json.loads((out / "runs.json").read_text()), set(base))
         print(f"\nfrontend_ms {front_end:.2f}: vLLM's split of the light runs 1 of {', '.join(sorted(base))}")
-        for model in base:
-            data = json.loads(base[model].read_text())
-            data["timing"]["frontend_ms"] = round(front_end, 2)
-            base[model] = out / f"{model}-machine-frontend.json"
-            base[model].write_text(json.dumps(data, indent=2))
+        base = front_end_bases(out, set(base), front_end, out, "machine-frontend")
     profile, found = calibrate_from_runs(
         [FitRun(base[model], workloads[workload], runs[model, workload][0]) for model, workload in pairs],
         prompts,
