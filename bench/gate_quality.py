@@ -282,8 +282,9 @@ def history_flags(
             continue
         values = [figures[key] for figures in past if figures.get(key) is not None]
         value = judged["figures"][key]
-        if rule == "t":  # the gate's own rule, as history.gate_with_history applies it
-            hit = history.worse_t(key, values, value) > history.t_threshold(len(values))
+        if rule == "t":  # the gate's own rule, as history.gate_with_history applies it (its step rule too)
+            gated = history.judge_on_history(key, values, value)
+            hit = gated.t is None or gated.t > gated.bar  # no level since a step: the bootstrap's call stands
         elif rule == "z":
             sd = float(np.std(values, ddof=1))
             hit = sd > 0 and worse(key) * (value - float(np.mean(values))) / sd > statistics.NormalDist().inv_cdf(level)

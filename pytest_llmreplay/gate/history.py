@@ -182,19 +182,39 @@ def gate_with_history(
         value = figure(current, row.key)
         if row.change is None or value is None or len(values) < MIN_HISTORY:
             continue
-        step = last_step(values)
-        since = "" if step is None else f" over the {len(values) - step} since a step"
-        values = values[step or 0 :]  # the current level: a step's spread is no run-to-run noise
-        if len(values) < MIN_HISTORY:
-            row.note = f"a step {len(values)} results ago: history unused"
+        judged = judge_on_history(row.key, values, value, confidence)
+        row.note = judged.note
+        if judged.t is None:  # a step too recent: the bootstrap's verdict stands
             continue
-        t = worse_t(row.key, values, value)
-        bar = t_threshold(len(values), confidence)
-        row.note = f"history t {t:+.2f}{since}" + (f" (> {bar:.2f})" if step is not None else "")
-        if row.verdict == "regression" and not t > bar:
+        if row.verdict == "regression" and not judged.t > judged.bar:
             row.verdict = "noise"
-        elif row.verdict == "improved" and not t < -bar:
+        elif row.verdict == "improved" and not judged.t < -judged.bar:
             row.verdict = "noise"
+
+
+@dataclass(frozen=True)
+class HistoryJudgement:
+    """One figure judged on its history: ``t`` (:func:`worse_t`, positive is worse) against
+    ``bar`` (:func:`t_threshold`), or ``t`` None when fewer than :data:`MIN_HISTORY` values are
+    left since the newest step (the bootstrap alone decides); ``note`` says which, for the row."""
+
+    t: float | None
+    bar: float
+    note: str
+
+
+def judge_on_history(
+    key: str, values: Sequence[float], value: float, confidence: float = CONFIDENCE
+) -> HistoryJudgement:
+    """``value`` of figure ``key`` against ``values`` (>= :data:`MIN_HISTORY`, oldest first), the
+    current level's only: the values from the newest :func:`last_step` on."""
+    step = last_step(values)
+    level = list(values[step or 0 :])  # the current level: a step's spread is no run-to-run noise
+    if len(level) < MIN_HISTORY:
+        return HistoryJudgement(None, math.inf, f"a step {len(level)} results ago: history unused")
+    t, bar = worse_t(key, level, value), t_threshold(len(level), confidence)
+    since = "" if step is None else f" over the {len(level)} since a step (> {bar:.2f})"
+    return HistoryJudgement(t, bar, f"history t {t:+.2f}{since}")
 
 
 def last_step(values: Sequence[float], threshold: float = STEP_SPREADS) -> int | None:
