@@ -22,6 +22,7 @@ from pytest_llmreplay.gate.history import (
     metric_series,
     prediction_t,
     t_quantile,
+    t_two_sided_p,
 )
 from pytest_llmreplay.gate.store import FolderStore, result_folder
 
@@ -105,6 +106,24 @@ def test_a_step_is_a_level_shift_not_one_outlier():
     assert last_step(steady) is None  # 4% noise: no step
     assert last_step([*steady[:6], 1.5, *steady[6:]]) is None  # one slow run between others
     assert last_step([*steady[:7], *(v + 0.5 for v in steady[7:])]) == 7
+
+
+def test_a_short_history_without_a_step_shows_one_in_about_one_search_in_a_hundred():
+    """Five to twenty values of one level: a step found in one history in a hundred at most
+    (the rule's Bonferroni bound; the robust-SD rule it replaced found one in 17% of five-value
+    histories, and each such find switched the history gate off for that row)."""
+    rng = np.random.default_rng(3)
+    for length in (5, 8, 20):
+        found = sum(last_step(list(rng.standard_normal(length))) is not None for _ in range(3000))
+        assert found <= 45, (length, found)  # 1% of 3,000 is 30; 45 is 2.8 SDs of a binomial above it
+
+
+def test_t_two_sided_p_matches_published_tables():
+    """Two-sided 5% and 1% critical values of Student's t (any table, e.g. NIST's e-Handbook 1.3.6.7.2)."""
+    for df, five, one in ((1, 12.706, 63.657), (2, 4.303, 9.925), (3, 3.182, 5.841), (10, 2.228, 3.169)):
+        assert t_two_sided_p(five, df) == pytest.approx(0.05, abs=2e-5)
+        assert t_two_sided_p(one, df) == pytest.approx(0.01, abs=2e-5)
+    assert t_two_sided_p(0.0, 7) == pytest.approx(1.0)
 
 
 def test_the_history_confirms_or_vetoes_the_bootstrap_never_overrules_it():

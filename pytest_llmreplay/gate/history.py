@@ -62,7 +62,7 @@ from .store import Store
 
 MIN_HISTORY = 5
 MIN_LEVEL_CHANGE = 0.01  # a change point's level change must be at least 1% (sizeable)
-STEP_SPREADS = 6.0  # a level shift of more than 6 robust SDs is a step (last_step), not noise
+STEP_ALPHA = 0.01  # at most 1% of searches find a step in a history without one (last_step)
 HISTORY_WINDOW = 20
 TREND_WINDOW = 50  # the newest earlier results a trend plot draws
 MIN_TREND = 2  # earlier results a trend plot needs
@@ -217,30 +217,60 @@ def judge_on_history(
     return HistoryJudgement(t, bar, f"history t {t:+.2f}{since}")
 
 
-def last_step(values: Sequence[float], threshold: float = STEP_SPREADS) -> int | None:
+def last_step(values: Sequence[float], alpha: float = STEP_ALPHA) -> int | None:
     """The index where the newest level of ``values`` (oldest first) starts, or None. Binary
-    segmentation from the oldest value on: the split of the values left (at least two each side)
-    whose means differ most against the spread about them (1.4826 x the median absolute
-    deviation of every value from its own side's median: a normal SD's estimate that the step
-    does not inflate, as the sample SD is) is a step when that ratio passes ``threshold``; the
-    search goes on after it. A history without spread (an exact simulator) steps wherever its
-    means differ beyond rounding."""
+    segmentation from the oldest value on: over the values left, each split with at least two
+    values a side gives the two-sample t of its means (pooled SD about each side's own mean,
+    which a step does not inflate: ``t = |m_r - m_l| / (s_p * sqrt(1/n_l + 1/n_r))``, n - 2
+    degrees of freedom); the largest is a step when its two-sided p-value times the number of
+    splits tried (Bonferroni) is below ``alpha``, so that a history without a step shows one in
+    at most ``alpha`` of searches, however short it is. The search goes on after a step. A
+    history without spread (an exact simulator) steps wherever its means differ beyond rounding."""
     start, found = 0, None
     while len(values) - start >= 4:
-        best, best_ratio = None, threshold
-        for i in range(start + 2, len(values) - 1):
-            left, right = values[start:i], values[i:]
-            middles = statistics.median(left), statistics.median(right)
-            deviations = [abs(v - middles[0]) for v in left] + [abs(v - middles[1]) for v in right]
-            spread = max(1.4826 * statistics.median(deviations), 1e-9 * abs(middles[0]) / threshold)
-            shift = abs(statistics.fmean(right) - statistics.fmean(left))  # means place the split exactly
-            ratio = shift / spread if spread > 0 else math.inf if shift else 0.0
-            if ratio > best_ratio:
-                best, best_ratio = i, ratio
-        if best is None:
+        segment = values[start:]
+        n = len(segment)
+        best, best_t = 0, 0.0
+        for i in range(2, n - 1):
+            left, right = segment[:i], segment[i:]
+            mean_left, mean_right = statistics.fmean(left), statistics.fmean(right)
+            squares = sum((v - mean_left) ** 2 for v in left) + sum((v - mean_right) ** 2 for v in right)
+            pooled_sd, shift = math.sqrt(squares / (n - 2)), abs(mean_right - mean_left)
+            scale = max(abs(mean_left), abs(mean_right))
+            if pooled_sd <= 1e-12 * scale:
+                t = math.inf if shift > 1e-9 * scale else 0.0
+            else:
+                t = shift / (pooled_sd * math.sqrt(1 / i + 1 / (n - i)))
+            if t > best_t:
+                best, best_t = i, t
+        if not t_two_sided_p(best_t, n - 2) * (n - 3) < alpha:
             break
-        start = found = best
+        start = found = start + best
     return found
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= t) for Student's t with integer ``df`` >= 1, exact (Abramowitz & Stegun 26.7.3
+    and 26.7.4, with theta = atan(t / sqrt(df)) and c = cos(theta)): one minus
+    (2/pi)(theta + sin(theta)(c + 2/3 c^3 + ... + (2*4...(df-3))/(1*3...(df-2)) c^(df-2))) for odd
+    df, sin(theta)(1 + 1/2 c^2 + ... + (1*3...(df-3))/(2*4...(df-2)) c^(df-2)) for even df."""
+    if math.isinf(t):
+        return 0.0
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2:
+        term = total = math.cos(theta) if df > 1 else 0.0
+        for j in range(1, (df - 1) // 2):
+            term *= c2 * (2 * j) / (2 * j + 1)
+            total += term
+        inside = 2 / math.pi * (theta + math.sin(theta) * total)
+    else:
+        term = total = 1.0
+        for j in range(df // 2 - 1):
+            term *= c2 * (2 * j + 1) / (2 * j + 2)
+            total += term
+        inside = math.sin(theta) * total
+    return max(0.0, 1.0 - inside)
 
 
 # ------------------------------------------------------------------------ change points
