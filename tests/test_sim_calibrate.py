@@ -45,8 +45,9 @@ def test_the_sweep_recovers_the_servers_timing(sim_url, prompts):
     assert timing["prefill"]["tokens"] == [256, 2048]
     for tokens, ms in zip(timing["prefill"]["tokens"], timing["prefill"]["ms"], strict=True):
         # TTFT of a lone request = one prefill iteration, plus the client's and the event loop's share
+        # (up to 10 ms more on a loaded CI machine; a wrong measure is off by an iteration or more)
         expected = profile.timing.iteration_s(Batch(tokens, tokens, 0, 0, 0.0)) * 1000
-        assert expected <= ms <= expected * 1.25 + 5
+        assert expected <= ms <= expected * 1.25 + 10
     assert timing["decode"]["seqs"] == [1, 8]
     for seqs, ms in zip(timing["decode"]["seqs"], timing["decode"]["ms"], strict=True):
         expected = profile.timing.iteration_s(Batch(0, 0, seqs, seqs * 72, 0.0)) * 1000
