@@ -147,7 +147,9 @@ def test_the_history_confirms_or_vetoes_the_bootstrap_never_overrules_it():
 def test_too_short_a_history_leaves_the_bootstrap_verdict():
     comparison = Comparison("base", rows=[row(0.06)])
     gate_with_history(
-        comparison, record(1.06), History([("c", record(1.0 + i / 100)) for i in range(MIN_HISTORY - 1)], unreadable=1)
+        comparison,
+        record(1.06),
+        History([("c", record(1.0 + i / 100)) for i in range(MIN_HISTORY - 1)], unreadable={"k": "why"}),
     )
     assert comparison.rows[0].verdict == "regression"
     assert (
@@ -182,12 +184,14 @@ STEP = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.100, 0.101, 0.120, 0.121, 0.
 def test_history_points_match_the_current_result_skip_others_and_count_unreadable(repo):
     store = seed_store(repo, STEP)
     store.save(record(0.5, commits(repo)[3], settings={"concurrency": 8}))  # other settings: not history
-    (store.root / result_folder(TEST) / f"{commits(repo)[4][:12]}-zzzz.json").write_text("{not json")
+    corrupt = f"{result_folder(TEST)}/{commits(repo)[4][:12]}-zzzz.json"
+    (store.root / corrupt).write_text("{not json")
     found = history_points(store, TEST, list(reversed(commits(repo))), like=record(0.1), limit=10)
     assert [value for value in found.values("ttft.p50")] == STEP[-10:]
-    assert found.unreadable == 0  # the corrupt file is at an older commit than the 10 newest
+    assert found.unreadable == {}  # the corrupt file is at an older commit than the 10 newest
     everything = history_points(store, TEST, list(reversed(commits(repo))), like=record(0.1))
-    assert len(everything.points) == 16 and everything.unreadable == 1
+    assert len(everything.points) == 16 and list(everything.unreadable) == [corrupt]
+    assert everything.unreadable[corrupt].startswith(f"{store.root}/{corrupt}: not a stored llmreplay result")
 
 
 def test_metric_series_finds_the_step(repo):
@@ -209,12 +213,17 @@ def test_a_change_point_moves_the_level_by_one_percent_at_least():
 
 def test_history_command_prints_each_commit_and_the_change_point(repo, capsys):
     seed_store(repo, STEP)
-    (repo / ".llmreplay" / result_folder(TEST) / f"{commits(repo)[2][:12]}-corrupt.json").write_text("[]")
+    corrupt = f"{result_folder(TEST)}/{commits(repo)[2][:12]}-corrupt.json"
+    (repo / ".llmreplay" / corrupt).write_text("[]")
     assert main(["history", TEST, "--metric", "ttft.p50"]) == 0
     out = capsys.readouterr().out
     step = commits(repo)[8][:12]
     assert f"ttft.p50: change points at {step}" in out
-    assert "16 stored results on the first-parent history of HEAD" in out and "; 1 unreadable file(s) skipped" in out
+    assert re.search(r"16 stored results on the first-parent history of HEAD \(\w{12}\), oldest first\n", out), out
+    assert (
+        f"\nskipped: 1 stored file in {repo}/.llmreplay could not be read: {corrupt} (the newest: not a stored "
+        "llmreplay result (missing schema, summary, samples, fingerprint); pass a baseline file or a report's JSON)\n"
+    ) in out
     # in the metric's unit, as every terminal table; the change point's column only when there is one
     assert re.search(r"^commit +ttft\.p50 +change point$", out, re.M), out
     assert re.search(rf"^{step} +120 ms +level 100\.1 ms -> 120\.1 ms \(\+20\.0%\)$", out, re.M), out
@@ -222,6 +231,23 @@ def test_history_command_prints_each_commit_and_the_change_point(repo, capsys):
     assert (
         out.count("level ") == 1
         and len([line for line in out.splitlines() if line[:12] in {c[:12] for c in commits(repo)}]) == 16
+    )
+
+
+def test_history_command_names_the_unreadable_files_and_fails_when_none_could_be_read(repo, capsys):
+    folder = repo / ".llmreplay" / result_folder(TEST)
+    folder.mkdir(parents=True)
+    names = [f"{commit[:12]}-corrupt.json" for commit in commits(repo)[:7]]  # oldest first
+    for name in names:
+        (folder / name).write_text("{not json")
+    assert main(["history", TEST]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    newest_first = [f"{result_folder(TEST)}/{name}" for name in reversed(names)]
+    assert captured.err == (
+        f"error: {TEST}: no readable stored result on the first-parent history of HEAD ({commits(repo)[-1][:12]}); "
+        f"7 stored files in {repo}/.llmreplay could not be read: {', '.join(newest_first[:5])} and 2 more "
+        "(the newest: not a stored llmreplay result (Expecting property name enclosed in double quotes: line 1 column 2 (char 1)))\n"
     )
 
 

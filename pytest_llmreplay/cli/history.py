@@ -7,8 +7,9 @@ Prints, for each gated figure (or each ``--metric``, a key as an SLO names it), 
 stored results along the first-parent history of ``--ref``, oldest first, one row per result in
 the figure's unit, and the change points Apache Otava's e-divisive finds (the level before and
 after each). Needs the ``[history]`` extra; without it, one line naming it, before anything
-else. Bad input (an unknown ``--metric``, a store folder that does not exist, no stored result,
-no extra) is one ``error:`` line and exit status 3 (:data:`~pytest_llmreplay.cli.options.BAD_INPUT`), as
+else. Stored files that cannot be read are skipped and named (at most five, then how many more);
+when none could be read, that is the error. Bad input (an unknown ``--metric``, a store folder
+that does not exist, no readable stored result, no extra) is one ``error:`` line and exit status 3 (:data:`~pytest_llmreplay.cli.options.BAD_INPUT`), as
 ``run``'s. cli/main.py registers the command with :func:`add_history_parser`.
 """
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LLMReplayError
+from ..wording import counted, listed
 from .options import BAD_INPUT, open_store_option
 
 
@@ -35,6 +37,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         raise LLMReplayError(str(exc).replace("--llm-compare", "--ref")) from None
     every = history_points(store, args.test, commits)
     if not every.points:
+        if every.unreadable:
+            raise LLMReplayError(
+                f"{args.test}: no readable stored result on the first-parent history of {label}; {_unreadable(store, every.unreadable)}"
+            )
         raise LLMReplayError(f"{args.test}: no stored result in {store.label} on the first-parent history of {label}")
     # the newest result's series: results of another endpoint, workload or settings are never one line with it
     newest = every.points[-1][1]
@@ -46,7 +52,6 @@ def cmd_history(args: argparse.Namespace) -> int:
     figures = {key: ".".join(parse_key(key, f"--metric {key!r}", stored)) for key in keys}
     print(
         f"{args.test}: {len(history.points)} stored results on the first-parent history of {label}, oldest first"
-        + (f"; {history.unreadable} unreadable file(s) skipped" if history.unreadable else "")
         + (
             f"; {others} of another endpoint, workload, settings or run count than the newest left out "
             "(llmreplay dashboard draws each as its own line)"
@@ -54,9 +59,19 @@ def cmd_history(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    if history.unreadable:
+        print(f"skipped: {_unreadable(store, history.unreadable)}")
     for key, figure in figures.items():
         print("\n" + _series_table(history, key, figure))
     return 0
+
+
+def _unreadable(store: Any, unreadable: dict[str, str]) -> str:
+    """``N stored files in STORE could not be read: KEY, ... and N more (the newest: WHY)``, from
+    :attr:`~pytest_llmreplay.gate.history.History.unreadable` (key -> why, newest first)."""
+    keys = list(unreadable)
+    why = unreadable[keys[0]].removeprefix(f"{store.label}/{keys[0]}: ")  # the why names the file: once is enough
+    return f"{counted(len(keys), 'stored file')} in {store.label} could not be read: {listed(keys)} (the newest: {why})"
 
 
 def _series_table(history: Any, key: str, figure: str) -> str:

@@ -5,7 +5,7 @@ spread they show, the gate that uses it, and change points.
 (newest first, as :func:`~pytest_llmreplay.gate.baseline.reference_history` gives them) through
 :class:`~pytest_llmreplay.gate.store.Store` (any kind: folder, git ref, fsspec URL), keeps those with the same fingerprint,
 workload and settings as ``like`` and as many runs (``--llm-repeat``), and returns them oldest
-first. A file that cannot be read is counted and skipped, never fatal; a result stopped by a
+first. A file that cannot be read is skipped (its key and why kept in :attr:`History.unreadable`), never fatal; a result stopped by a
 signal (``"interrupted"``, :mod:`~pytest_llmreplay.plugin.interrupt`) is skipped: it measured only part
 of its workload.
 
@@ -51,7 +51,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
@@ -73,11 +73,11 @@ EXTRA = "pip install 'pytest-llmreplay[history]'"
 
 @dataclass
 class History:
-    """The stored results that match, oldest first (``points``: (commit, record)), and how many
-    files could not be read."""
+    """The stored results that match, oldest first (``points``: (commit, record)), and the files
+    that could not be read (``unreadable``: store key -> why, newest first)."""
 
     points: list[tuple[str, Mapping[str, Any]]]
-    unreadable: int = 0
+    unreadable: dict[str, str] = field(default_factory=dict)
 
     def values(self, key: str) -> list[float | None]:
         return [figure(record, key) for _, record in self.points]
@@ -108,14 +108,14 @@ def history_points(
     commit that holds a result saved from a clean tree, those saved from a dirty one (tracked
     files changed: not the commit's code) are left out."""
     found: list[tuple[str, Mapping[str, Any]]] = []
-    unreadable = 0
+    unreadable: dict[str, str] = {}
     for commit in commits:
         here = []
         for key in reversed(store.stored(test, commit)):
             try:
                 record = store.read(key)
-            except LLMReplayError:
-                unreadable += 1
+            except LLMReplayError as exc:
+                unreadable[key] = str(exc)
                 continue
             if record.get("interrupted"):
                 continue
@@ -168,7 +168,7 @@ def gate_with_history(
     (module docstring); each judged row's note gives its statistic. The comparison's header says
     how many results gated it (or, with fewer, only that stored files were unreadable)."""
     count = len(history.points)
-    skipped = f"; {history.unreadable} stored file(s) unreadable, skipped" if history.unreadable else ""
+    skipped = f"; {len(history.unreadable)} stored file(s) unreadable, skipped" if history.unreadable else ""
     if count < MIN_HISTORY:  # the usual case until a store has grown: the table stays as it was
         if skipped:
             line = f"history: {count} earlier result(s) (< {MIN_HISTORY}), verdicts from the bootstrap alone{skipped}"
