@@ -152,7 +152,7 @@ def publish_the_dashboard(job, line: str, saved: str, monkeypatch, capsys) -> No
     monkeypatch.chdir(pages)
     capsys.readouterr()
     assert llmreplay(job_command(line, "llmreplay")) == 0, capsys.readouterr().err
-    assert "1 tests (0 moved recently), 1 results (1 read from the store" in capsys.readouterr().out
+    assert "1 test (0 moved recently), 1 result (1 read from the store" in capsys.readouterr().out
     index = (pages / "dashboard" / "index.html").read_text()
     assert (
         ">tests/perf/test_perf.py::test_chat</a>" in index

@@ -163,7 +163,7 @@ def test_a_rebuild_after_one_new_result_reads_and_writes_only_that(site, tmp_pat
             path.unlink()
     printed = build(str(site), out, capsys)
     assert f"(1 read from the store, {COMMITS * 6} from the cache)" in printed
-    assert "; 1 test pages written" in printed and "1 latest verdicts compared" in printed
+    assert "; 1 test page written" in printed and "1 latest verdict compared" in printed
     assert untouched.stat().st_mtime_ns == before
     data = page_data(page_of(out, stored_test_ids()[3]))
     assert data["commits"][str(COMMITS)][0] == new and data["charts"]["0"]["data"][0]["x"][-1] == COMMITS
@@ -189,7 +189,7 @@ def test_unreadable_and_interrupted_results_are_left_out_and_named(site, tmp_pat
     first.write_text("{not json")
     second.write_text(json.dumps({**json.loads(second.read_text()), "interrupted": "SIGINT"}))
     printed = build(str(site), tmp_path / "out", capsys)
-    assert "left out 1 interrupted result(s)" in printed
+    assert "left out 1 interrupted result:" in printed
     assert f"skipped 1 unreadable stored result: {first}: not a stored llmreplay result (" in printed
 
 

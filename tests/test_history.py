@@ -154,7 +154,7 @@ def test_too_short_a_history_leaves_the_bootstrap_verdict():
     assert comparison.rows[0].verdict == "regression"
     assert (
         comparison.header
-        == f"history: {MIN_HISTORY - 1} earlier result(s) (< 5), verdicts from the bootstrap alone; 1 stored file(s) unreadable, skipped"
+        == f"history: {MIN_HISTORY - 1} earlier results (< 5), verdicts from the bootstrap alone; 1 stored file unreadable, skipped"
     )
     quiet = Comparison("base", rows=[row(0.06)])
     gate_with_history(quiet, record(1.06), History([("c", record(1.0))]))
@@ -248,6 +248,15 @@ def test_history_command_names_the_unreadable_files_and_fails_when_none_could_be
         f"error: {TEST}: no readable stored result on the first-parent history of HEAD ({commits(repo)[-1][:12]}); "
         f"7 stored files in {repo}/.llmreplay could not be read: {', '.join(newest_first[:5])} and 2 more "
         "(the newest: not a stored llmreplay result (Expecting property name enclosed in double quotes: line 1 column 2 (char 1)))\n"
+    )
+
+
+def test_history_command_counts_one_result_in_the_singular(repo, capsys):
+    seed_store(repo, [0.1])
+    assert main(["history", TEST, "--metric", "ttft.p50"]) == 0
+    assert re.match(
+        rf"{TEST}: 1 stored result on the first-parent history of HEAD \(\w{{12}}\), oldest first\n",
+        capsys.readouterr().out,
     )
 
 

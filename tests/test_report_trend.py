@@ -81,7 +81,7 @@ def test_without_history_the_section_is_one_line(repo, monkeypatch):
     current = record(0.1, commits(repo)[1])
     block = trend(history_points(store, TEST, [commits(repo)[0]], like=current), current, ["ttft.p50"], "HEAD~1 (abc)")
     assert (
-        "none, 1 earlier result(s) like this one on the first-parent history of HEAD~1 (abc); a trend needs 2"
+        "none, 1 earlier result like this one on the first-parent history of HEAD~1 (abc); a trend needs 2"
         in one_line(trend_section({"test": TEST, "history": block}))
     )
     monkeypatch.setitem(sys.modules, "otava.analysis", None)  # import fails as if not installed
@@ -123,7 +123,7 @@ def test_the_report_says_in_one_line_why_a_compared_test_has_no_trend(project):
     git(project.path, "commit", "-q", "--allow-empty", "-m", "change")
     project.runpytest("--llm-offline", "--llm-compare=HEAD~1", "--llm-report", "rep").assert_outcomes(passed=1)
     assert report_of(project.path)["history"]["note"].startswith(
-        "1 earlier result(s) like this one on the first-parent history of HEAD~1 ("
+        "1 earlier result like this one on the first-parent history of HEAD~1 ("
     )
     page = (project.path / "rep" / "index.html").read_text()
-    assert "Trend over commits: none, 1 earlier result(s)" in page and "-trend-" not in page
+    assert "Trend over commits: none, 1 earlier result" in page and "-trend-" not in page

@@ -51,7 +51,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     stored = {metric for _, record in history.points for metric in record.get("summary") or {}}
     figures = {key: ".".join(parse_key(key, f"--metric {key!r}", stored)) for key in keys}
     print(
-        f"{args.test}: {len(history.points)} stored results on the first-parent history of {label}, oldest first"
+        f"{args.test}: {counted(len(history.points), 'stored result')} on the first-parent history of {label}, oldest first"
         + (
             f"; {others} of another endpoint, workload, settings or run count than the newest left out "
             "(llmreplay dashboard draws each as its own line)"

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..errors import LLMReplayError
 from ..gate.store import Store
+from ..wording import counted
 from . import DEFAULT_DEPTH, DEFAULT_RECENT
 from .assets import copy_assets, plotly_js
 from .cache import STATE, DigestCache, gather, read_json, write_json
@@ -57,15 +58,17 @@ class Built:
 
     def summary(self) -> list[str]:
         lines = [
-            f"wrote {self.out / 'index.html'}: {self.tests} tests ({self.moved} moved recently), {self.results:,} results "
-            f"({self.read:,} read from the store, {self.cached:,} from the cache); {self.pages} test pages written, "
-            f"Otava run on {self.change_points} series, {self.verdicts} latest verdicts compared"
+            f"wrote {self.out / 'index.html'}: {counted(self.tests, 'test')} ({self.moved} moved recently), "
+            f"{counted(self.results, 'result')} ({self.read:,} read from the store, {self.cached:,} from the cache); "
+            f"{counted(self.pages, 'test page')} written, Otava run on {self.change_points:,} series, "
+            f"{counted(self.verdicts, 'latest verdict')} compared"
         ]
         if self.interrupted:
-            lines.append(f"left out {self.interrupted} interrupted result(s): they measured part of their workload")
+            lines.append(
+                f"left out {counted(self.interrupted, 'interrupted result')}: they measured part of their workload"
+            )
         if self.unreadable:
-            count = len(self.unreadable)
-            lines.append(f"skipped {count} unreadable stored result{'s' if count != 1 else ''}: {self.unreadable[0]}")
+            lines.append(f"skipped {counted(len(self.unreadable), 'unreadable stored result')}: {self.unreadable[0]}")
         return lines
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..metrics.units import format_figure
 from ..report.rows import SLO_HEADERS, Headline
+from ..wording import counted
 from .charts import figure_chart, sparkline
 from .commits import Commit
 from .extract import outcome, point_slos
@@ -126,7 +127,7 @@ def moved_html(moves: Sequence[Move], site: Site) -> str:
     who = f" <span class=muted>({html.escape(short_label(first.label))})</span>" if first.label != "results" else ""
     return (
         f'<li><span class="{css}">{first.flag}</span> at {html.escape(site.commits[first.position].id[:7])} '
-        f"({ago} commit{'s' if ago != 1 else ''} ago){who}: {changes}</li>"
+        f"({counted(ago, 'commit')} ago){who}: {changes}</li>"
     )
 
 
@@ -171,8 +172,8 @@ def drawn_line(site: Site, tests: int, results: int) -> str:
     """What the index draws: how many tests and results, from where, along which commits."""
     newest = site.commits[-1]
     return (
-        f"{tests} tests, {results:,} results in {html.escape(site.store)}, along the first-parent history of "
-        f"{html.escape(site.reference)}: {len(site.commits):,} commits, the newest {html.escape(newest.short)} "
+        f"{counted(tests, 'test')}, {counted(results, 'result')} in {html.escape(site.store)}, along the first-parent "
+        f"history of {html.escape(site.reference)}: {counted(len(site.commits), 'commit')}, the newest {html.escape(newest.short)} "
         f"of {html.escape(newest.date)}"
     )
 

@@ -56,6 +56,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..errors import LLMReplayError
+from ..wording import counted
 from .baseline import CONFIDENCE, LOWER_IS_WORSE, Comparison, mismatch
 from .repeats import run_count
 from .store import Store
@@ -168,10 +169,10 @@ def gate_with_history(
     (module docstring); each judged row's note gives its statistic. The comparison's header says
     how many results gated it (or, with fewer, only that stored files were unreadable)."""
     count = len(history.points)
-    skipped = f"; {len(history.unreadable)} stored file(s) unreadable, skipped" if history.unreadable else ""
+    skipped = f"; {counted(len(history.unreadable), 'stored file')} unreadable, skipped" if history.unreadable else ""
     if count < MIN_HISTORY:  # the usual case until a store has grown: the table stays as it was
         if skipped:
-            line = f"history: {count} earlier result(s) (< {MIN_HISTORY}), verdicts from the bootstrap alone{skipped}"
+            line = f"history: {counted(count, 'earlier result')} (< {MIN_HISTORY}), verdicts from the bootstrap alone{skipped}"
             comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
         return
     threshold = t_threshold(count, confidence)
@@ -337,7 +338,7 @@ def trend(history: History, current: Mapping[str, Any], keys: Sequence[str], ref
     block: dict[str, Any] = {"reference": reference, "earlier": len(history.points)}
     if len(history.points) < MIN_TREND:
         block["note"] = (
-            f"{len(history.points)} earlier result(s) like this one on the first-parent history of {reference}; "
+            f"{counted(len(history.points), 'earlier result')} like this one on the first-parent history of {reference}; "
             f"a trend needs {MIN_TREND} (save some with --llm-save)"
         )
         return block

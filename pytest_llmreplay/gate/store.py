@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMReplayError
+from ..wording import counted
 from .stored_record import parse_record
 
 BATCH = 500  # stored files read in one go by the kinds that can (Store.read_many_bytes)
@@ -161,7 +162,7 @@ class Newest:
         if not self.unreadable:
             return None
         count = len(self.unreadable)
-        return f"skipped {count} unreadable stored result{'s' if count != 1 else ''}{': the newest,' if count > 1 else ':'} {self.unreadable[0]}"
+        return f"skipped {counted(count, 'unreadable stored result')}{': the newest,' if count > 1 else ':'} {self.unreadable[0]}"
 
 
 class Store:

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from itertools import pairwise
 from typing import Any
 
+from ..wording import counted
 from .plots import THIS_RUN, THRESHOLD
 
 SHORT_ID = 7  # characters of a commit id on the x axis
@@ -115,5 +116,5 @@ def trend_svg(plot_id: str, key: str, series: Mapping[str, Any], reference: str)
     return svg_of(
         figure,
         plot_id,
-        f"{key} per commit: {len(values) - 1} stored results and this run, {len(points)} change point(s)",
+        f"{key} per commit: {counted(len(values) - 1, 'stored result')} and this run, {counted(len(points), 'change point')}",
     )
