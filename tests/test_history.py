@@ -310,6 +310,8 @@ def test_history_command_without_a_change_point_has_two_columns_and_reads_single
             ["history", "tests/other.py::test_x"],
             "error: tests/other.py::test_x: no stored result in */.llmreplay on the first-parent history of HEAD (*)",
         ),
+        (["history", ""], "error: TEST: empty; expected a test id as stored, e.g. tests/perf/test_chat.py::test_chat"),
+        (["history", " "], "error: TEST: empty; expected a test id as stored, e.g. tests/perf/test_chat.py::test_chat"),
         (["history", TEST, "--ref", "no-such-branch"], "error: --ref: git cannot resolve 'no-such-branch' to a commit"),
     ],
 )

@@ -9,7 +9,7 @@ the figure's unit, and the change points Apache Otava's e-divisive finds (the le
 after each). Needs the ``[history]`` extra; without it, one line naming it, before anything
 else. Stored files that cannot be read are skipped and named (at most five, then how many more);
 when none could be read, that is the error. Bad input (an unknown ``--metric``, a store folder
-that does not exist, no readable stored result, no extra) is one ``error:`` line and exit status 3 (:data:`~pytest_llmreplay.cli.options.BAD_INPUT`), as
+that does not exist, no readable stored result, an empty ``TEST``, no extra) is one ``error:`` line and exit status 3 (:data:`~pytest_llmreplay.cli.options.BAD_INPUT`), as
 ``run``'s. cli/main.py registers the command with :func:`add_history_parser`.
 """
 
@@ -23,6 +23,8 @@ from ..errors import LLMReplayError
 from ..wording import counted, listed
 from .options import BAD_INPUT, open_store_option
 
+EXAMPLE_TEST = "tests/perf/test_chat.py::test_chat"
+
 
 def cmd_history(args: argparse.Namespace) -> int:
     from ..gate.baseline import gated_tolerances, reference_history
@@ -30,6 +32,8 @@ def cmd_history(args: argparse.Namespace) -> int:
     from ..metrics.slo import parse_key
 
     change_points([])  # without the [history] extra: one line naming it, before anything is printed
+    if not args.test.strip():
+        raise LLMReplayError(f"TEST: empty; expected a test id as stored, e.g. {EXAMPLE_TEST}")
     store = open_store_option("--baseline-dir", args.baseline_dir, False)
     try:
         label, commits = reference_history(Path.cwd(), args.ref)
@@ -106,7 +110,7 @@ def add_history_parser(commands: Any) -> None:
         "of --ref (oldest first) and the change points Apache Otava's e-divisive finds in it "
         "(needs pip install 'pytest-llmreplay[history]').",
     )
-    history.add_argument("test", metavar="TEST", help="the test id as stored, e.g. tests/perf/test_chat.py::test_chat")
+    history.add_argument("test", metavar="TEST", help=f"the test id as stored, e.g. {EXAMPLE_TEST}")
     history.add_argument(
         "--metric",
         action="append",
