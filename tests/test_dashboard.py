@@ -221,7 +221,10 @@ def test_from_an_s3_bucket(site, tmp_path, capsys, s3_env):
             ["--commit-url", "https://x/commit"],
             "error: --commit-url 'https://x/commit': expected a template with {commit}, *",
         ),
-        (["--ref", "no-such-branch"], "error: --ref no-such-branch: git cannot walk its history in * (fatal: *)"),
+        (
+            ["--ref", "no-such-branch"],
+            "error: --ref: git cannot resolve 'no-such-branch' to a commit; expected a branch, tag or commit of the repository at *",
+        ),
         (["--baseline-dir", "nowhere"], "error: --baseline-dir: */nowhere: no such folder; *"),
         (
             ["--baseline-dir", "empty"],

@@ -312,7 +312,10 @@ def test_history_command_without_a_change_point_has_two_columns_and_reads_single
         ),
         (["history", ""], "error: TEST: empty; expected a test id as stored, e.g. tests/perf/test_chat.py::test_chat"),
         (["history", " "], "error: TEST: empty; expected a test id as stored, e.g. tests/perf/test_chat.py::test_chat"),
-        (["history", TEST, "--ref", "no-such-branch"], "error: --ref: git cannot resolve 'no-such-branch' to a commit"),
+        (
+            ["history", TEST, "--ref", "no-such-branch"],
+            "error: --ref: git cannot resolve 'no-such-branch' to a commit; expected a branch, tag or commit of the repository at *",
+        ),
     ],
 )
 def test_history_command_bad_input_is_one_line_with_the_bad_input_status(repo, capsys, args, message):
@@ -323,6 +326,30 @@ def test_history_command_bad_input_is_one_line_with_the_bad_input_status(repo, c
     from fnmatch import fnmatch
 
     assert fnmatch(err, message), err
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        (
+            "no-such-branch",
+            "--ref: git cannot resolve 'no-such-branch' to a commit; expected a branch, tag or commit of the repository at {cwd}",
+        ),
+        ("", "--ref: empty; expected a branch, tag or commit of the repository at {cwd}"),
+        ("HEAD", "--ref: {cwd} is not in a git repository with a commit; baselines are kept per commit"),
+    ],
+)
+def test_history_and_dashboard_word_a_bad_ref_alike(repo, tmp_path_factory, monkeypatch, capsys, ref, message):
+    seed_store(repo, STEP)
+    cwd = repo
+    if ref == "HEAD":  # the store read from a folder that is no repository
+        cwd = tmp_path_factory.mktemp("no_repository")
+        monkeypatch.chdir(cwd)
+    store = str(repo / ".llmreplay")
+    assert main(["history", TEST, "--baseline-dir", store, "--ref", ref]) == 3
+    history = capsys.readouterr().err
+    assert main(["dashboard", "--baseline-dir", store, "--out", str(cwd / "site"), "--ref", ref]) == 3
+    assert capsys.readouterr().err == history == f"error: {message.format(cwd=cwd)}\n"
 
 
 def test_history_command_without_otava_names_the_extra(repo, capsys, monkeypatch):

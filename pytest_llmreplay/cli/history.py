@@ -35,10 +35,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     if not args.test.strip():
         raise LLMReplayError(f"TEST: empty; expected a test id as stored, e.g. {EXAMPLE_TEST}")
     store = open_store_option("--baseline-dir", args.baseline_dir, False)
-    try:
-        label, commits = reference_history(Path.cwd(), args.ref)
-    except LLMReplayError as exc:
-        raise LLMReplayError(str(exc).replace("--llm-compare", "--ref")) from None
+    label, commits = reference_history(Path.cwd(), args.ref, "--ref")
     every = history_points(store, args.test, commits)
     if not every.points:
         if every.unreadable:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LLMReplayError
+from ..gate.baseline import require_commit
 
 SUBJECT_CHARACTERS = 72  # of a commit's subject shown on hover
 
@@ -28,10 +29,12 @@ class Commit:
 def first_parent_history(cwd: str | Path, ref: str, depth: int) -> list[Commit]:
     """The newest ``depth`` commits of ``ref``'s first-parent history in the repository at
     ``cwd``, oldest first; :class:`LLMReplayError` naming ``--ref`` when git cannot resolve it
-    (or ``cwd`` is not in a repository)."""
+    (:func:`~pytest_llmreplay.gate.baseline.require_commit`: as ``llmreplay history --ref``) or
+    walk its history."""
+    commit = require_commit(cwd, ref, "--ref")
     try:
         done = subprocess.run(
-            ["git", "log", "--first-parent", f"--max-count={depth}", "--format=%H%x1f%cI%x1f%s", ref, "--"],
+            ["git", "log", "--first-parent", f"--max-count={depth}", "--format=%H%x1f%cI%x1f%s", commit, "--"],
             cwd=cwd,
             capture_output=True,
             text=True,

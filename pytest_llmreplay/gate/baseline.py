@@ -237,20 +237,35 @@ def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:
 DEFAULT_BRANCHES = ("origin/HEAD", "main", "master", "origin/main", "origin/master")
 
 
-def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]:
-    """(what the reference is, in words; commits to search newest first) for ``--llm-compare``.
+def require_commit(cwd: str | Path, ref: str, option: str) -> str:
+    """The full id of the commit ``ref`` names in ``cwd``'s repository, for ``option`` (one that
+    takes a reference: ``--llm-compare``, ``llmreplay history --ref``, ``llmreplay dashboard
+    --ref``); otherwise the one :class:`LLMReplayError` they all raise: ``ref`` empty, ``cwd``
+    not in a git repository with a commit, or a name git cannot resolve to a commit."""
+    cwd = Path(cwd)
+    if not ref.strip():
+        raise LLMReplayError(f"{option}: empty; expected a branch, tag or commit of the repository at {cwd}")
+    commit = resolve_commit(cwd, ref)
+    if commit is not None:
+        return commit
+    if _git(cwd, "rev-parse", "--verify", "--quiet", "HEAD") is None:
+        raise LLMReplayError(f"{option}: {cwd} is not in a git repository with a commit; baselines are kept per commit")
+    raise LLMReplayError(
+        f"{option}: git cannot resolve {ref!r} to a commit; expected a branch, tag or commit of the repository at {cwd}"
+    )
+
+
+def reference_history(cwd: str | Path, ref: str | None, option: str = "--llm-compare") -> tuple[str, list[str]]:
+    """(what the reference is, in words; commits to search newest first) for ``option``
+    (``--llm-compare``, ``llmreplay history --ref``).
 
     ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch, the first of
     :data:`DEFAULT_BRANCHES` that exists and shares history with HEAD (HEAD itself when none
     does), then its first-parent ancestors; the words name the branch used. Otherwise ``ref`` is
-    any commit, tag or branch git can resolve."""
+    any commit, tag or branch git can resolve (:func:`require_commit`'s errors otherwise)."""
     cwd = Path(cwd)
-    head = _git(cwd, "rev-parse", "HEAD")
-    if head is None:
-        raise LLMReplayError(
-            f"--llm-compare: {cwd} is not in a git repository with a commit; baselines are kept per commit"
-        )
-    if ref in (None, "", "auto"):
+    head = require_commit(cwd, "HEAD", option)
+    if ref in (None, "auto"):
         base = None
         for candidate in DEFAULT_BRANCHES:
             if _git(cwd, "rev-parse", "--verify", "--quiet", candidate) is not None:
@@ -261,9 +276,7 @@ def reference_history(cwd: str | Path, ref: str | None) -> tuple[str, list[str]]
         if not base:
             base, label = head, "HEAD"
     else:
-        base = resolve_commit(cwd, ref)
-        if base is None:
-            raise LLMReplayError(f"--llm-compare: git cannot resolve {ref!r} to a commit")
+        base = require_commit(cwd, ref, option)
         label = f"{ref} ({base[:12]})"
     history = (_git(cwd, "rev-list", "--first-parent", f"--max-count={HISTORY_DEPTH}", base) or base).split()
     return label, history
