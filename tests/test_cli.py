@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import re
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -96,6 +97,23 @@ def test_inspect_untimed_agentic_trace(capsys, trace_data):
     code, out, _ = run(capsys, "inspect", str(trace_data / "trie/office_work_8k_slice.jsonl"))
     assert code == 0
     assert "untimed" in out and "193" in out and "session history share" in out
+
+
+def test_inspect_shows_reasoning_lengths_only_when_the_workload_has_them(capsys, tmp_path):
+    spec = "synthetic:\n  sessions: 4\n  input_tokens: 100\n  output_tokens: 50\n  seed: 1\n"
+    plain, thinking = tmp_path / "plain.yaml", tmp_path / "thinking.yaml"
+    plain.write_text(spec)
+    thinking.write_text(spec + "  reasoning_tokens: {dist: uniform, min: 100, max: 300}\n")
+    code, out, _ = run(capsys, "inspect", str(plain))
+    assert code == 0 and "output tokens" in out and "reasoning tokens" not in out
+    code, out, _ = run(capsys, "inspect", str(thinking))
+    thoughts = [turn.reasoning_tokens for _, _, turn in load_workload(thinking).turns()]
+    assert code == 0 and len(thoughts) == 4 and all(100 <= t <= 300 for t in thoughts)
+    median = sorted(thoughts)[1] / 2 + sorted(thoughts)[2] / 2
+    assert re.search(
+        rf"^reasoning tokens \(of output\) +mean {sum(thoughts) / 4:,.1f}  p50 {median:,.0f}  ", out, re.M
+    ), out
+    assert f"max {max(thoughts):,}\n" in out and f"max {max(thoughts) + 50:,}\n" in out  # output lengths count them
 
 
 @pytest.mark.parametrize(

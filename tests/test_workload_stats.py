@@ -117,6 +117,15 @@ def test_untimed_workload_has_no_span_or_rate():
     assert rows["session history share"] == f"{280 / 530:.1%}"
 
 
+def test_reasoning_lengths_are_summed_up_over_the_turns_that_state_one():
+    thinking = Session(
+        "a", 0.0, (Turn(5, 40, Synthetic(), reasoning_tokens=30), Turn(5, 20, Synthetic(), reasoning_tokens=10))
+    )
+    rows = dict(describe(workload(thinking, single("b", 1.0, 5, Synthetic(), 8))).rows())
+    assert rows["reasoning tokens (of output)"] == "mean 20.0  p50 20  p90 28  p99 30  max 30  (2 of 3 turns)"
+    assert "reasoning tokens (of output)" not in dict(describe(workload(single("b", 1.0, 5, Synthetic(), 8))).rows())
+
+
 def test_zero_span_has_no_rate():
     stats = describe(workload(single("a", 3.0, 5, Synthetic()), single("b", 3.0, 5, Synthetic())))
     assert (stats.span_s, stats.request_rate) == (0.0, None)

@@ -11,6 +11,10 @@ Token-id prompts count full blocks of ``block_size`` tokens only; a hash-id prom
 may be partial. Session-history share (agent and chat traces): the part of growth turns' prompts
 that is the previous prompt + response, over all prompt tokens.
 
+Reasoning tokens (a reasoning workload's turns say how many of their output tokens the model
+thinks before it answers): their statistics over the turns that state one, shown only when a
+turn does.
+
 Time span and request rate (timed workloads): over the requests' arrivals, not the sessions'
 starts. A turn arrives at its session's arrival plus the delays of the turns up to it (the
 response times between are not known before a replay, so a later turn's arrival is its
@@ -44,6 +48,8 @@ class WorkloadStats:
     turns_per_session: dict[str, float] | None  # None for a workload without sessions
     input_tokens: dict[str, float] | None
     output_tokens: dict[str, float] | None
+    reasoning_tokens: dict[str, float] | None  # over the turns that state one; None when none does
+    reasoning_turns: int  # turns that state their reasoning length
     unknown_lengths: int
     timed: bool
     span_s: float | None
@@ -61,6 +67,13 @@ class WorkloadStats:
             ("input tokens", _stats_text(self.input_tokens, STATS)),
             ("output tokens", _stats_text(self.output_tokens, STATS)),
         ]
+        if self.reasoning_tokens is not None:
+            partial = (
+                f"  ({self.reasoning_turns:,} of {self.requests:,} turns)"
+                if self.reasoning_turns < self.requests
+                else ""
+            )
+            rows.append(("reasoning tokens (of output)", _stats_text(self.reasoning_tokens, STATS) + partial))
         if self.unknown_lengths:
             rows.append(("turns of unknown length", f"{self.unknown_lengths:,} (verbatim payloads)"))
         if self.timed:
@@ -80,6 +93,7 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
     turns = [turn for _, _, turn in workload.turns()]
     inputs = [t.input_tokens for t in turns if t.input_tokens is not None]
     outputs = [t.output_tokens for t in turns if t.output_tokens is not None]
+    thoughts = [t.reasoning_tokens for t in turns if t.reasoning_tokens is not None]
     arrivals = list(request_arrivals(workload))
     span = (max(arrivals) - min(arrivals)) if arrivals else 0.0
     history = 0
@@ -98,6 +112,8 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
         turns_per_session=_stats([len(s.turns) for s in workload.sessions], ("mean", "min", "max")),
         input_tokens=_stats(inputs, STATS),
         output_tokens=_stats(outputs, STATS),
+        reasoning_tokens=_stats(thoughts, STATS),
+        reasoning_turns=len(thoughts),
         unknown_lengths=len(turns) - len(inputs),
         timed=workload.timed,
         span_s=span if workload.timed else None,
