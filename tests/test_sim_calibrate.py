@@ -92,14 +92,32 @@ def test_the_command_writes_a_profile_the_simulator_loads(sim_url, tmp_path, cap
     profile = load_profile(out)
     assert profile.name == "calibrated" and profile.engine.max_num_seqs == 64
     assert json.loads(out.read_text())["timing"]["prefill"]["tokens"] == [128, 512]
-    printed = capsys.readouterr().out
-    assert "prefill 128 tokens" in printed
+    captured = capsys.readouterr()
+    printed = captured.out
+    assert "prefill 128 tokens" in printed and captured.err == ""  # every point measured: no warning
     assert printed.endswith(
         f"wrote {out}: use it with --llm-sim-profile={out} or llmreplay sim --profile {out}\n"
     )  # = keeps pytest's rootdir
 
 
 SWEEP = ["--prefill-tokens", "128", "--decode-seqs", "1", "--decode-output-tokens", "8", "--repeats", "1"]
+
+
+def test_a_sweep_cut_short_by_its_budget_says_what_it_left_out_and_writes_what_it_measured(sim_url, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    sweep = [*SWEEP, "--prefill-tokens", "128,512,1024", "--decode-seqs", "1,2"]  # the last of an option counts
+    # a millisecond: spent by the first point of each kind, which the sweep always measures
+    assert main(["calibrate", "--endpoint", sim_url, "--out", str(out), *sweep, "--budget", "0.001"]) == 0
+    printed = capsys.readouterr()
+    left_out = (
+        "calibration stopped at its budget of 0.001 s before measuring prefill lengths 512, 1024 and decode batch "
+        "sizes 2; the profile holds the 2 points measured (its table is clamped beyond them)"
+    )
+    assert printed.err == f"warning: {left_out}; raise --budget to measure the rest\n"
+    assert "prefill 128 tokens" in printed.out and printed.out.endswith(f"llmreplay sim --profile {out}\n")
+    written = json.loads(out.read_text())
+    assert written["timing"]["prefill"]["tokens"] == [128] and written["timing"]["decode"]["seqs"] == [1]
+    assert written["notes"][-1] == left_out and load_profile(out).name == "p"
 
 
 def test_the_out_folder_is_made_before_the_sweep(sim_url, tmp_path, capsys):

@@ -19,6 +19,7 @@ import argparse
 import json
 import math
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +189,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
     )
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed)
-    profile = calibrate(endpoint, prompts, plan, args.name or out.stem, progress=lambda line: print(line, flush=True))
+    profile = calibrate(
+        endpoint,
+        prompts,
+        plan,
+        args.name or out.stem,
+        progress=lambda line: print(line, flush=True),
+        warn=lambda line: print(f"warning: {line}; raise --budget to measure the rest", file=sys.stderr, flush=True),
+    )
     _write_out(profile, out)
     return 0
 
@@ -255,7 +263,7 @@ def add_calibrate_parser(commands: Any) -> None:
         type=float,
         default=300.0,
         metavar="S",
-        help="stop the sweep after S seconds, keeping the points measured (default 300)",
+        help="stop the sweep after S seconds, keeping the points measured; a warning names those left out (default 300)",
     )
     add_engine_options(
         calibrate.add_argument_group(

@@ -16,7 +16,7 @@ The points become a ``table`` timing profile (interpolated, clamped; see
 server exports vLLM's ``vllm:cache_config_info`` (block size, GPU blocks) on ``/metrics``; the
 rest come from the options (vLLM's defaults otherwise) and the profile's notes say which.
 ``budget_s`` bounds the whole sweep: points not reached by then are left out (at least one of
-each kind is required).
+each kind is required), and one line says which (to ``warn``, and in the profile's notes).
 """
 
 from __future__ import annotations
@@ -83,9 +83,11 @@ def calibrate(
     plan: CalibrationPlan,
     name: str,
     progress: Callable[[str], None] = lambda line: None,
+    warn: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Any]:
     """Run the sweep against ``endpoint``; the profile as a JSON-ready dict (checked by
-    :func:`~.timing.parse_profile`)."""
+    :func:`~.timing.parse_profile`). ``progress`` gets a line per point measured, ``warn`` one
+    line when the budget ran out before every point was measured."""
     plan.validate()
     engine, engine_notes = _engine_settings(endpoint, plan)  # before the sweep: it may be missing
     deadline = time.monotonic() + plan.budget_s
@@ -109,7 +111,6 @@ def calibrate(
     prefill: list[tuple[float, float]] = []
     for length in plan.prefill_tokens:
         if time.monotonic() > deadline and prefill:
-            progress(f"budget spent: prefill stops before {length} tokens")
             break
         done = records(plan.repeats, length, 1, 1, warmup=1)
         point = (
@@ -121,7 +122,6 @@ def calibrate(
     decode: list[tuple[int, float]] = []
     for seqs in plan.decode_seqs:
         if time.monotonic() > deadline and decode:
-            progress(f"budget spent: decode stops before batch {seqs}")
             break
         medians = []
         for _ in range(plan.repeats):
@@ -129,6 +129,9 @@ def calibrate(
             medians.append(statistics.median(gap for r in done for gap in itl(r)) * 1000)
         decode.append((seqs, statistics.median(medians)))
         progress(f"decode batch {seqs}: {decode[-1][1]:.3f} ms per step")
+    cut = _cut_short(plan, len(prefill), len(decode))
+    if cut:
+        warn(cut)
     prefill = _increasing(prefill)
     profile = {
         "name": name,
@@ -144,10 +147,31 @@ def calibrate(
             f"decode = median ITL of B requests of {plan.decode_prompt_tokens} in / {plan.decode_output_tokens} out "
             f"at once (ignore_eos), median of {plan.repeats} repeats"
         ],
-        "notes": engine_notes + ["TTFT includes the client's and the network's share (loopback: about a millisecond)."],
+        "notes": engine_notes
+        + ["TTFT includes the client's and the network's share (loopback: about a millisecond)."]
+        + ([cut] if cut else []),
     }
     parse_profile(profile, origin="calibrated profile")  # the file must load
     return profile
+
+
+def _cut_short(plan: CalibrationPlan, prefill_done: int, decode_done: int) -> str | None:
+    """The line that says which points the budget left unmeasured (the sweep measured the first
+    ``prefill_done`` lengths and ``decode_done`` batch sizes), or None when it measured all."""
+    left = [
+        f"{what} {', '.join(map(str, points[done:]))}"
+        for what, points, done in (
+            ("prefill lengths", plan.prefill_tokens, prefill_done),
+            ("decode batch sizes", plan.decode_seqs, decode_done),
+        )
+        if done < len(points)
+    ]
+    if not left:
+        return None
+    return (
+        f"calibration stopped at its budget of {plan.budget_s:g} s before measuring {' and '.join(left)}; the "
+        f"profile holds the {prefill_done + decode_done} points measured (its table is clamped beyond them)"
+    )
 
 
 def _ttft(record: RequestRecord, url: str) -> float:
