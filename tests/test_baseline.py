@@ -343,10 +343,12 @@ def test_git_state_outside_a_repository(git_env):
 
 def test_auto_reference_is_the_merge_base_with_main(repo):
     path, ids = repo
-    for ref in (None, "", "auto"):
+    for ref in (None, "auto"):
         label, history = reference_history(path, ref)
         assert label == f"merge-base with main ({ids['c2'][:12]})"
         assert history == [ids["c2"], ids["c1"]]  # newest first; not feature's own commits, not c3
+    with pytest.raises(LLMReplayError, match="^--llm-compare: empty; expected a branch, tag or commit"):
+        reference_history(path, "")  # the plugin passes None for an empty option; `history --ref ''` is a mistake
 
 
 def test_auto_reference_on_main_is_head(repo):

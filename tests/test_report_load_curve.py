@@ -61,18 +61,20 @@ def test_sweep_out_draws_the_load_curve_with_its_slo_lines_and_the_capacity(rate
     assert any(t.startswith("latency (ms") for t in shown) and "throughput (req/s)" in shown
     assert {"TTFT p50", "TTFT p99", "TPOT p50", "ttft.p90", "tpot.p90", "throughput", "goodput"} <= set(shown)
     assert {"SLO ttft.p90 < 150ms", "SLO tpot.p90 <= 30ms", "failed point"} <= set(shown)
-    assert shown.count(f"capacity {format_value('request_throughput', capacity['rate'])}") == 2
-    # the capacity line stands at the capacity on the load axis, on both plots: by rate the rate
-    # its point carried (here below the rate it was offered), between the loads run either side
+    # the capacity line stands on the load axis at the load its point was offered, on both plots;
+    # by rate its value is the rate that point carried (here below the rate offered), which the label says
+    at = capacity["offered"]["low"]
+    assert capacity["rate"] < at and capacity["offered"]["high"] == min(p["load"] for p in points if not p["passed"])
+    label = f"capacity {format_value('request_throughput', capacity['rate'])} (carried at {format_value('request_throughput', at)})"
+    assert shown.count(label) == 2
     loads = [p["load"] for p in points]
-    below = max(i for i, load in enumerate(loads) if load <= capacity["rate"])
-    assert capacity["rate"] < loads[below + 1]
+    index = loads.index(at)
     for plot in ("latency", "throughput"):
         line = vertices(svg, f"load-curve-{plot}-capacity")
         assert line[0][0] == line[1][0]
         first_series = "TTFT-p50" if plot == "latency" else "throughput"
         xs = [x for x, _ in vertices(svg, f"load-curve-{plot}-{first_series}")]
-        assert xs[below] <= line[0][0] < xs[below + 1]
+        assert line[0][0] == pytest.approx(xs[index], abs=0.01)
     # the ttft.p90 SLO line lies between the points that met it (below: larger y) and those that did not
     slo_y = vertices(svg, "load-curve-slo-0")[0][1]
     for point, (_, y) in zip(points, vertices(svg, "load-curve-latency-ttft-p90"), strict=True):
@@ -110,6 +112,7 @@ def test_the_html_report_draws_the_load_curve_of_a_capacity_test_only(rate_sweep
         "at_least": True,
         "low": record["capacity"]["rate"],
         "high": record["capacity"]["rate"],
+        "offered": {"low": record["capacity"]["rate"], "high": None},
     }
     unbounded_section = load_curve_section({**record, "capacity": unbounded})
     assert f"capacity (rate) at least {rate}, bracket [{rate}, -]" in unbounded_section
@@ -119,4 +122,10 @@ def test_the_html_report_draws_the_load_curve_of_a_capacity_test_only(rate_sweep
         )
         == 2
     )  # both legends
-    assert texts(section[section.index("<svg") : section.rindex("</svg>") + 6]).count(f"capacity {rate}") == 2
+    carried_at = format_value("request_throughput", record["capacity"]["offered"]["low"])
+    assert (
+        texts(section[section.index("<svg") : section.rindex("</svg>") + 6]).count(
+            f"capacity {rate} (carried at {carried_at})"
+        )
+        == 2
+    )

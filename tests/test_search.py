@@ -385,10 +385,42 @@ def test_a_point_keeps_its_commonest_errors_with_its_figures():
     assert clean.figures()["errors"] == {}
 
 
+def test_equal_rate_searches_compare_within_their_step_and_a_15_percent_drop_is_a_regression():
+    """A new user's pair of searches on multi-turn sessions, whose open loops carried 85% of what
+    they were offered (the drain of long sessions): with the bracket's top the failing load
+    offered, two equal searches compared as +0.0% [-17.7%, +21.5%] and a real 15% drop, brackets
+    apart, as noise. With both ends rates carried, the equal pair's interval is the search's step
+    and the drop is a regression."""
+    from test_baseline import with_capacity
+
+    from pytest_llmreplay.gate.baseline import compare
+    from pytest_llmreplay.search.outcome import Capacity
+
+    plan = CapacityPlan(by="rate", slo=SLO)
+    rate = ReplaySettings(mode="rate", rate=1.0)
+    run = make([rec(0, sent=0.1, chunks=((0.2, 1),), end=0.3)])
+    failing = Check(parse_slos({"ttft.p90": "< 1ms"})[0], 0.1, -0.099, False)
+
+    def stored(passed_at: float, carried: float, failed_at: float) -> dict:
+        points = [
+            Point(passed_at, "low", rate, run, [], carried),
+            Point(failed_at, "high", rate, run, [failing], carried),
+        ]
+        figures = Capacity(plan, rate, points, "bracket within the 5% resolution").figures()
+        return with_capacity(figures["low"], figures["high"])
+
+    base, slow = stored(0.5486, 0.4644, 0.5642), stored(0.4591, 0.3935, 0.4732)
+    (same,) = compare(base, base, {"capacity.rate": 0.05}).rows
+    assert same.change == 0 and -0.03 < same.low < 0 < same.high < 0.03 and same.verdict == "ok"
+    (drop,) = compare(base, slow, {"capacity.rate": 0.05}).rows
+    assert drop.change == pytest.approx(0.3935 / 0.4644 - 1) and drop.high < 0 and drop.verdict == "regression"
+
+
 def test_the_headline_says_where_a_capacity_below_its_offered_load_was_carried():
-    # the capacity is the rate carried (here 9 of 10 offered, no ceiling: over 80% carried) and the
-    # bracket's top a load offered: the line says both, so "within the 5% resolution" of a bracket
-    # [9, 10.4] is no contradiction
+    # the capacity is the rate carried (here 9 of 10 offered, no ceiling: over 80% carried); the
+    # bracket's top is the failing load offered in the same share (10.4 x 9 / 10), so both ends are
+    # rates carried and the bracket is the search's 4% step, not the 16% of [9, 10.4] it was; the
+    # line gives the loads offered too, and stores them for the load curve
     from pytest_llmreplay.search.outcome import Capacity
 
     plan = CapacityPlan(by="rate", slo=SLO)
@@ -399,9 +431,11 @@ def test_the_headline_says_where_a_capacity_below_its_offered_load_was_carried()
     found = Capacity(plan, rate, points, "bracket within the 5% resolution")
     assert found.low == 9.0 and found.high == 10.4 and not found.ceiling
     assert found.headline() == (
-        "capacity (rate): 9 req/s (carried at 10 req/s offered: the search's resolution is between loads offered), "
-        "bracket [9, 10.4], 2 runs; bracket within the 5% resolution"
+        "capacity (rate): 9 req/s, carried at 10 req/s offered; bracket [9, 9.36] (offered [10, 10.4] in the share carried), "
+        "2 runs; bracket within the 5% resolution"
     )
+    stored = found.as_dict()
+    assert (stored["low"], stored["high"], stored["offered"]) == (9.0, pytest.approx(9.36), {"low": 10.0, "high": 10.4})
     points[0] = Point(10.0, "low", rate, run, [], 10.0)  # carried all it was offered: nothing to add
     assert Capacity(plan, rate, points, "bracket within the 5% resolution").headline() == (
         "capacity (rate): 10 req/s, bracket [10, 10.4], 2 runs; bracket within the 5% resolution"

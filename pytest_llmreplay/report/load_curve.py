@@ -1,5 +1,5 @@
 """The load curve of a capacity search, drawn from its stored block (``record["capacity"]``:
-``plan``, ``low``, ``high``, ``points``; :meth:`~pytest_llmreplay.search.outcome.Capacity.as_dict`).
+``plan``, ``low``, ``offered``, ``points``; :meth:`~pytest_llmreplay.search.outcome.Capacity.as_dict`).
 
 One figure, two plots side by side (:func:`~pytest_llmreplay.report.plots.new_figure`, the
 report's house style), x = the offered load of each point (req/s, or sessions in flight):
@@ -11,9 +11,10 @@ report's house style), x = the offered load of each point (req/s, or sessions in
 - **Throughput vs load**: the request throughput each point achieved and its goodput (requests
   per second meeting every per-request SLO).
 
-On both, the capacity is a vertical line at its load (by concurrency the highest load that
-passed; by rate the rate its point carried, which may lie below the rate it was offered:
-:mod:`~pytest_llmreplay.search.capacity`), the bracket [low, high] shaded, and every failed point (a
+On both, the capacity is a vertical line at the load its point was offered (by concurrency the
+highest load that passed; by rate the capacity is the rate that point carried, which may lie
+below the rate it was offered, and the label says so: :mod:`~pytest_llmreplay.search.capacity`),
+the bracket of loads offered (``offered``: passed, failed) shaded, and every failed point (a
 breached SLO, or stopped early) crossed out. Written inline in
 the HTML report (:func:`~pytest_llmreplay.report.html.load_curve_section`) and as
 ``load_curve.svg`` by ``llmreplay sweep --out``.
@@ -72,7 +73,10 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
     plan = capacity.get("plan") or {}
     by = plan.get("by", "rate")
     load_metric, load_title = load_label(by, capacity.get("rate_unit", "req/s"))
-    low, high = capacity.get("low"), capacity.get("high")  # the capacity is the bracket's bottom
+    # the capacity (the bracket's bottom) is drawn at the load its point was offered, the bracket in
+    # loads offered, as the x axis counts them (results stored before "offered" have the capacity's own)
+    offered = capacity.get("offered") or {"low": capacity.get("low"), "high": capacity.get("high")}
+    value, at, top = capacity.get("low"), offered.get("low"), offered.get("high")
     figure, (latency_axes, throughput_axes) = new_figure("Latency vs load", "Throughput vs load")
     loads = [p["load"] for p in points]
     slos = time_slos(plan)
@@ -100,7 +104,9 @@ def load_curve_svg(plot_id: str, capacity: Mapping[str, Any]) -> str | None:
                     label=f"SLO {slo.key} {slo.text}",
                     gid=f"{plot_id}-slo-{index}",
                 )
-        _mark_capacity(axes, f"{plot_id}-{title}", low, high, x_unit, load_metric, bool(capacity.get("at_least")))
+        _mark_capacity(
+            axes, f"{plot_id}-{title}", (value, at, top), x_unit, load_metric, bool(capacity.get("at_least"))
+        )
         _legend(axes)
     return svg_of(figure, plot_id, f"Load curve of the capacity search by {by}: latency and throughput vs offered load")
 
@@ -146,16 +152,17 @@ def _draw_series(
 def _mark_capacity(
     axes: Any,
     plot_id: str,
-    low: float | None,
-    high: float | None,
+    capacity: tuple[float | None, float | None, float | None],
     x_unit: str | None,
     load_metric: str,
     at_least: bool,
 ) -> None:
-    """The capacity, the bracket's bottom ``low``, as a vertical line ("at least" when no load
-    failed: a lower bound, as the report's line above the plot says) and the bracket [low, high]
-    shaded (none when capacity is 0)."""
-    if not low:
+    """``capacity`` = (its value, the load offered at its point, the lowest load offered that
+    failed): a vertical line at that load, labelled with the value ("at least" when no load
+    failed: a lower bound, as the report's line above the plot says; "carried at" the load when
+    the value is below it), and the bracket of loads offered shaded (none when capacity is 0)."""
+    value, low, high = capacity
+    if not value or not low:
         axes.text(
             0.02,
             0.97,
@@ -181,7 +188,8 @@ def _mark_capacity(
         in_unit(low, x_unit),
         color=CAPACITY,
         linewidth=1.6,
-        label=f"capacity {'at least ' if at_least else ''}{format_value(load_metric, low)}",
+        label=f"capacity {'at least ' if at_least else ''}{format_value(load_metric, value)}"
+        + (f" (carried at {format_value(load_metric, low)})" if value < low else ""),
         gid=f"{plot_id}-capacity",
     )
 

@@ -13,7 +13,8 @@ its queue could build (the workload is too short for that rate).
 the highest load that passed; by ``rate`` max over the passing points of min(load, carried),
 never above the throughput a point achieved. Its uncertainty is the bracket [capacity, high],
 high the lowest load that failed (a point run at that load; a point a signal cut short neither
-passed nor failed), None when none did: then the capacity is ``at least`` (a lower bound). When the point at capacity did not carry its load,
+passed nor failed) in the share of its load the capacity's point carried (:attr:`Capacity.top`:
+both ends one kind of figure), None when none did: then the capacity is ``at least`` (a lower bound). When the point at capacity did not carry its load,
 the capacity is the rate it carried, a ceiling, never ``at least``, and the search's reason
 says so in one line.
 """
@@ -190,6 +191,22 @@ class Capacity:
         fail), None when none did."""
         return min((p.load for p in self.load_points if p.failed), default=None)
 
+    @property
+    def top(self) -> float | None:
+        """The bracket's top in the capacity's own terms: :attr:`high` (a load offered) times
+        capacity / the load offered at the capacity's point, so that both ends are one kind of
+        figure. By rate the capacity is the rate its point carried, a little under the rate it was
+        offered even when nothing queued (the drain, module docstring), so a bracket of the
+        carried rate and the failing load offered would be wider than the search's resolution
+        by that share, and two equal searches would differ by up to it; scaled, the bracket's
+        width is the step between the loads that passed and failed. :attr:`high` itself when the
+        capacity is its point's load (or 0) or a :attr:`ceiling` (what its point carried says
+        where the capacity lies no closer than that), None when no load failed."""
+        point = self.at_capacity
+        if self.high is None or not self.low or point.estimate or not point.passed or self.ceiling:
+            return self.high
+        return self.high * self.low / point.load
+
     @cached_property
     def at_capacity(self) -> Point:
         """The passing point run at its load with the highest credited load, else the lowest load
@@ -242,8 +259,8 @@ class Capacity:
     def figures(self) -> dict[str, float]:
         """``summary["capacity"]``: the capacity under its statistic (``rate``, ``session_rate`` or
         ``concurrency``: :func:`~pytest_llmreplay.metrics.names.capacity_stat`), ``low``, ``high``
-        (with no upper bound, ``high`` = ``low``) and ``runs``."""
-        high = self.low if self.high is None else self.high
+        (:attr:`top`; with no upper bound, ``high`` = ``low``) and ``runs``."""
+        high = self.low if self.top is None else self.top
         return {
             capacity_stat(self.plan.by, self.rate_unit): self.low,
             "low": self.low,
@@ -283,12 +300,20 @@ class Capacity:
             "at_least": self.at_least,
             "ceiling": self.ceiling,
             "upper_bound_found": self.high is not None,
+            "offered": self.offered(),
             "rate_unit": self.rate_unit,
             "reason": self.reason,
             "interrupted": self.interrupted,
             "points": [p.figures() for p in self.load_points],
             "estimates": [p.figures() for p in self.points if p.estimate],
         }
+
+    def offered(self) -> dict[str, float | None]:
+        """The bracket in loads offered, as a load curve's axis shows them: ``low`` the load the
+        capacity's point ran at (0 when none passed), ``high`` the lowest that failed (None when
+        none did)."""
+        point = self.at_capacity
+        return {"low": point.load if self.low else 0.0, "high": self.high}
 
     def table(self) -> str:
         """A row per point run at its load, in load order (``pass (not carried)``: it met the SLOs
@@ -339,17 +364,13 @@ class Capacity:
                 f"capacity ({self.plan.by}): at least {self.low:.4g}{unit} (no upper bound found), bracket [{self.low:.4g}, -], "
                 f"{len(self.points)} runs; {self.reason}"
             )
-        high = "-" if self.high is None else f"{self.high:.4g}"
+        high = "-" if self.top is None else f"{self.top:.4g}"
         point = self.at_capacity
-        offered = (
-            f" (carried at {point.load:.4g}{unit} offered: the search's resolution is between loads offered)"
-            if point.passed and not point.estimate and point.credited < point.load and not self.ceiling
-            else ""  # a ceiling's reason says it already
-        )
-        return (
-            f"capacity ({self.plan.by}): {self.low:.4g}{unit}{offered}, bracket [{self.low:.4g}, {high}], "
-            f"{len(self.points)} runs; {self.reason}"
-        )
+        bracket = f"bracket [{self.low:.4g}, {high}]"
+        if point.passed and not point.estimate and point.credited < point.load and not self.ceiling:
+            offered = "-" if self.high is None else f"{self.high:.4g}"  # a ceiling's reason says it already
+            bracket = f"carried at {point.load:.4g}{unit} offered; {bracket} (offered [{point.load:.4g}, {offered}] in the share carried)"
+        return f"capacity ({self.plan.by}): {self.low:.4g}{unit}, {bracket}, {len(self.points)} runs; {self.reason}"
 
 
 def _fmt(value: float | None) -> str:
