@@ -191,6 +191,22 @@ def test_a_request_cut_while_reasoning_has_no_answer():
     assert s["answer_tokens"]["min"] == 0
 
 
+def test_a_request_that_never_answered_is_not_good_under_a_ttfo_limit_and_the_run_says_so():
+    """A new user's run: half the requests spent max_tokens thinking. ttfo's statistics cover
+    the requests that answered, so goodput under a ttfo limit counted the rest as good (100%)
+    and nothing said they never answered."""
+    cut = thinking(0, sent=0.0, reasoning_chunks=((0.1, 1), (0.9, 15)), answer_chunks=())
+    answered = thinking(1, sent=0.0, reasoning_chunks=((0.1, 1),), answer_chunks=((0.2, 1),))
+    result = make([cut, answered])
+    assert result.goodput_figures({"ttfo": 1.0})["value"] == approx(0.5)
+    assert result.goodput_figures({"ttft": 1.0})["value"] == approx(1.0)  # both began to think at once
+    assert result.warnings == [
+        "1 of 2 requests reasoned and never answered (max_tokens spent thinking?): "
+        "ttfo and ttfat cover only those that answered; goodput under a ttfo limit counts them as not good"
+    ]
+    assert make([answered]).warnings == []
+
+
 def test_a_run_without_reasoning_shows_none_of_the_reasoning_metrics():
     result = make([rec(0, sent=0.0, chunks=((0.1, 1), (0.2, 3)), end=0.2)])
     assert not set(REASONING_METRICS) & set(result.summary)

@@ -22,7 +22,9 @@ named as AIPerf names them where it has a name. Per request (seconds, tokens, to
   chunk): the decode speed over each part, where its tokens arrived over time.
 
 A run has reasoning when one of its ok requests reasoned (:func:`has_reasoning`); a run without
-shows none of these metrics, not zeros. The time to first agent token of a session (``ttfat``)
+shows none of these metrics, not zeros. A request that reasoned and never answered has no
+``ttfo``: the run says how many (:func:`unanswered`), and goodput under a ``ttfo`` limit counts
+it as not good. The time to first agent token of a session (``ttfat``)
 ends at the first *answer* token of its last request (:func:`answer_start`).
 """
 
@@ -61,6 +63,28 @@ def _since_sent(record: RequestRecord, time: float | None) -> float | None:
 def ttfo(record: RequestRecord) -> float | None:
     """First answer token - sent (:func:`answer_start`); None when no answer came."""
     return _since_sent(record, answer_start(record))
+
+
+def unanswered(records: Iterable[RequestRecord]) -> str | None:
+    """The warning for ``records`` (a run's ok requests) that reasoned and never answered (their
+    ``max_tokens`` spent thinking): ``ttfo`` and ``ttfat`` have no value for them, so their
+    statistics cover only the requests that answered, and goodput under a ``ttfo`` limit counts
+    them as not good (:func:`misses_answer_limit`); None when every request that reasoned answered."""
+    records = list(records)
+    count = sum(reasoned(r) and answer_start(r) is None for r in records)
+    if not count:
+        return None
+    return (
+        f"{count} of {len(records)} requests reasoned and never answered (max_tokens spent thinking?): "
+        "ttfo and ttfat cover only those that answered; goodput under a ttfo limit counts them as not good"
+    )
+
+
+def misses_answer_limit(record: RequestRecord) -> bool:
+    """Whether ``record`` fails any limit on the time to its answer: it never answered, which no
+    limit on ``ttfo`` allows (a request whose other metrics have no value, a one-token reply's
+    ``tpot``, meets their limits)."""
+    return ttfo(record) is None
 
 
 def _decode_tps(tokens: int | None, first: float | None, last: float | None) -> float | None:

@@ -40,7 +40,8 @@ Workload, over the measured span T (first measured request sent to last one ende
   (steady_state / gpus). Requests count at their end, output tokens at their chunk's arrival
   (scaled to the server's count), prompt tokens at the first token;
 - ``error_rate`` = failed / (ok + failed); ``goodput``: ``value`` = requests meeting every
-  per-request threshold / (ok + failed) (the share of good requests), ``rate`` = those good
+  per-request threshold (one that reasoned and never answered meets no ``ttfo`` threshold)
+  / (ok + failed) (the share of good requests), ``rate`` = those good
   requests / T (DistServe's goodput, requests per second); ``effective_concurrency`` =
   Σ (end - sent) / T.
 
@@ -76,7 +77,7 @@ from ..replayer.endpoint_types import TOKENS_SO_FAR
 from ..replayer.records import ReplayRun, RequestRecord
 from .columns import complete_sessions, one_turn_session_columns, request_columns, schedule_lag_column
 from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
-from .reasoning import answer_start, has_reasoning, reasoning_values
+from .reasoning import answer_start, has_reasoning, misses_answer_limit, reasoning_values, unanswered
 from .server import hit_rate_gap, server_figures
 
 STEADY_SKIP = 0.2
@@ -334,8 +335,10 @@ class Result:
 
     @property
     def warnings(self) -> list[str]:
-        """The run's warnings, then :attr:`hit_rate_gap` when there is one."""
-        return [*self.run.warnings, *([self.hit_rate_gap] if self.hit_rate_gap else [])]
+        """The run's warnings, then :attr:`hit_rate_gap` and the requests that reasoned and never
+        answered (:func:`~pytest_llmreplay.metrics.reasoning.unanswered`), when there are any."""
+        found = [self.hit_rate_gap, unanswered(self.ok) if self.reasoning else None]
+        return [*self.run.warnings, *(line for line in found if line)]
 
     @cached_property
     def hit_rate_gap(self) -> str | None:
@@ -498,7 +501,7 @@ class Result:
             value = values.get(name)
             if value is not None and value > limit:
                 return False
-        return True
+        return not ("ttfo" in limits and misses_answer_limit(record))
 
     def assert_slo(self, slos: Mapping[str, str], **more: str) -> None:
         """Check thresholds such as ``{"ttft.p99": "< 2s", "error_rate": "== 0"}`` (see
