@@ -687,6 +687,18 @@ def test_rows_without_enough_samples_are_skipped():
     assert found["tpot.p50"].change is None
 
 
+def test_a_figure_the_baseline_measured_and_this_run_did_not_is_a_regression():
+    """Every request of the current run failed (or its server stopped reporting what the figure
+    needs): its gated figures have no samples, and a gate that skipped them passed the run."""
+    base = stored({"ttft": [0.1, 0.2, 0.3], "tpot": [0.01, 0.02]})
+    found = rows(compare(base, stored({"tpot": [0.01, 0.02]}), {"ttft.p50": 0.05, "tpot.p50": 0.05}))
+    assert (found["ttft.p50"].verdict, found["ttft.p50"].note) == (
+        "regression",
+        "not measured in this run (no request of this run measured it); the baseline's was",
+    )
+    assert found["tpot.p50"].verdict == "ok"
+
+
 def test_same_inputs_same_intervals():
     base, cur = stored(full_samples()), stored(full_samples(ttft_scale=1.1))
     first, second = compare(base, cur), compare(base, cur)

@@ -303,6 +303,19 @@ def test_a_baseline_stored_before_reasoning_was_measured_compares_on_the_rest():
     assert rows["ttft.p50"].verdict == "ok"
 
 
+def test_a_run_that_stopped_reasoning_is_a_ttfo_regression_not_an_improvement():
+    """A new user's pair: the same workload, the baseline's model reasoning and the current's
+    not (a server whose reasoning now streams as content looks the same). The current run alone
+    gates no ttfo, so the row vanished and ttft's earlier first token read as an improvement;
+    judged on what the baseline gated, ttfo.p50 is a regression that says why."""
+    base = stored(reasoning_run(0.6))
+    plain = stored(make([rec(i, sent=float(i), chunks=((i + 0.1, 1), (i + 0.6, 14)), end=i + 0.6) for i in range(8)]))
+    assert "ttfo.p50" in gated_tolerances(plain, baseline=base) and "ttfo.p50" not in gated_tolerances(plain)
+    rows = {row.key: row for row in compare(base, plain, gated_tolerances(plain, baseline=base)).rows}
+    assert rows["ttfo.p50"].verdict == "regression"
+    assert rows["ttfo.p50"].note == "not measured in this run (this run has no reasoning); the baseline's was"
+
+
 # ---------------------------------------------------------------- capacity
 
 

@@ -102,7 +102,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{name}: {record.get('test')}, {where}, {record.get('time')}{stopped}, endpoint: {endpoint_text(record['fingerprint'])}"
         )
     comparison = compare(
-        baseline, current, gated_tolerances(current, overrides), label=f"A ({source})", across_endpoints=True
+        baseline, current, gated_tolerances(current, overrides, baseline), label=f"A ({source})", across_endpoints=True
     )
     if history is not None and comparison.mismatch is None:
         gate_with_history(comparison, current, history)

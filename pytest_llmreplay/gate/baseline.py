@@ -339,19 +339,23 @@ def tolerances(
     return merged
 
 
-def gated_tolerances(record: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, float]:
+def gated_tolerances(
+    record: Mapping[str, Any], overrides: Mapping[str, Any] | None = None, baseline: Mapping[str, Any] | None = None
+) -> dict[str, float]:
     """What comparing ``record`` with its baseline gates, each figure with its allowed change: a
     stored capacity search's capacity alone (``capacity.rate``, ``capacity.session_rate`` or ``capacity.concurrency``,
     :data:`CAPACITY_TOLERANCE`; its point's latencies are measured at a different load on each
-    side), else :data:`DEFAULT_TOLERANCES`, and :data:`REASONING_TOLERANCES` when ``record`` has
-    reasoning (its summary holds ``ttfo``); ``overrides`` (a test's ``regression``, ``llmreplay
-    compare --regression``) applied as :func:`tolerances` applies them."""
+    side), else :data:`DEFAULT_TOLERANCES`, and :data:`REASONING_TOLERANCES` when ``record`` or
+    ``baseline`` has reasoning (its summary holds ``ttfo``: a run that stopped reasoning is judged
+    on the figure it lost); ``overrides`` (a test's ``regression``, ``llmreplay compare
+    --regression``) applied as :func:`tolerances` applies them."""
     search = record.get("capacity") or {}
     by = search.get("plan", {}).get("by")
     if by:
         stat = capacity_stat(by, search.get("rate_unit", "req/s"))
         return tolerances(overrides, {f"capacity.{stat}": CAPACITY_TOLERANCE})
-    reasoning = REASONING_TOLERANCES if "ttfo" in (record.get("summary") or {}) else {}
+    reasoned = any("ttfo" in (side.get("summary") or {}) for side in (record, baseline or {}))
+    reasoning = REASONING_TOLERANCES if reasoned else {}
     return tolerances(overrides, {**DEFAULT_TOLERANCES, **reasoning})
 
 
@@ -462,6 +466,9 @@ def compare(
         if metric == "capacity":
             _capacity_change(row, _bracket(baseline), _bracket(current))
             continue
+        if len(base) >= 2 and not len(cur):  # measured before, not now: the gate cannot pass what it cannot see
+            row.verdict, row.note = "regression", _vanished(metric, current)
+            continue
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
             continue
@@ -496,6 +503,15 @@ def compare(
         for row, _, _ in tested:
             row.verdict = "unstable"
     return comparison
+
+
+def _vanished(metric: str, current: Mapping[str, Any]) -> str:
+    """The note of a gated figure the baseline measured and ``current`` did not: a regression,
+    since what changed it (a model that stopped reasoning, or a server whose reasoning now
+    streams as content; a server that no longer reports cached tokens; requests that all failed)
+    is no pass; ``regression: {key: off}`` is the way to stop gating it."""
+    why = "this run has no reasoning" if metric == "ttfo" else "no request of this run measured it"
+    return f"not measured in this run ({why}); the baseline's was"
 
 
 def _verdict(row: Row, metric: str, significant: bool = True) -> None:

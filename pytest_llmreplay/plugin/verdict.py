@@ -242,7 +242,9 @@ class Gate:
         assert newest.key is not None  # found with its record
         dirty = " (saved from a dirty tree: tracked files changed)" if newest.record.get("dirty") else ""
         stored_at = f"{label}, stored {newest.key.rsplit('/', 1)[-1][:12]} {newest.record.get('time')}{dirty}"
-        comparison = compare(newest.record, record, gated_tolerances(record, run.regression), label=stored_at)
+        comparison = compare(
+            newest.record, record, gated_tolerances(record, run.regression, newest.record), label=stored_at
+        )
         if skipped:
             comparison.header = f"{comparison.header}\n{skipped}" if comparison.header else skipped
         if comparison.mismatch is None:
