@@ -19,10 +19,10 @@ from pytest_llmreplay.gate.baseline import (
     compare,
     comparison_table,
     parse_tolerance,
-    reference_history,
     samples,
     tolerances,
 )
+from pytest_llmreplay.gate.git import git_state, reference_history
 from pytest_llmreplay.gate.store import FolderStore, write_new
 from pytest_llmreplay.gate.stored_record import read_record
 from pytest_llmreplay.metrics.result import WINDOWS
@@ -311,34 +311,34 @@ def repo(git_env):
 
 def test_git_state_clean_branch(repo):
     path, ids = repo
-    assert baseline.git_state(path) == {"commit": ids["f2"], "dirty": False, "branch": "feature"}
+    assert git_state(path) == {"commit": ids["f2"], "dirty": False, "branch": "feature"}
     assert len(ids["f2"]) == 40
 
 
 def test_git_state_from_a_subfolder(repo):
     path, ids = repo
     (path / "sub").mkdir()
-    assert baseline.git_state(path / "sub")["commit"] == ids["f2"]
+    assert git_state(path / "sub")["commit"] == ids["f2"]
 
 
 def test_git_state_dirty_only_for_tracked_changes(repo):
     path, _ = repo
     (path / "untracked.txt").write_text("new")
-    assert baseline.git_state(path)["dirty"] is False
+    assert git_state(path)["dirty"] is False
     (path / "f.txt").write_text("changed")
-    assert baseline.git_state(path)["dirty"] is True
+    assert git_state(path)["dirty"] is True
 
 
 def test_git_state_detached_head(repo):
     path, ids = repo
     git(path, "checkout", "-q", ids["c1"])
-    assert baseline.git_state(path) == {"commit": ids["c1"], "dirty": False, "branch": "HEAD"}
+    assert git_state(path) == {"commit": ids["c1"], "dirty": False, "branch": "HEAD"}
 
 
 def test_git_state_outside_a_repository(git_env):
     plain = git_env / "plain"
     plain.mkdir()
-    assert baseline.git_state(plain) == {"commit": None, "dirty": None, "branch": None}
+    assert git_state(plain) == {"commit": None, "dirty": None, "branch": None}
 
 
 def test_auto_reference_is_the_merge_base_with_main(repo):

@@ -23,7 +23,7 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
     """(record, where, commit) of ``test``'s newest result at ``ref`` that was not interrupted
     (``side`` A or B: a name git resolves here, or a commit id of 12 hex digits or more, which a
     store may hold from another clone)."""
-    from ..gate.baseline import resolve_commit
+    from ..gate.git import resolve_commit
 
     commit = resolve_commit(Path.cwd(), ref)
     if commit is None:
@@ -60,7 +60,7 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
 def _history(store: Any, test: str, commit: str, leave_out: str, current: dict[str, Any]) -> Any:
     """The results of ``test`` like ``current`` on ``commit``'s first-parent history, without
     ``leave_out`` (B's commit); only ``commit``'s own where git here does not know it."""
-    from ..gate.baseline import reference_history
+    from ..gate.git import reference_history
     from ..gate.history import HISTORY_WINDOW, history_points
 
     try:

@@ -27,7 +27,8 @@ EXAMPLE_TEST = "tests/perf/test_chat.py::test_chat"
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from ..gate.baseline import gated_tolerances, reference_history
+    from ..gate.baseline import gated_tolerances
+    from ..gate.git import reference_history
     from ..gate.history import History, alike, change_points, history_points
     from ..metrics.slo import parse_key
 

@@ -227,7 +227,8 @@ def _record(
     """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
     its test name is ``llmreplay run <workload file name>``; ``fingerprint``: the simulator's
     (``--sim``), else read from the live server."""
-    from ..gate.baseline import git_state, make_record
+    from ..gate.baseline import make_record
+    from ..gate.git import git_state
     from ..target import live_fingerprint
 
     if fingerprint is None:

@@ -118,7 +118,8 @@ def plan_from(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ..gate.baseline import git_state, interrupted_note, make_record, workload_digest
+    from ..gate.baseline import interrupted_note, make_record, workload_digest
+    from ..gate.git import git_state
     from ..gate.store import write_new
     from ..replayer.plan import ReplaySettings
     from ..replayer.signal_stop import SignalStop

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LLMReplayError
-from ..gate.baseline import require_commit
+from ..gate.git import require_commit
 
 SUBJECT_CHARACTERS = 72  # of a commit's subject shown on hover
 
@@ -29,7 +29,7 @@ class Commit:
 def first_parent_history(cwd: str | Path, ref: str, depth: int) -> list[Commit]:
     """The newest ``depth`` commits of ``ref``'s first-parent history in the repository at
     ``cwd``, oldest first; :class:`LLMReplayError` naming ``--ref`` when git cannot resolve it
-    (:func:`~pytest_llmreplay.gate.baseline.require_commit`: as ``llmreplay history --ref``) or
+    (:func:`~pytest_llmreplay.gate.git.require_commit`: as ``llmreplay history --ref``) or
     walk its history."""
     commit = require_commit(cwd, ref, "--ref")
     try:

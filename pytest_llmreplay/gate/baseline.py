@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -94,7 +93,6 @@ DEFAULT_TOLERANCES = {
 REASONING_TOLERANCES = {"ttfo.p50": 0.05}
 CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
 COMPARISON_HEADERS = ["metric", "baseline", "current", "change [Holm CI]", "allowed", "verdict"]
-HISTORY_DEPTH = 200  # commits walked back from the reference to find a stored result
 
 
 # ------------------------------------------------------------------------ recording
@@ -143,31 +141,6 @@ def samples(result: Any) -> dict[str, list[float]]:
 def sample_keys(result: Any) -> dict[str, list[int]]:
     """The key of each of :func:`samples`' values (see :func:`_keyed_samples`)."""
     return _split(_keyed_samples(result))["sample_keys"]
-
-
-def git_state(cwd: str | Path) -> dict[str, Any]:
-    """commit, dirty (tracked files changed) and branch of the repository at ``cwd``; Nones outside one."""
-    cwd = Path(cwd)
-    commit = _git(cwd, "rev-parse", "HEAD")
-    if commit is None:
-        return {"commit": None, "dirty": None, "branch": None}
-    status = _git(cwd, "status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit, "dirty": bool(status), "branch": _git(cwd, "rev-parse", "--abbrev-ref", "HEAD")}
-
-
-def _git(cwd: Path, *args: str) -> str | None:
-    """git's stripped output, None when git is missing or the command fails."""
-    try:
-        done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
-
-
-def resolve_commit(cwd: str | Path, ref: str) -> str | None:
-    """The full id of the commit git resolves ``ref`` to in ``cwd``'s repository (a commit id,
-    tag, branch or expression such as ``main~1``); None when it cannot, or git is missing."""
-    return _git(Path(cwd), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
 
 
 def workload_digest(path: str | Path) -> str:
@@ -229,57 +202,6 @@ def interrupted_note(record: Mapping[str, Any]) -> str:
 def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:
     """SLO checks as stored: key, threshold, measured, passed."""
     return [{"key": c.slo.key, "threshold": c.slo.text, "measured": c.measured, "passed": c.passed} for c in checks]
-
-
-# where --llm-compare's default reference is looked for, in order: the remote's default branch
-# when the clone knows it, the local main/master, then the remote-tracking main/master (a CI
-# checkout of a feature branch, GitHub Actions' included, often has only refs/remotes/origin/*)
-DEFAULT_BRANCHES = ("origin/HEAD", "main", "master", "origin/main", "origin/master")
-
-
-def require_commit(cwd: str | Path, ref: str, option: str) -> str:
-    """The full id of the commit ``ref`` names in ``cwd``'s repository, for ``option`` (one that
-    takes a reference: ``--llm-compare``, ``llmreplay history --ref``, ``llmreplay dashboard
-    --ref``); otherwise the one :class:`LLMReplayError` they all raise: ``ref`` empty, ``cwd``
-    not in a git repository with a commit, or a name git cannot resolve to a commit."""
-    cwd = Path(cwd)
-    if not ref.strip():
-        raise LLMReplayError(f"{option}: empty; expected a branch, tag or commit of the repository at {cwd}")
-    commit = resolve_commit(cwd, ref)
-    if commit is not None:
-        return commit
-    if _git(cwd, "rev-parse", "--verify", "--quiet", "HEAD") is None:
-        raise LLMReplayError(f"{option}: {cwd} is not in a git repository with a commit; baselines are kept per commit")
-    raise LLMReplayError(
-        f"{option}: git cannot resolve {ref!r} to a commit; expected a branch, tag or commit of the repository at {cwd}"
-    )
-
-
-def reference_history(cwd: str | Path, ref: str | None, option: str = "--llm-compare") -> tuple[str, list[str]]:
-    """(what the reference is, in words; commits to search newest first) for ``option``
-    (``--llm-compare``, ``llmreplay history --ref``).
-
-    ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch, the first of
-    :data:`DEFAULT_BRANCHES` that exists and shares history with HEAD (HEAD itself when none
-    does), then its first-parent ancestors; the words name the branch used. Otherwise ``ref`` is
-    any commit, tag or branch git can resolve (:func:`require_commit`'s errors otherwise)."""
-    cwd = Path(cwd)
-    head = require_commit(cwd, "HEAD", option)
-    if ref in (None, "auto"):
-        base = None
-        for candidate in DEFAULT_BRANCHES:
-            if _git(cwd, "rev-parse", "--verify", "--quiet", candidate) is not None:
-                base = _git(cwd, "merge-base", "HEAD", candidate)
-                if base:
-                    label = f"merge-base with {candidate} ({base[:12]})"
-                    break
-        if not base:
-            base, label = head, "HEAD"
-    else:
-        base = require_commit(cwd, ref, option)
-        label = f"{ref} ({base[:12]})"
-    history = (_git(cwd, "rev-list", "--first-parent", f"--max-count={HISTORY_DEPTH}", base) or base).split()
-    return label, history
 
 
 # ------------------------------------------------------------------------ comparison

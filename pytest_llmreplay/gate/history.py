@@ -2,7 +2,7 @@
 spread they show, the gate that uses it, and change points.
 
 **Points.** :func:`history_points` reads the stored results of one test at each of ``commits``
-(newest first, as :func:`~pytest_llmreplay.gate.baseline.reference_history` gives them) through
+(newest first, as :func:`~pytest_llmreplay.gate.git.reference_history` gives them) through
 :class:`~pytest_llmreplay.gate.store.Store` (any kind: folder, git ref, fsspec URL), keeps those with the same fingerprint,
 workload and settings as ``like`` and as many runs (``--llm-repeat``), and returns them oldest
 first. A file that cannot be read is skipped (its key and why kept in :attr:`History.unreadable`), never fatal; a result stopped by a

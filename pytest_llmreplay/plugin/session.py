@@ -134,7 +134,7 @@ class LLMSession:
         self.compare_ref = option(config, "llm_compare") or None
         self.history: tuple[str, list[str]] | None = None
         if self.compare_ref is not None:
-            from ..gate.baseline import reference_history
+            from ..gate.git import reference_history
 
             try:
                 self.history = reference_history(config.rootpath, self.compare_ref)

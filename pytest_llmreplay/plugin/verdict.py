@@ -38,11 +38,11 @@ from ..gate.baseline import (
     compare,
     comparison_table,
     gated_tolerances,
-    git_state,
     interrupted_note,
     make_record,
     slo_rows,
 )
+from ..gate.git import git_state
 from ..gate.repeats import pool_records, repeats_line
 from ..gate.store import Store, result_folder, write_new
 from ..metrics.slo import breach_table, check_slos, parse_slos
