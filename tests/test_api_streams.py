@@ -365,6 +365,26 @@ def test_an_api_the_server_does_not_serve_is_one_line_before_anything_is_sent(se
     assert server.bodies == []
 
 
+def test_a_server_that_implements_no_post_is_one_line_too():
+    """Python's own ``http.server`` (a static file server left on the port) answers any POST with
+    501: that is no served API either, and the run stops before its requests all fail."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(LLMReplayError) as caught:
+            send(url, "responses", {"max_tokens": 2}, model="m")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(caught.value).startswith(
+        f"{url} does not serve the Responses API (api responses): POST /v1/responses answered HTTP 501 "
+    )
+
+
 def test_vllms_own_route_404_reads_as_its_detail(monkeypatch):
     class FastAPI404(RecordedServer):
         def app(self) -> web.Application:

@@ -697,6 +697,8 @@ def test_a_figure_the_baseline_measured_and_this_run_did_not_is_a_regression():
         "not measured in this run (no request of this run measured it); the baseline's was",
     )
     assert found["tpot.p50"].verdict == "ok"
+    table = comparison_table(compare(base, stored({"tpot": [0.01, 0.02]}), {"ttft.p50": 0.05}))
+    assert "REGRESSION (not measured in this run (no request of this run measured it); the baseline's was)" in table
 
 
 def test_same_inputs_same_intervals():

@@ -518,11 +518,9 @@ def change_cell(change: float | None, low: float | None, high: float | None) -> 
 def comparison_cells(row: Row) -> list[str]:
     """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
     figure's unit (:func:`~pytest_llmreplay.metrics.units.format_figure`: a capacity by rate in req/s), the change, the allowed change
-    and the verdict."""
-    verdict = (
-        row.verdict.upper()
-        if row.verdict in ("regression", "unstable")
-        else row.verdict + (f" ({row.note})" if row.note else "")
+    and the verdict with its note (a regression's too: its history t, or why it was not measured)."""
+    verdict = (row.verdict.upper() if row.verdict in ("regression", "unstable") else row.verdict) + (
+        f" ({row.note})" if row.note else ""
     )
     tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
     return [

@@ -193,9 +193,10 @@ class HTTPEndpoint:
 
     async def _check_served(self, api: API) -> None:
         """:class:`LLMReplayError` when the server does not serve ``api``: a POST of ``{}`` to its
-        route answered 404 (no such route) or 405 (the route, for other methods only), as FastAPI
-        servers (vLLM, SGLang) and the simulator answer; a server that serves it refuses the empty
-        body (400) without generating anything."""
+        route answered 404 (no such route), 405 (the route, for other methods only), as FastAPI
+        servers (vLLM, SGLang) and the simulator answer, or 501 (the method not implemented:
+        Python's ``http.server``, some proxies); a server that serves it refuses the empty body
+        (400) without generating anything."""
         import httpx
 
         try:
@@ -204,7 +205,7 @@ class HTTPEndpoint:
             raise LLMReplayError(
                 f"{self.url}: no answer to POST {api.path} ({describe_error(exc)}); is the server running?"
             ) from None
-        if reply.status_code in (404, 405):
+        if reply.status_code in (404, 405, 501):
             raise LLMReplayError(
                 f"{self.url} does not serve the {api.title} API (api {api.name}): POST {api.path} answered "
                 f"HTTP {reply.status_code} ({_error_detail(reply.text)}); replay with an API it serves (pytest --llm-api, llmreplay --api)"
