@@ -192,6 +192,19 @@ def test_history_points_match_the_current_result_skip_others_and_count_unreadabl
     everything = history_points(store, TEST, list(reversed(commits(repo))), like=record(0.1))
     assert len(everything.points) == 16 and list(everything.unreadable) == [corrupt]
     assert everything.unreadable[corrupt].startswith(f"{store.root}/{corrupt}: not a stored llmreplay result")
+    assert everything.unlike == 1  # the result with other settings, counted
+
+
+def test_a_history_of_other_run_counts_is_said_not_dropped_silently():
+    """A new user changed --llm-repeat: the ten earlier results (one run each) are not this
+    run's history, and the header said nothing at all; it now says why the history is unused."""
+    comparison = Comparison("base", rows=[row(0.30)])
+    gate_with_history(comparison, record(1.3), History([], unlike=10))
+    assert comparison.header == (
+        "history: 0 earlier results (< 5), verdicts from the bootstrap alone; 10 stored results of this test "
+        "with another endpoint, workload, settings or number of runs (--llm-repeat) not used"
+    )
+    assert comparison.rows[0].verdict == "regression"
 
 
 def test_metric_series_finds_the_step(repo):

@@ -74,11 +74,14 @@ EXTRA = "pip install 'pytest-llmreplay[history]'"
 
 @dataclass
 class History:
-    """The stored results that match, oldest first (``points``: (commit, record)), and the files
-    that could not be read (``unreadable``: store key -> why, newest first)."""
+    """The stored results that match, oldest first (``points``: (commit, record)), the files
+    that could not be read (``unreadable``: store key -> why, newest first) and how many results
+    were read and left out as not :func:`alike` (``unlike``: another endpoint, workload, settings
+    or number of runs)."""
 
     points: list[tuple[str, Mapping[str, Any]]]
     unreadable: dict[str, str] = field(default_factory=dict)
+    unlike: int = 0
 
     def values(self, key: str) -> list[float | None]:
         return [figure(record, key) for _, record in self.points]
@@ -110,6 +113,7 @@ def history_points(
     files changed: not the commit's code) are left out."""
     found: list[tuple[str, Mapping[str, Any]]] = []
     unreadable: dict[str, str] = {}
+    unlike = 0
     for commit in commits:
         here = []
         for key in reversed(store.stored(test, commit)):
@@ -122,11 +126,13 @@ def history_points(
                 continue
             if like is None or alike(like, record):
                 here.append(record)
+            else:
+                unlike += 1
         clean = [record for record in here if not record.get("dirty")]
         found += [(commit, record) for record in (clean or here)]  # a dirty tree's is no commit's own
         if limit is not None and len(found) >= limit:
             break
-    return History(list(reversed(found[:limit] if limit is not None else found)), unreadable)
+    return History(list(reversed(found[:limit] if limit is not None else found)), unreadable, unlike)
 
 
 def t_quantile(q: float, df: float) -> float:
@@ -167,9 +173,16 @@ def gate_with_history(
 ) -> None:
     """Re-judge ``comparison``'s rows on ``history`` when it holds >= :data:`MIN_HISTORY` results
     (module docstring); each judged row's note gives its statistic. The comparison's header says
-    how many results gated it (or, with fewer, only that stored files were unreadable)."""
+    how many results gated it (or, with fewer, only that stored files were unreadable or that
+    results of this test were left out as unlike this one: a changed ``--llm-repeat`` or setting
+    starts a new history, which the header says rather than dropping the old one silently)."""
     count = len(history.points)
     skipped = f"; {counted(len(history.unreadable), 'stored file')} unreadable, skipped" if history.unreadable else ""
+    if history.unlike and count < MIN_HISTORY:
+        skipped += (
+            f"; {counted(history.unlike, 'stored result')} of this test with another endpoint, workload, settings"
+            " or number of runs (--llm-repeat) not used"
+        )
     if count < MIN_HISTORY:  # the usual case until a store has grown: the table stays as it was
         if skipped:
             line = f"history: {counted(count, 'earlier result')} (< {MIN_HISTORY}), verdicts from the bootstrap alone{skipped}"

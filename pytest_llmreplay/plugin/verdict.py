@@ -250,7 +250,9 @@ class Gate:
         if comparison.mismatch is None:
             from ..gate.history import HISTORY_WINDOW, History, gate_with_history
 
-            gate_with_history(comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable))
+            gate_with_history(
+                comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable, earlier.unlike)
+            )
         return comparison
 
     def _write_report(
