@@ -242,6 +242,27 @@ def test_a_run_with_reasoning_adds_the_ttfo_column_to_every_overview():
     assert "TTFO p50" not in summary_table([("t.py::test_x", "passed", {"llmreplay.ttft.p50": 0.04})])
 
 
+def test_a_capacity_search_adds_the_capacity_column_to_the_markdown_and_html_overviews():
+    """The terminal's summary row had the capacity and the step summary (summary.md) had not (a
+    new user's trial): every overview now has it, written the same way."""
+    plain = record(MARKER_SLOS)
+    searched = {
+        **plain,
+        "test": "t.py::test_capacity",
+        "summary": {**plain["summary"], "capacity": {"session_rate": 0.4644, "low": 0.4644, "high": 0.4776}},
+        "capacity": {"ceiling": False, "at_least": False},
+    }
+    assert "capacity" not in overview_headers([plain])
+    headers = overview_headers([plain, searched])
+    assert headers[headers.index("SLOs met") - 1] == "capacity"
+    assert overview_row(searched, capacity=True)[headers.index("capacity")] == "0.4644 sessions/s"
+    assert overview_row(plain, capacity=True)[headers.index("capacity")] == "-"
+    ceiling = {**searched, "capacity": {"ceiling": True, "at_least": False}}
+    assert overview_row(ceiling, capacity=True)[headers.index("capacity")] == "0.4644 sessions/s (ceiling)"
+    row = next(line for line in markdown([plain, searched]).splitlines() if line.startswith("| t.py::test_capacity"))
+    assert "| 0.4644 sessions/s |" in row
+
+
 def test_markdown_summary_keeps_a_pipe_in_its_cell_and_a_masked_secret_as_written():
     """A ``|`` in a test id would end its table cell and shift the row; a masked env value
     ``***`` would render as emphasis: both are escaped, and read back as written."""

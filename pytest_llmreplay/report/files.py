@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import LLMReplayError
 from .rows import (
     SLO_HEADERS,
+    capacity_in,
     comparison_rows,
     endpoint_text,
     headline,
@@ -56,7 +57,9 @@ def markdown(results: Sequence[Mapping[str, Any]]) -> str:
     lines = [
         f"## llmreplay: {len(results)} perf test{'s' if len(results) != 1 else ''}",
         "",
-        _table([overview_row(r, reasoning_in(results)) for r in results], overview_headers(results)),
+        _table(
+            [overview_row(r, reasoning_in(results), capacity_in(results)) for r in results], overview_headers(results)
+        ),
     ]
     for record in results:
         lines += ["", f"### {markdown_text(record['test'])}", "", f"**{markdown_text(headline(record).text())}**"]

@@ -36,6 +36,7 @@ from ..metrics.slo import Check
 from ..metrics.units import format_value
 from .rows import (
     SLO_HEADERS,
+    capacity_in,
     comparison_rows,
     endpoint_text,
     headline,
@@ -262,7 +263,7 @@ def overview_table(results: Sequence[Mapping[str, Any]]) -> str:
     """The summary table, each test's name a link to its section."""
     return html_table(
         overview_headers(results),
-        [overview_row(r, reasoning_in(results)) for r in results],
+        [overview_row(r, reasoning_in(results), capacity_in(results)) for r in results],
         verdict_class,
         links=[f"#{anchor(r['test'])}" for r in results],
         table_class="overview",

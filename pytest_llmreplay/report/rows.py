@@ -3,8 +3,8 @@ as text cells shared by the Markdown summary and the HTML page; every value in i
 unit (:mod:`pytest_llmreplay.metrics.units`).
 
 - :func:`overview_row`: one row of the summary table (the outcome, requests, TTFT p50/p99, TTFO
-  p50 when a run had reasoning, TPOT p50, TTFAT p90, cache hit rate, output throughput, SLOs met,
-  the comparison's verdict);
+  p50 when a run had reasoning, TPOT p50, TTFAT p90, cache hit rate, output throughput, the
+  capacity when a test searched one, SLOs met, the comparison's verdict);
 - :func:`stored_checks` and :func:`slo_rows`: the SLOs of the result (those of the test's marker
   or spec and those checked in code, whatever its ``slo`` list holds) read back as checks: metric,
   threshold, measured and margin in the threshold's unit, status;
@@ -23,8 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import LLMReplayError
+from ..metrics.names import CAPACITY_STATS
 from ..metrics.slo import Check, parse_slo
-from ..metrics.units import format_value
+from ..metrics.units import format_figure, format_value
 
 # (column header, metric, stat)
 OVERVIEW = (
@@ -50,20 +51,42 @@ def reasoning_in(records: Sequence[Mapping[str, Any]]) -> bool:
     return any("ttfo" in r["summary"] for r in records)
 
 
+def capacity_in(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some result is a capacity search's (its summary has ``capacity``): the overview's capacity column."""
+    return any("capacity" in r["summary"] for r in records)
+
+
 def overview_headers(records: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The summary table's headers: test, outcome, requests ok, :func:`overview_columns`, SLOs
-    met, vs baseline (:func:`overview_row`)."""
-    columns = overview_columns(reasoning_in(records))
-    return ["test", "outcome", "requests ok", *(header for header, *_ in columns), "SLOs met", "vs baseline"]
+    """The summary table's headers: test, outcome, requests ok, :func:`overview_columns`,
+    capacity (when :func:`capacity_in`), SLOs met, vs baseline (:func:`overview_row`)."""
+    columns = [header for header, *_ in overview_columns(reasoning_in(records))]
+    return ["test", "outcome", "requests ok", *columns, *(["capacity"] if capacity_in(records) else [])] + [
+        "SLOs met",
+        "vs baseline",
+    ]
 
 
-def overview_row(record: Mapping[str, Any], reasoning: bool = False) -> list[str]:
+def capacity_cell(record: Mapping[str, Any]) -> str:
+    """The capacity of a search's result as the terminal's summary row writes it: ``at least``
+    when no load failed, ``(ceiling)`` when it is the rate its point carried; ``-`` for a test
+    that searched none."""
+    figures = record["summary"].get("capacity") or {}
+    stat = next((s for s in CAPACITY_STATS if s in figures), None)
+    if stat is None:
+        return "-"
+    search = record.get("capacity") or {}
+    value = format_figure(f"capacity.{stat}", figures[stat])
+    return ("at least " if search.get("at_least") else "") + value + (" (ceiling)" if search.get("ceiling") else "")
+
+
+def overview_row(record: Mapping[str, Any], reasoning: bool = False, capacity: bool = False) -> list[str]:
     """The summary table's row of one stored result (:func:`overview_headers`; ``reasoning``:
-    whether the table has the TTFO column)."""
+    whether the table has the TTFO column, ``capacity`` the capacity column)."""
     summary = record["summary"]
     counts = summary.get("requests", {})
     row = [record["test"], headline(record).status, f"{counts.get('ok', 0)}/{counts.get('planned', 0)}"]
     row += [format_value(metric, summary.get(metric, {}).get(stat)) for _, metric, stat in overview_columns(reasoning)]
+    row += [capacity_cell(record)] if capacity else []
     checks = record.get("slo") or []
     row.append(f"{sum(bool(c['passed']) for c in checks)}/{len(checks)}" if checks else "-")
     row.append(comparison_cell(record.get("comparison")))
