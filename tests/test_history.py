@@ -20,6 +20,7 @@ from pytest_llmreplay.gate.history import (
     history_points,
     last_step,
     metric_series,
+    outliers,
     prediction_t,
     t_quantile,
     t_two_sided_p,
@@ -106,6 +107,30 @@ def test_a_step_is_a_level_shift_not_one_outlier():
     assert last_step(steady) is None  # 4% noise: no step
     assert last_step([*steady[:6], 1.5, *steady[6:]]) is None  # one slow run between others
     assert last_step([*steady[:7], *(v + 0.5 for v in steady[7:])]) == 7
+
+
+def test_a_regression_reverted_once_does_not_veto_the_same_regression_landing_again():
+    """A new user's history: a +17% regression at one commit, reverted at the next. Kept in the
+    history, that one result widened its spread until the same regression landing again read as
+    noise (history t +2.15 against 2.45); left out as an outlier, the history confirms it."""
+    rng = np.random.default_rng(4)
+    history = list(1.0 + 0.015 * rng.standard_normal(7))
+    history[5] *= 1.17  # the reverted regression
+    everything_t = (1.17 - np.mean(history)) / (np.std(history, ddof=1) * np.sqrt(1 + 1 / 7))
+    assert everything_t < 2.45  # what the gate judged before: a veto
+    comparison = Comparison("base", rows=[row(0.17)])
+    gate_with_history(comparison, record(1.17), History([("c", record(v)) for v in history]))
+    assert comparison.rows[0].verdict == "regression"
+    assert re.fullmatch(r"history t \+\d+\.\d\d, 1 outlying result left out \(> 2\.57\)", comparison.rows[0].note)
+
+
+def test_outliers_leave_about_one_history_in_a_hundred_without_one_untouched():
+    rng = np.random.default_rng(5)
+    for length in (5, 10, 20):
+        touched = sum(bool(outliers(list(rng.standard_normal(length)))) for _ in range(3000))
+        assert touched <= 45, (length, touched)  # 1% of 3,000 is 30; 45 is 2.8 SDs of a binomial above it
+    assert outliers([1.0, 1.0, 1.0, 1.0, 1.17, 1.0]) == {4}  # an exact simulator's history: any other value stands out
+    assert outliers([1.0, 1.01, 0.99, 1.0]) == set()
 
 
 def test_a_short_history_without_a_step_shows_one_in_about_one_search_in_a_hundred():

@@ -215,6 +215,26 @@ def test_newest_complete_is_the_newest_at_the_first_commit_that_has_one(tmp_path
     assert newest_key(store, "t", []) is None
 
 
+def test_newest_complete_takes_the_newest_alike_so_another_runners_result_hides_no_baseline(tmp_path):
+    """A new user's two runners, H100 and H200, save to one store at every commit: the newest
+    result at the reference was the other runner's whichever saved last, and the comparison said
+    'not compared: endpoint fingerprint differs' though its own runner's result was there."""
+    store = FolderStore(tmp_path)
+    c1, c2 = "1" * 40, "2" * 40
+    h100 = {"kind": "sim", "model": "m", "hardware": "H100"}
+    h200 = {"kind": "sim", "model": "m", "hardware": "H200"}
+    older_h100 = put(store, "t", c1, "20240101T000000000000Z", fingerprint=h100)
+    mine = put(store, "t", c2, "20240102T000000000000Z", fingerprint=h100)
+    theirs = put(store, "t", c2, "20240103T000000000000Z", fingerprint=h200)
+    assert newest_key(store, "t", [c2, c1]) == key(theirs)  # no preference: the newest
+    alike = store.newest_complete("t", [c2, c1], lambda stored: stored["fingerprint"] == h100)
+    assert alike.key == key(mine)
+    store.root.joinpath(key(mine)).unlink()
+    assert store.newest_complete("t", [c2, c1], lambda stored: stored["fingerprint"] == h100).key == key(older_h100)
+    nobody = store.newest_complete("t", [c2, c1], lambda stored: False)
+    assert nobody.key == key(theirs)  # none alike: the newest, for the comparison to say why
+
+
 def test_newest_complete_skips_interrupted_results(tmp_path):
     store = FolderStore(tmp_path)
     c1, c2 = "1" * 40, "2" * 40

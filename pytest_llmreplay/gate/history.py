@@ -221,14 +221,44 @@ def judge_on_history(
     key: str, values: Sequence[float], value: float, confidence: float = CONFIDENCE
 ) -> HistoryJudgement:
     """``value`` of figure ``key`` against ``values`` (>= :data:`MIN_HISTORY`, oldest first), the
-    current level's only: the values from the newest :func:`last_step` on."""
+    current level's only: the values from the newest :func:`last_step` on, less its
+    :func:`outliers` (a regression reverted at the next commit is one such value: kept, it widened
+    the spread until the same regression landing again read as noise)."""
     step = last_step(values)
     level = list(values[step or 0 :])  # the current level: a step's spread is no run-to-run noise
+    left_out = outliers(level)
+    level = [v for i, v in enumerate(level) if i not in left_out]
+    dropped = f", {counted(len(left_out), 'outlying result')} left out" if left_out else ""
     if len(level) < MIN_HISTORY:
-        return HistoryJudgement(None, math.inf, f"a step {len(level)} results ago: history unused")
+        where = f"a step {len(level) + len(left_out)} results ago" if step is not None else "the history"
+        left = f"{dropped}: {len(level)} left" if left_out else ""
+        return HistoryJudgement(None, math.inf, f"{where}{left}: history unused")
     t, bar = worse_t(key, level, value), t_threshold(len(level), confidence)
-    since = "" if step is None else f" over the {len(level)} since a step (> {bar:.2f})"
-    return HistoryJudgement(t, bar, f"history t {t:+.2f}{since}")
+    since = "" if step is None else f" over the {len(level)} since a step"
+    shown_bar = f" (> {bar:.2f})" if step is not None or left_out else ""
+    return HistoryJudgement(t, bar, f"history t {t:+.2f}{since}{dropped}{shown_bar}")
+
+
+def outliers(values: Sequence[float], alpha: float = STEP_ALPHA) -> set[int]:
+    """The indices of ``values`` that lie outside the rest: each in turn, the value furthest from
+    the others by the prediction t of it over them, ``t = (v - m) / (s * sqrt(1 + 1/(n - 1)))``
+    (m, s of the n - 1 others, n - 2 degrees of freedom: :func:`prediction_t`), is left out when
+    its two-sided p-value times n (Bonferroni over the values) is below ``alpha``; then the next,
+    until none is (at least three values kept). So a history of one level with normal noise loses
+    a value in at most ``alpha`` of histories, and a result far off its neighbours (a regression
+    reverted at the next commit, a run on a sick machine) does not widen the spread."""
+    kept = list(range(len(values)))
+    while len(kept) >= 4:
+        worst, worst_t = kept[0], -1.0
+        for i in kept:
+            others = [values[j] for j in kept if j != i]
+            t = abs(prediction_t(others, values[i]))
+            if t > worst_t:
+                worst, worst_t = i, t
+        if not t_two_sided_p(worst_t, len(kept) - 2) * len(kept) < alpha:
+            break
+        kept.remove(worst)
+    return set(range(len(values))) - set(kept)
 
 
 def last_step(values: Sequence[float], alpha: float = STEP_ALPHA) -> int | None:

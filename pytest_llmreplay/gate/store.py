@@ -40,7 +40,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -204,16 +204,23 @@ class Store:
             if name.startswith(f"{commit[:12]}-") and name.endswith(".json")
         ]
 
-    def newest_complete(self, test: str, commits: Iterable[str]) -> Newest:
+    def newest_complete(
+        self, test: str, commits: Iterable[str], alike: Callable[[Mapping[str, Any]], bool] | None = None
+    ) -> Newest:
         """The newest stored result of ``test`` that was not interrupted (no ``"interrupted"``:
         it measured its whole workload) and can be read, at the first of ``commits`` holding one:
         what a comparison takes as a baseline; one saved from a clean tree before any saved from
         a dirty one (``"dirty"``: tracked files changed, not the commit's code), which is taken only
-        where the commit has no other. A file that cannot be read (not JSON, not shaped
+        where the commit has no other. With ``alike`` (the comparison's own result: the same
+        endpoint, workload and settings), the newest such result that it accepts, searched on
+        down the commits, so that another runner's result saved later at the same commit (an
+        H200 job beside an H100 one) hides nobody's baseline; the newest of all when none is
+        alike, for the comparison to say why. A file that cannot be read (not JSON, not shaped
         as a stored result: :mod:`~pytest_llmreplay.gate.stored_record`) is skipped and named in
         :attr:`Newest.unreadable`, so that one bad file never hides the results under it."""
         unreadable: list[str] = []
         interrupted = 0
+        unlike: tuple[str, dict[str, Any]] | None = None
         for commit in commits:
             dirty: tuple[str, dict[str, Any]] | None = None
             for key in reversed(self.stored(test, commit)):
@@ -224,12 +231,16 @@ class Store:
                     continue
                 if record.get("interrupted"):
                     interrupted += 1
+                elif alike is not None and not alike(record):
+                    unlike = unlike or (key, record)
                 elif not record.get("dirty"):
                     return Newest(key, record, unreadable, interrupted)
                 elif dirty is None:
                     dirty = (key, record)
             if dirty is not None:  # no clean one at this commit: its newest dirty one, said so by the caller
                 return Newest(dirty[0], dirty[1], unreadable, interrupted)
+        if unlike is not None:
+            return Newest(unlike[0], unlike[1], unreadable, interrupted)
         return Newest(None, None, unreadable, interrupted)
 
     def tests(self, limit: int = 20) -> list[str]:

@@ -40,6 +40,7 @@ from ..gate.baseline import (
     gated_tolerances,
     interrupted_note,
     make_record,
+    mismatch,
     slo_rows,
 )
 from ..gate.git import git_state
@@ -221,7 +222,7 @@ class Gate:
         assert self.history is not None  # there are earlier results only with a reference (_earlier)
         label, commits = self.history
         try:
-            newest = self.store.newest_complete(run.test, commits)
+            newest = self.store.newest_complete(run.test, commits, lambda stored: mismatch(stored, record) is None)
         except LLMReplayError as exc:  # the store could not be listed
             return NotCompared(f"Compared with {label}: cannot read the stored results ({exc})", unreadable=True)
         skipped = newest.skipped_line()
