@@ -193,6 +193,39 @@ def test_unreadable_and_interrupted_results_are_left_out_and_named(site, tmp_pat
     assert f"skipped 1 unreadable stored result: {first}: not a stored llmreplay result (" in printed
 
 
+def test_a_dirty_trees_result_is_drawn_only_where_its_commit_has_no_clean_one(site, tmp_path, capsys):
+    """A new user saved an uncommitted experiment (20% faster) at the newest commit, beside CI's
+    clean result: the dashboard drew it, and the index called the test improved, where the gate
+    and llmreplay history leave it out. A dirty result at a commit with no clean one is drawn."""
+    test = stored_test_ids()[1]
+    folder = site / result_folder(test)
+    head = git(site.parent / "repo", "rev-parse", "HEAD")
+    newest = next(path for path in folder.iterdir() if path.name.startswith(head[:12]))
+    clean = json.loads(newest.read_text())
+    experiment = {**clean, "dirty": True, "summary": {**clean["summary"], "ttft": {**clean["summary"]["ttft"]}}}
+    experiment["summary"]["ttft"]["p50"] = clean["summary"]["ttft"]["p50"] * 0.8
+    dirty = newest.with_name(newest.name.replace(newest.name[13:21], "99999999"))  # saved later, same commit
+    dirty.write_text(json.dumps(experiment))
+    build(str(site), tmp_path / "out", capsys)
+    ttft = next(
+        chart
+        for chart in page_data(page_of(tmp_path / "out", test))["charts"].values()
+        if chart["layout"]["title"]["text"].startswith("ttft.p50")
+    )
+    results = ttft["data"][0]
+    assert len(results["y"]) == COMMITS and results["y"][-1] == pytest.approx(
+        clean["summary"]["ttft"]["p50"] * 1000, rel=1e-4
+    )
+    newest.unlink()  # now the commit has only the dirty one: it is the commit's result
+    build(str(site), tmp_path / "again", capsys)
+    ttft = next(
+        chart
+        for chart in page_data(page_of(tmp_path / "again", test))["charts"].values()
+        if chart["layout"]["title"]["text"].startswith("ttft.p50")
+    )
+    assert ttft["data"][0]["y"][-1] == pytest.approx(experiment["summary"]["ttft"]["p50"] * 1000, rel=1e-4)
+
+
 def test_from_a_git_ref(tmp_path, monkeypatch, capsys):
     dashboard_site.make(tmp_path, "git")
     assert not (tmp_path / "store").exists()

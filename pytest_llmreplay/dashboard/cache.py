@@ -76,12 +76,15 @@ class Results:
     none; ``high`` NaN with a ``low``: open); its ``slo``, ``failed_by`` and ``plugin_metrics``
     as JSON, ``outcomes[ends[i - 1]:ends[i]]`` (UTF-8 bytes, decoded for the results a page
     shows the outcome of: :meth:`outcome`);
+    ``dirty[i]``: whether it was saved from a dirty tree (drawn only where its commit has no
+    clean result of its line, as the gate takes it: :func:`~.series.test_lines`);
     ``facts``: line -> its facts; ``skipped``: name -> ``{"unreadable": why}`` or
     ``{"interrupted": signal}``, the results no series draws."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
         self.lines: list[str] = []
+        self.dirty: list[bool] = []
         self.keys: list[str] = []
         self.figures = self.low = self.high = np.empty((0, 0))
         self.outcomes: npt.NDArray[np.uint8] = np.empty(0, dtype=np.uint8)
@@ -125,6 +128,7 @@ class Results:
         )
         self.names += list(drawn)
         self.lines += [figures["line"] for figures in drawn.values()]
+        self.dirty += [bool(figures.get("dirty")) for figures in drawn.values()]
         texts = [
             json.dumps({part: figures[part] for part in OUTCOME}, separators=(",", ":")).encode()
             for figures in drawn.values()
@@ -167,11 +171,17 @@ class FolderCache:
         results = Results()
         try:
             results.names, results.lines, results.keys = meta["names"], meta["lines"], meta["keys"]
+            results.dirty = meta["dirty"]
             results.facts, results.skipped = meta["facts"], meta["skipped"]
         except (KeyError, TypeError):
             return None
         shape = (len(results.names), len(results.keys))
-        if any(array.shape != shape for array in arrays) or len(results.lines) != shape[0] or ends.shape != shape[:1]:
+        if (
+            any(array.shape != shape for array in arrays)
+            or len(results.lines) != shape[0]
+            or len(results.dirty) != shape[0]
+            or ends.shape != shape[:1]
+        ):
             return None
         if shape[0] and (int(ends[-1]) != len(outcomes) or (np.diff(ends, prepend=0) < 0).any()):
             return None
@@ -185,7 +195,7 @@ class FolderCache:
         results.add(found)
         meta = {
             "header": self.header,
-            **{part: getattr(results, part) for part in ("names", "lines", "keys", "facts", "skipped")},
+            **{part: getattr(results, part) for part in ("names", "lines", "dirty", "keys", "facts", "skipped")},
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.stem}.{os.getpid()}.tmp.npz")

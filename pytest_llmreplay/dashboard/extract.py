@@ -38,7 +38,7 @@ from ..gate.repeats import run_count
 from ..metrics.slo import KNOWN_METRICS, parse_slo
 from ..report.rows import Headline, headline, slo_rows, stored_checks
 
-VERSION = 4  # of what extract() returns and the cache keeps of it: a cache of another version is read again
+VERSION = 5  # of what extract() returns and the cache keeps of it: a cache of another version is read again
 OUTCOME = ("slo", "failed_by", "plugin_metrics")  # what outcome() and point_slos() read besides the figures
 
 
@@ -120,6 +120,7 @@ def extract(record: Mapping[str, Any]) -> dict[str, Any]:
             "runs": run_count(record),
             "tolerances": tolerances,
         },
+        "dirty": bool(record.get("dirty")),
         "figures": {key: value for key in keys if (value := figure(record, key)) is not None},
         "intervals": intervals(record, keys),
         "slo": list(record.get("slo") or []),

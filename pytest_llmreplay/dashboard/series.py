@@ -202,7 +202,9 @@ def labels(lines: Sequence[Line]) -> list[str]:
 def test_lines(folder: str, results: Results, names: Sequence[str], positions: Mapping[str, int]) -> TestLines:
     """The lines of one test folder's results ``names`` (in name order; ``positions``: a
     commit's 12 hex digits -> its place in the history), labelled; :func:`add_series` draws
-    their figures."""
+    their figures. A result saved from a dirty tree is left out of its line at a commit where
+    the line has a clean one (not the commit's code: the gate and ``llmreplay history`` leave
+    it out too)."""
     rows = np.fromiter((results.rows[name] for name in names), dtype=np.intp, count=len(names))
     at = np.fromiter((positions[name[:12]] for name in names), dtype=np.intp, count=len(names))
     by_line: dict[str, list[int]] = {}
@@ -210,7 +212,8 @@ def test_lines(folder: str, results: Results, names: Sequence[str], positions: M
         by_line.setdefault(results.lines[row], []).append(index)
     lines = []
     for line_id, indices in by_line.items():
-        chosen = np.array(indices)
+        clean_at = {int(at[i]) for i in indices if not results.dirty[int(rows[i])]}
+        chosen = np.array([i for i in indices if not results.dirty[int(rows[i])] or int(at[i]) not in clean_at])
         order = chosen[np.argsort(at[chosen], kind="stable")]  # by commit, then by name (saved order)
         keys = [f"{folder}/{names[i]}" for i in ints(order)]
         lines.append(Line(line_id, results, rows[order], keys, at[order], results.facts[line_id]))
