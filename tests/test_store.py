@@ -18,7 +18,15 @@ import pytest
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate import baseline
 from pytest_llmreplay.gate.git_store import GitStore
-from pytest_llmreplay.gate.store import STALE_TEMPORARY_S, FolderStore, FsspecStore, redact, result_folder, write_new
+from pytest_llmreplay.gate.store import (
+    STALE_TEMPORARY_S,
+    UNSAVED,
+    FolderStore,
+    FsspecStore,
+    redact,
+    result_folder,
+    write_new,
+)
 from pytest_llmreplay.gate.store_url import open_store
 from pytest_llmreplay.gate.stored_record import read_record
 
@@ -444,6 +452,26 @@ def test_s3_store_against_a_real_s3_server(s3_env, tmp_path):
     assert len(listed) == 5  # three results and the two unreadable files
     body = b"".join(boto3.client("s3").get_object(Bucket="results", Key=item["Key"])["Body"].read() for item in listed)
     assert b"testing-secret" not in body and b"testing-key-id" not in body
+
+
+def test_a_result_the_object_store_refuses_is_kept_in_a_local_folder(s3_env, tmp_path):
+    """The store went away between start-up and the save (a new user stopped the S3 server
+    mid-run; here its bucket is deleted): the measured result is kept as a file, and the error
+    says where. The git store keeps its own (its outbox), so it is not copied there twice."""
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="gone")
+    store = open_store("s3://gone/ci", tmp_path)
+    store.check(writing=True)
+    boto3.client("s3").delete_bucket(Bucket="gone")
+    with pytest.raises(LLMReplayError) as info:
+        store.save_or_keep(record(), tmp_path / UNSAVED)
+    (kept,) = (tmp_path / UNSAVED).rglob("*.json")
+    assert read_record(kept) == record()
+    assert str(info.value).startswith("s3://gone/ci/") and str(info.value).endswith(
+        f"; the result is kept in {kept}: copy it into the store once it is back"
+    )
+    assert GitStore.keeps_unsaved and not FolderStore.keeps_unsaved
 
 
 def test_s3_store_without_its_bucket(s3_env, tmp_path):

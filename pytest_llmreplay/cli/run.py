@@ -157,9 +157,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}"
             )
         if store is not None:
+            from ..gate.store import UNSAVED
+
             try:
                 print(
-                    f"saved {store.save(record)}{interrupted_note(record)} as test {record['test']!r} (compare --store's --test)"
+                    f"saved {store.save_or_keep(record, Path.cwd() / UNSAVED)}{interrupted_note(record)} as test {record['test']!r} (compare --store's --test)"
                 )
             except LLMReplayError as exc:
                 raise LLMReplayError(f"--save-to: {exc}") from None

@@ -48,6 +48,7 @@ class GitStore(Store):
     ``credential.*`` settings so that the job's credentials apply)."""
 
     label: str
+    keeps_unsaved = True  # its outbox: a result it could not push goes up with the next save
     url: str
     ref: str
     work: Path

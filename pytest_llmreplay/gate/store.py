@@ -146,6 +146,11 @@ def _running(pid: int) -> bool:
 # ------------------------------------------------------------------------ the stores
 
 
+UNSAVED = (
+    ".llmreplay-unsaved"  # the folder (under the rootdir, or the cwd) of results a store refused (Store.save_or_keep)
+)
+
+
 @dataclass
 class Newest:
     """What :meth:`Store.newest_complete` found: ``key`` and ``record`` (None when no readable,
@@ -191,9 +196,28 @@ class Store:
         """Store ``data`` at ``key``, never replacing anything; where it went, in words."""
         raise NotImplementedError
 
+    keeps_unsaved = False  # a kind that keeps a result it could not store itself (the git store's outbox)
+
     def save(self, record: Mapping[str, Any]) -> str:
         """Store ``record`` under a new name; where it went, in words."""
         return self.add(f"{result_folder(record['test'])}/{result_name(record)}", encode(record))
+
+    def save_or_keep(self, record: Mapping[str, Any], keep_in: Path) -> str:
+        """:meth:`save`; when the store refuses it (an object store that went away mid-run), the
+        result is kept as a file in the folder store ``keep_in`` (unless this kind keeps it
+        itself) and the error says where: a measured result is never lost to its store."""
+        try:
+            return self.save(record)
+        except LLMReplayError as exc:
+            if self.keeps_unsaved:
+                raise
+            try:
+                kept = FolderStore(keep_in).save(record)
+            except (LLMReplayError, OSError) as local:
+                raise LLMReplayError(f"{exc}; could not keep it in {keep_in} either ({local})") from None
+            raise LLMReplayError(
+                f"{exc}; the result is kept in {kept}: copy it into the store once it is back"
+            ) from None
 
     def stored(self, test: str, commit: str) -> list[str]:
         """Keys of ``test``'s results at ``commit``, oldest first (names sort by time)."""

@@ -45,7 +45,7 @@ from ..gate.baseline import (
 )
 from ..gate.git import git_state
 from ..gate.repeats import pool_records, repeats_line
-from ..gate.store import Store, result_folder, write_new
+from ..gate.store import UNSAVED, Store, result_folder, write_new
 from ..metrics.slo import breach_table, check_slos, parse_slos
 
 if TYPE_CHECKING:
@@ -177,7 +177,8 @@ class Gate:
         )  # the failure texts; what failed the test besides breached SLOs (the report's headline)
         if self.save:
             try:
-                baseline_blocks.append(f"saved baseline {self.store.save(record)}{interrupted_note(record)}")
+                saved = self.store.save_or_keep(record, self.rootdir / UNSAVED)
+                baseline_blocks.append(f"saved baseline {saved}{interrupted_note(record)}")
             except LLMReplayError as exc:  # the comparison and the report are still kept
                 baseline_blocks.append(f"not saved: {exc}")
                 failures.append(f"--llm-save: {exc}")
@@ -210,13 +211,17 @@ class Gate:
     def _earlier(self, run: PerfRun, record: Mapping[str, Any]) -> History | None:
         """The earlier results like ``record`` on the reference's history (a
         :class:`~pytest_llmreplay.gate.history.History`: the gate's newest ones, or a trend's when a
-        report is written); None without ``--llm-compare``."""
+        report is written); None without ``--llm-compare``; none when the store cannot be listed
+        (:meth:`_compare` then says so, and the result is still reported and saved or kept)."""
         if self.history is None:
             return None
-        from ..gate.history import HISTORY_WINDOW, TREND_WINDOW, history_points
+        from ..gate.history import HISTORY_WINDOW, TREND_WINDOW, History, history_points
 
         window = TREND_WINDOW if self.report_dir is not None else HISTORY_WINDOW
-        return history_points(self.store, run.test, self.history[1], like=record, limit=window)
+        try:
+            return history_points(self.store, run.test, self.history[1], like=record, limit=window)
+        except LLMReplayError:  # an object store that went away mid-run: the comparison names the error
+            return History([])
 
     def _compare(self, run: PerfRun, record: Mapping[str, Any], earlier: History) -> Comparison | NotCompared:
         assert self.history is not None  # there are earlier results only with a reference (_earlier)
