@@ -326,6 +326,8 @@ def test_open_store_kinds(tmp_path):
         ),
         ("s3:/KEY:s3cr3t@bucket/x", "s3:***@bucket/x: s3: without //; expected s3://***@bucket/x"),
         ("git:upstream#refs/x", "git:upstream#refs/x: 'upstream' is not a git remote of"),
+        ("s3://", "s3://: no bucket or container; expected s3://BUCKET/PREFIX (the prefix may be left out)"),
+        ("gs:///", "gs:///: no bucket or container; expected gs://BUCKET/PREFIX"),
     ],
 )
 def test_open_store_refuses_in_one_line(tmp_path, text, needle):

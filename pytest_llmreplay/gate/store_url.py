@@ -28,7 +28,8 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     """The store ``text`` names: ``git:REMOTE#REF``, ``SCHEME://...`` (``file://`` a folder, any
     other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
     (:meth:`Store.check` does that); an empty ``text``, an unknown scheme, a store scheme without
-    its ``//`` (``s3:/x``), a missing extra or a password in the URL is an :class:`LLMReplayError`."""
+    its ``//`` (``s3:/x``) or without a bucket (``s3://``), a missing extra or a password in the
+    URL is an :class:`LLMReplayError`."""
     if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
         raise LLMReplayError("empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX")
     rootdir = Path(rootdir)
@@ -49,6 +50,10 @@ def open_store(text: str, rootdir: str | Path) -> Store:
         return FolderStore(Path(rootdir, text))
     scheme = match.group(1).lower()
     refuse_password(text, text, "in the environment (the back-end's own variables)")
+    if scheme != "memory" and not text[match.end() :].strip("/"):  # s3:// would write at the top of no bucket
+        raise LLMReplayError(
+            f"{redact(text)}: no bucket or container; expected {scheme}://BUCKET/PREFIX (the prefix may be left out)"
+        )
     try:
         import fsspec
     except ImportError:
