@@ -408,7 +408,8 @@ def test_compare_is_gated_by_the_stored_history(project):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78): 0 regressions"
+            "Compared with HEAD~1 (*), stored *: 0 regressions",
+            "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 97.5%: t > 2.78)",
         ]
     )
     assert "history t -inf" not in result.stdout.str()  # equal figures read as equal, not as a rounding error

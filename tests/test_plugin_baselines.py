@@ -251,6 +251,27 @@ def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(
     )
 
 
+def test_unreadable_files_are_counted_once_for_the_baseline_and_the_history(project):
+    """The baseline's search stops at the newest readable result and the history reads on: they
+    passed over different files, and the table said `skipped 1` beside a header's `2 stored
+    files unreadable`, never naming the second (a new user's trial). One line names them all."""
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    [saved] = stored(project.path)
+    newer = saved.with_name(saved.name[:13] + "29990101T000000000000Z-1-000000.json")
+    older = saved.with_name(saved.name[:13] + "19990101T000000000000Z-1-000000.json")
+    newer.write_text("{garbage")
+    older.write_text("{garbage")
+    result = project.runpytest("--llm-offline", "--llm-compare")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "Compared with *: 0 regressions",
+            f"skipped 2 unreadable stored results: the newest, {newer}: not a stored llmreplay result (*)",
+        ]
+    )
+    assert "stored files unreadable" not in result.stdout.str()
+
+
 @pytest.mark.parametrize("bad", ["{garbage", "truncated", "samples null"])
 def test_an_unreadable_newest_result_is_skipped_and_the_gate_still_fails(project, bad):
     """A file that is not a result, newest in the test's folder, is named in one line and

@@ -328,7 +328,7 @@ def test_fail_on_unstable_fails_a_test_whose_baseline_runs_disagree(project):
     result = project.runpytest("--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
-        ["Compared with *", "*: UNSTABLE, no verdict", "unstable: the baseline's 2 runs disagree *x on ttft.p50 (*"]
+        ["Compared with *: UNSTABLE, no verdict", "unstable: the baseline's 2 runs disagree *x on ttft.p50 (*"]
     )
     failed = project.runpytest(
         "--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare", "--llm-fail-on-unstable"

@@ -491,17 +491,20 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
 
 
 def comparison_table(comparison: Comparison) -> str:
-    """The comparison as a titled table: metric, baseline, current, change [Holm CI], allowed, verdict."""
+    """The comparison as a titled table: ``Compared with LABEL: N regressions`` (or why it was not
+    compared, or UNSTABLE), the header's lines, then metric, baseline, current, change [Holm CI],
+    allowed, verdict."""
     from tabulate import tabulate
 
-    title = f"Compared with {comparison.baseline_label}"
-    if comparison.header:
-        title += f"\n{comparison.header}"
-    if comparison.mismatch:
-        return f"{title}: {comparison.mismatch}"
-    rows = [comparison_cells(row) for row in comparison.rows]
     count = len(comparison.regressions)
-    title += ": UNSTABLE, no verdict" if comparison.unstable else f": {count} regression{'s' if count != 1 else ''}"
+    verdict = comparison.mismatch or (
+        "UNSTABLE, no verdict" if comparison.unstable else f"{count} regression{'s' if count != 1 else ''}"
+    )
+    title = f"Compared with {comparison.baseline_label}: {verdict}"  # then what the header says of the comparison
+    title += f"\n{comparison.header}" if comparison.header else ""
+    if comparison.mismatch:
+        return title
+    rows = [comparison_cells(row) for row in comparison.rows]
     lines = [f"unstable: {comparison.unstable}"] if comparison.unstable else []
     return "\n".join([title, tabulate(rows, headers=COMPARISON_HEADERS, tablefmt="simple"), *lines])
 

@@ -28,7 +28,7 @@ the test is reported ``interrupted``, not failed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -230,7 +230,9 @@ class Gate:
             newest = self.store.newest_complete(run.test, commits, lambda stored: mismatch(stored, record) is None)
         except LLMReplayError as exc:  # the store could not be listed
             return NotCompared(f"Compared with {label}: cannot read the stored results ({exc})", unreadable=True)
-        skipped = newest.skipped_line()
+        # the files the baseline's search and the history's passed over, named once (the history's header counts none)
+        unreadable = list(dict.fromkeys([*newest.unreadable, *earlier.unreadable.values()]))
+        skipped = replace(newest, unreadable=unreadable).skipped_line()
         if newest.record is None:
             readable = "readable " if skipped else ""
             passed_over = (
@@ -256,9 +258,7 @@ class Gate:
         if comparison.mismatch is None:
             from ..gate.history import HISTORY_WINDOW, History, gate_with_history
 
-            gate_with_history(
-                comparison, record, History(earlier.points[-HISTORY_WINDOW:], earlier.unreadable, earlier.unlike)
-            )
+            gate_with_history(comparison, record, History(earlier.points[-HISTORY_WINDOW:], unlike=earlier.unlike))
         return comparison
 
     def _write_report(
