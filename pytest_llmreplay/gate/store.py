@@ -146,9 +146,8 @@ def _running(pid: int) -> bool:
 # ------------------------------------------------------------------------ the stores
 
 
-UNSAVED = (
-    ".llmreplay-unsaved"  # the folder (under the rootdir, or the cwd) of results a store refused (Store.save_or_keep)
-)
+# the folder (under the rootdir, or the cwd) of the results a store refused (Store.save_or_keep)
+UNSAVED = ".llmreplay-unsaved"
 
 
 @dataclass

@@ -335,10 +335,15 @@ class Result:
 
     @property
     def warnings(self) -> list[str]:
-        """The run's warnings, then :attr:`hit_rate_gap` and the requests that reasoned and never
-        answered (:func:`~pytest_llmreplay.metrics.reasoning.unanswered`), when there are any."""
-        found = [self.hit_rate_gap, unanswered(self.ok) if self.reasoning else None]
-        return [*self.run.warnings, *(line for line in found if line)]
+        """The run's warnings, then :attr:`hit_rate_gap` and :attr:`unanswered`, when there are any."""
+        return [*self.run.warnings, *(line for line in (self.hit_rate_gap, self.unanswered) if line)]
+
+    @cached_property
+    def unanswered(self) -> str | None:
+        """The line counting the requests that reasoned and never answered
+        (:func:`~pytest_llmreplay.metrics.reasoning.unanswered`); None in a run without reasoning
+        or when every one answered. Counted once: the reports read :attr:`warnings` several times."""
+        return unanswered(self.ok) if self.reasoning else None
 
     @cached_property
     def hit_rate_gap(self) -> str | None:
