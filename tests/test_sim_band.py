@@ -14,6 +14,7 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.sim.profile import load_profile, parse_profile
 from pytest_llmreplay.sim.profile_band import draw_profiles
 from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
+from pytest_llmreplay.sim.timing import Batch
 
 TRACE = "llmservingsim/example_trace.jsonl"  # 10 single-turn requests
 
@@ -22,14 +23,34 @@ def raw(name):
     return json.loads((profiles_dir() / f"{name}.json").read_text())
 
 
-def test_each_roofline_profile_states_its_efficiencies_and_overhead_as_ranges_with_sources():
+def test_each_roofline_profile_states_its_efficiencies_overhead_and_structural_error_with_sources():
     for name in available_profiles():
         data = raw(name)
         if data["timing"]["kind"] != "roofline":
             continue
         profile = load_profile(name)  # the parser checks each range holds the profile's own value
-        assert {u.field for u in profile.uncertainty} == {"timing.mfu", "timing.mbu", "timing.overhead_ms"}, name
-        assert all("https://" in u.source for u in profile.uncertainty), name
+        sources = {u.field: u.source for u in profile.uncertainty}
+        assert set(sources) == {"timing.mfu", "timing.mbu", "timing.overhead_ms", "timing.discrepancy"}, name
+        assert all("https://" in sources[field] for field in ("timing.mfu", "timing.mbu", "timing.overhead_ms")), name
+        assert "bench/README.md" in sources["timing.discrepancy"], name  # where the error was measured
+        assert profile.timing.discrepancy == 1.0  # the prediction's own: the range only widens the band
+
+
+def test_the_structural_error_is_drawn_uniformly_in_its_logarithm_and_scales_every_iteration():
+    data = raw("llama-3.1-8b-h100")
+    data["uncertainty"] = {"timing.discrepancy": {"range": [0.5, 2.0], "source": "a test's"}}
+    profile = parse_profile(data, origin="x.json")
+    drawn = [p.timing.discrepancy for p in draw_profiles(profile, 200, 4)]
+    expected = np.exp(np.random.default_rng(4).uniform(np.log(0.5), np.log(2.0), 200))
+    assert drawn == pytest.approx(expected.tolist(), rel=1e-12)
+    assert np.mean(np.array(drawn) < 1.0) == pytest.approx(0.5, abs=0.1)  # 0.5-1 as likely as 1-2
+    slow = draw_profiles(profile, 1, 4)[0].timing
+    batch = Batch(300, 300, 16, 4000, 0.1)
+    assert slow.iteration_s(batch) == pytest.approx(profile.timing.iteration_s(batch) * slow.discrepancy, rel=1e-12)
+    span = slow.decode_span_s(16, 4000, 0.1, 0.0, 3)
+    assert span.tolist() == pytest.approx(
+        (profile.timing.decode_span_s(16, 4000, 0.1, 0.0, 3) * slow.discrepancy).tolist()
+    )
 
 
 def test_draws_are_seeded_and_inside_their_ranges():
@@ -66,6 +87,10 @@ def test_draws_are_seeded_and_inside_their_ranges():
         ),
         ({"timing.mfu": {"range": ["a", 1], "source": "s"}}, r"uncertainty\.timing\.mfu\.range: must be \[low, high\]"),
         ([], r"uncertainty: must be an object"),
+        (
+            {"timing.discrepancy": {"range": [1.1, 2.0], "source": "s"}},
+            r"uncertainty\.timing\.discrepancy\.range: must hold the profile's own value 1",
+        ),
     ],
 )
 def test_a_bad_uncertainty_section_names_its_field(uncertainty, message):

@@ -218,7 +218,8 @@ def test_the_command_runs_on_the_real_vllm_run(tmp_path, capsys, trace_data):
     assert all(f"| {metric} {stat} |" in printed for metric, stat in STATISTICS)
     fitted = json.loads(out.read_text())
     assert fitted["name"] == "llama-3.1-8b-rtx-pro-6000-calibrated"
-    # the fitted fields' spec ranges go (they stated how sure the replaced values were); mfu's stays
+    # the fitted fields' spec ranges go (they stated how sure the replaced values were), and the structural
+    # error measured for the values from specs; mfu's stays
     assert list(fitted["uncertainty"]) == ["timing.mfu"]
     assert [u.field for u in load_profile(out).uncertainty] == ["timing.mfu"]
 

@@ -247,12 +247,14 @@ def check_pairing(run: MeasuredRun, workload: Workload) -> None:
 def with_timing(base: Mapping[str, Any], values: Mapping[str, float]) -> dict[str, Any]:
     """The profile JSON ``base`` with its timing's ``values`` replaced, and the ranges its
     ``uncertainty`` section gave those fields dropped (sim/profile_ranges.py): they state how
-    sure the values replaced were, not the fitted ones (a section left empty goes too)."""
+    sure the values replaced were, not the fitted ones (a section left empty goes too). The
+    ``timing.discrepancy`` range goes with any fit: it is the structural error measured for the
+    values from specs, which a fit to the machine's own runs replaces."""
     data = json.loads(json.dumps(base))
     data["timing"].update({name: float(value) for name, value in values.items()})
     ranges = data.get("uncertainty")
     if isinstance(ranges, dict):
-        for name in values:
+        for name in [*values, "discrepancy"] if values else []:
             ranges.pop(f"timing.{name}", None)
         if not ranges:
             del data["uncertainty"]

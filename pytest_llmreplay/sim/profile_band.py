@@ -2,13 +2,14 @@
 
 A prediction from a profile built from specs is one value of figures that are each known only
 within a range (:mod:`.profile_ranges`). The band propagates them: ``draws`` profiles, each with
-every uncertain parameter drawn uniformly from its range (independently, from
-``numpy.random.default_rng(seed)``: the same seed gives the same draws), replay the same workload;
-each headline figure's band is the 10th to 90th percentile of its values over the draws (numpy's
-linear percentile), a nominal 80% band: if each range held its parameter's true value with the
-spread a uniform draw gives, and the model's structure were right, the measured figure would fall
-inside its band four times in five. The prediction itself stays the profile's own values'.
-"""
+every uncertain parameter drawn uniformly from its range (a factor, ``timing.discrepancy``,
+uniformly in its logarithm; independently, from ``numpy.random.default_rng(seed)``: the same seed
+gives the same draws), replay the same workload; each headline figure's band is the 10th to 90th
+percentile of its values over the draws (numpy's linear percentile), a nominal 80% band: if each
+range held its parameter's true value with the spread a draw gives, and the model's structure
+were right or its structural error within the ``timing.discrepancy`` range, the measured figure
+would fall inside its band four times in five. The prediction itself stays the profile's own
+values'."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from ..metrics.units import display_unit, in_unit, significant, with_unit
 from .profile import Profile
+from .profile_ranges import LOG_DRAWN, Uncertain
 from .roofline import RooflineTiming
 
 BAND_PERCENTILES = (10.0, 90.0)  # a nominal 80% band
@@ -57,18 +59,24 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
             overhead_ms=roofline.get("overhead_ms", timing.overhead_ms),
             layer_overhead_ms=timing.layer_overhead_ms,
             admission_overhead_ms=timing.admission_overhead_ms,
+            discrepancy=roofline.get("discrepancy", timing.discrepancy),
         )
     return dataclasses.replace(profile, **changes)
 
 
+def draw(rng: np.random.Generator, uncertain: Uncertain) -> float:
+    """One value of ``uncertain`` from its range: uniform, or uniform in the logarithm for a
+    factor (:data:`~.profile_ranges.LOG_DRAWN`)."""
+    if uncertain.field in LOG_DRAWN:
+        return float(np.exp(rng.uniform(np.log(uncertain.low), np.log(uncertain.high))))
+    return float(rng.uniform(uncertain.low, uncertain.high))
+
+
 def draw_profiles(profile: Profile, draws: int, seed: int) -> list[Profile]:
-    """``draws`` profiles, each with every uncertain parameter drawn uniformly from its range (module doc)."""
+    """``draws`` profiles, each with every uncertain parameter drawn from its range (:func:`draw`,
+    module doc)."""
     rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(draws):
-        values = {u.field: float(rng.uniform(u.low, u.high)) for u in profile.uncertainty}
-        out.append(with_values(profile, values))
-    return out
+    return [with_values(profile, {u.field: draw(rng, u) for u in profile.uncertainty}) for _ in range(draws)]
 
 
 def band(values: Sequence[float]) -> tuple[float, float]:
@@ -133,6 +141,7 @@ def band_lines(
 
 __all__ = [
     "with_values",
+    "draw",
     "draw_profiles",
     "band",
     "headline_bands",

@@ -10,10 +10,17 @@ Its optional ``uncertainty`` section states them::
     }
 
 Each key is a dotted field of :data:`UNCERTAIN_FIELDS` (the roofline's efficiencies and host
-overhead, the front end, the GPU's peak figures); ``range`` is ``[low, high]`` with ``0 < low <
-high`` (efficiencies at most 1) holding the profile's own value, which stays the prediction;
-``source`` says where the range comes from and is required. :mod:`.profile_band` draws the
-parameters from their ranges to put a band around a prediction.
+overhead, the front end, the GPU's peak figures, and ``timing.discrepancy``); ``range`` is
+``[low, high]`` with ``0 < low < high`` (efficiencies at most 1) holding the profile's own value,
+which stays the prediction; ``source`` says where the range comes from and is required.
+:mod:`.profile_band` draws the parameters from their ranges to put a band around a prediction.
+
+``timing.discrepancy`` (a roofline's) is the model's structural error rather than a parameter of
+it: a factor on every iteration's time (sim/roofline.py), 1 in the prediction (its own value,
+which its range must hold) and in no ``timing`` section. The parameters' ranges carry what the
+model's inputs are unsure of; this one carries what the model itself leaves out, as measured
+where a prediction of it could be checked (its source says where). A factor, it is drawn
+log-uniformly (:data:`LOG_DRAWN`): 0.8 and 1.25 are equally likely.
 """
 
 from __future__ import annotations
@@ -23,8 +30,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-ROOFLINE_FIELDS = ("timing.mfu", "timing.mbu", "timing.overhead_ms", "hardware.peak_flops", "hardware.memory_bandwidth")
+ROOFLINE_FIELDS = (
+    "timing.mfu",
+    "timing.mbu",
+    "timing.overhead_ms",
+    "hardware.peak_flops",
+    "hardware.memory_bandwidth",
+    "timing.discrepancy",
+)
 UNCERTAIN_FIELDS = (*ROOFLINE_FIELDS, "timing.frontend_ms")
+LOG_DRAWN = ("timing.discrepancy",)  # factors: drawn uniformly in their logarithm
 SHARES = ("timing.mfu", "timing.mbu")  # a share of a peak: at most 1
 
 
@@ -78,4 +93,4 @@ def parse_uncertainty(
     return tuple(out)
 
 
-__all__ = ["Uncertain", "parse_uncertainty", "UNCERTAIN_FIELDS", "ROOFLINE_FIELDS"]
+__all__ = ["Uncertain", "parse_uncertainty", "UNCERTAIN_FIELDS", "ROOFLINE_FIELDS", "LOG_DRAWN"]

@@ -99,6 +99,10 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   that admits none, and every request decoding in it waits for that too: what tells it apart from
   the server's front end (sim/cluster.py), which also delays a request's first token by a
   constant but delays nobody else (sim/calibrate_run.py).
+- The whole iteration's time (all of the above) times ``discrepancy``, the model's structural
+  error: 1 in every prediction, and not a field of the profile's ``timing``; only the error band
+  draws it, from the ``uncertainty`` section's ``timing.discrepancy`` range (sim/profile_ranges.py),
+  so that what the model leaves out widens the band without moving the prediction.
 
 Defaults (public knowledge, not fitted to any measurement in this project): ``mfu`` 0.5 (Meta's
 Llama 3 paper reports 38-43% bf16 MFU on H100 for training at scale; Pope et al. 2022,
@@ -241,8 +245,10 @@ class RooflineTiming:
         overhead_ms: float = DEFAULT_OVERHEAD_MS,
         layer_overhead_ms: float = 0.0,
         admission_overhead_ms: float = 0.0,
+        discrepancy: float = 1.0,
     ) -> None:
         self.model, self.hardware = model, hardware
+        self.discrepancy = discrepancy  # the model's structural error, drawn only for a band (profile_ranges.py)
         self.mfu, self.mbu, self.overhead_ms, self.layer_overhead_ms = mfu, mbu, overhead_ms, layer_overhead_ms
         self.admission_overhead_ms = admission_overhead_ms
         self._admission_s = admission_overhead_ms / 1000
@@ -320,7 +326,8 @@ class RooflineTiming:
             batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens
         )  # the sum of the phases (module doc), with Python's max: a float per call, no numpy scalars
         phases = max(linear_compute, linear_memory) + max(attention_compute, attention_memory)
-        return phases + self._comm(tokens) + self._overhead_s + self._admission_s * batch.new_requests
+        overhead = self._overhead_s + self._admission_s * batch.new_requests
+        return (phases + self._comm(tokens) + overhead) * self.discrepancy
 
     def decode_span_s(self, seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> np.ndarray:
         kv, _ = decode_span_points(seqs, kv_tokens, kv_usage, usage_step, steps)
@@ -328,7 +335,7 @@ class RooflineTiming:
             return np.zeros(steps)
         linear_compute, linear_memory, attention_compute, attention_memory = self._parts(0, 0, seqs, kv)
         phases = np.maximum(linear_compute, linear_memory) + np.maximum(attention_compute, attention_memory)
-        return phases + self._comm(seqs) + self._overhead_s
+        return (phases + self._comm(seqs) + self._overhead_s) * self.discrepancy
 
 
 __all__ = ["ModelSpec", "HardwareSpec", "RooflineTiming", "DEFAULT_MFU", "DEFAULT_MBU", "DEFAULT_OVERHEAD_MS"]
