@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_llmreplay import Synthetic, WorkloadError, load_workload
+from pytest_llmreplay import Session, Synthetic, Turn, Workload, WorkloadError, load_workload, write_workload
 
 FORMAT = "azure"
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens"
@@ -167,3 +167,21 @@ def test_real_traces(trace_data, name, requests):
     assert arrivals[0] == 0.0 and arrivals == sorted(arrivals)
     assert 3_300 < arrivals[-1] < 3_600  # about an hour
     assert all(t.input_tokens >= 1 and t.output_tokens >= 1 for _, _, t in workload.turns())
+
+
+def test_written_stamps_carry_a_fraction_that_rounds_up_into_the_second(tmp_path):
+    """1.99999999 s rounds to 2.0000000 in the trace's 7 digits, not to '1.10000000' (read back as 1.1 s)."""
+    arrivals = [0.0, 1.99999999, 61.999999996]
+    workload = Workload(
+        sessions=tuple(Session(f"s{i}", at, (Turn(10, 5, Synthetic()),)) for i, at in enumerate(arrivals)),
+        format="llmservingsim",
+        source="near.jsonl",
+        timed=True,
+    )
+    path = tmp_path / "near.csv"
+    write_workload(workload, path, "azure")
+    assert path.read_text().splitlines()[2:] == [
+        "2023-11-16 00:00:02.0000000,10,5",
+        "2023-11-16 00:01:02.0000000,10,5",
+    ]
+    assert [s.arrival_s for s in load_workload(path)] == pytest.approx([0.0, 2.0, 62.0])

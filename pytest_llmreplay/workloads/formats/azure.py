@@ -23,6 +23,7 @@ from ._writing import Losses, cannot, known_lengths, lengths_only, reasoning_los
 NAME = "azure"
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 EPOCH_ORDINAL = datetime(1970, 1, 1).toordinal()
+TICKS_PER_SECOND = 10**7  # the 7 fractional digits the trace writes
 
 
 def detect(first_line: str) -> bool:
@@ -114,7 +115,8 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
         out = csv.writer(stream, lineterminator="\n")
         out.writerow(HEADER)
         for arrival, context, generated in rows:
-            whole = int(arrival)
+            # rounded to the 7 digits as a whole, so 1.99999999 s carries into 2.0000000, not .10000000
+            whole, ticks = divmod(round(arrival * TICKS_PER_SECOND), TICKS_PER_SECOND)
             stamp = (base + timedelta(seconds=whole)).strftime("%Y-%m-%d %H:%M:%S")
-            out.writerow((f"{stamp}.{round((arrival - whole) * 1e7):07d}", context, generated))
+            out.writerow((f"{stamp}.{ticks:07d}", context, generated))
     return notes
