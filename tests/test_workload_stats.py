@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from pytest_llmreplay import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload, load_workload
 from pytest_llmreplay.workloads.stats import describe, reusable_prefix_share
+
+REPO = Path(__file__).parent.parent
 
 
 def workload(*sessions: Session, timed: bool = True) -> Workload:
@@ -200,3 +203,42 @@ def test_trie_history_share_matches_the_schema(trace_data):
     stats = describe(load_workload(path))
     assert (stats.requests, stats.timed) == (193, False)
     assert stats.session_history_share == pytest.approx(history / total)
+
+
+def test_a_span_under_a_second_keeps_its_digits():
+    """1.2 ms of arrivals is not '0.0 s' beside a rate of 2,500 req/s."""
+    rows = dict(
+        describe(workload(*(single(f"s{i}", at, 10, Synthetic()) for i, at in enumerate((0, 0.0005, 0.0012))))).rows()
+    )
+    assert (rows["time span"], rows["request rate"]) == ("0.0012 s", "2,500.00 req/s")
+
+
+@pytest.mark.parametrize(
+    ("format", "line", "unit", "read"),
+    [
+        ("mooncake", '{{"timestamp": {at}, "input_length": 10, "output_length": 5}}', 1.0, "0.003 s (1,333 req/s)"),
+        (
+            "llmservingsim",
+            '{{"input_toks": 10, "output_toks": 5, "arrival_time_ns": {at}}}',
+            1000.0,
+            "3e-06 s (1,333,333 req/s)",
+        ),
+    ],
+)
+def test_a_trace_in_a_smaller_unit_than_its_formats_is_named_at_load(tmp_path, format, line, unit, read):
+    """Seconds in Mooncake's millisecond field (microseconds in LLMServingSim's nanoseconds) load
+    without error but 1000x too fast: the load warns, naming the file, the rate and the unit."""
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(line.format(at=f"{at * unit:g}") + "\n" for at in (0, 0.5, 1.2, 3.0)))
+    (warning,) = load_workload(path, format).warnings
+    assert warning.startswith(f"{path}: 4 requests arrive within {read}: {format}'s ")
+    assert "times too fast" in warning
+
+
+def test_real_traces_and_a_fast_synthetic_spec_do_not_warn(tmp_path):
+    """Recorded traffic is far below 1,000 req/s; a synthetic spec's rate is the user's own."""
+    assert load_workload(REPO / "workloads/mooncake_conversation_head200.jsonl").warnings == ()
+    assert load_workload(REPO / "workloads/llmservingsim_example.jsonl").warnings == ()
+    spec = tmp_path / "fast.yaml"
+    spec.write_text("synthetic:\n  sessions: 50\n  input_tokens: 10\n  output_tokens: 5\n  rate: 5000\n  seed: 1\n")
+    assert load_workload(spec).warnings == ()

@@ -21,6 +21,11 @@ response times between are not known before a replay, so a later turn's arrival 
 earliest)::
 
     request_rate = requests / (last request arrival - first request arrival)
+
+A span under a second is shown to three significant digits (``0.0012 s``, not ``0.0 s`` beside
+a rate of 2,500 req/s). A trace loaded at a mean rate over :data:`MAX_PLAUSIBLE_RATE` is most
+likely written in another unit than its format's (seconds in Mooncake's millisecond
+``timestamp``): :func:`unit_warning` says so.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from ..errors import LLMReplayError
 from .workload import HashBlocks, Synthetic, TokenIds, Workload
 
 DEFAULT_TOKEN_BLOCK = 16
+MAX_PLAUSIBLE_RATE = 1_000.0  # req/s over a whole trace; recorded serving traffic is far below
 STATS = ("mean", "p50", "p90", "p99", "max")
 
 
@@ -76,8 +82,8 @@ class WorkloadStats:
             rows.append(("reasoning tokens (of output)", _stats_text(self.reasoning_tokens, STATS) + partial))
         if self.unknown_lengths:
             rows.append(("turns of unknown length", f"{self.unknown_lengths:,} (verbatim payloads)"))
-        if self.timed:
-            rows.append(("time span", f"{self.span_s:,.1f} s"))
+        if self.span_s is not None:  # timed
+            rows.append(("time span", f"{self.span_s:,.1f} s" if self.span_s >= 1 else f"{self.span_s:.3g} s"))
             rows.append(("request rate", f"{self.request_rate:,.2f} req/s" if self.request_rate is not None else "n/a"))
         else:
             rows.append(("time span", "untimed (replayed by concurrency)"))
@@ -121,6 +127,19 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
         reusable_prefix_share=reusable_prefix_share(workload, token_block_size=token_block_size),
         session_history_share=history / sum(inputs) if history and inputs else None,
     )
+
+
+def unit_warning(workload: Workload, time_units: str) -> str | None:
+    """A warning when a timed ``workload`` arrives at a mean rate over :data:`MAX_PLAUSIBLE_RATE`,
+    ending in ``time_units`` (the format's time fields, their unit, what a unit mix-up does), else
+    ``None``."""
+    if not workload.timed:
+        return None
+    arrivals = list(request_arrivals(workload))
+    span = max(arrivals) - min(arrivals)
+    if span <= 0 or len(arrivals) / span <= MAX_PLAUSIBLE_RATE:
+        return None
+    return f"{len(arrivals):,} requests arrive within {span:.3g} s ({len(arrivals) / span:,.0f} req/s): {time_units}"
 
 
 def request_arrivals(workload: Workload) -> Iterable[float]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ...errors import LLMReplayError, WorkloadError
+from ..stats import unit_warning
 from ..workload import Workload, check_limits
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
 from ._compressed import damage_first
@@ -148,6 +150,10 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
         raise WorkloadError("holds no requests", path=path)
     if name != "synthetic":  # the generator checks its own, naming the spec's fields
         check_limits(workload, path)
+    time_units = getattr(module, "TIME_UNITS", None)
+    warning = unit_warning(workload, time_units) if time_units else None
+    if warning:
+        workload = replace(workload, warnings=(*workload.warnings, f"{path}: {warning}"))
     return workload
 
 

@@ -31,6 +31,10 @@ from ._fields import Fields, iter_json_lines, try_json
 from ._writing import Losses, known_lengths, reasoning_losses, untimed_losses, write_json_lines
 
 NAME = "llmservingsim"
+TIME_UNITS = (  # the hint of a too-fast trace's warning
+    "llmservingsim's arrival_time_ns and tool_duration_ns are nanoseconds: a trace written in microseconds or"
+    " milliseconds is read 1,000 or 1,000,000 times too fast"
+)
 REQUEST_FIELDS = frozenset({"input_toks", "output_toks", "input_tok_ids", "output_tok_ids"})
 FLAT_FIELDS = REQUEST_FIELDS | {"arrival_time_ns"}
 SESSION_FIELDS = frozenset({"session_id", "arrival_time_ns", "sub_requests"})

@@ -44,6 +44,9 @@ from ._fields import Fields, check_messages, iter_json_lines, payload_output_tok
 from ._writing import Losses, reasoning_losses, tidy, tool_call_losses, write_json_lines
 
 NAME = "mooncake"
+TIME_UNITS = (  # the hint of a too-fast trace's warning
+    "mooncake's timestamp, created_time and delay are milliseconds: a trace written in seconds is read 1,000 times too fast"
+)
 DEFAULT_BLOCK_SIZE = 512
 DETECTING_FIELDS = frozenset(
     {
