@@ -235,6 +235,28 @@ def test_convert_payloads_between_aiperf_formats(capsys, tmp_path):
     assert run(capsys, "convert", str(folder), str(back), "--to", "aiperf-inputs")[0] == 0
     assert [e["payloads"] for e in json.loads(back.read_text())["data"]] == [e["payloads"] for e in data["data"]]
 
+    assert run(capsys, "convert", str(source), str(folder), "--to", "aiperf-payloads")[0] == 0  # the same files again
+
+
+def test_convert_into_a_folder_of_other_sessions_is_refused(capsys, tmp_path):
+    """Session files left in OUT by another conversion would join the written ones when read back
+    ('wrote 1 session', inspect: 3)."""
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+    source = tmp_path / "inputs.json"
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    (folder / "0-old.jsonl").write_text(json.dumps(chat) + "\n")
+    (folder / "1-old.jsonl.gz").write_bytes(b"")
+    (folder / "notes.txt").write_text("not a session")
+    source.write_text(json.dumps({"data": [{"session_id": "new", "payloads": [chat, chat]}]}))
+    code, out, err = run(capsys, "convert", str(source), str(folder), "--to", "aiperf-payloads")
+    assert (code, out) == (1, "")
+    assert err == (
+        f"error: {folder}: already holds 2 session files this conversion does not write (0-old.jsonl, 1-old.jsonl.gz):"
+        " read back, they would join its sessions; write to a new or empty directory\n"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["0-old.jsonl", "1-old.jsonl.gz", "notes.txt"]
+
 
 def test_validate_block_size_applies_to_the_files_that_take_one(capsys, tmp_path, trace_data):
     mooncake = tmp_path / "m16.jsonl"  # hash ids of 16 tokens: wrong at the default 512

@@ -70,9 +70,28 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     if all(len(b) == 1 for b in bodies):
         write_json_lines(path, (b[0] for b in bodies))
         return notes
-    path.mkdir(parents=True, exist_ok=True)
     width = len(str(len(bodies)))
-    for number, (session, session_bodies) in enumerate(zip(workload.sessions, bodies, strict=True)):
-        safe = re.sub(r"[^A-Za-z0-9._-]+", "_", session.id)
-        write_json_lines(path / f"{number:0{width}d}-{safe}.jsonl", session_bodies)
+    names = [
+        f"{number:0{width}d}-{re.sub(r'[^A-Za-z0-9._-]+', '_', session.id)}.jsonl"
+        for number, session in enumerate(workload.sessions)
+    ]
+    _refuse_other_sessions(path, set(names))
+    path.mkdir(parents=True, exist_ok=True)
+    for name, session_bodies in zip(names, bodies, strict=True):
+        write_json_lines(path / name, session_bodies)
     return notes + ["directory mode: files are numbered to keep the session order"]
+
+
+def _refuse_other_sessions(path: Path, names: set[str]) -> None:
+    """Raise when the directory ``path`` already holds session files that writing ``names`` leaves
+    in place: read back, they would join the written sessions."""
+    if not path.is_dir():
+        return
+    others = sorted(p.name for p in path.iterdir() if uncompressed_name(p).endswith(".jsonl") and p.name not in names)
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        raise WorkloadError(
+            f"already holds {len(others):,} session files this conversion does not write ({shown}): read back, they"
+            " would join its sessions; write to a new or empty directory",
+            path=path,
+        )
