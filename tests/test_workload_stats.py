@@ -242,3 +242,27 @@ def test_real_traces_and_a_fast_synthetic_spec_do_not_warn(tmp_path):
     spec = tmp_path / "fast.yaml"
     spec.write_text("synthetic:\n  sessions: 50\n  input_tokens: 10\n  output_tokens: 5\n  rate: 5000\n  seed: 1\n")
     assert load_workload(spec).warnings == ()
+
+
+def test_delays_before_later_turns_are_summed_up_in_seconds():
+    """Think or tool time between turns: a trie trace written in milliseconds shows 1,500.0 s."""
+    chat = Session(
+        "a", 0.0, (Turn(5, 5, Synthetic()), Turn(5, 5, Synthetic(), delay_s=0.5), Turn(5, 5, Synthetic(), delay_s=2.0))
+    )
+    agent = Session("b", 1.0, (Turn(5, 5, Synthetic()), Turn(5, 5, Synthetic(), delay_s=1500.0)))
+    stats = describe(workload(chat, agent, single("c", 2.0, 5, Synthetic())))
+    assert stats.later_turn_delays == pytest.approx(
+        {"mean": 1502.5 / 3, "p50": 2.0, "p90": 1500 - 0.2 * 1498, "p99": 1500 - 0.02 * 1498, "max": 1500.0}
+    )
+    assert dict(stats.rows())["delay before later turns"] == (
+        "mean 500.8 s  p50 2.0 s  p90 1,200.4 s  p99 1,470.0 s  max 1,500.0 s"
+    )
+    assert "delay before later turns" not in dict(describe(HASHED).rows())
+
+
+def test_delays_of_a_real_agent_trace_are_its_tool_latencies(trace_data):
+    path = trace_data / "trie/office_work_8k_slice.jsonl"
+    latencies = [s for line in path.read_text().splitlines() for s in json.loads(line)["tool_call_latency"]]
+    delays = describe(load_workload(path)).later_turn_delays
+    assert delays is not None
+    assert (delays["mean"], delays["max"]) == pytest.approx((sum(latencies) / len(latencies), 5.741))

@@ -11,6 +11,10 @@ Token-id prompts count full blocks of ``block_size`` tokens only; a hash-id prom
 may be partial. Session-history share (agent and chat traces): the part of growth turns' prompts
 that is the previous prompt + response, over all prompt tokens.
 
+Delays before later turns (multi-turn workloads): each turn after a session's first waits
+``Turn.delay_s`` after the previous one completes (think time, a tool's run): their statistics
+in seconds, to one that spots a trace written in another unit (milliseconds in trie's seconds).
+
 Reasoning tokens (a reasoning workload's turns say how many of their output tokens the model
 thinks before it answers): their statistics over the turns that state one, shown only when a
 turn does.
@@ -22,7 +26,7 @@ earliest)::
 
     request_rate = requests / (last request arrival - first request arrival)
 
-A span under a second is shown to three significant digits (``0.0012 s``, not ``0.0 s`` beside
+A span or delay under a second is shown to three significant digits (``0.0012 s``, not ``0.0 s`` beside
 a rate of 2,500 req/s). A trace loaded at a mean rate over :data:`MAX_PLAUSIBLE_RATE` is most
 likely written in another unit than its format's (seconds in Mooncake's millisecond
 ``timestamp``): :func:`unit_warning` says so.
@@ -56,6 +60,7 @@ class WorkloadStats:
     output_tokens: dict[str, float] | None
     reasoning_tokens: dict[str, float] | None  # over the turns that state one; None when none does
     reasoning_turns: int  # turns that state their reasoning length
+    later_turn_delays: dict[str, float] | None  # seconds; None when no session has a second turn
     unknown_lengths: int
     timed: bool
     span_s: float | None
@@ -80,10 +85,13 @@ class WorkloadStats:
                 else ""
             )
             rows.append(("reasoning tokens (of output)", _stats_text(self.reasoning_tokens, STATS) + partial))
+        if self.later_turn_delays is not None:
+            delays = "  ".join(f"{name} {_seconds_text(self.later_turn_delays[name])}" for name in STATS)
+            rows.append(("delay before later turns", delays))
         if self.unknown_lengths:
             rows.append(("turns of unknown length", f"{self.unknown_lengths:,} (verbatim payloads)"))
         if self.span_s is not None:  # timed
-            rows.append(("time span", f"{self.span_s:,.1f} s" if self.span_s >= 1 else f"{self.span_s:.3g} s"))
+            rows.append(("time span", _seconds_text(self.span_s)))
             rows.append(("request rate", f"{self.request_rate:,.2f} req/s" if self.request_rate is not None else "n/a"))
         else:
             rows.append(("time span", "untimed (replayed by concurrency)"))
@@ -100,6 +108,7 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
     inputs = [t.input_tokens for t in turns if t.input_tokens is not None]
     outputs = [t.output_tokens for t in turns if t.output_tokens is not None]
     thoughts = [t.reasoning_tokens for t in turns if t.reasoning_tokens is not None]
+    delays = [turn.delay_s for session in workload.sessions for turn in session.turns[1:]]
     arrivals = list(request_arrivals(workload))
     span = (max(arrivals) - min(arrivals)) if arrivals else 0.0
     history = 0
@@ -120,6 +129,7 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
         output_tokens=_stats(outputs, STATS),
         reasoning_tokens=_stats(thoughts, STATS),
         reasoning_turns=len(thoughts),
+        later_turn_delays=_stats(delays, STATS),
         unknown_lengths=len(turns) - len(inputs),
         timed=workload.timed,
         span_s=span if workload.timed else None,
@@ -182,7 +192,7 @@ def reusable_prefix_share(workload: Workload, *, token_block_size: int = DEFAULT
     return reusable / total if total else None
 
 
-def _stats(values: list[int], names: tuple[str, ...]) -> dict[str, float] | None:
+def _stats(values: list[int] | list[float], names: tuple[str, ...]) -> dict[str, float] | None:
     if not values:
         return None
     array = np.asarray(values, dtype=float)
@@ -191,6 +201,11 @@ def _stats(values: list[int], names: tuple[str, ...]) -> dict[str, float] | None
         if name.startswith("p"):
             table[name] = float(np.percentile(array, int(name[1:])))
     return {name: float(table[name]) for name in names}
+
+
+def _seconds_text(seconds: float) -> str:
+    """``12.3 s`` from a second on; three significant digits below (``0.0012 s``, not ``0.0 s``)."""
+    return f"{seconds:,.1f} s" if seconds >= 1 else f"{seconds:.3g} s"
 
 
 def _stats_text(stats: dict[str, float] | None, names: tuple[str, ...]) -> str:
