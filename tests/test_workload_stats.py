@@ -266,3 +266,20 @@ def test_delays_of_a_real_agent_trace_are_its_tool_latencies(trace_data):
     delays = describe(load_workload(path)).later_turn_delays
     assert delays is not None
     assert (delays["mean"], delays["max"]) == pytest.approx((sum(latencies) / len(latencies), 5.741))
+
+
+def test_shared_prefix_share_of_synthetic_prefix_groups():
+    """Group 0: prefixes 100, 60 (60 reused), 300 of a 200-token prompt (its 200 cut to the
+    prompt; 100 reused); group 1: 50, first of its group (0). Growth turns and prompts without a
+    group add to the total only. (60 + 100) / (400 + 300 + 200 + 100 + 500 + 605) = 7.6%."""
+    grouped = workload(
+        single("a", 0.0, 400, Synthetic(prefix_group=0, prefix_tokens=100)),
+        single("b", 1.0, 300, Synthetic(prefix_group=0, prefix_tokens=60)),
+        single("c", 2.0, 200, Synthetic(prefix_group=0, prefix_tokens=300)),
+        single("d", 3.0, 100, Synthetic(prefix_group=1, prefix_tokens=50)),
+        Session("e", 4.0, (Turn(500, 5, Synthetic()), Turn(605, 5, Synthetic(extends_previous=True)))),
+    )
+    stats = describe(grouped)
+    assert stats.shared_prefix_share == pytest.approx(160 / 2105)
+    assert dict(stats.rows())["shared prefix share"] == "7.6% (prefix groups, unbounded cache)"
+    assert describe(HASHED).shared_prefix_share is None

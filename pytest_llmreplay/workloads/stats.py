@@ -9,7 +9,10 @@ leading blocks already in the cache::
 
 Token-id prompts count full blocks of ``block_size`` tokens only; a hash-id prompt's last block
 may be partial. Session-history share (agent and chat traces): the part of growth turns' prompts
-that is the previous prompt + response, over all prompt tokens.
+that is the previous prompt + response, over all prompt tokens. Shared-prefix share (synthetic
+prefix groups): in the same arrival order, a prompt of a group reuses as much of its group prefix
+as an earlier prompt of the group had (``min(prefix_tokens, longest earlier prefix)``), over all
+prompt tokens.
 
 Delays before later turns (multi-turn workloads): each turn after a session's first waits
 ``Turn.delay_s`` after the previous one completes (think time, a tool's run): their statistics
@@ -67,6 +70,7 @@ class WorkloadStats:
     request_rate: float | None
     reusable_prefix_share: float | None
     session_history_share: float | None
+    shared_prefix_share: float | None  # synthetic prefix groups; None when no prompt has one
 
     def rows(self) -> list[tuple[str, str]]:
         """(figure, value) pairs for a two-column table."""
@@ -99,6 +103,8 @@ class WorkloadStats:
             rows.append(("reusable prefix share", f"{self.reusable_prefix_share:.1%} (unbounded cache)"))
         if self.session_history_share is not None:
             rows.append(("session history share", f"{self.session_history_share:.1%}"))
+        if self.shared_prefix_share is not None:
+            rows.append(("shared prefix share", f"{self.shared_prefix_share:.1%} (prefix groups, unbounded cache)"))
         return rows
 
 
@@ -136,6 +142,7 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
         request_rate=(len(turns) / span if span > 0 else None) if workload.timed else None,
         reusable_prefix_share=reusable_prefix_share(workload, token_block_size=token_block_size),
         session_history_share=history / sum(inputs) if history and inputs else None,
+        shared_prefix_share=shared_prefix_share(workload),
     )
 
 
@@ -190,6 +197,22 @@ def reusable_prefix_share(workload: Workload, *, token_block_size: int = DEFAULT
                 seen.add(chain)
         reusable += min(hit_blocks * size, length)
     return reusable / total if total else None
+
+
+def shared_prefix_share(workload: Workload) -> float | None:
+    """Share of all prompt tokens that synthetic prompts take from a prefix group an earlier
+    prompt already sent (see above); ``None`` when no prompt has a prefix group."""
+    longest: dict[int, int] = {}  # group -> the longest prefix sent so far
+    reused = total = 0
+    for _, _, turn in workload.turns():
+        total += turn.input_tokens or 0
+        prompt = turn.prompt
+        if not isinstance(prompt, Synthetic) or prompt.prefix_group is None or turn.input_tokens is None:
+            continue
+        prefix = min(prompt.prefix_tokens, turn.input_tokens)
+        reused += min(prefix, longest.get(prompt.prefix_group, 0))
+        longest[prompt.prefix_group] = max(prefix, longest.get(prompt.prefix_group, 0))
+    return reused / total if longest and total else None
 
 
 def _stats(values: list[int] | list[float], names: tuple[str, ...]) -> dict[str, float] | None:
