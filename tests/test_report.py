@@ -294,6 +294,15 @@ def test_warning_lines():
     assert text.endswith("warning: usage differs")
 
 
+def test_completed_counts_the_measured_requests_only():
+    """Warm-up requests are planned but not measured: 2 warm-up + 3 measured, all ok, read
+    completed=3/3 (it read 3/5 beside 'failed 0, cancelled 0, warm-up 2'), as traces= does."""
+    records = [rec(i, sent=float(i), end=i + 0.5, chunks=((i + 0.1, 4),), output=4, warmup=i < 2) for i in range(5)]
+    text = render(make(records, planned=5))
+    assert "completed=3/3 requests  traces=3/3" in text
+    assert "failed 0, cancelled 0, warm-up 2" in text
+
+
 def test_nothing_completed_renders():
     records = [
         rec(0, status="failed", sent=1.0, end=1.2, error="server: 503 overloaded"),

@@ -227,6 +227,13 @@ def test_overview_row_and_endpoint_are_readable():
     assert endpoint_text(None) == "unknown"
 
 
+def test_overview_requests_ok_leaves_the_warm_up_out():
+    """8 measured + 2 warm-up, all ok: '8/8' (it read '8/10', as if two had not completed)."""
+    plain = record(MARKER_SLOS)
+    warmed = {**plain, "summary": {**plain["summary"], "requests": {"ok": 8, "planned": 10, "warmup": 2}}}
+    assert overview_row(warmed)[2] == "8/8"
+
+
 def test_a_run_with_reasoning_adds_the_ttfo_column_to_every_overview():
     """TTFT is the first reasoning token; what a user waits for is TTFO: the overview shows it
     after TTFT p99 when some result had reasoning (the terminal's table as the files')."""

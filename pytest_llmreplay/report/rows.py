@@ -79,12 +79,18 @@ def capacity_cell(record: Mapping[str, Any]) -> str:
     return ("at least " if search.get("at_least") else "") + value + (" (ceiling)" if search.get("ceiling") else "")
 
 
+def measured_requests(counts: Mapping[str, float]) -> int:
+    """Of a summary's ``requests`` counts, those the run meant to measure: the planned ones less
+    the warm-up ones, which are recorded but left out of every metric (``ok`` counts none)."""
+    return int(counts.get("planned", 0) - counts.get("warmup", 0))
+
+
 def overview_row(record: Mapping[str, Any], reasoning: bool = False, capacity: bool = False) -> list[str]:
     """The summary table's row of one stored result (:func:`overview_headers`; ``reasoning``:
     whether the table has the TTFO column, ``capacity`` the capacity column)."""
     summary = record["summary"]
     counts = summary.get("requests", {})
-    row = [record["test"], headline(record).status, f"{counts.get('ok', 0)}/{counts.get('planned', 0)}"]
+    row = [record["test"], headline(record).status, f"{counts.get('ok', 0)}/{measured_requests(counts)}"]
     row += [format_value(metric, summary.get(metric, {}).get(stat)) for _, metric, stat in overview_columns(reasoning)]
     row += [capacity_cell(record)] if capacity else []
     checks = record.get("slo") or []

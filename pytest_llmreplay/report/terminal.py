@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..metrics.result import Result
+from .rows import measured_requests
 
 ROWS = ("mean", "min", "p50", "p90", "p95", "p99", "max")
 # (summary metric, column header, factor from the summary's unit)
@@ -77,7 +78,7 @@ def workload_table(result: Result) -> str:
     sessions = len({r.session_index for r in result.measured})
     start, end = result.span
     per_second = counts["sessions_complete"] / (end - start) if end > start else 0.0
-    title = f"Workload metrics\ncompleted={counts['ok']}/{counts['planned']} requests  traces={counts['sessions_complete']}/{sessions}  trace/s={per_second:.2f}"
+    title = f"Workload metrics\ncompleted={counts['ok']}/{measured_requests(counts)} requests  traces={counts['sessions_complete']}/{sessions}  trace/s={per_second:.2f}"
     columns = [(key, header) for key, header in WORKLOAD_COLUMNS if key != "per_gpu" or result.gpus > 1]
     rows = [[label] + [summary[key].get(col) for col, _ in columns] for key, label in WORKLOAD_ROWS if key in summary]
     if not rows:
