@@ -379,3 +379,24 @@ def test_synthetic_specs_too_large_to_generate_are_refused_before_generating(tmp
     path.write_text(f"synthetic:\n  {spec}\n")
     with pytest.raises(WorkloadError, match="^" + re.escape(f"{path}: {message}")):
         load_workload(path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("s.yaml", "synthetic:\n  sessions: 4\n  rate: 2e1\n  input_tokens: 1e3\n  delay: 5E-1\n  turns: 2\n"),
+        ("s.json", '{"synthetic": {"sessions": 4, "rate": 2e1, "input_tokens": 1e3, "delay": 5E-1, "turns": 2}}'),
+    ],
+)
+def test_exponent_numbers_without_a_dot_are_numbers_in_specs(tmp_path, name, text):
+    """PyYAML (YAML 1.1) reads 1e3 as the string '1e3' (even in a JSON spec, where it is a
+    number): 'synthetic.rate: must be a number > 0, got '2e1''. Read as JSON and YAML 1.2 do."""
+    path = tmp_path / name
+    path.write_text(text)
+    workload = load_workload(path, format="synthetic")
+    assert {t.input_tokens for _, index, t in workload.turns() if index == 0} == {1000}
+    assert {t.delay_s for _, index, t in workload.turns() if index == 1} == {0.5}
+    quoted = tmp_path / "quoted.yaml"
+    quoted.write_text("synthetic:\n  sessions: 4\n  rate: '2e1'\n")
+    with pytest.raises(WorkloadError, match=re.escape("synthetic.rate: must be a number > 0, got '2e1'")):
+        load_workload(quoted)
