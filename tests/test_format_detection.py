@@ -372,6 +372,20 @@ def test_sizes_no_replay_can_honour_are_refused_at_load(tmp_path, format, text, 
             "sessions: 2\n  input_tokens: 100000000000000",
             "synthetic.input_tokens: draws 100,000,000,000,000 tokens, over the limit of 10,000,000",
         ),
+        # past int64: the draws had wrapped to -9.2e18 tokens (inspect printed them) or a negative
+        # count of requests (a numpy traceback)
+        (
+            "sessions: 2\n  input_tokens: 100000000000000000000",
+            "synthetic.input_tokens: draws 1e+15 or more tokens, over the limit of 10,000,000",
+        ),
+        (
+            "sessions: 2\n  output_tokens: {dist: normal, mean: 1.0e+20, std: 1}",
+            "synthetic.output_tokens: draws 1e+15 or more tokens, over the limit of 10,000,000",
+        ),
+        (
+            "sessions: 2\n  turns: 100000000000000000000",
+            "synthetic.turns: 1e+15 or more requests in all is over the limit",
+        ),
     ],
 )
 def test_synthetic_specs_too_large_to_generate_are_refused_before_generating(tmp_path, spec, message):

@@ -19,6 +19,9 @@ import numpy as np
 from ...errors import WorkloadError
 from ._fields import type_name
 
+INTEGER_CEILING = (
+    10**15
+)  # integer draws stop here (exact in a float, far past every limit) instead of wrapping negative
 DISTRIBUTIONS = {
     "fixed": ("value",),
     "uniform": ("min", "max"),
@@ -44,8 +47,9 @@ class Distribution:
         return min(top, self.high) if self.high is not None else top
 
     def sample(self, rng: np.random.Generator, size: int, *, integer: bool, minimum: int = 1) -> np.ndarray:
-        """``size`` draws, clamped to [low, high]; integers are rounded and at least ``minimum``,
-        other values at least 0."""
+        """``size`` draws, clamped to [low, high]; integers are rounded, at least ``minimum`` and at
+        most :data:`INTEGER_CEILING` (1e20 cast to int64 would be a negative count), other values
+        at least 0."""
         p = dict(self.params)
         values: np.ndarray
         if self.dist == "fixed":
@@ -63,11 +67,17 @@ class Distribution:
             values = rng.lognormal(math.log(p["mean"]) - sigma2 / 2, math.sqrt(sigma2), size)
         values = np.clip(values, self.low, self.high) if (self.low is not None or self.high is not None) else values
         if integer:
-            return np.maximum(np.rint(values), minimum).astype(np.int64)
+            return np.clip(np.rint(values), minimum, INTEGER_CEILING).astype(np.int64)
         return np.maximum(values, 0.0)
 
 
 Length = int | float | Distribution | Mapping[str, Any]
+
+
+def drawn_text(count: int) -> str:
+    """An integer draw (or a sum of them) for a message: ``12,345``, or ``1e+15 or more`` from
+    :data:`INTEGER_CEILING` on, where draws stopped."""
+    return f"{count:,}" if count < INTEGER_CEILING else f"{INTEGER_CEILING:.0e} or more"
 
 
 def parse_distribution(value: Length, field: str, where: Mapping[str, Any]) -> Distribution:

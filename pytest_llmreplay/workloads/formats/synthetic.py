@@ -43,7 +43,7 @@ from ...errors import WorkloadError
 from ..workload import MAX_REQUESTS, MAX_TOKENS, Session, Synthetic, Turn, Workload, check_limits
 from ._text import read_text
 from ._yaml import YamlProblem, load_yaml
-from .distribution import Distribution, Length, check_number, parse_distribution
+from .distribution import Distribution, Length, check_number, drawn_text, parse_distribution
 
 NAME = "synthetic"
 
@@ -138,7 +138,9 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     total = int(turn_counts.sum())
     if total > MAX_REQUESTS:
         raise WorkloadError(
-            f"{total:,} requests in all is over the limit of {MAX_REQUESTS:,}", field="synthetic.turns", path=source
+            f"{drawn_text(total)} requests in all is over the limit of {MAX_REQUESTS:,}",
+            field="synthetic.turns",
+            path=source,
         )
     if rate is not None:
         arrivals = np.concatenate(([0.0], np.cumsum(rng.exponential(1.0 / rate, sessions - 1))))
@@ -163,7 +165,7 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
     ):
         if max(lengths, default=0) > MAX_TOKENS:
             raise WorkloadError(
-                f"draws {max(lengths):,} tokens, over the limit of {MAX_TOKENS:,} (no model's context is longer)",
+                f"draws {drawn_text(max(lengths))} tokens, over the limit of {MAX_TOKENS:,} (no model's context is longer)",
                 field=f"synthetic.{name}",
                 path=source,
             )
