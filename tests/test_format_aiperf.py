@@ -12,6 +12,9 @@ from pytest_llmreplay import Payload, WorkloadError, load_workload
 
 USER = [{"role": "user", "content": "What is ML?"}]
 BODY = {"messages": USER, "model": "m", "max_tokens": 100}
+READ_AS_PAYLOADS = (
+    " (a directory is read as aiperf-payloads files, one session each: name a file to read another format)"
+)
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -254,4 +257,19 @@ def test_payload_directory_without_payloads(tmp_path, files):
         (folder / name).write_text(text, encoding="utf-8")
     with pytest.raises(WorkloadError) as info:
         load_workload(folder)
+    assert str(info.value) == f"{folder}: no non-empty *.jsonl files in this directory" + READ_AS_PAYLOADS
+    with pytest.raises(WorkloadError) as info:
+        load_workload(folder, format="aiperf-payloads")  # named: the reader knows what it asked for
     assert str(info.value) == f"{folder}: no non-empty *.jsonl files in this directory"
+
+
+def test_a_folder_of_other_traces_says_it_was_read_as_payload_files(tmp_path):
+    """validate traces/ (Mooncake files) answered 'traces/a.jsonl:1: messages: required field
+    missing', which reads as a broken Mooncake file."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    trace = write_jsonl(folder / "a.jsonl", [{"timestamp": 0, "input_length": 10, "output_length": 5}])
+    with pytest.raises(WorkloadError) as info:
+        load_workload(folder)
+    assert str(info.value) == f"{trace}:1: messages: required field missing" + READ_AS_PAYLOADS
+    assert (info.value.path, info.value.line, info.value.field) == (str(trace), 1, "messages")

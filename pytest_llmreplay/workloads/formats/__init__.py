@@ -146,6 +146,16 @@ def load_workload(path: str | Path, format: str | None = None, **options: Any) -
             workload = FORMATS[name].load(path, **options)
     except IsADirectoryError:
         raise WorkloadError(f"is a directory; format {name!r} reads a file", path=path) from None
+    except WorkloadError as exc:
+        if format is not None or not Path(path).is_dir():
+            raise
+        raise WorkloadError(  # say why a folder of, say, Mooncake traces is read for chat payloads
+            f"{exc.reason} (a directory is read as {name} files, one session each: name a file to read another format)",
+            path=exc.path,
+            line=exc.line,
+            field=exc.field,
+            column=exc.column,
+        ) from None
     if not workload.sessions:
         raise WorkloadError("holds no requests", path=path)
     if name != "synthetic":  # the generator checks its own, naming the spec's fields
