@@ -398,7 +398,12 @@ def test_sweep_band_says_how_sure_the_capacity_is(capsys, workload, tmp_path):
     )
     band = read_record(tmp_path / "out" / "result.json")["band"]
     assert band["figures"] == {"capacity.concurrency": [low, high]} and band["capacities"] == drawn
-    assert band["draws"] == 10 and set(band["parameters"]) == {"timing.mfu", "timing.mbu", "timing.overhead_ms"}
+    assert band["draws"] == 10 and set(band["parameters"]) == {
+        "timing.mfu",
+        "timing.mbu",
+        "timing.overhead_ms",
+        "timing.discrepancy",
+    }
     code, again, again_err = run(capsys, *argv, "--band", "10")
     assert code == 0 and line in again.splitlines()  # seeded by --seed: the same draws again
     assert re.findall("^band draw .*$", again_err, re.M) == re.findall("^band draw .*$", err, re.M)
