@@ -200,6 +200,32 @@ def test_corrupt_runs_in_a_stored_result_is_one_line(project):
     )
 
 
+def test_a_body_assert_slo_after_repeats_checks_the_runs_medians_as_the_tests_own_slos_do(project):
+    """The test's SLOs are checked against each figure's median over the runs; an assert_slo of
+    the same key in its body had checked the last run alone: one table, two measurements."""
+    body = '    llm_result.assert_slo({"ttft.p50": "< 10s", "ttft.min": "< 20ms", "goodput": ">= 0%"})'
+    project.makepyfile(
+        test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', 'slo={"ttft.p50": "< 10s"}').replace("    pass", body)
+    )
+    project.runpytest(
+        "--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "2", "--llm-save", "-v"
+    ).assert_outcomes(passed=1)
+    [path] = stored(project.path)
+    record = json.loads(path.read_text())
+    runs = [run["summary"]["ttft"]["p50"] for run in record["runs"]]
+    assert runs[0] != runs[1]  # so the last run is not the median of the two
+    measured = [(check["key"], check["measured"]) for check in record["slo"]]
+    # the body's goodput counts, in each run, the requests whose TTFT is within its own 20 ms
+    goodputs = [float(np.mean(ttfts <= 0.02)) for ttfts in run_samples(record, "ttft")]
+    assert 0 < goodputs[0] != goodputs[1] < 1
+    assert measured == [
+        ("ttft.p50", pytest.approx(sum(runs) / 2)),  # the marker's
+        ("ttft.p50", pytest.approx(sum(runs) / 2)),  # the body's
+        ("ttft.min", record["summary"]["ttft"]["min"]),
+        ("goodput", pytest.approx(sum(goodputs) / 2)),
+    ]
+
+
 def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project):
     from pytest_llmreplay.sim.profile import load_profile
     from pytest_llmreplay.sim.server import SimServer

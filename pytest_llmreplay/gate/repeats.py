@@ -9,8 +9,8 @@ are still one file per test and commit): the fields of a single run's record
   are this run's), ``summary`` (the run's own), ``seed`` (the simulator's seed of the run, None
   for a live server) and ``cache_reset`` (the request that emptied the server's prefix cache
   before the run, e.g. ``POST /reset_prefix_cache``; None when none was made);
-- ``summary``: each figure the median over the runs (counts: the lower median, a run's own
-  count), what SLOs are checked against;
+- ``summary``: each figure the median over the runs
+  (:func:`~pytest_llmreplay.metrics.runs.median_summary`), what SLOs are checked against;
 - ``warnings``: every run's, each once; ``duration_s``: the runs' sum.
 
 A record without ``runs`` is one run. :func:`run_samples` gives a metric's samples per run, which
@@ -20,11 +20,12 @@ is what the comparison's two-level bootstrap resamples
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from ..metrics.runs import median_summary
 
 
 def pool_records(records: Sequence[Mapping[str, Any]], facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -47,24 +48,6 @@ def pool_records(records: Sequence[Mapping[str, Any]], facts: Sequence[Mapping[s
         "sample_keys": {name: [k for r in records for k in r.get("sample_keys", {}).get(name, [])] for name in names},
         "runs": runs,
     }
-
-
-def median_summary(summaries: list[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """metric -> stat -> the median over ``summaries`` of the numbers they hold (None if none)."""
-    out: dict[str, dict[str, Any]] = {}
-    for metric, stats in summaries[0].items():
-        if not isinstance(stats, Mapping):
-            out[metric] = stats
-            continue
-        out[metric] = {}
-        for stat in stats:
-            values = [s.get(metric, {}).get(stat) for s in summaries]
-            numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-            counts = all(isinstance(v, int) for v in numbers)  # a count stays one run's count
-            out[metric][stat] = (
-                (statistics.median_low(numbers) if counts else statistics.median(numbers)) if numbers else stats[stat]
-            )
-    return out
 
 
 def run_count(record: Mapping[str, Any]) -> int:

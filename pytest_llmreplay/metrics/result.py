@@ -324,6 +324,8 @@ class Result:
     gpus: int = 1
     goodput: Mapping[str, float] = field(default_factory=dict)
     slo_checks: list[Any] = field(default_factory=list, init=False, repr=False)  # every assert_slo check, in order
+    # the runs of the same test before this one (--llm-repeat), set by the plugin: assert_slo checks the runs' medians
+    earlier_runs: list[Result] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
@@ -515,31 +517,41 @@ class Result:
 
         ``goodput`` is counted under the per-request limits of this call's own SLOs (every upper
         bound on ttft, ttfo, tpot, latency or itl, :func:`~pytest_llmreplay.metrics.slo.per_request_limits`),
-        else under the test's. A bad threshold raises ``LLMReplayError`` naming the key, before
-        anything is checked.
+        else under the test's. After ``--llm-repeat N`` runs (:attr:`earlier_runs`), each figure is
+        the median over the runs (:func:`~pytest_llmreplay.metrics.runs.median_summary`), as the
+        test's own SLOs are checked: one key never shows two measurements in the test's table. A
+        bad threshold raises ``LLMReplayError`` naming the key, before anything is checked.
         Every check, met or not, is appended to :attr:`slo_checks`: the pytest plugin stores
         them with the run's own SLOs (report files, baseline). Under pytest the failure shows
         the test's line and the table; the library's frames are hidden."""
         __tracebackhide__ = True
+        from .runs import median_summary
         from .slo import SLOBreach, assert_slos, goodput_key, parse_slos, per_request_limits
 
         parsed = parse_slos({**slos, **more}, extra_metrics=self.summary)
         key = goodput_key(parsed)
-        summary = self.summary
+        limits = dict(self.goodput)
         if key is not None:
-            limits = per_request_limits(parsed) or dict(self.goodput)
+            limits = per_request_limits(parsed) or limits
             if not limits:
                 raise LLMReplayError(
                     f"assert_slo {key!r}: goodput counts the requests that meet every per-request limit, and none is set; "
                     f"add an upper bound on {', '.join(GOODPUT_METRICS[:-1])} or {GOODPUT_METRICS[-1]} to this call (e.g. ttft.p99 < 1s) or to the test's slo"
                 )
-            if limits != dict(self.goodput) and any(r.status in ("ok", "failed") for r in self.measured):
-                summary = {**summary, "goodput": self.goodput_figures(limits)}
+        runs = [*self.earlier_runs, self]
+        summaries = [run._slo_summary(limits) for run in runs]
+        summary = median_summary(summaries) if len(runs) > 1 else summaries[0]
         try:
             self.slo_checks.extend(assert_slos(summary, parsed, extra_metrics=self.summary))
         except SLOBreach as breach:
             self.slo_checks.extend(breach.checks)
             raise
+
+    def _slo_summary(self, limits: Mapping[str, float]) -> Mapping[str, Mapping[str, float]]:
+        """:attr:`summary`, its ``goodput`` counted under ``limits`` (a call's own per-request limits)."""
+        if limits == dict(self.goodput) or not any(r.status in ("ok", "failed") for r in self.measured):
+            return self.summary
+        return {**self.summary, "goodput": self.goodput_figures(limits)}
 
     def request_table(self):
         """Every record with its per-request metrics, as a pandas DataFrame (one row each)."""

@@ -152,7 +152,7 @@ class Gate:
         checks = check_slos(record["summary"], parse_slos(run.slo, extra_metrics=run.result.summary))
         every_check = (
             checks + run.result.slo_checks
-        )  # the spec's, then the test body's assert_slo calls (on the last run)
+        )  # the spec's, then the test body's assert_slo calls (on the same medians)
         record["slo"] = slo_rows(every_check)
         capacity = getattr(run.result, "capacity", None)
         if capacity is not None:
