@@ -692,7 +692,10 @@ def test_llm_result_without_a_marker_says_how_to_add_one(project):
     ("slo", "message"),
     [
         ('{"ttft.p100": "< 2s"}', "SLO 'ttft.p100': ttft has no statistic 'p100'; expected one of *"),
-        ('{"tfft.p99": "< 2s"}', "SLO 'tfft.p99': unknown metric 'tfft'; expected one of *"),
+        ('{"tfft.p99": "< 2s"}', "SLO 'tfft.p99': unknown metric 'tfft' (did you mean 'ttft'?); expected one of *"),
+        ('{"e2el.p99": "< 2s"}', "SLO 'e2el.p99': unknown metric 'e2el' (did you mean 'latency'?); expected one of *"),
+        ('{"ttft.median": "< 2s"}', "SLO 'ttft.median': ttft has no statistic 'median' (did you mean 'p50'?); *"),
+        ('{"throughput.overall": "> 2 tok/s"}', "SLO 'throughput.overall': unknown metric 'throughput'; expected *"),
         ('{"ttft.p99": "fast"}', "SLO 'ttft.p99': cannot read threshold 'fast'; *"),
         ('{"ttft.p99": "< 2 req/s"}', "SLO 'ttft.p99': unit 'req/s' does not fit ttft* (a time metric)*"),
     ],
@@ -1001,6 +1004,20 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
         (
             "workload: wl.yaml\nformat_options: {block_size: 16}\n",
             "format_options: format 'synthetic' takes no options; got block_size",
+        ),
+        # thresholds that every run passes, or none does
+        ("workload: wl.yaml\nslo:\n  ttft.p99: < 1e400s\n", "SLO 'ttft.p99': '1e400' is too large a number *"),
+        (
+            "workload: wl.yaml\nslo:\n  error_rate: < 0%\n",
+            "SLO 'error_rate': '< 0%' can never hold (error_rate is never negative); write '== 0' or '<= 0'",
+        ),
+        (
+            "workload: wl.yaml\nslo:\n  goodput: '>= 150%'\n  ttft.p99: < 1s\n",
+            "SLO 'goodput': expected a threshold from 0 to 100% (goodput is a share), got '>= 150%'",
+        ),
+        (
+            "workload: wl.yaml\nslo:\n  cache_hit_rate.mean: '> 100%'\n",
+            "SLO 'cache_hit_rate.mean': '> 100%' can never hold (cache_hit_rate.mean is a share, at most 100%); *",
         ),
         # a goodput without a per-request limit would fail every run as "not measured"
         (

@@ -19,7 +19,9 @@ multi-turn sessions) and ``capacity.concurrency`` are what a capacity search fou
   ``sessions/s`` (``capacity.session_rate``);
 - no unit: the metric's own unit (a fraction 0..1, tokens, tokens/s, requests/s); a share over 1
   without ``%`` is refused (``>= 80`` means ``>= 80%``?), and so is a time without a unit
-  (``"< 500"`` on ``ttft``: 500 ms or 500 s? the classic slip, which would pass as 500 s).
+  (``"< 500"`` on ``ttft``: 500 ms or 500 s? the classic slip, which would pass as 500 s);
+- refused too, on a built-in metric, a threshold no run could pass or fail: below 0, ``< 0``, a
+  share over 100% or ``> 100%``, a number past the floats (``1e400``).
 
 The margin of a check is its headroom in the threshold's unit: threshold - measured for ``<``
 and ``<=``, measured - threshold for ``>`` and ``>=``, -|measured - threshold| for ``==``;
@@ -192,16 +194,48 @@ def canonical(slo: SLO) -> tuple[str, str]:
     return key, f"{slo.op} {number}{(' ' if '/' in unit else '') + unit if unit else ''}"
 
 
+# what other benchmarks call a metric or statistic of ours (vLLM's bench serve: e2el; AIPerf: request_latency)
+OTHER_NAMES = {
+    "e2e": "latency",
+    "e2el": "latency",
+    "e2e_latency": "latency",
+    "request_latency": "latency",
+    "median": "p50",
+    "avg": "mean",
+    "average": "mean",
+}
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'ttft'?)`` for a misspelt ``name``: another benchmark's name for it
+    (:data:`OTHER_NAMES`), another case, else the closest of ``known`` (difflib, ratio >= 0.7);
+    empty when none is close, or ``name`` is part of several (``throughput``: which one?)."""
+    import difflib
+
+    known, lower = list(known), name.lower()
+    other = OTHER_NAMES.get(lower)
+    if other in known:
+        return f" (did you mean {other!r}?)"
+    if sum(lower in k for k in known) > 1:
+        return ""
+    found = next((k for k in known if k.lower() == lower), None) or next(
+        iter(difflib.get_close_matches(lower, known, n=1, cutoff=0.7)), None
+    )
+    return f" (did you mean {found!r}?)" if found else ""
+
+
 def parse_key(key: str, named: str, extra_metrics: Iterable[str] = ()) -> tuple[str, str]:
     """(metric, stat) of a figure's key: ``ttft.p99``, or a single-figure metric alone
     (``error_rate``: stat ``value``); :class:`LLMReplayError` starting with ``named`` (``SLO
-    'ttft.p99'``, ``--metric 'ttft.p99'``) for an unknown metric or statistic.
+    'ttft.p99'``, ``--metric 'ttft.p99'``) for an unknown metric or statistic, with the closest
+    known name (:func:`did_you_mean`).
     ``extra_metrics``: metric names added by plugins (any statistic)."""
     metric, _, stat = key.partition(".")
     extra = set(extra_metrics) - set(KNOWN_METRICS) - {"requests"}
     if metric not in KNOWN_METRICS and metric not in extra:
+        known = sorted(set(KNOWN_METRICS) | extra)
         raise LLMReplayError(
-            f"{named}: unknown metric {metric!r}; expected one of {', '.join(sorted(set(KNOWN_METRICS) | extra))}"
+            f"{named}: unknown metric {metric!r}{did_you_mean(metric, known)}; expected one of {', '.join(known)}"
         )
     if metric in extra:
         return metric, stat or "value"
@@ -218,7 +252,9 @@ def parse_key(key: str, named: str, extra_metrics: Iterable[str] = ()) -> tuple[
             f"{named}: {metric} takes no statistic such as {stat!r}; write {metric} alone{' (its share)' + others if others else ''}"
         )
     if stat not in allowed:
-        raise LLMReplayError(f"{named}: {metric} has no statistic {stat!r}; expected one of {', '.join(allowed)}")
+        raise LLMReplayError(
+            f"{named}: {metric} has no statistic {stat!r}{did_you_mean(stat, allowed)}; expected one of {', '.join(allowed)}"
+        )
     return metric, stat
 
 
@@ -247,9 +283,25 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
             f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}"
         )
     value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
+    if not math.isfinite(value):  # 1e400: every measurement is below it
+        raise LLMReplayError(
+            f"SLO {key!r}: {number!r} is too large a number to compare with; expected one such as '< 2s'"
+        )
     if value < 0 and metric in KNOWN_METRICS:
         raise LLMReplayError(
             f"SLO {key!r}: expected a threshold >= 0 ({metric} is never negative), got {threshold.strip()!r}"
+        )
+    if value == 0 and op == "<" and metric in KNOWN_METRICS:  # fails every run, however good
+        raise LLMReplayError(
+            f"SLO {key!r}: {threshold.strip()!r} can never hold ({metric} is never negative); write '== 0' or '<= 0'"
+        )
+    if family == "share" and unit and value > 1:  # at most 100%: passes every run, or fails every one
+        raise LLMReplayError(
+            f"SLO {key!r}: expected a threshold from 0 to 100% ({key} is a share), got {threshold.strip()!r}"
+        )
+    if family == "share" and value == 1 and op == ">":
+        raise LLMReplayError(
+            f"SLO {key!r}: {threshold.strip()!r} can never hold ({key} is a share, at most 100%); write '>= 100%' or '== 100%'"
         )
     if family == "time" and not unit:  # the ms/s slip: "< 500" read as 500 seconds passes everything
         written = f"{op} {number}"
