@@ -11,6 +11,7 @@ from test_plugin_baselines import PERF_TEST, stored
 
 from pytest_llmreplay.gate import baseline, bootstrap
 from pytest_llmreplay.gate.repeats import pool_records, run_keys, run_samples
+from pytest_llmreplay.metrics.slo import check_slos, parse_slos
 
 
 def at95(draws: bootstrap.Draws) -> tuple[float, float, float]:
@@ -73,6 +74,20 @@ def test_a_record_of_runs_gives_each_run_back():
     assert run_keys(record, "ttft") == [list(range(5))] * 2
     assert record["summary"]["ttft"]["p50"] == pytest.approx(np.median([np.median(r) for r in runs]))
     assert [run["seed"] for run in record["runs"]] == [0, 1]
+
+
+def test_a_figure_one_run_lacks_is_the_median_of_the_others_whichever_run_lacks_it():
+    """ttfat needs a complete session: a run without one has no ttfat. The pooled figure (what
+    SLOs are checked against) had been dropped when the first run lacked it (the SLO a breach,
+    "not measured") and the others' median when a later run did: the order of the runs decided."""
+    measured = [{"ttft": {"p50": 0.2}, "ttfat": {"p90": 5.0}}, {"ttft": {"p50": 0.3}, "ttfat": {"p90": 7.0}}]
+    lacking = {"ttft": {"p50": 0.1}}
+    for summaries in ([lacking, *measured], [*measured, lacking]):
+        records = [{"samples": {}, "sample_keys": {}, "summary": summary} for summary in summaries]
+        record = pool_records(records, [{}] * 3)
+        assert record["summary"] == {"ttft": {"p50": 0.2}, "ttfat": {"p90": 6.0}}
+        [check] = check_slos(record["summary"], parse_slos({"ttfat.p90": "< 10s"}))
+        assert check.passed and check.measured == 6.0
 
 
 def test_compare_of_repeated_results_is_not_fooled_by_a_shifted_run():
