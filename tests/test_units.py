@@ -132,6 +132,16 @@ def test_headline_of_a_passing_test_names_the_closest_slo():
     )
 
 
+def test_headline_never_calls_a_threshold_of_zero_met_with_headroom_the_closest():
+    # cache_hit_rate.mean >= 0% holds whatever was measured; its margin (+35 pts) had been read
+    # as a relative +35% and named closest before ttft.p99's +74.2%
+    zero = {"key": "cache_hit_rate.mean", "threshold": ">= 0%", "measured": 0.35, "passed": True}
+    slos = [zero, MARKER_SLOS[0], MARKER_SLOS[2]]
+    assert headline(record(slos)).closest == "closest: ttft.p99 128.8 ms vs < 500ms, margin +371.2 ms (+74.2%)"
+    no_headroom = {"key": "server.waiting.max", "threshold": "<= 0", "measured": 0.0, "passed": True}
+    assert headline(record([*slos, no_headroom])).closest == "closest: server.waiting.max 0 vs <= 0, margin 0"
+
+
 def test_headline_of_a_failing_test_names_the_worst_breach_and_the_regressions():
     slos = MARKER_SLOS + [
         {"key": "ttfat.p90", "threshold": "< 10s", "measured": 12.5, "passed": False},  # 25% over

@@ -153,10 +153,14 @@ def slo_rows(record: Mapping[str, Any], checks: list[Check | Mapping[str, Any]] 
 
 def tightness(check: Check) -> float:
     """How close a check is to failing, comparable across units: its margin over the threshold
-    (``margin / |threshold|``; the margin itself for a threshold of 0), -inf when not measured."""
+    (``margin / |threshold|``); for a threshold of 0, +inf when met with headroom (``>= 0%``
+    holds whatever was measured: never the closest), else the margin itself; -inf when not
+    measured."""
     if check.margin is None:
         return -math.inf
-    return check.margin / abs(check.slo.value) if check.slo.value else check.margin
+    if not check.slo.value:
+        return math.inf if check.margin > 0 else check.margin
+    return check.margin / abs(check.slo.value)
 
 
 @dataclass(frozen=True)
