@@ -27,14 +27,14 @@ from ..metrics.names import CAPACITY_STATS
 from ..metrics.slo import Check, parse_slo
 from ..metrics.units import format_figure, format_value
 
-# (column header, metric, stat)
+# (column header, metric, stat); a header names its statistic where the metric's SLO keys take several
 OVERVIEW = (
     ("TTFT p50", "ttft", "p50"),
     ("TTFT p99", "ttft", "p99"),
     ("TPOT p50", "tpot", "p50"),
     ("TTFAT p90", "ttfat", "p90"),
-    ("cache hit", "cache_hit_rate", "mean"),
-    ("output tok/s", "output_throughput", "steady_state"),
+    ("cache hit mean", "cache_hit_rate", "mean"),
+    ("steady output tok/s", "output_throughput", "steady_state"),
 )
 # after TTFT p99 when some run had reasoning: the wait for the answer, which TTFT (the first reasoning token) is not
 REASONING_COLUMN = ("TTFO p50", "ttfo", "p50")
