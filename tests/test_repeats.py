@@ -90,6 +90,33 @@ def test_a_figure_one_run_lacks_is_the_median_of_the_others_whichever_run_lacks_
         assert check.passed and check.measured == 6.0
 
 
+def test_the_report_of_repeated_runs_sets_the_medians_server_hit_rate_beside_the_medians_client_one():
+    """The pooled record had the first run's series and client hit rate beside the median server
+    figures: the report's server line and its 5-point warning mixed two runs."""
+    from pytest_llmreplay.report.html import server_section
+
+    def run(server_rate: float, client_rate: float, samples: dict) -> dict:
+        series = {"prefix_cache_queries": [[-1, 0], [9, 1000]], "prefix_cache_hits": [[-1, 0], [9, 1000 * server_rate]]}
+        summary = {"server": {"prefix_cache_hit_rate": server_rate}}
+        return {
+            "test": "t",
+            "samples": samples,
+            "summary": summary,
+            "server_metrics": series,
+            "client_hit_rate": client_rate,
+        }
+
+    runs = [run(0.2, 0.21, {}), run(0.5, 0.52, {"ttfat": [1.0]}), run(0.4, 0.41, {"ttfat": [2.0]})]
+    record = pool_records(runs, [{}] * 3)
+    assert record["summary"]["server"]["prefix_cache_hit_rate"] == 0.4
+    assert record["client_hit_rate"] == 0.41  # the median's, not the first run's 21%
+    assert record["server_metrics"] == runs[-1]["server_metrics"]  # the last run's, as the terminal's tables
+    assert record["samples"]["ttfat"] == [1.0, 2.0]  # kept though the first run had none
+    section = server_section(record)
+    assert "prefix_cache_hit_rate 40%; client prefix-cache hit rate (cached_tokens) 41%" in section
+    assert "one of the two counts is wrong" not in section  # 40% and 21% had been 19 points apart
+
+
 def test_compare_of_repeated_results_is_not_fooled_by_a_shifted_run():
     base = record_of(shifted_runs(np.random.default_rng(4), [-0.06, 0.0, 0.06]))
     current = record_of(shifted_runs(np.random.default_rng(4), [0.0, 0.06, 0.12]))

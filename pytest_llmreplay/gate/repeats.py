@@ -11,7 +11,9 @@ are still one file per test and commit): the fields of a single run's record
   before the run, e.g. ``POST /reset_prefix_cache``; None when none was made);
 - ``summary``: each figure the median over the runs
   (:func:`~pytest_llmreplay.metrics.runs.median_summary`), what SLOs are checked against;
-- ``warnings``: every run's, each once; ``duration_s``: the runs' sum.
+- ``warnings``: every run's, each once; ``duration_s``: the runs' sum;
+- ``server_metrics``: the last run's series (the run the terminal's tables show), and
+  ``client_hit_rate`` the median over the runs, beside the ``summary``'s median server figures.
 
 A record without ``runs`` is one run. :func:`run_samples` gives a metric's samples per run, which
 is what the comparison's two-level bootstrap resamples
@@ -20,6 +22,7 @@ is what the comparison's two-level bootstrap resamples
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,19 +37,32 @@ def pool_records(records: Sequence[Mapping[str, Any]], facts: Sequence[Mapping[s
     if len(records) == 1:
         return dict(records[0])
     first = records[0]
-    names = list(first["samples"])
+    names = list(dict.fromkeys(name for r in records for name in r["samples"]))  # a metric the first run lacked too
     runs = [
         {"sizes": {name: len(r["samples"].get(name, [])) for name in names}, "summary": r["summary"], **fact}
         for r, fact in zip(records, facts, strict=True)
     ]
     return {
-        **first,
+        **{key: value for key, value in first.items() if key not in ("server_metrics", "client_hit_rate")},
         "duration_s": sum(r.get("duration_s") or 0.0 for r in records),
         "warnings": list(dict.fromkeys(w for r in records for w in r.get("warnings", []))),
         "summary": median_summary([r["summary"] for r in records]),
         "samples": {name: [v for r in records for v in r["samples"].get(name, [])] for name in names},
         "sample_keys": {name: [k for r in records for k in r.get("sample_keys", {}).get(name, [])] for name in names},
         "runs": runs,
+        **pooled_server_part([r for r in records if r.get("server_metrics")]),
+    }
+
+
+def pooled_server_part(scraped: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The pooled record's ``server_metrics`` and ``client_hit_rate`` of the runs that were
+    scraped (module docstring); nothing when none was."""
+    if not scraped:
+        return {}
+    rates = [r["client_hit_rate"] for r in scraped if r.get("client_hit_rate") is not None]
+    return {
+        "server_metrics": scraped[-1]["server_metrics"],
+        **({"client_hit_rate": statistics.median(rates)} if rates else {}),
     }
 
 
