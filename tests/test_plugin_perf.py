@@ -1005,6 +1005,17 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
             "workload: wl.yaml\nformat_options: {block_size: 16}\n",
             "format_options: format 'synthetic' takes no options; got block_size",
         ),
+        # YAML reads a value that starts with '>' as folded text: say to quote it, as '<' need not be
+        (
+            "workload: wl.yaml\nslo:\n  ttft.p99: < 1s\n  goodput: >= 90%\n",
+            "line 4, column 13: not valid YAML: expected chomping or indentation indicators, *; "
+            "a threshold that starts with '>' is quoted in YAML: goodput: \">= 90%\"",
+        ),
+        (
+            "workload: wl.yaml\nslo: {ttft.p99: < 1s, output_throughput.overall: > 10 tok/s}\n",
+            "line 2, column *: not valid YAML: found character '>' that cannot start any token *; "
+            "a threshold that starts with '>' is quoted in YAML: output_throughput.overall: \"> 10 tok/s\"",
+        ),
         # thresholds that every run passes, or none does
         ("workload: wl.yaml\nslo:\n  ttft.p99: < 1e400s\n", "SLO 'ttft.p99': '1e400' is too large a number *"),
         (

@@ -234,7 +234,24 @@ def read_spec_file(path: Path) -> Any:
     except YamlProblem as exc:
         column = f", column {exc.column}" if exc.column is not None else ""
         where = f"line {exc.line}{column}: " if exc.line is not None else ""
-        raise LLMReplayError(f"{where}not valid YAML: {exc.reason}") from None
+        raise LLMReplayError(f"{where}not valid YAML: {exc.reason}{unquoted_greater(text, exc.line)}") from None
+
+
+def unquoted_greater(text: str, line: int | None) -> str:
+    """What to write when YAML failed at a line where a value starts with ``>`` (``goodput: >=
+    90%``: YAML reads ``>`` as the start of folded text and says ``expected chomping or
+    indentation indicators``; in ``{...}``, ``'>' that cannot start any token``): quote it, as
+    ``<`` needs not be; else nothing."""
+    lines = text.splitlines()
+    found = (
+        re.search(r"([A-Za-z_][\w.]*)\s*:\s+(>[^,}#]*?)\s*(?:[,}#]|$)", lines[line - 1])
+        if line and line <= len(lines)
+        else None
+    )
+    if found is None:
+        return ""
+    key, threshold = found.groups()
+    return f"; a threshold that starts with '>' is quoted in YAML: {key}: \"{threshold}\""
 
 
 def toml_line_shown(message: str, text: str) -> str:
