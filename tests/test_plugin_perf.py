@@ -697,6 +697,18 @@ def test_llm_result_without_a_marker_says_how_to_add_one(project):
         ('{"ttft.median": "< 2s"}', "SLO 'ttft.median': ttft has no statistic 'median' (did you mean 'p50'?); *"),
         ('{"throughput.overall": "> 2 tok/s"}', "SLO 'throughput.overall': unknown metric 'throughput'; expected *"),
         ('{"ttft.p99": "fast"}', "SLO 'ttft.p99': cannot read threshold 'fast'; *"),
+        (
+            '{"ttft.p99": "< 2 sec"}',
+            "SLO 'ttft.p99': cannot read threshold '< 2 sec': unknown unit 'sec' (did you mean 's'?); expected *",
+        ),
+        (
+            '{"ttft.p99": "=< 2s"}',
+            "SLO 'ttft.p99': cannot read threshold '=< 2s': unknown operator '=<' (did you mean '<='?); expected *",
+        ),
+        (
+            '{"output_throughput.overall": ">= 5 tokens/s"}',
+            "SLO 'output_throughput.overall': cannot read threshold '>= 5 tokens/s': unknown unit 'tokens/s' (did you mean 'tok/s'?); *",
+        ),
         ('{"ttft.p99": "< 2 req/s"}', "SLO 'ttft.p99': unit 'req/s' does not fit ttft* (a time metric)*"),
     ],
 )

@@ -258,6 +258,48 @@ def parse_key(key: str, named: str, extra_metrics: Iterable[str] = ()) -> tuple[
     return metric, stat
 
 
+# how other tools write an operator or a unit of ours
+OTHER_SPELLINGS = {
+    "=<": "<=",
+    "=>": ">=",
+    "=": "==",
+    "sec": "s",
+    "secs": "s",
+    "second": "s",
+    "seconds": "s",
+    "msec": "ms",
+    "millis": "ms",
+    "µs": "us",
+    "usec": "us",
+    "tokens/s": "tok/s",
+    "tok/sec": "tok/s",
+    "tps": "tok/s",
+    "rps": "req/s",
+    "qps": "req/s",
+    "requests/s": "req/s",
+    "req/sec": "req/s",
+}
+LOOSE_THRESHOLD = re.compile(
+    r"^\s*([<>=!]+)?\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([^\d\s.,_+-][^\d]*?)?\s*$"
+)
+
+
+def misread_part(threshold: str) -> str:
+    """``: unknown unit 'sec' (did you mean 's'?)`` or ``: unknown operator '=<' (...)`` for a
+    threshold whose number reads but whose operator or unit does not; empty otherwise."""
+    found = LOOSE_THRESHOLD.match(threshold)
+    if found is None:
+        return ""
+    op, _, unit = found.groups()
+    if op not in OPERATORS:
+        hint = f" (did you mean {OTHER_SPELLINGS[op]!r}?)" if op in OTHER_SPELLINGS else ""
+        return f": unknown operator {op!r}{hint}" if op else ": no operator"
+    if unit is not None and unit not in UNITS:
+        better = OTHER_SPELLINGS.get(unit.lower()) or next((u for u in UNITS if u.lower() == unit.lower()), None)
+        return f": unknown unit {unit!r}{f' (did you mean {better!r}?)' if better else ''}"
+    return ""
+
+
 def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SLO:
     """One SLO from its key and threshold text; :class:`LLMReplayError` naming the key when bad.
 
@@ -272,7 +314,7 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
         raise LLMReplayError(f"SLO {key!r}: expected a threshold string such as '< 2s' or '>= 80%', got {threshold!r}")
     if not match:
         raise LLMReplayError(
-            f"SLO {key!r}: cannot read threshold {threshold!r}; expected an operator (<, <=, >, >=, ==), a number and an optional unit ({', '.join(UNITS)}), e.g. '< 2s'"
+            f"SLO {key!r}: cannot read threshold {threshold!r}{misread_part(threshold)}; expected an operator (<, <=, >, >=, ==), a number and an optional unit ({', '.join(UNITS)}), e.g. '< 2s'"
         )
     op, number, unit = match.groups()
     family = stat_family(metric, stat)
