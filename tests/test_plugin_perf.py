@@ -1501,6 +1501,9 @@ def test_xdist_workers_measure_and_the_controller_reports_every_test(project, mo
     assert summary.startswith("## llmreplay: 5 perf tests\n")
     for test in tests:
         assert f"| {test} " in summary, test
+    in_order = sorted(tests)  # the rows of each, whichever worker finished first: as a serial run's
+    assert [test for test in re.findall(r"^(\S+::\S+) +passed ", summary_section, re.M)] == in_order
+    assert re.findall(r"^\| (\S+::\S+) +\| PASS", summary, re.M) == in_order
     if report:
         assert sorted(report_files(project.path / "rep")) == sorted(tests)
         assert (project.path / "rep" / "summary.md").read_text() == summary
@@ -1510,6 +1513,32 @@ def test_xdist_workers_measure_and_the_controller_reports_every_test(project, mo
     else:
         assert not (project.path / "rep").exists()
         assert not list(private.iterdir())  # the workers' records, in the controller's temporary folder, are gone
+
+
+def test_the_terminal_summary_lists_tests_in_the_order_of_the_reports(project):
+    # test_b is defined first: the terminal had its rows in the order the tests ran (under xdist,
+    # the order the workers finished in), the step summary and report files by test id
+    project.makepyfile(
+        test_order="""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml")
+        def test_b(llm_result):
+            pass
+
+        @pytest.mark.llmreplay(workload="wl.yaml")
+        def test_a(llm_result):
+            pass
+    """
+    )
+    result = project.runpytest("--llm-offline", "--llm-summary-md", "summary.md", "-v")
+    result.assert_outcomes(passed=2)
+    summary_section = result.stdout.str().split("= llmreplay =", 1)[1]
+    rows = re.findall(r"^(\S+::\S+) +passed ", summary_section, re.M)
+    assert rows == ["test_order.py::test_a", "test_order.py::test_b"]
+    assert re.findall(r"^\| (\S+::\S+) +\| NO SLOS", (project.path / "summary.md").read_text(), re.M) == rows
+    tables = re.findall(r"^llmreplay: (\S+::\S+)$", summary_section, re.M)  # -v: each test's tables
+    assert tables == rows
 
 
 # ------------------------------------------------------------------------ hooks

@@ -95,17 +95,21 @@ class SummaryHooks:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """An overview row per measured run (a test's second ``llm_replay`` call or a named one
-        is a row of its own), then the baseline comparisons; with -v every table."""
+        is a row of its own), then the baseline comparisons; with -v every table; tests in the
+        order of their ids, as in the report files."""
         if not self.state.reports:
             return
         from ..report.terminal import summary_table
 
+        # by test id, as the report files and the step summary: under xdist the reports come in as
+        # the workers finish, so the rows of -n 2 and of a serial run would differ in order
+        reports = sorted(self.state.reports, key=lambda report: report[0])
         terminalreporter.write_sep("=", "llmreplay")
         terminalreporter.write_line(
-            summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in self.state.reports])
+            summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in reports])
         )
         verbose = self.state.config.getoption("verbose") > 0
-        for _, _, _, texts in self.state.reports:
+        for _, _, _, texts in reports:
             for name in ("llmreplay", "llmreplay baseline") if verbose else ("llmreplay baseline",):
                 if texts.get(name):
                     terminalreporter.write_line("\n" + texts[name])
