@@ -528,19 +528,21 @@ def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
     )
 
 
+# a perf test that writes its summary to summary.json, for a test to compare the tables with
+SUMMARY_WRITER = """
+import json
+
+import pytest
+
+@pytest.mark.llmreplay(workload="wl.yaml")
+def test_fast(llm_result):
+    with open("summary.json", "w") as file:
+        json.dump(llm_result.summary, file)
+"""
+
+
 def test_terminal_summary_writes_each_figure_in_its_unit(project):
-    project.makepyfile(
-        test_in_units="""
-        import json
-
-        import pytest
-
-        @pytest.mark.llmreplay(workload="wl.yaml")
-        def test_fast(llm_result):
-            with open("summary.json", "w") as file:
-                json.dump(llm_result.summary, file)
-    """
-    )
+    project.makepyfile(test_in_units=SUMMARY_WRITER)
     result = project.runpytest("--llm-offline")
     result.assert_outcomes(passed=1)
     from pytest_llmreplay.metrics.units import format_value
@@ -1513,6 +1515,35 @@ def test_xdist_workers_measure_and_the_controller_reports_every_test(project, mo
     else:
         assert not (project.path / "rep").exists()
         assert not list(private.iterdir())  # the workers' records, in the controller's temporary folder, are gone
+
+
+def test_a_breach_a_hair_past_the_threshold_shows_the_digits_that_breach_it(project):
+    # the measured value had 4 significant digits: "<= 7.427ms  measured 7.427 ms  BREACH"
+    from pytest_llmreplay.metrics.units import significant
+
+    project.makepyfile(test_measure=SUMMARY_WRITER)
+    project.runpytest("--llm-offline", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    measured = json.loads((project.path / "summary.json").read_text())["ttft"]["p50"] * 1000
+    rounded = significant(measured, 4)  # what the table showed
+    op = "<=" if float(rounded) < measured else ">="  # a threshold the rounded figure meets and the measurement not
+    project.makepyfile(
+        test_measure=f"""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={{"ttft.p50": "{op} {rounded}ms"}})
+        def test_fast(llm_result):
+            pass
+    """
+    )
+    result = project.runpytest("--llm-offline", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    rows = [line.split() for line in result.outlines if line.startswith("ttft.p50 ") and "BREACH" in line]
+    row = rows[0]
+    assert rows == [row] * len(rows)  # the failure's table and the test's section
+    shown = float(row[3].replace(",", ""))
+    assert row[1:5] == [op, f"{rounded}ms", row[3], "ms"] and row[3] != rounded
+    assert not (shown <= float(rounded) if op == "<=" else shown >= float(rounded))  # the number shown breaches
+    assert shown == pytest.approx(measured, rel=1e-4)
 
 
 def test_the_terminal_summary_lists_tests_in_the_order_of_the_reports(project):

@@ -43,7 +43,7 @@ from typing import Any
 from ..errors import LLMReplayError
 from .names import CAPACITY_STATS, GOODPUT_METRICS, RATES, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS, STATS
 from .server import SERVER_STATS
-from .units import STAT_FAMILIES, UNITS, display_unit, format_value, significant
+from .units import DIGITS, STAT_FAMILIES, UNITS, display_unit, format_value, in_unit, significant, with_unit
 from .units import unit_family as _unit_family
 
 THROUGHPUT_METRICS = (
@@ -151,12 +151,29 @@ class Check:
         margin = slo.show_margin(self.margin)  # in the threshold's unit, a zero one too: "0 pts", "0 s"
         if self.margin and slo.value:
             relative = self.margin / abs(slo.value) * 100
+            sign = "+" if relative > 0 else "-"
             margin += (
-                f" ({relative:+.1f}%)"
-                if abs(relative) < 1000
-                else f" ({'+' if relative > 0 else '-'}{significant(abs(relative), 3)}%)"
+                f" ({sign}{significant(abs(relative), 3)}%)"
+                if abs(relative) >= 1000
+                else f" ({sign}{significant(abs(relative), 1)}%)"  # a hair's breadth: (-0.002%), not (-0.0%)
+                if abs(relative) < 0.05
+                else f" ({relative:+.1f}%)"
             )
-        return [slo.key, slo.text, slo.show(self.measured), margin, "ok" if self.passed else "BREACH"]
+        return [slo.key, slo.text, self.shown_measured(), margin, "ok" if self.passed else "BREACH"]
+
+    def shown_measured(self) -> str:
+        """The measured value in the threshold's unit (:meth:`SLO.show`), with the digits it takes
+        for the number shown to meet the threshold exactly when the measurement does:
+        ``<= 1%`` measured 1.00001% is written ``1.00001%``, not ``1%`` beside ``BREACH``."""
+        slo, measured = self.slo, self.measured
+        assert measured is not None  # shown only when measured
+        unit = slo.unit or display_unit(slo.metric, measured)
+        limit = in_unit(slo.value, unit)
+        for digits in range(DIGITS, 17):
+            number = significant(in_unit(measured, unit), digits)
+            if OPERATORS[slo.op](float(number.replace(",", "")), limit) == self.passed:
+                return with_unit(number, unit)
+        return slo.show(measured)
 
 
 def stat_family(metric: str, stat: str) -> str | None:
