@@ -129,7 +129,7 @@ def server_line(result: Result) -> str:
 
 
 def errors_block(result: Result, limit: int = 5) -> str:
-    """The ``limit`` most frequent error causes, grouped (:func:`~pytest_llmreplay.metrics.result.error_causes`), each
+    """The ``limit`` most frequent error causes, grouped (:func:`~pytest_llmreplay.metrics.error_causes.error_causes`), each
     with its count; then how many requests the other causes failed."""
     causes = result.error_causes
     if not causes:
