@@ -995,6 +995,9 @@ def test_spec_file_with_a_breached_slo_fails_with_the_table(project):
         ),
         ("- workload: wl.yaml\n", "expected a mapping of keys (workload, slo, ...), got list"),
         ("# nothing yet\n", "empty: expected a mapping of keys, at least workload (and slo, ...)"),
+        # `slo:` with nothing under it (its keys not indented, or not written yet) would check nothing
+        ("workload: wl.yaml\nslo:\n", 'slo: empty; give at least one (ttft.p99: "< 1s"), indented under it, or leave*'),
+        ("workload: wl.yaml\nslo: {}\n", "slo: empty; *"),
         (
             "workload: wl.yaml\nslo:\n  ttft.p99: < 2s\nconcurrency: 2\nslo:\n  error_rate: == 0\n",
             "line 5: not valid YAML: duplicate key 'slo' (first on line 2)",

@@ -135,6 +135,10 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
     for key in ("format_options", "slo", "regression"):
         if data.get(key) is not None and not isinstance(data[key], Mapping):
             raise LLMReplayError(f"{key}: expected a mapping, got {data[key]!r}")
+    if "slo" in data and not data["slo"]:  # `slo:` with nothing under it: a test that checks nothing, by mistake
+        raise LLMReplayError(
+            'slo: empty; give at least one (ttft.p99: "< 1s"), indented under it, or leave the key out'
+        )
     _check_format(data.get("format"), dict(data.get("format_options") or {}), path)
     repeat = data.get("repeat")
     if repeat is not None:
