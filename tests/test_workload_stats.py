@@ -216,12 +216,12 @@ def test_a_span_under_a_second_keeps_its_digits():
 @pytest.mark.parametrize(
     ("format", "line", "unit", "read"),
     [
-        ("mooncake", '{{"timestamp": {at}, "input_length": 10, "output_length": 5}}', 1.0, "0.003 s (1,333 req/s)"),
+        ("mooncake", '{{"timestamp": {at}, "input_length": 10, "output_length": 5}}', 1.0, "0.003 s (8,333 req/s)"),
         (
             "llmservingsim",
             '{{"input_toks": 10, "output_toks": 5, "arrival_time_ns": {at}}}',
             1000.0,
-            "3e-06 s (1,333,333 req/s)",
+            "3e-06 s (8,333,333 req/s)",
         ),
     ],
 )
@@ -229,10 +229,14 @@ def test_a_trace_in_a_smaller_unit_than_its_formats_is_named_at_load(tmp_path, f
     """Seconds in Mooncake's millisecond field (microseconds in LLMServingSim's nanoseconds) load
     without error but 1000x too fast: the load warns, naming the file, the rate and the unit."""
     path = tmp_path / "trace.jsonl"
-    path.write_text("".join(line.format(at=f"{at * unit:g}") + "\n" for at in (0, 0.5, 1.2, 3.0)))
+    arrivals = [0.125 * i for i in range(25)]  # 25 requests over 3 s, written as seconds
+    path.write_text("".join(line.format(at=f"{at * unit:g}") + "\n" for at in arrivals))
     (warning,) = load_workload(path, format).warnings
-    assert warning.startswith(f"{path}: 4 requests arrive within {read}: {format}'s ")
+    assert warning.startswith(f"{path}: 25 requests arrive within {read}: {format}'s ")
     assert "times too fast" in warning
+    # a few hand-written requests (a test's trace, a burst) say little of a unit: no warning
+    path.write_text("".join(line.format(at=f"{at * unit:g}") + "\n" for at in arrivals[:19]))
+    assert load_workload(path, format).warnings == ()
 
 
 def test_real_traces_and_a_fast_synthetic_spec_do_not_warn(tmp_path):

@@ -30,9 +30,9 @@ earliest)::
     request_rate = requests / (last request arrival - first request arrival)
 
 A span or delay under a second is shown to three significant digits (``0.0012 s``, not ``0.0 s`` beside
-a rate of 2,500 req/s). A trace loaded at a mean rate over :data:`MAX_PLAUSIBLE_RATE` is most
-likely written in another unit than its format's (seconds in Mooncake's millisecond
-``timestamp``): :func:`unit_warning` says so.
+a rate of 2,500 req/s). A trace of at least :data:`MIN_RATE_REQUESTS` requests loaded at a mean
+rate over :data:`MAX_PLAUSIBLE_RATE` is most likely written in another unit than its format's
+(seconds in Mooncake's millisecond ``timestamp``): :func:`unit_warning` says so.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from .workload import HashBlocks, Synthetic, TokenIds, Workload
 
 DEFAULT_TOKEN_BLOCK = 16
 MAX_PLAUSIBLE_RATE = 1_000.0  # req/s over a whole trace; recorded serving traffic is far below
+MIN_RATE_REQUESTS = 20  # fewer arrivals (a hand-written test trace, a burst) say little of a unit
 STATS = ("mean", "p50", "p90", "p99", "max")
 
 
@@ -147,14 +148,14 @@ def describe(workload: Workload, *, token_block_size: int = DEFAULT_TOKEN_BLOCK)
 
 
 def unit_warning(workload: Workload, time_units: str) -> str | None:
-    """A warning when a timed ``workload`` arrives at a mean rate over :data:`MAX_PLAUSIBLE_RATE`,
-    ending in ``time_units`` (the format's time fields, their unit, what a unit mix-up does), else
-    ``None``."""
+    """A warning when a timed ``workload`` of at least :data:`MIN_RATE_REQUESTS` requests arrives
+    at a mean rate over :data:`MAX_PLAUSIBLE_RATE`, ending in ``time_units`` (the format's time
+    fields, their unit, what a unit mix-up does), else ``None``."""
     if not workload.timed:
         return None
     arrivals = list(request_arrivals(workload))
     span = max(arrivals) - min(arrivals)
-    if span <= 0 or len(arrivals) / span <= MAX_PLAUSIBLE_RATE:
+    if len(arrivals) < MIN_RATE_REQUESTS or span <= 0 or len(arrivals) / span <= MAX_PLAUSIBLE_RATE:
         return None
     return f"{len(arrivals):,} requests arrive within {span:.3g} s ({len(arrivals) / span:,.0f} req/s): {time_units}"
 
