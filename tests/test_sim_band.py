@@ -47,6 +47,11 @@ def test_the_structural_error_is_drawn_uniformly_in_its_logarithm_and_scales_eve
     slow = draw_profiles(profile, 1, 4)[0].timing
     batch = Batch(300, 300, 16, 4000, 0.1)
     assert slow.iteration_s(batch) == pytest.approx(profile.timing.iteration_s(batch) * slow.discrepancy, rel=1e-12)
+    parts = slow.breakdown(batch)  # the parts of the drawn iteration still add up to it
+    assert parts["linear_s"] + parts["attention_s"] + parts["comm_s"] + parts["overhead_s"] == pytest.approx(
+        parts["total_s"], rel=1e-12
+    )
+    assert parts["overhead_s"] == pytest.approx(profile.timing.breakdown(batch)["overhead_s"] * slow.discrepancy)
     span = slow.decode_span_s(16, 4000, 0.1, 0.0, 3)
     assert span.tolist() == pytest.approx(
         (profile.timing.decode_span_s(16, 4000, 0.1, 0.0, 3) * slow.discrepancy).tolist()

@@ -303,17 +303,20 @@ class RooflineTiming:
     def breakdown(self, batch: Batch) -> dict[str, Any]:
         """compute_s and memory_s (both phases together), linear_s and attention_s (each phase's
         bound), comm_s, overhead_s (the host's: per iteration, per layer and per request admitted),
-        the bound of the larger total and total_s of one iteration."""
+        the bound of the larger total and total_s of one iteration. Every time is times
+        ``discrepancy``, as the iteration's is, so that for a batch of any tokens
+        linear_s + attention_s + comm_s + overhead_s = total_s, in a band's draw too."""
+        scale = self.discrepancy
         parts = self._parts(batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens)
         linear_compute, linear_memory, attention_compute, attention_memory = parts
         compute, memory = linear_compute + attention_compute, linear_memory + attention_memory
         return {
-            "compute_s": compute,
-            "memory_s": memory,
-            "linear_s": max(linear_compute, linear_memory),
-            "attention_s": max(attention_compute, attention_memory),
-            "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs),
-            "overhead_s": self._overhead_s + self._admission_s * batch.new_requests,
+            "compute_s": compute * scale,
+            "memory_s": memory * scale,
+            "linear_s": max(linear_compute, linear_memory) * scale,
+            "attention_s": max(attention_compute, attention_memory) * scale,
+            "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs) * scale,
+            "overhead_s": (self._overhead_s + self._admission_s * batch.new_requests) * scale,
             "bound": "compute" if compute >= memory else "memory",
             "total_s": self.iteration_s(batch),
         }
