@@ -12,17 +12,22 @@ slows them all), so their coverage is one run's, not that many independent check
 vLLM's": the share of the draws whose figure is below the measured one (50% where the measured
 value sits in the middle of the draws; near 0% or 100% at an edge).
 
-    .venv/bin/python bench/sim_band.py [--draws 40] [--seed 0] [--profile NAME_OR_FILE]
+    .venv/bin/python bench/sim_band.py [--draws 40] [--seed 0] [--profile NAME_OR_FILE] [--run DIR]
+
+``--run DIR``: another measured run, in LLMServingSim's layout (``sim_fidelity.public_run``),
+replayed from its own requests with its engine settings.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
-from sim_fidelity import PROFILE, TRACE, error, load_vllm, simulate, stats
+from sim_fidelity import PROFILE, add_run_option, chosen_run, error, load_vllm, simulate, stats
 
 from pytest_llmreplay import load_workload
 from pytest_llmreplay.sim.profile import load_profile
@@ -59,17 +64,20 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=40, help="replays with drawn parameters (default 40)")
     parser.add_argument("--seed", type=int, default=0, help="the draws' seed (default 0)")
     parser.add_argument("--profile", default=PROFILE, help=f"a profile with an uncertainty section (default {PROFILE})")
+    add_run_option(parser)
     args = parser.parse_args()
-    profile = load_profile(args.profile)
-    if not profile.uncertainty:
-        parser.error(f"profile {profile.name} states no uncertain parameters")
-    trace_lines = [json.loads(line) for line in TRACE.read_text().splitlines() if line.strip()]
-    real = figures(load_vllm(trace_lines))
-    workload = load_workload(TRACE)
-    start = time.perf_counter()
-    own = figures(simulate(workload, 1, profile))
-    drawn = [figures(simulate(workload, 1, p)) for p in draw_profiles(profile, args.draws, args.seed)]
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as scratch:
+        run, profile_file = chosen_run(args.run, args.profile, Path(scratch))
+        profile = load_profile(profile_file)
+        if not profile.uncertainty:
+            parser.error(f"profile {profile.name} states no uncertain parameters")
+        trace_lines = [json.loads(line) for line in run.trace.read_text().splitlines() if line.strip()]
+        real = figures(load_vllm(trace_lines, run))
+        workload = load_workload(run.trace)
+        start = time.perf_counter()
+        own = figures(simulate(workload, 1, profile))
+        drawn = [figures(simulate(workload, 1, p)) for p in draw_profiles(profile, args.draws, args.seed)]
+        wall = time.perf_counter() - start
     ranges = ", ".join(f"{u.field} {u.low:g}-{u.high:g}" for u in profile.uncertainty)
     print(
         f"Profile `{profile.name}`, {args.draws} draws (seed {args.seed}) of {ranges}; band = "
