@@ -51,6 +51,19 @@ def test_one_token_response_has_no_tpot_and_no_itl():
     assert "itl" not in summary
 
 
+def test_whole_reply_has_no_tpot():
+    # not streamed: 50 tokens in one chunk at 1.40, the body read by 1.4001; a TPOT of
+    # 0.0001 / 49 = 2 us would pass any limit while nothing about the decode was measured
+    whole = rec(0, sent=1.0, chunks=((1.4, 50),), end=1.4001)
+    streamed = rec(1, sent=2.0, chunks=((2.1, 1), (2.59, 49)), end=2.59)
+    assert tpot(whole) is None
+    assert tpot(streamed) == approx(0.01)  # (0.59 - 0.1) / 49
+    summary = make([whole, streamed]).summary
+    assert summary["tpot"]["count"] == 1 and summary["tpot"]["max"] == approx(0.01)
+    assert "tpot" not in make([whole]).summary
+    assert make([whole], goodput={"tpot": 0.001}).summary["goodput"]["value"] == approx(1.0)  # no value: meets it
+
+
 def test_unsent_request_has_no_times():
     r = rec(0, status="failed", scheduled=2.0, error="client: refused")
     assert ttft(r) is None and latency(r) is None and schedule_lag(r) is None and tpot(r) is None

@@ -370,7 +370,9 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="send ignore_eos: true (output lengths exactly as planned, vLLM/SGLang)",
     )
-    target.add_argument("--no-stream", action="store_true", help="non-streaming requests (TTFT = latency)")
+    target.add_argument(
+        "--no-stream", action="store_true", help="non-streaming requests (TTFT = latency; no TPOT or ITL)"
+    )
     target.add_argument(
         "--timeout",
         type=number(True),

@@ -42,9 +42,10 @@ def request_columns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
     ttft = column(records, "first_token_s") - sent
     latency = column(records, "end_s") - sent
     outputs = column(records, "output_tokens")
+    chunks = np.fromiter((len(r.chunk_times) for r in records), dtype=np.int64, count=len(records))
     return {
         "ttft": ttft,
-        "tpot": _divided(latency - ttft, outputs - 1, outputs > 1),
+        "tpot": _divided(latency - ttft, outputs - 1, (outputs > 1) & (chunks > 1)),
         "latency": latency,
         "queue": column(records, "queue_s"),
         "prompt_tokens": np.array(

@@ -6,7 +6,10 @@ Metric names are the ones of DESIGN.md, used everywhere (reports, SLO keys, base
 Per request (seconds, tokens):
 
 - ``ttft`` = first token - sent; ``latency`` = end of response - sent;
-- ``tpot`` = (latency - ttft) / (output_tokens - 1), for output_tokens > 1;
+- ``tpot`` = (latency - ttft) / (output_tokens - 1), for output_tokens > 1 that arrived in more
+  than one chunk: a whole (non-streamed) reply, or a stream that carried its whole output in one
+  event, has no measurable decode (its TTFT is its latency; (latency - ttft) would be the time to
+  read the body, a TPOT of about 0 that passes any limit);
 - ``itl``: for each chunk after the first, (chunk time - previous chunk time) / tokens in the
   chunk, once per token (trie's rule; a server merging tokens per event does not inflate it);
 - ``queue`` (simulator only), ``prompt_tokens`` (server's count, else planned),
@@ -140,9 +143,10 @@ def latency(record: RequestRecord) -> float | None:
 
 
 def tpot(record: RequestRecord) -> float | None:
-    """(latency - ttft) / (output_tokens - 1); None for one token or fewer."""
+    """(latency - ttft) / (output_tokens - 1); None for one token or fewer, or for an output that
+    arrived in one chunk (not streamed: no decode to measure)."""
     first, total = ttft(record), latency(record)
-    if first is None or total is None or record.output_tokens <= 1:
+    if first is None or total is None or record.output_tokens <= 1 or len(record.chunk_times) < 2:
         return None
     return (total - first) / (record.output_tokens - 1)
 
