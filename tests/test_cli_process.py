@@ -1,5 +1,6 @@
 """What the ``llmreplay`` command sets up in its own process (cli/process.py): numpy's OpenBLAS
-on one thread unless the user chose, and the user's environment unchanged for what it starts.
+on one thread unless the user chose, and the user's environment unchanged for what it starts;
+a stdout whose reader left costs nothing the command measured.
 Each case runs in a fresh interpreter: OpenBLAS reads its setting once, as numpy loads."""
 
 from __future__ import annotations
@@ -48,3 +49,20 @@ def test_a_users_blas_setting_wins():
     expected = threads_and_setting("import numpy", OPENBLAS_NUM_THREADS="2")
     assert threads_and_setting(COMMAND, OPENBLAS_NUM_THREADS="2") == expected
     assert expected[1] == "2"
+
+
+def test_a_reader_that_leaves_the_pipe_loses_neither_the_files_nor_the_status(tmp_path):
+    # `llmreplay run ... --out DIR | head -2`: the tables hit a closed pipe; the run still writes
+    # DIR and exits with its own status, with no BrokenPipeError traceback
+    command = "import sys; from pytest_llmreplay.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    out = tmp_path / "out"
+    args = ["run", str(WORKLOAD), "--sim", "llama-3.1-8b-h100", "--max-requests", "4", "--out", str(out)]
+    process = subprocess.Popen([sys.executable, "-c", command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # the reader is gone before the first line
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0, stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+    measured = json.loads((out / "result.json").read_text())["summary"]["requests"]["ok"]
+    assert measured >= 4  # whole sessions
+    assert (out / "requests.csv").read_text().count("\n") == measured + 1  # a header and a line a request

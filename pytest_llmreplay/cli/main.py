@@ -37,7 +37,7 @@ from .compare import add_compare_parser
 from .dashboard import add_dashboard_parser
 from .history import add_history_parser
 from .options import integer, load_workload_file
-from .process import single_threaded_blas
+from .process import reader_tolerant_stdout, single_threaded_blas
 from .run import add_run_parser
 from .sim import add_sim_parser
 from .sweep import add_sweep_parser
@@ -181,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:  # the command's error, not the top parser's: its status, its usage line
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
-        return args.run(args)
+        with reader_tolerant_stdout():  # `llmreplay run ... | head` still writes --out
+            return args.run(args)
     except LLMReplayError as exc:
         print(f"error: {spelled(str(exc), args.option_names)}", file=sys.stderr)
         return getattr(args, "bad_input_status", 1)

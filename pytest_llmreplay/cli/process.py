@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 BLAS_THREADS = "OPENBLAS_NUM_THREADS"
 
@@ -23,3 +26,51 @@ def single_threaded_blas() -> None:
         import numpy  # noqa: F401  (OpenBLAS reads the variable as numpy loads it)
     finally:
         del os.environ[BLAS_THREADS]
+
+
+class ReaderTolerantStdout:
+    """``sys.stdout`` while a command runs: what it prints passes through until the reader of the
+    pipe goes away (``llmreplay run ... | head``); from then on it goes nowhere, so that the command
+    carries on, writes its ``--out`` files and saves its result, and exits with its own status
+    instead of a ``BrokenPipeError`` traceback that lost what was measured."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        """Point the stream's file at /dev/null: its buffered text, flushed later (the
+        interpreter's own flush at exit too), goes nowhere."""
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextmanager
+def reader_tolerant_stdout() -> Iterator[None]:
+    """``sys.stdout`` as a :class:`ReaderTolerantStdout` within the block, flushed at its end
+    (where a reader that left is noticed at the latest), then restored."""
+    original = sys.stdout
+    sys.stdout = tolerant = ReaderTolerantStdout(original)
+    try:
+        yield
+    finally:
+        tolerant.flush()
+        sys.stdout = original
