@@ -169,6 +169,25 @@ def test_an_agent_replay_calls_its_tools_offline_and_over_http_alike(trie, bundl
     assert [r.prompt_tokens for r in plain.records] == [r.prompt_tokens for r in there.records]
 
 
+@pytest.mark.parametrize("api", ["responses", "messages"])
+def test_tool_calls_over_an_api_that_is_not_asked_for_them_say_so(trie, bundled_prompts, tiny_sim, api):
+    """Only chat turns ask for a tool call: over the Responses or Messages API the run warns once
+    that its four tool-call turns went without tools, instead of a run whose records hold no call."""
+    endpoint = HTTPEndpoint(tiny_sim.url, api=api, reasoning_hint=True, metrics_interval_s=0)
+    result = Result(replay(trie, endpoint, bundled_prompts, ReplaySettings(concurrency=1, tool_calls=True)))
+    assert [r.tool_calls for r in result.records] == [0] * 6
+    warned = [w for w in result.warnings if w.startswith("tool_calls:")]
+    assert warned == [
+        f"tool_calls: asked for on the chat API only; over {api} the 4 turns that end in a tool call were sent "
+        "without tools, so no figure measures a tool call (replay with api chat for them)"
+    ]
+    endpoint = HTTPEndpoint(tiny_sim.url, api=api, reasoning_hint=True, metrics_interval_s=0)
+    unasked = Result(replay(trie, endpoint, bundled_prompts, ReplaySettings(concurrency=1)))
+    assert not [w for w in unasked.warnings if w.startswith("tool_calls:")]
+    # the in-process simulator answers every tool-call turn with a call, whatever the API
+    assert not [w for w in offline(trie, bundled_prompts, tool_calls=True, concurrency=1).warnings if "tool_calls" in w]
+
+
 def test_ttfat_spans_the_tools_durations(trie, bundled_prompts):
     """In virtual time each turn is sent its tool's duration after the previous one ended, and
     TTFAT ends at the final answer's first token: the sum of both turns' latencies, both tools'

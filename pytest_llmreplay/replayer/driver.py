@@ -36,7 +36,8 @@ whose workload says it ends in a tool call (``Turn.tool_call``: an agent trace's
 last) asks for one, on chat with ``tools`` and a ``tool_choice`` naming the one tool
 (:mod:`~pytest_llmreplay.workloads.prompts`), and its answer's tool call goes back in the next
 turn's history, the tool's output as a ``tool`` message, after the tool's ``delay_s``; the
-simulator answers with one.
+simulator answers with one. Over another API the turns go without ``tools`` (the run warns once),
+except to the in-process simulator, which answers them with a call whatever the API.
 
 Every request yields a :class:`~pytest_llmreplay.replayer.records.RequestRecord`, whatever happened to it; a failed request ends its
 session (an agent cannot go on without the answer). Times in records are seconds from the start.
@@ -138,6 +139,7 @@ class Replay:
                 if busy:
                     self.warnings.append(busy)
             self._prepare_prompts()
+            self._warn_unasked_tool_calls()
             self._start = self.clock.now()
             if self.part is not None:
                 late = self._start - self.part.start_at
@@ -181,6 +183,22 @@ class Replay:
             stopped=self.stopped,
             server_metrics={} if scraped is None else scraped.relative_to(self._start),
         )
+
+    def _warn_unasked_tool_calls(self) -> None:
+        """With ``tool_calls`` over an API other than chat, the turns that end in a tool call go
+        without ``tools`` (module docstring): say so once, rather than a run whose records'
+        ``tool_calls`` stay 0 in silence. Not for an endpoint that reads the request's
+        ``tool_call`` flag itself (``reads_tool_call_flag``: the in-process simulator)."""
+        if not self.settings.tool_calls or self.endpoint.api == "chat":
+            return
+        if getattr(self.endpoint, "reads_tool_call_flag", False):
+            return
+        turns = sum(turn.tool_call for session in self.plan for turn in session.turns)
+        if turns:
+            self.warnings.append(
+                f"tool_calls: asked for on the chat API only; over {self.endpoint.api} the {turns} turns that end in a "
+                "tool call were sent without tools, so no figure measures a tool call (replay with api chat for them)"
+            )
 
     def _handle_signals(self) -> list[int]:
         """Stop on SIGINT/SIGTERM (module docstring); the signals handled (none off the main

@@ -59,6 +59,7 @@ class SimEndpoint:
     (so that one workload replayed in each API's shape can be compared)."""
 
     preferred_prompt_format = "keyed"
+    reads_tool_call_flag = True  # answers a turn that asks for a tool call on any API, no tools in its body
 
     def __init__(
         self,
