@@ -185,7 +185,7 @@ def test_server_slo_keys_parse_in_their_units_and_are_checked():
         ("server", "kv_cache_usage.max", 0.9),
     ]
     for key, threshold, message in (
-        ("server.kv_cache_usage.max", "< 90", "is a share between 0 and 1"),
+        ("server.kv_cache_usage.max", "< 90", "server.kv_cache_usage.max is a share between 0 and 1"),
         ("server.preemptions", "< 2s", "unit 's' does not fit server.preemptions"),
         ("server.kv_cache", "< 90%", "server has no statistic 'kv_cache'"),
         ("server", "== 0", "name a statistic"),

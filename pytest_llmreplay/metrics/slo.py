@@ -368,9 +368,7 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
             f"SLO {key!r}: {written!r} has no unit, and {metric} is a time; write '{written}ms' or '{written}s' (or us)"
         )
     if family == "share" and not unit and value > 1:
-        raise LLMReplayError(
-            f"SLO {key!r}: {metric} is a share between 0 and 1; write {threshold.strip()}% or a fraction"
-        )
+        raise LLMReplayError(f"SLO {key!r}: {key} is a share between 0 and 1; write {threshold.strip()}% or a fraction")
     return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))
 
 
