@@ -411,12 +411,17 @@ def test_compare_with_a_named_ref(project):
     assert len(stored(project.path)) == 2
 
 
-@pytest.mark.parametrize("case", ["unknown ref", "no repository"])
+@pytest.mark.parametrize("case", ["unknown ref", "empty ref", "no repository"])
 def test_compare_that_cannot_find_a_reference_fails_with_one_line(project, case):
     if case == "unknown ref":
         args, message = (
             ["--llm-compare=no-such-branch"],
             "--llm-compare: git cannot resolve 'no-such-branch' to a commit",
+        )
+    elif case == "empty ref":  # --llm-compare="$BASE_REF" with the variable unset had turned the gate off
+        args, message = (
+            ["--llm-compare=", "--llm-fail-on-regression"],
+            "--llm-compare / llm_compare: empty; expected a commit, tag or branch",
         )
     else:
         subprocess.run(["rm", "-rf", str(project.path / ".git")], check=True)

@@ -131,7 +131,12 @@ class LLMSession:
                 raise pytest.UsageError(f"--llm-sim-profile / llm_sim_profile: {exc}") from None
         self.workers_count = workers_option(config, self.kind)
         self._workers: RayWorkers | None = None
-        self.compare_ref = option(config, "llm_compare") or None
+        self.compare_ref = option(config, "llm_compare")
+        if self.compare_ref is not None and not self.compare_ref.strip():  # an unset CI variable: no silent gate-off
+            raise pytest.UsageError(
+                "--llm-compare / llm_compare: empty; expected a commit, tag or branch"
+                " (bare --llm-compare: the merge-base with the default branch)"
+            )
         self.history: tuple[str, list[str]] | None = None
         if self.compare_ref is not None:
             from ..gate.git import reference_history
