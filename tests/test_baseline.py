@@ -701,6 +701,21 @@ def test_a_figure_the_baseline_measured_and_this_run_did_not_is_a_regression():
     assert "REGRESSION (not measured in this run (no request of this run measured it); the baseline's was)" in table
 
 
+def test_a_figure_this_run_measured_once_where_the_baseline_measured_many_is_a_regression():
+    """A new user's trial: a server that failed all but one request of the workload. Its TTFAT
+    and cache hit rate had one session each, 'too few samples', and were skipped, so that
+    one surviving request passed what no surviving request failed (a regression)."""
+    base = stored({"ttfat": [2.1, 2.4, 2.2, 2.6], "ttft": [0.1, 0.2, 0.3]})
+    found = rows(
+        compare(base, stored({"ttfat": [0.02], "ttft": [0.1, 0.2, 0.3]}), {"ttfat.p50": 0.05, "ttft.p50": 0.05})
+    )
+    assert (found["ttfat.p50"].verdict, found["ttfat.p50"].note) == (
+        "regression",
+        "measured on 1 sample in this run, too few to compare; the baseline's on 4",
+    )
+    assert found["ttft.p50"].verdict == "ok"
+
+
 def test_same_inputs_same_intervals():
     base, cur = stored(full_samples()), stored(full_samples(ttft_scale=1.1))
     first, second = compare(base, cur), compare(base, cur)

@@ -388,8 +388,8 @@ def compare(
         if metric == "capacity":
             _capacity_change(row, _bracket(baseline), _bracket(current))
             continue
-        if len(base) >= 2 and not len(cur):  # measured before, not now: the gate cannot pass what it cannot see
-            row.verdict, row.note = "regression", _vanished(metric, current)
+        if len(base) >= 2 and len(cur) < 2:  # measured before, not now: the gate cannot pass what it cannot see
+            row.verdict, row.note = "regression", _vanished(metric, current, len(cur), len(base))
             continue
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
@@ -427,11 +427,15 @@ def compare(
     return comparison
 
 
-def _vanished(metric: str, current: Mapping[str, Any]) -> str:
-    """The note of a gated figure the baseline measured and ``current`` did not: a regression,
+def _vanished(metric: str, current: Mapping[str, Any], count: int, baseline_count: int) -> str:
+    """The note of a gated figure the baseline measured and ``current`` did not (``count`` 0) or
+    measured once, too few to compare (the same workload and settings gave the baseline
+    ``baseline_count`` samples: all but one of its requests or sessions failed): a regression,
     since what changed it (a model that stopped reasoning, or a server whose reasoning now
-    streams as content; a server that no longer reports cached tokens; requests that all failed)
-    is no pass; ``regression: {key: off}`` is the way to stop gating it."""
+    streams as content; a server that no longer reports cached tokens; requests that all failed,
+    or all but one) is no pass; ``regression: {key: off}`` is the way to stop gating it."""
+    if count:
+        return f"measured on {count} sample in this run, too few to compare; the baseline's on {baseline_count}"
     why = "this run has no reasoning" if metric == "ttfo" else "no request of this run measured it"
     return f"not measured in this run ({why}); the baseline's was"
 
