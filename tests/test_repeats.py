@@ -186,9 +186,10 @@ def test_repeat_option_replays_with_a_new_seed_each_time_and_stores_one_record_o
     compared.stdout.fnmatch_lines(["ttft.p50 * +0.0% [[]*[]]*ok"])
 
 
-def test_repeat_key_of_the_marker_beats_the_option(project):
+@pytest.mark.parametrize("repeat", ["2", "'2'"])  # a string, as --llm-repeat and a TOML spec's "2" give it
+def test_repeat_key_of_the_marker_beats_the_option(project, repeat):
     project.makepyfile(
-        test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', 'slo={"error_rate": "== 0"}, repeat=2')
+        test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', f'slo={{"error_rate": "== 0"}}, repeat={repeat}')
     )
     project.runpytest(
         "--llm-offline", "--llm-sim-profile", jittery(project), "--llm-repeat", "4", "--llm-save"

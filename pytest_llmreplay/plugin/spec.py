@@ -142,7 +142,7 @@ def parse_spec(data: Any, base: Path, extra_metrics: tuple[str, ...] = ()) -> Pe
     _check_format(data.get("format"), dict(data.get("format_options") or {}), path)
     repeat = data.get("repeat")
     if repeat is not None:
-        check_repeat("repeat", repeat)
+        repeat = check_repeat("repeat", repeat)
     settings = ReplaySettings(**{key: _typed(key, value) for key, value in data.items() if key in SETTING_TYPES})
     settings.validate()
     capacity = None
