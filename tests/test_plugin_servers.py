@@ -278,6 +278,14 @@ def test_a_server_that_dies_after_a_repeat_keeps_the_runs_before_it(project):
             {"cmd": "vllm serve 'M --port {port}"},
             'server.cmd: cannot split "vllm serve \'M --port {port}" into words: No closing quotation',
         ),
+        (
+            {"cmd": "vllm serve $LLMREPLAY_UNSET_DIR/m.gguf --port {port}"},
+            "server.cmd: $LLMREPLAY_UNSET_DIR is not set in the environment pytest runs in (set it, or write $$ for a literal $)",
+        ),
+        (
+            {"cmd": "vllm serve M --port {port}", "env": {"HF_HOME": "${LLMREPLAY_UNSET_DIR}/hf"}},
+            "server.env.HF_HOME: $LLMREPLAY_UNSET_DIR is not set in the environment pytest runs in (set it, or write $$ for a literal $)",
+        ),
     ],
 )
 def test_a_bad_server_is_one_error_naming_the_field(project, server, error):
@@ -298,6 +306,39 @@ def test_a_bad_server_is_one_error_naming_the_field(project, server, error):
     result.stdout.fnmatch_lines([f"{spec}: {error}"])
     result.stdout.fnmatch_lines([f"In test_x: {error}"])
     assert "Traceback" not in result.stdout.str()
+
+
+def test_expand_variables_reads_a_command_as_a_shell_does():
+    from pytest_llmreplay.errors import LLMReplayError
+    from pytest_llmreplay.plugin.servers import expand_variables
+
+    env = {"HOME": "/home/ci", "M": "qwen"}
+    assert expand_variables("$HOME/models/${M}.gguf", "f", env, command=True) == "/home/ci/models/qwen.gguf"
+    assert expand_variables("sh -c 'echo $HOME' \"$M's\"", "f", env, command=True) == "sh -c 'echo $HOME' \"qwen's\""
+    assert expand_variables("a \\$HOME $$M $ 5$", "f", env, command=True) == "a \\$HOME $M $ 5$"
+    assert expand_variables("'$HOME' x", "f", env) == "'/home/ci' x"  # an env value has no quotes
+    with pytest.raises(LLMReplayError, match=r"^server.env.X: \$NOPE is not set"):
+        expand_variables("a ${NOPE}", "server.env.X", env)
+
+
+def test_a_declared_servers_cmd_and_env_expand_environment_variables(project, monkeypatch):
+    """``$VAR`` in ``cmd`` and ``${VAR}`` in an ``env`` value are the environment's values when
+    the server starts (not inside single quotes, which the inner shell expands); the fingerprint
+    keeps the command as written."""
+    monkeypatch.setenv("LLMREPLAY_PYTHON", sys.executable)
+    monkeypatch.setenv("LLMREPLAY_DIR", "/data/models")
+    cmd = "sh -c 'echo MODELS=$MODELS; exec \"$0\" -m pytest_llmreplay.cli.main sim --port {port}' $LLMREPLAY_PYTHON"
+    project.makepyfile(f"""
+        import pytest
+
+        @pytest.mark.llmreplay(workload="tiny.yaml", server={{"cmd": {cmd!r}, "env": {{"MODELS": "${{LLMREPLAY_DIR}}/x"}}}})
+        def test_x(llm_result, llm_endpoint):
+            assert llm_endpoint.fingerprint["server"]["cmd"] == {cmd!r}
+    """)
+    result = project.runpytest("--llm-repeat", "1", "--llm-report", "report")
+    result.assert_outcomes(passed=1)
+    (log,) = (project.path / "report" / "servers").iterdir()
+    assert log.read_text().splitlines()[0] == "MODELS=/data/models/x"
 
 
 def test_a_server_not_healthy_at_its_health_path_within_ready_timeout_fails_its_test(project):

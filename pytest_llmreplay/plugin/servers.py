@@ -4,9 +4,10 @@
 configs are one server. :class:`ServerPool` starts a config's command on a free loopback port
 with a :class:`~pytest_llmreplay.replayer.server_process.ServerProcess` (its watchdog included)
 whose output goes to a log file of its own, keeps at most ``max_servers`` alive (the least
-recently used one is stopped before a new config starts), restarts a config whose server died,
-and stops them all on :meth:`ServerPool.close`. :func:`order_by_server` is the collection
-order that starts each config once.
+recently used one is stopped before a new config starts), restarts a config whose server died
+in use (not one whose start failed), and stops them all on :meth:`ServerPool.close`.
+:func:`order_by_server` is the collection order that starts each config once.
+:func:`expand_variables` reads ``$VAR`` and ``${VAR}`` in ``cmd`` and ``env`` as a shell does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import shlex
 import socket
@@ -30,6 +32,46 @@ SERVER_FIELDS = ("cmd", "env", "health", "ready_timeout")
 DEFAULT_READY_TIMEOUT_S = 600.0
 PORT = "{port}"
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.I)
+VARIABLE = re.compile(r"\$(?:\$|\{(?P<braced>[A-Za-z_]\w*)\}|(?P<name>[A-Za-z_]\w*))")
+
+
+def expand_variables(text: str, field: str, environ: Mapping[str, str], command: bool = False) -> str:
+    """``text`` with each ``$NAME`` and ``${NAME}`` replaced by ``environ``'s value, as a shell
+    user expects (``$HOME/models/m.gguf``), and ``$$`` by one ``$``. ``command``: ``text`` is a
+    command line, read as a shell reads one: nothing inside single quotes is replaced (``sh -c
+    'echo $PATH'`` hands ``$PATH`` to the inner shell), nor a ``$`` after a backslash. A variable
+    that is not set is one LLMReplayError naming ``field`` and the variable, never an empty string."""
+    out: list[str] = []
+    index, double = 0, False
+    while index < len(text):
+        char = text[index]
+        if command and char == "'" and not double:
+            end = text.find("'", index + 1)
+            end = len(text) if end < 0 else end + 1
+            out.append(text[index:end])
+            index = end
+            continue
+        if command and char == "\\":
+            out.append(text[index : index + 2])
+            index += 2
+            continue
+        double ^= command and char == '"'
+        found = VARIABLE.match(text, index) if char == "$" else None
+        if found is None:
+            out.append(char)
+            index += 1
+            continue
+        name = found["braced"] or found["name"]
+        if name is None:
+            out.append("$")
+        elif name in environ:
+            out.append(environ[name])
+        else:
+            raise LLMReplayError(
+                f"{field}: ${name} is not set in the environment pytest runs in (set it, or write $$ for a literal $)"
+            )
+        index = found.end()
+    return "".join(out)
 
 
 @dataclass(frozen=True)
@@ -55,6 +97,15 @@ class ServerConfig:
         env, the values of names that look secret (``*KEY*``, ``*TOKEN*``, ...) masked."""
         env = {name: "***" if SECRET_NAME.search(name) else value for name, value in self.env}
         return {"cmd": self.cmd, "env": env}
+
+    def command(self, port: int, environ: Mapping[str, str]) -> str:
+        """The command line to run: ``cmd`` with its variables expanded from ``environ``
+        (:func:`expand_variables`) and ``{port}`` replaced by ``port``."""
+        return expand_variables(self.cmd, "server.cmd", environ, command=True).replace(PORT, str(port))
+
+    def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """``env`` with its values' variables expanded from ``environ``."""
+        return {name: expand_variables(value, f"server.env.{name}", environ) for name, value in self.env}
 
     @property
     def label(self) -> str:
@@ -100,7 +151,10 @@ def parse_server(value: Any) -> ServerConfig:
     timeout = value.get("ready_timeout", DEFAULT_READY_TIMEOUT_S)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < math.inf:
         raise LLMReplayError(f"server.ready_timeout: expected a number of seconds > 0, got {timeout!r}")
-    return ServerConfig(cmd, tuple(sorted(env.items())), health, float(timeout))
+    config = ServerConfig(cmd, tuple(sorted(env.items())), health, float(timeout))
+    config.command(0, os.environ)
+    config.environment(os.environ)
+    return config
 
 
 T = TypeVar("T")
@@ -196,12 +250,12 @@ class ServerPool:
         port = free_port()
         log = self.log_dir() / f"server-{config.digest}-{self.starts[config]}.log"
         server = ServerProcess(
-            config.cmd.replace(PORT, str(port)),
+            config.command(port, os.environ),
             f"http://127.0.0.1:{port}",
             startup_timeout_s=config.ready_timeout,
             timeout_option="server.ready_timeout",
             log_path=log,
-            env={**self.env, **dict(config.env)},
+            env={**self.env, **config.environment(os.environ)},
             progress=self.progress,
             health=config.health,
         )
