@@ -130,7 +130,11 @@ def test_two_declared_configs_start_two_servers_each_once(project, max_servers, 
     assert "s3cret" not in summary + "".join(p.read_text() for p in (project.path / "report" / "tests").iterdir())
 
 
-def test_a_server_that_exits_at_once_fails_only_its_test_and_starts_again_for_the_next(project):
+def test_a_server_that_exits_at_once_fails_its_tests_and_is_not_started_again(project):
+    """Its first test fails with the exit status and the log's last lines; the config's later
+    tests (a marker's and a spec file's) fail at once with that error, naming the first test,
+    without another start (one log): a server that does not start for one test does not for the
+    next, and each start may wait ``ready_timeout`` (minutes) first."""
     project.makepyfile("""
         import pytest
 
@@ -147,24 +151,27 @@ def test_a_server_that_exits_at_once_fails_only_its_test_and_starts_again_for_th
         def test_two(llm_result):
             pass
     """)
+    spec = {"workload": "tiny.yaml", "server": {"cmd": "sh -c 'echo cannot load the model on {port}; exit 3'"}}
+    project.path.joinpath("zz.llmreplay.yaml").write_text(json.dumps(spec))
     result = project.runpytest("--llm-repeat", "1", "--llm-report", "report")
-    result.assert_outcomes(passed=1, errors=2)  # the marker's replay runs in its fixture: a setup error
+    result.assert_outcomes(passed=1, errors=2, failed=1)  # a marker's replay runs in its fixture: a setup error
     result.stdout.fnmatch_lines(
         [
-            "llmreplay servers: 2 tests declare a server (1 config), each started once when first needed; "
+            "llmreplay servers: 3 tests declare a server (1 config), each started once when first needed; "
             "the other perf test runs on the session's endpoint above"
         ]
     )
-    logs = sorted((project.path / "report" / "servers").iterdir())
-    assert [path.name.rsplit("-", 1)[1] for path in logs] == ["1.log", "2.log"]
-    for log in logs:
-        result.stdout.fnmatch_lines(
-            [
-                f"server command \"sh -c 'echo cannot load the model on *; exit 3'\" exited with status 3; "
-                f"last lines of its log ({log}):",
-                "cannot load the model on *",
-            ]
-        )
+    (log,) = (project.path / "report" / "servers").iterdir()
+    assert log.name.endswith("-1.log")
+    first = [
+        f"server command \"sh -c 'echo cannot load the model on *; exit 3'\" exited with status 3; "
+        f"last lines of its log ({log}):",
+        "cannot load the model on *",
+    ]
+    again = "(not started again for this session's later tests of this server: its start for test_*.py::test_one failed as above)"
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_one*", *first, "*ERROR at setup of test_two*", *first, again])
+    result.stdout.fnmatch_lines(["*llmreplay spec zz*", *first, again])
+    assert result.stdout.str().count("starting server") == 1
     assert "Traceback" not in result.stdout.str()
     assert not re.search(r"pytest_llmreplay/\S+\.py:\d+", result.stdout.str()), "a frame of ours is shown"
 

@@ -297,7 +297,7 @@ def llm_endpoint(request: pytest.FixtureRequest, pytestconfig: pytest.Config, ll
     running), else the session's: the simulator (started once per process) or the live server.
     ``--llm-endpoint`` wins over a declared server, as it does for the replays."""
     state = session_of(pytestconfig)
-    return _fail_on_user_error(lambda: state.target_for(parsed_server(request.node, llm_server)))
+    return _fail_on_user_error(lambda: state.target_for(parsed_server(request.node, llm_server), request.node.nodeid))
 
 
 @pytest.fixture(scope="session")

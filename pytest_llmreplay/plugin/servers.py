@@ -217,7 +217,9 @@ class ServerPool:
     """The declared servers of one pytest process. :meth:`target` gives a config's
     :class:`~pytest_llmreplay.target.Target` (``make_target(config, url)`` makes it once its
     server is healthy), starting the server if it is not running; :meth:`check` raises when a
-    config's server has died (and forgets it, so the next use starts a fresh one). Logs go to
+    config's server has died (and forgets it, so the next use starts a fresh one). A config
+    whose start failed (its command exited, never became healthy, or could not run) is not
+    started again in the session: each later test of it fails at once with that error. Logs go to
     ``log_dir()/server-DIGEST-N.log`` (N: the config's Nth start); ``progress`` gets a line per
     start and the waiting lines."""
 
@@ -233,12 +235,18 @@ class ServerPool:
         self.progress = progress
         self.env = dict(env or {})
         self.starts: dict[ServerConfig, int] = {}
+        self.failed: dict[ServerConfig, str] = {}  # why a config's start failed, naming its test
         self._running: OrderedDict[ServerConfig, _Running] = OrderedDict()  # least recently used first
 
-    def target(self, config: ServerConfig, make_target: Callable[[ServerConfig, str], Any]) -> Any:
-        """``config``'s target: its running server's, else (first use, or its server died) a new
-        start's, after stopping the least recently used servers beyond ``max_servers - 1``. A
-        start that fails raises LLMReplayError with the exit status and the log's last lines."""
+    def target(self, config: ServerConfig, make_target: Callable[[ServerConfig, str], Any], test: str) -> Any:
+        """``config``'s target for ``test``: its running server's, else (first use, or its server
+        died) a new start's, after stopping the least recently used servers beyond
+        ``max_servers - 1``. A start that fails raises LLMReplayError with the exit status and
+        the log's last lines, and so does every later call for ``config`` at once, naming the
+        test whose start failed (a server that does not start for one test, in minutes of
+        ``ready_timeout``, does not for the next)."""
+        if config in self.failed:
+            raise LLMReplayError(self.failed[config])
         running = self._running.get(config)
         if running is not None and running.server.exit_message() is None:
             self._running.move_to_end(config)
@@ -261,12 +269,19 @@ class ServerPool:
         )
         if self.progress is not None:
             self.progress(f"starting server {config.cmd!r} on port {port}, log {log}")
-        server.start()  # a failure stops it and raises with the log's last lines
-        assert server.url is not None  # given above
         try:
-            target = make_target(config, server.url)
-        except BaseException:
-            server.stop()
+            server.start()  # a failure stops it and raises with the log's last lines
+            assert server.url is not None  # given above
+            try:
+                target = make_target(config, server.url)
+            except BaseException:
+                server.stop()
+                raise
+        except LLMReplayError as exc:
+            self.failed[config] = (
+                f"{exc}\n(not started again for this session's later tests of this server: "
+                f"its start for {test} failed as above)"
+            )
             raise
         self._running[config] = _Running(server, target)
         return target

@@ -248,8 +248,8 @@ class LLMSession:
         self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
         return target
 
-    def target_for(self, server: ServerConfig | None) -> Any:
-        """Where a test runs: its declared ``server`` (started by the pool if it is not running),
+    def target_for(self, server: ServerConfig | None, test: str) -> Any:
+        """Where ``test`` runs: its declared ``server`` (started by the pool if it is not running),
         else the session's :attr:`target`; ``--llm-endpoint`` wins over a declared server, said
         once in the notes."""
         if server is None:
@@ -264,7 +264,7 @@ class LLMSession:
                     )
                 )
             return self.target
-        return self.servers.target(server, self._declared_target)
+        return self.servers.target(server, self._declared_target, test)
 
     def check_server(self, server: ServerConfig | None) -> None:
         """Raise LLMReplayError (exit status, the log's last lines) if ``server`` was started and died."""
@@ -462,7 +462,7 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     state.interruption.check_not_interrupted()
     digest = workload_digest(spec.workload)
     asked = spec.repeat or state.repeat
-    target = state.target_for(spec.server)
+    target = state.target_for(spec.server, test)
     repeats = 1 if spec.capacity is not None or target.deterministic else asked  # a search runs once
     once = (
         f"ran once, not {asked} times: {target.name} without timing jitter gives the same figures on every run"
