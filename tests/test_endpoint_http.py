@@ -844,10 +844,22 @@ def test_server_command_gets_the_extra_environment(server_process, tmp_path, mon
     assert (tmp_path / "server.log").read_text().strip() == "extra inherited"
 
 
-def test_missing_executable_cannot_start(server_process):
-    server = server_process(["/nonexistent/llm-server", "--port", "1"])
-    with pytest.raises(LLMReplayError, match="cannot start"):
+@pytest.mark.parametrize(
+    ("program", "why"),
+    [
+        ("/nonexistent/llm-server", "program '/nonexistent/llm-server': no such file"),
+        ("llmreplay-no-such-server", "program 'llmreplay-no-such-server': not found on PATH"),
+        ("TMP/model.gguf", "program 'TMP/model.gguf': not executable (permission denied)"),
+    ],
+)
+def test_a_program_that_cannot_run_is_named_with_why(server_process, tmp_path, program, why):
+    """Not Python's ``[Errno 2] No such file or directory`` (of which file?): the program, and why."""
+    (tmp_path / "model.gguf").write_text("not a program")
+    program, why = program.replace("TMP", str(tmp_path)), why.replace("TMP", str(tmp_path))
+    server = server_process([program, "--port", "1"])
+    with pytest.raises(LLMReplayError) as info:
         server.start()
+    assert str(info.value) == f"server command '{program} --port 1': cannot start: {why}"
     assert server.process is None
 
 

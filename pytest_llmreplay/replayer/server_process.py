@@ -116,7 +116,7 @@ class ServerProcess:
             except OSError as exc:
                 self._remove_temporary_log()
                 raise LLMReplayError(
-                    f"server command {shlex.join(self.args)!r}: cannot start: {exc.strerror or exc}"
+                    f"server command {shlex.join(self.args)!r}: cannot start: {_not_run(self.args[0], exc)}"
                 ) from None
         try:
             if self.die_with_parent:
@@ -241,6 +241,17 @@ class ServerProcess:
             if self.clock.now() >= deadline:
                 return False
             self.clock.pause(0.05)
+
+
+def _not_run(program: str, error: OSError) -> str:
+    """Why ``program`` did not run, naming it: not found (as a path, or on ``PATH`` for a bare
+    name), not executable, else the system's words."""
+    if isinstance(error, FileNotFoundError):
+        where = "no such file" if os.sep in program else "not found on PATH"
+        return f"program {program!r}: {where}"
+    if isinstance(error, PermissionError):
+        return f"program {program!r}: not executable (permission denied)"
+    return f"program {program!r}: {error.strerror or error}"
 
 
 def _answers(client: Any, url: str, paths: Sequence[str]) -> bool:
