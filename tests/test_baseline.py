@@ -887,6 +887,21 @@ def test_a_baseline_capacity_with_no_failing_load_still_proves_a_drop_below_it()
     assert row.verdict == "regression" and row.low == pytest.approx(-1.0) and row.high == pytest.approx(11 / 16 - 1)
 
 
+@pytest.mark.parametrize("current", [10, 16, 30])
+def test_two_capacities_with_no_failing_load_are_not_compared(current):
+    """'at least 16' against 'at least 10', 16 or 30: each search stopped before any load failed,
+    so neither says where its capacity is; no verdict (not 'ok', not a regression), the reason
+    and what to raise in its note, both figures shown."""
+    comparison = compare(
+        with_capacity(16, 16, at_least=True), with_capacity(current, current, at_least=True), {"capacity.rate": 0.05}
+    )
+    (row,) = comparison.rows
+    assert (row.verdict, row.change) == ("skipped", None) and not comparison.regressions
+    assert (row.baseline, row.current) == (16, current)
+    assert baseline.comparison_cells(row)[-1] == f"skipped ({baseline.BOTH_LOWER_BOUNDS})"
+    assert "raise capacity.max" in row.note
+
+
 def test_a_multi_turn_capacity_is_compared_with_one_stored_under_its_old_name():
     """A multi-turn search stored its sessions/s as ``capacity.rate`` before it had its own key:
     such a baseline still gates a new ``capacity.session_rate``, read from its bracket."""

@@ -92,6 +92,9 @@ DEFAULT_TOLERANCES = {
 # gated besides those when the run has reasoning: the time to the first answer token
 REASONING_TOLERANCES = {"ttfo.p50": 0.05}
 CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
+BOTH_LOWER_BOUNDS = (
+    "both are lower bounds: no load failed in either search; raise capacity.max (sweep --max) or budget until one does"
+)
 COMPARISON_HEADERS = ["metric", "baseline", "current", "change [Holm CI]", "allowed", "verdict"]
 
 
@@ -475,7 +478,9 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
     current / baseline - 1 runs from low_current / high_baseline - 1 to
     high_current / low_baseline - 1; a regression needs the whole of it below zero (the
     brackets do not overlap) and the change beyond the tolerance. An interval open above is
-    stored with ``high`` None. Each side's capacity is its bracket's ``low``, whatever name the
+    stored with ``high`` None. When both brackets are open (two lower bounds: no load failed in
+    either search) nothing is known of the change, and the row is skipped with :data:`BOTH_LOWER_BOUNDS`,
+    not an ``ok`` (nor a regression) drawn from two "at least"s. Each side's capacity is its bracket's ``low``, whatever name the
     figure is stored under: a multi-turn search's ``capacity.session_rate`` was ``capacity.rate``
     in results stored before it had its own key, and both sides of one comparison ran the same
     search on the same workload (their settings are equal)."""
@@ -485,6 +490,9 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
         return
     if not baseline.get("low"):
         row.note = "baseline is 0"
+        return
+    if math.isinf(baseline["high"]) and math.isinf(current["high"]):
+        row.note = BOTH_LOWER_BOUNDS
         return
     row.change = row.current / row.baseline - 1
     row.low = current["low"] / baseline["high"] - 1
