@@ -119,6 +119,49 @@ def test_a_bad_engine_field_is_one_line(example, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("table", "error"),
+    [
+        ("sim = 3", "ERROR: */engines.toml: sim: expected a table [[]sim[]] with serve, got 3"),
+        (
+            '[sim]\nserve = "llmreplay sim --port {port}"\nrequests = 8\nrate = 4\nenv = "A=1"\n[sim.configs]\ndefault = ""',
+            "ERROR: */engines.toml: [[]sim[]] env: expected a table of variable names to strings, got 'A=1'",
+        ),
+        (
+            '[sim]\nserve = "llmreplay sim --port {port}"\nrequests = 8\nrate = 4\nenv = {A = 1}\n[sim.configs]\ndefault = ""',
+            "ERROR: */engines.toml: [[]sim.env[]] A: expected a string (quote it), got 1",
+        ),
+        (
+            '[sim]\nserve = "llmreplay sim --port {port}"\nrequests = 8\nrate = 4\n[sim.configs]\ndefault = 512',
+            "ERROR: */engines.toml: [[]sim.configs[]] default: expected a string (quote it), got 512",
+        ),
+        (
+            '[sim]\nserve = "llmreplay sim --port {port}"\nrequests = 8\nrate = 4\nsrve = 1\n[sim.configs]\ndefault = ""',
+            "ERROR: */engines.toml: [[]sim[]] srve: unknown field; expected one of serve, env, requests, rate, configs",
+        ),
+    ],
+)
+def test_a_bad_engine_table_is_one_line_naming_its_entry_and_field(example, tmp_path, table, error):
+    """Not a traceback (an INTERNALERROR for a table that is not one, a ValueError at collection
+    for an env that is not a table), nor a typo'd field ignored."""
+    engines = tmp_path / "engines.toml"
+    engines.write_text(table + "\n")
+    result = run_example(example, engines, "sim")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([error])
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_config_the_table_lacks_is_one_error_naming_it(example, tmp_path):
+    engines = engines_file(tmp_path / "engines.toml", "sim", "llmreplay sim --port {port}", {"default": ""}, 8, 4)
+    result = run_example(example, engines, "sim")
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # a collection error of the test module
+    result.stdout.fnmatch_lines(
+        ["*/engines.toml: [[]sim.configs[]] has no 'chunked_prefill_512' (it has default)", "*short test summary*"]
+    )
+    assert "perf_engine.py:" not in result.stdout.str()
+
+
 @pytest.mark.engine
 def test_example_suite_on_vllm_cpu(example, engine_home, tmp_path):
     """vLLM's CPU build with the tiny model: the setup script's command, its port the plugin's."""
