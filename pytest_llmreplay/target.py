@@ -130,7 +130,10 @@ class Target:
         A refusal while requests are in flight is asked again every 0.1 s for up to
         ``busy_wait_s``: our server's 409 (just after a run stopped early, before it has seen the
         client's disconnects) and vLLM's ``200 {"success": false}`` (blocks still held, e.g. by
-        requests it has not yet aborted); one still refused then is no reset."""
+        requests it has not yet aborted); one still refused then is no reset. A 4xx (404: the
+        server has no such route) or 501 is no reset either; a request that gets no answer (the
+        server died, or hangs past 30 s) or a server error (5xx) is an LLMReplayError naming the
+        request's URL and what came back, not a server said to have no reset."""
         if self.kind == "offline":
             return None
         import httpx
@@ -139,9 +142,11 @@ class Target:
         wall = WallClock()
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        for path in CACHE_RESETS:
+        with httpx.Client(
+            base_url=base, timeout=30.0, headers=headers, event_hooks={"response": [_server_error]}
+        ) as client:
             try:
-                with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
+                for path in CACHE_RESETS:
                     deadline = wall.now() + busy_wait_s
                     answer = client.post(path)
                     while _refused_while_busy(answer) and wall.now() < deadline:
@@ -149,13 +154,13 @@ class Target:
                         answer = client.post(path)
                     if answer.is_success and not _refused_while_busy(answer):
                         return f"POST {path}"
-            except httpx.HTTPError:
-                continue
-        try:
-            with httpx.Client(base_url=base, timeout=30.0, headers=headers) as client:
                 return _erase_slots(client)
-        except httpx.HTTPError:
-            return None
+            except httpx.HTTPError as exc:
+                request = exc.request if isinstance(exc, httpx.RequestError) else None
+                where = f"{request.method} {request.url}" if request is not None else base
+                raise LLMReplayError(
+                    f"prefix-cache reset: {where}: no answer ({describe_error(exc)}); is the server running?"
+                ) from None
 
     def clock(self) -> Clock:
         return VirtualClock() if self.kind == "offline" else WallClock()
@@ -164,6 +169,20 @@ class Target:
         if self.server is not None:
             self.server.stop()
             self.server = None
+
+
+def _server_error(answer: Any) -> None:
+    """A cache reset's ``answer`` (an ``httpx.Response``) that is a server error (a 5xx but 501,
+    Not Implemented: llama.cpp's slot actions without ``--slot-save-path``) raises
+    LLMReplayError naming the request and what came back (status, the body's first 200 characters)."""
+    if answer.status_code < 500 or answer.status_code == 501:
+        return
+    answer.read()
+    body = " ".join(answer.text.split())[:200] or "(empty body)"
+    raise LLMReplayError(
+        f"prefix-cache reset: {answer.request.method} {answer.request.url} answered {answer.status_code} "
+        f"{answer.reason_phrase}: {body}"
+    )
 
 
 def _erase_slots(client: Any) -> str | None:

@@ -9,7 +9,9 @@ import json
 
 import pytest
 from handlers import Handler, serving
+from mockserver import free_port
 
+from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate.baseline import workload_digest
 from pytest_llmreplay.search.capacity import CapacityPlan, Search, find_capacity
 from pytest_llmreplay.target import Target, offline_target, start_sim_server
@@ -107,6 +109,27 @@ def test_a_server_busy_past_the_wait_has_no_reset(fake_server):
     FakeServer.answers = [409] * 1000
     assert Target("live", fake_server).reset_cache(busy_wait_s=0.3) is None
     assert FakeServer.posts[-1] == "/flush_cache" and FakeServer.posts.count("/reset_prefix_cache") >= 2
+
+
+def test_a_reset_answered_with_a_server_error_is_an_error_naming_the_url_and_the_answer(fake_server):
+    FakeServer.answers = [(500, {"error": "engine core died"})]
+    with pytest.raises(LLMReplayError) as info:
+        Target("live", fake_server).reset_cache()
+    base = fake_server.removesuffix("/v1")
+    assert str(info.value) == (
+        f'prefix-cache reset: POST {base}/reset_prefix_cache answered 500 Internal Server Error: {{"error": "engine core died"}}'
+    )
+
+
+def test_a_reset_that_gets_no_answer_is_an_error_naming_the_url(fake_server):
+    """Not "answers neither POST /reset_prefix_cache ...": a server that is not there (it died) is
+    no server without a reset."""
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(LLMReplayError) as info:
+        Target("live", url + "/v1").reset_cache()
+    assert str(info.value) == (
+        f"prefix-cache reset: POST {url}/reset_prefix_cache: no answer (connection refused); is the server running?"
+    )
 
 
 class NoReset(Target):
