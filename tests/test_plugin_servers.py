@@ -252,6 +252,62 @@ def test_a_server_that_dies_after_a_repeat_keeps_the_runs_before_it(project):
     assert json.loads(reported.read_text())["failed_by"] == ["its server died"]
 
 
+def test_a_server_that_dies_during_a_capacity_search_keeps_the_points_before_it(project):
+    """Killed after the search's first point (by a conftest that wraps the reset before each
+    point): the test fails with the server's exit status and log, and the search is stored and
+    reported with that point, marked incomplete, never lost."""
+    project.makeconftest(
+        """
+        import os, pathlib, signal, time
+
+        from pytest_llmreplay.search import capacity
+
+        fresh_server = capacity.Search.fresh_server
+
+        def kill_before_the_second_point(self):
+            if len(self.points) == 0 and getattr(self, "resets", 0) == 1:
+                pid = int(pathlib.Path("pids.txt").read_text().split()[-1])
+                os.kill(pid, signal.SIGKILL)
+                while pathlib.Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+                    time.sleep(0.01)  # dead, not yet reaped: the plugin's check sees it
+            self.resets = getattr(self, "resets", 0) + 1
+            return fresh_server(self)
+
+        capacity.Search.fresh_server = kill_before_the_second_point
+        """
+    )
+    project.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.llmreplay(
+            workload="tiny.yaml",
+            server={"cmd": "sh -c 'echo $$ >> pids.txt; exec SIM'"},
+            capacity={"by": "concurrency", "slo": {"ttft.p99": "< 60s"}, "max": 3},
+        )
+        def test_search(llm_result):
+            pass
+    """.replace("SIM", SIM)
+    )
+    result = project.runpytest_subprocess("--llm-save", "--llm-report", "report")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "point 1/12 * low concurrency 1: pass *",
+            "server command * exited with status -9; last lines of its log (*-1.log):",
+            "*llmreplay sim: * on http://127.0.0.1:*",
+            "(the capacity search's 1 run before it kept, stored marked incomplete: "
+            "stopped by the server's failure after 1 of at most 12 runs)",
+        ]
+    )
+    (stored,) = project.path.joinpath(".llmreplay").glob("*/*.json")
+    search = json.loads(stored.read_text())["capacity"]
+    assert search["incomplete"].startswith("server command ") and "exited with status -9" in search["incomplete"]
+    assert [point["load"] for point in search["points"]] == [1]
+    (reported,) = (project.path / "report" / "tests").glob("*.json")
+    assert json.loads(reported.read_text())["failed_by"] == ["its server died"]
+
+
 @pytest.mark.parametrize(
     ("server", "error"),
     [

@@ -661,3 +661,36 @@ def test_resolution_in_percent_and_settings_the_search_sets(workload, prompts):
     assert parse_capacity({"by": "rate", "slo": SLO, "resolution": "2.5%"}).resolution == pytest.approx(0.025)
     with pytest.raises(LLMReplayError, match="^concurrency: the capacity search sets it at each point"):
         Search(workload, target(prompts), prompts, CapacityPlan(by="rate", slo=SLO), ReplaySettings(concurrency=4))
+
+
+def test_a_server_that_fails_during_the_search_ends_it_keeping_the_points_before(workload, prompts):
+    """``check_server`` raises after the second point (the server died during it): the search
+    ends with the first point only (the second measured the failure), marked incomplete with the
+    server's error, in the stored search and as a warning of the result; failing after the
+    first point, with nothing kept, the error is raised as it was."""
+    calls = []
+
+    def dies_after(n):
+        def check():
+            calls.append(1)
+            if len(calls) >= n:
+                raise LLMReplayError(
+                    "server command 'vllm serve M' exited with status 134; last lines of its log:\nCUDA error"
+                )
+
+        return check
+
+    plan = CapacityPlan(by="concurrency", slo={"ttft.p99": "< 60s"}, max=8)
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1, check_server=dies_after(2))
+    assert [point.load for point in found.points] == [1]
+    assert (
+        found.incomplete == "server command 'vllm serve M' exited with status 134; last lines of its log:\nCUDA error"
+    )
+    assert found.ended == "stopped by the server's failure after 1 of at most 12 runs"
+    assert found.as_dict()["incomplete"] == found.incomplete and found.result.capacity is found
+    assert found.result.run.warnings[-1].startswith(
+        "the capacity search is incomplete, stopped by the server's failure"
+    )
+    calls.clear()
+    with pytest.raises(LLMReplayError, match="exited with status 134"):
+        find_capacity(workload, target(prompts), prompts, plan, workers=1, check_server=dies_after(1))

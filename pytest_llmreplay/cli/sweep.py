@@ -11,7 +11,8 @@ point at capacity (``result.json``, a stored result with the search under ``capa
 ``llmreplay compare`` and the gate read; ``requests.csv``), ``points.csv``, a row per run, estimates
 included (``role`` and ``mode`` say which; the load curve's figures), and ``load_curve.svg``, the load curve drawn
 (:mod:`~pytest_llmreplay.report.load_curve`). Exit status (:data:`SWEEP_STATUS`) 0 when some load meets the
-SLOs, 1 when none does, 3 for bad input (as ``run`` and ``compare``).
+SLOs, 1 when none does, 3 for bad input (as ``run`` and ``compare``), 5 when the server failed
+during the search (the points before it printed and written, the search marked ``incomplete``).
 
 SIGINT (Ctrl-C) or SIGTERM stops the sweep as it stops ``llmreplay run``
 (:mod:`~pytest_llmreplay.replayer.signal_stop`): the point replaying is cut at once (its requests in
@@ -50,7 +51,7 @@ from .options import (
 
 # llmreplay sweep's exit statuses (docs/reference/exit-status.md); a signal's is 128 + its number; bad
 # input, bad usage included (cli.CommandParser), is 3, as run's and compare's
-SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": BAD_INPUT}
+SWEEP_STATUS = {"capacity_found": 0, "no_load_meets_the_slos": 1, "bad_input": BAD_INPUT, "server_failed": 5}
 
 SLO_OPTION = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*((?:<=|>=|==|<|>).*)$")
 
@@ -184,6 +185,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         written.append(write_points(found, out / "points.csv"))
         written.append(write_load_curve(record["capacity"], out / "load_curve.svg"))
         print("wrote " + ", ".join(str(path) for path in written) + interrupted_note(record))
+    if found.incomplete:  # the points before the failure are printed and written above, marked incomplete
+        print(f"error: the server failed during the search: {found.incomplete}", file=sys.stderr)
+        return SWEEP_STATUS["server_failed"]
     stopped = found.interrupted or (band or {}).get("interrupted")
     if stopped:
         return 128 + getattr(signal, stopped)  # the shell's status for a process a signal ended

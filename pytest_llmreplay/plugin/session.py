@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import LLMReplayError
+from ..wording import counted
 from .options import (
     check_bool_options,
     max_servers_option,
@@ -369,6 +370,7 @@ class LLMSession:
                         progress=line_writer(self.config),
                         signals=signals,
                         test_slos=parse_slos(spec.slo, self.extra_metric_names()),
+                        check_server=lambda: self.check_server(spec.server),
                     ).result
             else:
                 if self.workers_count is not None:
@@ -455,7 +457,8 @@ class live_lock:
 def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     """Replay a checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec`; return (PerfRun, Result).
     A server that dies (or stops answering) during the first run raises its error; during a
-    later repeat, the runs before are returned, with ``server_died`` saying so (:func:`~pytest_llmreplay.plugin.hooks.keep_runs_if_server_died`)."""
+    later repeat, the runs before are returned, with ``server_died`` saying so (:func:`~pytest_llmreplay.plugin.hooks.keep_runs_if_server_died`),
+    and so is a capacity search it failed after some points (the search's result, marked incomplete)."""
     from ..gate.baseline import workload_digest
     from .verdict import PerfRun
 
@@ -474,6 +477,10 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     for index in range(repeats):
         try:
             runs.append(state.replay(target, spec, salt=f"{digest} {test}", repeat=index, repeats=repeats))
+            search = getattr(runs[-1][0], "capacity", None)
+            if search is not None and search.incomplete:  # its points are kept, as runs before a death are
+                died = f"{search.incomplete}\n(the capacity search's {counted(len(search.points), 'run')} before it kept, stored marked incomplete: {search.ended})"
+                break
             state.check_server(spec.server)  # a declared server that died during the run fails the test
         except LLMReplayError as exc:  # a server that died or stopped answering
             if index == 0:

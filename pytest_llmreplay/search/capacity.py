@@ -52,6 +52,11 @@ The estimates of a ``rate`` search are never stopped (their achieved rates say w
 sweep``): the first SIGINT or SIGTERM cuts the point replaying in this process at once (points
 in worker processes, offline, run out first: seconds), starts no other, and ends the search with
 every point run (``interrupted`` names the signal); an interrupted point neither passes nor fails.
+
+**A server that fails** during the search (``check_server`` raises after a point: it died; or
+the cache reset or a point's opening gets no answer) ends it with the points measured before
+that one, which measured the failure, kept: ``incomplete`` holds the error (exit status, the
+log's last lines). Failing before any point was measured, the error is raised.
 """
 
 from __future__ import annotations
@@ -293,6 +298,10 @@ class Interrupted(Exception):
     """A signal stopped the search (:class:`~pytest_llmreplay.replayer.signal_stop.SignalStop`); its name."""
 
 
+class ServerFailed(Exception):
+    """The server failed during the search (module docstring); its error."""
+
+
 def trace_rate(workload: Workload) -> float:
     """Sessions per second of a timed trace: (n - 1) / span of its arrivals."""
     arrivals = [s.arrival_s for s in workload.sessions]
@@ -323,6 +332,7 @@ class Search:
         workers: int = 2,
         signals: SignalStop | None = None,
         test_slos: Sequence[SLO] = (),
+        check_server: Callable[[], None] | None = None,
     ) -> None:
         plan.validate()
         settings.validate()
@@ -332,7 +342,7 @@ class Search:
         if settings.mode != "auto":
             raise LLMReplayError("mode: the capacity search sets it at each point; leave it out")
         self.workload, self.target, self.prompts, self.plan, self.base = workload, target, prompts, plan, settings
-        self.progress, self.signals = progress, signals
+        self.progress, self.signals, self.check_server = progress, signals, check_server
         self.workers = workers if target.kind == "offline" else 1
         planned = session_plan(workload, replace(settings, mode="concurrency"))
         self.sessions = len(planned)
@@ -385,24 +395,48 @@ class Search:
     def run_all(self, runs: Sequence[Run]) -> list[Point]:
         """The runs' points, in parallel processes when the target allows (those run out). Here,
         after a signal no further point starts (the first of the runs always does, at once
-        interrupted: it sends nothing); :class:`Interrupted` is raised once the points are kept."""
+        interrupted: it sends nothing); :class:`Interrupted` is raised once the points are kept.
+        A server that fails (an LLMReplayError from its cache reset, the point, or
+        ``check_server`` after it) ends the runs: the points before that one are kept, then
+        :class:`ServerFailed` is raised."""
         jobs = [self.job(settings, stop) for _, _, settings, stop in runs]
         done = self.in_parallel(jobs) if self.workers > 1 and len(jobs) > 1 else None
+        failed = None
         if done is None:
             done = []
             for job in jobs:
                 if done and self.interrupted:
                     break
-                if not self.interrupted:
-                    self.fresh_server()
-                done.append(self.run_here(job))
-        points = [  # after a signal, fewer runs than planned
+                try:
+                    if not self.interrupted:
+                        self.fresh_server()
+                    run = self.run_here(job)
+                    failed = self.server_died()
+                    if failed is not None:
+                        break
+                except LLMReplayError as exc:
+                    failed = self.server_died() or str(exc)
+                    break
+                done.append(run)
+        points = [  # after a signal or a server's failure, fewer runs than planned
             self.keep(load, role, settings, run)
             for (load, role, settings, _), run in zip(runs[: len(done)], done, strict=True)
         ]
+        if failed is not None:
+            raise ServerFailed(failed)
         if self.interrupted:
             raise Interrupted(self.interrupted)
         return points
+
+    def server_died(self) -> str | None:
+        """``check_server``'s error (exit status, the log's last lines) if the server died, which
+        says more than the request that found it gone."""
+        try:
+            if self.check_server is not None:
+                self.check_server()
+        except LLMReplayError as exc:
+            return str(exc)
+        return None
 
     def run_here(self, job: PointJob) -> ReplayRun:
         """One point in this process, cut at once by a signal (:meth:`SignalStop.watch`)."""
@@ -458,6 +492,7 @@ class Search:
 
     def run(self) -> Capacity:
         """The search (module docstring); a signal ends it after the points run until then."""
+        incomplete = None
         try:
             ended, interrupted = self.search(), None
         except Interrupted as stop:
@@ -465,7 +500,15 @@ class Search:
                 f"interrupted by {stop} after {len(self.points)} of at most {self.plan.budget} runs",
                 str(stop),
             )
-        return Capacity(self.plan, self.base, self.points, ended, interrupted, self.rate_unit)
+        except ServerFailed as failure:
+            if not self.points:
+                raise LLMReplayError(str(failure)) from None
+            ended, interrupted, incomplete = (
+                f"stopped by the server's failure after {len(self.points)} of at most {self.plan.budget} runs",
+                None,
+                str(failure),
+            )
+        return Capacity(self.plan, self.base, self.points, ended, interrupted, self.rate_unit, incomplete)
 
     def search(self) -> str:
         """Steps 1 to 4 of the module docstring; why the search ended."""
@@ -512,6 +555,7 @@ def find_capacity(
     workers: int = 2,
     signals: SignalStop | None = None,
     test_slos: Sequence[SLO] = (),
+    check_server: Callable[[], None] | None = None,
 ) -> Capacity:
     """Search the highest load of ``workload`` on ``target`` meeting ``plan``'s SLOs (module
     docstring); ``settings``: every other replay setting of each point; ``progress``: gets a line
@@ -519,5 +563,7 @@ def find_capacity(
     ``signals``: an entered :class:`~pytest_llmreplay.replayer.signal_stop.SignalStop`, whose first signal
     cuts the point running in this process at once and ends the search with what it measured;
     ``test_slos``: the test's own SLOs, whose ``capacity.*`` keys are checked against the
-    search's (:func:`check_capacity_unit`) before any point runs."""
-    return Search(workload, target, prompts, plan, settings, progress, workers, signals, test_slos).run()
+    search's (:func:`check_capacity_unit`) before any point runs; ``check_server``: raises
+    LLMReplayError when the server has died, asked after each point (module docstring: a server
+    that fails)."""
+    return Search(workload, target, prompts, plan, settings, progress, workers, signals, test_slos, check_server).run()

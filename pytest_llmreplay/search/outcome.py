@@ -173,8 +173,9 @@ class CapacityResult(Result):
 @dataclass
 class Capacity:
     """The outcome of a search: every run in run order (estimates included), why the search
-    ``ended`` and the signal that ``interrupted`` it, if one did; the capacity, its point, its
-    bracket and whether it is a ceiling follow from the points (module docstring)."""
+    ``ended``, the signal that ``interrupted`` it, if one did, and the error of a server that
+    failed during it (``incomplete``: it died, or stopped answering), if one did; the capacity,
+    its point, its bracket and whether it is a ceiling follow from the points (module docstring)."""
 
     plan: Any  # a search.CapacityPlan (search/capacity.py imports this module)
     base: ReplaySettings
@@ -184,6 +185,7 @@ class Capacity:
     # what a rate counts: sessions start at the rate, so with multi-turn sessions it is sessions/s
     # (the requests/s columns are the requests answered); req/s when every session is one request
     rate_unit: str = "req/s"
+    incomplete: str | None = None
 
     @property
     def high(self) -> float | None:
@@ -276,6 +278,14 @@ class Capacity:
         point = self.at_capacity.result
         settings = {**self.base.as_dict(), "capacity": self.plan.as_dict()}
         run = replace(point.run, settings=settings)
+        if self.incomplete:
+            run = replace(
+                run,
+                warnings=[
+                    *run.warnings,
+                    f"the capacity search is incomplete, {self.ended}: its capacity is what those runs found",
+                ],
+            )
         if self.interrupted and not run.interrupted:
             run = replace(
                 run,
@@ -292,8 +302,8 @@ class Capacity:
         upper bound found and the capacity no ceiling), ``ceiling`` (the capacity is the rate its
         point carried, the workload too short for its rate), ``upper_bound_found`` (a failing load
         above the capacity: else the bracket's ``high`` is only the capacity repeated), reason,
-        ``interrupted`` (the signal that stopped the search, or None), the points run at their
-        load and the estimates."""
+        ``interrupted`` (the signal that stopped the search, or None), ``incomplete`` (the error
+        of the server that failed during it, or None), the points run at their load and the estimates."""
         return {
             "plan": self.plan.as_dict(),
             **self.figures(),
@@ -304,6 +314,7 @@ class Capacity:
             "rate_unit": self.rate_unit,
             "reason": self.reason,
             "interrupted": self.interrupted,
+            "incomplete": self.incomplete,
             "points": [p.figures() for p in self.load_points],
             "estimates": [p.figures() for p in self.points if p.estimate],
         }
