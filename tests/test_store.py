@@ -253,6 +253,19 @@ def test_newest_complete_skips_interrupted_results(tmp_path):
     assert newest_key(store, "t", [c1]) is None  # only an interrupted one there
 
 
+def test_a_capacity_search_its_server_cut_short_is_neither_a_baseline_nor_a_history_point(tmp_path):
+    from pytest_llmreplay.gate.history import history_points
+
+    store = FolderStore(tmp_path)
+    c1, c2 = "1" * 40, "2" * 40
+    search = {"capacity": 4.0, "points": []}
+    complete = put(store, "t", c1, "20240101T000000000000Z", capacity={**search, "incomplete": None})
+    put(store, "t", c2, "20240105T000000000000Z", capacity={**search, "incomplete": "server exited with status -9"})
+    newest = store.newest_complete("t", [c2, c1])
+    assert (newest.key, newest.interrupted) == (key(complete), 1)
+    assert [commit for commit, _ in history_points(store, "t", [c2, c1]).points] == [c1]
+
+
 def test_a_result_saved_from_a_dirty_tree_is_a_baseline_only_where_its_commit_has_no_other(tmp_path):
     # saved with tracked files changed: not the commit's code, so the commit's clean result wins
     # even when older; at a commit with none clean, the dirty one is taken (the caller says so)

@@ -64,7 +64,7 @@ from ..metrics.units import format_figure
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
-from .stored_record import SCHEMA
+from .stored_record import SCHEMA, partial_reason
 
 CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
 SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency", "ttfo")
@@ -197,9 +197,14 @@ def server_part(result: Any) -> dict[str, Any]:
 
 
 def interrupted_note(record: Mapping[str, Any]) -> str:
-    """`` (marked interrupted: never used as a comparison baseline)`` for an interrupted
-    record, to follow where it was written; empty otherwise."""
-    return " (marked interrupted: never used as a comparison baseline)" if record.get("interrupted") else ""
+    """`` (marked interrupted: never used as a comparison baseline)`` for an interrupted record
+    (``incomplete`` for a capacity search its server's failure cut short), to follow where it
+    was written; empty otherwise."""
+    if not partial_reason(record):
+        return ""
+    return (
+        f" (marked {'interrupted' if record.get('interrupted') else 'incomplete'}: never used as a comparison baseline)"
+    )
 
 
 def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:

@@ -6,8 +6,9 @@ spread they show, the gate that uses it, and change points.
 :class:`~pytest_llmreplay.gate.store.Store` (any kind: folder, git ref, fsspec URL), keeps those with the same fingerprint,
 workload and settings as ``like`` and as many runs (``--llm-repeat``), and returns them oldest
 first. A file that cannot be read is skipped (its key and why kept in :attr:`History.unreadable`), never fatal; a result stopped by a
-signal (``"interrupted"``, :mod:`~pytest_llmreplay.plugin.interrupt`) is skipped: it measured only part
-of its workload.
+signal (``"interrupted"``, :mod:`~pytest_llmreplay.plugin.interrupt`) or a capacity search a
+server's failure cut short (``capacity.incomplete``) is skipped: it measured only part of its
+workload (:func:`~pytest_llmreplay.gate.stored_record.partial_reason`).
 
 **History gate** (:func:`gate_with_history`). With K >= :data:`MIN_HISTORY` earlier results
 (the newest :data:`HISTORY_WINDOW`), each compared figure's history ``h_1..h_K`` (mean ``m``,
@@ -60,6 +61,7 @@ from ..wording import counted
 from .baseline import CONFIDENCE, LOWER_IS_WORSE, Comparison, mismatch
 from .repeats import run_count
 from .store import Store
+from .stored_record import partial_reason
 
 MIN_HISTORY = 5
 MIN_LEVEL_CHANGE = 0.01  # a change point's level change must be at least 1% (sizeable)
@@ -122,7 +124,7 @@ def history_points(
             except LLMReplayError as exc:
                 unreadable[key] = str(exc)
                 continue
-            if record.get("interrupted"):
+            if partial_reason(record):
                 continue
             if like is None or alike(like, record):
                 here.append(record)

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMReplayError
 from ..wording import counted
-from .stored_record import parse_record
+from .stored_record import parse_record, partial_reason
 
 BATCH = 500  # stored files read in one go by the kinds that can (Store.read_many_bytes)
 STALE_TEMPORARY_S = 3600.0  # a write_new temporary file this old, of no running process, was left by a killed writer
@@ -230,8 +230,9 @@ class Store:
     def newest_complete(
         self, test: str, commits: Iterable[str], alike: Callable[[Mapping[str, Any]], bool] | None = None
     ) -> Newest:
-        """The newest stored result of ``test`` that was not interrupted (no ``"interrupted"``:
-        it measured its whole workload) and can be read, at the first of ``commits`` holding one:
+        """The newest stored result of ``test`` that measured its whole workload (no
+        :func:`~pytest_llmreplay.gate.stored_record.partial_reason`: not interrupted, no incomplete
+        capacity search) and can be read, at the first of ``commits`` holding one:
         what a comparison takes as a baseline; one saved from a clean tree before any saved from
         a dirty one (``"dirty"``: tracked files changed, not the commit's code), which is taken only
         where the commit has no other. With ``alike`` (the comparison's own result: the same
@@ -252,7 +253,7 @@ class Store:
                 except LLMReplayError as exc:
                     unreadable.append(str(exc))
                     continue
-                if record.get("interrupted"):
+                if partial_reason(record):
                     interrupted += 1
                 elif alike is not None and not alike(record):
                     unlike = unlike or (key, record)

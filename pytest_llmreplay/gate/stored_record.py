@@ -35,6 +35,19 @@ OPTIONAL_OBJECTS = ("workload", "settings", "capacity")
 _NUMBER_OR_NULL = {int, float, type(None)}  # a summary's values as JSON gives them
 
 
+def partial_reason(record: Mapping[str, Any]) -> str | None:
+    """Why a stored result measured only part of what it set out to, or None: ``interrupted``
+    (the signal that stopped its run) or its capacity search's ``incomplete`` (the error of the
+    server that failed during it). Such a result is kept and reported, never taken as a
+    baseline or a point of the history."""
+    if record.get("interrupted"):
+        return f"interrupted by {record['interrupted']}"
+    capacity = record.get("capacity")
+    if isinstance(capacity, Mapping) and capacity.get("incomplete"):
+        return "an incomplete capacity search (its server failed during it)"
+    return None
+
+
 def read_record(path: str | Path) -> dict[str, Any]:
     """A stored result; :class:`LLMReplayError` naming the file when it is not one."""
     path = Path(path)
