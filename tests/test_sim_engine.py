@@ -257,7 +257,7 @@ def test_one_stretched_hand_out_does_not_send_later_tokens_early():
 
 def test_the_early_start_is_bounded():
     """However slow hand-outs are, tokens go out at most MAX_LEAD_S (+ MAX_LATE_S) early."""
-    from pytest_llmreplay.sim.engine import MAX_LEAD_S
+    from pytest_llmreplay.sim.wake_timing import MAX_LEAD_S
 
     _, handed = _hand_outs(lambda _: 0.3)  # 600 ms per hand-out, in a 1 s iteration
     assert handed[:3] == [1.0, round(2.0 - MAX_LEAD_S, 6), round(3.0 - MAX_LEAD_S, 6)]

@@ -36,6 +36,8 @@ Data parallel: a profile whose hardware has ``data_parallel`` dp > 1 is one vLLM
 engines (``data_parallel_size``), balanced by ``vllm_dp`` whatever ``router`` says; such a
 server is simulated alone (``engines`` 1, no prefill pool). Each engine's timing is the
 profile's (the roofline counts the MoE layers' traffic with the other ranks, sim/roofline.py).
+The engines of a MoE model step in lockstep, as vLLM's ranks do (:mod:`.lockstep`); a dense
+model's ranks are independent.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from ..errors import LLMReplayError
 from ..replayer.clock import Clock
 from ..workloads.prompts import stable_hash
 from .engine import Engine, SimRequest, Tokens
+from .lockstep import LockstepGroup
 from .profile import Profile, engine_timing
 
 ROUTERS = ("round_robin", "least_loaded", "kv_aware", "vllm_dp")
@@ -197,13 +200,20 @@ class Cluster:
         self.config = config
         self.clock = clock
 
+        data_parallel = profile.hardware.data_parallel if profile.hardware is not None else 1
+        lockstep = data_parallel > 1 and profile.model is not None and bool(profile.model.experts)
+
         def engines(role: str, count: int) -> list[Engine]:
             return [
-                Engine(profile.engine, engine_timing(profile, stable_hash("sim-timing", seed, role, i)), clock, spans)
+                Engine(
+                    profile.engine,
+                    engine_timing(profile, stable_hash("sim-timing", seed, role, i)),
+                    clock,
+                    spans and not lockstep,
+                )
                 for i in range(count)
             ]
 
-        data_parallel = profile.hardware.data_parallel if profile.hardware is not None else 1
         if data_parallel > 1:
             if config.engines != 1 or config.prefill_engines:
                 raise LLMReplayError(
@@ -218,6 +228,7 @@ class Cluster:
             if config.prefill_engines
             else None
         )
+        self.lockstep = LockstepGroup(self.decode.engines, clock) if lockstep else None
         self.transfer_s_per_token = transfer_s_per_token(profile, config)
         self.frontend_s = profile.frontend_ms / 1e3
         self._front_end: deque[tuple[float, Job]] = deque()  # (when it reaches the engines, job), in order received
@@ -237,6 +248,9 @@ class Cluster:
         return total
 
     def start(self) -> None:
+        if self.lockstep is not None:
+            self.lockstep.start()
+            return
         for engine in self.engines:
             engine.start()
 
@@ -247,6 +261,8 @@ class Cluster:
         for task in list(self._pipelines):
             task.cancel()
         await asyncio.gather(*self._pipelines, return_exceptions=True)
+        if self.lockstep is not None:
+            await self.lockstep.stop()
         for engine in self.engines:
             await engine.stop()
 

@@ -25,22 +25,9 @@ within a span is its mean. A request whose first ``reasoning_len`` tokens are re
 token in a span of its own, so that its first answer token's time is exact too. ``spans=False`` (the HTTP server, which must stream every token at its
 time) runs every iteration on its own; the times are the same.
 
-Handing tokens out takes clock time on a wall clock (the HTTP server writes one event per stream
-from ``on_emit``: about 5 ms for 1,000 streams). So an iteration's tokens are handed out early,
-the timer set ``lead + late`` before its simulated end, both measured online on the machine it
-runs on (:class:`WakeTiming`), so that the writes straddle the simulated instant instead of all
-trailing it::
-
-    lead = min(0.5 * median(hand-out seconds per request) * requests to hand out, MAX_LEAD_S)
-    late = min(max(median(timer lateness), 0), MAX_LATE_S)
-
-over the last ``TIMING_WINDOW`` iterations (lower medians; lateness: how long after the time asked the timer's
-wake-up ran; an event loop polls in whole milliseconds, about 1 ms). Medians, not means: the
-hand-out that a garbage collection or the other process stretched, or the wake-up that waited
-behind a burst of requests, is rare and must not send every later iteration's tokens early.
-The next iteration is still scheduled at the simulated end, so arrivals join exactly as
-without the lead. On the virtual clock a hand-out takes no time, timers fire on time, and both
-are exactly 0.
+Handing tokens out takes clock time on a wall clock: an iteration's tokens are handed out a
+little before its simulated end, by how much measured online (:mod:`.wake_timing`). On the
+virtual clock that lead is exactly 0.
 
 An idle engine starts its next iteration at the arrival of the request that woke it, and a
 request's arrival is when its server received it (``received_s``), not after the server parsed
@@ -85,38 +72,10 @@ from ..replayer.clock import Clock
 from ..workloads.prompts import KeyedPrompt
 from .kvcache import KVCache, block_hashes, segment_block_hashes
 from .timing import Batch, TimingModel
+from .wake_timing import WakeTiming
 
 Tokens = Sequence[int] | KeyedPrompt
 _TIMER = object()  # what the engine's wake-up future holds when its iteration timer fired
-TIMING_WINDOW = 31  # iterations whose wake-up lateness and hand-out time set the next lead (medians)
-MAX_LATE_S = 0.005  # bounds of the early start (module docstring): a stalled machine must not
-MAX_LEAD_S = 0.025  # make every later token go out far too early
-
-
-class WakeTiming:
-    """How early an iteration's hand-out starts on a wall clock (module docstring): medians of
-    the last ``TIMING_WINDOW`` timer latenesses and hand-out times per request, bounded."""
-
-    def __init__(self) -> None:
-        self.lateness: deque[float] = deque(maxlen=TIMING_WINDOW)
-        self.per_request: deque[float] = deque(maxlen=TIMING_WINDOW)
-
-    def early_s(self, requests: int) -> float:
-        """lead + late for a hand-out to ``requests`` requests."""
-        if not any(self.lateness) and not any(self.per_request):  # all 0 (the virtual clock's): no sorting
-            return 0.0
-        late = min(max(_median(self.lateness), 0.0), MAX_LATE_S)
-        return late + min(0.5 * _median(self.per_request) * requests, MAX_LEAD_S)
-
-    def handed_out(self, seconds: float, requests: int) -> None:
-        if requests:
-            self.per_request.append(seconds / requests)
-
-
-def _median(values: deque[float]) -> float:
-    """The (lower) median of ``values``, 0 when empty: of two values the smaller, so that one
-    outlier never moves it."""
-    return sorted(values)[(len(values) - 1) // 2] if values else 0.0
 
 
 def _set(future: asyncio.Future, value: object) -> None:
@@ -348,9 +307,7 @@ class Engine:
             applied = self.clock.now()
             if woken_by is _TIMER:
                 self.wake_timing.lateness.append(applied - max(due, asked))
-            if self.config.async_scheduling:  # the next iteration was decided as the last one applied started
-                self._decided = start + (plan.ends[steps - 2] if steps > 1 else 0.0)
-                self._held_slots = self._held_blocks = 0
+            self._decide_next(plan, steps, start)
             handed = self._apply(plan, steps, start)
             self.wake_timing.handed_out(self.clock.now() - applied, handed)
             # back to back: the next iteration starts when this one ended in simulated time, even
@@ -358,6 +315,37 @@ class Engine:
             start += plan.ends[steps - 1]
             if self.clock.now() < start:
                 await self.clock.sleep_until(start)  # its tokens went out early: the next iteration starts on time
+
+    def _decide_next(self, plan: _Plan, steps: int, start: float) -> None:
+        """Async scheduling (module doc): the next iteration was decided as the last of the
+        ``steps`` applied started; the slots and blocks held for it are free again."""
+        if self.config.async_scheduling:
+            self._decided = start + (plan.ends[steps - 2] if steps > 1 else 0.0)
+            self._held_slots = self._held_blocks = 0
+
+    # -- one iteration at a time, for a lockstep group (sim/lockstep.py) ----------------------
+
+    def busy(self) -> bool:
+        """Requests running or waiting: the engine has an iteration to run."""
+        return bool(self.running or self.waiting)
+
+    def wait_for_arrival(self, wake: asyncio.Future | None) -> None:
+        """Set ``wake``'s result at the next request queued (None: arrivals wake nobody)."""
+        self._wake = wake
+
+    def plan_iteration(self, start: float) -> _Plan:
+        """Schedule the iteration that starts at ``start`` (an engine made with ``spans=False``
+        plans one iteration: ``plan.ends`` holds its own duration)."""
+        self._start = start
+        return self._schedule()
+
+    def end_iteration(self, plan: _Plan, start: float, length: float) -> int:
+        """The iteration of ``plan`` started at ``start`` and lasted ``length`` (its group's step,
+        at least its own duration): async scheduling's bookkeeping, then its tokens handed out at
+        ``start + length``. Returns how many requests got tokens."""
+        plan.ends = [length]
+        self._decide_next(plan, 1, start)
+        return self._apply(plan, 1, start)
 
     # -- scheduling ---------------------------------------------------------------------------
 
