@@ -67,7 +67,7 @@ def main() -> None:
     add_run_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        run, profile_file = chosen_run(args.run, args.profile, Path(scratch))
+        run, profile_file = chosen_run(args.run, args.profile, Path(scratch), args.trace)
         profile = load_profile(profile_file)
         if not profile.uncertainty:
             parser.error(f"profile {profile.name} states no uncertain parameters")

@@ -98,7 +98,7 @@ VISIBLE = MeasuredRun(
 )
 
 
-def public_run(folder: Path, scratch: Path) -> MeasuredRun:
+def public_run(folder: Path, scratch: Path, trace: Path | None = None) -> MeasuredRun:
     """A run copied from LLMServingSim's ``bench/examples/<GPU>/<model>/`` (``vllm/requests.jsonl``,
     ``vllm/meta.json``, ``vllm/timeseries.csv``, ``validation/summary.txt``; or the same names in one
     flat folder). Its replayed trace is written to ``scratch`` from the run's own requests, in
@@ -107,7 +107,9 @@ def public_run(folder: Path, scratch: Path) -> MeasuredRun:
     so no two share a prefix, where the visible run's trace, with its ids, hits 7.6% of its prompt
     tokens in the simulated cache: replayed so (a copy of the visible run's own files), its TTFT
     p50 error goes from +15.4% to +18.3% and its TPOT mean error from +7.8% to +9.8%, a bias
-    towards too slow that a run replayed from its lengths alone carries too (bench/README.md)."""
+    towards too slow that a run replayed from its lengths alone carries too (bench/README.md).
+    ``trace``: the run's own workload file instead (its meta's ``dataset_path``, with token ids),
+    when it is at hand: the per-request check then requires its lengths to be the run's."""
 
     def find(*names: str) -> Path | None:
         return next((folder / name for name in names if (folder / name).is_file()), None)
@@ -118,6 +120,9 @@ def public_run(folder: Path, scratch: Path) -> MeasuredRun:
         sys.exit(
             f"{folder}: expected vllm/requests.jsonl, vllm/meta.json and vllm/timeseries.csv (or the same names in it)"
         )
+    summary = find("validation/summary.txt", "summary.txt")
+    if trace is not None:
+        return MeasuredRun(requests=requests, meta=meta, timeseries=timeseries, summary=summary, trace=trace)
     rows = [json.loads(line) for line in requests.read_text().splitlines() if line.strip()]
     first = min(row["arrival_time"] for row in rows)
     trace = scratch / f"{folder.name}-trace.jsonl"
@@ -138,7 +143,7 @@ def public_run(folder: Path, scratch: Path) -> MeasuredRun:
         requests=requests,
         meta=meta,
         timeseries=timeseries,
-        summary=find("validation/summary.txt", "summary.txt"),
+        summary=summary,
         trace=trace,
     )
 
@@ -162,6 +167,7 @@ def with_run_engine(profile_name: str, meta: dict[str, Any], scratch: Path) -> P
         engine["num_gpu_blocks"] = cache["num_gpu_blocks"] // max(1, int(kwargs.get("data_parallel_size") or 1))
         for derived in ("gpu_memory_utilization", "activation_reserve_gib"):
             engine.pop(derived, None)
+        data.get("uncertainty", {}).pop("engine.activation_reserve_gib", None)  # the run's cache is known
     path = scratch / f"{profile.name}-run-engine.json"
     path.write_text(json.dumps(data, indent=2))
     return path
@@ -334,11 +340,14 @@ def full_batch_steps(real: dict[str, Any], timing: Any, seqs: int) -> list[dict[
     that second comes from the per-request data (input + tokens generated so far, linear between
     first and last token). The timeseries' t counts from the run's start, which the meta puts
     within 0.1 s of the first arrival; the first queued_ts stands for it. A data-parallel run's
-    timeseries sums its dp engines (``seqs`` each): the step is the same, and one engine's batch
-    is a dp-th of the requests, their KV and the prompt tokens (equal loads assumed).
+    timeseries sums its dp engines (``seqs`` each): one engine's batch is a dp-th of the requests
+    and their KV; of a MoE model, whose ranks step in lockstep (sim/lockstep.py), the step is
+    the prefilling rank's, which holds the second's whole chunk; of a dense model, each engine a
+    dp-th of the prompt tokens too (equal loads assumed).
     """
     col = real["columns"]
     dp = max(1, int(real["meta"].get("engine_kwargs", {}).get("data_parallel_size") or 1))
+    chunk_share = 1 if getattr(timing, "model", None) is not None and timing.model.experts else dp
     lines = real["run"].timeseries.read_text().splitlines()
     header = lines[0].split(",")
     rows = [dict(zip(header, map(float, line.split(",")), strict=True)) for line in lines[1:] if line.strip()]
@@ -352,7 +361,7 @@ def full_batch_steps(real: dict[str, Any], timing: Any, seqs: int) -> list[dict[
         generated = np.where(now >= col["first_token_ts"], 1 + progress * (col["output_toks"] - 1), 0)
         kv = int(((col["input_toks"] + generated) * active).sum()) // dp
         step = row["running"] / row["gen_throughput"]
-        chunk = int(round(row["prompt_throughput"] * step / dp))
+        chunk = int(round(row["prompt_throughput"] * step / chunk_share))
         batch = Batch(chunk, chunk, int(active.sum()) // dp - (1 if chunk else 0), kv, 0.0)
         out.append(
             {"t": row["t"], "prefill": chunk, "batch": batch, "measured": step, "predicted": timing.iteration_s(batch)}
@@ -599,14 +608,21 @@ def add_run_option(parser: argparse.ArgumentParser) -> None:
         help="another measured run, a copy of LLMServingSim's bench/examples/<GPU>/<model>/ folder "
         "(public_run); its own requests are replayed with its engine settings (default: the visible run)",
     )
+    parser.add_argument(
+        "--trace",
+        metavar="FILE",
+        type=Path,
+        help="with --run: the run's own workload file (its meta's dataset_path, token ids and all) "
+        "instead of its requests' lengths",
+    )
 
 
-def chosen_run(folder: Path | None, profile: str, scratch: Path) -> tuple[MeasuredRun, str]:
+def chosen_run(folder: Path | None, profile: str, scratch: Path, trace: Path | None = None) -> tuple[MeasuredRun, str]:
     """The run to compare with (``--run``, else the visible one) and the profile to replay it on:
     for another run, ``profile`` with the run's engine settings (:func:`with_run_engine`)."""
     if folder is None:
         return VISIBLE, profile
-    run = public_run(folder, scratch)
+    run = public_run(folder, scratch, trace)
     return run, str(with_run_engine(profile, json.loads(run.meta.read_text()), scratch))
 
 
@@ -622,7 +638,7 @@ def main() -> None:
     if args.runs < 1:
         parser.error("--runs must be >= 1")
     with tempfile.TemporaryDirectory() as scratch:
-        run, profile = chosen_run(args.run, args.profile, Path(scratch))
+        run, profile = chosen_run(args.run, args.profile, Path(scratch), args.trace)
         trace_lines = [json.loads(line) for line in run.trace.read_text().splitlines() if line.strip()]
         real = load_vllm(trace_lines, run)
         workload = load_workload(run.trace)

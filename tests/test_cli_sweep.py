@@ -399,6 +399,7 @@ def test_sweep_band_says_how_sure_the_capacity_is(capsys, workload, tmp_path):
     band = read_record(tmp_path / "out" / "result.json")["band"]
     assert band["figures"] == {"capacity.concurrency": [low, high]} and band["capacities"] == drawn
     assert band["draws"] == 10 and set(band["parameters"]) == {
+        "engine.activation_reserve_gib",
         "timing.mfu",
         "timing.mbu",
         "timing.overhead_ms",

@@ -30,8 +30,13 @@ def test_each_roofline_profile_states_its_efficiencies_overhead_and_structural_e
             continue
         profile = load_profile(name)  # the parser checks each range holds the profile's own value
         sources = {u.field: u.source for u in profile.uncertainty}
-        assert set(sources) == {"timing.mfu", "timing.mbu", "timing.overhead_ms", "timing.discrepancy"}, name
+        derived = "num_gpu_blocks" not in data["engine"]  # its KV cache from a reserve: drawn too
+        assert set(sources) == {"timing.mfu", "timing.mbu", "timing.overhead_ms", "timing.discrepancy"} | (
+            {"engine.activation_reserve_gib"} if derived else set()
+        ), name
         assert all("https://" in sources[field] for field in ("timing.mfu", "timing.mbu", "timing.overhead_ms")), name
+        if derived:
+            assert "pull request #10511" in sources["engine.activation_reserve_gib"], name
         assert "bench/README.md" in sources["timing.discrepancy"], name  # where the error was measured
         assert profile.timing.discrepancy == 1.0  # the prediction's own: the range only widens the band
 
@@ -166,3 +171,31 @@ def test_a_band_that_cannot_run_is_one_line_before_the_replay(capsys, trace_data
     out, err = capsys.readouterr()
     assert message in err and "Traceback" not in err
     assert "Per-trace metrics" not in out  # refused before replaying
+
+
+def test_a_drawn_reserve_sizes_each_draws_kv_cache_as_vllm_would():
+    """``engine.activation_reserve_gib`` drawn: each draw's num_gpu_blocks is derived from its
+    reserve at the profile's own utilization; the prediction keeps the profile's own."""
+    from pytest_llmreplay.sim.profile import derive_num_gpu_blocks
+    from pytest_llmreplay.sim.profile_band import draw
+
+    profile = load_profile("llama-3.1-8b-rtx-4090")
+    assert profile.memory_plan == (0.9, 2.5) and profile.engine.num_gpu_blocks == 2115
+    rng = np.random.default_rng(5)
+    reserves = [
+        {u.field: draw(rng, u) for u in profile.uncertainty}["engine.activation_reserve_gib"] for _ in range(30)
+    ]
+    blocks = [derive_num_gpu_blocks(profile.model, profile.hardware, 16, 0.9, r) for r in reserves]
+    assert [p.engine.num_gpu_blocks for p in draw_profiles(profile, 30, 5)] == blocks
+    assert min(blocks) < 2115 < max(blocks) and len(set(blocks)) == 30  # 0.57-3.05 GiB: 1,833-3,103 blocks
+
+
+def test_a_reserve_range_needs_a_derived_cache_and_memory_left_at_its_high_end():
+    data = raw("llama-3.1-8b-rtx-4090")
+    data["uncertainty"]["engine.activation_reserve_gib"]["range"] = [0.57, 9.0]
+    with pytest.raises(LLMReplayError, match=r"activation_reserve_gib\.range: its high end 9 GiB leaves no memory"):
+        parse_profile(data, origin="x.json")
+    data = raw("llama-3.1-8b-rtx-4090")
+    data["engine"]["num_gpu_blocks"] = 2000
+    with pytest.raises(LLMReplayError, match="gives engine.num_gpu_blocks: there is no derived KV cache"):
+        parse_profile(data, origin="x.json")

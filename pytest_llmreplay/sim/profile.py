@@ -64,6 +64,8 @@ class Profile:
     )
     reasoning: Distribution | None = None  # reasoning tokens before each answer (sim/reasoning.py)
     uncertainty: tuple[Uncertain, ...] = ()  # uncertain parameters, their ranges and sources (sim/profile_ranges.py)
+    # (gpu_memory_utilization, activation_reserve_gib) where num_gpu_blocks was derived from them, else None
+    memory_plan: tuple[float, float] | None = None
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     description: str = ""
@@ -394,6 +396,17 @@ def _hardware(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None) -> H
     )
 
 
+def _memory_plan(f: _Fields, data: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(gpu_memory_utilization, activation_reserve_gib) of an engine section that derives its
+    ``num_gpu_blocks``; None where it gives them."""
+    if "num_gpu_blocks" in data:
+        return None
+    return (
+        f.number(data, "engine", "gpu_memory_utilization", maximum=1.0),
+        f.number(data, "engine", "activation_reserve_gib", inclusive=True),
+    )
+
+
 def _engine(
     f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardware: HardwareSpec | None
 ) -> EngineConfig:
@@ -521,24 +534,38 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
     timing = _timing(f, data["timing"], model, hardware)
     frontend_ms = f.number(data["timing"], "timing", "frontend_ms", 0.0, maximum=MAX_FRONTEND_MS, inclusive=True)
 
+    engine = _engine(f, engine_data, model, hardware)
+    memory_plan = _memory_plan(f, engine_data)
+
     def value_of(name: str) -> float | None:
         section, _, key = name.partition(".")
         if name == "timing.frontend_ms":
             return frontend_ms
+        if name == "engine.activation_reserve_gib":
+            return memory_plan[1] if memory_plan is not None else None
         if not isinstance(timing, RooflineTiming):
             return None
         return float(getattr(timing if section == "timing" else timing.hardware, key))
 
+    uncertainty = parse_uncertainty(data["uncertainty"], value_of, f.fail) if "uncertainty" in data else ()
+    for uncertain in uncertainty:
+        if uncertain.field == "engine.activation_reserve_gib" and memory_plan and model and hardware:
+            if derive_num_gpu_blocks(model, hardware, engine.block_size, memory_plan[0], uncertain.high) <= 0:
+                f.fail(
+                    "uncertainty.engine.activation_reserve_gib.range",
+                    f"its high end {uncertain.high:g} GiB leaves no memory for the KV cache",
+                )
     return Profile(
         name=f.string(data, "", "name", default_name or "profile"),
         timing=timing,
-        engine=_engine(f, engine_data, model, hardware),
+        engine=engine,
         model=model,
         hardware=hardware,
         jitter=f.number(data["timing"], "timing", "jitter", 0.0, maximum=MAX_JITTER, inclusive=True),
         frontend_ms=frontend_ms,
         reasoning=parse_distribution(data["reasoning"], "reasoning", {"path": origin}) if "reasoning" in data else None,
-        uncertainty=parse_uncertainty(data["uncertainty"], value_of, f.fail) if "uncertainty" in data else (),
+        uncertainty=uncertainty,
+        memory_plan=memory_plan,
         sources=f.strings(data, "sources"),
         notes=f.strings(data, "notes"),
         description=description,

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from ..metrics.units import display_unit, in_unit, significant, with_unit
-from .profile import Profile
+from .engine import EngineConfig
+from .profile import Profile, derive_num_gpu_blocks
 from .profile_ranges import LOG_DRAWN, Uncertain
 from .roofline import RooflineTiming
 
@@ -41,7 +42,13 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
     changes: dict[str, Any] = {}
     if "timing.frontend_ms" in values:
         changes["frontend_ms"] = values["timing.frontend_ms"]
-    roofline = {name.partition(".")[2]: value for name, value in values.items() if name != "timing.frontend_ms"}
+    if "engine.activation_reserve_gib" in values:
+        changes["engine"] = with_reserve(profile, values["engine.activation_reserve_gib"])
+    roofline = {
+        name.partition(".")[2]: value
+        for name, value in values.items()
+        if name not in ("timing.frontend_ms", "engine.activation_reserve_gib")
+    }
     if roofline:
         timing = profile.timing
         assert isinstance(timing, RooflineTiming)  # parse_uncertainty allows these fields on a roofline only
@@ -62,6 +69,16 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
             discrepancy=roofline.get("discrepancy", timing.discrepancy),
         )
     return dataclasses.replace(profile, **changes)
+
+
+def with_reserve(profile: Profile, reserve_gib: float) -> EngineConfig:
+    """The profile's engine with the KV cache vLLM would size with ``reserve_gib`` GiB of each
+    GPU set aside (:func:`~.profile.derive_num_gpu_blocks`, at the profile's own utilization),
+    at least one block: the profile's parse checked that its range leaves memory for the cache."""
+    assert profile.memory_plan is not None and profile.model is not None and profile.hardware is not None
+    utilization, _ = profile.memory_plan
+    blocks = derive_num_gpu_blocks(profile.model, profile.hardware, profile.engine.block_size, utilization, reserve_gib)
+    return dataclasses.replace(profile.engine, num_gpu_blocks=max(blocks, 1))
 
 
 def draw(rng: np.random.Generator, uncertain: Uncertain) -> float:

@@ -10,7 +10,9 @@ Its optional ``uncertainty`` section states them::
     }
 
 Each key is a dotted field of :data:`UNCERTAIN_FIELDS` (the roofline's efficiencies and host
-overhead, the front end, the GPU's peak figures, and ``timing.discrepancy``); ``range`` is
+overhead, the front end, the GPU's peak figures, ``timing.discrepancy``, and
+``engine.activation_reserve_gib`` where the profile derives its KV cache from it: each draw then
+derives its own ``num_gpu_blocks``, sim/profile.py); ``range`` is
 ``[low, high]`` with ``0 < low < high`` (efficiencies at most 1) holding the profile's own value,
 which stays the prediction; ``source`` says where the range comes from and is required.
 :mod:`.profile_band` draws the parameters from their ranges to put a band around a prediction.
@@ -38,7 +40,7 @@ ROOFLINE_FIELDS = (
     "hardware.memory_bandwidth",
     "timing.discrepancy",
 )
-UNCERTAIN_FIELDS = (*ROOFLINE_FIELDS, "timing.frontend_ms")
+UNCERTAIN_FIELDS = (*ROOFLINE_FIELDS, "timing.frontend_ms", "engine.activation_reserve_gib")
 LOG_DRAWN = ("timing.discrepancy",)  # factors: drawn uniformly in their logarithm
 SHARES = ("timing.mfu", "timing.mbu")  # a share of a peak: at most 1
 
@@ -67,6 +69,8 @@ def parse_uncertainty(
         if name not in UNCERTAIN_FIELDS:
             fail(where, f"unknown field (expected one of: {', '.join(UNCERTAIN_FIELDS)})")
         own = value_of(name)
+        if own is None and name == "engine.activation_reserve_gib":
+            fail(where, "the profile gives engine.num_gpu_blocks: there is no derived KV cache whose reserve to draw")
         if own is None:
             fail(
                 where,
