@@ -261,3 +261,18 @@ def test_the_early_start_is_bounded():
 
     _, handed = _hand_outs(lambda _: 0.3)  # 600 ms per hand-out, in a 1 s iteration
     assert handed[:3] == [1.0, round(2.0 - MAX_LEAD_S, 6), round(3.0 - MAX_LEAD_S, 6)]
+
+
+def test_a_preempted_request_resumes_from_its_cached_blocks_generated_ones_too():
+    # 7 blocks of 4: A (8 + 6) and B (8 + 10) decode until B, the newer, is preempted with 13
+    # tokens computed, 3 full blocks (the third filled by its own output); A finishes and B comes
+    # back: vLLM caches a block as it fills, so B recomputes only the token past its full blocks
+    timing = OneSecond()
+    engine, (a, b) = simulate(
+        EngineConfig(block_size=4, num_gpu_blocks=7, max_num_batched_tokens=100),
+        [(0, list(range(8)), 6), (0, list(range(100, 108)), 10)],
+        timing,
+    )
+    assert engine.preemptions_total == 1 and b.preemptions == 1
+    assert [batch.prefill_tokens for batch in timing.batches[1:] if batch.prefill_tokens] == [1]
+    assert b.times == [1.0, 5.0, 7.0, 11.0] and sum(b.tokens) == 10

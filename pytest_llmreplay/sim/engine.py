@@ -5,8 +5,9 @@ Each iteration (vLLM v1's scheduler):
 1. running requests first, in admission order: a prefilling one gets a chunk of
    ``min(tokens left, budget)`` of the ``max_num_batched_tokens`` budget (chunked prefill), a
    decoding one gets 1 token; each must get the KV blocks it will fill, and when none are free
-   the newest running request is preempted (recompute: its blocks are released, it goes back to
-   the front of the queue and later prefills its prompt and what it had generated);
+   the newest running request is preempted (recompute: its blocks are released, its full ones
+   still named in the cache, it goes back to the front of the queue and later prefills its
+   prompt and what it had generated, from whatever of those blocks was not reused meanwhile);
 2. then waiting requests are admitted FCFS while budget, ``max_num_seqs`` and free blocks allow,
    starting from their longest cached prefix (all full blocks; a prompt fully cached recomputes
    its last block, as vLLM recomputes its last token);
@@ -459,6 +460,12 @@ class Engine:
         return True
 
     def _preempt(self, request: SimRequest) -> None:
+        """Back to the front of the queue, its blocks released. Its full blocks are named in the
+        cache first, generated ones too: vLLM caches a block as it fills (``KVCacheManager.
+        allocate_slots`` -> ``cache_blocks``), so a preempted request resumes from whatever of its
+        blocks were not reused meanwhile and recomputes only the rest; here decode blocks are
+        otherwise named only when a request finishes."""
+        self._register(request)
         self.running.remove(request)
         request.running = False
         request.target = request.prompt_len + request.generated
