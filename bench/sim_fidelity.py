@@ -48,6 +48,7 @@ summary (the virtual clock is deterministic).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
@@ -400,12 +401,12 @@ def pct(value: float | None) -> str:
     return "" if value is None else f"{value * 100:+.1f}%"
 
 
-def hardware_words(meta: dict[str, Any]) -> str:
-    """'2 x NVIDIA RTX PRO 6000 ... (data parallel 2, expert parallel)' from a run's meta; the
-    visible run's meta names no hardware (its data README does: one RTX PRO 6000)."""
-    hardware, kwargs = meta.get("hardware"), meta.get("engine_kwargs", {})
+def hardware_words(meta: dict[str, Any], profile: Profile) -> str:
+    """'2 x NVIDIA RTX PRO 6000 ... (data parallel 2, expert parallel)' from a run's meta; from
+    the profile's hardware where the meta names none (vLLM 0.19's metas do not)."""
+    kwargs, hardware = meta.get("engine_kwargs", {}), meta.get("hardware")
     if not hardware:
-        return "one RTX PRO 6000"
+        return profile.hardware.name if profile.hardware is not None else "the profile's hardware"
     layout = [
         f"{name} {kwargs[key]}"
         for key, name in (("tensor_parallel_size", "tensor parallel"), ("data_parallel_size", "data parallel"))
@@ -471,7 +472,7 @@ def build_report(real: dict[str, Any], sim: dict[str, Any], their: dict[tuple[st
     meta = real["meta"]
 
     out = [
-        f"## Simulator fidelity: vLLM {meta.get('vllm_version')} on {hardware_words(meta)}, {meta.get('model')}, "
+        f"## Simulator fidelity: vLLM {meta.get('vllm_version')} on {hardware_words(meta, sim['profile'])}, {meta.get('model')}, "
         f"{real['run'].trace.name} ({real['requests']} requests)",
         "",
         f"Profile `{profile.name}` as shipped, timing `{timing['kind']}`: mfu {timing.get('mfu')}, mbu {timing.get('mbu')}, "
@@ -600,6 +601,12 @@ def parts_report(real: dict[str, Any], sim: dict[str, Any]) -> str:
     )
 
 
+def read_trace_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a trace file, gzip-compressed (``.gz``) or not."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def add_run_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run",
@@ -639,7 +646,7 @@ def main() -> None:
         parser.error("--runs must be >= 1")
     with tempfile.TemporaryDirectory() as scratch:
         run, profile = chosen_run(args.run, args.profile, Path(scratch), args.trace)
-        trace_lines = [json.loads(line) for line in run.trace.read_text().splitlines() if line.strip()]
+        trace_lines = read_trace_lines(run.trace)
         real = load_vllm(trace_lines, run)
         workload = load_workload(run.trace)
         sim = simulate(workload, args.runs, profile)
