@@ -72,6 +72,7 @@ import numpy as np
 from ..replayer.clock import Clock
 from ..workloads.prompts import KeyedPrompt
 from .kvcache import KVCache, block_hashes, segment_block_hashes
+from .loop_task import LoopTask
 from .timing import Batch, TimingModel
 from .wake_timing import WakeTiming
 
@@ -203,7 +204,7 @@ class _Plan:
     ]  # cumulative end of each planned iteration, from the plan's start (floats: no numpy scalar per read)
 
 
-class Engine:
+class Engine(LoopTask):
     """One simulated engine on ``clock``. ``submit`` a request, await its ``done`` future."""
 
     def __init__(self, config: EngineConfig, timing: TimingModel, clock: Clock, spans: bool = True) -> None:
@@ -225,16 +226,6 @@ class Engine:
         self._held_blocks = 0  # ... and the blocks they released
         self._aborts = 0  # aborts since the last hand-out: only then can a planned request have left
         self.wake_timing = WakeTiming()  # how early hand-outs start (module docstring)
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
 
     def submit(self, prompt: Tokens, output: Tokens, reasoning_len: int = 0) -> SimRequest:
         """Queue a request that generates exactly ``len(output)`` tokens, the first

@@ -34,10 +34,11 @@ from collections.abc import Sequence
 
 from ..replayer.clock import Clock
 from .engine import Engine
+from .loop_task import LoopTask
 from .wake_timing import WakeTiming
 
 
-class LockstepGroup:
+class LockstepGroup(LoopTask):
     """``engines`` (made with ``spans=False``) stepping together on ``clock`` (module doc);
     :meth:`start` runs them, in place of each engine's own :meth:`~.engine.Engine.start`."""
 
@@ -47,16 +48,6 @@ class LockstepGroup:
         self.engines = list(engines)
         self.clock = clock
         self.wake_timing = WakeTiming()
-        self._task: asyncio.Task | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
