@@ -219,7 +219,9 @@ def test_over_http_the_four_apis_measure_the_same_within_the_noise(prompts):
     iteration it waits out: that is the noise, with the shared machine's), and the first token
     comes after the prefill's iteration, the first answer token after the reasoning's two (a
     parser that took ``response.created`` or ``message_start`` for the first token would be an
-    iteration early: only means are checked, as a loaded machine's server lags and catches up)."""
+    iteration early: only medians are checked, as a loaded machine's server lags and catches up,
+    and one stall of a busy CI machine had moved the mean TTFT of one API's 18 requests by two
+    iterations; a parser off by an iteration moves every request, and so the median)."""
     results = {}
     with serving(prompts, tiny_profile(ITERATION_S)) as thread:
         for api in APIS:
@@ -231,14 +233,14 @@ def test_over_http_the_four_apis_measure_the_same_within_the_noise(prompts):
     chat = results["chat"]
     for api, result in results.items():
         assert result.ok and per_request(result, "output_tokens") == [7] * 18, api  # 2 reasoning + 5
-        assert result.summary["ttft"]["mean"] > ITERATION_S, api
+        assert result.summary["ttft"]["p50"] > ITERATION_S, api
         if api != "completions":
             for field in ("prompt_tokens", "cached_tokens", "reasoning_tokens"):
                 assert per_request(result, field) == per_request(chat, field), (api, field)
-            assert result.summary["ttfo"]["mean"] > 3 * ITERATION_S, api  # the prefill and 2 reasoning tokens
-            assert abs(result.summary["ttfo"]["mean"] - chat.summary["ttfo"]["mean"]) < ITERATION_S, api
+            assert result.summary["ttfo"]["p50"] > 3 * ITERATION_S, api  # the prefill and 2 reasoning tokens
+            assert abs(result.summary["ttfo"]["p50"] - chat.summary["ttfo"]["p50"]) < ITERATION_S, api
         for metric in ("ttft", "tpot", "latency"):
-            assert abs(result.summary[metric]["mean"] - chat.summary[metric]["mean"]) < ITERATION_S, (api, metric)
+            assert abs(result.summary[metric]["p50"] - chat.summary[metric]["p50"]) < ITERATION_S, (api, metric)
     assert json.dumps(per_request(chat, "cached_tokens")) != json.dumps([0] * 18)
 
 
