@@ -396,22 +396,14 @@ def _hardware(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None) -> H
     )
 
 
-def _memory_plan(f: _Fields, data: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(gpu_memory_utilization, activation_reserve_gib) of an engine section that derives its
-    ``num_gpu_blocks``; None where it gives them."""
-    if "num_gpu_blocks" in data:
-        return None
-    return (
-        f.number(data, "engine", "gpu_memory_utilization", maximum=1.0),
-        f.number(data, "engine", "activation_reserve_gib", inclusive=True),
-    )
-
-
 def _engine(
     f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardware: HardwareSpec | None
-) -> EngineConfig:
+) -> tuple[EngineConfig, tuple[float, float] | None]:
+    """The engine settings, and (gpu_memory_utilization, activation_reserve_gib) where its
+    ``num_gpu_blocks`` was derived from them (None where the section gives it)."""
     p = "engine"
     block_size = f.number(data, p, "block_size", integer=True)
+    memory_plan = None
     if "num_gpu_blocks" in data:
         blocks = f.number(data, p, "num_gpu_blocks", integer=True)
     else:
@@ -419,6 +411,7 @@ def _engine(
             f.fail(f"{p}.num_gpu_blocks", "missing (give it, or model and hardware to derive it)")
         utilization = f.number(data, p, "gpu_memory_utilization", maximum=1.0)
         reserve = f.number(data, p, "activation_reserve_gib", inclusive=True)
+        memory_plan = (utilization, reserve)
         blocks = derive_num_gpu_blocks(model, hardware, block_size, utilization, reserve)
         if blocks <= 0:
             f.fail(
@@ -435,7 +428,7 @@ def _engine(
     async_scheduling = data.get("async_scheduling", False)
     if not isinstance(async_scheduling, bool):
         f.fail(f"{p}.async_scheduling", f"must be true or false, got {async_scheduling!r}")
-    return EngineConfig(
+    engine = EngineConfig(
         block_size=block_size,
         num_gpu_blocks=blocks,
         max_num_seqs=f.number(data, p, "max_num_seqs", integer=True),
@@ -443,6 +436,7 @@ def _engine(
         async_scheduling=async_scheduling,
         max_model_len=f.number(data, p, "max_model_len", integer=True) if "max_model_len" in data else None,
     )
+    return engine, memory_plan
 
 
 def _table(f: _Fields, data: Mapping[str, Any]) -> TableTiming:
@@ -534,8 +528,7 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
     timing = _timing(f, data["timing"], model, hardware)
     frontend_ms = f.number(data["timing"], "timing", "frontend_ms", 0.0, maximum=MAX_FRONTEND_MS, inclusive=True)
 
-    engine = _engine(f, engine_data, model, hardware)
-    memory_plan = _memory_plan(f, engine_data)
+    engine, memory_plan = _engine(f, engine_data, model, hardware)
 
     def value_of(name: str) -> float | None:
         section, _, key = name.partition(".")
