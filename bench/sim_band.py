@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sim_fidelity import PROFILE, add_run_option, chosen_run, error, load_vllm, read_trace_lines, simulate, stats
+from sim_fidelity import PROFILE, add_run_option, chosen_run, error, load_vllm, simulate, stats
 
 from pytest_llmreplay import load_workload
 from pytest_llmreplay.sim.profile import load_profile
@@ -70,8 +70,7 @@ def main() -> None:
         profile = load_profile(profile_file)
         if not profile.uncertainty:
             parser.error(f"profile {profile.name} states no uncertain parameters")
-        trace_lines = read_trace_lines(run.trace)
-        real = figures(load_vllm(trace_lines, run))
+        real = figures(load_vllm(run))
         workload = load_workload(run.trace)
         start = time.perf_counter()
         own = figures(simulate(workload, 1, profile))

@@ -200,7 +200,15 @@ def peak_overlap(starts: np.ndarray, ends: np.ndarray) -> int:
 # ---------------------------------------------------------------------------- the measured run
 
 
-def load_vllm(trace_lines: list[dict[str, Any]], run: MeasuredRun = VISIBLE) -> dict[str, Any]:
+def read_trace_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a trace file, gzip-compressed (``.gz``) or not."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def load_vllm(run: MeasuredRun = VISIBLE) -> dict[str, Any]:
+    """The measured run's per-request figures, checked request by request against its trace."""
+    trace_lines = read_trace_lines(run.trace)
     path = run.requests
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if len(rows) != len(trace_lines):
@@ -601,12 +609,6 @@ def parts_report(real: dict[str, Any], sim: dict[str, Any]) -> str:
     )
 
 
-def read_trace_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a trace file, gzip-compressed (``.gz``) or not."""
-    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def add_run_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--run",
@@ -646,8 +648,7 @@ def main() -> None:
         parser.error("--runs must be >= 1")
     with tempfile.TemporaryDirectory() as scratch:
         run, profile = chosen_run(args.run, args.profile, Path(scratch), args.trace)
-        trace_lines = read_trace_lines(run.trace)
-        real = load_vllm(trace_lines, run)
+        real = load_vllm(run)
         workload = load_workload(run.trace)
         sim = simulate(workload, args.runs, profile)
         report = build_report(real, sim, load_their_errors(run)) + "\n" + parts_report(real, sim)
