@@ -153,7 +153,9 @@ def with_run_engine(profile_name: str, meta: dict[str, Any], scratch: Path) -> P
     """A copy of the profile (bundled name or file) with the run's own engine settings from its
     meta (``engine_kwargs``: max_num_seqs, max_num_batched_tokens; ``kv_cache``: block_size and
     num_gpu_blocks, the latter over all data-parallel engines, so divided by their number),
-    written to ``scratch``: the profile's engine defaults are vLLM's, a run's are its own."""
+    written to ``scratch``: the profile's engine defaults are vLLM's, a run's are its own. A run
+    whose meta gives no num_gpu_blocks keeps the derived cache, without the profile's CUDA graph
+    reserve where its ``vllm_version`` is before 0.21 (``graph_reserve_applies``)."""
     profile = load_profile(profile_name)
     source = Path(profile_name) if Path(profile_name).is_file() else Path(str(profile.path))
     data = json.loads(source.read_text())
@@ -169,9 +171,21 @@ def with_run_engine(profile_name: str, meta: dict[str, Any], scratch: Path) -> P
         for derived in ("gpu_memory_utilization", "activation_reserve_gib"):
             engine.pop(derived, None)
         data.get("uncertainty", {}).pop("engine.activation_reserve_gib", None)  # the run's cache is known
+    elif not graph_reserve_applies(meta.get("vllm_version")):
+        engine.pop("cudagraph_reserve_gib", None)
     path = scratch / f"{profile.name}-run-engine.json"
     path.write_text(json.dumps(data, indent=2))
     return path
+
+
+def graph_reserve_applies(version: str | None) -> bool:
+    """Whether vLLM ``version`` subtracts its CUDA graph estimate when it sizes the KV cache:
+    by default since 0.21.0 (vllm/envs.py, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``: "Enabled
+    by default as of v0.21.0"). An unknown version is taken as a current one."""
+    if not version:
+        return True
+    major, minor = (int(part) for part in re.findall(r"\d+", version)[:2])
+    return (major, minor) >= (0, 21)
 
 
 STATS = ("mean", "p50", "p90", "p95", "p99")

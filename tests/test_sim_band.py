@@ -180,14 +180,31 @@ def test_a_drawn_reserve_sizes_each_draws_kv_cache_as_vllm_would():
     from pytest_llmreplay.sim.profile_band import draw
 
     profile = load_profile("llama-3.1-8b-rtx-4090")
-    assert profile.memory_plan == (0.9, 2.5) and profile.engine.num_gpu_blocks == 2115
+    assert profile.memory_plan == (0.9, 0.6, 1.7) and profile.engine.num_gpu_blocks == 2217
     rng = np.random.default_rng(5)
     reserves = [
         {u.field: draw(rng, u) for u in profile.uncertainty}["engine.activation_reserve_gib"] for _ in range(30)
     ]
-    blocks = [derive_num_gpu_blocks(profile.model, profile.hardware, 16, 0.9, r) for r in reserves]
+    blocks = [
+        derive_num_gpu_blocks(profile.model, profile.hardware, 16, 0.9, r + 1.7) for r in reserves
+    ]  # + CUDA graphs
     assert [p.engine.num_gpu_blocks for p in draw_profiles(profile, 30, 5)] == blocks
-    assert min(blocks) < 2115 < max(blocks) and len(set(blocks)) == 30  # 0.57-3.05 GiB: 1,833-3,103 blocks
+    assert 963 <= min(blocks) < max(blocks) <= 2233 and len(set(blocks)) == 30  # 0.57-3.05 GiB + 1.7 GiB
+
+
+def test_the_cuda_graph_reserve_is_set_aside_besides_the_activation_reserve():
+    """vLLM 0.21+ subtracts its CUDA graph estimate too (``engine.cudagraph_reserve_gib``); with
+    it 0, as for an earlier vLLM, the KV cache is what the activation reserve alone leaves."""
+    data = raw("llama-3.1-8b-rtx-4090")
+    data["engine"]["cudagraph_reserve_gib"] = 0
+    profile = parse_profile(data, origin="x.json")
+    assert profile.memory_plan == (0.9, 0.6, 0.0) and profile.engine.num_gpu_blocks == 3088
+    data["engine"]["cudagraph_reserve_gib"] = -1
+    with pytest.raises(LLMReplayError, match=r"x\.json: engine\.cudagraph_reserve_gib: must be >= 0, got -1"):
+        parse_profile(data, origin="x.json")
+    data["engine"]["cudagraph_reserve_gib"] = 6.0  # with the range's 3.05 GiB, more than the 4090 has left
+    with pytest.raises(LLMReplayError, match=r"activation_reserve_gib\.range: its high end 3\.05 GiB leaves no memory"):
+        parse_profile(data, origin="x.json")
 
 
 def test_a_reserve_range_needs_a_derived_cache_and_memory_left_at_its_high_end():

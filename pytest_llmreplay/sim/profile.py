@@ -11,8 +11,11 @@ cache (:func:`derive_num_gpu_blocks`)::
 with ``W_gpu`` a GPU's weights: ``(N - N_exp) * b / tp + N_exp * b / (dp * tp)`` (a MoE model's
 experts are split over all dp * tp GPUs of a data-parallel server; a dense model's dp engines are
 replicas: ``N * b / tp``), ``kv_shards`` = tp (each GPU holds its KV heads' share) or 1 for MLA
-(the latent is replicated on every TP rank), ``reserve`` = ``activation_reserve_gib`` GiB per GPU (peak activations of the profiling
-forward pass, CUDA graphs, non-torch memory such as the CUDA context).
+(the latent is replicated on every TP rank), ``reserve`` = ``activation_reserve_gib`` +
+``cudagraph_reserve_gib`` GiB per GPU: the first what every vLLM version sets aside (non-torch
+memory such as the CUDA context, the peak activations of its profiling forward pass), the second
+(default 0) the CUDA graph pool estimate that vLLM 0.21.0 and later also subtract by default
+(``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``; 0 for earlier versions, with it off, or eager).
 
 ``engine.async_scheduling`` (default false): vLLM's ``--async-scheduling``, batches decided one
 iteration ahead (sim/engine.py); vLLM's default on GPUs since v0.14.0, off on its CPU backend.
@@ -33,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from ..errors import LLMReplayError
 from ..workloads.formats.distribution import Distribution, parse_distribution
@@ -47,6 +50,19 @@ from .timing_table import TableTiming
 
 GIB = 2**30
 TIMING_KINDS = ("roofline", "polynomial", "table")
+
+
+class MemoryPlan(NamedTuple):
+    """The engine fields a derived ``num_gpu_blocks`` comes from (module doc)."""
+
+    utilization: float  # gpu_memory_utilization
+    activation_reserve_gib: float  # non-torch memory + the profiling run's activation peak, per GPU
+    cudagraph_reserve_gib: float  # vLLM >= 0.21's CUDA graph pool estimate, per GPU
+
+    def reserve_gib(self, activation_reserve_gib: float | None = None) -> float:
+        """All that is set aside besides the weights, with another activation reserve if given."""
+        activation = self.activation_reserve_gib if activation_reserve_gib is None else activation_reserve_gib
+        return activation + self.cudagraph_reserve_gib
 
 
 @dataclass(frozen=True)
@@ -64,8 +80,7 @@ class Profile:
     )
     reasoning: Distribution | None = None  # reasoning tokens before each answer (sim/reasoning.py)
     uncertainty: tuple[Uncertain, ...] = ()  # uncertain parameters, their ranges and sources (sim/profile_ranges.py)
-    # (gpu_memory_utilization, activation_reserve_gib) where num_gpu_blocks was derived from them, else None
-    memory_plan: tuple[float, float] | None = None
+    memory_plan: MemoryPlan | None = None  # where num_gpu_blocks was derived, what it was derived from
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     description: str = ""
@@ -285,6 +300,7 @@ _ENGINE = (
     "max_num_batched_tokens",
     "gpu_memory_utilization",
     "activation_reserve_gib",
+    "cudagraph_reserve_gib",
     "async_scheduling",
     "max_model_len",
 )
@@ -398,9 +414,9 @@ def _hardware(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None) -> H
 
 def _engine(
     f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardware: HardwareSpec | None
-) -> tuple[EngineConfig, tuple[float, float] | None]:
-    """The engine settings, and (gpu_memory_utilization, activation_reserve_gib) where its
-    ``num_gpu_blocks`` was derived from them (None where the section gives it)."""
+) -> tuple[EngineConfig, MemoryPlan | None]:
+    """The engine settings, and the :class:`MemoryPlan` its ``num_gpu_blocks`` was derived from
+    (None where the section gives it)."""
     p = "engine"
     block_size = f.number(data, p, "block_size", integer=True)
     memory_plan = None
@@ -410,14 +426,18 @@ def _engine(
         if model is None or hardware is None:
             f.fail(f"{p}.num_gpu_blocks", "missing (give it, or model and hardware to derive it)")
         utilization = f.number(data, p, "gpu_memory_utilization", maximum=1.0)
-        reserve = f.number(data, p, "activation_reserve_gib", inclusive=True)
-        memory_plan = (utilization, reserve)
-        blocks = derive_num_gpu_blocks(model, hardware, block_size, utilization, reserve)
+        memory_plan = MemoryPlan(
+            utilization,
+            f.number(data, p, "activation_reserve_gib", inclusive=True),
+            f.number(data, p, "cudagraph_reserve_gib", 0.0, inclusive=True),
+        )
+        blocks = derive_num_gpu_blocks(model, hardware, block_size, utilization, memory_plan.reserve_gib())
         if blocks <= 0:
             f.fail(
                 f"{p}.num_gpu_blocks",
                 f"no memory left for the KV cache: {weight_bytes_per_gpu(model, hardware) / 1e9:.1f} GB of weights "
-                f"+ {reserve:g} GiB reserve exceed {utilization:g} x {hardware.memory_bytes / 1e9:.1f} GB per GPU",
+                f"+ {memory_plan.reserve_gib():g} GiB reserve exceed {utilization:g} x "
+                f"{hardware.memory_bytes / 1e9:.1f} GB per GPU",
             )
     if blocks > MAX_GPU_BLOCKS:
         how = "" if "num_gpu_blocks" in data else " (derived from the model and hardware)"
@@ -535,7 +555,7 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
         if name == "timing.frontend_ms":
             return frontend_ms
         if name == "engine.activation_reserve_gib":
-            return memory_plan[1] if memory_plan is not None else None
+            return memory_plan.activation_reserve_gib if memory_plan is not None else None
         if not isinstance(timing, RooflineTiming):
             return None
         return float(getattr(timing if section == "timing" else timing.hardware, key))
@@ -543,7 +563,8 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
     uncertainty = parse_uncertainty(data["uncertainty"], value_of, f.fail) if "uncertainty" in data else ()
     for uncertain in uncertainty:
         if uncertain.field == "engine.activation_reserve_gib" and memory_plan and model and hardware:
-            if derive_num_gpu_blocks(model, hardware, engine.block_size, memory_plan[0], uncertain.high) <= 0:
+            high = memory_plan.reserve_gib(uncertain.high)
+            if derive_num_gpu_blocks(model, hardware, engine.block_size, memory_plan.utilization, high) <= 0:
                 f.fail(
                     "uncertainty.engine.activation_reserve_gib.range",
                     f"its high end {uncertain.high:g} GiB leaves no memory for the KV cache",

@@ -72,12 +72,16 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
 
 
 def with_reserve(profile: Profile, reserve_gib: float) -> EngineConfig:
-    """The profile's engine with the KV cache vLLM would size with ``reserve_gib`` GiB of each
-    GPU set aside (:func:`~.profile.derive_num_gpu_blocks`, at the profile's own utilization),
-    at least one block: the profile's parse checked that its range leaves memory for the cache."""
-    assert profile.memory_plan is not None and profile.model is not None and profile.hardware is not None
-    utilization, _ = profile.memory_plan
-    blocks = derive_num_gpu_blocks(profile.model, profile.hardware, profile.engine.block_size, utilization, reserve_gib)
+    """The profile's engine with the KV cache vLLM would size with an activation reserve of
+    ``reserve_gib`` GiB per GPU (:func:`~.profile.derive_num_gpu_blocks`, at the profile's own
+    utilization and CUDA graph reserve), at least one block: the profile's parse checked that
+    its range leaves memory for the cache."""
+    plan = profile.memory_plan
+    assert plan is not None and profile.model is not None and profile.hardware is not None
+    reserve = plan.reserve_gib(reserve_gib)
+    blocks = derive_num_gpu_blocks(
+        profile.model, profile.hardware, profile.engine.block_size, plan.utilization, reserve
+    )
     return dataclasses.replace(profile.engine, num_gpu_blocks=max(blocks, 1))
 
 
