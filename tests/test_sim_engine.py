@@ -276,3 +276,22 @@ def test_a_preempted_request_resumes_from_its_cached_blocks_generated_ones_too()
     assert engine.preemptions_total == 1 and b.preemptions == 1
     assert [batch.prefill_tokens for batch in timing.batches[1:] if batch.prefill_tokens] == [1]
     assert b.times == [1.0, 5.0, 7.0, 11.0] and sum(b.tokens) == 10
+
+
+@pytest.mark.parametrize("reserve_full_isl", [False, True])
+def test_a_request_waits_until_its_whole_sequence_fits_with_the_full_isl_gate(reserve_full_isl):
+    """vLLM 0.19's ``--scheduler-reserve-full-isl`` (on by default): a waiting request is admitted
+    only when its whole prompt fits in the free blocks, not just its first chunk; without it the
+    long request is admitted with a partial chunk and then preempted when it needs the rest."""
+    config = EngineConfig(
+        block_size=4, num_gpu_blocks=6, max_num_batched_tokens=8, scheduler_reserve_full_isl=reserve_full_isl
+    )
+    # A: 8 prompt tokens (2 blocks) + 6 out; B: 16 prompt tokens, 4 blocks, never free with A's 3
+    # to 4 held: without the gate B takes 2 blocks for a 7-token chunk in iteration 2 and is
+    # preempted in iteration 3, when its next chunk needs 2 more
+    engine, (a, b) = simulate(config, [(0, list(range(8)), 6), (0, list(range(100, 116)), 2)])
+    assert sum(a.tokens) == 6 and sum(b.tokens) == 2 and a.preemptions == 0
+    if reserve_full_isl:
+        assert engine.preemptions_total == 0 and b.scheduled_s == a.times[-1]
+    else:
+        assert engine.preemptions_total == b.preemptions >= 1 and b.scheduled_s == 1.0

@@ -10,7 +10,9 @@ Each iteration (vLLM v1's scheduler):
    prompt and what it had generated, from whatever of those blocks was not reused meanwhile);
 2. then waiting requests are admitted FCFS while budget, ``max_num_seqs`` and free blocks allow,
    starting from their longest cached prefix (all full blocks; a prompt fully cached recomputes
-   its last block, as vLLM recomputes its last token);
+   its last block, as vLLM recomputes its last token); the free blocks must hold the first chunk,
+   or with ``scheduler_reserve_full_isl`` the whole sequence (its prompt, and what a preempted
+   request had generated), as vLLM checks with ``KVCacheManager.can_fit_full_sequence``;
 3. the iteration lasts ``timing.iteration_s(batch)``; at its end every request whose prefill
    completed emits its first token and every decoding one its next token. A request ends with
    exactly ``output_len`` tokens (``ignore_eos`` semantics).
@@ -97,6 +99,8 @@ class EngineConfig:
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     async_scheduling: bool = False  # vLLM's --async-scheduling: batches decided one iteration ahead (module doc)
+    # vLLM's --scheduler-reserve-full-isl: admit a request only if its whole sequence fits (module doc, step 2)
+    scheduler_reserve_full_isl: bool = False
     # the context served (vLLM's --max-model-len); None: the model's (Profile.max_model_len)
     max_model_len: int | None = None
 
@@ -414,8 +418,9 @@ class Engine(LoopTask):
         computed = request.target if request.transferred else len(hit) * size
         chunk = min(request.target - computed, budget)
         need = -(-(computed + chunk) // size) - len(hit)
+        fits = -(-request.target // size) - len(hit) if self.config.scheduler_reserve_full_isl else need
         reusable = sum(1 for block in hit if self.cache.ref[block] == 0) if hit else 0
-        if need > self.cache.free_blocks - reusable - self._held_blocks:
+        if fits > self.cache.free_blocks - reusable - self._held_blocks:
             return None
         if hit:
             self.cache.take_cached(hit)

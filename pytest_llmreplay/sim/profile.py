@@ -19,6 +19,9 @@ memory such as the CUDA context, the peak activations of its profiling forward p
 
 ``engine.async_scheduling`` (default false): vLLM's ``--async-scheduling``, batches decided one
 iteration ahead (sim/engine.py); vLLM's default on GPUs since v0.14.0, off on its CPU backend.
+``engine.scheduler_reserve_full_isl`` (default false): vLLM's ``--scheduler-reserve-full-isl``, a
+request admitted only when its whole sequence fits in the free KV blocks (sim/engine.py); vLLM's
+default since its pull request #37307 (2026-03; in 0.19.0).
 
 ``uncertainty`` (optional): the uncertain parameters, each with its range and the range's source
 (:mod:`.profile_ranges`); ``llmreplay run --sim --band N`` draws them (:mod:`.profile_band`).
@@ -302,6 +305,7 @@ _ENGINE = (
     "activation_reserve_gib",
     "cudagraph_reserve_gib",
     "async_scheduling",
+    "scheduler_reserve_full_isl",
     "max_model_len",
 )
 _TIMING = {
@@ -445,15 +449,18 @@ def _engine(
             f"{p}.num_gpu_blocks",
             f"must be <= {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {blocks:,}{how}",
         )
-    async_scheduling = data.get("async_scheduling", False)
-    if not isinstance(async_scheduling, bool):
-        f.fail(f"{p}.async_scheduling", f"must be true or false, got {async_scheduling!r}")
+    switches = {}
+    for key in ("async_scheduling", "scheduler_reserve_full_isl"):
+        switches[key] = data.get(key, False)
+        if not isinstance(switches[key], bool):
+            f.fail(f"{p}.{key}", f"must be true or false, got {switches[key]!r}")
     engine = EngineConfig(
         block_size=block_size,
         num_gpu_blocks=blocks,
         max_num_seqs=f.number(data, p, "max_num_seqs", integer=True),
         max_num_batched_tokens=f.number(data, p, "max_num_batched_tokens", integer=True),
-        async_scheduling=async_scheduling,
+        async_scheduling=switches["async_scheduling"],
+        scheduler_reserve_full_isl=switches["scheduler_reserve_full_isl"],
         max_model_len=f.number(data, p, "max_model_len", integer=True) if "max_model_len" in data else None,
     )
     return engine, memory_plan
