@@ -213,6 +213,24 @@ def test_a_reserve_range_needs_a_derived_cache_and_memory_left_at_its_high_end()
     with pytest.raises(LLMReplayError, match=r"activation_reserve_gib\.range: its high end 9 GiB leaves no memory"):
         parse_profile(data, origin="x.json")
     data = raw("llama-3.1-8b-rtx-4090")
+    for key in ("gpu_memory_utilization", "activation_reserve_gib", "cudagraph_reserve_gib"):
+        del data["engine"][key]
     data["engine"]["num_gpu_blocks"] = 2000
     with pytest.raises(LLMReplayError, match="gives engine.num_gpu_blocks: there is no derived KV cache"):
         parse_profile(data, origin="x.json")
+
+
+@pytest.mark.parametrize("key", ["gpu_memory_utilization", "activation_reserve_gib", "cudagraph_reserve_gib"])
+def test_a_memory_plan_field_beside_a_given_cache_is_refused_not_ignored(key):
+    # a given num_gpu_blocks is the cache: a reserve or utilization beside it would change nothing
+    data = raw("llama-3.1-8b-rtx-4090")
+    plan = {
+        name: data["engine"].pop(name)
+        for name in ("gpu_memory_utilization", "activation_reserve_gib", "cudagraph_reserve_gib")
+    }
+    data["engine"].update(num_gpu_blocks=2000, **{key: plan[key]})
+    with pytest.raises(LLMReplayError, match=rf"engine\.{key}: not used where engine\.num_gpu_blocks is given"):
+        parse_profile(data, origin="x.json")
+    del data["engine"]["num_gpu_blocks"]
+    data["engine"].update(plan)
+    assert parse_profile(data, origin="x.json").engine.num_gpu_blocks == 2217

@@ -55,6 +55,10 @@ GIB = 2**30
 TIMING_KINDS = ("roofline", "polynomial", "table")
 
 
+# the engine section's keys a MemoryPlan is read from; none of them may stand beside num_gpu_blocks
+MEMORY_PLAN_FIELDS = ("gpu_memory_utilization", "activation_reserve_gib", "cudagraph_reserve_gib")
+
+
 class MemoryPlan(NamedTuple):
     """The engine fields a derived ``num_gpu_blocks`` comes from (module doc)."""
 
@@ -449,6 +453,9 @@ def _engine(
             f"{p}.num_gpu_blocks",
             f"must be <= {MAX_GPU_BLOCKS:,} (the simulator keeps per-block state in memory), got {blocks:,}{how}",
         )
+    beside_given_blocks = [key for key in MEMORY_PLAN_FIELDS if key in data] if memory_plan is None else []
+    if beside_given_blocks:
+        f.fail(f"{p}.{beside_given_blocks[0]}", "not used where engine.num_gpu_blocks is given: give one or the other")
     switches = {}
     for key in ("async_scheduling", "scheduler_reserve_full_isl"):
         switches[key] = data.get(key, False)
