@@ -716,6 +716,19 @@ def test_a_figure_this_run_measured_once_where_the_baseline_measured_many_is_a_r
     assert found["ttft.p50"].verdict == "ok"
 
 
+def test_a_figure_the_baseline_measured_once_and_this_run_never_is_a_regression():
+    """A regression rule on a figure the baseline has (one session's TTFAT) and this run lacks
+    altogether was skipped as 'too few samples': a pass of what the run never measured."""
+    base = stored({"ttfat": [2.1], "ttft": [0.1, 0.2, 0.3]})
+    (row,) = compare(base, stored({"ttft": [0.1, 0.2, 0.3]}), {"ttfat.p50": 0.05}).rows
+    assert (row.verdict, row.note) == (
+        "regression",
+        "not measured in this run (no request of this run measured it); the baseline's was",
+    )
+    (both_once,) = compare(base, stored({"ttfat": [2.0]}), {"ttfat.p50": 0.05}).rows
+    assert (both_once.verdict, both_once.note) == ("skipped", "too few samples")  # measured on both sides
+
+
 def test_same_inputs_same_intervals():
     base, cur = stored(full_samples()), stored(full_samples(ttft_scale=1.1))
     first, second = compare(base, cur), compare(base, cur)
@@ -900,6 +913,18 @@ def test_two_capacities_with_no_failing_load_are_not_compared(current):
     assert (row.baseline, row.current) == (16, current)
     assert baseline.comparison_cells(row)[-1] == f"skipped ({baseline.BOTH_LOWER_BOUNDS})"
     assert "raise capacity.max" in row.note
+
+
+def test_a_capacity_the_baseline_found_and_this_run_did_not_is_a_regression():
+    """``regression: {capacity.rate: 5%}`` against a run whose summary has no capacity was a
+    skipped row ('not measured'), which passed the gate."""
+    comparison = compare(with_capacity(16, 17), stored({"ttft": lognormal()}), {"capacity.rate": 0.05})
+    (row,) = comparison.rows
+    assert (row.verdict, row.note) == (
+        "regression",
+        "not measured in this run (this run's search found none); the baseline's was",
+    )
+    assert comparison.regressions == [row]
 
 
 def test_a_multi_turn_capacity_is_compared_with_one_stored_under_its_old_name():

@@ -60,6 +60,7 @@ import numpy as np
 
 from ..errors import LLMReplayError
 from ..metrics.names import CAPACITY_STATS, capacity_stat
+from ..metrics.slo import NOT_MEASURED
 from ..metrics.units import format_figure
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
@@ -396,8 +397,8 @@ def compare(
         if metric == "capacity":
             _capacity_change(row, _bracket(baseline), _bracket(current))
             continue
-        if len(base) >= 2 and len(cur) < 2:  # measured before, not now: the gate cannot pass what it cannot see
-            row.verdict, row.note = "regression", _vanished(metric, current, len(cur), len(base))
+        if len(cur) < min(len(base), 2):  # measured before, not now: the gate cannot pass what it cannot see
+            row.verdict, row.note = "regression", _vanished(metric, len(cur), len(base))
             continue
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
@@ -435,17 +436,20 @@ def compare(
     return comparison
 
 
-def _vanished(metric: str, current: Mapping[str, Any], count: int, baseline_count: int) -> str:
-    """The note of a gated figure the baseline measured and ``current`` did not (``count`` 0) or
-    measured once, too few to compare (the same workload and settings gave the baseline
-    ``baseline_count`` samples: all but one of its requests or sessions failed): a regression,
-    since what changed it (a model that stopped reasoning, or a server whose reasoning now
-    streams as content; a server that no longer reports cached tokens; requests that all failed,
-    or all but one) is no pass; ``regression: {key: off}`` is the way to stop gating it."""
+def _vanished(metric: str, count: int, baseline_count: int) -> str:
+    """The note of a gated figure the baseline measured (on ``baseline_count`` samples, one
+    enough) and the current run did not (``count`` 0), or measured once where the baseline had
+    more, too few to compare (the same workload and settings: all but one of its requests or
+    sessions failed): a regression, since what changed it (a model that stopped reasoning, or a
+    server whose reasoning now streams as content; a server that no longer reports cached
+    tokens; requests that all failed, or all but one; a capacity search that found none) is no
+    pass; ``regression: {key: off}`` is the way to stop gating it."""
     if count:
         return f"measured on {count} sample in this run, too few to compare; the baseline's on {baseline_count}"
-    why = "this run has no reasoning" if metric == "ttfo" else "no request of this run measured it"
-    return f"not measured in this run ({why}); the baseline's was"
+    why = {"ttfo": "this run has no reasoning", "capacity": "this run's search found none"}.get(
+        metric, "no request of this run measured it"
+    )
+    return f"{NOT_MEASURED} ({why}); the baseline's was"
 
 
 def _verdict(row: Row, metric: str, significant: bool = True) -> None:
@@ -488,8 +492,12 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
     not an ``ok`` (nor a regression) drawn from two "at least"s. Each side's capacity is its bracket's ``low``, whatever name the
     figure is stored under: a multi-turn search's ``capacity.session_rate`` was ``capacity.rate``
     in results stored before it had its own key, and both sides of one comparison ran the same
-    search on the same workload (their settings are equal)."""
+    search on the same workload (their settings are equal). A capacity the baseline found and
+    the current run did not is a regression (:func:`_vanished`), never a skipped row."""
     row.baseline, row.current = baseline.get("low"), current.get("low")
+    if row.baseline is not None and row.current is None:
+        row.verdict, row.note = "regression", _vanished("capacity", 0, 1)
+        return
     if row.baseline is None or row.current is None:
         row.note = "not measured"
         return

@@ -26,8 +26,8 @@ multi-turn sessions) and ``capacity.concurrency`` are what a capacity search fou
 The margin of a check is its headroom in the threshold's unit: threshold - measured for ``<``
 and ``<=``, measured - threshold for ``>`` and ``>=``, -|measured - threshold| for ``==``;
 negative when breached. A metric the run did not measure (no complete session for ``ttfat``,
-no reasoning for ``ttfo.p90 < 20s`` or ``reasoning_tokens.mean < 4000``) is a breach: an SLO
-that cannot be checked does not pass.
+no reasoning for ``ttfo.p90 < 20s`` or ``reasoning_tokens.mean < 4000``) is a breach, its
+measured cell :data:`NOT_MEASURED`: an SLO that cannot be checked does not pass.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ SINGLE_METRICS = ("error_rate", "goodput", "effective_concurrency")
 DISTRIBUTION_METRICS = REQUEST_METRICS + REASONING_METRICS + SESSION_METRICS
 KNOWN_METRICS = DISTRIBUTION_METRICS + THROUGHPUT_METRICS + SINGLE_METRICS + ("capacity", "server")
 
+NOT_MEASURED = "not measured in this run"  # why a check (or a gated figure) with no measurement fails
 OPERATORS: dict[str, Callable[[float, float], bool]] = {
     "<=": operator.le,
     ">=": operator.ge,
@@ -146,7 +147,7 @@ class Check:
     def row(self) -> list[str]:
         slo = self.slo
         if self.measured is None:
-            return [slo.key, slo.text, "not measured", "", "BREACH"]
+            return [slo.key, slo.text, NOT_MEASURED, "", "BREACH"]
         assert self.margin is not None  # measured and margin are None together (SLO.check)
         margin = slo.show_margin(self.margin)  # in the threshold's unit, a zero one too: "0 pts", "0 s"
         if self.margin and slo.value:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import LLMReplayError
 from ..metrics.names import CAPACITY_STATS
-from ..metrics.slo import Check, parse_slo
+from ..metrics.slo import NOT_MEASURED, Check, parse_slo
 from ..metrics.units import format_figure, format_value
 
 # (column header, metric, stat); a header names its statistic where the metric's SLO keys take several
@@ -143,7 +143,7 @@ def slo_rows(record: Mapping[str, Any], checks: list[Check | Mapping[str, Any]] 
                 [
                     str(check.get("key")),
                     str(check.get("threshold")),
-                    "not measured" if measured is None else f"{measured:.4g}",
+                    NOT_MEASURED if measured is None else f"{measured:.4g}",
                     "",
                     "ok" if check.get("passed") else "BREACH",
                 ]
@@ -212,7 +212,7 @@ def headline(record: Mapping[str, Any], stored: list[Check | Mapping[str, Any]] 
         check = min(candidates, key=tightness)
         key, threshold, measured, margin, _ = check.row()
         if check.measured is None:
-            closest = f"worst: {key} not measured ({threshold})"
+            closest = f"worst: {key} {NOT_MEASURED} ({threshold})"
         else:
             closest = f"{'worst' if not check.passed else 'closest'}: {key} {measured} vs {threshold}, margin {margin}"
     interrupted = f"interrupted by {record['interrupted']}" if record.get("interrupted") else None
