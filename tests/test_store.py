@@ -317,6 +317,24 @@ def test_open_store_kinds(tmp_path):
     assert open_store(f"git:{tmp_path}/remote.git#mine", tmp_path).ref == "refs/heads/mine"
 
 
+def test_open_store_takes_a_scheme_registered_with_fsspec_at_run_time(tmp_path, monkeypatch):
+    """fsspec knows a scheme by name (``known_implementations``, what ``available_protocols``
+    lists) or by a class registered at run time (``fsspec.registry``: a conftest's or a
+    plugin's ``register_implementation(name, cls)``); the second was refused as unknown."""
+    from fsspec.implementations.memory import MemoryFileSystem
+    from fsspec.registry import _registry
+
+    class Registered(MemoryFileSystem):
+        protocol = ("llmreplay-registered",)
+
+    monkeypatch.setitem(_registry, "llmreplay-registered", Registered)
+    store = open_store("llmreplay-registered://bucket/results", tmp_path)
+    assert isinstance(store, FsspecStore)
+    store.save(record())
+    (key,) = store.stored(record()["test"], record()["commit"])
+    assert store.read(key)["commit"] == record()["commit"]
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

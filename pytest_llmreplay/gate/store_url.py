@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import ModuleType
 
 from ..errors import LLMReplayError
 from .git_store import git_store
@@ -27,7 +28,8 @@ EXTRAS = {
 def open_store(text: str, rootdir: str | Path) -> Store:
     """The store ``text`` names: ``git:REMOTE#REF``, ``SCHEME://...`` (``file://`` a folder, any
     other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
-    (:meth:`Store.check` does that); an empty ``text``, an unknown scheme, a store scheme without
+    (:meth:`Store.check` does that); an empty ``text``, a scheme fsspec does not know
+    (:func:`known_schemes`), a store scheme without
     its ``//`` (``s3:/x``) or without a bucket (``s3://``), a missing extra or a password in the
     URL is an :class:`LLMReplayError`."""
     if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
@@ -60,7 +62,7 @@ def open_store(text: str, rootdir: str | Path) -> Store:
         raise LLMReplayError(
             f"{redact(text)}: stores at URLs need fsspec: pip install 'pytest-llmreplay[{EXTRAS.get(scheme, 'store')}]'"
         ) from None
-    if scheme not in fsspec.available_protocols():
+    if scheme not in known_schemes(fsspec):
         raise LLMReplayError(
             f"{redact(text)}: unknown scheme {scheme!r}; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX, gs://, az://, file://, memory://"
         )
@@ -75,6 +77,15 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     except Exception as exc:  # noqa: BLE001 - any back-end's complaint about the URL is one line
         raise LLMReplayError(f"{redact(text)}: {one_line(exc)}") from None
     return FsspecStore(text, fs, root)
+
+
+def known_schemes(fsspec: ModuleType) -> set[str]:
+    """Every scheme ``fsspec`` knows: by name (``known_implementations``, its own and its
+    entry points', what ``available_protocols`` lists) or by a class registered at run time
+    (``fsspec.registry``: ``register_implementation(name, cls)`` in a conftest or a plugin). Only
+    a scheme outside both is refused; whether its back-end is installed is found when it is
+    opened."""
+    return {*fsspec.available_protocols(), *fsspec.registry}
 
 
 def file_url_path(url: str) -> Path:
