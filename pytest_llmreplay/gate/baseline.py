@@ -42,7 +42,10 @@ an unchanged test calls a regression in at most 5% of comparisons, not in 5% of 
 figures. An improvement is the mirror image. A capacity (the
 highest load meeting SLOs, :mod:`~pytest_llmreplay.search.capacity`) has no samples: its interval comes
 from the two searches' brackets (:func:`_capacity_change`); lower is worse. Results whose
-fingerprints, workloads or settings differ are not compared by the gate.
+fingerprints, workloads or settings differ are not compared by the gate. When the current run
+failed a larger share of its requests than the baseline, its latency rows are not comparable (a
+regression with no change: :mod:`~pytest_llmreplay.gate.survivors`), since its latencies are
+over the requests that survived.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, h
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
 from .stored_record import SCHEMA, partial_reason
+from .survivors import mark_not_comparable
 
 CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
 SAMPLED_REQUEST_METRICS = ("ttft", "tpot", "latency", "ttfo")
@@ -295,7 +299,8 @@ class Row:
     """One metric's comparison; ``verdict``: regression, improved, ok (within tolerance), noise
     (beyond tolerance either way, but the interval crosses zero), unstable (the comparison's
     runs disagree more than the bootstrap can model: :attr:`Comparison.unstable`) or skipped
-    (``note`` says why)."""
+    (``note`` says why); a regression with no ``change`` has a ``note`` saying why (not measured
+    in this run, or not comparable: :mod:`~pytest_llmreplay.gate.survivors`)."""
 
     key: str
     baseline: float | None
@@ -433,6 +438,7 @@ def compare(
     if comparison.unstable:  # no verdict drawn from such runs holds: neither a regression nor a pass
         for row, _, _ in tested:
             row.verdict = "unstable"
+    mark_not_comparable(comparison.rows, baseline, current)  # a run that lost requests: latencies over survivors
     return comparison
 
 
