@@ -176,3 +176,46 @@ def test_a_signal_mid_capacity_search_keeps_the_points_run_and_stops_the_session
         w.startswith("the capacity search was interrupted by SIGINT after 2 of at most ") for w in record["warnings"]
     )
     assert refuses_connections(port)
+
+
+CUT_SHORT = """
+    import pytest
+
+    @pytest.mark.llmreplay(workload="chat.yaml", slo={"ttft.p99": "< 30s"})
+    def test_a(llm_result):
+        BODY
+
+    def test_b():
+        assert False
+
+    @pytest.mark.llmreplay(workload="chat.yaml", slo={"ttft.p99": "< 30s"})
+    def test_c(llm_result): pass
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "options", "why", "not_judged"),
+    [
+        ("pass", ["-x"], "the session stopped: stopping after 1 failures", ["test_c"]),
+        ("raise KeyboardInterrupt", [], "the session was interrupted", ["test_a", "test_c"]),
+    ],
+)
+def test_perf_tests_a_stopped_session_did_not_run_to_the_end_are_not_judged(pytester, body, options, why, not_judged):
+    """-x after test_b left test_c unrun, and a Ctrl-C in test_a's body cut it off after its
+    replay: the terminal's summary and summary.md read as a whole session passed (test_a PASS,
+    test_c absent), or test_a FAIL for a verdict it never reached. Each such test is now
+    'not judged', in the summary's rows, in a line that says why, and in the report's title."""
+    pytester.makefile(".yaml", chat="synthetic:\n  sessions: 4\n  input_tokens: 32\n  output_tokens: 4\n  seed: 1\n")
+    pytester.makepyfile(test_cut=CUT_SHORT.replace("BODY", body))
+    result = pytester.runpytest_subprocess(*options, "--llm-repeat=1", "--llm-report=rep", "-p", "no:cacheprovider")
+    ids = [f"test_cut.py::{name}" for name in not_judged]
+    result.stdout.fnmatch_lines(
+        [f"{test_id}*not judged*-*" for test_id in ids]
+        + [f"llmreplay: not judged: {len(ids)} perf test* did not run to the end ({why}): {', '.join(ids)}"]
+    )
+    summary = (pytester.path / "rep" / "summary.md").read_text()
+    assert summary.startswith(f"## llmreplay: 1 perf test result; {len(ids)} perf test")
+    assert f"**not judged: {len(ids)} perf test" in summary and "FAIL" not in summary
+    # test_a's result: judged when it ran to the end, else NOT JUDGED (not FAIL: the body raised KeyboardInterrupt)
+    status = "NOT JUDGED · the session was interrupted" if "test_a" in not_judged else "PASS"
+    assert f"### test_cut.py::test_a\n\n**{status} · 1/1 SLOs met" in summary

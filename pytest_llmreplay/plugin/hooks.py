@@ -95,15 +95,20 @@ class SummaryHooks:
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """An overview row per measured run (a test's second ``llm_replay`` call or a named one
-        is a row of its own), then the baseline comparisons; with -v every table; tests in the
-        order of their ids, as in the report files."""
-        if not self.state.reports:
+        is a row of its own), and one ``not judged`` for each perf test that did not run to the
+        end (:mod:`~pytest_llmreplay.plugin.not_judged`), then the baseline comparisons; with -v
+        every table; tests in the order of their ids, as in the report files."""
+        reported = {nodeid for nodeid, *_ in self.state.reports}
+        unreported: list[tuple[str, str, dict[str, float], dict[str, str]]] = [
+            (test, "not judged", {}, {}) for test in self.state.not_judged.tests if test not in reported
+        ]
+        if not self.state.reports and not unreported:
             return
         from ..report.terminal import summary_table
 
         # by test id, as the report files and the step summary: under xdist the reports come in as
         # the workers finish, so the rows of -n 2 and of a serial run would differ in order
-        reports = sorted(self.state.reports, key=lambda report: report[0])
+        reports = sorted([*self.state.reports, *unreported], key=lambda report: report[0])
         terminalreporter.write_sep("=", "llmreplay")
         terminalreporter.write_line(
             summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in reports])
@@ -134,6 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
     warn_of_ignored_options(config, session.kind, session.server_cmd)
     config.pluginmanager.register(SummaryHooks(session), "llmreplay-session")
     config.pluginmanager.register(session.interruption, "llmreplay-interruption")
+    config.pluginmanager.register(session.unfinished, "llmreplay-unfinished")
     for found in config.hook.pytest_llmreplay_formats():
         from ..workloads.formats import register_format
 
@@ -177,6 +183,9 @@ def pytest_sessionstart(session: pytest.Session):
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session_of(session.config)
     state.close()
+    state.not_judged = state.unfinished.found(session)
+    if state.not_judged.tests:
+        state.notes.append(("llmreplay", state.not_judged.line()))
     if state.server is not None:
         died = state.server.exit_message()
         state.server.stop()
@@ -185,7 +194,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.records_dir is not None and not is_worker(session.config):
         from ..report.files import write_session_reports
 
-        written, failed = write_session_reports(state.records_dir, state.report_dir, state.summary_path)
+        written, failed = write_session_reports(
+            state.records_dir, state.report_dir, state.summary_path, state.not_judged
+        )
         state.remove_private_records()
         if failed:
             state.notes.append(("llmreplay reports", f"warning: {failed}"))
@@ -249,11 +260,9 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
     )
     if state.kind == "live":
         return f"llmreplay servers: {where}, not started: --llm-endpoint serves every test"
-    perf = [
-        item
-        for item in items
-        if isinstance(item, SpecItem) or {"llm_replay", "llm_result"} & set(getattr(item, "fixturenames", ()))
-    ]
+    from .not_judged import is_perf_test
+
+    perf = [item for item in items if is_perf_test(item)]
     others = len(perf) - len(declared)
     rest = (
         "; the session's endpoint above serves none of them"

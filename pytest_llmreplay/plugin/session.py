@@ -173,9 +173,13 @@ class LLMSession:
         self._gate: Any = None
         self.reports: list[tuple[str, str, dict[str, float], dict[str, str]]] = []
         self.notes: list[tuple[str, str]] = []
+        from ..report.rows import ALL_JUDGED
         from .interrupt import Interruption
+        from .not_judged import Unfinished
 
         self.interruption = Interruption()
+        self.unfinished = Unfinished()
+        self.not_judged = ALL_JUDGED  # found when the session finishes (Unfinished.found)
 
     @property
     def kind(self) -> str:

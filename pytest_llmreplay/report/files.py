@@ -26,7 +26,9 @@ from typing import Any
 
 from ..errors import LLMReplayError
 from .rows import (
+    ALL_JUDGED,
     SLO_HEADERS,
+    NotJudged,
     capacity_in,
     comparison_rows,
     endpoint_text,
@@ -34,6 +36,7 @@ from .rows import (
     overview_headers,
     overview_row,
     reasoning_in,
+    session_title,
     slo_rows,
 )
 
@@ -46,16 +49,18 @@ def read_results(records_dir: Path) -> list[dict[str, Any]]:
     return sorted(found, key=lambda r: r["test"])
 
 
-def markdown(results: Sequence[Mapping[str, Any]]) -> str:
-    """summary.md: the summary table, then per test its headline, the endpoint it measured (the
-    fingerprint's words), SLO table and comparison.
+def markdown(results: Sequence[Mapping[str, Any]], not_judged: NotJudged = ALL_JUDGED) -> str:
+    """summary.md: its title (:func:`~pytest_llmreplay.report.rows.session_title`) and the line
+    naming the tests ``not_judged`` when there are any, the summary table, then per test its
+    headline, the endpoint it measured (the fingerprint's words), SLO table and comparison.
     Every text from a result (a test id, a workload path in a message, a comparison's header)
     goes through :func:`markdown_text`: GitHub renders HTML in a step summary, as index.html
     would if it did not escape it."""
     from ..gate.baseline import COMPARISON_HEADERS
 
     lines = [
-        f"## llmreplay: {len(results)} perf test{'s' if len(results) != 1 else ''}",
+        f"## {markdown_text(session_title(len(results), not_judged))}",
+        *(["", f"**{markdown_text(not_judged.line())}**"] if not_judged.tests else []),
         "",
         _table(
             [overview_row(r, reasoning_in(results), capacity_in(results)) for r in results], overview_headers(results)
@@ -143,23 +148,25 @@ def claim_report_dir(report_dir: Path) -> None:
 
 
 def write_session_reports(
-    records_dir: Path, report_dir: Path | None, summary_path: Path | None
+    records_dir: Path, report_dir: Path | None, summary_path: Path | None, not_judged: NotJudged = ALL_JUDGED
 ) -> tuple[list[Path], str | None]:
     """From the tests' records in ``records_dir`` (nothing when no perf test ran), read and made
     into Markdown once: with ``report_dir``, its summary.md and index.html; the Markdown summary
-    to ``summary_path`` and ``$GITHUB_STEP_SUMMARY`` (:func:`write_summaries`). The files written,
-    and why a summary could not be written (None when it could)."""
+    to ``summary_path`` and ``$GITHUB_STEP_SUMMARY`` (:func:`write_summaries`). The tests
+    ``not_judged`` are named under the title, and their results headed NOT JUDGED. The files
+    written, and why a summary could not be written (None when it could)."""
     results = read_results(records_dir)
     if not results:
         return [], None
-    text = markdown(results)
+    not_judged.mark(results)
+    text = markdown(results, not_judged)
     written = []
     if report_dir is not None:
         from .html import html_page
 
         written = [report_dir / "summary.md", report_dir / "index.html"]
         written[0].write_text(text, encoding="utf-8")
-        written[1].write_text(html_page(results), encoding="utf-8")
+        written[1].write_text(html_page(results, not_judged), encoding="utf-8")
     try:
         return written + write_summaries(text, summary_path), None
     except LLMReplayError as exc:

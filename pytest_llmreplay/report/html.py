@@ -35,7 +35,9 @@ from ..gate.baseline import COMPARISON_HEADERS
 from ..metrics.slo import Check
 from ..metrics.units import format_value
 from .rows import (
+    ALL_JUDGED,
     SLO_HEADERS,
+    NotJudged,
     capacity_in,
     comparison_rows,
     endpoint_text,
@@ -43,6 +45,7 @@ from .rows import (
     overview_headers,
     overview_row,
     reasoning_in,
+    session_title,
     slo_rows,
     stored_checks,
 )
@@ -270,10 +273,12 @@ def overview_table(results: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def html_page(results: Sequence[Mapping[str, Any]]) -> str:
-    """The whole page (see the module docstring)."""
-    count = len(results)
-    body = [f"<h1>llmreplay: {count} perf test{'s' if count != 1 else ''}</h1>", overview_table(results)]
+def html_page(results: Sequence[Mapping[str, Any]], not_judged: NotJudged = ALL_JUDGED) -> str:
+    """The whole page (see the module docstring); its title and the line naming the tests
+    ``not_judged`` as summary.md has them."""
+    body = [f"<h1>{html.escape(session_title(len(results), not_judged))}</h1>"]
+    body += [f"<p class='breach'>{html.escape(not_judged.line())}</p>"] if not_judged.tests else []
+    body.append(overview_table(results))
     for record in results:
         body.append(f'<section id="{anchor(record["test"])}"><h2>{html.escape(record["test"])}</h2>')
         body += [section(record) for section in SECTIONS]

@@ -12,7 +12,9 @@ unit (:mod:`pytest_llmreplay.metrics.units`).
   result it could not save: the record's ``failed_by``), the tightest SLO and the comparison's
   verdict in one line;
 - :func:`comparison_rows`: the comparison in the terminal table's cells;
-- :func:`endpoint_text`: the endpoint fingerprint as ``key value`` pairs.
+- :func:`endpoint_text`: the endpoint fingerprint as ``key value`` pairs;
+- :class:`NotJudged`: the perf tests a stopped session did not run to the end, and the title
+  (:func:`session_title`) and headlines that say so.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..errors import LLMReplayError
 from ..metrics.names import CAPACITY_STATS
 from ..metrics.slo import NOT_MEASURED, Check, parse_slo
 from ..metrics.units import format_figure, format_value
+from ..wording import counted, listed
 
 # (column header, metric, stat); a header names its statistic where the metric's SLO keys take several
 OVERVIEW = (
@@ -164,6 +167,43 @@ def tightness(check: Check) -> float:
 
 
 @dataclass(frozen=True)
+class NotJudged:
+    """The perf tests a session did not run to the end (``tests``, their ids in order: cut off by
+    a KeyboardInterrupt, or never run after ``-x``, ``--maxfail`` or a signal stopped it) and
+    ``why`` (``the session stopped: stopping after 1 failures``). A result of one of them
+    (:meth:`mark`) measured what it measured, but its test never reached its verdict."""
+
+    tests: tuple[str, ...] = ()
+    why: str = ""
+
+    def mark(self, results: Sequence[dict[str, Any]]) -> None:
+        """Set ``not_judged`` (:attr:`why`) in each report record of a test not judged (its id, or
+        a named run's ``id::name``), which its :func:`headline` reads."""
+        for record in results:
+            if any(record["test"] == test or record["test"].startswith(f"{test}::") for test in self.tests):
+                record["not_judged"] = self.why
+
+    def line(self) -> str:
+        """``not judged: 2 perf tests did not run to the end (the session stopped: ...): a, b``;
+        empty when every test ran to the end."""
+        if not self.tests:
+            return ""
+        return f"not judged: {counted(len(self.tests), 'perf test')} did not run to the end ({self.why}): {listed(self.tests)}"
+
+
+ALL_JUDGED = NotJudged()  # a session whose perf tests all ran to the end
+
+
+def session_title(count: int, not_judged: NotJudged) -> str:
+    """``llmreplay: 3 perf tests`` for ``count`` results; ``llmreplay: 1 perf test result; 2 perf
+    tests not judged`` when the session did not run every perf test to the end (a result of one
+    of them among the ``count``): a report of a stopped session never reads as a whole one."""
+    if not not_judged.tests:
+        return f"llmreplay: {counted(count, 'perf test')}"
+    return f"llmreplay: {counted(count, 'perf test result')}; {counted(len(not_judged.tests), 'perf test')} not judged"
+
+
+@dataclass(frozen=True)
 class Headline:
     """A test at a glance: ``status`` FAIL (an SLO breached, or ``failed``), else PASS (every SLO
     met) or NO SLOS; INTERRUPTED when a signal stopped the run and nothing else failed it (its
@@ -171,7 +211,9 @@ class Headline:
     (``regressions fail the test (--llm-fail-on-regression)``); ``slos`` (``2/2 SLOs met``); ``closest``: the breached SLO furthest over, else the met one
     closest to its threshold (``==`` SLOs have no headroom and are left out), with its measured
     value and margin; ``verdict``: the comparison's (:func:`comparison_cell`); ``interrupted``:
-    ``interrupted by SIGINT`` when a signal stopped the run (its figures cover part of the workload)."""
+    ``interrupted by SIGINT`` when a signal stopped the run (its figures cover part of the workload).
+    NOT JUDGED, before all of these, when its test did not run to the end (the report's
+    ``not_judged``, why: :meth:`NotJudged.mark`): what failed or passed it then is no verdict."""
 
     status: str
     slos: str
@@ -218,6 +260,8 @@ def headline(record: Mapping[str, Any], stored: list[Check | Mapping[str, Any]] 
     interrupted = f"interrupted by {record['interrupted']}" if record.get("interrupted") else None
     if interrupted and not failed:  # a partial result's breaches judge nothing
         status = "INTERRUPTED"
+    if record.get("not_judged"):  # its test was cut off before its verdict: what failed it is no verdict either
+        status, failed = "NOT JUDGED", record["not_judged"]
     return Headline(status, slos, closest, comparison_cell(record.get("comparison")), interrupted, failed)
 
 

@@ -160,12 +160,13 @@ def render(result: Result) -> str:
 def figures_by_run(nodeid: str, figures: Mapping[str, float]) -> dict[str, dict[str, float]]:
     """A test's key figures split by run, in order: ``llmreplay.<key>`` is the test's first
     unnamed run (id ``nodeid``), ``llmreplay.<key> <run>`` its run ``nodeid::<run>`` (see
-    :func:`~pytest_llmreplay.plugin.hooks.finish_runs`)."""
+    :func:`~pytest_llmreplay.plugin.hooks.finish_runs`); a test without figures is one run with
+    none (a test not judged: :mod:`~pytest_llmreplay.plugin.not_judged`), a row of dashes."""
     runs: dict[str, dict[str, float]] = {}
     for name, value in figures.items():
         key, _, run = name.partition(" ")
         runs.setdefault(f"{nodeid}::{run}" if run else nodeid, {})[key] = value
-    return runs
+    return runs or {nodeid: {}}
 
 
 def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:

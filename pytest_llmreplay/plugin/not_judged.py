@@ -1,0 +1,61 @@
+"""The perf tests a stopped session did not run to the end, for its terminal summary and reports.
+
+A perf test (:func:`is_perf_test`) that pytest collected, and whose teardown it never reported,
+did not run to the end: a KeyboardInterrupt cut it off (its body, or the gate after its replay),
+or ``-x``, ``--maxfail`` or a signal during another test's replay
+(:mod:`~pytest_llmreplay.plugin.interrupt`) stopped the session before it ran. Such a test has
+no verdict, whatever its result would have said: the terminal summary gives it a row whose
+outcome is ``not judged`` and a line naming every such test and why the session stopped, and the
+report files (:class:`~pytest_llmreplay.report.rows.NotJudged`) say ``N not judged`` in their
+title, name them under it, and head a result of such a test NOT JUDGED rather than PASS or FAIL.
+
+Only the process that collected the tests knows them: under xdist the controller collects
+none, so its reports name no test not judged.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ..report.rows import ALL_JUDGED, NotJudged
+
+PERF_FIXTURES = {"llm_replay", "llm_result"}
+
+
+def is_perf_test(item: pytest.Item) -> bool:
+    """Whether ``item`` replays a workload: a spec file's test, or one that uses ``llm_replay`` or
+    ``llm_result`` (the ``llmreplay`` marker adds ``llm_result``), or carries the marker."""
+    from .hooks import SpecItem
+
+    return (
+        isinstance(item, SpecItem)
+        or item.get_closest_marker("llmreplay") is not None
+        or bool(PERF_FIXTURES & set(getattr(item, "fixturenames", ())))
+    )
+
+
+class Unfinished:
+    """Registered as a plugin: the session's perf tests as collected (after ``-k`` and ``-m``
+    deselected theirs), and those whose teardown was reported."""
+
+    def __init__(self) -> None:
+        self.collected: list[str] = []
+        self.ended: set[str] = set()
+
+    @pytest.hookimpl(trylast=True)  # after every deselection
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.collected = [item.nodeid for item in items if is_perf_test(item)]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.ended.add(report.nodeid)
+
+    def found(self, session: pytest.Session) -> NotJudged:
+        """The collected perf tests that did not run to the end, and why the session stopped:
+        pytest's own words (``stopping after 1 failures``), the signal's, or a KeyboardInterrupt."""
+        tests = tuple(test for test in self.collected if test not in self.ended)
+        if not tests:
+            return ALL_JUDGED
+        reason = session.shouldfail or session.shouldstop
+        why = f"the session stopped: {reason}" if isinstance(reason, str) else "the session was interrupted"
+        return NotJudged(tests, why)
