@@ -23,12 +23,13 @@ PERF_FIXTURES = {"llm_replay", "llm_result"}
 
 
 def is_perf_test(item: pytest.Item) -> bool:
-    """Whether ``item`` replays a workload: a spec file's test, or one that uses ``llm_replay`` or
-    ``llm_result`` (the ``llmreplay`` marker adds ``llm_result``), or carries the marker."""
-    from .hooks import SpecItem
+    """Whether ``item`` replays a workload: a spec file's test (its item holds a :class:`PerfSpec`),
+    or one that uses ``llm_replay`` or ``llm_result`` (the ``llmreplay`` marker adds
+    ``llm_result``), or carries the marker."""
+    from .spec import PerfSpec
 
     return (
-        isinstance(item, SpecItem)
+        isinstance(getattr(item, "spec", None), PerfSpec)
         or item.get_closest_marker("llmreplay") is not None
         or bool(PERF_FIXTURES & set(getattr(item, "fixturenames", ())))
     )
