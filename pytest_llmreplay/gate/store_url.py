@@ -30,7 +30,7 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
     (:meth:`Store.check` does that); an empty ``text``, a scheme fsspec does not know
     (:func:`known_schemes`), a store scheme without
-    its ``//`` (``s3:/x``) or without a bucket (``s3://``), a missing extra or a password in the
+    its ``//`` (``s3:/x``, ``hdfs:/x``: :func:`names_a_store_scheme`) or without a bucket (``s3://``), a missing extra or a password in the
     URL is an :class:`LLMReplayError`."""
     if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
         raise LLMReplayError("empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX")
@@ -42,7 +42,7 @@ def open_store(text: str, rootdir: str | Path) -> Store:
         return FolderStore(file_url_path(text))
     if match is None:
         typo = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):/*(?!/)", text)
-        if typo is not None and typo.group(1).lower() in (*EXTRAS, "memory", "http", "https"):
+        if typo is not None and names_a_store_scheme(typo.group(1).lower()):
             scheme = typo.group(1)  # s3:/x or s3:x: a URL with a slash missing, not a folder named "s3:"
             suggested = redact(f"{scheme}://{text[typo.end() :]}")
             raise LLMReplayError(
@@ -77,6 +77,19 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     except Exception as exc:  # noqa: BLE001 - any back-end's complaint about the URL is one line
         raise LLMReplayError(f"{redact(text)}: {one_line(exc)}") from None
     return FsspecStore(text, fs, root)
+
+
+def names_a_store_scheme(prefix: str) -> bool:
+    """Whether ``prefix`` of a ``PREFIX:/...`` or ``PREFIX:...`` text is a store's scheme (one we
+    name an extra for, ``memory``, ``http(s)``, or any fsspec knows where fsspec is installed):
+    such a text is a URL with a slash missing (``hdfs:/x``), not a folder named ``hdfs:``."""
+    if prefix in (*EXTRAS, "memory", "http", "https"):
+        return True
+    try:
+        import fsspec
+    except ImportError:
+        return False
+    return prefix in known_schemes(fsspec)
 
 
 def known_schemes(fsspec: ModuleType) -> set[str]:
