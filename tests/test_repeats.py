@@ -361,6 +361,39 @@ def test_runs_that_disagree_several_fold_make_the_comparison_unstable_not_a_regr
     assert [row.verdict for row in baseline.compare(base, calm, {"ttft.p50": 0.05}).rows] == ["regression"]
 
 
+def test_an_unstable_comparison_still_fails_on_requests_lost_and_says_so(tmp_path, capsys):
+    """Runs that disagree leave no statistical verdict, but a run that lost requests has latencies
+    over its survivors whatever the noise: a regression, in the title, the report's cell and the
+    compare command's exit status (1, not 4)."""
+    rng = np.random.default_rng(7)
+    steady = [rng.lognormal(np.log(0.02), 0.1, 200) for _ in range(3)]
+    base = record_of(steady)
+    flipping = record_of([steady[0] * 1.3, steady[1] * 6.0, steady[2] * 1.3])
+    for run in flipping["runs"]:
+        run["summary"]["requests"] = {"ok": 190, "failed": 10}
+    comparison = baseline.compare(base, flipping, {"ttft.p50": 0.05})
+    assert comparison.unstable and [row.verdict for row in comparison.regressions] == ["regression"]
+    title = baseline.comparison_table(comparison).splitlines()[0]
+    assert title == "Compared with baseline: 1 regression, the other rows UNSTABLE, no verdict"
+    from pytest_llmreplay.cli.main import main
+    from pytest_llmreplay.plugin.verdict import comparison_as_dict
+    from pytest_llmreplay.report.rows import comparison_cell
+
+    assert comparison_cell(comparison_as_dict(comparison)) == "REGRESSION: ttft.p50, UNSTABLE"
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, record in zip(paths, (base, flipping), strict=True):
+        path.write_text(json.dumps(record))
+    assert main(["compare", str(paths[0]), str(paths[1])]) == 1
+    out = capsys.readouterr().out  # the command's default tolerances judge ttft.p90 too
+    assert (
+        "2 regressions, the other rows UNSTABLE, no verdict" in out and "none (no counts stored) in the baseline" in out
+    )
+    for run in flipping["runs"]:
+        del run["summary"]["requests"]
+    paths[1].write_text(json.dumps(flipping))
+    assert main(["compare", str(paths[0]), str(paths[1])]) == 4  # unstable, nothing lost: no verdict
+
+
 def test_the_cause_names_the_runs_whose_responses_came_in_one_burst():
     from pytest_llmreplay.gate.stability import instability
 

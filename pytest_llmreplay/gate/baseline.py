@@ -528,9 +528,10 @@ def comparison_table(comparison: Comparison) -> str:
     from tabulate import tabulate
 
     count = len(comparison.regressions)
-    verdict = comparison.mismatch or (
-        "UNSTABLE, no verdict" if comparison.unstable else f"{count} regression{'s' if count != 1 else ''}"
-    )
+    regressions = f"{count} regression{'s' if count != 1 else ''}"
+    if comparison.unstable:  # its regressions are those no noise explains (a figure or requests lost)
+        regressions = f"{regressions}, the other rows UNSTABLE, no verdict" if count else "UNSTABLE, no verdict"
+    verdict = comparison.mismatch or regressions
     title = f"Compared with {comparison.baseline_label}: {verdict}"  # then what the header says of the comparison
     title += f"\n{comparison.header}" if comparison.header else ""
     if comparison.mismatch:

@@ -37,13 +37,15 @@ def request_counts(record: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def lost_requests(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
-    """``3 of 66 requests failed in this run, 0 of 66 in the baseline`` when ``current`` failed a
-    larger share of its requests than ``baseline`` (module docstring); None when it did not."""
+    """``3 of 66 requests failed in this run, 0 of 66 in the baseline`` (``none (no counts
+    stored) in the baseline`` for a record without counts) when ``current`` failed a larger share
+    of its requests than ``baseline`` (module docstring); None when it did not."""
     failed, measured = request_counts(current)
     base_failed, base_measured = request_counts(baseline)
     if not failed or failed * max(base_measured, 1) <= base_failed * measured:
         return None
-    return f"{failed} of {measured} requests failed in this run, {base_failed} of {base_measured} in the baseline"
+    base = f"{base_failed} of {base_measured}" if base_measured else "none (no counts stored)"
+    return f"{failed} of {measured} requests failed in this run, {base} in the baseline"
 
 
 def mark_not_comparable(rows: Iterable[Any], baseline: Mapping[str, Any], current: Mapping[str, Any]) -> None:

@@ -104,15 +104,17 @@ def overview_row(record: Mapping[str, Any], reasoning: bool = False, capacity: b
 
 def comparison_cell(comparison: Mapping[str, Any] | None) -> str:
     """``-`` (not compared), ``not compared`` (a mismatch), ``UNSTABLE`` (runs that disagree too
-    much for a verdict), ``no regression`` or ``REGRESSION: keys``."""
+    much for a verdict), ``no regression`` or ``REGRESSION: keys`` (``, UNSTABLE`` after it where
+    the runs also disagree: regressions that no noise explains, gate/baseline.py)."""
     if not comparison:
         return "-"
     if comparison.get("mismatch"):
         return "not compared"
-    if comparison.get("unstable"):
-        return "UNSTABLE"
     regressions = [row["key"] for row in comparison["rows"] if row["verdict"] == "regression"]
-    return ("REGRESSION: " + ", ".join(regressions)) if regressions else "no regression"
+    unstable = ", UNSTABLE" if comparison.get("unstable") else ""
+    if regressions:
+        return "REGRESSION: " + ", ".join(regressions) + unstable
+    return "UNSTABLE" if unstable else "no regression"
 
 
 def stored_checks(record: Mapping[str, Any]) -> list[Check | Mapping[str, Any]]:
