@@ -118,6 +118,22 @@ def test_roofline_mixed_batch_and_cached_context():
     assert timing.iteration_s(batch) == approx(max(flops / 1e12, memory / 1e11))
 
 
+def test_a_step_with_prefill_tokens_pays_the_piecewise_cost_of_every_layer():
+    # FULL_AND_PIECEWISE: one full graph for decodes only, piecewise graphs with eager attention
+    # for any step with prefill tokens; TINY has 2 layers, 0.25 ms each
+    plain, piecewise = tiny_roofline(), tiny_roofline(piecewise_layer_overhead_ms=0.25)
+    mixed = Batch(prefill_tokens=200, prefill_context=1000, decode_seqs=3, kv_tokens=300, kv_usage=0.5)
+    for batch in (mixed, prefill(1000)):
+        assert piecewise.iteration_s(batch) == approx(plain.iteration_s(batch) + 0.0005)
+        parts = piecewise.breakdown(batch)
+        assert parts["overhead_s"] == approx(plain.breakdown(batch)["overhead_s"] + 0.0005)
+        assert parts["linear_s"] + parts["attention_s"] + parts["comm_s"] + parts["overhead_s"] == approx(
+            parts["total_s"]
+        )
+    assert piecewise.iteration_s(decode(3, 300)) == plain.iteration_s(decode(3, 300))
+    assert np.array_equal(piecewise.decode_span_s(3, 300, 0.0, 0.0, 4), plain.decode_span_s(3, 300, 0.0, 0.0, 4))
+
+
 def test_roofline_sums_the_linear_layers_and_attention_each_at_its_own_bound():
     timing = tiny_roofline()
     # a 200-token chunk beside 3 decodes over 1e9 KV tokens: the GEMMs are compute-bound, the

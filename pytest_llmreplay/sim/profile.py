@@ -319,6 +319,7 @@ _TIMING = {
         "mbu",
         "overhead_ms",
         "layer_overhead_ms",
+        "piecewise_layer_overhead_ms",
         "admission_overhead_ms",
         "jitter",
         "frontend_ms",
@@ -528,6 +529,7 @@ def _timing(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None, hardwa
             overhead_ms=f.number(section, "timing", "overhead_ms", DEFAULT_OVERHEAD_MS, inclusive=True),
             layer_overhead_ms=f.number(section, "timing", "layer_overhead_ms", 0.0, inclusive=True),
             admission_overhead_ms=f.number(section, "timing", "admission_overhead_ms", 0.0, inclusive=True),
+            piecewise_layer_overhead_ms=f.number(section, "timing", "piecewise_layer_overhead_ms", 0.0, inclusive=True),
         )
     if kind == "polynomial":
         return PolynomialTiming(

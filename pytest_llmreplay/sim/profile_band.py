@@ -67,6 +67,7 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
             layer_overhead_ms=timing.layer_overhead_ms,
             admission_overhead_ms=timing.admission_overhead_ms,
             discrepancy=roofline.get("discrepancy", timing.discrepancy),
+            piecewise_layer_overhead_ms=roofline.get("piecewise_layer_overhead_ms", timing.piecewise_layer_overhead_ms),
         )
     return dataclasses.replace(profile, **changes)
 

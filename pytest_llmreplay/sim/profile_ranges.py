@@ -10,7 +10,7 @@ Its optional ``uncertainty`` section states them::
     }
 
 Each key is a dotted field of :data:`UNCERTAIN_FIELDS` (the roofline's efficiencies and host
-overhead, the front end, the GPU's peak figures, ``timing.discrepancy``, and
+overhead (per step, and per layer of a step run piecewise), the front end, the GPU's peak figures, ``timing.discrepancy``, and
 ``engine.activation_reserve_gib`` where the profile derives its KV cache from it: each draw then
 derives its own ``num_gpu_blocks``, sim/profile.py); ``range`` is
 ``[low, high]`` with ``0 < low < high`` (efficiencies at most 1) holding the profile's own value,
@@ -36,6 +36,7 @@ ROOFLINE_FIELDS = (
     "timing.mfu",
     "timing.mbu",
     "timing.overhead_ms",
+    "timing.piecewise_layer_overhead_ms",
     "hardware.peak_flops",
     "hardware.memory_bandwidth",
     "timing.discrepancy",

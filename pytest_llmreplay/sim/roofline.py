@@ -77,13 +77,23 @@ element; MoE: ``E`` experts, ``k`` routed per token. Hardware, per GPU: peak den
   mfu), Bytes_attn / (B * tp * mbu)) + comm + overhead + admission_overhead_ms * R, with ``mfu`` and ``mbu`` the achievable
   shares of peak compute and bandwidth and overhead = ``overhead_ms`` + ``layer_overhead_ms`` * L
   the host's cost per iteration: a fixed part (scheduling, input preparation, sampling, output
-  handling) and a part per layer (default 0). The part per layer is the host launching each
+  handling) and a part per layer (default 0), with ``piecewise_layer_overhead_ms`` * L more
+  where P > 0 (below). The part per layer is the host launching each
   layer's operators one by one, as an engine does when it runs the model eagerly (vLLM's
   ``--enforce-eager``, and its CPU build: no CUDA graph replays a whole step), the host's time then
   growing with the number of layers whatever their width (PyTorch's "Performance Tuning Guide":
   small operators are bound by the framework's per-operator overhead; CUDA graphs exist to remove
   exactly that launch cost per operator). A calibration tells the two apart only from runs of two
   layer counts on the same machine (sim/calibrate_run.py).
+- Piecewise steps, ``piecewise_layer_overhead_ms`` * L (default 0) in every iteration that
+  computes prefill tokens (P > 0): vLLM's default CUDA graph mode since PR #25444 (2025-09),
+  FULL_AND_PIECEWISE, replays one captured graph of the whole model for a batch of decodes only,
+  and for any batch with prefill tokens the piecewise graphs, split at the attention op, with
+  each layer's attention run eagerly between them (vLLM's docs, design/cuda_graphs.md; the
+  capture log's "mixed prefill-decode, PIECEWISE" and "decode, FULL"), so such a step pays the
+  host's launch of each layer's attention and of the graph pieces around it, a cost per layer
+  that a decode-only step does not pay. A profile for an engine run eagerly puts its whole
+  per-layer cost in ``layer_overhead_ms`` instead, for every step.
 - The host's set-up of each request an iteration schedules for the first time (or again after a
   preemption), ``admission_overhead_ms`` * R (default 0), in that iteration only: vLLM's model
   runner, before the step's forward pass (``GPUModelRunner._update_states``,
@@ -246,6 +256,7 @@ class RooflineTiming:
         layer_overhead_ms: float = 0.0,
         admission_overhead_ms: float = 0.0,
         discrepancy: float = 1.0,
+        piecewise_layer_overhead_ms: float = 0.0,
     ) -> None:
         self.model, self.hardware = model, hardware
         self.discrepancy = discrepancy  # the model's structural error, drawn only for a band (profile_ranges.py)
@@ -265,6 +276,8 @@ class RooflineTiming:
         self._compute_rate = hardware.peak_flops * tp * mfu
         self._memory_rate = hardware.memory_bandwidth * tp * mbu
         self._overhead_s = (overhead_ms + layer_overhead_ms * model.layers) / 1000
+        self.piecewise_layer_overhead_ms = piecewise_layer_overhead_ms
+        self._piecewise_s = piecewise_layer_overhead_ms * model.layers / 1000  # a step with prefill tokens
         communicates = tp > 1 and hardware.interconnect_bandwidth > 0
         self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if communicates else 0.0
         ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if communicates else 0.0
@@ -296,13 +309,20 @@ class RooflineTiming:
             kv / self._memory_rate,
         )
 
+    def _host_s(self, batch: Batch) -> float:
+        """The host's share of one iteration of ``batch``: per iteration and layer, per request
+        admitted, and per layer again for a step with prefill tokens, run piecewise (module doc)."""
+        piecewise = self._piecewise_s if batch.prefill_tokens > 0 else 0.0
+        return self._overhead_s + piecewise + self._admission_s * batch.new_requests
+
     def _comm(self, tokens: Any) -> Any:
         """The tensor-parallel all-reduces of one iteration of ``tokens`` tokens (module doc)."""
         return self._comm_fixed + self._comm_token * tokens
 
     def breakdown(self, batch: Batch) -> dict[str, Any]:
         """compute_s and memory_s (both phases together), linear_s and attention_s (each phase's
-        bound), comm_s, overhead_s (the host's: per iteration, per layer and per request admitted),
+        bound), comm_s, overhead_s (the host's: per iteration, per layer, per piecewise step's
+        layer and per request admitted),
         the bound of the larger total and total_s of one iteration. Every time is times
         ``discrepancy``, as the iteration's is, so that for a batch of any tokens
         linear_s + attention_s + comm_s + overhead_s = total_s, in a band's draw too."""
@@ -316,7 +336,7 @@ class RooflineTiming:
             "linear_s": max(linear_compute, linear_memory) * scale,
             "attention_s": max(attention_compute, attention_memory) * scale,
             "comm_s": self._comm(batch.prefill_tokens + batch.decode_seqs) * scale,
-            "overhead_s": (self._overhead_s + self._admission_s * batch.new_requests) * scale,
+            "overhead_s": self._host_s(batch) * scale,
             "bound": "compute" if compute >= memory else "memory",
             "total_s": self.iteration_s(batch),
         }
@@ -329,8 +349,7 @@ class RooflineTiming:
             batch.prefill_tokens, batch.prefill_context, batch.decode_seqs, batch.kv_tokens
         )  # the sum of the phases (module doc), with Python's max: a float per call, no numpy scalars
         phases = max(linear_compute, linear_memory) + max(attention_compute, attention_memory)
-        overhead = self._overhead_s + self._admission_s * batch.new_requests
-        return (phases + self._comm(tokens) + overhead) * self.discrepancy
+        return (phases + self._comm(tokens) + self._host_s(batch)) * self.discrepancy
 
     def decode_span_s(self, seqs: int, kv_tokens: int, kv_usage: float, usage_step: float, steps: int) -> np.ndarray:
         kv, _ = decode_span_points(seqs, kv_tokens, kv_usage, usage_step, steps)
