@@ -29,6 +29,7 @@ KINDS = ("offline", "sim-server", "live")
 DEFAULT_PROFILE = "llama-3.1-8b-h100"
 CACHE_RESETS = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
 SLOT_ERASE = "POST /slots/{id}?action=erase"  # llama.cpp (--slot-save-path), once per slot of GET /slots
+NOT_RESET = "off"  # a run's cache reset when the user turned resets off (Target.reset_for_run)
 
 
 def cache_reset_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -55,7 +56,9 @@ class Target:
     request body (offline too: the in-process simulator checks them as its server does).
     ``model``: the served model; ``model_named``: the user named it (``--llm-model``), so it
     replaces a verbatim payload's own, which is sent otherwise. ``metrics_interval_s``: how often
-    an HTTP replay scrapes the server's ``/metrics`` (0: never; :mod:`~pytest_llmreplay.replayer.server_metrics`)."""
+    an HTTP replay scrapes the server's ``/metrics`` (0: never; :mod:`~pytest_llmreplay.replayer.server_metrics`).
+    ``cache_reset``: whether each repeat or capacity point starts on an emptied prefix cache
+    (:meth:`reset_for_run`; :meth:`without_cache_reset` turns it off)."""
 
     kind: str
     url: str | None = None
@@ -69,6 +72,7 @@ class Target:
     server: ServerProcess | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
     metrics_interval_s: float = 1.0
+    cache_reset: bool = True
 
     @property
     def name(self) -> str:
@@ -118,6 +122,37 @@ class Target:
         """The in-process simulator's seed (outputs, timing jitter) for run ``repeat`` (0-based) of
         a test: the session's seed plus ``repeat``; None over HTTP (the server seeds itself)."""
         return self.prompts.seed + repeat if self.kind == "offline" else None
+
+    def without_cache_reset(self) -> None:
+        """Never empty the server's prefix cache before a run (``--llm-cache-reset=off``,
+        ``llmreplay sweep --no-cache-reset``). Runs on a warm cache measure something else than
+        runs on an emptied one, so it joins the fingerprint (results of the two are not compared).
+        Offline it changes nothing: every run there has a fresh engine."""
+        if self.kind != "offline":
+            self.cache_reset = False
+            self.fingerprint["cache_reset"] = NOT_RESET
+
+    def reset_for_run(self) -> str | None:
+        """Before a repeat or a capacity point: the prefix cache emptied unless resets are off. What
+        the run's record keeps as its ``cache_reset``: the request that emptied it
+        (:meth:`reset_cache`), :data:`NOT_RESET` when resets are off, None offline or when the
+        server has no reset."""
+        if self.kind == "offline":
+            return None
+        return self.reset_cache() if self.cache_reset else NOT_RESET
+
+    def unreset_note(self, reset: str | None, run: str = "repeat") -> str | None:
+        """What is said once when a run started on a cache not emptied (``reset``, from
+        :meth:`reset_for_run`), ``run`` naming the runs (``repeat``, ``point``); None when it
+        was emptied or offline."""
+        if self.kind == "offline" or reset not in (None, NOT_RESET):
+            return None
+        if reset == NOT_RESET:
+            return (
+                f"{self.http_url}: cache not reset between runs (resets turned off): "
+                f"each {run} may measure a prefix cache the previous one warmed"
+            )
+        return no_cache_reset_note(self.http_url, run)
 
     def reset_cache(self, busy_wait_s: float = 10.0) -> str | None:
         """Empty the server's prefix cache before a repeat (or a capacity search's point), so that

@@ -475,10 +475,11 @@ def test_sweep_sim_names_the_http_options_it_ignores(capsys, workload):
         "m",
         "--api",
         "completions",
+        "--no-cache-reset",
     )
     assert code == 0, err
     assert (
-        "warning: --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)"
+        "warning: --no-cache-reset, --model, --api: ignored with --sim (the simulator runs in process; these options are for an HTTP --endpoint)"
         in err.splitlines()
     )
 

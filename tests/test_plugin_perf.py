@@ -61,6 +61,7 @@ FLAGS = (
     "--llm-report",
     "--llm-summary-md",
     "--llm-repeat",
+    "--llm-cache-reset",
     "--llm-workers",
     "--llm-ray-address",
 )

@@ -285,6 +285,39 @@ def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project
     assert [run["seed"] for run in runs] == [None, None]
 
 
+def test_repeats_with_cache_resets_off_never_reset_and_say_so(project):
+    from pytest_llmreplay.sim.profile import load_profile
+    from pytest_llmreplay.sim.server import SimServer
+    from pytest_llmreplay.workloads.prompts import PromptFactory
+    from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+
+    server = SimServer(load_profile(str(project.path / "fast.json")), PromptFactory(load_tokenizer(None)))
+    with ServerThread(server) as thread:
+        result = project.runpytest(
+            "--llm-endpoint", thread.url, "--llm-repeat", "2", "--llm-save", "--llm-cache-reset=off", "-v"
+        )
+    result.assert_outcomes(passed=1)
+    assert server._resets == 0
+    result.stdout.fnmatch_lines(
+        [
+            "2 runs (cache not reset between runs): ttft.p50 *",
+            "llmreplay repeats: http://127.0.0.1:*: cache not reset between runs (resets turned off): "
+            "each repeat may measure a prefix cache the previous one warmed",
+        ]
+    )
+    [path] = stored(project.path)
+    record = json.loads(path.read_text())
+    assert [run["cache_reset"] for run in record["runs"]] == ["off", "off"]
+    assert record["fingerprint"]["cache_reset"] == "off"  # never compared with runs on an emptied cache
+
+
+def test_a_bad_cache_reset_mode_is_a_usage_error(pytester):
+    pytester.makepyfile("def test_x(): pass")
+    result = pytester.runpytest("-o", "llm_cache_reset=never")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--llm-cache-reset / llm_cache_reset: expected auto or off, got 'never'*"])
+
+
 def test_repeats_against_a_server_without_a_cache_reset_say_so_once(project):
     project.makepyfile(test_two=PERF_TEST.replace("test_chat", "test_other"))
     with ServerThread(MockServer()) as thread:

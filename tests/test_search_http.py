@@ -138,11 +138,11 @@ class NoReset(Target):
         return None
 
 
-def test_a_server_with_no_reset_is_named_once_in_the_progress(tmp_path):
+def two_points_progress(tmp_path, target):
+    """The progress lines of a search on ``target`` readying the server for two points."""
     path = tmp_path / "wl.yaml"
     path.write_text(WORKLOAD)
     lines = []
-    target = NoReset("live", "http://127.0.0.1:9/v1")
     search = Search(
         load_workload(path),
         target,
@@ -152,8 +152,26 @@ def test_a_server_with_no_reset_is_named_once_in_the_progress(tmp_path):
     )
     search.fresh_server()
     search.fresh_server()
+    return lines
+
+
+def test_a_server_with_no_reset_is_named_once_in_the_progress(tmp_path):
+    target = NoReset("live", "http://127.0.0.1:9/v1")
+    lines = two_points_progress(tmp_path, target)
     assert target.resets == 2
     assert lines == [
         "note: http://127.0.0.1:9/v1 answers neither POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1), POST /flush_cache (SGLang) "
         "nor POST /slots/{id}?action=erase (llama.cpp: --slot-save-path): each point may measure a prefix cache the previous one warmed"
+    ]
+
+
+def test_resets_turned_off_are_never_asked_and_said_once_in_the_progress(tmp_path):
+    target = NoReset("live", "http://127.0.0.1:9/v1")
+    target.without_cache_reset()  # llmreplay sweep --no-cache-reset
+    lines = two_points_progress(tmp_path, target)
+    assert getattr(target, "resets", 0) == 0
+    assert target.fingerprint == {"cache_reset": "off"}
+    assert lines == [
+        "note: http://127.0.0.1:9/v1: cache not reset between runs (resets turned off): "
+        "each point may measure a prefix cache the previous one warmed"
     ]

@@ -154,6 +154,7 @@ def share(text: str) -> float:
 
 # what only an HTTP endpoint reads: with --sim (the simulator in process) these are ignored
 HTTP_ONLY_OPTIONS = (
+    "no_cache_reset",
     "model",
     "api",
     "api_key_env",

@@ -2,7 +2,7 @@
 
     llmreplay sweep FILE (--endpoint URL | --sim PROFILE) --slo 'ttft.p99<1s' [--slo ...]
                     [--by rate|concurrency] [--min X] [--max X] [--resolution 5%] [--budget N]
-                    [--arrival poisson|constant|trace] [--band N] [--out DIR]
+                    [--arrival poisson|constant|trace] [--no-cache-reset] [--band N] [--out DIR]
 
 A line per point on stderr as it finishes; then a table of the points (by load; a rate search's
 estimates, closed-loop runs that only say where to look, apart below it) and the capacity with
@@ -143,6 +143,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.band is not None:
         check_band(args.band, sim)  # before a server is asked anything
     target = sim or live_target(args, prompts)
+    if args.no_cache_reset:
+        target.without_cache_reset()
     ignored = ignored_with_sim(args)
     if ignored:
         print(ignored, file=sys.stderr)
@@ -363,6 +365,11 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     sweep.add_argument(
         "--no-early-stop", action="store_true", help="run every point to its end, even once its SLOs are lost"
+    )
+    sweep.add_argument(
+        "--no-cache-reset",
+        action="store_true",
+        help="never empty the server's prefix cache before a point: each may hit the cache the earlier ones warmed",
     )
     sweep.add_argument(
         "--workers",

@@ -8,7 +8,8 @@ are still one file per test and commit): the fields of a single run's record
 - ``runs``: one entry per run, in order: ``sizes`` (metric -> how many of the concatenated samples
   are this run's), ``summary`` (the run's own), ``seed`` (the simulator's seed of the run, None
   for a live server) and ``cache_reset`` (the request that emptied the server's prefix cache
-  before the run, e.g. ``POST /reset_prefix_cache``; None when none was made);
+  before the run, e.g. ``POST /reset_prefix_cache``; ``off`` when the user turned resets off,
+  ``--llm-cache-reset=off``; None when none was made);
 - ``summary``: each figure the median over the runs
   (:func:`~pytest_llmreplay.metrics.runs.median_summary`), what SLOs are checked against;
 - ``warnings``: every run's, each once; ``duration_s``: the runs' sum;
@@ -96,6 +97,13 @@ def run_keys(record: Mapping[str, Any], metric: str) -> list[list[int]] | None:
     return [part for part in _split(list(keys), record, metric) if part]
 
 
+def cache_reset_words(resets: set[str]) -> str:
+    """How the runs' prefix cache was emptied, for :func:`repeats_line`: ``resets`` is the one
+    ``cache_reset`` they share (see the module docstring)."""
+    (reset,) = resets
+    return "cache not reset between runs" if reset == "off" else f"cache reset by {reset} before each"
+
+
 def repeats_line(record: Mapping[str, Any]) -> str:
     """``3 runs (seeds 0, 1, 2; cache reset by POST /reset_prefix_cache before each): ttft.p50
     312.1, 318.0, 309.9 ms; figures above are the last run's, SLOs and baselines use the median``."""
@@ -103,7 +111,7 @@ def repeats_line(record: Mapping[str, Any]) -> str:
     seeds = [run.get("seed") for run in runs]
     resets = {run.get("cache_reset") for run in runs}
     how = [f"seeds {', '.join(map(str, seeds))}"] if all(seed is not None for seed in seeds) else []
-    how += [f"cache reset by {next(iter(resets))} before each"] if len(resets) == 1 and None not in resets else []
+    how += [cache_reset_words(resets)] if len(resets) == 1 and None not in resets else []
     ttft = [run["summary"].get("ttft", {}).get("p50") for run in runs]
     per_run = (
         f": ttft.p50 {', '.join('-' if v is None else f'{v * 1e3:.1f}' for v in ttft)} ms"

@@ -152,6 +152,13 @@ OPTIONS = (
         "replay each perf test N times (fresh simulator or a reset server cache each time) and compare runs, then requests (default 5)",
     ),
     (
+        "--llm-cache-reset",
+        "llm_cache_reset",
+        "string",
+        "auto",
+        "auto: empty a server's prefix cache before each repeat and capacity point (vLLM, SGLang, llama.cpp); off: never, each run may hit the cache the previous one warmed (default auto)",
+    ),
+    (
         "--llm-workers",
         "llm_workers",
         "string",
@@ -183,6 +190,7 @@ METAVARS = {
     "--llm-report": "DIR",
     "--llm-summary-md": "PATH",
     "--llm-repeat": "N",
+    "--llm-cache-reset": "auto|off",
     "--llm-workers": "N",
     "--llm-ray-address": "ADDR",
 }
@@ -257,6 +265,14 @@ def metrics_interval_option(config: pytest.Config) -> float:
             f"--llm-metrics-interval / llm_metrics_interval: expected a number of seconds >= 0 (0: off), got {raw!r}"
         )
     return value
+
+
+def cache_reset_option(config: pytest.Config) -> bool:
+    """``--llm-cache-reset``: ``auto`` (True: reset a server's prefix cache before each run) or ``off``."""
+    raw = option(config, "llm_cache_reset")
+    if raw not in ("auto", "off"):
+        raise pytest.UsageError(f"--llm-cache-reset / llm_cache_reset: expected auto or off, got {raw!r}")
+    return raw == "auto"
 
 
 def check_bool_options(config: pytest.Config) -> None:

@@ -23,6 +23,7 @@ import pytest
 from ..errors import LLMReplayError
 from ..wording import counted
 from .options import (
+    cache_reset_option,
     check_bool_options,
     max_servers_option,
     metrics_interval_option,
@@ -78,7 +79,8 @@ class LLMSession:
             self.repeat = check_repeat("--llm-repeat / llm_repeat", option(config, "llm_repeat"))
         except LLMReplayError as exc:
             raise pytest.UsageError(str(exc)) from None
-        self.cache_reset_missing = False
+        self.cache_reset_missing = False  # a repeat on a prefix cache not emptied was named
+        self.cache_reset = cache_reset_option(config)
         self.endpoint_url = option(config, "llm_endpoint") or None
         self.api = option(config, "llm_api")
         self.server_cmd = option(config, "llm_server_cmd") or None
@@ -245,9 +247,11 @@ class LLMSession:
         return self._with_session_settings(target)
 
     def _with_session_settings(self, target: Any) -> Any:
-        """``target`` with the session's settings: its /metrics scrape interval, and its
-        fingerprint's additions (the extra body, plugins' fields)."""
+        """``target`` with the session's settings: its /metrics scrape interval, cache resets
+        (``--llm-cache-reset``), and its fingerprint's additions (the extra body, plugins' fields)."""
         target.metrics_interval_s = self.metrics_interval_s
+        if not self.cache_reset:
+            target.without_cache_reset()
         if self.extra_body:  # what every request also asks changes what is measured
             target.fingerprint["extra_body"] = self.extra_body
         self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
@@ -345,7 +349,6 @@ class LLMSession:
         from ..metrics.result import Result
         from ..metrics.slo import parse_slos, per_request_limits
         from ..replayer.driver import Replay
-        from ..target import no_cache_reset_note
         from ..workloads.formats import load_workload
 
         try:
@@ -355,10 +358,11 @@ class LLMSession:
                 raise
             raise LLMReplayError(f"format: {exc} (read as {spec.format!r}, as the test's format says)") from None
         with live_lock(target):
-            reset = target.reset_cache() if repeats > 1 else None
-            if repeats > 1 and reset is None and target.kind == "live" and not self.cache_reset_missing:
+            reset = target.reset_for_run() if repeats > 1 else None
+            note = target.unreset_note(reset) if repeats > 1 else None
+            if note is not None and not self.cache_reset_missing:
                 self.cache_reset_missing = True
-                self.notes.append(("llmreplay repeats", no_cache_reset_note(target.url)))
+                self.notes.append(("llmreplay repeats", note))
             if spec.capacity is not None:  # a search: the result is the point at capacity; a line per point as it ends
                 from ..replayer.signal_stop import SignalStop
                 from ..search.capacity import find_capacity

@@ -97,7 +97,8 @@ class Target(Protocol):
     """Where points go: a fresh endpoint and clock per replay (:class:`~pytest_llmreplay.target.Target`).
     ``kind == "offline"`` (the simulator in virtual time) lets points run in parallel processes,
     which needs the target, workload and prompts to pickle. Otherwise (a server at ``url``)
-    ``reset_cache`` empties its prefix cache before each point, returning None when it cannot."""
+    ``reset_for_run`` empties its prefix cache before each point unless resets are off, and
+    ``unreset_note`` says when a point started on a cache not emptied."""
 
     kind: str
     gpus: int
@@ -107,7 +108,9 @@ class Target(Protocol):
 
     def clock(self) -> Any: ...
 
-    def reset_cache(self) -> str | None: ...
+    def reset_for_run(self) -> str | None: ...
+
+    def unreset_note(self, reset: str | None, run: str) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -351,7 +354,7 @@ class Search:
         self.native_rate = trace_rate(workload) if plan.arrival == "trace" else None
         self.limits = per_request_limits(plan.slos)
         self.points: list[Point] = []
-        self.reset_missing = False  # a server that empties no prefix cache was named
+        self.reset_missing = False  # a point started on a prefix cache not emptied was named
 
     def settings_at(self, load: float) -> ReplaySettings:
         if self.plan.by == "concurrency":
@@ -450,16 +453,14 @@ class Search:
         without it each point after the first hits the cache the earlier ones warmed, and its TTFT
         is that of cache hits, not of its load (a search by concurrency 1 to 32 on ``llmreplay sim``
         passed 32 at TTFT p90 145 ms, 99.8% of prompt tokens cached, which offline failed at
-        974 ms). A server with no reset is named once through ``progress``."""
-        if self.target.kind == "offline" or self.target.reset_cache() is not None or self.reset_missing:
+        974 ms). A server with no reset, or resets turned off (``--no-cache-reset``), is named once
+        through ``progress``."""
+        note = self.target.unreset_note(self.target.reset_for_run(), "point")
+        if note is None or self.reset_missing:
             return
         self.reset_missing = True
         if self.progress is not None:
-            from ..target import no_cache_reset_note
-
-            assert self.target.url is not None  # a target that is not offline is at a URL
-
-            self.progress(f"note: {no_cache_reset_note(self.target.url, 'point')}")
+            self.progress(f"note: {note}")
 
     def probe(self, load: float, role: str) -> Point:
         """One point run at ``load``, its stop rule on."""
