@@ -28,6 +28,7 @@ from .replayer.server_process import ServerProcess
 KINDS = ("offline", "sim-server", "live")
 DEFAULT_PROFILE = "llama-3.1-8b-h100"
 CACHE_RESETS = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
+BUSY_WAIT_S = 30.0  # how long a cache reset refused while requests run is asked again
 SLOT_ERASE = "POST /slots/{id}?action=erase"  # llama.cpp (--slot-save-path), once per slot of GET /slots
 NOT_RESET = "off"  # a run's cache reset when the user turned resets off (Target.reset_for_run)
 
@@ -154,7 +155,7 @@ class Target:
             )
         return no_cache_reset_note(self.http_url, run)
 
-    def reset_cache(self, busy_wait_s: float = 10.0) -> str | None:
+    def reset_cache(self, busy_wait_s: float | None = None) -> str | None:
         """Empty the server's prefix cache before a repeat (or a capacity search's point), so that
         it does not measure a cache the previous run warmed: ``POST /reset_prefix_cache`` (vLLM with
         ``VLLM_SERVER_DEV_MODE=1``, and our simulated server, which also starts a fresh engine
@@ -162,18 +163,19 @@ class Target:
         ``GET /slots`` erased (llama.cpp, :func:`_erase_slots`). The request that answered 2xx
         (for llama.cpp ``POST /slots/{id}?action=erase (N slots)``), or None when none did (or
         offline, where every run has a fresh engine anyway).
-        A refusal while requests are in flight is asked again every 0.1 s for up to
-        ``busy_wait_s``: our server's 409 (just after a run stopped early, before it has seen the
-        client's disconnects) and vLLM's ``200 {"success": false}`` (blocks still held, e.g. by
-        requests it has not yet aborted); one still refused then is no reset. A 4xx (404: the
-        server has no such route) or 501 is no reset either; a request that gets no answer (the
-        server died, or hangs past 30 s) or a server error (5xx) is an LLMReplayError naming the
-        request's URL and what came back, not a server said to have no reset."""
+        A refusal while requests are in flight (:func:`_refused_while_busy`) is asked again every
+        0.1 s for up to ``busy_wait_s`` (None: :data:`BUSY_WAIT_S`, read at the call); one still refused then is an
+        LLMReplayError naming the request's URL and its last answer: the server has a reset, so
+        going on would measure a cache it did not empty. A 4xx (404: the server has no such
+        route) or 501 is no reset; a request that gets no answer (the server died, or hangs past
+        30 s) or a server error (5xx) is an LLMReplayError naming the request's URL and what came
+        back, not a server said to have no reset."""
         if self.kind == "offline":
             return None
         import httpx
 
         base = self.http_url.rstrip("/").removesuffix("/v1")
+        wait_s = BUSY_WAIT_S if busy_wait_s is None else busy_wait_s
         wall = WallClock()
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -182,12 +184,17 @@ class Target:
         ) as client:
             try:
                 for path in CACHE_RESETS:
-                    deadline = wall.now() + busy_wait_s
+                    deadline = wall.now() + wait_s
                     answer = client.post(path)
                     while _refused_while_busy(answer) and wall.now() < deadline:
                         wall.pause(0.1)
                         answer = client.post(path)
-                    if answer.is_success and not _refused_while_busy(answer):
+                    if _refused_while_busy(answer):
+                        raise LLMReplayError(
+                            f"prefix-cache reset: POST {answer.request.url} still refused after {wait_s:g} s "
+                            f"(requests still running?); its last answer: {_answer_words(answer)}"
+                        )
+                    if answer.is_success:
                         return f"POST {path}"
                 return _erase_slots(client)
             except httpx.HTTPError as exc:
@@ -213,11 +220,16 @@ def _server_error(answer: Any) -> None:
     if answer.status_code < 500 or answer.status_code == 501:
         return
     answer.read()
-    body = " ".join(answer.text.split())[:200] or "(empty body)"
     raise LLMReplayError(
-        f"prefix-cache reset: {answer.request.method} {answer.request.url} answered {answer.status_code} "
-        f"{answer.reason_phrase}: {body}"
+        f"prefix-cache reset: {answer.request.method} {answer.request.url} answered {_answer_words(answer)}"
     )
+
+
+def _answer_words(answer: Any) -> str:
+    """A cache reset's ``answer`` (a read ``httpx.Response``) for an error: its status, reason and
+    body's first 200 characters on one line (``400 Bad Request: Cache flushed. ...``)."""
+    body = " ".join(answer.text.split())[:200] or "(empty body)"
+    return f"{answer.status_code} {answer.reason_phrase}: {body}"
 
 
 def _erase_slots(client: Any) -> str | None:
@@ -252,9 +264,11 @@ def _llamacpp_build(client: Any) -> str | None:
 
 
 def _refused_while_busy(answer: Any) -> bool:
-    """Whether a cache reset's ``answer`` (an ``httpx.Response``) says "not now": a 409, or a 2xx
-    whose JSON body is ``{"success": false, ...}`` (vLLM's dev router, 0.32 as the engine tests install it)."""
-    if answer.status_code == 409:
+    """Whether a cache reset's ``answer`` (an ``httpx.Response``) says "not now, requests are
+    running": a 409 (our simulated server), a 400 from ``/flush_cache`` (SGLang refuses a flush
+    while requests run or wait), or a 2xx whose JSON body is ``{"success": false, ...}`` (vLLM's
+    dev router, 0.32 as the engine tests install it)."""
+    if answer.status_code == 409 or (answer.status_code == 400 and answer.request.url.path.endswith("/flush_cache")):
         return True
     if not answer.is_success or not answer.content:
         return False

@@ -16,6 +16,9 @@ connection after N tokens), ``malformed`` (a non-JSON event after N tokens), ``e
 
 ``python tests/mockserver.py --port P`` serves it (zero latency unless ``--ttft-s``/``--itl-s``) for benchmarks. ``GET /mock/stats``
 reports the completion requests received, the ``time.time()`` of the first and the streams finished; ``DELETE`` resets them.
+``flush_cache`` scripts SGLang's ``POST /flush_cache``: the statuses it answers in turn, the last
+one kept (SGLang answers 400 while requests run or wait, 200 once it flushed); None (the
+default) serves no such route. ``flush_posts`` counts the POSTs it got.
 ``--envelope`` adds the ``id``/``object``/``created``/``model`` fields real servers put in every
 streamed chunk (AIPerf drops chunks without ``object``).
 """
@@ -59,6 +62,8 @@ class MockServer:
     completions_count: int = 0  # POSTs to /v1/(chat/)completions since start or the last DELETE /mock/stats
     streams_finished: int = 0  # streamed replies written to their end ([DONE] and end of body)
     first_completion_time: float | None = None  # time.time() when the first of those arrived
+    flush_cache: list[int] | None = None  # POST /flush_cache's statuses in turn, the last kept (module docstring)
+    flush_posts: int = 0
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=1 << 30)
@@ -68,6 +73,8 @@ class MockServer:
         app.router.add_get("/health", self.health)
         if self.config.metrics:
             app.router.add_get("/metrics", self.metrics)
+        if self.flush_cache is not None:
+            app.router.add_post("/flush_cache", self.flush)
         app.router.add_get("/mock/stats", self.stats)
         app.router.add_delete("/mock/stats", self.stats)
         return app
@@ -84,6 +91,17 @@ class MockServer:
                 "finished": self.streams_finished,
             }
         )
+
+    async def flush(self, request: web.Request) -> web.Response:
+        """SGLang's ``/flush_cache``: the next of ``flush_cache``'s statuses, with SGLang's text."""
+        assert self.flush_cache
+        self.flush_posts += 1
+        status = self.flush_cache.pop(0) if len(self.flush_cache) > 1 else self.flush_cache[0]
+        text = (
+            "Cache flushed.\nPlease check backend logs for more details. "
+            "(When there are running or waiting requests, the operation will not be performed.)\n"
+        )
+        return web.Response(text=text, status=status)
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "mock-model", "object": "model"}]})

@@ -99,16 +99,23 @@ def test_vllm_refusing_a_reset_while_blocks_are_held_is_asked_again(fake_server)
     assert FakeServer.posts == ["/reset_prefix_cache"] * 3
 
 
-def test_a_reset_vllm_never_grants_is_no_reset(fake_server):
+def test_a_reset_vllm_never_grants_is_an_error_naming_the_url_and_its_last_answer(fake_server):
+    """vLLM has a reset but refused it past the wait: going on would measure a warm cache."""
     FakeServer.answers = [(200, {"success": False})] * 1000
-    assert Target("live", fake_server).reset_cache(busy_wait_s=0.3) is None
-    assert FakeServer.posts.count("/reset_prefix_cache") >= 2
+    with pytest.raises(LLMReplayError) as info:
+        Target("live", fake_server).reset_cache(busy_wait_s=0.3)
+    assert str(info.value) == (
+        f"prefix-cache reset: POST {fake_server.removesuffix('/v1')}/reset_prefix_cache still refused after 0.3 s "
+        '(requests still running?); its last answer: 200 OK: {"success": false}'
+    )
+    assert FakeServer.posts.count("/reset_prefix_cache") >= 2 and "/flush_cache" not in FakeServer.posts
 
 
-def test_a_server_busy_past_the_wait_has_no_reset(fake_server):
+def test_a_server_busy_past_the_wait_is_an_error(fake_server):
     FakeServer.answers = [409] * 1000
-    assert Target("live", fake_server).reset_cache(busy_wait_s=0.3) is None
-    assert FakeServer.posts[-1] == "/flush_cache" and FakeServer.posts.count("/reset_prefix_cache") >= 2
+    with pytest.raises(LLMReplayError, match=r"reset_prefix_cache still refused after 0\.3 s .*409 Conflict"):
+        Target("live", fake_server).reset_cache(busy_wait_s=0.3)
+    assert FakeServer.posts.count("/reset_prefix_cache") >= 2 and "/flush_cache" not in FakeServer.posts
 
 
 def test_a_reset_answered_with_a_server_error_is_an_error_naming_the_url_and_the_answer(fake_server):
@@ -133,7 +140,7 @@ def test_a_reset_that_gets_no_answer_is_an_error_naming_the_url(fake_server):
 
 
 class NoReset(Target):
-    def reset_cache(self, busy_wait_s: float = 10.0) -> None:
+    def reset_cache(self, busy_wait_s: float | None = None) -> None:
         self.resets = getattr(self, "resets", 0) + 1
         return None
 
