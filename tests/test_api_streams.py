@@ -86,7 +86,8 @@ def test_the_same_seed_streams_the_same_text_on_chat_and_responses_whole_or_not(
     streamed, _ = parse_stream("responses", recorded("reasoning-responses-stream.sse"))
     whole = Response()
     API_TABLE["responses"].parser().whole(json.loads(recorded("reasoning-responses.json")), 5.0, whole)
-    assert streamed.text == chat.text == whole.text and len(whole.text) > 20
+    assert streamed.reasoning_text == chat.reasoning_text == whole.reasoning_text and whole.reasoning_text
+    assert streamed.text == chat.text == whole.text and len(whole.reasoning_text + whole.text) > 20
     # reasoning then answer, in one chunk of the usage's count
     assert whole.chunk_tokens == [10] and whole.first_reasoning_s == whole.first_answer_s == 5.0
 

@@ -86,7 +86,7 @@ def test_reasoning_then_content_stream_is_measured_apart():
     assert (response.first_reasoning_s, response.last_reasoning_s) == (0.10, 0.14)
     assert (response.first_answer_s, response.last_answer_s) == (0.50, 0.52)
     assert (response.reasoning_counted, response.reasoning_tokens, response.completion_tokens) == (3, 3, 5)
-    assert response.text == "The user asksParis."
+    assert (response.reasoning_text, response.text) == ("The user asks", "Paris.")  # the answer apart
 
 
 def test_a_tool_call_is_the_first_answer_token():
@@ -131,7 +131,7 @@ def test_non_streamed_reasoning_is_one_chunk_with_the_usage_split():
     asyncio.run(endpoint._read_whole(Reply(), response, API_TABLE["chat"]))
     assert response.chunk_tokens == [40]
     assert response.first_reasoning_s == response.first_answer_s == response.chunk_times[0]
-    assert (response.reasoning_tokens, response.text) == (31, "thinkParis")
+    assert (response.reasoning_tokens, response.reasoning_text, response.text) == (31, "think", "Paris")
 
 
 def test_split_reasoning_marks_the_leading_tokens_of_the_chunks():

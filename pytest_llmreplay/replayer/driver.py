@@ -367,7 +367,13 @@ class Replay:
             if record.status != "ok":
                 return
             if turn_index + 1 < len(session.turns):  # what the next turn extends (none after the last)
-                conversation.respond(response.text, response.token_ids, record.output_tokens, response.calls)
+                conversation.respond(
+                    response.text,
+                    response.token_ids,
+                    record.output_tokens,
+                    response.calls,
+                    record.reasoning_tokens or 0,
+                )
 
     def _keep(self, record: RequestRecord, response: Response, api: str, body: dict) -> None:
         """Copy the response into the record (times made relative), check counts, store it."""

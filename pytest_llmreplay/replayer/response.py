@@ -31,6 +31,12 @@ class Response:
     ``arguments``, in their order: what an agent's next turn sends back). An endpoint that fills
     ``chunk_times`` itself (the in-process simulator) says which tokens were reasoning with
     :meth:`split_reasoning`; a parser of a whole (not streamed) reply calls :meth:`whole`.
+
+    :attr:`text` is the answer alone (content, and tool calls' text), :attr:`reasoning_text`
+    the reasoning apart: what a multi-turn chat sends back as the assistant's message on the
+    next turn is the answer, never the reasoning (vLLM's and DeepSeek's docs: a reply's
+    ``reasoning_content`` is not to be sent back), while the reasoning's times and counts above
+    still make the reasoning figures (:mod:`~pytest_llmreplay.metrics.reasoning`).
     """
 
     sent_s: float | None = None
@@ -38,6 +44,7 @@ class Response:
     chunk_times: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
     text_parts: list[str] = field(default_factory=list)
+    reasoning_parts: list[str] = field(default_factory=list)
     token_ids: list[int] | None = None
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
@@ -56,7 +63,13 @@ class Response:
 
     @property
     def text(self) -> str:
+        """The answer's text (class docstring)."""
         return "".join(self.text_parts)
+
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning's text, apart from the answer (class docstring)."""
+        return "".join(self.reasoning_parts)
 
     def fail(self, kind: str, detail: str) -> None:
         if self.error is None:
@@ -64,7 +77,7 @@ class Response:
 
     def reasoning_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
         """``tokens`` reasoning tokens (``text``) arrived at ``now`` (:meth:`answer_delta`'s rules)."""
-        if self._chunk(now, tokens, text, blank):
+        if self._chunk(now, tokens, text, blank, self.reasoning_parts):
             if self.first_reasoning_s is None:
                 self.first_reasoning_s = now
             self.last_reasoning_s = now
@@ -73,7 +86,7 @@ class Response:
     def answer_delta(self, now: float, tokens: int, text: str = "", blank: bool = False) -> None:
         """``tokens`` answer tokens (``text``) arrived at ``now``; ``blank``: one token of empty
         text, which counts only once a token came (servers open streams with one)."""
-        if self._chunk(now, tokens, text, blank):
+        if self._chunk(now, tokens, text, blank, self.text_parts):
             if self.first_answer_s is None:
                 self.first_answer_s = now
             self.last_answer_s = now
@@ -91,10 +104,11 @@ class Response:
             call["arguments"] += piece.arguments
         self.answer_delta(now, tokens, text)
 
-    def _chunk(self, now: float, tokens: int, text: str, blank: bool) -> bool:
-        """Keep ``text``, and the chunk when it holds a token; whether it did."""
+    def _chunk(self, now: float, tokens: int, text: str, blank: bool, parts: list[str]) -> bool:
+        """Keep ``text`` in ``parts`` (the answer's or the reasoning's), and the chunk when it
+        holds a token; whether it did."""
         if text:
-            self.text_parts.append(text)
+            parts.append(text)
         if not tokens or (blank and not self.chunk_times):  # a blank chunk opening the stream is no token
             return False
         self.chunk_times.append(now)
@@ -121,7 +135,8 @@ class Response:
         ``completion_tokens`` tokens (else of the token ids returned), whose arrival is both the
         reasoning's and the answer's time (the answer's also when nothing but reasoning came)."""
         tokens = self.completion_tokens if self.completion_tokens is not None else len(self.token_ids or ())
-        self.text_parts.append(thought + answer)
+        self.reasoning_parts.append(thought)
+        self.text_parts.append(answer)
         self.chunk_times.append(now)
         self.chunk_tokens.append(tokens)
         if thought:

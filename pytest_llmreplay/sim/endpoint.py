@@ -171,5 +171,7 @@ class SimEndpoint:
                 response.calls = [{"id": f"call_{number}", "name": tool, "arguments": arguments}]
             if not isinstance(output, KeyedPrompt):
                 response.token_ids = list(output[: submitted.generated])
-                response.text_parts = [self.prompts.text(response.token_ids)[0]] if response.token_ids else []
+                response.reasoning_parts = [self.prompts.text(response.token_ids[:thought])[0]] if thought else []
+                answer = response.token_ids[thought:]
+                response.text_parts = [self.prompts.text(answer)[0]] if answer else []
             response.queue_s = submitted.queue_s

@@ -313,7 +313,8 @@ class Conversation:
     items: the whole history, as the API is used without server-side state) and
     ``max_output_tokens``; Messages ``messages`` and ``max_tokens`` (a system prompt would go in
     ``system``: generated prompts have none). A turn that extends the previous one (an agent loop)
-    carries the previous prompt plus the server's *actual* response, as a real agent does:
+    carries the previous prompt plus the server's *actual* response, as a real agent does (its
+    answer: a reasoning model's reasoning is never sent back, :meth:`respond`):
 
     - chat, responses, messages: the previous messages + ``assistant: <response text>`` +
       ``user: <new tokens>``; on chat, after a tool call, the assistant message carries the call
@@ -321,7 +322,7 @@ class Conversation:
       the first call's);
     - completions, text: previous prompt text + response text + new text;
     - completions, ids: previous prompt ids + the response's token ids when the server returned
-      them, else the planned response ids.
+      them (those after its reasoning), else the planned response ids.
 
     :meth:`history_source` says which (``server`` or ``planned``). Verbatim payloads are sent as
     they are (their ``messages``, ``input`` or ``prompt`` already hold the history), to the API
@@ -421,12 +422,22 @@ class Conversation:
         ]
 
     def respond(
-        self, text: str, token_ids: Sequence[int] | None, tokens: int, calls: Sequence[dict[str, str]] = ()
+        self,
+        text: str,
+        token_ids: Sequence[int] | None,
+        tokens: int,
+        calls: Sequence[dict[str, str]] = (),
+        reasoning_tokens: int = 0,
     ) -> None:
-        """Record the server's response to the last request (what the next turn extends):
-        its text, its token ids when the server returned them, its token count, and its tool
-        calls (``id``, ``name``, ``arguments``)."""
+        """Record the server's response to the last request (what the next turn extends): its
+        answer's text, its token ids when the server returned them and its token count (both
+        with the reasoning), its tool calls (``id``, ``name``, ``arguments``), and how many of
+        its leading tokens were reasoning. The next turn sends back the answer alone, never the
+        reasoning (vLLM's and DeepSeek's docs: it is not to be sent back), on every API, so its
+        history holds the ids and counts the tokens after the reasoning."""
         self._response_text = text
-        self._response_ids = list(token_ids) if token_ids is not None else None
-        self._response_tokens = len(self._response_ids) if self._response_ids is not None else tokens
+        self._response_ids = list(token_ids)[reasoning_tokens:] if token_ids is not None else None
+        self._response_tokens = (
+            len(self._response_ids) if self._response_ids is not None else max(tokens - reasoning_tokens, 0)
+        )
         self._calls = list(calls)
