@@ -218,6 +218,14 @@ def test_eligible_rate_counts_only_hits_on_the_sessions_own_history():
     assert row["eligible_cache_hit_rate"] == approx(1.0)  # min(128, 110) / 110, not 192 / 110
 
 
+def test_eligible_history_leaves_out_the_reasoning_never_sent_back():
+    # turn 0 generated 10 tokens, 6 of them reasoning: turn 1's history is 100 + 4, not 110
+    first = rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 9)), end=1.2, prompt=100, cached=0)
+    first.reasoning_tokens = 6
+    turns = [first, rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, prompt=150, cached=52)]
+    assert make(turns).session_rows[0]["eligible_cache_hit_rate"] == approx(52 / 104)
+
+
 def test_session_without_cached_tokens_has_no_cache_rates():
     turns = [
         rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 3)), end=1.2, prompt=100, cached=0),

@@ -29,7 +29,8 @@ Per complete session (every turn measured and ok):
   tokens arrived over time (a one-chunk answer has no measurable decode);
 - ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
 - ``eligible_cache_hit_rate`` = Σ min(cached_i, eligible_i) / Σ eligible_i with eligible_0 = 0
-  and eligible_i = prompt_{i-1} + output_{i-1}: the share of the session's own history (what a
+  and eligible_i = prompt_{i-1} + output_{i-1} - reasoning_{i-1} (a reasoning model's
+  reasoning is not sent back with the history): the share of the session's own history (what a
   perfect prefix cache could have kept) that was hit, from 0 to 1. Hits beyond the history (a
   system prompt shared with other sessions, on any turn) count in ``cache_hit_rate`` only;
 - ``output_tokens_per_session``.
@@ -197,7 +198,7 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     decode_tokens = decode_time = 0.0
     cached = prompts = eligible = history_hits = outputs = 0
     reported = True  # every turn has the server's cached count and a prompt count
-    history: int | None = None  # prompt + output of the previous turn: what this turn could find cached
+    history: int | None = None  # prompt + answer of the previous turn: what this turn could find cached
     for turn in turns:
         outputs += turn.output_tokens
         first_token, last_token = turn.first_token_s, turn.last_token_s  # both set, or neither
@@ -213,7 +214,7 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
             if history is not None:
                 eligible += history
                 history_hits += min(turn_cached, history)
-            history = prompt + turn.output_tokens
+            history = prompt + turn.output_tokens - (turn.reasoning_tokens or 0)
     return {
         "session_id": first.session_id,
         "session_index": first.session_index,
