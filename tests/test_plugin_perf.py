@@ -355,6 +355,10 @@ def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(p
             ["--llm-api=messages"],
             "--llm-api / llm_api: ignored offline: the in-process simulator takes every request *",
         ),
+        (
+            ["--llm-cache-reset=off"],
+            "--llm-cache-reset / llm_cache_reset: ignored offline: every run of the in-process simulator starts on a fresh engine, *",
+        ),
     ],
 )
 def test_an_option_the_session_ignores_is_warned_about_once(project, args, warning):

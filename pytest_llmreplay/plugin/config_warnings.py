@@ -9,7 +9,9 @@ Ignored options (:func:`warn_of_ignored_options`), each warned about once, namin
   the request names (``llmreplay sim --model`` would refuse another name with a 404);
 - ``--llm-metrics-interval`` offline: the in-process simulator has no ``/metrics`` to scrape;
 - ``--llm-api`` offline: the in-process simulator takes every request in one form (its figures
-  are the same over the four APIs: ``tests/test_sim_apis.py``).
+  are the same over the four APIs: ``tests/test_sim_apis.py``);
+- ``--llm-cache-reset`` offline: every run of the in-process simulator has a fresh engine, so
+  there is no cache to keep or empty.
 
 An option counts as given when it is on the command line, or in the ini file with a value other
 than its default. One set only in the ini file is not warned about when the command line picked
@@ -32,6 +34,7 @@ IGNORED = {  # option (ini key) -> why it does nothing, for the modes where it d
     "llm_model": "ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint",
     "llm_metrics_interval": "ignored offline: the in-process simulator has no /metrics to scrape (-o llm_offline=false serves it over HTTP)",
     "llm_api": "ignored offline: the in-process simulator takes every request in one form, and measures the same over any API (-o llm_offline=false serves it over HTTP, on each API's route)",
+    "llm_cache_reset": "ignored offline: every run of the in-process simulator starts on a fresh engine, its cache empty (-o llm_offline=false serves it over HTTP)",
 }
 
 
@@ -46,6 +49,7 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
         "llm_model": kind != "live",
         "llm_metrics_interval": kind == "offline",
         "llm_api": kind == "offline",
+        "llm_cache_reset": kind == "offline",
     }
     mode_on_command_line = bool(config.getoption("llm_offline") or config.getoption("llm_endpoint"))
     for ini, why in IGNORED.items():
