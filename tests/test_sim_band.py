@@ -176,7 +176,7 @@ def test_a_band_that_cannot_run_is_one_line_before_the_replay(capsys, trace_data
 def test_a_drawn_reserve_sizes_each_draws_kv_cache_as_vllm_would():
     """``engine.activation_reserve_gib`` drawn: each draw's num_gpu_blocks is derived from its
     reserve at the profile's own utilization; the prediction keeps the profile's own."""
-    from pytest_llmreplay.sim.profile import derive_num_gpu_blocks
+    from pytest_llmreplay.sim.kv_memory import derive_num_gpu_blocks
     from pytest_llmreplay.sim.profile_band import draw
 
     profile = load_profile("llama-3.1-8b-rtx-4090")

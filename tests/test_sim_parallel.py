@@ -10,7 +10,8 @@ from test_sim_cluster import engine_index, run_cluster, stub_profile
 
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.sim.cluster import ClusterConfig
-from pytest_llmreplay.sim.profile import derive_num_gpu_blocks, parse_profile, weight_bytes_per_gpu
+from pytest_llmreplay.sim.kv_memory import derive_num_gpu_blocks, weight_bytes_per_gpu
+from pytest_llmreplay.sim.profile import parse_profile
 from pytest_llmreplay.sim.profile_files import profile_path
 from pytest_llmreplay.sim.roofline import HardwareSpec, ModelSpec, RooflineTiming
 from pytest_llmreplay.sim.timing import Batch

@@ -11,7 +11,8 @@ import re
 import pytest
 
 from pytest_llmreplay.errors import LLMReplayError
-from pytest_llmreplay.sim.profile import GIB, load_profile, parse_profile
+from pytest_llmreplay.sim.kv_memory import GIB
+from pytest_llmreplay.sim.profile import load_profile, parse_profile
 from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
 from pytest_llmreplay.sim.roofline import DEFAULT_MBU, DEFAULT_MFU
 

@@ -11,8 +11,9 @@ import pytest
 
 from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.sim.engine import EngineConfig
+from pytest_llmreplay.sim.kv_memory import GIB, derive_num_gpu_blocks
 from pytest_llmreplay.sim.polynomial import PolynomialTiming
-from pytest_llmreplay.sim.profile import GIB, Profile, derive_num_gpu_blocks, engine_timing, load_profile, parse_profile
+from pytest_llmreplay.sim.profile import Profile, engine_timing, load_profile, parse_profile
 from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
 from pytest_llmreplay.sim.roofline import HardwareSpec, ModelSpec, RooflineTiming
 from pytest_llmreplay.sim.timing import Batch, JitteredTiming

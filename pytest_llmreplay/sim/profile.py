@@ -3,19 +3,8 @@
 **Profiles** (:func:`load_profile`): a JSON file with ``model``, ``hardware``, ``engine``,
 ``timing``, ``sources`` and ``notes``; the bundled ones are in ``sim/profiles/``. Hardware
 figures are per GPU. ``engine.num_gpu_blocks`` is taken as given, else derived as vLLM sizes its
-cache (:func:`derive_num_gpu_blocks`)::
-
-    num_gpu_blocks = floor((memory * gpu_memory_utilization - W_gpu - reserve)
-                           / (block_size * bkv_tok / kv_shards))
-
-with ``W_gpu`` a GPU's weights: ``(N - N_exp) * b / tp + N_exp * b / (dp * tp)`` (a MoE model's
-experts are split over all dp * tp GPUs of a data-parallel server; a dense model's dp engines are
-replicas: ``N * b / tp``), ``kv_shards`` = tp (each GPU holds its KV heads' share) or 1 for MLA
-(the latent is replicated on every TP rank), ``reserve`` = ``activation_reserve_gib`` +
-``cudagraph_reserve_gib`` GiB per GPU: the first what every vLLM version sets aside (non-torch
-memory such as the CUDA context, the peak activations of its profiling forward pass), the second
-(default 0) the CUDA graph pool estimate that vLLM 0.21.0 and later also subtract by default
-(``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``; 0 for earlier versions, with it off, or eager).
+cache from ``gpu_memory_utilization``, ``activation_reserve_gib`` and ``cudagraph_reserve_gib``
+(:mod:`.kv_memory`); a profile gives one or the other.
 
 ``engine.async_scheduling`` (default false): vLLM's ``--async-scheduling``, batches decided one
 iteration ahead (sim/engine.py); vLLM's default on GPUs since v0.14.0, off on its CPU backend.
@@ -39,11 +28,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NoReturn
 
 from ..errors import LLMReplayError
 from ..workloads.formats.distribution import Distribution, parse_distribution
 from .engine import MAX_GPU_BLOCKS, EngineConfig
+from .kv_memory import MEMORY_PLAN_FIELDS, MemoryPlan, derive_num_gpu_blocks, weight_bytes_per_gpu
 from .polynomial import DYNAMO_DECODE, DYNAMO_DECODE_FLOOR_MS, DYNAMO_PREFILL, PolynomialTiming
 from .profile_files import profile_path
 from .profile_ranges import Uncertain, parse_uncertainty
@@ -51,25 +41,7 @@ from .roofline import DEFAULT_MBU, DEFAULT_MFU, DEFAULT_OVERHEAD_MS, HardwareSpe
 from .timing import JitteredTiming, TimingModel
 from .timing_table import TableTiming
 
-GIB = 2**30
 TIMING_KINDS = ("roofline", "polynomial", "table")
-
-
-# the engine section's keys a MemoryPlan is read from; none of them may stand beside num_gpu_blocks
-MEMORY_PLAN_FIELDS = ("gpu_memory_utilization", "activation_reserve_gib", "cudagraph_reserve_gib")
-
-
-class MemoryPlan(NamedTuple):
-    """The engine fields a derived ``num_gpu_blocks`` comes from (module doc)."""
-
-    utilization: float  # gpu_memory_utilization
-    activation_reserve_gib: float  # non-torch memory + the profiling run's activation peak, per GPU
-    cudagraph_reserve_gib: float  # vLLM >= 0.21's CUDA graph pool estimate, per GPU
-
-    def reserve_gib(self, activation_reserve_gib: float | None = None) -> float:
-        """All that is set aside besides the weights, with another activation reserve if given."""
-        activation = self.activation_reserve_gib if activation_reserve_gib is None else activation_reserve_gib
-        return activation + self.cudagraph_reserve_gib
 
 
 @dataclass(frozen=True)
@@ -110,37 +82,6 @@ class Profile:
     def gpus(self) -> int:
         """GPUs behind one engine (for per-GPU throughput)."""
         return self.hardware.gpus if self.hardware is not None else 1
-
-
-def derive_num_gpu_blocks(
-    model: ModelSpec,
-    hardware: HardwareSpec,
-    block_size: int,
-    gpu_memory_utilization: float,
-    activation_reserve_gib: float,
-) -> int:
-    """floor((memory * utilization - W_gpu - reserve) / (block_size * bkv_tok / kv_shards)), per GPU
-    (module doc).
-
-    vLLM's rule: of ``gpu_memory_utilization`` of each GPU's memory, what the weight shard and the
-    profiled peak (activations, CUDA graphs, non-torch memory: ``activation_reserve_gib``) leave
-    is KV cache, in blocks of ``block_size`` tokens of this GPU's share of the KV heads.
-    Returns <= 0 when nothing is left.
-    """
-    free = (
-        hardware.memory_bytes * gpu_memory_utilization
-        - weight_bytes_per_gpu(model, hardware)
-        - activation_reserve_gib * GIB
-    )
-    return math.floor(free / (block_size * model.kv_bytes_per_token / model.kv_shards(hardware.tensor_parallel)))
-
-
-def weight_bytes_per_gpu(model: ModelSpec, hardware: HardwareSpec) -> float:
-    """W_gpu = (N - N_exp) * b / tp + N_exp * b / (dp * tp) (module doc; dp = 1 for a dense model)."""
-    tp = hardware.tensor_parallel
-    dp = hardware.data_parallel if model.experts else 1
-    experts = model.expert_parameters * model.dtype_bytes
-    return (model.weight_bytes - experts) / tp + experts / (dp * tp)
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
@@ -613,8 +554,6 @@ __all__ = [
     "Profile",
     "load_profile",
     "parse_profile",
-    "derive_num_gpu_blocks",
-    "weight_bytes_per_gpu",
     "engine_timing",
     "MAX_JITTER",
     "TIMING_KINDS",

@@ -21,7 +21,8 @@ import numpy as np
 
 from ..metrics.units import display_unit, in_unit, significant, with_unit
 from .engine import EngineConfig
-from .profile import Profile, derive_num_gpu_blocks
+from .kv_memory import derive_num_gpu_blocks
+from .profile import Profile
 from .profile_ranges import LOG_DRAWN, Uncertain
 from .roofline import RooflineTiming
 
@@ -74,7 +75,7 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
 
 def with_reserve(profile: Profile, reserve_gib: float) -> EngineConfig:
     """The profile's engine with the KV cache vLLM would size with an activation reserve of
-    ``reserve_gib`` GiB per GPU (:func:`~.profile.derive_num_gpu_blocks`, at the profile's own
+    ``reserve_gib`` GiB per GPU (:func:`~.kv_memory.derive_num_gpu_blocks`, at the profile's own
     utilization and CUDA graph reserve), at least one block: the profile's parse checked that
     its range leaves memory for the cache."""
     plan = profile.memory_plan

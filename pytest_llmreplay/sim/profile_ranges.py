@@ -12,7 +12,7 @@ Its optional ``uncertainty`` section states them::
 Each key is a dotted field of :data:`UNCERTAIN_FIELDS` (the roofline's efficiencies and host
 overhead (per step, and per layer of a step run piecewise), the front end, the GPU's peak figures, ``timing.discrepancy``, and
 ``engine.activation_reserve_gib`` where the profile derives its KV cache from it: each draw then
-derives its own ``num_gpu_blocks``, sim/profile.py); ``range`` is
+derives its own ``num_gpu_blocks``, sim/kv_memory.py); ``range`` is
 ``[low, high]`` with ``0 < low < high`` (efficiencies at most 1) holding the profile's own value,
 which stays the prediction; ``source`` says where the range comes from and is required.
 :mod:`.profile_band` draws the parameters from their ranges to put a band around a prediction.
