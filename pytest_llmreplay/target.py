@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import LLMReplayError
+from .gate.stored_record import NOT_RESET
 from .replayer.clock import Clock, VirtualClock, WallClock
 from .replayer.endpoints import HTTPEndpoint, describe_error
 from .replayer.server_process import ServerProcess
@@ -30,7 +31,6 @@ DEFAULT_PROFILE = "llama-3.1-8b-h100"
 CACHE_RESETS = ("/reset_prefix_cache", "/flush_cache")  # vLLM (dev mode), SGLang
 BUSY_WAIT_S = 30.0  # how long a cache reset refused while requests run is asked again
 SLOT_ERASE = "POST /slots/{id}?action=erase"  # llama.cpp (--slot-save-path), once per slot of GET /slots
-NOT_RESET = "off"  # a run's cache reset when the user turned resets off (Target.reset_for_run)
 
 
 def cache_reset_env(environ: Mapping[str, str]) -> dict[str, str]:

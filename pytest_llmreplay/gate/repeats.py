@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..metrics.runs import median_summary
+from .stored_record import NOT_RESET
 
 
 def pool_records(records: Sequence[Mapping[str, Any]], facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -97,11 +98,10 @@ def run_keys(record: Mapping[str, Any], metric: str) -> list[list[int]] | None:
     return [part for part in _split(list(keys), record, metric) if part]
 
 
-def cache_reset_words(resets: set[str]) -> str:
-    """How the runs' prefix cache was emptied, for :func:`repeats_line`: ``resets`` is the one
+def cache_reset_words(reset: str) -> str:
+    """How the runs' prefix cache was emptied, for :func:`repeats_line`: ``reset`` is the
     ``cache_reset`` they share (see the module docstring)."""
-    (reset,) = resets
-    return "cache not reset between runs" if reset == "off" else f"cache reset by {reset} before each"
+    return "cache not reset between runs" if reset == NOT_RESET else f"cache reset by {reset} before each"
 
 
 def repeats_line(record: Mapping[str, Any]) -> str:
@@ -111,7 +111,7 @@ def repeats_line(record: Mapping[str, Any]) -> str:
     seeds = [run.get("seed") for run in runs]
     resets = {run.get("cache_reset") for run in runs}
     how = [f"seeds {', '.join(map(str, seeds))}"] if all(seed is not None for seed in seeds) else []
-    how += [cache_reset_words(resets)] if len(resets) == 1 and None not in resets else []
+    how += [cache_reset_words(next(iter(resets)))] if len(resets) == 1 and None not in resets else []
     ttft = [run["summary"].get("ttft", {}).get("p50") for run in runs]
     per_run = (
         f": ttft.p50 {', '.join('-' if v is None else f'{v * 1e3:.1f}' for v in ttft)} ms"

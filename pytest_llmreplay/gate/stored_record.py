@@ -30,6 +30,7 @@ from typing import Any
 from ..errors import LLMReplayError
 
 SCHEMA = 1
+NOT_RESET = "off"  # a run's ``cache_reset`` when the user turned resets off (gate/repeats.py, target.py)
 REQUIRED = ("schema", "summary", "samples", "fingerprint")
 OPTIONAL_OBJECTS = ("workload", "settings", "capacity")
 _NUMBER_OR_NULL = {int, float, type(None)}  # a summary's values as JSON gives them
