@@ -450,17 +450,22 @@ def test_vllm_cpu_responses_and_messages_apis(project, shared_vllm):
             assert rows["responses"][session, 0]["prompt_tokens"] == rows["messages"][session, 0]["prompt_tokens"]
 
 
-# 40 sessions of 128 tokens (--llm-ignore-eos) on a server that runs 16 at once (--max-num-seqs).
-# One at a time a first token takes a step or two; all at once 24 wait for whole 128-token replies
-# of those before them, so the median TTFT falls among the waiting. Measured on the 2 shared
-# cores: TTFT p50 one at a time 38, 38, 48 and 114 ms (the last as the load average rose to 16);
-# all at once, every point run out, 1,623 ms (load 5-11). 0.4 s lies a factor 3.5 or more from
-# each. The median, not the p90: one at a time a quarter of the first tokens once came late (p90
-# 539 ms). Not always so (issue 31 D17, load 5-8, another vLLM's worker on the same core 0): one
-# at a time the median was 336, 351 and once 461 ms, the 128 streamed tokens arriving in one
-# burst, so that TTFT was the whole reply's time (at concurrency 5, 45 ms); the 461 ms failed
-# the low end and the test (capacity 0). All at once it was 1,537-2,646 ms.
-QUEUE = "synthetic:\n  sessions: 40\n  input_tokens: 64\n  output_tokens: 128\n  seed: 9\n"
+# 40 sessions of 384 tokens (--llm-ignore-eos) on a server that runs 16 at once (--max-num-seqs).
+# One at a time a first token takes a step or two; all at once 24 wait for whole replies of those
+# before them, so the median TTFT falls among the waiting, and that wait grows with the reply's
+# length while a lone first token's does not. Measured on the 2 shared cores with replies of 128
+# tokens: TTFT p50 one at a time 38, 38, 48 and 114 ms (the last as the load average rose to 16);
+# all at once, every point run out, 1,623 ms (load 5-11). The median, not the p90: one at a time
+# a quarter of the first tokens once came late (p90 539 ms). Not always so (issue 31 D17, load 5-8,
+# another vLLM's worker on the same core 0): one at a time the median was 336, 351 and once
+# 461 ms, the 128 streamed tokens arriving in one burst, so that TTFT was the whole reply's time
+# (at concurrency 5, 45 ms); the 461 ms failed the low end and the test (capacity 0). All at once
+# it was 1,537-2,646 ms. On a quiet machine (CI, 2026-11-29, nothing else running) a step of 16
+# took 1.8 ms: one at a time 131 ms, all at once only 286 ms, under 0.4 s, and the test failed at
+# the high end. Replies three times as long leave the low end where it was and lengthen the
+# wait: with 384 tokens, quiet, one at a time 34 ms and all at once 1,785 ms (the search's 4
+# points in 51 s), so 0.4 s lies a factor 4 or more from each.
+QUEUE = "synthetic:\n  sessions: 40\n  input_tokens: 64\n  output_tokens: 384\n  seed: 9\n"
 CAPACITY_TEST = """
 import pytest
 
