@@ -450,26 +450,26 @@ def test_vllm_cpu_responses_and_messages_apis(project, shared_vllm):
             assert rows["responses"][session, 0]["prompt_tokens"] == rows["messages"][session, 0]["prompt_tokens"]
 
 
-# 40 sessions of 384 tokens (--llm-ignore-eos) on a server that runs 16 at once (--max-num-seqs).
-# One at a time a first token takes a step or two; all at once 24 wait for whole replies of those
-# before them, so the median TTFT falls among the waiting, and that wait grows with the reply's
-# length while a lone first token's does not. Measured on the 2 shared cores with replies of 128
-# tokens: TTFT p50 one at a time 38, 38, 48 and 114 ms (the last as the load average rose to 16);
-# all at once, every point run out, 1,623 ms (load 5-11). The median, not the p90: one at a time
-# a quarter of the first tokens once came late (p90 539 ms). Not always so (issue 31 D17, load 5-8,
-# another vLLM's worker on the same core 0): one at a time the median was 336, 351 and once
-# 461 ms, the 128 streamed tokens arriving in one burst, so that TTFT was the whole reply's time
-# (at concurrency 5, 45 ms); the 461 ms failed the low end and the test (capacity 0). All at once
-# it was 1,537-2,646 ms. On a quiet machine (CI, 2026-11-29, nothing else running) a step of 16
-# took 1.8 ms: one at a time 131 ms, all at once only 286 ms, under 0.4 s, and the test failed at
-# the high end. Replies three times as long leave the low end where it was and lengthen the
-# wait: with 384 tokens, quiet, one at a time 34 ms and all at once 1,785 ms (the search's 4
-# points in 51 s), so 0.4 s lies a factor 4 or more from each.
-QUEUE = "synthetic:\n  sessions: 40\n  input_tokens: 64\n  output_tokens: 384\n  seed: 9\n"
+# QUEUE_SESSIONS sessions of 32 tokens (--llm-ignore-eos) on a server that runs 16 at once
+# (--max-num-seqs). One at a time a first token takes a step or two; all at once the median one
+# waits for about five rounds of 16 whole replies, so the split between the ends is the number of
+# rounds, not the reply's length. The reply is short because of how the low end fails on a loaded
+# machine: there its 128 streamed tokens once came in one burst, so that TTFT was the whole
+# reply's time (issue 31 D17, load 5-8: 336, 351, 461 ms one at a time; CI 2026-11-29 with replies
+# of 384 tokens: 405 ms), while the high end fails on a quiet one: with 40 sessions (one round of
+# waiting) of 128 tokens a step of 16 took 1.8 ms and all at once had TTFT p50 286 ms (one at a
+# time 131 ms). Earlier measures, 40 sessions of 128 tokens, load 5-11: one at a time 38-114 ms,
+# all at once 1,537-2,646 ms. The median, not the p90: one at a time a quarter of the first
+# tokens once came late (p90 539 ms). With 160 sessions of 32 tokens (2026-11-29): quiet, one at a
+# time 6 ms and all at once 4.7 s; beside three busy loops on the 2 cores, 40 ms and 2.4 s (each
+# search 4 points in about a minute): 0.2 s lies a factor 5 or more from each end.
+QUEUE_SESSIONS = 160
+QUEUE = f"synthetic:\n  sessions: {QUEUE_SESSIONS}\n  input_tokens: 64\n  output_tokens: 32\n  seed: 9\n"
+CAPACITY_TTFT_S = 0.2
 CAPACITY_TEST = """
 import pytest
 
-@pytest.mark.llmreplay(workload="queue.yaml", capacity={"by": "concurrency", "slo": {"ttft.p50": "< 400ms"}, "budget": 4},
+@pytest.mark.llmreplay(workload="queue.yaml", capacity={"by": "concurrency", "slo": {"ttft.p50": "< THRESHOLD"}, "budget": 4},
                        slo={"capacity.concurrency": ">= 1", "error_rate": "== 0"})
 def test_capacity(llm_result):
     pass
@@ -480,12 +480,12 @@ def test_vllm_cpu_capacity_search(project, vllm_url):
     """A capacity search against the live engine: every point is a real replay on vLLM. Its SLO
     splits the ends by a factor (QUEUE): concurrency 1 meets it, every session at once (past
     vLLM's 16 running sequences) fails it, so the search bisects, twice (a budget of 4 points:
-    [1, 40] cannot narrow to 1 in two steps, and every point that passes runs all 40 sessions).
+    [1, QUEUE_SESSIONS] cannot narrow to 1 in two steps, and every point that passes runs every session).
     Where between the ends the verdicts turn depends on a noisy machine, so what is checked is
     the search's own logic: each point's verdict, its place in the bracket, the capacity and
     bracket that follow, the budget spent."""
     project.path.joinpath("queue.yaml").write_text(QUEUE)
-    project.makepyfile(test_capacity=CAPACITY_TEST)
+    project.makepyfile(test_capacity=CAPACITY_TEST.replace("THRESHOLD", f"{CAPACITY_TTFT_S * 1e3:g}ms"))
     result = project.runpytest_subprocess(
         *vllm_options(vllm_url, "--llm-api", "completions"),
         "test_capacity.py",
@@ -497,11 +497,14 @@ def test_vllm_cpu_capacity_search(project, vllm_url):
     assert "Traceback" not in result.stdout.str()
     # a line per point as it finishes, past pytest's capture
     result.stdout.fnmatch_lines(
-        ["point 1/4    low concurrency 1: pass  ttft.p50 *", "point 2/4   high concurrency 40: FAIL  ttft.p50 *"]
+        [
+            "point 1/4    low concurrency 1: pass  ttft.p50 *",
+            f"point 2/4   high concurrency {QUEUE_SESSIONS}: FAIL  ttft.p50 *",
+        ]
     )
     (found,) = (project.path / "capacity" / "tests").glob("test_capacity.py_test_capacity-*.json")
     search = json.loads(found.read_text())["capacity"]
-    assert_bisected(search, 0.4)
+    assert_bisected(search, CAPACITY_TTFT_S)
     assert len(search["points"]) == 4 and all(point["error_rate"] == 0 for point in search["points"]), [
         (point["load"], point["errors"]) for point in search["points"]
     ]
