@@ -403,6 +403,7 @@ def test_sweep_band_says_how_sure_the_capacity_is(capsys, workload, tmp_path):
         "timing.mfu",
         "timing.mbu",
         "timing.overhead_ms",
+        "timing.piecewise_layer_overhead_ms",
         "timing.discrepancy",
     }
     code, again, again_err = run(capsys, *argv, "--band", "10")

@@ -42,10 +42,11 @@ def prompts():
 
 def model(tmp_path, layers: int, share: float = 1.0) -> tuple:
     """The bundled 8B H100 profile with ``layers`` layers and ``share`` of its parameters
-    (synchronous scheduling, :data:`TRUTH`'s mfu: prefill compute is not what these tests are
-    about), as a file and as JSON."""
+    (synchronous scheduling, :data:`TRUTH`'s mfu, no piecewise steps: prefill compute and the
+    cost of a mixed step are not what these tests are about), as a file and as JSON."""
     data = json.loads(profile_path("llama-3.1-8b-h100").read_text())
     data["timing"]["mfu"] = TRUTH["mfu"]
+    data["timing"]["piecewise_layer_overhead_ms"] = 0.0
     data["model"]["parameters"] *= share
     data["model"]["layers"] = layers
     data["engine"]["async_scheduling"] = False
