@@ -128,3 +128,36 @@ def test_async_scheduling_must_be_a_boolean():
     data["engine"]["async_scheduling"] = "yes"
     with pytest.raises(LLMReplayError, match=r"x.json: engine.async_scheduling: must be true or false, got 'yes'"):
         parse_profile(data, origin="x.json")
+
+
+def test_a_profile_stored_with_a_public_run_has_that_runs_engine_and_counts_its_models_parameters():
+    """bench/data/llmservingsim/*/profile.json (a model no bundled profile covers): it loads, its
+    engine is the run's meta's, and its parameters are the model config's, counted as its
+    sources say (the roofline's experts hold the routed ones)."""
+    from pathlib import Path
+
+    run = (
+        Path(__file__).resolve().parents[1] / "bench" / "data" / "llmservingsim" / "rtxpro6000-deepseek-v3.2-exp-16l64e"
+    )
+    profile = load_profile(run / "profile.json")
+    meta = json.loads((run / "vllm" / "meta.json").read_text())
+    config = json.loads((run / "model-config.json").read_text())
+    engine, kwargs = profile.engine, meta["engine_kwargs"]
+    assert (engine.num_gpu_blocks, engine.block_size) == (
+        meta["kv_cache"]["num_gpu_blocks"],
+        meta["kv_cache"]["block_size"],
+    )
+    assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (
+        kwargs["max_num_seqs"],
+        kwargs["max_num_batched_tokens"],
+    )
+    model = profile.timing.model
+    assert (model.layers, model.hidden_size, model.experts, model.experts_per_token) == (
+        config["num_hidden_layers"],
+        config["hidden_size"],
+        config["n_routed_experts"],
+        config["num_experts_per_tok"],
+    )
+    assert model.moe_layers == config["num_hidden_layers"] - config["first_k_dense_replace"]
+    expert = 3 * config["hidden_size"] * config["moe_intermediate_size"]
+    assert model.expert_parameters == model.moe_layers * config["n_routed_experts"] * expert
