@@ -33,12 +33,14 @@ BUSY_WAIT_S = 30.0  # how long a cache reset refused while requests run is asked
 SLOT_ERASE = "POST /slots/{id}?action=erase"  # llama.cpp (--slot-save-path), once per slot of GET /slots
 
 
-def cache_reset_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """What a server the plugin starts (``--llm-server-cmd``) adds to its environment so that
-    :meth:`Target.reset_cache` can empty its prefix cache between repeats: vLLM's
-    ``VLLM_SERVER_DEV_MODE=1`` (without it vLLM has no ``POST /reset_prefix_cache``; the other
-    servers ignore it), unless ``environ`` already sets it either way."""
-    return {} if "VLLM_SERVER_DEV_MODE" in environ else {"VLLM_SERVER_DEV_MODE": "1"}
+def cache_reset_env(environ: Mapping[str, str], resets: bool = True) -> dict[str, str]:
+    """What a server the plugin starts (``--llm-server-cmd``, a declared server) adds to its
+    environment so that :meth:`Target.reset_cache` can empty its prefix cache between repeats:
+    vLLM's ``VLLM_SERVER_DEV_MODE=1`` (without it vLLM has no ``POST /reset_prefix_cache``; the
+    other servers ignore it), unless ``environ`` already sets it either way. Nothing when the
+    session resets no cache (``resets`` False: ``--llm-cache-reset=off``): dev mode also opens
+    vLLM's other development endpoints, which nothing then needs."""
+    return {} if not resets or "VLLM_SERVER_DEV_MODE" in environ else {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 def no_cache_reset_note(url: str, run: str = "repeat") -> str:

@@ -1224,13 +1224,16 @@ def test_llm_endpoint_live_with_a_server_the_plugin_starts(project, tmp_path_fac
     )
 
 
-@pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("0", "0")])
+@pytest.mark.parametrize(
+    ("given", "resets", "seen"), [(None, "auto", "1"), ("0", "auto", "0"), (None, "off", "unset"), ("1", "off", "1")]
+)
 def test_a_started_server_gets_vllms_dev_mode_for_cache_resets_unless_the_user_set_it(
-    project, monkeypatch, given, seen
+    project, monkeypatch, given, resets, seen
 ):
     """Repeats (3 by default) reset the prefix cache before each run; vLLM has POST
     /reset_prefix_cache only with VLLM_SERVER_DEV_MODE=1, so a server the plugin starts gets it,
-    unless the environment already says either way."""
+    unless the environment already says either way, or the session resets no cache
+    (``--llm-cache-reset=off``: then nothing needs dev mode's endpoints)."""
     if given is None:
         monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
     else:
@@ -1238,7 +1241,9 @@ def test_a_started_server_gets_vllms_dev_mode_for_cache_resets_unless_the_user_s
     port = free_port()
     project.makepyfile("def test_nothing(): pass")
     command = f"sh -c 'echo \"dev mode=${{VLLM_SERVER_DEV_MODE-unset}}\" > seen.txt; exec {sys.executable} -m pytest_llmreplay.cli.main sim --port {port}'"
-    result = project.runpytest("--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command)
+    result = project.runpytest(
+        "--llm-endpoint", f"http://127.0.0.1:{port}", "--llm-server-cmd", command, f"--llm-cache-reset={resets}"
+    )
     result.assert_outcomes(passed=1)
     assert project.path.joinpath("seen.txt").read_text().strip() == f"dev mode={seen}"
 

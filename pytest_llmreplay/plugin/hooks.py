@@ -170,7 +170,7 @@ def pytest_sessionstart(session: pytest.Session):
             state.endpoint_url,
             startup_timeout_s=state.server_timeout_s,
             timeout_option="--llm-server-timeout",
-            env=cache_reset_env(os.environ),
+            env=cache_reset_env(os.environ, state.cache_reset),
             progress=line_writer(session.config),
         )
         try:

@@ -305,7 +305,10 @@ class LLMSession:
             from .terminal_lines import line_writer
 
             self._servers = ServerPool(
-                self.max_servers, self._server_logs, line_writer(self.config), cache_reset_env(os.environ)
+                self.max_servers,
+                self._server_logs,
+                line_writer(self.config),
+                cache_reset_env(os.environ, self.cache_reset),
             )
         return self._servers
 
