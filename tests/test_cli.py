@@ -277,7 +277,7 @@ def test_errors_name_the_options_of_the_command_line(capsys, tmp_path):
     odd = tmp_path / "odd.txt"
     odd.write_text("x,y\n")
     assert run(capsys, "validate", str(odd))[2].endswith(
-        "; name it with --format (one of llmservingsim, mooncake, trie, aiperf-payloads, aiperf-inputs, azure, synthetic)\n"
+        "; name it with --format (one of llmservingsim, mooncake, trie, aiperf-payloads, aiperf-inputs, azure, vllm-bench, synthetic)\n"
     )
     mooncake = tmp_path / "m.jsonl"
     mooncake.write_text(

@@ -209,7 +209,8 @@ def test_a_lone_brace_is_called_pretty_printed_json(tmp_path):
     pretty = write(tmp_path, json.dumps(MOONCAKE, indent=2) + "\n", "pretty.jsonl")
     assert str(error_of(load_workload, pretty)) == (
         f"{pretty}:1: cannot tell the format: the file starts with a lone '{{' (pretty-printed JSON?); JSONL formats need "
-        'one object a line, and the one JSON document read is an AIPerf inputs.json, {"data": [...]}'
+        'one object a line, and the JSON documents read are an AIPerf inputs.json, {"data": [...]}, and, '
+        "named with format vllm-bench, vllm bench serve's result"
     )
     for path in (pretty, write(tmp_path, json.dumps(MOONCAKE) + "\n" + json.dumps(MOONCAKE, indent=2), "later.jsonl")):
         line = 1 if path == pretty else 2

@@ -15,6 +15,7 @@ from pytest_llmreplay.sim.calibrate_run import (
     ENGINE_PARAMETERS,
     STATISTICS,
     calibrate_from_run,
+    errors,
     nelder_mead,
     simulate,
     with_timing,
@@ -190,6 +191,41 @@ def test_the_command_fits_our_own_run_out_files(trace, tmp_path, capsys):
         )  # only mbu was fitted
         # at least half way from the base's mbu toward the truth's (mfu and overhead left wrong)
         assert fitted["timing"]["mbu"] < (base["timing"]["mbu"] + TRUTH["mbu"]) / 2
+
+
+def test_a_stored_result_is_replayed_at_the_load_it_was_run_at(trace, tmp_path, tokenizer, capsys):
+    """A result.json run at --concurrency 6 (its trace is timed) pairs with a replay at concurrency
+    6, not at the trace's timestamps: on the profile it was made with, the calibration starts from
+    no error, and the command says how the workload is sent."""
+    truth_path = tmp_path / "truth.json"
+    truth_path.write_text(json.dumps(with_timing(base_json(), TRUTH)))
+    out = tmp_path / "run"
+    assert main(["run", str(trace), "--sim", str(truth_path), "--concurrency", "6", "--out", str(out)]) == 0
+    run = read_run(out / "result.json")
+    assert run.load["mode"] == "concurrency" and run.load["concurrency"] == 6 and run.sent_as() == "concurrency 6"
+    workload, prompts = load_workload(trace), lambda: PromptFactory(tokenizer)
+    profile = load_profile(truth_path)
+    again = errors(simulate(profile, workload, prompts, run.load), run)
+    assert max(abs(again[key]) for key in STATISTICS) < 1e-4  # the stored samples are rounded
+    at_timestamps = errors(simulate(profile, workload, prompts), run)
+    assert max(abs(at_timestamps[key]) for key in STATISTICS) > 0.1  # the load the run recorded matters
+    args = ["--workload", str(trace), "--profile", str(truth_path), "--fit", "mbu", "--max-evals", "4"]
+    assert main(["calibrate", "--from-run", str(out / "result.json"), *args, "--out", str(tmp_path / "f.json")]) == 0
+    printed = capsys.readouterr().out
+    assert f"with {trace} sent as the run sent it, concurrency 6: fitting mbu" in printed
+    assert "| ttft p50 | +0.0% |" in printed or "| ttft p50 | -0.0% |" in printed
+
+
+def test_a_stored_result_whose_settings_cannot_be_replayed_is_refused_naming_the_file(trace, tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", str(trace), "--sim", BASE, "--out", str(out)]) == 0
+    record = json.loads((out / "result.json").read_text())
+    record["settings"]["mode"] = "bursty"
+    (out / "result.json").write_text(json.dumps(record))
+    with pytest.raises(
+        LLMReplayError, match=r"result\.json: settings\.mode: expected one of auto, timestamps, concurrency, rate"
+    ):
+        read_run(out / "result.json")
 
 
 def test_the_command_runs_on_the_real_vllm_run(tmp_path, capsys, trace_data):

@@ -34,13 +34,15 @@ def add_from_run_options(parser: Any) -> None:
         metavar="RUN",
         action="append",
         help="a recorded run: vLLM per-request .jsonl (queued/scheduled/first/last token times), "
-        "or llmreplay run --out's requests.csv or result.json; repeat it to fit several runs of one machine at once",
+        "llmreplay run --out's requests.csv or result.json, or vllm bench serve's --save-detailed result .json; "
+        "repeat it to fit several runs of one machine at once",
     )
     group.add_argument(
         "--workload",
         metavar="TRACE",
         action="append",
-        help="the workload the run served (with --from-run; once, or once per --from-run in the same order)",
+        help="the workload the run served, sent as the run sent it (with --from-run; once, or once per --from-run "
+        "in the same order; for vllm bench serve's result, that file itself)",
     )
     group.add_argument(
         "--profile",
@@ -119,6 +121,7 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
         "calibrating "
         + "; ".join(
             f"{profile} on {path} ({len(run.keys)} requests) with {workload}"
+            + (f" sent as the run sent it, {run.sent_as()}" if run.sent_as() else "")
             for profile, path, run, workload in zip(profiles, args.from_run, runs, workloads, strict=True)
         )
         + f": fitting {', '.join(fit)}",

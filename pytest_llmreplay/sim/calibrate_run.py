@@ -155,10 +155,14 @@ def loss(simulated: MeasuredRun, measured: MeasuredRun, statistics: Sequence[tup
     return sum(terms) / len(terms) if terms else math.inf
 
 
-def simulate(profile: Profile, workload: Workload, prompts: Callable[[], PromptFactory]) -> MeasuredRun:
-    """The workload replayed offline on ``profile`` (its own timestamps, a fresh endpoint)."""
+def simulate(
+    profile: Profile, workload: Workload, prompts: Callable[[], PromptFactory], load: Mapping[str, Any] | None = None
+) -> MeasuredRun:
+    """The workload replayed offline on ``profile`` with a fresh endpoint, sent as ``load`` says
+    (:attr:`MeasuredRun.load`: the measured run's own settings; none, its own timestamps)."""
     factory = prompts()
-    run = replay(workload, SimEndpoint(profile, factory), factory, ReplaySettings(), clock=VirtualClock())
+    settings = ReplaySettings(**(load or {}))
+    run = replay(workload, SimEndpoint(profile, factory), factory, settings, clock=VirtualClock())
     rows = []
     for record in run.records:
         if record.status != "ok":
@@ -422,6 +426,7 @@ def calibrate_from_runs(
                 ),
                 part.workload,
                 prompts,
+                part.run.load,
             )
             for part, (path, data, _) in zip(runs, bases, strict=True)
         ]

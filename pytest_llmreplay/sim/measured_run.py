@@ -14,9 +14,18 @@ workloads are: ``run.jsonl.gz``):
   one-token output).
 - ``result.json`` (``llmreplay run --out``, a stored result): its per-request ``samples`` of
   ``ttft``, ``tpot``, ``latency`` and their ``sample_keys``.
+- a vLLM benchmark result (``vllm bench serve --save-result --save-detailed``, any ``.json``
+  holding ``ttfts``): per request its ``ttfts`` and ``itls``; TTFT = ttft, latency = ttft +
+  Σ itls, TPOT = Σ itls / (output - 1), as vLLM's benchmark counts them (timed by its client).
+  Only the requests that completed are kept, in order, request N as session N: the workload the
+  same file gives (:mod:`~pytest_llmreplay.workloads.formats.vllm_bench`) keeps the same ones.
 
 A request's key is ``session_index * KEY_TURNS + turn_index`` (:data:`~..baseline.KEY_TURNS`),
 the key stored results use, so a run pairs with a replay of the same workload request by request.
+The replay that pairs with it sends the workload as the run did (``load``: the replay settings of
+:data:`LOAD_SETTINGS` the run recorded): a ``result.json``'s own settings, a vLLM benchmark's
+``max_concurrency`` (else every request at once) or ``request_rate``; none for the others, which
+were sent at the workload's own timestamps (or one at a time, untimed).
 A file that cannot be used is one :class:`LLMReplayError` line naming the file and what is wrong:
 a missing column, times out of order, fewer than :data:`MIN_REQUESTS` requests.
 """
@@ -27,7 +36,8 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +48,8 @@ from ..gate.baseline import KEY_TURNS
 
 MIN_REQUESTS = 10  # fewer cannot give a percentile worth fitting, nor two halves
 METRICS = ("ttft", "tpot", "latency")
+# the replay settings that shape a run's load: what a stored result's settings give the replay
+LOAD_SETTINGS = ("mode", "speedup", "concurrency", "rate", "arrival", "order", "seed", "max_requests", "max_sessions")
 VLLM_FIELDS = ("output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
 
@@ -45,7 +57,9 @@ VLLM_FIELDS = ("output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "la
 class MeasuredRun:
     """Per-request metrics in seconds, sorted by ``keys``; ``tpot`` is NaN for one-token outputs.
     ``from_client``: TTFT and latency were timed by a client (from sending the request), so they
-    include the server's front end; False when timed from the request's arrival in the engine."""
+    include the server's front end; False when timed from the request's arrival in the engine.
+    ``load``: the replay settings (:class:`~pytest_llmreplay.replayer.plan.ReplaySettings` fields)
+    that send the workload as the run sent it (module doc); empty: its own timestamps."""
 
     path: str
     keys: np.ndarray
@@ -53,17 +67,37 @@ class MeasuredRun:
     tpot: np.ndarray
     latency: np.ndarray
     from_client: bool = True
+    load: Mapping[str, Any] = field(default_factory=dict)
 
     def metric(self, name: str) -> np.ndarray:
         return getattr(self, name)
 
+    def sent_as(self) -> str:
+        """How a replay sends the workload to pair with this run, in words (``""``: at its own
+        timestamps, as a run that recorded no load)."""
+        load = self.load
+        mode = load.get("mode", "rate" if "rate" in load else "concurrency" if "concurrency" in load else "auto")
+        if mode == "concurrency" or (mode == "auto" and "concurrency" in load):
+            return f"concurrency {load.get('concurrency', 1)}"
+        if mode == "rate" or (mode == "auto" and load.get("rate") is not None):
+            return f"rate {load['rate']:g}/s ({load.get('arrival', 'poisson')})"
+        speedup = load.get("speedup", 1.0)
+        return f"its timestamps at speedup {speedup:g}" if speedup != 1.0 else ""
+
     def subset(self, mask: np.ndarray) -> MeasuredRun:
         return MeasuredRun(
-            self.path, self.keys[mask], self.ttft[mask], self.tpot[mask], self.latency[mask], self.from_client
+            self.path,
+            self.keys[mask],
+            self.ttft[mask],
+            self.tpot[mask],
+            self.latency[mask],
+            self.from_client,
+            self.load,
         )
 
 
 Row = tuple[int, float, float, float]  # a request's (key, ttft, tpot, latency), as a reader gives it
+Read = tuple[list[Row], dict[str, Any]]  # a reader's rows and the run's load (MeasuredRun.load)
 
 
 def read_run(path: str | Path) -> MeasuredRun:
@@ -79,12 +113,13 @@ def read_run(path: str | Path) -> MeasuredRun:
     if reader is None:
         raise LLMReplayError(
             f"{path}: expected a vLLM per-request .jsonl, a requests.csv or a result.json (llmreplay run --out), "
-            "plain or compressed (.gz, .zst)"
+            "or vllm bench serve's result .json, plain or compressed (.gz, .zst)"
         )
     try:
-        rows = reader(path, read_text(path, "UTF-8 JSONL, CSV or JSON"))
+        rows, load = reader(path, read_text(path, "UTF-8 JSONL, CSV or JSON"))
     except OSError as exc:
         raise LLMReplayError(f"{path}: cannot read: {exc.strerror}") from None
+    _check_load(path, load)
     if len(rows) < MIN_REQUESTS:
         raise LLMReplayError(f"{path}: {len(rows)} usable requests, at least {MIN_REQUESTS} are needed to calibrate")
     rows.sort(key=lambda row: row[0])
@@ -98,7 +133,18 @@ def read_run(path: str | Path) -> MeasuredRun:
         columns[:, 2],
         columns[:, 3],
         from_client=reader is not _vllm_jsonl,
+        load=load,
     )
+
+
+def _check_load(path: Path, load: Mapping[str, Any]) -> None:
+    """The run's recorded load must make valid replay settings (a stored result edited by hand)."""
+    from ..replayer.plan import ReplaySettings
+
+    try:
+        ReplaySettings(**load).validate()
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"{path}: settings.{exc}") from None
 
 
 def _number(value: Any, where: str, name: str) -> float:
@@ -107,7 +153,7 @@ def _number(value: Any, where: str, name: str) -> float:
     return float(value)
 
 
-def _vllm_jsonl(path: Path, text: str) -> list[Row]:
+def _vllm_jsonl(path: Path, text: str) -> Read:
     rows: list[Row] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -133,10 +179,10 @@ def _vllm_jsonl(path: Path, text: str) -> list[Row]:
             raise LLMReplayError(f"{where}: output_toks: expected >= 1, got {output:g}")
         tpot = (last - first) / (output - 1) if output > 1 else math.nan
         rows.append((len(rows) * KEY_TURNS, first - queued, tpot, last - queued))
-    return rows
+    return rows, {}
 
 
-def _requests_csv(path: Path, text: str) -> list[Row]:
+def _requests_csv(path: Path, text: str) -> Read:
     needed = ("session_index", "turn_index", "status", *METRICS)
     with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
@@ -161,14 +207,16 @@ def _requests_csv(path: Path, text: str) -> list[Row]:
             if not 0 <= ttft <= latency:
                 raise LLMReplayError(f"{where}: times out of order (expected 0 <= ttft <= latency)")
             rows.append((key, ttft, tpot, latency))
-    return rows
+    return rows, {}
 
 
-def _result_json(path: Path, text: str) -> list[Row]:
+def _result_json(path: Path, text: str) -> Read:
     try:
         record = json.loads(text)
     except json.JSONDecodeError as exc:
         raise LLMReplayError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+    if isinstance(record, dict) and "ttfts" in record:
+        return _vllm_bench(path, record)
     samples = record.get("samples") if isinstance(record, dict) else None
     keys = record.get("sample_keys") if isinstance(record, dict) else None
     if not isinstance(samples, dict) or not isinstance(keys, dict):
@@ -191,7 +239,36 @@ def _result_json(path: Path, text: str) -> list[Row]:
         if not 0 <= ttft <= latency:
             raise LLMReplayError(f"{path}: request key {key}: times out of order (expected 0 <= ttft <= latency)")
         rows.append((key, ttft, found["tpot"].get(key, math.nan), latency))
-    return rows
+    settings = record.get("settings")
+    load = {name: settings[name] for name in LOAD_SETTINGS if name in settings} if isinstance(settings, dict) else {}
+    return rows, load
 
 
-__all__ = ["MeasuredRun", "read_run", "MIN_REQUESTS", "METRICS"]
+def _gap(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+
+
+def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
+    from ..workloads.formats._fields import Fields
+    from ..workloads.formats.vllm_bench import bench_load, completed
+
+    result = Fields(record, path, None)
+    kept = completed(result)
+    ttfts = result.number_list("ttfts")
+    itls = result.list("itls")
+    for name, values in (("ttfts", ttfts), ("itls", itls)):
+        if len(values) != len(record["input_lens"]):
+            raise result.error(name, f"has {len(values)} entries for {len(record['input_lens'])} requests")
+    outputs = record["output_lens"]
+    rows: list[Row] = []
+    for index in kept:
+        gaps = itls[index]
+        if not isinstance(gaps, list) or not all(_gap(gap) for gap in gaps):
+            raise result.error(f"itls[{index}]", f"must be a list of finite numbers >= 0, got {gaps!r:.80}")
+        decode = math.fsum(gaps)
+        tpot = decode / (outputs[index] - 1) if outputs[index] > 1 else math.nan
+        rows.append((len(rows) * KEY_TURNS, ttfts[index], tpot, ttfts[index] + decode))
+    return rows, bench_load(record, len(kept))
+
+
+__all__ = ["MeasuredRun", "read_run", "MIN_REQUESTS", "METRICS", "LOAD_SETTINGS"]

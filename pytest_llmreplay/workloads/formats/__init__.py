@@ -18,13 +18,14 @@ from typing import Any
 from ...errors import LLMReplayError, WorkloadError
 from ..stats import unit_warning
 from ..workload import Workload, check_limits
-from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie
+from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie, vllm_bench
 from ._compressed import damage_first
 from ._fields import too_deep
 from ._text import text_lines
 
 FORMATS: dict[str, ModuleType] = {
-    module.NAME: module for module in (llmservingsim, mooncake, trie, aiperf_payloads, aiperf_inputs, azure, synthetic)
+    module.NAME: module
+    for module in (llmservingsim, mooncake, trie, aiperf_payloads, aiperf_inputs, azure, vllm_bench, synthetic)
 }
 
 
@@ -85,7 +86,8 @@ def _detect_file(path: Path) -> str:
     if line.startswith("{\n"):  # a lone "{" joined with the next line: pretty-printed JSON
         raise WorkloadError(
             "cannot tell the format: the file starts with a lone '{' (pretty-printed JSON?); JSONL formats need "
-            'one object a line, and the one JSON document read is an AIPerf inputs.json, {"data": [...]}',
+            'one object a line, and the JSON documents read are an AIPerf inputs.json, {"data": [...]}, and, '
+            "named with format vllm-bench, vllm bench serve's result",
             path=path,
             line=number,
         )
