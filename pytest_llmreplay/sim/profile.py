@@ -210,6 +210,7 @@ class _Fields:
 
 _TOP = ("name", "description", "model", "hardware", "engine", "timing", "reasoning", "uncertainty", "sources", "notes")
 _MODEL = (
+    "config",
     "name",
     "parameters",
     "active_parameters",
@@ -319,6 +320,22 @@ def _model(f: _Fields, data: Mapping[str, Any]) -> ModelSpec:
     if spec.matmul_parameters <= 0 or spec.dense_read_parameters <= 0:
         f.fail(f"{p}.vocab_size", "embedding and LM head (vocab_size * hidden_size) exceed the parameters")
     return spec
+
+
+def _with_config(f: _Fields, data: Mapping[str, Any], origin: str) -> dict[str, Any]:
+    """``data`` (the model section) with the fields its ``config`` (a Hugging Face config.json,
+    relative to the profile's folder) gives (:mod:`.model_config`); the section's own fields win."""
+    from .model_config import model_fields, read_config
+
+    value = data["config"]
+    if not isinstance(value, str) or not value.strip():
+        f.fail("model.config", f"must be the path of the model's config.json, got {value!r}")
+    path = Path(value).expanduser()
+    if not path.is_absolute() and Path(origin).is_file():
+        path = Path(origin).parent / path
+    where = f"{origin}: model.config"
+    derived = model_fields(read_config(path, where), f"{where} ({path})")
+    return {**derived, **{key: item for key, item in data.items() if key != "config"}}
 
 
 def _hardware(f: _Fields, data: Mapping[str, Any], model: ModelSpec | None) -> HardwareSpec:
@@ -499,6 +516,8 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
         f.fail("timing", "missing")
     if not isinstance(data["timing"], Mapping):
         f.fail("timing", f"must be an object, got {data['timing']!r}")
+    if model_data is not None and "config" in model_data:
+        model_data = _with_config(f, model_data, origin)
     model = _model(f, model_data) if model_data is not None else None
     hardware = _hardware(f, hardware_data, model) if hardware_data is not None else None
     assert engine_data is not None

@@ -1,0 +1,182 @@
+"""A profile's ``model`` section from the model's Hugging Face ``config.json`` (``model.config``).
+
+A profile for a model no bundled profile covers names the model's ``config.json`` instead of
+counting its parameters by hand; fields the profile gives beside it win (a quantised cache, a
+name). :func:`model_fields` reads the architecture (``model_type``) and counts every weight the
+serving engine loads, biases and norms included:
+
+- dense, ``llama``, ``mistral``, ``qwen2``, ``qwen3``: per layer the attention's q (h x H d), k
+  and v (h x Hkv d each; Qwen2's three with biases; ``attention_bias`` where the config sets it),
+  o (H d x h), Qwen3's q and k norms (d each), the MLP's gate, up and down (3 h I), two norms (2 h);
+- MoE, ``qwen3_moe`` and ``mixtral``: the same attention; in each sparse layer E experts of
+  3 h I_moe and a router (h x E); Qwen3-MoE's ``mlp_only_layers`` and ``decoder_sparse_step``
+  leave some layers dense (intermediate_size);
+- MLA, ``deepseek_v2``, ``deepseek_v3``, ``deepseek_v32``: q through ``q_lora_rank`` (h r_q, a
+  norm, r_q H (d_nope + d_rope)) or directly (h H (d_nope + d_rope)), the compressed KV (h (r + d_rope),
+  a norm, r H (d_nope + d_v)), o (H d_v x h); the first ``first_k_dense_replace`` layers dense,
+  the others with E routed and ``n_shared_experts`` shared experts of 3 h I_moe, a router (h x E,
+  plus E biases for ``noaux_tc``); V3.2's indexer per layer (r_q x heads_idx d_idx, h d_idx,
+  h heads_idx, a LayerNorm of d_idx with bias). The multi-token-prediction layers
+  (``num_nextn_predict_layers``) are not counted: vLLM loads them only for speculative decoding.
+
+Parameters = V h (the embedding) + V h (the LM head, unless tied) + h (the final norm) + the
+layers; active parameters = the same with ``num_experts_per_tok`` of the E routed experts in each
+sparse layer. ``dtype_bytes`` is the weights' (1 for ``quantization_config.quant_method`` fp8,
+else ``torch_dtype``'s); ``kv_dtype_bytes`` the activations' (``torch_dtype``: vLLM's
+``kv_cache_dtype`` auto).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..errors import LLMReplayError
+
+DENSE = ("llama", "mistral", "qwen2", "qwen3")
+MOE = ("qwen3_moe", "mixtral")
+MLA = ("deepseek_v2", "deepseek_v3", "deepseek_v32")
+ARCHITECTURES = (*DENSE, *MOE, *MLA)
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def read_config(path: Path, where: str) -> dict[str, Any]:
+    """``path``'s JSON object; one error naming ``where`` (the profile's field) and the file."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise LLMReplayError(f"{where}: cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise LLMReplayError(f"{where}: {path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise LLMReplayError(f"{where}: {path}: expected a config.json object")
+    return data
+
+
+def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """The profile ``model`` fields of ``config`` (a parsed ``config.json``; module doc);
+    ``source`` names it in errors."""
+
+    def fail(key: str, message: str) -> NoReturn:
+        raise LLMReplayError(f"{source}: {key}: {message}")
+
+    def integer(key: str, default: int | None = None) -> int:
+        value = config.get(key, default)
+        if value is None and default is None and key not in config:
+            fail(key, "missing")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            fail(key, f"must be an integer >= 0, got {value!r}")
+        return value
+
+    kind = config.get("model_type")
+    if kind not in ARCHITECTURES:
+        fail("model_type", f"{kind!r} is not one counted here; expected one of {', '.join(ARCHITECTURES)}")
+    hidden, layers, heads, vocab = (
+        integer(key) for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+    )
+    tie = config.get("tie_word_embeddings", False)
+    if not isinstance(tie, bool):
+        fail("tie_word_embeddings", f"must be true or false, got {tie!r}")
+    dtype = config.get("torch_dtype", config.get("dtype", "bfloat16"))
+    if dtype not in DTYPE_BYTES:
+        fail("torch_dtype", f"expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    quantization = config.get("quantization_config")
+    fp8 = isinstance(quantization, Mapping) and quantization.get("quant_method") == "fp8"
+    if quantization is not None and not fp8:
+        fail("quantization_config", "only fp8 weights are counted here; give dtype_bytes in the profile")
+    counted = (_mla if kind in MLA else _attention_and_mlp)(config, integer, hidden, heads)
+    total, active, fields = counted
+    embedding = vocab * hidden * (1 if tie else 2) + hidden  # embedding, LM head, final norm
+    return {
+        "parameters": embedding + total,
+        "active_parameters": embedding + active,
+        "layers": layers,
+        "hidden_size": hidden,
+        "heads": heads,
+        "vocab_size": vocab,
+        "tie_word_embeddings": tie,
+        "max_position_embeddings": integer("max_position_embeddings", 0),
+        "dtype_bytes": 1 if fp8 else DTYPE_BYTES[dtype],
+        "kv_dtype_bytes": DTYPE_BYTES[dtype],
+        **fields,
+        **({"name": config["_name_or_path"]} if isinstance(config.get("_name_or_path"), str) else {}),
+    }
+
+
+Integer = Callable[..., int]
+
+
+def _attention_and_mlp(
+    config: Mapping[str, Any], integer: Integer, hidden: int, heads: int
+) -> tuple[int, int, dict[str, Any]]:
+    """The layers of a dense, Qwen3-MoE or Mixtral model: (total, active, fields)."""
+    kind = config["model_type"]
+    kv_heads = integer("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or hidden // heads
+    bias = kind == "qwen2" or config.get("attention_bias") is True
+    attention = (hidden * (heads + 2 * kv_heads) * head_dim) + heads * head_dim * hidden + 2 * hidden
+    attention += (heads + 2 * kv_heads) * head_dim if bias else 0
+    attention += 2 * head_dim if kind in ("qwen3", "qwen3_moe") else 0  # q_norm, k_norm
+    layers = config["num_hidden_layers"]
+    fields: dict[str, Any] = {"kv_heads": kv_heads, "head_dim": head_dim}
+    if kind not in MOE:
+        mlp = 3 * hidden * integer("intermediate_size")
+        return layers * (attention + mlp), layers * (attention + mlp), fields
+    experts = integer("num_local_experts" if kind == "mixtral" else "num_experts")
+    routed = integer("num_experts_per_tok")
+    expert = 3 * hidden * integer("intermediate_size" if kind == "mixtral" else "moe_intermediate_size")
+    dense_only = set(config.get("mlp_only_layers") or ())
+    step = integer("decoder_sparse_step", 1) or 1
+    sparse = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    dense_mlp = 3 * hidden * integer("intermediate_size") if sparse < layers else 0
+    router = hidden * experts
+    total = layers * attention + sparse * (experts * expert + router) + (layers - sparse) * dense_mlp
+    active = layers * attention + sparse * (routed * expert + router) + (layers - sparse) * dense_mlp
+    fields.update(experts=experts, experts_per_token=routed)
+    if sparse < layers:
+        fields["moe_layers"] = sparse
+    return total, active, fields
+
+
+def _mla(config: Mapping[str, Any], integer: Integer, hidden: int, heads: int) -> tuple[int, int, dict[str, Any]]:
+    """The layers of a DeepSeek V2/V3/V3.2 model: (total, active, fields)."""
+    nope, rope, value = (integer(key) for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+    rank, q_rank = integer("kv_lora_rank"), config.get("q_lora_rank")
+    query = heads * (nope + rope)
+    if q_rank:
+        attention = hidden * q_rank + q_rank + q_rank * query
+    else:
+        attention = hidden * query
+    attention += hidden * (rank + rope) + rank + rank * heads * (nope + value) + heads * value * hidden
+    attention += 2 * hidden  # the layer's two norms
+    if config["model_type"] == "deepseek_v32":
+        index_heads, index_dim = integer("index_n_heads"), integer("index_head_dim")
+        attention += (q_rank or hidden) * index_heads * index_dim + hidden * index_dim + hidden * index_heads
+        attention += 2 * index_dim  # the indexer's key LayerNorm, weight and bias
+    layers = config["num_hidden_layers"]
+    dense_layers = min(integer("first_k_dense_replace", 0), layers)
+    freq = integer("moe_layer_freq", 1) or 1
+    sparse = sum(1 for i in range(dense_layers, layers) if i % freq == 0)
+    experts, routed = integer("n_routed_experts"), integer("num_experts_per_tok")
+    expert = 3 * hidden * integer("moe_intermediate_size")
+    shared = integer("n_shared_experts", 0) * expert
+    router = hidden * experts + (experts if config.get("topk_method") == "noaux_tc" else 0)
+    dense_mlp = 3 * hidden * integer("intermediate_size")
+    total = layers * attention + sparse * (experts * expert + shared + router) + (layers - sparse) * dense_mlp
+    active = layers * attention + sparse * (routed * expert + shared + router) + (layers - sparse) * dense_mlp
+    fields: dict[str, Any] = {
+        "kv_heads": integer("num_key_value_heads", heads),
+        "head_dim": nope + rope,
+        "kv_lora_rank": rank,
+        "qk_rope_head_dim": rope,
+        "experts": experts,
+        "experts_per_token": routed,
+    }
+    if sparse < layers:
+        fields["moe_layers"] = sparse
+    return total, active, fields
+
+
+__all__ = ["ARCHITECTURES", "model_fields", "read_config"]
