@@ -72,6 +72,11 @@ def test_a_result_is_detected_and_its_completed_requests_become_untimed_sessions
             {"max_concurrency": None, "request_rate": 2.5, "burstiness": 0.5},
             "the run sent 2.5 requests/s (gamma of burstiness 0.5; the replay's is Poisson)",
         ),
+        (
+            {"request_rate": 1.0},
+            "the run sent 1 requests/s (Poisson, at most 8 in flight); its send times are not recorded: "
+            "replay it with rate 1 and concurrency 8",
+        ),
     ],
 )
 def test_the_warning_names_the_load_the_run_was_sent_at(tmp_path, changes, hint):
@@ -88,6 +93,12 @@ def test_the_warning_names_the_load_the_run_was_sent_at(tmp_path, changes, hint)
         ({"output_lens": OUTPUTS[:-1]}, "output_lens: has 11 entries, input_lens 12; they must be equal"),
         ({"input_lens": [*INPUTS[:-1], 1.5]}, "input_lens[11]: must be an integer, got a float 1.5"),
         ({"errors": ["", ""]}, "errors: must be a list of 12 strings, one per request"),
+        ({"errors": [None] * 12}, "errors: must be a list of 12 strings, one per request"),
+        ({"request_rate": "4"}, "request_rate: must be \"inf\" or a number of requests/s > 0, got '4'"),
+        ({"request_rate": 0}, 'request_rate: must be "inf" or a number of requests/s > 0, got 0'),
+        ({"max_concurrency": 0}, "max_concurrency: must be null or an integer >= 1, got 0"),
+        ({"max_concurrency": True}, "max_concurrency: must be null or an integer >= 1, got True"),
+        ({"ramp_up_strategy": "linear"}, "ramp_up_strategy: a run whose rate ramps up cannot be replayed at one load"),
     ],
 )
 def test_a_broken_result_is_one_error_naming_the_field(tmp_path, changes, message):
@@ -119,6 +130,27 @@ def test_the_run_is_its_clients_times_for_the_same_requests_sent_as_the_run_sent
         else:
             assert math.isnan(run.tpot[n])
     assert dict(read_run(bench(tmp_path, max_concurrency=None, request_rate=3.0)).load) == {"rate": 3.0}
+    assert dict(read_run(bench(tmp_path, request_rate=3.0)).load) == {"rate": 3.0, "concurrency": 8}
+
+
+def test_a_result_saved_without_its_per_request_times_says_to_save_them(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"request_rate": "inf", "num_prompts": 12, "mean_ttft_ms": 50.0}))
+    with pytest.raises(
+        LLMReplayError,
+        match=r"summary\.json: a vllm bench serve result without per-request times: run it again with --save-detailed",
+    ):
+        read_run(path)
+
+
+def test_calibrate_reads_the_same_file_as_its_workload_even_pretty_printed(tmp_path, capsys):
+    from pytest_llmreplay.cli.main import main
+
+    path = tmp_path / "pretty.json"
+    path.write_text(json.dumps(json.loads(bench(tmp_path).read_text()), indent=2))
+    args = ["--profile", "llama-3.1-8b-h100", "--fit", "mbu", "--max-evals", "4", "--out", str(tmp_path / "f.json")]
+    assert main(["calibrate", "--from-run", str(path), "--workload", str(path), *args]) == 0
+    assert f"with {path} sent as the run sent it, concurrency 8: fitting mbu" in capsys.readouterr().out
 
 
 def test_a_broken_runs_times_are_one_error_naming_the_file_and_field(tmp_path):

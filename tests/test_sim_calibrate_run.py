@@ -216,15 +216,25 @@ def test_a_stored_result_is_replayed_at_the_load_it_was_run_at(trace, tmp_path, 
     assert "| ttft p50 | +0.0% |" in printed or "| ttft p50 | -0.0% |" in printed
 
 
-def test_a_stored_result_whose_settings_cannot_be_replayed_is_refused_naming_the_file(trace, tmp_path):
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"mode": "bursty"}, r"settings\.mode: expected one of auto, timestamps, concurrency, rate"),
+        ({"speedup": "2"}, r"settings\.speedup: expected a number > 0, got '2'"),
+        ({"speedup": None}, r"settings\.speedup: expected a number > 0, got None"),
+        ({"concurrency": True}, r"settings\.concurrency: expected an integer >= 1, got True"),
+        ("oops", r"settings: expected an object \(the run's replay settings\), got 'oops'"),
+    ],
+)
+def test_a_stored_result_whose_settings_cannot_be_replayed_is_refused_naming_the_file(
+    trace, tmp_path, settings, message
+):
     out = tmp_path / "run"
     assert main(["run", str(trace), "--sim", BASE, "--out", str(out)]) == 0
     record = json.loads((out / "result.json").read_text())
-    record["settings"]["mode"] = "bursty"
+    record["settings"] = {**record["settings"], **settings} if isinstance(settings, dict) else settings
     (out / "result.json").write_text(json.dumps(record))
-    with pytest.raises(
-        LLMReplayError, match=r"result\.json: settings\.mode: expected one of auto, timestamps, concurrency, rate"
-    ):
+    with pytest.raises(LLMReplayError, match=r"result\.json: " + message):
         read_run(out / "result.json")
 
 

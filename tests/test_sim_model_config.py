@@ -72,6 +72,60 @@ MIXTRAL_8X7B = {
 }
 
 
+QWEN2_5_7B = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "intermediate_size": 18944,
+    "vocab_size": 152064,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+MISTRAL_7B = {**LLAMA_3_1_8B, "model_type": "mistral", "vocab_size": 32000, "max_position_embeddings": 32768}
+DEEPSEEK_V2_LITE = {
+    "model_type": "deepseek_v2",
+    "hidden_size": 2048,
+    "num_hidden_layers": 27,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "q_lora_rank": None,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "n_routed_experts": 64,
+    "n_shared_experts": 2,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1408,
+    "intermediate_size": 10944,
+    "first_k_dense_replace": 1,
+    "moe_layer_freq": 1,
+    "topk_method": "greedy",
+    "vocab_size": 102400,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+DEEPSEEK_V3 = {
+    **DEEPSEEK_V2_LITE,
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "q_lora_rank": 1536,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 2048,
+    "intermediate_size": 18432,
+    "first_k_dense_replace": 3,
+    "topk_method": "noaux_tc",
+    "vocab_size": 129280,
+}
+
+
 def bundled_model(name: str) -> dict:
     return json.loads(profile_path(name).read_text())["model"]
 
@@ -88,13 +142,23 @@ def test_a_dense_models_count_is_its_safetensors_total_as_the_bundled_profile_st
 
 @pytest.mark.parametrize(
     ("config", "total", "active"),
-    [(QWEN3_30B_A3B, 30.5e9, 3.3e9), (MIXTRAL_8X7B, 46.7e9, 12.9e9)],  # the model cards' totals
+    [  # the model cards' totals
+        (QWEN3_30B_A3B, 30.5e9, 3.3e9),
+        (MIXTRAL_8X7B, 46.7e9, 12.9e9),
+        (DEEPSEEK_V2_LITE, 15.7e9, 2.4e9),
+        (DEEPSEEK_V3, 671e9, 37e9),
+        (QWEN2_5_7B, 7.61e9, 7.61e9),
+        (MISTRAL_7B, 7.24e9, 7.24e9),
+    ],
 )
-def test_a_moe_models_count_matches_its_model_card(config, total, active):
+def test_a_models_count_matches_its_model_card(config, total, active):
     fields = model_fields(config, "config.json")
     assert fields["parameters"] == pytest.approx(total, rel=0.005)
-    assert fields["active_parameters"] == pytest.approx(active, rel=0.02)
-    assert "moe_layers" not in fields  # every layer has experts
+    # DeepSeek's cards count the activated parameters without the input embedding (a lookup)
+    lookup = config["vocab_size"] * config["hidden_size"] if config["model_type"].startswith("deepseek") else 0
+    assert fields["active_parameters"] - lookup == pytest.approx(active, rel=0.025)
+    dense_first = config.get("first_k_dense_replace", 0)
+    assert fields.get("moe_layers", config["num_hidden_layers"]) == config["num_hidden_layers"] - dense_first
 
 
 def test_an_mla_models_count_is_the_one_its_bench_profile_was_written_with():
@@ -129,14 +193,39 @@ def test_a_profile_names_its_config_beside_it_and_its_own_fields_win(tmp_path):
     ("change", "message"),
     [
         ({"model_type": "gpt2"}, "model_type: 'gpt2' is not one counted here; expected one of llama, mistral"),
-        ({"hidden_size": None}, "hidden_size: must be an integer >= 0, got None"),
+        ({"hidden_size": -1}, "hidden_size: must be an integer >= 1, got -1"),
         ({"torch_dtype": "int8"}, "torch_dtype: expected one of float32, float16, bfloat16, got 'int8'"),
         ({"quantization_config": {"quant_method": "awq"}}, "quantization_config: only fp8 weights are counted here"),
+        ({"head_dim": "128"}, "head_dim: must be an integer >= 1, got '128'"),
+        ({"num_attention_heads": 0}, "num_attention_heads: must be an integer >= 1, got 0"),
+        ({"torch_dtype": 2}, "torch_dtype: expected one of"),
     ],
 )
 def test_a_config_that_cannot_be_counted_is_one_error_naming_its_field(change, message):
     with pytest.raises(LLMReplayError, match="^config.json: " + message.replace("(", r"\(").replace(")", r"\)")):
         model_fields({**LLAMA_3_1_8B, **change}, "config.json")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({**QWEN3_30B_A3B, "mlp_only_layers": 3}, "mlp_only_layers: must be a list of layer indices 0-47, got 3"),
+        ({**QWEN3_30B_A3B, "mlp_only_layers": ["0"]}, "mlp_only_layers: must be a list of layer indices 0-47"),
+        ({**QWEN3_30B_A3B, "num_experts_per_tok": 200}, "num_experts_per_tok: must be at most the 128 routed experts"),
+        ({**QWEN3_30B_A3B, "decoder_sparse_step": 0}, "decoder_sparse_step: must be an integer >= 1, got 0"),
+        ({**DEEPSEEK_V3, "q_lora_rank": "1536"}, "q_lora_rank: must be an integer >= 0, got '1536'"),
+    ],
+)
+def test_a_moe_or_mla_config_that_cannot_be_counted_names_its_field(config, message):
+    with pytest.raises(LLMReplayError, match="^config.json: " + message.replace("(", r"\(").replace(")", r"\)")):
+        model_fields(config, "config.json")
+
+
+def test_a_dense_layer_free_mla_model_needs_no_intermediate_size_and_dtype_names_its_key():
+    config = {key: value for key, value in DEEPSEEK_V3.items() if key != "intermediate_size"}
+    assert "moe_layers" not in model_fields({**config, "first_k_dense_replace": 0}, "c")
+    with pytest.raises(LLMReplayError, match="^c: dtype: expected one of"):
+        model_fields({**{k: v for k, v in LLAMA_3_1_8B.items() if k != "torch_dtype"}, "dtype": "int8"}, "c")
 
 
 def test_a_config_without_a_field_the_count_needs_names_it():

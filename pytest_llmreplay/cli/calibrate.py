@@ -94,6 +94,13 @@ def per_run(option: str, given: list[str] | None, runs: int) -> list[str]:
     return given * runs if len(given) == 1 else given
 
 
+def same_file_format(workload: str, run: str) -> str | None:
+    """The workload's format when it is the run's own file: a vLLM benchmark result (the only
+    file that is both), read as one even pretty-printed; None (detected) otherwise."""
+    same = Path(workload).resolve() == Path(run).resolve()
+    return "vllm-bench" if same else None
+
+
 def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Path) -> int:
     """The workload is read in its detected format (as ``llmreplay run`` does without ``--format``)."""
     from ..sim.calibrate_run import FitRun, calibrate_from_runs, check_fit, layers, read_base, report_lines
@@ -114,8 +121,8 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     fit = [name.strip() for name in args.fit.split(",") if name.strip()]
     check_fit(fit, runs, args.max_evals, counts)  # refused before the line that says the fit begins
     parts = [
-        FitRun(profile, load_workload(workload), run)
-        for profile, workload, run in zip(profiles, workloads, runs, strict=True)
+        FitRun(profile, load_workload(workload, format=same_file_format(workload, path)), run)
+        for profile, workload, run, path in zip(profiles, workloads, runs, args.from_run, strict=True)
     ]
     print(
         "calibrating "

@@ -59,15 +59,16 @@ class ReplaySettings:
             _choice("prompt_format", self.prompt_format, PROMPT_FORMATS)
         for name in ("speedup", "rate", "duration_s"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
+            if (value is not None or name == "speedup") and not (_number(value) and value > 0):
                 raise LLMReplayError(f"{name}: expected a number > 0, got {value!r}")
         for name in ("concurrency", "max_requests", "max_sessions"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise LLMReplayError(f"{name}: expected an integer >= 1, got {value!r}")
         for name in ("grace_s", "warmup_s", "warmup_requests"):
-            if getattr(self, name) < 0:
-                raise LLMReplayError(f"{name}: expected a number >= 0, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not (_number(value) and value >= 0):
+                raise LLMReplayError(f"{name}: expected a number >= 0, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise LLMReplayError(f"seed: expected an integer >= 0, got {self.seed!r}")
         if not isinstance(self.tool_calls, bool):
@@ -94,6 +95,11 @@ class ReplaySettings:
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _number(value: object) -> bool:
+    """A real number (not a bool, not a string): what a numeric setting must be."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> None:

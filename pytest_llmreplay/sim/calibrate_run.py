@@ -51,7 +51,8 @@ parameters that bring the simulated statistics closest to the measured ones win.
   without a front end is therefore shifted by the best constant (:func:`best_shift`), instead of
   searching a fourth dimension with replays (Nelder-Mead could not tell it from ``overhead_ms``
   in 100 replays). Exact for requests sent at their own times; for later turns of a session,
-  sent after the previous answer, the shift moves their sends too, so the reported errors come
+  sent after the previous answer, and for a run sent at a concurrency (:attr:`MeasuredRun.load`:
+  the next request goes when one ends), the shift moves their sends too, so the reported errors come
   from a replay with the fitted front end, not from the shift. With the front end fitted the
   search has two stages, each half the replays: the other parameters with the profile's front
   end, then all of them from there. Searched together from the start, a fast engine behind a slow
@@ -212,9 +213,19 @@ def best_shift(
 def alone_share(run: MeasuredRun, workload: Workload) -> float:
     """The share of ``run``'s requests that had the server to themselves: single-turn sessions
     whose [arrival, arrival + latency] overlaps no other request's (a later turn's send time
-    depends on the answers before it, so multi-turn sessions count as not alone)."""
+    depends on the answers before it, so multi-turn sessions count as not alone). A run sent at
+    a recorded load (:attr:`MeasuredRun.load`) instead of its workload's timestamps: all of them
+    at concurrency 1, none otherwise (its send times are not its workload's); timestamps at a
+    ``speedup`` are divided by it."""
+    load = run.load
+    mode = load.get("mode", "rate" if "rate" in load else "concurrency" if "concurrency" in load else "auto")
+    if mode == "auto" and not workload.timed:
+        mode = "concurrency"
+    if mode in ("concurrency", "rate"):
+        return 1.0 if mode == "concurrency" and load.get("concurrency", 1) == 1 else 0.0
+    speedup = load.get("speedup") or 1.0
     starts = {
-        session_index * KEY_TURNS: session.arrival_s
+        session_index * KEY_TURNS: session.arrival_s / speedup
         for session_index, session in enumerate(workload.sessions)
         if len(session.turns) == 1
     }

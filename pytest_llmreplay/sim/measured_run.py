@@ -49,7 +49,18 @@ from ..gate.baseline import KEY_TURNS
 MIN_REQUESTS = 10  # fewer cannot give a percentile worth fitting, nor two halves
 METRICS = ("ttft", "tpot", "latency")
 # the replay settings that shape a run's load: what a stored result's settings give the replay
-LOAD_SETTINGS = ("mode", "speedup", "concurrency", "rate", "arrival", "order", "seed", "max_requests", "max_sessions")
+LOAD_SETTINGS = (
+    "mode",
+    "speedup",
+    "concurrency",
+    "rate",
+    "arrival",
+    "order",
+    "seed",
+    "max_requests",
+    "max_sessions",
+    "duration_s",
+)
 VLLM_FIELDS = ("output_toks", "queued_ts", "scheduled_ts", "first_token_ts", "last_token_ts")
 
 
@@ -82,7 +93,7 @@ class MeasuredRun:
         if mode == "rate" or (mode == "auto" and load.get("rate") is not None):
             return f"rate {load['rate']:g}/s ({load.get('arrival', 'poisson')})"
         speedup = load.get("speedup", 1.0)
-        return f"its timestamps at speedup {speedup:g}" if speedup != 1.0 else ""
+        return f"its timestamps at speedup {speedup:g}" if speedup not in (1.0, None) else ""
 
     def subset(self, mask: np.ndarray) -> MeasuredRun:
         return MeasuredRun(
@@ -217,6 +228,10 @@ def _result_json(path: Path, text: str) -> Read:
         raise LLMReplayError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
     if isinstance(record, dict) and "ttfts" in record:
         return _vllm_bench(path, record)
+    if isinstance(record, dict) and "samples" not in record and {"request_rate", "num_prompts"} & record.keys():
+        raise LLMReplayError(
+            f"{path}: a vllm bench serve result without per-request times: run it again with --save-detailed"
+        )
     samples = record.get("samples") if isinstance(record, dict) else None
     keys = record.get("sample_keys") if isinstance(record, dict) else None
     if not isinstance(samples, dict) or not isinstance(keys, dict):
@@ -239,8 +254,10 @@ def _result_json(path: Path, text: str) -> Read:
         if not 0 <= ttft <= latency:
             raise LLMReplayError(f"{path}: request key {key}: times out of order (expected 0 <= ttft <= latency)")
         rows.append((key, ttft, found["tpot"].get(key, math.nan), latency))
-    settings = record.get("settings")
-    load = {name: settings[name] for name in LOAD_SETTINGS if name in settings} if isinstance(settings, dict) else {}
+    settings = record.get("settings", {})
+    if not isinstance(settings, dict):
+        raise LLMReplayError(f"{path}: settings: expected an object (the run's replay settings), got {settings!r:.60}")
+    load = {name: settings[name] for name in LOAD_SETTINGS if name in settings}
     return rows, load
 
 
@@ -268,7 +285,7 @@ def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
         decode = math.fsum(gaps)
         tpot = decode / (outputs[index] - 1) if outputs[index] > 1 else math.nan
         rows.append((len(rows) * KEY_TURNS, ttfts[index], tpot, ttfts[index] + decode))
-    return rows, bench_load(record, len(kept))
+    return rows, bench_load(result, len(kept))
 
 
 __all__ = ["MeasuredRun", "read_run", "MIN_REQUESTS", "METRICS", "LOAD_SETTINGS"]

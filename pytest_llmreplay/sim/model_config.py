@@ -62,12 +62,16 @@ def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     def fail(key: str, message: str) -> NoReturn:
         raise LLMReplayError(f"{source}: {key}: {message}")
 
-    def integer(key: str, default: int | None = None) -> int:
-        value = config.get(key, default)
-        if value is None and default is None and key not in config:
-            fail(key, "missing")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            fail(key, f"must be an integer >= 0, got {value!r}")
+    def integer(key: str, default: int | None = None, minimum: int = 1) -> int:
+        """``config[key]``, an integer >= ``minimum``; ``default`` when absent or null (None:
+        required)."""
+        value = config.get(key)
+        if value is None:
+            if default is None:
+                fail(key, "missing")
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            fail(key, f"must be an integer >= {minimum}, got {value!r}")
         return value
 
     kind = config.get("model_type")
@@ -79,14 +83,15 @@ def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     tie = config.get("tie_word_embeddings", False)
     if not isinstance(tie, bool):
         fail("tie_word_embeddings", f"must be true or false, got {tie!r}")
-    dtype = config.get("torch_dtype", config.get("dtype", "bfloat16"))
+    dtype_key = "torch_dtype" if "torch_dtype" in config else "dtype"
+    dtype = config.get(dtype_key, "bfloat16")
     if dtype not in DTYPE_BYTES:
-        fail("torch_dtype", f"expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+        fail(dtype_key, f"expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     quantization = config.get("quantization_config")
     fp8 = isinstance(quantization, Mapping) and quantization.get("quant_method") == "fp8"
     if quantization is not None and not fp8:
         fail("quantization_config", "only fp8 weights are counted here; give dtype_bytes in the profile")
-    counted = (_mla if kind in MLA else _attention_and_mlp)(config, integer, hidden, heads)
+    counted = (_mla if kind in MLA else _attention_and_mlp)(config, integer, fail, hidden, heads)
     total, active, fields = counted
     embedding = vocab * hidden * (1 if tie else 2) + hidden  # embedding, LM head, final norm
     return {
@@ -97,7 +102,7 @@ def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
         "heads": heads,
         "vocab_size": vocab,
         "tie_word_embeddings": tie,
-        "max_position_embeddings": integer("max_position_embeddings", 0),
+        "max_position_embeddings": integer("max_position_embeddings", 0, minimum=0),
         "dtype_bytes": 1 if fp8 else DTYPE_BYTES[dtype],
         "kv_dtype_bytes": DTYPE_BYTES[dtype],
         **fields,
@@ -106,30 +111,38 @@ def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 
 Integer = Callable[..., int]
+Fail = Callable[[str, str], NoReturn]
 
 
 def _attention_and_mlp(
-    config: Mapping[str, Any], integer: Integer, hidden: int, heads: int
+    config: Mapping[str, Any], integer: Integer, fail: Fail, hidden: int, heads: int
 ) -> tuple[int, int, dict[str, Any]]:
     """The layers of a dense, Qwen3-MoE or Mixtral model: (total, active, fields)."""
     kind = config["model_type"]
     kv_heads = integer("num_key_value_heads", heads)
-    head_dim = config.get("head_dim") or hidden // heads
-    bias = kind == "qwen2" or config.get("attention_bias") is True
+    head_dim = integer("head_dim", hidden // heads)
     attention = (hidden * (heads + 2 * kv_heads) * head_dim) + heads * head_dim * hidden + 2 * hidden
-    attention += (heads + 2 * kv_heads) * head_dim if bias else 0
+    if kind == "qwen2" or config.get("attention_bias") is True:  # q, k, v biases (Qwen2: always)
+        attention += (heads + 2 * kv_heads) * head_dim
+    if config.get("attention_bias") is True:  # and o's, where the config asks for them
+        attention += hidden
     attention += 2 * head_dim if kind in ("qwen3", "qwen3_moe") else 0  # q_norm, k_norm
     layers = config["num_hidden_layers"]
     fields: dict[str, Any] = {"kv_heads": kv_heads, "head_dim": head_dim}
     if kind not in MOE:
         mlp = 3 * hidden * integer("intermediate_size")
+        mlp += (2 * integer("intermediate_size") + hidden) if config.get("mlp_bias") is True else 0
         return layers * (attention + mlp), layers * (attention + mlp), fields
     experts = integer("num_local_experts" if kind == "mixtral" else "num_experts")
-    routed = integer("num_experts_per_tok")
+    routed = _routed(integer, fail, experts)
     expert = 3 * hidden * integer("intermediate_size" if kind == "mixtral" else "moe_intermediate_size")
-    dense_only = set(config.get("mlp_only_layers") or ())
-    step = integer("decoder_sparse_step", 1) or 1
-    sparse = sum(1 for i in range(layers) if i not in dense_only and (i + 1) % step == 0)
+    dense_only = config.get("mlp_only_layers") or []
+    if not isinstance(dense_only, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in dense_only
+    ):
+        fail("mlp_only_layers", f"must be a list of layer indices 0-{layers - 1}, got {dense_only!r}")
+    step = integer("decoder_sparse_step", 1)
+    sparse = sum(1 for i in range(layers) if i not in set(dense_only) and (i + 1) % step == 0)
     dense_mlp = 3 * hidden * integer("intermediate_size") if sparse < layers else 0
     router = hidden * experts
     total = layers * attention + sparse * (experts * expert + router) + (layers - sparse) * dense_mlp
@@ -140,10 +153,12 @@ def _attention_and_mlp(
     return total, active, fields
 
 
-def _mla(config: Mapping[str, Any], integer: Integer, hidden: int, heads: int) -> tuple[int, int, dict[str, Any]]:
+def _mla(
+    config: Mapping[str, Any], integer: Integer, fail: Fail, hidden: int, heads: int
+) -> tuple[int, int, dict[str, Any]]:
     """The layers of a DeepSeek V2/V3/V3.2 model: (total, active, fields)."""
     nope, rope, value = (integer(key) for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
-    rank, q_rank = integer("kv_lora_rank"), config.get("q_lora_rank")
+    rank, q_rank = integer("kv_lora_rank"), integer("q_lora_rank", 0, minimum=0)  # 0 or null: no q compression
     query = heads * (nope + rope)
     if q_rank:
         attention = hidden * q_rank + q_rank + q_rank * query
@@ -156,14 +171,15 @@ def _mla(config: Mapping[str, Any], integer: Integer, hidden: int, heads: int) -
         attention += (q_rank or hidden) * index_heads * index_dim + hidden * index_dim + hidden * index_heads
         attention += 2 * index_dim  # the indexer's key LayerNorm, weight and bias
     layers = config["num_hidden_layers"]
-    dense_layers = min(integer("first_k_dense_replace", 0), layers)
-    freq = integer("moe_layer_freq", 1) or 1
+    dense_layers = min(integer("first_k_dense_replace", 0, minimum=0), layers)
+    freq = integer("moe_layer_freq", 1)
     sparse = sum(1 for i in range(dense_layers, layers) if i % freq == 0)
-    experts, routed = integer("n_routed_experts"), integer("num_experts_per_tok")
+    experts = integer("n_routed_experts")
+    routed = _routed(integer, fail, experts)
     expert = 3 * hidden * integer("moe_intermediate_size")
-    shared = integer("n_shared_experts", 0) * expert
+    shared = integer("n_shared_experts", 0, minimum=0) * expert
     router = hidden * experts + (experts if config.get("topk_method") == "noaux_tc" else 0)
-    dense_mlp = 3 * hidden * integer("intermediate_size")
+    dense_mlp = 3 * hidden * integer("intermediate_size") if sparse < layers else 0
     total = layers * attention + sparse * (experts * expert + shared + router) + (layers - sparse) * dense_mlp
     active = layers * attention + sparse * (routed * expert + shared + router) + (layers - sparse) * dense_mlp
     fields: dict[str, Any] = {
@@ -177,6 +193,14 @@ def _mla(config: Mapping[str, Any], integer: Integer, hidden: int, heads: int) -
     if sparse < layers:
         fields["moe_layers"] = sparse
     return total, active, fields
+
+
+def _routed(integer: Integer, fail: Fail, experts: int) -> int:
+    """``num_experts_per_tok``, at most the routed experts."""
+    routed = integer("num_experts_per_tok")
+    if routed > experts:
+        fail("num_experts_per_tok", f"must be at most the {experts} routed experts, got {routed}")
+    return routed
 
 
 __all__ = ["ARCHITECTURES", "model_fields", "read_config"]

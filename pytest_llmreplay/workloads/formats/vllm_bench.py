@@ -16,8 +16,9 @@ output token) is left out, with a warning: the length it was to generate is not 
 The file keeps no send times, so the workload is untimed; its warning names the load to replay it
 at, from the run's own settings: ``--concurrency C`` for ``max_concurrency`` C, every request at
 once (``--concurrency`` = the requests) for ``request_rate`` ``"inf"`` without one, and
-``--rate R`` for a finite rate (Poisson when ``burstiness`` is 1; the run's own draws are not
-recorded, so arrivals differ, not their rate). The run's per-request times (``ttfts``, ``itls``)
+``--rate R`` for a finite rate (with ``--concurrency C`` too when it had a limit; Poisson when
+``burstiness`` is 1; the run's own draws are not recorded, so arrivals differ, not their rate). A
+run whose rate ramped up (``ramp_up_strategy``) is refused: no one load replays it. The run's per-request times (``ttfts``, ``itls``)
 are what ``calibrate --from-run`` fits (:mod:`~pytest_llmreplay.sim.measured_run`); request N of the
 run pairs with session N of this workload.
 """
@@ -25,6 +26,7 @@ run pairs with session N of this workload.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +69,9 @@ def completed(result: Fields) -> list[int]:
     if len(inputs) != len(outputs):
         raise result.error("output_lens", f"has {len(outputs)} entries, input_lens {len(inputs)}; they must be equal")
     errors = result.obj.get("errors")
-    if errors is not None and (not isinstance(errors, list) or len(errors) != len(inputs)):
+    if errors is not None and (
+        not isinstance(errors, list) or len(errors) != len(inputs) or not all(isinstance(e, str) for e in errors)
+    ):
         raise result.error("errors", f"must be a list of {len(inputs)} strings, one per request")
     return [
         index
@@ -85,7 +89,7 @@ def load(path: str | Path) -> Workload:
     sessions = tuple(
         Session(f"request{index}", 0.0, (Turn(inputs[index], outputs[index], Synthetic()),)) for index in kept
     )
-    warnings = [f"{path}: {replay_hint(result.obj, len(inputs))}"]
+    warnings = [f"{path}: {replay_hint(result, len(inputs))}"]
     failed = len(inputs) - len(kept)
     if failed:
         warnings.append(
@@ -95,28 +99,38 @@ def load(path: str | Path) -> Workload:
     return Workload(sessions, format=NAME, source=str(path), timed=False, warnings=tuple(warnings))
 
 
-def bench_load(result: dict[str, Any], requests: int) -> dict[str, Any]:
+def bench_load(result: Fields, requests: int) -> dict[str, Any]:
     """The replay settings that send ``requests`` requests as the run sent its own (module doc):
-    ``{"concurrency": C}`` for ``max_concurrency`` C or, without one, ``request_rate`` ``"inf"``
-    (C = ``requests``: all at once); ``{"rate": R}`` (Poisson) for a finite rate R."""
-    concurrency, rate = result.get("max_concurrency"), result.get("request_rate")
-    if isinstance(concurrency, int) and not isinstance(concurrency, bool) and concurrency > 0:
-        return {"concurrency": concurrency}
-    if isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 < rate < float("inf"):
-        return {"rate": float(rate)}
-    return {"concurrency": max(requests, 1)}
+    ``{"rate": R}`` (Poisson) for a finite ``request_rate`` R, with ``"concurrency": C`` too for a
+    ``max_concurrency`` C (vLLM applies both); ``{"concurrency": C}`` for ``request_rate`` ``"inf"``
+    with a limit C, else C = ``requests`` (all at once). A field of another type, or a ramp-up
+    (``ramp_up_strategy``: a rate that changes, not recorded request by request), is one error
+    naming it."""
+    obj = result.obj
+    if obj.get("ramp_up_strategy") is not None:
+        raise result.error("ramp_up_strategy", "a run whose rate ramps up cannot be replayed at one load")
+    rate, limit = obj.get("request_rate", "inf"), obj.get("max_concurrency")
+    if rate != "inf" and (isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < math.inf):
+        raise result.error("request_rate", f'must be "inf" or a number of requests/s > 0, got {rate!r}')
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise result.error("max_concurrency", f"must be null or an integer >= 1, got {limit!r}")
+    if rate != "inf":
+        return {"rate": float(rate), **({"concurrency": limit} if limit is not None else {})}
+    return {"concurrency": limit if limit is not None else max(requests, 1)}
 
 
-def replay_hint(result: dict[str, Any], requests: int) -> str:
+def replay_hint(result: Fields, requests: int) -> str:
     """How the run sent its requests, as the replay settings that send them so (module doc)."""
     load = bench_load(result, requests)
     if "rate" in load:
-        burstiness = result.get("burstiness", 1.0)
+        burstiness = result.obj.get("burstiness", 1.0)
         shape = "Poisson" if burstiness == 1.0 else f"gamma of burstiness {burstiness}; the replay's is Poisson"
+        cap = f", at most {load['concurrency']} in flight" if "concurrency" in load else ""
+        cap_option = f" and concurrency {load['concurrency']}" if "concurrency" in load else ""
         return (
-            f"the run sent {load['rate']:g} requests/s ({shape}); its send times are not recorded: replay it with "
-            f"rate {load['rate']:g} (arrivals drawn again, at the same rate)"
+            f"the run sent {load['rate']:g} requests/s ({shape}{cap}); its send times are not recorded: replay it with "
+            f"rate {load['rate']:g}{cap_option} (arrivals drawn again, at the same rate)"
         )
-    if load["concurrency"] == result.get("max_concurrency"):
+    if load["concurrency"] == result.obj.get("max_concurrency"):
         return f"the run kept at most {load['concurrency']} requests in flight: replay it with concurrency {load['concurrency']}"
     return f"the run sent all {requests} requests at once: replay it with concurrency {requests}"
