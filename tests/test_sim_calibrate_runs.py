@@ -251,3 +251,19 @@ def test_a_request_is_alone_only_when_no_other_overlaps_it_even_a_long_earlier_o
     # the first runs 0-3 s, over the second (1-1.5 s) and the third (2-2.5 s); the fourth is alone
     run = MeasuredRun("run", keys, np.full(4, 0.1), np.full(4, 0.01), np.array([3.0, 0.5, 0.5, 0.5]))
     assert alone_share(run, Workload(sessions, "w")) == 0.25
+
+
+def test_a_run_sent_at_a_recorded_load_is_alone_only_one_at_a_time_and_timestamps_follow_its_speedup():
+    sessions = tuple(Session(f"s{i}", t, (Turn(8, 8, Synthetic()),)) for i, t in enumerate((0.0, 1.0, 2.0, 5.0)))
+    keys = np.arange(4) * KEY_TURNS
+    latency = np.array([3.0, 0.5, 0.5, 0.5])
+
+    def share(load: dict) -> float:
+        run = MeasuredRun("run", keys, np.full(4, 0.1), np.full(4, 0.01), latency, load=load)
+        return alone_share(run, Workload(sessions, "w"))
+
+    assert share({"mode": "concurrency", "concurrency": 1}) == 1.0
+    assert share({"concurrency": 8}) == 0.0 and share({"rate": 2.0, "concurrency": 8}) == 0.0
+    # at speedup 10 the arrivals are 0, 0.1, 0.2, 0.5 s: every request overlaps another
+    assert share({"mode": "timestamps", "speedup": 10.0}) == 0.0
+    assert share({"mode": "timestamps", "speedup": 1.0}) == 0.25
