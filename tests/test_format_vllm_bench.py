@@ -117,10 +117,10 @@ def test_a_pretty_printed_result_is_read_when_its_format_is_named(tmp_path):
 def test_the_run_is_its_clients_times_for_the_same_requests_sent_as_the_run_sent_them(tmp_path):
     """TTFT = ttft, latency = ttft + Σ itls, TPOT = Σ itls / (output - 1), as vLLM's benchmark
     counts them; request N of the completed ones is session N of the workload the file gives."""
-    run = read_run(bench(tmp_path))
+    run, workload = read_run(bench(tmp_path)), load_workload(bench(tmp_path))
     kept = [i for i, out in enumerate(OUTPUTS) if out]
     assert run.keys.tolist() == [n * KEY_TURNS for n in range(len(kept))]  # session n, turn 0
-    assert run.from_client and dict(run.load) == {"concurrency": 8} and run.sent_as() == "concurrency 8"
+    assert run.from_client and dict(run.load) == {"concurrency": 8} and run.sent_as(workload) == "concurrency 8"
     for n, i in enumerate(kept):
         decode = (0.01 + 0.001 * (i % 3)) * (OUTPUTS[i] - 1)
         assert run.ttft[n] == pytest.approx(0.05 + 0.002 * i)

@@ -202,8 +202,10 @@ def test_a_stored_result_is_replayed_at_the_load_it_was_run_at(trace, tmp_path, 
     out = tmp_path / "run"
     assert main(["run", str(trace), "--sim", str(truth_path), "--concurrency", "6", "--out", str(out)]) == 0
     run = read_run(out / "result.json")
-    assert run.load["mode"] == "concurrency" and run.load["concurrency"] == 6 and run.sent_as() == "concurrency 6"
     workload, prompts = load_workload(trace), lambda: PromptFactory(tokenizer)
+    assert (
+        run.load["mode"] == "concurrency" and run.load["concurrency"] == 6 and run.sent_as(workload) == "concurrency 6"
+    )
     profile = load_profile(truth_path)
     again = errors(simulate(profile, workload, prompts, run.load), run)
     assert max(abs(again[key]) for key in STATISTICS) < 1e-4  # the stored samples are rounded

@@ -124,12 +124,13 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
         FitRun(profile, load_workload(workload, format=same_file_format(workload, path)), run)
         for profile, workload, run, path in zip(profiles, workloads, runs, args.from_run, strict=True)
     ]
+    sent = [part.run.sent_as(part.workload) for part in parts]
     print(
         "calibrating "
         + "; ".join(
             f"{profile} on {path} ({len(run.keys)} requests) with {workload}"
-            + (f" sent as the run sent it, {run.sent_as()}" if run.sent_as() else "")
-            for profile, path, run, workload in zip(profiles, args.from_run, runs, workloads, strict=True)
+            + (f" sent as the run sent it, {how}" if how else "")
+            for profile, path, run, workload, how in zip(profiles, args.from_run, runs, workloads, sent, strict=True)
         )
         + f": fitting {', '.join(fit)}",
         flush=True,

@@ -217,15 +217,12 @@ def alone_share(run: MeasuredRun, workload: Workload) -> float:
     a recorded load (:attr:`MeasuredRun.load`) instead of its workload's timestamps: all of them
     at concurrency 1, none otherwise (its send times are not its workload's); timestamps at a
     ``speedup`` are divided by it."""
-    load = run.load
-    mode = load.get("mode", "rate" if "rate" in load else "concurrency" if "concurrency" in load else "auto")
-    if mode == "auto" and not workload.timed:
-        mode = "concurrency"
+    settings = run.replay_settings()
+    mode = settings.resolved_mode(workload)
     if mode in ("concurrency", "rate"):
-        return 1.0 if mode == "concurrency" and load.get("concurrency", 1) == 1 else 0.0
-    speedup = load.get("speedup") or 1.0
+        return 1.0 if mode == "concurrency" and (settings.concurrency or 1) == 1 else 0.0
     starts = {
-        session_index * KEY_TURNS: session.arrival_s / speedup
+        session_index * KEY_TURNS: session.arrival_s / settings.speedup
         for session_index, session in enumerate(workload.sessions)
         if len(session.turns) == 1
     }

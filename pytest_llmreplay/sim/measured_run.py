@@ -45,6 +45,8 @@ import numpy as np
 
 from ..errors import LLMReplayError
 from ..gate.baseline import KEY_TURNS
+from ..replayer.plan import ReplaySettings
+from ..workloads.workload import Workload
 
 MIN_REQUESTS = 10  # fewer cannot give a percentile worth fitting, nor two halves
 METRICS = ("ttft", "tpot", "latency")
@@ -83,17 +85,22 @@ class MeasuredRun:
     def metric(self, name: str) -> np.ndarray:
         return getattr(self, name)
 
-    def sent_as(self) -> str:
-        """How a replay sends the workload to pair with this run, in words (``""``: at its own
-        timestamps, as a run that recorded no load)."""
-        load = self.load
-        mode = load.get("mode", "rate" if "rate" in load else "concurrency" if "concurrency" in load else "auto")
-        if mode == "concurrency" or (mode == "auto" and "concurrency" in load):
-            return f"concurrency {load.get('concurrency', 1)}"
-        if mode == "rate" or (mode == "auto" and load.get("rate") is not None):
-            return f"rate {load['rate']:g}/s ({load.get('arrival', 'poisson')})"
-        speedup = load.get("speedup", 1.0)
-        return f"its timestamps at speedup {speedup:g}" if speedup not in (1.0, None) else ""
+    def replay_settings(self) -> ReplaySettings:
+        """The settings a replay of the run's workload is sent with (``load``; read_run checked them)."""
+        return ReplaySettings(**self.load)
+
+    def sent_as(self, workload: Workload) -> str:
+        """How a replay sends ``workload`` to pair with this run, in words (``""``: no recorded
+        load, or one at its own timestamps unsped)."""
+        if not self.load:
+            return ""
+        settings = self.replay_settings()
+        mode = settings.resolved_mode(workload)
+        if mode == "concurrency":
+            return f"concurrency {settings.concurrency or 1}"
+        if mode == "rate":
+            return f"rate {settings.rate:g}/s ({settings.arrival})"
+        return f"its timestamps at speedup {settings.speedup:g}" if settings.speedup != 1.0 else ""
 
     def subset(self, mask: np.ndarray) -> MeasuredRun:
         return MeasuredRun(
@@ -150,8 +157,6 @@ def read_run(path: str | Path) -> MeasuredRun:
 
 def _check_load(path: Path, load: Mapping[str, Any]) -> None:
     """The run's recorded load must make valid replay settings (a stored result edited by hand)."""
-    from ..replayer.plan import ReplaySettings
-
     try:
         ReplaySettings(**load).validate()
     except LLMReplayError as exc:
