@@ -108,6 +108,14 @@ def test_a_broken_result_is_one_error_naming_the_field(tmp_path, changes, messag
     assert str(info.value) == f"{path}: {message}"
 
 
+def test_a_key_given_twice_is_refused_as_in_every_json_format(tmp_path):
+    path = bench(tmp_path)
+    path.write_text(path.read_text().replace('"max_concurrency": 8', '"max_concurrency": 8, "max_concurrency": 4'))
+    with pytest.raises(WorkloadError) as info:
+        load_workload(path)
+    assert str(info.value) == f"{path}: duplicate key 'max_concurrency'"
+
+
 def test_a_pretty_printed_result_is_read_when_its_format_is_named(tmp_path):
     path = tmp_path / "pretty.json"
     path.write_text(json.dumps(json.loads(bench(tmp_path).read_text()), indent=2))

@@ -32,7 +32,7 @@ from typing import Any
 
 from ...errors import WorkloadError
 from ..workload import Session, Synthetic, Turn, Workload
-from ._fields import Fields, too_deep, try_json, type_name
+from ._fields import DuplicateKey, Fields, too_deep, try_json, type_name, unique_keys
 from ._text import read_text
 
 NAME = "vllm-bench"
@@ -51,7 +51,9 @@ def read_result(path: Path) -> Fields:
     file when it is not a JSON object."""
     text = read_text(path)
     try:
-        document = json.loads(text)
+        document = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:  # every JSON format refuses a key given twice (docs/workloads.md)
+        raise WorkloadError(f"duplicate key {exc.key!r}", path=path) from None
     except RecursionError:
         raise WorkloadError(too_deep(), path=path) from None
     except json.JSONDecodeError as exc:
