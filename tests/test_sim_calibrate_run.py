@@ -297,6 +297,20 @@ def test_an_unusable_vllm_run_is_one_line_naming_the_file_and_line(tmp_path, cha
     assert "\n" not in str(caught.value)
 
 
+def test_a_key_given_twice_in_a_run_file_is_refused(tmp_path):
+    # as every JSON workload format refuses it: the second value would win in silence
+    twice = json.dumps(GOOD)[:-1] + ', "first_token_ts": 1.9}'
+    path = write(tmp_path / "run.jsonl", [json.dumps(GOOD)] * 2 + [twice] + [json.dumps(GOOD)] * 10)
+    with pytest.raises(LLMReplayError, match=rf"^{path}:3: duplicate key 'first_token_ts'$"):
+        read_run(path)
+    result = write(tmp_path / "result.json", ['{"samples": {}, "sample_keys": {}, "samples": {}}'])
+    with pytest.raises(LLMReplayError, match=rf"^{result}: duplicate key 'samples'$"):
+        read_run(result)
+    broken = write(tmp_path / "broken.json", ["{", '"samples": '])
+    with pytest.raises(LLMReplayError, match=rf"^{broken}: not valid JSON: line 3: Expecting value"):
+        read_run(broken)
+
+
 def test_too_few_requests_and_missing_columns_are_refused(tmp_path):
     path = write(tmp_path / "few.jsonl", [json.dumps(GOOD)] * (MIN_REQUESTS - 1))
     with pytest.raises(LLMReplayError, match=rf"{path}: {MIN_REQUESTS - 1} usable requests, at least {MIN_REQUESTS}"):

@@ -163,6 +163,21 @@ def _check_load(path: Path, load: Mapping[str, Any]) -> None:
         raise LLMReplayError(f"{path}: settings.{exc}") from None
 
 
+def _json(text: str, where: str, whole_file: bool = False) -> Any:
+    """``text`` parsed, an object naming a key twice refused (as every JSON workload format
+    refuses it, docs/workloads.md: the second value would silently win); one error naming
+    ``where`` (the file, or the file and line) otherwise, and the line for a ``whole_file``."""
+    from ..workloads.formats._fields import DuplicateKey, unique_keys
+
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:
+        raise LLMReplayError(f"{where}: duplicate key {exc.key!r}") from None
+    except json.JSONDecodeError as exc:
+        line = f"line {exc.lineno}: " if whole_file else ""
+        raise LLMReplayError(f"{where}: not valid JSON: {line}{exc.msg}") from None
+
+
 def _number(value: Any, where: str, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise LLMReplayError(f"{where}: {name}: expected a number, got {value!r}")
@@ -175,10 +190,7 @@ def _vllm_jsonl(path: Path, text: str) -> Read:
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LLMReplayError(f"{where}: not valid JSON: {exc.msg}") from None
+        row = _json(line, where)
         if not isinstance(row, dict):
             raise LLMReplayError(f"{where}: expected an object with {', '.join(VLLM_FIELDS)}")
         missing = [name for name in VLLM_FIELDS if name not in row]
@@ -227,10 +239,7 @@ def _requests_csv(path: Path, text: str) -> Read:
 
 
 def _result_json(path: Path, text: str) -> Read:
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LLMReplayError(f"{path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+    record = _json(text, str(path), whole_file=True)
     if isinstance(record, dict) and "ttfts" in record:
         return _vllm_bench(path, record)
     if isinstance(record, dict) and "samples" not in record and {"request_rate", "num_prompts"} & record.keys():
