@@ -198,6 +198,8 @@ CUT_SHORT = """
     [
         ("pass", ["-x"], "the session stopped: stopping after 1 failures", ["test_c"]),
         ("raise KeyboardInterrupt", [], "the session was interrupted", ["test_a", "test_c"]),
+        # under xdist the worker collects and stops (-x), the controller names what it left unrun
+        ("pass", ["-n", "1", "-x"], "the session stopped: stopping after 1 failures", ["test_c"]),
     ],
 )
 def test_perf_tests_a_stopped_session_did_not_run_to_the_end_are_not_judged(pytester, body, options, why, not_judged):

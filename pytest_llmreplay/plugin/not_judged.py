@@ -9,8 +9,11 @@ outcome is ``not judged`` and a line naming every such test and why the session 
 report files (:class:`~pytest_llmreplay.report.rows.NotJudged`) say ``N not judged`` in their
 title, name them under it, and head a result of such a test NOT JUDGED rather than PASS or FAIL.
 
-Only the process that collected the tests knows them: under xdist the controller collects
-none, so its reports name no test not judged.
+Only a process that collected the tests knows them: under xdist the controller collects none,
+so each worker hands its list to the controller in its ``workeroutput`` (xdist sends it when the
+worker finishes, ``pytest_testnodedown``), with the reason it stopped (``-x`` stops the worker
+itself: ``stopping after 1 failures``). A worker that crashed or was killed sends nothing: if no
+worker did, the controller's reports name no test not judged.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 from ..report.rows import ALL_JUDGED, NotJudged
 
 PERF_FIXTURES = {"llm_replay", "llm_result"}
+WORKER_OUTPUT_KEY = "llmreplay_perf_tests"  # a worker's collected perf tests, in its xdist workeroutput
 
 
 def is_perf_test(item: pytest.Item) -> bool:
@@ -42,10 +46,23 @@ class Unfinished:
     def __init__(self) -> None:
         self.collected: list[str] = []
         self.ended: set[str] = set()
+        self.worker_stopped: str | None = None  # why a worker stopped its own session (xdist controller)
 
     @pytest.hookimpl(trylast=True)  # after every deselection
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         self.collected = [item.nodeid for item in items if is_perf_test(item)]
+        output = getattr(config, "workeroutput", None)  # set on an xdist worker's config
+        if output is not None:
+            output[WORKER_OUTPUT_KEY] = self.collected
+
+    @pytest.hookimpl(optionalhook=True)  # xdist's hook: the controller, as a worker finishes
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        known = set(self.collected)
+        self.collected += [test for test in output.get(WORKER_OUTPUT_KEY, ()) if test not in known]
+        reason = output.get("shouldfail") or output.get("shouldstop")
+        if isinstance(reason, str) and self.worker_stopped is None:
+            self.worker_stopped = reason
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
@@ -57,6 +74,6 @@ class Unfinished:
         tests = tuple(test for test in self.collected if test not in self.ended)
         if not tests:
             return ALL_JUDGED
-        reason = session.shouldfail or session.shouldstop
+        reason = session.shouldfail or session.shouldstop or self.worker_stopped
         why = f"the session stopped: {reason}" if isinstance(reason, str) else "the session was interrupted"
         return NotJudged(tests, why)
