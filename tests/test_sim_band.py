@@ -102,6 +102,10 @@ def test_draws_are_seeded_and_inside_their_ranges():
             {"timing.discrepancy": {"range": [1.1, 2.0], "source": "s"}},
             r"uncertainty\.timing\.discrepancy\.range: must hold the profile's own value 1",
         ),
+        (  # one GPU: no collective whose link could be drawn
+            {"hardware.allreduce_latency_us": {"range": [5, 30], "source": "s"}},
+            r"uncertainty\.hardware\.allreduce_latency_us: the profile's GPUs do not communicate",
+        ),
     ],
 )
 def test_a_bad_uncertainty_section_names_its_field(uncertainty, message):
@@ -109,6 +113,28 @@ def test_a_bad_uncertainty_section_names_its_field(uncertainty, message):
     data["uncertainty"] = uncertainty
     with pytest.raises(LLMReplayError, match=rf"^x\.json: {message}"):
         parse_profile(data, origin="x.json")
+
+
+def test_the_links_figures_are_drawn_where_the_gpus_communicate():
+    data = raw("qwen3-32b-tp2-rtx-pro-6000")
+    data["uncertainty"] = {
+        "hardware.interconnect_bandwidth": {"range": [2.0e10, 6.3e10], "source": "a test's"},
+        "hardware.allreduce_latency_us": {"range": [5.0, 30.0], "source": "a test's"},
+    }
+    profile = parse_profile(data, origin="x.json")
+    drawn = draw_profiles(profile, 40, 3)
+    links = [(p.timing.hardware.interconnect_bandwidth, p.timing.hardware.allreduce_latency_us) for p in drawn]
+    assert all(2.0e10 <= bandwidth <= 6.3e10 and 5.0 <= latency <= 30.0 for bandwidth, latency in links)
+    assert len(set(links)) == 40
+    model = profile.timing.model
+    decode = Batch(0, 0, 64, 64 * 1000, 0.1)  # tp 2: 2 all-reduces a layer of 64 tokens' activations, ring factor 1
+    for drawn_profile, (bandwidth, latency) in zip(drawn, links, strict=True):
+        activations = 64 * model.hidden_size * model.dtype_bytes
+        expected = 2 * model.layers * (latency / 1e6 + activations / bandwidth)
+        assert drawn_profile.timing.breakdown(decode)["comm_s"] == pytest.approx(expected, rel=1e-12)
+    assert (
+        profile.timing.hardware.interconnect_bandwidth == data["hardware"]["interconnect_bandwidth"]
+    )  # left as it was
 
 
 def test_the_roofline_fields_need_a_roofline():

@@ -36,7 +36,7 @@ from .engine import MAX_GPU_BLOCKS, EngineConfig
 from .kv_memory import MEMORY_PLAN_FIELDS, MemoryPlan, derive_num_gpu_blocks, weight_bytes_per_gpu
 from .polynomial import DYNAMO_DECODE, DYNAMO_DECODE_FLOOR_MS, DYNAMO_PREFILL, PolynomialTiming
 from .profile_files import profile_path
-from .profile_ranges import Uncertain, parse_uncertainty
+from .profile_ranges import LINK_FIELDS, Uncertain, parse_uncertainty
 from .roofline import DEFAULT_MBU, DEFAULT_MFU, DEFAULT_OVERHEAD_MS, HardwareSpec, ModelSpec, RooflineTiming
 from .timing import JitteredTiming, TimingModel
 from .timing_table import TableTiming
@@ -532,7 +532,7 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
             return frontend_ms
         if name == "engine.activation_reserve_gib":
             return memory_plan.activation_reserve_gib if memory_plan is not None else None
-        if not isinstance(timing, RooflineTiming):
+        if not isinstance(timing, RooflineTiming) or (name in LINK_FIELDS and not timing.communicates):
             return None
         return float(getattr(timing if section == "timing" else timing.hardware, key))
 

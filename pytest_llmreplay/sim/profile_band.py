@@ -23,7 +23,7 @@ from ..metrics.units import display_unit, in_unit, significant, with_unit
 from .engine import EngineConfig
 from .kv_memory import derive_num_gpu_blocks
 from .profile import Profile
-from .profile_ranges import LOG_DRAWN, Uncertain
+from .profile_ranges import LOG_DRAWN, ROOFLINE_FIELDS, Uncertain
 from .roofline import RooflineTiming
 
 BAND_PERCENTILES = (10.0, 90.0)  # a nominal 80% band
@@ -45,30 +45,30 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
         changes["frontend_ms"] = values["timing.frontend_ms"]
     if "engine.activation_reserve_gib" in values:
         changes["engine"] = with_reserve(profile, values["engine.activation_reserve_gib"])
-    roofline = {
-        name.partition(".")[2]: value
-        for name, value in values.items()
-        if name not in ("timing.frontend_ms", "engine.activation_reserve_gib")
-    }
+    roofline = {name: value for name, value in values.items() if name in ROOFLINE_FIELDS}
     if roofline:
         timing = profile.timing
         assert isinstance(timing, RooflineTiming)  # parse_uncertainty allows these fields on a roofline only
+        of = {name.partition(".")[2]: value for name, value in roofline.items()}
+        spec = timing.hardware
         hardware = dataclasses.replace(
-            timing.hardware,
-            peak_flops=roofline.get("peak_flops", timing.hardware.peak_flops),
-            memory_bandwidth=roofline.get("memory_bandwidth", timing.hardware.memory_bandwidth),
+            spec,
+            peak_flops=roofline.get("hardware.peak_flops", spec.peak_flops),
+            memory_bandwidth=roofline.get("hardware.memory_bandwidth", spec.memory_bandwidth),
+            interconnect_bandwidth=roofline.get("hardware.interconnect_bandwidth", spec.interconnect_bandwidth),
+            allreduce_latency_us=roofline.get("hardware.allreduce_latency_us", spec.allreduce_latency_us),
         )
         changes["hardware"] = hardware
         changes["timing"] = RooflineTiming(
             timing.model,
             hardware,
-            mfu=roofline.get("mfu", timing.mfu),
-            mbu=roofline.get("mbu", timing.mbu),
-            overhead_ms=roofline.get("overhead_ms", timing.overhead_ms),
+            mfu=of.get("mfu", timing.mfu),
+            mbu=of.get("mbu", timing.mbu),
+            overhead_ms=of.get("overhead_ms", timing.overhead_ms),
             layer_overhead_ms=timing.layer_overhead_ms,
             admission_overhead_ms=timing.admission_overhead_ms,
-            discrepancy=roofline.get("discrepancy", timing.discrepancy),
-            piecewise_layer_overhead_ms=roofline.get("piecewise_layer_overhead_ms", timing.piecewise_layer_overhead_ms),
+            discrepancy=of.get("discrepancy", timing.discrepancy),
+            piecewise_layer_overhead_ms=of.get("piecewise_layer_overhead_ms", timing.piecewise_layer_overhead_ms),
         )
     return dataclasses.replace(profile, **changes)
 

@@ -10,7 +10,9 @@ Its optional ``uncertainty`` section states them::
     }
 
 Each key is a dotted field of :data:`UNCERTAIN_FIELDS` (the roofline's efficiencies and host
-overhead (per step, and per layer of a step run piecewise), the front end, the GPU's peak figures, ``timing.discrepancy``, and
+overhead (per step, and per layer of a step run piecewise), the front end, the GPU's peak figures,
+the link's all-reduce bus bandwidth and small all-reduce latency (:data:`LINK_FIELDS`, a profile
+whose GPUs communicate: tensor parallel, or data parallel with a MoE model), ``timing.discrepancy``, and
 ``engine.activation_reserve_gib`` where the profile derives its KV cache from it: each draw then
 derives its own ``num_gpu_blocks``, sim/kv_memory.py); ``range`` is
 ``[low, high]`` with ``0 < low < high`` (efficiencies at most 1) holding the profile's own value,
@@ -39,8 +41,11 @@ ROOFLINE_FIELDS = (
     "timing.piecewise_layer_overhead_ms",
     "hardware.peak_flops",
     "hardware.memory_bandwidth",
+    "hardware.interconnect_bandwidth",
+    "hardware.allreduce_latency_us",
     "timing.discrepancy",
 )
+LINK_FIELDS = ("hardware.interconnect_bandwidth", "hardware.allreduce_latency_us")  # only where GPUs communicate
 UNCERTAIN_FIELDS = (*ROOFLINE_FIELDS, "timing.frontend_ms", "engine.activation_reserve_gib")
 LOG_DRAWN = ("timing.discrepancy",)  # factors: drawn uniformly in their logarithm
 SHARES = ("timing.mfu", "timing.mbu")  # a share of a peak: at most 1
@@ -72,6 +77,8 @@ def parse_uncertainty(
         own = value_of(name)
         if own is None and name == "engine.activation_reserve_gib":
             fail(where, "the profile gives engine.num_gpu_blocks: there is no derived KV cache whose reserve to draw")
+        if own is None and name in LINK_FIELDS:
+            fail(where, "the profile's GPUs do not communicate (one GPU, or data parallel with a dense model)")
         if own is None:
             fail(
                 where,
@@ -98,4 +105,4 @@ def parse_uncertainty(
     return tuple(out)
 
 
-__all__ = ["Uncertain", "parse_uncertainty", "UNCERTAIN_FIELDS", "ROOFLINE_FIELDS", "LOG_DRAWN"]
+__all__ = ["Uncertain", "parse_uncertainty", "UNCERTAIN_FIELDS", "ROOFLINE_FIELDS", "LINK_FIELDS", "LOG_DRAWN"]

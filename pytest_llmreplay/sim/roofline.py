@@ -279,6 +279,8 @@ class RooflineTiming:
         self.piecewise_layer_overhead_ms = piecewise_layer_overhead_ms
         self._piecewise_s = piecewise_layer_overhead_ms * model.layers / 1000  # a step with prefill tokens
         communicates = tp > 1 and hardware.interconnect_bandwidth > 0
+        # whether an iteration pays collectives over the link (tensor parallel, or MoE data parallel)
+        self.communicates = hardware.interconnect_bandwidth > 0 and (tp > 1 or dp > 1)
         self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if communicates else 0.0
         ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if communicates else 0.0
         self._comm_token = 2 * model.layers * model.hidden_size * model.dtype_bytes * ring  # seconds per token
