@@ -14,6 +14,7 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.sim.profile import load_profile, parse_profile
 from pytest_llmreplay.sim.profile_band import draw_profiles
 from pytest_llmreplay.sim.profile_files import available_profiles, profiles_dir
+from pytest_llmreplay.sim.profile_ranges import LINK_FIELDS
 from pytest_llmreplay.sim.timing import Batch
 
 TRACE = "llmservingsim/example_trace.jsonl"  # 10 single-turn requests
@@ -32,10 +33,11 @@ def test_each_roofline_profile_states_its_efficiencies_host_costs_and_structural
         sources = {u.field: u.source for u in profile.uncertainty}
         derived = "num_gpu_blocks" not in data["engine"]  # its KV cache from a reserve: drawn too
         host = ("timing.overhead_ms", "timing.piecewise_layer_overhead_ms")
-        assert set(sources) == {"timing.mfu", "timing.mbu", *host, "timing.discrepancy"} | (
+        link = LINK_FIELDS if profile.timing.communicates else ()  # measured collectives, where GPUs communicate
+        assert set(sources) == {"timing.mfu", "timing.mbu", *host, *link, "timing.discrepancy"} | (
             {"engine.activation_reserve_gib"} if derived else set()
         ), name
-        assert all("https://" in sources[field] for field in ("timing.mfu", "timing.mbu", *host)), name
+        assert all("https://" in sources[field] for field in ("timing.mfu", "timing.mbu", *host, *link)), name
         if derived:
             assert "pull request #10511" in sources["engine.activation_reserve_gib"], name
         assert "bench/README.md" in sources["timing.discrepancy"], name  # where the error was measured
