@@ -8,7 +8,9 @@ runs 1). In order: the three engine parameters on one loaded run of small (what 
 ``admission_overhead_ms`` too (the set-up of a new request: at these loads the client's figures
 pin only its sum with the front end); and the same on shallow and deep, the two models of width
 512 with the fewest and the most layers (2 and 8): small (4 layers, the same width) is then a
-model of another depth that no fit saw, tiny (width 64) one of another width.
+model of another depth that no fit saw, tiny (width 64) one of another width; and on small and
+deep, so that each pair of the three width-512 models is fitted once, the third judged (a model
+whose runs sit off the others' line then shows as the one pair that does not carry).
 
 The loss is over :data:`FITTED_STATISTICS`, the p50s and means: it leaves out TTFT's and TPOT's
 p10 and p90, since on this shared 2-core machine the client and vLLM's API server share a core
@@ -23,6 +25,7 @@ from pytest_llmreplay.sim.calibrate_run import ENGINE_PARAMETERS, STATISTICS
 FITTED_STATISTICS = tuple(key for key in STATISTICS if key[1] in ("p50", "mean"))
 SMALL_SHALLOW = (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat"))
 SHALLOW_DEEP = (("shallow", "light"), ("shallow", "chat"), ("deep", "light"), ("deep", "chat"))
+SMALL_DEEP = (("small", "light"), ("small", "chat"), ("deep", "light"), ("deep", "chat"))
 LAYERS_ADMISSION = (*ENGINE_PARAMETERS, "layer_overhead_ms", "admission_overhead_ms")
 BEST_WIDTH_512 = "small+shallow-light-chat+layers+admission, front end from vLLM's split"
 CALIBRATIONS = (
@@ -44,4 +47,5 @@ CALIBRATIONS = (
     ),
     (BEST_WIDTH_512, SMALL_SHALLOW, LAYERS_ADMISSION, True),
     ("shallow+deep-light-chat+layers+admission, front end from vLLM's split", SHALLOW_DEEP, LAYERS_ADMISSION, True),
+    ("small+deep-light-chat+layers+admission, front end from vLLM's split", SMALL_DEEP, LAYERS_ADMISSION, True),
 )
