@@ -10,7 +10,8 @@ pin only its sum with the front end); and the same on shallow and deep, the two 
 512 with the fewest and the most layers (2 and 8): small (4 layers, the same width) is then a
 model of another depth that no fit saw, tiny (width 64) one of another width; and on small and
 deep, so that each pair of the three width-512 models is fitted once, the third judged (a model
-whose runs sit off the others' line then shows as the one pair that does not carry).
+whose runs sit off the others' line then shows as the one pair that does not carry); and on all
+three, tiny then the only model judged.
 
 The loss is over :data:`FITTED_STATISTICS`, the p50s and means: it leaves out TTFT's and TPOT's
 p10 and p90, since on this shared 2-core machine the client and vLLM's API server share a core
@@ -26,6 +27,7 @@ FITTED_STATISTICS = tuple(key for key in STATISTICS if key[1] in ("p50", "mean")
 SMALL_SHALLOW = (("small", "light"), ("small", "chat"), ("shallow", "light"), ("shallow", "chat"))
 SHALLOW_DEEP = (("shallow", "light"), ("shallow", "chat"), ("deep", "light"), ("deep", "chat"))
 SMALL_DEEP = (("small", "light"), ("small", "chat"), ("deep", "light"), ("deep", "chat"))
+WIDTH_512 = (*SMALL_SHALLOW, ("deep", "light"), ("deep", "chat"))
 LAYERS_ADMISSION = (*ENGINE_PARAMETERS, "layer_overhead_ms", "admission_overhead_ms")
 BEST_WIDTH_512 = "small+shallow-light-chat+layers+admission, front end from vLLM's split"
 CALIBRATIONS = (
@@ -48,4 +50,5 @@ CALIBRATIONS = (
     (BEST_WIDTH_512, SMALL_SHALLOW, LAYERS_ADMISSION, True),
     ("shallow+deep-light-chat+layers+admission, front end from vLLM's split", SHALLOW_DEEP, LAYERS_ADMISSION, True),
     ("small+deep-light-chat+layers+admission, front end from vLLM's split", SMALL_DEEP, LAYERS_ADMISSION, True),
+    ("small+shallow+deep-light-chat+layers+admission, front end from vLLM's split", WIDTH_512, LAYERS_ADMISSION, True),
 )
