@@ -193,6 +193,17 @@ CUT_SHORT = """
 """
 
 
+def test_a_perf_test_whose_xdist_worker_crashed_is_failed_not_unjudged(pytester):
+    """xdist reports the test a worker died under as failed (``when`` "???"), and starts another
+    worker, which sends its collected tests: the crash is that test's verdict, not an interrupted
+    session's missing one."""
+    pytester.makefile(".yaml", chat="synthetic:\n  sessions: 4\n  input_tokens: 32\n  output_tokens: 4\n  seed: 1\n")
+    pytester.makepyfile(test_cut=CUT_SHORT.replace("BODY", "import os; os._exit(1)"))
+    result = pytester.runpytest_subprocess("-n", "1", "--llm-repeat=1", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*worker 'gw0' crashed while running 'test_cut.py::test_a'*"])
+    assert "not judged" not in result.stdout.str()
+
+
 @pytest.mark.parametrize(
     ("body", "options", "why", "not_judged"),
     [

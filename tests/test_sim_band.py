@@ -139,10 +139,11 @@ def test_the_links_figures_are_drawn_where_the_gpus_communicate():
     )  # left as it was
 
 
-def test_the_roofline_fields_need_a_roofline():
+@pytest.mark.parametrize("field", ["timing.mbu", "hardware.interconnect_bandwidth"])
+def test_the_roofline_fields_need_a_roofline(field):
     data = raw("dynamo-mocker-polynomial")
-    data["uncertainty"] = {"timing.mbu": {"range": [0.5, 0.9], "source": "s"}}
-    with pytest.raises(LLMReplayError, match=r"uncertainty\.timing\.mbu: the profile's timing model has no such"):
+    data["uncertainty"] = {field: {"range": [0.5, 0.9], "source": "s"}}
+    with pytest.raises(LLMReplayError, match=rf"uncertainty\.{field}: the profile's timing model has no such"):
         parse_profile(data, origin="x.json")
 
 

@@ -306,6 +306,9 @@ def test_a_key_given_twice_in_a_run_file_is_refused(tmp_path):
     result = write(tmp_path / "result.json", ['{"samples": {}, "sample_keys": {}, "samples": {}}'])
     with pytest.raises(LLMReplayError, match=rf"^{result}: duplicate key 'samples'$"):
         read_run(result)
+    huge = write(tmp_path / "huge.jsonl", [json.dumps(GOOD)[:-1] + ', "extra": ' + "9" * 5000 + "}"])
+    with pytest.raises(LLMReplayError, match=rf"^{huge}:1: not valid JSON: .*4300"):
+        read_run(huge)
     broken = write(tmp_path / "broken.json", ["{", '"samples": '])
     with pytest.raises(LLMReplayError, match=rf"^{broken}: not valid JSON: line 3: Expecting value"):
         read_run(broken)

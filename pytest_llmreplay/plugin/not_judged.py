@@ -13,7 +13,9 @@ Only a process that collected the tests knows them: under xdist the controller c
 so each worker hands its list to the controller in its ``workeroutput`` (xdist sends it when the
 worker finishes, ``pytest_testnodedown``), with the reason it stopped (``-x`` stops the worker
 itself: ``stopping after 1 failures``). A worker that crashed or was killed sends nothing: if no
-worker did, the controller's reports name no test not judged.
+worker did, the controller's reports name no test not judged. The test a worker crashed under is
+failed, not unjudged (xdist reports it so, its ``when`` ``"???"``), and the worker xdist starts
+in its place sends the list.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class Unfinished:
             self.worker_stopped = reason
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
+        # "???": xdist's report of a test whose worker crashed under it: failed, so judged
+        if report.when in ("teardown", "???"):
             self.ended.add(report.nodeid)
 
     def found(self, session: pytest.Session) -> NotJudged:

@@ -167,7 +167,7 @@ def _json(text: str, where: str, whole_file: bool = False) -> Any:
     """``text`` parsed, an object naming a key twice refused (as every JSON workload format
     refuses it, docs/workloads.md: the second value would silently win); one error naming
     ``where`` (the file, or the file and line) otherwise, and the line for a ``whole_file``."""
-    from ..workloads.formats._fields import DuplicateKey, unique_keys
+    from ..workloads.formats._fields import DuplicateKey, too_deep, unique_keys
 
     try:
         return json.loads(text, object_pairs_hook=unique_keys)
@@ -176,6 +176,10 @@ def _json(text: str, where: str, whole_file: bool = False) -> Any:
     except json.JSONDecodeError as exc:
         line = f"line {exc.lineno}: " if whole_file else ""
         raise LLMReplayError(f"{where}: not valid JSON: {line}{exc.msg}") from None
+    except RecursionError:
+        raise LLMReplayError(f"{where}: not valid JSON: {too_deep()}") from None
+    except ValueError as exc:  # what json.loads refuses past its syntax: an integer of more than 4,300 digits
+        raise LLMReplayError(f"{where}: not valid JSON: {exc}") from None
 
 
 def _number(value: Any, where: str, name: str) -> float:

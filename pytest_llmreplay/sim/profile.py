@@ -532,8 +532,13 @@ def parse_profile(data: Any, origin: str = "<profile>", default_name: str | None
             return frontend_ms
         if name == "engine.activation_reserve_gib":
             return memory_plan.activation_reserve_gib if memory_plan is not None else None
-        if not isinstance(timing, RooflineTiming) or (name in LINK_FIELDS and not timing.communicates):
+        if not isinstance(timing, RooflineTiming):
             return None
+        if name in LINK_FIELDS and not timing.communicates:
+            f.fail(
+                f"uncertainty.{name}",
+                "the profile's GPUs do not communicate (one GPU, or data parallel with a dense model)",
+            )
         return float(getattr(timing if section == "timing" else timing.hardware, key))
 
     uncertainty = parse_uncertainty(data["uncertainty"], value_of, f.fail) if "uncertainty" in data else ()

@@ -77,8 +77,6 @@ def parse_uncertainty(
         own = value_of(name)
         if own is None and name == "engine.activation_reserve_gib":
             fail(where, "the profile gives engine.num_gpu_blocks: there is no derived KV cache whose reserve to draw")
-        if own is None and name in LINK_FIELDS:
-            fail(where, "the profile's GPUs do not communicate (one GPU, or data parallel with a dense model)")
         if own is None:
             fail(
                 where,
