@@ -49,7 +49,6 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
     if roofline:
         timing = profile.timing
         assert isinstance(timing, RooflineTiming)  # parse_uncertainty allows these fields on a roofline only
-        of = {name.partition(".")[2]: value for name, value in roofline.items()}
         spec = timing.hardware
         hardware = dataclasses.replace(
             spec,
@@ -62,13 +61,15 @@ def with_values(profile: Profile, values: Mapping[str, float]) -> Profile:
         changes["timing"] = RooflineTiming(
             timing.model,
             hardware,
-            mfu=of.get("mfu", timing.mfu),
-            mbu=of.get("mbu", timing.mbu),
-            overhead_ms=of.get("overhead_ms", timing.overhead_ms),
+            mfu=roofline.get("timing.mfu", timing.mfu),
+            mbu=roofline.get("timing.mbu", timing.mbu),
+            overhead_ms=roofline.get("timing.overhead_ms", timing.overhead_ms),
             layer_overhead_ms=timing.layer_overhead_ms,
             admission_overhead_ms=timing.admission_overhead_ms,
-            discrepancy=of.get("discrepancy", timing.discrepancy),
-            piecewise_layer_overhead_ms=of.get("piecewise_layer_overhead_ms", timing.piecewise_layer_overhead_ms),
+            discrepancy=roofline.get("timing.discrepancy", timing.discrepancy),
+            piecewise_layer_overhead_ms=roofline.get(
+                "timing.piecewise_layer_overhead_ms", timing.piecewise_layer_overhead_ms
+            ),
         )
     return dataclasses.replace(profile, **changes)
 

@@ -278,13 +278,13 @@ class RooflineTiming:
         self._overhead_s = (overhead_ms + layer_overhead_ms * model.layers) / 1000
         self.piecewise_layer_overhead_ms = piecewise_layer_overhead_ms
         self._piecewise_s = piecewise_layer_overhead_ms * model.layers / 1000  # a step with prefill tokens
-        communicates = tp > 1 and hardware.interconnect_bandwidth > 0
-        # whether an iteration pays collectives over the link (tensor parallel, or MoE data parallel)
-        self.communicates = hardware.interconnect_bandwidth > 0 and (tp > 1 or dp > 1)
-        self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if communicates else 0.0
-        ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if communicates else 0.0
+        all_reduces = tp > 1 and hardware.interconnect_bandwidth > 0
+        dispatches = dp > 1 and hardware.interconnect_bandwidth > 0  # a MoE's expert dispatch and combine
+        self.communicates = all_reduces or dispatches  # an iteration pays collectives over the link
+        self._comm_fixed = 2 * model.layers * hardware.allreduce_latency_us / 1e6 if all_reduces else 0.0
+        ring = 2 * (tp - 1) / tp / hardware.interconnect_bandwidth if all_reduces else 0.0
         self._comm_token = 2 * model.layers * model.hidden_size * model.dtype_bytes * ring  # seconds per token
-        if dp > 1 and hardware.interconnect_bandwidth > 0:  # expert dispatch (all-gather) and combine (reduce-scatter)
+        if dispatches:  # expert dispatch (all-gather) and combine (reduce-scatter)
             self._comm_fixed += 2 * model.moe_layer_count * hardware.allreduce_latency_us / 1e6
             self._comm_token += (
                 2
