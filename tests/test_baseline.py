@@ -249,7 +249,7 @@ def test_read_record_nested_too_deeply_is_one_line(tmp_path):
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000)
     with pytest.raises(
-        LLMReplayError, match=r"deep.json: not a stored llmreplay result \(nested too deeply to be one\)$"
+        LLMReplayError, match=r"deep.json: not a stored llmreplay result \(nested too deeply: lists or objects .*\)$"
     ):
         read_record(path)
 

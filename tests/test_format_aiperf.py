@@ -38,6 +38,7 @@ def assert_error(path: Path, line: int | None, field: str | None, expected: str,
         load_workload(path, format=format)
     error = info.value
     where = f"{path}:{line}" if line is not None else str(path)
+    where += f":{error.column}" if error.column is not None else ""  # a JSON syntax error's, where the parser stopped
     assert str(error).startswith(where + ": " + (f"{field}: " if field else "")), str(error)
     assert (error.line, error.field) == (line, field)
     assert expected in error.reason, error.reason
@@ -144,7 +145,12 @@ def test_inputs_json_rule_violation(tmp_path, entries, line, field, expected):
 @pytest.mark.parametrize(
     ("text", "line", "field", "expected"),
     [
-        ('{\n  "data": [\n    {"session_id": "a", "payloads": [{"messages": []},]}\n  ]\n}\n', 3, None, "invalid JSON"),
+        (
+            '{\n  "data": [\n    {"session_id": "a", "payloads": [{"messages": []},]}\n  ]\n}\n',
+            3,
+            None,
+            "not valid JSON",
+        ),
         ('[{"session_id": "a"}]', 1, None, 'expected an object {"data": [...]}, got a list'),
         ('{"data": [], "extra": 1}', 1, "extra", "unknown field; expected one of data"),
         ('{"sessions": []}', 1, "sessions", "unknown field"),

@@ -285,7 +285,7 @@ def test_history_command_names_the_unreadable_files_and_fails_when_none_could_be
     assert captured.err == (
         f"error: {TEST}: no readable stored result on the first-parent history of HEAD ({commits(repo)[-1][:12]}); "
         f"7 stored files in {repo}/.llmreplay could not be read: {', '.join(newest_first[:5])} and 2 more "
-        "(the newest: not a stored llmreplay result (Expecting property name enclosed in double quotes: line 1 column 2 (char 1)))\n"
+        "(the newest: not a stored llmreplay result (line 1 column 2: not valid JSON: Expecting property name enclosed in double quotes))\n"
     )
 
 

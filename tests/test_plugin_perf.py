@@ -221,11 +221,14 @@ def test_ini_llm_save_and_llm_report(project):
             ["--llm-offline", "--llm-endpoint", "http://127.0.0.1:9"],
             "--llm-offline and --llm-endpoint exclude each other: the offline simulator has no URL",
         ),
-        (["--llm-extra-body", '{"min_tokens": 2'], "--llm-extra-body / llm_extra_body: not JSON (*)"),
+        (
+            ["--llm-extra-body", '{"min_tokens": 2'],
+            "--llm-extra-body / llm_extra_body: line 1 column *: not valid JSON: *",
+        ),
         (["--llm-extra-body", "3"], "--llm-extra-body / llm_extra_body: expected a JSON object, got int"),
         (
             ["--llm-extra-body", '{"min_tokens": 2, "min_tokens": 8}'],
-            "--llm-extra-body / llm_extra_body: the key 'min_tokens' is given twice; expected each key once",
+            "--llm-extra-body / llm_extra_body: duplicate key 'min_tokens'",
         ),
         (
             ["--llm-offline", "--llm-sim-profile", "no-such-gpu"],

@@ -310,7 +310,7 @@ def test_a_key_given_twice_in_a_run_file_is_refused(tmp_path):
     with pytest.raises(LLMReplayError, match=rf"^{huge}:1: not valid JSON: .*4300"):
         read_run(huge)
     broken = write(tmp_path / "broken.json", ["{", '"samples": '])
-    with pytest.raises(LLMReplayError, match=rf"^{broken}: not valid JSON: line 3: Expecting value"):
+    with pytest.raises(LLMReplayError, match=rf"^{broken}:3:1: not valid JSON: Expecting value"):
         read_run(broken)
 
 

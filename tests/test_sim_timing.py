@@ -528,7 +528,7 @@ def test_bad_tables_and_json_are_named(tmp_path):
     data["timing"]["prefill"] = {"tokens": [1, 10], "ms": [1, 2]}
     data["timing"]["decode"] = {"seqs": [1, 2], "kv_tokens": [0, 10], "ms": [[1, 2], [3]]}
     assert "timing.decode.ms[1]: must have 2 values" in error_for(tmp_path, data)
-    assert "not valid JSON: line 1" in error_for(tmp_path, "{nope", "broken.json")
+    assert "broken.json:1:2: not valid JSON: Expecting property name" in error_for(tmp_path, "{nope", "broken.json")
 
 
 def test_parse_profile_names_its_origin():

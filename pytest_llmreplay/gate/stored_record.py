@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LLMReplayError
+from ..json_text import JSONTextError, parse_json
 
 SCHEMA = 1
 NOT_RESET = "off"  # a run's ``cache_reset`` when the user turned resets off (gate/repeats.py, target.py)
@@ -65,11 +66,9 @@ def parse_record(text: str, where: str) -> dict[str, Any]:
     """The stored result in ``text`` (read from ``where``, a file or a store's URL), its shape
     checked (module docstring); an :class:`LLMReplayError` naming ``where`` when it is not one."""
     try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
+        record = parse_json(text, unique=False)
+    except JSONTextError as exc:
         raise LLMReplayError(f"{where}: not a stored llmreplay result ({exc})") from None
-    except RecursionError:
-        raise LLMReplayError(f"{where}: not a stored llmreplay result (nested too deeply to be one)") from None
     missing = [key for key in REQUIRED if not isinstance(record, dict) or key not in record]
     if missing:
         raise LLMReplayError(

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import LLMReplayError, WorkloadError
+from ..json_text import beyond_syntax, too_deep
 from ..replayer.plan import ReplaySettings
 from .servers import ServerConfig, parse_server
 
@@ -210,7 +211,6 @@ def read_spec_file(path: Path) -> Any:
     """The mapping in a ``.llmreplay.yaml``/``.yml`` (safe YAML) or ``.llmreplay.toml`` file; a
     byte that is not UTF-8 is an error at its line and column, as in workload files, and so is
     text that is not YAML (:func:`~pytest_llmreplay.workloads.formats._yaml.load_yaml`), in one line."""
-    from ..workloads.formats._fields import too_deep
     from ..workloads.formats._text import read_text
 
     try:
@@ -231,6 +231,8 @@ def read_spec_file(path: Path) -> Any:
                 raise LLMReplayError(f"not valid TOML: {exc}{toml_line_shown(str(exc), text)}") from None
             except RecursionError:
                 raise LLMReplayError(f"not valid TOML: {too_deep()}") from None
+            except ValueError as exc:  # past its syntax: an integer of more than 4,300 digits
+                raise LLMReplayError(f"not valid TOML: {beyond_syntax(exc)}") from None
     from ..workloads.formats._yaml import YamlProblem, load_yaml
 
     try:

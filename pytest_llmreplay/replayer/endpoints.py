@@ -21,7 +21,6 @@ A server the run starts itself is :mod:`~pytest_llmreplay.replayer.server_proces
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LLMReplayError
+from ..json_text import JSONTextError, parse_json
 from .apis import API, API_TABLE, APIS
 from .clock import Clock, WallClock
 from .endpoint_types import SIM_ENGINE, SIM_REASONING_FIELD, EndpointRequest, describe_error
@@ -52,18 +52,12 @@ def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[
     """The fields merged into every request body: the JSON object ``text`` (given as ``option``,
     named in the error when it is not one, or names a key twice at any depth: JSON keeps the last,
     silently), plus ``ignore_eos: true`` when asked."""
-    from ..workloads.formats._fields import DuplicateKey, too_deep, unique_keys
-
     fields: dict[str, Any] = {}
     if text:
         try:
-            fields = json.loads(text, object_pairs_hook=unique_keys)
-        except DuplicateKey as exc:
-            raise LLMReplayError(f"{option}: the key {exc.key!r} is given twice; expected each key once") from None
-        except ValueError as exc:
-            raise LLMReplayError(f"{option}: not JSON ({exc})") from None
-        except RecursionError:
-            raise LLMReplayError(f"{option}: {too_deep()}") from None
+            fields = parse_json(text)
+        except JSONTextError as exc:
+            raise LLMReplayError(f"{option}: {exc}") from None
         if not isinstance(fields, dict):
             raise LLMReplayError(f"{option}: expected a JSON object, got {type(fields).__name__}")
     if ignore_eos:
@@ -323,8 +317,8 @@ def _error_detail(body: str) -> str:
     """An error reply's message (the JSON error's, else the body), on one line of at most 200
     characters; an HTML page (a proxy's, a web server's) by its title."""
     try:
-        message = error_message(json.loads(body))
-    except ValueError:
+        message = error_message(parse_json(body, unique=False))
+    except JSONTextError:
         message = None
     if message is None and re.match(r"\s*<(!doctype html|html)", body, re.I):
         title = re.search(r"<title>(.*?)</title>", body, re.I | re.S)

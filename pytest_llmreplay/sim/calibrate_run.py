@@ -97,7 +97,7 @@ from ..workloads.workload import Workload
 from .endpoint import SimEndpoint
 from .measured_run import MeasuredRun
 from .nelder_mead import nelder_mead
-from .profile import Profile, parse_profile
+from .profile import Profile, parse_profile, read_profile_json
 from .profile_files import profile_path
 
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -349,9 +349,11 @@ def read_base(base: str | Path, engine: Mapping[str, int] | None) -> tuple[Path,
     """A roofline base profile's path, JSON (``engine`` overrides applied) and parsed profile
     (which has a model: a roofline needs one)."""
     path = profile_path(base)
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if engine:
-        data.setdefault("engine", {}).update(engine)
+    data = read_profile_json(path)
+    if (
+        engine and isinstance(data, dict) and isinstance(data.setdefault("engine", {}), dict)
+    ):  # else parse_profile says what is wrong
+        data["engine"].update(engine)
     profile = parse_profile(data, origin=str(path))
     if data.get("timing", {}).get("kind") != "roofline":
         raise LLMReplayError(

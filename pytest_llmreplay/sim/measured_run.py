@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ import numpy as np
 
 from ..errors import LLMReplayError
 from ..gate.baseline import KEY_TURNS
+from ..json_text import JSONTextError, parse_json
 from ..replayer.plan import ReplaySettings
 from ..workloads.workload import Workload
 
@@ -166,20 +166,12 @@ def _check_load(path: Path, load: Mapping[str, Any]) -> None:
 def _json(text: str, where: str, whole_file: bool = False) -> Any:
     """``text`` parsed, an object naming a key twice refused (as every JSON workload format
     refuses it, docs/workloads.md: the second value would silently win); one error naming
-    ``where`` (the file, or the file and line) otherwise, and the line for a ``whole_file``."""
-    from ..workloads.formats._fields import DuplicateKey, too_deep, unique_keys
-
+    ``where`` (the file, or the file and line) otherwise, and the line and column in a
+    ``whole_file``."""
     try:
-        return json.loads(text, object_pairs_hook=unique_keys)
-    except DuplicateKey as exc:
-        raise LLMReplayError(f"{where}: duplicate key {exc.key!r}") from None
-    except json.JSONDecodeError as exc:
-        line = f"line {exc.lineno}: " if whole_file else ""
-        raise LLMReplayError(f"{where}: not valid JSON: {line}{exc.msg}") from None
-    except RecursionError:
-        raise LLMReplayError(f"{where}: not valid JSON: {too_deep()}") from None
-    except ValueError as exc:  # what json.loads refuses past its syntax: an integer of more than 4,300 digits
-        raise LLMReplayError(f"{where}: not valid JSON: {exc}") from None
+        return parse_json(text)
+    except JSONTextError as exc:
+        raise LLMReplayError(exc.at(where) if whole_file else f"{where}: {exc.reason}") from None
 
 
 def _number(value: Any, where: str, name: str) -> float:
@@ -279,12 +271,8 @@ def _result_json(path: Path, text: str) -> Read:
     return rows, load
 
 
-def _gap(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
-
-
 def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
-    from ..workloads.formats._fields import Fields
+    from ..workloads.formats._fields import Fields, is_finite_number
     from ..workloads.formats.vllm_bench import bench_load, completed
 
     result = Fields(record, path, None)
@@ -298,7 +286,7 @@ def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
     rows: list[Row] = []
     for index in kept:
         gaps = itls[index]
-        if not isinstance(gaps, list) or not all(_gap(gap) for gap in gaps):
+        if not isinstance(gaps, list) or not all(is_finite_number(gap, 0) for gap in gaps):
             raise result.error(f"itls[{index}]", f"must be a list of finite numbers >= 0, got {gaps!r:.80}")
         decode = math.fsum(gaps)
         tpot = decode / (outputs[index] - 1) if outputs[index] > 1 else math.nan

@@ -28,12 +28,12 @@ else ``torch_dtype``'s); ``kv_dtype_bytes`` the activations' (``torch_dtype``: v
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import LLMReplayError
+from ..json_text import JSONTextError, parse_json
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("qwen3_moe", "mixtral")
@@ -45,11 +45,11 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 def read_config(path: Path, where: str) -> dict[str, Any]:
     """``path``'s JSON object; one error naming ``where`` (the profile's field) and the file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise LLMReplayError(f"{where}: cannot read {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise LLMReplayError(f"{where}: {path}: not valid JSON: line {exc.lineno}: {exc.msg}") from None
+    except JSONTextError as exc:
+        raise LLMReplayError(f"{where}: {exc.at(str(path))}") from None
     if not isinstance(data, dict):
         raise LLMReplayError(f"{where}: {path}: expected a config.json object")
     return data
@@ -91,7 +91,7 @@ def model_fields(config: Mapping[str, Any], source: str) -> dict[str, Any]:
     fp8 = isinstance(quantization, Mapping) and quantization.get("quant_method") == "fp8"
     if quantization is not None and not fp8:
         fail("quantization_config", "only fp8 weights are counted here; give dtype_bytes in the profile")
-    counted = (_mla if kind in MLA else _attention_and_mlp)(config, integer, fail, hidden, heads)
+    counted = (_mla if kind in MLA else _attention_and_mlp)(config, integer, fail, hidden, heads, layers)
     total, active, fields = counted
     embedding = vocab * hidden * (1 if tie else 2) + hidden  # embedding, LM head, final norm
     return {
@@ -115,9 +115,9 @@ Fail = Callable[[str, str], NoReturn]
 
 
 def _attention_and_mlp(
-    config: Mapping[str, Any], integer: Integer, fail: Fail, hidden: int, heads: int
+    config: Mapping[str, Any], integer: Integer, fail: Fail, hidden: int, heads: int, layers: int
 ) -> tuple[int, int, dict[str, Any]]:
-    """The layers of a dense, Qwen3-MoE or Mixtral model: (total, active, fields)."""
+    """The ``layers`` layers of a dense, Qwen3-MoE or Mixtral model: (total, active, fields)."""
     kind = config["model_type"]
     kv_heads = integer("num_key_value_heads", heads)
     head_dim = integer("head_dim", hidden // heads)
@@ -127,7 +127,6 @@ def _attention_and_mlp(
     if config.get("attention_bias") is True:  # and o's, where the config asks for them
         attention += hidden
     attention += 2 * head_dim if kind in ("qwen3", "qwen3_moe") else 0  # q_norm, k_norm
-    layers = config["num_hidden_layers"]
     fields: dict[str, Any] = {"kv_heads": kv_heads, "head_dim": head_dim}
     if kind not in MOE:
         mlp = 3 * hidden * integer("intermediate_size")
@@ -154,9 +153,9 @@ def _attention_and_mlp(
 
 
 def _mla(
-    config: Mapping[str, Any], integer: Integer, fail: Fail, hidden: int, heads: int
+    config: Mapping[str, Any], integer: Integer, fail: Fail, hidden: int, heads: int, layers: int
 ) -> tuple[int, int, dict[str, Any]]:
-    """The layers of a DeepSeek V2/V3/V3.2 model: (total, active, fields)."""
+    """The ``layers`` layers of a DeepSeek V2/V3/V3.2 model: (total, active, fields)."""
     nope, rope, value = (integer(key) for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
     rank, q_rank = integer("kv_lora_rank"), integer("q_lora_rank", 0, minimum=0)  # 0 or null: no q compression
     query = heads * (nope + rope)
@@ -170,7 +169,6 @@ def _mla(
         index_heads, index_dim = integer("index_n_heads"), integer("index_head_dim")
         attention += (q_rank or hidden) * index_heads * index_dim + hidden * index_dim + hidden * index_heads
         attention += 2 * index_dim  # the indexer's key LayerNorm, weight and bias
-    layers = config["num_hidden_layers"]
     dense_layers = min(integer("first_k_dense_replace", 0, minimum=0), layers)
     freq = integer("moe_layer_freq", 1)
     sparse = sum(1 for i in range(dense_layers, layers) if i % freq == 0)

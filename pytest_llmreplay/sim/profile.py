@@ -22,7 +22,6 @@ dotted field (``profile.json: engine.block_size: must be > 0, got 0``).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import LLMReplayError
+from ..json_text import JSONTextError, parse_json
 from ..workloads.formats.distribution import Distribution, parse_distribution
 from .engine import MAX_GPU_BLOCKS, EngineConfig
 from .kv_memory import MEMORY_PLAN_FIELDS, MemoryPlan, derive_num_gpu_blocks, weight_bytes_per_gpu
@@ -87,13 +87,19 @@ class Profile:
 def load_profile(name_or_path: str | Path) -> Profile:
     """A bundled profile by name (file stem in ``sim/profiles/``) or a profile ``.json`` file."""
     path = profile_path(name_or_path)
+    return parse_profile(read_profile_json(path), origin=str(path), default_name=path.stem)
+
+
+def read_profile_json(path: Path) -> Any:
+    """The JSON document of the profile file ``path`` (its shape is :func:`parse_profile`'s
+    to check); one error naming the file when it cannot be read or is not JSON, a key given
+    twice included (:func:`~pytest_llmreplay.json_text.parse_json`)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise LLMReplayError(f"{path}: not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        return parse_json(path.read_text(encoding="utf-8"))
+    except JSONTextError as exc:
+        raise LLMReplayError(exc.at(str(path))) from None
     except OSError as exc:
         raise LLMReplayError(f"{path}: cannot read: {exc.strerror}") from None
-    return parse_profile(data, origin=str(path), default_name=path.stem)
 
 
 class _Fields:

@@ -16,11 +16,11 @@ from types import ModuleType
 from typing import Any
 
 from ...errors import LLMReplayError, WorkloadError
+from ...json_text import too_deep
 from ..stats import unit_warning
 from ..workload import Workload, check_limits
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie, vllm_bench
 from ._compressed import damage_first
-from ._fields import too_deep
 from ._text import text_lines
 
 FORMATS: dict[str, ModuleType] = {

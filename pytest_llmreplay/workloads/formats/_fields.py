@@ -9,12 +9,12 @@ from __future__ import annotations
 import builtins
 import json
 import math
-import sys
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, Literal, overload
 
 from ...errors import WorkloadError
+from ...json_text import DuplicateKey, beyond_syntax, too_deep, unique_keys
 from ._text import text_lines
 
 
@@ -50,35 +50,11 @@ def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             end = len(text.rstrip("\r\n"))  # json reads past the line's end into its newline: a line cut short
             where = f"column {exc.colno}" if exc.pos < end else f"column {end + 1}, the end of the line"
             raise WorkloadError(f"invalid JSON: {exc.msg} ({where})", path=path, line=number) from None
+        except ValueError as exc:  # past the syntax: an integer of more than 4,300 digits
+            raise WorkloadError(f"invalid JSON: {beyond_syntax(exc)}", path=path, line=number) from None
         if not isinstance(value, dict):
             raise WorkloadError(f"expected a JSON object, got {type_name(value)}", path=path, line=number)
         yield number, value
-
-
-def too_deep() -> str:
-    """Why a document nested past what a recursive parser reads (Python's ``json`` and PyYAML
-    both raise ``RecursionError`` there) is refused."""
-    return f"nested too deeply: lists or objects inside each other past what the parser reads (Python's recursion limit, {sys.getrecursionlimit()})"
-
-
-class DuplicateKey(ValueError):
-    """A JSON object names ``key`` twice."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for :func:`json.loads`: the object, or :class:`DuplicateKey`."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKey(key)
-            seen.add(key)
-    return obj
 
 
 _TYPE_NAMES = (
@@ -96,6 +72,11 @@ def type_name(value: Any) -> str:
     if value is None:
         return "null"
     return next((name for kind, name in _TYPE_NAMES if isinstance(value, kind)), type(value).__name__)
+
+
+def is_finite_number(value: Any, minimum: float = -math.inf) -> bool:
+    """Whether ``value`` is an integer or a float (a boolean is neither), finite and >= ``minimum``."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value >= minimum
 
 
 class Fields:
@@ -240,12 +221,7 @@ class Fields:
             raise self.error(key, f"must be a list of numbers, got {type_name(values)}")
         out = []
         for index, value in enumerate(values):
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, (int, float))
-                or not math.isfinite(value)
-                or value < minimum
-            ):
+            if not is_finite_number(value, minimum):
                 raise self.error(f"{key}[{index}]", f"must be a finite number >= {minimum:g}, got {value!r}")
             out.append(float(value))
         return tuple(out)

@@ -10,7 +10,7 @@ import re
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from ._fields import too_deep
+from ...json_text import beyond_syntax, too_deep
 
 if TYPE_CHECKING:
     import yaml
@@ -49,7 +49,8 @@ def load_yaml(text: str) -> Any:
 
 def _read(text: str, loader_class: type) -> Any:
     """``yaml.load(text, Loader=loader_class)`` in its two steps, each of which recurses as deep
-    as the document nests: a ``RecursionError`` while composing is at the reader's position."""
+    as the document nests: a ``RecursionError`` while composing is at the reader's position; an
+    integer too long to read is refused while constructing, without a position."""
     loader = loader_class(text)
     try:
         try:
@@ -60,6 +61,8 @@ def _read(text: str, loader_class: type) -> Any:
             return None if node is None else loader.construct_document(node)
         except RecursionError:
             raise YamlProblem(too_deep()) from None
+        except ValueError as exc:  # a scalar past what Python reads: an integer of more than 4,300 digits
+            raise YamlProblem(beyond_syntax(exc)) from None
     finally:
         loader.dispose()
 

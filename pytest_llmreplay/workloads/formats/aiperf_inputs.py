@@ -22,9 +22,10 @@ from itertools import islice
 from pathlib import Path
 
 from ...errors import WorkloadError
+from ...json_text import JSONTextError, parse_json, unique_keys
 from ..workload import Payload, Session, Turn, Workload
 from ._compressed import open_for_writing
-from ._fields import DuplicateKey, Fields, payload_output_tokens, too_deep, type_name, unique_keys
+from ._fields import Fields, payload_output_tokens, type_name
 from ._text import read_text
 from ._writing import Losses, payload_bodies, reasoning_losses
 
@@ -42,15 +43,12 @@ def load(path: str | Path) -> Workload:
     path = Path(path)
     text = read_text(path)
     try:
-        document = json.loads(text, object_pairs_hook=unique_keys)
-    except DuplicateKey as exc:
-        raise WorkloadError(
-            f"duplicate key {exc.key!r}", path=path, line=_failing_entry_line(text, DuplicateKey)
-        ) from None
-    except RecursionError:
-        raise WorkloadError(too_deep(), path=path, line=_failing_entry_line(text, RecursionError)) from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"invalid JSON: {exc.msg} (column {exc.colno})", path=path, line=exc.lineno) from None
+        document = parse_json(text)
+    except (
+        JSONTextError
+    ) as exc:  # a fault the parser gives no position (a key twice, nesting, a huge integer): its entry's
+        line = exc.line if exc.line is not None else _failing_entry_line(text)
+        raise WorkloadError(exc.reason, path=path, line=line, column=exc.column) from None
     if not isinstance(document, dict):
         raise WorkloadError(f'expected an object {{"data": [...]}}, got {type_name(document)}', path=path, line=1)
     top = Fields(document, path, 1)
@@ -100,14 +98,14 @@ def _entry_starts(text: str, decoder: json.JSONDecoder) -> Iterator[int]:
         _, position = decoder.raw_decode(text, position)
 
 
-def _failing_entry_line(text: str, error: type[Exception]) -> int:
-    """The line on which the ``data`` entry whose decoding raises ``error`` (a repeated key,
-    nesting too deep) starts; 1 when the fault is outside the entries."""
+def _failing_entry_line(text: str) -> int:
+    """The line on which the ``data`` entry whose decoding fails (a repeated key, nesting too
+    deep, an integer too long) starts; 1 when the fault is outside the entries."""
     line = 1
     try:
         for start in _entry_starts(text, json.JSONDecoder(object_pairs_hook=unique_keys)):
             line = start  # the entry being decoded when the error comes
-    except error:
+    except (ValueError, RecursionError):
         return line
     return 1
 

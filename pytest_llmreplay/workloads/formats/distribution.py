@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import WorkloadError
-from ._fields import type_name
+from ._fields import is_finite_number, type_name
 
 INTEGER_CEILING = (
     10**15
@@ -125,7 +125,7 @@ def check_number(
 ) -> float:
     """``value`` as a float when it is a finite number >= 0 (> 0 when ``positive``, at most
     ``high``), else a :class:`~pytest_llmreplay.errors.WorkloadError` naming ``field``."""
-    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+    bad = not is_finite_number(value, 0)
     if bad or (positive and value == 0) or (high is not None and value > high):
         bounds = f"{'> 0' if positive else '>= 0'}{f' and <= {high:g}' if high is not None else ''}"
         raise WorkloadError(f"must be a number {bounds}, got {value!r}", field=field, **where)

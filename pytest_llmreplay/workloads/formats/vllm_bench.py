@@ -25,14 +25,14 @@ run pairs with session N of this workload.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from ...errors import WorkloadError
+from ...json_text import JSONTextError, parse_json
 from ..workload import Session, Synthetic, Turn, Workload
-from ._fields import DuplicateKey, Fields, too_deep, try_json, type_name, unique_keys
+from ._fields import Fields, try_json, type_name
 from ._text import read_text
 
 NAME = "vllm-bench"
@@ -49,15 +49,10 @@ def detect(first_line: str) -> bool:
 def read_result(path: Path) -> Fields:
     """The result document of ``path``, as checked fields; one :class:`WorkloadError` naming the
     file when it is not a JSON object."""
-    text = read_text(path)
-    try:
-        document = json.loads(text, object_pairs_hook=unique_keys)
-    except DuplicateKey as exc:  # every JSON format refuses a key given twice (docs/workloads.md)
-        raise WorkloadError(f"duplicate key {exc.key!r}", path=path) from None
-    except RecursionError:
-        raise WorkloadError(too_deep(), path=path) from None
-    except json.JSONDecodeError as exc:
-        raise WorkloadError(f"not valid JSON: {exc.msg}", path=path, line=exc.lineno, column=exc.colno) from None
+    try:  # every JSON format refuses a key given twice (docs/workloads.md)
+        document = parse_json(read_text(path))
+    except JSONTextError as exc:
+        raise WorkloadError(exc.reason, path=path, line=exc.line, column=exc.column) from None
     if not isinstance(document, dict):
         raise WorkloadError(f"expected a JSON object (vllm bench serve's result), got {type_name(document)}", path=path)
     return Fields(document, path, None)

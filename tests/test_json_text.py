@@ -1,0 +1,98 @@
+"""A JSON text a user gave: every way the parser refuses it is one error naming where, in every
+reader of a JSON document (an integer of more than 4,300 digits and nesting past the recursion
+limit raised a ValueError or RecursionError traceback from profiles, model configs, stored
+results, vLLM bench results and AIPerf inputs), and the same integer in a YAML or TOML file."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pytest_llmreplay.errors import LLMReplayError
+from pytest_llmreplay.gate.stored_record import read_record
+from pytest_llmreplay.json_text import JSONTextError, parse_json
+from pytest_llmreplay.plugin.spec import read_spec_file
+from pytest_llmreplay.sim.model_config import read_config
+from pytest_llmreplay.sim.profile import load_profile
+from pytest_llmreplay.workloads.formats import load_workload
+
+HUGE = "7" * 5000  # past Python's 4,300 digits for an integer
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("text", "reason", "line", "column"),
+    [
+        ('{"a": 1, "a": 2}', "duplicate key 'a'", None, None),
+        ('{"a": 1,\n  "b": }', "not valid JSON: Expecting value", 2, 8),
+        (DEEP, "nested too deeply: lists or objects inside each other past what the parser reads", None, None),
+        (f'{{"a": {HUGE}}}', "not valid JSON: Exceeds the limit (4300 digits)", None, None),
+    ],
+    ids=["duplicate key", "syntax", "too deep", "huge integer"],
+)
+def test_every_refusal_is_one_error_with_its_reason_and_position(text, reason, line, column):
+    with pytest.raises(JSONTextError) as info:
+        parse_json(text)
+    error = info.value
+    assert error.reason.startswith(reason) and (error.line, error.column) == (line, column)
+    position = "" if line is None else f":{line}:{column}"
+    assert error.at("f.json") == f"f.json{position}: {error.reason}"
+    assert str(error) == (error.reason if line is None else f"line {line} column {column}: {error.reason}")
+
+
+def test_a_key_twice_is_kept_where_the_caller_allows_it():
+    assert parse_json('{"a": 1, "a": 2}', unique=False) == {"a": 2}
+
+
+def written(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+READERS = {
+    "profile": (load_profile, "{path}"),
+    "model config": (lambda path: read_config(path, "model.config"), "model.config: {path}"),
+    "stored result": (read_record, "{path}: not a stored llmreplay result ("),
+    "vllm bench result": (lambda path: load_workload(path, format="vllm-bench"), "{path}"),
+    "aiperf inputs": (lambda path: load_workload(path, format="aiperf-inputs"), "{path}"),
+}
+
+
+@pytest.mark.parametrize("reader", READERS.values(), ids=READERS.keys())
+@pytest.mark.parametrize(
+    ("text", "reason"), [(f'{{"data": {HUGE}}}', "Exceeds the limit"), (DEEP, "nested too deeply")]
+)
+def test_every_json_document_reader_refuses_a_huge_integer_and_deep_nesting_in_one_line(tmp_path, reader, text, reason):
+    read, prefix = reader
+    path = written(tmp_path, "doc.json", text)
+    with pytest.raises(LLMReplayError) as info:
+        read(path)
+    message = str(info.value)
+    assert message.startswith(prefix.format(path=path)) and reason in message and "\n" not in message
+
+
+def test_aiperf_inputs_names_the_entry_whose_integer_is_too_long(tmp_path):
+    entry = {"session_id": "a", "payloads": [{"messages": [{"role": "user", "content": "hi"}]}]}
+    text = '{\n  "data": [\n    ' + json.dumps(entry) + ',\n    {"session_id": "b", "n": ' + HUGE + "}\n  ]\n}\n"
+    path = written(tmp_path, "inputs.json", text)
+    with pytest.raises(LLMReplayError, match=rf"^{path}:4: not valid JSON: Exceeds the limit"):
+        load_workload(path, format="aiperf-inputs")
+
+
+def test_a_jsonl_line_with_a_huge_integer_is_an_error_at_that_line(tmp_path):
+    row = {"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}
+    path = written(tmp_path, "trace.jsonl", json.dumps(row) + "\n" + json.dumps(row)[:-1] + f', "x": {HUGE}}}\n')
+    with pytest.raises(LLMReplayError, match=rf"^{path}:2: invalid JSON: Exceeds the limit"):
+        load_workload(path, format="mooncake")
+
+
+def test_a_huge_integer_in_a_yaml_or_toml_file_is_one_error(tmp_path):
+    spec = written(tmp_path, "spec.yaml", f"sessions: {HUGE}\ninput_tokens: 10\noutput_tokens: 2\n")
+    with pytest.raises(LLMReplayError, match=rf"^{spec}: invalid YAML/JSON: Exceeds the limit \(4300 digits\)[^;]*$"):
+        load_workload(spec, format="synthetic")
+    for name, language in (("perf.llmreplay.yaml", "YAML"), ("perf.llmreplay.toml", "TOML")):
+        text = f"slo: {HUGE}\n" if language == "YAML" else f"slo = {HUGE}\n"
+        with pytest.raises(LLMReplayError, match=rf"^not valid {language}: Exceeds the limit \(4300 digits\)"):
+            read_spec_file(written(tmp_path, name, text))
