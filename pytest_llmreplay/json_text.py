@@ -54,12 +54,12 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 class JSONTextError(LLMReplayError):
     """Why a JSON text was refused: ``reason`` (``not valid JSON: ...``, ``duplicate key 'k'``,
-    ``nested too deeply: ...``), the ``line`` and ``column`` where the parser stopped (syntax
-    errors; None otherwise) and, for a key given twice, ``key``. Its text is the reason, after
-    ``line L column C:`` where known."""
+    ``nested too deeply: ...``) and the ``line`` and ``column`` where the parser stopped (syntax
+    errors; None otherwise: the parser gives no position for the others). Its text is the
+    reason, after ``line L column C:`` where known."""
 
-    def __init__(self, reason: str, line: int | None = None, column: int | None = None, key: str | None = None) -> None:
-        self.reason, self.line, self.column, self.key = reason, line, column, key
+    def __init__(self, reason: str, line: int | None = None, column: int | None = None) -> None:
+        self.reason, self.line, self.column = reason, line, column
         super().__init__(reason if line is None else f"line {line} column {column}: {reason}")
 
     def at(self, where: str) -> str:
@@ -76,7 +76,7 @@ def parse_json(text: str, *, unique: bool = True) -> Any:
     try:
         return json.loads(text, object_pairs_hook=unique_keys) if unique else json.loads(text)
     except DuplicateKey as exc:
-        raise JSONTextError(f"duplicate key {exc.key!r}", key=exc.key) from None
+        raise JSONTextError(f"duplicate key {exc.key!r}") from None
     except json.JSONDecodeError as exc:
         raise JSONTextError(f"not valid JSON: {exc.msg}", exc.lineno, exc.colno) from None
     except RecursionError:

@@ -96,3 +96,24 @@ def test_a_huge_integer_in_a_yaml_or_toml_file_is_one_error(tmp_path):
         text = f"slo: {HUGE}\n" if language == "YAML" else f"slo = {HUGE}\n"
         with pytest.raises(LLMReplayError, match=rf"^not valid {language}: Exceeds the limit \(4300 digits\)"):
             read_spec_file(written(tmp_path, name, text))
+
+
+def test_a_profile_or_model_config_that_is_not_utf8_is_one_error_and_a_bom_is_skipped(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{\n  "name": "caf\xe9"\n}\n')
+    with pytest.raises(
+        LLMReplayError, match=rf"^{bad}:2: not UTF-8: byte 0xe9 at column 15 \(expected a UTF-8 JSON profile\)$"
+    ):
+        load_profile(bad)
+    with pytest.raises(LLMReplayError, match=rf"^model.config: {bad}:2: not UTF-8: byte 0xe9"):
+        read_config(bad, "model.config")
+    marked = tmp_path / "marked.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + json.dumps({"model_type": "llama"}).encode())
+    assert read_config(marked, "model.config") == {"model_type": "llama"}
+
+
+def test_a_first_line_python_cannot_read_is_named_not_an_unknown_format(tmp_path):
+    row = {"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}
+    path = written(tmp_path, "trace.jsonl", json.dumps(row)[:-1] + f', "x": {HUGE}}}\n')
+    with pytest.raises(LLMReplayError, match=rf"^{path}:1: invalid JSON: Exceeds the limit \(4300 digits\)[^;]*$"):
+        load_workload(path)

@@ -211,7 +211,7 @@ def event_object(data: str) -> dict[str, Any]:
     """One event's data as a JSON object, or :class:`StreamError` (``protocol``) saying it is not one."""
     try:
         obj = _loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past what json reads
         raise StreamError("protocol", f"malformed SSE event, not JSON: {_clip(data)}") from None
     if type(obj) is not dict:
         raise StreamError("protocol", f"malformed SSE event, not a JSON object: {_clip(data)}")

@@ -222,7 +222,7 @@ def _served_context(endpoint: HTTPEndpoint) -> int | None:
         listed = httpx.get(f"{endpoint.url}/v1/models", timeout=min(endpoint.timeout_s, 10.0)).json()["data"]
         entry = next((m for m in listed if m.get("id") == endpoint.model), listed[0])
         value = entry.get("max_model_len")
-    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (httpx.HTTPError, ValueError, RecursionError, KeyError, IndexError, TypeError, AttributeError):
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

@@ -350,9 +350,8 @@ def read_base(base: str | Path, engine: Mapping[str, int] | None) -> tuple[Path,
     (which has a model: a roofline needs one)."""
     path = profile_path(base)
     data = read_profile_json(path)
-    if (
-        engine and isinstance(data, dict) and isinstance(data.setdefault("engine", {}), dict)
-    ):  # else parse_profile says what is wrong
+    # overrides go into an engine object; any other shape is parse_profile's to refuse
+    if engine and isinstance(data, dict) and isinstance(data.setdefault("engine", {}), dict):
         data["engine"].update(engine)
     profile = parse_profile(data, origin=str(path))
     if data.get("timing", {}).get("kind") != "roofline":

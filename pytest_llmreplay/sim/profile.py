@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 from ..errors import LLMReplayError
 from ..json_text import JSONTextError, parse_json
+from ..workloads.formats._text import read_text
 from ..workloads.formats.distribution import Distribution, parse_distribution
 from .engine import MAX_GPU_BLOCKS, EngineConfig
 from .kv_memory import MEMORY_PLAN_FIELDS, MemoryPlan, derive_num_gpu_blocks, weight_bytes_per_gpu
@@ -92,10 +93,11 @@ def load_profile(name_or_path: str | Path) -> Profile:
 
 def read_profile_json(path: Path) -> Any:
     """The JSON document of the profile file ``path`` (its shape is :func:`parse_profile`'s
-    to check); one error naming the file when it cannot be read or is not JSON, a key given
-    twice included (:func:`~pytest_llmreplay.json_text.parse_json`)."""
+    to check); one error naming the file when it cannot be read, is not UTF-8 (a byte-order
+    mark is skipped) or is not JSON, a key given twice included
+    (:func:`~pytest_llmreplay.json_text.parse_json`)."""
     try:
-        return parse_json(path.read_text(encoding="utf-8"))
+        return parse_json(read_text(path, expected="a UTF-8 JSON profile"))
     except JSONTextError as exc:
         raise LLMReplayError(exc.at(str(path))) from None
     except OSError as exc:

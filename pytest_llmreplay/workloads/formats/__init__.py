@@ -16,7 +16,7 @@ from types import ModuleType
 from typing import Any
 
 from ...errors import LLMReplayError, WorkloadError
-from ...json_text import too_deep
+from ...json_text import beyond_syntax, too_deep
 from ..stats import unit_warning
 from ..workload import Workload, check_limits
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie, vllm_bench
@@ -81,6 +81,8 @@ def _detect_file(path: Path) -> str:
         found = next((name for name, module in FORMATS.items() if module.detect(line)), None)
     except RecursionError:  # a detector parsed a line nested past what json reads
         raise WorkloadError(too_deep(), path=path, line=number) from None
+    except ValueError as exc:  # ... or holding an integer past what Python reads (try_json)
+        raise WorkloadError(f"invalid JSON: {beyond_syntax(exc)}", path=path, line=number) from None
     if found is not None:
         return found
     if line.startswith("{\n"):  # a lone "{" joined with the next line: pretty-printed JSON

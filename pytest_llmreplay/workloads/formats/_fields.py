@@ -270,10 +270,12 @@ def check_int(value: Any, minimum: int, fail: Any, maximum: int | None = None) -
 
 
 def try_json(text: str) -> Any:
-    """``json.loads(text)``, or ``None`` when it is not JSON (for format detection)."""
+    """``json.loads(text)``, or ``None`` when it is not JSON (for format detection); JSON that
+    Python cannot read (an integer of more than 4,300 digits) raises its ``ValueError``, which
+    detection reports at the line (as ``RecursionError``), instead of a format it cannot tell."""
     try:
         return json.loads(text)
-    except ValueError:
+    except json.JSONDecodeError:
         return None
 
 

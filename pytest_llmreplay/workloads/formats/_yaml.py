@@ -49,8 +49,9 @@ def load_yaml(text: str) -> Any:
 
 def _read(text: str, loader_class: type) -> Any:
     """``yaml.load(text, Loader=loader_class)`` in its two steps, each of which recurses as deep
-    as the document nests: a ``RecursionError`` while composing is at the reader's position; an
-    integer too long to read is refused while constructing, without a position."""
+    as the document nests: a ``RecursionError`` while composing is at the reader's position; a
+    scalar Python cannot read (an integer of more than 4,300 digits, a timestamp such as
+    2024-13-45) is refused while constructing, without a position."""
     loader = loader_class(text)
     try:
         try:
@@ -61,7 +62,9 @@ def _read(text: str, loader_class: type) -> Any:
             return None if node is None else loader.construct_document(node)
         except RecursionError:
             raise YamlProblem(too_deep()) from None
-        except ValueError as exc:  # a scalar past what Python reads: an integer of more than 4,300 digits
+        except (
+            ValueError
+        ) as exc:  # a scalar Python cannot read: an integer of more than 4,300 digits, a date that is none
             raise YamlProblem(beyond_syntax(exc)) from None
     finally:
         loader.dispose()

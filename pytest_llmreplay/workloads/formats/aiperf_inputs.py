@@ -44,9 +44,8 @@ def load(path: str | Path) -> Workload:
     text = read_text(path)
     try:
         document = parse_json(text)
-    except (
-        JSONTextError
-    ) as exc:  # a fault the parser gives no position (a key twice, nesting, a huge integer): its entry's
+    except JSONTextError as exc:
+        # a fault the parser gives no position (a key twice, nesting, a huge integer): its entry's line
         line = exc.line if exc.line is not None else _failing_entry_line(text)
         raise WorkloadError(exc.reason, path=path, line=line, column=exc.column) from None
     if not isinstance(document, dict):
