@@ -240,3 +240,10 @@ def test_a_missing_config_file_names_the_profile_field(tmp_path):
     (tmp_path / "mine.json").write_text(json.dumps(profile))
     with pytest.raises(LLMReplayError, match=r"mine\.json: model\.config: cannot read .*nowhere/config\.json"):
         load_profile(tmp_path / "mine.json")
+
+
+def test_the_moe_layer_count_comes_without_a_walk_over_the_layers():
+    """A config may say any layer count: 10**12 layers (a typo) is counted at once, not walked."""
+    config = json.loads((DEEPSEEK_RUN / "model-config.json").read_text())
+    huge = {**config, "num_hidden_layers": 10**12, "first_k_dense_replace": 3, "moe_layer_freq": 2}
+    assert model_fields(huge, "c")["moe_layers"] == 10**12 // 2 - 2  # the even layers but 0 and 2

@@ -145,7 +145,8 @@ def _attention_and_mlp(
     ):
         fail("mlp_only_layers", f"must be a list of layer indices 0-{layers - 1}, got {dense_only!r}")
     step = integer("decoder_sparse_step", 1)
-    sparse = sum(1 for i in range(layers) if i not in set(dense_only) and (i + 1) % step == 0)
+    # layers i with (i + 1) % step == 0, counted without a walk (a config may say any layer count)
+    sparse = layers // step - sum(1 for i in set(dense_only) if (i + 1) % step == 0)
     dense_mlp = 3 * hidden * integer("intermediate_size") if sparse < layers else 0
     router = hidden * experts
     total = layers * attention + sparse * (experts * expert + router) + (layers - sparse) * dense_mlp
@@ -175,7 +176,8 @@ def _mla(
         attention += 2 * index_dim  # the indexer's key LayerNorm, weight and bias
     dense_layers = min(integer("first_k_dense_replace", 0, minimum=0), layers)
     freq = integer("moe_layer_freq", 1)
-    sparse = sum(1 for i in range(dense_layers, layers) if i % freq == 0)
+    # the multiples of freq in [dense_layers, layers), counted without a walk: ceil(b / f) - ceil(a / f)
+    sparse = -(-layers // freq) + dense_layers // -freq
     experts = integer("n_routed_experts")
     routed = _routed(integer, fail, experts)
     expert = 3 * hidden * integer("moe_intermediate_size")
