@@ -298,7 +298,10 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--extra-body", "{not json"], "error: --extra-body: not JSON"),
+        (
+            ["--extra-body", "{not json"],
+            "error: --extra-body: line 1 column 2: not valid JSON: Expecting property name",
+        ),
         (["--extra-body", "[1]"], "error: --extra-body: expected a JSON object, got list"),
         (
             ["--header", "novalue"],
