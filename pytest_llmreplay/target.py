@@ -244,7 +244,7 @@ def _erase_slots(client: Any) -> str | None:
     listing = client.get("/slots")
     try:
         ids = [int(slot["id"]) for slot in listing.json()] if listing.status_code == 200 else []
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, RecursionError, TypeError, KeyError):
         return None
     if not ids:
         return None
@@ -259,7 +259,7 @@ def _llamacpp_build(client: Any) -> str | None:
     reply = client.get("/props")
     try:
         body = reply.json() if reply.status_code == 200 else None
-    except ValueError:  # another server's page at /props: no version from it
+    except (ValueError, RecursionError):  # another server's page at /props: no version from it
         return None
     build = body.get("build_info") if isinstance(body, dict) else None
     return f"llama.cpp {build}" if isinstance(build, str) and build else None
@@ -276,7 +276,7 @@ def _refused_while_busy(answer: Any) -> bool:
         return False
     try:
         body = answer.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     return isinstance(body, dict) and body.get("success") is False
 
@@ -392,7 +392,7 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
             listing = client.get("/v1/models")
             listing.raise_for_status()
             served = listing.json()["data"]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (httpx.HTTPError, ValueError, RecursionError, KeyError, TypeError, AttributeError) as exc:
         raise LLMReplayError(f"{option} {url}: cannot read /v1/models ({describe_error(exc)})") from None
     if not served:
         raise LLMReplayError(f"{option} {url}: /v1/models lists no model")

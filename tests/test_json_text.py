@@ -117,3 +117,20 @@ def test_a_first_line_python_cannot_read_is_named_not_an_unknown_format(tmp_path
     path = written(tmp_path, "trace.jsonl", json.dumps(row)[:-1] + f', "x": {HUGE}}}\n')
     with pytest.raises(LLMReplayError, match=rf"^{path}:1: invalid JSON: Exceeds the limit \(4300 digits\)[^;]*$"):
         load_workload(path)
+
+
+def test_a_server_whose_replies_nest_too_deep_is_one_error_naming_the_option(tmp_path):
+    """A server's reply is user input too: /version and /v1/models nested past what json reads
+    raised a RecursionError traceback from the endpoint's fingerprint."""
+    from handlers import Handler, serving
+
+    from pytest_llmreplay.target import live_fingerprint
+
+    class TooDeep(Handler):
+        def do_GET(self):
+            self.answer(200, DEEP.encode(), "application/json")
+
+    with serving(TooDeep) as url:
+        with pytest.raises(LLMReplayError) as info:
+            live_fingerprint(url, None, "--endpoint")
+    assert str(info.value).startswith(f"--endpoint {url}: cannot read /v1/models (RecursionError")
