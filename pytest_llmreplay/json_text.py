@@ -69,14 +69,29 @@ class JSONTextError(LLMReplayError):
         return f"{where}{position}: {self.reason}"
 
 
-def parse_json(text: str, *, unique: bool = True) -> Any:
+class _NotANumber(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``: Python's json reads and writes them, JSON has none."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotANumber(name)
+
+
+def parse_json(text: str, *, unique: bool = True, strict_numbers: bool = False) -> Any:
     """``text`` parsed; ``unique``: an object naming a key twice is refused (a file people write:
     the second value would silently win; off for the ones this project writes, whose check would
-    only cost time). Every refusal is a :class:`JSONTextError` (module doc)."""
+    only cost time); ``strict_numbers``: ``NaN``, ``Infinity`` and ``-Infinity`` are refused (a
+    text sent on to a server as JSON, which has none; files other tools write, such as a vLLM
+    bench result, may hold them). Every refusal is a :class:`JSONTextError` (module doc)."""
+    options: dict[str, Any] = {"object_pairs_hook": unique_keys} if unique else {}
+    if strict_numbers:
+        options["parse_constant"] = _refuse_constant
     try:
-        return json.loads(text, object_pairs_hook=unique_keys) if unique else json.loads(text)
+        return json.loads(text, **options)
     except DuplicateKey as exc:
         raise JSONTextError(f"duplicate key {exc.key!r}") from None
+    except _NotANumber as exc:
+        raise JSONTextError(f"not valid JSON: {exc} is not a JSON number") from None
     except json.JSONDecodeError as exc:
         raise JSONTextError(f"not valid JSON: {exc.msg}", exc.lineno, exc.colno) from None
     except RecursionError:

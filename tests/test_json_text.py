@@ -134,3 +134,15 @@ def test_a_server_whose_replies_nest_too_deep_is_one_error_naming_the_option(tmp
         with pytest.raises(LLMReplayError) as info:
             live_fingerprint(url, None, "--endpoint")
     assert str(info.value).startswith(f"--endpoint {url}: cannot read /v1/models (RecursionError")
+
+
+def test_nan_and_infinity_are_refused_where_the_text_is_sent_on_as_json():
+    """Python's json reads NaN and Infinity, JSON has none: an --extra-body holding one would
+    go into every request as a body no server can read. Files other tools write keep them."""
+    from pytest_llmreplay.replayer.endpoints import extra_body
+
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        with pytest.raises(LLMReplayError, match=rf"^--extra-body: not valid JSON: {constant} is not a JSON number$"):
+            extra_body("--extra-body", f'{{"temperature": {constant}}}')
+    assert extra_body("--extra-body", '{"temperature": 0.5}') == {"temperature": 0.5}
+    assert parse_json('{"std_ttft_ms": NaN}')["std_ttft_ms"] != parse_json('{"std_ttft_ms": NaN}')["std_ttft_ms"]

@@ -50,12 +50,12 @@ LLAMACPP_SERVER = "llama.cpp"  # the Server header of llama.cpp's llama-server
 
 def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
     """The fields merged into every request body: the JSON object ``text`` (given as ``option``,
-    named in the error when it is not one, or names a key twice at any depth: JSON keeps the last,
-    silently), plus ``ignore_eos: true`` when asked."""
+    named in the error when it is not one, names a key twice at any depth (JSON keeps the last,
+    silently) or holds NaN or Infinity, which no JSON body may), plus ``ignore_eos: true`` when asked."""
     fields: dict[str, Any] = {}
     if text:
         try:
-            fields = parse_json(text)
+            fields = parse_json(text, strict_numbers=True)  # sent in every request body: JSON has no NaN
         except JSONTextError as exc:
             raise LLMReplayError(f"{option}: {exc}") from None
         if not isinstance(fields, dict):
