@@ -16,7 +16,7 @@ import json
 import sys
 from typing import Any
 
-from .errors import LLMReplayError
+from .errors import LLMReplayError, WorkloadError
 
 
 def too_deep() -> str:
@@ -63,10 +63,9 @@ class JSONTextError(LLMReplayError):
         super().__init__(reason if line is None else f"line {line} column {column}: {reason}")
 
     def at(self, where: str) -> str:
-        """The error as ``where:line:column: reason`` (``where: reason`` without a position),
-        as :class:`~pytest_llmreplay.errors.WorkloadError` renders a file's errors."""
-        position = "" if self.line is None else f":{self.line}:{self.column}"
-        return f"{where}{position}: {self.reason}"
+        """The error as ``where:line:column: reason`` (``where: reason`` without a position): as
+        :class:`~pytest_llmreplay.errors.WorkloadError` renders a file's errors."""
+        return str(WorkloadError(self.reason, path=where, line=self.line, column=self.column))
 
 
 class _NotANumber(ValueError):

@@ -33,8 +33,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import LLMReplayError, WorkloadError
-from ..json_text import JSONTextError, parse_json
-from ..workloads.formats._text import read_text
+from ..workloads.formats._fields import read_json_document
 
 DENSE = ("llama", "mistral", "qwen2", "qwen3")
 MOE = ("qwen3_moe", "mixtral")
@@ -47,12 +46,10 @@ def read_config(path: Path, where: str) -> dict[str, Any]:
     """``path``'s JSON object; one error naming ``where`` (the profile's field) and the file
     when it cannot be read, is not UTF-8 or not JSON, or names a key twice."""
     try:
-        data = parse_json(read_text(path, expected="a UTF-8 config.json"))
+        data = read_json_document(path, expected="a UTF-8 config.json")
     except OSError as exc:
         raise LLMReplayError(f"{where}: cannot read {path}: {exc.strerror}") from None
-    except JSONTextError as exc:
-        raise LLMReplayError(f"{where}: {exc.at(str(path))}") from None
-    except WorkloadError as exc:  # not UTF-8: read_text names the file, line and column
+    except WorkloadError as exc:  # not UTF-8, not JSON, a key twice: it names the file, line and column
         raise LLMReplayError(f"{where}: {exc}") from None
     if not isinstance(data, dict):
         raise LLMReplayError(f"{where}: {path}: expected a config.json object")

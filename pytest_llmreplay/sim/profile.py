@@ -30,8 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import LLMReplayError
-from ..json_text import JSONTextError, parse_json
-from ..workloads.formats._text import read_text
+from ..workloads.formats._fields import read_json_document
 from ..workloads.formats.distribution import Distribution, parse_distribution
 from .engine import MAX_GPU_BLOCKS, EngineConfig
 from .kv_memory import MEMORY_PLAN_FIELDS, MemoryPlan, derive_num_gpu_blocks, weight_bytes_per_gpu
@@ -95,11 +94,9 @@ def read_profile_json(path: Path) -> Any:
     """The JSON document of the profile file ``path`` (its shape is :func:`parse_profile`'s
     to check); one error naming the file when it cannot be read, is not UTF-8 (a byte-order
     mark is skipped) or is not JSON, a key given twice included
-    (:func:`~pytest_llmreplay.json_text.parse_json`)."""
+    (:func:`~pytest_llmreplay.workloads.formats._fields.read_json_document`)."""
     try:
-        return parse_json(read_text(path, expected="a UTF-8 JSON profile"))
-    except JSONTextError as exc:
-        raise LLMReplayError(exc.at(str(path))) from None
+        return read_json_document(path, expected="a UTF-8 JSON profile")
     except OSError as exc:
         raise LLMReplayError(f"{path}: cannot read: {exc.strerror}") from None
 

@@ -14,8 +14,19 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from ...errors import WorkloadError
-from ...json_text import DuplicateKey, beyond_syntax, too_deep, unique_keys
-from ._text import text_lines
+from ...json_text import DuplicateKey, JSONTextError, beyond_syntax, parse_json, too_deep, unique_keys
+from ._text import WORKLOAD_TEXT, read_text, text_lines
+
+
+def read_json_document(path: Path, expected: str = WORKLOAD_TEXT) -> Any:
+    """The JSON document that is the whole of ``path`` (:func:`~._text.read_text`: decompressed,
+    a byte-order mark skipped; ``expected`` names it when a byte is not UTF-8), a key given
+    twice refused; every refusal one :class:`WorkloadError` naming the file, and the line and
+    column where the parser gives them (:func:`~pytest_llmreplay.json_text.parse_json`)."""
+    try:
+        return parse_json(read_text(path, expected))
+    except JSONTextError as exc:
+        raise WorkloadError(exc.reason, path=path, line=exc.line, column=exc.column) from None
 
 
 def iter_json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -13,6 +13,8 @@ from pathlib import Path
 from ...errors import WorkloadError
 from ._compressed import open_decompressed
 
+WORKLOAD_TEXT = "UTF-8 JSONL, JSON, CSV or YAML"  # what a workload file holds, as a byte that is not UTF-8 is told
+
 
 def text_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, text)`` for every line of ``path`` (line endings kept), streaming."""
@@ -26,7 +28,7 @@ def text_lines(path: Path) -> Iterator[tuple[int, str]]:
                 raise _not_utf8(path, number, raw[exc.start], exc.start + 1) from None
 
 
-def read_text(path: Path, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> str:
+def read_text(path: Path, expected: str = WORKLOAD_TEXT) -> str:
     """The whole of ``path`` as text (for formats parsed as one document; spec files too, which
     name what they hold in ``expected``)."""
     with open_decompressed(path) as stream:
@@ -42,7 +44,5 @@ def read_text(path: Path, expected: str = "UTF-8 JSONL, JSON, CSV or YAML") -> s
         ) from None
 
 
-def _not_utf8(
-    path: Path, line: int, byte: int, column: int, expected: str = "UTF-8 JSONL, JSON, CSV or YAML"
-) -> WorkloadError:
+def _not_utf8(path: Path, line: int, byte: int, column: int, expected: str = WORKLOAD_TEXT) -> WorkloadError:
     return WorkloadError(f"not UTF-8: byte 0x{byte:02x} at column {column} (expected {expected})", path=path, line=line)

@@ -62,9 +62,8 @@ def _read(text: str, loader_class: type) -> Any:
             return None if node is None else loader.construct_document(node)
         except RecursionError:
             raise YamlProblem(too_deep()) from None
-        except (
-            ValueError
-        ) as exc:  # a scalar Python cannot read: an integer of more than 4,300 digits, a date that is none
+        except ValueError as exc:
+            # a scalar Python cannot read: an integer of more than 4,300 digits, a date that is none
             raise YamlProblem(beyond_syntax(exc)) from None
     finally:
         loader.dispose()

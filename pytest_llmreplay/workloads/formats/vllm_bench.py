@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import WorkloadError
-from ...json_text import JSONTextError, parse_json
 from ..workload import Session, Synthetic, Turn, Workload
-from ._fields import Fields, try_json, type_name
-from ._text import read_text
+from ._fields import Fields, read_json_document, try_json, type_name
 
 NAME = "vllm-bench"
 LENGTHS = ("input_lens", "output_lens")
@@ -49,10 +47,7 @@ def detect(first_line: str) -> bool:
 def read_result(path: Path) -> Fields:
     """The result document of ``path``, as checked fields; one :class:`WorkloadError` naming the
     file when it is not a JSON object."""
-    try:  # every JSON format refuses a key given twice (docs/workloads.md)
-        document = parse_json(read_text(path))
-    except JSONTextError as exc:
-        raise WorkloadError(exc.reason, path=path, line=exc.line, column=exc.column) from None
+    document = read_json_document(path)  # a key given twice refused, as in every JSON format (docs/workloads.md)
     if not isinstance(document, dict):
         raise WorkloadError(f"expected a JSON object (vllm bench serve's result), got {type_name(document)}", path=path)
     return Fields(document, path, None)
