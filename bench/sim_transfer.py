@@ -24,7 +24,7 @@ the project's published defaults (mfu 0.5, mbu 0.7, overhead 1 ms): the "uncalib
 (``VLLM_SERVER_DEV_MODE=1``; a prefix-cache reset before every run, one warm-up run thrown away
 on each), each measuring every workload :data:`RUNS` times in a row. Every later run of a
 workload against its run 1 is the run-to-run noise, a later server's runs the server-to-server
-noise too (a server's placement of its processes on the 2 cores moves its steps by up to ~18%,
+noise too (on a noisy host two runs of one server differ as much as two servers do,
 bench/README.md): the floor under any prediction's error.
 Requests are token ids on the completions API with ``ignore_eos`` (exact lengths), sent at the
 workload's own times (open loop), through the same client the CLI uses.
@@ -398,16 +398,12 @@ def measured_front_end(stored: dict[str, Any], models: set[str], index: int | No
     ``index + 1`` (None: the first run of each server, :func:`first_runs`), their mean: at light
     load no request waits for a step in progress, which the simulator counts in its queue, not in
     its front end."""
-    light = {model: stored[model]["light"] for model in sorted(models)}
-    return float(
-        np.mean(
-            [
-                measured_parts(runs[i])["front end"]
-                for runs in light.values()
-                for i in (first_runs(runs) if index is None else [index])
-            ]
-        )
-    )
+    fronts = [
+        measured_parts(runs[i])["front end"]
+        for runs in (stored[model]["light"] for model in sorted(models))
+        for i in (first_runs(runs) if index is None else [index])
+    ]
+    return float(np.mean(fronts))
 
 
 def front_end_bases(folder: Path, models: set[str], front_end: float, into: Path, suffix: str) -> dict[str, Path]:
@@ -427,15 +423,16 @@ def fitted_profile(
     out: Path,
     calibration: tuple[str, tuple[tuple[str, str], ...], tuple[str, ...], bool],
     runs: Any,
+    stored: dict[str, Any],
     workloads: Any,
     prompts: Any,
     max_evals: int,
 ) -> dict[str, Any]:
     """Fit one of :data:`CALIBRATIONS` on run 1 of its (model, workload) pairs, of each server
-    (:func:`first_runs`); print the values; write the profile to ``out``."""
+    (:func:`first_runs`; ``stored``: ``out/runs.json`` as read); print the values; write the
+    profile to ``out``."""
     name, pairs, fit, front_end_measured = calibration
     base = {model: out / f"{model}-machine.json" for model, _ in pairs}
-    stored = json.loads((out / "runs.json").read_text())
     if front_end_measured:
         front_end = measured_front_end(stored, set(base))
         print(
@@ -513,7 +510,7 @@ def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any
         if any(pair not in runs for pair in calibration[1]):
             print(f"\n(calibration `{calibration[0]}` skipped: {out} lacks its runs)")
             continue
-        profile = fitted_profile(out, calibration, runs, workloads, prompts, max_evals)
+        profile = fitted_profile(out, calibration, runs, stored, workloads, prompts, max_evals)
         print("\n".join(header))
         simulated = {}
         for (model, name), measured_runs in runs.items():
