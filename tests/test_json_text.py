@@ -62,9 +62,17 @@ READERS = {
 
 @pytest.mark.parametrize("reader", READERS.values(), ids=READERS.keys())
 @pytest.mark.parametrize(
-    ("text", "reason"), [(f'{{"data": {HUGE}}}', "Exceeds the limit"), (DEEP, "nested too deeply")]
+    ("text", "reason"),
+    [
+        (f'{{"data": {HUGE}}}', "Exceeds the limit"),
+        (DEEP, "nested too deeply"),
+        ('{"data": [], "data": {}}', "duplicate key 'data'"),
+    ],
+    ids=["huge integer", "too deep", "duplicate key"],
 )
-def test_every_json_document_reader_refuses_a_huge_integer_and_deep_nesting_in_one_line(tmp_path, reader, text, reason):
+def test_every_json_document_reader_refuses_a_huge_integer_deep_nesting_and_a_key_twice_in_one_line(
+    tmp_path, reader, text, reason
+):
     read, prefix = reader
     path = written(tmp_path, "doc.json", text)
     with pytest.raises(LLMReplayError) as info:

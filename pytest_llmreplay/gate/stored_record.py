@@ -6,7 +6,9 @@ in one place, what the readers (the comparison, the history, the reports) take f
 that a file with the right ``schema`` and wrong contents is refused as unreadable instead of
 failing somewhere downstream with an ``AttributeError``:
 
-- the text is JSON (nesting too deep for the parser is refused, not a ``RecursionError``);
+- the text is JSON (nesting too deep for the parser is refused, not a ``RecursionError``), with
+  no object naming a key twice (JSON would keep the second value silently: a hand-edited or
+  merged file whose figures no one can tell apart);
 - ``schema`` is :data:`SCHEMA`; ``fingerprint`` is an object, and so are ``workload``,
   ``settings`` and ``capacity`` where present;
 - ``summary``: an object of metric -> object of statistic -> a number or null;
@@ -66,7 +68,7 @@ def parse_record(text: str, where: str) -> dict[str, Any]:
     """The stored result in ``text`` (read from ``where``, a file or a store's URL), its shape
     checked (module docstring); an :class:`LLMReplayError` naming ``where`` when it is not one."""
     try:
-        record = parse_json(text, unique=False)
+        record = parse_json(text)
     except JSONTextError as exc:
         raise LLMReplayError(f"{where}: not a stored llmreplay result ({exc})") from None
     missing = [key for key in REQUIRED if not isinstance(record, dict) or key not in record]
