@@ -395,3 +395,19 @@ def test_a_budget_below_one_simplex_is_refused_before_the_fit_begins(trace, trut
     captured = capsys.readouterr()
     assert "error: --max-evals: expected at least 4 (one simplex), got 3" in captured.err
     assert "calibrating" not in captured.out  # nothing said to begin that was refused
+
+
+@pytest.mark.parametrize(
+    ("profile", "reason"),
+    [
+        ("no-such-profile", "unknown profile 'no-such-profile'"),
+        ("{path}", "duplicate key 'name'"),
+    ],
+    ids=["unknown name", "unreadable file"],
+)
+def test_a_profile_that_cannot_be_read_is_named_by_its_option(trace, truth_run, tmp_path, capsys, profile, reason):
+    bad = write(tmp_path / "bad.json", ['{"name": "a", "name": "b"}'])
+    args = ["calibrate", "--from-run", str(truth_run), "--workload", str(trace), "--profile", profile.format(path=bad)]
+    assert main([*args, "--out", str(tmp_path / "p.json")]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: --profile: ") and reason in err, err

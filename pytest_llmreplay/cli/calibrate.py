@@ -116,7 +116,10 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     workloads = per_run("workload", args.workload, len(args.from_run))
     profiles = per_run("profile", args.profile, len(args.from_run))
     runs = [read_run(path) for path in args.from_run]
-    counts = [layers(read_base(profile, engine)[2]) for profile in profiles]
+    try:
+        counts = [layers(read_base(profile, engine)[2]) for profile in profiles]
+    except LLMReplayError as exc:
+        raise LLMReplayError(f"--profile: {exc}") from None
     tokenizer = load_tokenizer(args.tokenizer)
     fit = [name.strip() for name in args.fit.split(",") if name.strip()]
     check_fit(fit, runs, args.max_evals, counts)  # refused before the line that says the fit begins
