@@ -113,6 +113,13 @@ def test_text_that_is_not_prometheus_is_refused():
         parse_exposition("<html>not found</html>")
 
 
+def test_a_long_line_that_is_not_prometheus_is_named_in_its_first_120_characters():
+    """The parser's message holds the whole bad line: a 100 KB one became a 100 KB warning."""
+    with pytest.raises(ExpositionError) as info:
+        parse_exposition("<html>" + "x" * 100_000 + "</html>")
+    assert str(info.value) == "invalid metric name:<html>" + "x" * (120 - len("invalid metric name:<html>")) + "..."
+
+
 # -- the figures -----------------------------------------------------------------------------------
 
 

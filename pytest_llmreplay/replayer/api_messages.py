@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..wording import clipped
 from .response import Response
 from .sse import CallNumbers, StreamError, error_message, event_object
 
@@ -106,7 +107,7 @@ class MessagesParser:
         if kind == "error":
             raise StreamError("server", f"error in stream: {error_message(obj) or data}")
         if not isinstance(kind, str):
-            raise StreamError("protocol", f"malformed Messages event, no type: {data[:120]}")
+            raise StreamError("protocol", f"malformed Messages event, no type: {clipped(data)}")
         return False
 
     def _delta(self, index: Any, delta: dict[str, Any], now: float, response: Response) -> None:

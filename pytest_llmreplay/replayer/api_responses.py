@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..wording import clipped
 from .response import Response
 from .sse import CallNumbers, StreamError, error_message, event_object
 
@@ -96,7 +97,7 @@ class ResponsesParser:
             message = obj.get("message") or error_message(obj) or data
             raise StreamError("server", f"error in stream: {message}")
         if not isinstance(kind, str):
-            raise StreamError("protocol", f"malformed Responses event, no type: {data[:120]}")
+            raise StreamError("protocol", f"malformed Responses event, no type: {clipped(data)}")
         return False
 
     def whole(self, obj: dict[str, Any], now: float, response: Response) -> None:

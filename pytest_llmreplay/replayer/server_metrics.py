@@ -38,6 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..wording import clipped
+
 TIMEOUT_S = 2.0  # the longest a scrape may take; the next one waits for it
 USAGE = "kv_cache_usage"
 COUNTERS = ("preemptions", "prefix_cache_queries", "prefix_cache_hits")
@@ -81,7 +83,7 @@ def parse_exposition(text: str) -> dict[str, float]:
             for sample in family.samples:
                 values.setdefault(sample.name, []).append(float(sample.value))
     except Exception as exc:  # the parser's errors are ValueErrors, and worse on some inputs
-        raise ExpositionError(str(exc).splitlines()[0] if str(exc) else "unreadable") from None
+        raise ExpositionError(clipped(str(exc).splitlines()[0]) if str(exc) else "unreadable") from None
     found = {}
     for name, candidates in SERIES.items():
         for candidate in candidates:
@@ -166,7 +168,7 @@ class Scraper:
         try:
             reply = client.get(self.url)
         except Exception as exc:  # a scrape that fails is counted, never raised into the run
-            self._failed(f"{type(exc).__name__}: {str(exc).strip()[:120]}")
+            self._failed(f"{type(exc).__name__}: {clipped(str(exc).strip())}")
             return
         now = time.perf_counter()  # the clock of WallClock.now(), the replay's
         if reply.status_code == 404:

@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ..wording import clipped
+
 DONE = "[DONE]"
 _loads = json.JSONDecoder().decode
 
@@ -145,12 +147,12 @@ def read_chunk(data: str) -> Chunk:
     chunk = Chunk(usage=usage if type(usage) is dict else None, timings=timings if type(timings) is dict else None)
     choices = obj.get("choices")
     if choices is None and chunk.usage is None:
-        raise StreamError("protocol", f"malformed SSE event, no choices and no usage: {_clip(data)}")
+        raise StreamError("protocol", f"malformed SSE event, no choices and no usage: {clipped(data)}")
     if not choices:
         return chunk
     choice = choices[0]
     if type(choice) is not dict:
-        raise StreamError("protocol", f"malformed SSE event, choices[0] is not an object: {_clip(data)}")
+        raise StreamError("protocol", f"malformed SSE event, choices[0] is not an object: {clipped(data)}")
     chunk.finish_reason = choice.get("finish_reason")
     delta = choice.get("delta")
     if type(delta) is dict:  # chat
@@ -212,9 +214,9 @@ def event_object(data: str) -> dict[str, Any]:
     try:
         obj = _loads(data)
     except (ValueError, RecursionError):  # RecursionError: nested past what json reads
-        raise StreamError("protocol", f"malformed SSE event, not JSON: {_clip(data)}") from None
+        raise StreamError("protocol", f"malformed SSE event, not JSON: {clipped(data)}") from None
     if type(obj) is not dict:
-        raise StreamError("protocol", f"malformed SSE event, not a JSON object: {_clip(data)}")
+        raise StreamError("protocol", f"malformed SSE event, not a JSON object: {clipped(data)}")
     return obj
 
 
@@ -242,7 +244,3 @@ def error_message(obj: Any) -> str | None:
     if isinstance(obj.get("detail"), str) and obj["detail"]:  # FastAPI's own (vLLM, SGLang): an unknown route
         return obj["detail"]
     return None
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[:limit] + "..."
