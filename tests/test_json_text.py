@@ -98,11 +98,16 @@ def test_a_jsonl_line_with_a_huge_integer_is_an_error_at_that_line(tmp_path):
 
 def test_a_huge_integer_in_a_yaml_or_toml_file_is_one_error(tmp_path):
     spec = written(tmp_path, "spec.yaml", f"sessions: {HUGE}\ninput_tokens: 10\noutput_tokens: 2\n")
-    with pytest.raises(LLMReplayError, match=rf"^{spec}: invalid YAML/JSON: Exceeds the limit \(4300 digits\)[^;]*$"):
+    with pytest.raises(
+        LLMReplayError, match=rf"^{spec}:1:11: invalid YAML/JSON: Exceeds the limit \(4300 digits\)[^;]*$"
+    ):
         load_workload(spec, format="synthetic")
-    for name, language in (("perf.llmreplay.yaml", "YAML"), ("perf.llmreplay.toml", "TOML")):
+    for name, language, where in (
+        ("perf.llmreplay.yaml", "YAML", "line 1, column 6: "),  # PyYAML marks the scalar, tomllib nothing
+        ("perf.llmreplay.toml", "TOML", ""),
+    ):
         text = f"slo: {HUGE}\n" if language == "YAML" else f"slo = {HUGE}\n"
-        with pytest.raises(LLMReplayError, match=rf"^not valid {language}: Exceeds the limit \(4300 digits\)"):
+        with pytest.raises(LLMReplayError, match=rf"^{where}not valid {language}: Exceeds the limit \(4300 digits\)"):
             read_spec_file(written(tmp_path, name, text))
 
 
@@ -118,6 +123,15 @@ def test_a_profile_or_model_config_that_is_not_utf8_is_one_error_and_a_bom_is_sk
     marked = tmp_path / "marked.json"
     marked.write_bytes(b"\xef\xbb\xbf" + json.dumps({"model_type": "llama"}).encode())
     assert read_config(marked, "model.config") == {"model_type": "llama"}
+
+
+def test_a_yaml_scalar_python_cannot_read_is_named_at_its_line_and_column(tmp_path):
+    spec = written(tmp_path, "spec.yaml", "sessions: 10\ninput_tokens: 10\noutput_tokens: 2\nseed: 2024-13-45\n")
+    with pytest.raises(LLMReplayError, match=rf"^{spec}:4:7: invalid YAML/JSON: month must be in 1\.\.12"):
+        load_workload(spec, format="synthetic")
+    nested = written(tmp_path, "perf.llmreplay.yaml", "tests:\n  test_a:\n    slo:\n      - 2024-02-30\n")
+    with pytest.raises(LLMReplayError, match=r"line 4, column 9: .*day is out of range for month"):
+        read_spec_file(nested)
 
 
 def test_a_first_line_python_cannot_read_is_named_not_an_unknown_format(tmp_path):

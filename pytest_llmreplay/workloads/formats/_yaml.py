@@ -49,9 +49,9 @@ def load_yaml(text: str) -> Any:
 
 def _read(text: str, loader_class: type) -> Any:
     """``yaml.load(text, Loader=loader_class)`` in its two steps, each of which recurses as deep
-    as the document nests: a ``RecursionError`` while composing is at the reader's position; a
-    scalar Python cannot read (an integer of more than 4,300 digits, a timestamp such as
-    2024-13-45) is refused while constructing, without a position."""
+    as the document nests: a ``RecursionError`` while composing is at the reader's position,
+    while constructing it has none. (A scalar Python cannot read is refused at its own mark by
+    :func:`unique_key_loader`'s loader.)"""
     loader = loader_class(text)
     try:
         try:
@@ -62,9 +62,6 @@ def _read(text: str, loader_class: type) -> Any:
             return None if node is None else loader.construct_document(node)
         except RecursionError:
             raise YamlProblem(too_deep()) from None
-        except ValueError as exc:
-            # a scalar Python cannot read: an integer of more than 4,300 digits, a date that is none
-            raise YamlProblem(beyond_syntax(exc)) from None
     finally:
         loader.dispose()
 
@@ -88,7 +85,9 @@ def unique_key_loader() -> tuple[type[yaml.SafeLoader], type[yaml.constructor.Co
     """A ``yaml.SafeLoader`` subclass whose mappings raise :class:`DuplicateYamlKey`, a
     ``ConstructorError`` with ``problem = "duplicate key 'k' (first on line N)"`` and
     ``problem_mark`` at the repeat, when a key is given twice, and that error's class (yaml is
-    imported here, lazily). Exponent numbers without a dot (``1e3``) are floats, as in JSON."""
+    imported here, lazily). A scalar Python cannot read (an integer of more than 4,300 digits, a
+    timestamp such as 2024-13-45: a ``ValueError`` from its constructor) is a ``ConstructorError``
+    at that scalar. Exponent numbers without a dot (``1e3``) are floats, as in JSON."""
     import yaml
 
     class DuplicateYamlKey(yaml.constructor.ConstructorError):
@@ -109,6 +108,12 @@ def unique_key_loader() -> tuple[type[yaml.SafeLoader], type[yaml.constructor.Co
                         )
                     seen[key] = line
             return super().construct_mapping(node, deep)
+
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep)
+            except ValueError as exc:  # the innermost node's: a ConstructorError is no ValueError
+                raise yaml.constructor.ConstructorError(None, None, beyond_syntax(exc), node.start_mark) from None
 
     # YAML 1.1 (PyYAML) reads 1e3 and 2.5e-3 as text: only 1.0e+3 is a float there. JSON and
     # YAML 1.2 call them numbers, and a spec's `rate: 1e3` refused as "got '1e3'" helps no one.
