@@ -47,6 +47,8 @@ import urllib.request
 from importlib import metadata
 from pathlib import Path
 
+from machine import cpu_model
+
 from pytest_llmreplay.plugin.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -342,16 +344,6 @@ def versions(aiperf_venv: Path | None) -> str:
             ).stdout.strip()
         )
     return line
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def display(command: list[str], tmp: Path) -> str:

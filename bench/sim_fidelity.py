@@ -50,8 +50,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
-import platform
 import re
 import statistics
 import sys
@@ -62,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine import machine_line
 from sim_fidelity_steps import decode_step_check, full_batch_steps, kv_held_check, step_check
 
 from pytest_llmreplay import PromptFactory, ReplaySettings, Result, VirtualClock, load_tokenizer, load_workload
@@ -499,8 +498,7 @@ def build_report(real: dict[str, Any], sim: dict[str, Any], their: dict[tuple[st
         out.append(f"- replay warnings: {'; '.join(sim['warnings'])}")
     out += [
         "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}. "
-        f"Reproduce: `.venv/bin/python bench/sim_fidelity.py {' '.join(sys.argv[1:])}`.",
+        f"{machine_line()}. Reproduce: `.venv/bin/python bench/sim_fidelity.py {' '.join(sys.argv[1:])}`.",
     ]
     return "\n".join(out) + "\n"
 

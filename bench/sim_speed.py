@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-# argparse, platform, statistics and subprocess are imported where used: a child that times
+# argparse, statistics, subprocess and the machine line are imported where used: a child that times
 # ours loads this module, and the harness's own imports must not count as ours
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,8 @@ def main() -> None:
         return
     import argparse
     import compileall
-    import platform
+
+    from machine import machine_line
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
@@ -201,9 +202,7 @@ def main() -> None:
     # install under PYTHONDONTWRITEBYTECODE would compile every module in every child
     compileall.compile_dir(ROOT / "pytest_llmreplay", quiet=1, force=False)
     ours_child = [sys.executable, __file__, "--concurrency", str(args.concurrency), "--child"]
-    print(
-        f"Machine: {platform.processor() or platform.machine()}, Python {platform.python_version()}; runs: {args.runs} each, fresh processes, alternating.\n"
-    )
+    print(f"{machine_line()}; runs: {args.runs} each, fresh processes, alternating.\n")
     for scenario in args.scenarios:
         runs: dict[str, list[dict]] = {"llmreplay": [], "Dynamo 1.6.1": [], "floor": []}
         for _ in range(args.runs):

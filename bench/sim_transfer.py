@@ -65,7 +65,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import re
 import struct
 import subprocess
@@ -77,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine import cpu_model, machine_line
 from sim_transfer_calibrations import CALIBRATIONS, FITTED_STATISTICS
 from sim_transfer_parts import PARTS_HEADER, measured_parts, parts_rows, simulated_parts
 from sim_transfer_verdict import verdict_lines
@@ -243,7 +243,7 @@ def base_profile(model_dir: Path, hardware: dict[str, float], kv_tokens: int) ->
             "dtype_bytes": 2,
         },
         "hardware": {
-            "name": f"{platform.processor() or platform.machine()}, one core",
+            "name": f"{cpu_model()}, one core",
             **hardware,
             "memory_bytes": 1 << 34,
             "gpus": 1,
@@ -468,6 +468,8 @@ def report(out: Path, models: list[str], workloads: dict[str, Any], prompts: Any
     runs = read_runs(out)
     stored = json.loads((out / "runs.json").read_text())
     profiles = {model: json.loads((out / f"{model}-base.json").read_text()) for model in models}
+    # the host the runs were measured on: bench/README.md compares sets only of the same host
+    print(f"measured on: {', '.join(sorted({profiles[model]['hardware']['name'] for model in models}))}")
     for model in models:
         hardware = profiles[model]["hardware"]
         print(
@@ -598,11 +600,7 @@ def main() -> None:
         out.mkdir(parents=True, exist_ok=True)
         measure(args.models, args.runs, args.servers, out, workloads, prompts)
     report(out, args.models, workloads, prompts, args.max_evals)
-    load = os.getloadavg()
-    print(
-        f"\nMachine: {os.cpu_count()} CPUs, Python {platform.python_version()}; load average at the end {load[0]:.1f}, {load[1]:.1f}, {load[2]:.1f}; "
-        f"wall time {time.perf_counter() - started:.0f} s; files in {out}"
-    )
+    print(f"\n{machine_line()} (at the end); wall time {time.perf_counter() - started:.0f} s; files in {out}")
 
 
 if __name__ == "__main__":
