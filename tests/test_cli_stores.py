@@ -82,6 +82,31 @@ def test_compare_store_gates_on_the_history_of_a(repo, tmp_path, capsys):
     assert "history:" not in capsys.readouterr().out  # 4 results on main~2's history
 
 
+def test_compare_store_takes_as_a_the_newest_result_like_b(repo, tmp_path, capsys):
+    """Two runners saved at A, the other endpoint's last (an H200 job beside an H100 one): A is
+    the newest result measured as B was, as the plugin's gate takes its baseline, not whichever
+    runner saved last; with none alike, the newest, and the header says the endpoints differ."""
+    store = tmp_path / "results"
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        assert run(server.url, "--save-to", str(store)) == 0
+        assert run(server.url, "--save-to", str(store)) == 0
+        alike, other = sorted(store.glob("*/*.json"), key=lambda p: p.name.split("-", 1)[1])
+        record = json.loads(other.read_text())
+        other.write_text(json.dumps({**record, "fingerprint": {**record["fingerprint"], "model": "other-gpu-model"}}))
+        git(repo, "commit", "-q", "--allow-empty", "-m", "next")
+        assert run(server.url, "--save-to", str(store)) == 0
+    capsys.readouterr()
+    main(["compare", "--store", str(store), "--test", TEST, "main~1", "main"])
+    printed = capsys.readouterr().out
+    assert f"Compared with A ({store}/{alike.parent.name}/{alike.name}" in printed
+    assert "different endpoints" not in printed
+    alike.unlink()
+    main(["compare", "--store", str(store), "--test", TEST, "main~1", "main"])
+    printed = capsys.readouterr().out
+    assert f"Compared with A ({store}/{other.parent.name}/{other.name}" in printed
+    assert "different endpoints: (model: 'other-gpu-model' vs " in printed
+
+
 def test_compare_store_never_takes_an_interrupted_result(repo, tmp_path, capsys):
     """The newest result at a commit was interrupted (marked as a signal marks it, see
     test_replay_http.py): compare --store takes the newest complete one, or says there is none."""

@@ -1,5 +1,7 @@
 """``llmreplay compare A B``: two stored results (files, or with ``--store`` the newest result of
-a test at two commits) compared metric by metric. With ``--store`` the verdicts also come from
+a test at two commits) compared metric by metric. With ``--store``, A is the newest result at its
+commit measured as B was (endpoint, workload and settings: the plugin's gate takes its baseline
+so), the newest of all only where none is, and the verdicts also come from
 the test's history, as the plugin's gate does: the results stored on A's first-parent history
 (A's own included, B's commit left out), through :func:`~pytest_llmreplay.gate.history.gate_with_history`
 once there are enough of them. Exit status 0 no regression, 1 a regression, 2 not comparable
@@ -19,10 +21,15 @@ from ..report.rows import endpoint_text
 from .options import BAD_INPUT, open_store_option
 
 
-def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, Any], str, str]:
-    """(record, where, commit) of ``test``'s newest result at ``ref`` that was not interrupted
-    (``side`` A or B: a name git resolves here, or a commit id of 12 hex digits or more, which a
-    store may hold from another clone)."""
+def _stored_side(
+    store: Any, test: str, side: str, ref: str, like: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], str, str, str | None]:
+    """(record, where, commit, its skipped line or None) of ``test``'s newest result at ``ref``
+    that was not interrupted (``side`` A or B: a name git resolves here, or a commit id of 12 hex
+    digits or more, which a store may hold from another clone); with ``like``, the newest that
+    :func:`~pytest_llmreplay.gate.baseline.mismatch` finds alike, where there is one (another
+    runner's result saved later at the same commit hides nobody's baseline)."""
+    from ..gate.baseline import mismatch
     from ..gate.git import resolve_commit
 
     commit = resolve_commit(Path.cwd(), ref)
@@ -32,7 +39,8 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
                 f"{side}: git cannot resolve {ref!r} to a commit here; expected a branch, tag or commit of this repository, or a commit id of 12 hex digits or more"
             )
         commit = ref
-    newest = store.newest_complete(test, [commit])
+    alike = None if like is None else (lambda stored: mismatch(stored, like) is None)
+    newest = store.newest_complete(test, [commit], alike)
     skipped = newest.skipped_line()
     if newest.record is None:
         only = (
@@ -52,9 +60,7 @@ def _stored_side(store: Any, test: str, side: str, ref: str) -> tuple[dict[str, 
             f"--store: no {readable}stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}"
             + (f"; {skipped}" if skipped else "")
         )
-    if skipped:
-        print(f"{side}: {skipped}")
-    return newest.record, f"{store.label}/{newest.key}", commit
+    return newest.record, f"{store.label}/{newest.key}", commit, skipped or None
 
 
 def _history(store: Any, test: str, commit: str, leave_out: str, current: dict[str, Any]) -> Any:
@@ -84,10 +90,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.test:
             raise LLMReplayError("--store needs --test: the stored test whose results to compare")
         store = open_store_option("--store", args.store, writing=False)
-        (baseline, source, commit), (current, _, current_commit) = (
-            _stored_side(store, args.test, "A", args.baseline),
-            _stored_side(store, args.test, "B", args.current),
-        )
+        current, _, current_commit, current_skipped = _stored_side(store, args.test, "B", args.current)
+        baseline, source, commit, skipped = _stored_side(store, args.test, "A", args.baseline, like=current)
+        for side, line in (("A", skipped), ("B", current_skipped)):
+            if line:
+                print(f"{side}: {line}")
         history = _history(store, args.test, commit, current_commit, current)
     else:
         baseline, current, source, history = read_record(args.baseline), read_record(args.current), args.baseline, None
@@ -168,7 +175,8 @@ def add_compare_parser(commands: Any) -> None:
         "--store",
         metavar="STORE",
         help="read A and B from a store (a folder, git:REMOTE#REF or a URL such as s3://BUCKET/PREFIX): "
-        "the newest result of --test at each commit (an id, or a branch or tag git resolves here)",
+        "the newest result of --test at each commit (an id, or a branch or tag git resolves here), "
+        "A's the newest measured as B's was (same endpoint, workload and settings) where there is one",
     )
     compare.add_argument(
         "--test",
