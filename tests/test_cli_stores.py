@@ -49,7 +49,9 @@ def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
         assert run(server.url, "--save-to", store) == 0
     printed = capsys.readouterr().out
     assert printed.count(f"saved {tmp_path}/results/llmreplay_run_w.jsonl-") == 2
-    assert len(open_store(store, repo).stored(TEST, first)) == 1
+    (key,) = open_store(store, repo).stored(TEST, first)
+    workload = open_store(store, repo).read(key)["workload"]  # the loader's --block-size is the workload's
+    assert workload["format_options"] == {"block_size": 64} and workload["path"] == "w.jsonl"
 
     status = main(["compare", "--store", store, "--test", TEST, "main~1", "main"])
     printed = capsys.readouterr().out

@@ -376,6 +376,40 @@ def test_different_replay_settings_are_not_compared(project):
     result.stdout.fnmatch_lines(["Compared with *: not compared: replay settings differ (*concurrency: None vs 2*)"])
 
 
+def test_a_workload_loaded_with_other_format_options_is_not_compared(project):
+    """A Mooncake block size sets how many tokens a hash id stands for, so the prefix sharing: the
+    same trace file loaded with another one is another workload (it was compared, and a third of
+    the cache hits lost failed the test as six regressions)."""
+    rows = [
+        {"timestamp": i * 200, "input_length": 4000, "output_length": 20, "hash_ids": [0, 1 + i]} for i in range(12)
+    ]
+    (project.path / "trace.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    test = """
+import pytest
+
+@pytest.mark.llmreplay(workload="trace.jsonl", format="mooncake", format_options={{"block_size": {size}}})
+def test_chat(llm_result):
+    pass
+"""
+    project.makepyfile(test_perf=test.format(size=3999))
+    git(project.path, "add", "-A")
+    git(project.path, "commit", "-q", "-m", "a trace")
+    project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)
+    assert json.loads(stored(project.path)[0].read_text())["workload"]["format_options"] == {"block_size": 3999}
+    project.makepyfile(test_perf=test.format(size=2000))
+    result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "Compared with *: not compared: workload differs (format_options: {'block_size': 3999} vs {'block_size': 2000})"
+        ]
+    )
+    project.makepyfile(test_perf=test.format(size=3999))
+    same = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
+    same.assert_outcomes(passed=1)
+    assert "not compared" not in same.stdout.str() and "0 regressions" in same.stdout.str()
+
+
 def test_compare_without_a_stored_result_says_so(project):
     result = project.runpytest("--llm-offline", "--llm-compare", "--llm-fail-on-regression")
     result.assert_outcomes(passed=1)

@@ -23,11 +23,11 @@ BAD_INPUT = 3
 MIN_BAND_DRAWS = 10  # --band: the 10th-90th percentile of fewer draws is their extremes
 
 
-def load_workload_file(args: argparse.Namespace, path: str):
-    """``path`` loaded with ``--format`` and ``--block-size``; the block size goes only to formats
-    that take one (``validate --block-size 16 *.jsonl`` checks a mix), with a warning for the others.
-    An error of a file read with ``--format`` says so (the format may be the mistake)."""
-    from ..workloads.formats import detect_format, load_workload, loader_options
+def workload_options(args: argparse.Namespace, path: str) -> dict[str, Any]:
+    """The options ``path``'s loader takes from the command line: ``--block-size`` goes only to
+    formats that take one (``validate --block-size 16 *.jsonl`` checks a mix), with a warning for
+    the others."""
+    from ..workloads.formats import detect_format, loader_options
 
     options: dict[str, Any] = {}
     if args.block_size is not None:
@@ -39,6 +39,16 @@ def load_workload_file(args: argparse.Namespace, path: str):
                 f"warning: {path}: --block-size does not apply to format {name!r} (only to hash-id traces: mooncake); ignored",
                 file=sys.stderr,
             )
+    return options
+
+
+def load_workload_file(args: argparse.Namespace, path: str, options: dict[str, Any] | None = None):
+    """``path`` loaded with ``--format`` and ``options`` (None: :func:`workload_options`'). An
+    error of a file read with ``--format`` says so (the format may be the mistake)."""
+    from ..workloads.formats import load_workload
+
+    if options is None:
+        options = workload_options(args, path)
     try:
         return load_workload(path, format=args.format, **options)
     except LLMReplayError as exc:

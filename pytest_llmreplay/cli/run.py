@@ -27,6 +27,7 @@ from .options import (
     out_folder_option,
     remember_http_only_defaults,
     share,
+    workload_options,
 )
 
 # llmreplay run's exit statuses (docs/reference/exit-status.md); a signal's is 128 + its number; bad input,
@@ -35,7 +36,7 @@ RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_su
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..gate.baseline import interrupted_note, workload_digest
+    from ..gate.baseline import interrupted_note, workload_digest, workload_facts
     from ..metrics.result import Result
     from ..replayer.driver import Replay
     from ..replayer.endpoints import HTTPEndpoint, extra_body
@@ -45,7 +46,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..workloads.prompts import PromptFactory
     from ..workloads.tokenizer import load_tokenizer
 
-    workload = load_workload_file(args, args.file)
+    options = workload_options(args, args.file)
+    workload = load_workload_file(args, args.file, options)
     for warning in workload.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     settings = ReplaySettings(
@@ -144,7 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         bands = headline_bands(sim.profile, args.band, args.seed, summarise)
         print(band_lines(sim.profile, result.summary, bands, args.band))
     if out is not None or store is not None:
-        record = _record(result, args, digest, sim.fingerprint if sim is not None else None)
+        facts = workload_facts(args.file, args.format, digest, options)
+        record = _record(result, args, facts, sim.fingerprint if sim is not None else None)
         if bands is not None and sim is not None:
             from ..sim.profile_band import band_record
 
@@ -224,7 +227,7 @@ def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) ->
 
 
 def _record(
-    result: Any, args: argparse.Namespace, digest: str, fingerprint: dict[str, Any] | None = None
+    result: Any, args: argparse.Namespace, workload: dict[str, Any], fingerprint: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
     its test name is ``llmreplay run <workload file name>``; ``fingerprint``: the simulator's
@@ -244,7 +247,6 @@ def _record(
                 "sim_profile": None,
                 "hardware": None,
             }
-    workload = {"path": args.file, "format": args.format, "digest": digest}
     return make_record(
         result,
         test=f"llmreplay run {Path(args.file).name}",

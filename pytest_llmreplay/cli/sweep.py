@@ -47,6 +47,7 @@ from .options import (
     number,
     out_folder_option,
     remember_http_only_defaults,
+    workload_options,
 )
 
 # llmreplay sweep's exit statuses (docs/reference/exit-status.md); a signal's is 128 + its number; bad
@@ -119,7 +120,7 @@ def plan_from(args: argparse.Namespace) -> Any:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ..gate.baseline import interrupted_note, make_record, workload_digest
+    from ..gate.baseline import interrupted_note, make_record, workload_digest, workload_facts
     from ..gate.git import git_state
     from ..gate.store import write_new
     from ..replayer.plan import ReplaySettings
@@ -129,7 +130,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..workloads.tokenizer import load_tokenizer
 
     plan = plan_from(args)
-    workload = load_workload_file(args, args.file)
+    options = workload_options(args, args.file)
+    workload = load_workload_file(args, args.file, options)
     for warning in workload.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     settings = ReplaySettings(seed=args.seed, max_requests=args.max_requests, warmup_requests=args.warmup_requests)
@@ -171,7 +173,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             result,
             test=f"llmreplay sweep {Path(args.file).name}",
             fingerprint=target.fingerprint,
-            workload={"path": args.file, "format": args.format, "digest": digest},
+            workload=workload_facts(args.file, args.format, digest, options),
             git=git_state(Path.cwd()),
         )
         record["capacity"] = found.as_dict()

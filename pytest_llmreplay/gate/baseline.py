@@ -4,7 +4,7 @@
 ``schema``, ``test`` (pytest node id or a name), ``commit``/``dirty``/``branch`` (git, None outside
 a repository), ``time`` (UTC ISO 8601), ``fingerprint`` (the endpoint: kind, model, server
 version, sim profile, hardware, plus fields from plugins), ``workload`` (path, format, digest of
-its content), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary`), ``slo``
+its content, loader options: :func:`workload_facts`), ``settings`` (the replay's), ``summary`` (as :attr:`Result.summary`), ``slo``
 (checks), and ``samples``: the per-request ``ttft``, ``tpot``, ``latency`` (and ``ttfo`` in a run
 with reasoning: :mod:`~pytest_llmreplay.metrics.reasoning`; a result stored before it has none,
 and compares on the others); the per-session
@@ -161,6 +161,18 @@ def workload_digest(path: str | Path) -> str:
         if file.is_file():
             digest.update(file.name.encode() + b"\0" + file.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def workload_facts(path: str, format: str | None, digest: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """What a stored result says of its workload, for :func:`mismatch`: the file, the format it was
+    named (None: detected), its bytes' :func:`workload_digest`, and the options its loader was given
+    (``format_options``: a Mooncake ``block_size`` changes how many tokens a hash id stands for, so
+    the prefix sharing), these only when there are any: results stored before they were recorded
+    hold none, as a workload loaded without options does, and still compare."""
+    facts: dict[str, Any] = {"path": path, "format": format, "digest": digest}
+    if options:
+        facts["format_options"] = dict(sorted(options.items()))
+    return facts
 
 
 def make_record(

@@ -470,7 +470,7 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     A server that dies (or stops answering) during the first run raises its error; during a
     later repeat, the runs before are returned, with ``server_died`` saying so (:func:`~pytest_llmreplay.plugin.hooks.keep_runs_if_server_died`),
     and so is a capacity search it failed after some points (the search's result, marked incomplete)."""
-    from ..gate.baseline import workload_digest
+    from ..gate.baseline import workload_digest, workload_facts
     from .verdict import PerfRun
 
     state.interruption.check_not_interrupted()
@@ -503,7 +503,9 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
         if state.interruption.observe(runs[-1][0], test):  # Ctrl-C: no more repeats (see plugin/interrupt.py)
             state.notes.append(("llmreplay interrupted", state.interruption.note()))
             break
-    workload = {"path": os.path.relpath(spec.workload, state.config.rootpath), "format": spec.format, "digest": digest}
+    workload = workload_facts(
+        os.path.relpath(spec.workload, state.config.rootpath), spec.format, digest, spec.format_options
+    )
     results = [result for result, _ in runs]
     results[-1].earlier_runs = results[:-1]  # the body's assert_slo checks the runs' medians, as the test's SLOs
     if died is not None and once is not None:  # said in the stored result too, where the terminal's text is not kept
