@@ -589,6 +589,35 @@ def test_git_store_saves_on_the_ref_and_another_clone_reads_it(remote):
     skips_unreadable_results(store, newer)
 
 
+def test_git_store_never_commits_onto_a_ref_that_holds_other_commits(remote):
+    """``git:origin#main`` named the code branch: each save committed the whole source tree plus
+    the result on top of main and pushed it (found by a new user). A ref holding commits the
+    store did not make is refused before anything is measured, and on a save; reading it is
+    harmless (it holds no result). ``HEAD`` is refused by name."""
+    job = clone(remote, "job")
+    main_before = git(remote, "rev-parse", "refs/heads/main")
+    store = open_store("git:origin#main", job)
+    with pytest.raises(LLMReplayError) as info:
+        store.check(writing=True)
+    assert str(info.value) == (
+        f"git:origin#refs/heads/main: refs/heads/main holds commits the store did not make (its newest, "
+        f"{main_before[:12]}: 'first'); results go on top of the ref's files, so they would land on that branch: "
+        "name a ref of their own, such as git:origin#llmreplay-results"
+    )
+    store.check(writing=False)  # reading: no result there, nothing written
+    with pytest.raises(LLMReplayError, match=r"holds commits the store did not make"):
+        store.save(record())
+    assert git(remote, "rev-parse", "refs/heads/main") == main_before
+    with pytest.raises(LLMReplayError, match=r"^git:origin#HEAD: expected a ref of the results' own"):
+        open_store("git:origin#HEAD", job)
+    results = open_store("git:origin#llmreplay-results", job)  # the store's own commits are its to build on
+    results.check(writing=True)
+    results.save(record())
+    results.check(writing=True)
+    results.save(record(summary={"n": {"value": 2}}))
+    assert git(remote, "rev-list", "--count", "refs/heads/llmreplay-results") == "2"
+
+
 PUSH_SCRIPT = """
 import json, sys, time
 from pathlib import Path

@@ -5,7 +5,9 @@ A save lands in a local outbox first, then fetch REF, add the outbox's files to 
 on top and push, which the remote refuses unless it fast-forwards; when another job pushed
 first, fetch again and retry with backoff (:data:`PUSH_ATTEMPTS` rounds). All of it runs in a
 private bare repository next to the outbox: the user's working tree, index and HEAD are never
-touched.
+touched. A ref whose newest commit the store did not make (a code branch: ``git:origin#main``)
+is never written to, since a save commits on top of the ref's files: refused when the store is
+checked for writing and again before each push.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ PUSH_BACKOFF_S = 0.2  # the first wait between rounds; doubled each round (cappe
 PUSH_BACKOFF_CAP_S = 5.0
 GIT_TIMEOUT_S = 120.0  # one git command talking to the remote
 DEFAULT_GIT_REF = "llmreplay-results"
+COMMIT_SUBJECT = "llmreplay: "  # how every commit the store makes begins (_commit), and how it knows its own
 
 
 class GitError(LLMReplayError):
@@ -121,8 +124,23 @@ class GitStore(Store):
     def check(self, writing: bool) -> None:
         try:
             self.fetch()
+            if writing:
+                self._refuse_foreign_tip()
         except GitError as exc:
             raise LLMReplayError(f"{self.label}: {exc}") from None
+
+    def _refuse_foreign_tip(self) -> None:
+        """:class:`GitError` when the fetched ref's newest commit is not one the store made."""
+        if self.tip is None:
+            return
+        subject = self.git("log", "-1", "--format=%s", self.tip).decode().strip()
+        if not subject.startswith(COMMIT_SUBJECT):
+            remote = self.label.partition("#")[0]
+            raise GitError(
+                f"{self.ref} holds commits the store did not make (its newest, {self.tip[:12]}: {subject[:60]!r}); "
+                "results go on top of the ref's files, so they would land on that branch: "
+                f"name a ref of their own, such as {remote}#{DEFAULT_GIT_REF}"
+            )
 
     def names(self, folder: str) -> list[str]:
         if not self.fetched:
@@ -175,6 +193,7 @@ class GitStore(Store):
         rng = random.Random(secrets.randbits(32))  # backoff jitter: concurrent jobs must not retry in step
         for attempt in range(PUSH_ATTEMPTS):
             self.fetch()
+            self._refuse_foreign_tip()
             pending = self._pending()
             if not pending:
                 return
@@ -225,7 +244,7 @@ class GitStore(Store):
         finally:
             index.unlink(missing_ok=True)
         parents = ["-p", self.tip] if self.tip else []
-        message = f"llmreplay: {len(files)} result{'s' if len(files) != 1 else ''}\n\n" + "\n".join(sorted(files))
+        message = f"{COMMIT_SUBJECT}{len(files)} result{'s' if len(files) != 1 else ''}\n\n" + "\n".join(sorted(files))
         return self.git("-c", "commit.gpgsign=false", "commit-tree", tree, *parents, "-m", message).decode().strip()
 
     def _clear(self, files: Iterable[str]) -> None:
@@ -282,11 +301,17 @@ def _git_env(rootdir: Path) -> dict[str, str]:
 def git_store(spec: str, rootdir: Path) -> GitStore:
     """``git:REMOTE#REF``: REMOTE a remote of the repository at ``rootdir`` (``origin``) or a URL
     (one holding a password is refused, as for any store) or path; REF a full ref
-    (``refs/llmreplay/results``) or a branch name (default ``llmreplay-results``)."""
+    (``refs/llmreplay/results``) or a branch name (default ``llmreplay-results``), never ``HEAD``
+    (a code branch is refused when written to: :meth:`GitStore.check`)."""
     remote, _, ref = spec.removeprefix("git:").partition("#")
     ref = ref.strip() or DEFAULT_GIT_REF
     if not remote:
         raise LLMReplayError(f"{redact(spec)}: expected git:REMOTE#REF, e.g. git:origin#refs/llmreplay/results")
+    if ref.rsplit("/", 1)[-1] == "HEAD":
+        raise LLMReplayError(
+            f"{redact(spec)}: expected a ref of the results' own, such as {DEFAULT_GIT_REF} or refs/llmreplay/results; "
+            "HEAD names the checked-out code, not a place for results"
+        )
     refuse_password(spec, remote, "to git (a credential helper, or the checkout's http.*extraheader)")
     if not ref.startswith("refs/"):
         ref = f"refs/heads/{ref}"
