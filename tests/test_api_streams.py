@@ -309,6 +309,40 @@ def test_a_stream_cut_before_its_end_names_the_event_it_missed(recorded_server):
     assert cut_messages.error == "stream: stream ended before message_stop after 6 tokens"
 
 
+@pytest.mark.parametrize(
+    ("content_type", "body", "error"),
+    [
+        ("text/event-stream", b"data: [DONE]\n\n", "protocol: the stream ended without a token (and no usage)"),
+        (
+            "text/event-stream",
+            b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 0}}\n\ndata: [DONE]\n\n',
+            "protocol: the stream ended without a token (usage: 0 completion tokens)",
+        ),
+        (
+            "application/json",
+            b'{"choices": [{"message": {"content": "hi"}}]}',
+            "protocol: asked to stream, the server answered application/json, not an event stream "
+            "(does it honour stream: true?)",
+        ),
+        ("application/json", b'{"error": {"message": "quota exceeded"}}', "server: quota exceeded"),
+    ],
+    ids=["done only", "no token, usage zero", "a whole reply", "a whole error"],
+)
+def test_a_stream_with_no_token_or_no_stream_is_a_failed_request(content_type, body, error):
+    """A 200 that generated nothing was an ok request (error_rate == 0 held against a server that
+    answered nothing), and a server that ignores stream: true was said to end before [DONE]."""
+    from handlers import Handler, serving
+
+    class Answers(Handler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.answer(200, body, content_type)
+
+    with serving(Answers) as url:
+        response = send(url, "chat", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}, model="m")
+    assert response.error == error
+
+
 def test_replay_reads_reasoning_from_the_deltas_when_vllms_usage_says_zero(recorded_server):
     # vLLM 0.32 with deepseek_r1's template (which opens <think> in the prompt) reports
     # reasoning_tokens 0 beside 4 reasoning tokens streamed (in 2 merged deltas, 5 answer tokens in 2)

@@ -290,6 +290,16 @@ class HTTPEndpoint:
             response.end_s = self._clock.now()
 
     async def _read_stream(self, reply: Any, response: Response, api: API) -> None:
+        """The event stream into ``response``; a failed request where the stream is none (a whole
+        JSON reply: the server ignores ``stream: true``; its error, where it is one), ends early,
+        or ends without a token, which no request asking for at least one can (usage saying
+        none generated is the same: the request measured nothing)."""
+        if reply.headers.get("content-type", "").split(";")[0].strip().lower() == "application/json":
+            await self._read_whole(reply, Response(), api)  # a JSON error says so (StreamError)
+            raise StreamError(
+                "protocol",
+                "asked to stream, the server answered application/json, not an event stream (does it honour stream: true?)",
+            )
         decoder, parser, done = SSEDecoder(), api.parser(), False
         async for raw in reply.aiter_raw():
             now = self._clock.now()
@@ -299,6 +309,9 @@ class HTTPEndpoint:
             done = parser.event(data, self._clock.now(), response) or done
         if not done:
             response.fail("stream", f"stream ended before {api.end} {progress(response)}")
+        elif not response.chunk_times and not response.completion_tokens:
+            usage = "and no usage" if response.completion_tokens is None else "usage: 0 completion tokens"
+            response.fail("protocol", f"the stream ended without a token ({usage})")
 
     async def _read_whole(self, reply: Any, response: Response, api: API) -> None:
         raw = await reply.aread()
