@@ -246,7 +246,7 @@ def test_corrupt_runs_in_a_stored_result_is_one_line(project):
 def test_a_body_assert_slo_after_repeats_checks_the_runs_medians_as_the_tests_own_slos_do(project):
     """The test's SLOs are checked against each figure's median over the runs; an assert_slo of
     the same key in its body had checked the last run alone: one table, two measurements."""
-    body = '    llm_result.assert_slo({"ttft.p50": "< 10s", "ttft.min": "< 20ms", "goodput": ">= 0%"})'
+    body = '    llm_result.assert_slo({"ttft.p50": "< 10s", "ttft.min": "< 20ms", "goodput": "> 0%"})'
     project.makepyfile(
         test_perf=PERF_TEST.replace('slo={"error_rate": "== 0"}', 'slo={"ttft.p50": "< 10s"}').replace("    pass", body)
     )

@@ -823,3 +823,26 @@ def test_canonical_keeps_different_settings_apart():
         "mine.p99",
         "< 5ms",
     )  # a plugin metric keeps its unit
+
+
+@pytest.mark.parametrize(
+    ("key", "threshold", "message"),
+    [
+        ("error_rate", "<= 1", "'<= 1' can never fail (error_rate is a share, at most 100%); did you mean '<= 1%'?"),
+        ("error_rate", "<= 100%", "'<= 100%' can never fail (error_rate is a share, at most 100%)"),
+        ("goodput", "<= 1.0", "'<= 1.0' can never fail (goodput is a share, at most 100%); did you mean '<= 1.0%'?"),
+        (
+            "cache_hit_rate.mean",
+            ">= 0%",
+            "'>= 0%' can never fail (cache_hit_rate is never negative); write '> 0' for 'some'",
+        ),
+        (
+            "output_throughput.overall",
+            ">= 0 tok/s",
+            "'>= 0 tok/s' can never fail (output_throughput is never negative)",
+        ),
+    ],
+)
+def test_a_threshold_every_run_passes_is_refused(key, threshold, message):
+    """error_rate <= 1 (meant: 1%) passed a run in which every request failed."""
+    assert refused(key, threshold).startswith(f"SLO {key!r}: {message}")

@@ -363,6 +363,17 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
         raise LLMReplayError(
             f"SLO {key!r}: {threshold.strip()!r} can never hold ({key} is a share, at most 100%); write '>= 100%' or '== 100%'"
         )
+    if value == 0 and op == ">=" and metric in KNOWN_METRICS:  # passes every run, however bad
+        raise LLMReplayError(
+            f"SLO {key!r}: {threshold.strip()!r} can never fail ({metric} is never negative); write '> 0' for 'some'"
+        )
+    if (
+        family == "share" and value == 1 and op == "<="
+    ):  # error_rate <= 1: the 1-for-1% slip passes a run that failed whole
+        meant = f"; did you mean '<= {number}%'?" if not unit else ""
+        raise LLMReplayError(
+            f"SLO {key!r}: {threshold.strip()!r} can never fail ({key} is a share, at most 100%){meant}"
+        )
     if family == "time" and not unit:  # the ms/s slip: "< 500" read as 500 seconds passes everything
         written = f"{op} {number}"
         raise LLMReplayError(
