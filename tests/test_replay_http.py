@@ -137,6 +137,49 @@ def test_timeout_and_refused_connection_are_failed_records(server, prompts, refu
     assert all(r.error.startswith("connect: ") for r in run.records)
 
 
+@pytest.mark.parametrize(
+    ("usage", "kept", "said"),
+    [
+        (
+            {"prompt_tokens": 48, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 480}},
+            (None, None, 3),
+            "cached_tokens 480 of 48 prompt tokens",
+        ),
+        (
+            {"prompt_tokens": -5, "completion_tokens": -3, "prompt_tokens_details": {"cached_tokens": 10**6}},
+            (None, None, 3),
+            "prompt_tokens -5, completion_tokens -3, cached_tokens 1000000 of -5 prompt tokens",
+        ),
+    ],
+    ids=["more cached than prompt", "negative counts"],
+)
+def test_usage_counts_no_request_can_have_are_not_used(prompts, usage, kept, said):
+    """A server's usage of 480 cached tokens in a 48-token prompt made a 1000% cache hit rate
+    (and negative throughputs from negative counts), which a cache SLO passed on."""
+    from handlers import Handler, serving
+
+    chunk = {"choices": [{"index": 0, "delta": {"content": "a"}}]}
+    stream = "".join(f"data: {json.dumps(chunk)}\n\n" for _ in range(3))
+    stream += f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n"
+
+    class Garbage(Handler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.answer(200, stream.encode(), "text/event-stream")
+
+    with serving(Garbage) as url:
+        run = replay(
+            flat(2, output=3), HTTPEndpoint(url, api="chat", model="m"), prompts, ReplaySettings(check_idle=False)
+        )
+    record = run.records[0]
+    assert record.status == "ok" and (record.prompt_tokens, record.cached_tokens, record.output_tokens) == kept
+    assert record.notes == [f"usage not used: {said}"]
+    assert [w for w in run.warnings if "usage" in w] == [
+        f"the server's usage holds counts no request can have (first: {said}); its counts are not used"
+    ]
+    assert "cache_hit_rate" not in Result(run).summary  # not measured: no count to measure it from
+
+
 def test_busy_server_is_reported_before_the_run(prompts):
     with ServerThread(MockServer(MockConfig(busy=3))) as thread:
         result = go(flat(1), thread.url, prompts)

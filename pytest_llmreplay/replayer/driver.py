@@ -77,6 +77,9 @@ LEAD_S = 0.05  # a session's first request is built this long before it is due
 CHAT_TEMPLATE_ALLOWANCE = (64, 16)  # tokens a chat template may add: fixed, per message
 
 
+USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")  # Response's, from usage
+
+
 class Replay:
     """One run of a workload against an endpoint. Use :func:`replay` unless you need the parts."""
 
@@ -377,6 +380,7 @@ class Replay:
 
     def _keep(self, record: RequestRecord, response: Response, api: str, body: dict) -> None:
         """Copy the response into the record (times made relative), check counts, store it."""
+        self._drop_impossible_usage(record, response)
         start = self._start
         record.sent_s = None if response.sent_s is None else response.sent_s - start
         record.end_s = None if response.end_s is None else response.end_s - start
@@ -412,6 +416,28 @@ class Replay:
         self.records.append(record)
         if self.on_record is not None:
             self.on_record(record)
+
+    def _drop_impossible_usage(self, record: RequestRecord, response: Response) -> None:
+        """A server's usage holding a count no request can have (a negative one; more cached
+        than prompt tokens) is not used at all (its counts set to None: the figures then come
+        from the stream and the plan, or are not measured), said in the record's notes and
+        warned of once: a 1000% cache hit rate or a negative throughput passed SLOs no real run
+        could."""
+        impossible = [
+            f"{name} {value}" for name in USAGE_COUNTS if (value := getattr(response, name)) is not None and value < 0
+        ]
+        cached, prompt = response.cached_tokens, response.prompt_tokens
+        if cached is not None and prompt is not None and cached > prompt:
+            impossible.append(f"cached_tokens {cached} of {prompt} prompt tokens")
+        if not impossible:
+            return
+        for name in USAGE_COUNTS:
+            setattr(response, name, None)
+        record.notes.append(f"usage not used: {', '.join(impossible)}")
+        self._warn_once(
+            "usage",
+            f"the server's usage holds counts no request can have (first: {', '.join(impossible)}); its counts are not used",
+        )
 
     def _keep_reasoning(self, record: RequestRecord, response: Response, counted: int) -> None:
         """The reasoning's and the answer's times (made relative) and the reasoning's count: the
