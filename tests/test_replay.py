@@ -23,7 +23,7 @@ from pytest_llmreplay.replayer.records import cancelled_note
 from pytest_llmreplay.replayer.response import Response
 from pytest_llmreplay.workloads.prompts import PromptFactory
 from pytest_llmreplay.workloads.tokenizer import load_tokenizer
-from pytest_llmreplay.workloads.workload import Payload, Session, Synthetic, TokenIds, Turn, Workload
+from pytest_llmreplay.workloads.workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn, Workload
 
 
 class FakeEndpoint:
@@ -317,7 +317,27 @@ def test_request_limit_takes_whole_sessions(prompts):
 
 def test_session_limit_cycles_a_short_workload(prompts):
     plan = session_plan(flat(0, 1), ReplaySettings(max_sessions=5, mode="concurrency"))
-    assert [s.id for s in plan] == ["s0", "s1", "s0", "s1", "s0"]
+    assert [s.id for s in plan] == ["s0", "s1", "s0#1", "s1#1", "s0#2"]  # each repeat a new user
+
+
+def test_a_repeated_session_shares_no_prompt_token_with_its_earlier_runs(prompts):
+    """A cycled Azure trace (no shared prefixes) hit the cache on 48% of its prompts: each pass
+    resent the first one's. A repeat's own tokens and hash-id blocks are new; what the workload
+    shares between sessions (a prefix group; a hash id two sessions of one pass name) stays so."""
+    grouped = Synthetic(prefix_group=1, prefix_tokens=8)
+    workload = Workload(
+        (
+            Session("a", 0.0, (Turn(20, 2, grouped),)),
+            Session("b", 0.0, (Turn(20, 2, HashBlocks((7, 8), 4)),)),
+            Session("c", 0.0, (Turn(4, 2, HashBlocks((7,), 4)),)),
+        ),
+        "test",
+    )
+    plan = session_plan(workload, ReplaySettings(max_sessions=6, mode="concurrency"))
+    ids = [prompts.turn_ids(session, 0) for session in plan]
+    assert ids[3][:8] == ids[0][:8] and ids[3][8:] != ids[0][8:]  # the group's prefix, then its own
+    assert ids[4][:4] != ids[1][:4] and ids[4][4:] != ids[1][4:]  # both hash-id blocks renamed
+    assert ids[5] == ids[4][:4] and ids[2] == ids[1][:4]  # hash id 7's block, shared within each pass
 
 
 def test_timestamps_cycles_follow_each_other_at_the_traces_pace(prompts):
@@ -369,7 +389,8 @@ def test_shuffled_and_sampled_orders_are_seeded(prompts):
         s.id for s in session_plan(workload, ReplaySettings(order="shuffled", seed=3, mode="concurrency"))
     ]
     sampled = [s.id for s in session_plan(workload, ReplaySettings(order="sampled", seed=3, mode="concurrency"))]
-    assert len(sampled) == 20 and len(set(sampled)) < 20  # with replacement
+    drawn = [s.partition("#")[0] for s in sampled]
+    assert len(sampled) == len(set(sampled)) == 20 and len(set(drawn)) < 20  # with replacement, each draw a new user
     assert sampled != [
         s.id for s in session_plan(workload, ReplaySettings(order="sampled", seed=4, mode="concurrency"))
     ]
