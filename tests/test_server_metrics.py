@@ -148,6 +148,25 @@ def test_figures_read_gauges_during_the_run_and_counters_over_all_of_it():
     )
 
 
+@pytest.mark.parametrize("status", ["cancelled", "failed"])
+def test_a_run_with_requests_not_ok_sets_no_client_hit_rate_beside_the_servers(status):
+    """The server counts the prompts of requests the client cut (--duration, Ctrl-C) or saw fail;
+    the client only the ok ones: '38.6% against 29.0%, one of the two counts is wrong' after
+    --duration was no wrong count. The two are set side by side only when every request is ok."""
+    from pytest_llmreplay.replayer.records import ReplayRun, RequestRecord
+
+    records = [
+        RequestRecord(f"s{i}", i, 0, 1, "ok", 0.0, sent_s=0.1, end_s=0.5, prompt_tokens=100, cached_tokens=50)
+        for i in range(2)
+    ]
+    records.append(RequestRecord("s2", 2, 0, 1, status, 0.0, sent_s=0.1, end_s=0.5, prompt_tokens=100))
+    series = {"prefix_cache_queries": [[-0.1, 0], [0.6, 300]], "prefix_cache_hits": [[-0.1, 0], [0.6, 240]]}
+    result = Result(ReplayRun(records, [], {}, "w", "e", 0.6, 3, server_metrics=series))
+    assert result.summary["server"]["prefix_cache_hit_rate"] == 0.8
+    assert result.client_hit_rate is None and result.hit_rate_gap is None
+    assert "client_hit_rate" not in make_record(result, test="t", fingerprint={}, workload={}, git={})
+
+
 def test_figures_the_server_does_not_report_are_absent_not_zero():
     """llama.cpp: no preemption or prefix-cache counter; nothing queried: no hit rate."""
     series = {"running": [[0.1, 1]], "prefix_cache_queries": [[0, 5], [1, 5]], "prefix_cache_hits": [[0, 0], [1, 0]]}

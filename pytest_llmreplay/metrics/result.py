@@ -53,7 +53,8 @@ Server side (only when the server's ``/metrics`` was scraped): ``server`` with t
 :mod:`~pytest_llmreplay.metrics.server` (``server.preemptions``, ``server.kv_cache_usage.max``, ...);
 :attr:`Result.client_hit_rate` = Σ cached / Σ prompt over every ok request reporting
 ``cached_tokens`` (warm-up included, as the server's counters include it), to set beside the
-server's ``prefix_cache_hit_rate``.
+server's ``prefix_cache_hit_rate``; none when a request was not ok (the server counted its
+prompt, the client could not).
 
 Statistics of a distribution: mean, min, p50, p90, p95, p99, max, std (numpy, linear
 interpolation, as vLLM's ``bench serve``) and count.
@@ -419,8 +420,12 @@ class Result:
     @cached_property
     def client_hit_rate(self) -> float | None:
         """Σ cached / Σ prompt tokens over the ok requests reporting ``cached_tokens`` (module
-        docstring); None when none reported it, or their prompts hold no token."""
-        reported = [r for r in self.run.records if r.status == "ok" and r.cached_tokens is not None]
+        docstring); None when none reported it, their prompts hold no token, or a request was
+        not ok (cut by the run's end, failed): the server counted prompts the client did not,
+        and the two rates, set side by side (:attr:`hit_rate_gap`), would differ with no count wrong."""
+        if any(r.status != "ok" for r in self.run.records):
+            return None
+        reported = [r for r in self.run.records if r.cached_tokens is not None]
         prompts = sum(prompt_tokens(r) or 0 for r in reported)
         return sum(r.cached_tokens or 0 for r in reported) / prompts if prompts else None
 
