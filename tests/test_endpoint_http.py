@@ -608,6 +608,12 @@ def test_busy_requests_of_an_idle_or_unrelated_server():
     assert busy_requests("# vllm:num_requests_running 5\nprocess_cpu_seconds_total 12.5\n") == 0
 
 
+def test_busy_requests_ignores_a_gauge_that_is_not_a_number():
+    # Prometheus text allows NaN and +Inf; an idle check said "nan requests running or waiting"
+    text = 'vllm:num_requests_running{engine="0"} NaN\nvllm:num_requests_waiting +Inf\nsglang:num_queue_reqs 1\n'
+    assert busy_requests(text) == 1
+
+
 def test_busy_requests_ignores_a_sample_timestamp():
     # Prometheus text format: name{labels} value [timestamp]; the timestamp is not the value
     assert busy_requests('vllm:num_requests_running{engine="0"} 2 1712345678901\n') == 2

@@ -308,6 +308,12 @@ def test_a_unit_that_does_not_fit_the_metric(key, threshold, unit, family):
     assert f"a {family} metric" in message
 
 
+def test_a_time_with_a_unit_that_does_not_fit_is_told_the_units_it_needs():
+    # "or none" there contradicted the rule that a time needs its unit ('< 500' is refused)
+    assert refused("ttft.p99", "< 50%").endswith("expected one of us, ms, s")
+    assert refused("cache_hit_rate.mean", ">= 5ms").endswith("expected one of % or none")
+
+
 @pytest.mark.parametrize("key", ["cache_hit_rate.mean", "error_rate", "goodput", "eligible_cache_hit_rate.p50"])
 def test_a_share_over_one_without_percent_is_refused(key):
     message = refused(key, ">= 80")

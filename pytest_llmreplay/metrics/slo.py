@@ -338,7 +338,9 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     family = stat_family(metric, stat)
     if unit and family is not None and UNITS[unit][0] != family:
         fitting = [u for u, (f, _) in UNITS.items() if f == family]
-        expected = f"one of {', '.join(fitting)} or none" if fitting else "no unit"
+        # a time needs its unit (below); other metrics may go without one, in their own unit
+        none = "" if family == "time" else " or none"
+        expected = f"one of {', '.join(fitting)}{none}" if fitting else "no unit"
         raise LLMReplayError(
             f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}"
         )

@@ -21,6 +21,7 @@ A server the run starts itself is :mod:`~pytest_llmreplay.replayer.server_proces
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -418,7 +419,8 @@ def check_endpoint_url(url: str) -> str:
 
 def busy_requests(metrics_text: str) -> float:
     """Sum of the running/waiting request gauges (:data:`BUSY_GAUGES`) in Prometheus text
-    (``name{labels} value [timestamp]``; one series per engine, so they add up)."""
+    (``name{labels} value [timestamp]``; one series per engine, so they add up); a value that is
+    not a finite number (``NaN``, ``+Inf``) counts no request."""
     total = 0.0
     for line in metrics_text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
@@ -426,9 +428,10 @@ def busy_requests(metrics_text: str) -> float:
             continue
         rest = line[line.rfind("}") + 1 :] if "{" in line else line[len(name) :]
         try:
-            total += float(rest.split()[0])
+            value = float(rest.split()[0])
         except (IndexError, ValueError):
             continue
+        total += value if math.isfinite(value) else 0.0
     return total
 
 
