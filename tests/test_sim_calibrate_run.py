@@ -411,3 +411,35 @@ def test_a_profile_that_cannot_be_read_is_named_by_its_option(trace, truth_run, 
     assert main([*args, "--out", str(tmp_path / "p.json")]) == 3
     err = capsys.readouterr().err
     assert err.startswith("error: --profile: ") and reason in err, err
+
+
+def test_a_requests_csv_sent_at_another_pace_than_the_workloads_is_refused(trace, tmp_path, capsys):
+    """A requests.csv does not record how its run was sent: one made at --speedup 4 was fitted as if
+    sent at the trace's own pace, and the profile written was worse than the one it started from
+    (found by a new-user trial). Its sessions' start times say so; its result.json says how."""
+    assert main(["run", str(trace), "--sim", BASE, "--speedup", "4", "--out", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    args = ["calibrate", "--workload", str(trace), "--profile", BASE, "--max-evals", "4"]
+    out = tmp_path / "p.json"
+    assert main([*args, "--from-run", str(tmp_path / "run" / "requests.csv"), "--out", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: {tmp_path / 'run' / 'requests.csv'}: its sessions were sent at 4x the pace of the workload's timestamps ("
+    ), err
+    assert "calibrate from the run's result.json" in err and not out.exists()
+    assert main([*args, "--from-run", str(tmp_path / "run" / "result.json"), "--out", str(out)]) == 0
+
+
+def test_a_fit_that_predicts_its_hold_out_worse_is_said_so():
+    from pytest_llmreplay.sim.calibrate_run import Fit, RunErrors, worse_lines
+
+    def errors(value):
+        return {key: value for key in STATISTICS}
+
+    better = RunErrors("a.csv", errors(0.01), errors(0.02), errors(0.2), errors(0.15))
+    worse = RunErrors("b.csv", errors(0.05), errors(-0.22), errors(0.2), errors(0.13))
+    fit = Fit({"mfu": 0.5}, {"mfu": 0.4}, [better, worse], 10, 0.1)
+    assert worse_lines(fit) == [
+        "warning: b.csv: the fitted values predict its held-out half worse than the ones they started from "
+        "(mean |error| 22.0% against 13.0%): check that the run is of this workload, sent as the replay sends it"
+    ]

@@ -103,7 +103,7 @@ def same_file_format(workload: str, run: str) -> str | None:
 
 def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Path) -> int:
     """The workload is read in its detected format (as ``llmreplay run`` does without ``--format``)."""
-    from ..sim.calibrate_run import FitRun, calibrate_from_runs, check_fit, layers, read_base, report_lines
+    from ..sim.calibrate_run import FitRun, calibrate_from_runs, check_fit, layers, read_base, report_lines, worse_lines
     from ..sim.measured_run import read_run
     from ..workloads.formats import load_workload
     from ..workloads.prompts import PromptFactory
@@ -151,6 +151,8 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
         + ", ".join(f"{k} {v:g} (was {result.start[k]:g})" for k, v in result.values.items())
     )
     print("\n".join(report_lines(result)))
+    for line in worse_lines(result):
+        print(line, file=sys.stderr)
     if args.name:
         profile["name"] = args.name
     _write_out(profile, out)

@@ -256,6 +256,34 @@ def check_pairing(run: MeasuredRun, workload: Workload) -> None:
         )
 
 
+PACE_TOLERANCE = 0.05  # how far a run's pace may stray from its workload's timestamps (clock, scheduling lag)
+
+
+def check_pace(run: MeasuredRun, workload: Workload) -> None:
+    """A run with no recorded load (``run.load`` empty) is replayed at its workload's own
+    timestamps: where it records its sessions' starts (a ``requests.csv``) and the workload is
+    timed, the span of those starts must be the span of the same sessions' arrivals within
+    :data:`PACE_TOLERANCE`, else one line says at what pace the run was sent (a ``--speedup``,
+    concurrency or rate run) and to calibrate from its ``result.json``, which records how."""
+    if run.load or not run.session_starts or not workload.timed:
+        return
+    sessions = workload.sessions
+    pairs = [(sessions[index].arrival_s, start) for index, start in run.session_starts.items() if index < len(sessions)]
+    planned = max(a for a, _ in pairs) - min(a for a, _ in pairs) if pairs else 0.0
+    sent = max(s for _, s in pairs) - min(s for _, s in pairs) if pairs else 0.0
+    if planned <= 0 or abs(sent / planned - 1) <= PACE_TOLERANCE:
+        return
+    pace = (
+        f"were sent at {planned / sent:.3g}x the pace of the workload's timestamps ({len(pairs)} sessions started over {sent:.3g} s"
+        if sent > 0
+        else f"were all sent at once ({len(pairs)} sessions"
+    )
+    raise LLMReplayError(
+        f"{run.path}: its sessions {pace}, their arrivals span {planned:.3g} s); a requests.csv does not record how "
+        "its run was sent (speedup, concurrency, rate): calibrate from the run's result.json, written beside it, which does"
+    )
+
+
 def with_timing(base: Mapping[str, Any], values: Mapping[str, float]) -> dict[str, Any]:
     """The profile JSON ``base`` with its timing's ``values`` replaced, and the ranges its
     ``uncertainty`` section gave those fields dropped (sim/profile_ranges.py): they state how
@@ -400,6 +428,7 @@ def calibrate_from_runs(
     )
     for part in runs:
         check_pairing(part.run, part.workload)
+        check_pace(part.run, part.workload)
     if any(part.run.from_client and alone_share(part.run, part.workload) >= LIGHT_SHARE for part in runs):
         staged = False  # a light run pins the front end from the first replay (module doc)
     elif "frontend_ms" in fit:
@@ -547,6 +576,26 @@ def report_lines(result: Fit) -> list[str]:
     return lines
 
 
+def worse_lines(result: Fit) -> list[str]:
+    """A warning for each run whose held-out half the fitted values predict worse than the values
+    they started from (mean |error| over :data:`STATISTICS`): the profile is still written (a
+    finished fit is never lost), but a fit that made its own hold-out worse is no calibration,
+    and most often the run is not the workload as replayed."""
+    lines = []
+    for errs in result.runs:
+        before, after = (
+            sum(abs(errors[key]) for key in STATISTICS) / len(STATISTICS)
+            for errors in (errs.start_holdout_errors, errs.holdout_errors)
+        )
+        if after > before:
+            lines.append(
+                f"warning: {errs.path}: the fitted values predict its held-out half worse than the ones they started "
+                f"from (mean |error| {after:.1%} against {before:.1%}): check that the run is of this workload, sent as "
+                "the replay sends it"
+            )
+    return lines
+
+
 __all__ = [
     "BOUNDS",
     "ENGINE_PARAMETERS",
@@ -559,10 +608,12 @@ __all__ = [
     "best_shift",
     "calibrate_from_run",
     "calibrate_from_runs",
+    "check_pace",
     "errors",
     "halves",
     "loss",
     "nelder_mead",
     "report_lines",
     "simulate",
+    "worse_lines",
 ]

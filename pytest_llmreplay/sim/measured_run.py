@@ -11,7 +11,9 @@ workloads are: ``run.jsonl.gz``):
   arrival in the engine, so without the server's front end: ``from_client`` False).
 - ``requests.csv`` (``llmreplay run --out``): the ``ok`` rows, keyed by ``session_index`` and
   ``turn_index``, with their ``ttft``, ``tpot``, ``latency`` columns (seconds; ``tpot`` empty for a
-  one-token output).
+  one-token output), and each session's start (its first turn's ``scheduled_s``, any status):
+  the file does not say how its run was sent, so the calibration checks that pace
+  (:func:`~pytest_llmreplay.sim.calibrate_run.check_pace`).
 - ``result.json`` (``llmreplay run --out``, a stored result): its per-request ``samples`` of
   ``ttft``, ``tpot``, ``latency`` and their ``sample_keys``.
 - a vLLM benchmark result (``vllm bench serve --save-result --save-detailed``, any ``.json``
@@ -72,7 +74,9 @@ class MeasuredRun:
     ``from_client``: TTFT and latency were timed by a client (from sending the request), so they
     include the server's front end; False when timed from the request's arrival in the engine.
     ``load``: the replay settings (:class:`~pytest_llmreplay.replayer.plan.ReplaySettings` fields)
-    that send the workload as the run sent it (module doc); empty: its own timestamps."""
+    that send the workload as the run sent it (module doc); empty: its own timestamps.
+    ``session_starts``: session index -> when its first request was scheduled, in seconds from the
+    run's start, where the file records it (a ``requests.csv``; empty for the others)."""
 
     path: str
     keys: np.ndarray
@@ -81,6 +85,7 @@ class MeasuredRun:
     latency: np.ndarray
     from_client: bool = True
     load: Mapping[str, Any] = field(default_factory=dict)
+    session_starts: Mapping[int, float] = field(default_factory=dict)
 
     def metric(self, name: str) -> np.ndarray:
         return getattr(self, name)
@@ -111,11 +116,12 @@ class MeasuredRun:
             self.latency[mask],
             self.from_client,
             self.load,
+            self.session_starts,
         )
 
 
 Row = tuple[int, float, float, float]  # a request's (key, ttft, tpot, latency), as a reader gives it
-Read = tuple[list[Row], dict[str, Any]]  # a reader's rows and the run's load (MeasuredRun.load)
+Read = tuple[list[Row], dict[str, Any], dict[int, float]]  # rows, MeasuredRun.load, MeasuredRun.session_starts
 
 
 def read_run(path: str | Path) -> MeasuredRun:
@@ -134,7 +140,7 @@ def read_run(path: str | Path) -> MeasuredRun:
             "or vllm bench serve's result .json, plain or compressed (.gz, .zst)"
         )
     try:
-        rows, load = reader(path, read_text(path, "UTF-8 JSONL, CSV or JSON"))
+        rows, load, starts = reader(path, read_text(path, "UTF-8 JSONL, CSV or JSON"))
     except OSError as exc:
         raise LLMReplayError(f"{path}: cannot read: {exc.strerror}") from None
     _check_load(path, load)
@@ -152,6 +158,7 @@ def read_run(path: str | Path) -> MeasuredRun:
         columns[:, 3],
         from_client=reader is not _vllm_jsonl,
         load=load,
+        session_starts=starts,
     )
 
 
@@ -203,7 +210,7 @@ def _vllm_jsonl(path: Path, text: str) -> Read:
             raise LLMReplayError(f"{where}: output_toks: expected >= 1, got {output:g}")
         tpot = (last - first) / (output - 1) if output > 1 else math.nan
         rows.append((len(rows) * KEY_TURNS, first - queued, tpot, last - queued))
-    return rows, {}
+    return rows, {}, {}
 
 
 def _requests_csv(path: Path, text: str) -> Read:
@@ -216,10 +223,17 @@ def _requests_csv(path: Path, text: str) -> Read:
                 f"{path}: missing column {', '.join(missing)} (expected llmreplay run --out's requests.csv)"
             )
         rows = []
+        starts: dict[int, float] = {}
+        timed = "scheduled_s" in (reader.fieldnames or [])
         for number, row in enumerate(reader, 2):
+            where = f"{path}:{number}"
+            if timed and row["turn_index"] == "0":
+                try:
+                    starts[int(row["session_index"])] = float(row["scheduled_s"])
+                except ValueError:
+                    raise LLMReplayError(f"{where}: session_index, scheduled_s: expected numbers") from None
             if row["status"] != "ok":
                 continue
-            where = f"{path}:{number}"
             try:
                 key = int(row["session_index"]) * KEY_TURNS + int(row["turn_index"])
                 ttft, latency = float(row["ttft"]), float(row["latency"])
@@ -231,7 +245,7 @@ def _requests_csv(path: Path, text: str) -> Read:
             if not 0 <= ttft <= latency:
                 raise LLMReplayError(f"{where}: times out of order (expected 0 <= ttft <= latency)")
             rows.append((key, ttft, tpot, latency))
-    return rows, {}
+    return rows, {}, starts
 
 
 def _result_json(path: Path, text: str) -> Read:
@@ -268,7 +282,7 @@ def _result_json(path: Path, text: str) -> Read:
     if not isinstance(settings, dict):
         raise LLMReplayError(f"{path}: settings: expected an object (the run's replay settings), got {settings!r:.60}")
     load = {name: settings[name] for name in LOAD_SETTINGS if name in settings}
-    return rows, load
+    return rows, load, {}
 
 
 def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
@@ -291,7 +305,7 @@ def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
         decode = math.fsum(gaps)
         tpot = decode / (outputs[index] - 1) if outputs[index] > 1 else math.nan
         rows.append((len(rows) * KEY_TURNS, ttfts[index], tpot, ttfts[index] + decode))
-    return rows, bench_load(result, len(kept))
+    return rows, bench_load(result, len(kept)), {}
 
 
 __all__ = ["MeasuredRun", "read_run", "MIN_REQUESTS", "METRICS", "LOAD_SETTINGS"]
