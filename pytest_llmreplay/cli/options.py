@@ -149,12 +149,13 @@ def number(positive: bool) -> Any:
 
 
 def share(text: str) -> float:
-    """An argparse type: a share from 0 to 1, a fraction (0.05) or a percentage (5%), read as
-    the SLO ``error_rate <= text`` is."""
+    """An argparse type: a share from 0 to 1, a fraction (0.05) or a percentage (5%), its number
+    and unit read as an ``error_rate`` SLO's are (``==``: the SLO's refusal of a bound no run can
+    fail, ``<= 1``, is no concern of an option whose 1 means "any share")."""
     from ..metrics.slo import parse_slo
 
     try:
-        value = parse_slo("error_rate", f"<= {text}").value
+        value = parse_slo("error_rate", f"== {text}").value
     except LLMReplayError:
         value = math.nan
     if not 0 <= value <= 1:
