@@ -508,6 +508,21 @@ def test_trace_arrivals_scale_the_workloads_own_times(workload, prompts):
     assert 1 < found.value < 40
 
 
+def test_trace_arrivals_are_paced_by_the_sessions_the_plan_replays(prompts):
+    """With max_requests the plan replays the trace's first sessions: the native rate is theirs.
+    It was the whole trace's, so every point offered a rate 2.6 times off its label on an Azure
+    trace whose head arrives slower than the rest (found by a review helper)."""
+    from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
+
+    arrivals = [float(i) for i in range(10)] + [9 + 0.1 * i for i in range(1, 91)]  # 1/s, then 10/s
+    trace = Workload(tuple(Session(f"s{i}", t, (Turn(20, 2, Synthetic()),)) for i, t in enumerate(arrivals)), "test")
+    plan = CapacityPlan(by="rate", slo=SLO, arrival="trace", min=1, max=40)
+    head = Search(trace, target(prompts), prompts, plan, ReplaySettings(max_requests=10), workers=1)
+    assert head.native_rate == pytest.approx(1.0) and head.settings_at(4).speedup == pytest.approx(4)
+    whole = Search(trace, target(prompts), prompts, plan, workers=1)
+    assert whole.native_rate == pytest.approx(99 / 18)
+
+
 def test_a_hopeless_point_stops_early_and_fails(workload, prompts):
     plan = CapacityPlan(by="concurrency", slo={"ttft.p90": "< 150ms"}, max=60)
     search = Search(workload, target(prompts), prompts, plan, workers=1)

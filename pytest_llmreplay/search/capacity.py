@@ -80,7 +80,7 @@ from ..replayer.plan import ReplaySettings, session_plan
 from ..replayer.records import ReplayRun, RequestRecord
 from ..replayer.signal_stop import SignalStop
 from ..workloads.prompts import PromptFactory
-from ..workloads.workload import Workload
+from ..workloads.workload import Session, Workload
 from .outcome import Capacity, Point, carried_rate
 from .stop import OPEN_LOOP_MODES, QueueGrowth, StopRule
 
@@ -305,9 +305,10 @@ class ServerFailed(Exception):
     """The server failed during the search (module docstring); its error."""
 
 
-def trace_rate(workload: Workload) -> float:
-    """Sessions per second of a timed trace: (n - 1) / span of its arrivals."""
-    arrivals = [s.arrival_s for s in workload.sessions]
+def trace_rate(sessions: Sequence[Session]) -> float:
+    """Sessions per second of a timed trace's ``sessions`` (those a plan replays, in its own
+    time): (n - 1) / span of their arrivals."""
+    arrivals = [s.arrival_s for s in sessions]
     span = max(arrivals) - min(arrivals)
     if len(arrivals) < 2 or span <= 0:
         raise LLMReplayError(
@@ -351,7 +352,9 @@ class Search:
         self.sessions = len(planned)
         self.rate_unit = "sessions/s" if any(len(session.turns) > 1 for session in planned) else "req/s"
         check_capacity_unit(test_slos, capacity_stat(plan.by, self.rate_unit))
-        self.native_rate = trace_rate(workload) if plan.arrival == "trace" else None
+        # the pace of the sessions the points replay (max_requests: the trace's head), not the whole trace's
+        timed = session_plan(workload, replace(settings, mode="timestamps")) if plan.arrival == "trace" else None
+        self.native_rate = trace_rate(timed) if timed is not None else None
         self.limits = per_request_limits(plan.slos)
         self.points: list[Point] = []
         self.reset_missing = False  # a point started on a prefix cache not emptied was named
