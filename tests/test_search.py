@@ -467,6 +467,19 @@ def test_an_slo_no_load_meets_gives_capacity_zero(workload, prompts):
     assert found.result.summary["capacity"]["rate"] == 0
 
 
+def test_a_reasoning_slo_on_a_model_that_does_not_reason_says_so(workload, prompts):
+    """An SLO on a reasoning figure is not measured in a run without reasoning, a breach
+    (docs/perf-tests.md); a search whose every point failed so said only 'the lowest one fails'
+    and capacity 0, as if the server were too slow (found by a review helper)."""
+    plan = CapacityPlan(by="concurrency", slo={"ttfo.p99": "< 1s", "ttft.p99": "< 1s"}, max=8)
+    found = find_capacity(workload, target(prompts), prompts, plan, workers=1)
+    assert found.value == 0
+    assert found.ended == (
+        "no load meets the SLOs: ttfo.p99 is not measured at the lowest load, where no request reasoned "
+        "(a reasoning model's figure; bound ttft for a model that does not reason)"
+    )
+
+
 def test_an_slo_every_load_meets_gives_the_highest_load(workload, prompts):
     plan = CapacityPlan(by="concurrency", slo={"ttft.p99": "< 1000s"})
     found = find_capacity(workload, target(prompts), prompts, plan, workers=1)

@@ -72,7 +72,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from ..errors import LLMReplayError
-from ..metrics.names import GOODPUT_METRICS, capacity_stat
+from ..metrics.names import GOODPUT_METRICS, REASONING_METRICS, capacity_stat
 from ..metrics.result import Result
 from ..metrics.slo import SLO, canonical, check_goodput_limits, check_slos, parse_slos, per_request_limits
 from ..replayer.driver import Replay
@@ -317,6 +317,21 @@ def trace_rate(sessions: Sequence[Session]) -> float:
     return (len(arrivals) - 1) / span
 
 
+def _why_the_lowest_fails(point: Point) -> str:
+    """``the lowest one fails``, or, where an SLO on a reasoning figure could not be measured
+    because no request reasoned (a breach, docs/perf-tests.md), that: the capacity of 0 is then
+    the SLO's, not the server's."""
+    unmeasured = [
+        check.slo.key for check in point.checks if check.measured is None and check.slo.metric in REASONING_METRICS
+    ]
+    if not unmeasured or point.result.reasoning:
+        return "the lowest one fails"
+    return (
+        f"{', '.join(unmeasured)} {'is' if len(unmeasured) == 1 else 'are'} not measured at the lowest load, where no request "
+        "reasoned (a reasoning model's figure; bound ttft for a model that does not reason)"
+    )
+
+
 # one run to do: its load (None: an estimate, whose load is the rate it achieves), role, settings,
 # and whether its stop rule applies
 Run = tuple[float | None, str, ReplaySettings, bool]
@@ -523,7 +538,7 @@ class Search:
             runs.append((high_end, "high", self.settings_at(high_end), True))
         ends = self.run_all(runs)
         if not ends[0].passed:
-            return "no load meets the SLOs: the lowest one fails"
+            return f"no load meets the SLOs: {_why_the_lowest_fails(ends[0])}"
         low, high = low_end, None  # high None: no load failed yet
         if len(ends) > 1:
             low, high = (high_end, None) if ends[1].passed else (low_end, high_end)
