@@ -183,13 +183,17 @@ def test_an_update_after_one_more_commit_writes_the_pages_a_build_from_scratch_w
     assert len(page_data(page_of(out, stored_test_ids()[0]))["charts"]["0"]["data"][0]["x"]) == COMMITS + 1
 
 
-def test_unreadable_and_interrupted_results_are_left_out_and_named(site, tmp_path, capsys):
+def test_unreadable_and_partial_results_are_left_out_and_named(site, tmp_path, capsys):
+    """A capacity search its server's failure cut short was drawn as a result (a 91% drop on the
+    index, found by a review helper), where the gate and the history leave it out."""
     folder = site / result_folder(stored_test_ids()[1])
-    first, second = sorted(folder.iterdir())[:2]
+    first, second, third = sorted(folder.iterdir())[:3]
     first.write_text("{not json")
     second.write_text(json.dumps({**json.loads(second.read_text()), "interrupted": "SIGINT"}))
+    cut = json.loads(third.read_text())
+    third.write_text(json.dumps({**cut, "capacity": {**(cut.get("capacity") or {}), "incomplete": "server died"}}))
     printed = build(str(site), tmp_path / "out", capsys)
-    assert "left out 1 interrupted result:" in printed
+    assert "left out 2 partial results: they measured part of their workload" in printed
     assert f"skipped 1 unreadable stored result: {first}: not a stored llmreplay result (" in printed
 
 

@@ -54,7 +54,7 @@ class Built:
     verdicts: int = 0
     moved: int = 0
     unreadable: list[str] = field(default_factory=list)
-    interrupted: int = 0
+    partial: int = 0
 
     def summary(self) -> list[str]:
         lines = [
@@ -63,9 +63,10 @@ class Built:
             f"{counted(self.pages, 'test page')} written, Otava run on {self.change_points:,} series, "
             f"{counted(self.verdicts, 'latest verdict')} compared"
         ]
-        if self.interrupted:
+        if self.partial:
             lines.append(
-                f"left out {counted(self.interrupted, 'interrupted result')}: they measured part of their workload"
+                f"left out {counted(self.partial, 'partial result')}: they measured part of their workload "
+                "(interrupted, or a capacity search its server's failure cut short)"
             )
         if self.unreadable:
             lines.append(f"skipped {counted(len(self.unreadable), 'unreadable stored result')}: {self.unreadable[0]}")
@@ -138,7 +139,7 @@ def build_dashboard(
     built = Built(
         out, len(entries), sum(len(names) for _, names in gathered.tests.values()), gathered.read, gathered.cached
     )
-    built.unreadable, built.interrupted = gathered.unreadable, gathered.interrupted
+    built.unreadable, built.partial = gathered.unreadable, gathered.partial
     built.pages = pages.write(entries)
     copy_assets(out / "assets")
     (out / "index.html").write_text(index_page(site, entries), encoding="utf-8")

@@ -12,7 +12,8 @@ the store.
 
 Only results at commits of the drawn history are read (a name starts with its commit's first 12
 hex digits). Results that cannot be read are cached as such, named in the build's summary, and
-never fatal; so are interrupted ones (left out of every series, as the history leaves them out).
+never fatal; so are partial ones (interrupted, or an incomplete capacity search: left out of
+every series, as the history leaves them out).
 """
 
 from __future__ import annotations
@@ -41,16 +42,16 @@ PARALLEL_FROM = 2000  # results to read from which a build reads them in several
 @dataclass
 class Gathered:
     """What :func:`gather` found: ``tests``: test folder -> its :class:`Results` and the names of
-    those at commits of the history that a series draws (not unreadable, not interrupted), in
+    those at commits of the history that a series draws (not unreadable, not partial), in
     name order (oldest first within a commit); counts of the results ``read`` from the store
     this time and taken from the cache (``cached``), the ``unreadable`` ones (why, for each) and
-    the ``interrupted`` ones."""
+    the ``partial`` ones."""
 
     tests: dict[str, tuple[Results, list[str]]] = field(default_factory=dict)
     read: int = 0
     cached: int = 0
     unreadable: list[str] = field(default_factory=list)
-    interrupted: int = 0
+    partial: int = 0
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -79,7 +80,7 @@ class Results:
     ``dirty[i]``: whether it was saved from a dirty tree (drawn only where its commit has no
     clean result of its line, as the gate takes it: :func:`~.series.test_lines`);
     ``facts``: line -> its facts; ``skipped``: name -> ``{"unreadable": why}`` or
-    ``{"interrupted": signal}``, the results no series draws."""
+    ``{"partial": why}``, the results no series draws."""
 
     def __init__(self) -> None:
         self.names: list[str] = []
@@ -281,7 +282,7 @@ def gather(store: Store, out: Path, commits: Container[str], workers: int = 1) -
             elif "unreadable" in skipped:
                 gathered.unreadable.append(skipped["unreadable"])
             else:
-                gathered.interrupted += 1
+                gathered.partial += 1
         if kept:
             gathered.tests[folder] = (results, kept)
     return gathered

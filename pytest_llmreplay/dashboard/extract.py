@@ -19,8 +19,10 @@ Of a result (:mod:`~pytest_llmreplay.gate.baseline`'s stored form) it keeps:
   :func:`point_slos` reads the SLOs (figure, threshold in the metric's own unit, operator, text)
   and :func:`outcome` writes the headline and SLO table, of the results a page shows them of.
 
-A result stopped by a signal is kept as ``{"interrupted": SIGNAL}`` and one that cannot be read
-as ``{"unreadable": why}``: the series leave both out, as the history does.
+A result that measured part of its workload (:func:`~pytest_llmreplay.gate.stored_record.partial_reason`:
+stopped by a signal, or a capacity search its server's failure cut short) is kept as
+``{"partial": why}`` and one that cannot be read as ``{"unreadable": why}``: the series leave
+both out, as the history and the gate do.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from ..errors import LLMReplayError
 from ..gate.baseline import gated_tolerances
 from ..gate.history import figure
 from ..gate.repeats import run_count
+from ..gate.stored_record import partial_reason
 from ..metrics.slo import KNOWN_METRICS, parse_slo
 from ..report.rows import Headline, headline, slo_rows, stored_checks
 
-VERSION = 5  # of what extract() returns and the cache keeps of it: a cache of another version is read again
+VERSION = 6  # of what extract() returns and the cache keeps of it: a cache of another version is read again
 OUTCOME = ("slo", "failed_by", "plugin_metrics")  # what outcome() and point_slos() read besides the figures
 
 
@@ -104,8 +107,9 @@ def intervals(record: Mapping[str, Any], keys: list[str]) -> dict[str, list[floa
 
 def extract(record: Mapping[str, Any]) -> dict[str, Any]:
     """What the dashboard keeps of one stored result (module docstring)."""
-    if record.get("interrupted"):
-        return {"interrupted": str(record["interrupted"])}
+    partial = partial_reason(record)
+    if partial:
+        return {"partial": partial}
     tolerances = gated_tolerances(record)
     keys = list(
         dict.fromkeys([*tolerances, *(slo["figure"] for slo in slo_figures(record.get("slo"), plugin_metrics(record)))])
