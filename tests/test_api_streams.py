@@ -117,6 +117,9 @@ def test_messages_usage_is_the_start_overridden_by_the_delta_field_by_field():
     response, parser = Response(), API_TABLE["messages"].parser()
     parser.event(json.dumps(start), 0.0, response)
     assert (response.prompt_tokens, response.cached_tokens) == (146, None)  # no cache field: not reported
+    # message_start's output_tokens is a placeholder (0, or Anthropic's 1): a stream cut before
+    # message_delta counted its tokens as 0 and warned of a usage that differed from the stream
+    assert response.completion_tokens is None
     parser.event(json.dumps(delta), 1.0, response)
     assert (response.prompt_tokens, response.completion_tokens, response.finish_reason) == (146, 4, "stop")
     anthropic = {"input_tokens": 5, "cache_read_input_tokens": 96, "cache_creation_input_tokens": 32}

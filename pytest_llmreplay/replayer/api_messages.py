@@ -20,7 +20,8 @@ cache_read_input_tokens + cache_creation_input_tokens``; the cached part is
 thinking deltas are counted instead). ``message_delta``'s usage is cumulative and overrides
 ``message_start``'s field by field, as the SDK merges them: vLLM's ``message_start`` gives the
 whole prompt as ``input_tokens`` and no cache fields, its ``message_delta`` the net figure and the
-cache's. Stop reasons: ``max_tokens`` is ``length``, ``end_turn`` and ``stop_sequence`` are
+cache's; ``message_start``'s ``output_tokens`` is a placeholder (0, or Anthropic's 1) and is
+not taken, so a stream cut before ``message_delta`` counts the tokens it carried. Stop reasons: ``max_tokens`` is ``length``, ``end_turn`` and ``stop_sequence`` are
 ``stop``, ``tool_use`` is ``tool_calls``. Errors: an ``error`` event
 (``{"type": "error", "error": {"type", "message"}}``).
 
@@ -93,9 +94,13 @@ class MessagesParser:
                     now, 0, (self.calls.piece(obj.get("index"), block.get("id"), block.get("name")),)
                 )
             return False
-        if kind == "message_start":
+        if kind == "message_start":  # its output count is a placeholder (0 or 1): message_delta's is the count
             message = obj.get("message")
-            self._merge(message.get("usage") if isinstance(message, dict) else None, response)
+            usage = message.get("usage") if isinstance(message, dict) else None
+            if isinstance(usage, dict):
+                self._merge(
+                    {key: value for key, value in usage.items() if not key.startswith("output_tokens")}, response
+                )
             return False
         if kind == "message_delta":
             delta = obj.get("delta")
