@@ -71,6 +71,11 @@ def test_arrivals_are_relative_to_the_earliest_row_and_sorted(tmp_path):
         ("2023-11-16 18:17:03.0000001", 3.0000001),
         ("2023-11-16 18:18:00.0000000", 60.0),
         ("2023-11-17 00:00:00.0000000", 5 * 3600 + 43 * 60.0),  # across midnight
+        # the 2024 week-long release (AzureLLMInferenceTrace_conv_1week.csv) writes a UTC offset
+        ("2023-11-16 18:17:03.009930+00:00", 3.00993),
+        ("2023-11-16 19:17:03+01:00", 3.0),
+        ("2023-11-16 17:17:03.5-01:00", 3.5),
+        ("2023-11-16 18:17:03Z", 3.0),
     ],
 )
 def test_fractional_digits_and_dates(tmp_path, stamp, seconds):
@@ -136,6 +141,8 @@ def test_wrong_column_count(tmp_path, row, count):
         "2023-11-16 18:17:03.97a",
         "1700158623.98",
         "",
+        "2023-11-16 18:17:03+1:00",
+        "2023-11-16 18:17:03+00:0x",
     ],
 )
 def test_bad_timestamp(tmp_path, stamp):
@@ -149,6 +156,24 @@ def test_bad_counts(tmp_path, column, value):
     row = f"2023-11-16 18:17:05,{value},1" if column == "ContextTokens" else f"2023-11-16 18:17:05,1,{value}"
     path = write_csv(tmp_path, [HEADER, GOOD, row])
     assert_error(path, 3, column, f"must be an integer >= 1, got {value!r}")
+
+
+@pytest.mark.parametrize("ending", ["\r", "\r\n"])
+def test_lines_ended_by_a_carriage_return_alone_or_with_a_line_feed_read_alike(tmp_path, ending):
+    """Excel's "CSV (Macintosh)" ends lines with CR alone: the csv module raised a traceback."""
+    path = tmp_path / "mac.csv"
+    path.write_bytes(ending.join([HEADER, GOOD, "2023-11-16 18:17:04.1,100,5", ""]).encode())
+    workload = load_workload(path)  # detected too
+    assert workload.format == FORMAT
+    assert [session.arrival_s for session in workload.sessions] == pytest.approx([0.0, 0.12004])
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_bytes(f"{HEADER}\n{GOOD}\r2023-11-16 18:17:04.1,x,5\n".encode())
+    assert_error(mixed, 3, "ContextTokens", "must be an integer >= 1, got 'x'")
+
+
+def test_what_the_csv_module_refuses_is_one_error_at_its_line(tmp_path):
+    path = write_csv(tmp_path, [HEADER, GOOD, "2023-11-16 18:17:05," + "1" * 200_000 + ",1"])
+    assert_error(path, 3, None, "not CSV: field larger than field limit")
 
 
 def test_line_numbers_count_blank_lines(tmp_path):

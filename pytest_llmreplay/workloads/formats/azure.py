@@ -1,11 +1,14 @@
-"""Azure LLM inference traces (AzurePublicDataset, 2023): CSV, one request a row.
+"""Azure LLM inference traces (AzurePublicDataset, 2023 and the 2024 week): CSV, one request a row.
 
     TIMESTAMP,ContextTokens,GeneratedTokens
     2023-11-16 18:17:03.9799600,4808,10
+    2024-05-10 00:00:00.009930+00:00,2162,5
 
-``TIMESTAMP`` is a wall-clock date-time (any number of fractional digits); arrival times are
-seconds since the earliest row. ``ContextTokens`` and ``GeneratedTokens`` are integers >= 1. The
-trace carries no prompt contents, so prompts are synthetic (no prefix sharing).
+``TIMESTAMP`` is a wall-clock date-time (any number of fractional digits; a UTC offset ``+HH:MM``,
+``-HH:MM`` or ``Z`` as the 2024 release writes it, else UTC); arrival times are seconds since the
+earliest row. ``ContextTokens`` and ``GeneratedTokens`` are integers >= 1. Lines may end in LF,
+CRLF or CR alone (Excel's "CSV (Macintosh)"). The trace carries no prompt contents, so prompts
+are synthetic (no prefix sharing).
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ TICKS_PER_SECOND = 10**7  # the 7 fractional digits the trace writes
 
 
 def detect(first_line: str) -> bool:
-    """The CSV header names the three Azure columns."""
-    return tuple(c.strip() for c in first_line.strip().split(",")) == HEADER
+    """The CSV header names the three Azure columns (up to a CR: a file whose lines end in CR
+    alone is one line to a reader that splits on LF)."""
+    header = first_line.splitlines()[0] if first_line.strip() else ""
+    return tuple(c.strip() for c in header.strip().split(",")) == HEADER
 
 
 def load(path: str | Path) -> Workload:
@@ -36,22 +41,26 @@ def load(path: str | Path) -> Workload:
     path = Path(path)
     rows: list[tuple[float, int, int, int]] = []
     day_seconds: dict[str, float] = {}
-    reader = csv.reader(text for _, text in text_lines(path))
-    header = next(reader, None)
-    if header is None or tuple(c.strip() for c in header) != HEADER:
-        raise WorkloadError(
-            f"expected the header {','.join(HEADER)}, got {','.join(header or [])!r}", path=path, line=1
-        )
-    for record in reader:
-        line = reader.line_num
-        if not record or not "".join(record).strip():
-            continue
-        if len(record) != 3:
-            raise WorkloadError(f"expected 3 columns ({','.join(HEADER)}), got {len(record)}", path=path, line=line)
-        stamp = _seconds(record[0].strip(), day_seconds, path, line)
-        context = _count(record[1], "ContextTokens", path, line)
-        generated = _count(record[2], "GeneratedTokens", path, line)
-        rows.append((stamp, line, context, generated))
+    # a line ended by CR alone is a line too: the csv module refuses a CR inside an unquoted field
+    reader = csv.reader(part for _, text in text_lines(path) for part in text.splitlines(keepends=True))
+    try:
+        header = next(reader, None)
+        if header is None or tuple(c.strip() for c in header) != HEADER:
+            raise WorkloadError(
+                f"expected the header {','.join(HEADER)}, got {','.join(header or [])!r}", path=path, line=1
+            )
+        for record in reader:
+            line = reader.line_num
+            if not record or not "".join(record).strip():
+                continue
+            if len(record) != 3:
+                raise WorkloadError(f"expected 3 columns ({','.join(HEADER)}), got {len(record)}", path=path, line=line)
+            stamp = _seconds(record[0].strip(), day_seconds, path, line)
+            context = _count(record[1], "ContextTokens", path, line)
+            generated = _count(record[2], "GeneratedTokens", path, line)
+            rows.append((stamp, line, context, generated))
+    except csv.Error as exc:  # a quoted field the file ends inside, a NUL byte
+        raise WorkloadError(f"not CSV: {exc}", path=path, line=reader.line_num) from None
     rows.sort()
     start = rows[0][0] if rows else 0.0
     sessions = tuple(
@@ -62,13 +71,15 @@ def load(path: str | Path) -> Workload:
 
 
 def _seconds(text: str, day_seconds: dict[str, float], path: Path, line: int) -> float:
-    """Seconds since 1970-01-01 of ``YYYY-MM-DD HH:MM:SS[.fraction]``, read as UTC whatever the
-    machine's time zone (dates parsed once each)."""
+    """Seconds since 1970-01-01 UTC of ``YYYY-MM-DD HH:MM:SS[.fraction][+HH:MM|-HH:MM|Z]``, read
+    as UTC where no offset is given, whatever the machine's time zone (dates parsed once each)."""
     try:
         date, clock = text.split(" ", 1)
         base = day_seconds.get(date)
         if base is None:
             base = day_seconds[date] = (datetime.strptime(date, "%Y-%m-%d").toordinal() - EPOCH_ORDINAL) * 86400.0
+        clock, offset = _utc_offset(clock)
+        base -= offset
         hms, _, fraction = clock.partition(".")
         hours, minutes, seconds = (int(part) for part in hms.split(":"))
         if not (0 <= hours < 24 and 0 <= minutes < 60 and 0 <= seconds < 61) or (
@@ -83,6 +94,21 @@ def _seconds(text: str, day_seconds: dict[str, float], path: Path, line: int) ->
             line=line,
             field="TIMESTAMP",
         ) from None
+
+
+def _utc_offset(clock: str) -> tuple[str, int]:
+    """``clock`` without its UTC offset, and the offset in seconds (``+01:00``: 3600; ``Z`` or
+    none: 0); :class:`ValueError` for an offset that is not ``+HH:MM``/``-HH:MM``."""
+    if clock.endswith("Z"):
+        return clock[:-1], 0
+    sign = max(clock.rfind("+"), clock.rfind("-"))  # the time of day holds neither
+    if sign < 0:
+        return clock, 0
+    hours, colon, minutes = clock[sign + 1 :].partition(":")
+    if not (colon and len(hours) == len(minutes) == 2 and (hours + minutes).isascii() and (hours + minutes).isdigit()):
+        raise ValueError(clock)
+    seconds = int(hours) * 3600 + int(minutes) * 60
+    return clock[:sign], seconds if clock[sign] == "+" else -seconds
 
 
 def _count(text: str, name: str, path: Path, line: int) -> int:
