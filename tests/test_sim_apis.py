@@ -252,3 +252,55 @@ def test_the_plugin_replays_over_the_api_its_option_names(project, sim, api):
     (stored,) = (project.path / ".llmreplay").rglob("*.json")
     settings = json.loads(stored.read_text())["settings"]
     assert settings["api"] == api
+
+
+def test_a_tool_call_and_its_result_count_in_the_prompt_on_every_api(sim):
+    """A call whose arguments hold 500 words and a result of 500 words: about 1,000 prompt tokens
+    over chat, 18 over Responses and Messages, whose call items and blocks the simulator left out
+    of the prompt (found by a review helper). vLLM turns them into the chat messages its template
+    renders; the three counts now differ only by their templates' few tokens."""
+    big = "word " * 500
+    call_id, tools = "call_1", [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    chat = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": "f", "arguments": json.dumps({"q": big})}}
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": big},
+        ],
+        "max_tokens": 1,
+        "tools": tools,
+    }
+    responses = {
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": call_id, "name": "f", "arguments": json.dumps({"q": big})},
+            {"type": "function_call_output", "call_id": call_id, "output": big},
+        ],
+        "max_output_tokens": 1,
+    }
+    messages = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "f", "input": {"q": big}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": big}]},
+        ],
+        "max_tokens": 1,
+    }
+    paths = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+    chat_usage, responses_usage, messages_usage = (
+        post(sim.url, path, body).json()["usage"] for path, body in zip(paths, (chat, responses, messages), strict=True)
+    )
+    counts = [
+        chat_usage["prompt_tokens"],
+        responses_usage["input_tokens"],
+        sum(
+            messages_usage.get(k, 0) for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        ),
+    ]
+    assert min(counts) > 1000 and max(counts) - min(counts) < 40, counts
