@@ -118,6 +118,22 @@ def test_the_server_answers_with_a_tool_call_as_openai_streams_one(tiny_sim):
     assert whole["choices"][0]["message"]["content"] is None
 
 
+def test_reasoning_that_takes_every_token_leaves_no_call_and_ends_at_the_limit(tiny_sim):
+    """max_tokens 2, both reasoning: the reply said finish_reason tool_calls with no call in it."""
+    body = {
+        "messages": [{"role": "user", "content": "weather?"}],
+        "max_tokens": 2,
+        "tools": [TOOL],
+        "tool_choice": "required",
+        "sim_reasoning_tokens": 2,
+    }
+    whole = httpx.post(tiny_sim.url + "/v1/chat/completions", json=body).json()["choices"][0]
+    assert (whole["finish_reason"], whole["message"].get("tool_calls")) == ("length", None)
+    got = [e for e in stream(tiny_sim.url, "/v1/chat/completions", body) if isinstance(e, dict) and e["choices"]]
+    assert got[-1]["choices"][0]["finish_reason"] == "length"
+    assert not any("tool_calls" in e["choices"][0]["delta"] for e in got)
+
+
 @pytest.mark.parametrize(
     ("fields", "param"),
     [

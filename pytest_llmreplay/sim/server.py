@@ -329,7 +329,9 @@ class SimServer:
             return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response(api)
         output = self.prompts.stream(stable_hash("sim-output", self.seed, number), 0, count)
         job = self.running.submit(asked.prompt, output, received, reasoning_len=asked.reasoning)
-        finish = "tool_calls" if asked.tool else "length" if count == asked.max_tokens else "stop"
+        # a call needs an answer token: reasoning that takes every token leaves none (the limit ended it)
+        called = asked.tool and count > asked.reasoning
+        finish = "tool_calls" if called else "length" if count == asked.max_tokens else "stop"
         written = framing(api, self, job, body, number, len(asked.prompt), output, finish, asked.reasoning, asked.tool)
         reply = Reply(self, request, written, job, output, fault)
         handler = asyncio.current_task()
