@@ -567,3 +567,22 @@ def test_word_tables_are_built_before_the_first_request_only_for_the_tokens_sent
 
     run(workload, Watching(api=api), factory, concurrency=1)
     assert built_at_first_send == [tables]
+
+
+def test_a_payload_with_no_output_length_on_the_simulator_is_warned_of(prompts):
+    """A verbatim payload without max_tokens generated 131,070 tokens a request on the simulator
+    (a 24-minute stream over HTTP), and nothing said why (found by a review helper)."""
+    from pytest_llmreplay.sim.endpoint import SimEndpoint
+    from pytest_llmreplay.sim.profile import load_profile
+
+    body = {"messages": [{"role": "user", "content": "yo"}]}
+    workload = Workload((Session("p", 0.0, (Turn(None, None, Payload(body)),)),), "aiperf-payloads")
+    profile = load_profile("dynamo-mocker-polynomial")
+    unbounded = replay(workload, SimEndpoint(profile, prompts, api="chat"), prompts, clock=VirtualClock())
+    assert unbounded.warnings == [
+        "1 request with no output length (no max_tokens): the simulator models no end of sequence, so each "
+        "generates up to the model's context; give max_tokens in the workload, or in --extra-body (pytest: --llm-extra-body)"
+    ]
+    bounded = SimEndpoint(profile, prompts, api="chat", extra_body={"max_tokens": 4})
+    run = replay(workload, bounded, prompts, clock=VirtualClock())
+    assert run.warnings == [] and run.records[0].output_tokens == 4

@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
 
 from ..errors import LLMReplayError
+from ..wording import counted
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
 from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, WallClock
@@ -77,6 +78,7 @@ LEAD_S = 0.05  # a session's first request is built this long before it is due
 CHAT_TEMPLATE_ALLOWANCE = (64, 16)  # tokens a chat template may add: fixed, per message
 
 
+OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # each API's name for it
 USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")  # Response's, from usage
 
 
@@ -143,6 +145,7 @@ class Replay:
                     self.warnings.append(busy)
             self._prepare_prompts()
             self._warn_unasked_tool_calls()
+            self._warn_unbounded_outputs()
             self._start = self.clock.now()
             if self.part is not None:
                 late = self._start - self.part.start_at
@@ -201,6 +204,23 @@ class Replay:
             self.warnings.append(
                 f"tool_calls: asked for on the chat API only; over {self.endpoint.api} the {turns} turns that end in a "
                 "tool call were sent without tools, so no figure measures a tool call (replay with api chat for them)"
+            )
+
+    def _warn_unbounded_outputs(self) -> None:
+        """An endpoint whose outputs end only at their ``max_tokens`` (``stops_at_max_tokens``:
+        the in-process simulator, which models no end of sequence) makes a turn that names no
+        output length (a verbatim payload without ``max_tokens``, none in the extra body either)
+        generate up to the model's context, 131,070 tokens on a 128k model: say so once."""
+        if not getattr(self.endpoint, "stops_at_max_tokens", False):
+            return
+        if set(getattr(self.endpoint, "extra_body", {})) & set(OUTPUT_LIMIT_FIELDS):
+            return
+        turns = sum(turn.output_tokens is None for session in self.plan for turn in session.turns)
+        if turns:
+            self.warnings.append(
+                f"{counted(turns, 'request')} with no output length (no max_tokens): the simulator models no end of "
+                "sequence, so each generates up to the model's context; give max_tokens in the workload, or in --extra-body "
+                "(pytest: --llm-extra-body)"
             )
 
     def _handle_signals(self) -> list[int]:

@@ -60,6 +60,7 @@ class SimEndpoint:
 
     preferred_prompt_format = "keyed"
     reads_tool_call_flag = True  # answers a turn that asks for a tool call on any API, no tools in its body
+    stops_at_max_tokens = True  # no end of sequence: an output without max_tokens runs to the context's end
 
     def __init__(
         self,
