@@ -97,14 +97,19 @@ def test_a_tool_call_turn_asks_for_the_tool_and_the_next_sends_the_call_back(tri
     assert "tools" not in Conversation(bundled_prompts, trie.sessions[0], "completions", tool_calls=True).request(0)[1]
 
 
-def test_the_server_answers_with_a_tool_call_as_openai_streams_one(tiny_sim):
-    body = {
+def asked_to_call(max_tokens: int) -> dict:
+    """A chat body that must call :data:`TOOL` after 2 reasoning tokens, within ``max_tokens``."""
+    return {
         "messages": [{"role": "user", "content": "weather?"}],
-        "max_tokens": 6,
+        "max_tokens": max_tokens,
         "tools": [TOOL],
         "tool_choice": "required",
         "sim_reasoning_tokens": 2,
     }
+
+
+def test_the_server_answers_with_a_tool_call_as_openai_streams_one(tiny_sim):
+    body = asked_to_call(6)
     got = [e for e in stream(tiny_sim.url, "/v1/chat/completions", body) if isinstance(e, dict) and e["choices"]]
     deltas = [e["choices"][0]["delta"] for e in got][1:]  # after the role's
     assert [("reasoning_content" in d, "tool_calls" in d) for d in deltas] == [(True, False)] * 2 + [(False, True)] * 4
@@ -120,13 +125,7 @@ def test_the_server_answers_with_a_tool_call_as_openai_streams_one(tiny_sim):
 
 def test_reasoning_that_takes_every_token_leaves_no_call_and_ends_at_the_limit(tiny_sim):
     """max_tokens 2, both reasoning: the reply said finish_reason tool_calls with no call in it."""
-    body = {
-        "messages": [{"role": "user", "content": "weather?"}],
-        "max_tokens": 2,
-        "tools": [TOOL],
-        "tool_choice": "required",
-        "sim_reasoning_tokens": 2,
-    }
+    body = asked_to_call(2)
     whole = httpx.post(tiny_sim.url + "/v1/chat/completions", json=body).json()["choices"][0]
     assert (whole["finish_reason"], whole["message"].get("tool_calls")) == ("length", None)
     got = [e for e in stream(tiny_sim.url, "/v1/chat/completions", body) if isinstance(e, dict) and e["choices"]]
