@@ -641,6 +641,7 @@ def test_queue_growth_needs_a_steep_and_certain_trend():
     [
         ({"by": "load", "slo": SLO}, "capacity.by: expected one of rate, concurrency, got 'load'"),
         ({"slo": SLO}, "capacity.by: missing"),
+        ({"by": "rate"}, "capacity.slo: missing; expected the SLOs a load must meet, e.g. {ttft.p99: '< 1s'}"),
         ({"by": "rate", "slo": SLO, "min": 8, "max": 4}, "capacity.min: expected less than the max (4), got 8"),
         ({"by": "rate", "slo": SLO, "resolution": 0}, "capacity.resolution: expected a share between 0 and 1"),
         ({"by": "rate", "slo": SLO, "resolution": "0%"}, "capacity.resolution: expected a share between 0 and 1"),

@@ -218,6 +218,8 @@ def parse_capacity(data: Any) -> CapacityPlan:
         raise LLMReplayError(f"capacity.{unknown[0]}: unknown key; expected one of {', '.join(PLAN_KEYS)}")
     if "by" not in data:
         raise LLMReplayError(f"capacity.by: missing; expected one of {', '.join(BY)}")
+    if "slo" not in data:  # a TypeError from the plan's constructor otherwise (a traceback at collection)
+        raise LLMReplayError("capacity.slo: missing; expected the SLOs a load must meet, e.g. {ttft.p99: '< 1s'}")
     options = dict(data)
     if "resolution" in options:
         options["resolution"] = parse_resolution(options["resolution"])
