@@ -686,6 +686,21 @@ def test_server_command_that_exits_at_once(server_process):
     assert server.process.returncode == 3
 
 
+def test_a_url_something_already_answers_at_is_refused_before_the_command_starts(server_process):
+    """A server left running from an earlier job held the port: the new command failed to bind
+    while the old server answered the health check, so the run measured the old server and
+    passed (found by a review helper)."""
+    with ServerThread(MockServer(MockConfig())) as stale:
+        server = server_process(python("import time; time.sleep(60)"), stale.url)
+        with pytest.raises(LLMReplayError) as info:
+            server.start()
+    assert server.process is None  # never started
+    assert str(info.value) == (
+        f"server command {shlex.join(server.args)!r}: something already answers at {stale.url} before it starts "
+        "(a server left running by an earlier job?); stop it, or give the command another port"
+    )
+
+
 def test_server_command_that_never_listens_times_out_and_is_stopped(server_process):
     server = server_process(python("import time; time.sleep(60)"), startup_timeout_s=1, stop_timeout_s=2)
     started = time.monotonic()

@@ -98,6 +98,11 @@ class ServerProcess:
 
     def start(self) -> None:
         self._stopped = False
+        if self.url is not None and _listening(self.url):
+            raise LLMReplayError(
+                f"server command {shlex.join(self.args)!r}: something already answers at {self.url} before it starts "
+                "(a server left running by an earlier job?); stop it, or give the command another port"
+            )
         if self._temporary_log:
             self.log_path = Path(tempfile.mkdtemp(prefix="llmreplay-server-")) / "server.log"
         assert self.log_path is not None
@@ -252,6 +257,21 @@ def _not_run(program: str, error: OSError) -> str:
     if isinstance(error, PermissionError):
         return f"program {program!r}: not executable (permission denied)"
     return f"program {program!r}: {error.strerror or error}"
+
+
+def _listening(url: str) -> bool:
+    """Whether something accepts a connection at ``url``'s host and port (its own answer to the
+    health check would pass for the command's server's)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        with socket.create_connection((parts.hostname or "127.0.0.1", port), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _answers(client: Any, url: str, paths: Sequence[str]) -> bool:
