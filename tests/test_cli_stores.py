@@ -223,3 +223,13 @@ def test_a_bad_save_to_store_fails_before_the_run(repo, capsys, refused_url):
         f"error: --save-to: git:{refused_url}/r.git#refs/results: cannot fetch refs/results ("
     )
     assert "Workload metrics" not in captured.out  # nothing was replayed
+
+
+def test_save_to_in_a_repository_git_cannot_read_is_one_error_before_the_run(repo, tmp_path, capsys, monkeypatch):
+    """git missing in a checkout: the run's result went under 'nogit', where no compare finds it."""
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    assert run("http://127.0.0.1:9", "--save-to", str(tmp_path / "results")) == 3
+    assert (
+        capsys.readouterr().err == f"error: --save-to: git cannot read the repository at {repo}: git is not installed\n"
+    )
+    assert not (tmp_path / "results").exists()

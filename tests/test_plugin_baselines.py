@@ -123,6 +123,29 @@ def test_save_stores_the_result_with_commit_branch_fingerprint_and_samples(proje
     )
 
 
+@pytest.mark.parametrize("broken", ["dubious ownership", "no git"])
+def test_a_repository_git_cannot_read_is_an_error_before_anything_is_saved_or_compared(project, monkeypatch, broken):
+    """In a CI container git refuses a checkout another user owns ("dubious ownership"), or is
+    missing: --llm-save stored under 'nogit', where no comparison would ever find it, and
+    --llm-compare said the folder was not a repository (found by a review helper)."""
+    bin_dir = project.path / "fake-bin"
+    bin_dir.mkdir()
+    if broken == "dubious ownership":
+        fake = bin_dir / "git"
+        fake.write_text("#!/bin/sh\necho \"fatal: detected dubious ownership in repository at '$PWD'\" >&2\nexit 128\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        why = "fatal: detected dubious ownership in repository at"
+    else:
+        monkeypatch.setenv("PATH", str(bin_dir))  # no git on it
+        why = "git is not installed"
+    for option in ("--llm-save", "--llm-compare"):
+        result = project.runpytest_subprocess("--llm-offline", option)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"ERROR: {option}: git cannot read the repository at {project.path}: {why}*"])
+    assert not (project.path / ".llmreplay").exists()
+
+
 def test_failing_tests_keep_what_they_measured(project):
     project.makepyfile(
         test_fail="""

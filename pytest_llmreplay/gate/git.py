@@ -35,6 +35,27 @@ def _git(cwd: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def git_unreadable(cwd: str | Path) -> str | None:
+    """Why git cannot read the repository ``cwd`` is in, in git's words (``fatal: detected
+    dubious ownership ...`` in a container whose checkout another user owns; ``git is not
+    installed``), or None where it can, where ``cwd`` is in no repository (results are then
+    stored as ``nogit`` on purpose) or the repository has no commit yet. Results are kept per
+    commit: an unreadable repository would store them where no comparison finds them."""
+    cwd = Path(cwd)
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        if not any((folder / ".git").exists() for folder in (cwd, *cwd.parents)):
+            return None
+        return "git is not installed" if isinstance(exc, OSError) else "git rev-parse HEAD took over 10 s"
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip() and not line.startswith("hint:")]
+    if done.returncode == 0 or any(
+        sign in line for line in lines for sign in ("not a git repository", "unknown revision", "ambiguous argument")
+    ):
+        return None
+    return " / ".join(dict.fromkeys(lines[:1] + lines[-1:])) or f"git exited with status {done.returncode}"
+
+
 def resolve_commit(cwd: str | Path, ref: str) -> str | None:
     """The full id of the commit git resolves ``ref`` to in ``cwd``'s repository (a commit id,
     tag, branch or expression such as ``main~1``); None when it cannot, or git is missing."""
@@ -59,6 +80,9 @@ def require_commit(cwd: str | Path, ref: str, option: str) -> str:
     if commit is not None:
         return commit
     if _git(cwd, "rev-parse", "--verify", "--quiet", "HEAD") is None:
+        why = git_unreadable(cwd)
+        if why is not None:
+            raise LLMReplayError(f"{option}: git cannot read the repository at {cwd}: {why}")
         raise LLMReplayError(f"{option}: {cwd} is not in a git repository with a commit; baselines are kept per commit")
     raise LLMReplayError(
         f"{option}: git cannot resolve {ref!r} to a commit; expected a branch, tag or commit of the repository at {cwd}"
