@@ -170,6 +170,39 @@ def test_failing_tests_keep_what_they_measured(project):
     assert record["slo"][0]["passed"] is False
 
 
+def test_a_fixture_that_fails_after_the_replay_keeps_what_was_measured(project):
+    """The replay ran in setup (llm_result), then another fixture raised or skipped: nothing was
+    saved, reported or shown, though the run had measured (found by a review helper)."""
+    project.makepyfile(
+        test_setup="""
+        import pytest
+
+        @pytest.fixture
+        def broken(llm_result):
+            raise RuntimeError("fixture broke")
+
+        @pytest.fixture
+        def skipping(llm_result):
+            pytest.skip("not today")
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1us"})
+        def test_broken(broken):
+            pass
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1us"})
+        def test_skipping(skipping):
+            pass
+    """
+    )
+    result = project.runpytest("--llm-offline", "--llm-save", "--llm-report", "rep", "test_setup.py")
+    result.assert_outcomes(errors=1, skipped=1)
+    for test in ("test_setup.py::test_broken", "test_setup.py::test_skipping"):
+        assert len(stored(project.path, test)) == 1, test
+        assert report_of(project.path, test)["test"] == test
+    result.stdout.fnmatch_lines(["*SLO breached: 1 of 1*", "*= llmreplay =*", "*test_setup.py::test_broken *failed*"])
+    assert "a fixture's setup raised RuntimeError" in json.dumps(report_of(project.path, "test_setup.py::test_broken"))
+
+
 def test_save_with_changed_tracked_files_is_marked_dirty(project):
     project.path.joinpath("wl.yaml").write_text(WORKLOAD + "# edited\n")
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)

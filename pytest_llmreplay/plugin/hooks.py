@@ -73,8 +73,8 @@ class SummaryHooks:
         self.state = state
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when != "call" and not (report.when == "setup" and interrupted_report(report)):
-            return
+        if report.when != "call" and not (report.when == "setup" and not report.passed):
+            return  # a setup that failed or skipped after a replay has its figures (pytest_runtest_setup)
         from .interrupt import INTERRUPTED_PROPERTY
 
         figures = {  # the key figures (verdict.key_figures): numbers; pytest types a property's value as object
@@ -102,7 +102,7 @@ class SummaryHooks:
         unreported: list[tuple[str, str, dict[str, float], dict[str, str]]] = [
             (test, "not judged", {}, {}) for test in self.state.not_judged.tests if test not in reported
         ]
-        if not self.state.reports and not unreported:
+        if not self.state.reports and not unreported and not self.state.notes:
             return
         from ..report.terminal import summary_table
 
@@ -110,9 +110,10 @@ class SummaryHooks:
         # the workers finish, so the rows of -n 2 and of a serial run would differ in order
         reports = sorted([*self.state.reports, *unreported], key=lambda report: report[0])
         terminalreporter.write_sep("=", "llmreplay")
-        terminalreporter.write_line(
-            summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in reports])
-        )
+        if reports:  # the notes (a report that could not be written, a server's end) stand alone too
+            terminalreporter.write_line(
+                summary_table([(nodeid, outcome, figures) for nodeid, outcome, figures, _ in reports])
+            )
         verbose = self.state.config.getoption("verbose") > 0
         for _, _, _, texts in reports:
             for name in ("llmreplay", "llmreplay baseline") if verbose else ("llmreplay baseline",):
@@ -503,19 +504,31 @@ def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, tuple
     return None
 
 
+def _finish_after(item: pytest.Item, exc: BaseException, what: str) -> None:
+    """``what`` (the body, a fixture's setup) raised ``exc`` after a replay: the runs go through
+    the gate all the same (measured data is kept), the exception stands, with the replay's own
+    failure as a note (Python >= 3.11: pytest prints notes under the error)."""
+    skipped = isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
+    failure = finish_runs(item, None if skipped else f"{what} raised {type(exc).__name__}")
+    if failure and not skipped and hasattr(exc, "add_note"):
+        exc.add_note(f"llmreplay: the replay failed as well:\n{failure}")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    try:
+        return (yield)
+    except BaseException as exc:  # a fixture after the replay's (llm_result) raised or skipped
+        _finish_after(item, exc, "a fixture's setup")
+        raise
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     try:
         value = yield
     except BaseException as exc:
-        skipped = isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception))
-        failure = finish_runs(
-            item, None if skipped else f"the test body raised {type(exc).__name__}"
-        )  # measured data is kept; the body's own failure stands
-        if (
-            failure and not skipped and hasattr(exc, "add_note")
-        ):  # Python >= 3.11: pytest prints notes under the body's error
-            exc.add_note(f"llmreplay: the replay failed as well:\n{failure}")
+        _finish_after(item, exc, "the test body")
         raise
     failure = finish_runs(item)
     if failure:
@@ -526,9 +539,7 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
-    if call.when == "call" or (
-        call.when == "setup" and report.skipped
-    ):  # a replay in a fixture interrupted: the body is skipped
+    if call.when == "call" or (call.when == "setup" and not report.passed):  # a fixture's skip or error after a replay
         for outcome in item.stash.get(OUTCOMES, []):
             report.sections.append(("llmreplay", outcome.text))
             if outcome.baseline_text:
