@@ -1415,6 +1415,44 @@ def test_github_step_summary_gets_the_markdown_appended(project, monkeypatch):
     assert "test_rep.py::test_chat" in written
 
 
+def test_the_reports_outcome_is_the_tests_as_pytest_reports_it(project):
+    """A strict xfail that passed, and a test whose second replay failed, were PASS in the step
+    summary and the reports though pytest failed them; a test skipped in its body was FAIL on its
+    breached SLO though pytest skipped it (found by a review helper)."""
+    project.makepyfile(
+        test_outcomes="""
+        import pytest
+
+        @pytest.mark.xfail(strict=True, reason="known slow")
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 10s"})
+        def test_xpass_strict(llm_result):
+            pass
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 1us"})
+        def test_skip_in_body(llm_result):
+            pytest.skip("not today")
+
+        def test_twice(llm_replay):
+            llm_replay("wl.yaml", slo={"ttft.p99": "< 10s"})
+            llm_replay("wl.yaml", name="second run", slo={"ttft.p99": "< 1us"})
+    """
+    )
+    result = project.runpytest("--llm-offline", "--llm-report", "reports", "test_outcomes.py")
+    result.assert_outcomes(failed=2, skipped=1)
+    summary = (project.path / "reports" / "summary.md").read_text()
+    statuses = {
+        cells[1].strip(): cells[2].strip()
+        for cells in (line.split("|") for line in summary.splitlines() if line.startswith("| test_outcomes.py::"))
+    }
+    assert statuses == {
+        "test_outcomes.py::test_xpass_strict": "FAIL",
+        "test_outcomes.py::test_skip_in_body": "SKIPPED",
+        "test_outcomes.py::test_twice": "FAIL",
+        "test_outcomes.py::test_twice::second run": "FAIL",
+    }, summary
+    assert "the test failed" in (project.path / "reports" / "index.html").read_text()
+
+
 @pytest.mark.parametrize("step_summary", [True, False], ids=["GITHUB_STEP_SUMMARY set", "unset"])
 def test_the_step_summary_needs_no_report_folder(project, monkeypatch, step_summary):
     summary = project.path / "step_summary.md"

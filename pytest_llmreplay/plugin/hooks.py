@@ -83,8 +83,11 @@ class SummaryHooks:
             if str(name).startswith("llmreplay.") and name != INTERRUPTED_PROPERTY and isinstance(value, (int, float))
         }
         interrupted = INTERRUPTED_PROPERTY in dict(report.user_properties)
+        expected = {"skipped": "xfailed", "passed": "xpassed"} if hasattr(report, "wasxfail") else {}
         outcome = (
-            "interrupted" if interrupted_report(report) else report.outcome + (" (interrupted)" if interrupted else "")
+            "interrupted"
+            if interrupted_report(report)
+            else expected.get(report.outcome, report.outcome) + (" (interrupted)" if interrupted else "")
         )
         texts: dict[str, str] = {}
         for name, text in report.sections:
@@ -195,8 +198,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state.records_dir is not None and not is_worker(session.config):
         from ..report.files import write_session_reports
 
+        outcomes = {nodeid: outcome.split(" ")[0] for nodeid, outcome, *_ in state.reports}  # pytest's
         written, failed = write_session_reports(
-            state.records_dir, state.report_dir, state.summary_path, state.not_judged
+            state.records_dir, state.report_dir, state.summary_path, state.not_judged, outcomes
         )
         state.remove_private_records()
         if failed:

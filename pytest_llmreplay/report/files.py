@@ -33,6 +33,7 @@ from .rows import (
     comparison_rows,
     endpoint_text,
     headline,
+    mark_test_outcomes,
     overview_headers,
     overview_row,
     reasoning_in,
@@ -148,16 +149,23 @@ def claim_report_dir(report_dir: Path) -> None:
 
 
 def write_session_reports(
-    records_dir: Path, report_dir: Path | None, summary_path: Path | None, not_judged: NotJudged = ALL_JUDGED
+    records_dir: Path,
+    report_dir: Path | None,
+    summary_path: Path | None,
+    not_judged: NotJudged = ALL_JUDGED,
+    outcomes: Mapping[str, str] | None = None,
 ) -> tuple[list[Path], str | None]:
     """From the tests' records in ``records_dir`` (nothing when no perf test ran), read and made
     into Markdown once: with ``report_dir``, its summary.md and index.html; the Markdown summary
     to ``summary_path`` and ``$GITHUB_STEP_SUMMARY`` (:func:`write_summaries`). The tests
-    ``not_judged`` are named under the title, and their results headed NOT JUDGED. The files
-    written, and why a summary could not be written (None when it could)."""
+    ``not_judged`` are named under the title, and their results headed NOT JUDGED; ``outcomes``
+    (test id -> pytest's outcome) head each result as pytest judged its test
+    (:func:`~.rows.mark_test_outcomes`). The files written, and why a summary could not be
+    written (None when it could)."""
     results = read_results(records_dir)
     if not results:
         return [], None
+    mark_test_outcomes(results, outcomes or {})
     not_judged.mark(results)
     text = markdown(results, not_judged)
     written = []

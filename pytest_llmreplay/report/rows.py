@@ -196,6 +196,18 @@ class NotJudged:
 ALL_JUDGED = NotJudged()  # a session whose perf tests all ran to the end
 
 
+def mark_test_outcomes(results: Sequence[dict[str, Any]], outcomes: Mapping[str, str]) -> None:
+    """Set ``test_outcome`` in each report record from ``outcomes`` (test id -> pytest's outcome:
+    ``passed``, ``failed``, ``skipped``, ``xfailed``, ``xpassed``) of its test (its id, or a named
+    run's ``id::name``), which :func:`headline` reads: the outcome a report shows is the test's,
+    as pytest reports it, not only its SLOs'."""
+    for record in results:
+        test = record["test"]
+        found = outcomes.get(test) or next((o for t, o in outcomes.items() if test.startswith(f"{t}::")), None)
+        if found is not None:
+            record["test_outcome"] = found
+
+
 def session_title(count: int, not_judged: NotJudged) -> str:
     """``llmreplay: 3 perf tests`` for ``count`` results; ``llmreplay: 1 perf test result; 2 perf
     tests not judged`` when the session did not run every perf test to the end (a result of one
@@ -215,7 +227,10 @@ class Headline:
     value and margin; ``verdict``: the comparison's (:func:`comparison_cell`); ``interrupted``:
     ``interrupted by SIGINT`` when a signal stopped the run (its figures cover part of the workload).
     NOT JUDGED, before all of these, when its test did not run to the end (the report's
-    ``not_judged``, why: :meth:`NotJudged.mark`): what failed or passed it then is no verdict."""
+    ``not_judged``, why: :meth:`NotJudged.mark`): what failed or passed it then is no verdict.
+    Where pytest's outcome of the test is known (``test_outcome``, :func:`mark_test_outcomes`), it
+    wins: FAIL (``the test failed``) for a failed test whatever its SLOs, SKIPPED or XFAIL for one
+    pytest skipped or expected to fail."""
 
     status: str
     slos: str
@@ -260,6 +275,11 @@ def headline(record: Mapping[str, Any], stored: list[Check | Mapping[str, Any]] 
         else:
             closest = f"{'worst' if not check.passed else 'closest'}: {key} {measured} vs {threshold}, margin {margin}"
     interrupted = f"interrupted by {record['interrupted']}" if record.get("interrupted") else None
+    outcome = record.get("test_outcome")  # pytest's, where known (mark_test_outcomes): the test's verdict
+    if outcome == "failed" and status != "FAIL":  # a strict xfail that passed, another run of the test, ...
+        status, failed = "FAIL", "the test failed"
+    elif outcome in ("skipped", "xfailed"):  # pytest did not fail it, whatever its SLOs say
+        status, failed = ("XFAIL" if outcome == "xfailed" else "SKIPPED"), None
     if interrupted and not failed:  # a partial result's breaches judge nothing
         status = "INTERRUPTED"
     if record.get("not_judged"):  # its test was cut off before its verdict: what failed it is no verdict either
