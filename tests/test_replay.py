@@ -436,6 +436,9 @@ def test_bad_prompt_stops_the_run_with_the_session_named(prompts):
         ({"mode": "fast"}, "mode: expected one of auto, timestamps, concurrency, rate, got 'fast'"),
         ({"speedup": 0}, "speedup: expected a number > 0"),
         ({"concurrency": 0}, "concurrency: expected an integer >= 1"),
+        # a plan holds every session it sends: 10**26 hung while the plan was built
+        ({"max_requests": 10**26}, "max_requests: expected at most 10,000,000 (the plan holds every request"),
+        ({"max_sessions": 10**8}, "max_sessions: expected at most 10,000,000"),
         ({"mode": "rate"}, "mode 'rate' needs a rate"),
         ({"warmup_s": -1}, "warmup_s: expected a number >= 0"),
         ({"seed": -1}, "seed: expected an integer >= 0, got -1"),  # as run --seed and --llm-seed

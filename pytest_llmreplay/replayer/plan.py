@@ -20,6 +20,7 @@ MODES = ("auto", "timestamps", "concurrency", "rate")
 ARRIVALS = ("poisson", "constant")
 ORDERS = ("sequential", "shuffled", "sampled")
 PROMPT_FORMATS = ("text", "ids")
+MAX_PLANNED = 10_000_000  # max_requests/max_sessions: a plan holds a session object per session it sends
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,11 @@ class ReplaySettings:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise LLMReplayError(f"{name}: expected an integer >= 1, got {value!r}")
+            if value is not None and name != "concurrency" and value > MAX_PLANNED:
+                raise LLMReplayError(
+                    f"{name}: expected at most {MAX_PLANNED:,} (the plan holds every request it sends; "
+                    f"for a longer soak, give a duration), got {value:,}"
+                )
         for name in ("grace_s", "warmup_s", "warmup_requests"):
             value = getattr(self, name)
             if not (_number(value) and value >= 0):
