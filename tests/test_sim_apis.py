@@ -304,3 +304,14 @@ def test_a_tool_call_and_its_result_count_in_the_prompt_on_every_api(sim):
         ),
     ]
     assert min(counts) > 1000 and max(counts) - min(counts) < 40, counts
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_stream_options_without_streaming_is_refused_as_vllm_refuses_it(sim, path):
+    """vLLM answers 400 (a request model validator); the simulator served it (found by a review helper)."""
+    body = {"max_tokens": 2, "stream": False, "stream_options": {"include_usage": True}}
+    body.update({"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"prompt": "hi"})
+    reply = post(sim.url, path, body)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["message"] == "Stream options can only be defined when `stream=True`."
+    assert post(sim.url, path, {**body, "stream_options": None}).status_code == 200

@@ -359,6 +359,8 @@ class SimServer:
         if model is not None and model != self.model:
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
         limits = check_fields(body, api)
+        if body.get("stream_options") and not body.get("stream") and api in ("chat", "completions"):
+            raise BadRequest("Stream options can only be defined when `stream=True`.", "stream_options")  # vLLM's
         if api == "completions":
             prompt = self._prompt_ids(body.get("prompt"))
         else:
