@@ -13,7 +13,7 @@ workloads are: ``run.jsonl.gz``):
   ``turn_index``, with their ``ttft``, ``tpot``, ``latency`` columns (seconds; ``tpot`` empty for a
   one-token output), and each session's start (its first turn's ``scheduled_s``, any status):
   the file does not say how its run was sent, so the calibration checks that pace
-  (:func:`~pytest_llmreplay.sim.calibrate_run.check_pace`).
+  (:func:`check_pace`).
 - ``result.json`` (``llmreplay run --out``, a stored result): its per-request ``samples`` of
   ``ttft``, ``tpot``, ``latency`` and their ``sample_keys``.
 - a vLLM benchmark result (``vllm bench serve --save-result --save-detailed``, any ``.json``
@@ -308,4 +308,48 @@ def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
     return rows, bench_load(result, len(kept)), {}
 
 
-__all__ = ["MeasuredRun", "read_run", "MIN_REQUESTS", "METRICS", "LOAD_SETTINGS"]
+def check_pairing(run: MeasuredRun, workload: Workload) -> None:
+    """Every request of ``run`` is one of ``workload``'s (same session and turn), else one line."""
+    known = {
+        session_index * KEY_TURNS + turn
+        for session_index, session in enumerate(workload.sessions)
+        for turn in range(len(session.turns))
+    }
+    strangers = [int(key) for key in run.keys if int(key) not in known]
+    if strangers:
+        key = strangers[0]
+        raise LLMReplayError(
+            f"{run.path}: request (session {key // KEY_TURNS}, turn {key % KEY_TURNS}) is not in the workload "
+            f"({len(workload.sessions)} sessions): {len(strangers)} of {len(run.keys)} requests do not pair; is it a run of this workload?"
+        )
+
+
+PACE_TOLERANCE = 0.05  # how far a run's pace may stray from its workload's timestamps (clock, scheduling lag)
+
+
+def check_pace(run: MeasuredRun, workload: Workload) -> None:
+    """A run with no recorded load (``run.load`` empty) is replayed at its workload's own
+    timestamps: where it records its sessions' starts (a ``requests.csv``) and the workload is
+    timed, the span of those starts must be the span of the same sessions' arrivals within
+    :data:`PACE_TOLERANCE`, else one line says at what pace the run was sent (a ``--speedup``,
+    concurrency or rate run) and to calibrate from its ``result.json``, which records how."""
+    if run.load or not run.session_starts or not workload.timed:
+        return
+    sessions = workload.sessions
+    pairs = [(sessions[index].arrival_s, start) for index, start in run.session_starts.items() if index < len(sessions)]
+    planned = max(a for a, _ in pairs) - min(a for a, _ in pairs) if pairs else 0.0
+    sent = max(s for _, s in pairs) - min(s for _, s in pairs) if pairs else 0.0
+    if planned <= 0 or abs(sent / planned - 1) <= PACE_TOLERANCE:
+        return
+    pace = (
+        f"were sent at {planned / sent:.3g}x the pace of the workload's timestamps ({len(pairs)} sessions started over {sent:.3g} s"
+        if sent > 0
+        else f"were all sent at once ({len(pairs)} sessions"
+    )
+    raise LLMReplayError(
+        f"{run.path}: its sessions {pace}, their arrivals span {planned:.3g} s); a requests.csv does not record how "
+        "its run was sent (speedup, concurrency, rate): calibrate from the run's result.json, written beside it, which does"
+    )
+
+
+__all__ = ["MeasuredRun", "read_run", "MIN_REQUESTS", "METRICS", "LOAD_SETTINGS", "check_pairing", "check_pace"]
