@@ -61,14 +61,13 @@ def open_store_option(option: str, text: str, writing: bool) -> Any:
     """The store ``text`` names, checked (see :mod:`~pytest_llmreplay.gate.store`); errors name ``option``.
     A store only read (not ``writing``: ``compare --store``, ``history --baseline-dir``) that is a
     folder must exist: a mistyped path says so, not that it holds no result of the test. One
-    written to needs a repository git can read (:func:`~pytest_llmreplay.gate.git.git_unreadable`)."""
-    from ..gate.git import git_unreadable
+    written to needs a repository git can read (:func:`~pytest_llmreplay.gate.git.check_git_readable`)."""
+    from ..gate.git import check_git_readable
     from ..gate.store import FolderStore
     from ..gate.store_url import open_store
 
-    why = git_unreadable(Path.cwd()) if writing else None
-    if why is not None:  # a result stored as 'nogit' no comparison would find
-        raise LLMReplayError(f"{option}: git cannot read the repository at {Path.cwd()}: {why}")
+    if writing:  # a result stored as 'nogit' no comparison would find
+        check_git_readable(Path.cwd(), option)
     try:
         store = open_store(text, Path.cwd())
         store.check(writing)

@@ -56,6 +56,14 @@ def git_unreadable(cwd: str | Path) -> str | None:
     return " / ".join(dict.fromkeys(lines[:1] + lines[-1:])) or f"git exited with status {done.returncode}"
 
 
+def check_git_readable(cwd: str | Path, option: str) -> None:
+    """:class:`LLMReplayError` for ``option`` (one that saves or compares results) when git
+    cannot read the repository ``cwd`` is in (:func:`git_unreadable`), with git's reason."""
+    why = git_unreadable(cwd)
+    if why is not None:
+        raise LLMReplayError(f"{option}: git cannot read the repository at {cwd}: {why}")
+
+
 def resolve_commit(cwd: str | Path, ref: str) -> str | None:
     """The full id of the commit git resolves ``ref`` to in ``cwd``'s repository (a commit id,
     tag, branch or expression such as ``main~1``); None when it cannot, or git is missing."""
@@ -80,9 +88,7 @@ def require_commit(cwd: str | Path, ref: str, option: str) -> str:
     if commit is not None:
         return commit
     if _git(cwd, "rev-parse", "--verify", "--quiet", "HEAD") is None:
-        why = git_unreadable(cwd)
-        if why is not None:
-            raise LLMReplayError(f"{option}: git cannot read the repository at {cwd}: {why}")
+        check_git_readable(cwd, option)
         raise LLMReplayError(f"{option}: {cwd} is not in a git repository with a commit; baselines are kept per commit")
     raise LLMReplayError(
         f"{option}: git cannot resolve {ref!r} to a commit; expected a branch, tag or commit of the repository at {cwd}"

@@ -163,12 +163,13 @@ class LLMSession:
         from ..gate.store_url import open_store
 
         save = bool(option(config, "llm_save"))
-        if save:
-            from ..gate.git import git_unreadable
+        if save:  # a result stored as 'nogit' no comparison would find
+            from ..gate.git import check_git_readable
 
-            why = git_unreadable(config.rootpath)
-            if why is not None:  # a result stored as 'nogit' no comparison would find
-                raise pytest.UsageError(f"--llm-save: git cannot read the repository at {config.rootpath}: {why}")
+            try:
+                check_git_readable(config.rootpath, "--llm-save")
+            except LLMReplayError as exc:
+                raise pytest.UsageError(str(exc)) from None
         try:  # a store that cannot be used fails here, before anything is measured
             self.store = open_store(option(config, "llm_baseline_dir"), config.rootpath)
             if save or self.history is not None or isinstance(self.store, FolderStore):

@@ -168,6 +168,11 @@ def tightness(check: Check) -> float:
     return check.margin / abs(check.slo.value)
 
 
+def is_run_of(record: Mapping[str, Any], test: str) -> bool:
+    """Whether a report record is a run of ``test``: its id, or a named run's ``id::name``."""
+    return record["test"] == test or record["test"].startswith(f"{test}::")
+
+
 @dataclass(frozen=True)
 class NotJudged:
     """The perf tests a session did not run to the end (``tests``, their ids in order: cut off by
@@ -182,7 +187,7 @@ class NotJudged:
         """Set ``not_judged`` (:attr:`why`) in each report record of a test not judged (its id, or
         a named run's ``id::name``), which its :func:`headline` reads."""
         for record in results:
-            if any(record["test"] == test or record["test"].startswith(f"{test}::") for test in self.tests):
+            if any(is_run_of(record, test) for test in self.tests):
                 record["not_judged"] = self.why
 
     def line(self) -> str:
@@ -202,8 +207,7 @@ def mark_test_outcomes(results: Sequence[dict[str, Any]], outcomes: Mapping[str,
     run's ``id::name``), which :func:`headline` reads: the outcome a report shows is the test's,
     as pytest reports it, not only its SLOs'."""
     for record in results:
-        test = record["test"]
-        found = outcomes.get(test) or next((o for t, o in outcomes.items() if test.startswith(f"{t}::")), None)
+        found = next((outcome for test, outcome in outcomes.items() if is_run_of(record, test)), None)
         if found is not None:
             record["test_outcome"] = found
 
