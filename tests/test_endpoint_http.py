@@ -686,6 +686,30 @@ def test_server_command_that_exits_at_once(server_process):
     assert server.process.returncode == 3
 
 
+def test_a_command_that_backgrounds_its_server_and_exits_0_says_so(server_process):
+    """A command that put its server in the background (``&``, setsid, ``docker run -d``) read as
+    "exited with status 0" and nothing more, and the server it left was never stopped (found by a
+    review helper): the message says why a server command must stay in the foreground, and that
+    something still listens at the URL."""
+    port = free_port()
+    listener = f"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)"
+    server = server_process(
+        ["sh", "-c", f'{shlex.quote(sys.executable)} -c "{listener}" & sleep 1'],
+        f"http://127.0.0.1:{port}",
+        stop_timeout_s=5,
+    )
+    with pytest.raises(LLMReplayError) as info:
+        server.start()
+    assert str(info.value).startswith(
+        f"server command {shlex.join(server.args)!r} exited with status 0 (a server command must run while its server "
+        f"serves; something still listens at http://127.0.0.1:{port}: one that puts its server in the background, "
+        "with '&', setsid, nohup or 'docker run -d', leaves it running after the run; run the server in the foreground); "
+        "last lines of its log"
+    )
+    with pytest.raises(ConnectionRefusedError):  # the background child was in the command's group: stopped
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
 def test_a_url_something_already_answers_at_is_refused_before_the_command_starts(server_process):
     """A server left running from an earlier job held the port: the new command failed to bind
     while the old server answered the health check, so the run measured the old server and

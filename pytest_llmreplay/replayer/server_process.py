@@ -192,7 +192,14 @@ class ServerProcess:
         last lines of its log."""
         if self.process is None or self._stopped or self.process.poll() is None:
             return None
-        return f"server command {shlex.join(self.args)!r} exited with status {self.process.returncode}; last lines of its log{self._log_named()}:\n{self.log_tail()}"
+        status, why = self.process.returncode, ""
+        if status == 0:  # a server does not end on its own with success: was it put in the background?
+            left = f"; something still listens at {self.url}" if self.url and _listening(self.url) else ""
+            why = (
+                f" (a server command must run while its server serves{left}: one that puts its server in the background, "
+                "with '&', setsid, nohup or 'docker run -d', leaves it running after the run; run the server in the foreground)"
+            )
+        return f"server command {shlex.join(self.args)!r} exited with status {status}{why}; last lines of its log{self._log_named()}:\n{self.log_tail()}"
 
     def _log_named(self) -> str:
         """`` (PATH)`` of a log that outlives the server; nothing for the temporary one."""
