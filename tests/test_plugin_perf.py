@@ -1451,6 +1451,14 @@ def test_the_reports_outcome_is_the_tests_as_pytest_reports_it(project):
         "test_outcomes.py::test_twice::second run": "FAIL",
     }, summary
     assert "the test failed" in (project.path / "reports" / "index.html").read_text()
+    kept = [json.loads(path.read_text()) for path in (project.path / "reports" / "tests").glob("*.json")]
+    assert {record["test"]: record["test_outcome"] for record in kept} == {  # the per-test files say it too
+        "test_outcomes.py::test_xpass_strict": "failed",  # pytest fails a strict xfail that passed
+        "test_outcomes.py::test_skip_in_body": "skipped",
+        "test_outcomes.py::test_twice": "failed",
+        "test_outcomes.py::test_twice::second run": "failed",
+    }
+    assert not list((project.path / "reports" / "tests").glob(".*"))  # no temporary file left
 
 
 @pytest.mark.parametrize("step_summary", [True, False], ids=["GITHUB_STEP_SUMMARY set", "unset"])

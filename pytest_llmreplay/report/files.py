@@ -44,10 +44,23 @@ from .rows import (
 STEP_SUMMARY_LIMIT = 1024 * 1024  # bytes: GitHub refuses a step's summary file larger than 1 MiB
 
 
-def read_results(records_dir: Path) -> list[dict[str, Any]]:
-    """Every test's report record in ``records_dir`` (one JSON file each), by test id."""
-    found = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(records_dir.glob("*.json"))]
-    return sorted(found, key=lambda r: r["test"])
+def read_results(records_dir: Path) -> dict[Path, dict[str, Any]]:
+    """Every test's report record in ``records_dir`` (one JSON file each) by its file, in test id order."""
+    found = {path: json.loads(path.read_text(encoding="utf-8")) for path in records_dir.glob("*.json")}
+    return dict(sorted(found.items(), key=lambda item: item[1]["test"]))
+
+
+def keep_test_outcomes(results: Mapping[Path, Mapping[str, Any]]) -> None:
+    """Rewrite each record file whose record now has ``test_outcome`` (pytest's outcome, known only
+    after its process wrote the file), through a temporary file beside it: what
+    ``DIR/tests/<test>.json`` says of a test is what the session's summary says."""
+    from ..gate.store import encode
+
+    for path, record in results.items():
+        if "test_outcome" in record:
+            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            temporary.write_bytes(encode(record))
+            os.replace(temporary, path)
 
 
 def markdown(results: Sequence[Mapping[str, Any]], not_judged: NotJudged = ALL_JUDGED) -> str:
@@ -162,10 +175,13 @@ def write_session_reports(
     (test id -> pytest's outcome) head each result as pytest judged its test
     (:func:`~.rows.mark_test_outcomes`). The files written, and why a summary could not be
     written (None when it could)."""
-    results = read_results(records_dir)
-    if not results:
+    by_file = read_results(records_dir)
+    if not by_file:
         return [], None
+    results = list(by_file.values())
     mark_test_outcomes(results, outcomes or {})
+    if report_dir is not None:
+        keep_test_outcomes(by_file)
     not_judged.mark(results)
     text = markdown(results, not_judged)
     written = []
