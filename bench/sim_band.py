@@ -14,7 +14,7 @@ value sits in the middle of the draws; near 0% or 100% at an edge).
 
     .venv/bin/python bench/sim_band.py [--draws 40] [--seed 0] [--profile NAME_OR_FILE] [--run DIR]
 
-``--run DIR``: another measured run, in LLMServingSim's layout (``sim_fidelity.public_run``),
+``--run DIR``: another measured run, in LLMServingSim's layout (``sim_fidelity_runs.public_run``),
 replayed from its own requests with its engine settings.
 """
 
@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sim_fidelity import PROFILE, add_run_option, chosen_run, error, load_vllm, simulate, stats
+from sim_fidelity import error, load_vllm, simulate, stats
+from sim_fidelity_runs import PROFILE, add_run_option, chosen_run
 
 from pytest_llmreplay import load_workload
 from pytest_llmreplay.sim.profile import load_profile
