@@ -497,3 +497,147 @@ def test_a_payload_goes_to_the_api_its_shape_names_or_the_runs_when_that_fits():
     )
     session = Session("p", 0.0, (Turn(None, 4, Payload({"input": "hi", "max_output_tokens": 4})),))
     assert Conversation(PromptFactory(load_tokenizer(None)), session, "chat").request(0)[0] == "responses"
+
+
+# -- what a server does to a stream besides sending it ----------------------------------------------------
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+USAGE = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}
+
+
+def sse(*objects: dict[str, Any]) -> bytes:
+    return b"".join(b"data: " + json.dumps(o).encode() + b"\n\n" for o in objects) + b"data: [DONE]\n\n"
+
+
+def delta(text: str | None = None, finish: str | None = None, **fields: Any) -> dict[str, Any]:
+    content = {"content": text} if text is not None else {}
+    return {"choices": [{"index": 0, "delta": {**content, **fields}, "finish_reason": finish}]}
+
+
+TWO_TOKENS = sse(delta("", role="assistant"), delta("a "), delta("b ", finish="length"), USAGE)
+
+
+def stream_server(body: bytes, received: list | None = None, *, gzip: bool = False, reset_after: bool = False):
+    """A server answering every POST with ``body`` as an event stream (each request's headers and
+    JSON appended to ``received``): gzip-compressed whatever the request asked, or with the
+    connection reset (RST) where the body's end would be."""
+    import socket
+    import struct
+    import zlib
+
+    from handlers import Handler, serving
+
+    class Streams(Handler):
+        def do_POST(self):
+            sent = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if received is not None:
+                received.append((dict(self.headers), sent))
+            data = body
+            if gzip:
+                packer = zlib.compressobj(6, zlib.DEFLATED, 31)
+                data = packer.compress(body) + packer.flush()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            if gzip:
+                self.send_header("Content-Encoding", "gzip")
+            if not reset_after:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            self.wfile.flush()
+            if reset_after:
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()
+
+    return serving(Streams)
+
+
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_a_stream_the_server_aborted_is_a_failed_request(reason):
+    """vLLM ends a request its engine aborted (shutdown, a paused engine) with HTTP 200,
+    finish_reason abort and [DONE]: it was an ok request, its 2 of 5 tokens in the figures
+    (found by a review helper)."""
+    with stream_server(sse(delta("", role="assistant"), delta("a "), delta("b ", finish=reason), USAGE)) as url:
+        response = send(url, "chat", CHAT, model="m")
+    assert response.error == f"server: the server ended the request (finish_reason {reason}) after 2 tokens"
+    assert response.chunk_tokens == [1, 1]  # what it measured is kept
+
+
+def test_a_stream_compressed_though_the_client_asked_for_none_is_read():
+    """Every request to a server (or proxy) that gzips event streams failed with `stream ended
+    before [DONE]`: the client read the compressed bytes as they were (found by a review helper).
+    The client now asks for no compression, and decodes a stream compressed anyway."""
+    received: list = []
+    with stream_server(TWO_TOKENS, received, gzip=True) as url:
+        response = send(url, "chat", CHAT, model="m")
+    assert (response.error, response.chunk_tokens, response.completion_tokens) == (None, [1, 1], 2)
+    assert {k.lower(): v for k, v in received[-1][0].items()}["accept-encoding"] == "identity"
+
+
+def test_a_connection_reset_after_the_streams_end_loses_nothing():
+    """A server that reset the connection once [DONE] and the usage were out failed a complete
+    request as `connection lost mid-response` (found by a review helper)."""
+    with stream_server(TWO_TOKENS, reset_after=True) as url:
+        response = send(url, "chat", CHAT, model="m")
+    assert (response.error, response.chunk_tokens, response.completion_tokens) == (None, [1, 1], 2)
+
+
+def test_a_connection_reset_before_the_streams_end_is_still_a_lost_stream():
+    cut = TWO_TOKENS[: TWO_TOKENS.index(b"data: [DONE]")]
+    with stream_server(cut, reset_after=True) as url:
+        response = send(url, "chat", CHAT, model="m")
+    assert response.error.startswith("stream: ") and response.error.endswith("after 2 tokens")  # lost, or ended
+
+
+@pytest.mark.parametrize(("stream", "options"), [(False, None), (True, {"include_usage": True})])
+def test_a_payloads_own_stream_decides_the_stream_options(stream, options):
+    """A recorded payload with "stream": false was sent with stream_options (the endpoint streams
+    by default), which vLLM and the simulator refuse with a 400: every request failed (found by a
+    review helper); one with "stream": true on a --no-stream endpoint went without include_usage."""
+    received: list = []
+    with stream_server(TWO_TOKENS, received) as url:
+        send(url, "chat", {**CHAT, "stream": stream}, model="m", stream=not stream)
+    assert received[-1][1].get("stream_options") == options
+
+
+@pytest.mark.parametrize("first", [1, -1])
+def test_tool_calls_numbered_from_1_or_from_minus_1_are_one_call_each(first):
+    """Gateways number a stream's tool calls from 1 (LiteLLM's bedrock) or -1: one call counted
+    as two with a phantom `call_0` sent back in the next turn, and -1 failed the reply with an
+    IndexError (found by a review helper)."""
+    call = {"index": first, "id": "call_x", "type": "function", "function": {"name": "f", "arguments": '{"a"'}}
+    more = {"index": first, "function": {"arguments": ": 1}"}}
+    response = feed("chat", [delta(tool_calls=[call]), delta(tool_calls=[more])])
+    assert response.calls == [{"id": "call_x", "name": "f", "arguments": '{"a": 1}'}]
+
+
+def test_an_answer_that_is_not_http_to_the_api_probe_is_one_line():
+    """A port answering the probe's POST with something that is not HTTP (a Redis on the port) was
+    a 26-frame traceback over the Responses and Messages APIs (found by a review helper)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.recv(65536)
+            connection.sendall(b"-ERR unknown command 'POST'\r\n")
+            connection.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        with pytest.raises(LLMReplayError) as caught:
+            send(url, "messages", {"max_tokens": 2}, model="m")
+    finally:
+        listener.close()
+    assert str(caught.value).startswith(f"{url}: no answer to POST /v1/messages (")
+    assert str(caught.value).endswith("); is the server running?")

@@ -5,8 +5,11 @@ An :class:`~pytest_llmreplay.replayer.endpoint_types.Endpoint` takes an :class:`
 :class:`~pytest_llmreplay.replayer.response.Response` in place as chunks arrive (so a request
 cancelled half-way keeps what it measured). Every time it stamps comes from the clock it was
 opened with. Faults never raise out of :meth:`Endpoint.send`: a
-refused connection, an HTTP error, a timeout, a stream cut mid-way or a malformed event ends as
-``response.error`` (``kind: detail``). A failure part-way through a response says how far it
+refused connection, an HTTP error, a timeout, a stream cut mid-way, a malformed event or a
+reply the server ended itself (:data:`ENDED_BY_SERVER`) ends as ``response.error`` (``kind:
+detail``); a connection lost after the stream's end loses nothing and is not one. Requests ask
+for no compression (``Accept-Encoding: identity``: each token as it comes), and a stream
+compressed anyway is decoded. A failure part-way through a response says how far it
 got in the words of :func:`progress` (``before the first token``, ``after 423 tokens``;
 :data:`TOKENS_SO_FAR` reads the count back), so that reports can group such causes.
 
@@ -47,6 +50,9 @@ BUSY_GAUGES = (
     "llamacpp:requests_deferred",
 )
 LLAMACPP_SERVER = "llama.cpp"  # the Server header of llama.cpp's llama-server
+# finish reasons of a request the server ended itself, not the model: vLLM's FinishReason ABORT
+# (an abort, a shutdown, a paused engine: HTTP 200, then the reason and [DONE]) and ERROR
+ENDED_BY_SERVER = frozenset({"abort", "error"})
 
 
 def extra_body(option: str, text: str | None, ignore_eos: bool = False) -> dict[str, Any]:
@@ -169,7 +175,7 @@ class HTTPEndpoint:
         )
         return httpx.AsyncClient(
             base_url=self.url,
-            headers=self.request_headers(),
+            headers={"Accept-Encoding": "identity", **self.request_headers()},  # tokens as they come, not compressed
             timeout=httpx.Timeout(self.timeout_s),
             transport=transport,
         )
@@ -192,11 +198,9 @@ class HTTPEndpoint:
         servers (vLLM, SGLang) and the simulator answer, or 501 (the method not implemented:
         Python's ``http.server``, some proxies); a server that serves it refuses the empty body
         (400) without generating anything."""
-        import httpx
-
         try:
             reply = await self._client.post(api.path, json={})
-        except httpx.TransportError as exc:
+        except Exception as exc:  # noqa: BLE001 - httpx's transport errors, and aiohttp's it does not map (a reply that is not HTTP)
             raise LLMReplayError(
                 f"{self.url}: no answer to POST {api.path} ({describe_error(exc)}); is the server running?"
             ) from None
@@ -256,13 +260,17 @@ class HTTPEndpoint:
 
     def body(self, request: EndpointRequest) -> dict[str, Any]:
         """The JSON sent: model and streaming settings, then ``extra_body``, then the request's;
-        a model the user named (``model`` or ``extra_body``) replaces a verbatim payload's; the
-        planned reasoning last (``reasoning_hint``)."""
+        ``stream_options.include_usage`` where the body streams (a recorded payload's own
+        ``stream`` decides; servers refuse ``stream_options`` on a request that does not stream)
+        and sets none; a model the user named (``model`` or ``extra_body``) replaces a verbatim
+        payload's; the planned reasoning last (``reasoning_hint``)."""
         body: dict[str, Any] = {"model": self.model, "stream": self.stream}
-        if self.stream and API_TABLE[request.api].usage_on_request:
-            body["stream_options"] = {"include_usage": True}
         body.update(self.extra_body)
         body.update(request.body)
+        if body.get("stream") and API_TABLE[request.api].usage_on_request and "stream_options" not in body:
+            body["stream_options"] = {
+                "include_usage": True
+            }  # by what is sent: a payload may say stream false (or true)
         if self._named_model is not None:
             body["model"] = self._named_model
         if self.reasoning_hint and request.reasoning_tokens is not None:
@@ -283,6 +291,11 @@ class HTTPEndpoint:
                     await self._read_stream(reply, response, api)
                 else:
                     await self._read_whole(reply, response, api)
+            if response.finish_reason in ENDED_BY_SERVER:
+                response.fail(
+                    "server",
+                    f"the server ended the request (finish_reason {response.finish_reason}) {progress(response)}",
+                )
         except StreamError as exc:
             response.fail(exc.kind, str(exc))
         except Exception as exc:  # every transport fault becomes a failed record
@@ -302,10 +315,21 @@ class HTTPEndpoint:
                 "asked to stream, the server answered application/json, not an event stream (does it honour stream: true?)",
             )
         decoder, parser, done = SSEDecoder(), api.parser(), False
-        async for raw in reply.aiter_raw():
-            now = self._clock.now()
-            for data in decoder.feed(raw):
-                done = parser.event(data, now, response) or done
+        # a server or proxy that compresses the stream anyway (the client asks for none) is decoded
+        reads = (
+            reply.aiter_bytes()
+            if reply.headers.get("content-encoding", "identity") != "identity"
+            else reply.aiter_raw()
+        )
+        try:
+            async for raw in reads:
+                now = self._clock.now()
+                for data in decoder.feed(raw):
+                    done = parser.event(data, now, response) or done
+        except Exception:
+            if not done:
+                raise
+            return  # the connection dropped after the stream's end: nothing was lost
         for data in decoder.close():
             done = parser.event(data, self._clock.now(), response) or done
         if not done:

@@ -60,6 +60,9 @@ class Response:
     reasoning_counted: int = 0
     calls: list[dict[str, str]] = field(default_factory=list)
     decoded: int | None = None  # llama.cpp's timings.predicted_n at the last token chunk that had it (take_timings)
+    call_positions: dict[int, int] = field(
+        default_factory=dict
+    )  # the server's index of each call -> its place in calls
 
     @property
     def text(self) -> str:
@@ -94,11 +97,14 @@ class Response:
     def tool_call_delta(self, now: float, tokens: int, pieces: Sequence[ToolCallPiece], text: str = "") -> None:
         """``pieces`` of tool calls (``tokens`` of their names or arguments) arrived at ``now``:
         an answer, the first of which ends the time to the first answer token; a piece of a call
-        not seen before starts it (in :attr:`calls`), a later one adds to its arguments."""
+        not seen before starts it (in :attr:`calls`, in the order their indices first came:
+        servers and gateways number calls from 0, from 1 or from -1), a later one adds to its
+        arguments."""
         for piece in pieces:
-            while len(self.calls) <= piece.index:
-                self.calls.append({"id": f"call_{len(self.calls)}", "name": "", "arguments": ""})
-            call = self.calls[piece.index]
+            position = self.call_positions.setdefault(piece.index, len(self.calls))
+            if position == len(self.calls):
+                self.calls.append({"id": f"call_{position}", "name": "", "arguments": ""})
+            call = self.calls[position]
             call["id"] = piece.id or call["id"]
             call["name"] = piece.name or call["name"]
             call["arguments"] += piece.arguments
