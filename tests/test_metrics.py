@@ -613,3 +613,18 @@ def test_itl_and_output_events_keep_records_apart_when_one_has_no_chunks():
         (3.2, 2.0),
         (3.6, 1.0),
     ]
+
+
+def test_itl_takes_the_servers_count_where_the_stream_merged_tokens_per_event():
+    """A server putting 2 tokens in each event (speculative decoding, a stream interval) without
+    saying so: the stream counts 1 an event, the usage 10. TPOT and throughput took the usage's
+    count, ITL the stream's: every gap counted whole, ITL twice TPOT (found by two review
+    helpers). Each chunk now carries its share of the usage's count."""
+    merged = rec(0, sent=0.0, chunks=tuple((0.1 + 0.02 * i, 1) for i in range(5)), end=0.18, output=10)
+    result = make([merged])
+    assert result.summary["itl"]["mean"] == approx(0.01)  # 20 ms a chunk of 2 tokens
+    assert result.summary["itl"]["count"] == 8  # 4 later chunks, 2 tokens each
+    assert result.summary["tpot"]["mean"] == approx(0.08 / 9)
+    assert make([merged], goodput={"itl": 0.015}).summary["goodput"]["value"] == 1.0  # the worst gap per token: 10 ms
+    uneven = rec(1, sent=0.0, chunks=tuple((0.1 + 0.02 * i, 1) for i in range(5)), end=0.18, output=9)
+    assert make([uneven]).summary["itl"]["count"] == 7  # 9 tokens as 2, 2, 1, 2, 2: the first chunk's 2 are not gaps

@@ -11,7 +11,10 @@ Per request (seconds, tokens):
   event, has no measurable decode (its TTFT is its latency; (latency - ttft) would be the time to
   read the body, a TPOT of about 0 that passes any limit);
 - ``itl``: for each chunk after the first, (chunk time - previous chunk time) / tokens in the
-  chunk, once per token (trie's rule; a server merging tokens per event does not inflate it);
+  chunk, once per token (trie's rule; a server merging tokens per event does not inflate it).
+  The tokens in a chunk are the server's count spread over the chunks (:func:`spread_counts`)
+  where the stream's count differs from the usage's (a server that puts several tokens in an
+  event without saying how many: the stream counts one an event), as ``output_tokens`` is;
 - ``queue`` (simulator only), ``prompt_tokens`` (server's count, else planned),
   ``cached_tokens``, ``output_tokens``; ``schedule_lag`` = sent - scheduled (the client's own
   health: when it grows, the client is the bottleneck and TTFT is inflated);
@@ -67,6 +70,7 @@ after 423 tokens``, ``... after 21 tokens``) are one cause with the range (``aft
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -153,10 +157,29 @@ def tpot(record: RequestRecord) -> float | None:
     return (total - first) / (record.output_tokens - 1)
 
 
+def spread_counts(tokens: Sequence[int], total: int) -> list[int]:
+    """The stream's token counts per chunk (``tokens``) scaled to sum to ``total`` (the server's
+    count), in whole tokens: chunk i gets round(C_i * total / C) - round(C_(i-1) * total / C),
+    C_i being the stream's count up to and with chunk i and C its whole count (round half up),
+    so every chunk's share is as even as whole tokens allow. ``tokens`` as they are when they
+    already sum to ``total`` or to 0."""
+    counted = sum(tokens)
+    if counted == total or not counted:
+        return list(tokens)
+    spread, before, cumulative = [], 0, 0
+    for count in tokens:
+        cumulative += count
+        upto = math.floor(cumulative * total / counted + 0.5)
+        spread.append(upto - before)
+        before = upto
+    return spread
+
+
 def itl_chunks(record: RequestRecord) -> list[tuple[float, int]]:
     """(gap per token, tokens) of every chunk after the first: ITL's samples, each gap counted
-    once per token of its chunk (trie's rule)."""
-    times, tokens = record.chunk_times, record.chunk_tokens
+    once per token of its chunk (trie's rule), the tokens the server's count spread over the
+    chunks (:func:`spread_counts`)."""
+    times, tokens = record.chunk_times, spread_counts(record.chunk_tokens, record.output_tokens)
     return [((times[i] - times[i - 1]) / tokens[i], tokens[i]) for i in range(1, len(times)) if tokens[i] > 0]
 
 
@@ -266,10 +289,29 @@ class Chunks:
         self.records = records
 
     def itl(self) -> tuple[np.ndarray, np.ndarray]:
-        """(gap per token, tokens) of every chunk after its stream's first (:func:`itl_chunks`)."""
-        later = ~self.first[1:] & (self.tokens[1:] > 0)
-        gaps = (self.times[1:] - self.times[:-1])[later] / self.tokens[1:][later]
-        return gaps, self.tokens[1:][later]
+        """(gap per token, tokens) of every chunk after its stream's first (:func:`itl_chunks`,
+        the same spread of each record's count over its chunks)."""
+        tokens = self.spread_tokens()
+        later = ~self.first[1:] & (tokens[1:] > 0)
+        gaps = (self.times[1:] - self.times[:-1])[later] / tokens[1:][later]
+        return gaps, tokens[1:][later]
+
+    def spread_tokens(self) -> np.ndarray:
+        """Each chunk's tokens, each record's counts spread to sum to its ``output_tokens``
+        (:func:`spread_counts`, in arrays)."""
+        owner = np.repeat(np.arange(len(self.records)), self.lengths)
+        counted = np.bincount(owner, weights=self.tokens, minlength=len(self.records)).astype(np.int64)
+        outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.int64, count=len(self.records))
+        if np.array_equal(counted, outputs) or not self.tokens.size:
+            return self.tokens
+        cumulative = np.cumsum(self.tokens)
+        before_record = np.concatenate([[0], cumulative])[np.cumsum(self.lengths) - self.lengths]
+        within = cumulative - np.repeat(before_record, self.lengths)  # C_i, within each record
+        scale = np.repeat(np.divide(outputs, counted, out=np.ones(len(outputs)), where=counted > 0), self.lengths)
+        upto = np.where(np.repeat(counted > 0, self.lengths), np.floor(within * scale + 0.5), within).astype(np.int64)
+        before = np.concatenate([[0], upto[:-1]])
+        before[self.first] = 0
+        return upto - before
 
     def output_events(self) -> tuple[np.ndarray, np.ndarray]:
         """Output tokens at their chunks' times, scaled per record so they add up to the
