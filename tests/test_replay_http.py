@@ -180,6 +180,41 @@ def test_usage_counts_no_request_can_have_are_not_used(prompts, usage, kept, sai
     assert "cache_hit_rate" not in Result(run).summary  # not measured: no count to measure it from
 
 
+def test_a_usage_without_cached_tokens_beside_usages_with_them_is_a_miss(prompts):
+    """vLLM (--enable-prompt-tokens-details) sends prompt_tokens_details only when a request hit
+    the cache: the misses read as "not reported", and the hit rate was the hits' own (50% where
+    the server hit 25%; a cache SLO passed on it; found by a review helper). The misses count as
+    0 cached tokens, said once."""
+    from handlers import Handler, serving
+
+    chunk = {"choices": [{"index": 0, "delta": {"content": "a"}}]}
+    served = iter(range(10))
+
+    class HalfReported(Handler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            usage: dict = {"prompt_tokens": 100, "completion_tokens": 3}
+            if next(served) % 2:
+                usage["prompt_tokens_details"] = {"cached_tokens": 50}
+            stream = "".join(f"data: {json.dumps(chunk)}\n\n" for _ in range(3))
+            stream += f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n"
+            self.answer(200, stream.encode(), "text/event-stream")
+
+    with serving(HalfReported) as url:
+        run = replay(
+            flat(10, output=3),
+            HTTPEndpoint(url, api="chat", model="m"),
+            prompts,
+            ReplaySettings(check_idle=False, concurrency=1),
+        )
+    assert sorted(r.cached_tokens for r in run.records) == [0] * 5 + [50] * 5
+    assert [w for w in run.warnings if "cached" in w] == [
+        "the server's usage gave cached_tokens on 5 requests and none on 5 others, taken as 0 cached tokens "
+        "(vLLM sends prompt_tokens_details only when a request hit the cache)"
+    ]
+    assert Result(run).summary["cache_hit_rate"]["mean"] == pytest.approx(0.25)
+
+
 def test_busy_server_is_reported_before_the_run(prompts):
     with ServerThread(MockServer(MockConfig(busy=3))) as thread:
         result = go(flat(1), thread.url, prompts)

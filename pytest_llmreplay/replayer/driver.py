@@ -71,7 +71,7 @@ from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, WallClock
 from .endpoint_types import Endpoint, EndpointRequest, describe_error
 from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
-from .records import ReplayRun, RequestRecord, cancelled_note
+from .records import ReplayRun, RequestRecord, cancelled_note, fill_unreported_cached
 from .response import Response
 
 LEAD_S = 0.05  # a session's first request is built this long before it is due
@@ -172,6 +172,9 @@ class Replay:
         self.records.sort(key=attrgetter("scheduled_s", "session_index", "turn_index"))
         if self.part is None:
             mark_warmup(self.records, self.settings)
+            filled = fill_unreported_cached(self.records)
+            if filled:
+                self.warnings.append(filled)
         return ReplayRun(
             records=self.records,
             warnings=self.warnings,

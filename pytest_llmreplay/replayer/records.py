@@ -104,3 +104,26 @@ def cancelled_note(elapsed_s: float | None) -> str:
     if elapsed_s is None or elapsed_s < 0:
         return "before the replay started: nothing was sent"
     return f"at {elapsed_s:.1f} s: requests in flight were cancelled and nothing more was sent"
+
+
+def fill_unreported_cached(records: list[RequestRecord]) -> str | None:
+    """Set ``cached_tokens`` to 0 on the ok records whose usage gave prompt tokens and no cached
+    count, in a run where the server gave a cached count on some: vLLM (every version with
+    ``--enable-prompt-tokens-details``) sends ``prompt_tokens_details`` only when a request had
+    a cached token (``if self.enable_prompt_tokens_details and num_cached_tokens``), so a request
+    that missed the cache reads as "not reported", and the hit rates were taken over the requests
+    that hit alone. The warning that says so (None when nothing was set): the records changed
+    say so in their notes."""
+    if not any(r.cached_tokens is not None for r in records):
+        return None
+    filled = [r for r in records if r.status == "ok" and r.cached_tokens is None and r.prompt_tokens is not None]
+    for record in filled:
+        record.cached_tokens = 0
+        record.notes.append("no cached_tokens in the usage: taken as 0")
+    if not filled:
+        return None
+    reported = sum(r.cached_tokens is not None for r in records) - len(filled)
+    return (
+        f"the server's usage gave cached_tokens on {reported} requests and none on {len(filled)} others, "
+        "taken as 0 cached tokens (vLLM sends prompt_tokens_details only when a request hit the cache)"
+    )

@@ -64,7 +64,7 @@ from .clock import WallClock
 from .driver import Replay
 from .endpoints import HTTPEndpoint
 from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
-from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note
+from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note, fill_unreported_cached
 
 RAY_EXTRA = "pip install 'pytest-llmreplay[ray]'"
 LEAD_S = 1.0  # from handing out the start instant to the start: workers open their endpoint meanwhile
@@ -454,7 +454,8 @@ class RayWorkers:
             (r for w in running for r in w.received), key=attrgetter("scheduled_s", "session_index", "turn_index")
         )
         mark_warmup(records, settings)
-        warnings: list[str] = []
+        filled = fill_unreported_cached(records)
+        warnings: list[str] = [filled] if filled else []
         seen: set[str] = set()
         for worker in running:
             for warning in ([worker.outcome.died] if worker.outcome.died else []) + (
