@@ -256,6 +256,17 @@ def test_a_ttfo_limit_counts_in_goodput():
     assert result.goodput_figures({"ttft": 1.0})["value"] == approx(1.0)  # though both began to think at once
 
 
+def test_a_ttfo_limit_in_a_run_without_reasoning_judges_each_requests_ttft():
+    """A ttfo limit on a run that did not reason counted every request as good (3 s TTFTs under a
+    1 s limit: goodput 100%, stored and gated; found by a review helper): a request that did not
+    reason has its TTFT as its ttfo."""
+    from records import rec
+
+    slow = [rec(i, sent=0.0, chunks=((3.0, 1), (3.1, 1)), end=3.1) for i in range(4)]
+    fast = [rec(4 + i, sent=0.0, chunks=((0.5, 1), (0.6, 1)), end=0.6) for i in range(4)]
+    assert make(slow + fast).goodput_figures({"ttfo": 1.0})["value"] == approx(0.5)
+
+
 # ---------------------------------------------------------------- the gate
 
 

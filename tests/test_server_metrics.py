@@ -237,7 +237,11 @@ def test_a_replay_against_the_simulated_server_collects_its_series(prompts):
     }
     times = [t for t, _ in series["running"]]
     assert times == sorted(times) and len(times) >= 5  # every 50 ms over a run of ~1 s
-    assert times[0] < 0 < times[-1]  # one scrape before the first request, one after the run
+    assert times[0] < 0 < times[-1] < result.run.duration_s  # one scrape before the first request
+    counted = [t for t, _ in series["preemptions"]]
+    # the scrape after the run keeps its counters only: an idle server's gauges (0 running, an
+    # empty cache) lowered kv_cache_usage.mean (found by a review helper)
+    assert counted[:-1] == times and counted[-1] > result.run.duration_s
     server = result.summary["server"]
     assert server["running.max"] == 4  # the concurrency
     assert 0 < server["kv_cache_usage.max"] < 1 and server["preemptions"] == 0

@@ -86,7 +86,7 @@ from ..replayer.records import ReplayRun, RequestRecord
 from .columns import complete_sessions, one_turn_session_columns, request_columns, schedule_lag_column
 from .error_causes import ErrorCause, error_causes
 from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
-from .reasoning import answer_start, has_reasoning, misses_answer_limit, reasoning_values, unanswered
+from .reasoning import answer_start, has_reasoning, misses_answer_limit, reasoning_values, ttfo, unanswered
 from .server import hit_rate_gap, server_figures
 
 STEADY_SKIP = 0.2
@@ -523,6 +523,7 @@ class Result:
         values = request_values(record, reasoning)
         gaps = itl_chunks(record)
         values["itl"] = max(gap for gap, _ in gaps) if gaps else None
+        values["ttfo"] = ttfo(record)  # in a run without reasoning too: a request that did not reason has its TTFT
         for name, limit in limits.items():
             value = values.get(name)
             if value is not None and value > limit:

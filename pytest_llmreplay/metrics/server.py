@@ -2,8 +2,9 @@
 
 The series are :attr:`~pytest_llmreplay.replayer.records.ReplayRun.server_metrics`: name ->
 ``[[t, value], ...]``, ``t`` in seconds from the run's start; the first scrape comes before
-the first request (``t`` < 0), the last one after the run. Gauges are read from the scrapes at
-``t >= 0`` (the run's), counters from all of them (the first is the count before the run):
+the first request (``t`` < 0), the last one after the run (its counters only: the gauges of a
+server the run has left idle are not the run's). Gauges are read from the scrapes at ``t >= 0``
+(the run's), counters from all of them (the first is the count before the run):
 
 - ``server.preemptions`` = the increase of the preemption counter over the run;
 - ``server.kv_cache_usage.max`` / ``.mean``: of the KV-cache usage gauge (a share, 0..1);

@@ -3,7 +3,8 @@
 :class:`Scraper` runs in a thread of its own (so that neither the request nor the parse ever
 delays the replay's event loop): a ``GET /metrics`` when started, which :meth:`Scraper.start`
 waits for (so that counters start before the first request), then every ``interval_s``, then
-once more when stopped (so that they cover the whole run), each with a timeout of
+once more when stopped (so that counters cover the whole run; only the counters are kept from
+that one: the gauges of a server the run has left idle are not the run's), each with a timeout of
 :data:`TIMEOUT_S`. A server that answers 404 has no metrics: one note says so and scraping
 stops. Failed scrapes are counted and noted once at the end. Without ``prometheus_client`` (the
 ``metrics`` extra) one note says scraping is off.
@@ -160,11 +161,12 @@ class Scraper:
                 while not self._halted and not self._stop.wait(self.interval_s):
                     self._scrape(client)
                 if not self._halted:
-                    self._scrape(client)  # the counters at the run's end
+                    self._scrape(client, kept=COUNTERS)  # the counters at the run's end
         finally:
             self._first.set()  # start() never waits on a thread that is gone
 
-    def _scrape(self, client: Any) -> None:
+    def _scrape(self, client: Any, kept: tuple[str, ...] | None = None) -> None:
+        """One scrape into the series: every series it has, or those in ``kept``."""
         try:
             reply = client.get(self.url)
         except Exception as exc:  # a scrape that fails is counted, never raised into the run
@@ -187,7 +189,8 @@ class Scraper:
             self._halted = True
             return
         for name, value in found.items():
-            self.scraped.series.setdefault(name, []).append([now, value])
+            if kept is None or name in kept:
+                self.scraped.series.setdefault(name, []).append([now, value])
 
     def _failed(self, why: str) -> None:
         self._failures += 1
