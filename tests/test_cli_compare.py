@@ -84,6 +84,17 @@ def test_allowed_change_from_the_command_line(write, capsys):
     assert status == 0 and "ttft.p90" not in printed and "50%" in printed
 
 
+def test_the_tests_own_allowed_changes_stored_with_b_apply_and_the_options_go_on_top(write, capsys):
+    """A stored result keeps its test's `regression`; compare judged by the defaults (found by a
+    review helper)."""
+    current = {**record(1.3, seed=2), "regression": {"ttft.p50": "50%", "ttft.p90": "off"}}
+    status = main(["compare", write("a.json", record(seed=1)), write("b.json", current)])
+    printed = capsys.readouterr().out
+    assert status == 0 and "ttft.p90" not in printed and "50%" in printed
+    status = main(["compare", write("a.json", record(seed=1)), write("b.json", current), "--regression", "ttft.p50=5%"])
+    assert status == 1 and "REGRESSION" in capsys.readouterr().out
+
+
 def test_two_endpoints_are_compared_and_the_header_says_so(write, capsys):
     status = main(["compare", write("a.json", record(model="vllm")), write("b.json", record(model="sglang", seed=3))])
     printed = capsys.readouterr().out

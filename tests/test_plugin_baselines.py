@@ -408,6 +408,17 @@ def test_regression_tolerances_of_the_marker(project):
     out = result.stdout.str()
     assert not re.search(r"^(ttft\.p50|ttft\.p90|ttfat\.p50) ", out, re.M)  # "off": not compared
 
+    # the result keeps the test's allowed changes, and what judges it later applies them: the
+    # dashboard and `llmreplay compare --store` judged by the defaults (found by a review helper)
+    (saved,) = stored(project.path)
+    marker = {"ttft.p50": "off", "ttft.p90": "off", "tpot.p50": "500%", "latency.p50": "500%", "ttfat.p50": "off"}
+    assert json.loads(saved.read_text())["regression"] == {**marker, "latency.p99": "1000%"}
+    from pytest_llmreplay.dashboard.extract import extract
+
+    tolerances = extract(json.loads(saved.read_text()))["facts"]["tolerances"]
+    assert tolerances["tpot.p50"] == 5.0 and tolerances["latency.p99"] == 10.0
+    assert not {"ttft.p50", "ttft.p90", "ttfat.p50"} & set(tolerances)
+
 
 def test_different_endpoint_is_not_compared_and_does_not_fail(project):
     project.runpytest("--llm-offline", "--llm-save").assert_outcomes(passed=1)

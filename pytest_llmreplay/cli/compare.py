@@ -108,8 +108,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(
             f"{name}: {record.get('test')}, {where}, {record.get('time')}{stopped}, endpoint: {endpoint_text(record['fingerprint'])}"
         )
+    allowed = {**(current.get("regression") or {}), **overrides}  # the test's own (stored with B), then the options'
     comparison = compare(
-        baseline, current, gated_tolerances(current, overrides, baseline), label=f"A ({source})", across_endpoints=True
+        baseline, current, gated_tolerances(current, allowed, baseline), label=f"A ({source})", across_endpoints=True
     )
     if history is not None and comparison.mismatch is None:
         gate_with_history(comparison, current, history)

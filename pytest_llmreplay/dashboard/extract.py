@@ -10,7 +10,7 @@ Of a result (:mod:`~pytest_llmreplay.gate.baseline`'s stored form) it keeps:
   ``test``, the ``fingerprint``, ``workload``, ``settings`` and ``runs`` that label the line, and
   ``tolerances``, the gated figures and their allowed changes
   (:func:`~pytest_llmreplay.gate.baseline.gated_tolerances`: a capacity test's capacity, else the
-  default seven);
+  default seven, with the test's own ``regression`` applied where the result stored it);
 - ``figures``: each gated figure and each SLO's figure (``metric.stat``), where
   measured; ``intervals``: ``[low, high]`` per figure where the result gives one: the range of
   its runs' own figures (``--llm-repeat``), a capacity's search bracket (``high`` None when no
@@ -41,7 +41,7 @@ from ..gate.stored_record import partial_reason
 from ..metrics.slo import KNOWN_METRICS, parse_slo
 from ..report.rows import Headline, headline, slo_rows, stored_checks
 
-VERSION = 6  # of what extract() returns and the cache keeps of it: a cache of another version is read again
+VERSION = 7  # of what extract() returns and the cache keeps of it: a cache of another version is read again
 OUTCOME = ("slo", "failed_by", "plugin_metrics")  # what outcome() and point_slos() read besides the figures
 
 
@@ -110,7 +110,7 @@ def extract(record: Mapping[str, Any]) -> dict[str, Any]:
     partial = partial_reason(record)
     if partial:
         return {"partial": partial}
-    tolerances = gated_tolerances(record)
+    tolerances = gated_tolerances(record, record.get("regression"))  # the test's own allowed changes, as its gate
     keys = list(
         dict.fromkeys([*tolerances, *(slo["figure"] for slo in slo_figures(record.get("slo"), plugin_metrics(record)))])
     )

@@ -16,7 +16,11 @@ workload, and is never taken as a baseline, see :meth:`~pytest_llmreplay.gate.st
 ``server_metrics`` (only when the server's ``/metrics`` was scraped): its series, name ->
 ``[[t, value], ...]`` with ``t`` in seconds from the run's start (a repeated test keeps its
 first run's), and ``client_hit_rate``, the client's Σ cached / Σ prompt tokens to set beside
-the server's prefix-cache hit rate (:attr:`~pytest_llmreplay.metrics.result.Result.client_hit_rate`).
+the server's prefix-cache hit rate (:attr:`~pytest_llmreplay.metrics.result.Result.client_hit_rate`);
+``regression`` (only when the test sets it): the test's own allowed changes (its marker's or spec
+file's ``regression``), which what judges the result later (the dashboard, ``llmreplay compare
+--store``) applies as the plugin's gate did; not part of what must match for two results to be
+compared.
 
 Where results are kept (a folder, a git ref, an object store) is :mod:`~pytest_llmreplay.gate.store`'s job.
 

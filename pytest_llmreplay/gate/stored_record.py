@@ -10,7 +10,7 @@ failing somewhere downstream with an ``AttributeError``:
   no object naming a key twice (JSON would keep the second value silently: a hand-edited or
   merged file whose figures no one can tell apart);
 - ``schema`` is :data:`SCHEMA`; ``fingerprint`` is an object, and so are ``workload``,
-  ``settings`` and ``capacity`` where present;
+  ``settings``, ``capacity`` and ``regression`` where present;
 - ``summary``: an object of metric -> object of statistic -> a number or null;
 - ``samples``: an object of metric -> list of numbers; ``sample_keys`` (where present): metric ->
   list of integers, as many as that metric's samples;
@@ -35,7 +35,7 @@ from ..json_text import JSONTextError, parse_json
 SCHEMA = 1
 NOT_RESET = "off"  # a run's ``cache_reset`` when the user turned resets off (gate/repeats.py, target.py)
 REQUIRED = ("schema", "summary", "samples", "fingerprint")
-OPTIONAL_OBJECTS = ("workload", "settings", "capacity")
+OPTIONAL_OBJECTS = ("workload", "settings", "capacity", "regression")
 _NUMBER_OR_NULL = {int, float, type(None)}  # a summary's values as JSON gives them
 
 

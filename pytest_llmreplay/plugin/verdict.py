@@ -154,6 +154,8 @@ class Gate:
             checks + run.result.slo_checks
         )  # the spec's, then the test body's assert_slo calls (on the same medians)
         record["slo"] = slo_rows(every_check)
+        if run.regression:  # the test's own allowed changes, for whoever judges the result later
+            record["regression"] = dict(run.regression)
         capacity = getattr(run.result, "capacity", None)
         if capacity is not None:
             record["capacity"] = capacity.as_dict()
