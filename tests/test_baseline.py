@@ -234,6 +234,14 @@ def test_read_record_json_that_is_not_a_record(tmp_path, content, missing):
         ({"sample_keys": {"ttft": [1.5]}}, "sample_keys.ttft: expected a list of integers, got 1.5 in it"),
         ({"runs": [{"sizes": {"ttft": "2"}}]}, "runs[0].sizes: expected counts"),
         ({"runs": [{"sizes": {}, "summary": []}]}, "runs[0].summary: expected an object of metrics, got a list"),
+        # hand-edited results that stopped a whole dashboard build with a traceback (found by a review helper)
+        ({"runs": [{"sizes": {}}]}, "runs[0].summary: expected an object of metrics, got null"),
+        ({"slo": "oops"}, "slo: expected a list of objects, got a string ('oops')"),
+        (
+            {"slo": [{"key": "ttft.p99", "measured": "45ms"}]},
+            "slo[0].measured: expected a number, got a string ('45ms')",
+        ),
+        ({"regression": ["ttft.p50"]}, "regression: expected an object, got a list holding a string ('ttft.p50')"),
     ],
 )
 def test_read_record_of_the_right_schema_and_wrong_shape_is_one_line(tmp_path, change, problem):

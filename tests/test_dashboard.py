@@ -188,13 +188,17 @@ def test_unreadable_and_partial_results_are_left_out_and_named(site, tmp_path, c
     index, found by a review helper), where the gate and the history leave it out."""
     folder = site / result_folder(stored_test_ids()[1])
     first, second, third = sorted(folder.iterdir())[:3]
-    first.write_text("{not json")
     second.write_text(json.dumps({**json.loads(second.read_text()), "interrupted": "SIGINT"}))
     cut = json.loads(third.read_text())
     third.write_text(json.dumps({**cut, "capacity": {**(cut.get("capacity") or {}), "incomplete": "server died"}}))
+    original = first.read_text()
+    first.write_text(json.dumps({**json.loads(original), "slo": "oops"}))  # hand-edited: a traceback stopped the build
     printed = build(str(site), tmp_path / "out", capsys)
     assert "left out 2 partial results: they measured part of their workload" in printed
-    assert f"skipped 1 unreadable stored result: {first}: not a stored llmreplay result (" in printed
+    assert f"skipped 1 unreadable stored result: {first}: not a stored llmreplay result (slo: expected" in printed
+    first.write_text(original)  # mended under its name: the next build reads it again (its cache kept it broken)
+    printed = build(str(site), tmp_path / "out", capsys)
+    assert "skipped" not in printed and "(1 read from the store" in printed
 
 
 def test_a_dirty_trees_result_is_drawn_only_where_its_commit_has_no_clean_one(site, tmp_path, capsys):
@@ -210,7 +214,9 @@ def test_a_dirty_trees_result_is_drawn_only_where_its_commit_has_no_clean_one(si
     experiment["summary"]["ttft"]["p50"] = clean["summary"]["ttft"]["p50"] * 0.8
     dirty = newest.with_name(newest.name.replace(newest.name[13:21], "99999999"))  # saved later, same commit
     dirty.write_text(json.dumps(experiment))
-    build(str(site), tmp_path / "out", capsys)
+    printed = build(str(site), tmp_path / "out", capsys)
+    drawn = re.search(r"(\d+) results in ", (tmp_path / "out" / "index.html").read_text())
+    assert drawn and f"{drawn.group(1)} results (" in printed  # the dirty one is not counted as drawn
     ttft = next(
         chart
         for chart in page_data(page_of(tmp_path / "out", test))["charts"].values()
@@ -300,3 +306,15 @@ def test_without_otava_the_extra_is_named_before_anything_is_read(site, capsys, 
         capsys.readouterr().err == "error: change points need Apache Otava: pip install 'pytest-llmreplay[history]'\n"
     )
     assert not Path("site").exists()
+
+
+def test_page_data_holds_no_markup_whatever_the_texts_in_it():
+    """A commit subject with `<!--` and `<script` put the browser's HTML parser into its
+    double-escaped script state: the page's own scripts were read as part of its JSON and no chart
+    drew (found by a review helper, in Chromium). The data holds no `<`, `>` or `&` at all now."""
+    from pytest_llmreplay.dashboard.pages import script_json
+
+    texts = {"subject": "Strip <!-- comments inside <script> blocks", "end": "</script><!-- & -->", "ok": "a > b"}
+    written = script_json(texts)
+    assert not set("<>&") & set(written)
+    assert json.loads(written) == texts

@@ -582,10 +582,11 @@ def test_reports_show_the_comparison_and_the_baseline_cdf(project):
     assert re.search(rf"^\| {re.escape(TEST_ID)} .*\| 1/1 +\| REGRESSION: ttft\.p50, .*\|$", summary, re.M), summary
     assert "**Compared with merge-base with main (" in summary
     page = (project.path / "rep" / "index.html").read_text()
-    assert '<g id="test-test_perf-py-test_chat-ttft-baseline">' in page  # the baseline's CDF
-    assert re.search(
-        r'<g id="test-test_perf-py-test_chat-ttft-baseline">\s*<path [^>]*style="[^"]*stroke-dasharray', page
-    )  # dashed
+    from pytest_llmreplay.report.html import anchor
+
+    baseline_curve = f'<g id="{anchor(TEST_ID)}-ttft-baseline">'
+    assert baseline_curve in page  # the baseline's CDF
+    assert re.search(re.escape(baseline_curve) + r'\s*<path [^>]*style="[^"]*stroke-dasharray', page)  # dashed
     assert ">baseline</text>" in page and ">this run</text>" in page  # the legend
     properties = {p.get("name"): float(p.get("value")) for p in ET.parse(project.path / "out.xml").iter("property")}
     assert properties["llmreplay.change.ttft.p50"] > 0.5  # three times slower

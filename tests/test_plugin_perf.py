@@ -1376,11 +1376,14 @@ def test_report_dir_has_every_test_and_the_session_summary(project):
     assert "### test_rep.py::test_breach" in summary and "BREACH" in summary
     page = (folder / "index.html").read_text()
     assert page.startswith("<!doctype html>")
-    for test in ("test_rep-py-test_chat", "test_rep-py-test_breach"):  # TTFT, TPOT and latency CDFs of both tests
+    from pytest_llmreplay.report.html import anchor
+
+    for test in ("test_rep.py::test_chat", "test_rep.py::test_breach"):  # TTFT, TPOT and latency CDFs of both tests
         for metric in ("ttft", "tpot", "latency"):
-            assert f'<svg id="test-{test}-{metric}"' in page and f'<g id="test-{test}-{metric}-this-run">' in page
+            plot = f"{anchor(test)}-{metric}"
+            assert f'<svg id="{plot}"' in page and f'<g id="{plot}-this-run">' in page
     assert "<title>TTFT: CDF of requests</title>" in page and "-baseline" not in page  # no baseline curve
-    assert '<g id="test-test_rep-py-test_breach-ttft-slo-0">' in page  # the threshold line
+    assert f'<g id="{anchor("test_rep.py::test_breach")}-ttft-slo-0">' in page  # the threshold line
     result.stdout.fnmatch_lines([f"llmreplay reports: wrote {folder / 'summary.md'}, {folder / 'index.html'}"])
 
 
@@ -1563,11 +1566,13 @@ def test_xdist_workers_measure_and_the_controller_reports_every_test(project, mo
         assert re.search(rf"^{re.escape(test)} +passed +[0-9.]+ ", summary_section, re.M), test
     summary = step_summary.read_text()  # by the controller alone, once
     assert summary.startswith("## llmreplay: 5 perf tests\n")
+    from pytest_llmreplay.report.files import markdown_text
+
     for test in tests:
-        assert f"| {test} " in summary, test
+        assert f"| {markdown_text(test)} " in summary, test  # test_marked\[1\]: no link in the step summary
     in_order = sorted(tests)  # the rows of each, whichever worker finished first: as a serial run's
     assert [test for test in re.findall(r"^(\S+::\S+) +passed ", summary_section, re.M)] == in_order
-    assert re.findall(r"^\| (\S+::\S+) +\| PASS", summary, re.M) == in_order
+    assert re.findall(r"^\| (\S+::\S+) +\| PASS", summary, re.M) == [markdown_text(test) for test in in_order]
     if report:
         assert sorted(report_files(project.path / "rep")) == sorted(tests)
         assert (project.path / "rep" / "summary.md").read_text() == summary

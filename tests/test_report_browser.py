@@ -97,7 +97,10 @@ def test_html_report_in_headless_chromium(pytester, monkeypatch, browser):
     page = visit(browser, (pytester.path / "rep" / "index.html").as_uri(), FACTS)
     assert page.errors == []
     facts = page.facts
-    assert facts["links"] == [["#test-test_perf-py-test_agent", True], ["#test-test_perf-py-test_chat", True]]
+    from pytest_llmreplay.report.html import anchor
+
+    tests = ("test_perf.py::test_agent", "test_perf.py::test_chat")
+    assert facts["links"] == [[f"#{anchor(test)}", True] for test in tests]
     agent, chat = facts["sections"]
     assert (
         agent["headline"].startswith("FAIL · 1 of 2 SLOs breached · worst: ttfat.p90 ")

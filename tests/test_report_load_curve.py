@@ -13,7 +13,7 @@ from test_cli_sweep import WORKLOAD  # the sweep tests' 40 sessions at 10/s
 
 from pytest_llmreplay.cli.main import main
 from pytest_llmreplay.metrics.units import format_value
-from pytest_llmreplay.report.html import html_page, load_curve_section
+from pytest_llmreplay.report.html import anchor, html_page, load_curve_section
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -103,7 +103,7 @@ def test_the_html_report_draws_the_load_curve_of_a_capacity_test_only(rate_sweep
     )
     page = html_page([record, {**record, "test": "plain", "capacity": None}])
     assert page.count("<h3>Load curve</h3>") == 1
-    assert 'id="test-llmreplay-sweep-wl-yaml-load-curve"' in page
+    assert f'id="{anchor(record["test"])}-load-curve"' in page
     assert load_curve_section({**record, "capacity": {"plan": {"by": "rate"}, "points": []}}) == ""
     # no load failed: a lower bound, with no top to its bracket, as llmreplay sweep prints it
     rate = format_value("request_throughput", record["capacity"]["rate"])
@@ -129,3 +129,10 @@ def test_the_html_report_draws_the_load_curve_of_a_capacity_test_only(rate_sweep
         )
         == 2
     )
+
+
+def test_two_tests_whose_ids_slug_alike_have_sections_of_their_own():
+    """`test_p[a b]` and `test_p[a-b]` shared one section id: the second row's link opened the
+    first test's section (found by a review helper)."""
+    first, second = anchor("t.py::test_p[a b]"), anchor("t.py::test_p[a-b]")
+    assert first != second and first.startswith("test-t-py-test_p-a-b-") and second.startswith("test-t-py-test_p-a-b-")

@@ -14,10 +14,10 @@ from test_report_load_curve import SVG, group, texts, vertices
 
 from pytest_llmreplay.gate.baseline import DEFAULT_TOLERANCES
 from pytest_llmreplay.gate.history import History, history_points, trend
-from pytest_llmreplay.report.html import trend_section
+from pytest_llmreplay.report.html import anchor, trend_section
 
 STEP = [0.100, 0.101, 0.099, 0.100, 0.102, 0.098, 0.120, 0.121, 0.119, 0.120, 0.122, 0.118]  # +20% at the 7th commit
-PLOT = "test-tests-perf-test_chat-py-test_chat-trend-ttft-p50"
+PLOT = f"{anchor(TEST)}-trend-ttft-p50"
 
 
 def svgs(section: str) -> list[str]:
@@ -111,7 +111,10 @@ def test_the_gate_hands_the_report_each_gated_figure_over_the_stored_commits(pro
     assert ttft["commits"] == [*saved, head(project.path)] and ttft["values"][-1] == report["summary"]["ttft"]["p50"]
     assert ttft["change_points"] == []  # the simulator is exact: one level
     page = (project.path / "rep" / "index.html").read_text()
-    assert '<svg id="test-test_perf-py-test_chat-trend-ttft-p50"' in page and "<h3>Trend over commits</h3>" in page
+    assert (
+        f'<svg id="{anchor("test_perf.py::test_chat")}-trend-ttft-p50"' in page
+        and "<h3>Trend over commits</h3>" in page
+    )
     stored = list((project.path / ".llmreplay").glob("*/*.json"))
     assert len(stored) == 2 and all(
         '"history"' not in p.read_text() for p in stored

@@ -209,9 +209,23 @@ def test_markdown_summary_shows_html_from_a_result_as_text():
     text = markdown([stored])
     for markup in ("<b>", "<script>", "</script>", "<img", "<iframe", "&amp; more"):
         assert markup not in text
-    assert "### t.py::test_x[&lt;script>alert(3)&lt;/script>]" in text and "&amp;amp; more" in text
+    assert "### t.py::test_x\\[&lt;script>alert(3)&lt;/script>\\]" in text and "&amp;amp; more" in text
     assert "**Compared with &lt;b>main&lt;/b>**" in text and "workload &lt;img src=x onerror=alert(2)>" in text
     assert "| ttft.p99   | < 500ms " in text
+
+
+def test_markdown_summary_shows_a_parameter_id_holding_markdown_as_text():
+    """Parameter ids made links, images and bold text in summary.md and the step summary (found
+    by a review helper, rendered with a CommonMark parser); snake_case stays as written."""
+    import markdown as python_markdown
+
+    ids = ["see](https://evil.example/phish)", "![i](https://evil.example/t.png)", "__init__", "`code`"]
+    stored = [{**record(MARKER_SLOS), "test": f"t.py::test_snake_case[{i}]"} for i in ids]
+    rendered = python_markdown.markdown(markdown(stored), extensions=["tables"])
+    for markup in ("<a ", "<img", "<code>"):
+        assert markup not in rendered, markup
+    for i in ids:
+        assert f"t.py::test_snake_case[{i}]" in rendered.replace("&quot;", '"'), i  # __init__ not bold
 
 
 def test_an_slo_entry_that_cannot_be_read_back_is_shown_as_stored():
@@ -290,7 +304,7 @@ def test_markdown_summary_keeps_a_pipe_in_its_cell_and_a_masked_secret_as_writte
     }
     text = markdown([stored])
     row = next(line for line in text.splitlines() if line.startswith("| t.py::test_x"))
-    assert "test_x[sh -c 'a \\| b']" in row
+    assert "test_x\\[sh -c 'a \\| b'\\]" in row
     assert row.count("|") - row.count("\\|") == len(overview_headers([stored])) + 1  # one cell per header
     endpoint = next(line for line in text.splitlines() if line.startswith("Endpoint:"))
     assert endpoint.endswith("server.env.HF_TOKEN \\*\\*\\*")

@@ -136,9 +136,8 @@ def build_dashboard(
         newest = [int(line.positions[-1]) for line in test.lines]
         entries.append(TestEntry(test, lines_judged, moves, rank(moves, lines_judged, newest, site.since)))
     entries.sort(key=lambda entry: (ORDER.index(entry.rank), entry.lines.test))
-    built = Built(
-        out, len(entries), sum(len(names) for _, names in gathered.tests.values()), gathered.read, gathered.cached
-    )
+    drawn = sum(len(line) for test in tests for line in test.lines)  # as the index counts: a dirty result left out
+    built = Built(out, len(entries), drawn, gathered.read, gathered.cached)
     built.unreadable, built.partial = gathered.unreadable, gathered.partial
     built.pages = pages.write(entries)
     copy_assets(out / "assets")

@@ -105,6 +105,8 @@ class Results:
         """Append ``found`` (name -> :func:`~.extract.extract`'s figures) as rows."""
         drawn = {name: figures for name, figures in found.items() if "line" in figures}
         self.skipped.update({name: dict(figures) for name, figures in found.items() if "line" not in figures})
+        for name in drawn:  # unreadable before, mended since
+            self.skipped.pop(name, None)
         if not drawn:
             return
         self.keys += [
@@ -267,7 +269,15 @@ def gather(store: Store, out: Path, commits: Container[str], workers: int = 1) -
     for folder in sorted(store.names("")):
         names[folder] = sorted(n for n in store.names(folder) if n.endswith(".json") and n[:12] in commits)
         caches[folder] = FolderCache(out, folder, store.label)
-    missing = {folder: [n for n in listed if n not in caches[folder].results] for folder, listed in names.items()}
+    # an unreadable result is read again at every build (a hand-mended file keeps its name); rare, so cheap
+    missing = {
+        folder: [
+            n
+            for n in listed
+            if n not in caches[folder].results or "unreadable" in caches[folder].results.skipped.get(n, {})
+        ]
+        for folder, listed in names.items()
+    }
     for folder, found in read_all(store, {folder: listed for folder, listed in missing.items() if listed}, workers):
         caches[folder].add(found)
     for folder, listed in names.items():

@@ -74,8 +74,12 @@ def figure_keys(test: TestLines) -> list[str]:
 
 
 def script_json(data: Any) -> str:
-    """``data`` as JSON that is safe inside a ``<script>`` element."""
-    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    """``data`` as JSON that is safe inside a ``<script>`` element: every ``<``, ``>`` and ``&``
+    written as its ``\\u`` escape (they occur only in strings), so that no text in it (``</script>``,
+    a commit subject's ``<!--`` and ``<script``, which put the HTML parser in its double-escaped
+    state and swallowed the page's own scripts) is read as markup."""
+    text = json.dumps(data, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def page(title: str, body: str, data: str, assets: str) -> str:

@@ -14,8 +14,9 @@ failing somewhere downstream with an ``AttributeError``:
 - ``summary``: an object of metric -> object of statistic -> a number or null;
 - ``samples``: an object of metric -> list of numbers; ``sample_keys`` (where present): metric ->
   list of integers, as many as that metric's samples;
+- ``slo`` (where present): a list of objects, each ``measured`` a number or null;
 - ``runs`` (repeated runs, :mod:`~pytest_llmreplay.gate.repeats`, where present): a list of objects
-  whose ``sizes`` add up to each metric's samples.
+  whose ``sizes`` add up to each metric's samples, each with its ``summary``.
 
 A store that meets a result failing these checks skips it as unreadable
 (:meth:`~pytest_llmreplay.gate.store.Store.newest_complete`), as it skips a file that is not JSON.
@@ -90,7 +91,7 @@ def shape_problem(record: Mapping[str, Any]) -> str | None:
     for key in ("fingerprint", *OPTIONAL_OBJECTS):
         if key in record and not (key != "fingerprint" and record[key] is None) and not isinstance(record[key], dict):
             return f"{key}: expected an object, got {_kind(record[key])}"
-    problem = _summary_problem(record["summary"], "summary")
+    problem = _summary_problem(record["summary"], "summary") or _slo_problem(record.get("slo"))
     if problem:
         return problem
     samples = record["samples"]
@@ -128,6 +129,19 @@ def _summary_problem(summary: Any, where: str) -> str | None:
     return None
 
 
+def _slo_problem(checks: Any) -> str | None:
+    """``slo`` (where present): a list of objects whose ``measured`` is a number or null."""
+    if checks is None:
+        return None
+    if not isinstance(checks, list) or not all(isinstance(check, dict) for check in checks):
+        return f"slo: expected a list of objects, got {_kind(checks)}"
+    for index, check in enumerate(checks):
+        measured = check.get("measured")
+        if measured is not None and not _is_number(measured):
+            return f"slo[{index}].measured: expected a number, got {_kind(measured)}"
+    return None
+
+
 def _runs_problem(record: Mapping[str, Any]) -> str | None:
     """``runs`` must account for the stored samples (:mod:`~pytest_llmreplay.gate.repeats`)."""
     runs = record.get("runs")
@@ -142,7 +156,7 @@ def _runs_problem(record: Mapping[str, Any]) -> str | None:
             isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in run["sizes"].values()
         ):
             return f"runs[{index}].sizes: expected counts"
-        problem = _summary_problem(run.get("summary", {}), f"runs[{index}].summary")
+        problem = _summary_problem(run.get("summary"), f"runs[{index}].summary")  # each run's requests count
         if problem:
             return problem
     for metric, values in record["samples"].items():

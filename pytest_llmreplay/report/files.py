@@ -101,15 +101,17 @@ def markdown(results: Sequence[Mapping[str, Any]], not_judged: NotJudged = ALL_J
     return "\n".join(lines) + "\n"
 
 
-_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)|\*")
-_ESCAPES = {"<": "&lt;", "&": "&amp;", "*": "\\*"}
+_MARKUP = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?\w+;)|[*\[\]`]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_ESCAPES = {"<": "&lt;", "&": "&amp;", "*": "\\*", "[": "\\[", "]": "\\]", "`": "\\`", "_": "\\_"}
 
 
 def markdown_text(text: str) -> str:
     """``text`` read as plain text in GitHub-flavoured Markdown: a ``<`` that would open an HTML
-    tag, comment or autolink is written ``&lt;``, an ``&`` that would start an entity ``&amp;``,
-    and a ``*`` (emphasis; a masked secret's ``***``) ``\\*``; every other character stays as it
-    is, so ``ttft.p99 < 20ms`` reads the same in the file."""
+    tag, comment or autolink is written ``&lt;``, an ``&`` that would start an entity ``&amp;``;
+    a ``*`` (emphasis; a masked secret's ``***``), ``[`` and ``]`` (a link or an image: a test
+    parameter ``see](https://...)``), a backtick (code) and a ``_`` that could open or close
+    emphasis (one not between two letters or digits: ``[__init__]``) get a backslash; every
+    other character stays as it is, so ``ttft.p99 < 20ms`` and ``test_chat`` read the same in the file."""
     return _MARKUP.sub(lambda found: _ESCAPES[found.group()], text)
 
 

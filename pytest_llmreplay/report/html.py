@@ -26,6 +26,7 @@ drawn with :func:`~pytest_llmreplay.report.plots.new_axes` in the same style, ad
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -79,8 +80,9 @@ def slug(text: str) -> str:
 
 
 def anchor(test: str) -> str:
-    """The id of a test's section: ``test-`` and its :func:`slug`."""
-    return "test-" + slug(test)
+    """The id of a test's section: ``test-``, its :func:`slug` and 6 hex digits of its digest, so
+    that ids that slug alike (``test_p[a b]``, ``test_p[a-b]``) stay apart."""
+    return f"test-{slug(test)}-{hashlib.sha256(test.encode()).hexdigest()[:6]}"
 
 
 def html_table(
