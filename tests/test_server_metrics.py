@@ -296,6 +296,46 @@ def test_scrapes_that_fail_are_counted_in_one_note():
     assert int(scraped.notes[0].split()[2]) >= 3  # the first, some every 10 ms, the last
 
 
+def test_a_metrics_page_that_trickles_is_given_up_on_and_the_run_is_not_held():
+    """The client's timeout holds for each read: a /metrics page sent a byte at a time, each
+    within it, held the run's start (which waits for the first scrape) and its end for as long
+    as the page lasted (a review helper's reading; here a 60 s page)."""
+    import threading
+
+    from handlers import Handler
+    from handlers import serving as serving_http
+
+    from pytest_llmreplay.replayer.server_metrics import TIMEOUT_S, Scraper
+
+    closing = threading.Event()
+
+    class Trickle(Handler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            for _ in range(120):  # 60 s of a page, a byte every 0.5 s
+                if closing.wait(0.5):
+                    return
+                try:
+                    self.wfile.write(b"#")
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+    with serving_http(Trickle) as url:
+        scraper = Scraper(url, 60.0)
+        started = time.monotonic()
+        scraper.start()
+        scraped = scraper.stop()
+        took = time.monotonic() - started
+        closing.set()
+    assert took < 4 * TIMEOUT_S + 4  # two scrapes given up on: not the page's 60 s each
+    assert scraped.series == {} and scraped.notes == [
+        f"server metrics: 2 scrapes of {url}/metrics failed (first: TimeoutError: the page took longer than {TIMEOUT_S:g} s)"
+    ]
+
+
 def test_metrics_that_are_not_prometheus_text_are_noted_once(prompts):
     class HTMLMetrics(MockServer):
         async def metrics(self, request):

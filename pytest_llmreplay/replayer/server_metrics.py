@@ -4,8 +4,8 @@
 delays the replay's event loop): a ``GET /metrics`` when started, which :meth:`Scraper.start`
 waits for (so that counters start before the first request), then every ``interval_s``, then
 once more when stopped (so that counters cover the whole run; only the counters are kept from
-that one: the gauges of a server the run has left idle are not the run's), each with a timeout of
-:data:`TIMEOUT_S`. A server that answers 404 has no metrics: one note says so and scraping
+that one: the gauges of a server the run has left idle are not the run's), each read within
+:data:`TIMEOUT_S` in all. A server that answers 404 has no metrics: one note says so and scraping
 stops. Failed scrapes are counted and noted once at the end. Without ``prometheus_client`` (the
 ``metrics`` extra) one note says scraping is off.
 
@@ -168,7 +168,7 @@ class Scraper:
     def _scrape(self, client: Any, kept: tuple[str, ...] | None = None) -> None:
         """One scrape into the series: every series it has, or those in ``kept``."""
         try:
-            reply = client.get(self.url)
+            reply, text = self._get(client)
         except Exception as exc:  # a scrape that fails is counted, never raised into the run
             self._failed(f"{type(exc).__name__}: {clipped(str(exc).strip())}")
             return
@@ -183,7 +183,7 @@ class Scraper:
             self._failed(f"HTTP {reply.status_code}")
             return
         try:
-            found = parse_exposition(reply.text)
+            found = parse_exposition(text)
         except ExpositionError as exc:
             self.scraped.notes.append(f"server metrics: {self.url} is not Prometheus text ({exc}); none scraped")
             self._halted = True
@@ -191,6 +191,19 @@ class Scraper:
         for name, value in found.items():
             if kept is None or name in kept:
                 self.scraped.series.setdefault(name, []).append([now, value])
+
+    def _get(self, client: Any) -> tuple[Any, str]:
+        """``GET /metrics``: the reply and its text, read within :data:`TIMEOUT_S` in all (the
+        client's timeout holds for each read: a server that trickles its page would hold the
+        run's start, which waits for the first scrape, and its end forever)."""
+        deadline = time.perf_counter() + TIMEOUT_S
+        with client.stream("GET", self.url) as reply:
+            pieces = []
+            for piece in reply.iter_bytes():
+                if time.perf_counter() > deadline:
+                    raise TimeoutError(f"the page took longer than {TIMEOUT_S:g} s")
+                pieces.append(piece)
+        return reply, b"".join(pieces).decode(reply.encoding or "utf-8", errors="replace")
 
     def _failed(self, why: str) -> None:
         self._failures += 1
