@@ -130,6 +130,39 @@ def test_two_declared_configs_start_two_servers_each_once(project, max_servers, 
     assert "s3cret" not in summary + "".join(p.read_text() for p in (project.path / "report" / "tests").iterdir())
 
 
+def test_a_modules_pytestmark_declares_the_server_of_its_tests(project):
+    """`pytestmark = pytest.mark.llmreplay(server=...)` beside each test's own marker was ignored:
+    the tests measured the in-process simulator and passed (a new user's trial). A module's or a
+    class's marker gives its settings to every test in it, a test's own marker wins key by key."""
+    project.makepyfile(
+        test_module=f"""
+        import pytest
+
+        pytestmark = pytest.mark.llmreplay(server={{"cmd": "{SIM} --seed 1"}}, concurrency=2)
+
+        @pytest.mark.llmreplay(workload="tiny.yaml")
+        def test_module_server(llm_result):
+            pass
+
+        class TestOwn:
+            pytestmark = pytest.mark.llmreplay(concurrency=3)
+
+            @pytest.mark.llmreplay(workload="tiny.yaml", server={{"cmd": "{SIM} --seed 2"}})
+            def test_own_server(self, llm_result):
+                pass
+        """
+    )
+    result = project.runpytest("--llm-repeat", "1", "--llm-report", "report")
+    result.assert_outcomes(passed=2)
+    stored = {
+        json.loads(path.read_text())["test"]: json.loads(path.read_text())
+        for path in (project.path / "report" / "tests").glob("*.json")
+    }
+    module, own = stored["test_module.py::test_module_server"], stored["test_module.py::TestOwn::test_own_server"]
+    assert module["fingerprint"]["server"]["cmd"] == f"{SIM} --seed 1" and module["settings"]["concurrency"] == 2
+    assert own["fingerprint"]["server"]["cmd"] == f"{SIM} --seed 2" and own["settings"]["concurrency"] == 3
+
+
 def test_a_server_that_exits_at_once_fails_its_tests_and_is_not_started_again(project):
     """Its first test fails with the exit status and the log's last lines; the config's later
     tests (a marker's and a spec file's) fail at once with that error, naming the first test,

@@ -37,8 +37,10 @@ def parsed_server(item: pytest.Item, parameter: Any) -> Any:
     spec = getattr(item, "spec", None)
     if isinstance(spec, PerfSpec):  # a spec file's item (hooks.SpecItem)
         return spec.server
-    marker = item.get_closest_marker("llmreplay")
-    value = marker.kwargs.get("server") if marker is not None else None
+    from .spec import marker_arguments
+
+    marked = marker_arguments(item)
+    value = marked[1].get("server") if marked is not None else None
     if value is None:
         value = parameter
     if value is None:

@@ -324,28 +324,25 @@ def llm_replay(request: pytest.FixtureRequest, pytestconfig: pytest.Config, llm_
 @pytest.fixture
 def llm_result(request: pytest.FixtureRequest, llm_replay: Callable[..., Any]) -> Any:
     """The :class:`~pytest_llmreplay.metrics.result.Result` of the test's ``llmreplay`` marker."""
-    from .spec import marker_settings
+    from .spec import marker_arguments, marker_settings
 
-    marker = request.node.get_closest_marker("llmreplay")
-    if marker is None:
+    marked = marker_arguments(request.node)
+    if marked is None:
         pytest.fail("llm_result: the test has no @pytest.mark.llmreplay(workload=...) marker", pytrace=False)
-    return llm_replay(**_fail_on_user_error(lambda: marker_settings(marker.args, marker.kwargs)))
+    return llm_replay(**_fail_on_user_error(lambda: marker_settings(*marked)))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A malformed ``llmreplay`` marker is a collection error of its test's module, as a bad
     ``parametrize`` is (a marker added after collection is checked by ``llm_result``)."""
-    marker = metafunc.definition.get_closest_marker("llmreplay")
-    if marker is not None:
-        from .spec import marker_settings
+    if metafunc.definition.get_closest_marker("llmreplay") is None:  # no import for a test that is not a perf test
+        return
+    from .spec import marker_arguments, marker_settings
 
-        try:
-            marker_settings(marker.args, marker.kwargs)
-        except LLMReplayError as exc:
-            message = str(exc)
-        else:
-            return
-        pytest.fail(f"In {metafunc.definition.name}: {message}", pytrace=False)
+    try:
+        marker_settings(*(marker_arguments(metafunc.definition) or ((), {})))
+    except LLMReplayError as exc:
+        pytest.fail(f"In {metafunc.definition.name}: {exc}", pytrace=False)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -95,6 +95,20 @@ def _typed(key: str, value: Any) -> Any:
     return value
 
 
+def marker_arguments(node: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """The arguments of the ``llmreplay`` markers on the test ``node`` and around it (its
+    class's, its module's ``pytestmark``) as one marker's: a nearer marker's setting wins, key by
+    key (a module's ``server=`` and a test's ``workload=`` make one test's settings; a test's own
+    ``server=`` replaces its module's); None when there is none."""
+    markers = list(node.iter_markers("llmreplay"))  # the nearest first
+    if not markers:
+        return None
+    kwargs: dict[str, Any] = {}
+    for marker in reversed(markers):
+        kwargs.update(marker.kwargs)
+    return tuple(arg for marker in markers for arg in marker.args), kwargs
+
+
 def marker_settings(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of an ``@pytest.mark.llmreplay(...)``: every one by name, ``workload=``
     among them, and ``server=`` checked if given (the rest is checked by :func:`parse_spec`
