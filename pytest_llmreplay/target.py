@@ -370,7 +370,8 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
     """kind, model and server version of a live server: ``GET /version`` (vLLM, SGLang, our
     simulator), else ``GET /props``' ``build_info`` (llama.cpp, which has no ``/version``:
     ``llama.cpp b0-0c1e57098``), else the model list's ``owned_by``; the model is the first
-    served one unless named.
+    served one unless named; the hardware, for a server on this machine, its GPUs (else its CPU:
+    :mod:`~pytest_llmreplay.replayer.host_hardware`).
     A server whose ``/v1/models`` cannot be read raises an error naming ``option`` (the option
     that gave ``url``) and the URL."""
     import os
@@ -399,10 +400,12 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
     chosen = next((m for m in served if m.get("id") == model), served[0]) if model else served[0]
     if version is None:
         version = str(chosen.get("owned_by") or "unknown")
+    from .replayer.host_hardware import host_hardware, on_this_host
+
     return {
         "kind": "live",
         "model": model or chosen.get("id"),
         "server_version": version,
         "sim_profile": None,
-        "hardware": None,
+        "hardware": host_hardware() if on_this_host(url) else None,  # another host's is the fingerprint hook's
     }
