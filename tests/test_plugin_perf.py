@@ -1407,6 +1407,15 @@ def test_report_dir_of_a_session_without_perf_tests_describes_no_old_run(project
         assert not (folder / page).exists() or "test_rep.py::test_chat" not in (folder / page).read_text(), page
 
 
+def test_collecting_only_says_nothing_of_perf_tests_not_judged(project):
+    """`pytest --collect-only` printed every perf test `not judged` and "the session was
+    interrupted" (a new user's trial): collecting runs no test, so none is left unjudged."""
+    project.makepyfile(test_rep=MARKED_TESTS)
+    result = project.runpytest("--llm-offline", "--collect-only", "-q")
+    assert result.ret == 0
+    assert "not judged" not in result.stdout.str() and "= llmreplay =" not in result.stdout.str()
+
+
 def test_github_step_summary_gets_the_markdown_appended(project, monkeypatch):
     step_summary = project.path / "step_summary.md"
     step_summary.write_text("# earlier step\n")

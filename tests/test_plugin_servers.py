@@ -29,6 +29,11 @@ def project(pytester):
     return pytester
 
 
+def server_ports_in(log: str) -> list[int]:
+    """The port of each server start a log holds (its ready lines)."""
+    return [int(port) for port in re.findall(r"on http://127\.0\.0\.1:(\d+) ", log)]
+
+
 def server_ports(report) -> dict[str, int]:
     """Log file name -> the port its server listened on, from its ready line."""
     return {
@@ -161,6 +166,11 @@ def test_a_modules_pytestmark_declares_the_server_of_its_tests(project):
     module, own = stored["test_module.py::test_module_server"], stored["test_module.py::TestOwn::test_own_server"]
     assert module["fingerprint"]["server"]["cmd"] == f"{SIM} --seed 1" and module["settings"]["concurrency"] == 2
     assert own["fingerprint"]["server"]["cmd"] == f"{SIM} --seed 2" and own["settings"]["concurrency"] == 3
+    # a second session empties the report folder of the first one's server logs (they piled up: a
+    # new user's trial found three sessions' starts in one log)
+    project.runpytest("--llm-repeat", "1", "--llm-report", "report").assert_outcomes(passed=2)
+    logs = sorted((project.path / "report" / "servers").iterdir())
+    assert len(logs) == 2 and all(len(server_ports_in(log.read_text())) == 1 for log in logs)
 
 
 def test_a_server_that_exits_at_once_fails_its_tests_and_is_not_started_again(project):

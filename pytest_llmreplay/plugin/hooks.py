@@ -126,7 +126,8 @@ def pytest_sessionstart(session: pytest.Session):
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session_of(session.config)
     state.close()
-    state.not_judged = state.unfinished.found(session)
+    if not session.config.option.collectonly:  # collecting runs no test: none is left unjudged
+        state.not_judged = state.unfinished.found(session)
     if state.not_judged.tests:
         state.notes.append(("llmreplay", state.not_judged.line()))
     if state.server is not None:

@@ -135,10 +135,10 @@ def claim_report_dir(report_dir: Path) -> None:
     ever describes one session; raise :class:`LLMReplayError` for a folder that cannot be.
 
     Only a folder this plugin made (it holds :data:`OWNER_MARK`), an empty one or a new one is
-    taken; only the files this module and the gate write are removed (``tests/*.json``,
-    ``tests/*.csv``, ``summary.md``, ``index.html``). A folder holding anything else is
-    refused: its ``summary.md`` or ``index.html`` may be someone else's.
-    """
+    taken; only the files this module, the gate and the declared servers write are removed
+    (``tests/*.json``, ``tests/*.csv``, ``summary.md``, ``index.html``, ``servers/**/*.log``). A
+    folder holding anything else is refused: its ``summary.md`` or ``index.html`` may be someone
+    else's. Called by the controller alone, before any worker starts a server."""
     from ..gate.store import make_folder
 
     make_folder(report_dir, "the reports")
@@ -157,6 +157,7 @@ def claim_report_dir(report_dir: Path) -> None:
             *(report_dir / "tests").glob("*.csv"),
             report_dir / "summary.md",
             report_dir / "index.html",
+            *(report_dir / "servers").rglob("*.log"),  # an earlier session's servers' logs, appended to otherwise
         ]:
             stale.unlink(missing_ok=True)
     except OSError as exc:
