@@ -628,3 +628,12 @@ def test_itl_takes_the_servers_count_where_the_stream_merged_tokens_per_event():
     assert make([merged], goodput={"itl": 0.015}).summary["goodput"]["value"] == 1.0  # the worst gap per token: 10 ms
     uneven = rec(1, sent=0.0, chunks=tuple((0.1 + 0.02 * i, 1) for i in range(5)), end=0.18, output=9)
     assert make([uneven]).summary["itl"]["count"] == 7  # 9 tokens as 2, 2, 1, 2, 2: the first chunk's 2 are not gaps
+
+
+def test_a_result_prints_as_one_line_whatever_its_records():
+    """`print(llm_result.capacity.points)`, as docs/capacity.md showed, wrote every record of
+    every point: a 7.6 MB line in a failed test's captured output (a new user's trial)."""
+    records = [rec(i, sent=0.0, chunks=tuple((0.1 * k, 1) for k in range(1, 200)), end=20.0) for i in range(500)]
+    records[0].status = "failed"
+    text = repr(make(records))
+    assert text == "Result(ReplayRun(500 records (1 failed, 499 ok), workload 'w', endpoint 'e', 100 s))", text

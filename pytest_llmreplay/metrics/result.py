@@ -346,6 +346,10 @@ class Result:
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
             raise LLMReplayError(f"gpus: expected an integer >= 1, got {self.gpus!r}")
 
+    def __repr__(self) -> str:
+        """One line (the records' repr ran to megabytes in a failed test's captured output)."""
+        return f"Result({self.run!r})"
+
     @property
     def records(self) -> list[RequestRecord]:
         return self.run.records

@@ -7,6 +7,7 @@ know where records came from.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +95,17 @@ class ReplayRun:
     stopped: str | None = None  # why Replay.stop ended the run early
     workers: list[WorkerOutcome] = field(default_factory=list)
     server_metrics: dict[str, list[list[float]]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        """One line: the counts, not every record (a repr of each ran to megabytes in a failed
+        test's captured output)."""
+        statuses = Counter(record.status for record in self.records)
+        counts = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
+        stopped = f", interrupted by {self.interrupted}" if self.interrupted else ""
+        return (
+            f"ReplayRun({len(self.records)} records ({counts or 'none'}), workload {self.workload!r}, "
+            f"endpoint {self.endpoint!r}, {self.duration_s:.3g} s{stopped})"
+        )
 
 
 def cancelled_note(elapsed_s: float | None) -> str:
