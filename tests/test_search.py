@@ -553,6 +553,17 @@ def test_a_hopeless_point_stops_early_and_fails(workload, prompts):
     assert any("stopped (ttft.p90 < 150ms is lost" in w for w in stopped.result.warnings)
 
 
+def test_a_point_stopped_early_shows_no_rate_in_the_table(workload, prompts):
+    """A point stopped early showed its answered requests over its cut run as its req/s (2.8
+    req/s at an offered 32: a new user's trial read a server collapse): `-` now."""
+    plan = CapacityPlan(by="concurrency", slo={"ttft.p90": "< 150ms"}, max=60)
+    found = Search(workload, target(prompts), prompts, plan, workers=1).run()
+    stopped = [line.split() for line in found.table().splitlines() if "FAIL (stopped)" in line]
+    assert stopped and all(cells[-3:-1] == ["-", "-"] for cells in stopped), found.table()
+    run_through = [line.split() for line in found.table().splitlines() if " pass " in f" {line} "]
+    assert run_through and all(cells[-3] != "-" for cells in run_through)
+
+
 def test_the_stop_rule_only_stops_points_whose_statistic_breaches():
     # random TTFTs, a rule per percentile: whenever the rule says lost while records arrive,
     # the statistic of all of them breaches; with a single value over the limit p99 of 100

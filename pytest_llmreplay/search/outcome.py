@@ -328,7 +328,8 @@ class Capacity:
 
     def table(self) -> str:
         """A row per point run at its load, in load order (``pass (not carried)``: it met the SLOs
-        carrying under :data:`CARRIED_SHARE` of its rate); the estimates below, apart (their loads
+        carrying under :data:`CARRIED_SHARE` of its rate; a point stopped early shows no rates:
+        its requests over part of a run are no rate of its load); the estimates below, apart (their loads
         are what a closed loop carried, not rates run); then the headline."""
         from tabulate import tabulate
 
@@ -344,8 +345,9 @@ class Capacity:
                     [f"{point.load:.4g}", point.verdict()]
                     + [measured[k] for k in keys]
                     + [
-                        _fmt(f["request_throughput"]),
-                        _fmt(f["goodput_rate"]),
+                        # a point stopped early answered for part of its run: no rate of its load
+                        "-" if point.stopped else _fmt(f["request_throughput"]),
+                        "-" if point.stopped else _fmt(f["goodput_rate"]),
                         "-" if f["goodput"] is None else f"{f['goodput'] * 100:.0f}%",
                     ]
                 )
