@@ -524,7 +524,7 @@ def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
     result.stdout.fnmatch_lines(
         [
             "*= llmreplay =*",
-            "test*outcome*TTFT p50*TTFT p99*TPOT p50*TTFAT p90*cache hit mean*steady output tok/s",
+            "test*outcome*TTFT p50*TTFT p99*TPOT p50*TTFAT p90*cache hit, session mean*steady output tok/s",
             "test_marker.py::test_fast*passed* ms * ms * ms*",
             "llmreplay: test_marker.py::test_fast",
             "completed=8/8 requests*",
@@ -564,7 +564,7 @@ def test_terminal_summary_writes_each_figure_in_its_unit(project):
         "TTFT p99",
         "TPOT p50",
         "TTFAT p90",
-        "cache hit mean",  # cache_hit_rate.mean (sessions' mean), not the client's Σ cached / Σ prompt
+        "cache hit, session mean",  # cache_hit_rate.mean (sessions' mean), not the client's Σ cached / Σ prompt
         "steady output tok/s",  # output_throughput.steady_state: the overall rate differs by the ramp-up
     ]
     row = re.split(
