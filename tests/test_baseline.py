@@ -881,13 +881,25 @@ def test_sample_keys_name_each_value_in_workload_order():
     assert keys["output_throughput"] == list(range(len(values["output_throughput"])))
 
 
-def with_capacity(low, high, at_least=False):
+def with_capacity(low, high, at_least=False, ceiling=False):
     """A stored capacity-search result: capacity ``low`` in the bracket [low, high] (``high`` =
-    ``low`` as the search stores it when no load failed, with ``at_least`` set)."""
+    ``low`` as the search stores it when no load failed, with ``at_least`` set; ``ceiling``: the
+    rate carried, the workload too short)."""
     record_ = stored({"ttft": lognormal()})
     record_["summary"]["capacity"] = {"rate": low, "low": low, "high": high, "runs": 8.0}
-    record_["capacity"] = {"at_least": at_least}
+    record_["capacity"] = {"at_least": at_least, "ceiling": ceiling}
     return record_
+
+
+def test_a_ceilings_noise_says_why_the_comparison_cannot_tell():
+    """Two ceilings, 14.1 in [14.1, 24.5] and 11.3 in [11.3, 18.4] (a new user's trial: a true
+    -23%): the brackets overlap, noise, and the test passed with nothing said of why."""
+    allowed = {"capacity.rate": 0.05}
+    (row,) = compare(with_capacity(14.1, 24.5, ceiling=True), with_capacity(11.3, 18.4, ceiling=True), allowed).rows
+    assert row.verdict == "noise" and row.note == baseline.CEILING_NOTE
+    assert "a longer workload (more requests)" in baseline.comparison_cells(row)[-1]
+    (plain,) = compare(with_capacity(14.1, 24.5), with_capacity(11.3, 18.4), allowed).rows
+    assert plain.verdict == "noise" and not plain.note
 
 
 def test_a_capacity_with_no_failing_load_is_never_a_proven_regression():

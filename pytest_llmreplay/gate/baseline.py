@@ -101,6 +101,11 @@ DEFAULT_TOLERANCES = {
 # gated besides those when the run has reasoning: the time to the first answer token
 REASONING_TOLERANCES = {"ttfo.p50": 0.05}
 CAPACITY_TOLERANCE = 0.05  # the change of a capacity a comparison allows when the regression names none
+CEILING_NOTE = (  # a capacity comparison's noise where a side is a ceiling: what the user can do about it
+    "a ceiling: the workload is too short for the rates searched, so the capacity is the rate carried and its "
+    "bracket reaches the rate that failed; the bracket cannot tell this change, a longer workload (more requests) "
+    "measures the rate sustained"
+)
 BOTH_LOWER_BOUNDS = (
     "both are lower bounds: no load failed in either search; raise capacity.max (sweep --max) or budget until one does"
 )
@@ -500,6 +505,8 @@ def _bracket(record: Mapping[str, Any]) -> dict[str, float]:
     figures = dict(record["summary"].get("capacity", {}))
     if figures and record.get("capacity", {}).get("at_least"):
         figures["high"] = math.inf
+    if figures and record.get("capacity", {}).get("ceiling"):
+        figures["ceiling"] = True  # the rate carried, the workload too short for the rates searched
     return figures
 
 
@@ -511,7 +518,10 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
     brackets do not overlap) and the change beyond the tolerance. An interval open above is
     stored with ``high`` None. When both brackets are open (two lower bounds: no load failed in
     either search) nothing is known of the change, and the row is skipped with :data:`BOTH_LOWER_BOUNDS`,
-    not an ``ok`` (nor a regression) drawn from two "at least"s. Each side's capacity is its bracket's ``low``, whatever name the
+    not an ``ok`` (nor a regression) drawn from two "at least"s. A ``noise`` where a side is a
+    ceiling (its search's capacity is the rate it carried, the workload too short for the rates
+    searched: its bracket reaches the rate that failed) says so (:data:`CEILING_NOTE`): such a
+    comparison misses a drop of 20% and more. Each side's capacity is its bracket's ``low``, whatever name the
     figure is stored under: a multi-turn search's ``capacity.session_rate`` was ``capacity.rate``
     in results stored before it had its own key, and both sides of one comparison ran the same
     search on the same workload (their settings are equal). A capacity the baseline found and
@@ -533,6 +543,8 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
     row.low = current["low"] / baseline["high"] - 1
     row.high = current["high"] / baseline["low"] - 1
     _verdict(row, "capacity")
+    if row.verdict == "noise" and (baseline.get("ceiling") or current.get("ceiling")):
+        row.note = CEILING_NOTE
     if math.isinf(row.high):
         row.high = None
 
