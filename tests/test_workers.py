@@ -35,6 +35,7 @@ from pytest_llmreplay.replayer.workers import (
     LEAD_S,
     RAY_EXTRA,
     RayWorkers,
+    check_reachable,
     import_ray,
     shard_sessions,
     split_concurrency,
@@ -89,6 +90,19 @@ def test_sessions_go_whole_to_the_least_loaded_worker_in_plan_order():
         assert max(loads) - min(loads) <= max(sizes)
 
 
+def test_sessions_go_to_the_workers_in_the_shares_of_their_concurrency():
+    """Concurrency 3 over 2 workers is 2 + 1 in flight: an even split of 24 sessions left the
+    second worker running alone for half the run, at 2 in flight where 3 were asked (found by a
+    review helper). The first gets two thirds of them."""
+    caps = split_concurrency(3, 2)
+    shards = shard_sessions([1] * 24, 2, caps)
+    assert [len(shard) for shard in shards] == [16, 8]
+    for end in range(1, 25):  # the queues drain at one pace: requests per slot differ by at most one
+        per_slot = [sum(1 for p in shard if p < end) / cap for shard, cap in zip(shards, caps, strict=True)]
+        assert max(per_slot) - min(per_slot) <= 1
+    assert shard_sessions([1] * 4, 2, [None, None]) == shard_sessions([1] * 4, 2)  # no cap: even
+
+
 def test_never_more_workers_than_sessions():
     assert shard_sessions([4, 4], 5) == [[0], [1]]
 
@@ -113,6 +127,40 @@ def test_a_dead_workers_unfinished_requests_are_failed_with_its_cause():
     assert [(r.session_index, r.turn_index) for r in failed] == [(2, 1), (6, 0), (6, 1)]
     assert {r.status for r in failed} == {"failed"} and {r.error for r in failed} == {"worker: worker 1 died"}
     assert [r.scheduled_s for r in failed] == [0.4, 0.3, 0.4]
+
+
+def test_a_dead_closed_loop_worker_fails_only_its_sessions_in_flight_when_the_run_has_a_deadline():
+    """Concurrency mode with --duration: when the queued sessions would have started is unknown,
+    and counting them all made 199 failed requests of sessions a 2.7 s remainder would never have
+    sent (an error rate of 94.8% where one process had none; found by a review helper)."""
+    sessions = tuple(agent(i, 0.0, turns=2) for i in range(6))
+    part = Part((0, 1, 2, 3, 4, 5), sessions, None, 0.0)
+    received = [RequestRecord("s0", 0, 0, 2, "ok", 0.0), RequestRecord("s0", 0, 1, 2, "ok", 0.1)]
+    bounded = unfinished_records(part, received, "died", at_s=0.3, deadline_s=3.0, in_flight=2)
+    assert sorted({r.session_index for r in bounded}) == [1, 2]  # the two in flight after the done one
+    unbounded = unfinished_records(part, received, "died", at_s=0.3, deadline_s=None, in_flight=2)
+    assert sorted({r.session_index for r in unbounded}) == [1, 2, 3, 4, 5]  # no deadline: all were to run
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [
+        ("127.0.0.1:9", "cannot reach the Ray cluster at 127.0.0.1:9: Connection refused (is its head running there?)"),
+        (
+            "head-without-port",
+            "Ray address 'head-without-port': expected HOST:PORT (the head's GCS), auto, or ray://HOST:PORT",
+        ),
+    ],
+)
+def test_a_ray_address_nothing_answers_at_is_one_error_at_once(address, message):
+    """ray.init retried a HOST:PORT where nothing listened for about 14 minutes (found by a
+    review helper)."""
+    started = time.monotonic()
+    with pytest.raises(LLMReplayError) as caught:
+        check_reachable(address)
+    assert str(caught.value) == message and time.monotonic() - started < 10
+    check_reachable("auto")  # left to Ray, which answers at once
+    check_reachable("ray://127.0.0.1:9")
 
 
 def test_without_ray_workers_are_one_error_naming_the_extra(monkeypatch):
@@ -333,6 +381,10 @@ def test_a_killed_worker_is_reported_and_the_others_records_kept(ray_instance, p
                 workers.pids[1] = None
 
         run = workers.replay(workload, HTTPEndpoint(server.url, api="completions"), prompts, on_record=kill_worker_1)
+        # the same workers' next run (a session's next test) gets fresh actors: the dead one failed
+        # half of every later run (found by a review helper)
+        again = workers.replay(flat(10, 0.01), HTTPEndpoint(server.url, api="completions"), prompts)
+    assert [r.status for r in again.records] == ["ok"] * 10 and not any(w.died for w in again.workers)
     dead = run.workers[1]
     assert dead.died and dead.died.startswith("worker 1 (") and " died: " in dead.died
     assert run.workers[0].died is None and len(run.records) == 60

@@ -13,8 +13,11 @@ The rules:
   :func:`~pytest_llmreplay.replayer.plan.arrival_offsets`).
 - **Sharding** (:func:`shard_sessions`): whole sessions go to workers (a session's turns stay in
   one process: its loop is closed); each session, in plan order, goes to the worker with the
-  fewest planned requests so far (lowest index on a tie), so at every point of the schedule the
-  workers' loads differ by at most one session's requests. Never more workers than sessions.
+  fewest planned requests so far for each session it may have in flight (its share of the
+  concurrency, below; 1 each without a cap; lowest index on a tie), so at every point of the
+  schedule the workers' queues drain at one pace: a worker with 2 of a concurrency of 3 gets two
+  thirds of the sessions (an even split left the other running alone for half the run, the run
+  at 2 in flight where 3 were asked). Never more workers than sessions.
 - **Start**: every worker starts at one instant, the wall-clock epoch the driver hands out plus
   :data:`LEAD_S`; each converts it to its own clock, so its records (and its schedule lag) count
   from the common start. Across hosts this needs synchronised clocks (NTP: the offset adds to
@@ -39,7 +42,11 @@ The rules:
   whose endpoints are sent with scraping off.
 - **A worker that dies** (killed, its node lost) is reported: every request of its part that
   had not come back is a ``failed`` record with the cause (:func:`unfinished_records`); the run
-  finishes and what the other workers measured is kept.
+  finishes and what the other workers measured is kept. One that does not end by the run's
+  deadline (``duration_s`` + ``grace_s`` + :data:`TAKE_TIMEOUT_S`: a frozen process) is taken
+  as dead then. After a death, or an error raised out of a worker's run (which stops the
+  others), every actor is killed and the next run on the same :class:`RayWorkers` (a session's
+  next test) starts fresh ones.
 - **Interrupts**: with ``stop_on_signals``, SIGINT or SIGTERM stops every worker as
   :meth:`~pytest_llmreplay.replayer.driver.Replay.stop` does and the run returns what was measured, with
   ``interrupted`` naming the signal; a second signal has its default effect.
@@ -72,6 +79,7 @@ POLL_S = 0.25  # how often records are fetched from the workers while the run go
 TAKE_TIMEOUT_S = 30.0  # a worker that does not answer a fetch within this long is left to its run's outcome
 OBJECT_STORE_BYTES = 256 << 20  # the local instance's shared-memory object store
 ACTOR_START_TIMEOUT_S = 60.0  # workers (1 CPU each) not placed by then: the cluster lacks the CPUs
+REACH_TIMEOUT_S = 5.0  # a Ray head's HOST:PORT that takes no connection within this long is not there
 
 
 def import_ray() -> Any:
@@ -83,15 +91,17 @@ def import_ray() -> Any:
     return ray
 
 
-def shard_sessions(sizes: Sequence[int], workers: int) -> list[list[int]]:
+def shard_sessions(sizes: Sequence[int], workers: int, weights: Sequence[int | None] = ()) -> list[list[int]]:
     """Positions of the planned sessions (``sizes``: each one's requests) given to each of
     ``min(workers, len(sizes))`` workers: in plan order, each to the worker with the fewest
-    planned requests so far, the lowest index on a tie."""
+    planned requests so far per unit of its ``weights`` (its share of the concurrency; 1 each
+    when none is given or None), the lowest index on a tie."""
     count = min(workers, len(sizes))
+    shares = [float(w) if w else 1.0 for w in weights][:count] if weights else [1.0] * count
     shards: list[list[int]] = [[] for _ in range(count)]
     loads = [0] * count
     for position, size in enumerate(sizes):
-        chosen = min(range(count), key=loads.__getitem__)
+        chosen = min(range(count), key=lambda k: loads[k] / shares[k])
         shards[chosen].append(position)
         loads[chosen] += size
     return shards
@@ -106,12 +116,21 @@ def split_concurrency(total: int | None, workers: int) -> list[int | None]:
 
 
 def unfinished_records(
-    part: Part, received: Sequence[RequestRecord], cause: str, at_s: float, deadline_s: float | None
+    part: Part,
+    received: Sequence[RequestRecord],
+    cause: str,
+    at_s: float,
+    deadline_s: float | None,
+    in_flight: int | None = None,
 ) -> list[RequestRecord]:
     """A ``failed`` record (error ``worker: <cause>``) for every request of ``part`` that did not
     come back from its dead worker: the remaining turns of each session that had not ended
     (a session ends at a failed or cancelled turn). Scheduled at the session's offset (open loop)
-    or at ``at_s`` (when the worker died); sessions due at or after ``deadline_s`` were never to run."""
+    or at ``at_s`` (when the worker died); sessions due at or after ``deadline_s`` were never to
+    run. In a closed loop (no offsets) with a deadline, when a queued session would have started
+    is not known: only the first ``in_flight`` (the worker's concurrency) of the sessions not
+    ended count, those it had in flight (all of them counted, a 2.7 s remainder of a run made
+    199 failed requests of sessions that would never have been sent)."""
     done: dict[int, set[int]] = {}
     ended: set[int] = set()
     for record in received:
@@ -119,10 +138,17 @@ def unfinished_records(
         if record.status != "ok":
             ended.add(record.session_index)
     failed = []
+    slots = in_flight if part.offsets is None and deadline_s is not None and in_flight is not None else None
     for position, (index, session) in enumerate(zip(part.indices, part.sessions, strict=True)):
         offset = part.offsets[position] if part.offsets is not None else at_s
         if index in ended or (deadline_s is not None and offset >= deadline_s):
             continue
+        if len(done.get(index, ())) == len(session.turns):
+            continue  # every turn came back
+        if slots is not None:
+            if slots <= 0:
+                break
+            slots -= 1
         for turn_index, turn in enumerate(session.turns):
             if turn_index not in done.get(index, ()):
                 failed.append(
@@ -144,6 +170,8 @@ def start_ray(address: str | None, cpus: int) -> None:
     """Connect to the Ray cluster at ``address``, or start a local instance bounded to ``cpus``
     CPUs, without dashboard or usage statistics, on loopback; :class:`LLMReplayError` if neither works."""
     ray = import_ray()
+    if address:
+        check_reachable(address)
     try:
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
@@ -160,6 +188,24 @@ def start_ray(address: str | None, cpus: int) -> None:
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise LLMReplayError(f"cannot start {where}: {_first_line(exc)}") from None
+
+
+def check_reachable(address: str) -> None:
+    """:class:`LLMReplayError` when a ``HOST:PORT`` Ray address (its head's GCS) takes no TCP
+    connection within :data:`REACH_TIMEOUT_S`: ``ray.init`` retries such an address for about 14
+    minutes before it gives up. ``auto`` and ``ray://`` (Ray Client, which fails within 30 s
+    itself) are left to Ray."""
+    if address in ("auto", "local") or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise LLMReplayError(f"Ray address {address!r}: expected HOST:PORT (the head's GCS), auto, or ray://HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
+    except OSError as exc:
+        raise LLMReplayError(
+            f"cannot reach the Ray cluster at {address}: {exc.strerror or exc} (is its head running there?)"
+        ) from None
 
 
 class ReplayWorker:
@@ -240,6 +286,7 @@ class _Running:
     part: Part
     outcome: WorkerOutcome
     received: list[RequestRecord]
+    cap: int | None = None  # its share of the concurrency
     run_ref: Any = None
     run: ReplayRun | None = None
 
@@ -294,12 +341,16 @@ class RayWorkers:
     def close(self) -> None:
         if self.ray is None:
             return
-        for actor in self.actors:
-            self.ray.kill(actor)
-        self.actors = []
+        self._drop_actors()
         if self._owns_ray:
             self.ray.shutdown()
             self._owns_ray = False
+
+    def _drop_actors(self) -> None:
+        """Kill the actors: the next run starts fresh ones (:meth:`start`)."""
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.actors, self.where, self.pids = [], [], []
 
     def replay(
         self,
@@ -320,8 +371,9 @@ class RayWorkers:
         check_warmup(settings, sum(len(session.turns) for session in plan))
         offsets = arrival_offsets(plan, mode, settings)
         concurrency = settings.concurrency or (1 if mode == "concurrency" else None)
-        shards = shard_sessions([len(session.turns) for session in plan], min(self.count, concurrency or self.count))
-        caps = split_concurrency(concurrency, len(shards))
+        count = min(self.count, concurrency or self.count, len(plan))
+        caps = split_concurrency(concurrency, count)
+        shards = shard_sessions([len(session.turns) for session in plan], count, caps)
         self.start()
         scraper = endpoint.metrics_scraper() if isinstance(endpoint, HTTPEndpoint) else None
         if scraper is not None:  # this process scrapes the server's /metrics once, the workers not
@@ -343,7 +395,12 @@ class RayWorkers:
             )
             share = replace(settings, mode=mode, concurrency=cap, check_idle=settings.check_idle and k == 0)
             worker = _Running(
-                k, self.actors[k], part, WorkerOutcome(k, self.where[k], sum(len(s.turns) for s in part.sessions)), []
+                k,
+                self.actors[k],
+                part,
+                WorkerOutcome(k, self.where[k], sum(len(s.turns) for s in part.sessions)),
+                [],
+                cap,
             )
             worker.run_ref = worker.actor.run.remote(
                 replace(workload, sessions=part.sessions, warnings=()),
@@ -358,10 +415,17 @@ class RayWorkers:
         handled = self._handle_signals() if stop_on_signals else []
         try:
             self._collect(running, settings, clock, start, on_record)
+        except BaseException:
+            # the other workers' runs go on otherwise, loading the server, their records taken
+            # by the next run on the same actors: every actor goes, the next run starts fresh ones
+            self._drop_actors()
+            raise
         finally:
             for signum, previous in handled:
                 signal.signal(signum, previous)
             scraped = scraper.stop() if scraper is not None else None
+        if any(worker.outcome.died for worker in running):
+            self._drop_actors()  # a dead actor is not given the next run (a session's next test)
         merged = self._merge(running, workload, endpoint, settings, mode, clock.now() - start)
         if scraped is not None:
             merged.warnings.extend(scraped.notes)
@@ -390,9 +454,13 @@ class RayWorkers:
         start: float,
         on_record: Callable[[RequestRecord], None] | None,
     ) -> None:
-        """Fetch records until every worker's run has ended (or its worker died)."""
+        """Fetch records until every worker's run has ended (or its worker died, or did not end
+        by the run's deadline: module docstring)."""
         ray = self.ray
         stopping = False
+        deadline = (
+            None if settings.duration_s is None else start + settings.duration_s + settings.grace_s + TAKE_TIMEOUT_S
+        )
 
         def keep(worker: _Running, records: list[RequestRecord]) -> None:
             worker.received.extend(records)
@@ -406,6 +474,11 @@ class RayWorkers:
                 for worker in running:
                     worker.actor.stop.remote(f"interrupted by {self._interrupted}")
             live = [w for w in running if w.run is None and w.outcome.died is None]
+            if deadline is not None and clock.now() > deadline:
+                for worker in live:
+                    late = f"worker {worker.index} ({worker.outcome.where}) did not end {TAKE_TIMEOUT_S:g} s after the run's duration and grace"
+                    self._died(worker, late, clock.now() - start, settings)
+                break
             ready, _ = ray.wait([w.run_ref for w in live], num_returns=1, timeout=POLL_S)
             for worker in live:
                 if worker.run_ref in ready:
@@ -437,7 +510,9 @@ class RayWorkers:
 
     def _died(self, worker: _Running, cause: str, at_s: float, settings: ReplaySettings) -> None:
         worker.outcome.died = cause
-        worker.received.extend(unfinished_records(worker.part, worker.received, cause, at_s, settings.duration_s))
+        worker.received.extend(
+            unfinished_records(worker.part, worker.received, cause, at_s, settings.duration_s, worker.cap)
+        )
 
     def _merge(
         self,
