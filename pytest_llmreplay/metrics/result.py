@@ -12,7 +12,7 @@ Per request (seconds, tokens):
   read the body, a TPOT of about 0 that passes any limit);
 - ``itl``: for each chunk after the first, (chunk time - previous chunk time) / tokens in the
   chunk, once per token (trie's rule; a server merging tokens per event does not inflate it).
-  The tokens in a chunk are the server's count spread over the chunks (:func:`spread_counts`)
+  The tokens in a chunk are the server's count spread over the chunks (:func:`~.chunks.spread_counts`)
   where the stream's count differs from the usage's (a server that puts several tokens in an
   event without saying how many: the stream counts one an event), as ``output_tokens`` is;
 - ``queue`` (simulator only), ``prompt_tokens`` (server's count, else planned),
@@ -70,11 +70,9 @@ after 423 tokens``, ``... after 21 tokens``) are one cause with the range (``aft
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -83,6 +81,7 @@ import numpy as np
 
 from ..errors import LLMReplayError
 from ..replayer.records import ReplayRun, RequestRecord
+from .chunks import Chunks, spread_counts
 from .columns import complete_sessions, one_turn_session_columns, request_columns, schedule_lag_column
 from .error_causes import ErrorCause, error_causes
 from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
@@ -155,24 +154,6 @@ def tpot(record: RequestRecord) -> float | None:
     if first is None or total is None or record.output_tokens <= 1 or len(record.chunk_times) < 2:
         return None
     return (total - first) / (record.output_tokens - 1)
-
-
-def spread_counts(tokens: Sequence[int], total: int) -> list[int]:
-    """The stream's token counts per chunk (``tokens``) scaled to sum to ``total`` (the server's
-    count), in whole tokens: chunk i gets round(C_i * total / C) - round(C_(i-1) * total / C),
-    C_i being the stream's count up to and with chunk i and C its whole count (round half up),
-    so every chunk's share is as even as whole tokens allow. ``tokens`` as they are when they
-    already sum to ``total`` or to 0."""
-    counted = sum(tokens)
-    if counted == total or not counted:
-        return list(tokens)
-    spread, before, cumulative = [], 0, 0
-    for count in tokens:
-        cumulative += count
-        upto = math.floor(cumulative * total / counted + 0.5)
-        spread.append(upto - before)
-        before = upto
-    return spread
 
 
 def itl_chunks(record: RequestRecord) -> list[tuple[float, int]]:
@@ -272,58 +253,6 @@ def rates(times: np.ndarray, amounts: np.ndarray, start: float, end: float, gpus
         "last_30s": float(amounts[times >= end - window].sum()) / window,
         "per_gpu": steady / gpus,
     }
-
-
-class Chunks:
-    """Every token chunk of ``records`` in flat arrays (cheap for 100k requests): ``times``,
-    ``tokens`` and ``first`` (the chunk opens its record's stream)."""
-
-    def __init__(self, records: Sequence[RequestRecord]) -> None:
-        lengths = np.fromiter((len(r.chunk_times) for r in records), dtype=np.int64, count=len(records))
-        total = int(lengths.sum())
-        self.lengths = lengths
-        self.times = np.fromiter(chain.from_iterable(r.chunk_times for r in records), dtype=np.float64, count=total)
-        self.tokens = np.fromiter(chain.from_iterable(r.chunk_tokens for r in records), dtype=np.int64, count=total)
-        self.first = np.zeros(total, dtype=bool)
-        self.first[(np.cumsum(lengths) - lengths)[lengths > 0]] = True  # each record's first chunk
-        self.records = records
-
-    def itl(self) -> tuple[np.ndarray, np.ndarray]:
-        """(gap per token, tokens) of every chunk after its stream's first (:func:`itl_chunks`,
-        the same spread of each record's count over its chunks)."""
-        tokens = self.spread_tokens()
-        later = ~self.first[1:] & (tokens[1:] > 0)
-        gaps = (self.times[1:] - self.times[:-1])[later] / tokens[1:][later]
-        return gaps, tokens[1:][later]
-
-    def spread_tokens(self) -> np.ndarray:
-        """Each chunk's tokens, each record's counts spread to sum to its ``output_tokens``
-        (:func:`spread_counts`, in arrays)."""
-        owner = np.repeat(np.arange(len(self.records)), self.lengths)
-        counted = np.bincount(owner, weights=self.tokens, minlength=len(self.records)).astype(np.int64)
-        outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.int64, count=len(self.records))
-        if np.array_equal(counted, outputs) or not self.tokens.size:
-            return self.tokens
-        cumulative = np.cumsum(self.tokens)
-        before_record = np.concatenate([[0], cumulative])[np.cumsum(self.lengths) - self.lengths]
-        within = cumulative - np.repeat(before_record, self.lengths)  # C_i, within each record
-        scale = np.repeat(np.divide(outputs, counted, out=np.ones(len(outputs)), where=counted > 0), self.lengths)
-        upto = np.where(np.repeat(counted > 0, self.lengths), np.floor(within * scale + 0.5), within).astype(np.int64)
-        before = np.concatenate([[0], upto[:-1]])
-        before[self.first] = 0
-        return upto - before
-
-    def output_events(self) -> tuple[np.ndarray, np.ndarray]:
-        """Output tokens at their chunks' times, scaled per record so they add up to the
-        server's count; a record without chunks counts all at its end."""
-        owner = np.repeat(np.arange(len(self.records)), self.lengths)
-        counted = np.bincount(owner, weights=self.tokens, minlength=len(self.records))
-        outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.float64, count=len(self.records))
-        scale = np.divide(outputs, counted, out=np.zeros_like(outputs), where=counted > 0)
-        amounts = self.tokens * np.repeat(scale, self.lengths)
-        bare = [r for r, n in zip(self.records, counted, strict=True) if not n and r.end_s is not None]
-        times = np.concatenate([self.times, [r.end_s for r in bare]])
-        return times, np.concatenate([amounts, [float(r.output_tokens) for r in bare]])
 
 
 @dataclass
