@@ -230,6 +230,29 @@ def test_literal_prompts_are_sent_verbatim(tmp_path, key, value, body, stated_ou
     assert second.output_tokens == 7
 
 
+@pytest.mark.parametrize(("key", "value"), [("text_input", "What is ML?"), ("messages", MESSAGES)])
+def test_a_literal_prompts_output_length_is_the_requests_output_limit(tmp_path, key, value):
+    """A text_input or messages row's output_length was not sent: the server generated to the
+    context's end (131,046 tokens a request on the simulator, a replay that never ended against
+    its server; a new user's trial). The body gets it as max_tokens, a payload's own limit wins."""
+    from pytest_llmreplay import PromptFactory, load_tokenizer
+    from pytest_llmreplay.workloads.prompts import Conversation
+
+    workload = load(
+        tmp_path,
+        [
+            {"timestamp": 0, key: value, "output_length": 7},
+            {"timestamp": 1, "payload": {"messages": MESSAGES, "max_completion_tokens": 9}, "output_length": 5},
+        ],
+    )
+    prompts = PromptFactory(load_tokenizer(None))
+    bodies = [Conversation(prompts, session, "chat", "text").request(0)[1] for session in workload.sessions]
+    assert bodies[0]["max_tokens"] == 7
+    assert "max_tokens" not in bodies[1] and bodies[1]["max_completion_tokens"] == 9  # the payload's own
+    responses = Conversation(prompts, workload.sessions[0], "responses", "text").request(0)
+    assert responses[0] == "chat" and responses[1]["max_tokens"] == 7  # a chat body stays chat
+
+
 # --- rule violations ---------------------------------------------------------------------------
 
 # (bad line 2, field, what the message must say); line 1 is always ROW.

@@ -67,7 +67,7 @@ from operator import attrgetter
 from ..errors import LLMReplayError
 from ..wording import counted
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
-from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
+from ..workloads.workload import OUTPUT_LIMIT_FIELDS, HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, WallClock
 from .endpoint_types import Endpoint, EndpointRequest, describe_error
 from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
@@ -78,7 +78,6 @@ LEAD_S = 0.05  # a session's first request is built this long before it is due
 CHAT_TEMPLATE_ALLOWANCE = (64, 16)  # tokens a chat template may add: fixed, per message
 
 
-OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # each API's name for it
 USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens")  # Response's, from usage
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import LLMReplayError
 from .tokenizer import Tokenizer
-from .workload import HashBlocks, Payload, Session, Synthetic, TokenIds, Turn
+from .workload import OUTPUT_LIMIT_FIELDS, HashBlocks, Payload, Session, Synthetic, TokenIds, Turn
 
 _WORD = re.compile(r" ?[A-Za-z]{2,}")
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -366,7 +366,12 @@ class Conversation:
         turn = self.session.turns[index]
         if isinstance(turn.prompt, Payload):
             payload = dict(turn.prompt.body)
-            return payload_api(payload, self.api), payload, turn.input_tokens
+            api = payload_api(payload, self.api)
+            if turn.output_tokens is not None and not any(key in payload for key in OUTPUT_LIMIT_FIELDS):
+                # a mooncake row's text_input or messages (or a payload naming no limit) with its
+                # output_length: without a limit the server generated to the context's end
+                payload["max_output_tokens" if api == "responses" else "max_tokens"] = turn.output_tokens
+            return api, payload, turn.input_tokens
         extends = extends_previous(self.session, index)
         if (
             self.api == "completions"

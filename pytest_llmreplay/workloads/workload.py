@@ -50,9 +50,13 @@ class HashBlocks:
 
 @dataclass(frozen=True, slots=True)
 class Payload:
-    """A verbatim request body (e.g. ``{"messages": [...], "max_tokens": 64}``), sent as is."""
+    """A verbatim request body (e.g. ``{"messages": [...], "max_tokens": 64}``), sent as is
+    (with its turn's ``output_tokens`` as its API's output limit where it names none)."""
 
     body: Mapping[str, Any]
+
+
+OUTPUT_LIMIT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")  # each API's name for it
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,10 @@ One request a line::
 - instead of ``input_length``, AIPerf's literal prompts: ``text_input`` (a string, sent as one
   user message), ``messages`` (a chat history) or ``payload`` (a whole request body), all sent
   verbatim (``output_length`` then optional: the body's ``max_tokens`` or
-  ``max_completion_tokens`` stands in; a ``payload``'s ``stream`` and ``stream_options`` are
-  checked as the server checks them);
+  ``max_completion_tokens`` stands in; given, it is sent as the request's ``max_tokens`` where
+  the body names no limit; a ``payload``'s ``stream`` and ``stream_options`` are checked as the
+  server checks them); each turn's literal prompt is sent as it is, with no history of the
+  session's earlier turns;
 - ``session_id``: rows sharing it are the turns of one session, in file order; a later turn waits
   ``delay`` (or ``delay_ms``) milliseconds after the previous one completes, or, without a delay,
   the difference between its timestamp and the previous turn's. A delay on a session's first turn
