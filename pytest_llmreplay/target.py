@@ -23,6 +23,7 @@ from typing import Any
 from .errors import LLMReplayError
 from .gate.stored_record import NOT_RESET
 from .replayer.clock import Clock, VirtualClock, WallClock
+from .replayer.endpoint_types import SIM_ENGINE
 from .replayer.endpoints import HTTPEndpoint, describe_error
 from .replayer.server_process import ServerProcess
 
@@ -383,11 +384,15 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
     )
     base = url.rstrip("/").removesuffix("/v1")
     version = None
+    simulated: dict[str, Any] = {}
     try:
         with httpx.Client(base_url=base, timeout=10.0, headers=headers) as client:
             reply = client.get("/version")
             if reply.status_code == 200:
-                version = str(reply.json().get("version"))
+                answer = reply.json()
+                version = str(answer.get("version"))
+                if answer.get("engine") == SIM_ENGINE:  # our simulator's server: which profile and settings
+                    simulated = {"sim_profile": answer.get("profile"), "sim_settings": answer.get("settings")}
             else:
                 version = _llamacpp_build(client)
             listing = client.get("/v1/models")
@@ -408,4 +413,5 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
         "server_version": version,
         "sim_profile": None,
         "hardware": host_hardware() if on_this_host(url) else None,  # another host's is the fingerprint hook's
+        **simulated,
     }

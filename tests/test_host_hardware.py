@@ -68,3 +68,25 @@ def test_a_live_server_on_this_machine_is_fingerprinted_with_its_hardware(fake_n
         assert live_fingerprint(server.url, None, "--llm-endpoint")["hardware"] == "1 x NVIDIA H100 80GB HBM3"
         fake_nvidia_smi("NVIDIA H200")
         assert live_fingerprint(server.url, None, "--llm-endpoint")["hardware"] == "1 x NVIDIA H200"
+
+
+def test_two_simulator_servers_of_one_profile_with_other_settings_are_other_endpoints():
+    """`llmreplay sim --max-num-batched-tokens 1024` and the default had one fingerprint (kind
+    live, the model, the host): a store put the two configurations in one series and compare
+    gated one against the other as the same endpoint (a new user's trial)."""
+    import dataclasses
+
+    from test_sim_server import serving, tiny_profile
+
+    from pytest_llmreplay import PromptFactory, load_tokenizer
+
+    prompts = PromptFactory(load_tokenizer(None))
+    profile = tiny_profile()
+    smaller = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, max_num_batched_tokens=1024))
+    found = []
+    for each in (profile, smaller, profile):
+        with serving(prompts, each) as server:
+            found.append(live_fingerprint(server.url, None, "--llm-endpoint"))
+    assert found[0]["sim_profile"] == profile.name and len(found[0]["sim_settings"]) == 12
+    assert found[0]["sim_settings"] != found[1]["sim_settings"]
+    assert found[0] == found[2]  # the same settings again: the same endpoint

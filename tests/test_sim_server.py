@@ -203,6 +203,7 @@ def test_health_version_and_models(sim):
         "version": version("pytest-llmreplay"),
         "engine": "llmreplay-sim",
         "profile": "tiny-test",
+        "settings": sim.server.settings_digest(),
     }
     models = HTTP.get(sim.url + "/v1/models").json()
     assert models["object"] == "list"

@@ -237,8 +237,37 @@ class SimServer:
         from importlib.metadata import version
 
         return web.json_response(
-            {"version": version("pytest-llmreplay"), "engine": SIM_ENGINE, "profile": self.profile.name}
+            {
+                "version": version("pytest-llmreplay"),
+                "engine": SIM_ENGINE,
+                "profile": self.profile.name,
+                "settings": self.settings_digest(),
+            }
         )
+
+    def settings_digest(self) -> str:
+        """12 hex digits naming what this server simulates beyond its profile's name: the
+        profile's timing, engine settings (``--max-num-batched-tokens`` and the rest), jitter
+        and front end, the cluster, the faults, the natural lengths and the seed. Two servers of
+        one profile run with other settings are other endpoints (``/version``'s ``settings``,
+        in a live fingerprint)."""
+        import dataclasses
+        import hashlib
+
+        profile = self.profile
+        facts = [
+            vars(profile.timing),
+            dataclasses.asdict(profile.engine),
+            profile.jitter,
+            profile.frontend_ms,
+            repr(profile.reasoning),
+            dataclasses.asdict(self.cluster_config),
+            dataclasses.asdict(self.faults),
+            self.eos_mean_tokens,
+            self.seed,
+        ]
+        text = json.dumps(facts, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     async def models(self, request: web.Request) -> web.Response:
         card = {
