@@ -235,7 +235,8 @@ def test_sweep_against_a_server_over_http(capsys, tmp_path):
     assert (
         fingerprint["kind"] == "live"
         and fingerprint["server_version"] == version("pytest-llmreplay")
-        and fingerprint["sim_profile"] is None
+        and fingerprint["sim_profile"] == "llama-3.1-8b-h100"  # the simulator's server names it
+        and len(fingerprint["sim_settings"]) == 12
     )
     # the stored result is the point at capacity, run out (a passing point is never stopped)
     assert stored["summary"]["requests"]["ok"] == 24 and (out_dir / "requests.csv").read_text().count("\n") == 25

@@ -415,3 +415,11 @@ def test_compare_is_gated_by_the_stored_history(project):
     assert "history t -inf" not in result.stdout.str()  # equal figures read as equal, not as a rounding error
     stored = [json.loads(p.read_text()) for p in (project.path / ".llmreplay").glob("*/*.json")]
     assert len(stored) == MIN_HISTORY
+
+
+def test_history_of_two_results_says_they_are_too_few_for_a_change_point(repo, capsys):
+    """Two results 23.5% apart printed "no change point", which reads as a verdict (a new user's
+    trial): Otava is not asked below three results, and the line says so."""
+    seed_store(repo, [0.100, 0.1235])
+    assert main(["history", TEST, "--metric", "ttft.p50"]) == 0
+    assert "ttft.p50: no change point looked for: 2 results, too few (3 at least)" in capsys.readouterr().out

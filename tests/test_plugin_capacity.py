@@ -114,7 +114,7 @@ def test_capacity_marker_searches_and_checks_the_capacity_slo(capacity_project):
             "test_cap.py::test_capacity*passed* ms *18",
             "Capacity search by concurrency",
             "*concurrency*verdict*ttft.p90*req/s*goodput req/s*good",
-            "capacity (concurrency): 18, bracket [[]18, 19[]], * runs; bracket within the 5% resolution",
+            "capacity (concurrency): 18, bracket [[]18, 19[]], * runs; bracket of adjacent concurrencies: no load between them to run",
             "SLOs met: 2 of 2",
             "capacity.concurrency*>= 2*18*ok",
         ]

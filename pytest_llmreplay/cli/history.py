@@ -82,7 +82,7 @@ def _series_table(history: Any, key: str, figure: str) -> str:
     Otava finds one; a line saying so when no stored result measured it."""
     from tabulate import tabulate
 
-    from ..gate.history import level_means, metric_series
+    from ..gate.history import MIN_CHANGE_POINT_RESULTS, level_means, metric_series
     from ..metrics.units import format_figure
 
     commits_of, values, points = metric_series(history, figure)
@@ -95,7 +95,13 @@ def _series_table(history: Any, key: str, figure: str) -> str:
             rows[i].append(
                 f"level {format_figure(figure, levels[i - 1])} -> {format_figure(figure, levels[i])} ({levels[i] / levels[i - 1] - 1:+.1%})"
             )
-    found = f"change points at {', '.join(commits_of[i][:12] for i in points)}" if points else "no change point"
+    found = (
+        f"change points at {', '.join(commits_of[i][:12] for i in points)}"
+        if points
+        else f"no change point looked for: {len(values)} results, too few ({MIN_CHANGE_POINT_RESULTS} at least)"
+        if len(values) < MIN_CHANGE_POINT_RESULTS
+        else "no change point"
+    )
     headers = ["commit", key] + (["change point"] if any(len(row) > 2 for row in rows) else [])
     return f"{key}: {found}\n" + tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)
 

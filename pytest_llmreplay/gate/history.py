@@ -71,6 +71,7 @@ TREND_WINDOW = 50  # the newest earlier results a trend plot draws
 MIN_TREND = 2  # earlier results a trend plot needs
 CHANGE_POINT_PVALUE = 0.001  # Otava's default significance for a change point
 CHANGE_POINT_WINDOW = 50  # results in each window of Otava's split step
+MIN_CHANGE_POINT_RESULTS = 3  # fewer results hold no change point to look for: a new level needs one on each side
 EXTRA = "pip install 'pytest-llmreplay[history]'"
 
 
@@ -328,7 +329,7 @@ def change_points(values: list[float], max_pvalue: float = CHANGE_POINT_PVALUE) 
         from otava.analysis import compute_change_points
     except ImportError:
         raise LLMReplayError(f"change points need Apache Otava: {EXTRA}") from None
-    if len(values) < 3:
+    if len(values) < MIN_CHANGE_POINT_RESULTS:
         return []
     found, _ = compute_change_points(values, window_len=CHANGE_POINT_WINDOW, max_pvalue=max_pvalue)
     return sizeable(values, sorted(int(point.index) for point in found))

@@ -558,6 +558,8 @@ class Search:
             mid = (low + high) // 2 if plan.by == "concurrency" else (low + high) / 2
             point = self.probe(mid, "bisect")
             low, high = (mid, high) if point.passed else (low, mid)
+        if plan.by == "concurrency" and high - low > plan.resolution * high:
+            return "bracket of adjacent concurrencies: no load between them to run"  # [6, 7] is 14%, not within 5%
         return f"bracket within the {plan.resolution * 100:g}% resolution"
 
     def resolved(self, low: float, high: float) -> bool:
