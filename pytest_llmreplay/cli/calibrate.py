@@ -153,8 +153,7 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     print("\n".join(report_lines(result)))
     for line in worse_lines(result):
         print(line, file=sys.stderr)
-    if args.name:
-        profile["name"] = args.name
+    profile["name"] = args.name or out.stem  # as --help says: two calibrations are two profiles, two endpoints
     _write_out(profile, out)
     return 0
 
