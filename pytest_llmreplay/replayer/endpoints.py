@@ -267,10 +267,9 @@ class HTTPEndpoint:
         body: dict[str, Any] = {"model": self.model, "stream": self.stream}
         body.update(self.extra_body)
         body.update(request.body)
+        # by what is sent: a payload may say stream false (or true) whatever the endpoint's setting
         if body.get("stream") and API_TABLE[request.api].usage_on_request and "stream_options" not in body:
-            body["stream_options"] = {
-                "include_usage": True
-            }  # by what is sent: a payload may say stream false (or true)
+            body["stream_options"] = {"include_usage": True}
         if self._named_model is not None:
             body["model"] = self._named_model
         if self.reasoning_hint and request.reasoning_tokens is not None:

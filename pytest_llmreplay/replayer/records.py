@@ -120,9 +120,10 @@ def cancelled_note(elapsed_s: float | None) -> str:
 
 def fill_unreported_cached(records: list[RequestRecord]) -> str | None:
     """Set ``cached_tokens`` to 0 on the ok records whose usage gave prompt tokens and no cached
-    count, in a run where the server gave a cached count on some: vLLM (every version with
-    ``--enable-prompt-tokens-details``) sends ``prompt_tokens_details`` only when a request had
-    a cached token (``if self.enable_prompt_tokens_details and num_cached_tokens``), so a request
+    count, in a run where the server gave a cached count on some: vLLM with
+    ``--enable-prompt-tokens-details`` sends ``prompt_tokens_details`` only when a request had a
+    cached token (its serving code: ``if self.enable_prompt_tokens_details and num_cached_tokens``,
+    in the chat, completions and Responses paths of the versions read), so a request
     that missed the cache reads as "not reported", and the hit rates were taken over the requests
     that hit alone. The warning that says so (None when nothing was set): the records changed
     say so in their notes."""
