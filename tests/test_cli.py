@@ -547,3 +547,25 @@ def test_run_sim_counts_the_profiles_gpus_unless_gpus_is_given(capsys, tmp_path)
         throughput = stored["summary"]["output_throughput"]
         assert throughput["per_gpu"] == pytest.approx(throughput["steady_state"] / stored["gpus"])
     assert gpus == {0: 2, 2: 1}  # the tensor-parallel profile's 2 GPUs by default; an explicit --gpus wins
+
+
+def test_the_progress_lines_total_is_what_the_run_plans():
+    """`--max-sessions 3` of a 193-request agent trace showed `79/193 requests` where 84 were
+    planned (a new user's trial): the total is the plan's, whole sessions and cycling included."""
+    from pytest_llmreplay.cli.run import _planned_requests
+    from pytest_llmreplay.replayer.plan import ReplaySettings
+    from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
+
+    workload = Workload(
+        tuple(Session(f"s{i}", 0.0, tuple(Turn(8, 2, Synthetic()) for _ in range(i + 2))) for i in range(4)), "t"
+    )
+
+    def planned(**limits):
+        return _planned_requests(workload, ReplaySettings(mode="concurrency", concurrency=2, **limits))
+
+    assert planned() == 2 + 3 + 4 + 5
+    assert planned(max_sessions=2) == 2 + 3
+    assert planned(max_requests=4) == 2 + 3  # the session that reaches it runs whole
+    assert planned(max_sessions=6) == 14 + 2 + 3  # cycling
+    # a plan the replay will refuse (cycling a trace whose sessions all arrive at once): the workload's count
+    assert _planned_requests(workload, ReplaySettings(max_sessions=2)) == 14

@@ -102,7 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             ),
             None,
         )
-    progress = ProgressLine(workload.num_requests if args.max_requests is None else args.max_requests)
+    progress = ProgressLine(_planned_requests(workload, settings))
     server = (
         ServerProcess(
             args.server_cmd,
@@ -498,3 +498,15 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     run.set_defaults(run=cmd_run, bad_input_status=RUN_STATUS["bad_input"])
     remember_http_only_defaults(run)
+
+
+def _planned_requests(workload: Any, settings: Any) -> int:
+    """The requests the run plans (its count limits' whole sessions: the progress line's total;
+    the workload's own count read 79/193 where ``--max-sessions 3`` planned 84); the workload's
+    count where the plan is refused (the replay then says why)."""
+    from ..replayer.plan import session_plan
+
+    try:
+        return sum(len(session.turns) for session in session_plan(workload, settings))
+    except LLMReplayError:
+        return workload.num_requests
