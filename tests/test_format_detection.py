@@ -415,3 +415,17 @@ def test_exponent_numbers_without_a_dot_are_numbers_in_specs(tmp_path, name, tex
     quoted.write_text("synthetic:\n  sessions: 4\n  rate: '2e1'\n")
     with pytest.raises(WorkloadError, match=re.escape("synthetic.rate: must be a number > 0, got '2e1'")):
         load_workload(quoted)
+
+
+def test_aiperfs_multi_turn_custom_dataset_is_named_as_not_read(tmp_path):
+    """AIPerf's own --custom-dataset-type multi_turn rows got "cannot tell the format ... name it
+    with format=", and every format named then failed (a new user's trial, ten minutes and the
+    source to find what to write instead): the error names the format and what to write."""
+    path = tmp_path / "multi_turn.jsonl"
+    path.write_text('{"session_id": "a", "turns": [{"text": "hi", "delay": 100}]}\n')
+    with pytest.raises(WorkloadError) as caught:
+        load_workload(path)
+    assert "this looks like AIPerf's multi_turn custom dataset" in str(caught.value)
+    assert "write its turns as mooncake rows (session_id, text_input or messages, output_length, delay)" in str(
+        caught.value
+    )

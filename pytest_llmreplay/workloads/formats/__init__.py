@@ -21,6 +21,7 @@ from ..stats import unit_warning
 from ..workload import Workload, check_limits
 from . import aiperf_inputs, aiperf_payloads, azure, llmservingsim, mooncake, synthetic, trie, vllm_bench
 from ._compressed import damage_first
+from ._fields import try_json
 from ._text import text_lines
 
 FORMATS: dict[str, ModuleType] = {
@@ -90,6 +91,15 @@ def _detect_file(path: Path) -> str:
             "cannot tell the format: the file starts with a lone '{' (pretty-printed JSON?); JSONL formats need "
             'one object a line, and the JSON documents read are an AIPerf inputs.json, {"data": [...]}, and, '
             "named with format vllm-bench, vllm bench serve's result",
+            path=path,
+            line=number,
+        )
+    obj = try_json(line)
+    if isinstance(obj, dict) and isinstance(obj.get("turns"), list) and "session_id" in obj:
+        raise WorkloadError(  # AIPerf's own --custom-dataset-type multi_turn rows: a dead end otherwise
+            "cannot tell the format: this looks like AIPerf's multi_turn custom dataset "
+            '({"session_id": ..., "turns": [...]}), which is not read; write its turns as mooncake rows '
+            "(session_id, text_input or messages, output_length, delay) or as an AIPerf inputs.json",
             path=path,
             line=number,
         )
