@@ -425,6 +425,12 @@ class Replay:
         if response.error is not None and record.status == "ok":
             record.status = "failed"
         record.error = response.error
+        if record.error and record.error.startswith("http: HTTP 404") and "model" in record.error.lower():
+            self._warn_once(
+                "model",
+                f"the server does not serve the model the request named (first: {body.get('model')!r}: {record.error}); "
+                "name the served model (llmreplay run --model, pytest --llm-model): it replaces every payload's",
+            )
         planned, server = record.planned_prompt_tokens, record.prompt_tokens
         if record.status == "ok" and server is not None and planned is not None:
             self._check_prompt(record, planned, server, api, body)
