@@ -5,6 +5,7 @@ requests), and the spread of a server's token count over a stream's chunks
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from itertools import chain
@@ -54,12 +55,20 @@ class Chunks:
         gaps = (self.times[1:] - self.times[:-1])[later] / tokens[1:][later]
         return gaps, tokens[1:][later]
 
-    def spread_tokens(self) -> np.ndarray:
-        """Each chunk's tokens, each record's counts spread to sum to its ``output_tokens``
-        (:func:`spread_counts`, in arrays)."""
+    @functools.cached_property
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per record: the tokens its chunks carried (the stream's count) and its
+        ``output_tokens`` (the server's, where it gave one): what :meth:`spread_tokens` and
+        :meth:`output_events` scale the chunks by."""
         owner = np.repeat(np.arange(len(self.records)), self.lengths)
         counted = np.bincount(owner, weights=self.tokens, minlength=len(self.records)).astype(np.int64)
         outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.int64, count=len(self.records))
+        return counted, outputs
+
+    def spread_tokens(self) -> np.ndarray:
+        """Each chunk's tokens, each record's counts spread to sum to its ``output_tokens``
+        (:func:`spread_counts`, in arrays)."""
+        counted, outputs = self.counts
         if np.array_equal(counted, outputs) or not self.tokens.size:
             return self.tokens
         cumulative = np.cumsum(self.tokens)
@@ -74,10 +83,8 @@ class Chunks:
     def output_events(self) -> tuple[np.ndarray, np.ndarray]:
         """Output tokens at their chunks' times, scaled per record so they add up to the
         server's count; a record without chunks counts all at its end."""
-        owner = np.repeat(np.arange(len(self.records)), self.lengths)
-        counted = np.bincount(owner, weights=self.tokens, minlength=len(self.records))
-        outputs = np.fromiter((r.output_tokens for r in self.records), dtype=np.float64, count=len(self.records))
-        scale = np.divide(outputs, counted, out=np.zeros_like(outputs), where=counted > 0)
+        counted, outputs = self.counts
+        scale = np.divide(outputs, counted, out=np.zeros(len(outputs)), where=counted > 0)
         amounts = self.tokens * np.repeat(scale, self.lengths)
         bare = [r for r, n in zip(self.records, counted, strict=True) if not n and r.end_s is not None]
         times = np.concatenate([self.times, [r.end_s for r in bare]])
