@@ -36,11 +36,8 @@ OVERVIEW = (
     ("TTFT p99", "ttft", "p99"),
     ("TPOT p50", "tpot", "p50"),
     ("TTFAT p90", "ttfat", "p90"),
-    (
-        "cache hit, session mean",
-        "cache_hit_rate",
-        "mean",
-    ),  # of each session's Σ cached / Σ prompt: not the tokens' rate
+    # the mean of each session's Σ cached / Σ prompt: not the tokens' own rate
+    ("cache hit, session mean", "cache_hit_rate", "mean"),
     ("steady output tok/s", "output_throughput", "steady_state"),
 )
 # after TTFT p99 when some run had reasoning: the wait for the answer, which TTFT (the first reasoning token) is not
