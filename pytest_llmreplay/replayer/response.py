@@ -60,9 +60,8 @@ class Response:
     reasoning_counted: int = 0
     calls: list[dict[str, str]] = field(default_factory=list)
     decoded: int | None = None  # llama.cpp's timings.predicted_n at the last token chunk that had it (take_timings)
-    call_positions: dict[int, int] = field(
-        default_factory=dict
-    )  # the server's index of each call -> its place in calls
+    # the server's index of each tool call -> its place in calls (tool_call_delta)
+    call_positions: dict[int, int] = field(default_factory=dict)
 
     @property
     def text(self) -> str:
