@@ -62,7 +62,9 @@ class Target:
     replaces a verbatim payload's own, which is sent otherwise. ``metrics_interval_s``: how often
     an HTTP replay scrapes the server's ``/metrics`` (0: never; :mod:`~pytest_llmreplay.replayer.server_metrics`).
     ``cache_reset``: whether each repeat or capacity point starts on an emptied prefix cache
-    (:meth:`reset_for_run`; :meth:`without_cache_reset` turns it off)."""
+    (:meth:`reset_for_run`; :meth:`without_cache_reset` turns it off). ``headers``: sent with
+    every HTTP request; ``timeout_s``: the longest wait for a byte of a reply before a request
+    fails (both ``llmreplay sweep``'s options). A non-empty ``extra_body`` joins the fingerprint."""
 
     kind: str
     url: str | None = None
@@ -77,6 +79,12 @@ class Target:
     extra_body: dict[str, Any] = field(default_factory=dict)
     metrics_interval_s: float = 1.0
     cache_reset: bool = True
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.extra_body:  # what every request also asks changes what is measured
+            self.fingerprint["extra_body"] = self.extra_body
 
     @property
     def name(self) -> str:
@@ -118,6 +126,8 @@ class Target:
             api=self.api,
             api_key_env=self.api_key_env,
             extra_body=self.extra_body,
+            headers=self.headers,
+            timeout_s=self.timeout_s,
             metrics_interval_s=self.metrics_interval_s,
             reasoning_hint=True if self.kind == "sim-server" else None,  # a live server: asked when opened
         )
@@ -304,8 +314,6 @@ def offline_target(profile_name: str, prompts: Any, extra_body: dict[str, Any] |
 
     profile = load_profile(profile_name)
     fingerprint = sim_fingerprint(profile, "offline")
-    if extra_body:
-        fingerprint["extra_body"] = extra_body
     return Target("offline", profile=profile, prompts=prompts, fingerprint=fingerprint, extra_body=extra_body or {})
 
 

@@ -58,6 +58,7 @@ class MockConfig:
 class MockServer:
     config: MockConfig = field(default_factory=MockConfig)
     bodies: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)  # each completion request's, names in lower case
     _seen_blocks: set[int] = field(default_factory=set)
     completions_count: int = 0  # POSTs to /v1/(chat/)completions since start or the last DELETE /mock/stats
     streams_finished: int = 0  # streamed replies written to their end ([DONE] and end of body)
@@ -158,6 +159,7 @@ class MockServer:
         self.completions_count += 1
         body = await request.json()
         self.bodies.append(body)
+        self.headers.append({name.lower(): value for name, value in request.headers.items()})
         mock = body.get("mock", {})
         fault, after = mock.get("fault"), mock.get("after", 0)
         if fault in ("http500", "http400"):

@@ -39,6 +39,23 @@ def run(url: str, *more: str) -> int:
     )
 
 
+def test_a_run_with_another_extra_body_is_another_endpoint(repo, tmp_path, capsys):
+    # the plugin's live fingerprint holds --llm-extra-body; run's held nothing of --extra-body or
+    # --ignore-eos, so outputs cut at their planned lengths were gated against outputs that ended
+    # where the model stopped (compare says the endpoints differ, as for vLLM against SGLang)
+    store = f"file://{tmp_path}/results"
+    with ServerThread(MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))) as server:
+        assert run(server.url, "--save-to", store) == 0
+        git(repo, "commit", "-q", "--allow-empty", "-m", "next")
+        assert run(server.url, "--save-to", store, "--ignore-eos") == 0
+    (key,) = open_store(store, repo).stored(TEST, git(repo, "rev-parse", "HEAD"))
+    assert open_store(store, repo).read(key)["fingerprint"]["extra_body"] == {"ignore_eos": True}
+    capsys.readouterr()
+    main(["compare", "--store", store, "--test", TEST, "main~1", "main"])
+    printed = capsys.readouterr().out
+    assert "different endpoints: (extra_body: None vs {'ignore_eos': True})" in printed, printed
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # its throughput windows are mostly empty (6 requests)
 def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
     store = f"file://{tmp_path}/results"

@@ -515,6 +515,44 @@ def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload
     assert read_record(tmp_path / "out" / "result.json")["fingerprint"]["model"] == "named-model"
 
 
+def test_sweep_sends_what_run_sends_with_every_request_and_fingerprints_the_extra_body(capsys, workload, tmp_path):
+    # a sweep without --ignore-eos against vLLM let outputs end where the model stopped, and its
+    # capacity was compared with runs cut at their planned lengths: the options run has, and the
+    # extra body in result.json's fingerprint as the plugin's --llm-extra-body puts it
+    server = MockServer()
+    with ServerThread(server) as thread:
+        code, _, err = run(
+            capsys,
+            "sweep",
+            workload,
+            "--endpoint",
+            thread.url,
+            "--by",
+            "concurrency",
+            "--max",
+            "2",
+            "--slo",
+            "ttft.p99<1s",
+            "--max-sessions",
+            "3",
+            "--ignore-eos",
+            "--extra-body",
+            '{"min_tokens": 2}',
+            "--header",
+            "X-Team: perf",
+            "--out",
+            str(tmp_path / "out"),
+        )
+    assert code == 0, err
+    assert server.bodies and all(body["ignore_eos"] is True and body["min_tokens"] == 2 for body in server.bodies)
+    assert {headers.get("x-team") for headers in server.headers} == {"perf"}
+    stored = read_record(tmp_path / "out" / "result.json")
+    assert stored["fingerprint"]["extra_body"] == {"min_tokens": 2, "ignore_eos": True}
+    assert {point["requests_planned"] for point in stored["capacity"]["points"]} == {
+        3
+    }  # --max-sessions: 3 one-turn sessions
+
+
 def test_sweep_names_its_own_option_for_an_endpoint_without_a_model_list(capsys, workload):
     code, out, err = run(capsys, "sweep", workload, "--endpoint", "http://127.0.0.1:9", "--slo", "ttft.p99<1s")
     assert code == 3 and out == ""

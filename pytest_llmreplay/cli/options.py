@@ -167,6 +167,39 @@ def share(text: str) -> float:
     return value
 
 
+def add_request_options(group: Any) -> None:
+    """What ``run`` and ``sweep`` send with every request: ``--prompt-format``, ``--tool-calls``,
+    ``--header``, ``--extra-body``, ``--ignore-eos``, ``--timeout``."""
+    from ..replayer.plan import PROMPT_FORMATS
+
+    group.add_argument(
+        "--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)"
+    )
+    group.add_argument(
+        "--tool-calls",
+        action="store_true",
+        help="chat: a turn that ends in a tool call (an agent trace's turns but the last) asks for one, and the next sends it back with the tool's output",
+    )
+    group.add_argument(
+        "--header", action="append", default=[], metavar="NAME:VALUE", help="extra HTTP header (repeatable)"
+    )
+    group.add_argument(
+        "--extra-body", metavar="JSON", help="fields merged into every request body, e.g. '{\"min_tokens\": 64}'"
+    )
+    group.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="send ignore_eos: true (output lengths exactly as planned, vLLM/SGLang)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=number(True),
+        default=600.0,
+        metavar="S",
+        help="fail a request after S seconds without data (default 600)",
+    )
+
+
 # what only an HTTP endpoint reads: with --sim (the simulator in process) these are ignored
 HTTP_ONLY_OPTIONS = (
     "no_cache_reset",

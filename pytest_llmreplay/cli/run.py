@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import LLMReplayError
 from .options import (
     BAD_INPUT,
+    add_request_options,
     check_band,
     header,
     ignored_with_sim,
@@ -147,7 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(band_lines(sim.profile, result.summary, bands, args.band))
     if out is not None or store is not None:
         facts = workload_facts(args.file, args.format, digest, options)
-        record = _record(result, args, facts, sim.fingerprint if sim is not None else None)
+        record = _record(result, args, facts, sim.fingerprint if sim is not None else None, body)
         if bands is not None and sim is not None:
             from ..sim.profile_band import band_record
 
@@ -227,11 +228,16 @@ def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) ->
 
 
 def _record(
-    result: Any, args: argparse.Namespace, workload: dict[str, Any], fingerprint: dict[str, Any] | None = None
+    result: Any,
+    args: argparse.Namespace,
+    workload: dict[str, Any],
+    fingerprint: dict[str, Any] | None = None,
+    body: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
     its test name is ``llmreplay run <workload file name>``; ``fingerprint``: the simulator's
-    (``--sim``), else read from the live server."""
+    (``--sim``), else read from the live server, with ``body`` (``--extra-body``, ``--ignore-eos``)
+    as the plugin's live fingerprint has it: what every request also asks changes what is measured."""
     from ..gate.baseline import make_record
     from ..gate.git import git_state
     from ..target import live_fingerprint
@@ -247,6 +253,8 @@ def _record(
                 "sim_profile": None,
                 "hardware": None,
             }
+        if body:
+            fingerprint["extra_body"] = body
     return make_record(
         result,
         test=f"llmreplay run {Path(args.file).name}",
@@ -296,7 +304,7 @@ class ProgressLine:
 
 def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     from ..replayer.apis import APIS
-    from ..replayer.plan import ARRIVALS, MODES, ORDERS, PROMPT_FORMATS
+    from ..replayer.plan import ARRIVALS, MODES, ORDERS
 
     run = commands.add_parser(
         "run",
@@ -351,36 +359,11 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="which API to call: chat (/v1/chat/completions), completions, responses (/v1/responses) or messages (/v1/messages); default chat",
     )
     target.add_argument(
-        "--prompt-format", choices=PROMPT_FORMATS, help="completions prompts as text or token ids (default text)"
-    )
-    target.add_argument(
-        "--tool-calls",
-        action="store_true",
-        help="chat: a turn that ends in a tool call (an agent trace's turns but the last) asks for one, and the next sends it back with the tool's output",
-    )
-    target.add_argument(
         "--api-key-env", metavar="NAME", help="environment variable holding the API key (sent as a bearer token)"
     )
-    target.add_argument(
-        "--header", action="append", default=[], metavar="NAME:VALUE", help="extra HTTP header (repeatable)"
-    )
-    target.add_argument(
-        "--extra-body", metavar="JSON", help="fields merged into every request body, e.g. '{\"min_tokens\": 64}'"
-    )
-    target.add_argument(
-        "--ignore-eos",
-        action="store_true",
-        help="send ignore_eos: true (output lengths exactly as planned, vLLM/SGLang)",
-    )
+    add_request_options(target)
     target.add_argument(
         "--no-stream", action="store_true", help="non-streaming requests (TTFT = latency; no TPOT or ITL)"
-    )
-    target.add_argument(
-        "--timeout",
-        type=number(True),
-        default=600.0,
-        metavar="S",
-        help="fail a request after S seconds without data (default 600)",
     )
     target.add_argument(
         "--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts: the served model's (default: the bundled one)"

@@ -3,6 +3,7 @@
     llmreplay sweep FILE (--endpoint URL | --sim PROFILE) --slo 'ttft.p99<1s' [--slo ...]
                     [--by rate|concurrency] [--min X] [--max X] [--resolution 5%] [--budget N]
                     [--arrival poisson|constant|trace] [--no-cache-reset] [--band N] [--out DIR]
+                    [run's request options: --extra-body, --ignore-eos, --header, --timeout, ...]
 
 A line per point on stderr as it finishes; then a table of the points (by load; a rate search's
 estimates, closed-loop runs that only say where to look, apart below it) and the capacity with
@@ -40,7 +41,9 @@ from typing import Any
 from ..errors import LLMReplayError
 from .options import (
     BAD_INPUT,
+    add_request_options,
     check_band,
+    header,
     ignored_with_sim,
     integer,
     load_workload_file,
@@ -65,19 +68,22 @@ def slo_option(text: str) -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def sim_target(profile_name: str, prompts: Any) -> Any:
-    """``--sim PROFILE``: the offline simulator as a :class:`~pytest_llmreplay.target.Target` (virtual clock)."""
+def sim_target(profile_name: str, prompts: Any, body: dict[str, Any]) -> Any:
+    """``--sim PROFILE``: the offline simulator as a :class:`~pytest_llmreplay.target.Target`
+    (virtual clock); ``body``: the fields every request adds, checked as its server checks them."""
     from ..target import offline_target
 
     try:
-        return offline_target(profile_name, prompts)
+        return offline_target(profile_name, prompts, body)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--sim: {exc}") from None
 
 
-def live_target(args: argparse.Namespace, prompts: Any) -> Any:
+def live_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) -> Any:
     """``--endpoint URL``: the live server as the plugin's ``--llm-endpoint`` makes it
-    (:func:`~pytest_llmreplay.target.live_target`): ``--model``, when given, is the model sent and fingerprinted."""
+    (:func:`~pytest_llmreplay.target.live_target`): ``--model``, when given, is the model sent and
+    fingerprinted; ``body``: the fields every request adds (``--extra-body``, ``--ignore-eos``);
+    ``--header`` and ``--timeout`` go with every request."""
     from ..replayer.endpoints import check_endpoint_url
     from ..target import live_target as make_live_target
 
@@ -85,7 +91,9 @@ def live_target(args: argparse.Namespace, prompts: Any) -> Any:
         check_endpoint_url(args.endpoint)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--endpoint: {exc}") from None
-    return make_live_target(args.endpoint, args.model, "--endpoint", args.api, args.api_key_env, prompts)
+    target = make_live_target(args.endpoint, args.model, "--endpoint", args.api, args.api_key_env, prompts, body)
+    target.headers, target.timeout_s = dict(header(h) for h in args.header), args.timeout
+    return target
 
 
 def plan_from(args: argparse.Namespace) -> Any:
@@ -123,6 +131,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..gate.baseline import interrupted_note, make_record, workload_digest, workload_facts
     from ..gate.git import git_state
     from ..gate.store import write_new
+    from ..replayer.endpoints import extra_body
     from ..replayer.plan import ReplaySettings
     from ..replayer.signal_stop import SignalStop
     from ..search.capacity import find_capacity
@@ -134,17 +143,25 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     workload = load_workload_file(args, args.file, options)
     for warning in workload.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    settings = ReplaySettings(seed=args.seed, max_requests=args.max_requests, warmup_requests=args.warmup_requests)
+    settings = ReplaySettings(
+        seed=args.seed,
+        max_requests=args.max_requests,
+        max_sessions=args.max_sessions,
+        warmup_requests=args.warmup_requests,
+        prompt_format=args.prompt_format,
+        tool_calls=args.tool_calls,
+    )
     settings.validate()
     out = out_folder_option("--out", args.out, "result.json, requests.csv, points.csv and load_curve.svg")
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(
         digest
     )
-    sim = sim_target(args.sim, prompts) if args.sim else None
+    body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
+    sim = sim_target(args.sim, prompts, body) if args.sim else None
     if args.band is not None:
         check_band(args.band, sim)  # before a server is asked anything
-    target = sim or live_target(args, prompts)
+    target = sim or live_target(args, prompts, body)
     if args.no_cache_reset:
         target.without_cache_reset()
     ignored = ignored_with_sim(args)
@@ -402,6 +419,7 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         help="which API to call: chat, completions, responses or messages (default chat)",
     )
     sweep.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key")
+    add_request_options(sweep)
     sweep.add_argument("--tokenizer", metavar="NAME|PATH", help="tokenizer for prompts (default: the bundled one)")
     sweep.add_argument("--seed", type=integer(0), default=0, help="seed of prompts and Poisson arrivals (default 0)")
     sweep.add_argument(
@@ -409,6 +427,12 @@ def add_sweep_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         type=integer(1),
         metavar="N",
         help="each point takes whole sessions until N requests (cycling the workload if needed)",
+    )
+    sweep.add_argument(
+        "--max-sessions",
+        type=integer(1),
+        metavar="N",
+        help="each point runs N sessions (cycling the workload if needed)",
     )
     sweep.add_argument(
         "--warmup-requests",

@@ -255,12 +255,11 @@ class LLMSession:
 
     def _with_session_settings(self, target: Any) -> Any:
         """``target`` with the session's settings: its /metrics scrape interval, cache resets
-        (``--llm-cache-reset``), and its fingerprint's additions (the extra body, plugins' fields)."""
+        (``--llm-cache-reset``), and its fingerprint's additions (plugins' fields; the extra body
+        is the target's own)."""
         target.metrics_interval_s = self.metrics_interval_s
         if not self.cache_reset:
             target.without_cache_reset()
-        if self.extra_body:  # what every request also asks changes what is measured
-            target.fingerprint["extra_body"] = self.extra_body
         self.config.hook.pytest_llmreplay_fingerprint(config=self.config, fingerprint=target.fingerprint)
         return target
 
