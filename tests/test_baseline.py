@@ -17,11 +17,11 @@ from pytest_llmreplay.errors import LLMReplayError
 from pytest_llmreplay.gate import baseline, bootstrap
 from pytest_llmreplay.gate.baseline import (
     compare,
-    comparison_table,
     parse_tolerance,
     samples,
     tolerances,
 )
+from pytest_llmreplay.gate.comparison_table import change_cell, comparison_cells, comparison_table
 from pytest_llmreplay.gate.git import git_state, reference_history
 from pytest_llmreplay.gate.store import FolderStore, write_new
 from pytest_llmreplay.gate.stored_record import read_record
@@ -575,7 +575,7 @@ def stored(samples_, fingerprint=None, workload=None, settings=None):
             }
     return {
         "schema": baseline.SCHEMA,
-        "fingerprint": {"kind": "sim", "model": "m", "version": "1"} if fingerprint is None else fingerprint,
+        "fingerprint": {"kind": "offline", "model": "m", "version": "1"} if fingerprint is None else fingerprint,
         "workload": {"path": "w.jsonl", "digest": "abc"} if workload is None else workload,
         "settings": {"concurrency": 8} if settings is None else settings,
         "summary": summary,
@@ -611,6 +611,17 @@ def test_identical_samples_are_all_ok():
         assert row.baseline == row.current
         assert row.tolerance == baseline.DEFAULT_TOLERANCES[row.key]
     assert comparison.regressions == []
+
+
+def test_one_run_against_one_run_of_a_server_says_what_its_interval_leaves_out():
+    # the bootstrap resamples requests within each run: a whole run's shift (a slower runner)
+    # is in no interval, and a same-config pair on a busy host read +29% REGRESSION; said over
+    # the table, and not of the simulator in process, whose runs have no such shift
+    live = {"kind": "live", "model": "m", "version": "1"}
+    one_each = compare(stored(full_samples(), live), stored(full_samples(), live))
+    assert one_each.header == baseline.ONE_RUN_NOTE and baseline.ONE_RUN_NOTE in comparison_table(one_each)
+    assert "llmreplay run --repeat N" in baseline.ONE_RUN_NOTE
+    assert compare(stored(full_samples()), stored(full_samples())).header is None  # offline
 
 
 def test_twenty_percent_slower_ttft_is_a_regression():
@@ -749,8 +760,8 @@ def test_same_inputs_same_intervals():
 @pytest.mark.parametrize(
     ("part", "changed", "field", "words"),
     [
-        ("fingerprint", {"kind": "sim", "model": "other", "version": "1"}, "model", "endpoint fingerprint differs"),
-        ("fingerprint", {"kind": "sim", "model": "m", "version": "2"}, "version", "endpoint fingerprint differs"),
+        ("fingerprint", {"kind": "offline", "model": "other", "version": "1"}, "model", "endpoint fingerprint differs"),
+        ("fingerprint", {"kind": "offline", "model": "m", "version": "2"}, "version", "endpoint fingerprint differs"),
         ("workload", {"path": "w.jsonl", "digest": "def"}, "digest", "workload differs"),
         ("settings", {"concurrency": 16}, "concurrency", "replay settings"),
         ("settings", {"concurrency": 8, "seed": 3}, "seed", "replay settings"),
@@ -897,7 +908,7 @@ def test_a_ceilings_noise_says_why_the_comparison_cannot_tell():
     allowed = {"capacity.rate": 0.05}
     (row,) = compare(with_capacity(14.1, 24.5, ceiling=True), with_capacity(11.3, 18.4, ceiling=True), allowed).rows
     assert row.verdict == "noise" and row.note == baseline.CEILING_NOTE
-    assert "a longer workload (more requests)" in baseline.comparison_cells(row)[-1]
+    assert "a longer workload (more requests)" in comparison_cells(row)[-1]
     (plain,) = compare(with_capacity(14.1, 24.5), with_capacity(11.3, 18.4), allowed).rows
     assert plain.verdict == "noise" and not plain.note
 
@@ -909,7 +920,7 @@ def test_a_capacity_with_no_failing_load_is_never_a_proven_regression():
     (row,) = compare(with_capacity(16, 17), with_capacity(10, 10, at_least=True), {"capacity.rate": 0.05}).rows
     assert row.verdict == "noise" and row.change == pytest.approx(10 / 16 - 1)
     assert row.low == pytest.approx(10 / 17 - 1) and row.high is None
-    assert baseline.change_cell(row.change, row.low, row.high) == "-37.5% [-41.2%, open]"
+    assert change_cell(row.change, row.low, row.high) == "-37.5% [-41.2%, open]"
     (closed,) = compare(with_capacity(16, 17), with_capacity(10, 11), {"capacity.rate": 0.05}).rows
     assert closed.verdict == "regression" and closed.high == pytest.approx(11 / 16 - 1)
 
@@ -931,7 +942,7 @@ def test_two_capacities_with_no_failing_load_are_not_compared(current):
     (row,) = comparison.rows
     assert (row.verdict, row.change) == ("skipped", None) and not comparison.regressions
     assert (row.baseline, row.current) == (16, current)
-    assert baseline.comparison_cells(row)[-1] == f"skipped ({baseline.BOTH_LOWER_BOUNDS})"
+    assert comparison_cells(row)[-1] == f"skipped ({baseline.BOTH_LOWER_BOUNDS})"
     assert "raise capacity.max" in row.note
 
 
@@ -956,7 +967,7 @@ def test_a_multi_turn_capacity_is_compared_with_one_stored_under_its_old_name():
     current["capacity"]["plan"] = {"by": "rate"}
     (row,) = compare(with_capacity(16, 17), current, baseline.gated_tolerances(current)).rows
     assert row.key == "capacity.session_rate" and (row.baseline, row.current) == (16, 10)
-    assert row.verdict == "regression" and baseline.comparison_cells(row)[1:3] == ["16 sessions/s", "10 sessions/s"]
+    assert row.verdict == "regression" and comparison_cells(row)[1:3] == ["16 sessions/s", "10 sessions/s"]
 
 
 def test_auto_reference_falls_back_to_the_remote_tracking_default_branch(git_env):

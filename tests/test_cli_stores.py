@@ -56,6 +56,41 @@ def test_a_run_with_another_extra_body_is_another_endpoint(repo, tmp_path, capsy
     assert "different endpoints: (extra_body: None vs {'ignore_eos': True})" in printed, printed
 
 
+def test_run_repeat_keeps_its_runs_as_one_result_that_compare_resamples_run_by_run(repo, tmp_path, capsys):
+    # the plugin repeats a test (--llm-repeat) so that a whole run's shift is inside the
+    # comparison's interval; run had no way to: one run a side, and a busy host's slow run read
+    # as a regression
+    store = f"file://{tmp_path}/results"
+    mock = MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))
+    with ServerThread(mock) as server:
+        assert run(server.url, "--repeat", "3", "--save-to", store) == 0
+        printed = capsys.readouterr()
+        assert mock.completions_count == 3 * 6  # the workload's six requests, three times
+        git(repo, "commit", "-q", "--allow-empty", "-m", "next")
+        assert run(server.url, "--repeat", "2", "--no-cache-reset", "--save-to", store) == 0
+    assert (
+        "note: " in printed.err and "answers neither POST /reset_prefix_cache" in printed.err
+    )  # the mock has no reset
+    assert "3 runs (live server): ttft.p50 " in printed.out
+    (key,) = open_store(store, repo).stored(TEST, git(repo, "rev-parse", "HEAD~1"))
+    record = open_store(store, repo).read(key)
+    assert [r["summary"]["requests"]["ok"] for r in record["runs"]] == [6, 6, 6]
+    assert len(record["samples"]["ttft"]) == 18 and "cache_reset" not in record["fingerprint"]
+    (key,) = open_store(store, repo).stored(TEST, git(repo, "rev-parse", "HEAD"))
+    assert (
+        open_store(store, repo).read(key)["fingerprint"]["cache_reset"] == "off"
+    )  # runs on a warm cache: another endpoint
+    capsys.readouterr()
+
+
+def test_run_repeat_on_the_simulator_without_jitter_runs_once_and_says_why(repo, capsys):
+    assert main(["run", "w.jsonl", "--sim", "llama-3.1-8b-h100", "--block-size", "64", "--repeat", "3"]) == 0
+    assert (
+        "ran once, not 3 times: sim:llama-3.1-8b-h100 (offline, virtual time) without timing jitter gives the same figures on every run"
+        in capsys.readouterr().out
+    )
+
+
 @pytest.mark.filterwarnings("error::RuntimeWarning")  # its throughput windows are mostly empty (6 requests)
 def test_runs_saved_to_a_store_compare_by_commit(repo, tmp_path, capsys):
     store = f"file://{tmp_path}/results"

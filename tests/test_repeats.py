@@ -10,6 +10,7 @@ from mockserver import MockServer, ServerThread
 from test_plugin_baselines import PERF_TEST, stored
 
 from pytest_llmreplay.gate import baseline, bootstrap
+from pytest_llmreplay.gate.comparison_table import comparison_table
 from pytest_llmreplay.gate.repeats import pool_records, run_keys, run_samples
 from pytest_llmreplay.metrics.slo import check_slos, parse_slos
 
@@ -140,7 +141,7 @@ def test_a_comparison_row_shows_the_values_its_change_is_computed_from():
     assert row.current == pytest.approx(np.percentile(current["samples"]["ttft"], 50))
     assert row.change == pytest.approx(row.current / row.baseline - 1)
     assert row.baseline != pytest.approx(base["summary"]["ttft"]["p50"], rel=1e-3)  # the runs' median is another figure
-    assert "baseline and current: each statistic of all 3 runs' samples pooled" in baseline.comparison_table(comparison)
+    assert "baseline and current: each statistic of all 3 runs' samples pooled" in comparison_table(comparison)
 
 
 # ------------------------------------------------------------------------ through the plugin
@@ -382,7 +383,7 @@ def test_runs_that_disagree_several_fold_make_the_comparison_unstable_not_a_regr
     comparison = baseline.compare(base, flipping, {"ttft.p50": 0.05})
     assert comparison.regressions == [] and [row.verdict for row in comparison.rows] == ["unstable"]
     assert comparison.unstable.startswith("the current's 3 runs disagree 4.7x on ttft.p50 (")
-    table = baseline.comparison_table(comparison)
+    table = comparison_table(comparison)
     assert ": UNSTABLE, no verdict" in table and f"unstable: {comparison.unstable}" in table
     from pytest_llmreplay.plugin.verdict import comparison_as_dict
     from pytest_llmreplay.report.rows import comparison_cell
@@ -406,7 +407,7 @@ def test_an_unstable_comparison_still_fails_on_requests_lost_and_says_so(tmp_pat
         run["summary"]["requests"] = {"ok": 190, "failed": 10}
     comparison = baseline.compare(base, flipping, {"ttft.p50": 0.05})
     assert comparison.unstable and [row.verdict for row in comparison.regressions] == ["regression"]
-    title = baseline.comparison_table(comparison).splitlines()[0]
+    title = comparison_table(comparison).splitlines()[0]
     assert title == "Compared with baseline: 1 regression, the other rows UNSTABLE, no verdict"
     from pytest_llmreplay.cli.main import main
     from pytest_llmreplay.plugin.verdict import comparison_as_dict

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from test_baseline import full_samples, rows, stored
 
-from pytest_llmreplay.gate.baseline import compare, comparison_table
+from pytest_llmreplay.gate.baseline import compare
+from pytest_llmreplay.gate.comparison_table import comparison_table
 from pytest_llmreplay.gate.history import History, gate_with_history
 from pytest_llmreplay.gate.survivors import lost_requests, request_counts
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_llmreplay.gate.baseline import Comparison, Row, comparison_table
+from pytest_llmreplay.gate.baseline import Comparison, Row
+from pytest_llmreplay.gate.comparison_table import comparison_table
 from pytest_llmreplay.metrics.units import display_unit, format_value, significant
 from pytest_llmreplay.report.files import markdown
 from pytest_llmreplay.report.rows import endpoint_text, headline, overview_headers, overview_row, slo_rows

@@ -77,7 +77,8 @@ def _history(store: Any, test: str, commit: str, leave_out: str, current: dict[s
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..gate.baseline import compare, comparison_table, gated_tolerances
+    from ..gate.baseline import compare, gated_tolerances
+    from ..gate.comparison_table import comparison_table
     from ..gate.history import gate_with_history
     from ..gate.stored_record import read_record
 

@@ -7,6 +7,7 @@ the plugin marks its own: never taken as a comparison baseline)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import signal
 import sys
@@ -38,6 +39,8 @@ RUN_STATUS = {"ok": 0, "requests_failed": 1, "bad_input": BAD_INPUT, "nothing_su
 
 def cmd_run(args: argparse.Namespace) -> int:
     from ..gate.baseline import interrupted_note, workload_digest, workload_facts
+    from ..gate.git import git_state
+    from ..gate.repeats import pool_records, repeats_line
     from ..metrics.result import Result
     from ..replayer.driver import Replay
     from ..replayer.endpoints import HTTPEndpoint, extra_body
@@ -103,7 +106,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             ),
             None,
         )
-    progress = ProgressLine(_planned_requests(workload, settings))
+    repeats, once = _repeats(args, sim)
+    resets = _cache_resets(args) if repeats > 1 and sim is None else None
+    progress = ProgressLine(_planned_requests(workload, settings) * repeats)
     server = (
         ServerProcess(
             args.server_cmd,
@@ -115,18 +120,38 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.server_cmd
         else None
     )
+    runs: list[Any] = []
+    facts: list[dict[str, Any]] = []
     try:
         if server is not None:
             server.start()
-        if workers is not None:
-            with workers:
-                run = workers.replay(
-                    workload, endpoint, prompts, settings, on_record=progress.update, stop_on_signals=True
-                )
-        else:
-            run = Replay(
-                workload, endpoint, prompts, settings, clock=clock, on_record=progress.update, stop_on_signals=True
-            ).run()
+        with workers or contextlib.nullcontext():
+            for index in range(repeats):
+                if index:  # a fresh simulator (its seed the run's) on a fresh clock, or a fresh client
+                    endpoint, clock = (
+                        (sim.endpoint(index), sim.clock()) if sim is not None else (dataclasses.replace(endpoint), None)
+                    )
+                reset = resets.reset_for_run() if resets is not None else None
+                if index == 0 and resets is not None and resets.unreset_note(reset):
+                    print(f"note: {resets.unreset_note(reset)}", file=sys.stderr)
+                if workers is not None:
+                    run = workers.replay(
+                        workload, endpoint, prompts, settings, on_record=progress.update, stop_on_signals=True
+                    )
+                else:
+                    run = Replay(
+                        workload,
+                        endpoint,
+                        prompts,
+                        settings,
+                        clock=clock,
+                        on_record=progress.update,
+                        stop_on_signals=True,
+                    ).run()
+                runs.append(run)
+                facts.append({"seed": sim.run_seed(index) if sim is not None else None, "cache_reset": reset})
+                if run.interrupted:  # no more repeats; the runs so far are reported and kept
+                    break
     finally:
         progress.close()
         if server is not None:
@@ -134,8 +159,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             server.stop()
             if died:
                 print(f"warning: {died}", file=sys.stderr)
-    result = Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1))
+    results = [Result(run, gpus=args.gpus or (sim.gpus if sim is not None else 1)) for run in runs]
+    result = results[-1]
     print(render(result))
+    if once:
+        print(once)
     bands = None
     if sim is not None and args.band:
         from ..sim.profile_band import band_lines, headline_bands
@@ -146,9 +174,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         bands = headline_bands(sim.profile, args.band, args.seed, summarise)
         print(band_lines(sim.profile, result.summary, bands, args.band))
+    fingerprint: dict[str, Any] = {}  # what a result kept nowhere needs not ask the server for
     if out is not None or store is not None:
-        facts = workload_facts(args.file, args.format, digest, options)
-        record = _record(result, args, facts, sim.fingerprint if sim is not None else None, body)
+        fingerprint = sim.fingerprint if sim is not None else _live_fingerprint(args, body, resets)
+    workload_part = workload_facts(args.file, args.format, digest, options)
+    git = git_state(Path.cwd())
+    record = pool_records([_record(each, args, workload_part, fingerprint, git) for each in results], facts)
+    if len(results) > 1:
+        print(repeats_line(record))
+    if out is not None or store is not None:
         if bands is not None and sim is not None:
             from ..sim.profile_band import band_record
 
@@ -169,9 +203,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
             except LLMReplayError as exc:
                 raise LLMReplayError(f"--save-to: {exc}") from None
-    if run.interrupted:
-        return 128 + getattr(signal, run.interrupted)  # the shell's status for a process a signal ended
-    return _run_status(result.summary["requests"], args.max_error_rate)
+    interrupted = record.get("interrupted")
+    if interrupted:
+        return 128 + getattr(signal, interrupted)  # the shell's status for a process a signal ended
+    counts = [each.summary["requests"] for each in results]
+    return _run_status({key: sum(c[key] for c in counts) for key in counts[0]}, args.max_error_rate)
 
 
 def _run_status(counts: Mapping[str, float], max_error_rate: float) -> int:
@@ -227,40 +263,61 @@ def _sim_target(args: argparse.Namespace, prompts: Any, body: dict[str, Any]) ->
         raise LLMReplayError(f"--sim: {exc}") from None
 
 
-def _record(
-    result: Any,
-    args: argparse.Namespace,
-    workload: dict[str, Any],
-    fingerprint: dict[str, Any] | None = None,
-    body: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
-    its test name is ``llmreplay run <workload file name>``; ``fingerprint``: the simulator's
-    (``--sim``), else read from the live server, with ``body`` (``--extra-body``, ``--ignore-eos``)
-    as the plugin's live fingerprint has it: what every request also asks changes what is measured."""
-    from ..gate.baseline import make_record
-    from ..gate.git import git_state
+def _repeats(args: argparse.Namespace, sim: Any) -> tuple[int, str | None]:
+    """How many times to replay (``--repeat``), and the line that says why it is once where it
+    was asked more: the simulator in process without timing jitter gives the same figures on
+    every run (as the plugin's ``--llm-repeat``)."""
+    if sim is not None and sim.deterministic and args.repeat > 1:
+        return (
+            1,
+            f"ran once, not {args.repeat} times: {sim.name} without timing jitter gives the same figures on every run",
+        )
+    return args.repeat, None
+
+
+def _cache_resets(args: argparse.Namespace) -> Any:
+    """What empties the server's prefix cache before each of ``--repeat``'s runs (the plugin's
+    :meth:`~pytest_llmreplay.target.Target.reset_for_run`), turned off by ``--no-cache-reset``."""
+    from ..target import Target
+
+    resets = Target("live", url=args.endpoint, api_key_env=args.api_key_env)
+    if args.no_cache_reset:
+        resets.without_cache_reset()
+    return resets
+
+
+def _live_fingerprint(args: argparse.Namespace, body: dict[str, Any], resets: Any) -> dict[str, Any]:
+    """The live server's fingerprint, read after the run, with what changes what is measured as
+    the plugin's has it: ``body`` (``--extra-body``, ``--ignore-eos``) and cache resets turned off."""
+    from ..gate.stored_record import NOT_RESET
     from ..target import live_fingerprint
 
-    if fingerprint is None:
-        try:
-            fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
-        except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
-            fingerprint = {
-                "kind": "live",
-                "model": args.model,
-                "server_version": None,
-                "sim_profile": None,
-                "hardware": None,
-            }
-        if body:
-            fingerprint["extra_body"] = body
+    try:
+        fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
+    except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
+        fingerprint = {
+            "kind": "live",
+            "model": args.model,
+            "server_version": None,
+            "sim_profile": None,
+            "hardware": None,
+        }
+    if body:
+        fingerprint["extra_body"] = body
+    if resets is not None and not resets.cache_reset:
+        fingerprint["cache_reset"] = NOT_RESET
+    return fingerprint
+
+
+def _record(
+    result: Any, args: argparse.Namespace, workload: dict[str, Any], fingerprint: dict[str, Any], git: dict[str, Any]
+) -> dict[str, Any]:
+    """One run as a stored result (what ``llmreplay compare`` and the plugin's baselines read);
+    its test name is ``llmreplay run <workload file name>``."""
+    from ..gate.baseline import make_record
+
     return make_record(
-        result,
-        test=f"llmreplay run {Path(args.file).name}",
-        fingerprint=fingerprint,
-        workload=workload,
-        git=git_state(Path.cwd()),
+        result, test=f"llmreplay run {Path(args.file).name}", fingerprint=fingerprint, workload=workload, git=git
     )
 
 
@@ -329,6 +386,21 @@ def add_run_parser(commands: Any, common: argparse.ArgumentParser) -> None:
         "percentile band, e.g. TTFT p50 61 ms (45-80), kept in --out's result.json as 'band'; at least 10 draws; "
         "the figure itself is the profile's nominal one, which can lie outside the band when its parameters sit "
         "near an end of their ranges (default: no band)",
+    )
+    run.add_argument(
+        "--repeat",
+        type=integer(1),
+        default=1,
+        metavar="N",
+        help="replay N times (a fresh simulator, or the server's prefix cache emptied before each: vLLM, SGLang, "
+        "llama.cpp) and keep the N runs as one result, each figure the median over the runs, which compare's "
+        "interval then resamples run by run (the plugin's --llm-repeat); the tables show the last run "
+        "(default 1; the simulator without timing jitter runs once)",
+    )
+    run.add_argument(
+        "--no-cache-reset",
+        action="store_true",
+        help="with --repeat: never empty the server's prefix cache before a run: each may hit the cache the earlier ones warmed",
     )
     run.add_argument(
         "--save-to",

@@ -68,7 +68,6 @@ import numpy as np
 from ..errors import LLMReplayError
 from ..metrics.names import CAPACITY_STATS, capacity_stat
 from ..metrics.slo import NOT_MEASURED
-from ..metrics.units import format_figure
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
@@ -109,7 +108,6 @@ CEILING_NOTE = (  # a capacity comparison's noise where a side is a ceiling: wha
 BOTH_LOWER_BOUNDS = (
     "both are lower bounds: no load failed in either search; raise capacity.max (sweep --max) or budget until one does"
 )
-COMPARISON_HEADERS = ["metric", "baseline", "current", "change [Holm CI]", "allowed", "verdict"]
 
 
 # ------------------------------------------------------------------------ recording
@@ -359,6 +357,13 @@ def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return [f"{key}: {a.get(key)!r} vs {b.get(key)!r}" for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 
+# said over a comparison of one run against one run of a server: what its interval leaves out
+ONE_RUN_NOTE = (
+    "one run a side: the interval holds the spread of requests within a run, not a shift of a whole run "
+    "(a slower runner, another server start); repeat the runs to put it in (pytest --llm-repeat N, llmreplay run --repeat N)"
+)
+
+
 KEYED_HINT = (
     "the offline simulator sends keyed prompts unless told otherwise: replay it with prompt_format text "
     "(llmreplay run --prompt-format text; a test's prompt_format: text) to compare it with a server's run"
@@ -407,6 +412,8 @@ def compare(
     if runs > 1:
         pooled = f"baseline and current: each statistic of all {runs if run_count(baseline) == run_count(current) else 'the'} runs' samples pooled, the figures the change compares (the SLO table's are medians over runs)"
         header = f"{header}\n{pooled}" if header else pooled
+    elif "offline" not in (baseline["fingerprint"].get("kind"), current["fingerprint"].get("kind")):
+        header = f"{header}\n{ONE_RUN_NOTE}" if header else ONE_RUN_NOTE
     comparison = Comparison(label, header=header, baseline_samples=dict(baseline["samples"]))
     tested: list[tuple[Row, str, Draws]] = []
     for key, allowed in tolerance.items():
@@ -547,50 +554,3 @@ def _capacity_change(row: Row, baseline: Mapping[str, float], current: Mapping[s
         row.note = CEILING_NOTE
     if math.isinf(row.high):
         row.high = None
-
-
-def comparison_table(comparison: Comparison) -> str:
-    """The comparison as a titled table: ``Compared with LABEL: N regressions`` (or why it was not
-    compared, or UNSTABLE), the header's lines, then metric, baseline, current, change [Holm CI],
-    allowed, verdict."""
-    from tabulate import tabulate
-
-    count = len(comparison.regressions)
-    regressions = f"{count} regression{'s' if count != 1 else ''}"
-    if comparison.unstable:  # its regressions are those no noise explains (a figure or requests lost)
-        regressions = f"{regressions}, the other rows UNSTABLE, no verdict" if count else "UNSTABLE, no verdict"
-    verdict = comparison.mismatch or regressions
-    title = f"Compared with {comparison.baseline_label}: {verdict}"  # then what the header says of the comparison
-    title += f"\n{comparison.header}" if comparison.header else ""
-    if comparison.mismatch:
-        return title
-    rows = [comparison_cells(row) for row in comparison.rows]
-    lines = [f"unstable: {comparison.unstable}"] if comparison.unstable else []
-    return "\n".join([title, tabulate(rows, headers=COMPARISON_HEADERS, tablefmt="simple"), *lines])
-
-
-def change_cell(change: float | None, low: float | None, high: float | None) -> str:
-    """``+10.2% [+7.1%, +13.4%]``: a change and its interval (``[-3.0%, open]`` when it has no
-    upper end); empty when not computed."""
-    if change is None:
-        return ""
-    assert low is not None  # a change comes with its interval, which is open only above
-    return f"{change * 100:+.1f}% [{low * 100:+.1f}%, " + ("open]" if high is None else f"{high * 100:+.1f}%]")
-
-
-def comparison_cells(row: Row) -> list[str]:
-    """One row of :func:`comparison_table`: the key, the baseline's and this run's values in the
-    figure's unit (:func:`~pytest_llmreplay.metrics.units.format_figure`: a capacity by rate in req/s), the change, the allowed change
-    and the verdict with its note (a regression's too: its history t, or why it was not measured)."""
-    verdict = (row.verdict.upper() if row.verdict in ("regression", "unstable") else row.verdict) + (
-        f" ({row.note})" if row.note else ""
-    )
-    tolerance = "-" if row.tolerance is None else f"{row.tolerance * 100:g}%"
-    return [
-        row.key,
-        format_figure(row.key, row.baseline),
-        format_figure(row.key, row.current),
-        change_cell(row.change, row.low, row.high),
-        tolerance,
-        verdict,
-    ]

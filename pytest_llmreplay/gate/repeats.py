@@ -15,6 +15,7 @@ are still one file per test and commit): the fields of a single run's record
 - ``warnings``: every run's, each once; ``duration_s``: the runs' sum;
 - ``server_metrics``: the last run's series (the run the terminal's tables show), and
   ``client_hit_rate`` the median over the runs, beside the ``summary``'s median server figures.
+- ``interrupted``: the signal that cut a run short, whichever run it was (the last one kept).
 
 A record without ``runs`` is one run. :func:`run_samples` gives a metric's samples per run, which
 is what the comparison's two-level bootstrap resamples
@@ -53,6 +54,7 @@ def pool_records(records: Sequence[Mapping[str, Any]], facts: Sequence[Mapping[s
         "sample_keys": {name: [k for r in records for k in r.get("sample_keys", {}).get(name, [])] for name in names},
         "runs": runs,
         **pooled_server_part([r for r in records if r.get("server_metrics")]),
+        **next(({"interrupted": r["interrupted"]} for r in records if r.get("interrupted")), {}),
     }
 
 

@@ -36,13 +36,13 @@ from ..errors import LLMReplayError
 from ..gate.baseline import (
     Comparison,
     compare,
-    comparison_table,
     gated_tolerances,
     interrupted_note,
     make_record,
     mismatch,
     slo_rows,
 )
+from ..gate.comparison_table import comparison_table
 from ..gate.git import git_state
 from ..gate.repeats import pool_records, repeats_line
 from ..gate.store import UNSAVED, Store, result_folder, write_new
@@ -146,9 +146,7 @@ class Gate:
             for result in run.results
         ]
         record = pool_records(records, run.facts or [{}] * len(records))
-        interrupted = next((result.run.interrupted for result in run.results if result.run.interrupted), None)
-        if interrupted:
-            record["interrupted"] = interrupted
+        interrupted = record.get("interrupted")  # whichever run a signal cut short
         checks = check_slos(record["summary"], parse_slos(run.slo, extra_metrics=run.result.summary))
         every_check = (
             checks + run.result.slo_checks

@@ -70,7 +70,7 @@ def markdown(results: Sequence[Mapping[str, Any]], not_judged: NotJudged = ALL_J
     Every text from a result (a test id, a workload path in a message, a comparison's header)
     goes through :func:`markdown_text`: GitHub renders HTML in a step summary, as index.html
     would if it did not escape it."""
-    from ..gate.baseline import COMPARISON_HEADERS
+    from ..gate.comparison_table import COMPARISON_HEADERS
 
     lines = [
         f"## {markdown_text(session_title(len(results), not_judged))}",

@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..gate.baseline import COMPARISON_HEADERS
+from ..gate.comparison_table import COMPARISON_HEADERS
 from ..metrics.slo import Check
 from ..metrics.units import format_value
 from .rows import (

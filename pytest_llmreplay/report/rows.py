@@ -294,8 +294,9 @@ def headline(record: Mapping[str, Any], stored: list[Check | Mapping[str, Any]] 
 
 def comparison_rows(comparison: Mapping[str, Any]) -> list[list[str]]:
     """The stored comparison's rows as the terminal table's cells
-    (:func:`~pytest_llmreplay.gate.baseline.comparison_cells`)."""
-    from ..gate.baseline import Row, comparison_cells
+    (:func:`~pytest_llmreplay.gate.comparison_table.comparison_cells`)."""
+    from ..gate.baseline import Row
+    from ..gate.comparison_table import comparison_cells
 
     return [comparison_cells(Row(**row)) for row in comparison["rows"]]
 
