@@ -32,3 +32,30 @@ def test_other_urls_and_the_simulator_do_not_wait():
             with live_lock(Target("offline")) as held:
                 assert held is None
     assert live_lock(Target("offline")).path is None
+
+
+def test_the_lock_file_goes_with_the_lock_and_every_waiter_still_takes_turns():
+    # one lock file per URL stayed in the temporary folder for ever (a declared server has a new
+    # port each session); removed as released, the waiters that had opened it lock the path again
+    target = Target("live", url="http://127.0.0.1:8002")
+    inside, overlaps = [], []
+    threads = []
+
+    def replay(name):
+        with live_lock(target):
+            if inside:
+                overlaps.append((inside[0], name))
+            inside.append(name)
+            threading.Event().wait(0.02)
+            inside.remove(name)
+
+    with live_lock(target) as held:
+        assert held is None and live_lock(target).path.exists()
+        for index in range(4):
+            threads.append(threading.Thread(target=replay, args=(index,)))
+            threads[-1].start()
+        threading.Event().wait(0.1)  # every waiter has opened the file the first holder removes
+    for thread in threads:
+        thread.join(5)
+    assert overlaps == [] and not inside
+    assert not live_lock(target).path.exists()

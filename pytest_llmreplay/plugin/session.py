@@ -447,7 +447,10 @@ class LLMSession:
 
 class live_lock:
     """Hold an exclusive file lock per live URL while replaying, across xdist workers (and any
-    other pytest process on this machine); a no-op for the simulator."""
+    other pytest process on this machine); a no-op for the simulator. The lock file is removed
+    as the lock is released (a declared server's URL has a new port each session: 1,098 empty
+    files piled up in the temporary folder of one machine), so a waiter that then gets the lock
+    on the removed file sees that the path no longer names it and locks the path again."""
 
     def __init__(self, target: Any) -> None:
         self.path = None
@@ -462,12 +465,21 @@ class live_lock:
     def __enter__(self) -> None:
         if self.path is not None:
             import fcntl
+            import os
 
-            self.file = open(self.path, "a")
-            fcntl.flock(self.file, fcntl.LOCK_EX)
+            while True:
+                self.file = open(self.path, "a")
+                fcntl.flock(self.file, fcntl.LOCK_EX)
+                try:
+                    if os.stat(self.path).st_ino == os.fstat(self.file.fileno()).st_ino:
+                        return  # locked the file the path names
+                except FileNotFoundError:
+                    pass
+                self.file.close()  # its holder removed it as it released it: lock the path again
 
     def __exit__(self, *exc: object) -> None:
         if self.path is not None:
+            self.path.unlink(missing_ok=True)  # while still held: no one can lock it and find it named
             self.file.close()  # closing releases the lock
 
 
