@@ -124,6 +124,19 @@ def test_a_regression_reverted_once_does_not_veto_the_same_regression_landing_ag
     assert re.fullmatch(r"history t \+\d+\.\d\d, 1 outlying result left out \(> 2\.57\)", comparison.rows[0].note)
 
 
+def test_the_baseline_itself_is_never_left_out_as_an_outlier():
+    """Seven results at one level, then a 20% faster decode merged (the newest result, the
+    comparison's baseline): a pull request undoing it was judged against the level before, the
+    baseline left out as an outlier, and read as noise (history t -0.36). Off the rest, the
+    newest result is a step too recent to see: the bootstrap's call stands."""
+    rng = np.random.default_rng(6)
+    history = [*(1.0 + 0.01 * rng.standard_normal(7)), 0.8]
+    comparison = Comparison("base", rows=[row(0.25)])
+    gate_with_history(comparison, record(1.0), History([("c", record(v)) for v in history]))
+    assert comparison.rows[0].verdict == "regression"
+    assert comparison.rows[0].note == "the newest result is off the rest, a step 1 result ago: history unused"
+
+
 def test_outliers_leave_about_one_history_in_a_hundred_without_one_untouched():
     rng = np.random.default_rng(5)
     for length in (5, 10, 20):

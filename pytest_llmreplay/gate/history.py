@@ -226,10 +226,19 @@ def judge_on_history(
     """``value`` of figure ``key`` against ``values`` (>= :data:`MIN_HISTORY`, oldest first), the
     current level's only: the values from the newest :func:`last_step` on, less its
     :func:`outliers` (a regression reverted at the next commit is one such value: kept, it widened
-    the spread until the same regression landing again read as noise)."""
+    the spread until the same regression landing again read as noise). The newest value is never
+    one of those: it is the comparison's own baseline (the reference's result), and off the rest
+    it is a step too recent for :func:`last_step` to see (one value a side of it), so the
+    bootstrap alone decides, as for any step with fewer than :data:`MIN_HISTORY` values since;
+    left out, a change that had just landed was judged against the level before it (a pull
+    request undoing a 20% faster decode read as noise, history t -0.36)."""
     step = last_step(values)
     level = list(values[step or 0 :])  # the current level: a step's spread is no run-to-run noise
     left_out = outliers(level)
+    if len(level) - 1 in left_out:
+        return HistoryJudgement(
+            None, math.inf, "the newest result is off the rest, a step 1 result ago: history unused"
+        )
     level = [v for i, v in enumerate(level) if i not in left_out]
     dropped = f", {counted(len(left_out), 'outlying result')} left out" if left_out else ""
     if len(level) < MIN_HISTORY:
