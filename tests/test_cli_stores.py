@@ -178,7 +178,7 @@ def test_compare_store_never_takes_an_interrupted_result(repo, tmp_path, capsys)
     head = git(repo, "rev-parse", "HEAD")[:12]
     assert capsys.readouterr().err == (
         f"error: --store: no stored result of {TEST!r} at main ({head}) in {store}: "
-        "only interrupted ones, which measured part of their workload and are never compared\n"
+        "only ones that measured part or none of their workload (interrupted, or no request succeeded), which are never compared\n"
     )
 
 

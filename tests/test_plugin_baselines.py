@@ -302,7 +302,7 @@ def test_an_interrupted_stored_result_is_never_the_baseline_nor_a_history_point(
     result.stdout.fnmatch_lines(
         [
             "Compared with *: no complete stored result of this test there or in its 0 ancestors; passed over 1 "
-            "interrupted one (part of the workload each: never a baseline) (save one with --llm-save)"
+            "that measured part or none of the workload (interrupted, or no request succeeded: never a baseline) (save one with --llm-save)"
         ]
     )
 

@@ -253,6 +253,27 @@ def test_newest_complete_skips_interrupted_results(tmp_path):
     assert newest_key(store, "t", [c1]) is None  # only an interrupted one there
 
 
+def test_a_result_in_which_no_request_succeeded_is_neither_a_baseline_nor_a_history_point(tmp_path):
+    # main's job saved a run against a broken server (every request failed): taken as the next
+    # comparison's baseline, its every row was skipped, "0 regressions" for a server 2x slower
+    from pytest_llmreplay.gate.history import history_points
+
+    store = FolderStore(tmp_path)
+    c1, c2 = "1" * 40, "2" * 40
+    good = put(store, "t", c1, "20240101T000000000000Z", summary={"requests": {"ok": 6, "failed": 0}})
+    empty = {"requests": {"ok": 0, "failed": 24}, "ttft": {}}
+    put(store, "t", c2, "20240105T000000000000Z", summary=empty, samples={})
+    newest = store.newest_complete("t", [c2, c1])
+    assert (newest.key, newest.partial) == (key(good), 1)
+    assert [commit for commit, _ in history_points(store, "t", [c2, c1]).points] == [c1]
+    nothing = record(summary=empty, samples={})
+    assert (
+        baseline.interrupted_note(nothing) == " (no request succeeded (24 failed): never used as a comparison baseline)"
+    )
+    compared = baseline.compare(nothing, record())  # given as A by hand: not compared, rather than every row skipped
+    assert compared.mismatch == "not compared: the baseline measured nothing (no request succeeded (24 failed))"
+
+
 def test_a_capacity_search_its_server_cut_short_is_neither_a_baseline_nor_a_history_point(tmp_path):
     from pytest_llmreplay.gate.history import history_points
 
@@ -262,7 +283,7 @@ def test_a_capacity_search_its_server_cut_short_is_neither_a_baseline_nor_a_hist
     complete = put(store, "t", c1, "20240101T000000000000Z", capacity={**search, "incomplete": None})
     put(store, "t", c2, "20240105T000000000000Z", capacity={**search, "incomplete": "server exited with status -9"})
     newest = store.newest_complete("t", [c2, c1])
-    assert (newest.key, newest.interrupted) == (key(complete), 1)
+    assert (newest.key, newest.partial) == (key(complete), 1)
     assert [commit for commit, _ in history_points(store, "t", [c2, c1]).points] == [c1]
 
 

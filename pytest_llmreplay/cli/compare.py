@@ -44,11 +44,12 @@ def _stored_side(
     skipped = newest.skipped_line()
     if newest.record is None:
         only = (
-            ": only interrupted ones, which measured part of their workload and are never compared"
-            if newest.interrupted
+            ": only ones that measured part or none of their workload (interrupted, or no request succeeded), "
+            "which are never compared"
+            if newest.partial
             else ""
         )
-        if not newest.unreadable and not newest.interrupted and not store.names(result_folder(test)):
+        if not newest.unreadable and not newest.partial and not store.names(result_folder(test)):
             held = store.tests()
             only = (
                 f"; it holds no result of that test, only of {', '.join(map(repr, held))}"

@@ -19,8 +19,8 @@ Of a result (:mod:`~pytest_llmreplay.gate.baseline`'s stored form) it keeps:
   :func:`point_slos` reads the SLOs (figure, threshold in the metric's own unit, operator, text)
   and :func:`outcome` writes the headline and SLO table, of the results a page shows them of.
 
-A result that measured part of its workload (:func:`~pytest_llmreplay.gate.stored_record.partial_reason`:
-stopped by a signal, or a capacity search its server's failure cut short) is kept as
+A result that measured part or none of its workload (:func:`~pytest_llmreplay.gate.stored_record.partial_reason`:
+stopped by a signal, a capacity search its server's failure cut short, no request succeeded) is kept as
 ``{"partial": why}`` and one that cannot be read as ``{"unreadable": why}``: the series leave
 both out, as the history and the gate do.
 """

@@ -71,7 +71,7 @@ from ..metrics.slo import NOT_MEASURED
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
-from .stored_record import SCHEMA, partial_reason
+from .stored_record import SCHEMA, nothing_measured, partial_reason
 from .survivors import mark_not_comparable
 
 CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
@@ -222,13 +222,16 @@ def server_part(result: Any) -> dict[str, Any]:
 
 def interrupted_note(record: Mapping[str, Any]) -> str:
     """`` (marked interrupted: never used as a comparison baseline)`` for an interrupted record
-    (``incomplete`` for a capacity search its server's failure cut short), to follow where it
-    was written; empty otherwise."""
-    if not partial_reason(record):
+    (``incomplete`` for a capacity search its server's failure cut short; ``no request
+    succeeded`` for one that measured nothing), to follow where it was written; empty otherwise."""
+    reason = partial_reason(record)
+    if not reason:
         return ""
-    return (
-        f" (marked {'interrupted' if record.get('interrupted') else 'incomplete'}: never used as a comparison baseline)"
-    )
+    if record.get("interrupted"):
+        reason = "marked interrupted"
+    elif reason.startswith("an incomplete"):
+        reason = "marked incomplete"
+    return f" ({reason}: never used as a comparison baseline)"
 
 
 def slo_rows(checks: Iterable[Any]) -> list[dict[str, Any]]:
@@ -401,6 +404,9 @@ def compare(
     against SGLang on one workload); the comparison's ``header`` says so. A different workload or
     different settings are never compared."""
     tolerance = DEFAULT_TOLERANCES if tolerance is None else tolerance
+    empty = nothing_measured(baseline)
+    if empty:  # every row would be skipped (no samples): "0 regressions" of a run that measured nothing
+        return Comparison(label, mismatch=f"not compared: the baseline measured nothing ({empty})")
     found = mismatch(baseline, current)
     header = None
     if found and across_endpoints and found.startswith("endpoint fingerprint"):

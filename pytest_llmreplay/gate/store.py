@@ -154,12 +154,13 @@ UNSAVED = ".llmreplay-unsaved"
 class Newest:
     """What :meth:`Store.newest_complete` found: ``key`` and ``record`` (None when no readable,
     complete result was found), ``unreadable`` (why each file skipped on the way could not be
-    read, newest first) and ``interrupted`` (how many interrupted results were passed over)."""
+    read, newest first) and ``partial`` (how many results that measured part or none of their
+    workload were passed over: :func:`~pytest_llmreplay.gate.stored_record.partial_reason`)."""
 
     key: str | None
     record: dict[str, Any] | None
     unreadable: list[str] = field(default_factory=list)
-    interrupted: int = 0
+    partial: int = 0
 
     def skipped_line(self) -> str | None:
         """``skipped 1 unreadable stored result: <why>`` (several: the newest one's why), or None."""
@@ -232,7 +233,7 @@ class Store:
     ) -> Newest:
         """The newest stored result of ``test`` that measured its whole workload (no
         :func:`~pytest_llmreplay.gate.stored_record.partial_reason`: not interrupted, no incomplete
-        capacity search) and can be read, at the first of ``commits`` holding one:
+        capacity search, some request succeeded) and can be read, at the first of ``commits`` holding one:
         what a comparison takes as a baseline; one saved from a clean tree before any saved from
         a dirty one (``"dirty"``: tracked files changed, not the commit's code), which is taken only
         where the commit has no other. With ``alike`` (the comparison's own result: the same
@@ -243,7 +244,7 @@ class Store:
         as a stored result: :mod:`~pytest_llmreplay.gate.stored_record`) is skipped and named in
         :attr:`Newest.unreadable`, so that one bad file never hides the results under it."""
         unreadable: list[str] = []
-        interrupted = 0
+        partial = 0
         unlike: tuple[str, dict[str, Any]] | None = None
         for commit in commits:
             dirty: tuple[str, dict[str, Any]] | None = None
@@ -254,18 +255,18 @@ class Store:
                     unreadable.append(str(exc))
                     continue
                 if partial_reason(record):
-                    interrupted += 1
+                    partial += 1
                 elif alike is not None and not alike(record):
                     unlike = unlike or (key, record)
                 elif not record.get("dirty"):
-                    return Newest(key, record, unreadable, interrupted)
+                    return Newest(key, record, unreadable, partial)
                 elif dirty is None:
                     dirty = (key, record)
             if dirty is not None:  # no clean one at this commit: its newest dirty one, said so by the caller
-                return Newest(dirty[0], dirty[1], unreadable, interrupted)
+                return Newest(dirty[0], dirty[1], unreadable, partial)
         if unlike is not None:
-            return Newest(unlike[0], unlike[1], unreadable, interrupted)
-        return Newest(None, None, unreadable, interrupted)
+            return Newest(unlike[0], unlike[1], unreadable, partial)
+        return Newest(None, None, unreadable, partial)
 
     def tests(self, limit: int = 20) -> list[str]:
         """The ids of the tests this store holds results of (each test folder's newest readable

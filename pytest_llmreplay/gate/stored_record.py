@@ -41,16 +41,28 @@ _NUMBER_OR_NULL = {int, float, type(None)}  # a summary's values as JSON gives t
 
 
 def partial_reason(record: Mapping[str, Any]) -> str | None:
-    """Why a stored result measured only part of what it set out to, or None: ``interrupted``
-    (the signal that stopped its run) or its capacity search's ``incomplete`` (the error of the
-    server that failed during it). Such a result is kept and reported, never taken as a
-    baseline or a point of the history."""
+    """Why a stored result measured only part of what it set out to, or nothing, or None:
+    ``interrupted`` (the signal that stopped its run), its capacity search's ``incomplete`` (the
+    error of the server that failed during it), or :func:`nothing_measured`. Such a result is
+    kept and reported, never taken as a baseline or a point of the history (one that measured
+    nothing, taken as a baseline, skipped every row of the next comparison: "0 regressions" for
+    a server twice as slow)."""
     if record.get("interrupted"):
         return f"interrupted by {record['interrupted']}"
     capacity = record.get("capacity")
     if isinstance(capacity, Mapping) and capacity.get("incomplete"):
         return "an incomplete capacity search (its server failed during it)"
-    return None
+    return nothing_measured(record)
+
+
+def nothing_measured(record: Mapping[str, Any]) -> str | None:
+    """``no request succeeded (N failed)`` for a result whose summary counts no ok request (a
+    repeated one: in the median run), else None. A capacity search's result is the point at
+    capacity, which has ok requests even where no load met the SLOs."""
+    requests = (record.get("summary") or {}).get("requests")
+    if not isinstance(requests, Mapping) or requests.get("ok") != 0:
+        return None
+    return f"no request succeeded ({requests.get('failed', 0)} failed)"
 
 
 def read_record(path: str | Path) -> dict[str, Any]:

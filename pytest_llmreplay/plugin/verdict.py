@@ -236,13 +236,13 @@ class Gate:
         if newest.record is None:
             readable = "readable " if skipped else ""
             passed_over = (
-                f"; passed over {newest.interrupted} interrupted one{'s' if newest.interrupted != 1 else ''} (part of "
-                "the workload each: never a baseline)"
-                if newest.interrupted
+                f"; passed over {newest.partial} that measured part or none of the workload (interrupted, or no "
+                "request succeeded: never a baseline)"
+                if newest.partial
                 else ""
             )
             return NotCompared(
-                f"Compared with {label}: no {readable}{'complete ' if newest.interrupted else ''}stored result of this test there or in its "
+                f"Compared with {label}: no {readable}{'complete ' if newest.partial else ''}stored result of this test there or in its "
                 f"{len(commits) - 1} ancestors{passed_over} (save one with --llm-save)"
                 + (f"\n{skipped}" if skipped else ""),
                 unreadable=bool(skipped),
