@@ -379,8 +379,10 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
     """kind, model and server version of a live server: ``GET /version`` (vLLM, SGLang, our
     simulator), else ``GET /props``' ``build_info`` (llama.cpp, which has no ``/version``:
     ``llama.cpp b0-0c1e57098``), else the model list's ``owned_by``; the model is the first
-    served one unless named; the hardware, for a server on this machine, its GPUs (else its CPU:
-    :mod:`~pytest_llmreplay.replayer.host_hardware`).
+    served one unless named; the engine, its ``owned_by`` (``vllm``, ``sglang``, ``llamacpp``:
+    vLLM and SGLang give ``/version`` alike, and the version is no identity,
+    :data:`~pytest_llmreplay.gate.stored_record.NOT_IDENTITY`); the hardware, for a server on
+    this machine, its GPUs (else its CPU: :mod:`~pytest_llmreplay.replayer.host_hardware`).
     A server whose ``/v1/models`` cannot be read raises an error naming ``option`` (the option
     that gave ``url``) and the URL."""
     import os
@@ -418,6 +420,7 @@ def live_fingerprint(url: str, model: str | None, option: str, api_key_env: str 
     return {
         "kind": "live",
         "model": model or chosen.get("id"),
+        "engine": str(chosen.get("owned_by")) if chosen.get("owned_by") else None,
         "server_version": version,
         "sim_profile": None,
         "hardware": host_hardware() if on_this_host(url) else None,  # another host's is the fingerprint hook's

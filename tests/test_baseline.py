@@ -624,6 +624,25 @@ def test_one_run_against_one_run_of_a_server_says_what_its_interval_leaves_out()
     assert compare(stored(full_samples()), stored(full_samples())).header is None  # offline
 
 
+def test_a_new_server_version_or_a_moved_workload_file_is_still_compared():
+    # an engine repository's every commit builds another version (0.11.1.dev101+g1a2b3c4), and
+    # a workload file moved or named ./w.yaml is the same bytes: "not compared" turned the gate
+    # off for both; the engine (owned_by) stays in the identity, and the header names the change
+    before = {"kind": "live", "model": "m", "engine": "vllm", "server_version": "0.11.1.dev101+g1a2b3c4"}
+    after = {**before, "server_version": "0.11.1.dev102+g5d6e7f8"}
+    base = stored(full_samples(), before, workload={"digest": "d", "path": "w.yaml"})
+    cur = stored(full_samples(ttft_scale=1.3), after, workload={"digest": "d", "path": "perf/w.yaml"})
+    comparison = compare(base, cur)
+    assert comparison.mismatch is None and rows(comparison)["ttft.p50"].verdict == "regression"
+    assert "server version 0.11.1.dev101+g1a2b3c4 -> 0.11.1.dev102+g5d6e7f8" in comparison.header.splitlines()
+    sglang = stored(full_samples(), {**after, "engine": "sglang"}, workload={"digest": "d", "path": "w.yaml"})
+    assert compare(base, sglang).mismatch.startswith(
+        "not compared: endpoint fingerprint differs (engine: 'vllm' vs 'sglang')"
+    )
+    other_bytes = stored(full_samples(), after, workload={"digest": "e", "path": "w.yaml"})
+    assert "workload differs (digest: 'd' vs 'e')" in compare(base, other_bytes).mismatch
+
+
 def test_twenty_percent_slower_ttft_is_a_regression():
     # every ttft sample 1.2 times its baseline: every percentile and the mean move by exactly +20%
     comparison = compare(stored(full_samples()), stored(full_samples(ttft_scale=1.2)))

@@ -235,6 +235,7 @@ def test_sweep_against_a_server_over_http(capsys, tmp_path):
     assert (
         fingerprint["kind"] == "live"
         and fingerprint["server_version"] == version("pytest-llmreplay")
+        and fingerprint["engine"] == "llmreplay"  # its /v1/models' owned_by
         and fingerprint["sim_profile"] == "llama-3.1-8b-h100"  # the simulator's server names it
         and len(fingerprint["sim_settings"]) == 12
     )

@@ -318,3 +318,21 @@ def test_page_data_holds_no_markup_whatever_the_texts_in_it():
     written = script_json(texts)
     assert not set("<>&") & set(written)
     assert json.loads(written) == texts
+
+
+def test_an_engine_repositorys_results_of_every_version_are_one_line():
+    # each commit of an engine repository builds another server version: drawn as a line each,
+    # every line held one point; the version and where the workload file lies are no identity
+    from pytest_llmreplay.dashboard.extract import line_of
+
+    def result(version, path, engine="vllm"):
+        return {
+            "fingerprint": {"kind": "live", "model": "m", "engine": engine, "server_version": version},
+            "workload": {"digest": "d", "path": path},
+            "settings": {"concurrency": 4},
+        }
+
+    assert line_of(result("0.11.1.dev101+g1a2b3c4", "w.yaml")) == line_of(
+        result("0.11.1.dev102+g5d6e7f8", "perf/w.yaml")
+    )
+    assert line_of(result("0.5.0", "w.yaml", "sglang")) != line_of(result("0.5.0", "w.yaml"))

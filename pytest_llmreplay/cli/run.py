@@ -122,6 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     runs: list[Any] = []
     facts: list[dict[str, Any]] = []
+    fingerprint: dict[str, Any] = {}  # what a result kept nowhere needs not ask the server for
     try:
         if server is not None:
             server.start()
@@ -152,6 +153,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 facts.append({"seed": sim.run_seed(index) if sim is not None else None, "cache_reset": reset})
                 if run.interrupted:  # no more repeats; the runs so far are reported and kept
                     break
+        if out is not None or store is not None:  # read while a --server-cmd server still runs
+            fingerprint = sim.fingerprint if sim is not None else _live_fingerprint(args, body, resets)
     finally:
         progress.close()
         if server is not None:
@@ -174,9 +177,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         bands = headline_bands(sim.profile, args.band, args.seed, summarise)
         print(band_lines(sim.profile, result.summary, bands, args.band))
-    fingerprint: dict[str, Any] = {}  # what a result kept nowhere needs not ask the server for
-    if out is not None or store is not None:
-        fingerprint = sim.fingerprint if sim is not None else _live_fingerprint(args, body, resets)
     workload_part = workload_facts(args.file, args.format, digest, options)
     git = git_state(Path.cwd())
     record = pool_records([_record(each, args, workload_part, fingerprint, git) for each in results], facts)
@@ -287,17 +287,19 @@ def _cache_resets(args: argparse.Namespace) -> Any:
 
 
 def _live_fingerprint(args: argparse.Namespace, body: dict[str, Any], resets: Any) -> dict[str, Any]:
-    """The live server's fingerprint, read after the run, with what changes what is measured as
-    the plugin's has it: ``body`` (``--extra-body``, ``--ignore-eos``) and cache resets turned off."""
+    """The live server's fingerprint, read after the run (before a ``--server-cmd`` server is
+    stopped), with what changes what is measured as the plugin's has it: ``body``
+    (``--extra-body``, ``--ignore-eos``) and cache resets turned off."""
     from ..gate.stored_record import NOT_RESET
     from ..target import live_fingerprint
 
     try:
         fingerprint = live_fingerprint(args.endpoint, args.model, "--endpoint", args.api_key_env)
-    except LLMReplayError:  # the server is gone (it was started by --server-cmd): what is known
+    except LLMReplayError:  # the server died with the run: what is known
         fingerprint = {
             "kind": "live",
             "model": args.model,
+            "engine": None,
             "server_version": None,
             "sim_profile": None,
             "hardware": None,

@@ -37,18 +37,20 @@ from ..errors import LLMReplayError
 from ..gate.baseline import gated_tolerances
 from ..gate.history import figure
 from ..gate.repeats import run_count
-from ..gate.stored_record import partial_reason
+from ..gate.stored_record import identity, partial_reason
 from ..metrics.slo import KNOWN_METRICS, parse_slo
 from ..report.rows import Headline, headline, slo_rows, stored_checks
 
-VERSION = 7  # of what extract() returns and the cache keeps of it: a cache of another version is read again
+VERSION = 8  # of what extract() returns and the cache keeps of it: a cache of another version is read again
 OUTCOME = ("slo", "failed_by", "plugin_metrics")  # what outcome() and point_slos() read besides the figures
 
 
 def line_of(record: Mapping[str, Any]) -> str:
-    """The digest of the parts of ``record`` that two results gated against each other share."""
+    """The digest of the parts of ``record`` that two results gated against each other share
+    (:func:`~pytest_llmreplay.gate.stored_record.identity`: an engine repository's results of
+    every commit, each with its own server version, are one line)."""
     parts = [
-        {key: value for key, value in (record.get(part) or {}).items() if value is not None}
+        {key: value for key, value in identity(record, part).items() if value is not None}
         for part in ("fingerprint", "workload", "settings")
     ]
     text = json.dumps([*parts, run_count(record)], sort_keys=True, default=str)

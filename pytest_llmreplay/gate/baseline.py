@@ -71,7 +71,7 @@ from ..metrics.slo import NOT_MEASURED
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
-from .stored_record import SCHEMA, nothing_measured, partial_reason
+from .stored_record import SCHEMA, identity, nothing_measured, partial_reason
 from .survivors import mark_not_comparable
 
 CONFIDENCE = 0.95  # of a test's comparison as a whole: Holm's step-down spreads 1 - CONFIDENCE over its figures
@@ -374,14 +374,15 @@ KEYED_HINT = (
 
 
 def mismatch(baseline: Mapping[str, Any], current: Mapping[str, Any]) -> str | None:
-    """Why two stored results must not be gated against each other, or None; where the prompt
-    formats differ because one side is the offline simulator's ``keyed``, the option that fixes it."""
+    """Why two stored results must not be gated against each other, or None: their
+    :func:`~pytest_llmreplay.gate.stored_record.identity` differs; where the prompt formats
+    differ because one side is the offline simulator's ``keyed``, the option that fixes it."""
     for part, what in (
         ("fingerprint", "endpoint fingerprint differs"),
         ("workload", "workload differs"),
         ("settings", "replay settings differ"),
     ):
-        found = differences(baseline.get(part) or {}, current.get(part) or {})
+        found = differences(identity(baseline, part), identity(current, part))
         if found:
             formats = {(baseline.get(part) or {}).get("prompt_format"), (current.get(part) or {}).get("prompt_format")}
             hint = f"; {KEYED_HINT}" if part == "settings" and "keyed" in formats and len(formats) == 2 else ""
@@ -420,6 +421,10 @@ def compare(
         header = f"{header}\n{pooled}" if header else pooled
     elif "offline" not in (baseline["fingerprint"].get("kind"), current["fingerprint"].get("kind")):
         header = f"{header}\n{ONE_RUN_NOTE}" if header else ONE_RUN_NOTE
+    versions = [(record.get("fingerprint") or {}).get("server_version") for record in (baseline, current)]
+    if versions[0] != versions[1]:  # compared: what a commit does to the engine is what the gate measures
+        changed = f"server version {versions[0]} -> {versions[1]}"
+        header = f"{header}\n{changed}" if header else changed
     comparison = Comparison(label, header=header, baseline_samples=dict(baseline["samples"]))
     tested: list[tuple[Row, str, Draws]] = []
     for key, allowed in tolerance.items():

@@ -40,6 +40,20 @@ OPTIONAL_OBJECTS = ("workload", "settings", "capacity", "regression")
 _NUMBER_OR_NULL = {int, float, type(None)}  # a summary's values as JSON gives them
 
 
+# what a stored result records of itself but two results gated against each other need not share:
+# where the workload file lies (its bytes are its digest: a file moved, or named ./w.yaml, is the
+# same workload) and the server's version (an engine repository's every commit builds another,
+# 0.11.1.dev101+g1a2b3c4, and what a commit does to the engine is what its gate measures; the
+# engine itself, ``engine``, stays)
+NOT_IDENTITY = {"workload": ("path",), "fingerprint": ("server_version",)}
+
+
+def identity(record: Mapping[str, Any], part: str) -> dict[str, Any]:
+    """``record``'s ``part`` (``fingerprint``, ``workload``, ``settings``) less what
+    :data:`NOT_IDENTITY` leaves out: what two results gated against each other share."""
+    return {key: value for key, value in (record.get(part) or {}).items() if key not in NOT_IDENTITY.get(part, ())}
+
+
 def partial_reason(record: Mapping[str, Any]) -> str | None:
     """Why a stored result measured only part of what it set out to, or nothing, or None:
     ``interrupted`` (the signal that stopped its run), its capacity search's ``incomplete`` (the
