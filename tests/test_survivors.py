@@ -19,10 +19,23 @@ def with_requests(record, ok, failed):
 
 def test_request_counts_sum_each_runs_counts():
     one = with_requests(stored({"ttft": [0.1, 0.2]}), 60, 6)
-    assert request_counts(one) == (6, 66)
+    assert request_counts(one) == (6, 0, 66)
     pooled = {**one, "runs": [{"summary": {"requests": {"ok": 66, "failed": 0}}}, {"summary": one["summary"]}]}
-    assert request_counts(pooled) == (6, 132)
-    assert request_counts(stored({"ttft": [0.1, 0.2]})) == (0, 0)  # no counts: taken as complete
+    assert request_counts(pooled) == (6, 0, 132)
+    assert request_counts(stored({"ttft": [0.1, 0.2]})) == (0, 0, 0)  # no counts: taken as complete
+
+
+def test_requests_a_duration_limit_cancelled_are_lost_as_failed_ones_are():
+    # a run 1.5 times slower under duration_s: 15 of 116 requests completed against the
+    # baseline's 25, those cut at the deadline the slowest, and its latency p50 read 15% faster
+    base, cur = stored({"ttft": [0.1, 0.2]}), stored({"ttft": [0.1, 0.2]})
+    base["summary"]["requests"] = {"ok": 25, "failed": 0, "cancelled": 91}
+    cur["summary"]["requests"] = {"ok": 15, "failed": 0, "cancelled": 101}
+    assert request_counts(cur) == (0, 101, 116)
+    assert lost_requests(base, cur) == (
+        "101 of 116 requests failed or were cancelled at the duration limit in this run, 91 of 116 in the baseline"
+    )
+    assert lost_requests(cur, base) is None
 
 
 def test_lost_requests_is_a_larger_failed_share_in_this_run():
