@@ -218,6 +218,28 @@ def test_a_stored_result_is_replayed_at_the_load_it_was_run_at(trace, tmp_path, 
     assert "| ttft p50 | +0.0% |" in printed or "| ttft p50 | -0.0% |" in printed
 
 
+def test_a_capacity_searchs_result_is_replayed_at_its_point_at_capacity(trace, tmp_path, tokenizer):
+    """A sweep's result.json holds the point at capacity's samples and the search's settings (no
+    rate): it was replayed at the trace's timestamps, 5 req/s where the point ran at 12.7, and the
+    fit came out 40% off. Its point's own load (stored with the search) is the one replayed."""
+    truth_path = tmp_path / "truth.json"
+    truth_path.write_text(json.dumps(with_timing(base_json(), TRUTH)))
+    out = tmp_path / "sweep"
+    sweep = ["sweep", str(trace), "--sim", str(truth_path), "--slo", "ttft.p99<2s", "--budget", "6", "--out", str(out)]
+    assert main(sweep) in (0, 1)
+    record = json.loads((out / "result.json").read_text())
+    [point] = [p for p in record["capacity"]["points"] if p["load"] == record["capacity"]["offered"]["low"]]
+    run = read_run(out / "result.json")
+    assert run.load["mode"] == "rate" and run.load["rate"] == point["settings"]["rate"] > 0
+    workload = load_workload(trace)
+    again = errors(simulate(load_profile(truth_path), workload, lambda: PromptFactory(tokenizer), run.load), run)
+    assert max(abs(again[key]) for key in STATISTICS) < 0.05  # its own profile, at its own load (Poisson draws seeded)
+    record["capacity"]["offered"]["low"] = 0.0  # no load met the SLOs: its result is a failing point's
+    (out / "result.json").write_text(json.dumps(record))
+    with pytest.raises(LLMReplayError, match=r"result\.json: a capacity search's result with no point at capacity"):
+        read_run(out / "result.json")
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [

@@ -282,7 +282,27 @@ def _result_json(path: Path, text: str) -> Read:
     if not isinstance(settings, dict):
         raise LLMReplayError(f"{path}: settings: expected an object (the run's replay settings), got {settings!r:.60}")
     load = {name: settings[name] for name in LOAD_SETTINGS if name in settings}
-    return rows, load, {}
+    return rows, {**load, **_capacity_point_load(path, record)}, {}
+
+
+def _capacity_point_load(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """A capacity search's result (``llmreplay sweep --out``, a capacity test's): its samples are
+    its point at capacity's, and its ``settings`` the search's (no mode, rate or concurrency of
+    that point: a calibration replayed the workload at its own timestamps, 5 req/s where the
+    point ran at 12.7, and fitted a profile 40% off); that point's load settings, from the stored
+    search (its point run at ``offered.low``). Nothing for any other result; an error for a
+    search in which no load met the SLOs (its result is a failing point's)."""
+    capacity = record.get("capacity")
+    if not isinstance(capacity, dict):
+        return {}
+    offered = (capacity.get("offered") or {}).get("low")
+    points = [p for p in capacity.get("points") or () if isinstance(p, dict) and p.get("load") == offered]
+    if not offered or not points or not isinstance(points[0].get("settings"), dict):
+        raise LLMReplayError(
+            f"{path}: a capacity search's result with no point at capacity (no load met its SLOs): calibrate "
+            "from a run at a load (llmreplay run --out DIR, its result.json)"
+        )
+    return {name: value for name, value in points[0]["settings"].items() if name in LOAD_SETTINGS}
 
 
 def _vllm_bench(path: Path, record: dict[str, Any]) -> Read:
