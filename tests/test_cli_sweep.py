@@ -114,7 +114,7 @@ def test_sweep_by_rate_keeps_the_estimates_apart_and_says_when_no_rate_was_carri
         at["settings"]["rate"] == at["load"] and stored["summary"]["requests"]["ok"] == at["requests_ok"]
     )  # the stored result is that point
     assert (
-        f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, -], 6 runs; "
+        f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, -], 6 runs; no rate failed; "
         f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: "
     ) in out
     assert "Estimates (where to look; not rates run, never the capacity)" in out
@@ -155,8 +155,9 @@ def test_sweep_never_reports_a_capacity_above_the_throughput_its_point_achieved(
     headline = [line for line in out.splitlines() if line.startswith("capacity (rate): ")]
     assert headline == [
         f"capacity (rate): {capacity['rate']:.4g} req/s, bracket [{capacity['rate']:.4g}, {capacity['high']:.4g}], {capacity['runs']:.0f} runs; "
-        f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: its run ended before a queue could build "
-        "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"
+        f"the {at['load']:.4g} req/s point met the SLOs carrying only {capacity['rate']:.4g} req/s: the server did not keep up "
+        "with that rate (its last requests drained after the arrivals ended), yet the SLOs held because the workload ended first "
+        "(too short for that rate); a longer workload would measure the rate sustained, so the capacity is the rate carried, a ceiling"
     ]
 
 

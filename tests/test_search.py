@@ -145,8 +145,9 @@ def test_a_rate_the_workload_ends_before_it_is_carried_caps_the_capacity_at_the_
     assert all(found.value >= p.credited for p in found.load_points if p.passed)
     assert found.ceiling and not found.at_least and found.result.summary["capacity"]["rate"] == found.value
     assert found.reason == (
-        f"the {at.load:.4g} req/s point met the SLOs carrying only {at.carried:.4g} req/s: its run ended before a queue could build "
-        "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"
+        f"the {at.load:.4g} req/s point met the SLOs carrying only {at.carried:.4g} req/s: the server did not keep up "
+        "with that rate (its last requests drained after the arrivals ended), yet the SLOs held because the workload ended first "
+        "(too short for that rate); a longer workload would measure the rate sustained, so the capacity is the rate carried, a ceiling"
     )
     assert (
         found.headline()
@@ -244,7 +245,7 @@ def test_rates_that_pass_without_being_carried_give_a_ceiling_not_at_least(workl
     assert found.value == max(p.carried for p in grown) < 0.6 * grown[0].load
     assert (found.high, found.at_least, found.ceiling) == (None, False, True)
     assert found.reason.startswith(
-        f"the {found.at_capacity.load:.4g} req/s point met the SLOs carrying only {found.value:.4g} req/s: "
+        f"no rate failed; the {found.at_capacity.load:.4g} req/s point met the SLOs carrying only {found.value:.4g} req/s: "
     )
     assert (
         found.headline()
@@ -439,6 +440,31 @@ def test_the_headline_says_where_a_capacity_below_its_offered_load_was_carried()
     points[0] = Point(10.0, "low", rate, run, [], 10.0)  # carried all it was offered: nothing to add
     assert Capacity(plan, rate, points, "bracket within the 5% resolution").headline() == (
         "capacity (rate): 10 req/s, bracket [10, 10.4], 2 runs; bracket within the 5% resolution"
+    )
+
+
+def test_a_ceiling_its_failed_requests_explain_says_so_not_that_the_workload_is_too_short():
+    # 22% of a 4 req/s point's requests failed (no SLO on errors), so it carried 2.87 req/s with a
+    # TTFT far inside its SLO: the reason said its run ended before a queue could build and that
+    # a longer workload would measure the rate sustained, and named no error
+    from pytest_llmreplay.search.outcome import Capacity
+
+    plan = CapacityPlan(by="rate", slo=SLO)
+    rate = ReplaySettings(mode="rate", rate=4.0)
+    ok = [rec(i, sent=0.1, chunks=((0.2, 1),), end=0.3) for i in range(7)]
+    failed = [rec(7 + i, status="failed", sent=0.1, end=0.2) for i in range(2)]
+    for record in failed:
+        record.error = "http: HTTP 500"
+    points = [
+        Point(2.0, "low", rate, make(ok + failed), [], 2.0),
+        Point(4.0, "high", rate, make(ok + failed), [], 2.87),
+    ]
+    found = Capacity(plan, rate, points, "no rate failed within the budget")
+    assert found.ceiling and found.low == 2.87
+    assert found.reason == (
+        "no rate failed; the 4 req/s point met the SLOs carrying only 2.87 req/s: 22% of its requests failed "
+        "(commonest: http: HTTP 500 (x2)) and no SLO limits errors (add one: sweep --slo 'error_rate<=1%', a test's capacity.slo "
+        "error_rate), so the capacity is the rate carried, a ceiling"
     )
 
 

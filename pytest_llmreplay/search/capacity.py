@@ -37,7 +37,7 @@ offline a fresh engine, on a server its cache reset first (:meth:`Search.fresh_s
 5. Capacity (:mod:`~pytest_llmreplay.search.outcome`, with the rule's details): by
    ``concurrency`` the highest load that passed (low); by ``rate`` max over the passing points
    of min(load, carried), never above the throughput a point achieved, and a ceiling when its
-   point did not carry its load (the workload too short for that rate: the reason says so).
+   point did not carry its load (the workload too short for that rate, or requests failed that no SLO limits: the reason says which).
    Its uncertainty is the bracket [capacity, high], high a load run that failed. It is stored
    as ``capacity.rate`` (req/s), ``capacity.concurrency``, or ``capacity.session_rate`` when the
    rate starts sessions of several turns: sessions/s, about turns-per-session times fewer than the

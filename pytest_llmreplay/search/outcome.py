@@ -7,7 +7,8 @@ requests / run time * sessions / requests planned (sessions / run time when all 
 an estimate's load is its c). An open loop (by rate) of n sessions at λ lasts (n - 1) / λ plus
 the last requests' drain, so c is a little under λ even when the load was carried; with
 c < :data:`CARRIED_SHARE` λ (0.8) it was not: its SLOs held only because the run ended before
-its queue could build (the workload is too short for that rate).
+they could see the rate was not sustained (the workload is too short for that rate), or its
+failed requests (errors no SLO limits) are the part it did not serve.
 
 **Capacity** (:class:`Capacity`; 0 when no point run at its load passed): by ``concurrency``
 the highest load that passed; by ``rate`` max over the passing points of min(load, carried),
@@ -128,6 +129,11 @@ class Point:
         found = Counter(record.error or "unknown" for record in self.result.records if record.status == "failed")
         return dict(found.most_common(most))
 
+    def commonest_error(self) -> str:
+        """The commonest error of its failed requests and how many had it: ``connect: ... (x31)``."""
+        text, count = next(iter(self.errors(1).items()), ("unknown", 0))
+        return f"commonest: {text} (x{count})"
+
     def verdict(self) -> str:
         """``pass``, ``pass (not carried)``, ``FAIL``, ``FAIL (stopped)`` or ``interrupted``."""
         if self.interrupted:
@@ -243,15 +249,32 @@ class Capacity:
     @property
     def reason(self) -> str:
         """Why the search ended; for a ceiling, the line that says why the capacity is the rate
-        carried, after the signal that stopped the search if one did."""
+        carried (after the signal that stopped the search, if one did, and ``no rate failed`` if
+        none did): its point's failed requests, when with them it would have carried its load
+        (no SLO limits errors), else the rate the server did not keep up with, which the SLOs
+        missed because the workload ended first (its last requests drained after the arrivals:
+        a queue may or may not have built, the rate was not sustained)."""
         if not self.ceiling:
             return self.ended
         point = self.at_capacity
-        ceiling = (
-            f"the {point.load:.4g} {self.rate_unit} point met the SLOs carrying only {point.carried:.4g} {self.rate_unit}: its run ended before a queue could build "
-            "(the workload is too short for that rate), so the capacity is the rate carried, a ceiling; a longer workload would measure the rate sustained"
-        )
-        return f"{self.ended}; {ceiling}" if self.interrupted else ceiling
+        requests = point.result.summary["requests"]
+        ok, failed = requests["ok"], requests["failed"]
+        carried = f"the {point.load:.4g} {self.rate_unit} point met the SLOs carrying only {point.carried:.4g} {self.rate_unit}"
+        if failed and ok and point.carried * (ok + failed) / ok >= CARRIED_SHARE * point.load:
+            cause = (
+                f"{failed / (ok + failed):.0%} of its requests failed ({point.commonest_error()}) and no SLO limits errors "
+                "(add one: sweep --slo 'error_rate<=1%', a test's capacity.slo error_rate)"
+            )
+        else:
+            cause = (
+                "the server did not keep up with that rate (its last requests drained after the arrivals ended), yet the SLOs held "
+                "because the workload ended first (too short for that rate); a longer workload would measure the rate sustained"
+            )
+        before = (
+            [self.ended] if self.interrupted else []
+        )  # "bracket within ..." is the offered loads', not the ceiling's
+        before += ["no rate failed"] if self.high is None else []  # where "at least" does not hold
+        return "; ".join([*before, f"{carried}: {cause}, so the capacity is the rate carried, a ceiling"])
 
     @property
     def load_points(self) -> list[Point]:
