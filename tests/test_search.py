@@ -468,6 +468,23 @@ def test_a_ceiling_its_failed_requests_explain_says_so_not_that_the_workload_is_
     )
 
 
+def test_no_end_of_the_search_lies_beyond_what_the_workload_can_run(workload, prompts):
+    # by concurrency, a max of 500 over 60 sessions reported "at least 500" (a run 10 deep); by
+    # rate, a max below the synchronous run's rate ran only that estimate's rate and called it
+    # the capacity, above the max
+    lines: list[str] = []
+    deep = CapacityPlan(by="concurrency", slo={"ttft.p99": "< 10s"}, max=500)
+    found = find_capacity(workload, target(prompts), prompts, deep, progress=lines.append, workers=1)
+    assert found.value == 60 and max(p.load for p in found.points) == 60
+    assert lines[0] == (
+        "note: the capacity's max 500 is above the 60 sessions the workload plans, which no more concurrency can put in flight: "
+        "60 is the highest run"
+    )
+    slow = CapacityPlan(by="rate", slo={"ttft.p99": "< 10s"}, max=0.05)
+    found = find_capacity(workload, target(prompts), prompts, slow, workers=1)
+    assert found.value <= 0.05 and [p.load for p in found.load_points] == [0.05] and found.at_least
+
+
 def test_by_concurrency_the_saturating_run_is_a_real_point(workload, prompts):
     # every session at once is concurrency 60, run in closed loop like every other point: the
     # bracket's top when it fails, the capacity (at least) when it passes; no estimates

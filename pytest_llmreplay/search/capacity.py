@@ -497,10 +497,21 @@ class Search:
             return None
 
     def ends(self) -> tuple[float, float]:
-        """The loads of the two ends, from the estimates where the plan leaves a bound out."""
+        """The loads of the two ends, from the estimates where the plan leaves a bound out. By
+        concurrency, none above the sessions the workload plans (no more can be in flight: a max
+        of 500 over 32 sessions reported "at least 500" of a run 10 deep), said in a note; by
+        rate, a max below the synchronous run's rate is the low end too (the search ran only that
+        estimate's rate, above the max, and called it the capacity)."""
         plan = self.plan
         if plan.by == "concurrency":
-            return plan.min or 1, plan.max or self.sessions
+            top = plan.max or self.sessions
+            if top > self.sessions and self.progress is not None:
+                self.progress(
+                    f"note: the capacity's max {top:g} is above the {self.sessions} sessions the workload plans, "
+                    f"which no more concurrency can put in flight: {self.sessions} is the highest run"
+                )
+            top = min(top, self.sessions)
+            return min(plan.min or 1, top), top
         runs = []
         if plan.min is None:
             runs.append((None, "sync", replace(self.base, mode="concurrency", concurrency=1), False))
@@ -509,7 +520,7 @@ class Search:
         estimates = {p.role: p for p in self.run_all(runs)}
         low = plan.min if plan.min is not None else estimates["sync"].load
         high = plan.max if plan.max is not None else estimates["saturate"].load
-        return low, high
+        return min(low, high) if plan.max is not None else low, high
 
     def run(self) -> Capacity:
         """The search (module docstring); a signal ends it after the points run until then."""
