@@ -174,6 +174,26 @@ def test_figures_the_server_does_not_report_are_absent_not_zero():
     assert server_figures({}) == {}
 
 
+def test_the_servers_counts_stay_whole_over_repeated_runs_and_the_runs_that_lack_one_are_said():
+    # Prometheus gives every sample as a float: the median of running.max 2.0 and 4.0 over two
+    # runs was 3.0, of 0.0 and 3.0 1.5 requests running, and of preemptions 0.5; and a figure only
+    # some runs measured (a run shorter than the scrape interval reads no gauge) said nothing
+    from pytest_llmreplay.gate.repeats import repeats_line
+    from pytest_llmreplay.metrics.runs import median_summary
+
+    runs = [
+        {"running": [[0.5, 0.0]], "preemptions": [[-1, 3.0], [2, 3.0]]},
+        {"running": [[0.5, 3.0]], "preemptions": [[-1, 3.0], [2, 4.0]]},
+        {"preemptions": [[-1, 4.0], [2, 4.0]]},
+    ]
+    figures = [server_figures(series) for series in runs]
+    assert figures[1] == {"preemptions": 1, "running.max": 3} and isinstance(figures[1]["running.max"], int)
+    pooled = median_summary([{"server": f} for f in figures])["server"]
+    assert pooled == {"preemptions": 0, "running.max": 0}  # each a run's own count, never 1.5
+    record = {"summary": {"server": pooled}, "runs": [{"summary": {"server": f}} for f in figures]}
+    assert repeats_line(record).endswith("; server.running.max measured in 2 of 3 runs (the median of those)")
+
+
 def test_hit_rates_further_apart_than_five_points_are_called_out():
     assert hit_rate_gap(0.70, 0.66) is None
     assert "73.0%" in (hit_rate_gap(0.73, 0.67) or "") and "6.0 points apart" in (hit_rate_gap(0.73, 0.67) or "")

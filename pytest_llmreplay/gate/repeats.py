@@ -120,4 +120,17 @@ def repeats_line(record: Mapping[str, Any]) -> str:
         if any(v is not None for v in ttft)
         else ""
     )
-    return f"{len(runs)} runs ({'; '.join(how) or 'live server'}){per_run}; the table above is the last run's, SLOs and baselines use each figure's median over the runs"
+    line = f"{len(runs)} runs ({'; '.join(how) or 'live server'}){per_run}; the table above is the last run's, SLOs and baselines use each figure's median over the runs"
+    return line + _measured_in_some(runs, record.get("summary") or {})
+
+
+def _measured_in_some(runs: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
+    """``; server.running.max measured in 2 of 5 runs (the median of those)`` for the server's
+    figures some runs lack (a run shorter than the scrape interval reads no gauge): the median is
+    over the runs that measured it, and a next commit's runs may measure it in none."""
+    partly = [
+        f"server.{stat} measured in {count} of {len(runs)}"
+        for stat in summary.get("server") or {}
+        if (count := sum(stat in (run["summary"].get("server") or {}) for run in runs)) < len(runs)
+    ]
+    return f"; {', '.join(partly)} runs (the median of those)" if partly else ""

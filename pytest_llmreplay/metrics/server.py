@@ -42,15 +42,19 @@ def increase(points: Sequence[Sequence[float]]) -> float:
 
 
 def server_figures(series: Mapping[str, Sequence[Sequence[float]]]) -> dict[str, float]:
-    """The ``server`` figures (:data:`SERVER_STATS`) of the scraped ``series`` that report them."""
+    """The ``server`` figures (:data:`SERVER_STATS`) of the scraped ``series`` that report them;
+    the counts (preemptions, requests running or waiting) as integers, as Prometheus's text
+    gives every sample as a float: a repeated test's median of counts is then one run's count
+    (:func:`~pytest_llmreplay.metrics.runs.median_summary`), never 1.5 requests running."""
     figures: dict[str, float] = {}
     if len(series.get("preemptions", ())) > 1:
-        figures["preemptions"] = increase(series["preemptions"])
+        figures["preemptions"] = round(increase(series["preemptions"]))
     for name, stats in (("kv_cache_usage", ("max", "mean")), ("running", ("max",)), ("waiting", ("max",))):
         during = [value for t, value in series.get(name, ()) if t >= 0]
         if during:
             for stat in stats:
-                figures[f"{name}.{stat}"] = max(during) if stat == "max" else sum(during) / len(during)
+                value = max(during) if stat == "max" else sum(during) / len(during)
+                figures[f"{name}.{stat}"] = value if name == "kv_cache_usage" else round(value)
     queries, hits = series.get("prefix_cache_queries", ()), series.get("prefix_cache_hits", ())
     if len(queries) > 1 and len(hits) > 1 and increase(queries) > 0:
         figures["prefix_cache_hit_rate"] = increase(hits) / increase(queries)
