@@ -217,6 +217,15 @@ def test_a_server_that_exits_at_once_fails_its_tests_and_is_not_started_again(pr
     assert result.stdout.str().count("starting server") == 1
     assert "Traceback" not in result.stdout.str()
     assert not re.search(r"pytest_llmreplay/\S+\.py:\d+", result.stdout.str()), "a frame of ours is shown"
+    # the summary and the reports name the perf tests that errored before any result: they listed
+    # only the others, green ("llmreplay: 1 perf test", PASS), and wrote nothing when every one errored
+    result.stdout.re_match_lines(
+        [r"test_.*::test_one +error", r"test_.*::test_two +error", r"zz.llmreplay.yaml.* +error"]
+    )
+    summary = (project.path / "report" / "summary.md").read_text()
+    assert summary.startswith("## llmreplay: 1 perf test result; 3 perf tests errored before measuring")
+    assert "no result: 3 perf tests errored before measuring: test_" in summary and "exited with status 3" in summary
+    assert "errored before measuring" in (project.path / "report" / "index.html").read_text()
 
 
 def test_a_server_that_dies_during_a_test_fails_it_and_the_next_test_gets_a_fresh_one(project):

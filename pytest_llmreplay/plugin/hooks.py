@@ -127,8 +127,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session_of(session.config)
     state.close()
     if not session.config.option.collectonly:  # collecting runs no test: none is left unjudged
-        state.not_judged = state.unfinished.found(session)
-    if state.not_judged.tests:
+        state.not_judged = state.unfinished.found(session, {nodeid for nodeid, *_ in state.reports})
+    if state.not_judged.any:
         state.notes.append(("llmreplay", state.not_judged.line()))
     if state.server is not None:
         died = state.server.exit_message()

@@ -20,6 +20,8 @@ in its place sends the list.
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 import pytest
 
 from ..report.rows import ALL_JUDGED, NotJudged
@@ -48,6 +50,7 @@ class Unfinished:
     def __init__(self) -> None:
         self.collected: list[str] = []
         self.ended: set[str] = set()
+        self.failures: dict[str, str] = {}  # test id -> the first failure of its setup or call, in a line
         self.worker_stopped: str | None = None  # why a worker stopped its own session (xdist controller)
 
     @pytest.hookimpl(trylast=True)  # after every deselection
@@ -70,13 +73,24 @@ class Unfinished:
         # "???": xdist's report of a test whose worker crashed under it: failed, so judged
         if report.when in ("teardown", "???"):
             self.ended.add(report.nodeid)
+        if report.failed and report.when in ("setup", "call") and report.nodeid not in self.failures:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            text = getattr(crash, "message", None) or report.longreprtext or "failed"
+            self.failures[report.nodeid] = " ".join(str(text).split())[:300]
 
-    def found(self, session: pytest.Session) -> NotJudged:
+    def found(self, session: pytest.Session, reported: Set[str] = frozenset()) -> NotJudged:
         """The collected perf tests that did not run to the end, and why the session stopped:
-        pytest's own words (``stopping after 1 failures``), the signal's, or a KeyboardInterrupt."""
+        pytest's own words (``stopping after 1 failures``), the signal's, or a KeyboardInterrupt;
+        and those that ran to the end but failed with no result (none in ``reported``, the tests
+        with figures or tables: a declared server that did not start), with their errors."""
         tests = tuple(test for test in self.collected if test not in self.ended)
-        if not tests:
+        errors = tuple(
+            (test, self.failures[test])
+            for test in self.collected
+            if test in self.ended and test in self.failures and test not in reported
+        )
+        if not tests and not errors:
             return ALL_JUDGED
         reason = session.shouldfail or session.shouldstop or self.worker_stopped
         why = f"the session stopped: {reason}" if isinstance(reason, str) else "the session was interrupted"
-        return NotJudged(tests, why)
+        return NotJudged(tests, why if tests else "", errors)

@@ -47,12 +47,14 @@ class SummaryHooks:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """An overview row per measured run (a test's second ``llm_replay`` call or a named one
         is a row of its own), and one ``not judged`` for each perf test that did not run to the
-        end (:mod:`~pytest_llmreplay.plugin.not_judged`), then the baseline comparisons; with -v
+        end, ``error`` for each that errored before any result
+        (:mod:`~pytest_llmreplay.plugin.not_judged`), then the baseline comparisons; with -v
         every table; tests in the order of their ids, as in the report files."""
         reported = {nodeid for nodeid, *_ in self.state.reports}
         unreported: list[tuple[str, str, dict[str, float], dict[str, str]]] = [
             (test, "not judged", {}, {}) for test in self.state.not_judged.tests if test not in reported
         ]
+        unreported += [(test, "error", {}, {}) for test, _ in self.state.not_judged.errors]
         if not self.state.reports and not unreported and not self.state.notes:
             return
         from ..report.terminal import summary_table

@@ -74,7 +74,7 @@ def markdown(results: Sequence[Mapping[str, Any]], not_judged: NotJudged = ALL_J
 
     lines = [
         f"## {markdown_text(session_title(len(results), not_judged))}",
-        *(["", f"**{markdown_text(not_judged.line())}**"] if not_judged.tests else []),
+        *(part for line in not_judged.line().splitlines() for part in ("", f"**{markdown_text(line)}**")),
         "",
         _table(
             [overview_row(r, reasoning_in(results), capacity_in(results)) for r in results], overview_headers(results)
@@ -179,7 +179,7 @@ def write_session_reports(
     (:func:`~.rows.mark_test_outcomes`). The files written, and why a summary could not be
     written (None when it could)."""
     by_file = read_results(records_dir)
-    if not by_file:
+    if not by_file and not not_judged.errors:  # no perf test ran (every one errored: said all the same)
         return [], None
     results = list(by_file.values())
     mark_test_outcomes(results, outcomes or {})

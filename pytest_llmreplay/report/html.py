@@ -279,7 +279,7 @@ def html_page(results: Sequence[Mapping[str, Any]], not_judged: NotJudged = ALL_
     """The whole page (see the module docstring); its title and the line naming the tests
     ``not_judged`` as summary.md has them."""
     body = [f"<h1>{html.escape(session_title(len(results), not_judged))}</h1>"]
-    body += [f"<p class='breach'>{html.escape(not_judged.line())}</p>"] if not_judged.tests else []
+    body += [f"<p class='breach'>{html.escape(line)}</p>" for line in not_judged.line().splitlines()]
     body.append(overview_table(results))
     for record in results:
         body.append(f'<section id="{anchor(record["test"])}"><h2>{html.escape(record["test"])}</h2>')

@@ -179,10 +179,18 @@ class NotJudged:
     """The perf tests a session did not run to the end (``tests``, their ids in order: cut off by
     a KeyboardInterrupt, or never run after ``-x``, ``--maxfail`` or a signal stopped it) and
     ``why`` (``the session stopped: stopping after 1 failures``). A result of one of them
-    (:meth:`mark`) measured what it measured, but its test never reached its verdict."""
+    (:meth:`mark`) measured what it measured, but its test never reached its verdict. ``errors``:
+    (id, error) of the perf tests that ran but errored before any result (a declared server that
+    did not start): no result file names them, so a report listed only the others, all green."""
 
     tests: tuple[str, ...] = ()
     why: str = ""
+    errors: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def any(self) -> bool:
+        """Some perf test has no verdict: not run to the end, or errored before any result."""
+        return bool(self.tests or self.errors)
 
     def mark(self, results: Sequence[dict[str, Any]]) -> None:
         """Set ``not_judged`` (:attr:`why`) in each report record of a test not judged (its id, or
@@ -192,11 +200,18 @@ class NotJudged:
                 record["not_judged"] = self.why
 
     def line(self) -> str:
-        """``not judged: 2 perf tests did not run to the end (the session stopped: ...): a, b``;
-        empty when every test ran to the end."""
-        if not self.tests:
-            return ""
-        return f"not judged: {counted(len(self.tests), 'perf test')} did not run to the end ({self.why}): {listed(self.tests)}"
+        """``not judged: 2 perf tests did not run to the end (the session stopped: ...): a, b``,
+        then ``no result: 1 perf test errored before measuring: c (its error)``; empty when
+        every test ran to the end and measured."""
+        lines = []
+        if self.tests:
+            lines.append(
+                f"not judged: {counted(len(self.tests), 'perf test')} did not run to the end ({self.why}): {listed(self.tests)}"
+            )
+        if self.errors:
+            named = "; ".join(f"{test} ({error})" for test, error in self.errors)
+            lines.append(f"no result: {counted(len(self.errors), 'perf test')} errored before measuring: {named}")
+        return "\n".join(lines)
 
 
 ALL_JUDGED = NotJudged()  # a session whose perf tests all ran to the end
@@ -217,9 +232,13 @@ def session_title(count: int, not_judged: NotJudged) -> str:
     """``llmreplay: 3 perf tests`` for ``count`` results; ``llmreplay: 1 perf test result; 2 perf
     tests not judged`` when the session did not run every perf test to the end (a result of one
     of them among the ``count``): a report of a stopped session never reads as a whole one."""
-    if not not_judged.tests:
+    if not not_judged.any:
         return f"llmreplay: {counted(count, 'perf test')}"
-    return f"llmreplay: {counted(count, 'perf test result')}; {counted(len(not_judged.tests), 'perf test')} not judged"
+    unjudged = [f"{counted(len(not_judged.tests), 'perf test')} not judged"] if not_judged.tests else []
+    unjudged += (
+        [f"{counted(len(not_judged.errors), 'perf test')} errored before measuring"] if not_judged.errors else []
+    )
+    return f"llmreplay: {counted(count, 'perf test result')}; {'; '.join(unjudged)}"
 
 
 @dataclass(frozen=True)
