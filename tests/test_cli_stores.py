@@ -63,7 +63,7 @@ def test_run_repeat_keeps_its_runs_as_one_result_that_compare_resamples_run_by_r
     store = f"file://{tmp_path}/results"
     mock = MockServer(MockConfig(ttft_s=0.005, itl_s=0.001))
     with ServerThread(mock) as server:
-        assert run(server.url, "--repeat", "3", "--save-to", store) == 0
+        assert run(server.url, "--repeat", "3", "--save-to", store, "--out", str(tmp_path / "out")) == 0
         printed = capsys.readouterr()
         assert mock.completions_count == 3 * 6  # the workload's six requests, three times
         git(repo, "commit", "-q", "--allow-empty", "-m", "next")
@@ -76,6 +76,10 @@ def test_run_repeat_keeps_its_runs_as_one_result_that_compare_resamples_run_by_r
     record = open_store(store, repo).read(key)
     assert [r["summary"]["requests"]["ok"] for r in record["runs"]] == [6, 6, 6]
     assert len(record["samples"]["ttft"]) == 18 and "cache_reset" not in record["fingerprint"]
+    lines = (tmp_path / "out" / "requests.csv").read_text().splitlines()
+    assert (
+        lines[0].startswith("run,") and [line.split(",")[0] for line in lines[1:]] == ["1"] * 6 + ["2"] * 6 + ["3"] * 6
+    )
     (key,) = open_store(store, repo).stored(TEST, git(repo, "rev-parse", "HEAD"))
     assert (
         open_store(store, repo).read(key)["fingerprint"]["cache_reset"] == "off"

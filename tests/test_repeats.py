@@ -2,6 +2,7 @@
 two-level bootstrap that resamples runs then requests, and cache resets between repeats on a
 server. Plugin behaviour through pytester, the statistics on synthetic arrays."""
 
+import csv
 import json
 
 import numpy as np
@@ -278,12 +279,20 @@ def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project
 
     server = SimServer(load_profile(str(project.path / "fast.json")), PromptFactory(load_tokenizer(None)))
     with ServerThread(server) as thread:
-        project.runpytest("--llm-endpoint", thread.url, "--llm-repeat", "2", "--llm-save").assert_outcomes(passed=1)
+        run = project.runpytest("--llm-endpoint", thread.url, "--llm-repeat", "2", "--llm-save", "--llm-report", "rep")
+        run.assert_outcomes(passed=1)
     assert server._resets == 2
     [path] = stored(project.path)
     runs = json.loads(path.read_text())["runs"]
     assert [run["cache_reset"] for run in runs] == ["POST /reset_prefix_cache"] * 2
     assert [run["seed"] for run in runs] == [None, None]
+    # the report's per-request CSV has every run's requests, which its median figures are of (it
+    # had the last run's alone: 80% of the requests of a 5-run test missing)
+    [table] = (project.path / "rep" / "tests").glob("*.csv")
+    with table.open() as file:
+        rows = list(csv.DictReader(file))
+    sizes = [run["summary"]["requests"]["ok"] for run in runs]
+    assert [row["run"] for row in rows] == ["1"] * sizes[0] + ["2"] * sizes[1]
 
 
 def test_repeats_with_cache_resets_off_never_reset_and_say_so(project):

@@ -192,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
             print(
-                f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv')}"
+                f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv', results[:-1])}"
             )
         if store is not None:
             from ..gate.store import UNSAVED

@@ -547,9 +547,18 @@ class Result:
         path.write_text(json.dumps(self.to_dict(), indent=2, default=str) + "\n")
         return path
 
-    def write_csv(self, path: str | Path) -> Path:
-        """One row per request: the record's fields and its metrics."""
+    def write_csv(self, path: str | Path, earlier: Iterable[Result] = ()) -> Path:
+        """One row per request: the record's fields and its metrics; with ``earlier`` runs (a
+        repeated test's, in order), every run's rows, a column ``run`` (1, 2, ...) first: the
+        requests its median figures are of, where the last run's alone were written."""
+        import pandas as pd
+
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.request_table().to_csv(path, index=False)
+        runs = [*earlier, self]
+        tables = [result.request_table() for result in runs]
+        if len(tables) > 1:
+            for number, table in enumerate(tables, 1):
+                table.insert(0, "run", number)
+        pd.concat(tables, ignore_index=True).to_csv(path, index=False)
         return path

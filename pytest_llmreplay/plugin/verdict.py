@@ -289,7 +289,7 @@ class Gate:
             old.unlink(missing_ok=True)  # this session's rerun of the test replaces it
         write_new(folder / f"{name}.json", stored)
         if self.report_dir is not None:
-            run.result.write_csv(folder / f"{name}.csv")
+            run.result.write_csv(folder / f"{name}.csv", run.results[:-1])
 
 
 def comparison_as_dict(comparison: Comparison) -> dict[str, Any]:
