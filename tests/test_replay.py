@@ -28,7 +28,8 @@ from pytest_llmreplay.workloads.workload import HashBlocks, Payload, Session, Sy
 
 class FakeEndpoint:
     """Answers after ``ttft`` then ``itl`` per token (virtual time); ``fail`` maps a request's
-    position to an error kind, ``raises`` to an exception; ``returns_ids`` adds token ids."""
+    position to an error kind, ``raises`` to an exception; ``returns_ids`` adds token ids;
+    ``tokenizer``: counts a text prompt's tokens with it, as a server encodes the text it gets."""
 
     name = "fake"
 
@@ -43,6 +44,7 @@ class FakeEndpoint:
         prompt_extra=0,
         usage_extra=0,
         busy=None,
+        tokenizer=None,
     ):
         self.ttft, self.itl, self.api = ttft, itl, api
         self.fail, self.raises, self.returns_ids = (
@@ -50,7 +52,7 @@ class FakeEndpoint:
             dict(raises or {}),
             returns_ids,
         )  # raises: position -> exception
-        self.prompt_extra, self.usage_extra, self.busy = prompt_extra, usage_extra, busy
+        self.prompt_extra, self.usage_extra, self.busy, self.tokenizer = prompt_extra, usage_extra, busy, tokenizer
         self.sent: list[tuple[float, EndpointRequest]] = []
         self.concurrency = "unset"
         self.in_flight = self.max_in_flight = 0
@@ -87,8 +89,9 @@ class FakeEndpoint:
             if self.returns_ids:
                 response.token_ids = [1000 + i for i in range(tokens)]
             prompt = request.body.get("prompt", request.body.get("messages"))
+            counted = len(self.tokenizer.encode(prompt)) if self.tokenizer and isinstance(prompt, str) else 0
             response.prompt_tokens = (
-                len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else 0
+                len(prompt) if isinstance(prompt, list) and prompt and isinstance(prompt[0], int) else counted
             ) + self.prompt_extra
             response.completion_tokens = tokens + self.usage_extra
             response.cached_tokens = 0
@@ -506,6 +509,25 @@ def test_tokenizer_mismatch_warns_once_with_both_figures(prompts):
     mismatch = [w for w in result.warnings if "tokenizer mismatch" in w]
     assert len(mismatch) == 1 and "counted 27 prompt tokens where llmreplay-bpe-4k planned 20" in mismatch[0]
     assert not [w for w in run(flat(0), FakeEndpoint(), prompts, prompt_format="ids").warnings if "tokenizer" in w]
+
+
+def test_a_history_sent_as_text_is_counted_as_its_text_encodes(prompts):
+    # a model's generated tokens are not its text's own encoding (llama.cpp's 64 tokens were 68
+    # to 78 of text; here 4 tokens " r0.0 r0.1 r0.2 r0.3" are more): the planned count took the
+    # generated count, and every multi-turn run over completions warned of a tokenizer mismatch
+    workload = Workload((agent(delays=(0.0, 0.0, 0.0)),), "test")
+    endpoint = FakeEndpoint(tokenizer=prompts.tokenizer)
+    result = run(workload, endpoint, prompts, prompt_format="text")
+    assert not [w for w in result.warnings if "tokenizer" in w], result.warnings
+    later = result.records[1]
+    assert len(prompts.tokenizer.encode(" r0.0 r0.1 r0.2 r0.3")) > 4  # what made the difference
+    assert abs(later.prompt_tokens - later.planned_prompt_tokens) <= 2
+    assert (
+        "tokenizer mismatch"
+        in run(
+            workload, FakeEndpoint(tokenizer=prompts.tokenizer, prompt_extra=9), prompts, prompt_format="text"
+        ).warnings[0]
+    )
 
 
 def test_chat_allows_template_tokens_but_not_fewer_tokens(prompts):

@@ -439,10 +439,17 @@ class Conversation:
         with the reasoning), its tool calls (``id``, ``name``, ``arguments``), and how many of
         its leading tokens were reasoning. The next turn sends back the answer alone, never the
         reasoning (vLLM's and DeepSeek's docs: it is not to be sent back), on every API, so its
-        history holds the ids and counts the tokens after the reasoning."""
+        history holds the ids and counts the tokens after the reasoning. Sent back as text (every
+        API but completions with ids), the answer counts as the tokenizer encodes its text, which
+        is what the server counts: a model's generated tokens are not the text's own encoding
+        (llama.cpp's 64 generated tokens were 68 to 78 tokens of text), and the difference read as
+        a tokenizer mismatch on every multi-turn run."""
         self._response_text = text
         self._response_ids = list(token_ids)[reasoning_tokens:] if token_ids is not None else None
-        self._response_tokens = (
-            len(self._response_ids) if self._response_ids is not None else max(tokens - reasoning_tokens, 0)
-        )
+        if self.api != "completions" or self.prompt_format == "text":
+            self._response_tokens = len(self.factory.tokenizer.encode(text))
+        else:
+            self._response_tokens = (
+                len(self._response_ids) if self._response_ids is not None else max(tokens - reasoning_tokens, 0)
+            )
         self._calls = list(calls)
