@@ -351,7 +351,7 @@ def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(p
         ),
         (
             ["--llm-offline", "--llm-model=foo"],
-            "--llm-model / llm_model: ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint",
+            "--llm-model / llm_model: ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint and to declared servers",
         ),
         (["--llm-model=foo"], "--llm-model / llm_model: ignored by the simulator, *"),
         (
@@ -360,8 +360,15 @@ def test_a_path_value_inside_the_project_in_the_space_form_is_not_warned_about(p
         ),
         (
             ["--llm-cache-reset=off"],
-            "--llm-cache-reset / llm_cache_reset: ignored offline: every run of the in-process simulator starts on a fresh engine, *",
+            "--llm-cache-reset / llm_cache_reset: ignored offline: every run of the in-process simulator starts on a fresh engine, *"
+            "; tests that declare a server (server=) use it",
         ),
+        # a CI job that left --llm-compare out gated nothing and said nothing
+        (
+            ["--llm-fail-on-regression"],
+            "--llm-fail-on-regression / llm_fail_on_regression: ignored without --llm-compare: nothing is compared, so no regression can fail a test",
+        ),
+        (["--llm-fail-on-unstable"], "--llm-fail-on-unstable / llm_fail_on_unstable: ignored without --llm-compare: *"),
     ],
 )
 def test_an_option_the_session_ignores_is_warned_about_once(project, args, warning):

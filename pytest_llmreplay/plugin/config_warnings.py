@@ -11,11 +11,16 @@ Ignored options (:func:`warn_of_ignored_options`), each warned about once, namin
 - ``--llm-api`` offline: the in-process simulator takes every request in one form (its figures
   are the same over the four APIs: ``tests/test_sim_apis.py``);
 - ``--llm-cache-reset`` offline: every run of the in-process simulator has a fresh engine, so
-  there is no cache to keep or empty.
+  there is no cache to keep or empty;
+- ``--llm-fail-on-regression``, ``--llm-fail-on-unstable`` without ``--llm-compare``: nothing
+  is compared, so nothing can fail a test (a CI job that left ``--llm-compare`` out gated nothing,
+  and said nothing).
 
-An option counts as given when it is on the command line, or in the ini file with a value other
-than its default. One set only in the ini file is not warned about when the command line picked
-the mode (``--llm-offline`` or ``--llm-endpoint``): the ini file may configure the other mode.
+The offline ones say that a test declaring its own server (``server=``) does use the option: only
+the session's in-process simulator ignores it. An option counts as given when it is on the command
+line, or in the ini file with a value other than its default. One set only in the ini file is not
+warned about when the command line picked the mode (``--llm-offline`` or ``--llm-endpoint``; for
+the two ``fail`` options, ``--llm-compare``): the ini file may configure the other mode.
 """
 
 from __future__ import annotations
@@ -28,14 +33,24 @@ import pytest
 
 from .options import OPTIONS
 
+DECLARED = (
+    "; tests that declare a server (server=) use it"  # the offline ones: only the session's simulator ignores them
+)
 IGNORED = {  # option (ini key) -> why it does nothing, for the modes where it does nothing
     "llm_server_timeout": "ignored without --llm-server-cmd: no server is started here, so none is waited for",
     "llm_sim_profile": "ignored with --llm-endpoint: the live server is measured, not the simulator",
-    "llm_model": "ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint",
-    "llm_metrics_interval": "ignored offline: the in-process simulator has no /metrics to scrape (-o llm_offline=false serves it over HTTP)",
-    "llm_api": "ignored offline: the in-process simulator takes every request in one form, and measures the same over any API (-o llm_offline=false serves it over HTTP, on each API's route)",
-    "llm_cache_reset": "ignored offline: every run of the in-process simulator starts on a fresh engine, its cache empty (-o llm_offline=false serves it over HTTP)",
+    "llm_model": "ignored by the simulator, which serves its profile's model whatever the request names; it applies to --llm-endpoint"
+    + " and to declared servers",
+    "llm_metrics_interval": "ignored offline: the in-process simulator has no /metrics to scrape (-o llm_offline=false serves it over HTTP)"
+    + DECLARED,
+    "llm_api": "ignored offline: the in-process simulator takes every request in one form, and measures the same over any API (-o llm_offline=false serves it over HTTP, on each API's route)"
+    + DECLARED,
+    "llm_cache_reset": "ignored offline: every run of the in-process simulator starts on a fresh engine, its cache empty (-o llm_offline=false serves it over HTTP)"
+    + DECLARED,
+    "llm_fail_on_regression": "ignored without --llm-compare: nothing is compared, so no regression can fail a test",
+    "llm_fail_on_unstable": "ignored without --llm-compare: nothing is compared, so no comparison can be unstable",
 }
+FAIL_OPTIONS = ("llm_fail_on_regression", "llm_fail_on_unstable")  # what --llm-compare turns on
 
 
 def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | None) -> None:
@@ -43,6 +58,8 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
     target kind (offline, sim-server, live); ``server_cmd``: the server command it starts, if
     any."""
     defaults = {ini: default for _, ini, _, default, _ in OPTIONS}
+    compare_on_command_line = config.getoption("llm_compare") is not None
+    comparing = compare_on_command_line or config.getini("llm_compare") not in (None, "", defaults.get("llm_compare"))
     ignored = {
         "llm_server_timeout": server_cmd is None,
         "llm_sim_profile": kind == "live",
@@ -50,12 +67,14 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
         "llm_metrics_interval": kind == "offline",
         "llm_api": kind == "offline",
         "llm_cache_reset": kind == "offline",
+        **{ini: not comparing for ini in FAIL_OPTIONS},
     }
     mode_on_command_line = bool(config.getoption("llm_offline") or config.getoption("llm_endpoint"))
     for ini, why in IGNORED.items():
         on_command_line = config.getoption(ini) is not None
         in_ini = config.getini(ini) not in (None, "", defaults.get(ini))
-        if ignored[ini] and (on_command_line or (in_ini and not mode_on_command_line)):
+        picked = compare_on_command_line if ini in FAIL_OPTIONS else mode_on_command_line
+        if ignored[ini] and (on_command_line or (in_ini and not picked)):
             flag = "--" + ini.replace("_", "-")
             config.issue_config_time_warning(pytest.PytestConfigWarning(f"{flag} / {ini}: {why}"), stacklevel=2)
 

@@ -127,14 +127,14 @@ OPTIONS = (
         "llm_fail_on_regression",
         "bool",
         False,
-        "fail a test when the comparison calls a regression",
+        "with --llm-compare: fail a test when the comparison calls a regression (without it, warned of: nothing is compared)",
     ),
     (
         "--llm-fail-on-unstable",
         "llm_fail_on_unstable",
         "bool",
         False,
-        "fail a test when its comparison is unstable: the runs of a side disagree too much (over 3x on a time figure) for any verdict",
+        "with --llm-compare: fail a test when its comparison is unstable: the runs of a side disagree too much (over 3x on a time figure) for any verdict",
     ),
     ("--llm-report", "llm_report", "string", None, "write JSON, CSV, Markdown and HTML reports to DIR"),
     (
