@@ -223,6 +223,14 @@ def test_baseline_dir_option_moves_the_store(project):
     project.runpytest("--llm-offline", "--llm-save", "--llm-baseline-dir", "perf-results").assert_outcomes(passed=1)
     assert not (project.path / ".llmreplay").exists()
     assert len(stored(project.path, store="perf-results")) == 1
+    # compared against a mistyped folder, every test "had no stored result" and passed the gate
+    result = project.runpytest("--llm-offline", "--llm-compare", "--llm-baseline-dir", "perf-reslts")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--llm-baseline-dir / llm_baseline_dir: */perf-reslts: no such folder; expected the folder results were stored in*"
+        ]
+    )
 
 
 # ------------------------------------------------------------------------ comparing

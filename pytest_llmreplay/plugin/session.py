@@ -171,9 +171,20 @@ class LLMSession:
             except LLMReplayError as exc:
                 raise pytest.UsageError(str(exc)) from None
         try:  # a store that cannot be used fails here, before anything is measured
-            self.store = open_store(option(config, "llm_baseline_dir"), config.rootpath)
+            named = option(config, "llm_baseline_dir")
+            self.store = open_store(named, config.rootpath)
             if save or self.history is not None or isinstance(self.store, FolderStore):
                 self.store.check(writing=save and not is_worker(config))
+            if (
+                self.history is not None
+                and not save
+                and isinstance(self.store, FolderStore)
+                and not self.store.root.exists()
+                and named != ".llmreplay"  # the default, before any --llm-save: "no stored result", said per test
+            ):  # a mistyped folder gated nothing: every test "has no stored result" and passed
+                raise LLMReplayError(
+                    f"{self.store.label}: no such folder; expected the folder results were stored in (--llm-save)"
+                )
         except LLMReplayError as exc:
             raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {exc}") from None
         self.server: Any = None
