@@ -569,3 +569,20 @@ def test_the_progress_lines_total_is_what_the_run_plans():
     assert planned(max_sessions=6) == 14 + 2 + 3  # cycling
     # a plan the replay will refuse (cycling a trace whose sessions all arrive at once): the workload's count
     assert _planned_requests(workload, ReplaySettings(max_sessions=2)) == 14
+
+
+def test_a_run_spread_past_the_virtual_clocks_reach_is_one_error_not_a_hang(capsys, tmp_path):
+    # past 2**24 s a float's step exceeds the clock's 1 ns settle step: now + 1e-9 == now, and
+    # the event loop spun at 100% CPU for ever (a session at 9.5e6 s replayed at --speedup 0.5)
+    trace = tmp_path / "far.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 100, "output_length": 10}\n'
+        '{"timestamp": 9500000000, "input_length": 100, "output_length": 10}\n'
+    )
+    code, _, err = run(capsys, "run", str(trace), "--sim", "llama-3.1-8b-h100", "--speedup", "0.5")
+    assert code == 3 and err.startswith(
+        "error: the replay's virtual time would reach 19,000,000 s, past 16,777,216 s (194 days)"
+    )
+    assert len(err.strip().splitlines()) == 1
+    code, _, _ = run(capsys, "run", str(trace), "--sim", "llama-3.1-8b-h100", "--speedup", "2")
+    assert code == 0  # 4.75e6 s: within reach

@@ -26,8 +26,14 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
+from ..errors import LLMReplayError
+
 T = TypeVar("T")
 SETTLE_S = 1e-9  # the virtual clock's settle step: one loop resolution
+# past 2**24 s (194 days) a float's step exceeds 2 * SETTLE_S, so now + SETTLE_S == now: a settle
+# never fired and the event loop spun at 100% CPU for ever (a trace's session at 9.5e6 s replayed
+# at --speedup 0.5); the virtual clock refuses to go there
+MAX_VIRTUAL_S = 2.0**24
 
 
 class Clock(Protocol):
@@ -96,6 +102,17 @@ class _JumpingSelector(selectors.DefaultSelector):
         return []
 
 
+def check_virtual_span(seconds: float) -> None:
+    """An :class:`LLMReplayError` when a virtual clock would reach ``seconds`` >= :data:`MAX_VIRTUAL_S`."""
+    if seconds >= MAX_VIRTUAL_S:
+        raise LLMReplayError(
+            f"the replay's virtual time would reach {seconds:,.0f} s, past {MAX_VIRTUAL_S:,.0f} s (194 days), where the "
+            f"simulator's clock can no longer tell events {SETTLE_S * 1e9:g} ns apart: the trace's times and delays, a "
+            "speedup below 1 or a low rate spread the run that far; replay a part of it (max_requests, duration_s) or at a "
+            "higher speedup or rate"
+        )
+
+
 class VirtualClock:
     """Simulated time starting at ``start``: it moves only when every task is waiting on a timer,
     and then straight to the earliest timer. Deterministic: no real time is read."""
@@ -107,6 +124,10 @@ class VirtualClock:
         return self._now
 
     def advance(self, seconds: float) -> None:
+        """Move the clock ``seconds`` on; an :class:`LLMReplayError` past :data:`MAX_VIRTUAL_S`
+        (the replay checks its plan against it first, :func:`check_virtual_span`: this is the
+        stop for what no plan shows, rather than a loop that spins for ever)."""
+        check_virtual_span(self._now + seconds)
         self._now += seconds
 
     async def sleep(self, seconds: float) -> None:

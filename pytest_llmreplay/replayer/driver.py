@@ -68,7 +68,7 @@ from ..errors import LLMReplayError
 from ..wording import counted
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
 from ..workloads.workload import OUTPUT_LIMIT_FIELDS, HashBlocks, Session, Synthetic, Workload
-from .clock import Clock, WallClock
+from .clock import Clock, VirtualClock, WallClock, check_virtual_span
 from .endpoint_types import Endpoint, EndpointRequest, describe_error
 from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
 from .records import ReplayRun, RequestRecord, cancelled_note, fill_unreported_cached
@@ -142,6 +142,7 @@ class Replay:
                 busy = await self.endpoint.idle_warning()
                 if busy:
                     self.warnings.append(busy)
+            self._check_virtual_span()
             self._prepare_prompts()
             self._warn_unasked_tool_calls()
             self._warn_unbounded_outputs()
@@ -190,6 +191,24 @@ class Replay:
             interrupted=self.interrupted,
             stopped=self.stopped,
             server_metrics={} if scraped is None else scraped.relative_to(self._start),
+        )
+
+    def _check_virtual_span(self) -> None:
+        """On a virtual clock, refuse a plan whose sessions start or turns wait past
+        :data:`~pytest_llmreplay.replayer.clock.MAX_VIRTUAL_S` (its arrival offsets and delays
+        over the speedup), before anything is sent: there the clock spun for ever."""
+        if not isinstance(self.clock, VirtualClock):
+            return
+        offsets = self.offsets if self.offsets is not None else [0.0] * len(self.plan)
+        speedup = self.settings.speedup
+        check_virtual_span(
+            self.clock.now()
+            + max(
+                (offset + sum(turn.delay_s for turn in session.turns) / speedup)
+                for offset, session in zip(offsets, self.plan, strict=True)
+            )
+            if self.plan
+            else 0.0
         )
 
     def _warn_unasked_tool_calls(self) -> None:
