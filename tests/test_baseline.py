@@ -496,6 +496,20 @@ def test_parse_tolerance_refuses(value):
     assert "'ttft.p50'" in message and "expected an allowed change such as '10%'" in message
 
 
+def test_what_yaml_and_toml_make_of_natural_spellings_is_named():
+    # YAML reads a bare off as false; TOML reads an unquoted ttft.p90 = "10%" as the table ttft
+    with pytest.raises(LLMReplayError, match=r"got False: YAML reads a bare off .* quote it: 'off'"):
+        parse_tolerance("ttft.p90", False)
+    with pytest.raises(LLMReplayError) as info:
+        tolerances({"ttft": {"p90": "10%"}})
+    assert str(info.value) == (
+        "regression 'ttft': its value is a table ({'p90': '10%'}), as TOML reads an unquoted dotted key "
+        '(ttft.p90 = ... is the table ttft); quote the key: "ttft.p90" = ...'
+    )
+    with pytest.raises(LLMReplayError, match=r"^SLO 'ttft': its value is a table \(\{'p99': '< 1s'\}\)"):
+        parse_slos({"ttft": {"p99": "< 1s"}})
+
+
 def test_tolerances_default():
     merged = tolerances(None)
     assert merged == baseline.DEFAULT_TOLERANCES

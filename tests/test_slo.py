@@ -123,6 +123,15 @@ def test_a_negative_threshold_on_a_built_in_metric_is_refused(key, threshold):
     )
 
 
+@pytest.mark.parametrize("threshold", ["< 1e400s", "< 1e999999999ms", "< 1e999999999999999999ms"])
+def test_a_threshold_too_large_to_compare_is_refused_whatever_its_exponent(threshold):
+    # past Decimal's exponent range a unit's product overflowed: a traceback, where 1e400 was refused
+    number = threshold.split()[1].rstrip("ms")
+    assert refused("ttft.p99", threshold) == (
+        f"SLO 'ttft.p99': {number!r} is too large a number to compare with; expected one such as '< 2s'"
+    )
+
+
 def test_a_plugins_metric_may_have_a_negative_threshold():
     assert parse_slo("drift.mean", "> -1", extra_metrics=["drift"]).value == -1.0  # signed numbers read as numbers
 

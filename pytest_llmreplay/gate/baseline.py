@@ -67,7 +67,7 @@ import numpy as np
 
 from ..errors import LLMReplayError
 from ..metrics.names import CAPACITY_STATS, capacity_stat
-from ..metrics.slo import NOT_MEASURED
+from ..metrics.slo import NOT_MEASURED, refuse_a_table
 from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
@@ -247,7 +247,12 @@ def parse_tolerance(key: str, value: Any) -> float | None:
     is refused (``10`` would be 1,000%: write ``"10%"``)."""
     if value is None or value == "off":
         return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, bool):  # YAML 1.1 reads a bare off, no, on, yes as false or true
+        raise LLMReplayError(
+            f"regression {key!r}: expected an allowed change such as '10%', 0.1 or 'off', got {value!r}: "
+            "YAML reads a bare off (or no, on, yes) as a boolean; quote it: 'off'"
+        )
+    if isinstance(value, (int, float)):
         number = float(value)
     else:
         match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(%?)\s*", str(value)) if isinstance(value, str) else None
@@ -278,6 +283,7 @@ def tolerances(
             f"regression: expected a mapping of metric keys to allowed changes, got {type(overrides).__name__}"
         )
     for key, value in overrides.items():
+        refuse_a_table("regression", key, value)
         metric, _, stat = str(key).partition(".")
         if metric == "capacity" and stat not in CAPACITY_STATS:
             raise LLMReplayError(f"regression {key!r}: compare capacity by {', '.join(CAPACITY_STATS)}")

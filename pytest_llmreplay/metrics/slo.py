@@ -344,7 +344,10 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
         raise LLMReplayError(
             f"SLO {key!r}: unit {unit!r} does not fit {key} (a {family.replace('_', ' ')} metric); expected {expected}"
         )
-    value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)  # exact: 95% is 0.95
+    try:  # exact: 95% is 0.95; an exponent past Decimal's range overflows, as 1e400 does float's
+        value = float(Decimal(number) * Decimal(str(UNITS[unit][1]))) if unit else float(number)
+    except ArithmeticError:  # decimal.Overflow (1e999999999ms was a traceback)
+        value = math.inf
     if not math.isfinite(value):  # 1e400: every measurement is below it
         raise LLMReplayError(
             f"SLO {key!r}: {number!r} is too large a number to compare with; expected one such as '< 2s'"
@@ -386,6 +389,18 @@ def parse_slo(key: str, threshold: Any, extra_metrics: Iterable[str] = ()) -> SL
     return SLO(key, metric, stat, op, value, unit, " ".join(threshold.split()))
 
 
+def refuse_a_table(part: str, key: Any, value: Any) -> None:
+    """An :class:`LLMReplayError` when the value of ``part``'s (``SLO``, ``regression``) ``key`` is
+    a mapping: TOML reads an unquoted dotted key ``ttft.p99 = "< 1s"`` as the table ``ttft`` holding
+    ``p99``, and the error then said to name a statistic the user had named."""
+    if isinstance(value, Mapping):
+        inner = next(iter(value), "p99")
+        raise LLMReplayError(
+            f"{part} {key!r}: its value is a table ({dict(value)!r}), as TOML reads an unquoted dotted key "
+            f'({key}.{inner} = ... is the table {key}); quote the key: "{key}.{inner}" = ...'
+        )
+
+
 def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()) -> list[SLO]:
     """Every SLO of a mapping (key -> threshold), in order."""
     __tracebackhide__ = True  # a bad threshold in a test's assert_slo shows the test's line
@@ -396,6 +411,7 @@ def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()
     extra = tuple(extra_metrics)
     parsed = []
     for key, value in slos.items():  # a loop, not a comprehension: its frame would show (Python < 3.12)
+        refuse_a_table("SLO", key, value)
         parsed.append(parse_slo(key, value, extra))
     return parsed
 
