@@ -155,11 +155,18 @@ def arrival_offsets(plan: list[Session], mode: str, settings: ReplaySettings) ->
 
 
 def check_warmup(settings: ReplaySettings, planned_requests: int) -> None:
-    """Raise :class:`LLMReplayError` when the warm-up would take every request of the run."""
+    """Raise :class:`LLMReplayError` when the warm-up would take every request of the run: its
+    ``warmup_requests`` all the run sends, or its ``warmup_s`` the whole of its ``duration_s``
+    (every request scheduled in it: a test measured nothing and passed)."""
     if settings.warmup_requests and settings.warmup_requests >= planned_requests:
         raise LLMReplayError(
             f"warmup_requests: {settings.warmup_requests:,} is not fewer than the {planned_requests:,} requests this run "
             "sends at most; nothing would be measured"
+        )
+    if settings.warmup_s and settings.duration_s is not None and settings.warmup_s >= settings.duration_s:
+        raise LLMReplayError(
+            f"warmup_s: {settings.warmup_s:g} s is not less than the run's duration ({settings.duration_s:g} s): every request "
+            "is scheduled in the warm-up; nothing would be measured"
         )
 
 
