@@ -499,6 +499,10 @@ def test_llm_endpoint_wins_over_declared_servers_which_are_not_started(project):
         ]
     )
     assert not project.path.joinpath("started").exists()
+    # an --llm-endpoint nothing answers at served no test, and the notes do not say it did
+    result = project.runpytest("--llm-repeat", "1", "--llm-endpoint", f"http://127.0.0.1:{free_port()}")
+    result.assert_outcomes(errors=1)
+    assert "served every test" not in result.stdout.str()
 
 
 def test_under_xdist_each_worker_pools_its_own_servers_and_logs_in_a_folder_of_its_own(project):

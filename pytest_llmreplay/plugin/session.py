@@ -281,6 +281,7 @@ class LLMSession:
         if server is None:
             return self.target
         if self.kind == "live":
+            target = self.target  # an endpoint that cannot be reached raises here: it served no test
             if not self.declared_ignored:
                 self.declared_ignored = True
                 self.notes.append(
@@ -289,7 +290,7 @@ class LLMSession:
                         f"--llm-endpoint {self.endpoint_url} served every test: the declared servers were not started",
                     )
                 )
-            return self.target
+            return target
         return self.servers.target(server, self._declared_target, test)
 
     def check_server(self, server: ServerConfig | None) -> None:
