@@ -586,3 +586,21 @@ def test_a_run_spread_past_the_virtual_clocks_reach_is_one_error_not_a_hang(caps
     assert len(err.strip().splitlines()) == 1
     code, _, _ = run(capsys, "run", str(trace), "--sim", "llama-3.1-8b-h100", "--speedup", "2")
     assert code == 0  # 4.75e6 s: within reach
+
+
+def test_a_second_run_into_an_out_folder_never_replaces_the_firsts_result(capsys, tmp_path):
+    # a second run with the same --out replaced an hour-long live run's result.json without a word
+    out, workload = tmp_path / "r", Path(__file__).parent.parent / "workloads" / "synthetic_chat.yaml"
+    assert run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h100", "--out", str(out))[0] == 0
+    first = (out / "result.json").read_bytes()
+    code, printed, err = run(capsys, "run", str(workload), "--sim", "llama-3.1-8b-h200", "--out", str(out))
+    assert (
+        code == 3
+        and printed == ""
+        and err
+        == (
+            f"error: --out {out}: holds result.json and requests.csv of an earlier run, which this one would replace; "
+            "name another folder, or remove those files first\n"
+        )
+    )
+    assert (out / "result.json").read_bytes() == first

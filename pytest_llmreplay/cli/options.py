@@ -80,16 +80,24 @@ def open_store_option(option: str, text: str, writing: bool) -> Any:
     return store
 
 
-def out_folder_option(option: str, text: str | None, contents: str) -> Path | None:
+def out_folder_option(option: str, text: str | None, contents: str, files: tuple[str, ...] = ()) -> Path | None:
     """The folder ``text`` names for ``contents`` (``run --out DIR``), made now, before anything
-    is measured; None when the option was not given. An empty value, a file there, or a folder
-    that cannot be made or written is an :class:`LLMReplayError` naming ``option``."""
+    is measured; None when the option was not given. An empty value, a file there, a folder
+    that cannot be made or written, or one already holding one of ``files`` (an earlier run's
+    result.json: a second run into the folder replaced it without a word) is an
+    :class:`LLMReplayError` naming ``option``."""
     from ..gate.store import make_folder
 
     if text is None:
         return None
     if not text.strip():
         raise LLMReplayError(f"{option}: empty; expected a folder for {contents}")
+    held = [name for name in files if (Path(text) / name).exists()]
+    if held:
+        raise LLMReplayError(
+            f"{option} {text}: holds {' and '.join(held)} of an earlier run, which this one would replace; "
+            "name another folder, or remove those files first"
+        )
     try:
         make_folder(Path(text), contents)
     except LLMReplayError as exc:

@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     settings.validate()
     workers = _workers(args)
-    out = out_folder_option("--out", args.out, "result.json and requests.csv")
+    out = out_folder_option("--out", args.out, "result.json and requests.csv", ("result.json", "requests.csv"))
     store = open_store_option("--save-to", args.save_to, writing=True) if args.save_to is not None else None
     body = extra_body("--extra-body", args.extra_body, args.ignore_eos)
     # salted with the workload's digest (the plugin adds the test's id): two workloads share no prompt tokens
@@ -190,7 +190,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         if out is not None:
             from ..gate.store import write_new
 
-            (out / "result.json").unlink(missing_ok=True)  # --out names a folder for this run's files
             print(
                 f"wrote {write_new(out / 'result.json', record)}{interrupted_note(record)} and {result.write_csv(out / 'requests.csv', results[:-1])}"
             )

@@ -152,7 +152,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         tool_calls=args.tool_calls,
     )
     settings.validate()
-    out = out_folder_option("--out", args.out, "result.json, requests.csv, points.csv and load_curve.svg")
+    names = ("result.json", "requests.csv", "points.csv", "load_curve.svg")
+    out = out_folder_option("--out", args.out, "result.json, requests.csv, points.csv and load_curve.svg", names)
     digest = workload_digest(args.file)
     prompts = PromptFactory(load_tokenizer(args.tokenizer), seed=args.seed, tokenizer_option="--tokenizer").salted(
         digest
@@ -199,8 +200,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if found.interrupted:  # a search cut short: kept, never a comparison baseline (as run's)
             record["interrupted"] = found.interrupted
         written = []
-        for name in ("result.json", "requests.csv", "points.csv", "load_curve.svg"):
-            (out / name).unlink(missing_ok=True)  # --out names a folder for this sweep's files
         written.append(write_new(out / "result.json", record))
         written.append(result.write_csv(out / "requests.csv"))
         written.append(write_points(found, out / "points.csv"))
