@@ -1342,7 +1342,9 @@ def test_invalid_sim_profile_file_fails_each_test_with_one_clear_line(project):
     assert (
         result.stdout.str().count("--llm-sim-profile: fast.json: speed: unknown field") == 3
     )  # once per test (in its section), and for the perf test in the summary's line of tests with no result
-    result.stdout.fnmatch_lines(["llmreplay: no result: 1 perf test errored before measuring: spec.llmreplay.yaml::* (*)"])
+    result.stdout.fnmatch_lines(
+        ["llmreplay: no result: 1 perf test errored before measuring: spec.llmreplay.yaml::* (*)"]
+    )
     assert "During handling" not in result.stdout.str()
     no_traceback(result)
 

@@ -420,6 +420,10 @@ def test_cli_run_stopped_by_a_signal_keeps_what_it_measured(server, tmp_path, si
             ["--max-requests", "3"],
             "error: --max-requests/--max-sessions: cycling a timed trace whose sessions all arrive at once",
         ),
+        (  # it changed nothing, and was stored: results alike in all but it were "not compared"
+            ["--arrival", "constant"],
+            "error: --arrival: applies to rate mode (the spacing of its sessions); mode is 'timestamps'",
+        ),
         (  # every request in the warm-up: a test measured nothing and passed
             ["--duration", "3", "--warmup-seconds", "5"],
             "error: --warmup-seconds: 5 s is not less than the run's duration (3 s): every request is scheduled in the warm-up",

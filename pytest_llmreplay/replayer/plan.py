@@ -84,11 +84,14 @@ class ReplaySettings:
 
     def check_for(self, workload: Workload) -> None:
         """Raise :class:`LLMReplayError` for settings that contradict the mode they resolve to
-        on ``workload`` (a rate outside rate mode, an order in timestamps mode, timestamps mode
-        on a trace without times)."""
+        on ``workload`` (a rate or an arrival other than the default outside rate mode, an order
+        in timestamps mode, timestamps mode on a trace without times). An arrival it ignores was
+        stored all the same, and results alike in all but it were "not compared"."""
         mode = self.resolved_mode(workload)
         if self.rate is not None and mode != "rate":
             raise LLMReplayError(f"rate: applies to rate mode; mode is {mode!r}")
+        if self.arrival != ReplaySettings.arrival and mode != "rate":
+            raise LLMReplayError(f"arrival: applies to rate mode (the spacing of its sessions); mode is {mode!r}")
         if mode == "timestamps" and self.order != "sequential":
             raise LLMReplayError(
                 f"order: timestamps mode{' (picked by auto: the trace is timed)' if self.mode == 'auto' else ''} replays sessions "
