@@ -209,6 +209,11 @@ def test_a_server_that_hides_its_cache_size_needs_it_given(prompts):
         (["--timeout", "0"], "--timeout: expected seconds > 0"),
         (["--timeout", "-1"], "--timeout: expected seconds > 0"),
         (["--repeats", "0"], "--repeats: expected an integer >= 1"),
+        # the other way's options were read by nothing, silently
+        (
+            ["--workload", "w.yaml", "--fit", "mfu"],
+            "--workload, --fit: apply to --from-run (a recorded run), not to a live sweep",
+        ),
     ],
 )
 def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
@@ -218,6 +223,14 @@ def test_bad_sweep_options_are_one_clear_error(argv, message, tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert err.startswith(f"error: {message}") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_live_sweeps_options_with_from_run_are_one_clear_error(tmp_path, capsys):
+    argv = ["calibrate", "--from-run", "r.json", "--workload", "w.yaml", "--profile", "llama-3.1-8b-h100"]
+    assert main([*argv, "--out", str(tmp_path / "p.json"), "--budget", "30", "--timeout", "5"]) == BAD_INPUT
+    assert (
+        capsys.readouterr().err == "error: --budget, --timeout: apply to a live sweep (--endpoint), not to --from-run\n"
+    )
 
 
 @pytest.mark.parametrize("argv", [[], ["--num-gpu-blocks", "100"], ["--num-gpu-blocks", "100", "--model", "m"]])

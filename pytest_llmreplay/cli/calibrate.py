@@ -118,8 +118,9 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     runs = [read_run(path) for path in args.from_run]
     try:
         counts = [layers(read_base(profile, engine)[2]) for profile in profiles]
-    except LLMReplayError as exc:
-        raise LLMReplayError(f"--profile: {exc}") from None
+    except LLMReplayError as exc:  # with engine options the conflict may be theirs, not the file's
+        given = "".join(f" {args.option_names[key]}" for key in engine)
+        raise LLMReplayError(f"--profile{' with' + given if given else ''}: {exc}") from None
     tokenizer = load_tokenizer(args.tokenizer)
     fit = [name.strip() for name in args.fit.split(",") if name.strip()]
     check_fit(fit, runs, args.max_evals, counts)  # refused before the line that says the fit begins
@@ -158,6 +159,23 @@ def cmd_calibrate_run(args: argparse.Namespace, engine: dict[str, int], out: Pat
     return 0
 
 
+# the options of one way to calibrate that the other never reads (said, not ignored: a live
+# sweep's --workload, --fit and --max-evals were silently dropped, and --from-run's --budget)
+SWEEP_ONLY = (
+    *("prefill_tokens", "decode_seqs", "decode_prompt_tokens", "decode_output_tokens", "repeats", "budget"),
+    *("model", "api_key_env", "timeout"),
+)
+FROM_RUN_ONLY = ("workload", "profile", "fit", "max_evals")
+
+
+def refuse_the_other_ways_options(args: argparse.Namespace, names: tuple[str, ...], applies_to: str) -> None:
+    """An :class:`LLMReplayError` naming the options of ``names`` given a value other than their
+    default, which ``applies_to`` says where they apply."""
+    given = [args.option_names[name] for name in names if getattr(args, name) != args.parser.get_default(name)]
+    if given:
+        raise LLMReplayError(f"{', '.join(given)}: {'apply' if len(given) > 1 else 'applies'} to {applies_to}")
+
+
 def _points(option: str, text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
@@ -176,7 +194,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise LLMReplayError(f"--timeout: expected seconds > 0, got {args.timeout}")
     engine = engine_overrides(args)
     if args.from_run:
+        refuse_the_other_ways_options(args, SWEEP_ONLY, "a live sweep (--endpoint), not to --from-run")
         return cmd_calibrate_run(args, engine, out)
+    refuse_the_other_ways_options(args, FROM_RUN_ONLY, "--from-run (a recorded run), not to a live sweep")
     if not args.endpoint:
         raise LLMReplayError(
             "--endpoint: missing (give --endpoint URL for a live sweep, or --from-run RUN to fit a recorded run)"
