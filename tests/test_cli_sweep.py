@@ -488,31 +488,23 @@ def test_sweep_sim_names_the_http_options_it_ignores(capsys, workload):
     )
 
 
-def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload, tmp_path):
-    # as run and the plugin's --llm-model: --model is what every request names, not only what
-    # result.json says (the mock server serves "mock-model" first and answers any name)
+def sweep_the_mock(capsys, workload, out, *more):
+    """A sweep by concurrency (at most 2) of the mock server, ``more`` options added, written to
+    ``out``; the server, whose bodies and headers it kept."""
     server = MockServer()
     with ServerThread(server) as thread:
         code, _, err = run(
-            capsys,
-            "sweep",
-            workload,
-            "--endpoint",
-            thread.url,
-            "--model",
-            "named-model",
-            "--by",
-            "concurrency",
-            "--max",
-            "2",
-            "--slo",
-            "ttft.p99<1s",
-            "--max-requests",
-            "4",
-            "--out",
-            str(tmp_path / "out"),
-        )
+            capsys, "sweep", workload, "--endpoint", thread.url, "--by", "concurrency", "--max", "2",
+            "--slo", "ttft.p99<1s", "--out", str(out), *more,
+        )  # fmt: skip
     assert code == 0, err
+    return server
+
+
+def test_sweep_sends_the_model_it_is_given_and_records_that_one(capsys, workload, tmp_path):
+    # as run and the plugin's --llm-model: --model is what every request names, not only what
+    # result.json says (the mock server serves "mock-model" first and answers any name)
+    server = sweep_the_mock(capsys, workload, tmp_path / "out", "--model", "named-model", "--max-requests", "4")
     assert server.bodies and {body["model"] for body in server.bodies} == {"named-model"}
     assert read_record(tmp_path / "out" / "result.json")["fingerprint"]["model"] == "named-model"
 
@@ -521,31 +513,8 @@ def test_sweep_sends_what_run_sends_with_every_request_and_fingerprints_the_extr
     # a sweep without --ignore-eos against vLLM let outputs end where the model stopped, and its
     # capacity was compared with runs cut at their planned lengths: the options run has, and the
     # extra body in result.json's fingerprint as the plugin's --llm-extra-body puts it
-    server = MockServer()
-    with ServerThread(server) as thread:
-        code, _, err = run(
-            capsys,
-            "sweep",
-            workload,
-            "--endpoint",
-            thread.url,
-            "--by",
-            "concurrency",
-            "--max",
-            "2",
-            "--slo",
-            "ttft.p99<1s",
-            "--max-sessions",
-            "3",
-            "--ignore-eos",
-            "--extra-body",
-            '{"min_tokens": 2}',
-            "--header",
-            "X-Team: perf",
-            "--out",
-            str(tmp_path / "out"),
-        )
-    assert code == 0, err
+    more = ("--max-sessions", "3", "--ignore-eos", "--extra-body", '{"min_tokens": 2}', "--header", "X-Team: perf")
+    server = sweep_the_mock(capsys, workload, tmp_path / "out", *more)
     assert server.bodies and all(body["ignore_eos"] is True and body["min_tokens"] == 2 for body in server.bodies)
     assert {headers.get("x-team") for headers in server.headers} == {"perf"}
     stored = read_record(tmp_path / "out" / "result.json")
