@@ -177,9 +177,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         bands = headline_bands(sim.profile, args.band, args.seed, summarise)
         print(band_lines(sim.profile, result.summary, bands, args.band))
-    workload_part = workload_facts(args.file, args.format, digest, options)
-    git = git_state(Path.cwd())
-    record = pool_records([_record(each, args, workload_part, fingerprint, git) for each in results], facts)
+    if out is not None or store is not None or len(results) > 1:  # the result as stored (its runs pooled)
+        workload_part = workload_facts(args.file, args.format, digest, options)
+        git = git_state(Path.cwd())
+        record = pool_records([_record(each, args, workload_part, fingerprint, git) for each in results], facts)
     if len(results) > 1:
         print(repeats_line(record))
     if out is not None or store is not None:
@@ -202,7 +203,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
             except LLMReplayError as exc:
                 raise LLMReplayError(f"--save-to: {exc}") from None
-    interrupted = record.get("interrupted")
+    interrupted = next((run.interrupted for run in runs if run.interrupted), None)
     if interrupted:
         return 128 + getattr(signal, interrupted)  # the shell's status for a process a signal ended
     counts = [each.summary["requests"] for each in results]
