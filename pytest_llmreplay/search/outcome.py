@@ -270,10 +270,10 @@ class Capacity:
                 "the server did not keep up with that rate (its last requests drained after the arrivals ended), yet the SLOs held "
                 "because the workload ended first (too short for that rate); a longer workload would measure the rate sustained"
             )
-        before = (
-            [self.ended] if self.interrupted else []
-        )  # "bracket within ..." is the offered loads', not the ceiling's
-        before += ["no rate failed"] if self.high is None else []  # where "at least" does not hold
+        # the signal's line, not "bracket within ...": that is of the loads offered, not the ceiling;
+        # "no rate failed" where none did, as "at least" would say, which a ceiling is not
+        before = [self.ended] if self.interrupted else []
+        before += ["no rate failed"] if self.high is None else []
         return "; ".join([*before, f"{carried}: {cause}, so the capacity is the rate carried, a ceiling"])
 
     @property
