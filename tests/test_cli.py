@@ -604,3 +604,21 @@ def test_a_second_run_into_an_out_folder_never_replaces_the_firsts_result(capsys
         )
     )
     assert (out / "result.json").read_bytes() == first
+
+
+def test_a_later_turns_own_time_converts_to_mooncake_and_is_a_loss_elsewhere(capsys, tmp_path):
+    # a mooncake session's later turns timed by their own timestamps (sent then, or when the
+    # previous turn ends): kept as timestamps in mooncake, a loss named in a format of waits
+    source = tmp_path / "timed.jsonl"
+    source.write_text(
+        "".join(
+            json.dumps({"session_id": "a", "timestamp": stamp, "input_length": 100 * (i + 1), "output_length": 10})
+            + "\n"
+            for i, stamp in enumerate((0, 1000, 2500))
+        )
+    )
+    back = tmp_path / "back.jsonl"
+    assert run(capsys, "convert", str(source), str(back), "--to", "mooncake")[0] == 0
+    assert [json.loads(line)["timestamp"] for line in back.read_text().splitlines()] == [0, 1000, 2500]
+    code, _, err = run(capsys, "convert", str(source), str(tmp_path / "l.jsonl"), "--to", "llmservingsim")
+    assert code != 0 and "later turns' own times (each sent at its time or when the previous turn ends)" in err

@@ -160,7 +160,10 @@ def test_session_rows_are_turns_in_file_order(tmp_path):
     assert [t.prompt for t in a.turns] == [Synthetic(), Synthetic(extends_previous=True), Synthetic()]
 
 
-def test_timestamp_delta_inside_a_session_is_the_delay(tmp_path):
+def test_a_later_turns_timestamp_is_when_it_is_due_after_its_sessions_start(tmp_path):
+    # AIPerf's fixed schedule sends a later turn at its own timestamp (or at once when the previous
+    # turn ends after it); read as a wait after the previous turn's completion, each turn came
+    # later by every earlier turn's latency (turn 2 of three 3-second turns 1 s apart: at 8.2 s)
     rows = [
         turn_row("a", timestamp=1000),
         turn_row("a", timestamp=1400),
@@ -168,13 +171,15 @@ def test_timestamp_delta_inside_a_session_is_the_delay(tmp_path):
         turn_row("a", timestamp=3000),
     ]
     (session,) = load(tmp_path, rows).sessions
-    assert [t.delay_s for t in session.turns] == pytest.approx([0.0, 0.4, 0.0, 1.6])
+    assert [t.delay_s for t in session.turns] == [0.0] * 4
+    assert [t.due_s for t in session.turns] == [None, pytest.approx(0.4), pytest.approx(0.4), pytest.approx(2.0)]
 
 
 def test_delay_wins_over_timestamps(tmp_path):
     rows = [turn_row("a", timestamp=1000), turn_row("a", timestamp=5000, delay=100), turn_row("a", timestamp=5200)]
     (session,) = load(tmp_path, rows).sessions
-    assert [t.delay_s for t in session.turns] == pytest.approx([0.0, 0.1, 0.2])
+    assert [t.delay_s for t in session.turns] == pytest.approx([0.0, 0.1, 0.0])
+    assert [t.due_s for t in session.turns] == [None, None, pytest.approx(4.2)]
 
 
 def test_later_turns_without_timing_follow_at_once(tmp_path):

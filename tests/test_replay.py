@@ -131,6 +131,16 @@ def sent_times(endpoint):
 DURATION = 0.13
 
 
+def test_a_later_turn_its_trace_times_is_sent_at_its_time_or_when_the_previous_ends(prompts):
+    # AIPerf's fixed schedule: a later turn's own timestamp, else at once when the previous turn
+    # ended after it (a wait after each completion stretched a timed conversation by its latencies)
+    turns = (Turn(20, 4, Synthetic()), Turn(20, 4, Synthetic(), due_s=0.05), Turn(20, 4, Synthetic(), due_s=5.0))
+    workload = Workload((Session("a", 1.0, turns),), "test", timed=True)
+    endpoint = FakeEndpoint()
+    run(workload, endpoint, prompts, speedup=2.0)
+    assert sent_times(endpoint) == [0.5, round(0.5 + DURATION, 9), 0.5 + 2.5]
+
+
 def test_timestamps_mode_sends_at_arrival_divided_by_speedup(prompts):
     endpoint = FakeEndpoint()
     result = run(flat(0.0, 1.0, 2.5), endpoint, prompts, speedup=2.0, prompt_format="ids")

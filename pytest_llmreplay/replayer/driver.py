@@ -10,7 +10,9 @@ When sessions start (``mode``):
   the workload is untimed, else ``timestamps``.
 
 Within a session the loop is always closed: turn *n+1* is scheduled when turn *n* completes plus
-its ``delay_s / speedup`` (tool time, think time). ``concurrency`` in the open-loop modes caps the
+its ``delay_s / speedup`` (tool time, think time), or, for a turn its trace times itself
+(``Turn.due_s``), at its session's start plus ``due_s / speedup``, or when turn *n* completes if
+that is later (AIPerf's fixed schedule). ``concurrency`` in the open-loop modes caps the
 sessions in flight (later ones wait, which shows as schedule lag).
 
 Limits: ``duration_s`` stops admitting sessions and turns at that time, waits ``grace_s`` for
@@ -204,7 +206,7 @@ class Replay:
         check_virtual_span(
             self.clock.now()
             + max(
-                (offset + sum(turn.delay_s for turn in session.turns) / speedup)
+                (offset + sum(turn.delay_s + (turn.due_s or 0.0) for turn in session.turns) / speedup)
                 for offset, session in zip(offsets, self.plan, strict=True)
             )
             if self.plan
@@ -375,7 +377,11 @@ class Replay:
         scheduled = due
         for turn_index, turn in enumerate(session.turns):
             if turn_index:
-                scheduled = self.clock.now() + turn.delay_s / self.settings.speedup
+                now = self.clock.now()
+                if turn.due_s is None:
+                    scheduled = now + turn.delay_s / self.settings.speedup
+                else:  # its trace's own time, or at once if the previous turn ended after it
+                    scheduled = max(now, due + turn.due_s / self.settings.speedup)
             if self._closed(scheduled):
                 return
             try:

@@ -161,11 +161,12 @@ def unit_warning(workload: Workload, time_units: str) -> str | None:
 
 
 def request_arrivals(workload: Workload) -> Iterable[float]:
-    """Each request's earliest arrival: its session's arrival plus the delays up to its turn."""
+    """Each request's earliest arrival: its session's arrival plus the delays up to its turn (or
+    its own due time after the session's start, ``Turn.due_s``)."""
     for session in workload.sessions:
         arrival = session.arrival_s
         for turn in session.turns:
-            arrival += turn.delay_s
+            arrival = session.arrival_s + turn.due_s if turn.due_s is not None else arrival + turn.delay_s
             yield arrival
 
 

@@ -10,7 +10,10 @@ A :class:`Workload` is a list of :class:`Session`. A flat request is a session w
   the previous turn (the prompt is the previous turn's prompt + its response + new tokens).
 
 Times are seconds (float). ``Session.arrival_s`` is the offset from the start of the run;
-``Turn.delay_s`` is the time after the previous turn *completes* before this turn may start.
+``Turn.delay_s`` is the time after the previous turn *completes* before this turn may start, and
+``Turn.due_s``, where a trace times a later turn itself (AIPerf's reading of a mooncake row's
+``timestamp``), when after its session's start it is due: it is sent then, or at once when the
+previous turn completes later.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ class Turn:
     answers, where the workload says (None: it does not); the simulator streams that many as
     reasoning. ``tool_call``: the turn's answer is a tool call, which runs for the next turn's
     ``delay_s`` and whose output the next turn's prompt carries (an agent trace's turns but the
-    last: trie's, LLMServingSim's agentic sessions').
+    last: trie's, LLMServingSim's agentic sessions'). ``due_s``: a later turn timed by its trace,
+    seconds after its session's start (module docstring); its ``delay_s`` is then 0.
     """
 
     input_tokens: int | None
@@ -98,6 +102,7 @@ class Turn:
     output_token_ids: tuple[int, ...] | None = None
     reasoning_tokens: int | None = None
     tool_call: bool = False
+    due_s: float | None = None
 
 
 def next_synthetic(previous: Turn | None, input_tokens: int) -> Synthetic:
@@ -184,9 +189,11 @@ def check_limits(workload: Workload, path: str | Path | None = None) -> None:
                         path=path,
                         field=f"session {session.id!r} turn {index}: {name}",
                     )
-            if turn.delay_s > MAX_TIME_S:
+            if turn.delay_s > MAX_TIME_S or (turn.due_s or 0.0) > MAX_TIME_S:
                 raise WorkloadError(
-                    _time_message(turn.delay_s), path=path, field=f"session {session.id!r} turn {index}: delay"
+                    _time_message(max(turn.delay_s, turn.due_s or 0.0)),
+                    path=path,
+                    field=f"session {session.id!r} turn {index}: delay",
                 )
             thought = turn.reasoning_tokens
             if thought is not None and (
@@ -206,6 +213,7 @@ def _within_limits(sessions: tuple[Session, ...]) -> bool:
     return (
         max(map(attrgetter("arrival_s"), sessions), default=0.0) <= MAX_TIME_S
         and max(map(attrgetter("delay_s"), turns), default=0.0) <= MAX_TIME_S
+        and not any(turn.due_s is not None and turn.due_s > MAX_TIME_S for turn in turns)
         and max(filter(_given, map(attrgetter("input_tokens"), turns)), default=0) <= MAX_TOKENS
         and max(filter(_given, map(attrgetter("output_tokens"), turns)), default=0) <= MAX_TOKENS
         and not any(map(attrgetter("reasoning_tokens"), turns))  # None or 0 everywhere: nothing to check

@@ -73,6 +73,13 @@ def reasoning_losses(workload: Workload, losses: Losses) -> None:
         losses.add("reasoning lengths (the target has no field for them; output lengths still count them)")
 
 
+def due_losses(workload: Workload, losses: Losses) -> None:
+    """Record the loss of later turns' own times (``Turn.due_s``) for a target that only waits
+    after the previous turn: such a turn is written to follow at once."""
+    if any(turn.due_s is not None for _, _, turn in workload.turns()):
+        losses.add("later turns' own times (each sent at its time or when the previous turn ends): they follow at once")
+
+
 def tool_call_losses(workload: Workload, losses: Losses) -> None:
     """Record the loss of which turns end in a tool call, for a target that does not say."""
     if any(turn.tool_call for _, _, turn in workload.turns()):
@@ -101,8 +108,9 @@ def write_json_lines(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 def payload_bodies(workload: Workload, target: str, losses: Losses) -> list[list[dict[str, Any]]]:
     """Every session's request bodies, for targets that hold only verbatim payloads; arrival
-    times and delays are losses."""
+    times, delays and later turns' own times are losses."""
     arrival_losses(workload, losses)
+    due_losses(workload, losses)
     sessions = []
     for session in workload.sessions:
         bodies = []

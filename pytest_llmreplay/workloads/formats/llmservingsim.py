@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..workload import HashBlocks, Session, Synthetic, TokenIds, Turn, Workload, next_synthetic, request_name
 from ._fields import Fields, iter_json_lines, try_json
-from ._writing import Losses, known_lengths, reasoning_losses, untimed_losses, write_json_lines
+from ._writing import Losses, due_losses, known_lengths, reasoning_losses, untimed_losses, write_json_lines
 
 NAME = "llmservingsim"
 TIME_UNITS = (  # the hint of a too-fast trace's warning
@@ -121,6 +121,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     losses = Losses(NAME)
     reasoning_losses(workload, losses)
     untimed_losses(workload, losses)
+    due_losses(workload, losses)
     rows = []
     for session in workload.sessions:
         requests = [_request_row(session, index, losses) for index in range(len(session.turns))]

@@ -21,8 +21,10 @@ One request a line::
   session's earlier turns;
 - ``session_id``: rows sharing it are the turns of one session, in file order; a later turn waits
   ``delay`` (or ``delay_ms``) milliseconds after the previous one completes, or, without a delay,
-  the difference between its timestamp and the previous turn's. A delay on a session's first turn
-  is an error. Rows without ``session_id`` are independent requests.
+  is due at its own ``timestamp`` (``Turn.due_s``: sent then, or at once when the previous turn
+  completes later, as AIPerf's fixed schedule sends it: read as a wait after the previous turn's
+  completion, each turn came later by every earlier turn's latency). A delay on a session's first
+  turn is an error. Rows without ``session_id`` are independent requests.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
             if not isinstance(prompt, Payload):
                 raise row.error("output_length", "required field missing (or output_tokens)")
             output_tokens = stated_tokens
+        due_s = None
         if previous is None:
             if delay_key:
                 raise row.error(
@@ -157,12 +160,13 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
                     stamp_key,
                     f"timestamps must not decrease within session {session_id!r}: {stamp_ms:g} < {previous.last_ms:g}",
                 )
-            delay_s = (stamp_ms - previous.last_ms) / 1000.0
+            delay_s = 0.0
+            due_s = (stamp_ms - (previous.arrival_ms or 0.0)) / 1000.0
         else:
             delay_s = 0.0
         if stamp_ms is not None:
             previous.last_ms = stamp_ms
-        previous.turns.append(Turn(input_tokens, output_tokens, prompt, delay_s))
+        previous.turns.append(Turn(input_tokens, output_tokens, prompt, delay_s, due_s=due_s))
 
     taken = set(sessions)
     named = [*sessions.items(), *((request_name(rows.line, taken), rows) for rows in independent)]
@@ -231,6 +235,8 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
                 row["session_id"] = session.id
             if index and turn.delay_s:
                 row["delay"] = tidy(turn.delay_s * 1000.0, 6)
+            if index and turn.due_s is not None:  # a later turn's own time: absolute, as a first turn's
+                row["timestamp"] = tidy((session.arrival_s + turn.due_s) * 1000.0, 6)
             row.update(_prompt_fields(turn, losses, notes))
             if turn.output_tokens is not None:
                 row["output_length"] = turn.output_tokens

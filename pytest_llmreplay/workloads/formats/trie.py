@@ -23,6 +23,7 @@ from ._writing import (
     Losses,
     arrival_losses,
     cannot,
+    due_losses,
     known_lengths,
     lengths_only,
     reasoning_losses,
@@ -82,6 +83,7 @@ def write(workload: Workload, path: str | Path, *, allow_loss: bool = False) -> 
     losses = Losses(NAME)
     reasoning_losses(workload, losses)
     arrival_losses(workload, losses)
+    due_losses(workload, losses)
     rows = [_trace_row(session, losses) for session in workload.sessions]
     notes = losses.settle(allow_loss)
     write_json_lines(Path(path), rows)
