@@ -143,6 +143,8 @@ def test_wrong_column_count(tmp_path, row, count):
         "",
         "2023-11-16 18:17:03+1:00",
         "2023-11-16 18:17:03+00:0x",
+        "2023-11-16 18:17:03+00:99",  # no time zone's offset: it moved a request by 1 h 39 min
+        "2023-11-16 18:17:03-99:00",
     ],
 )
 def test_bad_timestamp(tmp_path, stamp):

@@ -46,6 +46,9 @@ DETECTED = {
         "mooncake",
     ),
     "mooncake literal text": (json.dumps({"text_input": "What is ML?", "output_length": 5}), "mooncake"),
+    # a session's chat row: read as raw payloads, its session_id and delay went to the server in
+    # every body and its turns were sessions of their own, sent at once
+    "mooncake messages row of a session": (json.dumps({"session_id": "s1", "messages": MESSAGES}), "mooncake"),
     "trie": (json.dumps(TRIE), "trie"),
     "aiperf payload": (json.dumps({"messages": MESSAGES, "max_tokens": 4}), "aiperf-payloads"),
     "aiperf inputs pretty": (json.dumps(AIPERF_INPUTS, indent=2), "aiperf-inputs"),

@@ -435,6 +435,8 @@ def test_literal_payload_takes_its_output_length_from_the_body(tmp_path):
             {"payload": {"prompt": "x", "stream": "false"}, "output_length": 9},
             "payload.stream: must be true or false (a boolean), got a string 'false'",
         ),
+        # checked as the text_input and messages forms are (it loaded, and every request was a 400)
+        ({"payload": {"messages": "hi"}, "output_length": 9}, "payload.messages: must be a list, got a string"),
     ],
 )
 def test_literal_payload_with_a_bad_field_the_replay_reads_names_it(tmp_path, row, message):

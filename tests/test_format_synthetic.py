@@ -333,6 +333,16 @@ BAD = {
         "synthetic.input_tokens",
         "gives at most 0.4; expected at least 1 prompt token per request",
     ),
+    "no first prompt token": (  # it became a 1-token prompt, where input_tokens: 0 was refused
+        {"first_input_tokens": 0},
+        "synthetic.first_input_tokens",
+        "gives at most 0; expected at least 1 prompt token per session",
+    ),
+    "uniform max past int64": (  # numpy's "high is out of bounds for int64" traceback
+        {"input_tokens": {"dist": "uniform", "min": 1, "max": 1e300}},
+        "synthetic.input_tokens",
+        "draws ",
+    ),
     "param string": (
         {"delay": {"dist": "uniform", "min": "0", "max": 1}},
         "synthetic.delay.min",

@@ -98,7 +98,8 @@ def _seconds(text: str, day_seconds: dict[str, float], path: Path, line: int) ->
 
 def _utc_offset(clock: str) -> tuple[str, int]:
     """``clock`` without its UTC offset, and the offset in seconds (``+01:00``: 3600; ``Z`` or
-    none: 0); :class:`ValueError` for an offset that is not ``+HH:MM``/``-HH:MM``."""
+    none: 0); :class:`ValueError` for an offset that is not ``+HH:MM``/``-HH:MM`` with HH at most
+    14 and MM at most 59 (the offsets time zones have: ``+00:99`` moved a request by 1 h 39 min)."""
     if clock.endswith("Z"):
         return clock[:-1], 0
     sign = max(clock.rfind("+"), clock.rfind("-"))  # the time of day holds neither
@@ -106,6 +107,8 @@ def _utc_offset(clock: str) -> tuple[str, int]:
         return clock, 0
     hours, colon, minutes = clock[sign + 1 :].partition(":")
     if not (colon and len(hours) == len(minutes) == 2 and (hours + minutes).isascii() and (hours + minutes).isdigit()):
+        raise ValueError(clock)
+    if int(hours) > 14 or int(minutes) > 59:
         raise ValueError(clock)
     seconds = int(hours) * 3600 + int(minutes) * 60
     return clock[:sign], seconds if clock[sign] == "+" else -seconds

@@ -55,8 +55,10 @@ class Distribution:
         if self.dist == "fixed":
             values = np.full(size, p["value"], dtype=float)
         elif self.dist == "uniform":
-            values = (
-                rng.integers(int(p["min"]), int(p["max"]) + 1, size).astype(float)
+            values = (  # bounds past int64 (a max of 1e300) were numpy's "high is out of bounds" traceback
+                rng.integers(int(min(p["min"], INTEGER_CEILING)), int(min(p["max"], INTEGER_CEILING)) + 1, size).astype(
+                    float
+                )
                 if integer
                 else rng.uniform(p["min"], p["max"], size)
             )

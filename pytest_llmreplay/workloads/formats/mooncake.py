@@ -84,10 +84,18 @@ KNOWN_FIELDS = frozenset(
 )
 
 
+# beside a chat history, what no request body holds: a mooncake ``messages`` row's session
+SESSION_FIELDS = frozenset({"session_id", "delay", "delay_ms"})
+
+
 def detect(first_line: str) -> bool:
-    """A JSON object line with a field only Mooncake rows have."""
+    """A JSON object line with a field only Mooncake rows have, or a chat history (``messages``)
+    with a session's field (read as AIPerf raw payloads, its ``session_id`` and ``delay`` went to
+    the server in every body and its turns were separate sessions sent at once)."""
     first = try_json(first_line)
-    return isinstance(first, dict) and bool(DETECTING_FIELDS & first.keys())
+    if not isinstance(first, dict):
+        return False
+    return bool(DETECTING_FIELDS & first.keys()) or ("messages" in first and bool(SESSION_FIELDS & first.keys()))
 
 
 @dataclass
@@ -211,6 +219,8 @@ def _literal_body(row: Fields, key: str) -> dict:
         return {"messages": check_messages(row, key)}
     if not isinstance(value, dict) or not value:
         raise row.error(key, f"must be a non-empty object (a request body), got {type_name(value)}")
+    if "messages" in value:  # checked as the text_input and messages forms are: a server refuses each request
+        check_messages(row.child(value, key), "messages")
     return value
 
 

@@ -129,6 +129,12 @@ def generate(spec: SyntheticSpec, *, source: str | Path | None = None) -> Worklo
             (spec.reasoning_tokens, "reasoning_tokens"),
         )
     )
+    if first_d is not None and first_d.highest() <= 0.5:  # as input_tokens: never silently 1
+        raise WorkloadError(
+            f"gives at most {first_d.highest():g}; expected at least 1 prompt token per session",
+            field="synthetic.first_input_tokens",
+            path=source,
+        )
     rng = np.random.default_rng(seed)
     if sessions > MAX_REQUESTS:
         raise WorkloadError(
