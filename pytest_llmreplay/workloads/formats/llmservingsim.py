@@ -11,8 +11,11 @@ Agentic line (one session; sub-requests run in order)::
         {"input_toks": 1472, "output_toks": 133, "tool_duration_ns": 127348767},
         {"input_toks": 1582, "output_toks": 125, "tool_duration_ns": 0}]}
 
-Rules (LLMServingSim's workload doc): the fields above are required (``*_tok_ids`` optional) and
-integers (a string or float is an error, not coerced); ``input_toks``/``output_toks`` >= 1 and
+Rules (LLMServingSim's workload doc): the fields above are required but ``*_tok_ids``, an agentic
+line's ``session_id`` (named by its line then, as a flat line is) and ``tool_duration_ns`` (0),
+which LLMServingSim's router reads with those defaults (``row.get('session_id', ...)``,
+``.get('tool_duration_ns', 0)``: a file it runs was refused), and integers (a string or float is
+an error, not coerced); ``input_toks``/``output_toks`` >= 1 and
 ``len(input_tok_ids) == input_toks`` (same for output); ``arrival_time_ns >= 0``; at least one
 sub-request; ``tool_duration_ns >= 0``, the wait after that sub-request completes before the next
 is sent (a non-zero value on the last sub-request means nothing: accepted with a warning); session
@@ -62,7 +65,8 @@ def load(path: str | Path) -> Workload:
                 raise row.error(
                     "session_id", f"duplicate session id {session.id!r} (first on line {first_line_of[session.id]})"
                 )
-            first_line_of[session.id] = line
+            if session.id:  # unnamed: named by its line below, as a flat line is
+                first_line_of[session.id] = line
         else:
             row.reject_unknown(FLAT_FIELDS)
             session = Session("", row.int("arrival_time_ns") * NS, (_turn(row, None, 0.0),))
@@ -75,7 +79,7 @@ def load(path: str | Path) -> Workload:
 
 def _agentic(row: Fields, warnings: list[str]) -> Session:
     row.reject_unknown(SESSION_FIELDS)
-    session_id = row.identifier("session_id")
+    session_id = row.identifier("session_id", required=False) or ""
     arrival_ns = row.int("arrival_time_ns")
     subs = row.list("sub_requests", min_length=1)
     turns: list[Turn] = []
@@ -85,7 +89,7 @@ def _agentic(row: Fields, warnings: list[str]) -> Session:
         sub.reject_unknown(SUB_REQUEST_FIELDS)
         turn = _turn(sub, turns[-1] if turns else None, delay_s)
         turns.append(replace(turn, tool_call=True) if index < len(subs) - 1 else turn)  # a tool runs between
-        delay_s = sub.int("tool_duration_ns") * NS
+        delay_s = (sub.int("tool_duration_ns", required=False) or 0) * NS
     if delay_s:
         last = len(subs) - 1
         warnings.append(
