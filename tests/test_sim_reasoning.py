@@ -231,6 +231,11 @@ def test_the_same_profile_draws_the_same_reasoning_offline_and_over_http(bundled
         there = [r.reasoning_tokens for r in over_http(server.url, workload, bundled_prompts).records]
     here = [r.reasoning_tokens for r in offline(workload, bundled_prompts, profile, concurrency=1).records]
     assert here == there and len(set(here)) > 1
+    # over the Responses API too: the client's probe (POST {}, refused) took request number 0 and
+    # moved every later draw by one
+    with serving(bundled_prompts, profile) as server:
+        answers = over_http(server.url, workload, bundled_prompts, api="responses").records
+    assert [r.reasoning_tokens for r in answers] == here
 
 
 def test_a_non_streamed_reply_keeps_the_servers_reasoning_count(bundled_prompts, tiny_sim):

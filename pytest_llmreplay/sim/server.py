@@ -108,10 +108,12 @@ def _label_value(text: str) -> str:
 
 
 class Asked(NamedTuple):
-    """What a request asks: its ``body``, ``prompt`` ids, ``max_tokens``, the tokens to generate
-    (``length``), the first of them that are ``reasoning`` (:mod:`.reasoning`), and the ``tool``
-    its answer calls (:mod:`.request_fields`; None: it answers with content)."""
+    """What a request asks: its ``number`` (among the requests the server accepted, in arrival
+    order: what its seeded draws are keyed on), its ``body``, ``prompt`` ids, ``max_tokens``, the
+    tokens to generate (``length``), the first of them that are ``reasoning`` (:mod:`.reasoning`),
+    and the ``tool`` its answer calls (:mod:`.request_fields`; None: it answers with content)."""
 
+    number: int
     body: dict[str, Any]
     prompt: list[int]
     max_tokens: int
@@ -346,13 +348,11 @@ class SimServer:
 
     async def _generate(self, request: web.Request, api: str) -> web.StreamResponse:
         received = self.clock.now()  # the engine's arrival: parsing and tokenizing are not model time
-        number = self._requests
-        self._requests += 1
         try:
-            asked = await self._parse(request, api, number)
+            asked = await self._parse(request, api)
         except BadRequest as exc:
             return exc.response(api)
-        body, count = asked.body, asked.length
+        number, body, count = asked.number, asked.body, asked.length
         fault = self.faults.draw(number, count)
         if fault is not None and fault.kind == "error":
             return BadRequest("injected fault (fault_error_rate)", status=500, kind="InternalServerError").response(api)
@@ -376,8 +376,12 @@ class SimServer:
         finally:
             self._handlers.discard(handler)
 
-    async def _parse(self, request: web.Request, api: str, number: int) -> Asked:
-        """What the request asks, or :class:`BadRequest`."""
+    async def _parse(self, request: web.Request, api: str) -> Asked:
+        """What the request asks, or :class:`BadRequest`. It is numbered once accepted (after
+        its body's one wait, so no other request takes the number meanwhile), as the simulator in
+        process numbers its requests: a refused one (the client's API probe, ``POST {}``) took a
+        number, and every later draw (reasoning lengths, outputs) moved by one from the offline
+        run's."""
         try:
             body = await request.json()
         except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
@@ -395,9 +399,11 @@ class SimServer:
         else:
             prompt = self._chat_ids(prompt_messages(body, api))
         max_tokens, min_tokens = output_limits(limits, len(prompt), self.profile.max_model_len)
+        number = self._requests
+        self._requests += 1
         thought = reasoning_tokens(limits.reasoning, self.profile, self.seed, number)
         count = self._output_length(limits.ignore_eos, max_tokens, max(min_tokens, thought), number)
-        return Asked(body, prompt, max_tokens, count, min(thought, count), limits.tool)
+        return Asked(number, body, prompt, max_tokens, count, min(thought, count), limits.tool)
 
     def _output_length(self, ignore_eos: bool, max_tokens: int, before_eos: int, number: int) -> int:
         """``max_tokens``, or ``min(before_eos + natural, max_tokens)`` when EOS is simulated
