@@ -670,6 +670,11 @@ REFUSED = [
         400,
         "messages[0].role",
     ),
+    # sampling vLLM refuses (a client sending it passed every test against the simulator)
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "temperature": "hot"}, 400, "temperature"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "top_p": 7}, 400, "top_p"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "top_p": 0}, 400, "top_p"),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2, "top_k": -2}, 400, "top_k"),
 ]
 
 

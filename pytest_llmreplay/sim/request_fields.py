@@ -14,6 +14,9 @@ the offline simulator too:
 - ``min_tokens``: an integer >= 0, default 0; ignored by the Responses and Messages APIs, and so
   is ``ignore_eos`` by the Messages API, as vLLM 0.32 ignores them (it has no such fields there);
 - ``sim_reasoning_tokens`` (the simulator's own, :mod:`.reasoning`): an integer >= 0 or absent;
+- sampling, which the simulator does not model but a server checks (vLLM's ``SamplingParams``:
+  a body it refuses must not pass here): ``temperature`` a number >= 0, ``top_p`` a number in
+  (0, 1], ``top_k`` an integer >= -1 (-1 and 0 turn it off), each null or absent;
 - chat ``tools``: a list of ``{"type": "function", "function": {"name": ...}}``; ``tool_choice``:
   ``none``, ``auto`` (the simulator calls no tool of its own accord), ``required`` (it calls the
   first tool: there must be one) or ``{"type": "function", "function": {"name": N}}`` (it calls
@@ -113,6 +116,8 @@ def check_fields(body: Mapping[str, Any], api: str) -> Limits:
     if max_tokens is not None and min_tokens > max_tokens:
         raise BadRequest(f"min_tokens: {min_tokens} is more than {limit_name} {max_tokens}", "min_tokens")
     reasoning = None if get(SIM_REASONING_FIELD) is None else _integer(body, SIM_REASONING_FIELD, 0, 0)
+    if get("temperature") is not None or get("top_p") is not None or get("top_k") is not None:
+        _check_sampling(body)
     asks_tool = api == "chat" and (get("tool_choice") is not None or get("tools") is not None)
     tool = _called_tool(body) if asks_tool else None
     ignore_eos = bool(get("ignore_eos")) and api != "messages"
@@ -212,6 +217,22 @@ def _integer(body: Mapping[str, Any], name: str, default: int, minimum: int) -> 
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise BadRequest(f"{name}: expected an integer >= {minimum}, got {value!r}", name)
     return value
+
+
+def _check_sampling(body: Mapping[str, Any]) -> None:
+    """``temperature``, ``top_p`` and ``top_k`` as vLLM's ``SamplingParams`` checks them (module
+    docstring): a request with ``"temperature": "hot"`` or ``"top_p": 7`` was answered 200."""
+    for name, low, high, low_open, what in (
+        ("temperature", 0.0, None, False, "a number >= 0"),
+        ("top_p", 0.0, 1.0, True, "a number in (0, 1]"),
+    ):
+        value = body.get(name)
+        if value is None:
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+        if not number or value < low or (low_open and value == low) or (high is not None and value > high):
+            raise BadRequest(f"{name}: expected {what}, got {value!r}", name)
+    _integer(body, "top_k", -1, -1)
 
 
 def _check_flag(body: Mapping[str, Any], name: str, field: str | None = None) -> None:
