@@ -275,17 +275,24 @@ def test_hash_id_workload_gives_identical_records_with_ids_and_keyed_prompts(fac
     assert keyed_stats["num_preemptions_total"] > 0
 
 
-def test_synthetic_prefix_groups_give_identical_records_with_ids_and_keyed_prompts(factory):
-    spec = SyntheticSpec(
-        sessions=30,
-        input_tokens={"dist": "uniform", "min": 60, "max": 200},
-        output_tokens={"dist": "uniform", "min": 2, "max": 30},
-        rate=8.0,
-        shared_prefix_ratio=0.5,
-        prefix_groups=3,
-        seed=5,
+def grouped(**more):
+    """30 sessions of 60-200 prompt tokens sharing three prefix groups, ``more`` spec fields added."""
+    return generate(
+        SyntheticSpec(
+            sessions=30,
+            input_tokens={"dist": "uniform", "min": 60, "max": 200},
+            output_tokens={"dist": "uniform", "min": 2, "max": 30},
+            rate=8.0,
+            shared_prefix_ratio=0.5,
+            prefix_groups=3,
+            seed=5,
+            **more,
+        )
     )
-    workload = generate(spec)
+
+
+def test_synthetic_prefix_groups_give_identical_records_with_ids_and_keyed_prompts(factory):
+    workload = grouped()
     assert all(len(s.turns) == 1 and s.turns[0].prompt.prefix_group is not None for s in workload)
     (ids_run, ids_stats), (keyed_run, keyed_stats) = both_formats(workload, factory)
     assert numbers(keyed_run) == numbers(ids_run)
@@ -299,17 +306,7 @@ def test_multi_turn_sessions_sharing_prefix_groups_give_identical_records_with_i
     # turns of a chain go as token ids and a one-turn session's as keys: a group's prefix named by
     # its key and by its ids was two prefixes, and the hits between them were lost (46.6% offline
     # where the served simulator hit 51.6% on synthetic_chat); such a run sends ids, and says so
-    spec = SyntheticSpec(
-        sessions=30,
-        input_tokens={"dist": "uniform", "min": 60, "max": 200},
-        output_tokens={"dist": "uniform", "min": 2, "max": 30},
-        turns={"dist": "uniform", "min": 1, "max": 3},
-        rate=8.0,
-        shared_prefix_ratio=0.5,
-        prefix_groups=3,
-        seed=5,
-    )
-    workload = generate(spec)
+    workload = grouped(turns={"dist": "uniform", "min": 1, "max": 3})
     assert {len(s.turns) for s in workload} == {1, 2, 3}
     (ids_run, ids_stats), (default_run, default_stats) = both_formats(workload, factory)
     assert default_run.settings["prompt_format"] == "ids"

@@ -497,20 +497,17 @@ class Search:
             return None
 
     def ends(self) -> tuple[float, float]:
-        """The loads of the two ends, from the estimates where the plan leaves a bound out. By
-        concurrency, none above the sessions the workload plans (no more can be in flight: a max
-        of 500 over 32 sessions reported "at least 500" of a run 10 deep), said in a note; by
-        rate, a max below the synchronous run's rate is the low end too (the search ran only that
-        estimate's rate, above the max, and called it the capacity)."""
+        """The loads of the two ends, from the estimates where the plan leaves a bound out; by
+        concurrency none above the sessions planned (a max of 500 over 32 reported "at least 500"
+        of a run 10 deep: a note says so), by rate a max below the synchronous rate is both ends."""
         plan = self.plan
         if plan.by == "concurrency":
-            top = plan.max or self.sessions
-            if top > self.sessions and self.progress is not None:
+            top = min(plan.max or self.sessions, self.sessions)
+            if (plan.max or 0) > top and self.progress is not None:
                 self.progress(
-                    f"note: the capacity's max {top:g} is above the {self.sessions} sessions the workload plans, "
-                    f"which no more concurrency can put in flight: {self.sessions} is the highest run"
+                    f"note: the capacity's max {plan.max:g} is above the {top} sessions the workload plans, "
+                    f"which no more concurrency can put in flight: {top} is the highest run"
                 )
-            top = min(top, self.sessions)
             return min(plan.min or 1, top), top
         runs = []
         if plan.min is None:
