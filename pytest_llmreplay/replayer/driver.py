@@ -208,8 +208,7 @@ class Replay:
         check_virtual_span(
             self.clock.now()
             + max(
-                (offset + sum(turn.delay_s + (turn.due_s or 0.0) for turn in session.turns) / speedup)
-                for offset, session in zip(offsets, self.plan, strict=True)
+                (offset + _latest_wait(session) / speedup) for offset, session in zip(offsets, self.plan, strict=True)
             )
             if self.plan
             else 0.0
@@ -551,6 +550,12 @@ class Replay:
         if key not in self._warned:
             self._warned.add(key)
             self.warnings.append(message)
+
+
+def _latest_wait(session: Session) -> float:
+    """How long after its start a session's turns wait at most, its own latencies aside: its
+    delays together, past its latest due time (``Turn.due_s``: times after the start, not waits)."""
+    return max((turn.due_s or 0.0) for turn in session.turns) + sum(turn.delay_s for turn in session.turns)
 
 
 def keyed_prefixes_split(plan: Sequence[Session]) -> bool:
