@@ -197,6 +197,18 @@ def test_session_turns_with_hash_ids(tmp_path):
     assert [t.prompt for t in session.turns] == [HashBlocks((1, 2), 512), HashBlocks((1, 2, 3), 512)]
 
 
+def test_a_session_id_written_as_a_number_and_as_a_string_is_refused(tmp_path):
+    # 5 and "5" are two ids to AIPerf; made strings here, they were one session mixing two
+    # sessions' turns, silently
+    rows = [row(session_id=5), row(session_id="5", timestamp=None, input_length=1100)]
+    with pytest.raises(WorkloadError) as info:
+        load(tmp_path, rows)
+    assert str(info.value).endswith(
+        ":2: session_id: '5' names the session written 5 on line 1; write every row's id alike (a string)"
+    )
+    assert len(load(tmp_path, [row(session_id=5), row(session_id=5, timestamp=None)]).sessions) == 1
+
+
 def test_independent_row_does_not_join_a_session_named_like_it(tmp_path):
     """A row without session_id is its own request; a later session called ``line1`` is another."""
     workload = load(tmp_path, [row(), row(session_id="line1", timestamp=5)])

@@ -106,6 +106,19 @@ class _SessionRows:
     turns: list[Turn] = field(default_factory=list)
 
 
+def _check_spelling(row: Fields, session_id: str, first: tuple[int, object]) -> None:
+    """Refuse a session id written as a number on one row and a string on another (``5`` and
+    ``"5"``): two ids to AIPerf (whose rows take strings), one session here once made strings,
+    which mixed two sessions' turns in silence."""
+    line, written = first
+    value = row.obj["session_id"]
+    if type(value) is not type(written):
+        raise row.error(
+            "session_id",
+            f"{value!r} names the session written {written!r} on line {line}; write every row's id alike (a string)",
+        )
+
+
 def check_options(*, block_size: object = DEFAULT_BLOCK_SIZE) -> None:
     """The loader's options, checked before any file is read."""
     if type(block_size) is not int or block_size < 1:
@@ -120,6 +133,7 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
         raise WorkloadError(str(exc), path=path) from None
     path = Path(path)
     sessions: dict[str, _SessionRows] = {}  # named by the file's session_id
+    spelled: dict[str, tuple[int, object]] = {}  # a session id's first line and value as written
     independent: list[_SessionRows] = []  # rows without session_id
     timed: bool | None = None
     for line, obj in iter_json_lines(path):
@@ -132,6 +146,8 @@ def load(path: str | Path, *, block_size: int = DEFAULT_BLOCK_SIZE) -> Workload:
         delay_key = row.one_of("delay", "delay_ms", required=False)
         delay_ms = row.number(delay_key) if delay_key else None
         session_id = row.identifier("session_id", required=False)
+        if session_id is not None:
+            _check_spelling(row, session_id, spelled.setdefault(session_id, (line, row.obj["session_id"])))
         previous = sessions.get(session_id) if session_id is not None else None
         input_tokens, prompt = _prompt(row, previous.turns[-1] if previous else None, block_size)
         # only a ``payload`` body can state max_tokens or stream: text_input/messages bodies are ours
