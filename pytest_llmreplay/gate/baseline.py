@@ -227,10 +227,8 @@ def interrupted_note(record: Mapping[str, Any]) -> str:
     reason = partial_reason(record)
     if not reason:
         return ""
-    if record.get("interrupted"):
-        reason = "marked interrupted"
-    elif reason.startswith("an incomplete"):
-        reason = "marked incomplete"
+    if reason != nothing_measured(record):  # stopped part-way: by a signal, or its server's failure
+        reason = f"marked {'interrupted' if record.get('interrupted') else 'incomplete'}"
     return f" ({reason}: never used as a comparison baseline)"
 
 

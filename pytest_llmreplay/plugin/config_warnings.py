@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from .options import OPTIONS
+from .options import DEFAULTS, OPTIONS
 
 DECLARED = (
     "; tests that declare a server (server=) use it"  # the offline ones: only the session's simulator ignores them
@@ -57,9 +57,8 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
     """Warn once per option the session ignores (module docstring); ``kind``: the session's
     target kind (offline, sim-server, live); ``server_cmd``: the server command it starts, if
     any."""
-    defaults = {ini: default for _, ini, _, default, _ in OPTIONS}
     compare_on_command_line = config.getoption("llm_compare") is not None
-    comparing = compare_on_command_line or config.getini("llm_compare") not in (None, "", defaults.get("llm_compare"))
+    comparing = compare_on_command_line or config.getini("llm_compare") not in (None, "", DEFAULTS["llm_compare"])
     ignored = {
         "llm_server_timeout": server_cmd is None,
         "llm_sim_profile": kind == "live",
@@ -72,7 +71,7 @@ def warn_of_ignored_options(config: pytest.Config, kind: str, server_cmd: str | 
     mode_on_command_line = bool(config.getoption("llm_offline") or config.getoption("llm_endpoint"))
     for ini, why in IGNORED.items():
         on_command_line = config.getoption(ini) is not None
-        in_ini = config.getini(ini) not in (None, "", defaults.get(ini))
+        in_ini = config.getini(ini) not in (None, "", DEFAULTS.get(ini))
         picked = compare_on_command_line if ini in FAIL_OPTIONS else mode_on_command_line
         if ignored[ini] and (on_command_line or (in_ini and not picked)):
             flag = "--" + ini.replace("_", "-")

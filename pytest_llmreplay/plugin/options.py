@@ -195,6 +195,8 @@ METAVARS = {
     "--llm-ray-address": "ADDR",
 }
 
+DEFAULTS = {ini: default for _, ini, _, default, _ in OPTIONS}  # ini key -> its default
+
 
 def add_options(parser: pytest.Parser) -> None:
     """Register every option of :data:`OPTIONS` in the ``llmreplay`` group, with its ini twin."""

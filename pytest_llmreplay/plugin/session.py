@@ -23,6 +23,7 @@ import pytest
 from ..errors import LLMReplayError
 from ..wording import counted
 from .options import (
+    DEFAULTS,
     cache_reset_option,
     check_bool_options,
     max_servers_option,
@@ -180,7 +181,7 @@ class LLMSession:
                 and not save
                 and isinstance(self.store, FolderStore)
                 and not self.store.root.exists()
-                and named != ".llmreplay"  # the default, before any --llm-save: "no stored result", said per test
+                and named != DEFAULTS["llm_baseline_dir"]  # before any --llm-save: "no stored result", said per test
             ):  # a mistyped folder gated nothing: every test "has no stored result" and passed
                 raise LLMReplayError(
                     f"{self.store.label}: no such folder; expected the folder results were stored in (--llm-save)"

@@ -55,12 +55,10 @@ class Distribution:
         if self.dist == "fixed":
             values = np.full(size, p["value"], dtype=float)
         elif self.dist == "uniform":
-            values = (  # bounds past int64 (a max of 1e300) were numpy's "high is out of bounds" traceback
-                rng.integers(int(min(p["min"], INTEGER_CEILING)), int(min(p["max"], INTEGER_CEILING)) + 1, size).astype(
-                    float
-                )
-                if integer
-                else rng.uniform(p["min"], p["max"], size)
+            # integer bounds past int64 (a max of 1e300) were numpy's "high is out of bounds" traceback
+            least, most = (int(min(p[bound], INTEGER_CEILING)) for bound in ("min", "max"))
+            values = (
+                rng.integers(least, most + 1, size).astype(float) if integer else rng.uniform(p["min"], p["max"], size)
             )
         elif self.dist == "normal":
             values = rng.normal(p["mean"], p["std"], size)
