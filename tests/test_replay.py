@@ -233,6 +233,28 @@ def test_duration_limit_stops_admitting_then_cancels_after_grace(prompts):
     assert result.duration_s == pytest.approx(5.5)
 
 
+def test_a_request_that_fails_as_the_run_cuts_its_requests_is_cancelled_not_failed(prompts):
+    # a capacity point stopped early against vLLM: two requests in flight failed ("Can not write
+    # request body", "server disconnected") as the run cancelled them, and counted as the
+    # server's failures (the engine test's error_rate 0 broke)
+    class FailsWhenCut(FakeEndpoint):
+        async def send(self, request, response):
+            try:
+                await super().send(request, response)
+            except asyncio.CancelledError:  # the client's connection closed under it: an error, not a cancel
+                response.fail("connect", "ClientOSError: Can not write request body")
+
+    endpoint = FailsWhenCut(ttft=0.1, itl=1.0)
+    result = run(flat(0, 1, 2, 3, 4, 5, 6), endpoint, prompts, duration_s=4.5, grace_s=1.0, prompt_format="ids")
+    statuses = {r.session_id: r.status for r in result.records}
+    assert statuses == {"s0": "ok", "s1": "ok", "s2": "ok", "s3": "cancelled", "s4": "cancelled"}
+    cut = [r for r in result.records if r.status == "cancelled"]
+    assert all(
+        r.notes[-1].startswith("failed while the run cancelled its requests in flight, so cancelled: connect: ")
+        for r in cut
+    )
+
+
 def test_a_signal_before_the_replay_started_says_nothing_was_sent(prompts):
     """SIGINT while the endpoint opens (the run has no start yet): the warning says so, with no
     time (once a clock reading since boot was printed as the time into the run)."""

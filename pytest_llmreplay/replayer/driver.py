@@ -16,7 +16,8 @@ that is later (AIPerf's fixed schedule). ``concurrency`` in the open-loop modes 
 sessions in flight (later ones wait, which shows as schedule lag).
 
 Limits: ``duration_s`` stops admitting sessions and turns at that time, waits ``grace_s`` for
-requests in flight, then cancels them (status ``cancelled``, not ``failed``).
+requests in flight, then cancels them (status ``cancelled``, not ``failed``; so is a request
+that fails while the run cancels its requests, its connection closed under it, noted).
 ``max_requests``/``max_sessions`` take whole sessions in order until the count is reached (the
 session that reaches it runs to its end), cycling through the workload again when it is shorter
 (in timestamps mode each pass arrives later by the trace's span plus one mean gap). Settings that
@@ -131,6 +132,7 @@ class Replay:
         self.stopped: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # while the run is on it
         self._finished = False
+        self._cut = False  # the run is cancelling its requests in flight (a stop, a signal, the duration's end)
 
     def run(self) -> ReplayRun:
         """Run to completion on the clock (its own event loop) and return the outcome."""
@@ -289,6 +291,7 @@ class Replay:
             self._cancel(f"stopped ({reason})")
 
     def _cancel(self, why: str) -> None:
+        self._cut = True
         self.warnings.append(f"{why} {cancelled_note(self.clock.now() - self._start if self._started else None)}")
         for task in self._tasks:
             task.cancel()
@@ -337,6 +340,7 @@ class Replay:
             await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION)
             if limit is not None and self.clock.now() >= self._start + limit:
                 break
+        self._cut = self._cut or any(not task.done() for task in tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -450,6 +454,11 @@ class Replay:
         self._keep_reasoning(record, response, counted)
         if response.error is not None and record.status == "ok":
             record.status = "failed"
+        if record.status == "failed" and self._cut:  # its connection went as the run cut its requests
+            record.status = "cancelled"
+            record.notes.append(
+                f"failed while the run cancelled its requests in flight, so cancelled: {response.error}"
+            )
         record.error = response.error
         if record.error and record.error.startswith("http: HTTP 404") and "model" in record.error.lower():
             self._warn_once(
