@@ -1512,3 +1512,57 @@ def test_token_id_prompts_are_checked_item_by_item(prompt, accepted):
     else:
         with pytest.raises(BadRequest):
             check_token_ids(prompt, 100)
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["--router", "kv_aware"],
+            "error: --router kv_aware: one engine serves every request (--engines 1, --prefill-engines 0): "
+            "give --engines N > 1 to route between engines",
+        ),
+        (
+            ["--profile", "qwen3-30b-a3b-dp2-ep-h100", "--router", "least_loaded"],
+            "error: --router least_loaded: --profile is one data-parallel server of 2 engines, balanced as vLLM "
+            "balances them (vllm_dp); leave --router out",
+        ),
+        (
+            ["--kv-transfer-gbps", "10"],
+            "error: --kv-transfer-gbps: no KV moves without --prefill-engines N (disaggregated serving); "
+            "give both or neither",
+        ),
+        (
+            ["--engines", "2", "--kv-bytes-per-token", "1000"],
+            "error: --kv-bytes-per-token: no KV moves without --prefill-engines N (disaggregated serving); "
+            "give both or neither",
+        ),
+        (
+            ["--fault-stall-s", "3"],
+            "error: --fault-stall-s: no request stalls without --fault-stall-rate P > 0; give both or neither",
+        ),
+    ],
+)
+def test_llmreplay_sim_refuses_an_option_that_would_change_nothing(argv, expected):
+    """A router with one engine, a KV link with no prefill pool, a stall length with no stalls were
+    taken and ignored: a user believed they simulated what they asked for."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_llmreplay.cli.main", "sim", "--port", "0", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", expected + "\n")
+
+
+def test_llmreplay_sim_takes_the_cluster_options_where_they_apply():
+    from pytest_llmreplay.cli.main import build_parser
+    from pytest_llmreplay.cli.sim import refuse_idle_options
+
+    for argv in (
+        ["sim", "--engines", "2", "--router", "kv_aware"],
+        ["sim", "--prefill-engines", "2", "--router", "least_loaded", "--kv-transfer-gbps", "10"],
+        ["sim", "--fault-stall-rate", "1%", "--fault-stall-s", "2"],
+        ["sim", "--router", "vllm_dp"],
+    ):
+        refuse_idle_options(build_parser().parse_args(argv), data_parallel=2 if "vllm_dp" in argv else 1)

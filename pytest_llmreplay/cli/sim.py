@@ -25,15 +25,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
     cluster = ClusterConfig(
         engines=args.engines,
-        router=args.router,
+        router=args.router or ClusterConfig.router,
         prefill_engines=args.prefill_engines,
-        kv_transfer_gbps=args.kv_transfer_gbps,
+        kv_transfer_gbps=ClusterConfig.kv_transfer_gbps if args.kv_transfer_gbps is None else args.kv_transfer_gbps,
         kv_bytes_per_token=args.kv_bytes_per_token,
     )
     faults = FaultConfig(
         error_rate=args.fault_error_rate,
         stall_rate=args.fault_stall_rate,
-        stall_s=args.fault_stall_s,
+        stall_s=FaultConfig.stall_s if args.fault_stall_s is None else args.fault_stall_s,
         disconnect_rate=args.fault_disconnect_rate,
         seed=args.seed,
     )
@@ -41,6 +41,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
         profile = load_profile(args.profile)
     except LLMReplayError as exc:
         raise LLMReplayError(f"--profile: {exc}") from None
+    refuse_idle_options(args, profile.hardware.data_parallel if profile.hardware is not None else 1)
     overrides: dict[str, Any] = dict(engine_overrides(args))  # integers, for an EngineConfig that has a flag too
     if overrides:
         profile = dataclasses.replace(profile, engine=dataclasses.replace(profile.engine, **overrides))
@@ -79,6 +80,35 @@ def cmd_sim(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise LLMReplayError(f"--port {args.port}: cannot listen on {args.host}: {exc.strerror or exc}") from None
     return 0
+
+
+def refuse_idle_options(args: argparse.Namespace, data_parallel: int) -> None:
+    """An option given where it changes nothing is an error, not a silent no-op: ``--router``
+    with one engine in each pool, or with a data-parallel profile (balanced as vLLM does,
+    ``vllm_dp``), ``--kv-transfer-gbps`` / ``--kv-bytes-per-token`` without ``--prefill-engines``
+    (no KV moves), ``--fault-stall-s`` without ``--fault-stall-rate``."""
+    if args.router not in (None, "vllm_dp") and data_parallel > 1:
+        raise LLMReplayError(
+            f"--router {args.router}: --profile is one data-parallel server of {data_parallel} engines, "
+            "balanced as vLLM balances them (vllm_dp); leave --router out"
+        )
+    if args.router is not None and data_parallel == 1 and args.engines <= 1 and args.prefill_engines <= 1:
+        raise LLMReplayError(
+            f"--router {args.router}: one engine serves every request (--engines {args.engines}, "
+            f"--prefill-engines {args.prefill_engines}): give --engines N > 1 to route between engines"
+        )
+    for option, value in (
+        ("--kv-transfer-gbps", args.kv_transfer_gbps),
+        ("--kv-bytes-per-token", args.kv_bytes_per_token),
+    ):
+        if value is not None and args.prefill_engines == 0:
+            raise LLMReplayError(
+                f"{option}: no KV moves without --prefill-engines N (disaggregated serving); give both or neither"
+            )
+    if args.fault_stall_s is not None and args.fault_stall_rate == 0:
+        raise LLMReplayError(
+            "--fault-stall-s: no request stalls without --fault-stall-rate P > 0; give both or neither"
+        )
 
 
 _SIM_OPTIONS = {
@@ -152,8 +182,7 @@ def add_sim_parser(commands: Any) -> None:
     group.add_argument(
         "--router",
         choices=ROUTERS,
-        default="round_robin",
-        help="how requests are spread over engines (default round_robin)",
+        help="how requests are spread over engines (default round_robin; needs --engines N > 1 or --prefill-engines N > 1)",
     )
     group.add_argument(
         "--prefill-engines",
@@ -165,12 +194,14 @@ def add_sim_parser(commands: Any) -> None:
     group.add_argument(
         "--kv-transfer-gbps",
         type=float,
-        default=50.0,
         metavar="GBPS",
-        help="prefill-to-decode KV link bandwidth in GB/s (default 50)",
+        help="prefill-to-decode KV link bandwidth in GB/s (default 50; needs --prefill-engines)",
     )
     group.add_argument(
-        "--kv-bytes-per-token", type=float, metavar="B", help="KV bytes per token (default: from the profile's model)"
+        "--kv-bytes-per-token",
+        type=float,
+        metavar="B",
+        help="KV bytes per token (default: from the profile's model; needs --prefill-engines)",
     )
     group = sim.add_argument_group("fault injection (seeded)")
     group.add_argument(
@@ -190,9 +221,8 @@ def add_sim_parser(commands: Any) -> None:
     group.add_argument(
         "--fault-stall-s",
         type=number(False),
-        default=10.0,
         metavar="S",
-        help="length of a stall in seconds (default 10)",
+        help="length of a stall in seconds (default 10; needs --fault-stall-rate)",
     )
     group.add_argument(
         "--fault-disconnect-rate",
