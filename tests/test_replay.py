@@ -643,3 +643,19 @@ def test_a_payload_with_no_output_length_on_the_simulator_is_warned_of(prompts):
     bounded = SimEndpoint(profile, prompts, api="chat", extra_body={"max_tokens": 4})
     run = replay(workload, bounded, prompts, clock=VirtualClock())
     assert run.warnings == [] and run.records[0].output_tokens == 4
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_token_id_prompts_asked_on_a_message_api_send_and_store_text_as_a_run_without(prompts, api):
+    """Only completions takes token ids: a suite's ``prompt_format="ids"`` run with ``--llm-api
+    chat`` sent messages, as a run without it, but stored ``ids`` and so was never compared with
+    one (``replay settings differ``)."""
+    workload = Workload((agent(),), "test")
+    asked, plain = FakeEndpoint(api=api), FakeEndpoint(api=api)
+    with_ids = run(workload, asked, prompts, prompt_format="ids")
+    without = run(workload, plain, prompts)
+    assert with_ids.settings["prompt_format"] == without.settings["prompt_format"] == "text"
+    assert [request.body for _, request in asked.sent] == [request.body for _, request in plain.sent]
+    assert all(
+        isinstance(request.body["input" if api == "responses" else "messages"], list) for _, request in asked.sent
+    )

@@ -26,7 +26,8 @@ timestamps mode on an untimed trace) are errors, not ignored.
 Warm-up: the first ``warmup_requests`` requests (by schedule) and every request scheduled in the
 first ``warmup_s`` seconds are recorded but flagged, and metrics leave them out.
 
-Prompts on completions endpoints are text, or token ids with ``prompt_format="ids"``; unset, the
+Prompts on completions endpoints are text, or token ids with ``prompt_format="ids"`` (on the other
+APIs they are messages, text, and the run's settings say ``text`` whatever was asked); unset, the
 endpoint's ``preferred_prompt_format`` decides, else text. The in-process simulator prefers
 ``keyed`` (:class:`~pytest_llmreplay.workloads.prompts.KeyedPrompt`: hash-id and synthetic prompts named by
 keys, not generated; ids for agent chains), which only in-process endpoints understand.
@@ -107,8 +108,6 @@ class Replay:
         self.clock = clock or WallClock()
         self.on_record = on_record
         self.mode = settings.resolved_mode(workload)
-        preferred: str = getattr(endpoint, "preferred_prompt_format", "text")
-        self.prompt_format = settings.prompt_format or preferred
         self.part = part
         if part is None:
             self.plan = session_plan(workload, settings)
@@ -117,8 +116,7 @@ class Replay:
             check_warmup(settings, sum(len(session.turns) for session in self.plan))
         else:  # planned by the whole run: limits, order and warm-up are the whole run's business
             self.plan, self.indices, self.offsets = list(part.sessions), part.indices, part.offsets
-        if settings.prompt_format is None and self.prompt_format == "keyed" and keyed_prefixes_split(self.plan):
-            self.prompt_format = "ids"
+        self.prompt_format = sent_prompt_format(settings, endpoint, self.plan)
         self.records: list[RequestRecord] = []
         self.warnings: list[str] = []
         self._warned: set[str] = set()
@@ -565,6 +563,20 @@ def _latest_wait(session: Session) -> float:
     """How long after its start a session's turns wait at most, its own latencies aside: its
     delays together, past its latest due time (``Turn.due_s``: times after the start, not waits)."""
     return max((turn.due_s or 0.0) for turn in session.turns) + sum(turn.delay_s for turn in session.turns)
+
+
+def sent_prompt_format(settings: ReplaySettings, endpoint: Endpoint, plan: Sequence[Session]) -> str:
+    """The prompt format a run sends and its settings store (module docstring): ``text`` on every
+    API but completions, whatever was asked (a suite's ``prompt_format="ids"`` run with
+    ``--llm-api chat`` sends what a run without it sends, and is compared with it); else the one
+    asked, else the endpoint's preferred one, ``ids`` for ``keyed`` where keys would split a
+    prefix (:func:`keyed_prefixes_split`)."""
+    if endpoint.api != "completions":
+        return "text"
+    if settings.prompt_format is not None:
+        return settings.prompt_format
+    preferred: str = getattr(endpoint, "preferred_prompt_format", "text")
+    return "ids" if preferred == "keyed" and keyed_prefixes_split(plan) else preferred
 
 
 def keyed_prefixes_split(plan: Sequence[Session]) -> bool:

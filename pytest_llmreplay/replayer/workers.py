@@ -68,7 +68,7 @@ from typing import Any
 from ..errors import LLMReplayError
 from ..workloads.workload import Workload
 from .clock import WallClock
-from .driver import Replay
+from .driver import Replay, sent_prompt_format
 from .endpoints import HTTPEndpoint
 from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
 from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note, fill_unreported_cached
@@ -352,7 +352,15 @@ class RayWorkers:
             scraped = scraper.stop() if scraper is not None else None
         if any(worker.outcome.died for worker in running):
             self._drop_actors()  # a dead actor is not given the next run (a session's next test)
-        merged = self._merge(running, workload, endpoint, settings, mode, clock.now() - start)
+        merged = self._merge(
+            running,
+            workload,
+            endpoint,
+            settings,
+            mode,
+            sent_prompt_format(settings, endpoint, plan),
+            clock.now() - start,
+        )
         if scraped is not None:
             merged.warnings.extend(scraped.notes)
             merged.server_metrics = scraped.relative_to(start)
@@ -447,6 +455,7 @@ class RayWorkers:
         endpoint: Any,
         settings: ReplaySettings,
         mode: str,
+        prompt_format: str,
         ended_s: float,
     ) -> ReplayRun:
         from ..metrics.result import Result
@@ -493,7 +502,7 @@ class RayWorkers:
                 **settings.as_dict(),
                 "mode": mode,
                 "api": endpoint.api,
-                "prompt_format": settings.prompt_format or getattr(endpoint, "preferred_prompt_format", "text"),
+                "prompt_format": prompt_format,
             },
             workload=workload.source or workload.format,
             endpoint=endpoint.name,
