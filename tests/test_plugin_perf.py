@@ -543,6 +543,54 @@ def test_marker_with_met_slos_passes_and_the_body_reads_the_summary(project):
     )
 
 
+def test_a_modules_slo_and_a_tests_own_slo_both_apply(project):
+    """A module's ``pytestmark`` SLO was replaced whole by a test's own ``slo=``: the suite-wide
+    ``ttft.p50 < 1ms`` (here: one no run meets) was dropped for every test with an SLO of its
+    own, which then passed. The mappings merge, the test's metric winning; ``"off"`` drops one."""
+    project.makepyfile(
+        test_marker="""
+        import pytest
+
+        pytestmark = pytest.mark.llmreplay(slo={"ttft.p50": "< 1ms", "error_rate": "== 0"}, regression={"ttft.p50": "1%"})
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p99": "< 60s"})
+        def test_own_slo(llm_result):
+            pass
+
+        @pytest.mark.llmreplay(workload="wl.yaml", slo={"ttft.p50": "off", "ttft.p99": "< 60s"})
+        def test_turns_one_off(llm_result):
+            pass
+    """
+    )
+    result = project.runpytest("--llm-offline", "-v")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_own_slo FAILED*", "*test_turns_one_off PASSED*"])
+    result.stdout.fnmatch_lines(["SLO breached: 1 of 3", "*ttft.p50*< 1ms*BREACH"])
+    result.stdout.fnmatch_lines(["SLOs met: 2 of 2", "*error_rate*== 0*ok", "*ttft.p99*< 60s*ok"])
+
+
+def test_marker_arguments_merge_slo_and_regression_per_metric():
+    from types import SimpleNamespace
+
+    from pytest_llmreplay.plugin.spec import marker_arguments
+
+    nearest_first = [
+        SimpleNamespace(args=(), kwargs={"workload": "w.yaml", "slo": {"ttft.p99": "< 2s"}, "regression": "10%"}),
+        SimpleNamespace(args=(), kwargs={"slo": {"ttft.p99": "< 9s", "error_rate": "== 0"}, "concurrency": 2}),
+        SimpleNamespace(args=(), kwargs={"regression": {"ttft.p50": "off"}, "concurrency": 1}),
+    ]
+    node = SimpleNamespace(iter_markers=lambda name: iter(nearest_first))
+    assert marker_arguments(node) == (
+        (),
+        {
+            "regression": "10%",  # a number beside a mapping replaces it, as any other key
+            "concurrency": 2,
+            "slo": {"ttft.p99": "< 2s", "error_rate": "== 0"},
+            "workload": "w.yaml",
+        },
+    )
+
+
 # a perf test that writes its summary to summary.json, for a test to compare the tables with
 SUMMARY_WRITER = """
 import json

@@ -861,3 +861,10 @@ def test_canonical_keeps_different_settings_apart():
 def test_a_threshold_every_run_passes_is_refused(key, threshold, message):
     """error_rate <= 1 (meant: 1%) passed a run in which every request failed."""
     assert refused(key, threshold).startswith(f"SLO {key!r}: {message}")
+
+
+def test_off_sets_no_slo_on_its_key_and_the_key_is_still_checked():
+    """``"off"``: a test's marker dropping its module's SLO (the markers' mappings merge)."""
+    assert [slo.key for slo in parse_slos({"ttft.p99": "off", "error_rate": "== 0"})] == ["error_rate"]
+    with pytest.raises(LLMReplayError, match="ttft.p999x"):
+        parse_slos({"ttft.p999x": "off"})

@@ -402,7 +402,9 @@ def refuse_a_table(part: str, key: Any, value: Any) -> None:
 
 
 def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()) -> list[SLO]:
-    """Every SLO of a mapping (key -> threshold), in order."""
+    """Every SLO of a mapping (key -> threshold), in order; a threshold ``"off"`` sets none on its
+    key (a test's marker turning off its module's SLO: the markers' ``slo`` mappings merge,
+    :func:`~pytest_llmreplay.plugin.spec.marker_arguments`), the key still checked."""
     __tracebackhide__ = True  # a bad threshold in a test's assert_slo shows the test's line
     if slos is None:
         return []
@@ -412,7 +414,10 @@ def parse_slos(slos: Mapping[str, Any] | None, extra_metrics: Iterable[str] = ()
     parsed = []
     for key, value in slos.items():  # a loop, not a comprehension: its frame would show (Python < 3.12)
         refuse_a_table("SLO", key, value)
-        parsed.append(parse_slo(key, value, extra))
+        if value == "off":
+            parse_key(key, f"SLO {key!r}", extra)
+        else:
+            parsed.append(parse_slo(key, value, extra))
     return parsed
 
 

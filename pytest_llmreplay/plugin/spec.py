@@ -95,17 +95,25 @@ def _typed(key: str, value: Any) -> Any:
     return value
 
 
+MERGED_KEYS = ("slo", "regression")  # per metric, across a test's markers (marker_arguments)
+
+
 def marker_arguments(node: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """The arguments of the ``llmreplay`` markers on the test ``node`` and around it (its
     class's, its module's ``pytestmark``) as one marker's: a nearer marker's setting wins, key by
     key (a module's ``server=`` and a test's ``workload=`` make one test's settings; a test's own
-    ``server=`` replaces its module's); None when there is none."""
+    ``server=`` replaces its module's); the mappings of :data:`MERGED_KEYS` merge, a nearer
+    marker's metric winning (a module's ``slo={"error_rate": "== 0"}`` and a test's
+    ``slo={"ttft.p99": "< 1s"}`` check both; ``"off"`` drops one); None when there is none."""
     markers = list(node.iter_markers("llmreplay"))  # the nearest first
     if not markers:
         return None
     kwargs: dict[str, Any] = {}
     for marker in reversed(markers):
-        kwargs.update(marker.kwargs)
+        for key, value in marker.kwargs.items():
+            farther = kwargs.get(key)
+            merges = key in MERGED_KEYS and isinstance(farther, Mapping) and isinstance(value, Mapping)
+            kwargs[key] = {**farther, **value} if merges and farther is not None else value
     return tuple(arg for marker in markers for arg in marker.args), kwargs
 
 

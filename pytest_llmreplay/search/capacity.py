@@ -140,12 +140,12 @@ class CapacityPlan:
             raise LLMReplayError(f"capacity.arrival: expected one of {', '.join(ARRIVALS)}, got {self.arrival!r}")
         if self.arrival != "poisson" and self.by != "rate":
             raise LLMReplayError(f"capacity.arrival: applies to a search by rate; this one is by {self.by}")
-        if not isinstance(self.slo, Mapping) or not self.slo:
-            raise LLMReplayError("capacity.slo: expected the SLOs each load must meet, e.g. {'ttft.p99': '< 1s'}")
         try:
-            slos = self.slos
+            slos = self.slos if isinstance(self.slo, Mapping) else []
         except LLMReplayError as exc:
             raise LLMReplayError(f"capacity.slo: {exc}") from None
+        if not slos:  # none, or every one 'off'
+            raise LLMReplayError("capacity.slo: expected the SLOs each load must meet, e.g. {'ttft.p99': '< 1s'}")
         for slo in slos:
             per_request = slo.metric in GOODPUT_METRICS and slo.op in ("<", "<=")
             share = slo.metric in ("error_rate", "goodput") and slo.stat == "value"
