@@ -112,8 +112,9 @@ def marker_arguments(node: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None
     for marker in reversed(markers):
         for key, value in marker.kwargs.items():
             farther = kwargs.get(key)
-            merges = key in MERGED_KEYS and isinstance(farther, Mapping) and isinstance(value, Mapping)
-            kwargs[key] = {**farther, **value} if merges and farther is not None else value
+            if key in MERGED_KEYS and isinstance(farther, Mapping) and isinstance(value, Mapping):
+                value = {**farther, **value}
+            kwargs[key] = value
     return tuple(arg for marker in markers for arg in marker.args), kwargs
 
 
