@@ -1051,3 +1051,52 @@ def test_a_statistic_of_resamples_is_numpys_along_each_row(length, stat):
     draws = samples[rng.integers(0, length, (400, length))]
     expected = bootstrap.statistic(stat, draws.copy())
     assert np.array_equal(bootstrap.resampled(stat, draws), expected)  # to the last bit
+
+
+def sampled_record(samples: dict[str, np.ndarray]) -> dict:
+    """A stored result of one run holding ``samples`` (metric -> per-request values, request i
+    the same request on every side)."""
+    return {
+        "fingerprint": {"kind": "http"},
+        "workload": {"digest": "w"},
+        "settings": {"mode": "concurrency"},
+        "samples": {metric: [float(v) for v in values] for metric, values in samples.items()},
+        "sample_keys": {metric: list(range(len(values))) for metric, values in samples.items()},
+        "summary": {
+            **{metric: {"p50": float(np.percentile(values, 50))} for metric, values in samples.items()},
+            "requests": {"ok": len(next(iter(samples.values()))), "failed": 0, "cancelled": 0},
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("pairs", "paired", "floor"),
+    [(2, True, 0.5), (3, True, 0.25), (7, True, 2**-6), (41, True, 0.0), (3, False, 0.1), (30, False, 0.0)],
+)
+def test_the_floor_is_the_exact_randomization_tests_smallest_p(pairs, paired, floor):
+    assert bootstrap.p_floor(pairs, pairs, paired) == pytest.approx(floor)
+
+
+def test_a_few_requests_cannot_be_significant_however_the_resamples_agree():
+    """Two paired requests, both slower: every resample above 0 and p = 2/2001, so the gate
+    called a REGRESSION in 57% of unchanged two-request comparisons (a statistics review,
+    400 trials); the exact sign-flip test of two pairs cannot go below p = 0.5."""
+    rng = np.random.default_rng(2)
+    tolerance = {"ttft.p50": 0.05, "tpot.p50": 0.05, "latency.p50": 0.05}
+    false_alarms = {2: 0, 3: 0, 12: 0}
+    trials = 200
+    for size in false_alarms:
+        for trial in range(trials):
+            base = {metric: rng.lognormal(0, 0.5, size) for metric in ("ttft", "tpot", "latency")}
+
+            a, b = (
+                sampled_record({metric: values * rng.lognormal(0, 0.1, size) for metric, values in base.items()})
+                for _ in range(2)
+            )
+            false_alarms[size] += bool(compare(a, b, tolerance, seed=trial).regressions)
+    assert false_alarms[2] == false_alarms[3] == 0  # was 57% and 27%
+    assert false_alarms[12] / trials <= 0.05
+    doubled = compare(
+        sampled_record({"ttft": np.ones(3)}), sampled_record({"ttft": 2 * np.ones(3)}), {"ttft.p50": 0.05}
+    ).rows[0]
+    assert (doubled.change, doubled.verdict, doubled.p_value) == (pytest.approx(1.0), "noise", 0.25)

@@ -280,14 +280,14 @@ def reasoning_run(answer_at: float):
             thinking(
                 i, sent=float(i), reasoning_chunks=((i + 0.1, 1), (i + 0.5, 9)), answer_chunks=((i + answer_at, 5),)
             )
-            for i in range(8)
+            for i in range(12)  # 8 pairs could not clear Holm's 99.4% over 8 figures (gate.bootstrap.p_floor)
         ]
     )
 
 
 def test_a_run_with_reasoning_stores_ttfo_samples_and_is_gated_on_ttfo():
     record = stored(reasoning_run(0.6))
-    assert len(record["samples"]["ttfo"]) == 8
+    assert len(record["samples"]["ttfo"]) == 12
     assert gated_tolerances(record) == {**DEFAULT_TOLERANCES, "ttfo.p50": 0.05}
     plain = stored(make([rec(0, sent=0.0, chunks=((0.1, 1), (0.2, 1)), end=0.2)]))
     assert "ttfo" not in plain["samples"] and "ttfo.p50" not in gated_tolerances(plain)
