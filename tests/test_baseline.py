@@ -1100,3 +1100,13 @@ def test_a_few_requests_cannot_be_significant_however_the_resamples_agree():
         sampled_record({"ttft": np.ones(3)}), sampled_record({"ttft": 2 * np.ones(3)}), {"ttft.p50": 0.05}
     ).rows[0]
     assert (doubled.change, doubled.verdict, doubled.p_value) == (pytest.approx(1.0), "noise", 0.25)
+
+
+def test_samples_that_are_not_finite_are_refused_naming_the_figure_not_judged_ok():
+    """A NaN change fails every comparison, so a 2x slower run with infinite latencies read "ok"
+    (records built in memory: stored ones are checked as they are read)."""
+    values = np.random.default_rng(0).lognormal(0, 0.2, 50)
+    slower = 2 * values
+    slower[:30] = np.inf
+    with pytest.raises(LLMReplayError, match=r"^latency.p50: the current's latency samples hold NaN or infinity"):
+        compare(sampled_record({"latency": values}), sampled_record({"latency": slower}), {"latency.p50": 0.05})

@@ -451,6 +451,11 @@ def compare(
         if len(base) < 2 or len(cur) < 2:
             row.note = "too few samples" if len(base) or len(cur) else "not measured"
             continue
+        for side, values in (("baseline", base), ("current", cur)):
+            if not np.isfinite(values).all():  # a NaN change fails every test and read "ok"
+                raise LLMReplayError(
+                    f"{key}: the {side}'s {metric} samples hold NaN or infinity; expected finite numbers"
+                )
         row.baseline, row.current = (
             float(statistic(stat, base)),
             float(statistic(stat, cur)),
