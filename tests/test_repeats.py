@@ -52,6 +52,21 @@ def test_two_level_bootstrap_of_steady_runs_stays_narrow_and_finds_a_real_change
     assert unpaired[1] > 0.05
 
 
+def test_runs_of_other_sizes_weigh_in_resamples_as_in_the_measured_change():
+    """One 60-session run and three 6-session runs 30% slower: the pooled change weighs runs by
+    their sizes, but each resampled run was drawn at the side's mean size, and the measured
+    +1.7% lay outside its own interval [+1.9%, +35.3%] (a statistics review)."""
+    rng = np.random.default_rng(0)
+    base = [rng.lognormal(0, 0.1, 60) for _ in range(4)]
+    current = [rng.lognormal(0, 0.1, 60)] + [1.3 * rng.lognormal(0, 0.1, 6) for _ in range(3)]
+    change, low, high = at95(bootstrap.hierarchical_bootstrap_change(base, current, "p50"))
+    assert change == pytest.approx(float(np.median(np.concatenate(current)) / np.median(np.concatenate(base)) - 1))
+    assert low < change < high
+    equal = [rng.lognormal(0, 0.1, 60) for _ in range(3)]
+    ends = at95(bootstrap.hierarchical_bootstrap_change(base, equal, "mean", seed=3))
+    assert np.isfinite(ends).all() and ends[1] < ends[0] < ends[2]
+
+
 def record_of(runs: list[np.ndarray]) -> dict:
     """A stored record of several runs, as pool_records makes them."""
     records = [

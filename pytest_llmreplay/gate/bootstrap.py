@@ -144,8 +144,11 @@ def hierarchical_bootstrap_change(
     :func:`bootstrap_change` of pooled samples leaves out. ``paired`` (every run of both sides
     holds the same requests in the same order): one set of request indices per resample serves
     every drawn run of both sides, so the spread between requests cancels as in
-    :func:`bootstrap_change`; unpaired, each drawn run is resampled on its own, with the side's
-    mean run length of draws. With one run per side this is :func:`bootstrap_change`'s resampling."""
+    :func:`bootstrap_change`; unpaired, each drawn run is resampled on its own, as many draws as
+    it has samples, so that a resample pools its runs as the measured statistic pools them (runs
+    of other sizes weigh by their sizes: drawn at the side's mean size, three 6-session runs 30%
+    slower beside one of 60 put the change +1.7% outside its own interval [+1.9%, +35%]). With
+    one run per side this is :func:`bootstrap_change`'s resampling."""
     point = float(statistic(stat, np.concatenate(current)) / statistic(stat, np.concatenate(baseline)) - 1)
     rng = np.random.default_rng(seed)
     per_resample = sum(len(run) for run in baseline) + sum(len(run) for run in current)
@@ -154,8 +157,8 @@ def hierarchical_bootstrap_change(
     for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
         n = min(chunk, BOOTSTRAP_RESAMPLES - start)
         shared = rng.integers(0, len(baseline[0]), (n, len(baseline[0]))) if paired else None
-        b = resampled(stat, _two_level_draw(baseline, n, rng, shared))
-        c = resampled(stat, _two_level_draw(current, n, rng, shared))
+        b = _ragged_statistic(stat, _two_level_draw(baseline, n, rng, shared))
+        c = _ragged_statistic(stat, _two_level_draw(current, n, rng, shared))
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(c / b - 1)
     sizes = [sum(map(len, side)) for side in (baseline, current)]
@@ -166,10 +169,11 @@ def hierarchical_bootstrap_change(
 def _two_level_draw(
     runs: list[np.ndarray], n: int, rng: np.random.Generator, requests: np.ndarray | None
 ) -> np.ndarray:
-    """``n`` resamples of ``runs``, shape (n, runs * draws per run): runs drawn with replacement,
-    then ``requests`` (n, length) indices in each drawn run, or each run's own uniform draws."""
-    length = len(runs[0]) if requests is not None else max(1, round(sum(map(len, runs)) / len(runs)))
-    padded = np.full((len(runs), max(map(len, runs))), np.nan)
+    """``n`` resamples of ``runs``, shape (n, runs * the longest run): runs drawn with
+    replacement, then ``requests`` (n, length) indices in each drawn run, or each run's own
+    uniform draws, as many as it has samples (NaN after them, in a run shorter than the longest)."""
+    length = max(map(len, runs))
+    padded = np.full((len(runs), length), np.nan)
     for i, run in enumerate(runs):
         padded[i, : len(run)] = run
     chosen = rng.integers(0, len(runs), (n, len(runs)))
@@ -178,7 +182,20 @@ def _two_level_draw(
         index = (rng.random((n, len(runs), length)) * sizes[:, :, None]).astype(int)
     else:
         index = np.broadcast_to(requests[:, None, :], (n, len(runs), length))
-    return padded[chosen[:, :, None], index].reshape(n, -1)
+    drawn = padded[chosen[:, :, None], index]
+    if requests is None and len(set(map(len, runs))) > 1:
+        drawn[np.arange(length) >= sizes[:, :, None]] = np.nan
+    return drawn.reshape(n, -1)
+
+
+def _ragged_statistic(stat: str, draws: np.ndarray) -> np.ndarray:
+    """:func:`resampled`, or over each row's values that are not NaN where some are (the draws
+    of runs of several sizes, :func:`_two_level_draw`)."""
+    if not np.isnan(draws).any():
+        return resampled(stat, draws)
+    if stat in ("mean", "steady_state"):
+        return np.nanmean(draws, axis=-1)
+    return np.nanpercentile(draws, float(stat[1:]), axis=-1)
 
 
 def holm_levels(draws: list[Draws], alpha: float) -> list[tuple[float, bool]]:
