@@ -638,6 +638,21 @@ def test_one_run_against_one_run_of_a_server_says_what_its_interval_leaves_out()
     assert compare(stored(full_samples()), stored(full_samples())).header is None  # offline
 
 
+def test_one_run_against_several_says_its_side_holds_no_shift_of_a_whole_run():
+    """A one-run baseline against a five-run current: its run's shift is in no interval (8.5% of
+    unchanged such pairs read REGRESSION at 6% run noise), and the one-run note was dropped
+    because the other side had runs (a statistics review)."""
+    from pytest_llmreplay.gate.repeats import pool_records
+
+    live = {"kind": "live", "model": "m", "version": "1"}
+    five = pool_records([stored(full_samples(), live)] * 5, [{"seed": i, "cache_reset": None} for i in range(5)])
+    header = compare(stored(full_samples(), live), five).header
+    assert header.splitlines()[-1] == baseline.one_side_note("baseline")
+    assert header.splitlines()[-1].startswith("one run in the baseline: the interval holds the other side's shifts")
+    assert compare(five, five).header.startswith("baseline and current: each statistic of all 5 runs' samples pooled")
+    assert "one run" not in compare(five, five).header
+
+
 def test_a_new_server_version_or_a_moved_workload_file_is_still_compared():
     # an engine repository's every commit builds another version (0.11.1.dev101+g1a2b3c4), and
     # a workload file moved or named ./w.yaml is the same bytes: "not compared" turned the gate
@@ -1106,7 +1121,7 @@ def test_samples_that_are_not_finite_are_refused_naming_the_figure_not_judged_ok
     """A NaN change fails every comparison, so a 2x slower run with infinite latencies read "ok"
     (records built in memory: stored ones are checked as they are read)."""
     values = np.random.default_rng(0).lognormal(0, 0.2, 50)
-    slower = 2 * values
-    slower[:30] = np.inf
+    slower = sampled_record({"latency": 2 * values})
+    slower["samples"]["latency"][:30] = [np.inf] * 30
     with pytest.raises(LLMReplayError, match=r"^latency.p50: the current's latency samples hold NaN or infinity"):
-        compare(sampled_record({"latency": values}), sampled_record({"latency": slower}), {"latency.p50": 0.05})
+        compare(sampled_record({"latency": values}), slower, {"latency.p50": 0.05})

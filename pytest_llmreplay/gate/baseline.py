@@ -371,6 +371,15 @@ ONE_RUN_NOTE = (
 )
 
 
+def one_side_note(side: str) -> str:
+    """:data:`ONE_RUN_NOTE` for a comparison of one run on ``side`` against several: the other
+    side's runs put their shifts in the interval, this side's one run puts none."""
+    return (
+        f"one run in the {side}: the interval holds the other side's shifts of a whole run, not this one's "
+        "(a slower runner, another server start); repeat its runs too (pytest --llm-repeat N, llmreplay run --repeat N)"
+    )
+
+
 KEYED_HINT = (
     "the offline simulator sends keyed prompts unless told otherwise: replay it with prompt_format text "
     "(llmreplay run --prompt-format text; a test's prompt_format: text) to compare it with a server's run"
@@ -419,12 +428,13 @@ def compare(
         found = mismatch({**baseline, "fingerprint": {}}, {**current, "fingerprint": {}})
     if found:
         return Comparison(label, mismatch=f"not compared: {found}")
-    runs = max(run_count(baseline), run_count(current))
-    if runs > 1:
-        pooled = f"baseline and current: each statistic of all {runs if run_count(baseline) == run_count(current) else 'the'} runs' samples pooled, the figures the change compares (the SLO table's are medians over runs)"
+    counts = run_count(baseline), run_count(current)
+    if max(counts) > 1:
+        pooled = f"baseline and current: each statistic of all {counts[0] if counts[0] == counts[1] else 'the'} runs' samples pooled, the figures the change compares (the SLO table's are medians over runs)"
         header = f"{header}\n{pooled}" if header else pooled
-    elif "offline" not in (baseline["fingerprint"].get("kind"), current["fingerprint"].get("kind")):
-        header = f"{header}\n{ONE_RUN_NOTE}" if header else ONE_RUN_NOTE
+    if min(counts) == 1 and "offline" not in (baseline["fingerprint"].get("kind"), current["fingerprint"].get("kind")):
+        note = ONE_RUN_NOTE if max(counts) == 1 else one_side_note("baseline" if counts[0] == 1 else "current")
+        header = f"{header}\n{note}" if header else note
     versions = [(record.get("fingerprint") or {}).get("server_version") for record in (baseline, current)]
     if versions[0] != versions[1]:  # compared: what a commit does to the engine is what the gate measures
         changed = f"server version {versions[0]} -> {versions[1]}"
