@@ -271,7 +271,7 @@ def test_from_an_s3_bucket(site, tmp_path, capsys, s3_env):
         (["--baseline-dir", "nowhere"], "error: --baseline-dir: */nowhere: no such folder; *"),
         (
             ["--baseline-dir", "empty"],
-            "error: --baseline-dir: no stored result in */empty at the newest 30 commits of HEAD's first-parent history",
+            "error: --baseline-dir: */empty: holds no stored result; expected where results were stored *",
         ),
         (["--out", "busy"], "error: --out: busy holds other files (no .llmreplay-dashboard/ of an earlier build); *"),
         (["--out", "busy/notes.txt/site"], "error: --out: cannot make the folder busy/notes.txt/site: Not a directory"),

@@ -355,7 +355,7 @@ def test_history_command_without_a_change_point_has_two_columns_and_reads_single
         ),
         (
             ["history", TEST, "--baseline-dir", "nowhere"],
-            "error: --baseline-dir: */nowhere: no such folder; expected the folder results were stored in *",
+            "error: --baseline-dir: */nowhere: no such folder; expected where results were stored (--llm-save, run --save-to)*",
         ),
         (
             ["history", "tests/other.py::test_x"],

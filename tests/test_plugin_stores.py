@@ -59,6 +59,31 @@ def test_two_ci_jobs_share_results_in_an_s3_bucket(ci, s3_env):
     assert s3_env["AWS_SECRET_ACCESS_KEY"].encode() not in body and s3_env["AWS_ACCESS_KEY_ID"].encode() not in body
 
 
+@pytest.mark.parametrize(
+    ("store", "typo", "words"),
+    [
+        (STORE, "git:origin#refs/llmreplay/resluts", "no ref refs/llmreplay/resluts there"),
+        ("s3://results/ci/perf", "s3://results/ci/prf", "holds no stored result"),
+    ],
+)
+def test_comparing_against_a_mistyped_git_ref_or_prefix_is_a_usage_error(ci, request, store, typo, words):
+    """Only a mistyped folder was refused: a mistyped git ref or object prefix said "no stored
+    result" for every test, and --llm-fail-on-regression passed them all (a stores review)."""
+    if store.startswith("s3:"):
+        request.getfixturevalue("s3_env")
+    job, run = ci
+    run(job("job1"), "--llm-save", f"--llm-baseline-dir={store}").assert_outcomes(passed=1)
+    result = run(job("job2"), "--llm-compare", "--llm-fail-on-regression", f"--llm-baseline-dir={typo}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --llm-baseline-dir / llm_baseline_dir: {typo}: {words}; expected where results were stored "
+            "(--llm-save, run --save-to); before the first save, save once (the main branch's job) and compare after"
+        ]
+    )
+    no_traceback(result)
+
+
 def test_a_corrupt_stored_result_is_skipped_in_one_line_naming_it(ci):
     job, run = ci
     first = job("job1")

@@ -50,12 +50,8 @@ def _stored_side(
             else ""
         )
         if not newest.unreadable and not newest.partial and not store.names(result_folder(test)):
-            held = store.tests()
-            only = (
-                f"; it holds no result of that test, only of {', '.join(map(repr, held))}"
-                if held
-                else "; it holds no results"
-            )
+            # a store holding nothing was refused as it was opened (Store.nothing_stored)
+            only = f"; it holds no result of that test, only of {', '.join(map(repr, store.tests()))}"
         readable = "readable " if skipped else ""
         raise LLMReplayError(
             f"--store: no {readable}stored result of {test!r} at {ref} ({commit[:12]}) in {store.label}{only}"

@@ -59,11 +59,11 @@ def load_workload_file(args: argparse.Namespace, path: str, options: dict[str, A
 
 def open_store_option(option: str, text: str, writing: bool) -> Any:
     """The store ``text`` names, checked (see :mod:`~pytest_llmreplay.gate.store`); errors name ``option``.
-    A store only read (not ``writing``: ``compare --store``, ``history --baseline-dir``) that is a
-    folder must exist: a mistyped path says so, not that it holds no result of the test. One
+    A store only read (not ``writing``: ``compare --store``, ``history --baseline-dir``) must hold
+    some result (:meth:`~pytest_llmreplay.gate.store.Store.nothing_stored`): a mistyped folder, ref
+    or prefix says so, not that it holds no result of the test. One
     written to needs a repository git can read (:func:`~pytest_llmreplay.gate.git.check_git_readable`)."""
     from ..gate.git import check_git_readable
-    from ..gate.store import FolderStore
     from ..gate.store_url import open_store
 
     if writing:  # a result stored as 'nogit' no comparison would find
@@ -71,10 +71,9 @@ def open_store_option(option: str, text: str, writing: bool) -> Any:
     try:
         store = open_store(text, Path.cwd())
         store.check(writing)
-        if not writing and isinstance(store, FolderStore) and not store.root.exists():
-            raise LLMReplayError(
-                f"{store.label}: no such folder; expected the folder results were stored in (--llm-baseline-dir, run --save-to)"
-            )
+        empty = None if writing else store.nothing_stored()
+        if empty:
+            raise LLMReplayError(empty)
     except LLMReplayError as exc:
         raise LLMReplayError(f"{option}: {exc}") from None
     return store

@@ -150,6 +150,9 @@ class GitStore(Store):
         listed = self.git("ls-tree", "--name-only", self.tip, *([f"{folder}/"] if folder else [])).decode()
         return [line.rsplit("/", 1)[-1] for line in listed.splitlines() if line]
 
+    def empty_words(self) -> str:
+        return f"no ref {self.ref} there" if self.tip is None else "holds no stored result"
+
     def read_bytes(self, key: str) -> bytes:
         if self.tip is None:
             raise LLMReplayError(f"{self.label}/{key}: not stored")

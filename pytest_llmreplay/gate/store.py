@@ -198,6 +198,22 @@ class Store:
 
     keeps_unsaved = False  # a kind that keeps a result it could not store itself (the git store's outbox)
 
+    def nothing_stored(self) -> str | None:
+        """Why the store holds no result at all, in one line, or None when it holds some: a
+        mistyped folder, git ref or prefix compared against gated nothing (every test "has no
+        stored result" and passed), so a store only read is refused so (``--llm-compare``
+        without ``--llm-save``, ``compare --store``, ``history``)."""
+        if self.names(""):
+            return None
+        return (
+            f"{self.label}: {self.empty_words()}; expected where results were stored (--llm-save, run --save-to); "
+            "before the first save, save once (the main branch's job) and compare after"
+        )
+
+    def empty_words(self) -> str:
+        """:meth:`nothing_stored`'s words for this kind of store."""
+        return "holds no stored result"
+
     def save(self, record: Mapping[str, Any]) -> str:
         """Store ``record`` under a new name; where it went, in words."""
         return self.add(f"{result_folder(record['test'])}/{result_name(record)}", encode(record))
@@ -333,6 +349,9 @@ class FolderStore(Store):
     def names(self, folder: str) -> list[str]:
         path = self.root / folder
         return [name for name in os.listdir(path) if not name.startswith(".")] if path.is_dir() else []
+
+    def empty_words(self) -> str:
+        return "holds no stored result" if self.root.exists() else "no such folder"
 
     def read_bytes(self, key: str) -> bytes:
         try:

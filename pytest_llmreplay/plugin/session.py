@@ -179,13 +179,10 @@ class LLMSession:
             if (
                 self.history is not None
                 and not save
-                and isinstance(self.store, FolderStore)
-                and not self.store.root.exists()
                 and named != DEFAULTS["llm_baseline_dir"]  # before any --llm-save: "no stored result", said per test
-            ):  # a mistyped folder gated nothing: every test "has no stored result" and passed
-                raise LLMReplayError(
-                    f"{self.store.label}: no such folder; expected the folder results were stored in (--llm-save)"
-                )
+                and (empty := self.store.nothing_stored())
+            ):
+                raise LLMReplayError(empty)
         except LLMReplayError as exc:
             raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {exc}") from None
         self.server: Any = None
