@@ -146,6 +146,8 @@ def test_tool_calls_and_a_thinking_count_are_read_where_servers_send_them():
         [
             {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me"}},
             {"type": "content_block_start", "index": 1, "content_block": start},
+            # Anthropic's streaming docs: a tool_use block's first delta is an empty piece, no token
+            {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ""}},
             {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"q"'}},
             {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ": 1}"}},
             {
@@ -157,7 +159,7 @@ def test_tool_calls_and_a_thinking_count_are_read_where_servers_send_them():
     )
     assert response.calls == [{"id": "toolu_1", "name": "lookup", "arguments": '{"q": 1}'}]
     assert (response.chunk_times, response.reasoning_tokens, response.finish_reason) == (
-        [0.0, 2.0, 3.0],
+        [0.0, 3.0, 4.0],
         6,
         "tool_calls",
     )

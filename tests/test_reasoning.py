@@ -64,7 +64,7 @@ def test_a_chunk_says_whether_it_is_reasoning_an_answer_or_a_tool_call():
     answer = read_chunk(chat_event({"reasoning_content": None, "content": "Paris"}))
     assert (answer.reasoning, answer.text) == (False, "Paris")
     both = read_chunk(chat_event({"reasoning_content": "so ", "content": "Paris"}))  # the turn between the two
-    assert (both.reasoning, both.text) == (False, "so Paris")
+    assert (both.reasoning, both.text, both.thought) == (False, "Paris", "so ")
     call = read_chunk(chat_event({"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}))
     # a tool call's piece is a token, never a blank one (a stream may open with it)
     assert (call.tokens, call.blank, call.reasoning) == (1, False, False)
@@ -87,6 +87,47 @@ def test_reasoning_then_content_stream_is_measured_apart():
     assert (response.first_answer_s, response.last_answer_s) == (0.50, 0.52)
     assert (response.reasoning_counted, response.reasoning_tokens, response.completion_tokens) == (3, 3, 5)
     assert (response.reasoning_text, response.text) == ("The user asks", "Paris.")  # the answer apart
+
+
+def test_a_delta_that_ends_the_reasoning_and_starts_the_answer_keeps_the_reasoning_apart():
+    """vLLM's deepseek_r1 parser sends ``{"reasoning_content": "end", "content": "A0 "}`` when
+    ``</think>`` falls inside one delta: its reasoning went into the answer's text, which the
+    next turn sends back in the history (a reasoning review)."""
+    response = parse(
+        [
+            (0.10, chat_event({"reasoning_content": "Let"})),
+            (0.12, chat_event({"reasoning_content": " me"})),
+            (0.30, chat_event({"reasoning_content": " see", "content": "Paris"})),
+            (0.32, chat_event({"content": "."}, finish="stop")),
+        ]
+    )
+    assert (response.reasoning_text, response.text) == ("Let me see", "Paris.")
+    assert (response.first_reasoning_s, response.last_reasoning_s, response.first_answer_s) == (0.10, 0.12, 0.30)
+    assert response.chunk_times == [0.10, 0.12, 0.30, 0.32]
+
+
+def test_reasoning_the_server_counted_and_never_streamed_is_not_spread_over_the_answer():
+    """OpenAI's reasoning models hide their reasoning (usage: 1,010 tokens, 1,000 reasoning) and
+    stream ten answer tokens 50 ms apart: ITL read 0.5 ms, TPOT 0.45 ms and decode_tps 2,229
+    tok/s, the 1,000 tokens spread over the ten chunks (a reasoning review)."""
+    events = [(0.01, chat_event({"role": "assistant", "content": ""}))]
+    events += [(1.0 + 0.05 * i, chat_event({"content": f"w{i} "})) for i in range(10)]
+    events += [(1.46, chat_event({}, finish="stop")), (1.46, usage_event(completion=1010, reasoning=1000))]
+    response = parse(events)
+    record = rec(
+        0, sent=0.0, chunks=tuple(zip(response.chunk_times, response.chunk_tokens, strict=True)), end=1.46, output=1010
+    )
+    record.reasoning_tokens = response.reasoning_tokens
+    record.first_answer_s, record.last_answer_s = response.first_answer_s, response.last_answer_s
+    result = make([record])
+    assert result.summary["itl"]["p50"] == approx(0.05)
+    assert result.summary["tpot"]["p50"] == approx((1.46 - 1.0) / 9)  # latency - TTFT over the 9 after the first
+    assert result.summary["decode_tps"]["p50"] == approx(9 / 0.45)  # a one-turn session: the columns' path
+    assert result.summary["output_tokens"]["p50"] == 1010 and result.summary["reasoning_tokens"]["p50"] == 1000
+    from pytest_llmreplay.metrics.result import itl, session_values, tpot
+
+    assert tpot(record) == approx((1.46 - 1.0) / 9) and itl(record) == pytest.approx([0.05] * 9)
+    assert session_values([record])["decode_tps"] == approx(9 / 0.45)  # the per-session path
 
 
 def test_a_tool_call_is_the_first_answer_token():

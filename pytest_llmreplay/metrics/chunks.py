@@ -13,6 +13,7 @@ from itertools import chain
 import numpy as np
 
 from ..replayer.records import RequestRecord
+from .reasoning import streamed_tokens
 
 
 def spread_counts(tokens: Sequence[int], total: int) -> list[int]:
@@ -66,9 +67,11 @@ class Chunks:
         return counted, outputs
 
     def spread_tokens(self) -> np.ndarray:
-        """Each chunk's tokens, each record's counts spread to sum to its ``output_tokens``
-        (:func:`spread_counts`, in arrays)."""
-        counted, outputs = self.counts
+        """Each chunk's tokens, each record's counts spread to sum to its ``output_tokens`` less a
+        hidden reasoning's (:func:`spread_counts`, in arrays, of
+        :func:`~pytest_llmreplay.metrics.reasoning.streamed_tokens`)."""
+        counted, _ = self.counts
+        outputs = np.fromiter(map(streamed_tokens, self.records), dtype=np.int64, count=len(self.records))
         if np.array_equal(counted, outputs) or not self.tokens.size:
             return self.tokens
         cumulative = np.cumsum(self.tokens)

@@ -20,7 +20,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..replayer.records import RequestRecord
-from .reasoning import answer_start
+from .reasoning import answer_start, unstreamed_reasoning
 
 
 def column(records: Sequence[RequestRecord], name: str) -> np.ndarray:
@@ -42,10 +42,11 @@ def request_columns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
     ttft = column(records, "first_token_s") - sent
     latency = column(records, "end_s") - sent
     outputs = column(records, "output_tokens")
+    streamed = outputs - unstreamed_column(records)
     chunks = np.fromiter((len(r.chunk_times) for r in records), dtype=np.int64, count=len(records))
     return {
         "ttft": ttft,
-        "tpot": _divided(latency - ttft, outputs - 1, (outputs > 1) & (chunks > 1)),
+        "tpot": _divided(latency - ttft, streamed - 1, (streamed > 1) & (chunks > 1)),
         "latency": latency,
         "queue": column(records, "queue_s"),
         "prompt_tokens": np.array(
@@ -54,6 +55,11 @@ def request_columns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
         "cached_tokens": column(records, "cached_tokens"),
         "output_tokens": outputs,
     }
+
+
+def unstreamed_column(records: Sequence[RequestRecord]) -> np.ndarray:
+    """:func:`~pytest_llmreplay.metrics.reasoning.unstreamed_reasoning` of every record."""
+    return np.fromiter(map(unstreamed_reasoning, records), dtype=float, count=len(records))
 
 
 def schedule_lag_column(records: Sequence[RequestRecord]) -> np.ndarray:
@@ -66,17 +72,18 @@ def one_turn_session_columns(
 ) -> dict[str, np.ndarray]:
     """The session metrics of complete one-turn sessions, ``records`` (each its session's only
     turn), given their :func:`request_columns` ``requests``: ``session_latency`` is the latency,
-    ``ttfat`` the first answer token - sent, ``decode_tps`` (output - 1) / (last token - first
-    token) where that time is > 0, ``cache_hit_rate`` cached / prompt where both are reported
+    ``ttfat`` the first answer token - sent, ``decode_tps`` (streamed output - 1) / (last token -
+    first token) where that time is > 0, ``cache_hit_rate`` cached / prompt where both are reported
     and prompt > 0, ``eligible_cache_hit_rate`` none (no earlier turn), and
     ``output_tokens_per_session`` the output tokens."""
     outputs, cached, prompts = requests["output_tokens"], requests["cached_tokens"], requests["prompt_tokens"]
+    streamed = outputs - unstreamed_column(records)
     decode_time = column(records, "last_token_s") - column(records, "first_token_s")
     answered = np.array([answer_start(r) for r in records], dtype=float)
     return {
         "session_latency": requests["latency"],
         "ttfat": answered - column(records, "sent_s"),
-        "decode_tps": _divided(outputs - 1, decode_time, (outputs > 1) & (decode_time > 0)),
+        "decode_tps": _divided(streamed - 1, decode_time, (streamed > 1) & (decode_time > 0)),
         "cache_hit_rate": _divided(cached, prompts, prompts > 0),  # a NaN (not reported) stays NaN
         "eligible_cache_hit_rate": np.full(len(records), np.nan),
         "output_tokens_per_session": outputs,

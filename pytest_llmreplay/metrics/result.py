@@ -85,7 +85,15 @@ from .chunks import Chunks, spread_counts
 from .columns import complete_sessions, one_turn_session_columns, request_columns, schedule_lag_column
 from .error_causes import ErrorCause, error_causes
 from .names import GOODPUT_METRICS, REASONING_METRICS, REQUEST_METRICS, SESSION_METRICS
-from .reasoning import answer_start, has_reasoning, misses_answer_limit, reasoning_values, ttfo, unanswered
+from .reasoning import (
+    answer_start,
+    has_reasoning,
+    misses_answer_limit,
+    reasoning_values,
+    streamed_tokens,
+    ttfo,
+    unanswered,
+)
 from .server import hit_rate_gap, server_figures
 
 STEADY_SKIP = 0.2
@@ -148,19 +156,22 @@ def latency(record: RequestRecord) -> float | None:
 
 
 def tpot(record: RequestRecord) -> float | None:
-    """(latency - ttft) / (output_tokens - 1); None for one token or fewer, or for an output that
-    arrived in one chunk (not streamed: no decode to measure)."""
-    first, total = ttft(record), latency(record)
-    if first is None or total is None or record.output_tokens <= 1 or len(record.chunk_times) < 2:
+    """(latency - ttft) / (output_tokens - 1), the output tokens those the stream carried
+    (:func:`~pytest_llmreplay.metrics.reasoning.streamed_tokens`: not a hidden reasoning's); None
+    for one token or fewer, or for an output that arrived in one chunk (not streamed: no decode
+    to measure)."""
+    first, total, tokens = ttft(record), latency(record), streamed_tokens(record)
+    if first is None or total is None or tokens <= 1 or len(record.chunk_times) < 2:
         return None
-    return (total - first) / (record.output_tokens - 1)
+    return (total - first) / (tokens - 1)
 
 
 def itl_chunks(record: RequestRecord) -> list[tuple[float, int]]:
     """(gap per token, tokens) of every chunk after the first: ITL's samples, each gap counted
     once per token of its chunk (trie's rule), the tokens the server's count spread over the
-    chunks (:func:`spread_counts`)."""
-    times, tokens = record.chunk_times, spread_counts(record.chunk_tokens, record.output_tokens)
+    chunks (:func:`spread_counts`), less a hidden reasoning's
+    (:func:`~pytest_llmreplay.metrics.reasoning.streamed_tokens`)."""
+    times, tokens = record.chunk_times, spread_counts(record.chunk_tokens, streamed_tokens(record))
     return [((times[i] - times[i - 1]) / tokens[i], tokens[i]) for i in range(1, len(times)) if tokens[i] > 0]
 
 
@@ -207,8 +218,9 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     for turn in turns:
         outputs += turn.output_tokens
         first_token, last_token = turn.first_token_s, turn.last_token_s  # both set, or neither
-        if turn.output_tokens > 1 and first_token is not None and last_token is not None and last_token > first_token:
-            decode_tokens += turn.output_tokens - 1
+        streamed = streamed_tokens(turn)
+        if streamed > 1 and first_token is not None and last_token is not None and last_token > first_token:
+            decode_tokens += streamed - 1
             decode_time += last_token - first_token
         prompt, turn_cached = prompt_tokens(turn), turn.cached_tokens
         if turn_cached is None or prompt is None:

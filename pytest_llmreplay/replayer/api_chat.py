@@ -36,6 +36,8 @@ class ChatParser:
             response.finish_reason = chunk.finish_reason
         if chunk.token_ids is not None:
             response.token_ids = (response.token_ids or []) + chunk.token_ids
+        if chunk.thought:  # no token of its own: the chunk's are counted as the answer's
+            response.reasoning_delta(now, 0, chunk.thought)
         if chunk.reasoning:
             response.reasoning_delta(now, chunk.tokens, chunk.text, chunk.blank)
         elif chunk.tool_calls:

@@ -128,8 +128,8 @@ class MessagesParser:
             response.answer_delta(now, 1, text, blank=not text)
         elif kind == "thinking_delta":
             response.reasoning_delta(now, 1, text, blank=not text)
-        else:
-            response.tool_call_delta(now, 1, (self.calls.piece(index, arguments=text),), text)
+        else:  # Anthropic opens a tool_use block's input with an empty piece: no token
+            response.tool_call_delta(now, 1 if text else 0, (self.calls.piece(index, arguments=text),), text)
 
     def _merge(self, usage: Any, response: Response) -> None:
         if isinstance(usage, dict):

@@ -69,12 +69,13 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import attrgetter
 
 from ..errors import LLMReplayError
+from ..metrics.reasoning import unstreamed_reasoning
 from ..wording import counted
 from ..workloads.prompts import Conversation, PromptFactory, extends_previous
 from ..workloads.workload import OUTPUT_LIMIT_FIELDS, HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, VirtualClock, WallClock, check_virtual_span
 from .endpoint_types import Endpoint, EndpointRequest, describe_error
-from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
+from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, sent_prompt_format, session_plan
 from .records import ReplayRun, RequestRecord, cancelled_note, fill_unreported_cached
 from .response import Response
 
@@ -443,13 +444,21 @@ class Replay:
         record.queue_s = response.queue_s
         counted = sum(response.chunk_tokens)
         record.output_tokens = response.completion_tokens if response.completion_tokens is not None else counted
-        if response.completion_tokens is not None and counted and counted != response.completion_tokens:
+        self._keep_reasoning(record, response, counted)
+        hidden = unstreamed_reasoning(record)
+        if hidden:
+            self._warn_once(
+                "hidden",
+                f"the server counted reasoning tokens it did not stream (first: {hidden} of {record.output_tokens}): "
+                "they are in output_tokens and reasoning_tokens, their time in TTFT; TPOT, ITL and decode_tps "
+                "are over the tokens streamed",
+            )
+        if response.completion_tokens is not None and counted and counted + hidden != response.completion_tokens:
             record.notes.append(f"usage says {response.completion_tokens} output tokens, chunks carried {counted}")
             self._warn_once(
                 "count",
                 f"the server's usage.completion_tokens differs from the tokens counted in its stream (first: {record.notes[-1]}); metrics use the server's count",
             )
-        self._keep_reasoning(record, response, counted)
         if response.error is not None and record.status == "ok":
             record.status = "failed"
         if record.status == "failed" and self._cut:  # its connection went as the run cut its requests
@@ -563,34 +572,6 @@ def _latest_wait(session: Session) -> float:
     """How long after its start a session's turns wait at most, its own latencies aside: its
     delays together, past its latest due time (``Turn.due_s``: times after the start, not waits)."""
     return max((turn.due_s or 0.0) for turn in session.turns) + sum(turn.delay_s for turn in session.turns)
-
-
-def sent_prompt_format(settings: ReplaySettings, endpoint: Endpoint, plan: Sequence[Session]) -> str:
-    """The prompt format a run sends and its settings store (module docstring): ``text`` on every
-    API but completions, whatever was asked (a suite's ``prompt_format="ids"`` run with
-    ``--llm-api chat`` sends what a run without it sends, and is compared with it); else the one
-    asked, else the endpoint's preferred one, ``ids`` for ``keyed`` where keys would split a
-    prefix (:func:`keyed_prefixes_split`)."""
-    if endpoint.api != "completions":
-        return "text"
-    if settings.prompt_format is not None:
-        return settings.prompt_format
-    preferred: str = getattr(endpoint, "preferred_prompt_format", "text")
-    return "ids" if preferred == "keyed" and keyed_prefixes_split(plan) else preferred
-
-
-def keyed_prefixes_split(plan: Sequence[Session]) -> bool:
-    """Whether keyed prompts would split a shared prefix in two: some turn extends the previous
-    one (it goes as token ids, and so does the turn it extends) and some synthetic prompt shares
-    a prefix group. A group's prefix named by its key in one turn and by its token ids in
-    another is two prefixes to the simulator's cache, so the hits between them were lost (46.6%
-    offline where the served simulator hit 51.6% on synthetic_chat): such a run sends ids."""
-    extending = any(extends_previous(session, index) for session in plan for index in range(1, len(session.turns)))
-    return extending and any(
-        isinstance(turn.prompt, Synthetic) and turn.prompt.prefix_group is not None and turn.prompt.prefix_tokens
-        for session in plan
-        for turn in session.turns
-    )
 
 
 def replay(

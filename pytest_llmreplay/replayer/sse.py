@@ -113,7 +113,9 @@ class Chunk:
     ``blank``: its one token is an empty text (see :func:`read_chunk`); ``reasoning``: its tokens
     are reasoning (a chat delta with reasoning text and neither content nor a tool call);
     ``tool_calls``: the pieces of tool calls it carries (``delta.tool_calls``). ``text`` is the
-    reasoning text then the content. ``timings``: llama.cpp's per-request figures on its
+    reasoning's text in a reasoning chunk, else the content; ``thought``: the reasoning's text of
+    a delta that also starts the answer (vLLM's ``deepseek_r1`` parser, when ``</think>`` falls
+    inside one delta), kept apart from the answer's, which the next turn sends back. ``timings``: llama.cpp's per-request figures on its
     last chunk (``cache_n``: prompt tokens taken from the cache)."""
 
     tokens: int = 0
@@ -121,6 +123,7 @@ class Chunk:
     reasoning: bool = False
     tool_calls: tuple[ToolCallPiece, ...] = ()
     text: str = ""
+    thought: str = ""
     token_ids: list[int] | None = None
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
@@ -161,8 +164,10 @@ def read_chunk(data: str) -> Chunk:
         chunk.tool_calls = tool_call_pieces(delta.get("tool_calls"))
         if "reasoning_content" in delta or "reasoning" in delta:
             thought = "".join(p for p in (delta.get("reasoning_content"), delta.get("reasoning")) if type(p) is str)
-            chunk.reasoning = not text and not chunk.tool_calls and (bool(thought) or "content" not in delta)
-            text = thought + text
+            if text or chunk.tool_calls:  # the reasoning ends in the delta where the answer starts
+                chunk.thought = thought
+            else:
+                chunk.reasoning, text = bool(thought) or "content" not in delta, thought
         has_text_field = (
             "content" in delta or "reasoning_content" in delta or "reasoning" in delta or bool(chunk.tool_calls)
         )

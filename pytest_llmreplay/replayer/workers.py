@@ -68,9 +68,9 @@ from typing import Any
 from ..errors import LLMReplayError
 from ..workloads.workload import Workload
 from .clock import WallClock
-from .driver import Replay, sent_prompt_format
+from .driver import Replay
 from .endpoints import HTTPEndpoint
-from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, session_plan
+from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, sent_prompt_format, session_plan
 from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note, fill_unreported_cached
 from .worker_shares import shard_sessions, split_concurrency, unfinished_records
 
