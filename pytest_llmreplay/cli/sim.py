@@ -61,6 +61,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
             faults=faults,
             eos_mean_tokens=args.eos_mean_tokens,
             seed=args.seed,
+            command_line={**overrides, "jitter": args.timing_jitter},
         )
     except LLMReplayError as exc:  # "field: why" -> "--option: why"
         fields, sep, why = str(exc).partition(": ")

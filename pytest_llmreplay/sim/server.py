@@ -72,7 +72,7 @@ import random
 import re
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, NamedTuple, TypedDict
 
 from aiohttp import web
@@ -147,6 +147,7 @@ class SimServer:
         faults: FaultConfig = FaultConfig(),
         eos_mean_tokens: float | None = None,
         seed: int = 0,
+        command_line: Mapping[str, Any] | None = None,
     ) -> None:
         cluster.validate()
         transfer_s_per_token(profile, cluster)  # fails now, not when the server starts
@@ -165,6 +166,7 @@ class SimServer:
         self.faults = faults
         self.eos_mean_tokens = eos_mean_tokens
         self.seed = seed
+        self.command_line = dict(command_line or {})
         self.clock = WallClock()
         self.cluster: Cluster | None = None
         self.emit_lags = LagWindow(LAG_WINDOW)
@@ -248,21 +250,18 @@ class SimServer:
         )
 
     def settings_digest(self) -> str:
-        """12 hex digits naming what this server simulates beyond its profile's name: the
-        profile's timing, engine settings (``--max-num-batched-tokens`` and the rest), jitter
-        and front end, the cluster, the faults, the natural lengths and the seed. Two servers of
-        one profile run with other settings are other endpoints (``/version``'s ``settings``,
-        in a live fingerprint)."""
+        """12 hex digits naming what this server simulates beyond its profile: ``command_line``
+        (the settings ``llmreplay sim`` set over the profile's: ``--max-num-batched-tokens`` and
+        the other engine options, ``--timing-jitter``), the cluster, the faults, the natural
+        lengths and the seed. Two servers of one profile run with other settings are other
+        endpoints (``/version``'s ``settings``, in a live fingerprint); the profile's own numbers
+        are not in it: a profile is its name, offline and served alike (an edited profile under
+        one name is how a slower engine is simulated, docs/simulator.md)."""
         import dataclasses
         import hashlib
 
-        profile = self.profile
         facts = [
-            vars(profile.timing),
-            dataclasses.asdict(profile.engine),
-            profile.jitter,
-            profile.frontend_ms,
-            repr(profile.reasoning),
+            self.command_line,
             dataclasses.asdict(self.cluster_config),
             dataclasses.asdict(self.faults),
             self.eos_mean_tokens,
