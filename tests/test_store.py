@@ -500,6 +500,40 @@ def test_a_corrupt_object_is_one_line_naming_it(tmp_path):
     )
 
 
+def test_a_put_retried_after_its_answer_was_lost_is_a_save_and_a_taken_name_keeps_the_result(tmp_path):
+    """botocore retries a conditional put whose answer was lost; the retry's 412 (the object is
+    there: the first try landed) raised FileExistsError, and the test was reported as errored
+    before measuring, its figures gone (a stores review). Its own bytes there are a save;
+    another object under the name keeps the result in the local folder."""
+    store = open_store("memory://llmreplay-retried", tmp_path)
+    store.check(writing=True)
+    landed = store.fs.pipe_file
+
+    def lost_answer(path, data, **kwargs):
+        landed(path, data, **kwargs)  # the first try lands, then the retry finds it there
+        raise FileExistsError(path)
+
+    store.fs.pipe_file = lost_answer
+    where = store.save_or_keep(record(), tmp_path / UNSAVED)
+    (key,) = store.stored(record()["test"], "a" * 40)
+    assert where.endswith(key) and store.read(key) == record()
+    assert not (tmp_path / UNSAVED).exists()
+
+    def taken(path, data, **kwargs):
+        landed(path, b"{}", **kwargs)  # someone else's object under the name
+        raise FileExistsError(path)
+
+    store.fs.pipe_file = taken
+    with pytest.raises(LLMReplayError) as info:
+        store.save_or_keep(record(commit="c" * 40), tmp_path / UNSAVED)
+    (kept,) = (tmp_path / UNSAVED).rglob("*.json")
+    assert read_record(kept) == record(commit="c" * 40)
+    assert str(info.value) == (
+        f"memory://llmreplay-retried: its name holds another object; the result is kept in {kept}: "
+        "copy it into the store under another name"
+    )
+
+
 def test_s3_store_against_a_real_s3_server(s3_env, tmp_path):
     store = open_store("s3://results/ci/perf", tmp_path)
     exercise(store)
@@ -546,6 +580,33 @@ def test_s3_store_that_cannot_be_reached(monkeypatch, tmp_path, refused_url):
     assert "\n" not in str(info.value)
 
 
+def test_an_s3_endpoint_that_never_answers_is_one_line_within_the_client_settings(monkeypatch, tmp_path):
+    """An endpoint that accepts connections and never answers kept start-up waiting 424 s under
+    botocore's defaults (a stores review); the store's client settings bound it (here shrunk to
+    one try of one second, the test's own bound)."""
+    import socket
+
+    from pytest_llmreplay.gate import store_url
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts (the kernel's backlog) and never reads or answers
+    monkeypatch.setattr(
+        store_url, "S3_CLIENT", {"connect_timeout": 1, "read_timeout": 1, "retries": {"max_attempts": 1}}
+    )
+    monkeypatch.setattr(store_url, "S3_RETRIES", 1)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    try:
+        store = open_store("s3://results/ci", tmp_path)
+        with pytest.raises(LLMReplayError, match=r"^s3://results/ci: cannot reach the store \((Connect|Read) timeout"):
+            store.check(writing=False)
+    finally:
+        silent.close()
+    assert store.fs.retries == 1  # s3fs's own tries, each botocore's
+
+
 # ---------------------------------------------------------------- git
 
 
@@ -585,6 +646,29 @@ def remote(tmp_path) -> Path:
 def clone(remote: Path, name: str) -> Path:
     git(remote.parent, "clone", "-q", str(remote), name)
     return remote.parent / name
+
+
+def test_git_store_keeps_pushing_while_others_push_first_past_a_fixed_count_of_rounds(remote, monkeypatch):
+    """Each round of jobs pushing at once lands one of them: with 24 at once and a remote taking a
+    second a push, 4 gave up after their 8 rounds and their results stayed on throwaway runners
+    (a stores review). Rounds go on until PUSH_DEADLINE_S; here the remote refuses 12 pushes as
+    moved refs (its hook), and the 13th lands."""
+    from pytest_llmreplay.gate import git_store
+
+    hook = remote / "hooks" / "pre-receive"
+    hook.write_text(
+        '#!/bin/sh\ncount=$(cat "$GIT_DIR/refusals" 2>/dev/null || echo 0)\n'
+        'if [ "$count" -lt 12 ]; then echo $((count + 1)) > "$GIT_DIR/refusals"; '
+        'echo "error: failed to update ref" >&2; exit 1; fi\n'
+    )
+    hook.chmod(0o755)
+    monkeypatch.setattr(git_store, "PUSH_BACKOFF_S", 0.001)
+    monkeypatch.setattr(git_store, "PUSH_BACKOFF_CAP_S", 0.002)
+    store = open_store("git:origin#refs/llmreplay/results", clone(remote, "job"))
+    store.check(writing=True)
+    saved = store.save(record())
+    assert (remote / "refusals").read_text().strip() == "12"
+    assert saved.split()[-1] in git(remote, "ls-tree", "-r", "--name-only", "refs/llmreplay/results").split()
 
 
 def test_git_store_saves_on_the_ref_and_another_clone_reads_it(remote):

@@ -3,7 +3,8 @@
 
 A save lands in a local outbox first, then fetch REF, add the outbox's files to its tree, commit
 on top and push, which the remote refuses unless it fast-forwards; when another job pushed
-first, fetch again and retry with backoff (:data:`PUSH_ATTEMPTS` rounds). All of it runs in a
+first, fetch again and retry with backoff (until :data:`PUSH_DEADLINE_S`: with N jobs pushing
+at once each round lands one, so a fixed count of rounds left the last of 24 behind). All of it runs in a
 private bare repository next to the outbox: the user's working tree, index and HEAD are never
 touched. A ref whose newest commit the store did not make (a code branch: ``git:origin#main``)
 is never written to, since a save commits on top of the ref's files: refused when the store is
@@ -13,6 +14,7 @@ checked for writing and again before each push.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import random
 import re
@@ -27,7 +29,7 @@ from pathlib import Path
 from ..errors import LLMReplayError
 from .store import BATCH, FolderStore, Store, redact, refuse_password
 
-PUSH_ATTEMPTS = 8  # fetch-commit-push rounds before a save to a git store gives up
+PUSH_DEADLINE_S = 300.0  # fetch-commit-push rounds go on while refused, until this long after the first
 PUSH_BACKOFF_S = 0.2  # the first wait between rounds; doubled each round (capped), times 0.5..1.5
 PUSH_BACKOFF_CAP_S = 5.0
 GIT_TIMEOUT_S = 120.0  # one git command talking to the remote
@@ -194,7 +196,8 @@ class GitStore(Store):
     def push_outbox(self) -> None:
         """Fetch, commit the outbox's files on the remote tip, push; retry on a refused push."""
         rng = random.Random(secrets.randbits(32))  # backoff jitter: concurrent jobs must not retry in step
-        for attempt in range(PUSH_ATTEMPTS):
+        deadline = time.monotonic() + PUSH_DEADLINE_S
+        for attempt in itertools.count():
             self.fetch()
             self._refuse_foreign_tip()
             pending = self._pending()
@@ -204,13 +207,14 @@ class GitStore(Store):
             try:
                 self.git("push", "-q", "--no-verify", self.url, f"{commit}:{self.ref}")
             except GitError as exc:
-                if attempt == PUSH_ATTEMPTS - 1 or not exc.refused:
+                wait = min(PUSH_BACKOFF_CAP_S, PUSH_BACKOFF_S * 2 ** min(attempt, 32)) * rng.uniform(0.5, 1.5)
+                if not exc.refused or time.monotonic() + wait > deadline:
                     raise GitError(
-                        f"push refused {attempt + 1} times, others kept pushing first: {exc}"
+                        f"push refused {attempt + 1} times in {PUSH_DEADLINE_S:g} s, others kept pushing first: {exc}"
                         if exc.refused
                         else str(exc)
                     ) from None
-                time.sleep(min(PUSH_BACKOFF_CAP_S, PUSH_BACKOFF_S * 2**attempt) * rng.uniform(0.5, 1.5))
+                time.sleep(wait)
                 continue
             self.tip = commit
             self._clear(pending)

@@ -14,7 +14,7 @@ random bits), so writers never collide, and they sort by time within a commit.
   files in this layout. A save first lands in a local outbox (``<rootdir>/.llmreplay/git/<id>/
   outbox``), then: fetch REF, add the outbox's files to its tree, commit on top, push (refused by
   the remote unless it fast-forwards, so no one's commit is lost); when another job pushed first,
-  fetch again and retry, with backoff, :data:`~pytest_llmreplay.gate.git_store.PUSH_ATTEMPTS` times. Files that are already on REF
+  fetch again and retry, with backoff, :data:`~pytest_llmreplay.gate.git_store.PUSH_DEADLINE_S` seconds. Files that are already on REF
   are never replaced. A file leaves the outbox only once it is on the remote, and an outbox file
   left by a failed push goes up with the next save to the same store. The git command line does
   all of it in a private bare repository next to the outbox: the user's working tree, index and
@@ -219,21 +219,23 @@ class Store:
         return self.add(f"{result_folder(record['test'])}/{result_name(record)}", encode(record))
 
     def save_or_keep(self, record: Mapping[str, Any], keep_in: Path) -> str:
-        """:meth:`save`; when the store refuses it (an object store that went away mid-run), the
-        result is kept as a file in the folder store ``keep_in`` (unless this kind keeps it
-        itself) and the error says where: a measured result is never lost to its store."""
+        """:meth:`save`; when the store refuses it (an object store that went away mid-run, a
+        name taken by another object), the result is kept as a file in the folder store
+        ``keep_in`` (unless this kind keeps it itself) and the error says where: a measured
+        result is never lost to its store."""
         try:
             return self.save(record)
-        except LLMReplayError as exc:
+        except (LLMReplayError, FileExistsError) as exc:
             if self.keeps_unsaved:
                 raise
+            taken = isinstance(exc, FileExistsError)
+            why = f"{self.label}: its name holds another object" if taken else exc
             try:
                 kept = FolderStore(keep_in).save(record)
             except (LLMReplayError, OSError) as local:
-                raise LLMReplayError(f"{exc}; could not keep it in {keep_in} either ({local})") from None
-            raise LLMReplayError(
-                f"{exc}; the result is kept in {kept}: copy it into the store once it is back"
-            ) from None
+                raise LLMReplayError(f"{why}; could not keep it in {keep_in} either ({local})") from None
+            then = "under another name" if taken else "once it is back"
+            raise LLMReplayError(f"{why}; the result is kept in {kept}: copy it into the store {then}") from None
 
     def stored(self, test: str, commit: str) -> list[str]:
         """Keys of ``test``'s results at ``commit``, oldest first (names sort by time)."""
@@ -426,13 +428,24 @@ class FsspecStore(Store):
                 )
 
     def add(self, key: str, data: bytes) -> str:
+        """As :meth:`Store.add`; a name that holds ``data`` already is this write landed: botocore
+        retries a conditional put whose answer was lost, and the retry's 412 said the name
+        existed (the result was reported as never measured)."""
         try:
             self.fs.pipe_file(self._path(key), data, mode="create")
         except FileExistsError:
+            if self._holds(key, data):
+                return f"{self.label}/{key}"
             raise
         except Exception as exc:  # noqa: BLE001
             raise LLMReplayError(f"{self.label}/{key}: cannot write ({one_line(exc)})") from None
         return f"{self.label}/{key}"
+
+    def _holds(self, key: str, data: bytes) -> bool:
+        try:
+            return bytes(self.fs.cat_file(self._path(key))) == data
+        except Exception:  # noqa: BLE001 - not readable: not known to be ours
+            return False
 
 
 def _bucket_missing(fs: Any, root: str) -> bool:

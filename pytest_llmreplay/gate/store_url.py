@@ -30,7 +30,7 @@ def open_store(text: str, rootdir: str | Path) -> Store:
     other an fsspec URL) or a folder (relative to ``rootdir``). Nothing is contacted yet
     (:meth:`Store.check` does that); an empty ``text``, a scheme fsspec does not know
     (:func:`known_schemes`), a store scheme without
-    its ``//`` (``s3:/x``, ``hdfs:/x``: :func:`names_a_store_scheme`) or without a bucket (``s3://``), a missing extra or a password in the
+    its ``//`` (``s3:/x``, ``hdfs:/x``: :func:`names_a_store_scheme`) or without a bucket (``s3://``), a query, a missing extra or a password in the
     URL is an :class:`LLMReplayError`."""
     if not text.strip():  # not rootdir itself: its results would be scattered among the project's files
         raise LLMReplayError("empty; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX")
@@ -56,6 +56,8 @@ def open_store(text: str, rootdir: str | Path) -> Store:
         raise LLMReplayError(
             f"{redact(text)}: no bucket or container; expected {scheme}://BUCKET/PREFIX (the prefix may be left out)"
         )
+    if "?" in text:  # s3fs reads ?versionId=1 as an object's version: the results became one object, the prefix
+        raise LLMReplayError(f"{redact(text)}: a query in the URL; expected {scheme}://BUCKET/PREFIX without one")
     try:
         import fsspec
     except ImportError:
@@ -66,9 +68,10 @@ def open_store(text: str, rootdir: str | Path) -> Store:
         raise LLMReplayError(
             f"{redact(text)}: unknown scheme {scheme!r}; expected a folder, git:REMOTE#REF, or a URL such as s3://BUCKET/PREFIX, gs://, az://, file://, memory://"
         )
+    options = {"config_kwargs": S3_CLIENT} if scheme in ("s3", "s3a") else {}
     try:
         fs, root = fsspec.core.url_to_fs(
-            text, skip_instance_cache=True
+            text, skip_instance_cache=True, **options
         )  # credentials and endpoint: read now, from the environment
     except ImportError:
         raise LLMReplayError(
@@ -76,7 +79,16 @@ def open_store(text: str, rootdir: str | Path) -> Store:
         ) from None
     except Exception as exc:  # noqa: BLE001 - any back-end's complaint about the URL is one line
         raise LLMReplayError(f"{redact(text)}: {one_line(exc)}") from None
+    if options:
+        fs.retries = S3_RETRIES
     return FsspecStore(text, fs, root)
+
+
+# an S3 store's client: botocore's defaults (60 s to connect, 60 s per read, 5 tries) inside
+# s3fs's own 5 tries kept a start-up against an endpoint that accepts and never answers waiting
+# 7 minutes; with these, a call gives up after at most 2 x 2 x (5 + 20) s = 100 s
+S3_CLIENT = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2, "mode": "standard"}}
+S3_RETRIES = 2  # s3fs's tries of a call (each of them botocore's S3_CLIENT tries)
 
 
 def names_a_store_scheme(prefix: str) -> bool:
