@@ -359,6 +359,21 @@ def test_auto_reference_is_the_merge_base_with_main(repo):
         reference_history(path, "")  # the plugin passes None for an empty option; `history --ref ''` is a mistake
 
 
+def test_a_shallow_clone_says_where_its_history_and_the_search_end(repo, tmp_path):
+    """actions/checkout's default depth 1: the baseline search stopped at the clone's boundary
+    with "no stored result ... in its 0 ancestors", and nothing said the clone was shallow (a
+    stores review)."""
+    path, ids = repo
+    git(tmp_path, "clone", "-q", "--depth", "1", "--branch", "main", f"file://{path}", "shallow")
+    label, history = reference_history(tmp_path / "shallow", None)
+    assert history == [ids["c3"]]
+    assert label == (
+        f"merge-base with main ({ids['c3'][:12]}) (a shallow clone: its history ends 1 commit back, where the "
+        "search for a baseline ends; fetch all of it: actions/checkout's fetch-depth: 0)"
+    )
+    assert "shallow" not in reference_history(path, None)[0]  # a full clone says nothing
+
+
 def test_auto_reference_on_main_is_head(repo):
     path, ids = repo
     git(path, "checkout", "-q", "main")

@@ -102,7 +102,9 @@ def reference_history(cwd: str | Path, ref: str | None, option: str = "--llm-com
     ``ref`` None or ``"auto"``: the merge-base of HEAD with the default branch, the first of
     :data:`DEFAULT_BRANCHES` that exists and shares history with HEAD (HEAD itself when none
     does), then its first-parent ancestors; the words name the branch used. Otherwise ``ref`` is
-    any commit, tag or branch git can resolve (:func:`require_commit`'s errors otherwise)."""
+    any commit, tag or branch git can resolve (:func:`require_commit`'s errors otherwise). In a
+    shallow clone whose history ends before :data:`HISTORY_DEPTH` commits the words say so: a
+    CI checkout of depth 1 found no baseline, or none but HEAD's, and said nothing of why."""
     cwd = Path(cwd)
     head = require_commit(cwd, "HEAD", option)
     if ref in (None, "auto"):
@@ -119,4 +121,9 @@ def reference_history(cwd: str | Path, ref: str | None, option: str = "--llm-com
         base = require_commit(cwd, ref, option)
         label = f"{ref} ({base[:12]})"
     history = (_git(cwd, "rev-list", "--first-parent", f"--max-count={HISTORY_DEPTH}", base) or base).split()
+    if len(history) < HISTORY_DEPTH and _git(cwd, "rev-parse", "--is-shallow-repository") == "true":
+        label += (
+            f" (a shallow clone: its history ends {len(history)} commit{'s' if len(history) > 1 else ''} back, "
+            "where the search for a baseline ends; fetch all of it: actions/checkout's fetch-depth: 0)"
+        )
     return label, history
