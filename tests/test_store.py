@@ -723,6 +723,25 @@ def test_git_store_never_commits_onto_a_ref_that_holds_other_commits(remote):
     assert git(remote, "rev-list", "--count", "refs/heads/llmreplay-results") == "2"
 
 
+def test_a_results_ref_with_a_hand_made_commit_on_top_takes_later_saves(remote):
+    """A bad result removed by hand (a commit of the user's on the results' ref) made every later
+    save fail, and the advice, a ref of their own, left every stored result behind (a stores
+    review): a ref of the store's commits is the results', whatever is on top."""
+    job = clone(remote, "job")
+    store = open_store("git:origin#llmreplay-results", job)
+    store.check(writing=True)
+    bad = store.save(record()).split(" ", 1)[1]
+    git(job, "fetch", "-q", "origin", "llmreplay-results")
+    git(job, "checkout", "-q", "FETCH_HEAD")
+    git(job, "rm", "-q", bad)
+    git(job, "commit", "-q", "-m", "remove a result measured on a broken runner")
+    git(job, "push", "-q", "origin", "HEAD:refs/heads/llmreplay-results")
+    store.check(writing=True)
+    kept = store.save(record(summary={"n": {"value": 2}})).split(" ", 1)[1]
+    files = git(remote, "ls-tree", "-r", "--name-only", "refs/heads/llmreplay-results").split()
+    assert kept in files and bad not in files  # the hand fix stays
+
+
 PUSH_SCRIPT = """
 import json, sys, time
 from pathlib import Path

@@ -6,7 +6,7 @@ on top and push, which the remote refuses unless it fast-forwards; when another 
 first, fetch again and retry with backoff (until :data:`PUSH_DEADLINE_S`: with N jobs pushing
 at once each round lands one, so a fixed count of rounds left the last of 24 behind). All of it runs in a
 private bare repository next to the outbox: the user's working tree, index and HEAD are never
-touched. A ref whose newest commit the store did not make (a code branch: ``git:origin#main``)
+touched. A ref holding no commit the store made (a code branch: ``git:origin#main``)
 is never written to, since a save commits on top of the ref's files: refused when the store is
 checked for writing and again before each push.
 """
@@ -34,6 +34,7 @@ PUSH_BACKOFF_S = 0.2  # the first wait between rounds; doubled each round (cappe
 PUSH_BACKOFF_CAP_S = 5.0
 GIT_TIMEOUT_S = 120.0  # one git command talking to the remote
 DEFAULT_GIT_REF = "llmreplay-results"
+OWN_HISTORY = 1000  # commits of a ref looked through for one the store made (_refuse_foreign_tip)
 COMMIT_SUBJECT = "llmreplay: "  # how every commit the store makes begins (_commit), and how it knows its own
 
 
@@ -132,11 +133,15 @@ class GitStore(Store):
             raise LLMReplayError(f"{self.label}: {exc}") from None
 
     def _refuse_foreign_tip(self) -> None:
-        """:class:`GitError` when the fetched ref's newest commit is not one the store made."""
+        """:class:`GitError` when the fetched ref holds no commit the store made among its newest
+        :data:`OWN_HISTORY` (a code branch). A ref of the store's commits with a hand-made one on
+        top (a bad result removed by hand) is the results' still: refusing it stopped every later
+        save, and its advice, a new ref, left the whole history behind."""
         if self.tip is None:
             return
-        subject = self.git("log", "-1", "--format=%s", self.tip).decode().strip()
-        if not subject.startswith(COMMIT_SUBJECT):
+        subjects = self.git("log", f"--max-count={OWN_HISTORY}", "--format=%s", self.tip).decode().splitlines()
+        subject = subjects[0].strip() if subjects else ""
+        if not any(line.startswith(COMMIT_SUBJECT) for line in subjects):
             remote = self.label.partition("#")[0]
             raise GitError(
                 f"{self.ref} holds commits the store did not make (its newest, {self.tip[:12]}: {subject[:60]!r}); "
