@@ -136,3 +136,16 @@ def test_two_tests_whose_ids_slug_alike_have_sections_of_their_own():
     first test's section (found by a review helper)."""
     first, second = anchor("t.py::test_p[a b]"), anchor("t.py::test_p[a-b]")
     assert first != second and first.startswith("test-t-py-test_p-a-b-") and second.startswith("test-t-py-test_p-a-b-")
+
+
+def test_a_trend_plots_value_ticks_are_written_apart_however_close_the_values():
+    """Every tick of a tpot.p50 trend over 12.16, 12.16 and 12.17 ms read "12.2" (three
+    significant digits whatever the step), so a -4.8% step could not be read off the axis (a
+    reports review): as many digits as tell neighbouring ticks apart."""
+    from pytest_llmreplay.report.trend import trend_svg
+
+    series = {"commits": ["a" * 40, "b" * 40, "c" * 40], "values": [0.01216, 0.01216, 0.01217], "change_points": []}
+    svg = trend_svg("t", "tpot.p50", series, "main")
+    ticks = [text for text in texts(svg) if re.fullmatch(r"[\d.,]+", text)]
+    assert len(ticks) >= 3 and len(set(ticks)) == len(ticks), ticks
+    assert all(float(tick) == pytest.approx(12.165, abs=0.02) for tick in ticks)
