@@ -274,6 +274,16 @@ def test_a_run_with_reasoning_adds_the_ttfo_column_to_every_overview():
     assert "TTFO p50" not in summary_table([("t.py::test_x", "passed", {"llmreplay.ttft.p50": 0.04})])
 
 
+def test_the_terminals_runs_are_in_run_id_order_as_the_report_files():
+    """A test's named runs were listed in the order they ran (``::small`` then ``::big``) where
+    summary.md, the step summary and index.html list them by id (a reports review)."""
+    from pytest_llmreplay.report.terminal import summary_table
+
+    figures = {"llmreplay.ttft.p50 small": 0.01, "llmreplay.ttft.p50 big": 0.02}
+    rows = summary_table([("t.py::test_two", "passed", figures)]).splitlines()[2:]
+    assert [row.split()[0] for row in rows] == ["t.py::test_two::big", "t.py::test_two::small"]
+
+
 def test_a_capacity_search_adds_the_capacity_column_to_the_markdown_and_html_overviews():
     """The terminal's summary row had the capacity and the step summary (summary.md) had not (a
     new user's trial): every overview now has it, written the same way."""

@@ -190,11 +190,14 @@ def summary_table(tests: Sequence[tuple[str, str, Mapping[str, float]]]) -> str:
         ceiling = " (ceiling)" if figures.get("llmreplay.capacity.ceiling") else ""  # the rate carried: -v says why
         return at_least + format_figure(f"capacity.{stat}", figures.get(f"llmreplay.capacity.{stat}")) + ceiling
 
-    runs = [
-        (run, outcome, figures)
-        for test, outcome, test_figures in tests
-        for run, figures in figures_by_run(test, test_figures).items()
-    ]
+    runs = sorted(  # by run id, as the report files (a test's named runs came in the order they ran)
+        (
+            (run, outcome, figures)
+            for test, outcome, test_figures in tests
+            for run, figures in figures_by_run(test, test_figures).items()
+        ),
+        key=lambda row: row[0],
+    )
     searched = any(key.startswith("llmreplay.capacity.") for _, _, figures in runs for key in figures)
     columns = overview_columns(any("llmreplay.ttfo.p50" in figures for _, _, figures in runs))
     headers = ["test", "outcome", *(header for header, _, _ in columns)] + (["capacity"] if searched else [])
