@@ -192,7 +192,7 @@ def test_compare_store_without_a_result_at_that_commit(repo, tmp_path, capsys):
     assert status == 3  # compare's status for bad input
     assert capsys.readouterr().err == (
         f"error: --store: {tmp_path}/empty: holds no stored result; expected where results were stored "
-        "(--llm-save, run --save-to); before the first save, save once (the main branch's job) and compare after\n"
+        "(--llm-save, run --save-to)\n"
     )
 
 

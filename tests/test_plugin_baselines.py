@@ -228,7 +228,7 @@ def test_baseline_dir_option_moves_the_store(project):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            "*--llm-baseline-dir / llm_baseline_dir: */perf-reslts: no such folder; expected where results were stored (--llm-save, run --save-to); before the first save, save once*"
+            "*--llm-baseline-dir / llm_baseline_dir: */perf-reslts: no such folder (did you mean */perf-results?); expected where results were stored (--llm-save, run --save-to)"
         ]
     )
 

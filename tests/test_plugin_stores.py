@@ -68,7 +68,8 @@ def test_two_ci_jobs_share_results_in_an_s3_bucket(ci, s3_env):
 )
 def test_comparing_against_a_mistyped_git_ref_or_prefix_is_a_usage_error(ci, request, store, typo, words):
     """Only a mistyped folder was refused: a mistyped git ref or object prefix said "no stored
-    result" for every test, and --llm-fail-on-regression passed them all (a stores review)."""
+    result" for every test, and --llm-fail-on-regression passed them all (a stores review). One
+    beside a name much like it that exists is surely a typo."""
     if store.startswith("s3:"):
         request.getfixturevalue("s3_env")
     job, run = ci
@@ -77,11 +78,27 @@ def test_comparing_against_a_mistyped_git_ref_or_prefix_is_a_usage_error(ci, req
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            f"ERROR: --llm-baseline-dir / llm_baseline_dir: {typo}: {words}; expected where results were stored "
-            "(--llm-save, run --save-to); before the first save, save once (the main branch's job) and compare after"
+            f"ERROR: --llm-baseline-dir / llm_baseline_dir: {typo}: {words} (did you mean {store}?); "
+            "expected where results were stored (--llm-save, run --save-to)"
         ]
     )
     no_traceback(result)
+
+
+def test_a_pull_request_before_the_first_save_compares_with_nothing_and_says_so(ci):
+    """The shipped workflow's first pull request runs before main's first save: its ref is not
+    there yet, and nothing like it is, so the job passes, warned once (an empty store's refusal
+    failed it; a review of the change)."""
+    job, run = ci
+    result = run(job("job1"), "--llm-compare", "--llm-fail-on-regression", f"--llm-baseline-dir={STORE}")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"*PytestConfigWarning: --llm-baseline-dir / llm_baseline_dir: {STORE}: no ref refs/llmreplay/results "
+            "there: nothing is compared until a job saves there (--llm-save); if it should hold results, check the name",
+            "Compared with *: no stored result of this test there*",
+        ]
+    )
 
 
 def test_a_corrupt_stored_result_is_skipped_in_one_line_naming_it(ci):

@@ -64,6 +64,7 @@ def open_store_option(option: str, text: str, writing: bool) -> Any:
     or prefix says so, not that it holds no result of the test. One
     written to needs a repository git can read (:func:`~pytest_llmreplay.gate.git.check_git_readable`)."""
     from ..gate.git import check_git_readable
+    from ..gate.store import refuse_empty
     from ..gate.store_url import open_store
 
     if writing:  # a result stored as 'nogit' no comparison would find
@@ -73,7 +74,7 @@ def open_store_option(option: str, text: str, writing: bool) -> Any:
         store.check(writing)
         empty = None if writing else store.nothing_stored()
         if empty:
-            raise LLMReplayError(empty)
+            raise refuse_empty(empty, store.similar())
     except LLMReplayError as exc:
         raise LLMReplayError(f"{option}: {exc}") from None
     return store

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LLMReplayError
-from .store import BATCH, FolderStore, Store, redact, refuse_password
+from .store import BATCH, FolderStore, Store, close_names, redact, refuse_password
 
 PUSH_DEADLINE_S = 300.0  # fetch-commit-push rounds go on while refused, until this long after the first
 PUSH_BACKOFF_S = 0.2  # the first wait between rounds; doubled each round (capped), times 0.5..1.5
@@ -159,6 +159,14 @@ class GitStore(Store):
 
     def empty_words(self) -> str:
         return f"no ref {self.ref} there" if self.tip is None else "holds no stored result"
+
+    def similar(self) -> str | None:
+        try:
+            listed = self.git("ls-remote", "--refs", self.url).decode().split()
+        except GitError:
+            return None
+        found = close_names(self.ref, listed[1::2])  # lines of "<id> <ref>"
+        return f"{self.label.partition('#')[0]}#{found[0]}" if found else None
 
     def read_bytes(self, key: str) -> bytes:
         if self.tip is None:

@@ -199,20 +199,21 @@ class Store:
     keeps_unsaved = False  # a kind that keeps a result it could not store itself (the git store's outbox)
 
     def nothing_stored(self) -> str | None:
-        """Why the store holds no result at all, in one line, or None when it holds some: a
-        mistyped folder, git ref or prefix compared against gated nothing (every test "has no
-        stored result" and passed), so a store only read is refused so (``--llm-compare``
-        without ``--llm-save``, ``compare --store``, ``history``)."""
-        if self.names(""):
-            return None
-        return (
-            f"{self.label}: {self.empty_words()}; expected where results were stored (--llm-save, run --save-to); "
-            "before the first save, save once (the main branch's job) and compare after"
-        )
+        """Why the store holds no result at all (``LABEL: no such folder``), or None when it
+        holds some. A mistyped folder, git ref or prefix compared against gated nothing (every
+        test "has no stored result" and passed): the read-only commands refuse such a store, the
+        plugin too where the name is surely wrong
+        (:func:`~pytest_llmreplay.plugin.session.refuse_or_warn_of_an_empty_store`)."""
+        return None if self.names("") else f"{self.label}: {self.empty_words()}"
 
     def empty_words(self) -> str:
         """:meth:`nothing_stored`'s words for this kind of store."""
         return "holds no stored result"
+
+    def similar(self) -> str | None:
+        """A store beside this one whose name is much like its own (``git:origin#refs/llmreplay/
+        results`` for ``...#refs/llmreplay/resluts``), or None: what a typo meant."""
+        return None
 
     def save(self, record: Mapping[str, Any]) -> str:
         """Store ``record`` under a new name; where it went, in words."""
@@ -355,6 +356,11 @@ class FolderStore(Store):
     def empty_words(self) -> str:
         return "holds no stored result" if self.root.exists() else "no such folder"
 
+    def similar(self) -> str | None:
+        parent = self.root.parent
+        siblings = [p.name for p in parent.iterdir() if p.is_dir() and p != self.root] if parent.is_dir() else []
+        return next((str(parent / name) for name in close_names(self.root.name, siblings)), None)
+
     def read_bytes(self, key: str) -> bytes:
         try:
             return (self.root / key).read_bytes()
@@ -379,6 +385,15 @@ class FsspecStore(Store):
 
     def _path(self, key: str = "") -> str:
         return f"{self.root.rstrip('/')}/{key}" if key else self.root
+
+    def similar(self) -> str | None:
+        parent, _, name = self.root.rstrip("/").rpartition("/")
+        try:
+            siblings = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in self.fs.ls(parent, detail=False)]
+        except Exception:  # noqa: BLE001 - nothing to suggest
+            return None
+        base = self.url.rstrip("/")[: -len(name)] if name and self.url.rstrip("/").endswith(name) else None
+        return next((redact(base + found) for found in close_names(name, siblings)), None) if base else None
 
     def check(self, writing: bool) -> None:
         try:
@@ -457,6 +472,22 @@ def _bucket_missing(fs: Any, root: str) -> bool:
         return not fs.exists(bucket)
     except Exception:  # noqa: BLE001 - the listing already said enough
         return False
+
+
+def refuse_empty(empty: str, near: str | None) -> LLMReplayError:
+    """The error for a store that holds no result (``empty``: :meth:`Store.nothing_stored`),
+    naming ``near``, a store much like it (:meth:`Store.similar`), where there is one."""
+    return LLMReplayError(
+        f"{empty}{f' (did you mean {near}?)' if near else ''}; expected where results were stored (--llm-save, run --save-to)"
+    )
+
+
+def close_names(name: str, names: Iterable[str]) -> list[str]:
+    """Of ``names``, the one much like ``name`` (difflib's ratio 0.8 or more; a letter swapped or
+    dropped), if any: what a mistyped store name meant."""
+    import difflib
+
+    return difflib.get_close_matches(name, [n for n in names if n != name], n=1, cutoff=0.8)
 
 
 def one_line(exc: BaseException) -> str:

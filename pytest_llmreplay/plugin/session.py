@@ -46,6 +46,27 @@ def is_worker(config: pytest.Config) -> bool:
 RECORDS_DIR_KEY = "llmreplay_records_dir"  # the xdist workerinput key of the controller's records folder
 
 
+def refuse_or_warn_of_an_empty_store(config: pytest.Config, store: Any, empty: str) -> None:
+    """A store named for comparing that holds no result (``empty``: why,
+    :meth:`~pytest_llmreplay.gate.store.Store.nothing_stored`): a mistyped one gated nothing,
+    every test "has no stored result" and passed. Refused where the name is surely wrong (a
+    folder that does not exist, a ref or prefix beside one much like it: ``did you mean``);
+    else warned of once, since a pull request's job runs before its main branch's first save."""
+    from ..gate.store import FolderStore, refuse_empty
+
+    near = store.similar()
+    if near or (isinstance(store, FolderStore) and not store.root.exists()):
+        raise refuse_empty(empty, near)
+    if not is_worker(config):
+        config.issue_config_time_warning(
+            pytest.PytestConfigWarning(
+                f"--llm-baseline-dir / llm_baseline_dir: {empty}: nothing is compared until a job saves there "
+                "(--llm-save); if it should hold results, check the name"
+            ),
+            stacklevel=2,
+        )
+
+
 def records_folder(
     config: pytest.Config, report_dir: Path | None, summary_path: Path | None
 ) -> tuple[Path | None, bool]:
@@ -182,7 +203,7 @@ class LLMSession:
                 and named != DEFAULTS["llm_baseline_dir"]  # before any --llm-save: "no stored result", said per test
                 and (empty := self.store.nothing_stored())
             ):
-                raise LLMReplayError(empty)
+                refuse_or_warn_of_an_empty_store(config, self.store, empty)
         except LLMReplayError as exc:
             raise pytest.UsageError(f"--llm-baseline-dir / llm_baseline_dir: {exc}") from None
         self.server: Any = None
