@@ -511,3 +511,19 @@ def test_fail_on_unstable_fails_a_test_whose_baseline_runs_disagree(project):
         "--llm-sim-profile", profile, "--llm-repeat", "2", "--llm-compare", "--llm-fail-on-unstable"
     )
     failed.assert_outcomes(failed=1)
+
+
+def test_paired_runs_of_few_requests_can_be_significant_by_their_runs():
+    """Six sessions in each of five runs a side, every one twice as slow: the floor took the six
+    pairs alone (2^-5 = 0.031), so over two figures the paired comparison read noise where the
+    same data unpaired read regression (a review of the change). Five runs a side exchanged
+    whole reach 2 / C(10, 5) = 0.008."""
+    rng = np.random.default_rng(5)
+    requests = rng.lognormal(0, 0.3, 6)
+    base = [requests * rng.lognormal(0, 0.01, 6) for _ in range(5)]
+    slower = [2 * requests * rng.lognormal(0, 0.01, 6) for _ in range(5)]
+    draws = bootstrap.hierarchical_bootstrap_change(base, slower, "p50", paired=True)
+    assert draws.floor == pytest.approx(2 / 252)
+    assert [significant for _, significant in bootstrap.holm_levels([draws, draws], 0.05)] == [True, True]
+    one_run = bootstrap.hierarchical_bootstrap_change(base[:1], slower[:1], "p50", paired=True)
+    assert one_run.floor == pytest.approx(2**-5)  # one run a side: the pairs' floor
