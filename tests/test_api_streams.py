@@ -138,6 +138,24 @@ def feed(api: str, events: list[dict[str, Any]]) -> Response:
     return response
 
 
+def test_a_messages_tool_call_without_arguments_is_a_token_at_its_blocks_end():
+    """Its only delta is the empty opening piece, which is no token: the response had no chunk,
+    no TTFT, for 12 tokens generated (a review of the change). One at the block's end."""
+    start = {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}
+    response = feed(
+        "messages",
+        [
+            {"type": "message_start", "message": {"usage": {"input_tokens": 3, "output_tokens": 1}}},
+            {"type": "content_block_start", "index": 0, "content_block": start},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": ""}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}},
+        ],
+    )
+    assert (response.chunk_times, response.chunk_tokens, response.first_answer_s) == ([3.0], [1], 3.0)
+    assert response.calls == [{"id": "toolu_1", "name": "now", "arguments": ""}]
+
+
 def test_tool_calls_and_a_thinking_count_are_read_where_servers_send_them():
     # Messages: a text block, then a tool_use block (its start names the call), its input in pieces
     start = {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}

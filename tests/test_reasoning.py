@@ -106,28 +106,82 @@ def test_a_delta_that_ends_the_reasoning_and_starts_the_answer_keeps_the_reasoni
     assert response.chunk_times == [0.10, 0.12, 0.30, 0.32]
 
 
-def test_reasoning_the_server_counted_and_never_streamed_is_not_spread_over_the_answer():
+class ChatStream:
+    """A chat endpoint that streams ``events`` ((seconds after sent, data) each) to every request,
+    read by the chat parser: the driver keeps the response as it keeps a server's."""
+
+    name, api = "stream", "chat"
+
+    def __init__(self, events: list[tuple[float, str]]) -> None:
+        self.events = events
+
+    async def open(self, clock, concurrency):
+        self.clock = clock
+
+    async def close(self):
+        pass
+
+    async def idle_warning(self):
+        return None
+
+    async def send(self, request, response: Response):
+        parser, start = ChatParser(), self.clock.now()
+        response.sent_s = start
+        for at, data in self.events:
+            await self.clock.sleep(start + at - self.clock.now())
+            parser.event(data, self.clock.now(), response)
+        response.end_s = self.clock.now()
+
+
+def replayed(events: list[tuple[float, str]]):
+    from pytest_llmreplay.replayer.clock import VirtualClock
+    from pytest_llmreplay.replayer.driver import replay
+    from pytest_llmreplay.workloads.prompts import PromptFactory
+    from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+    from pytest_llmreplay.workloads.workload import Session, Synthetic, Turn, Workload
+
+    workload = Workload((Session("s", 0.0, (Turn(20, 1010, Synthetic()),)),), "test")
+    prompts = PromptFactory(load_tokenizer(None))
+    return replay(workload, ChatStream(events), prompts, clock=VirtualClock())
+
+
+@pytest.mark.parametrize("summary", [0, 1, 50])
+def test_reasoning_the_server_counted_and_never_streamed_is_not_spread_over_the_answer(summary):
     """OpenAI's reasoning models hide their reasoning (usage: 1,010 tokens, 1,000 reasoning) and
     stream ten answer tokens 50 ms apart: ITL read 0.5 ms, TPOT 0.45 ms and decode_tps 2,229
-    tok/s, the 1,000 tokens spread over the ten chunks (a reasoning review)."""
+    tok/s, the 1,000 tokens spread over the ten chunks (a reasoning review); so again when a
+    summary of it streams (Claude 4's thinking, the Responses API's reasoning summary: a review
+    of the change), its chunks standing in for none of the hidden tokens."""
     events = [(0.01, chat_event({"role": "assistant", "content": ""}))]
+    events += [(0.2 + 0.01 * i, chat_event({"reasoning_content": f"s{i} "})) for i in range(summary)]
     events += [(1.0 + 0.05 * i, chat_event({"content": f"w{i} "})) for i in range(10)]
     events += [(1.46, chat_event({}, finish="stop")), (1.46, usage_event(completion=1010, reasoning=1000))]
-    response = parse(events)
-    record = rec(
-        0, sent=0.0, chunks=tuple(zip(response.chunk_times, response.chunk_tokens, strict=True)), end=1.46, output=1010
-    )
-    record.reasoning_tokens = response.reasoning_tokens
-    record.first_answer_s, record.last_answer_s = response.first_answer_s, response.last_answer_s
+    run = replayed(events)
+    (record,) = run.records
+    assert record.unstreamed_tokens == 1000 - summary
+    streamed = 10 + summary
     result = make([record])
-    assert result.summary["itl"]["p50"] == approx(0.05)
-    assert result.summary["tpot"]["p50"] == approx((1.46 - 1.0) / 9)  # latency - TTFT over the 9 after the first
-    assert result.summary["decode_tps"]["p50"] == approx(9 / 0.45)  # a one-turn session: the columns' path
+    first = 0.2 if summary else 1.0
+    assert result.summary["tpot"]["p50"] == approx((1.46 - first) / (streamed - 1))
     assert result.summary["output_tokens"]["p50"] == 1010 and result.summary["reasoning_tokens"]["p50"] == 1000
     from pytest_llmreplay.metrics.result import itl, session_values, tpot
 
-    assert tpot(record) == approx((1.46 - 1.0) / 9) and itl(record) == pytest.approx([0.05] * 9)
-    assert session_values([record])["decode_tps"] == approx(9 / 0.45)  # the per-session path
+    gaps = itl(record)
+    assert gaps[-9:] == pytest.approx([0.05] * 9)  # the answer's ten tokens, 50 ms apart
+    assert tpot(record) == approx((1.46 - first) / (streamed - 1))
+    assert result.summary["decode_tps"]["p50"] == approx(session_values([record])["decode_tps"])  # both paths
+    assert session_values([record])["decode_tps"] == approx((streamed - 1) / (1.45 - first))
+    assert any("the server counted reasoning tokens it did not stream" in warning for warning in run.warnings)
+    assert not any("usage.completion_tokens differs" in warning for warning in run.warnings)
+
+
+def test_a_server_that_merges_tokens_in_its_chunks_hides_no_reasoning():
+    from pytest_llmreplay.metrics.reasoning import unstreamed_reasoning
+
+    assert unstreamed_reasoning(1012, 1000, counted=253, reasoning_counted=250) == 0  # 4 tokens a chunk
+    assert unstreamed_reasoning(1010, 1000, counted=60, reasoning_counted=50) == 950  # a summary of 50
+    assert unstreamed_reasoning(1010, 1000, counted=10, reasoning_counted=0) == 1000  # hidden
+    assert unstreamed_reasoning(40, 31, counted=40, reasoning_counted=31) == 0  # a whole reply, one chunk
 
 
 def test_a_tool_call_is_the_first_answer_token():

@@ -493,6 +493,11 @@ def test_runs_of_few_requests_are_not_unstable_by_sampling_alone():
     two_modes = [rng.lognormal(0, 0.8, 200) * (4.0 if i == 2 else 1.0) for i in range(5)]
     why = instability(record_of(two_modes), "baseline")
     assert why is not None and why.startswith("the baseline's 5 runs disagree 4.")
+    from pytest_llmreplay.gate.stability import SAMPLING_ENOUGH, sampling_spread
+
+    large = record_of([rng.lognormal(0, 0.8, SAMPLING_ENOUGH) * (4.0 if i == 2 else 1.0) for i in range(5)])
+    assert sampling_spread(large, "ttft.p50") == 0  # not redrawn: sampling moves so many by far less than 3x
+    assert instability(large, "current").startswith("the current's 5 runs disagree 4.")
 
 
 def test_fail_on_unstable_fails_a_test_whose_baseline_runs_disagree(project):

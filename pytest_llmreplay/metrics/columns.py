@@ -20,7 +20,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..replayer.records import RequestRecord
-from .reasoning import answer_start, unstreamed_reasoning
+from .reasoning import answer_start
 
 
 def column(records: Sequence[RequestRecord], name: str) -> np.ndarray:
@@ -42,7 +42,7 @@ def request_columns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
     ttft = column(records, "first_token_s") - sent
     latency = column(records, "end_s") - sent
     outputs = column(records, "output_tokens")
-    streamed = outputs - unstreamed_column(records)
+    streamed = outputs - column(records, "unstreamed_tokens")
     chunks = np.fromiter((len(r.chunk_times) for r in records), dtype=np.int64, count=len(records))
     return {
         "ttft": ttft,
@@ -55,11 +55,6 @@ def request_columns(records: Sequence[RequestRecord]) -> dict[str, np.ndarray]:
         "cached_tokens": column(records, "cached_tokens"),
         "output_tokens": outputs,
     }
-
-
-def unstreamed_column(records: Sequence[RequestRecord]) -> np.ndarray:
-    """:func:`~pytest_llmreplay.metrics.reasoning.unstreamed_reasoning` of every record."""
-    return np.fromiter(map(unstreamed_reasoning, records), dtype=float, count=len(records))
 
 
 def schedule_lag_column(records: Sequence[RequestRecord]) -> np.ndarray:
@@ -77,7 +72,7 @@ def one_turn_session_columns(
     and prompt > 0, ``eligible_cache_hit_rate`` none (no earlier turn), and
     ``output_tokens_per_session`` the output tokens."""
     outputs, cached, prompts = requests["output_tokens"], requests["cached_tokens"], requests["prompt_tokens"]
-    streamed = outputs - unstreamed_column(records)
+    streamed = outputs - column(records, "unstreamed_tokens")
     decode_time = column(records, "last_token_s") - column(records, "first_token_s")
     answered = np.array([answer_start(r) for r in records], dtype=float)
     return {

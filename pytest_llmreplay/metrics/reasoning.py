@@ -56,22 +56,25 @@ def answer_start(record: RequestRecord) -> float | None:
     return record.first_token_s
 
 
-def unstreamed_reasoning(record: RequestRecord) -> int:
-    """The reasoning tokens the server counted (``usage``'s ``reasoning_tokens``) and never
-    streamed: min(reasoning_tokens, output_tokens - the stream's count) for a record whose
-    stream carried no reasoning, else 0. OpenAI's reasoning models hide their reasoning, and
-    Anthropic's omitted thinking sends none: those tokens were generated before the first
-    visible token (their time is in TTFT), none of them in the chunks, and spread over the
-    answer's ten chunks they made ITL 100x too short (0.5 ms for 50 ms)."""
-    if record.first_reasoning_s is not None or not record.reasoning_tokens:
-        return 0
-    return max(0, min(record.reasoning_tokens, record.output_tokens - sum(record.chunk_tokens)))
+def unstreamed_reasoning(output: int, reasoning: int, counted: int, reasoning_counted: int) -> int:
+    """Of a response's ``reasoning`` tokens (of ``output``, the server's counts), those its
+    stream never carried, given the ``counted`` tokens of its chunks, ``reasoning_counted`` of
+    them reasoning: reasoning - reasoning_counted x s, s = (output - reasoning) / (counted -
+    reasoning_counted) the answer's tokens per token its chunks counted (1, or more from a server
+    that merges tokens in a chunk), within 0 and ``reasoning``. OpenAI's reasoning models hide
+    their reasoning, and stream at most a summary of it, as Claude 4 does of its thinking: those
+    tokens were generated before the first answer token (their time is in TTFT), none in the
+    chunks, and spread over the answer's ten chunks they made ITL 100x too short (0.5 ms for
+    50 ms)."""
+    answer_counted, answer = counted - reasoning_counted, output - reasoning
+    scale = answer / answer_counted if answer_counted > 0 and answer > 0 else 1.0
+    return max(0, min(reasoning, round(reasoning - reasoning_counted * scale)))
 
 
 def streamed_tokens(record: RequestRecord) -> int:
-    """``output_tokens`` less :func:`unstreamed_reasoning`: the tokens the stream's chunks
-    carried, which ``tpot``, ``itl`` and ``decode_tps`` spread over them."""
-    return record.output_tokens - unstreamed_reasoning(record)
+    """``output_tokens`` less ``unstreamed_tokens``: the tokens the stream's chunks carried,
+    which ``tpot``, ``itl`` and ``decode_tps`` spread over them."""
+    return record.output_tokens - record.unstreamed_tokens
 
 
 def _since_sent(record: RequestRecord, time: float | None) -> float | None:

@@ -98,7 +98,14 @@ from .server import hit_rate_gap, server_figures
 
 STEADY_SKIP = 0.2
 # a record's fields of reasoning, left out of the request table of a run without
-REASONING_FIELDS = ("first_reasoning_s", "last_reasoning_s", "first_answer_s", "last_answer_s", "reasoning_tokens")
+REASONING_FIELDS = (
+    "first_reasoning_s",
+    "last_reasoning_s",
+    "first_answer_s",
+    "last_answer_s",
+    "reasoning_tokens",
+    "unstreamed_tokens",
+)
 LAST_WINDOW_S = 30.0
 WINDOWS = 10  # windows of the steady span that repeat a throughput measurement
 

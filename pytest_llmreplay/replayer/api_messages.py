@@ -76,6 +76,7 @@ class MessagesParser:
     def __init__(self) -> None:
         self.usage: dict[str, Any] = {}
         self.calls = CallNumbers()
+        self.silent: set[Any] = set()  # tool_use blocks no token of which came yet
 
     def event(self, data: str, now: float, response: Response) -> bool:
         """Add one event's data to ``response``; True once ``message_delta`` (or
@@ -93,6 +94,12 @@ class MessagesParser:
                 response.tool_call_delta(
                     now, 0, (self.calls.piece(obj.get("index"), block.get("id"), block.get("name")),)
                 )
+                self.silent.add(obj.get("index"))
+            return False
+        if kind == "content_block_stop" and obj.get("index") in self.silent:
+            # a call without arguments: its only delta was the empty opening piece, yet it is tokens
+            self.silent.discard(obj.get("index"))
+            response.tool_call_delta(now, 1, (self.calls.piece(obj.get("index"), arguments=""),))
             return False
         if kind == "message_start":  # its output count is a placeholder (0 or 1): message_delta's is the count
             message = obj.get("message")
@@ -129,6 +136,8 @@ class MessagesParser:
         elif kind == "thinking_delta":
             response.reasoning_delta(now, 1, text, blank=not text)
         else:  # Anthropic opens a tool_use block's input with an empty piece: no token
+            if text:
+                self.silent.discard(index)
             response.tool_call_delta(now, 1 if text else 0, (self.calls.piece(index, arguments=text),), text)
 
     def _merge(self, usage: Any, response: Response) -> None:

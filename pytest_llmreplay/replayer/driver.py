@@ -445,7 +445,7 @@ class Replay:
         counted = sum(response.chunk_tokens)
         record.output_tokens = response.completion_tokens if response.completion_tokens is not None else counted
         self._keep_reasoning(record, response, counted)
-        hidden = unstreamed_reasoning(record)
+        hidden = record.unstreamed_tokens
         if hidden:
             self._warn_once(
                 "hidden",
@@ -511,7 +511,8 @@ class Replay:
 
     def _keep_reasoning(self, record: RequestRecord, response: Response, counted: int) -> None:
         """The reasoning's and the answer's times (made relative) and the reasoning's count: the
-        server's, else the stream's count scaled as ``output_tokens`` was (a server that merges
+        server's (with the part of it no chunk carried, ``unstreamed_tokens``), else the stream's
+        count scaled as ``output_tokens`` was (a server that merges
         tokens per event says so in ``completion_tokens``), else None when no reasoning came. A
         server's 0 beside reasoning the stream carried is not taken: vLLM (0.32) counts only the
         reasoning that follows a ``<think>`` the model generated, so with a chat template that
@@ -526,6 +527,9 @@ class Replay:
         record.tool_calls = len(response.calls)
         if response.reasoning_tokens is not None and (response.reasoning_tokens or not response.reasoning_counted):
             record.reasoning_tokens = min(response.reasoning_tokens, record.output_tokens)
+            record.unstreamed_tokens = unstreamed_reasoning(
+                record.output_tokens, record.reasoning_tokens, counted, response.reasoning_counted
+            )
         elif response.reasoning_counted:
             scale = record.output_tokens / counted if counted else 1.0
             record.reasoning_tokens = min(round(response.reasoning_counted * scale), record.output_tokens)

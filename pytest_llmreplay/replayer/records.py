@@ -26,8 +26,10 @@ class RequestRecord:
     ``first_reasoning_s``/``last_reasoning_s`` and ``first_answer_s``/``last_answer_s``, the
     first and last chunk of each kind (an answer is content or a tool call);
     ``reasoning_tokens``: of ``output_tokens``, those that were reasoning (the server's
-    ``completion_tokens_details.reasoning_tokens``, else counted in the stream); ``tool_calls``:
-    how many tool calls the response made.
+    ``completion_tokens_details.reasoning_tokens``, else counted in the stream);
+    ``unstreamed_tokens``: of those, the ones no chunk carried (hidden reasoning, a summary of
+    thinking in its place: :func:`~pytest_llmreplay.metrics.reasoning.unstreamed_reasoning`);
+    ``tool_calls``: how many tool calls the response made.
     """
 
     session_id: str
@@ -57,6 +59,7 @@ class RequestRecord:
     first_answer_s: float | None = None
     last_answer_s: float | None = None
     reasoning_tokens: int | None = None
+    unstreamed_tokens: int = 0
     tool_calls: int = 0
 
 
