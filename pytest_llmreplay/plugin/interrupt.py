@@ -62,6 +62,15 @@ class Interruption:
                 self._session.shouldstop = f"llmreplay: {interrupted} stopped the replay of {test}"
         return bool(interrupted)
 
+    def came_while_waiting(self, signal_name: str, test: str) -> None:
+        """A signal came while ``test`` waited for another replay against its live URL to end
+        (:class:`~pytest_llmreplay.plugin.session.live_lock`): the session stops, as after a replay
+        it stopped, and nothing more is sent."""
+        if self.signal is None:
+            self.signal, self.test = signal_name, test
+            if self._session is not None:
+                self._session.shouldstop = f"llmreplay: {signal_name} came while {test} waited to replay"
+
     def check_not_interrupted(self) -> None:
         """Raise :class:`LLMReplayError` once a replay was interrupted: nothing more is sent."""
         if self.signal is not None:

@@ -6,7 +6,7 @@ the tokenizer and prompts, the :class:`~pytest_llmreplay.target.Target` (the sim
 live server; a test's declared server is one of :mod:`~pytest_llmreplay.plugin.servers`' pool),
 the :class:`~pytest_llmreplay.plugin.verdict.Gate`, the Ray workers. :func:`perf_run` replays
 a test's checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on it, repeats and Ctrl-C included;
-:class:`live_lock` keeps replays against one live URL from overlapping across processes.
+:class:`~pytest_llmreplay.plugin.live_lock.live_lock` keeps replays against one live URL from overlapping across processes.
 What the session gathers for the terminal summary (``reports``, ``notes``) is filled by the hooks
 and by the replays.
 """
@@ -380,12 +380,12 @@ class LLMSession:
         return tuple(name for found in self.config.hook.pytest_llmreplay_metrics() for name in found)
 
     def replay(
-        self, target: Any, spec: Any, salt: str, repeat: int = 0, repeats: int = 1
+        self, target: Any, spec: Any, test: str, digest: str, repeat: int = 0, repeats: int = 1
     ) -> tuple[Any, dict[str, Any]]:
-        """Replay a :class:`~pytest_llmreplay.plugin.spec.PerfSpec` on ``target``: run ``repeat`` of
-        ``repeats``; (the Result, with plugins' metrics added to its summary; the run's seed and
+        """Replay a :class:`~pytest_llmreplay.plugin.spec.PerfSpec` of ``test`` on ``target``: run
+        ``repeat`` of ``repeats``; (the Result, with plugins' metrics added to its summary; the run's seed and
         cache reset, see :mod:`~pytest_llmreplay.gate.repeats`). Generated prompts are salted with
-        ``salt`` (the workload's digest and the test's baseline key): see :meth:`~pytest_llmreplay.workloads.prompts.PromptFactory.salted`."""
+        the workload's ``digest`` and the test's baseline key: see :meth:`~pytest_llmreplay.workloads.prompts.PromptFactory.salted`."""
         from ..metrics.result import Result
         from ..metrics.slo import parse_slos, per_request_limits
         from ..replayer.driver import Replay
@@ -397,7 +397,10 @@ class LLMSession:
             if spec.format is None:
                 raise
             raise LLMReplayError(f"format: {exc} (read as {spec.format!r}, as the test's format says)") from None
-        with live_lock(target):
+        from .live_lock import live_lock
+
+        salt = f"{digest} {test}"
+        with live_lock(target, self.interruption, test):
             reset = target.reset_for_run() if repeats > 1 else None
             note = target.unreset_note(reset) if repeats > 1 else None
             if note is not None and not self.cache_reset_missing:
@@ -476,44 +479,6 @@ class LLMSession:
             shutil.rmtree(self.records_dir, ignore_errors=True)
 
 
-class live_lock:
-    """Hold an exclusive file lock per live URL while replaying, across xdist workers (and any
-    other pytest process on this machine); a no-op for the simulator. The lock file is removed
-    as the lock is released (a declared server's URL has a new port each session: 1,098 empty
-    files piled up in the temporary folder of one machine), so a waiter that then gets the lock
-    on the removed file sees that the path no longer names it and locks the path again."""
-
-    def __init__(self, target: Any) -> None:
-        self.path = None
-        if target.kind == "live":
-            import hashlib
-            import tempfile
-
-            self.path = (
-                Path(tempfile.gettempdir()) / f"llmreplay-{hashlib.sha256(target.url.encode()).hexdigest()[:16]}.lock"
-            )
-
-    def __enter__(self) -> None:
-        if self.path is not None:
-            import fcntl
-            import os
-
-            while True:
-                self.file = open(self.path, "a")
-                fcntl.flock(self.file, fcntl.LOCK_EX)
-                try:
-                    if os.stat(self.path).st_ino == os.fstat(self.file.fileno()).st_ino:
-                        return  # locked the file the path names
-                except FileNotFoundError:
-                    pass
-                self.file.close()  # its holder removed it as it released it: lock the path again
-
-    def __exit__(self, *exc: object) -> None:
-        if self.path is not None:
-            self.path.unlink(missing_ok=True)  # while still held: no one can lock it and find it named
-            self.file.close()  # closing releases the lock
-
-
 def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     """Replay a checked :class:`~pytest_llmreplay.plugin.spec.PerfSpec`; return (PerfRun, Result).
     A server that dies (or stops answering) during the first run raises its error; during a
@@ -536,7 +501,7 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     died = None
     for index in range(repeats):
         try:
-            runs.append(state.replay(target, spec, salt=f"{digest} {test}", repeat=index, repeats=repeats))
+            runs.append(state.replay(target, spec, test, digest, repeat=index, repeats=repeats))
             search = getattr(runs[-1][0], "capacity", None)
             if search is not None and search.incomplete:  # its points are kept, as runs before a death are
                 died = f"{search.incomplete}\n(the capacity search's {counted(len(search.points), 'run')} before it kept, stored marked incomplete: {search.ended})"
