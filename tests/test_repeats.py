@@ -310,6 +310,31 @@ def test_repeats_against_a_server_reset_its_prefix_cache_before_each_run(project
     assert [row["run"] for row in rows] == ["1"] * sizes[0] + ["2"] * sizes[1]
 
 
+def test_a_single_run_against_a_server_starts_on_an_emptied_cache_too(project):
+    """With --llm-repeat 1 the cache was never reset: a test run again on the same server measured
+    the cache its earlier session warmed (cache hit 79% -> 91%, nothing changed; an agent
+    platform's trial), where the docs say a test's figures do not depend on what ran before."""
+    from pytest_llmreplay.sim.profile import load_profile
+    from pytest_llmreplay.sim.server import SimServer
+    from pytest_llmreplay.workloads.prompts import PromptFactory
+    from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+
+    server = SimServer(load_profile(str(project.path / "fast.json")), PromptFactory(load_tokenizer(None)))
+    with ServerThread(server) as thread:
+        for session in (1, 2):
+            project.runpytest("--llm-endpoint", thread.url, "--llm-repeat", "1").assert_outcomes(passed=1)
+            assert server._resets == session
+    with ServerThread(MockServer()) as thread:  # a server without a reset: said once
+        result = project.runpytest("--llm-endpoint", thread.url, "--llm-repeat", "1")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "llmreplay cache: http://127.0.0.1:* answers neither POST /reset_prefix_cache *: each run may measure a "
+            "prefix cache the previous one warmed"
+        ]
+    )
+
+
 def test_repeats_with_cache_resets_off_never_reset_and_say_so(project):
     from pytest_llmreplay.sim.profile import load_profile
     from pytest_llmreplay.sim.server import SimServer
