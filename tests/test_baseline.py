@@ -976,6 +976,26 @@ def test_a_ceilings_noise_says_why_the_comparison_cannot_tell():
     assert plain.verdict == "noise" and not plain.note
 
 
+def test_two_ceilings_where_no_load_failed_reach_the_loads_they_did_not_carry():
+    """Both searches passed every load and carried less than offered (a workload too short): the
+    stored bracket is the rate carried repeated, and two such ceilings 15.04 and 13.88 were
+    compared as exact numbers, a regression (17% of unchanged pairs at 4% noise in the rate
+    carried: a statistics review). Each reaches the load its point was offered, 16."""
+
+    def ceiling(carried):
+        record_ = with_capacity(carried, carried, ceiling=True)
+        record_["capacity"].update(upper_bound_found=False, offered={"low": 16.0, "high": None})
+        return record_
+
+    (row,) = compare(ceiling(15.04), ceiling(13.88), {"capacity.rate": 0.05}).rows
+    assert row.verdict == "noise" and row.note == baseline.CEILING_NOTE
+    assert row.high == pytest.approx(16 / 15.04 - 1) and row.low == pytest.approx(13.88 / 16 - 1)
+    unknown = with_capacity(15.04, 15.04, ceiling=True)  # a ceiling stored without the loads offered: open above
+    unknown["capacity"]["upper_bound_found"] = False
+    (open_row,) = compare(ceiling(13.88), unknown, {"capacity.rate": 0.05}).rows
+    assert open_row.verdict == "noise" and open_row.high is None
+
+
 def test_a_capacity_with_no_failing_load_is_never_a_proven_regression():
     """10 req/s found as 'at least 10' (the budget ran out while growing) against a baseline of
     16 in [16, 17]: the true capacity may be anywhere above 10, so the change is noise, and the
