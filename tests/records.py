@@ -25,9 +25,11 @@ def rec(
     queue: float | None = None,
     sid: str | None = None,
     notes: tuple[str, ...] = (),
+    history: str | None = None,
 ) -> RequestRecord:
     """A record as the replay driver makes one: first/last token are the first/last chunk's time,
-    output tokens the chunks' sum unless ``output`` gives the server's count."""
+    output tokens the chunks' sum unless ``output`` gives the server's count; ``history``: where
+    the previous answer in its prompt came from (``server``), None for a turn that sends none."""
     times = [t for t, _ in chunks]
     tokens = [n for _, n in chunks]
     return RequestRecord(
@@ -51,6 +53,7 @@ def rec(
         warmup=warmup,
         queue_s=queue,
         notes=list(notes),
+        history=history,
     )
 
 

@@ -45,7 +45,7 @@ def small_run():
             # ttft 1/3, latency 1.0, tpot (1 - 1/3) / 3 = 2/9; prompt 100, cached 0, output 4
             rec(0, 0, 2, sent=0.0, chunks=((1 / 3, 1), (1.0, 3)), end=1.0, prompt=100, cached=0),
             # ttft 0.5, latency 0.5, one token: no tpot; prompt 300, cached 90
-            rec(0, 1, 2, sent=2.0, chunks=((2.5, 1),), end=2.5, prompt=300, cached=90),
+            rec(0, 1, 2, sent=2.0, chunks=((2.5, 1),), end=2.5, prompt=300, cached=90, history="server"),
             # ttft 0.2, latency 7.0; prompt 50, cached 0
             rec(1, sent=3.0, chunks=((3.2, 1),), end=10.0, prompt=50, cached=0),
         ]

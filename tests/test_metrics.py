@@ -141,15 +141,39 @@ AGENT_A = [
     # turn 0: prompt 100, cached 0, output 50 (1 + 49), first token 1.2, last 1.7, end 1.75
     rec(0, 0, 3, sid="agent-a", sent=1.0, chunks=((1.2, 1), (1.7, 49)), end=1.75, prompt=100, cached=0),
     # turn 1: prompt 250, cached 96, output 50, first 3.3, last 3.8, end 3.8
-    rec(0, 1, 3, sid="agent-a", sent=3.0, chunks=((3.3, 1), (3.8, 49)), end=3.8, prompt=250, cached=96),
+    rec(
+        0, 1, 3, sid="agent-a", sent=3.0, chunks=((3.3, 1), (3.8, 49)), end=3.8, prompt=250, cached=96, history="server"
+    ),
     # turn 2: prompt 400, cached 288, output 20, first 5.4, last 5.6, end 5.7
-    rec(0, 2, 3, sid="agent-a", sent=5.0, chunks=((5.4, 1), (5.6, 19)), end=5.7, prompt=400, cached=288),
+    rec(
+        0,
+        2,
+        3,
+        sid="agent-a",
+        sent=5.0,
+        chunks=((5.4, 1), (5.6, 19)),
+        end=5.7,
+        prompt=400,
+        cached=288,
+        history="server",
+    ),
 ]
 AGENT_B = [
     # turn 0: prompt 200, cached 0, output 10, first 2.1, last 2.5, end 2.5
     rec(1, 0, 2, sid="agent-b", sent=2.0, chunks=((2.1, 1), (2.5, 9)), end=2.5, prompt=200, cached=0),
     # turn 1: prompt 300, cached 150, output 30, first 6.3, last 6.9, end 7.0
-    rec(1, 1, 2, sid="agent-b", sent=6.0, chunks=((6.3, 1), (6.9, 29)), end=7.0, prompt=300, cached=150),
+    rec(
+        1,
+        1,
+        2,
+        sid="agent-b",
+        sent=6.0,
+        chunks=((6.3, 1), (6.9, 29)),
+        end=7.0,
+        prompt=300,
+        cached=150,
+        history="server",
+    ),
 ]
 
 
@@ -179,6 +203,19 @@ def test_agent_session_metrics():
     assert b["output_tokens_per_session"] == 40
 
 
+def test_a_turn_that_sends_no_answer_back_is_eligible_for_the_previous_prompt_alone():
+    """Hash-id turns (Mooncake) are their blocks alone, no answer: a session that hit every block
+    it shared with its previous turn read 93.9%, the answer counted as history it never sent (an
+    agent platform's trial)."""
+    turns = [
+        rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 63)), end=1.2, prompt=1024, cached=0),
+        rec(0, 1, 2, sent=2.0, chunks=((2.1, 1), (2.2, 63)), end=2.2, prompt=2048, cached=1024),
+    ]
+    assert make(turns).session_rows[0]["eligible_cache_hit_rate"] == approx(1.0)  # 1024 / 1024
+    turns[1].history = "server"  # a turn that sends the answer back could have found it cached too
+    assert make(turns).session_rows[0]["eligible_cache_hit_rate"] == approx(1024 / (1024 + 64))
+
+
 def test_session_metric_stats():
     s = agents().summary
     assert s["ttfat"]["count"] == 2
@@ -199,7 +236,7 @@ def test_session_with_planned_prompts_when_server_gives_none():
     # no server prompt counts: planned ones stand in, so the cache figures still exist
     turns = [
         rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 3)), end=1.2, planned=100, cached=0),
-        rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, planned=200, cached=52),
+        rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, planned=200, cached=52, history="server"),
     ]
     row = make(turns).session_rows[0]
     assert row["cache_hit_rate"] == approx(52 / 300)
@@ -211,7 +248,7 @@ def test_eligible_rate_counts_only_hits_on_the_sessions_own_history():
     # (history 100 + 10 = 110) hits 128: 18 tokens beyond its history came from another session
     turns = [
         rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 9)), end=1.2, prompt=100, cached=64),
-        rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, prompt=200, cached=128),
+        rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, prompt=200, cached=128, history="server"),
     ]
     row = make(turns).session_rows[0]
     assert row["cache_hit_rate"] == approx(192 / 300)
@@ -222,7 +259,7 @@ def test_eligible_history_leaves_out_the_reasoning_never_sent_back():
     # turn 0 generated 10 tokens, 6 of them reasoning: turn 1's history is 100 + 4, not 110
     first = rec(0, 0, 2, sent=1.0, chunks=((1.1, 1), (1.2, 9)), end=1.2, prompt=100, cached=0)
     first.reasoning_tokens = 6
-    turns = [first, rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, prompt=150, cached=52)]
+    turns = [first, rec(0, 1, 2, sent=2.0, chunks=((2.1, 1),), end=2.1, prompt=150, cached=52, history="server")]
     assert make(turns).session_rows[0]["eligible_cache_hit_rate"] == approx(52 / 104)
 
 

@@ -6,6 +6,7 @@ and the time to it is the time to the first answer token; TTFAT spans the tools'
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -79,7 +80,7 @@ def test_a_tool_call_turn_asks_for_the_tool_and_the_next_sends_the_call_back(tri
     assert (first["tools"], first["tool_choice"]) == ([TOOL], TOOL_CHOICE)
     call = {"id": "call_7", "name": TOOL_NAME, "arguments": "look it up"}
     conversation.respond("", None, 9, [call])
-    _, second, _ = conversation.request(1)
+    _, second, planned = conversation.request(1)
     assistant, tool = second["messages"][-2:]
     assert assistant == {
         "role": "assistant",
@@ -89,6 +90,14 @@ def test_a_tool_call_turn_asks_for_the_tool_and_the_next_sends_the_call_back(tri
         ],
     }
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_7" and tool["content"]
+    # the call's arguments are in the prompt the server counts (a chat template shows them): left
+    # out of the planned count, every tool-call turn warned of a tokenizer mismatch (an agent
+    # platform's trial)
+    plain = Conversation(bundled_prompts, trie.sessions[0], "chat", tool_calls=True)
+    plain.request(0)
+    plain.respond("", None, 9, [{**call, "arguments": ""}])
+    arguments = len(bundled_prompts.tokenizer.encode("look it up"))
+    assert planned - plain.request(1)[2] == arguments > 0
     conversation.respond("", None, 7, [call])
     _, last, _ = conversation.request(2)
     assert "tools" not in last  # the final answer is text
@@ -201,6 +210,17 @@ def test_tool_calls_over_an_api_that_is_not_asked_for_them_say_so(trie, bundled_
     assert not [w for w in unasked.warnings if w.startswith("tool_calls:")]
     # the in-process simulator answers every tool-call turn with a call, whatever the API
     assert not [w for w in offline(trie, bundled_prompts, tool_calls=True, concurrency=1).warnings if "tool_calls" in w]
+
+
+def test_tool_calls_on_a_workload_without_tool_call_turns_say_that_none_was_asked_for(bundled_prompts):
+    """A synthetic agent spec marks no turn as a tool call: --tool-calls changed nothing and said
+    nothing, and an agent engineer believed tool calls were tested (an agent platform's trial)."""
+    flat = load_workload(str(Path(__file__).parents[1] / "workloads" / "synthetic_chat.yaml"))
+    warned = [w for w in offline(flat, bundled_prompts, tool_calls=True, max_requests=4).warnings if "tool_calls" in w]
+    assert warned == [
+        "tool_calls: no turn of this workload ends in a tool call (trie and LLMServingSim agentic traces mark them), "
+        "so none was asked for"
+    ]
 
 
 def test_ttfat_spans_the_tools_durations(trie, bundled_prompts):

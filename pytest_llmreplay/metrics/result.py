@@ -32,8 +32,10 @@ Per complete session (every turn measured and ok):
   tokens arrived over time (a one-chunk answer has no measurable decode);
 - ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
 - ``eligible_cache_hit_rate`` = Σ min(cached_i, eligible_i) / Σ eligible_i with eligible_0 = 0
-  and eligible_i = prompt_{i-1} + output_{i-1} - reasoning_{i-1} (a reasoning model's
-  reasoning is not sent back with the history): the share of the session's own history (what a
+  and eligible_i = prompt_{i-1} + output_{i-1} - reasoning_{i-1} where turn i sends the previous
+  answer back (its ``history`` is set: an agent loop, a chat; a reasoning model's reasoning is
+  not sent back), prompt_{i-1} where it does not (a hash-id turn is its blocks alone, and the
+  answer counted made a perfect cache read 94%): the share of the session's own history (what a
   perfect prefix cache could have kept) that was hit, from 0 to 1. Hits beyond the history (a
   system prompt shared with other sessions, on any turn) count in ``cache_hit_rate`` only;
 - ``output_tokens_per_session``.
@@ -221,7 +223,7 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
     decode_tokens = decode_time = 0.0
     cached = prompts = eligible = history_hits = outputs = 0
     reported = True  # every turn has the server's cached count and a prompt count
-    history: int | None = None  # prompt + answer of the previous turn: what this turn could find cached
+    previous: tuple[int, int] | None = None  # the previous turn's prompt and answer tokens
     for turn in turns:
         outputs += turn.output_tokens
         first_token, last_token = turn.first_token_s, turn.last_token_s  # both set, or neither
@@ -235,10 +237,12 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
         elif reported:
             cached += turn_cached
             prompts += prompt
-            if history is not None:
+            if previous is not None:  # what this turn could find cached: the previous prompt, and its
+                # answer where this turn sends it back (hash-id turns are their blocks alone)
+                history = previous[0] + (previous[1] if turn.history is not None else 0)
                 eligible += history
                 history_hits += min(turn_cached, history)
-            history = prompt + turn.output_tokens - (turn.reasoning_tokens or 0)
+            previous = (prompt, turn.output_tokens - (turn.reasoning_tokens or 0))
     return {
         "session_id": first.session_id,
         "session_index": first.session_index,

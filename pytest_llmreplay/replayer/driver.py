@@ -219,12 +219,20 @@ class Replay:
         """With ``tool_calls`` over an API other than chat, the turns that end in a tool call go
         without ``tools`` (module docstring): say so once, rather than a run whose records'
         ``tool_calls`` stay 0 in silence. Not for an endpoint that reads the request's
-        ``tool_call`` flag itself (``reads_tool_call_flag``: the in-process simulator)."""
-        if not self.settings.tool_calls or self.endpoint.api == "chat":
-            return
-        if getattr(self.endpoint, "reads_tool_call_flag", False):
+        ``tool_call`` flag itself (``reads_tool_call_flag``: the in-process simulator). On a
+        workload none of whose turns ends in a tool call (a synthetic spec, a flat trace), say
+        that nothing asks for one: the option changed nothing and said nothing."""
+        if not self.settings.tool_calls:
             return
         turns = sum(turn.tool_call for session in self.plan for turn in session.turns)
+        if not turns:
+            self.warnings.append(
+                "tool_calls: no turn of this workload ends in a tool call (trie and LLMServingSim agentic traces "
+                "mark them), so none was asked for"
+            )
+            return
+        if self.endpoint.api == "chat" or getattr(self.endpoint, "reads_tool_call_flag", False):
+            return
         if turns:
             self.warnings.append(
                 f"tool_calls: asked for on the chat API only; over {self.endpoint.api} the {turns} turns that end in a "

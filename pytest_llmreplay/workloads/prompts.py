@@ -447,7 +447,10 @@ class Conversation:
         self._response_text = text
         self._response_ids = list(token_ids)[reasoning_tokens:] if token_ids is not None else None
         if self.api != "completions" or self.prompt_format == "text":
-            self._response_tokens = len(self.factory.tokenizer.encode(text))
+            # on chat a tool call goes back too, shown by its arguments (a chat template's, the
+            # simulator's): left out, every tool-call turn warned of a tokenizer mismatch
+            shown = text + "".join(call["arguments"] for call in calls) if self.api == "chat" else text
+            self._response_tokens = len(self.factory.tokenizer.encode(shown))
         else:
             self._response_tokens = (
                 len(self._response_ids) if self._response_ids is not None else max(tokens - reasoning_tokens, 0)
