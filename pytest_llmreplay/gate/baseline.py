@@ -68,7 +68,7 @@ import numpy as np
 from ..errors import LLMReplayError
 from ..metrics.names import CAPACITY_STATS, capacity_stat
 from ..metrics.slo import NOT_MEASURED, refuse_a_table
-from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic
+from .bootstrap import Draws, bootstrap_change, hierarchical_bootstrap_change, holm_levels, statistic, tail_samples
 from .repeats import run_count, run_keys, run_samples
 from .stability import instability
 from .stored_record import SCHEMA, identity, nothing_measured, partial_reason
@@ -369,18 +369,6 @@ ONE_RUN_NOTE = (
     "one run a side: the interval holds the spread of requests within a run, not a shift of a whole run "
     "(a slower runner, another server start); repeat the runs to put it in (pytest --llm-repeat N, llmreplay run --repeat N)"
 )
-
-
-def tail_samples(stat: str) -> int:
-    """The samples a side needs for its ``stat`` to be compared: 2 / (1 - q) for a percentile
-    pq above the median (two samples beyond it: p90 20, p99 200), else 2. With fewer, a
-    resample never reaches past the largest sample, and the interval is too narrow: a p99 of 20
-    heavy-tailed requests read REGRESSION on an unchanged server in 9.5% of comparisons, a p99
-    of 100 in 5%, of 200 in 1.7%; a p90 of 10 in 6.3%, of 20 in 1.3% (one figure at 10%, nominal
-    2.5%; 300 trials each, a statistics review)."""
-    if not stat.startswith("p") or float(stat[1:]) <= 50:
-        return 2
-    return math.ceil(round(2 / (1 - float(stat[1:]) / 100), 9))
 
 
 def one_side_note(side: str) -> str:
