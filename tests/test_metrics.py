@@ -214,6 +214,8 @@ def test_a_turn_that_sends_no_answer_back_is_eligible_for_the_previous_prompt_al
     assert make(turns).session_rows[0]["eligible_cache_hit_rate"] == approx(1.0)  # 1024 / 1024
     turns[1].history = "server"  # a turn that sends the answer back could have found it cached too
     assert make(turns).session_rows[0]["eligible_cache_hit_rate"] == approx(1024 / (1024 + 64))
+    turns[1].history = "planned"  # ids the server did not generate: no prefix it cached (a review)
+    assert make(turns).session_rows[0]["eligible_cache_hit_rate"] == approx(1.0)
 
 
 def test_session_metric_stats():

@@ -107,7 +107,7 @@ def test_a_signal_while_waiting_for_the_lock_ends_the_wait_and_replays_nothing(n
         timeout=60,
     )
     assert done.stdout.splitlines() == [
-        f"LLMReplayError not replayed: {name} came while t.py::test_x waited for another replay against {url} "
+        f"NotReplayed not replayed: {name} came while t.py::test_x waited for another replay against {url} "
         "to end; the session stops",
         f"{name} t.py::test_x True",
     ], done.stderr

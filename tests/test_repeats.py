@@ -335,6 +335,51 @@ def test_a_single_run_against_a_server_starts_on_an_emptied_cache_too(project):
     )
 
 
+LOCK_TAKER = """
+import os, signal, threading, time
+from pytest_llmreplay.plugin.live_lock import live_lock
+from pytest_llmreplay.target import Target
+
+ran = []
+
+def after_each_run(result):  # after the first run, another test takes the URL's lock, then a signal comes
+    ran.append(1)
+    if len(ran) == 1:
+        def other_test():
+            with live_lock(Target("live", url=os.environ["LOCK_URL"])):
+                time.sleep(0.5)
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(2)
+        threading.Thread(target=other_test, daemon=True).start()
+        time.sleep(0.2)
+    return {}
+
+def pytest_llmreplay_metrics():
+    return {"lock_taker": after_each_run}
+"""
+
+
+def test_a_signal_while_a_repeat_waits_for_the_lock_keeps_the_runs_before_marked_interrupted(project, monkeypatch):
+    """Ctrl-C while the second of three runs waited for another test's replay: taken for a server
+    that died, the first run was stored whole, never marked, a baseline for the next comparison
+    (a review of the change). It is the test's result, marked interrupted."""
+    from pytest_llmreplay.sim.profile import load_profile
+    from pytest_llmreplay.sim.server import SimServer
+    from pytest_llmreplay.workloads.prompts import PromptFactory
+    from pytest_llmreplay.workloads.tokenizer import load_tokenizer
+
+    project.makeconftest(LOCK_TAKER)
+    server = SimServer(load_profile(str(project.path / "fast.json")), PromptFactory(load_tokenizer(None)))
+    with ServerThread(server) as thread:
+        monkeypatch.setenv("LOCK_URL", thread.url)
+        result = project.runpytest_subprocess("--llm-endpoint", thread.url, "--llm-repeat", "3", "--llm-save")
+    assert "its server died" not in result.stdout.str() and "run 2 failed" not in result.stdout.str()
+    [path] = stored(project.path)
+    record = json.loads(path.read_text())
+    assert record["interrupted"] == "SIGINT"
+    assert "interrupted by SIGINT before run 2 of 3" in record["warnings"]
+
+
 def test_repeats_with_cache_resets_off_never_reset_and_say_so(project):
     from pytest_llmreplay.sim.profile import load_profile
     from pytest_llmreplay.sim.server import SimServer

@@ -543,7 +543,7 @@ def _bracket(record: Mapping[str, Any]) -> dict[str, float]:
     """A record's capacity bracket {low, high}; ``high`` is infinite when its search found no
     failing load above the capacity (``record["capacity"]["at_least"]``). A ceiling whose search
     found no failing load either (its stored ``high`` the capacity repeated) reaches the load its
-    point was offered and did not carry (``offered.low``; infinite where not stored): compared as
+    point was offered and did not carry (``offered.low``, where stored): compared as
     exact numbers, 17% of unchanged pairs of such ceilings read a regression at 4% noise in the
     rate carried (a statistics review)."""
     figures = dict(record["summary"].get("capacity", {}))
@@ -553,7 +553,7 @@ def _bracket(record: Mapping[str, Any]) -> dict[str, float]:
     if figures and search.get("ceiling"):
         figures["ceiling"] = True  # the rate carried, the workload too short for the rates searched
         if not search.get("upper_bound_found", True):
-            figures["high"] = max(figures["high"], (search.get("offered") or {}).get("low") or math.inf)
+            figures["high"] = max(figures["high"], (search.get("offered") or {}).get("low") or figures["high"])
     return figures
 
 

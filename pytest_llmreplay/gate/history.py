@@ -194,12 +194,14 @@ def gate_with_history(
             line = f"history: {counted(count, 'earlier result')} (< {MIN_HISTORY}), verdicts from the bootstrap alone{skipped}"
             comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
         return
-    judged_rows = [
+    judged_rows = [  # the rows the history judges: a statistic, on a figure the bootstrap could flag
         (row, values, value)
         for row in comparison.rows
         if row.change is not None
+        and row.verdict in ("regression", "improved", "noise", "ok")
         and (value := figure(current, row.key)) is not None
         and len(values := [v for v in history.values(row.key) if v is not None]) >= MIN_HISTORY
+        and judge_on_history(row.key, values, value, confidence).t is not None
     ]
     each = 1 - (1 - confidence) / max(1, len(judged_rows))  # Bonferroni over the figures judged
     threshold = t_threshold(count, each)
@@ -209,7 +211,11 @@ def gate_with_history(
         f"t > {threshold:.2f}){skipped}"
     )
     comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
-    for row, values, value in judged_rows:
+    for row in comparison.rows:  # a row the history leaves to the bootstrap still says why
+        values = [v for v in history.values(row.key) if v is not None]
+        value = figure(current, row.key)
+        if row.change is None or value is None or len(values) < MIN_HISTORY:
+            continue
         judged = judge_on_history(row.key, values, value, each)
         row.note = judged.note
         if judged.t is None:  # a step too recent: the bootstrap's verdict stands

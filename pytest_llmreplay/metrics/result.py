@@ -32,10 +32,11 @@ Per complete session (every turn measured and ok):
   tokens arrived over time (a one-chunk answer has no measurable decode);
 - ``cache_hit_rate`` = Σ cached_i / Σ prompt_i;
 - ``eligible_cache_hit_rate`` = Σ min(cached_i, eligible_i) / Σ eligible_i with eligible_0 = 0
-  and eligible_i = prompt_{i-1} + output_{i-1} - reasoning_{i-1} where turn i sends the previous
-  answer back (its ``history`` is set: an agent loop, a chat; a reasoning model's reasoning is
-  not sent back), prompt_{i-1} where it does not (a hash-id turn is its blocks alone, and the
-  answer counted made a perfect cache read 94%): the share of the session's own history (what a
+  and eligible_i = prompt_{i-1} + output_{i-1} - reasoning_{i-1} where turn i sends the server's
+  own answer back (its ``history`` is ``server``: an agent loop, a chat; a reasoning model's
+  reasoning is not sent back), prompt_{i-1} where it does not (a hash-id turn is its blocks
+  alone, and the answer counted made a perfect cache read 94%; a ``planned`` answer, ids the
+  server did not generate, is no prefix it cached): the share of the session's own history (what a
   perfect prefix cache could have kept) that was hit, from 0 to 1. Hits beyond the history (a
   system prompt shared with other sessions, on any turn) count in ``cache_hit_rate`` only;
 - ``output_tokens_per_session``.
@@ -239,7 +240,7 @@ def session_values(turns: list[RequestRecord]) -> dict[str, Any]:
             prompts += prompt
             if previous is not None:  # what this turn could find cached: the previous prompt, and its
                 # answer where this turn sends it back (hash-id turns are their blocks alone)
-                history = previous[0] + (previous[1] if turn.history is not None else 0)
+                history = previous[0] + (previous[1] if turn.history == "server" else 0)
                 eligible += history
                 history_hits += min(turn_cached, history)
             previous = (prompt, turn.output_tokens - (turn.reasoning_tokens or 0))

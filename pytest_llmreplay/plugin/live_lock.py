@@ -9,6 +9,15 @@ from typing import Any
 from ..errors import LLMReplayError
 
 
+class NotReplayed(LLMReplayError):
+    """A signal (``signal``: SIGINT, SIGTERM) came while a run waited for the lock: it replayed
+    nothing; the runs of its test before it were whole (:func:`~pytest_llmreplay.plugin.session.perf_run`)."""
+
+    def __init__(self, message: str, signal: str) -> None:
+        super().__init__(message)
+        self.signal = signal
+
+
 class live_lock:
     """Hold an exclusive file lock per live URL while replaying, across xdist workers (and any
     other pytest process on this machine); a no-op for the simulator. The lock file is removed
@@ -78,9 +87,10 @@ class live_lock:
         self.file.close()
         if self.interruption is not None:
             self.interruption.came_while_waiting(came[0], self.test)
-        raise LLMReplayError(
+        raise NotReplayed(
             f"not replayed: {came[0]} came while {self.test or 'this test'} waited for another replay against "
-            f"{self.url} to end; the session stops"
+            f"{self.url} to end; the session stops",
+            came[0],
         )
 
     def __exit__(self, *exc: object) -> None:

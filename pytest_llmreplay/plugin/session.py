@@ -49,19 +49,20 @@ RECORDS_DIR_KEY = "llmreplay_records_dir"  # the xdist workerinput key of the co
 def refuse_or_warn_of_an_empty_store(config: pytest.Config, store: Any, empty: str) -> None:
     """A store named for comparing that holds no result (``empty``: why,
     :meth:`~pytest_llmreplay.gate.store.Store.nothing_stored`): a mistyped one gated nothing,
-    every test "has no stored result" and passed. Refused where the name is surely wrong (a
-    folder that does not exist, a ref or prefix beside one much like it: ``did you mean``);
-    else warned of once, since a pull request's job runs before its main branch's first save."""
+    every test "has no stored result" and passed. A folder that does not exist is refused; any
+    other is warned of once, naming a store much like it where there is one (``did you mean``:
+    ``results-h100`` beside ``results-a100`` may be a typo or a new store, and a pull request's
+    job runs before its main branch's first save)."""
     from ..gate.store import FolderStore, refuse_empty
 
-    near = store.similar()
-    if near or (isinstance(store, FolderStore) and not store.root.exists()):
-        raise refuse_empty(empty, near)
+    if isinstance(store, FolderStore) and not store.root.exists():
+        raise refuse_empty(empty, store.similar())
     if not is_worker(config):
+        near = store.similar()
         config.issue_config_time_warning(
             pytest.PytestConfigWarning(
-                f"--llm-baseline-dir / llm_baseline_dir: {empty}: nothing is compared until a job saves there "
-                "(--llm-save); if it should hold results, check the name"
+                f"--llm-baseline-dir / llm_baseline_dir: {empty}{f' (did you mean {near}?)' if near else ''}: "
+                "nothing is compared until a job saves there (--llm-save); if it should hold results, check the name"
             ),
             stacklevel=2,
         )
@@ -403,9 +404,9 @@ class LLMSession:
         with live_lock(target, self.interruption, test):
             # every run, the first included: a test's figures must not depend on what ran before it
             # on the server (its own earlier session warmed the cache: +15% hit rate, a later
-            # run's SLOs checked on it)
-            reset = target.reset_for_run()
-            note = target.unreset_note(reset, "repeat" if repeats > 1 else "run")
+            # run's SLOs checked on it); a capacity search resets before each of its points itself
+            reset = target.reset_for_run() if spec.capacity is None else None
+            note = target.unreset_note(reset, "repeat" if repeats > 1 else "run") if spec.capacity is None else None
             if note is not None and not self.cache_reset_missing:
                 self.cache_reset_missing = True
                 self.notes.append(("llmreplay repeats" if repeats > 1 else "llmreplay cache", note))
@@ -488,6 +489,7 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
     later repeat, the runs before are returned, with ``server_died`` saying so (:func:`~pytest_llmreplay.plugin.hooks.keep_runs_if_server_died`),
     and so is a capacity search it failed after some points (the search's result, marked incomplete)."""
     from ..gate.baseline import workload_digest, workload_facts
+    from .live_lock import NotReplayed
     from .verdict import PerfRun
 
     state.interruption.check_not_interrupted()
@@ -510,6 +512,13 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
                 died = f"{search.incomplete}\n(the capacity search's {counted(len(search.points), 'run')} before it kept, stored marked incomplete: {search.ended})"
                 break
             state.check_server(spec.server)  # a declared server that died during the run fails the test
+        except NotReplayed as exc:  # a signal before this repeat: the test's result is the runs before, cut short
+            if index == 0:
+                raise
+            runs[-1][0].run.interrupted = exc.signal  # stored marked interrupted: never a baseline
+            runs[-1][0].run.warnings.append(f"interrupted by {exc.signal} before run {index + 1} of {repeats}")
+            state.notes.append(("llmreplay interrupted", state.interruption.note()))
+            break
         except LLMReplayError as exc:  # a server that died or stopped answering
             if index == 0:
                 raise

@@ -75,7 +75,16 @@ from ..workloads.prompts import Conversation, PromptFactory, extends_previous
 from ..workloads.workload import OUTPUT_LIMIT_FIELDS, HashBlocks, Session, Synthetic, Workload
 from .clock import Clock, VirtualClock, WallClock, check_virtual_span
 from .endpoint_types import Endpoint, EndpointRequest, describe_error
-from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, sent_prompt_format, session_plan
+from .plan import (
+    Part,
+    ReplaySettings,
+    arrival_offsets,
+    check_warmup,
+    mark_warmup,
+    no_tool_call_turns,
+    sent_prompt_format,
+    session_plan,
+)
 from .records import ReplayRun, RequestRecord, cancelled_note, fill_unreported_cached
 from .response import Response
 
@@ -219,25 +228,17 @@ class Replay:
         """With ``tool_calls`` over an API other than chat, the turns that end in a tool call go
         without ``tools`` (module docstring): say so once, rather than a run whose records'
         ``tool_calls`` stay 0 in silence. Not for an endpoint that reads the request's
-        ``tool_call`` flag itself (``reads_tool_call_flag``: the in-process simulator). On a
-        workload none of whose turns ends in a tool call (a synthetic spec, a flat trace), say
-        that nothing asks for one: the option changed nothing and said nothing."""
-        if not self.settings.tool_calls:
-            return
+        ``tool_call`` flag itself (``reads_tool_call_flag``: the in-process simulator); and
+        :func:`~.plan.no_tool_call_turns` (a worker's share: the whole run says it)."""
+        unasked = no_tool_call_turns(self.settings, self.plan) if self.part is None else None
+        self.warnings.extend([unasked] if unasked else [])
         turns = sum(turn.tool_call for session in self.plan for turn in session.turns)
-        if not turns:
-            self.warnings.append(
-                "tool_calls: no turn of this workload ends in a tool call (trie and LLMServingSim agentic traces "
-                "mark them), so none was asked for"
-            )
-            return
-        if self.endpoint.api == "chat" or getattr(self.endpoint, "reads_tool_call_flag", False):
-            return
-        if turns:
-            self.warnings.append(
-                f"tool_calls: asked for on the chat API only; over {self.endpoint.api} the {turns} turns that end in a "
-                "tool call were sent without tools, so no figure measures a tool call (replay with api chat for them)"
-            )
+        if self.settings.tool_calls and turns and self.endpoint.api != "chat":
+            if not getattr(self.endpoint, "reads_tool_call_flag", False):
+                self.warnings.append(
+                    f"tool_calls: asked for on the chat API only; over {self.endpoint.api} the {turns} turns that end in a "
+                    "tool call were sent without tools, so no figure measures a tool call (replay with api chat for them)"
+                )
 
     def _warn_unbounded_outputs(self) -> None:
         """An endpoint whose outputs end only at their ``max_tokens`` (``stops_at_max_tokens``:

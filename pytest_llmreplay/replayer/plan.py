@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LLMReplayError
 from ..workloads.prompts import extends_previous
-from ..workloads.workload import HashBlocks, Session, Synthetic, Workload
+from ..workloads.workload import HashBlocks, Payload, Session, Synthetic, Workload
 from .records import RequestRecord
 
 if TYPE_CHECKING:
@@ -283,4 +283,19 @@ def keyed_prefixes_split(plan: Sequence[Session]) -> bool:
         isinstance(turn.prompt, Synthetic) and turn.prompt.prefix_group is not None and turn.prompt.prefix_tokens
         for session in plan
         for turn in session.turns
+    )
+
+
+def no_tool_call_turns(settings: ReplaySettings, plan: Sequence[Session]) -> str | None:
+    """The warning for ``tool_calls`` asked on a plan none of whose turns ends in a tool call (a
+    synthetic spec, a flat trace: the option changed nothing and said nothing); None when some
+    turn does, or a verbatim payload may carry its own ``tools``."""
+    if not settings.tool_calls:
+        return None
+    turns = [turn for session in plan for turn in session.turns]
+    if any(turn.tool_call or isinstance(turn.prompt, Payload) for turn in turns):
+        return None
+    return (
+        "tool_calls: no turn of this workload ends in a tool call (trie and LLMServingSim agentic traces "
+        "mark them), so none was asked for"
     )

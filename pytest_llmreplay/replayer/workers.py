@@ -70,7 +70,16 @@ from ..workloads.workload import Workload
 from .clock import WallClock
 from .driver import Replay
 from .endpoints import HTTPEndpoint
-from .plan import Part, ReplaySettings, arrival_offsets, check_warmup, mark_warmup, sent_prompt_format, session_plan
+from .plan import (
+    Part,
+    ReplaySettings,
+    arrival_offsets,
+    check_warmup,
+    mark_warmup,
+    no_tool_call_turns,
+    sent_prompt_format,
+    session_plan,
+)
 from .records import ReplayRun, RequestRecord, WorkerOutcome, cancelled_note, fill_unreported_cached
 from .worker_shares import shard_sessions, split_concurrency, unfinished_records
 
@@ -361,6 +370,8 @@ class RayWorkers:
             sent_prompt_format(settings, endpoint, plan),
             clock.now() - start,
         )
+        unasked = no_tool_call_turns(settings, plan)  # of the whole plan: no worker's share says it
+        merged.warnings.extend([unasked] if unasked else [])
         if scraped is not None:
             merged.warnings.extend(scraped.notes)
             merged.server_metrics = scraped.relative_to(start)
