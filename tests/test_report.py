@@ -62,6 +62,7 @@ def agents(**kwargs) -> Result:
                 end=3.8,
                 prompt=250,
                 cached=96,
+                history="server",
             ),
             rec(
                 0,
@@ -74,6 +75,7 @@ def agents(**kwargs) -> Result:
                 end=5.7,
                 prompt=400,
                 cached=288,
+                history="server",
             ),
             rec(
                 1,
@@ -86,6 +88,7 @@ def agents(**kwargs) -> Result:
                 end=7.0,
                 prompt=300,
                 cached=150,
+                history="server",
             ),
         ],
         **kwargs,
