@@ -63,6 +63,8 @@ def row(change: float) -> Row:
 def test_t_quantile_matches_published_tables():
     # Student's t table: t_{0.975} for 4, 9 and 19 degrees of freedom
     assert [round(t_quantile(0.975, df), 3) for df in (4, 9, 19)] == [2.776, 2.262, 2.093]
+    # past 0.995, where the expansion drifts (5.052 at df 4): the history's Bonferroni levels
+    assert [round(t_quantile(q, 4), 3) for q in (0.995, 0.999, 1 - 0.025 / 7)] == [4.604, 7.173, 5.068]
 
 
 def test_history_spread_suppresses_a_false_alarm_that_one_run_per_side_raises():
@@ -422,7 +424,7 @@ def test_compare_is_gated_by_the_stored_history(project):
     result.stdout.fnmatch_lines(
         [
             "Compared with HEAD~1 (*), stored *: 0 regressions",
-            "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 99.50% each, 97.5% over the 5 figures: t > 4.59)",
+            "history: 5 earlier results gate the verdicts (Student's t prediction over them, one-sided 99.50% each, 97.5% over the 5 figures: t > 4.60)",
         ]
     )
     assert "history t -inf" not in result.stdout.str()  # equal figures read as equal, not as a rounding error
