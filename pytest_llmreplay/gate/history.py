@@ -67,6 +67,7 @@ from .store import Store
 from .stored_record import partial_reason
 
 MIN_HISTORY = 5
+JUDGED = ("regression", "improved", "noise", "ok")  # the verdicts the history confirms, vetoes or notes
 MIN_LEVEL_CHANGE = 0.01  # a change point's level change must be at least 1% (sizeable)
 STEP_ALPHA = 0.01  # at most 1% of searches find a step in a history without one (last_step)
 HISTORY_WINDOW = 20
@@ -209,7 +210,7 @@ def gate_with_history(
         (row, values, value)
         for row in comparison.rows
         if row.change is not None
-        and row.verdict in ("regression", "improved", "noise", "ok")
+        and row.verdict in JUDGED
         and (value := figure(current, row.key)) is not None
         and len(values := [v for v in history.values(row.key) if v is not None]) >= MIN_HISTORY
         and judge_on_history(row.key, values, value, confidence).t is not None
@@ -225,8 +226,8 @@ def gate_with_history(
     for row in comparison.rows:  # a row the history leaves to the bootstrap still says why
         values = [v for v in history.values(row.key) if v is not None]
         value = figure(current, row.key)
-        if row.change is None or value is None or len(values) < MIN_HISTORY:
-            continue
+        if row.change is None or row.verdict not in JUDGED or value is None or len(values) < MIN_HISTORY:
+            continue  # an unstable row keeps its verdict and note
         judged = judge_on_history(row.key, values, value, each)
         row.note = judged.note
         if judged.t is None:  # a step too recent: the bootstrap's verdict stands
