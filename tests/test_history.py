@@ -484,6 +484,8 @@ def test_the_history_holds_a_tests_figures_together_to_its_rate():
     gate_with_history(comparison, current, stepped)
     assert "97.5% over the 1 figure:" in comparison.header
     unstable = Row("ttft.p50", 1.0, 1.5, change=0.5, verdict="unstable", note="")
-    gate_with_history(Comparison("baseline", rows=[unstable]), current, history)
+    alone = Comparison("baseline", rows=[unstable])
+    gate_with_history(alone, current, history)
     assert (unstable.verdict, unstable.note) == ("unstable", "")  # not judged, not noted as judged (a review)
+    assert alone.header == "history: 20 earlier results, no figure judged on them (each row says why)"
     assert [row.note.startswith("the newest result is off the rest") for row in comparison.rows] == [False] + [True] * 6

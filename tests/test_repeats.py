@@ -378,6 +378,12 @@ def test_a_signal_while_a_repeat_waits_for_the_lock_keeps_the_runs_before_marked
     record = json.loads(path.read_text())
     assert record["interrupted"] == "SIGINT"
     assert "interrupted by SIGINT before run 2 of 3" in record["warnings"]
+    result.stdout.fnmatch_lines(
+        [
+            "llmreplay interrupted: SIGINT came before run 2 of 3 of test_perf.py::test_chat: its 1 run before, "
+            "whole, stored marked interrupted (never a baseline)"
+        ]
+    )
 
 
 def test_repeats_with_cache_resets_off_never_reset_and_say_so(project):

@@ -221,6 +221,8 @@ def gate_with_history(
         f"history: {count} earlier results gate the verdicts (Student's t prediction over them, one-sided "
         f"{1 - (1 - each) / 2:.2%} each, {1 - (1 - confidence) / 2:.1%} over the {counted(len(judged_rows), 'figure')}: "
         f"t > {threshold:.2f}){skipped}"
+        if judged_rows
+        else f"history: {count} earlier results, no figure judged on them (each row says why){skipped}"
     )
     comparison.header = f"{comparison.header}\n{line}" if comparison.header else line
     for row in comparison.rows:  # a row the history leaves to the bootstrap still says why

@@ -517,7 +517,10 @@ def perf_run(state: LLMSession, test: str, spec: Any) -> Any:
                 raise
             runs[-1][0].run.interrupted = exc.signal  # stored marked interrupted: never a baseline
             runs[-1][0].run.warnings.append(f"interrupted by {exc.signal} before run {index + 1} of {repeats}")
-            state.notes.append(("llmreplay interrupted", state.interruption.note()))
+            kept = f"its {counted(index, 'run')} before, whole, stored marked interrupted (never a baseline)"
+            state.notes.append(
+                ("llmreplay interrupted", f"{exc.signal} came before run {index + 1} of {repeats} of {test}: {kept}")
+            )
             break
         except LLMReplayError as exc:  # a server that died or stopped answering
             if index == 0:
