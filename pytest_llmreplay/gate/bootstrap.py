@@ -159,11 +159,12 @@ def hierarchical_bootstrap_change(
     per_resample = sum(len(run) for run in baseline) + sum(len(run) for run in current)
     chunk = max(1, min(BOOTSTRAP_RESAMPLES, 2_000_000 // per_resample))
     ratios = []
+    ragged = [_ragged(side, paired) for side in (baseline, current)]
     for start in range(0, BOOTSTRAP_RESAMPLES, chunk):
         n = min(chunk, BOOTSTRAP_RESAMPLES - start)
         shared = rng.integers(0, len(baseline[0]), (n, len(baseline[0]))) if paired else None
-        b = _ragged_statistic(stat, _two_level_draw(baseline, n, rng, shared))
-        c = _ragged_statistic(stat, _two_level_draw(current, n, rng, shared))
+        b = _side_statistic(stat, _two_level_draw(baseline, n, rng, shared), ragged[0])
+        c = _side_statistic(stat, _two_level_draw(current, n, rng, shared), ragged[1])
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(c / b - 1)
     sizes = [sum(map(len, side)) for side in (baseline, current)]
@@ -189,15 +190,22 @@ def _two_level_draw(
     else:
         index = np.broadcast_to(requests[:, None, :], (n, len(runs), length))
     drawn = padded[chosen[:, :, None], index]
-    if requests is None and len(set(map(len, runs))) > 1:
+    if _ragged(runs, requests is not None):
         drawn[np.arange(length) >= sizes[:, :, None]] = np.nan
     return drawn.reshape(n, -1)
 
 
-def _ragged_statistic(stat: str, draws: np.ndarray) -> np.ndarray:
-    """:func:`resampled`, or over each row's values that are not NaN where some are (the draws
-    of runs of several sizes, :func:`_two_level_draw`)."""
-    if not np.isnan(draws).any():
+def _ragged(runs: list[np.ndarray], paired: bool) -> bool:
+    """Whether :func:`_two_level_draw` pads the draws of ``runs`` with NaN: unpaired runs of
+    several sizes."""
+    return not paired and len(set(map(len, runs))) > 1
+
+
+def _side_statistic(stat: str, draws: np.ndarray, ragged: bool) -> np.ndarray:
+    """:func:`resampled`, or over each row's values that are not NaN for ``ragged`` draws (runs
+    of several sizes, :func:`_ragged`), known from the runs rather than found by a scan of
+    every resample."""
+    if not ragged:
         return resampled(stat, draws)
     if stat in ("mean", "steady_state"):
         return np.nanmean(draws, axis=-1)
